@@ -1,0 +1,234 @@
+// trisolve: the command-line client.
+//   trisolve [--server HOST:PORT] health | info
+//   trisolve [--server HOST:PORT] solve KIND NAME=FILE.npy ... -o OUT.npy [options]
+//   trisolve make-example KIND DIR          (writes example inputs as .npy files)
+// Exit status: 0 solved (every system ok), 3 solved but some system was not ok, 1 error
+// (the server's status is printed), 2 usage.
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/match.h"
+#include "nlohmann/json.hpp"
+#include "trisolve/client.h"
+#include "trisolve/examples.h"
+#include "trisolve/ndarray.h"
+#include "trisolve/swc.h"
+
+namespace {
+
+int Fail(const absl::Status& st) {
+  std::cerr << "error: " << absl::StatusCodeToString(st.code()) << ": " << st.message() << "\n";
+  return 1;
+}
+
+std::string Ms(double us) { return absl::StrFormat("%.3f", us / 1e3); }
+
+int MakeExample(const std::string& kind_name, const std::string& dir, int64_t batch, int64_t n,
+                const std::string& swc) {
+  auto kind = trisolve::ParseKind(kind_name);
+  if (!kind.ok()) return Fail(kind.status());
+  std::filesystem::create_directories(dir);
+  trisolve::examples::Arrays arrays;
+  std::string cmd;
+  switch (*kind) {
+    case trisolve::Kind::kTridiagonal:
+      arrays = trisolve::examples::RandomTridiagonal(batch > 0 ? batch : 1000, n > 0 ? n : 64,
+                                                     false, 42);
+      break;
+    case trisolve::Kind::kTree: {
+      if (swc.empty())
+        return Fail(absl::InvalidArgumentError("make-example tree needs --swc FILE.swc"));
+      auto m = trisolve::ReadSwc(swc);
+      if (!m.ok()) return Fail(m.status());
+      arrays = trisolve::examples::CableTree(*m, batch > 0 ? batch : 16, 42);
+      arrays.erase("parent");  // the solve names the .swc itself: parent=FILE.swc
+      break;
+    }
+    case trisolve::Kind::kBlockTridiagonal:
+      arrays = trisolve::examples::ThesisExperiment1(batch > 0 ? batch : 64, n > 0 ? n : 64);
+      break;
+    case trisolve::Kind::kDense:
+      arrays = trisolve::examples::RandomDense(batch > 0 ? batch : 100, n > 0 ? n : 16, false, 42);
+      arrays["A"] = std::move(arrays["a"]);
+      arrays.erase("a");
+      break;
+  }
+  std::vector<std::string> args;
+  for (const auto& [name, a] : arrays) {
+    const std::string path = absl::StrCat(dir, "/", name, ".npy");
+    if (auto st = trisolve::WriteNpy(path, a.view()); !st.ok()) return Fail(st);
+    args.push_back(absl::StrCat(name, "=", path));
+  }
+  if (*kind == trisolve::Kind::kTree) args.push_back(absl::StrCat("parent=", swc));
+  std::cout << "trisolve solve " << kind_name << " " << absl::StrJoin(args, " ") << " -o " << dir
+            << "/x.npy\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"trisolve: solve structured linear systems on a trisolved server"};
+  app.require_subcommand(1);
+  std::string server = "127.0.0.1:50051";
+  double timeout = 0;
+  app.add_option("--server", server, "trisolved address, HOST:PORT")
+      ->envname("TRISOLVE_SERVER")->capture_default_str();
+  app.add_option("--timeout", timeout, "deadline of the call in seconds (0: none)");
+
+  auto* health = app.add_subcommand("health", "the server's grpc.health.v1 status");
+  std::string health_service;
+  health->add_option("--service", health_service, "service name ('' = the whole server)");
+  auto* info = app.add_subcommand("info", "backend, devices, limits, version");
+
+  auto* solve = app.add_subcommand("solve", "solve the systems given as .npy files");
+  std::string kind_name, out_path, status_path, method, layout = "flat";
+  std::vector<std::string> inputs;
+  int64_t iterations = 0;
+  double tol = -1;
+  bool scale_rows = false, json = false, skip_residual = false;
+  solve->add_option("kind", kind_name, "tridiagonal, tree, block-tridiagonal, dense")
+      ->required()->check(CLI::IsMember({"tridiagonal", "tree", "block-tridiagonal", "dense"}));
+  solve->add_option("arrays", inputs, "NAME=FILE.npy (parent=FILE.swc for a tree)")->required();
+  solve->add_option("-o,--output", out_path, "where to write x (.npy)");
+  solve->add_option("--status-output", status_path, "where to write the per-system status (.npy, int32)");
+  solve->add_option("--method", method, "solver method (default: auto)");
+  solve->add_option("--layout", layout, "flat (batch x n) or interleaved (n x batch)")
+      ->check(CLI::IsMember({"flat", "interleaved"}))->capture_default_str();
+  solve->add_option("--iterations", iterations, "block-tridiagonal: the most sweeps L");
+  solve->add_option("--tol", tol, "block-tridiagonal: relative residual to reach (0: exactly L sweeps)");
+  solve->add_flag("--scale-rows", scale_rows, "block-tridiagonal: the thesis' Jacobi row scaling");
+  solve->add_flag("--skip-residual", skip_residual, "do not compute the backward error");
+  solve->add_flag("--json", json, "print a JSON summary as the last line");
+
+  auto* example = app.add_subcommand("make-example", "write an example input of KIND into DIR");
+  std::string ex_kind, ex_dir, ex_swc;
+  int64_t ex_batch = 0, ex_n = 0;
+  example->add_option("kind", ex_kind, "tridiagonal, tree, block-tridiagonal, dense")->required();
+  example->add_option("dir", ex_dir, "output folder")->required();
+  example->add_option("--batch", ex_batch, "systems (block-tridiagonal: N)");
+  example->add_option("--n", ex_n, "unknowns per system (block-tridiagonal: M)");
+  example->add_option("--swc", ex_swc, "tree: the morphology (.swc)");
+
+  CLI11_PARSE(app, argc, argv);
+
+  if (*example) return MakeExample(ex_kind, ex_dir, ex_batch, ex_n, ex_swc);
+
+  trisolve::Client::Options copt;
+  copt.target = server;
+  trisolve::Client client(copt);
+  const double t = timeout > 0 ? timeout : 10;
+
+  if (*health) {
+    auto st = client.Health(health_service, t);
+    if (!st.ok()) return Fail(st.status());
+    std::cout << *st << "\n";
+    return *st == "SERVING" ? 0 : 1;
+  }
+  if (*info) {
+    auto s = client.Info(t);
+    if (!s.ok()) return Fail(s.status());
+    std::cout << "version:   " << s->version << "\n"
+              << "backend:   " << s->backend << " (" << s->cpu_threads << " CPU threads)\n";
+    for (const auto& d : s->devices) std::cout << "device:    " << d << "\n";
+    std::cout << "limits:    message " << s->max_message_bytes << " B, job " << s->max_job_bytes
+              << " B / " << s->max_job_unknowns << " unknowns, " << s->max_concurrent_jobs
+              << " concurrent, " << s->max_queued_jobs << " queued\n"
+              << "jobs:      " << s->jobs_in_flight << " running, " << s->jobs_queued
+              << " queued, " << s->jobs_done << " done; up " << absl::StrFormat("%.1f", s->uptime_s)
+              << " s\n";
+    return 0;
+  }
+
+  // solve
+  auto kind = trisolve::ParseKind(kind_name);
+  if (!kind.ok()) return Fail(kind.status());
+  trisolve::Job job;
+  job.kind = *kind;
+  std::map<std::string, trisolve::NdArray> arrays;
+  for (const std::string& arg : inputs) {
+    const size_t eq = arg.find('=');
+    if (eq == std::string::npos || eq == 0)
+      return Fail(absl::InvalidArgumentError(absl::StrCat("'", arg, "': expected NAME=FILE")));
+    const std::string name = arg.substr(0, eq), path = arg.substr(eq + 1);
+    if (name == "parent" && absl::EndsWithIgnoreCase(path, ".swc")) {
+      auto m = trisolve::ReadSwc(path);
+      if (!m.ok()) return Fail(m.status());
+      arrays[name] = trisolve::NdArray::From<int32_t>({m->size()}, m->parent);
+      continue;
+    }
+    auto a = trisolve::ReadNpy(path);
+    if (!a.ok()) return Fail(a.status());
+    arrays[name] = *std::move(a);
+  }
+  for (const auto& [name, a] : arrays) job.arrays[name] = a.view();
+  job.options.method = method;
+  job.options.interleaved = layout == "interleaved";
+  if (iterations > 0) job.options.max_iterations = iterations;
+  if (tol >= 0) job.options.tol = tol;
+  job.options.scale_rows = scale_rows;
+  job.options.skip_residual = skip_residual;
+  if (timeout > 0) job.options.timeout_s = timeout;
+
+  auto res = client.Solve(job);
+  if (!res.ok()) return Fail(res.status());
+  const auto& s = res->summary;
+  if (!out_path.empty())
+    if (auto st = trisolve::WriteNpy(out_path, res->x.view()); !st.ok()) return Fail(st);
+  if (!status_path.empty()) {
+    std::vector<int32_t> codes;
+    for (auto st : res->status) codes.push_back(static_cast<int32_t>(st));
+    auto arr = trisolve::NdArray::From<int32_t>({int64_t(codes.size())}, codes);
+    if (auto st = trisolve::WriteNpy(status_path, arr.view()); !st.ok()) return Fail(st);
+  }
+  const bool iterative = job.kind == trisolve::Kind::kBlockTridiagonal;
+  std::cout << kind_name << ": " << s.systems << (s.systems == 1 ? " system" : " systems")
+            << ", x " << absl::StrCat("[", absl::StrJoin(res->x.shape, ", "), "]") << " "
+            << trisolve::DTypeName(res->x.dtype) << ", backend " << s.backend << ", method "
+            << s.method << (s.streamed ? " (streamed)" : "") << "\n";
+  if (iterative)
+    std::cout << "iterations " << s.iterations << ", relative residual ||f - Ay|| / ||f|| = "
+              << absl::StrFormat("%.3e", s.residual) << "\n";
+  else
+    std::cout << "backward error ||b - Ax|| / (||A|| ||x|| + ||b||) = "
+              << (std::isnan(s.residual) ? std::string("not computed")
+                                         : absl::StrFormat("%.3e", s.residual))
+              << "\n";
+  std::cout << "status: " << s.ok << " ok, " << s.singular << " singular";
+  if (iterative) std::cout << ", " << s.not_converged << " not converged, " << s.diverged << " diverged";
+  std::cout << "\n";
+  const auto& tm = s.timings;
+  std::cout << "time: " << Ms(tm.client_total_us) << " ms at the client; server " << Ms(tm.server_total_us)
+            << " ms (receive " << Ms(tm.receive_us) << ", queue " << Ms(tm.queue_us) << ", h2d "
+            << Ms(tm.h2d_us) << ", compute " << Ms(tm.compute_us) << ", d2h " << Ms(tm.d2h_us)
+            << ", residual " << Ms(tm.residual_us) << ")\n";
+  if (!out_path.empty()) std::cout << "x written to " << out_path << "\n";
+  if (json) {
+    nlohmann::json j;
+    j["kind"] = kind_name;
+    j["method"] = s.method;
+    j["backend"] = s.backend;
+    j["request_id"] = s.request_id;
+    j["systems"] = s.systems;
+    j["iterations"] = s.iterations;
+    j["residual"] = std::isnan(s.residual) ? nlohmann::json(nullptr) : nlohmann::json(s.residual);
+    j["status"] = {{"ok", s.ok}, {"singular", s.singular}, {"not_converged", s.not_converged},
+                   {"diverged", s.diverged}};
+    j["streamed"] = s.streamed;
+    j["timings_ms"] = {{"client_total", tm.client_total_us / 1e3}, {"server_total", tm.server_total_us / 1e3},
+                       {"receive", tm.receive_us / 1e3}, {"queue", tm.queue_us / 1e3},
+                       {"h2d", tm.h2d_us / 1e3}, {"compute", tm.compute_us / 1e3},
+                       {"d2h", tm.d2h_us / 1e3}, {"residual", tm.residual_us / 1e3}};
+    std::cout << j.dump() << "\n";
+  }
+  return s.ok == s.systems ? 0 : 3;
+}

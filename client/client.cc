@@ -1,0 +1,362 @@
+#include "trisolve/client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "trisolve/v1/trisolve.grpc.pb.h"
+
+namespace trisolve {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+absl::Status FromGrpc(const grpc::Status& s) {
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+}
+
+// The request field (proto name) for a user-facing array name.
+std::string FieldName(Kind k, const std::string& name) {
+  if (k == Kind::kBlockTridiagonal) {
+    if (name == "aC") return "a_c";
+    if (name == "cC") return "c_c";
+    if (name == "bC") return "b_c";
+    if (name == "cA") return "c_a";
+    if (name == "cB") return "c_b";
+  }
+  if (k == Kind::kDense && name == "A") return "a";
+  return name;
+}
+
+v1::Array* MutableField(v1::StreamRequest& h, Kind k, const std::string& field) {
+  switch (k) {
+    case Kind::kTridiagonal: {
+      auto* r = h.mutable_tridiagonal();
+      if (field == "a") return r->mutable_a();
+      if (field == "b") return r->mutable_b();
+      if (field == "c") return r->mutable_c();
+      if (field == "d") return r->mutable_d();
+      break;
+    }
+    case Kind::kTree: {
+      auto* r = h.mutable_tree();
+      if (field == "parent") return r->mutable_parent();
+      if (field == "lower") return r->mutable_lower();
+      if (field == "upper") return r->mutable_upper();
+      if (field == "diag") return r->mutable_diag();
+      if (field == "rhs") return r->mutable_rhs();
+      break;
+    }
+    case Kind::kBlockTridiagonal: {
+      auto* r = h.mutable_block_tridiagonal();
+      if (field == "a_c") return r->mutable_a_c();
+      if (field == "c_c") return r->mutable_c_c();
+      if (field == "b_c") return r->mutable_b_c();
+      if (field == "c_a") return r->mutable_c_a();
+      if (field == "c_b") return r->mutable_c_b();
+      if (field == "f") return r->mutable_f();
+      if (field == "y0") return r->mutable_y0();
+      break;
+    }
+    case Kind::kDense: {
+      auto* r = h.mutable_dense();
+      if (field == "a") return r->mutable_a();
+      if (field == "b") return r->mutable_b();
+      break;
+    }
+  }
+  return nullptr;
+}
+
+void SetOptions(v1::StreamRequest& h, Kind k, const JobOptions& o, v1::DType dt) {
+  const v1::Layout layout = o.interleaved ? v1::INTERLEAVED : v1::FLAT;
+  switch (k) {
+    case Kind::kTridiagonal: {
+      auto* r = h.mutable_tridiagonal();
+      r->set_dtype(dt);
+      r->set_layout(layout);
+      r->set_method(o.method);
+      r->set_skip_residual(o.skip_residual);
+      break;
+    }
+    case Kind::kTree: {
+      auto* r = h.mutable_tree();
+      r->set_dtype(dt);
+      r->set_layout(layout);
+      r->set_method(o.method);
+      r->set_skip_residual(o.skip_residual);
+      break;
+    }
+    case Kind::kBlockTridiagonal: {
+      auto* r = h.mutable_block_tridiagonal();
+      r->set_dtype(dt);
+      r->set_method(o.method);
+      if (o.max_iterations) r->set_max_iterations(*o.max_iterations);
+      if (o.tol) r->set_tol(*o.tol);
+      r->set_scale_rows(o.scale_rows);
+      break;
+    }
+    case Kind::kDense: {
+      auto* r = h.mutable_dense();
+      r->set_dtype(dt);
+      r->set_method(o.method);
+      r->set_skip_residual(o.skip_residual);
+      break;
+    }
+  }
+}
+
+void ReadSummary(const v1::SolveSummary& s, Summary* out) {
+  out->method = s.method();
+  out->backend = s.backend();
+  out->request_id = s.request_id();
+  out->systems = s.systems();
+  out->ok = s.ok();
+  out->singular = s.singular();
+  out->not_converged = s.not_converged();
+  out->diverged = s.diverged();
+  out->iterations = s.iterations();
+  out->residual = s.residual();
+  const auto& t = s.timings();
+  out->timings.receive_us = t.receive_us();
+  out->timings.queue_us = t.queue_us();
+  out->timings.h2d_us = t.h2d_us();
+  out->timings.compute_us = t.compute_us();
+  out->timings.d2h_us = t.d2h_us();
+  out->timings.residual_us = t.residual_us();
+  out->timings.server_total_us = t.total_us();
+}
+
+}  // namespace
+
+absl::StatusOr<Kind> ParseKind(absl::string_view name) {
+  if (name == "tridiagonal") return Kind::kTridiagonal;
+  if (name == "tree") return Kind::kTree;
+  if (name == "block-tridiagonal") return Kind::kBlockTridiagonal;
+  if (name == "dense") return Kind::kDense;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown kind '", name, "' (expected tridiagonal, tree, block-tridiagonal or dense)"));
+}
+
+absl::string_view KindName(Kind k) {
+  switch (k) {
+    case Kind::kTridiagonal: return "tridiagonal";
+    case Kind::kTree: return "tree";
+    case Kind::kBlockTridiagonal: return "block-tridiagonal";
+    case Kind::kDense: return "dense";
+  }
+  return "?";
+}
+
+const std::vector<std::string>& ArrayNames(Kind k) {
+  static const std::vector<std::string> tri = {"d", "a", "b", "c"};
+  static const std::vector<std::string> tree = {"rhs", "parent", "lower", "upper", "diag"};
+  static const std::vector<std::string> block = {"f", "aC", "cC", "bC", "cA", "cB", "y0"};
+  static const std::vector<std::string> dense = {"b", "A"};
+  switch (k) {
+    case Kind::kTridiagonal: return tri;
+    case Kind::kTree: return tree;
+    case Kind::kBlockTridiagonal: return block;
+    case Kind::kDense: return dense;
+  }
+  return tri;
+}
+
+absl::string_view SolveStatusName(SolveStatus s) {
+  switch (s) {
+    case SolveStatus::kOk: return "ok";
+    case SolveStatus::kSingular: return "singular";
+    case SolveStatus::kNotConverged: return "not_converged";
+    case SolveStatus::kDiverged: return "diverged";
+  }
+  return "?";
+}
+
+struct Client::Impl {
+  Options options;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::Solver::Stub> stub;
+  std::unique_ptr<grpc::health::v1::Health::Stub> health;
+};
+
+Client::Client(Options options) : impl_(std::make_unique<Impl>()) {
+  impl_->options = options;
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  impl_->channel =
+      grpc::CreateCustomChannel(options.target, grpc::InsecureChannelCredentials(), args);
+  impl_->stub = v1::Solver::NewStub(impl_->channel);
+  impl_->health = grpc::health::v1::Health::NewStub(impl_->channel);
+}
+Client::~Client() = default;
+
+absl::StatusOr<Result> Client::Solve(const Job& job) {
+  const auto t0 = Clock::now();
+  const auto& names = ArrayNames(job.kind);
+  const std::string& rhs_name = names[0];
+  auto rhs_it = job.arrays.find(rhs_name);
+  if (rhs_it == job.arrays.end())
+    return absl::InvalidArgumentError(absl::StrCat(rhs_name, ": missing (a ", KindName(job.kind),
+                                                   " job needs ", absl::StrJoin(names, ", "), ")"));
+  const DType dtype = rhs_it->second.dtype;
+  if (dtype != DType::kFloat64 && dtype != DType::kFloat32)
+    return absl::InvalidArgumentError(absl::StrCat(rhs_name, ": is ", DTypeName(dtype),
+                                                   ", expected float64 or float32"));
+  // Arrays as they will travel: coefficients in the right-hand side's type, parent int32.
+  std::vector<std::pair<std::string, ArrayView>> send;
+  std::vector<NdArray> converted;
+  converted.reserve(job.arrays.size());
+  for (const auto& [name, view] : job.arrays) {
+    if (std::find(names.begin(), names.end(), name) == names.end() &&
+        !(job.kind == Kind::kDense && name == "a"))
+      return absl::InvalidArgumentError(absl::StrCat("unknown array '", name, "' for a ",
+                                                     KindName(job.kind), " job (expected ",
+                                                     absl::StrJoin(names, ", "), ")"));
+    const DType want = name == "parent" ? DType::kInt32 : dtype;
+    ArrayView v = view;
+    if (v.dtype != want) {
+      NdArray tmp;
+      tmp.dtype = v.dtype;
+      tmp.shape = v.shape;
+      tmp.data.resize(static_cast<size_t>(v.bytes()));
+      std::memcpy(tmp.data.data(), v.data, tmp.data.size());
+      auto c = tmp.ConvertTo(want);
+      if (!c.ok())
+        return absl::InvalidArgumentError(absl::StrCat(name, ": ", c.status().message()));
+      converted.push_back(*std::move(c));
+      v = converted.back().view();
+    }
+    send.emplace_back(FieldName(job.kind, name), v);
+  }
+  int64_t total = 0;
+  for (const auto& [f, v] : send) total += v.bytes();
+
+  v1::StreamRequest header;
+  const v1::DType dt = dtype == DType::kFloat64 ? v1::FLOAT64 : v1::FLOAT32;
+  SetOptions(header, job.kind, job.options, dt);
+  const bool stream = total > impl_->options.stream_threshold_bytes;
+  for (const auto& [field, v] : send) {
+    v1::Array* a = MutableField(header, job.kind, field);
+    for (int64_t d : v.shape) a->add_shape(d);
+    if (!stream) a->set_data(v.data, static_cast<size_t>(v.bytes()));
+  }
+
+  grpc::ClientContext ctx;
+  if (job.options.timeout_s)
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::microseconds(int64_t(*job.options.timeout_s * 1e6)));
+  if (!job.options.request_id.empty()) ctx.AddMetadata("x-request-id", job.options.request_id);
+
+  Result result;
+  result.summary.streamed = stream;
+  const DType out_type = dtype;
+  if (!stream) {
+    v1::SolveResponse resp;
+    grpc::Status st;
+    switch (job.kind) {
+      case Kind::kTridiagonal:
+        st = impl_->stub->SolveTridiagonal(&ctx, header.tridiagonal(), &resp);
+        break;
+      case Kind::kTree: st = impl_->stub->SolveTree(&ctx, header.tree(), &resp); break;
+      case Kind::kBlockTridiagonal:
+        st = impl_->stub->SolveBlockTridiagonal(&ctx, header.block_tridiagonal(), &resp);
+        break;
+      case Kind::kDense: st = impl_->stub->SolveDense(&ctx, header.dense(), &resp); break;
+    }
+    if (!st.ok()) return FromGrpc(st);
+    result.x.dtype = out_type;
+    result.x.shape.assign(resp.x().shape().begin(), resp.x().shape().end());
+    const std::string& data = resp.x().data();
+    result.x.data.resize(data.size());
+    std::memcpy(result.x.data.data(), data.data(), data.size());
+    for (int s : resp.status()) result.status.push_back(static_cast<SolveStatus>(s));
+    ReadSummary(resp.summary(), &result.summary);
+  } else {
+    auto rw = impl_->stub->SolveStream(&ctx);
+    bool sent = rw->Write(header);
+    const int64_t chunk = std::max<int64_t>(impl_->options.chunk_bytes, 1024);
+    for (const auto& [field, v] : send) {
+      const auto* bytes = static_cast<const char*>(v.data);
+      for (int64_t off = 0; sent && off < v.bytes(); off += chunk) {
+        v1::StreamRequest msg;
+        v1::Chunk* c = msg.mutable_chunk();
+        c->set_array(field);
+        c->set_offset(off);
+        c->set_data(bytes + off, static_cast<size_t>(std::min(chunk, v.bytes() - off)));
+        sent = rw->Write(msg);
+      }
+    }
+    rw->WritesDone();
+    v1::StreamResponse msg;
+    bool first = true;
+    while (rw->Read(&msg)) {
+      if (first) {
+        result.x.dtype = out_type;
+        result.x.shape.assign(msg.x_shape().begin(), msg.x_shape().end());
+        int64_t e = 1;
+        for (int64_t d : result.x.shape) e *= d;
+        result.x.data.resize(static_cast<size_t>(e * DTypeSize(out_type)));
+        first = false;
+      }
+      if (msg.has_chunk()) {
+        const auto& c = msg.chunk();
+        if (c.offset() < 0 || c.offset() + int64_t(c.data().size()) > int64_t(result.x.data.size()))
+          return absl::DataLossError("the server sent a chunk outside x");
+        std::memcpy(result.x.data.data() + c.offset(), c.data().data(), c.data().size());
+      }
+      for (int s : msg.status()) result.status.push_back(static_cast<SolveStatus>(s));
+      if (msg.has_summary()) ReadSummary(msg.summary(), &result.summary);
+    }
+    grpc::Status st = rw->Finish();
+    if (!st.ok()) return FromGrpc(st);
+  }
+  result.summary.timings.client_total_us =
+      std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+  return result;
+}
+
+absl::StatusOr<ServerInfoSummary> Client::Info(double timeout_s) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::microseconds(int64_t(timeout_s * 1e6)));
+  v1::ServerInfo info;
+  grpc::Status st = impl_->stub->GetServerInfo(&ctx, v1::GetServerInfoRequest(), &info);
+  if (!st.ok()) return FromGrpc(st);
+  ServerInfoSummary s;
+  s.version = info.version();
+  s.backend = info.backend();
+  s.cpu_threads = info.cpu_threads();
+  for (const auto& d : info.devices())
+    s.devices.push_back(absl::StrCat(d.name(), " (", d.total_memory_bytes() >> 20, " MiB total, ",
+                                     d.free_memory_bytes() >> 20, " MiB free, sm ",
+                                     d.compute_capability(), ", ", d.multiprocessors(), " SMs)"));
+  s.max_message_bytes = info.limits().max_message_bytes();
+  s.max_job_bytes = info.limits().max_job_bytes();
+  s.max_job_unknowns = info.limits().max_job_unknowns();
+  s.max_concurrent_jobs = info.limits().max_concurrent_jobs();
+  s.max_queued_jobs = info.limits().max_queued_jobs();
+  s.jobs_in_flight = info.jobs_in_flight();
+  s.jobs_queued = info.jobs_queued();
+  s.jobs_done = info.jobs_done();
+  s.uptime_s = info.uptime_s();
+  return s;
+}
+
+absl::StatusOr<std::string> Client::Health(const std::string& service, double timeout_s) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::microseconds(int64_t(timeout_s * 1e6)));
+  grpc::health::v1::HealthCheckRequest req;
+  req.set_service(service);
+  grpc::health::v1::HealthCheckResponse resp;
+  grpc::Status st = impl_->health->Check(&ctx, req, &resp);
+  if (!st.ok()) return FromGrpc(st);
+  return grpc::health::v1::HealthCheckResponse::ServingStatus_Name(resp.status());
+}
+
+}  // namespace trisolve

@@ -1,0 +1,109 @@
+// libtrisolve_client: arrays in, solutions and a summary out.
+//
+//   trisolve::Client client({.target = "127.0.0.1:50051"});
+//   trisolve::Job job{trisolve::Kind::kTridiagonal};
+//   job.arrays = {{"a", a}, {"b", b}, {"c", c}, {"d", d}};   // ArrayViews, no copies
+//   auto result = client.Solve(job);                          // absl::StatusOr<Result>
+//
+// Jobs larger than one message go through the streaming RPC on their own.
+#pragma once
+
+#include "absl/strings/string_view.h"
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "trisolve/ndarray.h"
+
+namespace grpc {
+class Channel;
+}
+
+namespace trisolve {
+
+enum class Kind { kTridiagonal, kTree, kBlockTridiagonal, kDense };
+absl::StatusOr<Kind> ParseKind(absl::string_view name);
+absl::string_view KindName(Kind k);
+// The array names each kind takes, the right-hand side first.
+const std::vector<std::string>& ArrayNames(Kind k);
+
+struct JobOptions {
+  std::string method;          // "" or "auto" lets the server choose
+  bool interleaved = false;    // tridiagonal and tree: arrays are n x batch
+  std::optional<int64_t> max_iterations;  // block-tridiagonal
+  std::optional<double> tol;              // block-tridiagonal
+  bool scale_rows = false;                // block-tridiagonal
+  bool skip_residual = false;
+  std::optional<double> timeout_s;  // the call's deadline
+  std::string request_id;           // sent as x-request-id; the server's log uses it
+};
+
+struct Job {
+  Kind kind = Kind::kTridiagonal;
+  // By name: tridiagonal a b c d; tree parent lower upper diag rhs; block-tridiagonal
+  // aC cC bC cA cB f [y0]; dense A (or a) b. Coefficients float64 or float32 (converted to
+  // the right-hand side's type), parent int32 or int64.
+  std::map<std::string, ArrayView> arrays;
+  JobOptions options;
+};
+
+enum class SolveStatus : uint8_t { kOk = 0, kSingular = 1, kNotConverged = 2, kDiverged = 3 };
+absl::string_view SolveStatusName(SolveStatus s);
+
+struct Timings {
+  double receive_us = 0, queue_us = 0, h2d_us = 0, compute_us = 0, d2h_us = 0,
+         residual_us = 0, server_total_us = 0;
+  double client_total_us = 0;  // from the call's start to the answer decoded, on the client
+};
+
+struct Summary {
+  std::string method, backend, request_id;
+  int64_t systems = 0, ok = 0, singular = 0, not_converged = 0, diverged = 0;
+  int64_t iterations = 0;
+  double residual = 0;
+  bool streamed = false;
+  Timings timings;
+};
+
+struct Result {
+  NdArray x;
+  std::vector<SolveStatus> status;
+  Summary summary;
+};
+
+struct ServerInfoSummary {
+  std::string version, backend;
+  int cpu_threads = 0;
+  std::vector<std::string> devices;
+  int64_t max_message_bytes = 0, max_job_bytes = 0, max_job_unknowns = 0;
+  int max_concurrent_jobs = 0, max_queued_jobs = 0;
+  int64_t jobs_in_flight = 0, jobs_queued = 0, jobs_done = 0;
+  double uptime_s = 0;
+};
+
+class Client {
+ public:
+  struct Options {
+    std::string target = "127.0.0.1:50051";
+    // Jobs whose arrays exceed this go through SolveStream (gRPC's default limit is 4 MiB).
+    int64_t stream_threshold_bytes = (int64_t{4} << 20) - (int64_t{64} << 10);
+    int64_t chunk_bytes = int64_t{2} << 20;
+  };
+  explicit Client(Options options);
+  ~Client();
+
+  absl::StatusOr<Result> Solve(const Job& job);
+  absl::StatusOr<ServerInfoSummary> Info(double timeout_s = 10);
+  // The grpc.health.v1 status of `service` ("" = the server as a whole): "SERVING", ...
+  absl::StatusOr<std::string> Health(const std::string& service = "", double timeout_s = 5);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace trisolve

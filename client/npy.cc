@@ -1,0 +1,192 @@
+#include <cstring>
+#include <fstream>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/strings/numbers.h"
+#include "trisolve/ndarray.h"
+
+namespace trisolve {
+
+int DTypeSize(DType t) {
+  switch (t) {
+    case DType::kFloat64: case DType::kInt64: return 8;
+    case DType::kFloat32: case DType::kInt32: return 4;
+  }
+  return 8;
+}
+
+absl::string_view DTypeName(DType t) {
+  switch (t) {
+    case DType::kFloat64: return "float64";
+    case DType::kFloat32: return "float32";
+    case DType::kInt32: return "int32";
+    case DType::kInt64: return "int64";
+  }
+  return "?";
+}
+
+int64_t ArrayView::elements() const {
+  int64_t e = 1;
+  for (int64_t d : shape) e *= d;
+  return e;
+}
+int64_t NdArray::elements() const { return view().elements(); }
+
+NdArray NdArray::Zeros(DType t, std::vector<int64_t> shape) {
+  NdArray a;
+  a.dtype = t;
+  a.shape = std::move(shape);
+  a.data.assign(static_cast<size_t>(a.elements() * DTypeSize(t)), std::byte{0});
+  return a;
+}
+
+template <typename T>
+NdArray NdArray::From(std::vector<int64_t> shape, const std::vector<T>& v) {
+  NdArray a;
+  a.dtype = std::is_same_v<T, double>    ? DType::kFloat64
+            : std::is_same_v<T, float>   ? DType::kFloat32
+            : std::is_same_v<T, int32_t> ? DType::kInt32
+                                         : DType::kInt64;
+  a.shape = std::move(shape);
+  a.data.resize(v.size() * sizeof(T));
+  std::memcpy(a.data.data(), v.data(), a.data.size());
+  return a;
+}
+template NdArray NdArray::From(std::vector<int64_t>, const std::vector<double>&);
+template NdArray NdArray::From(std::vector<int64_t>, const std::vector<float>&);
+template NdArray NdArray::From(std::vector<int64_t>, const std::vector<int32_t>&);
+template NdArray NdArray::From(std::vector<int64_t>, const std::vector<int64_t>&);
+
+absl::StatusOr<NdArray> NdArray::ConvertTo(DType t) const {
+  if (t == dtype) return *this;
+  const bool from_float = dtype == DType::kFloat64 || dtype == DType::kFloat32;
+  const bool to_float = t == DType::kFloat64 || t == DType::kFloat32;
+  if (from_float != to_float)
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot convert ", DTypeName(dtype), " to ", DTypeName(t)));
+  NdArray out = Zeros(t, shape);
+  const int64_t n = elements();
+  for (int64_t i = 0; i < n; ++i) {
+    switch (t) {
+      case DType::kFloat64: out.as<double>()[i] = as<float>()[i]; break;
+      case DType::kFloat32: out.as<float>()[i] = static_cast<float>(as<double>()[i]); break;
+      case DType::kInt64: out.as<int64_t>()[i] = as<int32_t>()[i]; break;
+      case DType::kInt32: {
+        const int64_t v = as<int64_t>()[i];
+        if (v < std::numeric_limits<int32_t>::min() || v > std::numeric_limits<int32_t>::max())
+          return absl::InvalidArgumentError(absl::StrCat("value ", v, " at ", i,
+                                                         " does not fit in int32"));
+        out.as<int32_t>()[i] = static_cast<int32_t>(v);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+namespace {
+
+absl::Status Bad(const std::string& path, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat(path, ": ", why));
+}
+
+// The value of 'key' in the header's Python dict literal.
+absl::string_view DictValue(absl::string_view header, absl::string_view key) {
+  const std::string k = absl::StrCat("'", key, "'");
+  size_t p = header.find(k);
+  if (p == absl::string_view::npos) return {};
+  p = header.find(':', p + k.size());
+  if (p == absl::string_view::npos) return {};
+  absl::string_view rest = absl::StripLeadingAsciiWhitespace(header.substr(p + 1));
+  if (rest.empty()) return {};
+  char close = rest[0] == '(' ? ')' : rest[0] == '\'' ? '\'' : ',';
+  size_t end = rest.find(close, 1);
+  if (end == absl::string_view::npos) return {};
+  return rest.substr(0, close == ',' ? end : end + 1);
+}
+
+}  // namespace
+
+absl::StatusOr<NdArray> ReadNpy(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  char magic[8];
+  if (!in.read(magic, 8) || std::memcmp(magic, "\x93NUMPY", 6) != 0)
+    return Bad(path, "not a .npy file (bad magic)");
+  const int major = static_cast<unsigned char>(magic[6]);
+  uint32_t hlen = 0;
+  if (major == 1) {
+    unsigned char l[2];
+    if (!in.read(reinterpret_cast<char*>(l), 2)) return Bad(path, "truncated header");
+    hlen = l[0] | (l[1] << 8);
+  } else if (major == 2 || major == 3) {
+    unsigned char l[4];
+    if (!in.read(reinterpret_cast<char*>(l), 4)) return Bad(path, "truncated header");
+    hlen = l[0] | (l[1] << 8) | (l[2] << 16) | (uint32_t(l[3]) << 24);
+  } else {
+    return Bad(path, absl::StrCat("unsupported .npy version ", major));
+  }
+  if (hlen > (1u << 20)) return Bad(path, "header too large");
+  std::string header(hlen, '\0');
+  if (!in.read(header.data(), hlen)) return Bad(path, "truncated header");
+
+  const absl::string_view descr = DictValue(header, "descr");
+  NdArray a;
+  if (descr == "'<f8'") a.dtype = DType::kFloat64;
+  else if (descr == "'<f4'") a.dtype = DType::kFloat32;
+  else if (descr == "'<i4'") a.dtype = DType::kInt32;
+  else if (descr == "'<i8'") a.dtype = DType::kInt64;
+  else
+    return Bad(path, absl::StrCat("dtype ", descr.empty() ? "?" : descr,
+                                  " is not supported (float64, float32, int32, int64, "
+                                  "little-endian)"));
+  if (header.find("'fortran_order': True") != std::string::npos)
+    return Bad(path, "Fortran order is not supported; save a C-order array (np.ascontiguousarray)");
+  absl::string_view shape = DictValue(header, "shape");
+  if (shape.size() < 2 || shape.front() != '(')
+    return Bad(path, "header has no shape");
+  shape = shape.substr(1, shape.size() - 2);
+  for (absl::string_view part : absl::StrSplit(shape, ',', absl::SkipWhitespace())) {
+    int64_t d;
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &d) || d < 0)
+      return Bad(path, absl::StrCat("bad shape entry '", part, "'"));
+    a.shape.push_back(d);
+  }
+  if (a.shape.empty()) a.shape.push_back(1);  // a 0-d array: one value
+  const int64_t bytes = a.elements() * DTypeSize(a.dtype);
+  a.data.resize(static_cast<size_t>(bytes));
+  if (!in.read(reinterpret_cast<char*>(a.data.data()), bytes))
+    return Bad(path, absl::StrCat("holds fewer than the ", bytes, " bytes its shape needs"));
+  return a;
+}
+
+absl::Status WriteNpy(const std::string& path, const ArrayView& a) {
+  const char* descr = a.dtype == DType::kFloat64   ? "<f8"
+                      : a.dtype == DType::kFloat32 ? "<f4"
+                      : a.dtype == DType::kInt32   ? "<i4"
+                                                   : "<i8";
+  std::string shape = absl::StrJoin(a.shape, ", ");
+  if (a.shape.size() == 1) shape += ",";
+  std::string header = absl::StrCat("{'descr': '", descr, "', 'fortran_order': False, 'shape': (",
+                                    shape, "), }");
+  // Magic (6) + version (2) + length (2) + header + '\n', padded to a multiple of 64.
+  const size_t total = 10 + header.size() + 1;
+  header.append((64 - total % 64) % 64, ' ');
+  header.push_back('\n');
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return absl::PermissionDeniedError(absl::StrCat(path, ": cannot write"));
+  out.write("\x93NUMPY\x01\x00", 8);
+  const uint16_t hl = static_cast<uint16_t>(header.size());
+  const char l[2] = {static_cast<char>(hl & 0xff), static_cast<char>(hl >> 8)};
+  out.write(l, 2);
+  out.write(header.data(), static_cast<std::streamsize>(header.size()));
+  out.write(static_cast<const char*>(a.data), a.bytes());
+  if (!out) return absl::DataLossError(absl::StrCat(path, ": write failed"));
+  return absl::OkStatus();
+}
+
+}  // namespace trisolve

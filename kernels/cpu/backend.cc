@@ -1,0 +1,61 @@
+// The CPU reference backend: every family, both precisions, multithreaded over the systems
+// of a batch (OpenMP).
+#include <omp.h>
+
+#include <memory>
+#include <thread>
+
+#include "trisolve/backend.h"
+
+namespace trisolve {
+namespace {
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int threads) : threads_(threads) { omp_set_num_threads(threads_); }
+
+  BackendInfo Info() const override {
+    BackendInfo info;
+    info.name = "cpu";
+    info.threads = threads_;
+    return info;
+  }
+
+#define TRISOLVE_CPU_SOLVE(Problem, Method, Output, fn)                          \
+  absl::StatusOr<SolveInfo> Solve(const Problem<double>& p, Method m,            \
+                                  Output<double> out, const SolveControl&) override { \
+    return cpu::fn(p, m, out);                                                   \
+  }                                                                              \
+  absl::StatusOr<SolveInfo> Solve(const Problem<float>& p, Method m, Output<float> out, \
+                                  const SolveControl&) override {                \
+    return cpu::fn(p, m, out);                                                   \
+  }
+  TRISOLVE_CPU_SOLVE(TridiagonalProblem, TridiagonalMethod, TridiagonalOutput,
+                     SolveTridiagonal)
+  TRISOLVE_CPU_SOLVE(TreeProblem, TreeMethod, TreeOutput, SolveTree)
+  TRISOLVE_CPU_SOLVE(DenseProblem, DenseMethod, DenseOutput, SolveDense)
+#undef TRISOLVE_CPU_SOLVE
+
+  absl::StatusOr<SolveInfo> Solve(const BlockTridiagonalProblem<double>& p, BlockMethod m,
+                                  const BlockOptions& o, BlockOutput<double> out,
+                                  const SolveControl& control) override {
+    return cpu::SolveBlockTridiagonal(p, m, o, out, control);
+  }
+  absl::StatusOr<SolveInfo> Solve(const BlockTridiagonalProblem<float>& p, BlockMethod m,
+                                  const BlockOptions& o, BlockOutput<float> out,
+                                  const SolveControl& control) override {
+    return cpu::SolveBlockTridiagonal(p, m, o, out, control);
+  }
+
+ private:
+  int threads_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> MakeCpuBackend(int threads) {
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::make_unique<CpuBackend>(threads);
+}
+
+}  // namespace trisolve

@@ -1,0 +1,216 @@
+// CPU reference for dense systems: Gauss-Jordan elimination with partial pivoting on the
+// augmented matrix [A | b] (the report's tasks A..F in order), and for symmetric A the
+// Householder reduction to tridiagonal T = Q^T A Q, PCR on T, x = Q y (the PCR notes).
+#include "trisolve/dense.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "common.h"
+#include "trisolve/tridiagonal.h"
+
+namespace trisolve {
+
+template <typename T>
+int64_t FirstNonSymmetric(const DenseProblem<T>& p) {
+  const int64_t n = p.n;
+  for (int64_t s = 0; s < p.batch; ++s) {
+    const T* A = p.A + s * n * n;
+    T amax = T(0);
+    for (int64_t e = 0; e < n * n; ++e) amax = std::max(amax, std::abs(A[e]));
+    const T tol = T(64) * std::numeric_limits<T>::epsilon() * amax;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = i + 1; j < n; ++j)
+        if (std::abs(A[i * n + j] - A[j * n + i]) > tol) return s;
+  }
+  return -1;
+}
+template int64_t FirstNonSymmetric(const DenseProblem<double>&);
+template int64_t FirstNonSymmetric(const DenseProblem<float>&);
+
+namespace cpu {
+namespace {
+
+// Gauss-Jordan on one system. M is the n x (n+1) augmented work matrix.
+template <typename T>
+bool GaussJordanOne(int64_t n, const T* A, const T* b, T* x, std::vector<T>& M,
+                    std::vector<T>& colmax) {
+  const int64_t w = n + 1;
+  for (int64_t i = 0; i < n; ++i) {
+    std::copy(A + i * n, A + (i + 1) * n, M.begin() + i * w);
+    M[i * w + n] = b[i];
+  }
+  // A pivot vanishes when it is below the rounding level of its column in A: a test that
+  // does not change when a column or the whole matrix is scaled.
+  for (int64_t j = 0; j < n; ++j) {
+    T m = T(0);
+    for (int64_t i = 0; i < n; ++i) m = std::max(m, std::abs(A[i * n + j]));
+    colmax[j] = m;
+  }
+  // Phase 1: rows i = 0 .. n-1, zeros below the diagonal, each pivot row normalised.
+  for (int64_t i = 0; i < n; ++i) {
+    // A_i: pivot choice.
+    int64_t piv = i;
+    for (int64_t k = i + 1; k < n; ++k)
+      if (std::abs(M[k * w + i]) > std::abs(M[piv * w + i])) piv = k;
+    const T pv = M[piv * w + i];
+    if (PivotVanishes(pv, T(n) * colmax[i])) return false;
+    // B_{i,j,p}: row exchange.
+    if (piv != i)
+      for (int64_t j = i; j < w; ++j) std::swap(M[i * w + j], M[piv * w + j]);
+    // C_{i,k}, D_{i,j,k}, F_{i,j,k}: multipliers and subtraction below the pivot.
+    for (int64_t k = i + 1; k < n; ++k) {
+      const T m = M[k * w + i] / pv;
+      if (m == T(0)) continue;
+      for (int64_t j = i; j < w; ++j) M[k * w + j] -= M[i * w + j] * m;
+    }
+    // E_{i,j}: normalisation of the pivot row.
+    const T inv = T(1) / pv;
+    for (int64_t j = i; j < w; ++j) M[i * w + j] *= inv;
+  }
+  // Phase 2: rows i = n-1 .. 1, zeros above the diagonal (only columns i and n change).
+  for (int64_t i = n - 1; i >= 1; --i) {
+    for (int64_t k = i - 1; k >= 0; --k) {
+      const T m = M[k * w + i];
+      M[k * w + n] -= M[i * w + n] * m;
+      M[k * w + i] = T(0);
+    }
+  }
+  for (int64_t i = 0; i < n; ++i) x[i] = M[i * w + n];
+  return AllFinite(n, 1, x);
+}
+
+// Householder tridiagonalisation of symmetric A (n x n work copy W, overwritten), the
+// reflectors kept in V (row k holds u_k, zero before k+1) with their H_k = |u_k|^2 / 2.
+// Then T y = Q^T b by PCR, x = Q y.
+template <typename T>
+bool HouseholderPcrOne(int64_t n, const T* A, const T* b, T* x, std::vector<T>& W,
+                       std::vector<T>& V, std::vector<T>& H, std::vector<T>& work) {
+  std::copy(A, A + n * n, W.begin());
+  std::fill(V.begin(), V.end(), T(0));
+  std::vector<T> p(n), q(n);
+  for (int64_t k = 0; k + 2 < n; ++k) {
+    // x = W[k+1:, k]; u = x + sign(x_0)|x| e_1 so that P x = -sign(x_0)|x| e_1.
+    T sigma = T(0);
+    for (int64_t i = k + 1; i < n; ++i) sigma += W[i * n + k] * W[i * n + k];
+    T* u = &V[k * n];
+    H[k] = T(0);
+    if (sigma == T(0)) continue;  // column already reduced: P = I
+    const T x0 = W[(k + 1) * n + k];
+    const T g = x0 >= T(0) ? std::sqrt(sigma) : -std::sqrt(sigma);
+    for (int64_t i = k + 1; i < n; ++i) u[i] = W[i * n + k];
+    u[k + 1] += g;
+    const T h = sigma + x0 * g;  // |u|^2 / 2
+    H[k] = h;
+    // p = A u / H, K = u^T p / (2H), q = p - K u; A' = A - q u^T - u q^T.
+    T K = T(0);
+    for (int64_t i = k; i < n; ++i) {
+      T acc = T(0);
+      for (int64_t j = k + 1; j < n; ++j) acc += W[i * n + j] * u[j];
+      p[i] = acc / h;
+      K += u[i] * p[i];
+    }
+    K /= (T(2) * h);
+    for (int64_t i = k; i < n; ++i) q[i] = p[i] - K * u[i];
+    for (int64_t i = k; i < n; ++i)
+      for (int64_t j = k; j < n; ++j) W[i * n + j] -= q[i] * u[j] + u[i] * q[j];
+  }
+  // Q^T b = P_{n-3} ... P_0 b (apply P_0 first); P = I - u u^T / H.
+  for (int64_t i = 0; i < n; ++i) x[i] = b[i];
+  auto apply = [&](int64_t k) {
+    if (H[k] == T(0)) return;
+    const T* u = &V[k * n];
+    T dot = T(0);
+    for (int64_t i = k + 1; i < n; ++i) dot += u[i] * x[i];
+    const T f = dot / H[k];
+    for (int64_t i = k + 1; i < n; ++i) x[i] -= f * u[i];
+  };
+  for (int64_t k = 0; k + 2 < n; ++k) apply(k);
+  // T's diagonals from the reduced W (symmetric: sub-diagonal = super-diagonal).
+  std::vector<T> ta(n), tb(n), tc(n), y(n);
+  for (int64_t i = 0; i < n; ++i) {
+    tb[i] = W[i * n + i];
+    ta[i] = i > 0 ? W[i * n + i - 1] : T(0);
+    tc[i] = i + 1 < n ? W[i * n + i + 1] : T(0);
+  }
+  if (!PcrStrided(n, 1, ta.data(), tb.data(), tc.data(), x, y.data(), work.data()))
+    return false;
+  // x = Q y = P_0 P_1 ... P_{n-3} y (apply the last reflector first).
+  for (int64_t i = 0; i < n; ++i) x[i] = y[i];
+  for (int64_t k = n - 3; k >= 0; --k) apply(k);
+  return AllFinite(n, 1, x);
+}
+
+}  // namespace
+
+template <typename T>
+SolveInfo SolveDense(const DenseProblem<T>& p, DenseMethod method, DenseOutput<T> out) {
+  if (method == DenseMethod::kAuto) method = DenseMethod::kGaussJordan;
+  const int64_t n = p.n;
+#pragma omp parallel
+  {
+    std::vector<T> M, colmax, W, V, H, work;
+    if (method == DenseMethod::kGaussJordan) {
+      M.resize(n * (n + 1));
+      colmax.resize(n);
+    } else {
+      W.resize(n * n);
+      V.resize(n * n);
+      H.resize(n);
+      work.resize(8 * n);
+    }
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t s = 0; s < p.batch; ++s) {
+      const T* A = p.A + s * n * n;
+      const T* b = p.b + s * n;
+      T* x = out.x + s * n;
+      const bool ok = method == DenseMethod::kGaussJordan
+                          ? GaussJordanOne(n, A, b, x, M, colmax)
+                          : HouseholderPcrOne(n, A, b, x, W, V, H, work);
+      if (!ok) ZeroStrided(n, 1, x);
+      out.status[s] = ok ? SystemStatus::kOk : SystemStatus::kSingular;
+    }
+  }
+  SolveInfo info;
+  info.method = std::string(MethodName(method));
+  return info;
+}
+template SolveInfo SolveDense(const DenseProblem<double>&, DenseMethod, DenseOutput<double>);
+template SolveInfo SolveDense(const DenseProblem<float>&, DenseMethod, DenseOutput<float>);
+
+}  // namespace cpu
+
+template <typename T>
+double DenseBackwardError(const DenseProblem<T>& p, const T* x, const SystemStatus* status) {
+  const int64_t n = p.n;
+  double worst = 0;
+#pragma omp parallel for schedule(static) reduction(max : worst)
+  for (int64_t s = 0; s < p.batch; ++s) {
+    if (status && status[s] != SystemStatus::kOk) continue;
+    const T* A = p.A + s * n * n;
+    const T* b = p.b + s * n;
+    const T* xs = x + s * n;
+    double rmax = 0, amax = 0, xmax = 0, bmax = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      double ax = 0, arow = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        ax += double(A[i * n + j]) * xs[j];
+        arow += std::abs(double(A[i * n + j]));
+      }
+      rmax = std::max(rmax, std::abs(double(b[i]) - ax));
+      amax = std::max(amax, arow);
+      xmax = std::max(xmax, std::abs(double(xs[i])));
+      bmax = std::max(bmax, std::abs(double(b[i])));
+    }
+    const double denom = amax * xmax + bmax;
+    worst = std::max(worst, denom > 0 ? rmax / denom : 0.0);
+  }
+  return worst;
+}
+template double DenseBackwardError(const DenseProblem<double>&, const double*,
+                                   const SystemStatus*);
+template double DenseBackwardError(const DenseProblem<float>&, const float*,
+                                   const SystemStatus*);
+
+}  // namespace trisolve

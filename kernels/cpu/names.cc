@@ -1,0 +1,91 @@
+// Method and status names: the spelling users type and read.
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "trisolve/block_tridiagonal.h"
+#include "trisolve/dense.h"
+#include "trisolve/tree.h"
+#include "trisolve/tridiagonal.h"
+
+namespace trisolve {
+
+absl::string_view StatusName(SystemStatus s) {
+  switch (s) {
+    case SystemStatus::kOk: return "ok";
+    case SystemStatus::kSingular: return "singular";
+    case SystemStatus::kNotConverged: return "not_converged";
+    case SystemStatus::kDiverged: return "diverged";
+  }
+  return "unknown";
+}
+
+namespace {
+absl::Status UnknownMethod(absl::string_view family, absl::string_view name,
+                           absl::string_view known) {
+  return absl::InvalidArgumentError(absl::StrCat("method: unknown ", family, " method '",
+                                                 name, "' (expected one of ", known, ")"));
+}
+}  // namespace
+
+absl::StatusOr<TridiagonalMethod> ParseTridiagonalMethod(absl::string_view name) {
+  if (name.empty() || name == "auto") return TridiagonalMethod::kAuto;
+  if (name == "thomas") return TridiagonalMethod::kThomas;
+  if (name == "pcr") return TridiagonalMethod::kPcr;
+  return UnknownMethod("tridiagonal", name, "auto, thomas, pcr");
+}
+absl::string_view MethodName(TridiagonalMethod m) {
+  switch (m) {
+    case TridiagonalMethod::kAuto: return "auto";
+    case TridiagonalMethod::kThomas: return "thomas";
+    case TridiagonalMethod::kPcr: return "pcr";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<TreeMethod> ParseTreeMethod(absl::string_view name) {
+  if (name.empty() || name == "auto") return TreeMethod::kAuto;
+  if (name == "hines") return TreeMethod::kHines;
+  return UnknownMethod("tree", name, "auto, hines");
+}
+absl::string_view MethodName(TreeMethod m) {
+  switch (m) {
+    case TreeMethod::kAuto: return "auto";
+    case TreeMethod::kHines: return "hines";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<BlockMethod> ParseBlockMethod(absl::string_view name) {
+  if (name.empty() || name == "auto") return BlockMethod::kAuto;
+  if (name == "gauss-seidel") return BlockMethod::kGaussSeidel;
+  if (name == "red-black") return BlockMethod::kRedBlack;
+  if (name == "jacobi") return BlockMethod::kJacobi;
+  return UnknownMethod("block-tridiagonal", name, "auto, gauss-seidel, red-black, jacobi");
+}
+absl::string_view MethodName(BlockMethod m) {
+  switch (m) {
+    case BlockMethod::kAuto: return "auto";
+    case BlockMethod::kGaussSeidel: return "gauss-seidel";
+    case BlockMethod::kRedBlack: return "red-black";
+    case BlockMethod::kJacobi: return "jacobi";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<DenseMethod> ParseDenseMethod(absl::string_view name) {
+  if (name.empty() || name == "auto") return DenseMethod::kAuto;
+  if (name == "gauss-jordan") return DenseMethod::kGaussJordan;
+  if (name == "householder-pcr") return DenseMethod::kHouseholderPcr;
+  return UnknownMethod("dense", name, "auto, gauss-jordan, householder-pcr");
+}
+absl::string_view MethodName(DenseMethod m) {
+  switch (m) {
+    case DenseMethod::kAuto: return "auto";
+    case DenseMethod::kGaussJordan: return "gauss-jordan";
+    case DenseMethod::kHouseholderPcr: return "householder-pcr";
+  }
+  return "unknown";
+}
+
+}  // namespace trisolve

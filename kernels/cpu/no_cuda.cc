@@ -1,0 +1,13 @@
+// Built when the CUDA toolkit is absent: the CUDA backend says so instead of existing.
+#include "trisolve/backend.h"
+
+namespace trisolve {
+
+bool CudaBackendCompiledIn() { return false; }
+
+absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(int) {
+  return absl::UnavailableError(
+      "the CUDA backend is not compiled into this build (no CUDA toolkit at build time)");
+}
+
+}  // namespace trisolve

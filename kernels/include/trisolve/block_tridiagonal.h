@@ -1,0 +1,58 @@
+// Block-tridiagonal systems of 2D parabolic (hemodynamics) problems, named as in the thesis:
+// N block rows of order M; block row i reads
+//   A_i Y_{i-1} + C_i Y_i + B_i Y_{i+1} = F_i,
+// C_i tridiagonal (aC sub, cC main, bC super diagonal), A_i = diag(cA[i]), B_i = diag(cB[i]).
+// Every array is N x M, row-major (block row i, element k at i * M + k).
+#pragma once
+
+#include "absl/strings/string_view.h"
+#include <cstdint>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "trisolve/types.h"
+
+namespace trisolve {
+
+enum class BlockMethod : uint8_t { kAuto, kGaussSeidel, kRedBlack, kJacobi };
+absl::StatusOr<BlockMethod> ParseBlockMethod(absl::string_view name);
+absl::string_view MethodName(BlockMethod m);
+
+template <typename T>
+struct BlockTridiagonalProblem {
+  int64_t N = 0;  // block rows
+  int64_t M = 0;  // order of each block
+  const T* aC = nullptr;
+  const T* cC = nullptr;
+  const T* bC = nullptr;
+  const T* cA = nullptr;
+  const T* cB = nullptr;
+  const T* f = nullptr;
+  const T* y0 = nullptr;  // initial guess; nullptr means zero
+};
+
+struct BlockOptions {
+  int64_t max_iterations = 1000;  // L
+  double tol = 0;                 // on ||f - A y||_2 / ||f||_2; 0: run exactly L sweeps
+  bool scale_rows = false;        // the thesis' Jacobi row scaling before iterating
+};
+
+template <typename T>
+struct BlockOutput {
+  T* y = nullptr;                  // N * M
+  SystemStatus* status = nullptr;  // one value: the system's status
+};
+
+namespace cpu {
+// CANCELLED when control says the caller has gone (checked once per sweep).
+template <typename T>
+absl::StatusOr<SolveInfo> SolveBlockTridiagonal(const BlockTridiagonalProblem<T>& p, BlockMethod method,
+                                const BlockOptions& options, BlockOutput<T> out,
+                                const SolveControl& control = {});
+}  // namespace cpu
+
+// ||f - A y||_2 / ||f||_2 (||f - A y||_2 when f = 0), in double precision.
+template <typename T>
+double BlockRelativeResidual(const BlockTridiagonalProblem<T>& p, const T* y);
+
+}  // namespace trisolve

@@ -1,0 +1,57 @@
+// Batched tridiagonal systems: row k of system s reads
+//   a[k] x[k-1] + b[k] x[k] + c[k] x[k+1] = d[k]   (a[0] and c[n-1] are not used).
+#pragma once
+
+#include "absl/strings/string_view.h"
+#include <cstdint>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "trisolve/types.h"
+
+namespace trisolve {
+
+enum class TridiagonalMethod : uint8_t { kAuto, kThomas, kPcr };
+absl::StatusOr<TridiagonalMethod> ParseTridiagonalMethod(absl::string_view name);
+absl::string_view MethodName(TridiagonalMethod m);
+
+template <typename T>
+struct TridiagonalProblem {
+  int64_t batch = 0;
+  int64_t n = 0;
+  Layout layout = Layout::kFlat;
+  const T* a = nullptr;
+  const T* b = nullptr;
+  const T* c = nullptr;
+  const T* d = nullptr;
+};
+
+template <typename T>
+struct TridiagonalOutput {
+  T* x = nullptr;                  // batch * n, same layout as the problem
+  SystemStatus* status = nullptr;  // batch
+};
+
+namespace cpu {
+// The CPU reference: multithreaded over the systems of the batch.
+template <typename T>
+SolveInfo SolveTridiagonal(const TridiagonalProblem<T>& p, TridiagonalMethod method,
+                           TridiagonalOutput<T> out);
+// One system, in the seed's forms (used by the batch solver and by other families).
+// x may alias nothing; work needs n values. Returns false when a pivot vanishes.
+template <typename T>
+bool ThomasStrided(int64_t n, int64_t stride, const T* a, const T* b, const T* c,
+                   const T* d, T* x, T* work);
+template <typename T>
+bool PcrStrided(int64_t n, int64_t stride, const T* a, const T* b, const T* c, const T* d,
+                T* x, T* work);  // work needs 8 * n values
+}  // namespace cpu
+
+// Largest normwise backward error over the systems whose status is kOk:
+//   max_s ||d - A x||_inf / (||A||_inf ||x||_inf + ||d||_inf), computed from the original
+// arrays in double precision.
+template <typename T>
+double TridiagonalBackwardError(const TridiagonalProblem<T>& p, const T* x,
+                                const SystemStatus* status);
+
+}  // namespace trisolve

@@ -1,0 +1,65 @@
+// The gRPC frontend: translates protobuf to Jobs and back, admits, runs, answers, logs.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "admission.h"
+#include "job.h"
+#include "trisolve/backend.h"
+#include "trisolve/v1/trisolve.grpc.pb.h"
+
+namespace trisolve::server {
+
+struct ServiceOptions {
+  JobLimits limits;
+  int64_t max_message_bytes = int64_t{64} << 20;
+  int max_concurrent_jobs = 2;
+  int max_queued_jobs = 64;
+  // Applied to calls that carry no deadline (0: none), and the cap on any deadline (0: none).
+  double default_deadline_s = 0;
+  double max_deadline_s = 0;
+  int64_t stream_chunk_bytes = int64_t{2} << 20;
+};
+
+class SolverService final : public v1::Solver::Service {
+ public:
+  SolverService(std::unique_ptr<Backend> backend, ServiceOptions options);
+
+  grpc::Status SolveTridiagonal(grpc::ServerContext* ctx, const v1::TridiagonalRequest* req,
+                                v1::SolveResponse* resp) override;
+  grpc::Status SolveTree(grpc::ServerContext* ctx, const v1::TreeRequest* req,
+                         v1::SolveResponse* resp) override;
+  grpc::Status SolveBlockTridiagonal(grpc::ServerContext* ctx,
+                                     const v1::BlockTridiagonalRequest* req,
+                                     v1::SolveResponse* resp) override;
+  grpc::Status SolveDense(grpc::ServerContext* ctx, const v1::DenseRequest* req,
+                          v1::SolveResponse* resp) override;
+  grpc::Status SolveStream(
+      grpc::ServerContext* ctx,
+      grpc::ServerReaderWriter<v1::StreamResponse, v1::StreamRequest>* stream) override;
+  grpc::Status GetServerInfo(grpc::ServerContext* ctx, const v1::GetServerInfoRequest* req,
+                             v1::ServerInfo* resp) override;
+
+  // Refuse new work (UNAVAILABLE) and wait up to `grace` for running jobs to finish.
+  bool Drain(std::chrono::system_clock::time_point deadline);
+  const BackendInfo& backend_info() const { return backend_info_; }
+
+ private:
+  struct Call;
+  template <typename Req>
+  grpc::Status HandleUnary(grpc::ServerContext* ctx, const char* rpc, const Req& req,
+                           v1::SolveResponse* resp);
+  absl::StatusOr<JobResult> Admit(Call& call, const Job& job);
+
+  std::unique_ptr<Backend> backend_;
+  BackendInfo backend_info_;
+  ServiceOptions options_;
+  Admission admission_;
+  std::atomic<int64_t> next_id_{1};
+  const std::chrono::steady_clock::time_point started_;
+};
+
+}  // namespace trisolve::server

@@ -1,0 +1,95 @@
+// Starts the real trisolved binary on a loopback port the kernel picks, for end-to-end tests.
+#pragma once
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+namespace trisolve::testing {
+
+class ServerProcess {
+ public:
+  explicit ServerProcess(std::vector<std::string> extra_args) {
+    static int counter = 0;
+    log_ = "/tmp/trisolved_test_" + std::to_string(getpid()) + "_" + std::to_string(counter++) + ".log";
+    std::vector<std::string> args = {TRISOLVED_BIN, "--listen", "127.0.0.1:0", "--backend", "cpu"};
+    args.insert(args.end(), extra_args.begin(), extra_args.end());
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    if (posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ) != 0) pid_ = -1;
+    posix_spawn_file_actions_destroy(&fa);
+    // The server logs "listening on ... (port N)" once it accepts calls.
+    const std::regex re("\\(port ([0-9]+)\\)");
+    for (int i = 0; i < 200 && pid_ > 0 && port_ == 0; ++i) {
+      std::smatch m;
+      const std::string text = Log();
+      if (std::regex_search(text, m, re)) port_ = std::stoi(m[1]);
+      else std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+  }
+  ~ServerProcess() {
+    if (pid_ > 0 && !exited_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  int port() const { return port_; }
+  std::string target() const { return "127.0.0.1:" + std::to_string(port_); }
+  std::string Log() const {
+    std::ifstream in(log_);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+  void Signal(int sig) { kill(pid_, sig); }
+  // The exit status, or -1 if it did not exit in time.
+  int Wait(double seconds) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    while (std::chrono::steady_clock::now() < end) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        exited_ = true;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int port_ = 0;
+  bool exited_ = false;
+  std::string log_;
+};
+
+// Runs a shell command; returns its exit status and what it printed (stdout and stderr).
+inline std::pair<int, std::string> Shell(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return {-1, ""};
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int st = pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+}  // namespace trisolve::testing

@@ -1,0 +1,257 @@
+#include <cmath>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "trisolve/block_tridiagonal.h"
+#include "trisolve/examples.h"
+
+namespace trisolve {
+namespace {
+
+// ---- A direct transcription of the thesis' code (appendices), for fixed-L comparisons. ----
+namespace thesis {
+using Vec = std::vector<double>;
+using Mat1 = std::vector<Vec>;
+
+// Прогонка, as in the thesis' sequential program (a sub, c main, b super).
+void solveTridiagonal(int m, const Vec& a, const Vec& c, const Vec& b, Vec rhs, Vec& x) {
+  Vec alpha(m + 1, 0.0), beta(m + 1, 0.0);
+  if (m == 1) {
+    x[0] = rhs[0] / c[0];
+    return;
+  }
+  double gamma = c[0];
+  alpha[1] = -b[0] / gamma;
+  beta[1] = rhs[0] / gamma;
+  for (int k = 1; k < m - 1; ++k) {
+    gamma = c[k] + a[k] * alpha[k];
+    alpha[k + 1] = -b[k] / gamma;
+    beta[k + 1] = (rhs[k] - a[k] * beta[k]) / gamma;
+  }
+  gamma = c[m - 1] + a[m - 1] * alpha[m - 1];
+  beta[m] = (rhs[m - 1] - a[m - 1] * beta[m - 1]) / gamma;
+  x[m - 1] = beta[m];
+  for (int k = m - 2; k >= 0; --k) x[k] = alpha[k + 1] * x[k + 1] + beta[k + 1];
+}
+
+// solveGaussSeidel: lexicographic block Gauss-Seidel, MAX_IT sweeps.
+void solveGaussSeidel(int N, int M, int iters, const Mat1& a, const Mat1& c, const Mat1& b,
+                      const Mat1& Ad, const Mat1& Bd, const Mat1& F, Mat1& Y) {
+  Vec Phi(M), tmp(M);
+  for (int it = 0; it < iters; ++it)
+    for (int i = 0; i < N; ++i) {
+      for (int k = 0; k < M; ++k) {
+        Phi[k] = F[i][k];
+        if (i > 0) Phi[k] -= Ad[i][k] * Y[i - 1][k];
+        if (i < N - 1) Phi[k] -= Bd[i][k] * Y[i + 1][k];
+      }
+      solveTridiagonal(M, a[i], c[i], b[i], Phi, tmp);
+      Y[i] = tmp;
+    }
+}
+
+// The CUDA kernels updateOdd / updateEven run one "thread" after another: rows 0, 2, 4, ...
+// then 1, 3, 5, ... (each row reads only rows of the other colour, so order within a colour
+// does not matter). Note the kernels multiply by 1/denominator where the sequential code
+// divides: results agree to rounding, not bit for bit.
+void updateRow(int N, int M, int i, const double* a, const double* c, const double* b,
+               const double* Ad, const double* Bd, double* Y, const double* F) {
+  int iOff = i * M;
+  std::vector<double> alpha(M + 2), beta(M + 2);
+  double rhs = F[iOff];
+  if (i) rhs -= Ad[iOff] * Y[(i - 1) * M];
+  if (i < N - 1) rhs -= Bd[iOff] * Y[(i + 1) * M];
+  double inv = 1.0 / c[iOff];
+  alpha[1] = (M > 1 ? -b[iOff] * inv : 0.0);
+  beta[1] = rhs * inv;
+  for (int k = 1; k < M - 1; ++k) {
+    int idx = iOff + k;
+    rhs = F[idx] - (i ? Ad[idx] * Y[(i - 1) * M + k] : 0.0) -
+          (i < N - 1 ? Bd[idx] * Y[(i + 1) * M + k] : 0.0);
+    double denom = c[idx] + a[idx] * alpha[k];
+    inv = 1.0 / denom;
+    alpha[k + 1] = -b[idx] * inv;
+    beta[k + 1] = (rhs - a[idx] * beta[k]) * inv;
+  }
+  int kL = M - 1, idxL = iOff + kL;
+  rhs = F[idxL] - (i ? Ad[idxL] * Y[(i - 1) * M + kL] : 0.0) -
+        (i < N - 1 ? Bd[idxL] * Y[(i + 1) * M + kL] : 0.0);
+  double yL = (M == 1) ? rhs / c[idxL]
+                       : (rhs - a[idxL] * beta[kL]) / (c[idxL] + a[idxL] * alpha[kL]);
+  Y[idxL] = yL;
+  double yNext = yL;
+  for (int k = M - 2; k >= 0; --k) {
+    double yk = alpha[k + 1] * yNext + beta[k + 1];
+    Y[iOff + k] = yk;
+    yNext = yk;
+  }
+}
+void redBlack(int N, int M, int iters, const double* a, const double* c, const double* b,
+              const double* Ad, const double* Bd, double* Y, const double* F) {
+  for (int it = 0; it < iters; ++it) {
+    for (int i = 0; i < N; i += 2) updateRow(N, M, i, a, c, b, Ad, Bd, Y, F);  // updateOdd
+    for (int i = 1; i < N; i += 2) updateRow(N, M, i, a, c, b, Ad, Bd, Y, F);  // updateEven
+  }
+}
+}  // namespace thesis
+
+struct System {
+  int64_t N, M;
+  examples::Arrays arrays;
+  const double* p(const char* k) const { return arrays.at(k).as<double>(); }
+  BlockTridiagonalProblem<double> problem() const {
+    return {N, M, p("aC"), p("cC"), p("bC"), p("cA"), p("cB"), p("f"), nullptr};
+  }
+  thesis::Mat1 Mat(const char* k) const {
+    thesis::Mat1 m(N, thesis::Vec(M));
+    for (int64_t i = 0; i < N; ++i)
+      for (int64_t j = 0; j < M; ++j) m[i][j] = p(k)[i * M + j];
+    return m;
+  }
+};
+
+System Experiment(int which, int64_t N, int64_t M) {
+  return {N, M, which == 1 ? examples::ThesisExperiment1(N, M) : examples::ThesisExperiment2(N, M)};
+}
+
+struct BlockRun {
+  std::vector<double> y;
+  SystemStatus status = SystemStatus::kDiverged;
+  SolveInfo info;
+};
+
+BlockRun Solve(const System& s, BlockMethod m, BlockOptions o) {
+  BlockRun r;
+  r.y.assign(s.N * s.M, std::nan(""));
+  auto info = cpu::SolveBlockTridiagonal(s.problem(), m, o, BlockOutput<double>{r.y.data(), &r.status});
+  EXPECT_TRUE(info.ok());
+  r.info = *info;
+  return r;
+}
+
+double MaxRelDiff(const std::vector<double>& a, const std::vector<double>& b) {
+  double d = 0, n = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    d = std::max(d, std::abs(a[i] - b[i]));
+    n = std::max(n, std::abs(b[i]));
+  }
+  return d / n;
+}
+
+class BlockSizes : public ::testing::TestWithParam<std::tuple<int, int64_t, int64_t>> {};
+
+TEST_P(BlockSizes, FixedLGaussSeidelMatchesTheThesisLoops) {
+  const auto [which, N, M] = GetParam();
+  System s = Experiment(which, N, M);
+  const int L = 16;
+  thesis::Mat1 Y(N, thesis::Vec(M, 0.0));
+  thesis::solveGaussSeidel(int(N), int(M), L, s.Mat("aC"), s.Mat("cC"), s.Mat("bC"), s.Mat("cA"),
+                           s.Mat("cB"), s.Mat("f"), Y);
+  std::vector<double> ref;
+  for (auto& row : Y) ref.insert(ref.end(), row.begin(), row.end());
+  BlockRun r = Solve(s, BlockMethod::kGaussSeidel, {L, 0, false});
+  EXPECT_EQ(r.info.iterations, L);
+  EXPECT_EQ(r.info.method, "gauss-seidel");
+  EXPECT_LE(MaxRelDiff(r.y, ref), 1e-12);
+}
+
+TEST_P(BlockSizes, FixedLRedBlackMatchesTheThesisKernels) {
+  const auto [which, N, M] = GetParam();
+  System s = Experiment(which, N, M);
+  const int L = 16;
+  std::vector<double> ref(N * M, 0.0);
+  thesis::redBlack(int(N), int(M), L, s.p("aC"), s.p("cC"), s.p("bC"), s.p("cA"), s.p("cB"),
+                   ref.data(), s.p("f"));
+  BlockRun r = Solve(s, BlockMethod::kRedBlack, {L, 0, false});
+  EXPECT_EQ(r.info.iterations, L);
+  EXPECT_LE(MaxRelDiff(r.y, ref), 1e-12);
+}
+
+INSTANTIATE_TEST_SUITE_P(ThesisExperiments, BlockSizes,
+                         ::testing::Combine(::testing::Values(1, 2),
+                                            ::testing::Values<int64_t>(1, 2, 7, 12),
+                                            ::testing::Values<int64_t>(1, 2, 5, 9)));
+
+TEST(BlockTridiagonal, Experiment1ConvergesToOnes) {
+  System s = Experiment(1, 32, 24);
+  for (auto m : {BlockMethod::kGaussSeidel, BlockMethod::kRedBlack, BlockMethod::kJacobi}) {
+    BlockRun r = Solve(s, m, {1000, 1e-13, false});
+    EXPECT_EQ(r.status, SystemStatus::kOk) << MethodName(m);
+    EXPECT_LE(r.info.residual, 1e-13);
+    for (double v : r.y) ASSERT_NEAR(v, 1.0, 1e-11) << MethodName(m);
+  }
+}
+
+TEST(BlockTridiagonal, Experiment2ConvergesToOnesWithAndWithoutScaling) {
+  System s = Experiment(2, 16, 12);
+  for (bool scale : {false, true}) {
+    BlockRun r = Solve(s, BlockMethod::kGaussSeidel, {20000, 1e-12, scale});
+    EXPECT_EQ(r.status, SystemStatus::kOk);
+    EXPECT_GT(r.info.iterations, 100);  // Poisson-like: slow, as the thesis found
+    for (double v : r.y) ASSERT_NEAR(v, 1.0, 1e-8);
+  }
+}
+
+TEST(BlockTridiagonal, NotConvergedIsReportedWithTheIterate) {
+  System s = Experiment(2, 32, 32);
+  BlockRun r = Solve(s, BlockMethod::kJacobi, {5, 1e-10, false});
+  EXPECT_EQ(r.status, SystemStatus::kNotConverged);
+  EXPECT_EQ(r.info.iterations, 5);
+  EXPECT_GT(r.info.residual, 1e-10);
+  for (double v : r.y) EXPECT_TRUE(std::isfinite(v));
+}
+
+TEST(BlockTridiagonal, SingularLineIsReported) {
+  System s = Experiment(1, 4, 4);
+  s.arrays["cC"].as<double>()[5] = 0;  // block row 1: C_1 = [4 v; v 0 ...] -> no: make it exact
+  s.arrays["aC"].as<double>()[5] = 0;
+  s.arrays["bC"].as<double>()[5] = 0;  // a zero row in C_1
+  BlockRun r = Solve(s, BlockMethod::kRedBlack, {10, 0, false});
+  EXPECT_EQ(r.status, SystemStatus::kSingular);
+  for (double v : r.y) EXPECT_EQ(v, 0.0);
+}
+
+TEST(BlockTridiagonal, DivergenceIsReportedNotReturned) {
+  System s = Experiment(1, 8, 8);
+  for (auto* k : {"cA", "cB"}) {
+    double* v = s.arrays[k].as<double>();
+    for (int64_t e = 0; e < 64; ++e) v[e] *= 400;  // far from dominant: the iteration blows up
+  }
+  BlockRun r = Solve(s, BlockMethod::kJacobi, {2000, 0, false});
+  EXPECT_EQ(r.status, SystemStatus::kDiverged);
+  for (double v : r.y) EXPECT_EQ(v, 0.0);
+}
+
+TEST(BlockTridiagonal, Float32AndInitialGuess) {
+  System s = Experiment(1, 20, 20);
+  std::map<std::string, std::vector<float>> f;
+  for (auto& [k, a] : s.arrays) f[k] = std::vector<float>(a.as<double>(), a.as<double>() + 400);
+  std::vector<float> y0(400, 1.0f), y(400);
+  BlockTridiagonalProblem<float> p{20, 20, f["aC"].data(), f["cC"].data(), f["bC"].data(),
+                                   f["cA"].data(), f["cB"].data(), f["f"].data(), nullptr};
+  SystemStatus st;
+  auto info = cpu::SolveBlockTridiagonal(p, BlockMethod::kRedBlack, {200, 1e-6, false},
+                                         BlockOutput<float>{y.data(), &st});
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(st, SystemStatus::kOk);
+  for (float v : y) EXPECT_NEAR(v, 1.0f, 1e-4f);
+  // Starting from the exact solution: converged before the first sweep.
+  p.y0 = y0.data();
+  info = cpu::SolveBlockTridiagonal(p, BlockMethod::kGaussSeidel, {200, 1e-5, false},
+                                    BlockOutput<float>{y.data(), &st});
+  EXPECT_EQ(info->iterations, 0);
+}
+
+TEST(BlockTridiagonal, CancellationStopsTheSweeps) {
+  System s = Experiment(2, 16, 16);
+  std::vector<double> y(256);
+  SystemStatus st;
+  int calls = 0;
+  SolveControl c{[&] { return ++calls > 3; }};
+  auto info = cpu::SolveBlockTridiagonal(s.problem(), BlockMethod::kGaussSeidel, {100000, 0, false},
+                                         BlockOutput<double>{y.data(), &st}, c);
+  EXPECT_EQ(info.status().code(), absl::StatusCode::kCancelled);
+}
+
+}  // namespace
+}  // namespace trisolve

@@ -1,0 +1,118 @@
+#include <cmath>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "trisolve/dense.h"
+#include "trisolve/examples.h"
+
+namespace trisolve {
+namespace {
+
+template <typename T>
+struct Run {
+  std::vector<T> x;
+  std::vector<SystemStatus> status;
+};
+
+template <typename T>
+Run<T> Solve(const std::vector<T>& A, const std::vector<T>& b, int64_t batch, int64_t n,
+             DenseMethod m) {
+  Run<T> r;
+  r.x.assign(batch * n, T(std::nan("")));
+  r.status.assign(batch, SystemStatus::kDiverged);
+  cpu::SolveDense(DenseProblem<T>{batch, n, A.data(), b.data()}, m,
+                  DenseOutput<T>{r.x.data(), r.status.data()});
+  return r;
+}
+
+TEST(Dense, HandWorkedNeedsARowExchange) {
+  // [0 1; 1 1] x = [2 3]: the first pivot is zero without the exchange. x = [1 2].
+  auto r = Solve<double>({0, 1, 1, 1}, {2, 3}, 1, 2, DenseMethod::kGaussJordan);
+  EXPECT_EQ(r.status[0], SystemStatus::kOk);
+  EXPECT_DOUBLE_EQ(r.x[0], 1);
+  EXPECT_DOUBLE_EQ(r.x[1], 2);
+  // [2 1 1; 4 -6 0; -2 7 2] x = [5 -2 9] -> x = [1 1 2].
+  auto s = Solve<double>({2, 1, 1, 4, -6, 0, -2, 7, 2}, {5, -2, 9}, 1, 3, DenseMethod::kGaussJordan);
+  EXPECT_NEAR(s.x[0], 1, 1e-15);
+  EXPECT_NEAR(s.x[1], 1, 1e-15);
+  EXPECT_NEAR(s.x[2], 2, 1e-15);
+}
+
+TEST(Dense, HandWorkedSymmetricHouseholderPcr) {
+  // [4 1 2; 1 3 0; 2 0 5] x = [7 4 7] -> x = [1 1 1].
+  std::vector<double> A = {4, 1, 2, 1, 3, 0, 2, 0, 5}, b = {7, 4, 7};
+  auto r = Solve(A, b, 1, 3, DenseMethod::kHouseholderPcr);
+  ASSERT_EQ(r.status[0], SystemStatus::kOk);
+  for (double v : r.x) EXPECT_NEAR(v, 1, 1e-14);
+  auto one = Solve<double>({4}, {2}, 1, 1, DenseMethod::kHouseholderPcr);
+  EXPECT_DOUBLE_EQ(one.x[0], 0.5);
+}
+
+TEST(Dense, SingularMatricesAreFlagged) {
+  // Batch: [1 2; 2 4] (exactly singular), [1 2 3; 4 5 6; 7 8 9] (singular to rounding),
+  // padded as 3x3 systems: system 0 = diag(1, 1, 1) with the 2x2 block singular.
+  std::vector<double> A = {1, 2, 0, 2, 4, 0, 0, 0, 1,  1, 2, 3, 4, 5, 6, 7, 8, 9,
+                           2, 0, 0, 0, 2, 0, 0, 0, 2};
+  std::vector<double> b = {1, 1, 1, 1, 1, 1, 2, 2, 2};
+  auto r = Solve(A, b, 3, 3, DenseMethod::kGaussJordan);
+  EXPECT_EQ(r.status[0], SystemStatus::kSingular);
+  EXPECT_EQ(r.status[1], SystemStatus::kSingular);
+  EXPECT_EQ(r.status[2], SystemStatus::kOk);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(r.x[i], 0.0);
+  for (int i = 6; i < 9; ++i) EXPECT_DOUBLE_EQ(r.x[i], 1.0);
+  std::vector<double> z(4, 0.0), bz = {1, 1};
+  EXPECT_EQ(Solve(z, bz, 1, 2, DenseMethod::kHouseholderPcr).status[0], SystemStatus::kSingular);
+}
+
+TEST(Dense, HilbertWithinWhatItsConditionAllows) {
+  // H_n has condition ~ 1e13 at n = 10: the forward error may be ~ cond * eps, the backward
+  // error must stay at rounding level.
+  for (int n : {4, 8, 10}) {
+    std::vector<double> A(n * n), x(n, 1.0), b(n, 0.0);
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < n; ++j) A[i * n + j] = 1.0 / (i + j + 1), b[i] += A[i * n + j];
+    auto r = Solve(A, b, 1, n, DenseMethod::kGaussJordan);
+    ASSERT_EQ(r.status[0], SystemStatus::kOk) << n;
+    const double cond = n == 4 ? 1.6e4 : n == 8 ? 1.5e10 : 1.6e13;
+    for (double v : r.x) EXPECT_NEAR(v, 1.0, 50 * cond * 2.2e-16) << n;
+    EXPECT_LT(DenseBackwardError(DenseProblem<double>{1, n, A.data(), b.data()}, r.x.data(),
+                                 r.status.data()),
+              1e-15);
+  }
+}
+
+class DenseSizes : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(DenseSizes, RandomWellConditionedBothMethodsAndPrecisions) {
+  const int64_t n = GetParam(), batch = n > 64 ? 2 : 6;
+  auto ex = examples::RandomDense(batch, n, /*symmetric=*/true, 11 + n);
+  std::vector<double> A(ex["a"].as<double>(), ex["a"].as<double>() + batch * n * n);
+  std::vector<double> b(ex["b"].as<double>(), ex["b"].as<double>() + batch * n);
+  DenseProblem<double> p{batch, n, A.data(), b.data()};
+  ASSERT_EQ(FirstNonSymmetric(p), -1);
+  auto gj = Solve(A, b, batch, n, DenseMethod::kGaussJordan);
+  auto hp = Solve(A, b, batch, n, DenseMethod::kHouseholderPcr);
+  for (int64_t s = 0; s < batch; ++s) {
+    EXPECT_EQ(gj.status[s], SystemStatus::kOk);
+    EXPECT_EQ(hp.status[s], SystemStatus::kOk);
+  }
+  EXPECT_LT(DenseBackwardError(p, gj.x.data(), gj.status.data()), 1e-15);
+  EXPECT_LT(DenseBackwardError(p, hp.x.data(), hp.status.data()), 1e-14);
+  for (size_t i = 0; i < gj.x.size(); ++i) EXPECT_NEAR(gj.x[i], hp.x[i], 1e-10);
+
+  std::vector<float> Af(A.begin(), A.end()), bf(b.begin(), b.end());
+  auto f = Solve(Af, bf, batch, n, DenseMethod::kGaussJordan);
+  EXPECT_LT(DenseBackwardError(DenseProblem<float>{batch, n, Af.data(), bf.data()}, f.x.data(),
+                               f.status.data()),
+            1e-6);
+}
+
+INSTANTIATE_TEST_SUITE_P(Orders, DenseSizes, ::testing::Values(1, 2, 3, 17, 32, 33, 128));
+
+TEST(Dense, SymmetryCheck) {
+  std::vector<double> A = {1, 2, 2, 1, 1, 2, 3, 1}, b(4);
+  EXPECT_EQ(FirstNonSymmetric(DenseProblem<double>{2, 2, A.data(), b.data()}), 1);
+}
+
+}  // namespace
+}  // namespace trisolve

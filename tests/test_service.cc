@@ -1,0 +1,484 @@
+// End to end: the real trisolved on a loopback port, driven through the client library, raw
+// gRPC requests (for what the library would never send) and the CLI.
+#include <grpcpp/grpcpp.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <future>
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "server_process.h"
+#include "trisolve/client.h"
+#include "trisolve/examples.h"
+#include "trisolve/tridiagonal.h"
+#include "trisolve/v1/trisolve.grpc.pb.h"
+
+namespace trisolve {
+namespace {
+
+using testing::ServerProcess;
+using testing::Shell;
+
+class Service : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    server_ = new ServerProcess({"--max-message-bytes", "8388608", "--max-job-bytes", "536870912",
+                                 "--max-job-unknowns", "20000000", "--max-concurrent-jobs", "2",
+                                 "--max-queued-jobs", "4"});
+    ASSERT_GT(server_->port(), 0) << server_->Log();
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  static Client MakeClient() {
+    Client::Options o;
+    o.target = server_->target();
+    return Client(o);
+  }
+  static std::unique_ptr<v1::Solver::Stub> Stub() {
+    grpc::ChannelArguments args;
+    args.SetMaxSendMessageSize(-1);
+    args.SetMaxReceiveMessageSize(-1);
+    return v1::Solver::NewStub(
+        grpc::CreateCustomChannel(server_->target(), grpc::InsecureChannelCredentials(), args));
+  }
+  static ServerProcess* server_;
+};
+ServerProcess* Service::server_ = nullptr;
+
+Job MakeJob(Kind k, const examples::Arrays& arrays) {
+  Job job;
+  job.kind = k;
+  for (const auto& [name, a] : arrays) job.arrays[name] = a.view();
+  return job;
+}
+
+// A local solve with the CPU reference, to compare with what came over the wire.
+std::vector<double> LocalTridiagonal(const examples::Arrays& ar, int64_t batch, int64_t n,
+                                     Layout layout) {
+  std::vector<double> x(batch * n);
+  std::vector<SystemStatus> st(batch);
+  TridiagonalProblem<double> p{batch, n, layout, ar.at("a").as<double>(), ar.at("b").as<double>(),
+                               ar.at("c").as<double>(), ar.at("d").as<double>()};
+  cpu::SolveTridiagonal(p, TridiagonalMethod::kThomas, TridiagonalOutput<double>{x.data(), st.data()});
+  return x;
+}
+
+TEST_F(Service, HealthAndInfo) {
+  Client c = MakeClient();
+  EXPECT_EQ(*c.Health(), "SERVING");
+  EXPECT_EQ(*c.Health("trisolve.v1.Solver"), "SERVING");
+  auto info = c.Info();
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->backend, "cpu");
+  EXPECT_EQ(info->max_job_unknowns, 20000000);
+  EXPECT_EQ(info->max_concurrent_jobs, 2);
+}
+
+TEST_F(Service, TridiagonalBothLayoutsAndFloat32) {
+  Client c = MakeClient();
+  for (bool inter : {false, true}) {
+    auto ar = examples::RandomTridiagonal(300, 50, inter, 9);
+    Job job = MakeJob(Kind::kTridiagonal, ar);
+    job.options.interleaved = inter;
+    job.options.method = "pcr";
+    auto r = c.Solve(job);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->summary.method, "pcr");
+    EXPECT_EQ(r->summary.ok, 300);
+    EXPECT_LT(r->summary.residual, 1e-15);
+    EXPECT_EQ(r->x.shape, ar.at("d").shape);
+    auto ref = LocalTridiagonal(ar, 300, 50, inter ? Layout::kInterleaved : Layout::kFlat);
+    for (size_t i = 0; i < ref.size(); ++i) ASSERT_NEAR(r->x.as<double>()[i], ref[i], 1e-12);
+  }
+  auto ar32 = examples::RandomTridiagonal(10, 33, false, 4, DType::kFloat32);
+  auto r = c.Solve(MakeJob(Kind::kTridiagonal, ar32));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->x.dtype, DType::kFloat32);
+  EXPECT_EQ(r->summary.method, "thomas");
+  EXPECT_LT(r->summary.residual, 1e-6);
+}
+
+TEST_F(Service, TreeOfTheRealMorphology) {
+  auto m = ReadSwc(std::string(TRISOLVE_TEST_DATA) + "/neuron_10-2012-02-09-001.CNG.swc");
+  ASSERT_TRUE(m.ok());
+  auto ar = examples::CableTree(*m, 32, 2);
+  auto r = MakeClient().Solve(MakeJob(Kind::kTree, ar));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->summary.ok, 32);
+  EXPECT_EQ(r->summary.method, "hines");
+  EXPECT_LT(r->summary.residual, 1e-15);
+}
+
+TEST_F(Service, BlockTridiagonalThesisExperiments) {
+  Client c = MakeClient();
+  auto ar = examples::ThesisExperiment1(40, 30);
+  Job job = MakeJob(Kind::kBlockTridiagonal, ar);
+  job.options.method = "red-black";
+  job.options.tol = 1e-12;
+  auto r = c.Solve(job);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->summary.ok, 1);
+  EXPECT_LE(r->summary.residual, 1e-12);
+  for (int64_t i = 0; i < 1200; ++i) ASSERT_NEAR(r->x.as<double>()[i], 1.0, 1e-10);
+  // Exactly L sweeps when tol = 0, as the thesis runs them.
+  auto ar2 = examples::ThesisExperiment2(16, 16);
+  Job j2 = MakeJob(Kind::kBlockTridiagonal, ar2);
+  j2.options.method = "gauss-seidel";
+  j2.options.max_iterations = 64;
+  j2.options.tol = 0;
+  j2.options.scale_rows = true;
+  auto r2 = c.Solve(j2);
+  ASSERT_TRUE(r2.ok()) << r2.status();
+  EXPECT_EQ(r2->summary.iterations, 64);
+  EXPECT_EQ(r2->summary.method, "gauss-seidel+scaled");
+}
+
+TEST_F(Service, DenseBothMethods) {
+  Client c = MakeClient();
+  auto ar = examples::RandomDense(20, 24, true, 3);
+  for (const char* m : {"gauss-jordan", "householder-pcr"}) {
+    Job job = MakeJob(Kind::kDense, ar);
+    job.options.method = m;
+    auto r = c.Solve(job);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->summary.method, m);
+    EXPECT_EQ(r->summary.ok, 20);
+    // Householder + PCR: PCR pivots without exchanges on an indefinite T, so its backward
+    // error is a little above Gauss-Jordan's.
+    EXPECT_LT(r->summary.residual, std::string(m) == "gauss-jordan" ? 1e-15 : 1e-12);
+  }
+}
+
+TEST_F(Service, SingularSystemsComeBackFlaggedNotNaN) {
+  auto ar = examples::RandomTridiagonal(4, 8, false, 1);
+  ar["b"].as<double>()[8] = 0;  // system 1, first pivot
+  auto r = MakeClient().Solve(MakeJob(Kind::kTridiagonal, ar));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->summary.singular, 1);
+  EXPECT_EQ(r->status[1], SolveStatus::kSingular);
+  for (int64_t i = 0; i < 32; ++i) EXPECT_TRUE(std::isfinite(r->x.as<double>()[i]));
+}
+
+TEST_F(Service, StreamedJobLargerThan64MiB) {
+  // 3 * 2^20 unknowns in float64: 96 MiB of arrays, 24 MiB of answer, over the server's
+  // 8 MiB message limit both ways.
+  const int64_t batch = 3 * 4096, n = 256;
+  auto ar = examples::RandomTridiagonal(batch, n, false, 5);
+  auto r = MakeClient().Solve(MakeJob(Kind::kTridiagonal, ar));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->summary.streamed);
+  EXPECT_EQ(r->summary.ok, batch);
+  EXPECT_EQ(int64_t(r->status.size()), batch);
+  auto ref = LocalTridiagonal(ar, batch, n, Layout::kFlat);
+  ASSERT_EQ(r->x.elements(), batch * n);
+  EXPECT_EQ(std::memcmp(r->x.data.data(), ref.data(), ref.size() * 8), 0);
+}
+
+// ---- bad input: each gets its own status and a message naming the field --------------
+
+v1::Array* Arr(v1::Array* a, std::vector<int64_t> shape, const std::vector<double>& v) {
+  for (int64_t d : shape) a->add_shape(d);
+  a->set_data(v.data(), v.size() * 8);
+  return a;
+}
+
+v1::TridiagonalRequest GoodTridiagonal() {
+  v1::TridiagonalRequest r;
+  r.set_dtype(v1::FLOAT64);
+  Arr(r.mutable_a(), {4}, {0, 1, 1, 1});
+  Arr(r.mutable_b(), {4}, {4, 4, 4, 4});
+  Arr(r.mutable_c(), {4}, {1, 1, 1, 0});
+  Arr(r.mutable_d(), {4}, {1, 2, 3, 4});
+  return r;
+}
+
+struct Bad {
+  const char* what;
+  grpc::StatusCode code;
+  const char* message_part;
+};
+
+void ExpectStatus(const grpc::Status& st, const Bad& b) {
+  EXPECT_EQ(st.error_code(), b.code) << b.what << ": " << st.error_message();
+  EXPECT_NE(st.error_message().find(b.message_part), std::string::npos)
+      << b.what << ": '" << st.error_message() << "' lacks '" << b.message_part << "'";
+}
+
+TEST_F(Service, EveryBadTridiagonalInputHasItsStatus) {
+  auto stub = Stub();
+  using C = grpc::StatusCode;
+  std::vector<std::pair<Bad, std::function<void(v1::TridiagonalRequest&)>>> cases = {
+      {{"good", C::OK, ""}, [](auto&) {}},
+      {{"missing array", C::INVALID_ARGUMENT, "c: missing"}, [](auto& r) { r.clear_c(); }},
+      {{"shape mismatch", C::INVALID_ARGUMENT, "b has shape [5], expected [4]"},
+       [](auto& r) {
+         r.mutable_b()->Clear();
+         Arr(r.mutable_b(), {5}, {4, 4, 4, 4, 4});
+       }},
+      {{"bytes mismatch", C::INVALID_ARGUMENT, "a has 24 bytes of data, expected 32"},
+       [](auto& r) { r.mutable_a()->mutable_data()->resize(24); }},
+      {{"zero size", C::INVALID_ARGUMENT, "dimension 0 is 0"},
+       [](auto& r) { r.mutable_d()->set_shape(0, 0); }},
+      {{"negative size", C::INVALID_ARGUMENT, "dimension 1 is -3"},
+       [](auto& r) { r.mutable_d()->add_shape(-3); }},
+      {{"overflow", C::INVALID_ARGUMENT, "overflows"},
+       [](auto& r) {
+         r.mutable_d()->set_shape(0, int64_t{1} << 40);
+         r.mutable_d()->add_shape(int64_t{1} << 40);
+       }},
+      {{"rank 3", C::INVALID_ARGUMENT, "d has shape [1, 2, 2]"},
+       [](auto& r) {
+         r.mutable_d()->set_shape(0, 1);
+         r.mutable_d()->add_shape(2);
+         r.mutable_d()->add_shape(2);
+       }},
+      {{"NaN", C::INVALID_ARGUMENT, "b[2] is NaN"},
+       [](auto& r) {
+         double nan = std::nan("");
+         std::memcpy(r.mutable_b()->mutable_data()->data() + 16, &nan, 8);
+       }},
+      {{"Inf", C::INVALID_ARGUMENT, "d[3] is Inf"},
+       [](auto& r) {
+         double inf = INFINITY;
+         std::memcpy(r.mutable_d()->mutable_data()->data() + 24, &inf, 8);
+       }},
+      {{"unknown method", C::INVALID_ARGUMENT, "method: unknown tridiagonal method 'lu'"},
+       [](auto& r) { r.set_method("lu"); }},
+      {{"dtype", C::INVALID_ARGUMENT, "dtype: must be FLOAT64 or FLOAT32"},
+       [](auto& r) { r.set_dtype(v1::DTYPE_UNSPECIFIED); }},
+      {{"float32 bytes", C::INVALID_ARGUMENT, "has 32 bytes of data, expected 16"},
+       [](auto& r) { r.set_dtype(v1::FLOAT32); }},
+      {{"too many unknowns", C::RESOURCE_EXHAUSTED, "max_job_unknowns = 20000000"},
+       [](auto& r) {
+         for (auto* a : {r.mutable_a(), r.mutable_b(), r.mutable_c(), r.mutable_d()})
+           a->set_shape(0, 30000000);
+       }},
+  };
+  for (auto& [bad, mutate] : cases) {
+    v1::TridiagonalRequest req = GoodTridiagonal();
+    mutate(req);
+    grpc::ClientContext ctx;
+    v1::SolveResponse resp;
+    ExpectStatus(stub->SolveTridiagonal(&ctx, req, &resp), bad);
+  }
+}
+
+TEST_F(Service, BadTreeDenseAndBlockInputs) {
+  auto stub = Stub();
+  using C = grpc::StatusCode;
+  {  // a parent array that is not a depth-first tree
+    v1::TreeRequest r;
+    r.set_dtype(v1::FLOAT64);
+    std::vector<int32_t> parent = {-1, 0, 3, 1};
+    r.mutable_parent()->add_shape(4);
+    r.mutable_parent()->set_data(parent.data(), 16);
+    Arr(r.mutable_lower(), {4}, {0, 1, 1, 1});
+    Arr(r.mutable_upper(), {4}, {0, 1, 1, 1});
+    Arr(r.mutable_diag(), {4}, {4, 4, 4, 4});
+    Arr(r.mutable_rhs(), {4}, {1, 1, 1, 1});
+    grpc::ClientContext ctx;
+    v1::SolveResponse resp;
+    ExpectStatus(stub->SolveTree(&ctx, r, &resp),
+                 {"tree", C::INVALID_ARGUMENT, "parent[2] is 3, expected 0 <= parent[i] < 2"});
+    r.mutable_parent()->set_shape(0, 3);
+    grpc::ClientContext ctx2;
+    ExpectStatus(stub->SolveTree(&ctx2, r, &resp),
+                 {"tree shape", C::INVALID_ARGUMENT, "parent has shape [3], expected [4]"});
+  }
+  {  // a non-square dense matrix; a non-symmetric one for householder-pcr
+    v1::DenseRequest r;
+    r.set_dtype(v1::FLOAT64);
+    Arr(r.mutable_a(), {3, 4}, std::vector<double>(12, 1.0));
+    Arr(r.mutable_b(), {3}, {1, 1, 1});
+    grpc::ClientContext ctx;
+    v1::SolveResponse resp;
+    ExpectStatus(stub->SolveDense(&ctx, r, &resp),
+                 {"non-square", C::INVALID_ARGUMENT, "a has shape [3, 4]: the matrices are 3 x 4, not square"});
+    r.clear_a();
+    Arr(r.mutable_a(), {2, 2}, {1, 2, 3, 4});
+    r.mutable_b()->Clear();
+    Arr(r.mutable_b(), {2}, {1, 1});
+    r.set_method("householder-pcr");
+    grpc::ClientContext ctx2;
+    ExpectStatus(stub->SolveDense(&ctx2, r, &resp),
+                 {"non-symmetric", C::INVALID_ARGUMENT, "matrix 0 is not symmetric"});
+  }
+  {  // block-tridiagonal: a bad tolerance, a missing coupling
+    v1::BlockTridiagonalRequest r;
+    r.set_dtype(v1::FLOAT64);
+    for (auto* a : {r.mutable_a_c(), r.mutable_c_c(), r.mutable_b_c(), r.mutable_c_a(),
+                    r.mutable_c_b(), r.mutable_f()})
+      Arr(a, {2, 2}, {4, 4, 4, 4});
+    r.set_tol(-1);
+    grpc::ClientContext ctx;
+    v1::SolveResponse resp;
+    ExpectStatus(stub->SolveBlockTridiagonal(&ctx, r, &resp),
+                 {"tol", C::INVALID_ARGUMENT, "tol is -1"});
+    r.clear_tol();
+    r.clear_c_b();
+    grpc::ClientContext ctx2;
+    ExpectStatus(stub->SolveBlockTridiagonal(&ctx2, r, &resp),
+                 {"missing cB", C::INVALID_ARGUMENT, "cB: missing"});
+  }
+}
+
+TEST_F(Service, MessageOverTheLimitIsResourceExhausted) {
+  // 10 MiB in one message to a server that takes 8 MiB: refused by gRPC before any work.
+  Client::Options o;
+  o.target = server_->target();
+  o.stream_threshold_bytes = int64_t{1} << 40;  // never stream
+  Client c(o);
+  auto ar = examples::RandomTridiagonal(1, 10 * 1024 * 1024 / 32, false, 1);
+  auto r = c.Solve(MakeJob(Kind::kTridiagonal, ar));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+}
+
+TEST_F(Service, StreamedJobOverTheUnknownsLimitIsRefusedFromItsHeader) {
+  auto stub = Stub();
+  grpc::ClientContext ctx;
+  auto rw = stub->SolveStream(&ctx);
+  v1::StreamRequest h;
+  auto* t = h.mutable_tridiagonal();
+  t->set_dtype(v1::FLOAT64);
+  for (auto* a : {t->mutable_a(), t->mutable_b(), t->mutable_c(), t->mutable_d()}) {
+    a->add_shape(1000);
+    a->add_shape(100000);  // 1e8 unknowns: nothing is sent before the refusal
+  }
+  rw->Write(h);
+  rw->WritesDone();
+  v1::StreamResponse resp;
+  while (rw->Read(&resp)) {
+  }
+  ExpectStatus(rw->Finish(), {"stream limit", grpc::StatusCode::RESOURCE_EXHAUSTED, "max_job_unknowns"});
+}
+
+TEST_F(Service, ExpiredDeadlinesAndQueueLimits) {
+  Client c = MakeClient();
+  // A job that would run for minutes (exactly 10^8 sweeps) is stopped at its deadline.
+  auto ar = examples::ThesisExperiment2(64, 64);
+  Job slow = MakeJob(Kind::kBlockTridiagonal, ar);
+  slow.options.max_iterations = 100000000;
+  slow.options.tol = 0;
+  slow.options.timeout_s = 0.5;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = c.Solve(slow);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded) << r.status();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  auto small = examples::RandomTridiagonal(2, 4, false, 1);
+
+  // Two slots and four queue places: two slow jobs run, three wait, then a small job whose
+  // deadline passes while it waits takes the last place; one more is RESOURCE_EXHAUSTED.
+  slow.options.timeout_s = 3;
+  std::vector<std::future<absl::StatusOr<Result>>> running;
+  for (int i = 0; i < 5; ++i) {
+    running.push_back(std::async(std::launch::async, [&] { return MakeClient().Solve(slow); }));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  Job expiring = MakeJob(Kind::kTridiagonal, small);
+  expiring.options.timeout_s = 0.3;
+  expiring.options.request_id = "expires-in-queue";
+  auto expired = std::async(std::launch::async, [&] { return MakeClient().Solve(expiring); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto over = c.Solve(MakeJob(Kind::kTridiagonal, small));
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted) << over.status();
+  EXPECT_NE(over.status().message().find("max_queued_jobs = 4"), absl::string_view::npos);
+  EXPECT_EQ(expired.get().status().code(), absl::StatusCode::kDeadlineExceeded);
+  for (auto& f : running) {
+    auto res = f.get();
+    EXPECT_EQ(res.status().code(), absl::StatusCode::kDeadlineExceeded) << res.status();
+  }
+  // The expired job was never started: the server says so, and never logged its solve.
+  const std::string log = server_->Log();
+  EXPECT_NE(log.find("[req expires-in-queue] SolveTridiagonal failed: DEADLINE_EXCEEDED the "
+                     "deadline passed while the job was queued"),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(log.find("[req expires-in-queue] SolveTridiagonal tridiagonal"), std::string::npos);
+  // And the server is healthy and solving afterwards.
+  EXPECT_EQ(*c.Health(), "SERVING");
+  auto after = c.Solve(MakeJob(Kind::kTridiagonal, small));
+  EXPECT_TRUE(after.ok()) << after.status();
+}
+
+// ---- the CLI -------------------------------------------------------------------------
+
+TEST_F(Service, CliSolvesEveryFamilyAndReportsErrors) {
+  const std::string cli = std::string(TRISOLVE_CLI_BIN) + " --server " + server_->target();
+  const std::string dir = "/tmp/trisolve_cli_test_" + std::to_string(getpid());
+  const std::string swc = std::string(TRISOLVE_TEST_DATA) + "/neuron_10-2012-02-09-001.CNG.swc";
+  for (const char* kind : {"tridiagonal", "tree", "block-tridiagonal", "dense"}) {
+    auto [rc, cmd] = Shell(std::string(TRISOLVE_CLI_BIN) + " make-example " + kind + " " + dir + "/" + kind +
+                           (std::string(kind) == "tree" ? " --swc " + swc : ""));
+    ASSERT_EQ(rc, 0) << cmd;
+    cmd = cmd.substr(cmd.find(' ') + 1);  // drop the program name it printed
+    cmd.pop_back();
+    auto [rc2, out] = Shell(cli + " " + cmd + " --json");
+    ASSERT_EQ(rc2, 0) << out;
+    std::string trimmed = out.substr(0, out.find_last_not_of('\n') + 1);
+    const std::string last = trimmed.substr(trimmed.rfind('\n') + 1);  // --json: the last line
+    auto j = nlohmann::json::parse(last);
+    EXPECT_EQ(j["backend"], "cpu");
+    EXPECT_EQ(j["status"]["singular"], 0);
+    EXPECT_LT(j["residual"].get<double>(), 1e-9) << kind;
+    EXPECT_TRUE(std::filesystem::exists(dir + "/" + kind + "/x.npy"));
+  }
+  // Interleaved input through the CLI: make an n x batch file and solve it.
+  auto ar = examples::RandomTridiagonal(6, 5, true, 3);
+  std::string args;
+  for (auto& [k, a] : ar) {
+    ASSERT_TRUE(WriteNpy(dir + "/i_" + k + ".npy", a.view()).ok());
+    args += " " + k + "=" + dir + "/i_" + k + ".npy";
+  }
+  auto [rc3, out3] = Shell(cli + " solve tridiagonal" + args + " --layout interleaved -o " + dir + "/xi.npy");
+  EXPECT_EQ(rc3, 0) << out3;
+  EXPECT_EQ(ReadNpy(dir + "/xi.npy")->shape, (std::vector<int64_t>{5, 6}));
+  // Errors: the server's status and message, non-zero exit.
+  auto [rc4, out4] = Shell(cli + " solve tridiagonal" + args + " --method qr");
+  EXPECT_EQ(rc4, 1);
+  EXPECT_NE(out4.find("INVALID_ARGUMENT"), std::string::npos) << out4;
+  EXPECT_NE(out4.find("method"), std::string::npos) << out4;
+  auto [rc5, out5] = Shell(cli + " solve tridiagonal a=" + dir + "/nope.npy");
+  EXPECT_EQ(rc5, 1);
+  EXPECT_NE(out5.find("cannot open"), std::string::npos) << out5;
+  auto [rc6, out6] = Shell(cli + " health");
+  EXPECT_EQ(rc6, 0);
+  EXPECT_NE(out6.find("SERVING"), std::string::npos);
+  auto [rc7, out7] = Shell(std::string(TRISOLVE_CLI_BIN) + " --server 127.0.0.1:1 --timeout 2 info");
+  EXPECT_EQ(rc7, 1);
+  EXPECT_NE(out7.find("UNAVAILABLE"), std::string::npos) << out7;
+  std::filesystem::remove_all(dir);
+}
+
+// ---- shutdown ------------------------------------------------------------------------
+
+TEST(Shutdown, SigtermLetsRunningJobsFinishThenExitsZero) {
+  ServerProcess s({"--grace", "20"});
+  ASSERT_GT(s.port(), 0) << s.Log();
+  Client::Options o;
+  o.target = s.target();
+  auto ar = examples::ThesisExperiment2(48, 48);
+  Job job = MakeJob(Kind::kBlockTridiagonal, ar);
+  job.options.max_iterations = 3000;  // about a second on one core
+  job.options.tol = 0;
+  auto running = std::async(std::launch::async, [&] { return Client(o).Solve(job); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  s.Signal(SIGTERM);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // New work is refused while the running job finishes.
+  auto small = examples::RandomTridiagonal(2, 4, false, 1);
+  auto refused = Client(o).Solve(MakeJob(Kind::kTridiagonal, small));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable) << refused.status();
+  auto r = running.get();
+  ASSERT_TRUE(r.ok()) << r.status() << "\n" << s.Log();
+  EXPECT_EQ(r->summary.iterations, 3000);
+  EXPECT_EQ(s.Wait(30), 0) << s.Log();
+  EXPECT_NE(s.Log().find("all jobs finished"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace trisolve

@@ -1,0 +1,215 @@
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "trisolve/examples.h"
+#include "trisolve/swc.h"
+#include "trisolve/tree.h"
+#include "trisolve/tridiagonal.h"
+
+namespace trisolve {
+namespace {
+
+template <typename T>
+struct Trees {
+  int64_t batch, n;
+  std::vector<int32_t> parent;  // n or batch * n
+  std::vector<T> lower, upper, diag, rhs, x;
+  std::vector<SystemStatus> status;
+  Layout layout = Layout::kFlat;
+  TreeProblem<T> problem() const {
+    TreeProblem<T> p;
+    p.batch = batch;
+    p.n = n;
+    p.layout = layout;
+    p.parent = parent.data();
+    p.parent_per_system = int64_t(parent.size()) == batch * n && batch > 1;
+    p.lower = lower.data();
+    p.upper = upper.data();
+    p.diag = diag.data();
+    p.rhs = rhs.data();
+    return p;
+  }
+  void Solve() {
+    x.assign(batch * n, T(std::nan("")));
+    status.assign(batch, SystemStatus::kDiverged);
+    cpu::SolveTree(problem(), TreeMethod::kHines, TreeOutput<T>{x.data(), status.data()});
+  }
+  // ||rhs - A x||_inf / (||A|| ||x|| + ||rhs||) computed from the original arrays.
+  double Residual() const {
+    double worst = 0;
+    for (int64_t s = 0; s < batch; ++s) {
+      const int32_t* par = parent.data() + (int64_t(parent.size()) == batch * n ? s * n : 0);
+      auto at = [&](const std::vector<T>& v, int64_t i) {
+        return double(v[ElementIndex(layout, batch, n, s, i)]);
+      };
+      std::vector<double> ax(n), row(n);
+      for (int64_t i = 0; i < n; ++i) ax[i] = at(diag, i) * at(x, i), row[i] = std::abs(at(diag, i));
+      for (int64_t i = 1; i < n; ++i) {
+        ax[i] += at(lower, i) * at(x, par[i]);
+        row[i] += std::abs(at(lower, i));
+        ax[par[i]] += at(upper, i) * at(x, i);
+        row[par[i]] += std::abs(at(upper, i));
+      }
+      double r = 0, an = 0, xn = 0, bn = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        r = std::max(r, std::abs(at(rhs, i) - ax[i]));
+        an = std::max(an, row[i]);
+        xn = std::max(xn, std::abs(at(x, i)));
+        bn = std::max(bn, std::abs(at(rhs, i)));
+      }
+      worst = std::max(worst, r / (an * xn + bn));
+    }
+    return worst;
+  }
+};
+
+TEST(Tree, HandWorkedFourNodes) {
+  // Root 0 with children 1 and 3; node 2 under node 1. x = [1 2 3 4]:
+  //   row 0: 4*1 + 0.5*2 + 1*4 = 9      row 1: 1*1 + 5*2 + 0.25*3 = 11.75
+  //   row 2: 2*2 + 6*3 = 22             row 3: 3*1 + 7*4 = 31
+  Trees<double> t{1, 4, {-1, 0, 1, 0}, {0, 1, 2, 3}, {0, 0.5, 0.25, 1}, {4, 5, 6, 7},
+                  {9, 11.75, 22, 31}};
+  t.Solve();
+  ASSERT_EQ(t.status[0], SystemStatus::kOk);
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(t.x[i], i + 1, 1e-14);
+}
+
+TEST(Tree, ChainIsATridiagonalSystem) {
+  const int64_t n = 257;
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<double> u(-1, 1);
+  std::vector<double> a(n), b(n), c(n), d(n), xt(n), w(n);
+  Trees<double> t{1, n};
+  t.parent.resize(n);
+  t.lower.resize(n); t.upper.resize(n); t.diag.resize(n); t.rhs.resize(n);
+  for (int64_t i = 0; i < n; ++i) {
+    a[i] = u(rng); c[i] = u(rng); d[i] = u(rng);
+    b[i] = 3 + u(rng);
+    t.parent[i] = int32_t(i - 1);
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    t.lower[i] = a[i];                   // A[i][i-1]
+    t.upper[i] = i > 0 ? c[i - 1] : 0;   // A[i-1][i]
+    t.diag[i] = b[i];
+    t.rhs[i] = d[i];
+  }
+  t.Solve();
+  cpu::ThomasStrided<double>(n, 1, a.data(), b.data(), c.data(), d.data(), xt.data(), w.data());
+  for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(t.x[i], xt[i], 1e-13);
+  EXPECT_LT(t.Residual(), 1e-15);
+}
+
+TEST(Tree, Star) {
+  const int64_t n = 1000;
+  Trees<double> t{1, n};
+  t.parent.assign(n, 0);
+  t.parent[0] = -1;
+  t.lower.assign(n, -1);
+  t.upper.assign(n, -0.5);
+  t.diag.assign(n, 2);
+  t.diag[0] = 600;  // dominant: 999 * 0.5 = 499.5
+  t.rhs.resize(n);
+  for (int64_t i = 0; i < n; ++i) t.rhs[i] = std::sin(double(i));
+  t.Solve();
+  EXPECT_EQ(t.status[0], SystemStatus::kOk);
+  EXPECT_LT(t.Residual(), 1e-15);
+}
+
+Trees<double> FromArrays(const examples::Arrays& a, int64_t cells) {
+  Trees<double> t;
+  const auto& p = a.at("parent");
+  t.n = p.elements();
+  t.batch = cells;
+  t.parent.assign(p.as<int32_t>(), p.as<int32_t>() + t.n);
+  auto take = [&](const char* k) {
+    const auto& v = a.at(k);
+    return std::vector<double>(v.as<double>(), v.as<double>() + v.elements());
+  };
+  t.lower = take("lower");
+  t.upper = take("upper");
+  t.diag = take("diag");
+  t.rhs = take("rhs");
+  return t;
+}
+
+TEST(Tree, RealMorphologyCableEquation) {
+  auto m = ReadSwc(std::string(TRISOLVE_TEST_DATA) + "/neuron_10-2012-02-09-001.CNG.swc");
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_EQ(m->size(), 3187);
+  ASSERT_TRUE(ValidateParents(m->parent.data(), m->size()).ok());
+  auto t = FromArrays(examples::CableTree(*m, 8, 1), 8);
+  t.Solve();
+  for (auto s : t.status) EXPECT_EQ(s, SystemStatus::kOk);
+  EXPECT_LT(t.Residual(), 1e-15);
+
+  // The interleaved layout gives the same answer.
+  Trees<double> ti = t;
+  ti.layout = Layout::kInterleaved;
+  for (auto [src, dst] : {std::pair{&t.lower, &ti.lower}, {&t.upper, &ti.upper},
+                          {&t.diag, &ti.diag}, {&t.rhs, &ti.rhs}})
+    for (int64_t s = 0; s < t.batch; ++s)
+      for (int64_t i = 0; i < t.n; ++i) (*dst)[i * t.batch + s] = (*src)[s * t.n + i];
+  ti.Solve();
+  for (int64_t s = 0; s < t.batch; ++s)
+    for (int64_t i = 0; i < t.n; ++i) ASSERT_EQ(ti.x[i * t.batch + s], t.x[s * t.n + i]);
+}
+
+TEST(Tree, PerSystemParentsAndFloat32) {
+  // Two different random trees in one batch, each checked on its own.
+  std::mt19937_64 rng(5);
+  const int64_t n = 500;
+  Trees<float> t{2, n};
+  t.parent.resize(2 * n);
+  for (int s = 0; s < 2; ++s) {
+    t.parent[s * n] = -1;
+    for (int64_t i = 1; i < n; ++i)
+      t.parent[s * n + i] = int32_t(std::uniform_int_distribution<int64_t>(s == 0 ? 0 : i - 3 < 0 ? 0 : i - 3, i - 1)(rng));
+  }
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (auto* v : {&t.lower, &t.upper, &t.rhs}) {
+    v->resize(2 * n);
+    for (auto& e : *v) e = u(rng);
+  }
+  t.diag.assign(2 * n, 0);
+  for (int s = 0; s < 2; ++s)
+    for (int64_t i = 0; i < n; ++i) {
+      t.diag[s * n + i] += 1 + std::abs(t.lower[s * n + i]);
+      if (i > 0) t.diag[s * n + t.parent[s * n + i]] += std::abs(t.upper[s * n + i]);
+    }
+  t.Solve();
+  EXPECT_EQ(t.status[0], SystemStatus::kOk);
+  EXPECT_EQ(t.status[1], SystemStatus::kOk);
+  EXPECT_LT(t.Residual(), 1e-6);
+}
+
+TEST(Tree, SingularPivotIsReported) {
+  // Node 2's eliminated diagonal is zero: 0 on a leaf.
+  Trees<double> t{2, 3, {-1, 0, 0}, {0, 1, 1, 0, 1, 1}, {0, 1, 1, 0, 1, 1},
+                  {4, 4, 4, 4, 4, 0}, {1, 1, 1, 1, 1, 1}};
+  t.Solve();
+  EXPECT_EQ(t.status[0], SystemStatus::kOk);
+  EXPECT_EQ(t.status[1], SystemStatus::kSingular);
+  EXPECT_EQ(t.x[3], 0.0);
+  // The root's pivot can vanish too: [1 1; 1 1].
+  Trees<double> r{1, 2, {-1, 0}, {0, 1}, {0, 1}, {1, 1}, {1, 1}};
+  r.Solve();
+  EXPECT_EQ(r.status[0], SystemStatus::kSingular);
+}
+
+TEST(Tree, ParentValidation) {
+  std::vector<int32_t> ok = {-1, 0, 1, 1, 0};
+  EXPECT_TRUE(ValidateParents(ok.data(), 5).ok());
+  std::vector<int32_t> root = {0, 0};
+  EXPECT_FALSE(ValidateParents(root.data(), 2).ok());
+  std::vector<int32_t> fwd = {-1, 2, 0};
+  auto st = ValidateParents(fwd.data(), 3);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("parent[1] is 2"), absl::string_view::npos) << st;
+  std::vector<int32_t> neg = {-1, 0, -1};
+  EXPECT_FALSE(ValidateParents(neg.data(), 3).ok());
+}
+
+}  // namespace
+}  // namespace trisolve
