@@ -140,6 +140,7 @@ int main(int argc, char** argv) {
     std::cout << "version:   " << s->version << "\n"
               << "backend:   " << s->backend << " (" << s->cpu_threads << " CPU threads)\n";
     for (const auto& d : s->devices) std::cout << "device:    " << d << "\n";
+    for (const auto& p : s->pools) std::cout << "pool:      " << p << "\n";
     std::cout << "limits:    message " << s->max_message_bytes << " B, job " << s->max_job_bytes
               << " B / " << s->max_job_unknowns << " unknowns, " << s->max_concurrent_jobs
               << " concurrent, " << s->max_queued_jobs << " queued\n"

@@ -335,6 +335,12 @@ absl::StatusOr<ServerInfoSummary> Client::Info(double timeout_s) {
     s.devices.push_back(absl::StrCat(d.name(), " (", d.total_memory_bytes() >> 20, " MiB total, ",
                                      d.free_memory_bytes() >> 20, " MiB free, sm ",
                                      d.compute_capability(), ", ", d.multiprocessors(), " SMs)"));
+  for (const auto& p : info.pools())
+    s.pools.push_back(absl::StrCat(p.name(), ": ", p.in_use_bytes() >> 20, " MiB in use, ",
+                                   p.cached_bytes() >> 20, " MiB cached, peak ",
+                                   p.peak_bytes() >> 20, " MiB, cap ", p.cap_bytes() >> 20,
+                                   " MiB; ", p.hits(), " hits, ", p.misses(), " misses, ",
+                                   p.evictions(), " evictions"));
   s.max_message_bytes = info.limits().max_message_bytes();
   s.max_job_bytes = info.limits().max_job_bytes();
   s.max_job_unknowns = info.limits().max_job_unknowns();

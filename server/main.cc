@@ -16,10 +16,11 @@
 
 namespace {
 
-absl::StatusOr<std::unique_ptr<trisolve::Backend>> ChooseBackend(const std::string& which,
-                                                                  int device, int threads) {
+absl::StatusOr<std::unique_ptr<trisolve::Backend>> ChooseBackend(
+    const std::string& which, const trisolve::CudaOptions& cuda_options, int threads) {
   if (which == "cpu") return trisolve::MakeCpuBackend(threads);
-  auto cuda = trisolve::MakeCudaBackend(device);
+  auto cuda = trisolve::MakeCudaBackend(cuda_options);
+  const int device = cuda_options.device;
   if (which == "cuda") return cuda;
   if (cuda.ok()) {
     spdlog::info("backend auto: CUDA device {} found, using the cuda backend", device);
@@ -37,6 +38,7 @@ int main(int argc, char** argv) {
   std::string backend = "auto";
   std::string log_level = "info";
   int device = 0, threads = 0;
+  trisolve::CudaOptions cuda_options;
   trisolve::server::ServiceOptions opt;
   double grace_s = 30;
   app.add_option("--listen", listen, "address to listen on, HOST:PORT")
@@ -46,6 +48,14 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--device", device, "CUDA device to use")->envname("TRISOLVE_DEVICE")
       ->capture_default_str();
+  app.add_option("--pool-cap-bytes", cuda_options.device_pool_cap_bytes,
+                 "cap on pooled device memory (0: 80% of the device)")
+      ->envname("TRISOLVE_POOL_CAP_BYTES")->capture_default_str();
+  app.add_option("--pinned-cap-bytes", cuda_options.pinned_pool_cap_bytes,
+                 "cap on pooled pinned host staging memory")
+      ->envname("TRISOLVE_PINNED_CAP_BYTES")->capture_default_str();
+  app.add_option("--streams", cuda_options.streams, "CUDA streams (requests in flight on the GPU)")
+      ->envname("TRISOLVE_STREAMS")->check(CLI::Range(1, 64))->capture_default_str();
   app.add_option("--cpu-threads", threads, "threads of the CPU backend (0: one per core)")
       ->envname("TRISOLVE_CPU_THREADS")->capture_default_str();
   app.add_option("--max-message-bytes", opt.max_message_bytes,
@@ -80,7 +90,9 @@ int main(int argc, char** argv) {
   sigaddset(&sigs, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
-  auto be = ChooseBackend(backend, device, threads);
+  cuda_options.device = device;
+  cuda_options.cpu_threads = threads;
+  auto be = ChooseBackend(backend, cuda_options, threads);
   if (!be.ok()) {
     spdlog::error("backend {}: {}", backend, std::string(be.status().message()));
     return 1;

@@ -255,6 +255,17 @@ grpc::Status SolverService::GetServerInfo(grpc::ServerContext*, const v1::GetSer
         absl::StrCat(d.compute_capability_major, ".", d.compute_capability_minor));
     dev->set_multiprocessors(d.multiprocessors);
   }
+  for (const MemoryPoolInfo& p : info.pools) {
+    v1::MemoryPool* mp = resp->add_pools();
+    mp->set_name(p.name);
+    mp->set_cap_bytes(p.cap_bytes);
+    mp->set_cached_bytes(p.cached_bytes);
+    mp->set_in_use_bytes(p.in_use_bytes);
+    mp->set_peak_bytes(p.peak_bytes);
+    mp->set_hits(p.hits);
+    mp->set_misses(p.misses);
+    mp->set_evictions(p.evictions);
+  }
   v1::Limits* l = resp->mutable_limits();
   l->set_max_message_bytes(options_.max_message_bytes);
   l->set_max_job_bytes(options_.limits.max_job_bytes);

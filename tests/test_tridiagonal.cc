@@ -69,7 +69,7 @@ double WorstResidual(const Batch<T>& s) {
 
 TEST(Tridiagonal, HandWorked3x3) {
   // [2 1 0; 1 2 1; 0 1 2] x = [4 8 8] has x = [1 2 3].
-  for (auto m : {TridiagonalMethod::kThomas, TridiagonalMethod::kPcr}) {
+  for (auto m : {TridiagonalMethod::kThomas, TridiagonalMethod::kPcr, TridiagonalMethod::kPartitioned}) {
     Batch<double> s{1, 3, Layout::kFlat, {0, 1, 1}, {2, 2, 2}, {1, 1, 0}, {4, 8, 8}};
     Solve(s, m);
     EXPECT_EQ(s.status[0], SystemStatus::kOk);
@@ -80,7 +80,7 @@ TEST(Tridiagonal, HandWorked3x3) {
 }
 
 TEST(Tridiagonal, HandWorkedOneAndTwo) {
-  for (auto m : {TridiagonalMethod::kThomas, TridiagonalMethod::kPcr}) {
+  for (auto m : {TridiagonalMethod::kThomas, TridiagonalMethod::kPcr, TridiagonalMethod::kPartitioned}) {
     Batch<double> one{1, 1, Layout::kFlat, {7}, {4}, {9}, {2}};
     Solve(one, m);
     EXPECT_DOUBLE_EQ(one.x[0], 0.5);
@@ -103,7 +103,7 @@ TEST(Tridiagonal, InterleavedLayoutIsTheFlatOneTransposed) {
       inter.c[k * 5 + s] = flat.c[s * 7 + k];
       inter.d[k * 5 + s] = flat.d[s * 7 + k];
     }
-  for (auto m : {TridiagonalMethod::kThomas, TridiagonalMethod::kPcr}) {
+  for (auto m : {TridiagonalMethod::kThomas, TridiagonalMethod::kPcr, TridiagonalMethod::kPartitioned}) {
     Solve(flat, m);
     Solve(inter, m);
     for (int s = 0; s < 5; ++s)
@@ -139,7 +139,8 @@ INSTANTIATE_TEST_SUITE_P(
     Sizes, TridiagonalSizes,
     ::testing::Combine(::testing::Values(1, 2, 3, 5, 7, 8, 11, 16, 31, 32, 33, 100, 1000, 1025),
                        ::testing::Values(Layout::kFlat, Layout::kInterleaved),
-                       ::testing::Values(TridiagonalMethod::kThomas, TridiagonalMethod::kPcr)));
+                       ::testing::Values(TridiagonalMethod::kThomas, TridiagonalMethod::kPcr,
+                                         TridiagonalMethod::kPartitioned)));
 
 TEST(Tridiagonal, SingularSystemsAreFlaggedAndZeroed) {
   // System 1 has a zero first pivot; system 2's second pivot cancels exactly:
@@ -147,7 +148,7 @@ TEST(Tridiagonal, SingularSystemsAreFlaggedAndZeroed) {
   auto s = Random<double>(4, 2, Layout::kFlat, 7);
   s.b[2] = 0;
   s.b[4] = 1; s.c[4] = 1; s.a[5] = 1; s.b[5] = 1;
-  for (auto m : {TridiagonalMethod::kThomas, TridiagonalMethod::kPcr}) {
+  for (auto m : {TridiagonalMethod::kThomas, TridiagonalMethod::kPcr, TridiagonalMethod::kPartitioned}) {
     Solve(s, m);
     EXPECT_EQ(s.status[0], SystemStatus::kOk);
     EXPECT_EQ(s.status[1], SystemStatus::kSingular);

@@ -32,13 +32,15 @@ absl::StatusOr<TridiagonalMethod> ParseTridiagonalMethod(absl::string_view name)
   if (name.empty() || name == "auto") return TridiagonalMethod::kAuto;
   if (name == "thomas") return TridiagonalMethod::kThomas;
   if (name == "pcr") return TridiagonalMethod::kPcr;
-  return UnknownMethod("tridiagonal", name, "auto, thomas, pcr");
+  if (name == "partitioned") return TridiagonalMethod::kPartitioned;
+  return UnknownMethod("tridiagonal", name, "auto, thomas, pcr, partitioned");
 }
 absl::string_view MethodName(TridiagonalMethod m) {
   switch (m) {
     case TridiagonalMethod::kAuto: return "auto";
     case TridiagonalMethod::kThomas: return "thomas";
     case TridiagonalMethod::kPcr: return "pcr";
+    case TridiagonalMethod::kPartitioned: return "partitioned";
   }
   return "unknown";
 }

@@ -5,7 +5,7 @@ namespace trisolve {
 
 bool CudaBackendCompiledIn() { return false; }
 
-absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(int) {
+absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const CudaOptions&) {
   return absl::UnavailableError(
       "the CUDA backend is not compiled into this build (no CUDA toolkit at build time)");
 }

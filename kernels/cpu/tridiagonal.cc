@@ -92,12 +92,100 @@ bool PcrStrided(int64_t n, int64_t s, const T* a, const T* b, const T* c, const 
 }
 
 template <typename T>
+bool PartitionedStrided(int64_t n, int64_t s, int M, const T* a, const T* b, const T* c,
+                        const T* d, T* x, T* work) {
+  // The sequential form of the CUDA backend's partitioned kernel: each chunk of M rows is
+  // reduced by the modified Thomas algorithm to two rows coupling its first and last unknowns
+  // to the neighbouring chunks; the reduced system (2 rows a chunk) is solved by Thomas; the
+  // interior unknowns follow. Rows past n are identity rows.
+  const int64_t nch = (n + M - 1) / M, rn = 2 * nch;
+  T* ca = work;  // the reduced chunk coefficients, padded length nch * M each
+  T* cc = ca + nch * M;
+  T* cd = cc + nch * M;
+  T* ra = cd + nch * M;  // the reduced system, rn each
+  T* rb = ra + rn;
+  T* rc = rb + rn;
+  T* rd = rc + rn;
+  // (ca, cc, cd take 3 nch M <= 3 (n + M) values; ra..rd take 8 nch <= 8 (n / M + 1).)
+  std::vector<T> xr(rn), wr(rn);
+  bool ok = true;
+  for (int64_t j = 0; j < nch; ++j) {
+    T* A = ca + j * M;
+    T* C = cc + j * M;
+    T* D = cd + j * M;
+    std::vector<T> B(M);
+    for (int i = 0; i < M; ++i) {
+      const int64_t k = j * M + i;
+      const bool live = k < n;
+      A[i] = live && k > 0 ? a[k * s] : T(0);
+      B[i] = live ? b[k * s] : T(1);
+      C[i] = live && k + 1 < n ? c[k * s] : T(0);
+      D[i] = live ? d[k * s] : T(0);
+    }
+    for (int i = 0; i < std::min(M, 2); ++i) {
+      ok &= !PivotVanishes(B[i], std::abs(B[i]));
+      const T r = T(1) / B[i];
+      A[i] *= r;
+      C[i] *= r;
+      D[i] *= r;
+    }
+    for (int i = 2; i < M; ++i) {
+      const T t = A[i] * C[i - 1];
+      const T piv = B[i] - t;
+      ok &= !PivotVanishes(piv, std::abs(B[i]) + std::abs(t));
+      const T r = T(1) / piv;
+      D[i] = r * (D[i] - A[i] * D[i - 1]);
+      A[i] = -r * A[i] * A[i - 1];
+      C[i] = r * C[i];
+    }
+    for (int i = M - 3; i >= 1; --i) {
+      D[i] -= C[i] * D[i + 1];
+      A[i] -= C[i] * A[i + 1];
+      C[i] = -C[i] * C[i + 1];
+    }
+    if (M >= 3) {
+      const T t = C[0] * A[1];
+      const T piv = T(1) - t;
+      ok &= !PivotVanishes(piv, T(1) + std::abs(t));
+      const T r = T(1) / piv;
+      D[0] = r * (D[0] - C[0] * D[1]);
+      A[0] = r * A[0];
+      C[0] = -r * C[0] * C[1];
+    }
+    ra[2 * j] = A[0];
+    rb[2 * j] = T(1);
+    rc[2 * j] = C[0];
+    rd[2 * j] = D[0];
+    ra[2 * j + 1] = A[M - 1];
+    rb[2 * j + 1] = T(1);
+    rc[2 * j + 1] = C[M - 1];
+    rd[2 * j + 1] = D[M - 1];
+  }
+  if (!ok) return false;
+  if (!ThomasStrided<T>(rn, 1, ra, rb, rc, rd, xr.data(), wr.data())) return false;
+  for (int64_t j = 0; j < nch; ++j) {
+    const T x0 = xr[2 * j], xl = xr[2 * j + 1];
+    for (int i = 0; i < M; ++i) {
+      const int64_t k = j * M + i;
+      if (k >= n) break;
+      const T v = i == 0 ? x0 : i == M - 1 ? xl : cd[j * M + i] - ca[j * M + i] * x0 - cc[j * M + i] * xl;
+      x[k * s] = v;
+    }
+  }
+  return AllFinite(n, s, x);
+}
+
+template <typename T>
 SolveInfo SolveTridiagonal(const TridiagonalProblem<T>& p, TridiagonalMethod method,
                            TridiagonalOutput<T> out) {
   // On one CPU core Thomas does the fewest operations (8n against PCR's ~12 n log n).
   if (method == TridiagonalMethod::kAuto) method = TridiagonalMethod::kThomas;
   const int64_t stride = ElementStride(p.layout, p.batch);
-  const int64_t work_per_system = method == TridiagonalMethod::kPcr ? 8 * p.n : p.n;
+  constexpr int kChunk = 8;  // as the CUDA backend's partitioned kernel
+  const int64_t work_per_system =
+      method == TridiagonalMethod::kPcr           ? 8 * p.n
+      : method == TridiagonalMethod::kPartitioned ? 3 * (p.n + kChunk) + 8 * (p.n / kChunk + 1)
+                                                  : p.n;
 #pragma omp parallel
   {
     std::vector<T> work(static_cast<size_t>(work_per_system));
@@ -105,12 +193,15 @@ SolveInfo SolveTridiagonal(const TridiagonalProblem<T>& p, TridiagonalMethod met
     for (int64_t s = 0; s < p.batch; ++s) {
       const int64_t off = SystemOffset(p.layout, p.n, s);
       T* x = out.x + off;
-      const bool ok =
-          method == TridiagonalMethod::kPcr
-              ? PcrStrided(p.n, stride, p.a + off, p.b + off, p.c + off, p.d + off, x,
-                           work.data())
-              : ThomasStrided(p.n, stride, p.a + off, p.b + off, p.c + off, p.d + off, x,
-                              work.data());
+      bool ok;
+      if (method == TridiagonalMethod::kPcr)
+        ok = PcrStrided(p.n, stride, p.a + off, p.b + off, p.c + off, p.d + off, x, work.data());
+      else if (method == TridiagonalMethod::kPartitioned)
+        ok = PartitionedStrided(p.n, stride, kChunk, p.a + off, p.b + off, p.c + off, p.d + off,
+                                x, work.data());
+      else
+        ok = ThomasStrided(p.n, stride, p.a + off, p.b + off, p.c + off, p.d + off, x,
+                           work.data());
       if (!ok) ZeroStrided(p.n, stride, x);
       out.status[s] = ok ? SystemStatus::kOk : SystemStatus::kSingular;
     }
@@ -128,6 +219,10 @@ template bool ThomasStrided(int64_t, int64_t, const double*, const double*, cons
                             const double*, double*, double*);
 template bool ThomasStrided(int64_t, int64_t, const float*, const float*, const float*,
                             const float*, float*, float*);
+template bool PartitionedStrided(int64_t, int64_t, int, const double*, const double*,
+                                 const double*, const double*, double*, double*);
+template bool PartitionedStrided(int64_t, int64_t, int, const float*, const float*,
+                                 const float*, const float*, float*, float*);
 template bool PcrStrided(int64_t, int64_t, const double*, const double*, const double*,
                          const double*, double*, double*);
 template bool PcrStrided(int64_t, int64_t, const float*, const float*, const float*,

@@ -79,6 +79,8 @@ struct ServerInfoSummary {
   std::string version, backend;
   int cpu_threads = 0;
   std::vector<std::string> devices;
+  std::vector<std::string> pools;  // "device: 1.2 GiB cached, 0 in use, peak ..., hits/misses"
+
   int64_t max_message_bytes = 0, max_job_bytes = 0, max_job_unknowns = 0;
   int max_concurrent_jobs = 0, max_queued_jobs = 0;
   int64_t jobs_in_flight = 0, jobs_queued = 0, jobs_done = 0;

@@ -26,10 +26,17 @@ struct DeviceInfo {
   int multiprocessors = 0;
 };
 
+struct MemoryPoolInfo {
+  std::string name;  // "device", "pinned-host"
+  int64_t cap_bytes = 0, cached_bytes = 0, in_use_bytes = 0, peak_bytes = 0;
+  int64_t hits = 0, misses = 0, evictions = 0;
+};
+
 struct BackendInfo {
   std::string name;  // "cpu" or "cuda"
-  int threads = 0;   // CPU threads the reference backend uses
+  int threads = 0;   // CPU threads (the reference backend, and the CUDA backend's host side)
   std::vector<DeviceInfo> devices;
+  std::vector<MemoryPoolInfo> pools;
 };
 
 class Backend {
@@ -70,9 +77,17 @@ class Backend {
 // The CPU reference backend; threads <= 0 means one per hardware thread.
 std::unique_ptr<Backend> MakeCpuBackend(int threads = 0);
 
-// The CUDA backend on `device`; UNAVAILABLE when built without CUDA or when no device is
-// present (the message says which).
-absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(int device = 0);
+struct CudaOptions {
+  int device = 0;
+  int64_t device_pool_cap_bytes = 0;            // 0: 80% of the device's memory
+  int64_t pinned_pool_cap_bytes = int64_t{2} << 30;
+  int streams = 4;
+  int cpu_threads = 0;  // for the families still solved on the host
+};
+
+// The CUDA backend; UNAVAILABLE when built without CUDA or when no device is present (the
+// message says which).
+absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const CudaOptions& options = {});
 bool CudaBackendCompiledIn();
 
 }  // namespace trisolve

@@ -11,7 +11,10 @@
 
 namespace trisolve {
 
-enum class TridiagonalMethod : uint8_t { kAuto, kThomas, kPcr };
+// kPartitioned: chunks of rows reduced by the modified Thomas algorithm (Laszlo, Giles &
+// Appleyard 2016) to a system of two rows per chunk, solved, then substituted back -- the
+// CUDA backend's main kernel; the CPU reference runs its sequential form.
+enum class TridiagonalMethod : uint8_t { kAuto, kThomas, kPcr, kPartitioned };
 absl::StatusOr<TridiagonalMethod> ParseTridiagonalMethod(absl::string_view name);
 absl::string_view MethodName(TridiagonalMethod m);
 
@@ -42,6 +45,10 @@ SolveInfo SolveTridiagonal(const TridiagonalProblem<T>& p, TridiagonalMethod met
 template <typename T>
 bool ThomasStrided(int64_t n, int64_t stride, const T* a, const T* b, const T* c,
                    const T* d, T* x, T* work);
+// Partitioned (chunks of `chunk` rows, chunk >= 2); work needs 7 * n + 16 values.
+template <typename T>
+bool PartitionedStrided(int64_t n, int64_t stride, int chunk, const T* a, const T* b,
+                        const T* c, const T* d, T* x, T* work);
 template <typename T>
 bool PcrStrided(int64_t n, int64_t stride, const T* a, const T* b, const T* c, const T* d,
                 T* x, T* work);  // work needs 8 * n values

@@ -1,0 +1,267 @@
+// The CUDA backend: requests are staged through pooled pinned buffers into pooled device
+// buffers on one of several streams, solved by the family's kernels, and copied back. Families
+// without CUDA kernels yet are solved by the CPU reference on the host, and the method name
+// says so ("... (host)").
+#include <cuda_runtime.h>
+#include <omp.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "check.h"
+#include "memory_pool.h"
+#include "trisolve/backend.h"
+#include "tridiagonal_cuda.h"
+
+namespace trisolve {
+namespace {
+
+using cuda::Pool;
+
+constexpr int64_t kStagingChunk = int64_t{16} << 20;  // bytes per pinned staging piece
+
+double Ms(cudaEvent_t a, cudaEvent_t b) {
+  float ms = 0;
+  cudaEventElapsedTime(&ms, a, b);
+  return ms;
+}
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(const CudaOptions& o, const cudaDeviceProp& prop, int64_t device_cap)
+      : options_(o),
+        prop_(prop),
+        device_pool_(Pool::Kind::kDevice, o.device, device_cap),
+        pinned_pool_(Pool::Kind::kPinnedHost, o.device, o.pinned_pool_cap_bytes),
+        cpu_(MakeCpuBackend(o.cpu_threads)) {
+    cudaSetDevice(o.device);
+    for (int i = 0; i < std::max(1, o.streams); ++i) {
+      Lane lane;
+      cudaStreamCreateWithFlags(&lane.stream, cudaStreamNonBlocking);
+      for (auto* e : {&lane.e0, &lane.e1, &lane.e2, &lane.e3}) cudaEventCreate(e);
+      for (auto& e : lane.staged) cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+      lanes_.push_back(lane);
+      free_.push_back(i);
+    }
+  }
+  ~CudaBackend() override {
+    for (auto& l : lanes_) {
+      cudaStreamDestroy(l.stream);
+      for (auto e : {l.e0, l.e1, l.e2, l.e3, l.staged[0], l.staged[1]}) cudaEventDestroy(e);
+    }
+  }
+
+  BackendInfo Info() const override {
+    BackendInfo info = cpu_->Info();
+    info.name = "cuda";
+    DeviceInfo d;
+    d.name = prop_.name;
+    size_t free_b = 0, total_b = 0;
+    cudaSetDevice(options_.device);
+    cudaMemGetInfo(&free_b, &total_b);
+    d.total_memory_bytes = int64_t(total_b);
+    d.free_memory_bytes = int64_t(free_b);
+    d.compute_capability_major = prop_.major;
+    d.compute_capability_minor = prop_.minor;
+    d.multiprocessors = prop_.multiProcessorCount;
+    info.devices.push_back(d);
+    for (auto [name, pool] : {std::pair{"device", &device_pool_}, {"pinned-host", &pinned_pool_}}) {
+      const cuda::PoolStats s = pool->Stats();
+      info.pools.push_back({name, s.cap_bytes, s.cached_bytes, s.in_use_bytes, s.peak_bytes,
+                            s.hits, s.misses, s.evictions});
+    }
+    return info;
+  }
+
+  absl::StatusOr<SolveInfo> Solve(const TridiagonalProblem<double>& p, TridiagonalMethod m,
+                                  TridiagonalOutput<double> out, const SolveControl& c) override {
+    return SolveTri(p, m, out, c);
+  }
+  absl::StatusOr<SolveInfo> Solve(const TridiagonalProblem<float>& p, TridiagonalMethod m,
+                                  TridiagonalOutput<float> out, const SolveControl& c) override {
+    return SolveTri(p, m, out, c);
+  }
+
+#define TRISOLVE_ON_HOST(Problem, Method, Output)                                            \
+  absl::StatusOr<SolveInfo> Solve(const Problem<double>& p, Method m, Output<double> out,    \
+                                  const SolveControl& c) override {                          \
+    return Host(cpu_->Solve(p, m, out, c));                                                  \
+  }                                                                                          \
+  absl::StatusOr<SolveInfo> Solve(const Problem<float>& p, Method m, Output<float> out,      \
+                                  const SolveControl& c) override {                          \
+    return Host(cpu_->Solve(p, m, out, c));                                                  \
+  }
+  TRISOLVE_ON_HOST(TreeProblem, TreeMethod, TreeOutput)
+  TRISOLVE_ON_HOST(DenseProblem, DenseMethod, DenseOutput)
+#undef TRISOLVE_ON_HOST
+  absl::StatusOr<SolveInfo> Solve(const BlockTridiagonalProblem<double>& p, BlockMethod m,
+                                  const BlockOptions& o, BlockOutput<double> out,
+                                  const SolveControl& c) override {
+    return Host(cpu_->Solve(p, m, o, out, c));
+  }
+  absl::StatusOr<SolveInfo> Solve(const BlockTridiagonalProblem<float>& p, BlockMethod m,
+                                  const BlockOptions& o, BlockOutput<float> out,
+                                  const SolveControl& c) override {
+    return Host(cpu_->Solve(p, m, o, out, c));
+  }
+
+ private:
+  struct Lane {
+    cudaStream_t stream = nullptr;
+    cudaEvent_t e0, e1, e2, e3;  // h2d start, kernel start, kernel end, d2h end
+    cudaEvent_t staged[2];       // staging buffer i may be refilled
+  };
+
+  static absl::StatusOr<SolveInfo> Host(absl::StatusOr<SolveInfo> r) {
+    if (r.ok()) r->method += " (host)";
+    return r;
+  }
+
+  int AcquireLane() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return !free_.empty(); });
+    const int i = free_.back();
+    free_.pop_back();
+    return i;
+  }
+  void ReleaseLane(int i) {
+    std::lock_guard<std::mutex> lock(mu_);
+    free_.push_back(i);
+    cv_.notify_one();
+  }
+
+  // Host -> device through two pinned pieces in turn: the memcpy into one overlaps the DMA of
+  // the other (pageable copies run at a sixth of the pinned rate).
+  absl::Status StageIn(Lane& l, std::byte* pinned, const void* src, void* dst, int64_t bytes) {
+    const auto* s = static_cast<const std::byte*>(src);
+    auto* d = static_cast<std::byte*>(dst);
+    int buf = 0;
+    for (int64_t off = 0; off < bytes; off += kStagingChunk, buf ^= 1) {
+      const int64_t len = std::min(kStagingChunk, bytes - off);
+      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(l.staged[buf]));
+      std::memcpy(pinned + buf * kStagingChunk, s + off, size_t(len));
+      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d + off, pinned + buf * kStagingChunk,
+                                                    size_t(len), cudaMemcpyHostToDevice,
+                                                    l.stream));
+      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.staged[buf], l.stream));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status StageOut(Lane& l, std::byte* pinned, const void* src, void* dst, int64_t bytes) {
+    const auto* s = static_cast<const std::byte*>(src);
+    auto* d = static_cast<std::byte*>(dst);
+    const int64_t pieces = (bytes + kStagingChunk - 1) / kStagingChunk;
+    auto issue = [&](int64_t i) -> absl::Status {
+      const int64_t off = i * kStagingChunk, len = std::min(kStagingChunk, bytes - off);
+      const int buf = int(i & 1);
+      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(pinned + buf * kStagingChunk, s + off,
+                                                    size_t(len), cudaMemcpyDeviceToHost,
+                                                    l.stream));
+      return cuda::CudaStatus(cudaEventRecord(l.staged[buf], l.stream), "cudaEventRecord");
+    };
+    if (pieces > 0)
+      if (auto st = issue(0); !st.ok()) return st;
+    for (int64_t i = 0; i < pieces; ++i) {
+      if (i + 1 < pieces)
+        if (auto st = issue(i + 1); !st.ok()) return st;
+      const int buf = int(i & 1);
+      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(l.staged[buf]));
+      const int64_t off = i * kStagingChunk, len = std::min(kStagingChunk, bytes - off);
+      std::memcpy(d + off, pinned + buf * kStagingChunk, size_t(len));
+    }
+    return absl::OkStatus();
+  }
+
+  template <typename T>
+  absl::StatusOr<SolveInfo> SolveTri(const TridiagonalProblem<T>& p, TridiagonalMethod m,
+                                     TridiagonalOutput<T> out, const SolveControl&) {
+    cudaSetDevice(options_.device);
+    const int64_t elems = p.batch * p.n, bytes = elems * int64_t(sizeof(T));
+    auto dev = device_pool_.Get(5 * bytes + p.batch);
+    if (!dev.ok()) return dev.status();
+    auto pinned = pinned_pool_.Get(2 * kStagingChunk);
+    if (!pinned.ok()) return pinned.status();
+    const int li = AcquireLane();
+    struct Release {
+      CudaBackend* b;
+      int i;
+      ~Release() { b->ReleaseLane(i); }
+    } release{this, li};
+    Lane& l = lanes_[li];
+    T* base = static_cast<T*>(dev->get());
+    T* da = base;
+    T* db = da + elems;
+    T* dc = db + elems;
+    T* dd = dc + elems;
+    T* dx = dd + elems;
+    auto* flags = reinterpret_cast<uint8_t*>(dx + elems);
+    auto* pin = static_cast<std::byte*>(pinned->get());
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.e0, l.stream));
+    for (auto [src, dst] : {std::pair{p.a, da}, {p.b, db}, {p.c, dc}, {p.d, dd}})
+      if (auto st = StageIn(l, pin, src, dst, bytes); !st.ok()) return st;
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flags, 0, size_t(p.batch), l.stream));
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.e1, l.stream));
+    TridiagonalProblem<T> dp{p.batch, p.n, p.layout, da, db, dc, dd};
+    auto kernel = cuda::SolveTridiagonalDevice(dp, m, dx, flags, device_pool_, l.stream);
+    if (!kernel.ok()) return kernel.status();
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.e2, l.stream));
+    if (auto st = StageOut(l, pin, dx, out.x, bytes); !st.ok()) return st;
+    std::vector<uint8_t> f(size_t(p.batch));
+    TRISOLVE_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(f.data(), flags, size_t(p.batch), cudaMemcpyDeviceToHost, l.stream));
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.e3, l.stream));
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(l.stream));
+    const int64_t st = ElementStride(p.layout, p.batch);
+    for (int64_t s = 0; s < p.batch; ++s) {
+      out.status[s] = f[s] ? SystemStatus::kSingular : SystemStatus::kOk;
+      if (f[s])  // a system whose pivot vanished: zeros, never what the kernel left
+        for (int64_t k = 0; k < p.n; ++k) out.x[SystemOffset(p.layout, p.n, s) + k * st] = T(0);
+    }
+    SolveInfo info;
+    info.method = cuda::KernelName(*kernel);
+    info.h2d_us = Ms(l.e0, l.e1) * 1e3;
+    info.kernel_us = Ms(l.e1, l.e2) * 1e3;
+    info.d2h_us = Ms(l.e2, l.e3) * 1e3;
+    return info;
+  }
+
+  const CudaOptions options_;
+  const cudaDeviceProp prop_;
+  mutable Pool device_pool_;
+  mutable Pool pinned_pool_;
+  std::unique_ptr<Backend> cpu_;
+  std::vector<Lane> lanes_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<int> free_;
+};
+
+}  // namespace
+
+bool CudaBackendCompiledIn() { return true; }
+
+absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const CudaOptions& o) {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0)
+    return absl::UnavailableError(absl::StrCat(
+        "no CUDA device (", e == cudaSuccess ? "none present" : cudaGetErrorString(e), ")"));
+  if (o.device < 0 || o.device >= count)
+    return absl::InvalidArgumentError(
+        absl::StrCat("CUDA device ", o.device, " does not exist (", count, " present)"));
+  cudaDeviceProp prop;
+  if (auto st = cuda::CudaStatus(cudaGetDeviceProperties(&prop, o.device), "cudaGetDeviceProperties");
+      !st.ok())
+    return st;
+  if (auto st = cuda::CudaStatus(cudaSetDevice(o.device), "cudaSetDevice"); !st.ok()) return st;
+  const int64_t cap = o.device_pool_cap_bytes > 0 ? o.device_pool_cap_bytes
+                                                  : int64_t(double(prop.totalGlobalMem) * 0.8);
+  return std::unique_ptr<Backend>(new CudaBackend(o, prop, cap));
+}
+
+}  // namespace trisolve

@@ -1,0 +1,601 @@
+// Batched tridiagonal kernels: partitioned modified Thomas + PCR, cuThomasBatch, block PCR.
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+
+#include "check.h"
+#include "tridiagonal_cuda.h"
+
+namespace trisolve::cuda {
+namespace {
+
+// ---- launch parameters, next to the kernels they tune ---------------------------------------
+constexpr int kChunk = 8;            // rows per thread (registers: ~4 * kChunk values)
+constexpr int kMaxThreadsOnChip = 512;
+constexpr int kOnChipMaxN = kChunk * kMaxThreadsOnChip;  // 4096: whole systems in one block
+constexpr int kStreamThreads = 256;  // reduce/back kernels of the multi-level path
+constexpr int kThomasThreads = 128;
+
+template <typename T>
+__device__ __forceinline__ T Eps();
+template <>
+__device__ __forceinline__ double Eps<double>() { return DBL_EPSILON; }
+template <>
+__device__ __forceinline__ float Eps<float>() { return FLT_EPSILON; }
+
+template <typename T>
+__device__ __forceinline__ T MaxFinite();
+template <>
+__device__ __forceinline__ double MaxFinite<double>() { return DBL_MAX; }
+template <>
+__device__ __forceinline__ float MaxFinite<float>() { return FLT_MAX; }
+
+// A pivot vanishes when zero, not finite, or cancelled below the rounding level of its terms
+// (the same rule as the CPU reference, trisolve/types.h).
+template <typename T>
+__device__ __forceinline__ bool Vanishes(T p, T scale) {
+  const T m = fabs(p);
+  return !(m <= MaxFinite<T>()) || m <= Eps<T>() * scale;
+}
+
+template <typename T>
+__device__ __forceinline__ bool Finite(T v) {
+  return fabs(v) <= MaxFinite<T>();
+}
+
+// Element k of system s in a layout.
+__device__ __forceinline__ int64_t At(bool interleaved, int64_t batch, int64_t n, int64_t s,
+                                      int64_t k) {
+  return interleaved ? k * batch + s : s * n + k;
+}
+
+// The modified Thomas reduction of one chunk of M rows (Laszlo, Giles & Appleyard 2016).
+// On entry row i reads a[i] x[i-1] + b[i] x[i] + c[i] x[i+1] = d[i]. On exit
+//   row 0:      a[0] x[-1] + x[0] + c[0] x[M-1] = d[0]
+//   row M-1:    a[M-1] x[0] + x[M-1] + c[M-1] x[M] = d[M-1]
+//   rows 1..M-2: x[i] = d[i] - a[i] x[0] - c[i] x[M-1]
+// where x[-1] and x[M] belong to the neighbouring chunks. Returns false if a pivot vanished.
+template <int M, typename T>
+__device__ __forceinline__ bool ChunkReduce(T (&a)[M], const T (&b)[M], T (&c)[M], T (&d)[M]) {
+  static_assert(M >= 2, "a chunk needs two rows");
+  bool ok = true;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    ok &= !Vanishes(b[i], fabs(b[i]));
+    const T r = T(1) / b[i];
+    a[i] *= r;
+    c[i] *= r;
+    d[i] *= r;
+  }
+#pragma unroll
+  for (int i = 2; i < M; ++i) {
+    const T t = a[i] * c[i - 1];
+    const T piv = b[i] - t;
+    ok &= !Vanishes(piv, fabs(b[i]) + fabs(t));
+    const T r = T(1) / piv;
+    d[i] = r * (d[i] - a[i] * d[i - 1]);
+    a[i] = -r * a[i] * a[i - 1];
+    c[i] = r * c[i];
+  }
+#pragma unroll
+  for (int i = M - 3; i >= 1; --i) {
+    d[i] -= c[i] * d[i + 1];
+    a[i] -= c[i] * a[i + 1];
+    c[i] = -c[i] * c[i + 1];
+  }
+  if (M >= 3) {
+    const T t = c[0] * a[1];
+    const T piv = T(1) - t;
+    ok &= !Vanishes(piv, T(1) + fabs(t));
+    const T r = T(1) / piv;
+    d[0] = r * (d[0] - c[0] * d[1]);
+    a[0] = r * a[0];
+    c[0] = -r * c[0] * c[1];
+  }
+  return ok;
+}
+
+template <int M, typename T>
+__device__ __forceinline__ void ChunkBack(const T (&a)[M], const T (&c)[M], T (&d)[M], T x0,
+                                          T xl) {
+  d[0] = x0;
+  d[M - 1] = xl;
+#pragma unroll
+  for (int i = 1; i < M - 1; ++i) d[i] = d[i] - a[i] * x0 - c[i] * xl;
+}
+
+// Loads chunk rows k = j*M + i (i < M) of system s into registers; rows past n are identity
+// rows, a[0] and c[n-1] are zeroed (unused by definition). Interleaved layout: direct loads
+// (consecutive threads = consecutive systems = consecutive words).
+template <int M, typename T>
+__device__ __forceinline__ void LoadChunkInterleaved(const TridiagonalProblem<T>& p, int64_t s,
+                                                     int64_t j, T (&a)[M], T (&b)[M], T (&c)[M],
+                                                     T (&d)[M]) {
+#pragma unroll
+  for (int i = 0; i < M; ++i) {
+    const int64_t k = j * M + i;
+    if (k < p.n && s < p.batch) {
+      const int64_t e = k * p.batch + s;
+      a[i] = k > 0 ? __ldg(p.a + e) : T(0);
+      b[i] = __ldg(p.b + e);
+      c[i] = k + 1 < p.n ? __ldg(p.c + e) : T(0);
+      d[i] = __ldg(p.d + e);
+    } else {
+      a[i] = T(0);
+      b[i] = T(1);
+      c[i] = T(0);
+      d[i] = T(0);
+    }
+  }
+}
+
+// Flat layout: the block's chunks are staged through shared memory so that global reads are
+// coalesced; chunk c of the block occupies tile[c*(M+1) .. c*(M+1)+M) (one word of padding per
+// chunk keeps the per-thread reads free of bank conflicts). chunk_of(c) gives (s, j), or s < 0.
+template <int M, typename T, typename ChunkOf>
+__device__ __forceinline__ void StageFlat(const T* __restrict__ g, T* tile, int chunks, int64_t n,
+                                          ChunkOf chunk_of, T pad) {
+  for (int e = threadIdx.x; e < chunks * M; e += blockDim.x) {
+    const int c = e / M, i = e - c * M;
+    int64_t s, j;
+    chunk_of(c, s, j);
+    const int64_t k = j * M + i;
+    tile[c * (M + 1) + i] = (s >= 0 && k < n) ? __ldg(g + s * n + k) : pad;
+  }
+}
+
+template <int M, typename T, typename ChunkOf>
+__device__ __forceinline__ void LoadChunkFlat(const TridiagonalProblem<T>& p, T* tile, int chunks,
+                                              int mine, ChunkOf chunk_of, T (&a)[M], T (&b)[M],
+                                              T (&c)[M], T (&d)[M]) {
+  const T* src[4] = {p.a, p.b, p.c, p.d};
+  T* dst[4] = {a, b, c, d};
+  for (int q = 0; q < 4; ++q) {
+    StageFlat<M>(src[q], tile, chunks, p.n, chunk_of, q == 1 ? T(1) : T(0));
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < M; ++i) dst[q][i] = tile[mine * (M + 1) + i];
+    __syncthreads();
+  }
+  int64_t s, j;
+  chunk_of(mine, s, j);
+  if (j == 0) a[0] = T(0);
+#pragma unroll
+  for (int i = 0; i < M; ++i)
+    if (j * M + i == p.n - 1) c[i] = T(0);
+}
+
+template <int M, typename T, typename ChunkOf>
+__device__ __forceinline__ void StoreChunkFlat(T* __restrict__ x, T* tile, int chunks, int mine,
+                                               int64_t n, ChunkOf chunk_of, const T (&v)[M]) {
+#pragma unroll
+  for (int i = 0; i < M; ++i) tile[mine * (M + 1) + i] = v[i];
+  __syncthreads();
+  for (int e = threadIdx.x; e < chunks * M; e += blockDim.x) {
+    const int c = e / M, i = e - c * M;
+    int64_t s, j;
+    chunk_of(c, s, j);
+    const int64_t k = j * M + i;
+    if (s >= 0 && k < n) x[s * n + k] = tile[c * (M + 1) + i];
+  }
+  __syncthreads();
+}
+
+// ---- one pass: whole systems in one block -------------------------------------------------
+// Block = S systems x P threads (P a power of two, P * M >= n). Flat layout: thread
+// tid = s_local * P + j; interleaved: tid = j * S + s_local (systems fastest, coalesced).
+template <int M, typename T, bool kInterleaved>
+__global__ void __launch_bounds__(kMaxThreadsOnChip)
+    PartitionedOnChipKernel(TridiagonalProblem<T> p, T* __restrict__ x, uint8_t* flags, int P,
+                            int S) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* smem = reinterpret_cast<T*>(smem_raw);
+  const int R = 2 * P;                 // reduced rows per system
+  T* ra = smem;                        // S * R each
+  T* rb = ra + S * R;
+  T* rc = rb + S * R;
+  T* rd = rc + S * R;
+  T* tile = rd + S * R;                // flat staging: S * P * (M + 1)
+  __shared__ int bad[kMaxThreadsOnChip];
+
+  const int tid = threadIdx.x;
+  const int sl = kInterleaved ? tid % S : tid / P;
+  const int j = kInterleaved ? tid / S : tid % P;
+  const int64_t s0 = int64_t(blockIdx.x) * S;
+  const int64_t s = s0 + sl;
+  if (tid < S) bad[tid] = 0;
+
+  T a[M], b[M], c[M], d[M];
+  auto chunk_of = [&](int cidx, int64_t& cs, int64_t& cj) {
+    cs = s0 + cidx / P;
+    cj = cidx % P;
+    if (cs >= p.batch) cs = -1;
+  };
+  if (kInterleaved) {
+    LoadChunkInterleaved<M>(p, s, j, a, b, c, d);
+  } else {
+    LoadChunkFlat<M>(p, tile, S * P, tid, chunk_of, a, b, c, d);
+  }
+  __syncthreads();
+  bool ok = ChunkReduce<M>(a, b, c, d);
+  T* sa = ra + sl * R;
+  T* sb = rb + sl * R;
+  T* sc = rc + sl * R;
+  T* sd = rd + sl * R;
+  sa[2 * j] = a[0];
+  sb[2 * j] = T(1);
+  sc[2 * j] = c[0];
+  sd[2 * j] = d[0];
+  sa[2 * j + 1] = a[M - 1];
+  sb[2 * j + 1] = T(1);
+  sc[2 * j + 1] = c[M - 1];
+  sd[2 * j + 1] = d[M - 1];
+  __syncthreads();
+
+  // PCR on the R reduced rows of the system: this thread owns rows 2j and 2j+1.
+  for (int stride = 1; stride < R; stride *= 2) {
+    T na[2], nb[2], nc[2], nd[2];
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      const int i = 2 * j + q, il = i - stride, ir = i + stride;
+      T an = T(0), bn = sb[i], cn = T(0), dn = sd[i], scale = fabs(sb[i]);
+      if (il >= 0) {
+        ok &= !Vanishes(sb[il], fabs(sb[il]));
+        const T k1 = sa[i] / sb[il];
+        an = -sa[il] * k1;
+        bn -= sc[il] * k1;
+        dn -= sd[il] * k1;
+        scale += fabs(sc[il] * k1);
+      }
+      if (ir < R) {
+        ok &= !Vanishes(sb[ir], fabs(sb[ir]));
+        const T k2 = sc[i] / sb[ir];
+        cn = -sc[ir] * k2;
+        bn -= sa[ir] * k2;
+        dn -= sd[ir] * k2;
+        scale += fabs(sa[ir] * k2);
+      }
+      ok &= !Vanishes(bn, scale);
+      na[q] = an;
+      nb[q] = bn;
+      nc[q] = cn;
+      nd[q] = dn;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      sa[2 * j + q] = na[q];
+      sb[2 * j + q] = nb[q];
+      sc[2 * j + q] = nc[q];
+      sd[2 * j + q] = nd[q];
+    }
+    __syncthreads();
+  }
+  const T x0 = sd[2 * j] / sb[2 * j];
+  const T xl = sd[2 * j + 1] / sb[2 * j + 1];
+  ChunkBack<M>(a, c, d, x0, xl);
+#pragma unroll
+  for (int i = 0; i < M; ++i) ok &= Finite(d[i]);
+  if (!ok) atomicOr(&bad[sl], 1);
+  if (kInterleaved) {
+#pragma unroll
+    for (int i = 0; i < M; ++i) {
+      const int64_t k = int64_t(j) * M + i;
+      if (k < p.n && s < p.batch) x[k * p.batch + s] = d[i];
+    }
+    __syncthreads();
+  } else {
+    __syncthreads();
+    StoreChunkFlat<M>(x, tile, S * P, tid, p.n, chunk_of, d);
+  }
+  if (tid < S && s0 + tid < p.batch && bad[tid]) flags[s0 + tid] = 1;
+}
+
+// ---- multi-level: reduce to 2 rows per chunk in global memory, then substitute back ----------
+// Chunk g of the problem: flat (s, j) = (g / nch, g % nch); interleaved (j, s) = (g / batch,
+// g % batch). The reduced system is flat: system s, rows 2j and 2j+1 of 2 * nch.
+template <int M, typename T, bool kInterleaved, bool kBack>
+__global__ void __launch_bounds__(kStreamThreads)
+    PartitionedLevelKernel(TridiagonalProblem<T> p, int64_t nch, T* __restrict__ ra,
+                           T* __restrict__ rb, T* __restrict__ rc, T* __restrict__ rd,
+                           const T* __restrict__ xr, T* __restrict__ x, uint8_t* flags) {
+  __shared__ T tile[kStreamThreads * (M + 1)];
+  const int64_t total = p.batch * nch;
+  const int64_t g0 = int64_t(blockIdx.x) * blockDim.x;
+  const int64_t g = g0 + threadIdx.x;
+  auto decode = [&](int64_t gg, int64_t& s, int64_t& j) {
+    if (gg >= total) {
+      s = -1;
+      j = 0;
+    } else if (kInterleaved) {
+      j = gg / p.batch;
+      s = gg - j * p.batch;
+    } else {
+      s = gg / nch;
+      j = gg - s * nch;
+    }
+  };
+  int64_t s, j;
+  decode(g, s, j);
+  T a[M], b[M], c[M], d[M];
+  const int chunks = int(std::min<int64_t>(blockDim.x, total - g0));
+  auto chunk_of = [&](int cidx, int64_t& cs, int64_t& cj) { decode(g0 + cidx, cs, cj); };
+  if (kInterleaved) {
+    LoadChunkInterleaved<M>(p, s < 0 ? p.batch : s, j, a, b, c, d);
+  } else {
+    LoadChunkFlat<M>(p, tile, chunks, threadIdx.x, chunk_of, a, b, c, d);
+  }
+  const bool ok = ChunkReduce<M>(a, b, c, d);
+  const int64_t rn = 2 * nch;
+  if (!kBack) {
+    if (s >= 0) {
+      const int64_t r = s * rn + 2 * j;
+      ra[r] = a[0];
+      rb[r] = T(1);
+      rc[r] = c[0];
+      rd[r] = d[0];
+      ra[r + 1] = a[M - 1];
+      rb[r + 1] = T(1);
+      rc[r + 1] = c[M - 1];
+      rd[r + 1] = d[M - 1];
+      if (!ok) flags[s] = 1;
+    }
+  } else {
+    T x0 = T(0), xl = T(0);
+    if (s >= 0) {
+      x0 = xr[s * rn + 2 * j];
+      xl = xr[s * rn + 2 * j + 1];
+    }
+    ChunkBack<M>(a, c, d, x0, xl);
+    bool finite = true;
+#pragma unroll
+    for (int i = 0; i < M; ++i) finite &= Finite(d[i]);
+    if (s >= 0 && !finite) flags[s] = 1;
+    if (kInterleaved) {
+#pragma unroll
+      for (int i = 0; i < M; ++i) {
+        const int64_t k = j * M + i;
+        if (s >= 0 && k < p.n) x[k * p.batch + s] = d[i];
+      }
+    } else {
+      StoreChunkFlat<M>(x, tile, chunks, threadIdx.x, p.n, chunk_of, d);
+    }
+  }
+}
+
+// ---- cuThomasBatch: one thread per system ------------------------------------------------
+template <typename T>
+__global__ void __launch_bounds__(kThomasThreads)
+    ThomasKernel(TridiagonalProblem<T> p, T* __restrict__ x, T* __restrict__ cp, uint8_t* flags,
+                 bool interleaved) {
+  const int64_t s = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (s >= p.batch) return;
+  const int64_t st = interleaved ? p.batch : 1;
+  const int64_t off = interleaved ? s : s * p.n;
+  const T* a = p.a + off;
+  const T* b = p.b + off;
+  const T* c = p.c + off;
+  const T* d = p.d + off;
+  T* xs = x + off;
+  T* cs = cp + off;
+  bool ok = !Vanishes(b[0], fabs(b[0]));
+  T inv = T(1) / b[0];
+  T cprev = p.n > 1 ? c[0] * inv : T(0);
+  T dprev = d[0] * inv;
+  cs[0] = cprev;
+  xs[0] = dprev;
+  for (int64_t k = 1; k < p.n; ++k) {
+    const T ak = a[k * st];
+    const T t = ak * cprev;
+    const T piv = b[k * st] - t;
+    ok &= !Vanishes(piv, fabs(b[k * st]) + fabs(t));
+    inv = T(1) / piv;
+    cprev = k + 1 < p.n ? c[k * st] * inv : T(0);
+    dprev = (d[k * st] - ak * dprev) * inv;
+    cs[k * st] = cprev;
+    xs[k * st] = dprev;
+  }
+  T xn = dprev;
+  ok &= Finite(xn);
+  for (int64_t k = p.n - 2; k >= 0; --k) {
+    xn = xs[k * st] - cs[k * st] * xn;
+    ok &= Finite(xn);
+    xs[k * st] = xn;
+  }
+  if (!ok) flags[s] = 1;
+}
+
+// ---- the PCR notes' kernel: one thread per row, blockDim / d systems per block ------------
+template <typename T>
+__global__ void PcrNotesKernel(TridiagonalProblem<T> p, T* __restrict__ x, uint8_t* flags,
+                               bool interleaved) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sm = reinterpret_cast<T*>(smem_raw);
+  const int d = int(p.n);
+  const int per_block = blockDim.x / d;
+  const int tidx = threadIdx.x % d;                       // the row
+  const int Qt = (threadIdx.x - tidx) / d;                // the system within the block
+  const int64_t gbx = Qt + int64_t(blockIdx.x) * per_block;  // the system
+  const bool live = Qt < per_block && gbx < p.batch;
+  T* A = sm + 8 * d * Qt;  // two buffers of a, b, c, d per system
+  T* B = A + d;
+  T* C = B + d;
+  T* D = C + d;
+  T* A2 = D + d;
+  T* B2 = A2 + d;
+  T* C2 = B2 + d;
+  T* D2 = C2 + d;
+  bool ok = true;
+  if (live) {
+    const int64_t e = At(interleaved, p.batch, p.n, gbx, tidx);
+    A[tidx] = tidx > 0 ? p.a[e] : T(0);
+    B[tidx] = p.b[e];
+    C[tidx] = tidx + 1 < d ? p.c[e] : T(0);
+    D[tidx] = p.d[e];
+  }
+  __syncthreads();
+  for (int stride = 1; stride < d; stride *= 2) {
+    if (live) {
+      const int il = tidx - stride, ir = tidx + stride;
+      T an = T(0), bn = B[tidx], cn = T(0), dn = D[tidx], scale = fabs(B[tidx]);
+      if (il >= 0) {
+        ok &= !Vanishes(B[il], fabs(B[il]));
+        const T k1 = A[tidx] / B[il];
+        an = -A[il] * k1;
+        bn -= C[il] * k1;
+        dn -= D[il] * k1;
+        scale += fabs(C[il] * k1);
+      }
+      if (ir < d) {
+        ok &= !Vanishes(B[ir], fabs(B[ir]));
+        const T k2 = C[tidx] / B[ir];
+        cn = -C[ir] * k2;
+        bn -= A[ir] * k2;
+        dn -= D[ir] * k2;
+        scale += fabs(A[ir] * k2);
+      }
+      ok &= !Vanishes(bn, scale);
+      A2[tidx] = an;
+      B2[tidx] = bn;
+      C2[tidx] = cn;
+      D2[tidx] = dn;
+    }
+    __syncthreads();
+    T* t;
+    t = A; A = A2; A2 = t;
+    t = B; B = B2; B2 = t;
+    t = C; C = C2; C2 = t;
+    t = D; D = D2; D2 = t;
+  }
+  if (live) {
+    const T xv = D[tidx] / B[tidx];
+    ok &= !Vanishes(B[tidx], fabs(B[tidx])) && Finite(xv);
+    x[At(interleaved, p.batch, p.n, gbx, tidx)] = xv;
+    if (!ok) flags[gbx] = 1;
+  }
+}
+
+int NextPow2(int64_t v) {
+  int p = 1;
+  while (p < v) p *= 2;
+  return p;
+}
+
+template <typename T>
+absl::Status LaunchOnChip(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
+                          cudaStream_t stream) {
+  const int P = NextPow2((p.n + kChunk - 1) / kChunk);
+  const int threads = std::max(P, 256);
+  const int S = threads / P;
+  const int64_t blocks = (p.batch + S - 1) / S;
+  const bool inter = p.layout == Layout::kInterleaved;
+  const size_t smem = sizeof(T) * (size_t(4) * S * 2 * P + (inter ? 0 : size_t(S) * P * (kChunk + 1)));
+  auto kernel = inter ? PartitionedOnChipKernel<kChunk, T, true>
+                      : PartitionedOnChipKernel<kChunk, T, false>;
+  TRISOLVE_CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  kernel<<<dim3(unsigned(blocks)), threads, smem, stream>>>(p, x, flags, P, S);
+  return CudaStatus(cudaGetLastError(), "PartitionedOnChipKernel launch");
+}
+
+template <typename T>
+absl::Status SolvePartitioned(const TridiagonalProblem<T>& p, T* x, uint8_t* flags, Pool& pool,
+                              cudaStream_t stream) {
+  if (p.n <= kOnChipMaxN) return LaunchOnChip(p, x, flags, stream);
+  const int64_t nch = (p.n + kChunk - 1) / kChunk;
+  const int64_t rn = 2 * nch;
+  auto buf = pool.Get(int64_t(sizeof(T)) * 5 * rn * p.batch);
+  if (!buf.ok()) return buf.status();
+  T* ra = static_cast<T*>(buf->get());
+  T* rb = ra + rn * p.batch;
+  T* rc = rb + rn * p.batch;
+  T* rd = rc + rn * p.batch;
+  T* xr = rd + rn * p.batch;
+  const int64_t total = p.batch * nch;
+  const unsigned blocks = unsigned((total + kStreamThreads - 1) / kStreamThreads);
+  const bool inter = p.layout == Layout::kInterleaved;
+  if (inter)
+    PartitionedLevelKernel<kChunk, T, true, false><<<blocks, kStreamThreads, 0, stream>>>(
+        p, nch, ra, rb, rc, rd, nullptr, x, flags);
+  else
+    PartitionedLevelKernel<kChunk, T, false, false><<<blocks, kStreamThreads, 0, stream>>>(
+        p, nch, ra, rb, rc, rd, nullptr, x, flags);
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  TridiagonalProblem<T> reduced{p.batch, rn, Layout::kFlat, ra, rb, rc, rd};
+  if (auto st = SolvePartitioned(reduced, xr, flags, pool, stream); !st.ok()) return st;
+  if (inter)
+    PartitionedLevelKernel<kChunk, T, true, true><<<blocks, kStreamThreads, 0, stream>>>(
+        p, nch, nullptr, nullptr, nullptr, nullptr, xr, x, flags);
+  else
+    PartitionedLevelKernel<kChunk, T, false, true><<<blocks, kStreamThreads, 0, stream>>>(
+        p, nch, nullptr, nullptr, nullptr, nullptr, xr, x, flags);
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  // The scratch goes back to the pool now, but the kernels above still use it: wait for them
+  // before another request can take it.
+  return CudaStatus(cudaStreamSynchronize(stream), "partitioned solve");
+}
+
+}  // namespace
+
+const char* KernelName(TridiagonalKernel k) {
+  switch (k) {
+    case TridiagonalKernel::kPartitioned: return "partitioned";
+    case TridiagonalKernel::kThomas: return "thomas";
+    case TridiagonalKernel::kPcr: return "pcr";
+  }
+  return "?";
+}
+
+TridiagonalKernel ChooseTridiagonalKernel(TridiagonalMethod m, int64_t n, int64_t, Layout,
+                                          bool) {
+  switch (m) {
+    case TridiagonalMethod::kThomas: return TridiagonalKernel::kThomas;
+    case TridiagonalMethod::kPcr:
+      return n <= 1024 ? TridiagonalKernel::kPcr : TridiagonalKernel::kPartitioned;
+    default: return TridiagonalKernel::kPartitioned;
+  }
+}
+
+template <typename T>
+absl::StatusOr<TridiagonalKernel> SolveTridiagonalDevice(const TridiagonalProblem<T>& p,
+                                                         TridiagonalMethod method, T* x,
+                                                         uint8_t* flags, Pool& pool,
+                                                         cudaStream_t stream) {
+  const TridiagonalKernel k =
+      ChooseTridiagonalKernel(method, p.n, p.batch, p.layout, sizeof(T) == 4);
+  const bool inter = p.layout == Layout::kInterleaved;
+  switch (k) {
+    case TridiagonalKernel::kPartitioned:
+      if (auto st = SolvePartitioned(p, x, flags, pool, stream); !st.ok()) return st;
+      break;
+    case TridiagonalKernel::kThomas: {
+      auto cp = pool.Get(int64_t(sizeof(T)) * p.n * p.batch);
+      if (!cp.ok()) return cp.status();
+      const unsigned blocks = unsigned((p.batch + kThomasThreads - 1) / kThomasThreads);
+      ThomasKernel<T><<<blocks, kThomasThreads, 0, stream>>>(p, x, static_cast<T*>(cp->get()), flags, inter);
+      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));  // before cp returns
+      break;
+    }
+    case TridiagonalKernel::kPcr: {
+      const int d = int(p.n);
+      const int per_block = std::max(1, 256 / d);
+      const int threads = per_block * d;
+      const size_t smem = sizeof(T) * 8 * size_t(threads);
+      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
+          PcrNotesKernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+      const unsigned blocks = unsigned((p.batch + per_block - 1) / per_block);
+      PcrNotesKernel<T><<<blocks, threads, smem, stream>>>(p, x, flags, inter);
+      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+      break;
+    }
+  }
+  return k;
+}
+
+template absl::StatusOr<TridiagonalKernel> SolveTridiagonalDevice(
+    const TridiagonalProblem<double>&, TridiagonalMethod, double*, uint8_t*, Pool&, cudaStream_t);
+template absl::StatusOr<TridiagonalKernel> SolveTridiagonalDevice(
+    const TridiagonalProblem<float>&, TridiagonalMethod, float*, uint8_t*, Pool&, cudaStream_t);
+
+}  // namespace trisolve::cuda

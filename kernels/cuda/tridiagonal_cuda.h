@@ -1,0 +1,45 @@
+// Batched tridiagonal solves on the GPU, on device arrays. No host transfers here: the backend
+// (backend.cc) stages requests; the benchmark and the GPU tests call these directly.
+//
+// Algorithms (names as reported in SolveInfo::method):
+//  - "partitioned": each thread owns M consecutive rows of a system in registers and reduces
+//    them by the modified Thomas algorithm of Laszlo, Giles & Appleyard (2016) to two rows
+//    coupling its first and last unknowns to the neighbouring chunks. For n <= 4096 (float64;
+//    8192 float32) one thread block holds whole systems: the reduced system is solved by PCR in
+//    shared memory and each thread substitutes back from its registers -- one pass over memory
+//    (a, b, c, d read once, x written once). Larger n write the reduced rows (2 per M rows) to
+//    global memory, solve that system the same way (recursively) and re-read a, b, c, d to
+//    substitute back: 9 arrays of traffic instead of 5.
+//  - "thomas": cuThomasBatch, one thread per system; c' kept in a scratch array of the same
+//    layout (coalesced in the interleaved layout), d' in x.
+//  - "pcr": the PCR notes' kernel, one thread per row and several systems of size d per block
+//    (tidx = threadIdx.x % d, Qt = (threadIdx.x - tidx) / d), n <= 1024.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "memory_pool.h"
+#include "trisolve/tridiagonal.h"
+
+namespace trisolve::cuda {
+
+enum class TridiagonalKernel { kPartitioned, kThomas, kPcr };
+
+// What `auto` and each method run for a shape.
+TridiagonalKernel ChooseTridiagonalKernel(TridiagonalMethod m, int64_t n, int64_t batch,
+                                          Layout layout, bool float32);
+const char* KernelName(TridiagonalKernel k);
+
+// Solves on `stream`. p's arrays and x are device pointers; status_flags (device, batch bytes)
+// are set to 1 for systems whose pivots vanished (x of those systems is then meaningless: the
+// caller zeroes it). Scratch comes from `pool`. Returns the kernel that ran.
+template <typename T>
+absl::StatusOr<TridiagonalKernel> SolveTridiagonalDevice(const TridiagonalProblem<T>& p,
+                                                         TridiagonalMethod method, T* x,
+                                                         uint8_t* status_flags, Pool& pool,
+                                                         cudaStream_t stream);
+
+}  // namespace trisolve::cuda

@@ -1,0 +1,302 @@
+// Batched tridiagonal benchmark on the GPU: every trisolve kernel against cuSPARSE's
+// gtsv2StridedBatch and gtsvInterleavedBatch (algorithms 0 and 1), on the same data, at a fixed
+// number of unknowns (2^24 by default), float64 and float32. Effective bandwidth = the bytes
+// that must move (a, b, c, d read once, x written once) / time, as a fraction of a large
+// device-to-device copy measured in the same run. Median of `reps` timed runs (CUDA events)
+// after a warm-up. Prints a table; --csv FILE writes the rows.
+//
+//   bench_tridiagonal [--unknowns 16777216] [--reps 15] [--csv FILE]
+#include <cuda_runtime.h>
+#include <cusparse.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "memory_pool.h"
+#include "tridiagonal_cuda.h"
+
+namespace {
+
+#define CK(x)                                                                       \
+  do {                                                                              \
+    cudaError_t e_ = (x);                                                           \
+    if (e_ != cudaSuccess) {                                                        \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                 \
+    }                                                                               \
+  } while (0)
+#define CS(x)                                                                      \
+  do {                                                                             \
+    cusparseStatus_t s_ = (x);                                                     \
+    if (s_ != CUSPARSE_STATUS_SUCCESS) {                                           \
+      std::fprintf(stderr, "%s:%d %s: cusparse status %d\n", __FILE__, __LINE__, #x, int(s_)); \
+      std::exit(1);                                                                \
+    }                                                                              \
+  } while (0)
+
+// Median time in ms of `reps` runs of fn, each preceded (untimed) by prep.
+double TimeIt(int reps, const std::function<void()>& prep, const std::function<void()>& fn) {
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  prep();
+  CK(cudaEventRecord(a));
+  fn();  // warm-up; a routine slower than 50 ms gets 3 timed runs
+  CK(cudaEventRecord(b));
+  CK(cudaEventSynchronize(b));
+  float warm;
+  CK(cudaEventElapsedTime(&warm, a, b));
+  if (warm > 50) reps = std::min(reps, 3);
+  std::vector<float> t;
+  for (int r = 0; r < reps; ++r) {
+    prep();
+    CK(cudaEventRecord(a));
+    fn();
+    CK(cudaEventRecord(b));
+    CK(cudaEventSynchronize(b));
+    CK(cudaGetLastError());
+    float ms;
+    CK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+struct Row {
+  std::string dtype, layout, kernel;
+  int64_t n, batch;
+  double ms, gbs, frac;
+  double err;  // max |x - x_ref| / max |x_ref| against trisolve partitioned (or "-1")
+};
+
+template <typename T>
+struct Bench {
+  int64_t N;  // total unknowns
+  int reps;
+  double copy_gbs;
+  cusparseHandle_t sp;
+  trisolve::cuda::Pool& pool;
+  std::vector<Row>& rows;
+  T *a0, *b0, *c0, *d0;  // pristine, flat layout
+  T *ai, *bi, *ci, *di;  // pristine, interleaved
+  T *a, *b, *c, *d, *x, *xref;
+  uint8_t* flags;
+
+  void Record(const char* layout, const char* kernel, int64_t n, double ms, const T* result,
+              int64_t batch, bool interleaved_result) {
+    const double bytes = 5.0 * sizeof(T) * N;
+    double err = -1;
+    if (result) {
+      std::vector<T> h(N), r(N);
+      CK(cudaMemcpy(h.data(), result, N * sizeof(T), cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(r.data(), xref, N * sizeof(T), cudaMemcpyDeviceToHost));
+      double dm = 0, xm = 0;
+      for (int64_t s = 0; s < batch; ++s)
+        for (int64_t k = 0; k < n; ++k) {
+          const T v = interleaved_result ? h[k * batch + s] : h[s * n + k];
+          const T ref = r[s * n + k];
+          dm = std::max(dm, std::abs(double(v) - double(ref)));
+          xm = std::max(xm, std::abs(double(ref)));
+        }
+      err = dm / xm;
+    }
+    rows.push_back({sizeof(T) == 8 ? "float64" : "float32", layout, kernel, n, batch, ms,
+                    bytes / ms / 1e6, bytes / ms / 1e6 / copy_gbs, err});
+    const Row& w = rows.back();
+    std::printf("%-8s %8lld %8lld %-12s %-26s %9.3f ms %7.0f GB/s %5.1f%% err %.1e\n",
+                w.dtype.c_str(), (long long)n, (long long)batch, layout, kernel, ms, w.gbs,
+                100 * w.frac, err);
+    std::fflush(stdout);
+  }
+
+  void Run(int64_t n) {
+    const int64_t batch = N / n;
+    const size_t bytes = sizeof(T) * N;
+    auto restore = [&](bool inter) {
+      CK(cudaMemcpyAsync(a, inter ? ai : a0, bytes, cudaMemcpyDeviceToDevice));
+      CK(cudaMemcpyAsync(b, inter ? bi : b0, bytes, cudaMemcpyDeviceToDevice));
+      CK(cudaMemcpyAsync(c, inter ? ci : c0, bytes, cudaMemcpyDeviceToDevice));
+      CK(cudaMemcpyAsync(d, inter ? di : d0, bytes, cudaMemcpyDeviceToDevice));
+    };
+    // Reference: trisolve partitioned on the flat data.
+    restore(false);
+    {
+      trisolve::TridiagonalProblem<T> p{batch, n, trisolve::Layout::kFlat, a, b, c, d};
+      auto k = trisolve::cuda::SolveTridiagonalDevice(p, trisolve::TridiagonalMethod::kPartitioned,
+                                                      xref, flags, pool, nullptr);
+      if (!k.ok()) std::exit(2);
+      CK(cudaDeviceSynchronize());
+    }
+    for (bool inter : {false, true}) {
+      const char* lay = inter ? "interleaved" : "flat";
+      trisolve::TridiagonalProblem<T> p{batch, n,
+                                        inter ? trisolve::Layout::kInterleaved : trisolve::Layout::kFlat,
+                                        a, b, c, d};
+      for (auto m : {trisolve::TridiagonalMethod::kPartitioned, trisolve::TridiagonalMethod::kThomas,
+                     trisolve::TridiagonalMethod::kPcr}) {
+        if (m == trisolve::TridiagonalMethod::kThomas && batch < 2048) continue;  // too few threads
+        if (m == trisolve::TridiagonalMethod::kPcr && n > 1024) continue;
+        const double ms = TimeIt(
+            reps, [&] { restore(inter); },
+            [&] {
+              auto k = trisolve::cuda::SolveTridiagonalDevice(p, m, x, flags, pool, nullptr);
+              if (!k.ok()) std::exit(3);
+            });
+        Record(lay, (std::string("trisolve ") + trisolve::cuda::KernelName(
+                                                    trisolve::cuda::ChooseTridiagonalKernel(
+                                                        m, n, batch, p.layout, sizeof(T) == 4)))
+                        .c_str(),
+               n, ms, x, batch, inter);
+      }
+      // cuSPARSE: the solution overwrites the right-hand side (here x, restored each run).
+      if (!inter) {
+        size_t buf_bytes = 0;
+        if constexpr (sizeof(T) == 8)
+          CS(cusparseDgtsv2StridedBatch_bufferSizeExt(sp, int(n), a, b, c, x, int(batch), int(n), &buf_bytes));
+        else
+          CS(cusparseSgtsv2StridedBatch_bufferSizeExt(sp, int(n), a, b, c, x, int(batch), int(n), &buf_bytes));
+        void* buf;
+        CK(cudaMalloc(&buf, std::max<size_t>(buf_bytes, 1)));
+        const double ms = TimeIt(
+            reps,
+            [&] {
+              restore(false);
+              CK(cudaMemcpyAsync(x, d, bytes, cudaMemcpyDeviceToDevice));
+            },
+            [&] {
+              if constexpr (sizeof(T) == 8)
+                CS(cusparseDgtsv2StridedBatch(sp, int(n), a, b, c, x, int(batch), int(n), buf));
+              else
+                CS(cusparseSgtsv2StridedBatch(sp, int(n), a, b, c, x, int(batch), int(n), buf));
+            });
+        Record(lay, "cuSPARSE gtsv2StridedBatch", n, ms, x, batch, false);
+        CK(cudaFree(buf));
+      } else {
+        for (int algo : {0, 1}) {
+          size_t buf_bytes = 0;
+          if constexpr (sizeof(T) == 8)
+            CS(cusparseDgtsvInterleavedBatch_bufferSizeExt(sp, algo, int(n), a, b, c, x, int(batch), &buf_bytes));
+          else
+            CS(cusparseSgtsvInterleavedBatch_bufferSizeExt(sp, algo, int(n), a, b, c, x, int(batch), &buf_bytes));
+          void* buf;
+          CK(cudaMalloc(&buf, std::max<size_t>(buf_bytes, 1)));
+          const double ms = TimeIt(
+              reps,
+              [&] {
+                restore(true);
+                CK(cudaMemcpyAsync(x, d, bytes, cudaMemcpyDeviceToDevice));
+              },
+              [&] {
+                if constexpr (sizeof(T) == 8)
+                  CS(cusparseDgtsvInterleavedBatch(sp, algo, int(n), a, b, c, x, int(batch), buf));
+                else
+                  CS(cusparseSgtsvInterleavedBatch(sp, algo, int(n), a, b, c, x, int(batch), buf));
+              });
+          Record(lay, algo == 0 ? "cuSPARSE gtsvInterleaved 0" : "cuSPARSE gtsvInterleaved 1", n,
+                 ms, x, batch, true);
+          CK(cudaFree(buf));
+        }
+      }
+    }
+  }
+};
+
+template <typename T>
+void RunAll(int64_t N, int reps, double copy_gbs, cusparseHandle_t sp, trisolve::cuda::Pool& pool,
+            std::vector<Row>& rows, const std::vector<int64_t>& sizes) {
+  const size_t bytes = sizeof(T) * N;
+  std::vector<T*> bufs(14);
+  for (auto& p : bufs) CK(cudaMalloc(&p, bytes));
+  uint8_t* flags;
+  CK(cudaMalloc(&flags, N));
+  Bench<T> bench{N, reps, copy_gbs, sp, pool, rows, bufs[0], bufs[1], bufs[2], bufs[3], bufs[4],
+                 bufs[5], bufs[6], bufs[7], bufs[8], bufs[9], bufs[10], bufs[11], bufs[12],
+                 bufs[13], flags};
+  std::mt19937_64 rng(1);
+  std::uniform_real_distribution<double> u(-1, 1);
+  std::vector<T> ha(N), hb(N), hc(N), hd(N), t(N);
+  for (int64_t n : sizes) {
+    const int64_t batch = N / n;
+    for (int64_t e = 0; e < N; ++e) {
+      const int64_t k = e % n;
+      ha[e] = k == 0 ? T(0) : T(u(rng));
+      hc[e] = k == n - 1 ? T(0) : T(u(rng));
+      hb[e] = T(std::abs(double(ha[e])) + std::abs(double(hc[e])) + 0.5 + std::abs(u(rng)));
+      hd[e] = T(u(rng));
+    }
+    T* flat[4] = {bench.a0, bench.b0, bench.c0, bench.d0};
+    T* inter[4] = {bench.ai, bench.bi, bench.ci, bench.di};
+    std::vector<T>* src[4] = {&ha, &hb, &hc, &hd};
+    for (int q = 0; q < 4; ++q) {
+      CK(cudaMemcpy(flat[q], src[q]->data(), bytes, cudaMemcpyHostToDevice));
+      for (int64_t s = 0; s < batch; ++s)
+        for (int64_t k = 0; k < n; ++k) t[k * batch + s] = (*src[q])[s * n + k];
+      CK(cudaMemcpy(inter[q], t.data(), bytes, cudaMemcpyHostToDevice));
+    }
+    bench.Run(n);
+  }
+  for (auto p : bufs) CK(cudaFree(p));
+  CK(cudaFree(flags));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int64_t N = int64_t{1} << 24;
+  int reps = 15;
+  std::string csv;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--unknowns")) N = std::atoll(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--csv")) csv = argv[i + 1];
+  }
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  // The ceiling: a large device-to-device copy, bytes read + written.
+  const size_t cb = size_t(1) << 30;
+  void *src, *dst;
+  CK(cudaMalloc(&src, cb));
+  CK(cudaMalloc(&dst, cb));
+  CK(cudaMemset(src, 1, cb));
+  const double copy_ms =
+      TimeIt(reps, [] {}, [&] { CK(cudaMemcpyAsync(dst, src, cb, cudaMemcpyDeviceToDevice)); });
+  const double copy_gbs = 2.0 * cb / copy_ms / 1e6;
+  CK(cudaFree(src));
+  CK(cudaFree(dst));
+  std::printf("device: %s, %d SMs; device-to-device copy: %.0f GB/s (read + write)\n", prop.name,
+              prop.multiProcessorCount, copy_gbs);
+  std::printf("%lld unknowns per shape; bytes that must move: 5 arrays (a, b, c, d, x)\n\n",
+              (long long)N);
+  std::printf("%-8s %8s %8s %-12s %-26s %12s %12s %6s\n", "dtype", "n", "batch", "layout", "kernel",
+              "time", "bandwidth", "of copy");
+  cusparseHandle_t sp;
+  CS(cusparseCreate(&sp));
+  trisolve::cuda::Pool pool(trisolve::cuda::Pool::Kind::kDevice, 0, int64_t{16} << 30);
+  std::vector<Row> rows;
+  const std::vector<int64_t> sizes = {32, 64, 128, 256, 1024, 4096, 16384, 1 << 20, 1 << 24};
+  std::vector<int64_t> use;
+  for (int64_t n : sizes)
+    if (n <= N) use.push_back(n);
+  RunAll<double>(N, reps, copy_gbs, sp, pool, rows, use);
+  RunAll<float>(N, reps, copy_gbs, sp, pool, rows, use);
+  cusparseDestroy(sp);
+  if (!csv.empty()) {
+    FILE* f = std::fopen(csv.c_str(), "w");
+    std::fprintf(f, "device,copy_gbs,dtype,n,batch,layout,kernel,ms,gbs,fraction_of_copy,max_rel_diff\n");
+    for (const Row& r : rows)
+      std::fprintf(f, "%s,%.0f,%s,%lld,%lld,%s,%s,%.4f,%.0f,%.3f,%.2e\n", prop.name, copy_gbs,
+                   r.dtype.c_str(), (long long)r.n, (long long)r.batch, r.layout.c_str(),
+                   r.kernel.c_str(), r.ms, r.gbs, r.frac, r.err);
+    std::fclose(f);
+  }
+  return 0;
+}

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Everything the lent GPU machine runs, in one call (see README, "Benchmarks"):
+#   ../shared/gpu/bundle.sh .gpu build-cuda/server/trisolved build-cuda/client/trisolve \
+#       build-cuda/tests/test_cuda_tridiagonal build-cuda/tests/bench_tridiagonal
+#   then on the device: bash tests/bench/run_gpu.sh   (logs and results under $OUT)
+set -uo pipefail
+out=${OUT:-/tmp/trisolve-gpu}
+mkdir -p "$out"
+run=.gpu/run
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv | tee "$out/device.txt"
+
+echo "=== GPU tests"
+$run test_cuda_tridiagonal --gtest_brief=1 2>&1 | tee "$out/gpu_tests.log" | tail -25
+
+echo "=== benchmark"
+$run bench_tridiagonal --csv "$out/bench_tridiagonal.csv" 2>&1 | tee "$out/bench_tridiagonal.log"
+
+echo "=== end to end: trisolved --backend cuda, solved through the CLI"
+$run trisolved --backend cuda --listen 127.0.0.1:50151 >"$out/trisolved.log" 2>&1 &
+srv=$!
+cli() { $run trisolve --server 127.0.0.1:50151 "$@"; }
+for _ in $(seq 100); do cli --timeout 1 health >/dev/null 2>&1 && break; sleep 0.1; done
+cli info
+ex=/tmp/trisolve-e2e
+cmd=$($run trisolve make-example tridiagonal $ex/small --batch 1000 --n 100)
+read -r -a w <<<"$cmd"; cli "${w[@]:1}" --json
+# 2^24 unknowns in float64: 671 MB of arrays through gRPC (streamed), twice (cold and warm pool).
+cmd=$($run trisolve make-example tridiagonal $ex/big --batch 65536 --n 256)
+read -r -a w <<<"$cmd"
+for i in 1 2 3; do /usr/bin/time -f "wall %e s, max rss %M KB" $run trisolve --server 127.0.0.1:50151 "${w[@]:1}" --json; done
+cli solve tridiagonal a=$ex/big/a.npy b=$ex/big/b.npy c=$ex/big/c.npy d=$ex/big/d.npy --method thomas --skip-residual --json
+cli info
+kill $srv; wait $srv
+cat "$out/trisolved.log" | tail -20

@@ -1,0 +1,156 @@
+// The CUDA backend against the CPU reference on random diagonally dominant systems. Skips,
+// saying so, where no CUDA device is present (CI has none); run on the lent GPU.
+#include <cmath>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "trisolve/backend.h"
+#include "trisolve/tridiagonal.h"
+
+namespace trisolve {
+namespace {
+
+Backend* Cuda() {
+  static std::unique_ptr<Backend> be = [] {
+    auto b = MakeCudaBackend();
+    if (!b.ok()) {
+      std::fprintf(stderr, "[ CUDA     ] no CUDA backend here: %s\n",
+                   std::string(b.status().message()).c_str());
+      return std::unique_ptr<Backend>();
+    }
+    return *std::move(b);
+  }();
+  return be.get();
+}
+
+#define REQUIRE_GPU()                                                       \
+  if (Cuda() == nullptr) GTEST_SKIP() << "no CUDA device: GPU test skipped"
+
+template <typename T>
+struct Data {
+  std::vector<T> a, b, c, d;
+  TridiagonalProblem<T> P(int64_t batch, int64_t n, Layout l) const {
+    return {batch, n, l, a.data(), b.data(), c.data(), d.data()};
+  }
+};
+
+template <typename T>
+Data<T> Random(int64_t count, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(-1, 1);
+  Data<T> s;
+  for (auto* v : {&s.a, &s.b, &s.c, &s.d}) v->resize(size_t(count));
+  for (int64_t e = 0; e < count; ++e) {
+    s.a[e] = T(u(rng));
+    s.c[e] = T(u(rng));
+    s.b[e] = T((std::abs(double(s.a[e])) + std::abs(double(s.c[e])) + 0.5 + std::abs(u(rng))) *
+               (u(rng) < 0 ? -1 : 1));
+    s.d[e] = T(u(rng));
+  }
+  return s;
+}
+
+struct Case {
+  int64_t n, batch;
+};
+
+class CudaTridiagonal : public ::testing::TestWithParam<std::tuple<Case, Layout, TridiagonalMethod>> {};
+
+template <typename T>
+void Compare(const Case& k, Layout layout, TridiagonalMethod m, double tol_x, double tol_be) {
+  const int64_t count = k.n * k.batch;
+  auto data = Random<T>(count, uint64_t(k.n * 7 + k.batch));
+  // Two systems made singular (a zero first pivot), where the batch has room.
+  if (k.batch >= 3) {
+    data.b[ElementIndex(layout, k.batch, k.n, 1, 0)] = T(0);
+    data.b[ElementIndex(layout, k.batch, k.n, k.batch - 1, 0)] = T(0);
+  }
+  const auto p = data.P(k.batch, k.n, layout);
+  std::vector<T> xg(count, T(std::nan(""))), xc(count);
+  std::vector<SystemStatus> sg(k.batch, SystemStatus::kDiverged), sc(k.batch);
+  auto info = Cuda()->Solve(p, m, TridiagonalOutput<T>{xg.data(), sg.data()}, SolveControl{});
+  ASSERT_TRUE(info.ok()) << info.status();
+  cpu::SolveTridiagonal(p, TridiagonalMethod::kThomas, TridiagonalOutput<T>{xc.data(), sc.data()});
+  int64_t mismatched = 0;
+  double worst = 0;
+  for (int64_t s = 0; s < k.batch; ++s) {
+    if (sg[s] != sc[s]) ++mismatched;
+    if (sc[s] != SystemStatus::kOk) {
+      for (int64_t i = 0; i < k.n; ++i)
+        ASSERT_EQ(xg[ElementIndex(layout, k.batch, k.n, s, i)], T(0));
+      continue;
+    }
+    double dmax = 0, xmax = 0;
+    for (int64_t i = 0; i < k.n; ++i) {
+      const int64_t e = ElementIndex(layout, k.batch, k.n, s, i);
+      dmax = std::max(dmax, std::abs(double(xg[e]) - double(xc[e])));
+      xmax = std::max(xmax, std::abs(double(xc[e])));
+    }
+    worst = std::max(worst, dmax / xmax);
+  }
+  EXPECT_EQ(mismatched, 0) << "systems whose status differs from the CPU reference";
+  EXPECT_LE(worst, tol_x) << "method " << info->method;
+  EXPECT_LE(TridiagonalBackwardError(p, xg.data(), sg.data()), tol_be) << info->method;
+  ::testing::Test::RecordProperty("kernel", info->method);
+}
+
+TEST_P(CudaTridiagonal, Float64MatchesTheCpuReference) {
+  REQUIRE_GPU();
+  const auto [k, layout, m] = GetParam();
+  if (m == TridiagonalMethod::kThomas && k.batch < 64 && k.n > 70000)
+    GTEST_SKIP() << "thomas runs one thread per system: " << k.batch << " threads for " << k.n
+                 << " rows is a sequential solve";
+  Compare<double>(k, layout, m, 1e-12, 1e-15);
+}
+
+TEST_P(CudaTridiagonal, Float32MatchesTheCpuReference) {
+  REQUIRE_GPU();
+  const auto [k, layout, m] = GetParam();
+  if (m == TridiagonalMethod::kThomas && k.batch < 64 && k.n > 70000)
+    GTEST_SKIP() << "thomas: one thread per system";
+  Compare<float>(k, layout, m, 2e-4, 3e-6);
+}
+
+std::string ShapeName(
+    const ::testing::TestParamInfo<std::tuple<Case, Layout, TridiagonalMethod>>& p) {
+  const Case k = std::get<0>(p.param);
+  return "n" + std::to_string(k.n) + "_batch" + std::to_string(k.batch) +
+         (std::get<1>(p.param) == Layout::kFlat ? "_flat_" : "_interleaved_") +
+         std::string(MethodName(std::get<2>(p.param)));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, CudaTridiagonal,
+    ::testing::Combine(::testing::Values(Case{1, 1 << 20}, Case{2, 1000}, Case{3, 777},
+                                         Case{31, 4096}, Case{32, 1 << 15}, Case{33, 1000},
+                                         Case{1000, 1000}, Case{4096, 64}, Case{4097, 100},
+                                         Case{65537, 16}, Case{1 << 20, 4}, Case{1 << 24, 1}),
+                       ::testing::Values(Layout::kFlat, Layout::kInterleaved),
+                       ::testing::Values(TridiagonalMethod::kAuto, TridiagonalMethod::kThomas,
+                                         TridiagonalMethod::kPcr,
+                                         TridiagonalMethod::kPartitioned)),
+    ShapeName);
+
+TEST(CudaPool, BuffersAreReusedAcrossRequests) {
+  REQUIRE_GPU();
+  auto data = Random<double>(64 * 1000, 3);
+  std::vector<double> x(64 * 1000);
+  std::vector<SystemStatus> st(64);
+  for (int i = 0; i < 5; ++i)
+    ASSERT_TRUE(Cuda()
+                    ->Solve(data.P(64, 1000, Layout::kFlat), TridiagonalMethod::kAuto,
+                            TridiagonalOutput<double>{x.data(), st.data()}, SolveControl{})
+                    .ok());
+  const auto info = Cuda()->Info();
+  ASSERT_EQ(info.pools.size(), 2u);
+  for (const auto& p : info.pools) {
+    EXPECT_GE(p.hits, 4) << p.name;
+    EXPECT_EQ(p.in_use_bytes, 0) << p.name;
+    EXPECT_GT(p.cached_bytes, 0) << p.name;
+  }
+}
+
+}  // namespace
+}  // namespace trisolve
