@@ -188,6 +188,8 @@ Client::Client(Options options) : impl_(std::make_unique<Impl>()) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);
   args.SetMaxSendMessageSize(-1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, 4 << 20);  // as the server: bulk arrays
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 20);
   impl_->channel =
       grpc::CreateCustomChannel(options.target, grpc::InsecureChannelCredentials(), args);
   impl_->stub = v1::Solver::NewStub(impl_->channel);

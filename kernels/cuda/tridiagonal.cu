@@ -12,8 +12,7 @@ namespace {
 // ---- launch parameters, next to the kernels they tune ---------------------------------------
 constexpr int kChunk = 8;            // rows per thread (registers: ~4 * kChunk values)
 constexpr int kMaxThreadsOnChip = 512;
-constexpr int kOnChipMaxN = kChunk * kMaxThreadsOnChip;  // 4096: whole systems in one block
-constexpr int kStreamThreads = 256;  // reduce/back kernels of the multi-level path
+constexpr int kStreamThreads = 128;  // reduce/back kernels of the multi-level path
 constexpr int kThomasThreads = 128;
 
 template <typename T>
@@ -129,54 +128,76 @@ __device__ __forceinline__ void LoadChunkInterleaved(const TridiagonalProblem<T>
   }
 }
 
-// Flat layout: the block's chunks are staged through shared memory so that global reads are
-// coalesced; chunk c of the block occupies tile[c*(M+1) .. c*(M+1)+M) (one word of padding per
-// chunk keeps the per-thread reads free of bank conflicts). chunk_of(c) gives (s, j), or s < 0.
-template <int M, typename T, typename ChunkOf>
-__device__ __forceinline__ void StageFlat(const T* __restrict__ g, T* tile, int chunks, int64_t n,
-                                          ChunkOf chunk_of, T pad) {
-  for (int e = threadIdx.x; e < chunks * M; e += blockDim.x) {
-    const int c = e / M, i = e - c * M;
-    int64_t s, j;
-    chunk_of(c, s, j);
+// Flat layout: the block's rows are staged through shared memory so that global reads and
+// writes are coalesced. Thread t's chunk (M rows) sits at tile[t*(M+1) .. t*(M+1)+M): one word of
+// padding per chunk keeps the per-thread reads free of bank conflicts. `where(e, g, pos)` maps
+// the block's e-th element (consecutive e = consecutive addresses) to its global index g and
+// tile position pos, or returns false. Each thread gathers M elements of every array before it
+// stores any: 4M independent loads in flight per thread.
+template <int M, typename T, typename Where>
+__device__ __forceinline__ void StageFlat4(const TridiagonalProblem<T>& p, T* tile, int tsz,
+                                           int nthreads, Where where) {
+  int64_t g[M];
+  int pos[M];
+  bool live[M];
+#pragma unroll
+  for (int q = 0; q < M; ++q) live[q] = where(threadIdx.x + q * nthreads, g[q], pos[q]);
+  T va[M], vb[M], vc[M], vd[M];
+#pragma unroll
+  for (int q = 0; q < M; ++q) {
+    if (live[q]) {
+      va[q] = __ldg(p.a + g[q]);
+      vb[q] = __ldg(p.b + g[q]);
+      vc[q] = __ldg(p.c + g[q]);
+      vd[q] = __ldg(p.d + g[q]);
+    }
+  }
+#pragma unroll
+  for (int q = 0; q < M; ++q) {
+    if (live[q]) {
+      tile[pos[q]] = va[q];
+      tile[tsz + pos[q]] = vb[q];
+      tile[2 * tsz + pos[q]] = vc[q];
+      tile[3 * tsz + pos[q]] = vd[q];
+    }
+  }
+}
+
+// Reads this thread's chunk (rows j*M .. j*M+M-1 of system s) from the staged tiles; rows past
+// n, or of no system (s < 0), are identity rows; a[0] and c[n-1] are zeroed.
+template <int M, typename T>
+__device__ __forceinline__ void ReadChunkFromTile(const T* tile, int tsz, int64_t s, int64_t j,
+                                                  int64_t n, T (&a)[M], T (&b)[M], T (&c)[M],
+                                                  T (&d)[M]) {
+  const int base = threadIdx.x * (M + 1);
+#pragma unroll
+  for (int i = 0; i < M; ++i) {
     const int64_t k = j * M + i;
-    tile[c * (M + 1) + i] = (s >= 0 && k < n) ? __ldg(g + s * n + k) : pad;
+    if (s >= 0 && k < n) {
+      a[i] = k > 0 ? tile[base + i] : T(0);
+      b[i] = tile[tsz + base + i];
+      c[i] = k + 1 < n ? tile[2 * tsz + base + i] : T(0);
+      d[i] = tile[3 * tsz + base + i];
+    } else {
+      a[i] = T(0);
+      b[i] = T(1);
+      c[i] = T(0);
+      d[i] = T(0);
+    }
   }
 }
 
-template <int M, typename T, typename ChunkOf>
-__device__ __forceinline__ void LoadChunkFlat(const TridiagonalProblem<T>& p, T* tile, int chunks,
-                                              int mine, ChunkOf chunk_of, T (&a)[M], T (&b)[M],
-                                              T (&c)[M], T (&d)[M]) {
-  const T* src[4] = {p.a, p.b, p.c, p.d};
-  T* dst[4] = {a, b, c, d};
-  for (int q = 0; q < 4; ++q) {
-    StageFlat<M>(src[q], tile, chunks, p.n, chunk_of, q == 1 ? T(1) : T(0));
-    __syncthreads();
+template <int M, typename T, typename Where>
+__device__ __forceinline__ void StoreFlat(T* __restrict__ x, T* tile, int nthreads, Where where,
+                                          const T (&v)[M]) {
 #pragma unroll
-    for (int i = 0; i < M; ++i) dst[q][i] = tile[mine * (M + 1) + i];
-    __syncthreads();
-  }
-  int64_t s, j;
-  chunk_of(mine, s, j);
-  if (j == 0) a[0] = T(0);
-#pragma unroll
-  for (int i = 0; i < M; ++i)
-    if (j * M + i == p.n - 1) c[i] = T(0);
-}
-
-template <int M, typename T, typename ChunkOf>
-__device__ __forceinline__ void StoreChunkFlat(T* __restrict__ x, T* tile, int chunks, int mine,
-                                               int64_t n, ChunkOf chunk_of, const T (&v)[M]) {
-#pragma unroll
-  for (int i = 0; i < M; ++i) tile[mine * (M + 1) + i] = v[i];
+  for (int i = 0; i < M; ++i) tile[threadIdx.x * (M + 1) + i] = v[i];
   __syncthreads();
-  for (int e = threadIdx.x; e < chunks * M; e += blockDim.x) {
-    const int c = e / M, i = e - c * M;
-    int64_t s, j;
-    chunk_of(c, s, j);
-    const int64_t k = j * M + i;
-    if (s >= 0 && k < n) x[s * n + k] = tile[c * (M + 1) + i];
+#pragma unroll
+  for (int q = 0; q < M; ++q) {
+    int64_t g;
+    int pos;
+    if (where(threadIdx.x + q * nthreads, g, pos)) x[g] = tile[pos];
   }
   __syncthreads();
 }
@@ -184,18 +205,31 @@ __device__ __forceinline__ void StoreChunkFlat(T* __restrict__ x, T* tile, int c
 // ---- one pass: whole systems in one block -------------------------------------------------
 // Block = S systems x P threads (P a power of two, P * M >= n). Flat layout: thread
 // tid = s_local * P + j; interleaved: tid = j * S + s_local (systems fastest, coalesced).
+// The reduced system (R = 2P rows a system) lives in shared memory with its rows placed by the
+// PCR notes' even/odd permutation, perm(i) = (R/2 + R%2) * (i%2) + i/2, so that the rows 2j and
+// 2j+1 a thread owns sit P apart and consecutive threads touch consecutive words; in the
+// interleaved mapping the systems are the fastest index instead. Either way a warp's accesses
+// fall in distinct banks.
+template <bool kInterleaved>
+__device__ __forceinline__ int ReducedIndex(int sl, int i, int P, int S) {
+  const int r = (i & 1) * P + (i >> 1);
+  return kInterleaved ? r * S + sl : sl * 2 * P + r;
+}
+
 template <int M, typename T, bool kInterleaved>
 __global__ void __launch_bounds__(kMaxThreadsOnChip)
     PartitionedOnChipKernel(TridiagonalProblem<T> p, T* __restrict__ x, uint8_t* flags, int P,
                             int S) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* smem = reinterpret_cast<T*>(smem_raw);
-  const int R = 2 * P;                 // reduced rows per system
-  T* ra = smem;                        // S * R each
-  T* rb = ra + S * R;
-  T* rc = rb + S * R;
-  T* rd = rc + S * R;
-  T* tile = rd + S * R;                // flat staging: S * P * (M + 1)
+  const int R = 2 * P;  // reduced rows per system
+  const int nthreads = S * P;
+  T* sa = smem;  // S * R each
+  T* sb = sa + S * R;
+  T* sc = sb + S * R;
+  T* sd = sc + S * R;
+  T* tile = sd + S * R;  // flat staging: 4 arrays of S * P * (M + 1)
+  static_assert((M & (M - 1)) == 0, "M a power of two");
   __shared__ int bad[kMaxThreadsOnChip];
 
   const int tid = threadIdx.x;
@@ -206,30 +240,38 @@ __global__ void __launch_bounds__(kMaxThreadsOnChip)
   if (tid < S) bad[tid] = 0;
 
   T a[M], b[M], c[M], d[M];
-  auto chunk_of = [&](int cidx, int64_t& cs, int64_t& cj) {
-    cs = s0 + cidx / P;
-    cj = cidx % P;
-    if (cs >= p.batch) cs = -1;
+  // The block's systems are contiguous in the flat layout: element e of the block is element
+  // k = e % n of system e / n, and sits at chunk k / M, row k % M of that system's threads.
+  const int64_t live_elems = std::min<int64_t>(S, p.batch - s0) * p.n;
+  auto where = [&](int e, int64_t& g, int& pos) {
+    if (e >= live_elems) return false;
+    const int es = int(e / p.n);
+    const int k = e - es * int(p.n);
+    g = s0 * p.n + e;
+    pos = es * P * (M + 1) + k + k / M;
+    return true;
   };
+  const int tsz = nthreads * (M + 1);
   if (kInterleaved) {
     LoadChunkInterleaved<M>(p, s, j, a, b, c, d);
   } else {
-    LoadChunkFlat<M>(p, tile, S * P, tid, chunk_of, a, b, c, d);
+    StageFlat4<M>(p, tile, tsz, nthreads, where);
+    __syncthreads();
+    ReadChunkFromTile<M>(tile, tsz, s < p.batch ? s : -1, j, p.n, a, b, c, d);
   }
-  __syncthreads();
   bool ok = ChunkReduce<M>(a, b, c, d);
-  T* sa = ra + sl * R;
-  T* sb = rb + sl * R;
-  T* sc = rc + sl * R;
-  T* sd = rd + sl * R;
-  sa[2 * j] = a[0];
-  sb[2 * j] = T(1);
-  sc[2 * j] = c[0];
-  sd[2 * j] = d[0];
-  sa[2 * j + 1] = a[M - 1];
-  sb[2 * j + 1] = T(1);
-  sc[2 * j + 1] = c[M - 1];
-  sd[2 * j + 1] = d[M - 1];
+  {
+    const int i0 = ReducedIndex<kInterleaved>(sl, 2 * j, P, S);
+    const int i1 = ReducedIndex<kInterleaved>(sl, 2 * j + 1, P, S);
+    sa[i0] = a[0];
+    sb[i0] = T(1);
+    sc[i0] = c[0];
+    sd[i0] = d[0];
+    sa[i1] = a[M - 1];
+    sb[i1] = T(1);
+    sc[i1] = c[M - 1];
+    sd[i1] = d[M - 1];
+  }
   __syncthreads();
 
   // PCR on the R reduced rows of the system: this thread owns rows 2j and 2j+1.
@@ -238,22 +280,27 @@ __global__ void __launch_bounds__(kMaxThreadsOnChip)
 #pragma unroll
     for (int q = 0; q < 2; ++q) {
       const int i = 2 * j + q, il = i - stride, ir = i + stride;
-      T an = T(0), bn = sb[i], cn = T(0), dn = sd[i], scale = fabs(sb[i]);
+      const int e = ReducedIndex<kInterleaved>(sl, i, P, S);
+      T an = T(0), bn = sb[e], cn = T(0), dn = sd[e], scale = fabs(bn);
       if (il >= 0) {
-        ok &= !Vanishes(sb[il], fabs(sb[il]));
-        const T k1 = sa[i] / sb[il];
-        an = -sa[il] * k1;
-        bn -= sc[il] * k1;
-        dn -= sd[il] * k1;
-        scale += fabs(sc[il] * k1);
+        const int el = ReducedIndex<kInterleaved>(sl, il, P, S);
+        const T bl = sb[el];
+        ok &= !Vanishes(bl, fabs(bl));
+        const T k1 = sa[e] / bl;
+        an = -sa[el] * k1;
+        bn -= sc[el] * k1;
+        dn -= sd[el] * k1;
+        scale += fabs(sc[el] * k1);
       }
       if (ir < R) {
-        ok &= !Vanishes(sb[ir], fabs(sb[ir]));
-        const T k2 = sc[i] / sb[ir];
-        cn = -sc[ir] * k2;
-        bn -= sa[ir] * k2;
-        dn -= sd[ir] * k2;
-        scale += fabs(sa[ir] * k2);
+        const int er = ReducedIndex<kInterleaved>(sl, ir, P, S);
+        const T br = sb[er];
+        ok &= !Vanishes(br, fabs(br));
+        const T k2 = sc[e] / br;
+        cn = -sc[er] * k2;
+        bn -= sa[er] * k2;
+        dn -= sd[er] * k2;
+        scale += fabs(sa[er] * k2);
       }
       ok &= !Vanishes(bn, scale);
       na[q] = an;
@@ -264,15 +311,18 @@ __global__ void __launch_bounds__(kMaxThreadsOnChip)
     __syncthreads();
 #pragma unroll
     for (int q = 0; q < 2; ++q) {
-      sa[2 * j + q] = na[q];
-      sb[2 * j + q] = nb[q];
-      sc[2 * j + q] = nc[q];
-      sd[2 * j + q] = nd[q];
+      const int e = ReducedIndex<kInterleaved>(sl, 2 * j + q, P, S);
+      sa[e] = na[q];
+      sb[e] = nb[q];
+      sc[e] = nc[q];
+      sd[e] = nd[q];
     }
     __syncthreads();
   }
-  const T x0 = sd[2 * j] / sb[2 * j];
-  const T xl = sd[2 * j + 1] / sb[2 * j + 1];
+  const int e0 = ReducedIndex<kInterleaved>(sl, 2 * j, P, S);
+  const int e1 = ReducedIndex<kInterleaved>(sl, 2 * j + 1, P, S);
+  const T x0 = sd[e0] / sb[e0];
+  const T xl = sd[e1] / sb[e1];
   ChunkBack<M>(a, c, d, x0, xl);
 #pragma unroll
   for (int i = 0; i < M; ++i) ok &= Finite(d[i]);
@@ -285,8 +335,7 @@ __global__ void __launch_bounds__(kMaxThreadsOnChip)
     }
     __syncthreads();
   } else {
-    __syncthreads();
-    StoreChunkFlat<M>(x, tile, S * P, tid, p.n, chunk_of, d);
+    StoreFlat<M>(x, tile, nthreads, where, d);
   }
   if (tid < S && s0 + tid < p.batch && bad[tid]) flags[s0 + tid] = 1;
 }
@@ -299,7 +348,8 @@ __global__ void __launch_bounds__(kStreamThreads)
     PartitionedLevelKernel(TridiagonalProblem<T> p, int64_t nch, T* __restrict__ ra,
                            T* __restrict__ rb, T* __restrict__ rc, T* __restrict__ rd,
                            const T* __restrict__ xr, T* __restrict__ x, uint8_t* flags) {
-  __shared__ T tile[kStreamThreads * (M + 1)];
+  constexpr int tsz = kStreamThreads * (M + 1);
+  __shared__ T tile[4 * tsz];
   const int64_t total = p.batch * nch;
   const int64_t g0 = int64_t(blockIdx.x) * blockDim.x;
   const int64_t g = g0 + threadIdx.x;
@@ -318,12 +368,24 @@ __global__ void __launch_bounds__(kStreamThreads)
   int64_t s, j;
   decode(g, s, j);
   T a[M], b[M], c[M], d[M];
-  const int chunks = int(std::min<int64_t>(blockDim.x, total - g0));
-  auto chunk_of = [&](int cidx, int64_t& cs, int64_t& cj) { decode(g0 + cidx, cs, cj); };
+  // Flat: element e of the block is row e % M of the block's chunk e / M.
+  auto where = [&](int e, int64_t& gi, int& pos) {
+    const int cidx = e / M, i = e - cidx * M;
+    int64_t cs, cj;
+    decode(g0 + cidx, cs, cj);
+    const int64_t k = cj * M + i;
+    if (cs < 0 || k >= p.n) return false;
+    gi = cs * p.n + k;
+    pos = cidx * (M + 1) + i;
+    return true;
+  };
   if (kInterleaved) {
     LoadChunkInterleaved<M>(p, s < 0 ? p.batch : s, j, a, b, c, d);
   } else {
-    LoadChunkFlat<M>(p, tile, chunks, threadIdx.x, chunk_of, a, b, c, d);
+    StageFlat4<M>(p, tile, tsz, kStreamThreads, where);
+    __syncthreads();
+    ReadChunkFromTile<M>(tile, tsz, s, j, p.n, a, b, c, d);
+    __syncthreads();
   }
   const bool ok = ChunkReduce<M>(a, b, c, d);
   const int64_t rn = 2 * nch;
@@ -358,7 +420,7 @@ __global__ void __launch_bounds__(kStreamThreads)
         if (s >= 0 && k < p.n) x[k * p.batch + s] = d[i];
       }
     } else {
-      StoreChunkFlat<M>(x, tile, chunks, threadIdx.x, p.n, chunk_of, d);
+      StoreFlat<M>(x, tile, kStreamThreads, where, d);
     }
   }
 }
@@ -475,33 +537,55 @@ __global__ void PcrNotesKernel(TridiagonalProblem<T> p, T* __restrict__ x, uint8
   }
 }
 
+PartitionedTuning g_tuning;
+
 int NextPow2(int64_t v) {
   int p = 1;
   while (p < v) p *= 2;
   return p;
 }
 
-template <typename T>
-absl::Status LaunchOnChip(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
-                          cudaStream_t stream) {
-  const int P = NextPow2((p.n + kChunk - 1) / kChunk);
-  const int threads = std::max(P, 256);
+template <int M, typename T>
+absl::Status LaunchOnChipM(const TridiagonalProblem<T>& p, T* x, uint8_t* flags, int min_threads,
+                           cudaStream_t stream) {
+  const int P = NextPow2((p.n + M - 1) / M);
+  const int threads = std::max(P, min_threads);
   const int S = threads / P;
   const int64_t blocks = (p.batch + S - 1) / S;
   const bool inter = p.layout == Layout::kInterleaved;
-  const size_t smem = sizeof(T) * (size_t(4) * S * 2 * P + (inter ? 0 : size_t(S) * P * (kChunk + 1)));
-  auto kernel = inter ? PartitionedOnChipKernel<kChunk, T, true>
-                      : PartitionedOnChipKernel<kChunk, T, false>;
+  const size_t smem =
+      sizeof(T) * (size_t(4) * S * 2 * P + (inter ? 0 : size_t(4) * S * P * (M + 1)));
+  auto kernel = inter ? PartitionedOnChipKernel<M, T, true> : PartitionedOnChipKernel<M, T, false>;
   TRISOLVE_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   kernel<<<dim3(unsigned(blocks)), threads, smem, stream>>>(p, x, flags, P, S);
   return CudaStatus(cudaGetLastError(), "PartitionedOnChipKernel launch");
 }
 
+// Whether one block can hold whole systems of this size.
+template <typename T>
+bool FitsOnChip(int64_t n) {
+  return n <= int64_t(g_tuning.chunk) * kMaxThreadsOnChip;
+}
+
+template <typename T>
+absl::Status LaunchOnChip(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
+                          cudaStream_t stream) {
+  // Measured on the H100 (tests/bench/results): small blocks pack more systems per SM for the
+  // flat layout and small n; interleaved systems above n = 128 want wider blocks (more systems
+  // per warp-load).
+  const int auto_threads = p.layout == Layout::kInterleaved && p.n > 128 ? 512 : 128;
+  const int min_threads = std::min(
+      std::max(g_tuning.min_threads > 0 ? g_tuning.min_threads : auto_threads, 32),
+      kMaxThreadsOnChip);
+  if (g_tuning.chunk == 4) return LaunchOnChipM<4>(p, x, flags, min_threads, stream);
+  return LaunchOnChipM<kChunk>(p, x, flags, min_threads, stream);
+}
+
 template <typename T>
 absl::Status SolvePartitioned(const TridiagonalProblem<T>& p, T* x, uint8_t* flags, Pool& pool,
                               cudaStream_t stream) {
-  if (p.n <= kOnChipMaxN) return LaunchOnChip(p, x, flags, stream);
+  if (FitsOnChip<T>(p.n)) return LaunchOnChip(p, x, flags, stream);
   const int64_t nch = (p.n + kChunk - 1) / kChunk;
   const int64_t rn = 2 * nch;
   auto buf = pool.Get(int64_t(sizeof(T)) * 5 * rn * p.batch);
@@ -536,6 +620,9 @@ absl::Status SolvePartitioned(const TridiagonalProblem<T>& p, T* x, uint8_t* fla
 }
 
 }  // namespace
+
+void SetPartitionedTuning(const PartitionedTuning& t) { g_tuning = t; }
+PartitionedTuning GetPartitionedTuning() { return g_tuning; }
 
 const char* KernelName(TridiagonalKernel k) {
   switch (k) {

@@ -28,6 +28,15 @@ namespace trisolve::cuda {
 
 enum class TridiagonalKernel { kPartitioned, kThomas, kPcr };
 
+// Launch parameters of the one-pass partitioned kernel. The defaults were picked by the
+// benchmark's --tune sweep on the H100 (tests/bench/results); the benchmark sets others.
+struct PartitionedTuning {
+  int chunk = 8;        // rows per thread: 4 or 8 (8 won every shape of the H100 sweep)
+  int min_threads = 0;  // threads per block at least; 0: 128, or 512 for interleaved n > 128
+};
+void SetPartitionedTuning(const PartitionedTuning& t);
+PartitionedTuning GetPartitionedTuning();
+
 // What `auto` and each method run for a shape.
 TridiagonalKernel ChooseTridiagonalKernel(TridiagonalMethod m, int64_t n, int64_t batch,
                                           Layout layout, bool float32);

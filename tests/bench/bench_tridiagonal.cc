@@ -5,7 +5,8 @@
 // device-to-device copy measured in the same run. Median of `reps` timed runs (CUDA events)
 // after a warm-up. Prints a table; --csv FILE writes the rows.
 //
-//   bench_tridiagonal [--unknowns 16777216] [--reps 15] [--csv FILE]
+//   bench_tridiagonal [--unknowns 16777216] [--reps 15] [--csv FILE] [--sizes 32,1024,...]
+//                     [--tune]   (sweeps the partitioned kernel's launch parameters instead)
 #include <cuda_runtime.h>
 #include <cusparse.h>
 
@@ -248,14 +249,73 @@ void RunAll(int64_t N, int reps, double copy_gbs, cusparseHandle_t sp, trisolve:
   CK(cudaFree(flags));
 }
 
+// Times the partitioned kernel for each launch-parameter choice (flat and interleaved).
+template <typename T>
+void Tune(int64_t N, int reps, double copy_gbs, trisolve::cuda::Pool& pool,
+          const std::vector<int64_t>& sizes) {
+  const size_t bytes = sizeof(T) * N;
+  T *a, *b, *c, *d, *x;
+  uint8_t* flags;
+  for (T** p : {&a, &b, &c, &d, &x}) CK(cudaMalloc(p, bytes));
+  CK(cudaMalloc(&flags, N));
+  std::vector<T> h(N);
+  std::mt19937_64 rng(2);
+  std::uniform_real_distribution<double> u(0.1, 1);
+  for (T* p : {a, c, d}) {
+    for (auto& v : h) v = T(u(rng));
+    CK(cudaMemcpy(p, h.data(), bytes, cudaMemcpyHostToDevice));
+  }
+  for (auto& v : h) v = T(4 + u(rng));
+  CK(cudaMemcpy(b, h.data(), bytes, cudaMemcpyHostToDevice));
+  const auto saved = trisolve::cuda::GetPartitionedTuning();
+  for (int64_t n : sizes) {
+    if (n > 4096) continue;
+    for (bool inter : {false, true})
+      for (int chunk : {4, 8})
+        for (int threads : {128, 256, 512}) {
+          trisolve::cuda::SetPartitionedTuning({chunk, threads});
+          trisolve::TridiagonalProblem<T> p{N / n, n,
+                                            inter ? trisolve::Layout::kInterleaved
+                                                  : trisolve::Layout::kFlat,
+                                            a, b, c, d};
+          if (n > int64_t(chunk) * 512) continue;
+          const double ms = TimeIt(reps, [] {}, [&] {
+            auto k = trisolve::cuda::SolveTridiagonalDevice(
+                p, trisolve::TridiagonalMethod::kPartitioned, x, flags, pool, nullptr);
+            if (!k.ok()) std::exit(4);
+          });
+          const double gbs = 5.0 * bytes / ms / 1e6;
+          std::printf("tune %-8s n=%-6lld %-12s chunk=%d threads>=%-4d %8.3f ms %6.0f GB/s %5.1f%%\n",
+                      sizeof(T) == 8 ? "float64" : "float32", (long long)n,
+                      inter ? "interleaved" : "flat", chunk, threads, ms, gbs,
+                      100 * gbs / copy_gbs);
+          std::fflush(stdout);
+        }
+  }
+  trisolve::cuda::SetPartitionedTuning(saved);
+  for (T* p : {a, b, c, d, x}) CK(cudaFree(p));
+  CK(cudaFree(flags));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int64_t N = int64_t{1} << 24;
   int reps = 15;
   std::string csv;
+  bool tune = false;
+  std::vector<int64_t> only;
+  for (int i = 1; i < argc; ++i)
+    if (!std::strcmp(argv[i], "--tune")) tune = true;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--unknowns")) N = std::atoll(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--tune")) {
+      --i;
+      continue;
+    }
+    if (!std::strcmp(argv[i], "--sizes")) {
+      for (char* t = std::strtok(argv[i + 1], ","); t; t = std::strtok(nullptr, ","))
+        only.push_back(std::atoll(t));
+    } else if (!std::strcmp(argv[i], "--unknowns")) N = std::atoll(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--csv")) csv = argv[i + 1];
   }
@@ -284,8 +344,13 @@ int main(int argc, char** argv) {
   std::vector<Row> rows;
   const std::vector<int64_t> sizes = {32, 64, 128, 256, 1024, 4096, 16384, 1 << 20, 1 << 24};
   std::vector<int64_t> use;
-  for (int64_t n : sizes)
+  for (int64_t n : only.empty() ? sizes : only)
     if (n <= N) use.push_back(n);
+  if (tune) {
+    Tune<double>(N, reps, copy_gbs, pool, use);
+    Tune<float>(N, reps, copy_gbs, pool, use);
+    return 0;
+  }
   RunAll<double>(N, reps, copy_gbs, sp, pool, rows, use);
   RunAll<float>(N, reps, copy_gbs, sp, pool, rows, use);
   cusparseDestroy(sp);
