@@ -15,6 +15,7 @@
 #include "check.h"
 #include "memory_pool.h"
 #include "trisolve/backend.h"
+#include "tree_cuda.h"
 #include "tridiagonal_cuda.h"
 
 namespace trisolve {
@@ -95,8 +96,15 @@ class CudaBackend final : public Backend {
                                   const SolveControl& c) override {                          \
     return Host(cpu_->Solve(p, m, out, c));                                                  \
   }
-  TRISOLVE_ON_HOST(TreeProblem, TreeMethod, TreeOutput)
   TRISOLVE_ON_HOST(DenseProblem, DenseMethod, DenseOutput)
+  absl::StatusOr<SolveInfo> Solve(const TreeProblem<double>& p, TreeMethod m,
+                                  TreeOutput<double> out, const SolveControl& c) override {
+    return SolveTreeOnDevice(p, m, out, c);
+  }
+  absl::StatusOr<SolveInfo> Solve(const TreeProblem<float>& p, TreeMethod m,
+                                  TreeOutput<float> out, const SolveControl& c) override {
+    return SolveTreeOnDevice(p, m, out, c);
+  }
 #undef TRISOLVE_ON_HOST
   absl::StatusOr<SolveInfo> Solve(const BlockTridiagonalProblem<double>& p, BlockMethod m,
                                   const BlockOptions& o, BlockOutput<double> out,
@@ -177,12 +185,17 @@ class CudaBackend final : public Backend {
     return absl::OkStatus();
   }
 
-  template <typename T>
-  absl::StatusOr<SolveInfo> SolveTri(const TridiagonalProblem<T>& p, TridiagonalMethod m,
-                                     TridiagonalOutput<T> out, const SolveControl&) {
+  // Stages `inputs` (each elems values of T) into pooled device memory, runs `launch(device
+  // inputs, x, flags, stream)`, copies x and the per-system flags back. Systems flagged by the
+  // kernel get status singular and x = 0.
+  template <typename T, typename Launch>
+  absl::StatusOr<SolveInfo> Staged(const std::vector<const T*>& inputs, int64_t batch, int64_t n,
+                                   Layout layout, T* out_x, SystemStatus* out_status,
+                                   Launch launch) {
     cudaSetDevice(options_.device);
-    const int64_t elems = p.batch * p.n, bytes = elems * int64_t(sizeof(T));
-    auto dev = device_pool_.Get(5 * bytes + p.batch);
+    const int64_t elems = batch * n, bytes = elems * int64_t(sizeof(T));
+    const int64_t k = int64_t(inputs.size());
+    auto dev = device_pool_.Get((k + 1) * bytes + batch);
     if (!dev.ok()) return dev.status();
     auto pinned = pinned_pool_.Get(2 * kStagingChunk);
     if (!pinned.ok()) return pinned.status();
@@ -194,40 +207,82 @@ class CudaBackend final : public Backend {
     } release{this, li};
     Lane& l = lanes_[li];
     T* base = static_cast<T*>(dev->get());
-    T* da = base;
-    T* db = da + elems;
-    T* dc = db + elems;
-    T* dd = dc + elems;
-    T* dx = dd + elems;
+    std::vector<T*> din(static_cast<size_t>(k));
+    for (int64_t q = 0; q < k; ++q) din[q] = base + q * elems;
+    T* dx = base + k * elems;
     auto* flags = reinterpret_cast<uint8_t*>(dx + elems);
     auto* pin = static_cast<std::byte*>(pinned->get());
     TRISOLVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.e0, l.stream));
-    for (auto [src, dst] : {std::pair{p.a, da}, {p.b, db}, {p.c, dc}, {p.d, dd}})
-      if (auto st = StageIn(l, pin, src, dst, bytes); !st.ok()) return st;
-    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flags, 0, size_t(p.batch), l.stream));
+    for (int64_t q = 0; q < k; ++q)
+      if (auto st = StageIn(l, pin, inputs[q], din[q], bytes); !st.ok()) return st;
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flags, 0, size_t(batch), l.stream));
     TRISOLVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.e1, l.stream));
-    TridiagonalProblem<T> dp{p.batch, p.n, p.layout, da, db, dc, dd};
-    auto kernel = cuda::SolveTridiagonalDevice(dp, m, dx, flags, device_pool_, l.stream);
-    if (!kernel.ok()) return kernel.status();
+    absl::StatusOr<std::string> method = launch(din, dx, flags, l.stream);
+    if (!method.ok()) return method.status();
     TRISOLVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.e2, l.stream));
-    if (auto st = StageOut(l, pin, dx, out.x, bytes); !st.ok()) return st;
-    std::vector<uint8_t> f(size_t(p.batch));
+    if (auto st = StageOut(l, pin, dx, out_x, bytes); !st.ok()) return st;
+    std::vector<uint8_t> f(static_cast<size_t>(batch));
     TRISOLVE_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(f.data(), flags, size_t(p.batch), cudaMemcpyDeviceToHost, l.stream));
+        cudaMemcpyAsync(f.data(), flags, size_t(batch), cudaMemcpyDeviceToHost, l.stream));
     TRISOLVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.e3, l.stream));
     TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(l.stream));
-    const int64_t st = ElementStride(p.layout, p.batch);
-    for (int64_t s = 0; s < p.batch; ++s) {
-      out.status[s] = f[s] ? SystemStatus::kSingular : SystemStatus::kOk;
+    const int64_t st = ElementStride(layout, batch);
+    for (int64_t s = 0; s < batch; ++s) {
+      out_status[s] = f[s] ? SystemStatus::kSingular : SystemStatus::kOk;
       if (f[s])  // a system whose pivot vanished: zeros, never what the kernel left
-        for (int64_t k = 0; k < p.n; ++k) out.x[SystemOffset(p.layout, p.n, s) + k * st] = T(0);
+        for (int64_t i = 0; i < n; ++i) out_x[SystemOffset(layout, n, s) + i * st] = T(0);
     }
     SolveInfo info;
-    info.method = cuda::KernelName(*kernel);
+    info.method = *method;
     info.h2d_us = Ms(l.e0, l.e1) * 1e3;
     info.kernel_us = Ms(l.e1, l.e2) * 1e3;
     info.d2h_us = Ms(l.e2, l.e3) * 1e3;
     return info;
+  }
+
+  template <typename T>
+  absl::StatusOr<SolveInfo> SolveTri(const TridiagonalProblem<T>& p, TridiagonalMethod m,
+                                     TridiagonalOutput<T> out, const SolveControl&) {
+    return Staged<T>({p.a, p.b, p.c, p.d}, p.batch, p.n, p.layout, out.x, out.status,
+                     [&](const std::vector<T*>& d, T* dx, uint8_t* flags,
+                         cudaStream_t stream) -> absl::StatusOr<std::string> {
+                       TridiagonalProblem<T> dp{p.batch, p.n, p.layout, d[0], d[1], d[2], d[3]};
+                       auto k = cuda::SolveTridiagonalDevice(dp, m, dx, flags, device_pool_, stream);
+                       if (!k.ok()) return k.status();
+                       return std::string(cuda::KernelName(*k));
+                     });
+  }
+
+  template <typename T>
+  absl::StatusOr<SolveInfo> SolveTreeOnDevice(const TreeProblem<T>& p, TreeMethod m,
+                                              TreeOutput<T> out, const SolveControl& c) {
+    // One morphology for the whole batch fits the batch kernel; per-system trees and trees
+    // too large for its shared memory are solved on the host for now.
+    if (p.parent_per_system || p.n > cuda::MaxTreeNodesOnChip())
+      return Host(cpu_->Solve(p, m, out, c));
+    const std::vector<uint8_t> nf = cuda::TreeNodeFlags(p.parent, p.n);
+    auto meta = device_pool_.Get(p.n * 5);
+    if (!meta.ok()) return meta.status();
+    auto* dparent = static_cast<int32_t*>(meta->get());
+    auto* dflags = reinterpret_cast<uint8_t*>(dparent + p.n);
+    return Staged<T>({p.lower, p.upper, p.diag, p.rhs}, p.batch, p.n, p.layout, out.x, out.status,
+                     [&](const std::vector<T*>& d, T* dx, uint8_t* flags,
+                         cudaStream_t stream) -> absl::StatusOr<std::string> {
+                       TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+                           dparent, p.parent, p.n * 4, cudaMemcpyHostToDevice, stream));
+                       TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+                           dflags, nf.data(), p.n, cudaMemcpyHostToDevice, stream));
+                       TreeProblem<T> dp = p;
+                       dp.parent = dparent;
+                       dp.lower = d[0];
+                       dp.upper = d[1];
+                       dp.diag = d[2];
+                       dp.rhs = d[3];
+                       auto st = cuda::SolveTreeBatchDevice(dp, dflags, dx, flags, device_pool_,
+                                                            stream);
+                       if (!st.ok()) return st;
+                       return std::string("hines-batch");
+                     });
   }
 
   const CudaOptions options_;
