@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <string>
@@ -84,6 +85,20 @@ int main(int argc, char** argv) {
   app.add_option("--server", server, "trisolved address, HOST:PORT")
       ->envname("TRISOLVE_SERVER")->capture_default_str();
   app.add_option("--timeout", timeout, "deadline of the call in seconds (0: none)");
+  trisolve::Client::Options copt;
+  std::string token_file;
+  app.add_option("--tls-ca", copt.tls_ca_file, "CA (PEM) of the server's certificate: use TLS")
+      ->envname("TRISOLVE_TLS_CA");
+  app.add_option("--tls-cert", copt.tls_cert_file, "client certificate (PEM), for mutual TLS")
+      ->envname("TRISOLVE_TLS_CLIENT_CERT");
+  app.add_option("--tls-key", copt.tls_key_file, "client private key (PEM), for mutual TLS")
+      ->envname("TRISOLVE_TLS_CLIENT_KEY");
+  app.add_option("--tls-server-name", copt.tls_server_name,
+                 "name to check in the server's certificate (default: the host of --server)")
+      ->envname("TRISOLVE_TLS_SERVER_NAME");
+  app.add_option("--token", copt.token, "bearer token")->envname("TRISOLVE_TOKEN");
+  app.add_option("--token-file", token_file, "file whose first line is the bearer token")
+      ->envname("TRISOLVE_TOKEN_FILE");
 
   auto* health = app.add_subcommand("health", "the server's grpc.health.v1 status");
   std::string health_service;
@@ -123,9 +138,17 @@ int main(int argc, char** argv) {
 
   if (*example) return MakeExample(ex_kind, ex_dir, ex_batch, ex_n, ex_swc);
 
-  trisolve::Client::Options copt;
   copt.target = server;
-  trisolve::Client client(copt);
+  if (!token_file.empty()) {
+    std::ifstream in(token_file);
+    if (!in || !std::getline(in, copt.token) || copt.token.empty())
+      return Fail(absl::NotFoundError(absl::StrCat("token file ", token_file, ": no token")));
+    while (!copt.token.empty() && (copt.token.back() == '\r' || copt.token.back() == ' '))
+      copt.token.pop_back();
+  }
+  auto created = trisolve::Client::Create(copt);
+  if (!created.ok()) return Fail(created.status());
+  trisolve::Client& client = **created;
   const double t = timeout > 0 ? timeout : 10;
 
   if (*health) {

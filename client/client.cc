@@ -4,6 +4,8 @@
 
 #include <chrono>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -176,8 +178,36 @@ absl::string_view SolveStatusName(SolveStatus s) {
   return "?";
 }
 
+absl::StatusOr<std::string> ReadPem(const std::string& path, const char* what) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(what, " ", path, ": cannot read"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> Credentials(const Client::Options& o) {
+  if (!Client::UsesTls(o)) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions ssl;
+  if (!o.tls_ca_file.empty()) {
+    auto ca = ReadPem(o.tls_ca_file, "TLS CA");
+    if (!ca.ok()) return ca.status();
+    ssl.pem_root_certs = *ca;
+  }
+  if (!o.tls_cert_file.empty() || !o.tls_key_file.empty()) {
+    auto cert = ReadPem(o.tls_cert_file, "TLS client certificate");
+    if (!cert.ok()) return cert.status();
+    auto key = ReadPem(o.tls_key_file, "TLS client key");
+    if (!key.ok()) return key.status();
+    ssl.pem_cert_chain = *cert;
+    ssl.pem_private_key = *key;
+  }
+  return grpc::SslCredentials(ssl);
+}
+
 struct Client::Impl {
   Options options;
+  absl::Status setup;
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::Solver::Stub> stub;
   std::unique_ptr<grpc::health::v1::Health::Stub> health;
@@ -185,19 +215,32 @@ struct Client::Impl {
 
 Client::Client(Options options) : impl_(std::make_unique<Impl>()) {
   impl_->options = options;
+  auto creds = Credentials(options);
+  if (!creds.ok()) {
+    impl_->setup = creds.status();
+    creds = grpc::InsecureChannelCredentials();  // never used: every call returns `setup`
+  }
   grpc::ChannelArguments args;
+  if (!options.tls_server_name.empty())
+    args.SetSslTargetNameOverride(options.tls_server_name);
   args.SetMaxReceiveMessageSize(-1);
   args.SetMaxSendMessageSize(-1);
   args.SetInt(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, 4 << 20);  // as the server: bulk arrays
   args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 20);
-  impl_->channel =
-      grpc::CreateCustomChannel(options.target, grpc::InsecureChannelCredentials(), args);
+  impl_->channel = grpc::CreateCustomChannel(options.target, *creds, args);
   impl_->stub = v1::Solver::NewStub(impl_->channel);
   impl_->health = grpc::health::v1::Health::NewStub(impl_->channel);
 }
 Client::~Client() = default;
 
+absl::StatusOr<std::unique_ptr<Client>> Client::Create(Options options) {
+  auto c = std::make_unique<Client>(std::move(options));
+  if (!c->impl_->setup.ok()) return c->impl_->setup;
+  return c;
+}
+
 absl::StatusOr<Result> Client::Solve(const Job& job) {
+  if (!impl_->setup.ok()) return impl_->setup;
   const auto t0 = Clock::now();
   const auto& names = ArrayNames(job.kind);
   const std::string& rhs_name = names[0];
@@ -253,6 +296,7 @@ absl::StatusOr<Result> Client::Solve(const Job& job) {
     ctx.set_deadline(std::chrono::system_clock::now() +
                      std::chrono::microseconds(int64_t(*job.options.timeout_s * 1e6)));
   if (!job.options.request_id.empty()) ctx.AddMetadata("x-request-id", job.options.request_id);
+  if (!impl_->options.token.empty()) ctx.AddMetadata("authorization", "Bearer " + impl_->options.token);
 
   Result result;
   result.summary.streamed = stream;
@@ -323,7 +367,9 @@ absl::StatusOr<Result> Client::Solve(const Job& job) {
 }
 
 absl::StatusOr<ServerInfoSummary> Client::Info(double timeout_s) {
+  if (!impl_->setup.ok()) return impl_->setup;
   grpc::ClientContext ctx;
+  if (!impl_->options.token.empty()) ctx.AddMetadata("authorization", "Bearer " + impl_->options.token);
   ctx.set_deadline(std::chrono::system_clock::now() +
                    std::chrono::microseconds(int64_t(timeout_s * 1e6)));
   v1::ServerInfo info;
@@ -356,6 +402,7 @@ absl::StatusOr<ServerInfoSummary> Client::Info(double timeout_s) {
 }
 
 absl::StatusOr<std::string> Client::Health(const std::string& service, double timeout_s) {
+  if (!impl_->setup.ok()) return impl_->setup;
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() +
                    std::chrono::microseconds(int64_t(timeout_s * 1e6)));

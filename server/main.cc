@@ -9,8 +9,13 @@
 #include <string>
 #include <thread>
 
+#include <fstream>
+#include <sstream>
+
 #include "CLI/CLI.hpp"
+#include "metrics.h"
 #include "service.h"
+#include "spdlog/pattern_formatter.h"
 #include "spdlog/spdlog.h"
 #include "trisolve/backend.h"
 
@@ -30,13 +35,66 @@ absl::StatusOr<std::unique_ptr<trisolve::Backend>> ChooseBackend(
   return trisolve::MakeCpuBackend(threads);
 }
 
+// JSON log lines: {"time", "level", "request_id" (when the line is about a request), "msg"}.
+class JsonMessage final : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg, const std::tm&,
+              spdlog::memory_buf_t& dest) override {
+    std::string_view text(msg.payload.data(), msg.payload.size());
+    std::string out;
+    if (text.rfind("[req ", 0) == 0) {
+      const size_t end = text.find("] ");
+      if (end != std::string_view::npos) {
+        out += "\"request_id\":\"" + Escape(text.substr(5, end - 5)) + "\",";
+        text = text.substr(end + 2);
+      }
+    }
+    out += "\"msg\":\"" + Escape(text) + "\"";
+    dest.append(out.data(), out.data() + out.size());
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override {
+    return std::make_unique<JsonMessage>();
+  }
+
+ private:
+  static std::string Escape(std::string_view v) {
+    std::string o;
+    for (char c : v) {
+      switch (c) {
+        case '"': o += "\\\""; break;
+        case '\\': o += "\\\\"; break;
+        case '\n': o += "\\n"; break;
+        case '\t': o += "\\t"; break;
+        default:
+          if (static_cast<unsigned char>(c) < 0x20) {
+            char buf[8];
+            std::snprintf(buf, sizeof buf, "\\u%04x", c);
+            o += buf;
+          } else {
+            o.push_back(c);
+          }
+      }
+    }
+    return o;
+  }
+};
+
+absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(what, " ", path, ": cannot read"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"trisolved: solves batches of structured linear systems over gRPC"};
   std::string listen = "127.0.0.1:50051";
   std::string backend = "auto";
-  std::string log_level = "info";
+  std::string log_level = "info", log_format = "text", metrics_listen;
+  std::string tls_cert, tls_key, tls_client_ca, token_file;
   int device = 0, threads = 0;
   trisolve::CudaOptions cuda_options;
   trisolve::server::ServiceOptions opt;
@@ -78,10 +136,72 @@ int main(int argc, char** argv) {
       ->envname("TRISOLVE_GRACE")->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->envname("TRISOLVE_LOG_LEVEL")->capture_default_str();
+  app.add_option("--log-format", log_format, "text or json (one object a line)")
+      ->envname("TRISOLVE_LOG_FORMAT")->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+  app.add_option("--metrics-listen", metrics_listen,
+                 "HOST:PORT for Prometheus /metrics (empty: off; port 0: any free port)")
+      ->envname("TRISOLVE_METRICS_LISTEN");
+  app.add_option("--tls-cert", tls_cert, "server certificate chain (PEM); with --tls-key: TLS")
+      ->envname("TRISOLVE_TLS_CERT");
+  app.add_option("--tls-key", tls_key, "server private key (PEM)")->envname("TRISOLVE_TLS_KEY");
+  app.add_option("--tls-client-ca", tls_client_ca,
+                 "CA (PEM) that client certificates must chain to: mutual TLS")
+      ->envname("TRISOLVE_TLS_CLIENT_CA");
+  app.add_option("--token-file", token_file,
+                 "file of accepted bearer tokens, one a line (the health service stays open)")
+      ->envname("TRISOLVE_TOKEN_FILE");
   CLI11_PARSE(app, argc, argv);
 
   spdlog::set_level(spdlog::level::from_str(log_level));
-  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+  if (log_format == "json") {
+    auto f = std::make_unique<spdlog::pattern_formatter>();
+    f->add_flag<JsonMessage>('*').set_pattern(
+        R"({"time":"%Y-%m-%dT%H:%M:%S.%e","level":"%l",%*})");
+    spdlog::set_formatter(std::move(f));
+  } else {
+    spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+  }
+
+  if (!token_file.empty()) {
+    auto text = ReadFile(token_file, "token file");
+    if (!text.ok()) {
+      spdlog::error("{}", std::string(text.status().message()));
+      return 1;
+    }
+    std::istringstream lines(*text);
+    for (std::string line; std::getline(lines, line);) {
+      while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+      if (!line.empty() && line[0] != '#') opt.tokens.push_back(line);
+    }
+    if (opt.tokens.empty()) {
+      spdlog::error("token file {} holds no token", token_file);
+      return 1;
+    }
+  }
+  std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
+  if (!tls_cert.empty() || !tls_key.empty()) {
+    auto cert = ReadFile(tls_cert, "--tls-cert");
+    auto key = ReadFile(tls_key, "--tls-key");
+    if (!cert.ok() || !key.ok()) {
+      spdlog::error("TLS needs both --tls-cert and --tls-key: {}",
+                    std::string((cert.ok() ? key : cert).status().message()));
+      return 1;
+    }
+    grpc::SslServerCredentialsOptions ssl;
+    ssl.pem_key_cert_pairs.push_back({*key, *cert});
+    if (!tls_client_ca.empty()) {
+      auto ca = ReadFile(tls_client_ca, "--tls-client-ca");
+      if (!ca.ok()) {
+        spdlog::error("{}", std::string(ca.status().message()));
+        return 1;
+      }
+      ssl.pem_root_certs = *ca;
+      ssl.client_certificate_request =
+          GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+    }
+    creds = grpc::SslServerCredentials(ssl);
+  }
 
   // Signals are taken by one thread with sigwait, so every other thread runs undisturbed.
   sigset_t sigs;
@@ -108,7 +228,7 @@ int main(int argc, char** argv) {
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(listen, creds, &port);
   builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<int64_t>(opt.max_message_bytes, INT32_MAX)));
   builder.SetMaxSendMessageSize(-1);
   // Bulk arrays: large HTTP/2 frames and a deep receive window (gRPC's defaults, 16 KiB frames
@@ -129,6 +249,19 @@ int main(int argc, char** argv) {
                listen, port, opt.max_message_bytes, opt.limits.max_job_bytes,
                opt.limits.max_job_unknowns, opt.max_concurrent_jobs, opt.max_queued_jobs);
 
+  spdlog::info("security: {}{}", tls_cert.empty() ? "plaintext" : (tls_client_ca.empty() ? "TLS" : "mutual TLS"),
+               opt.tokens.empty() ? ", no authentication" : ", bearer tokens");
+  trisolve::server::MetricsServer metrics;
+  if (!metrics_listen.empty()) {
+    auto mport = metrics.Start(metrics_listen, [&service] { return service->RenderMetrics(); });
+    if (!mport.ok()) {
+      spdlog::error("{}", std::string(mport.status().message()));
+      return 1;
+    }
+    spdlog::info("metrics on http://{}:{}/metrics", metrics_listen.substr(0, metrics_listen.rfind(':')),
+                 *mport);
+  }
+
   int sig = 0;
   sigwait(&sigs, &sig);
   spdlog::info("signal {}: draining (grace {} s): health NOT_SERVING, new calls UNAVAILABLE",
@@ -138,6 +271,7 @@ int main(int argc, char** argv) {
                         std::chrono::milliseconds(int64_t(grace_s * 1000));
   const bool idle = service->Drain(deadline);
   server->Shutdown(deadline);
+  metrics.Stop();
   spdlog::info("{}; exiting", idle ? "all jobs finished" : "grace period over");
   return 0;
 }

@@ -44,6 +44,46 @@ SolverService::SolverService(std::unique_ptr<Backend> backend, ServiceOptions op
       admission_(options.max_concurrent_jobs, options.max_queued_jobs),
       started_(Clock::now()) {}
 
+absl::Status SolverService::Authenticate(grpc::ServerContext* ctx) const {
+  if (options_.tokens.empty()) return absl::OkStatus();
+  const auto& md = ctx->client_metadata();
+  auto it = md.find("authorization");
+  if (it == md.end())
+    return absl::UnauthenticatedError(
+        "missing bearer token (metadata 'authorization: Bearer <token>')");
+  const std::string value(it->second.data(), it->second.size());
+  constexpr absl::string_view kBearer = "Bearer ";
+  if (value.size() <= kBearer.size() || value.compare(0, kBearer.size(), kBearer.data()) != 0)
+    return absl::UnauthenticatedError("the authorization metadata is not 'Bearer <token>'");
+  const std::string token = value.substr(kBearer.size());
+  // Compare against every token, each in time independent of where they differ.
+  bool match = false;
+  for (const std::string& t : options_.tokens) {
+    unsigned diff = t.size() != token.size();
+    for (size_t i = 0; i < t.size(); ++i) diff |= unsigned(t[i] ^ (i < token.size() ? token[i] : 0));
+    match |= diff == 0;
+  }
+  if (!match) return absl::UnauthenticatedError("invalid bearer token");
+  return absl::OkStatus();
+}
+
+grpc::Status SolverService::Finish(Call& call, CallSample& sample, const absl::Status& st) {
+  sample.code = absl::StatusCodeToString(st.code());
+  metrics_.Record(sample);
+  if (!st.ok())
+    spdlog::warn("[req {}] {} {}: {} {}", call.id, call.rpc,
+                 st.code() == absl::StatusCode::kInvalidArgument ||
+                         st.code() == absl::StatusCode::kUnauthenticated
+                     ? "rejected"
+                     : "failed",
+                 absl::StatusCodeToString(st.code()), std::string(st.message()));
+  return ToGrpc(st);
+}
+
+std::string SolverService::RenderMetrics() const {
+  return metrics_.Render(backend_->Info(), admission_.running(), admission_.queued());
+}
+
 bool SolverService::Drain(std::chrono::system_clock::time_point deadline) {
   admission_.Shutdown();
   return admission_.WaitIdle(deadline);
@@ -128,56 +168,81 @@ std::string RequestId(grpc::ServerContext* ctx, std::atomic<int64_t>& next) {
 
 }  // namespace
 
+namespace {
+
+// A metrics label for the requested method: its name when it is one, never free text.
+std::string MethodLabel(Family f, const std::string& m) {
+  if (m.empty()) return "auto";
+  bool known = false;
+  switch (f) {
+    case Family::kTridiagonal: known = ParseTridiagonalMethod(m).ok(); break;
+    case Family::kTree: known = ParseTreeMethod(m).ok(); break;
+    case Family::kBlockTridiagonal: known = ParseBlockMethod(m).ok(); break;
+    case Family::kDense: known = ParseDenseMethod(m).ok(); break;
+  }
+  return known ? m : "invalid";
+}
+
+void FillSample(const Job& job, const JobResult& r, double receive_us, double queue_us,
+                CallSample* sample) {
+  sample->solved = true;
+  sample->method = r.info.method;
+  sample->queue_s = queue_us * 1e-6;
+  sample->transfer_s = (receive_us + r.info.h2d_us + r.info.d2h_us) * 1e-6;
+  sample->compute_s = (r.info.kernel_us > 0 ? r.info.kernel_us : r.compute_us) * 1e-6;
+  sample->bytes_out = int64_t(r.x.size());
+  sample->unknowns = job.unknowns();
+}
+
+}  // namespace
+
 template <typename Req>
-grpc::Status SolverService::HandleUnary(grpc::ServerContext* ctx, const char* rpc,
+grpc::Status SolverService::HandleUnary(grpc::ServerContext* ctx, const char* rpc, Family family,
                                         const Req& req, v1::SolveResponse* resp) {
   Call call{RequestId(ctx, next_id_), rpc, ctx};
   call.deadline = EffectiveDeadline(ctx->deadline(), options_);
-  if (admission_.shutting_down()) {
-    spdlog::info("[req {}] {} refused: shutting down", call.id, rpc);
-    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is shutting down");
-  }
+  CallSample sample;
+  sample.rpc = rpc;
+  sample.family = std::string(FamilyName(family));
+  sample.method = MethodLabel(family, req.method());
+  if (admission_.shutting_down())
+    return Finish(call, sample, absl::UnavailableError("the server is shutting down"));
+  if (auto st = Authenticate(ctx); !st.ok()) return Finish(call, sample, st);
   auto job = JobFromRequest(req, options_.limits);
   call.receive_us = Micros(Clock::now() - call.start);
-  if (!job.ok()) {
-    spdlog::warn("[req {}] {} rejected: {} {}", call.id, rpc,
-                 absl::StatusCodeToString(job.status().code()), std::string(job.status().message()));
-    return ToGrpc(job.status());
-  }
+  if (!job.ok()) return Finish(call, sample, job.status());
+  sample.bytes_in = job->total_bytes();
   auto res = Admit(call, *job);
-  if (!res.ok()) {
-    spdlog::warn("[req {}] {} failed: {} {}", call.id, rpc,
-                 absl::StatusCodeToString(res.status().code()), std::string(res.status().message()));
-    return ToGrpc(res.status());
-  }
+  if (!res.ok()) return Finish(call, sample, res.status());
   resp->set_dtype(job->precision == Precision::kFloat64 ? v1::FLOAT64 : v1::FLOAT32);
   for (int64_t d : job->arrays.at(job->x_field).shape) resp->mutable_x()->add_shape(d);
+  FillSample(*job, *res, call.receive_us, call.queue_us, &sample);
   resp->mutable_x()->mutable_data()->swap(res->x);
   resp->mutable_status()->Reserve(static_cast<int>(res->status.size()));
-  for (SystemStatus s : res->status) resp->add_status(ToProto(s));
+  for (SystemStatus st : res->status) resp->add_status(ToProto(st));
   FillSummary(*job, *res, backend_info_, call.id, call.receive_us, call.queue_us,
               Micros(Clock::now() - call.start), resp->mutable_summary());
   LogDone(call.id, rpc, *job, resp->summary());
-  return grpc::Status::OK;
+  return Finish(call, sample, absl::OkStatus());
 }
 
 grpc::Status SolverService::SolveTridiagonal(grpc::ServerContext* ctx,
                                              const v1::TridiagonalRequest* req,
                                              v1::SolveResponse* resp) {
-  return HandleUnary(ctx, "SolveTridiagonal", *req, resp);
+  return HandleUnary(ctx, "SolveTridiagonal", Family::kTridiagonal, *req, resp);
 }
 grpc::Status SolverService::SolveTree(grpc::ServerContext* ctx, const v1::TreeRequest* req,
                                       v1::SolveResponse* resp) {
-  return HandleUnary(ctx, "SolveTree", *req, resp);
+  return HandleUnary(ctx, "SolveTree", Family::kTree, *req, resp);
 }
 grpc::Status SolverService::SolveBlockTridiagonal(grpc::ServerContext* ctx,
                                                   const v1::BlockTridiagonalRequest* req,
                                                   v1::SolveResponse* resp) {
-  return HandleUnary(ctx, "SolveBlockTridiagonal", *req, resp);
+  return HandleUnary(ctx, "SolveBlockTridiagonal", Family::kBlockTridiagonal, *req, resp);
 }
 grpc::Status SolverService::SolveDense(grpc::ServerContext* ctx, const v1::DenseRequest* req,
                                        v1::SolveResponse* resp) {
-  return HandleUnary(ctx, "SolveDense", *req, resp);
+  return HandleUnary(ctx, "SolveDense", Family::kDense, *req, resp);
 }
 
 grpc::Status SolverService::SolveStream(
@@ -186,27 +251,36 @@ grpc::Status SolverService::SolveStream(
   const char* rpc = "SolveStream";
   Call call{RequestId(ctx, next_id_), rpc, ctx};
   call.deadline = EffectiveDeadline(ctx->deadline(), options_);
-  auto fail = [&](const absl::Status& st) {
-    spdlog::warn("[req {}] {} rejected: {} {}", call.id, rpc,
-                 absl::StatusCodeToString(st.code()), std::string(st.message()));
-    return ToGrpc(st);
-  };
-  if (admission_.shutting_down()) return fail(absl::UnavailableError("the server is shutting down"));
+  CallSample sample;
+  sample.rpc = rpc;
+  sample.family = "unknown";
+  sample.method = "unknown";
+  if (admission_.shutting_down())
+    return Finish(call, sample, absl::UnavailableError("the server is shutting down"));
+  if (auto st = Authenticate(ctx); !st.ok()) return Finish(call, sample, st);
   v1::StreamRequest msg;
   if (!stream->Read(&msg))
-    return fail(absl::InvalidArgumentError("part: the stream ended before its header"));
+    return Finish(call, sample,
+                  absl::InvalidArgumentError("part: the stream ended before its header"));
   auto job = JobFromStreamHeader(msg, options_.limits);
-  if (!job.ok()) return fail(job.status());
+  if (!job.ok()) return Finish(call, sample, job.status());
+  sample.family = std::string(FamilyName(job->family));
+  sample.method = MethodLabel(job->family, job->method);
   while (stream->Read(&msg)) {
     if (!msg.has_chunk())
-      return fail(absl::InvalidArgumentError("part: only chunks may follow the header"));
-    if (auto st = AppendChunk(*job, msg.chunk()); !st.ok()) return fail(st);
+      return Finish(call, sample,
+                    absl::InvalidArgumentError("part: only chunks may follow the header"));
+    if (auto st = AppendChunk(*job, msg.chunk()); !st.ok()) return Finish(call, sample, st);
   }
-  if (ctx->IsCancelled()) return fail(absl::CancelledError("the client cancelled the call"));
-  if (auto st = FinishStreamedJob(*job); !st.ok()) return fail(st);
+  if (ctx->IsCancelled())
+    return Finish(call, sample, absl::CancelledError("the client cancelled the call"));
+  if (auto st = FinishStreamedJob(*job); !st.ok()) return Finish(call, sample, st);
+  sample.bytes_in = job->total_bytes();
   call.receive_us = Micros(Clock::now() - call.start);
   auto res = Admit(call, *job);
-  if (!res.ok()) return fail(res.status());
+  if (!res.ok()) return Finish(call, sample, res.status());
+  FillSample(*job, *res, call.receive_us, call.queue_us, &sample);
+  const absl::Status gone = absl::CancelledError("the client went away");
 
   const int64_t chunk = std::max<int64_t>(options_.stream_chunk_bytes, 1024);
   const std::string& x = res->x;
@@ -221,7 +295,7 @@ grpc::Status SolverService::SolveStream(
     c->set_offset(off);
     c->set_data(x.data() + off, static_cast<size_t>(len));
     off += len;
-    if (!stream->Write(out)) return fail(absl::CancelledError("the client went away"));
+    if (!stream->Write(out)) return Finish(call, sample, gone);
     out.Clear();
   } while (off < int64_t(x.size()));
   const size_t per_msg = static_cast<size_t>(chunk);  // statuses: one byte each on the wire
@@ -229,19 +303,26 @@ grpc::Status SolverService::SolveStream(
     const size_t end = std::min(res->status.size(), i + per_msg);
     for (size_t k = i; k < end; ++k) out.add_status(ToProto(res->status[k]));
     if (end < res->status.size()) {
-      if (!stream->Write(out)) return fail(absl::CancelledError("the client went away"));
+      if (!stream->Write(out)) return Finish(call, sample, gone);
       out.Clear();
     }
   }
   FillSummary(*job, *res, backend_info_, call.id, call.receive_us, call.queue_us,
               Micros(Clock::now() - call.start), out.mutable_summary());
   LogDone(call.id, rpc, *job, out.summary());
-  if (!stream->Write(out)) return fail(absl::CancelledError("the client went away"));
-  return grpc::Status::OK;
+  if (!stream->Write(out)) return Finish(call, sample, gone);
+  return Finish(call, sample, absl::OkStatus());
 }
 
-grpc::Status SolverService::GetServerInfo(grpc::ServerContext*, const v1::GetServerInfoRequest*,
+grpc::Status SolverService::GetServerInfo(grpc::ServerContext* ctx, const v1::GetServerInfoRequest*,
                                           v1::ServerInfo* resp) {
+  if (auto st = Authenticate(ctx); !st.ok()) {
+    Call call{RequestId(ctx, next_id_), "GetServerInfo", ctx};
+    CallSample sample;
+    sample.rpc = "GetServerInfo";
+    sample.family = sample.method = "-";
+    return Finish(call, sample, st);
+  }
   resp->set_version(TRISOLVE_VERSION);
   const BackendInfo info = backend_->Info();  // fresh: free device memory changes
   resp->set_backend(info.name);

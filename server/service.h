@@ -8,6 +8,7 @@
 
 #include "admission.h"
 #include "job.h"
+#include "metrics.h"
 #include "trisolve/backend.h"
 #include "trisolve/v1/trisolve.grpc.pb.h"
 
@@ -22,6 +23,9 @@ struct ServiceOptions {
   double default_deadline_s = 0;
   double max_deadline_s = 0;
   int64_t stream_chunk_bytes = int64_t{2} << 20;
+  // Bearer tokens accepted (metadata "authorization: Bearer <token>"); empty: no authentication.
+  // The health service stays open either way.
+  std::vector<std::string> tokens;
 };
 
 class SolverService final : public v1::Solver::Service {
@@ -46,19 +50,24 @@ class SolverService final : public v1::Solver::Service {
   // Refuse new work (UNAVAILABLE) and wait up to `grace` for running jobs to finish.
   bool Drain(std::chrono::system_clock::time_point deadline);
   const BackendInfo& backend_info() const { return backend_info_; }
+  // The Prometheus exposition of everything so far.
+  std::string RenderMetrics() const;
 
  private:
   struct Call;
   template <typename Req>
-  grpc::Status HandleUnary(grpc::ServerContext* ctx, const char* rpc, const Req& req,
-                           v1::SolveResponse* resp);
+  grpc::Status HandleUnary(grpc::ServerContext* ctx, const char* rpc, Family family,
+                           const Req& req, v1::SolveResponse* resp);
   absl::StatusOr<JobResult> Admit(Call& call, const Job& job);
+  absl::Status Authenticate(grpc::ServerContext* ctx) const;
+  grpc::Status Finish(Call& call, CallSample& sample, const absl::Status& st);
 
   std::unique_ptr<Backend> backend_;
   BackendInfo backend_info_;
   ServiceOptions options_;
   Admission admission_;
   std::atomic<int64_t> next_id_{1};
+  Metrics metrics_;
   const std::chrono::steady_clock::time_point started_;
 };
 

@@ -31,7 +31,7 @@ for name in ("trisolved", "trisolved-cpu"):
     s = svc[name]
     assert s["healthcheck"]["test"][1:3] == ["trisolve", "--timeout"], s["healthcheck"]
     assert s["restart"] == "unless-stopped"
-    assert s["ports"] == ["50051:50051"]
+    assert s["ports"][0] == "50051:50051", s["ports"]
 assert svc["trisolved"]["environment"]["TRISOLVE_BACKEND"] == "cuda"
 assert svc["trisolved-cpu"]["environment"]["TRISOLVE_BACKEND"] == "cpu"
 assert svc["trisolved-cpu"]["profiles"] == ["cpu"] and "deploy" not in svc["trisolved-cpu"]

@@ -94,8 +94,18 @@ class Client {
     // Jobs whose arrays exceed this go through SolveStream (gRPC's default limit is 4 MiB).
     int64_t stream_threshold_bytes = (int64_t{4} << 20) - (int64_t{64} << 10);
     int64_t chunk_bytes = int64_t{2} << 20;
+    // TLS: the CA (PEM file) that signed the server's certificate; with a client certificate and
+    // key as well, mutual TLS. tls_server_name overrides the name checked in the certificate.
+    std::string tls_ca_file, tls_cert_file, tls_key_file, tls_server_name;
+    // Sent as "authorization: Bearer <token>" on every call but the health check.
+    std::string token;
   };
+  // Whether the options ask for TLS.
+  static bool UsesTls(const Options& o) { return !o.tls_ca_file.empty() || !o.tls_cert_file.empty(); }
+  // Fails (the channel reports UNAVAILABLE on first use) when a TLS file cannot be read; use
+  // Create to learn that up front.
   explicit Client(Options options);
+  static absl::StatusOr<std::unique_ptr<Client>> Create(Options options);
   ~Client();
 
   absl::StatusOr<Result> Solve(const Job& job);

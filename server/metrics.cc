@@ -1,0 +1,145 @@
+#include "metrics.h"
+
+#include <httplib.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace trisolve::server {
+namespace {
+
+std::string Escape(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out.push_back('\\');
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out.push_back(c);
+  }
+  return out;
+}
+
+void Header(std::string& out, const char* name, const char* type, const char* help) {
+  absl::StrAppend(&out, "# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n");
+}
+
+std::string Num(double v) { return absl::StrFormat("%.9g", v); }
+
+}  // namespace
+
+void Metrics::Histogram::Observe(double v) {
+  for (size_t i = 0; i < kBuckets.size(); ++i)
+    if (v <= kBuckets[i]) ++counts[i];
+  ++count;
+  sum += v;
+}
+
+void Metrics::Record(const CallSample& s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++requests_[{s.rpc, s.family, s.method, s.code}];
+  bytes_in_ += s.bytes_in;
+  bytes_out_ += s.bytes_out;
+  if (s.solved) {
+    queue_[s.family].Observe(s.queue_s);
+    transfer_[s.family].Observe(s.transfer_s);
+    compute_[s.family].Observe(s.compute_s);
+    unknowns_[s.family] += s.unknowns;
+  }
+}
+
+std::string Metrics::Render(const BackendInfo& backend, int64_t in_flight, int64_t queued) const {
+  std::string out;
+  std::lock_guard<std::mutex> lock(mu_);
+  Header(out, "trisolve_requests_total", "counter",
+         "Calls by RPC, family, method and gRPC status code (errors are the codes other than OK).");
+  for (const auto& [k, v] : requests_) {
+    const auto& [rpc, family, method, code] = k;
+    absl::StrAppend(&out, "trisolve_requests_total{rpc=\"", Escape(rpc), "\",family=\"",
+                    Escape(family), "\",method=\"", Escape(method), "\",code=\"", Escape(code),
+                    "\"} ", v, "\n");
+  }
+  auto hist = [&](const char* name, const char* help, const std::map<std::string, Histogram>& h) {
+    Header(out, name, "histogram", help);
+    for (const auto& [family, hg] : h) {
+      for (size_t i = 0; i < kBuckets.size(); ++i)
+        absl::StrAppend(&out, name, "_bucket{family=\"", Escape(family), "\",le=\"",
+                        Num(kBuckets[i]), "\"} ", hg.counts[i], "\n");
+      absl::StrAppend(&out, name, "_bucket{family=\"", Escape(family), "\",le=\"+Inf\"} ",
+                      hg.count, "\n", name, "_sum{family=\"", Escape(family), "\"} ",
+                      Num(hg.sum), "\n", name, "_count{family=\"", Escape(family), "\"} ",
+                      hg.count, "\n");
+    }
+  };
+  hist("trisolve_queue_seconds", "Time a job waited for a slot.", queue_);
+  hist("trisolve_transfer_seconds",
+       "Time moving a job's arrays: receiving and checking the request, host-device copies.",
+       transfer_);
+  hist("trisolve_compute_seconds", "Time solving (kernels, or the CPU reference).", compute_);
+  Header(out, "trisolve_unknowns_solved_total", "counter", "Unknowns of solved jobs, by family.");
+  for (const auto& [family, v] : unknowns_)
+    absl::StrAppend(&out, "trisolve_unknowns_solved_total{family=\"", Escape(family), "\"} ", v,
+                    "\n");
+  Header(out, "trisolve_received_bytes_total", "counter", "Bytes of arrays received.");
+  absl::StrAppend(&out, "trisolve_received_bytes_total ", bytes_in_, "\n");
+  Header(out, "trisolve_sent_bytes_total", "counter", "Bytes of solutions sent.");
+  absl::StrAppend(&out, "trisolve_sent_bytes_total ", bytes_out_, "\n");
+  Header(out, "trisolve_jobs_in_flight", "gauge", "Jobs being solved now.");
+  absl::StrAppend(&out, "trisolve_jobs_in_flight ", in_flight, "\n");
+  Header(out, "trisolve_jobs_queued", "gauge", "Jobs waiting for a slot now.");
+  absl::StrAppend(&out, "trisolve_jobs_queued ", queued, "\n");
+  Header(out, "trisolve_pool_bytes", "gauge", "Pooled memory by pool and state.");
+  for (const auto& p : backend.pools)
+    absl::StrAppend(&out, "trisolve_pool_bytes{pool=\"", p.name, "\",state=\"cached\"} ",
+                    p.cached_bytes, "\n", "trisolve_pool_bytes{pool=\"", p.name,
+                    "\",state=\"in_use\"} ", p.in_use_bytes, "\n", "trisolve_pool_bytes{pool=\"",
+                    p.name, "\",state=\"peak\"} ", p.peak_bytes, "\n",
+                    "trisolve_pool_bytes{pool=\"", p.name, "\",state=\"cap\"} ", p.cap_bytes,
+                    "\n");
+  Header(out, "trisolve_pool_events_total", "counter", "Pool hits, misses and evictions.");
+  for (const auto& p : backend.pools)
+    absl::StrAppend(&out, "trisolve_pool_events_total{pool=\"", p.name, "\",event=\"hit\"} ",
+                    p.hits, "\n", "trisolve_pool_events_total{pool=\"", p.name,
+                    "\",event=\"miss\"} ", p.misses, "\n", "trisolve_pool_events_total{pool=\"",
+                    p.name, "\",event=\"eviction\"} ", p.evictions, "\n");
+  Header(out, "trisolve_device_memory_used_bytes", "gauge", "Device memory in use (all users).");
+  for (size_t i = 0; i < backend.devices.size(); ++i)
+    absl::StrAppend(&out, "trisolve_device_memory_used_bytes{device=\"", i, "\"} ",
+                    backend.devices[i].total_memory_bytes - backend.devices[i].free_memory_bytes,
+                    "\n");
+  return out;
+}
+
+MetricsServer::MetricsServer() = default;
+MetricsServer::~MetricsServer() { Stop(); }
+
+absl::StatusOr<int> MetricsServer::Start(const std::string& address, Renderer render) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos)
+    return absl::InvalidArgumentError(absl::StrCat("metrics address '", address,
+                                                   "' is not HOST:PORT"));
+  const std::string host = address.substr(0, colon);
+  int port = 0;
+  try {
+    port = std::stoi(address.substr(colon + 1));
+  } catch (...) {
+    return absl::InvalidArgumentError(absl::StrCat("metrics address '", address, "': bad port"));
+  }
+  http_ = std::make_unique<httplib::Server>();
+  http_->Get("/metrics", [render](const httplib::Request&, httplib::Response& res) {
+    res.set_content(render(), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  const int bound = port == 0 ? http_->bind_to_any_port(host) : (http_->bind_to_port(host, port) ? port : -1);
+  if (bound <= 0)
+    return absl::UnavailableError(absl::StrCat("cannot listen for metrics on ", address));
+  thread_ = std::thread([this] { http_->listen_after_bind(); });
+  return bound;
+}
+
+void MetricsServer::Stop() {
+  if (http_) http_->stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace trisolve::server

@@ -1,0 +1,215 @@
+// Operations, against the real trisolved: Prometheus metrics, bearer tokens, TLS and mutual
+// TLS (certificates generated here with openssl), the job-size limit, JSON logs.
+#include <httplib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "server_process.h"
+#include "trisolve/client.h"
+#include "trisolve/examples.h"
+
+namespace trisolve {
+namespace {
+
+using testing::ServerProcess;
+using testing::Shell;
+
+Job SmallJob(examples::Arrays& keep) {
+  keep = examples::RandomTridiagonal(10, 7, false, 1);
+  Job job;
+  job.kind = Kind::kTridiagonal;
+  for (auto& [k, a] : keep) job.arrays[k] = a.view();
+  return job;
+}
+
+Client::Options To(const ServerProcess& s) {
+  Client::Options o;
+  o.target = s.target();
+  return o;
+}
+
+// The value of one exact series line of a Prometheus exposition (0 when absent).
+double Series(const std::string& text, const std::string& series) {
+  const std::string prefix = series + " ";
+  size_t at = 0;
+  while ((at = text.find(prefix, at)) != std::string::npos) {
+    if (at == 0 || text[at - 1] == '\n') return std::stod(text.substr(at + prefix.size()));
+    at += prefix.size();
+  }
+  return 0;
+}
+
+TEST(Ops, MetricsCountersMoveAsExpected) {
+  ServerProcess s({"--metrics-listen", "127.0.0.1:0"});
+  ASSERT_GT(s.port(), 0) << s.Log();
+  std::smatch m;
+  const std::string log = s.Log();
+  ASSERT_TRUE(std::regex_search(log, m, std::regex("metrics on http://127.0.0.1:([0-9]+)/metrics")))
+      << log;
+  httplib::Client http("127.0.0.1", std::stoi(m[1]));
+  auto scrape = [&] {
+    auto r = http.Get("/metrics");
+    EXPECT_TRUE(r) << "no answer from /metrics";
+    EXPECT_EQ(r->status, 200);
+    EXPECT_NE(r->get_header_value("Content-Type").find("text/plain"), std::string::npos);
+    return r->body;
+  };
+  const std::string ok_series =
+      R"(trisolve_requests_total{rpc="SolveTridiagonal",family="tridiagonal",method="thomas",code="OK"})";  // the method run
+  const std::string bad_series =
+      R"(trisolve_requests_total{rpc="SolveTridiagonal",family="tridiagonal",method="invalid",code="INVALID_ARGUMENT"})";
+  const std::string unknowns = R"(trisolve_unknowns_solved_total{family="tridiagonal"})";
+  const std::string computed = R"(trisolve_compute_seconds_count{family="tridiagonal"})";
+  const std::string before = scrape();
+  Client c(To(s));
+  examples::Arrays keep;
+  Job job = SmallJob(keep);
+  ASSERT_TRUE(c.Solve(job).ok());
+  ASSERT_TRUE(c.Solve(job).ok());
+  job.options.method = "cholesky";
+  EXPECT_EQ(c.Solve(job).status().code(), absl::StatusCode::kInvalidArgument);
+  const std::string after = scrape();
+  EXPECT_EQ(Series(after, ok_series) - Series(before, ok_series), 2) << after;
+  EXPECT_EQ(Series(after, bad_series) - Series(before, bad_series), 1) << after;
+  EXPECT_EQ(Series(after, unknowns) - Series(before, unknowns), 140);
+  EXPECT_EQ(Series(after, computed) - Series(before, computed), 2);
+  EXPECT_EQ(Series(after, "trisolve_received_bytes_total") -
+                Series(before, "trisolve_received_bytes_total"),
+            2 * 4 * 70 * 8);
+  EXPECT_EQ(Series(after, "trisolve_sent_bytes_total"), 2 * 70 * 8);
+  EXPECT_EQ(Series(after, "trisolve_jobs_in_flight"), 0);
+  EXPECT_NE(after.find("# TYPE trisolve_queue_seconds histogram"), std::string::npos);
+  EXPECT_NE(after.find(R"(trisolve_transfer_seconds_bucket{family="tridiagonal",le="+Inf"} 2)"),
+            std::string::npos);
+}
+
+TEST(Ops, BearerTokensAcceptedAndRefusedHealthStaysOpen) {
+  const std::string file = "/tmp/trisolve_tokens_" + std::to_string(getpid());
+  std::ofstream(file) << "# operators\nfirst-token\nsecond-token\n";
+  ServerProcess s({"--token-file", file});
+  ASSERT_GT(s.port(), 0) << s.Log();
+  examples::Arrays keep;
+  Job job = SmallJob(keep);
+  Client::Options o = To(s);
+  {
+    Client none(o);
+    EXPECT_EQ(none.Solve(job).status().code(), absl::StatusCode::kUnauthenticated);
+    EXPECT_EQ(none.Info().status().code(), absl::StatusCode::kUnauthenticated);
+    EXPECT_EQ(*none.Health(), "SERVING");  // the health service stays open
+  }
+  o.token = "first-tokenX";
+  EXPECT_EQ(Client(o).Solve(job).status().code(), absl::StatusCode::kUnauthenticated);
+  o.token = "second-token";
+  EXPECT_TRUE(Client(o).Solve(job).ok());
+  EXPECT_TRUE(Client(o).Info().ok());
+  // The streaming RPC checks too.
+  Client::Options so = To(s);
+  so.stream_threshold_bytes = 0;
+  EXPECT_EQ(Client(so).Solve(job).status().code(), absl::StatusCode::kUnauthenticated);
+  so.token = "first-token";
+  auto streamed = Client(so).Solve(job);
+  ASSERT_TRUE(streamed.ok()) << streamed.status();
+  EXPECT_TRUE(streamed->summary.streamed);
+  // The CLI: --token-file, and without.
+  const std::string cli = std::string(TRISOLVE_CLI_BIN) + " --server " + s.target();
+  std::ofstream(file + ".client") << "first-token\n";
+  EXPECT_EQ(Shell(cli + " --token-file " + file + ".client info").first, 0);
+  auto [rc, out] = Shell(cli + " info");
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(out.find("UNAUTHENTICATED"), std::string::npos) << out;
+}
+
+// A CA, a server certificate for localhost / 127.0.0.1 and a client certificate.
+std::string MakeCertificates() {
+  const std::string d = "/tmp/trisolve_tls_" + std::to_string(getpid());
+  std::filesystem::create_directories(d);
+  const std::string script = R"(set -e; cd )" + d + R"(
+openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=trisolve-test-ca -keyout ca.key -out ca.pem
+for who in server client; do
+  openssl req -newkey rsa:2048 -nodes -subj /CN=$who -keyout $who.key -out $who.csr
+  printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n' > $who.ext
+  openssl x509 -req -in $who.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile $who.ext -out $who.pem
+done)";
+  auto [rc, out] = Shell("bash -c '" + std::regex_replace(script, std::regex("'"), "'\\''") + "'");
+  EXPECT_EQ(rc, 0) << out;
+  return d;
+}
+
+TEST(Ops, TlsAndMutualTls) {
+  const std::string d = MakeCertificates();
+  examples::Arrays keep;
+  Job job = SmallJob(keep);
+  {
+    ServerProcess s({"--tls-cert", d + "/server.pem", "--tls-key", d + "/server.key"});
+    ASSERT_GT(s.port(), 0) << s.Log();
+    EXPECT_NE(s.Log().find("security: TLS"), std::string::npos);
+    Client::Options o = To(s);
+    o.tls_ca_file = d + "/ca.pem";
+    auto r = Client(o).Solve(job);
+    EXPECT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(*Client(o).Health(), "SERVING");
+    // A plaintext client gets no answer.
+    EXPECT_EQ(Client(To(s)).Solve(job).status().code(), absl::StatusCode::kUnavailable);
+    // The CLI with the CA.
+    auto [rc, out] = Shell(std::string(TRISOLVE_CLI_BIN) + " --server " + s.target() +
+                           " --tls-ca " + d + "/ca.pem --timeout 5 health");
+    EXPECT_EQ(rc, 0) << out;
+  }
+  {
+    ServerProcess s({"--tls-cert", d + "/server.pem", "--tls-key", d + "/server.key",
+                     "--tls-client-ca", d + "/ca.pem"});
+    ASSERT_GT(s.port(), 0) << s.Log();
+    EXPECT_NE(s.Log().find("security: mutual TLS"), std::string::npos);
+    Client::Options o = To(s);
+    o.tls_ca_file = d + "/ca.pem";
+    EXPECT_EQ(Client(o).Solve(job).status().code(), absl::StatusCode::kUnavailable)
+        << "a client without a certificate must be refused";
+    o.tls_cert_file = d + "/client.pem";
+    o.tls_key_file = d + "/client.key";
+    auto r = Client(o).Solve(job);
+    EXPECT_TRUE(r.ok()) << r.status();
+  }
+  Client::Options missing;
+  missing.tls_ca_file = d + "/nope.pem";
+  EXPECT_EQ(Client::Create(missing).status().code(), absl::StatusCode::kNotFound);
+  std::filesystem::remove_all(d);
+}
+
+TEST(Ops, JobBytesLimitAndJsonLogs) {
+  ServerProcess s({"--max-job-bytes", "1000", "--log-format", "json"});
+  ASSERT_GT(s.port(), 0) << s.Log();
+  examples::Arrays keep;
+  Job job = SmallJob(keep);  // 4 arrays x 70 values x 8 bytes = 2240 bytes
+  job.options.request_id = "json-check";
+  auto r = Client(To(s)).Solve(job);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(r.status().message().find("max_job_bytes = 1000"), absl::string_view::npos)
+      << r.status();
+  auto small = examples::RandomTridiagonal(2, 4, false, 1);
+  Job ok;
+  ok.kind = Kind::kTridiagonal;
+  for (auto& [k, a] : small) ok.arrays[k] = a.view();
+  ok.options.request_id = "json-ok";
+  EXPECT_TRUE(Client(To(s)).Solve(ok).ok());
+  std::istringstream lines(s.Log());
+  int parsed = 0, with_id = 0;
+  for (std::string line; std::getline(lines, line);) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << "not JSON: " << line;
+    EXPECT_TRUE(j.contains("time") && j.contains("level") && j.contains("msg")) << line;
+    ++parsed;
+    if (j.contains("request_id")) {
+      ++with_id;
+      EXPECT_TRUE(j["request_id"] == "json-check" || j["request_id"] == "json-ok") << line;
+    }
+  }
+  EXPECT_GE(parsed, 3);
+  EXPECT_EQ(with_id, 2);
+}
+
+}  // namespace
+}  // namespace trisolve
