@@ -15,6 +15,7 @@
 #include "check.h"
 #include "memory_pool.h"
 #include "trisolve/backend.h"
+#include "dense_cuda.h"
 #include "tree_cuda.h"
 #include "tridiagonal_cuda.h"
 
@@ -87,16 +88,14 @@ class CudaBackend final : public Backend {
     return SolveTri(p, m, out, c);
   }
 
-#define TRISOLVE_ON_HOST(Problem, Method, Output)                                            \
-  absl::StatusOr<SolveInfo> Solve(const Problem<double>& p, Method m, Output<double> out,    \
-                                  const SolveControl& c) override {                          \
-    return Host(cpu_->Solve(p, m, out, c));                                                  \
-  }                                                                                          \
-  absl::StatusOr<SolveInfo> Solve(const Problem<float>& p, Method m, Output<float> out,      \
-                                  const SolveControl& c) override {                          \
-    return Host(cpu_->Solve(p, m, out, c));                                                  \
+  absl::StatusOr<SolveInfo> Solve(const DenseProblem<double>& p, DenseMethod m,
+                                  DenseOutput<double> out, const SolveControl& c) override {
+    return SolveDenseOnDevice(p, m, out, c);
   }
-  TRISOLVE_ON_HOST(DenseProblem, DenseMethod, DenseOutput)
+  absl::StatusOr<SolveInfo> Solve(const DenseProblem<float>& p, DenseMethod m,
+                                  DenseOutput<float> out, const SolveControl& c) override {
+    return SolveDenseOnDevice(p, m, out, c);
+  }
   absl::StatusOr<SolveInfo> Solve(const TreeProblem<double>& p, TreeMethod m,
                                   TreeOutput<double> out, const SolveControl& c) override {
     return SolveTreeOnDevice(p, m, out, c);
@@ -105,7 +104,6 @@ class CudaBackend final : public Backend {
                                   TreeOutput<float> out, const SolveControl& c) override {
     return SolveTreeOnDevice(p, m, out, c);
   }
-#undef TRISOLVE_ON_HOST
   absl::StatusOr<SolveInfo> Solve(const BlockTridiagonalProblem<double>& p, BlockMethod m,
                                   const BlockOptions& o, BlockOutput<double> out,
                                   const SolveControl& c) override {
@@ -188,14 +186,17 @@ class CudaBackend final : public Backend {
   // Stages `inputs` (each elems values of T) into pooled device memory, runs `launch(device
   // inputs, x, flags, stream)`, copies x and the per-system flags back. Systems flagged by the
   // kernel get status singular and x = 0.
+  // Inputs are (host pointer, values); x has batch * n values.
   template <typename T, typename Launch>
-  absl::StatusOr<SolveInfo> Staged(const std::vector<const T*>& inputs, int64_t batch, int64_t n,
-                                   Layout layout, T* out_x, SystemStatus* out_status,
-                                   Launch launch) {
+  absl::StatusOr<SolveInfo> Staged(const std::vector<std::pair<const T*, int64_t>>& inputs,
+                                   int64_t batch, int64_t n, Layout layout, T* out_x,
+                                   SystemStatus* out_status, Launch launch) {
     cudaSetDevice(options_.device);
     const int64_t elems = batch * n, bytes = elems * int64_t(sizeof(T));
     const int64_t k = int64_t(inputs.size());
-    auto dev = device_pool_.Get((k + 1) * bytes + batch);
+    int64_t in_values = 0;
+    for (const auto& in : inputs) in_values += in.second;
+    auto dev = device_pool_.Get((in_values + elems) * int64_t(sizeof(T)) + batch);
     if (!dev.ok()) return dev.status();
     auto pinned = pinned_pool_.Get(2 * kStagingChunk);
     if (!pinned.ok()) return pinned.status();
@@ -208,13 +209,19 @@ class CudaBackend final : public Backend {
     Lane& l = lanes_[li];
     T* base = static_cast<T*>(dev->get());
     std::vector<T*> din(static_cast<size_t>(k));
-    for (int64_t q = 0; q < k; ++q) din[q] = base + q * elems;
-    T* dx = base + k * elems;
+    T* next = base;
+    for (int64_t q = 0; q < k; ++q) {
+      din[q] = next;
+      next += inputs[q].second;
+    }
+    T* dx = next;
     auto* flags = reinterpret_cast<uint8_t*>(dx + elems);
     auto* pin = static_cast<std::byte*>(pinned->get());
     TRISOLVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.e0, l.stream));
     for (int64_t q = 0; q < k; ++q)
-      if (auto st = StageIn(l, pin, inputs[q], din[q], bytes); !st.ok()) return st;
+      if (auto st = StageIn(l, pin, inputs[q].first, din[q], inputs[q].second * int64_t(sizeof(T)));
+          !st.ok())
+        return st;
     TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flags, 0, size_t(batch), l.stream));
     TRISOLVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.e1, l.stream));
     absl::StatusOr<std::string> method = launch(din, dx, flags, l.stream);
@@ -243,13 +250,32 @@ class CudaBackend final : public Backend {
   template <typename T>
   absl::StatusOr<SolveInfo> SolveTri(const TridiagonalProblem<T>& p, TridiagonalMethod m,
                                      TridiagonalOutput<T> out, const SolveControl&) {
-    return Staged<T>({p.a, p.b, p.c, p.d}, p.batch, p.n, p.layout, out.x, out.status,
+    const int64_t e = p.batch * p.n;
+    return Staged<T>({{p.a, e}, {p.b, e}, {p.c, e}, {p.d, e}}, p.batch, p.n, p.layout, out.x,
+                     out.status,
                      [&](const std::vector<T*>& d, T* dx, uint8_t* flags,
                          cudaStream_t stream) -> absl::StatusOr<std::string> {
                        TridiagonalProblem<T> dp{p.batch, p.n, p.layout, d[0], d[1], d[2], d[3]};
                        auto k = cuda::SolveTridiagonalDevice(dp, m, dx, flags, device_pool_, stream);
                        if (!k.ok()) return k.status();
                        return std::string(cuda::KernelName(*k));
+                     });
+  }
+
+  template <typename T>
+  absl::StatusOr<SolveInfo> SolveDenseOnDevice(const DenseProblem<T>& p, DenseMethod m,
+                                               DenseOutput<T> out, const SolveControl& c) {
+    // Small systems: Gauss-Jordan, one warp a system. Larger n and householder-pcr: the host.
+    if (m == DenseMethod::kHouseholderPcr || p.n > cuda::kDenseWarpMaxN)
+      return Host(cpu_->Solve(p, m, out, c));
+    return Staged<T>({{p.A, p.batch * p.n * p.n}, {p.b, p.batch * p.n}}, p.batch, p.n,
+                     Layout::kFlat, out.x, out.status,
+                     [&](const std::vector<T*>& d, T* dx, uint8_t* flags,
+                         cudaStream_t stream) -> absl::StatusOr<std::string> {
+                       DenseProblem<T> dp{p.batch, p.n, d[0], d[1]};
+                       auto st = cuda::SolveDenseWarpDevice(dp, dx, flags, stream);
+                       if (!st.ok()) return st;
+                       return std::string("gauss-jordan-warp");
                      });
   }
 
@@ -265,7 +291,9 @@ class CudaBackend final : public Backend {
     if (!meta.ok()) return meta.status();
     auto* dparent = static_cast<int32_t*>(meta->get());
     auto* dflags = reinterpret_cast<uint8_t*>(dparent + p.n);
-    return Staged<T>({p.lower, p.upper, p.diag, p.rhs}, p.batch, p.n, p.layout, out.x, out.status,
+    const int64_t e = p.batch * p.n;
+    return Staged<T>({{p.lower, e}, {p.upper, e}, {p.diag, e}, {p.rhs, e}}, p.batch, p.n,
+                     p.layout, out.x, out.status,
                      [&](const std::vector<T*>& d, T* dx, uint8_t* flags,
                          cudaStream_t stream) -> absl::StatusOr<std::string> {
                        TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
