@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda_test_util.h"
 #include "gtest/gtest.h"
 #include "trisolve/backend.h"
 #include "trisolve/examples.h"
@@ -13,20 +14,8 @@
 namespace trisolve {
 namespace {
 
-Backend* Cuda() {
-  static std::unique_ptr<Backend> be = [] {
-    auto b = MakeCudaBackend();
-    if (!b.ok()) {
-      std::fprintf(stderr, "[ CUDA     ] no CUDA backend here: %s\n",
-                   std::string(b.status().message()).c_str());
-      return std::unique_ptr<Backend>();
-    }
-    return *std::move(b);
-  }();
-  return be.get();
-}
-#define REQUIRE_GPU() \
-  if (Cuda() == nullptr) GTEST_SKIP() << "no CUDA device: GPU test skipped"
+using ::trisolve::testing::Cuda;
+
 
 enum class Shape { kChain, kStar, kRandom, kMorphology };
 

@@ -5,6 +5,7 @@
 #include <random>
 #include <vector>
 
+#include "cuda_test_util.h"
 #include "gtest/gtest.h"
 #include "trisolve/backend.h"
 #include "trisolve/tridiagonal.h"
@@ -12,21 +13,8 @@
 namespace trisolve {
 namespace {
 
-Backend* Cuda() {
-  static std::unique_ptr<Backend> be = [] {
-    auto b = MakeCudaBackend();
-    if (!b.ok()) {
-      std::fprintf(stderr, "[ CUDA     ] no CUDA backend here: %s\n",
-                   std::string(b.status().message()).c_str());
-      return std::unique_ptr<Backend>();
-    }
-    return *std::move(b);
-  }();
-  return be.get();
-}
+using ::trisolve::testing::Cuda;
 
-#define REQUIRE_GPU()                                                       \
-  if (Cuda() == nullptr) GTEST_SKIP() << "no CUDA device: GPU test skipped"
 
 template <typename T>
 struct Data {

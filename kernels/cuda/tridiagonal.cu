@@ -48,6 +48,38 @@ __device__ __forceinline__ int64_t At(bool interleaved, int64_t batch, int64_t n
   return interleaved ? k * batch + s : s * n + k;
 }
 
+// One PCR step for row i (the PCR notes): combine it with rows i - stride and i + stride, which
+// exist when has_l / has_r: k1 = a_i / b_l, k2 = c_i / b_r, a' = -a_l k1, c' = -c_r k2,
+// b' = b_i - c_l k1 - a_r k2, d' = d_i - d_l k1 - d_r k2. Returns false if a pivot vanished.
+template <typename T>
+__device__ __forceinline__ bool PcrCombine(T ai, T bi, T ci, T di, bool has_l, T al, T bl, T cl,
+                                           T dl, bool has_r, T ar, T br, T cr, T dr, T& an,
+                                           T& bn, T& cn, T& dn) {
+  bool ok = true;
+  an = T(0);
+  cn = T(0);
+  bn = bi;
+  dn = di;
+  T scale = fabs(bi);
+  if (has_l) {
+    ok &= !Vanishes(bl, fabs(bl));
+    const T k1 = ai / bl;
+    an = -al * k1;
+    bn -= cl * k1;
+    dn -= dl * k1;
+    scale += fabs(cl * k1);
+  }
+  if (has_r) {
+    ok &= !Vanishes(br, fabs(br));
+    const T k2 = ci / br;
+    cn = -cr * k2;
+    bn -= ar * k2;
+    dn -= dr * k2;
+    scale += fabs(ar * k2);
+  }
+  return ok && !Vanishes(bn, scale);
+}
+
 // The modified Thomas reduction of one chunk of M rows (Laszlo, Giles & Appleyard 2016).
 // On entry row i reads a[i] x[i-1] + b[i] x[i] + c[i] x[i+1] = d[i]. On exit
 //   row 0:      a[0] x[-1] + x[0] + c[0] x[M-1] = d[0]
@@ -281,32 +313,10 @@ __global__ void __launch_bounds__(kMaxThreadsOnChip)
     for (int q = 0; q < 2; ++q) {
       const int i = 2 * j + q, il = i - stride, ir = i + stride;
       const int e = ReducedIndex<kInterleaved>(sl, i, P, S);
-      T an = T(0), bn = sb[e], cn = T(0), dn = sd[e], scale = fabs(bn);
-      if (il >= 0) {
-        const int el = ReducedIndex<kInterleaved>(sl, il, P, S);
-        const T bl = sb[el];
-        ok &= !Vanishes(bl, fabs(bl));
-        const T k1 = sa[e] / bl;
-        an = -sa[el] * k1;
-        bn -= sc[el] * k1;
-        dn -= sd[el] * k1;
-        scale += fabs(sc[el] * k1);
-      }
-      if (ir < R) {
-        const int er = ReducedIndex<kInterleaved>(sl, ir, P, S);
-        const T br = sb[er];
-        ok &= !Vanishes(br, fabs(br));
-        const T k2 = sc[e] / br;
-        cn = -sc[er] * k2;
-        bn -= sa[er] * k2;
-        dn -= sd[er] * k2;
-        scale += fabs(sa[er] * k2);
-      }
-      ok &= !Vanishes(bn, scale);
-      na[q] = an;
-      nb[q] = bn;
-      nc[q] = cn;
-      nd[q] = dn;
+      const int el = ReducedIndex<kInterleaved>(sl, il >= 0 ? il : i, P, S);
+      const int er = ReducedIndex<kInterleaved>(sl, ir < R ? ir : i, P, S);
+      ok &= PcrCombine(sa[e], sb[e], sc[e], sd[e], il >= 0, sa[el], sb[el], sc[el], sd[el],
+                       ir < R, sa[er], sb[er], sc[er], sd[er], na[q], nb[q], nc[q], nd[q]);
     }
     __syncthreads();
 #pragma unroll
@@ -498,6 +508,8 @@ __global__ void PcrNotesKernel(TridiagonalProblem<T> p, T* __restrict__ x, uint8
   __syncthreads();
   for (int stride = 1; stride < d; stride *= 2) {
     if (live) {
+      // Written out (not PcrCombine): loading the absent neighbours unconditionally cost this
+      // kernel 20% (H100, n = 32).
       const int il = tidx - stride, ir = tidx + stride;
       T an = T(0), bn = B[tidx], cn = T(0), dn = D[tidx], scale = fabs(B[tidx]);
       if (il >= 0) {

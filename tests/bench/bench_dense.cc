@@ -13,16 +13,9 @@
 #include <random>
 #include <vector>
 
+#include "bench_util.h"
 #include "dense_cuda.h"
 
-#define CK(x)                                                                             \
-  do {                                                                                    \
-    cudaError_t e_ = (x);                                                                 \
-    if (e_ != cudaSuccess) {                                                              \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                       \
-    }                                                                                     \
-  } while (0)
 #define CB(x)                                                                            \
   do {                                                                                   \
     if ((x) != CUBLAS_STATUS_SUCCESS) {                                                  \
@@ -32,28 +25,7 @@
   } while (0)
 
 namespace {
-double TimeIt(int reps, const std::function<void()>& prep, const std::function<void()>& fn) {
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  prep();
-  fn();
-  CK(cudaDeviceSynchronize());
-  std::vector<float> t;
-  for (int r = 0; r < reps; ++r) {
-    prep();
-    CK(cudaEventRecord(a));
-    fn();
-    CK(cudaEventRecord(b));
-    CK(cudaEventSynchronize(b));
-    CK(cudaGetLastError());
-    float ms;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms);
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
+using trisolve::bench::TimeIt;
 }  // namespace
 
 int main(int argc, char** argv) {

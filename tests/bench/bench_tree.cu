@@ -16,22 +16,16 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "memory_pool.h"
 #include "tree_cuda.h"
 #include "trisolve/examples.h"
 #include "trisolve/swc.h"
 #include "trisolve/tree.h"
 
-#define CK(x)                                                                             \
-  do {                                                                                    \
-    cudaError_t e_ = (x);                                                                 \
-    if (e_ != cudaSuccess) {                                                              \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                       \
-    }                                                                                     \
-  } while (0)
 
 namespace {
+using trisolve::bench::TimeIt;
 
 // The plain version: one thread per cell, the eliminated diagonal and right-hand side kept in
 // global scratch (interleaved, so coalesced), the parent array read from global memory by
@@ -58,26 +52,6 @@ __global__ void PlainHines(int64_t n, int64_t batch, const int32_t* parent, cons
   }
 }
 
-double TimeIt(int reps, const std::function<void()>& fn) {
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  fn();
-  CK(cudaDeviceSynchronize());
-  std::vector<float> t;
-  for (int r = 0; r < reps; ++r) {
-    CK(cudaEventRecord(a));
-    fn();
-    CK(cudaEventRecord(b));
-    CK(cudaEventSynchronize(b));
-    CK(cudaGetLastError());
-    float ms;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms);
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
 
 }  // namespace
 
@@ -102,14 +76,7 @@ int main(int argc, char** argv) {
   const int64_t n = m->size();
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
-  const size_t cb = size_t(1) << 30;
-  void *src, *dst;
-  CK(cudaMalloc(&src, cb));
-  CK(cudaMalloc(&dst, cb));
-  const double copy_gbs =
-      2.0 * cb / TimeIt(reps, [&] { CK(cudaMemcpyAsync(dst, src, cb, cudaMemcpyDeviceToDevice)); }) / 1e6;
-  CK(cudaFree(src));
-  CK(cudaFree(dst));
+  const double copy_gbs = trisolve::bench::CopyGBs(reps);
   std::printf("device: %s; device-to-device copy %.0f GB/s; morphology %s: %lld nodes\n\n",
               prop.name, copy_gbs, swc.c_str(), (long long)n);
   std::printf("%8s %11s %-34s %10s %9s %7s %9s\n", "cells", "nodes", "solver", "time", "GB/s",

@@ -19,19 +19,13 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "memory_pool.h"
 #include "tridiagonal_cuda.h"
 
 namespace {
+using trisolve::bench::TimeIt;
 
-#define CK(x)                                                                       \
-  do {                                                                              \
-    cudaError_t e_ = (x);                                                           \
-    if (e_ != cudaSuccess) {                                                        \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                 \
-    }                                                                               \
-  } while (0)
 #define CS(x)                                                                      \
   do {                                                                             \
     cusparseStatus_t s_ = (x);                                                     \
@@ -41,36 +35,6 @@ namespace {
     }                                                                              \
   } while (0)
 
-// Median time in ms of `reps` runs of fn, each preceded (untimed) by prep.
-double TimeIt(int reps, const std::function<void()>& prep, const std::function<void()>& fn) {
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  prep();
-  CK(cudaEventRecord(a));
-  fn();  // warm-up; a routine slower than 50 ms gets 3 timed runs
-  CK(cudaEventRecord(b));
-  CK(cudaEventSynchronize(b));
-  float warm;
-  CK(cudaEventElapsedTime(&warm, a, b));
-  if (warm > 50) reps = std::min(reps, 3);
-  std::vector<float> t;
-  for (int r = 0; r < reps; ++r) {
-    prep();
-    CK(cudaEventRecord(a));
-    fn();
-    CK(cudaEventRecord(b));
-    CK(cudaEventSynchronize(b));
-    CK(cudaGetLastError());
-    float ms;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
 
 struct Row {
   std::string dtype, layout, kernel;
@@ -321,17 +285,7 @@ int main(int argc, char** argv) {
   }
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
-  // The ceiling: a large device-to-device copy, bytes read + written.
-  const size_t cb = size_t(1) << 30;
-  void *src, *dst;
-  CK(cudaMalloc(&src, cb));
-  CK(cudaMalloc(&dst, cb));
-  CK(cudaMemset(src, 1, cb));
-  const double copy_ms =
-      TimeIt(reps, [] {}, [&] { CK(cudaMemcpyAsync(dst, src, cb, cudaMemcpyDeviceToDevice)); });
-  const double copy_gbs = 2.0 * cb / copy_ms / 1e6;
-  CK(cudaFree(src));
-  CK(cudaFree(dst));
+  const double copy_gbs = trisolve::bench::CopyGBs(reps);  // the ceiling
   std::printf("device: %s, %d SMs; device-to-device copy: %.0f GB/s (read + write)\n", prop.name,
               prop.multiProcessorCount, copy_gbs);
   std::printf("%lld unknowns per shape; bytes that must move: 5 arrays (a, b, c, d, x)\n\n",

@@ -1,0 +1,29 @@
+// The CUDA backend for the GPU tests, made once; tests skip, saying why, where none exists.
+#pragma once
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "trisolve/backend.h"
+
+namespace trisolve::testing {
+
+inline Backend* Cuda() {
+  static std::unique_ptr<Backend> be = [] {
+    auto b = MakeCudaBackend();
+    if (!b.ok()) {
+      std::fprintf(stderr, "[ CUDA     ] no CUDA backend here: %s\n",
+                   std::string(b.status().message()).c_str());
+      return std::unique_ptr<Backend>();
+    }
+    return *std::move(b);
+  }();
+  return be.get();
+}
+
+}  // namespace trisolve::testing
+
+#define REQUIRE_GPU()                                   \
+  if (::trisolve::testing::Cuda() == nullptr) GTEST_SKIP() << "no CUDA device: GPU test skipped"
