@@ -211,5 +211,24 @@ TEST(Ops, JobBytesLimitAndJsonLogs) {
   EXPECT_EQ(with_id, 2);
 }
 
+TEST(Ops, EveryFlagAlsoFromTheEnvironment) {
+  // A few flags of each kind, given only as TRISOLVE_* variables: they reach the server.
+  setenv("TRISOLVE_MAX_CONCURRENT_JOBS", "3", 1);
+  setenv("TRISOLVE_MAX_QUEUED_JOBS", "7", 1);
+  setenv("TRISOLVE_MAX_JOB_UNKNOWNS", "12345", 1);
+  setenv("TRISOLVE_LOG_FORMAT", "json", 1);
+  ServerProcess s({});
+  for (const char* v : {"TRISOLVE_MAX_CONCURRENT_JOBS", "TRISOLVE_MAX_QUEUED_JOBS",
+                        "TRISOLVE_MAX_JOB_UNKNOWNS", "TRISOLVE_LOG_FORMAT"})
+    unsetenv(v);
+  ASSERT_GT(s.port(), 0) << s.Log();
+  auto info = Client(To(s)).Info();
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->max_concurrent_jobs, 3);
+  EXPECT_EQ(info->max_queued_jobs, 7);
+  EXPECT_EQ(info->max_job_unknowns, 12345);
+  EXPECT_EQ(s.Log().rfind("{\"time\"", 0), 0u) << s.Log();
+}
+
 }  // namespace
 }  // namespace trisolve
