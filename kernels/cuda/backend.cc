@@ -15,6 +15,7 @@
 #include "check.h"
 #include "memory_pool.h"
 #include "trisolve/backend.h"
+#include "block_cuda.h"
 #include "dense_cuda.h"
 #include "tree_cuda.h"
 #include "tridiagonal_cuda.h"
@@ -107,12 +108,12 @@ class CudaBackend final : public Backend {
   absl::StatusOr<SolveInfo> Solve(const BlockTridiagonalProblem<double>& p, BlockMethod m,
                                   const BlockOptions& o, BlockOutput<double> out,
                                   const SolveControl& c) override {
-    return Host(cpu_->Solve(p, m, o, out, c));
+    return SolveBlockOnDevice(p, m, o, out, c);
   }
   absl::StatusOr<SolveInfo> Solve(const BlockTridiagonalProblem<float>& p, BlockMethod m,
                                   const BlockOptions& o, BlockOutput<float> out,
                                   const SolveControl& c) override {
-    return Host(cpu_->Solve(p, m, o, out, c));
+    return SolveBlockOnDevice(p, m, o, out, c);
   }
 
  private:
@@ -260,6 +261,41 @@ class CudaBackend final : public Backend {
                        if (!k.ok()) return k.status();
                        return std::string(cuda::KernelName(*k));
                      });
+  }
+
+  template <typename T>
+  absl::StatusOr<SolveInfo> SolveBlockOnDevice(const BlockTridiagonalProblem<T>& p, BlockMethod m,
+                                               const BlockOptions& o, BlockOutput<T> out,
+                                               const SolveControl& c) {
+    const int64_t size = p.N * p.M;
+    std::vector<std::pair<const T*, int64_t>> in = {{p.aC, size}, {p.cC, size}, {p.bC, size},
+                                                    {p.cA, size}, {p.cB, size}, {p.f, size}};
+    if (p.y0) in.push_back({p.y0, size});
+    SystemStatus st = SystemStatus::kOk;
+    SolveInfo solved;
+    auto info = Staged<T>(
+        in, 1, size, Layout::kFlat, out.y, out.status,
+        [&](const std::vector<T*>& d, T* dx, uint8_t* flags,
+            cudaStream_t stream) -> absl::StatusOr<std::string> {
+          if (p.y0)
+            TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dx, d[6], size * sizeof(T),
+                                                          cudaMemcpyDeviceToDevice, stream));
+          else
+            TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dx, 0, size * sizeof(T), stream));
+          BlockTridiagonalProblem<T> dp{p.N, p.M, d[0], d[1], d[2], d[3], d[4], d[5], nullptr};
+          auto r = cuda::SolveBlockTridiagonalDevice(dp, m, o, dx, &st, device_pool_, c, stream);
+          if (!r.ok()) return r.status();
+          solved = *r;
+          // Singular or diverged: the answer is zeros (Staged zeroes flagged systems).
+          if (st == SystemStatus::kSingular || st == SystemStatus::kDiverged)
+            TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flags, 1, 1, stream));
+          return r->method;
+        });
+    if (!info.ok()) return info.status();
+    out.status[0] = st;
+    info->iterations = solved.iterations;
+    info->residual = solved.residual;
+    return info;
   }
 
   template <typename T>

@@ -3,7 +3,8 @@
 #   ../shared/gpu/bundle.sh .gpu build-cuda/server/trisolved build-cuda/client/trisolve \
 #       build-cuda/tests/test_cuda_tridiagonal build-cuda/tests/bench_tridiagonal \
 #       build-cuda/tests/test_cuda_tree build-cuda/tests/bench_tree \
-#       build-cuda/tests/test_cuda_dense build-cuda/tests/bench_dense
+#       build-cuda/tests/test_cuda_dense build-cuda/tests/bench_dense \
+#       build-cuda/tests/test_cuda_block build-cuda/tests/bench_block
 #   then on the device: bash tests/bench/run_gpu.sh   (logs and results under $OUT)
 set -uo pipefail
 out=${OUT:-/tmp/trisolve-gpu}
@@ -15,6 +16,7 @@ echo "=== GPU tests"
 $run test_cuda_tridiagonal --gtest_brief=1 2>&1 | tee "$out/gpu_tests.log" | tail -25
 $run test_cuda_tree --gtest_brief=1 2>&1 | tee "$out/gpu_tests_tree.log" | tail -25
 $run test_cuda_dense --gtest_brief=1 2>&1 | tee "$out/gpu_tests_dense.log" | tail -25
+$run test_cuda_block --gtest_brief=1 2>&1 | tee "$out/gpu_tests_block.log" | tail -25
 
 echo "=== benchmark"
 $run bench_tridiagonal --csv "$out/bench_tridiagonal.csv" 2>&1 | tee "$out/bench_tridiagonal.log"
@@ -24,6 +26,9 @@ $run bench_tree --swc tests/data/neuron_10-2012-02-09-001.CNG.swc 2>&1 | tee "$o
 
 echo "=== dense benchmark"
 $run bench_dense 2>&1 | tee "$out/bench_dense.log"
+
+echo "=== block-tridiagonal benchmark"
+$run bench_block 2>&1 | tee "$out/bench_block.log"
 
 echo "=== end to end: trisolved --backend cuda, solved through the CLI"
 $run trisolved --backend cuda --listen 127.0.0.1:50151 >"$out/trisolved.log" 2>&1 &

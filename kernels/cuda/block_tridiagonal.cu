@@ -1,0 +1,232 @@
+// The thesis' block Gauss-Seidel / red-black / Jacobi iterations on the GPU.
+#include <cmath>
+#include <vector>
+
+#include "block_cuda.h"
+#include "check.h"
+#include "tridiagonal_cuda.h"
+
+namespace trisolve::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+// Row i's place in the colour-major layout: even rows first, then odd rows.
+__device__ __forceinline__ int64_t Perm(int64_t i, int64_t N) {
+  return (i & 1) ? (N + 1) / 2 + i / 2 : i / 2;
+}
+
+// dst[Perm(i)] = src[i] for every row; with scale, each value divided by cC (rows whose
+// diagonal is below 1e-16 kept, as the thesis does) and cC itself set to 1.
+template <typename T>
+__global__ void PermuteKernel(int64_t N, int64_t M, const T* __restrict__ src,
+                              const T* __restrict__ cC, T* __restrict__ dst, bool scale,
+                              bool is_diag) {
+  const int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= N * M) return;
+  const int64_t i = e / M, k = e - i * M;
+  T v = src[e];
+  if (scale) {
+    const T dg = cC[e];
+    if (fabs(dg) >= T(1e-16)) v = is_diag ? T(1) : v / dg;
+  }
+  dst[Perm(i, N) * M + k] = v;
+}
+
+template <typename T>
+__global__ void UnpermuteKernel(int64_t N, int64_t M, const T* __restrict__ src,
+                                T* __restrict__ dst) {
+  const int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= N * M) return;
+  const int64_t i = e / M, k = e - i * M;
+  dst[e] = src[Perm(i, N) * M + k];
+}
+
+// D for the rows r0 .. r1-1 of the colour-major layout: F_i - A_i Y_{i-1} - B_i Y_{i+1}.
+template <typename T>
+__global__ void RhsKernel(int64_t N, int64_t M, int64_t r0, int64_t r1, const T* __restrict__ f,
+                          const T* __restrict__ cA, const T* __restrict__ cB,
+                          const T* __restrict__ y, T* __restrict__ D) {
+  const int64_t e = r0 * M + int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= r1 * M) return;
+  const int64_t r = e / M, k = e - r * M;
+  const int64_t half = (N + 1) / 2;
+  const int64_t i = r < half ? 2 * r : 2 * (r - half) + 1;  // the natural row
+  T v = f[e];
+  if (i > 0) v -= cA[e] * y[Perm(i - 1, N) * M + k];
+  if (i + 1 < N) v -= cB[e] * y[Perm(i + 1, N) * M + k];
+  D[e] = v;
+}
+
+// Sums of (f - A y)^2 and f^2 over the system (natural arrays, y colour-major) into acc[0..1].
+template <typename T>
+__global__ void ResidualKernel(BlockTridiagonalProblem<T> p, const T* __restrict__ y,
+                               double* acc) {
+  __shared__ double sr[kThreads / 32], sf[kThreads / 32];
+  const int64_t N = p.N, M = p.M;
+  double rr = 0, ff = 0;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < N * M;
+       e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t i = e / M, k = e - i * M;
+    const T* yi = y + Perm(i, N) * M;
+    double ay = double(p.cC[e]) * yi[k];
+    if (k > 0) ay += double(p.aC[e]) * yi[k - 1];
+    if (k + 1 < M) ay += double(p.bC[e]) * yi[k + 1];
+    if (i > 0) ay += double(p.cA[e]) * y[Perm(i - 1, N) * M + k];
+    if (i + 1 < N) ay += double(p.cB[e]) * y[Perm(i + 1, N) * M + k];
+    const double r = double(p.f[e]) - ay;
+    rr += r * r;
+    ff += double(p.f[e]) * double(p.f[e]);
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    rr += __shfl_xor_sync(0xffffffffu, rr, o);
+    ff += __shfl_xor_sync(0xffffffffu, ff, o);
+  }
+  if ((threadIdx.x & 31) == 0) {
+    sr[threadIdx.x >> 5] = rr;
+    sf[threadIdx.x >> 5] = ff;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double a = 0, b = 0;
+    for (int w = 0; w < kThreads / 32; ++w) {
+      a += sr[w];
+      b += sf[w];
+    }
+    atomicAdd(acc, a);
+    atomicAdd(acc + 1, b);
+  }
+}
+
+unsigned Blocks(int64_t n) { return unsigned((n + kThreads - 1) / kThreads); }
+
+}  // namespace
+
+template <typename T>
+absl::StatusOr<SolveInfo> SolveBlockTridiagonalDevice(const BlockTridiagonalProblem<T>& p,
+                                                      BlockMethod method,
+                                                      const BlockOptions& o, T* y,
+                                                      SystemStatus* status, Pool& pool,
+                                                      const SolveControl& control,
+                                                      cudaStream_t stream) {
+  if (method == BlockMethod::kAuto) method = BlockMethod::kRedBlack;
+  const int64_t N = p.N, M = p.M, size = N * M, half = (N + 1) / 2;
+  // Colour-major copies: aC cC bC cA cB f, the iterate, a second iterate (Jacobi), D; flags.
+  // The double accumulators first: 8-byte aligned whatever T and N * M are.
+  auto buf = pool.Get(16 + int64_t(sizeof(T)) * 9 * size + N);
+  if (!buf.ok()) return buf.status();
+  auto* acc = static_cast<double*>(buf->get());
+  T* base = reinterpret_cast<T*>(acc + 2);
+  T *aC = base, *cC = aC + size, *bC = cC + size, *cA = bC + size, *cB = cA + size,
+    *f = cB + size, *Y = f + size, *Y2 = Y + size, *D = Y2 + size;
+  auto* flags = reinterpret_cast<uint8_t*>(D + size);
+  const bool sc = o.scale_rows;
+  const T* src[6] = {p.aC, p.cC, p.bC, p.cA, p.cB, p.f};
+  T* dst[6] = {aC, cC, bC, cA, cB, f};
+  for (int q = 0; q < 6; ++q) {
+    PermuteKernel<T><<<Blocks(size), kThreads, 0, stream>>>(N, M, src[q], p.cC, dst[q], sc, q == 1);
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  }
+  PermuteKernel<T><<<Blocks(size), kThreads, 0, stream>>>(N, M, y, p.cC, Y, false, false);
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flags, 0, size_t(N), stream));
+
+  // The relative residual of the original system.
+  auto residual = [&](const T* Ycur) -> absl::StatusOr<double> {
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(acc, 0, 2 * sizeof(double), stream));
+    ResidualKernel<T><<<unsigned(std::min<int64_t>(Blocks(size), 1024)), kThreads, 0, stream>>>(
+        p, Ycur, acc);
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    double h[2];
+    TRISOLVE_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(h, acc, sizeof h, cudaMemcpyDeviceToHost, stream));
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    return h[1] > 0 ? std::sqrt(h[0] / h[1]) : std::sqrt(h[0]);
+  };
+  // Solves rows r0 .. r1-1 (colour-major) from D into out.
+  auto solve_rows = [&](int64_t r0, int64_t r1, T* out) -> absl::Status {
+    TridiagonalProblem<T> tp{r1 - r0, M, Layout::kFlat, aC + r0 * M, cC + r0 * M, bC + r0 * M,
+                             D + r0 * M};
+    auto k = SolveTridiagonalDevice(tp, TridiagonalMethod::kPartitioned, out + r0 * M,
+                                    flags + r0, pool, stream);
+    return k.ok() ? absl::OkStatus() : k.status();
+  };
+  auto rhs = [&](int64_t r0, int64_t r1, const T* Ycur) -> absl::Status {
+    RhsKernel<T><<<Blocks((r1 - r0) * M), kThreads, 0, stream>>>(N, M, r0, r1, f, cA, cB, Ycur, D);
+    return CudaStatus(cudaGetLastError(), "RhsKernel");
+  };
+
+  SolveInfo info;
+  info.method = std::string(MethodName(method)) + (sc ? "+scaled" : "");
+  double res = 0;
+  if (o.tol > 0) {
+    auto r = residual(Y);
+    if (!r.ok()) return r.status();
+    res = *r;
+  }
+  int64_t it = 0;
+  for (; it < o.max_iterations; ++it) {
+    if (o.tol > 0 && res <= o.tol) break;
+    if (control.Cancelled()) return absl::CancelledError("solve cancelled");
+    switch (method) {
+      case BlockMethod::kRedBlack:  // the thesis' updateOdd (rows 0, 2, ...), then updateEven
+        for (auto [r0, r1] : {std::pair{int64_t(0), half}, {half, N}}) {
+          if (r0 == r1) continue;
+          if (auto st = rhs(r0, r1, Y); !st.ok()) return st;
+          if (auto st = solve_rows(r0, r1, Y); !st.ok()) return st;
+        }
+        break;
+      case BlockMethod::kJacobi:
+        if (auto st = rhs(0, N, Y); !st.ok()) return st;
+        if (auto st = solve_rows(0, N, Y2); !st.ok()) return st;
+        std::swap(Y, Y2);
+        break;
+      case BlockMethod::kGaussSeidel:  // lexicographic: row i sees the new Y_{i-1}
+        for (int64_t i = 0; i < N; ++i) {
+          const int64_t r = (i & 1) ? half + i / 2 : i / 2;
+          if (auto st = rhs(r, r + 1, Y); !st.ok()) return st;
+          if (auto st = solve_rows(r, r + 1, Y); !st.ok()) return st;
+        }
+        break;
+      case BlockMethod::kAuto:
+        break;
+    }
+    if (o.tol > 0) {
+      auto r = residual(Y);
+      if (!r.ok()) return r.status();
+      res = *r;
+    }
+  }
+  if (o.tol <= 0) {
+    auto r = residual(Y);
+    if (!r.ok()) return r.status();
+    res = *r;
+  }
+  UnpermuteKernel<T><<<Blocks(size), kThreads, 0, stream>>>(N, M, Y, y);
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  std::vector<uint8_t> hf(static_cast<size_t>(N));
+  TRISOLVE_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(hf.data(), flags, size_t(N), cudaMemcpyDeviceToHost, stream));
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  bool singular = false;
+  for (uint8_t v : hf) singular |= v != 0;
+  info.iterations = it;
+  info.residual = res;
+  if (singular)
+    *status = SystemStatus::kSingular;
+  else if (!std::isfinite(res))
+    *status = SystemStatus::kDiverged;
+  else if (o.tol > 0 && res > o.tol)
+    *status = SystemStatus::kNotConverged;
+  else
+    *status = SystemStatus::kOk;
+  return info;
+}
+
+template absl::StatusOr<SolveInfo> SolveBlockTridiagonalDevice(
+    const BlockTridiagonalProblem<double>&, BlockMethod, const BlockOptions&, double*,
+    SystemStatus*, Pool&, const SolveControl&, cudaStream_t);
+template absl::StatusOr<SolveInfo> SolveBlockTridiagonalDevice(
+    const BlockTridiagonalProblem<float>&, BlockMethod, const BlockOptions&, float*,
+    SystemStatus*, Pool&, const SolveControl&, cudaStream_t);
+
+}  // namespace trisolve::cuda

@@ -1,0 +1,121 @@
+// The thesis' experiments on the GPU, side by side with its tables 5.2-5.5 (RTX 3060, CUDA 12.8;
+// sequential = its CPU program, GPU = its one-thread-per-block-row kernels, best thread count),
+// then the time of one sweep against the memory floor (8 arrays of N*M values: aC cC bC cA cB f
+// and Y read, Y written) at N = M = 1024 and 4096. Times include the colour-major copies and the
+// final residual of a solve. float64.
+//   bench_block [--reps 5]
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "bench_util.h"
+#include "block_cuda.h"
+#include "memory_pool.h"
+#include "trisolve/examples.h"
+
+namespace {
+
+struct Device {
+  std::vector<double*> p;
+  trisolve::BlockTridiagonalProblem<double> prob;
+  double* y;
+  Device(const trisolve::examples::Arrays& ex, int64_t N, int64_t M) {
+    const char* names[6] = {"aC", "cC", "bC", "cA", "cB", "f"};
+    for (const char* k : names) {
+      double* d;
+      CK(cudaMalloc(&d, N * M * 8));
+      CK(cudaMemcpy(d, ex.at(k).as<double>(), N * M * 8, cudaMemcpyHostToDevice));
+      p.push_back(d);
+    }
+    CK(cudaMalloc(&y, N * M * 8));
+    prob = {N, M, p[0], p[1], p[2], p[3], p[4], p[5], nullptr};
+  }
+  ~Device() {
+    for (double* d : p) cudaFree(d);
+    cudaFree(y);
+  }
+};
+
+double Solve(Device& d, trisolve::cuda::Pool& pool, trisolve::BlockMethod m, int64_t L,
+             double tol, bool scale, int reps, int64_t* iterations = nullptr,
+             double* residual = nullptr) {
+  trisolve::BlockOptions o{L, tol, scale};
+  return trisolve::bench::TimeIt(
+      reps, [&] { CK(cudaMemset(d.y, 0, d.prob.N * d.prob.M * 8)); },
+      [&] {
+        trisolve::SystemStatus st;
+        auto info = trisolve::cuda::SolveBlockTridiagonalDevice(d.prob, m, o, d.y, &st, pool,
+                                                                trisolve::SolveControl{}, nullptr);
+        if (!info.ok()) std::exit(2);
+        if (iterations) *iterations = info->iterations;
+        if (residual) *residual = info->residual;
+      });
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int reps = 5;
+  for (int i = 1; i + 1 < argc; i += 2)
+    if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  const double copy = trisolve::bench::CopyGBs(reps);
+  std::printf("device: %s; device-to-device copy %.0f GB/s\n\n", prop.name, copy);
+  trisolve::cuda::Pool pool(trisolve::cuda::Pool::Kind::kDevice, 0, int64_t{40} << 30);
+
+  // Experiment 1, fixed L, red-black (the thesis' CUDA ordering).
+  struct Row { int64_t NM, L; double seq_s, gpu_s; };
+  const Row table[] = {{128, 8, 0.0071064, 0.020672},  {128, 16, 0.0184338, 0.038556},
+                       {128, 32, 0.0386533, 0.065165}, {512, 16, 0.205872, 0.129723},
+                       {512, 32, 0.416178, 0.214211},  {512, 64, 1.39038, 0.390137},
+                       {1024, 16, 0.79605, 0.235103},  {1024, 32, 2.65437, 0.428167},
+                       {1024, 64, 5.41033, 0.771089}};
+  std::printf("experiment 1 (tables 5.2-5.4), red-black, exactly L sweeps\n");
+  std::printf("%6s %4s %14s %14s %14s %10s\n", "N=M", "L", "thesis seq", "thesis GPU",
+              "trisolve", "vs its GPU");
+  for (const Row& r : table) {
+    auto ex = trisolve::examples::ThesisExperiment1(r.NM, r.NM);
+    Device d(ex, r.NM, r.NM);
+    const double ms = Solve(d, pool, trisolve::BlockMethod::kRedBlack, r.L, 0, false, reps);
+    std::printf("%6lld %4lld %11.4f s %11.4f s %11.3f ms %9.0fx\n", (long long)r.NM,
+                (long long)r.L, r.seq_s, r.gpu_s, ms, r.gpu_s * 1e3 / ms);
+    std::fflush(stdout);
+  }
+
+  std::printf("\none sweep against the memory floor (8 arrays of N*M doubles at %.0f GB/s)\n", copy);
+  std::printf("%6s %-14s %12s %12s %8s\n", "N=M", "method", "per sweep", "floor", "ratio");
+  for (int64_t NM : {1024, 4096}) {
+    auto ex = trisolve::examples::ThesisExperiment1(NM, NM);
+    Device d(ex, NM, NM);
+    const double floor_ms = 8.0 * NM * NM * 8 / (copy * 1e6);
+    for (auto m : {trisolve::BlockMethod::kRedBlack, trisolve::BlockMethod::kJacobi}) {
+      const double t1 = Solve(d, pool, m, 1, 0, false, reps);
+      const double t65 = Solve(d, pool, m, 65, 0, false, reps);
+      const double sweep = (t65 - t1) / 64;
+      std::printf("%6lld %-14s %9.3f ms %9.3f ms %7.2fx\n", (long long)NM,
+                  std::string(trisolve::MethodName(m)).c_str(), sweep, floor_ms, sweep / floor_ms);
+      std::fflush(stdout);
+    }
+  }
+
+  // Experiment 2 (table 5.5): the thesis ran 8192-16384 sweeps at N = M = 128 (7.3-14.5 s
+  // sequential, 9.6-19.2 s on its GPU). Here: to a relative residual of 1e-10 with its method.
+  std::printf("\nexperiment 2 (table 5.5), red-black with the thesis' row scaling, to 1e-10\n");
+  {
+    auto ex = trisolve::examples::ThesisExperiment2(128, 128);
+    Device d(ex, 128, 128);
+    int64_t its = 0;
+    double res = 0;
+    const double ms = Solve(d, pool, trisolve::BlockMethod::kRedBlack, 100000, 1e-10, true, 1,
+                            &its, &res);
+    std::printf("N=M=128: %lld sweeps, residual %.2e, %.1f ms (thesis: 16384 sweeps 14.5 s "
+                "sequential, 19.2 s GPU)\n",
+                (long long)its, res, ms);
+  }
+  return 0;
+}
