@@ -94,6 +94,22 @@ TEST(CudaBlock, ConvergesToATolerance) {
   Compare(Experiment<double>(1, 64, 64), BlockMethod::kJacobi, {1000, 1e-11, false}, 1e-9);
 }
 
+TEST(CudaBlock, ConjugateGradientsMatchTheCpu) {
+  REQUIRE_GPU();
+  Compare(Experiment<double>(2, 96, 80), BlockMethod::kCg, {5000, 1e-10, false}, 1e-8);
+  Compare(Experiment<float>(2, 40, 40), BlockMethod::kCg, {5000, 1e-5, false}, 1e-3);
+  // auto on the GPU: cg for a symmetric system with a tolerance.
+  auto s = Experiment<double>(2, 32, 32);
+  std::vector<double> y(32 * 32);
+  SystemStatus st;
+  auto info = Cuda()->Solve(s.P(), BlockMethod::kAuto, {5000, 1e-10, false},
+                            BlockOutput<double>{y.data(), &st}, SolveControl{});
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->method, "cg");
+  EXPECT_EQ(st, SystemStatus::kOk);
+  for (double v : y) ASSERT_NEAR(v, 1.0, 1e-7);
+}
+
 TEST(CudaBlock, SingularLineIsReported) {
   REQUIRE_GPU();
   auto s = Experiment<double>(1, 6, 5);

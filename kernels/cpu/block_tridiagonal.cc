@@ -6,10 +6,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "common.h"
+#include "trisolve/tridiagonal.h"
 
 namespace trisolve {
 namespace cpu {
@@ -84,7 +86,122 @@ void UpdateRow(const BlockTridiagonalProblem<T>& p, int64_t i, const T* yin, T* 
   std::copy(w.tmp.begin(), w.tmp.end(), yout + off);
 }
 
+// q = A v (double accumulation, stored in T).
+template <typename T>
+void ApplyBlock(const BlockTridiagonalProblem<T>& p, const T* v, T* q) {
+  const int64_t N = p.N, M = p.M;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t k = 0; k < M; ++k) {
+      const int64_t e = i * M + k;
+      double s = double(p.cC[e]) * v[e];
+      if (k > 0) s += double(p.aC[e]) * v[e - 1];
+      if (k + 1 < M) s += double(p.bC[e]) * v[e + 1];
+      if (i > 0) s += double(p.cA[e]) * v[e - M];
+      if (i + 1 < N) s += double(p.cB[e]) * v[e + M];
+      q[e] = T(s);
+    }
+}
+
+template <typename T>
+double Dot(int64_t n, const T* a, const T* b) {
+  double s = 0;
+#pragma omp parallel for schedule(static) reduction(+ : s)
+  for (int64_t e = 0; e < n; ++e) s += double(a[e]) * b[e];
+  return s;
+}
+
+// Conjugate gradients preconditioned by the line solves C_i z_i = r_i (Thomas, every block row
+// independently). Stops when the recursively updated residual reaches tol; reports the true one.
+template <typename T>
+SolveInfo BlockCg(const BlockTridiagonalProblem<T>& p, const BlockOptions& o, T* y,
+                  SystemStatus* status, const SolveControl& control, bool* cancelled) {
+  const int64_t N = p.N, M = p.M, size = N * M;
+  std::vector<T> r(size), z(size), d(size), q(size);
+  ApplyBlock(p, y, q.data());
+  for (int64_t e = 0; e < size; ++e) r[e] = p.f[e] - q[e];
+  bool singular = false;
+  auto precondition = [&](const T* in, T* out) {
+#pragma omp parallel reduction(|| : singular)
+    {
+      std::vector<T> work(M);
+#pragma omp for schedule(static)
+      for (int64_t i = 0; i < N; ++i)
+        if (!ThomasStrided<T>(M, 1, p.aC + i * M, p.cC + i * M, p.bC + i * M, in + i * M,
+                              out + i * M, work.data()))
+          singular = true;
+    }
+  };
+  const double fnorm = std::sqrt(Dot(size, p.f, p.f));
+  const double scale = fnorm > 0 ? fnorm : 1;
+  precondition(r.data(), z.data());
+  d = z;
+  double rz = Dot(size, r.data(), z.data());
+  double res = std::sqrt(Dot(size, r.data(), r.data())) / scale;
+  int64_t it = 0;
+  for (; it < o.max_iterations && !singular; ++it) {
+    if (res <= o.tol) break;
+    if (control.Cancelled()) {
+      *cancelled = true;
+      break;
+    }
+    ApplyBlock(p, d.data(), q.data());
+    const double dq = Dot(size, d.data(), q.data());
+    if (!(dq > 0) || !std::isfinite(dq)) break;  // not positive definite: stop
+    const T alpha = T(rz / dq);
+#pragma omp parallel for schedule(static)
+    for (int64_t e = 0; e < size; ++e) {
+      y[e] += alpha * d[e];
+      r[e] -= alpha * q[e];
+    }
+    res = std::sqrt(Dot(size, r.data(), r.data())) / scale;
+    precondition(r.data(), z.data());
+    const double rz_new = Dot(size, r.data(), z.data());
+    const T beta = T(rz_new / rz);
+    rz = rz_new;
+#pragma omp parallel for schedule(static)
+    for (int64_t e = 0; e < size; ++e) d[e] = z[e] + beta * d[e];
+  }
+  SolveInfo info;
+  info.method = "cg";
+  info.iterations = it;
+  info.residual = BlockRelativeResidual(p, y);
+  if (singular) {
+    std::fill(y, y + size, T(0));
+    *status = SystemStatus::kSingular;
+  } else if (!std::isfinite(info.residual) || !AllFinite(size, 1, y)) {
+    std::fill(y, y + size, T(0));
+    *status = SystemStatus::kDiverged;
+  } else if (o.tol > 0 && info.residual > o.tol) {
+    *status = SystemStatus::kNotConverged;
+  } else {
+    *status = SystemStatus::kOk;
+  }
+  return info;
+}
+
 }  // namespace
+}  // namespace cpu
+
+template <typename T>
+bool IsSymmetric(const BlockTridiagonalProblem<T>& p) {
+  const int64_t N = p.N, M = p.M;
+  auto close = [](T u, T v) {
+    return std::abs(u - v) <= T(64) * std::numeric_limits<T>::epsilon() *
+                                  std::max(std::abs(u), std::abs(v));
+  };
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t k = 0; k < M; ++k) {
+      const int64_t e = i * M + k;
+      if (k + 1 < M && !close(p.aC[e + 1], p.bC[e])) return false;
+      if (i + 1 < N && !close(p.cA[e + M], p.cB[e])) return false;
+    }
+  return true;
+}
+template bool IsSymmetric(const BlockTridiagonalProblem<double>&);
+template bool IsSymmetric(const BlockTridiagonalProblem<float>&);
+
+namespace cpu {
 
 template <typename T>
 absl::StatusOr<SolveInfo> SolveBlockTridiagonal(const BlockTridiagonalProblem<T>& p0,
@@ -92,8 +209,21 @@ absl::StatusOr<SolveInfo> SolveBlockTridiagonal(const BlockTridiagonalProblem<T>
                                                 const BlockOptions& options,
                                                 BlockOutput<T> out,
                                                 const SolveControl& control) {
-  if (method == BlockMethod::kAuto) method = BlockMethod::kGaussSeidel;
+  if (method == BlockMethod::kAuto)
+    method = options.tol > 0 && IsSymmetric(p0) ? BlockMethod::kCg : BlockMethod::kGaussSeidel;
   const int64_t N = p0.N, M = p0.M, size = N * M;
+  if (method == BlockMethod::kCg) {
+    // The line preconditioner already holds the diagonal: the row scaling (which would break
+    // the symmetry CG needs) is not applied.
+    if (p0.y0)
+      std::copy(p0.y0, p0.y0 + size, out.y);
+    else
+      std::fill(out.y, out.y + size, T(0));
+    bool cancelled = false;
+    SolveInfo info = BlockCg(p0, options, out.y, out.status, control, &cancelled);
+    if (cancelled) return absl::CancelledError("solve cancelled");
+    return info;
+  }
   SolveInfo info;
   info.method = std::string(MethodName(method));
 
@@ -174,6 +304,7 @@ absl::StatusOr<SolveInfo> SolveBlockTridiagonal(const BlockTridiagonalProblem<T>
         break;
       }
       case BlockMethod::kAuto:
+      case BlockMethod::kCg:  // handled above
         break;
     }
     if (options.tol > 0) residual = BlockRelativeResidual(p0, y);

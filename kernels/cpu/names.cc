@@ -63,7 +63,8 @@ absl::StatusOr<BlockMethod> ParseBlockMethod(absl::string_view name) {
   if (name == "gauss-seidel") return BlockMethod::kGaussSeidel;
   if (name == "red-black") return BlockMethod::kRedBlack;
   if (name == "jacobi") return BlockMethod::kJacobi;
-  return UnknownMethod("block-tridiagonal", name, "auto, gauss-seidel, red-black, jacobi");
+  if (name == "cg") return BlockMethod::kCg;
+  return UnknownMethod("block-tridiagonal", name, "auto, gauss-seidel, red-black, jacobi, cg");
 }
 absl::string_view MethodName(BlockMethod m) {
   switch (m) {
@@ -71,6 +72,7 @@ absl::string_view MethodName(BlockMethod m) {
     case BlockMethod::kGaussSeidel: return "gauss-seidel";
     case BlockMethod::kRedBlack: return "red-black";
     case BlockMethod::kJacobi: return "jacobi";
+    case BlockMethod::kCg: return "cg";
   }
   return "unknown";
 }

@@ -6,7 +6,8 @@
 // one batched tridiagonal solve (the partitioned kernel). Jacobi solves every row from the
 // previous iterate into a second buffer; lexicographic Gauss-Seidel solves one row at a time
 // (sequential over rows by nature, parallel inside each row's solve). The relative residual is
-// computed on the device from the original arrays.
+// computed on the device from the original arrays. cg: conjugate gradients preconditioned by
+// the line solves, one batched partitioned tridiagonal solve over every block row.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -61,19 +61,20 @@ __global__ void RhsKernel(int64_t N, int64_t M, int64_t r0, int64_t r1, const T*
 // Sums of (f - A y)^2 and f^2 over the system (natural arrays, y colour-major) into acc[0..1].
 template <typename T>
 __global__ void ResidualKernel(BlockTridiagonalProblem<T> p, const T* __restrict__ y,
-                               double* acc) {
+                               double* acc, bool permuted) {
   __shared__ double sr[kThreads / 32], sf[kThreads / 32];
   const int64_t N = p.N, M = p.M;
   double rr = 0, ff = 0;
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < N * M;
        e += int64_t(gridDim.x) * blockDim.x) {
     const int64_t i = e / M, k = e - i * M;
-    const T* yi = y + Perm(i, N) * M;
+    auto row = [&](int64_t r) { return y + (permuted ? Perm(r, N) : r) * M; };
+    const T* yi = row(i);
     double ay = double(p.cC[e]) * yi[k];
     if (k > 0) ay += double(p.aC[e]) * yi[k - 1];
     if (k + 1 < M) ay += double(p.bC[e]) * yi[k + 1];
-    if (i > 0) ay += double(p.cA[e]) * y[Perm(i - 1, N) * M + k];
-    if (i + 1 < N) ay += double(p.cB[e]) * y[Perm(i + 1, N) * M + k];
+    if (i > 0) ay += double(p.cA[e]) * row(i - 1)[k];
+    if (i + 1 < N) ay += double(p.cB[e]) * row(i + 1)[k];
     const double r = double(p.f[e]) - ay;
     rr += r * r;
     ff += double(p.f[e]) * double(p.f[e]);
@@ -100,6 +101,153 @@ __global__ void ResidualKernel(BlockTridiagonalProblem<T> p, const T* __restrict
 
 unsigned Blocks(int64_t n) { return unsigned((n + kThreads - 1) / kThreads); }
 
+// out = f - A v (subtract) or out = A v, natural layout.
+template <typename T>
+__global__ void ApplyKernel(BlockTridiagonalProblem<T> p, const T* __restrict__ v,
+                            T* __restrict__ out, bool residual) {
+  const int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t N = p.N, M = p.M;
+  if (e >= N * M) return;
+  const int64_t i = e / M, k = e - i * M;
+  T s = p.cC[e] * v[e];
+  if (k > 0) s += p.aC[e] * v[e - 1];
+  if (k + 1 < M) s += p.bC[e] * v[e + 1];
+  if (i > 0) s += p.cA[e] * v[e - M];
+  if (i + 1 < N) s += p.cB[e] * v[e + M];
+  out[e] = residual ? p.f[e] - s : s;
+}
+
+// acc[0] += u.v, acc[1] += w.x (w may be null), in double.
+template <typename T>
+__global__ void DotKernel(int64_t n, const T* __restrict__ u, const T* __restrict__ v,
+                          const T* __restrict__ w, const T* __restrict__ x, double* acc) {
+  __shared__ double s0[kThreads / 32], s1[kThreads / 32];
+  double a = 0, b = 0;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n;
+       e += int64_t(gridDim.x) * blockDim.x) {
+    a += double(u[e]) * v[e];
+    if (w) b += double(w[e]) * x[e];
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    a += __shfl_xor_sync(0xffffffffu, a, o);
+    b += __shfl_xor_sync(0xffffffffu, b, o);
+  }
+  if ((threadIdx.x & 31) == 0) {
+    s0[threadIdx.x >> 5] = a;
+    s1[threadIdx.x >> 5] = b;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double ta = 0, tb = 0;
+    for (int q = 0; q < kThreads / 32; ++q) {
+      ta += s0[q];
+      tb += s1[q];
+    }
+    atomicAdd(acc, ta);
+    atomicAdd(acc + 1, tb);
+  }
+}
+
+// y += alpha d, r -= alpha q.
+template <typename T>
+__global__ void UpdateYR(int64_t n, T alpha, const T* __restrict__ d, const T* __restrict__ q,
+                         T* __restrict__ y, T* __restrict__ r) {
+  const int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= n) return;
+  y[e] += alpha * d[e];
+  r[e] -= alpha * q[e];
+}
+
+// d = z + beta d.
+template <typename T>
+__global__ void UpdateD(int64_t n, T beta, const T* __restrict__ z, T* __restrict__ d) {
+  const int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= n) return;
+  d[e] = z[e] + beta * d[e];
+}
+
+// Conjugate gradients preconditioned by the line solves (one batched partitioned tridiagonal
+// solve over all N block rows), natural layout; y in: the initial guess, out: the iterate.
+template <typename T>
+absl::StatusOr<SolveInfo> CgDevice(const BlockTridiagonalProblem<T>& p, const BlockOptions& o,
+                                   T* y, SystemStatus* status, Pool& pool,
+                                   const SolveControl& control, cudaStream_t stream) {
+  const int64_t N = p.N, M = p.M, size = N * M;
+  auto buf = pool.Get(16 + int64_t(sizeof(T)) * 4 * size + N);
+  if (!buf.ok()) return buf.status();
+  auto* acc = static_cast<double*>(buf->get());
+  T *r = reinterpret_cast<T*>(acc + 2), *z = r + size, *d = z + size, *q = d + size;
+  auto* flags = reinterpret_cast<uint8_t*>(q + size);
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flags, 0, size_t(N), stream));
+  const unsigned rb = unsigned(std::min<int64_t>(Blocks(size), 1024));
+  auto dots = [&](const T* u, const T* v, const T* w, const T* x, double* h) -> absl::Status {
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(acc, 0, 2 * sizeof(double), stream));
+    DotKernel<T><<<rb, kThreads, 0, stream>>>(size, u, v, w, x, acc);
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    TRISOLVE_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(h, acc, 2 * sizeof(double), cudaMemcpyDeviceToHost, stream));
+    return CudaStatus(cudaStreamSynchronize(stream), "CG dot");
+  };
+  auto precondition = [&]() -> absl::Status {
+    TridiagonalProblem<T> tp{N, M, Layout::kFlat, p.aC, p.cC, p.bC, r};
+    auto k = SolveTridiagonalDevice(tp, TridiagonalMethod::kPartitioned, z, flags, pool, stream);
+    return k.ok() ? absl::OkStatus() : k.status();
+  };
+  ApplyKernel<T><<<Blocks(size), kThreads, 0, stream>>>(p, y, r, true);
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  if (auto st = precondition(); !st.ok()) return st;
+  TRISOLVE_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(d, z, size * sizeof(T), cudaMemcpyDeviceToDevice, stream));
+  double h[2];
+  if (auto st = dots(p.f, p.f, nullptr, nullptr, h); !st.ok()) return st;
+  const double scale = h[0] > 0 ? std::sqrt(h[0]) : 1;
+  if (auto st = dots(r, r, r, z, h); !st.ok()) return st;
+  double res = std::sqrt(h[0]) / scale, rz = h[1];
+  int64_t it = 0;
+  for (; it < o.max_iterations; ++it) {
+    if (res <= o.tol) break;
+    if (control.Cancelled()) return absl::CancelledError("solve cancelled");
+    ApplyKernel<T><<<Blocks(size), kThreads, 0, stream>>>(p, d, q, false);
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    if (auto st = dots(d, q, nullptr, nullptr, h); !st.ok()) return st;
+    if (!(h[0] > 0) || !std::isfinite(h[0])) break;  // not positive definite: stop
+    UpdateYR<T><<<Blocks(size), kThreads, 0, stream>>>(size, T(rz / h[0]), d, q, y, r);
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    if (auto st = precondition(); !st.ok()) return st;
+    if (auto st = dots(r, r, r, z, h); !st.ok()) return st;
+    res = std::sqrt(h[0]) / scale;
+    const double beta = h[1] / rz;
+    rz = h[1];
+    UpdateD<T><<<Blocks(size), kThreads, 0, stream>>>(size, T(beta), z, d);
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  }
+  // The true residual, from the original arrays.
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(acc, 0, 2 * sizeof(double), stream));
+  ResidualKernel<T><<<rb, kThreads, 0, stream>>>(p, y, acc, false);
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  std::vector<uint8_t> hf(static_cast<size_t>(N));
+  TRISOLVE_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(h, acc, 2 * sizeof(double), cudaMemcpyDeviceToHost, stream));
+  TRISOLVE_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(hf.data(), flags, size_t(N), cudaMemcpyDeviceToHost, stream));
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  SolveInfo info;
+  info.method = "cg";
+  info.iterations = it;
+  info.residual = h[1] > 0 ? std::sqrt(h[0] / h[1]) : std::sqrt(h[0]);
+  bool singular = false;
+  for (uint8_t v : hf) singular |= v != 0;
+  if (singular)
+    *status = SystemStatus::kSingular;
+  else if (!std::isfinite(info.residual))
+    *status = SystemStatus::kDiverged;
+  else if (o.tol > 0 && info.residual > o.tol)
+    *status = SystemStatus::kNotConverged;
+  else
+    *status = SystemStatus::kOk;
+  return info;
+}
+
 }  // namespace
 
 template <typename T>
@@ -109,7 +257,8 @@ absl::StatusOr<SolveInfo> SolveBlockTridiagonalDevice(const BlockTridiagonalProb
                                                       SystemStatus* status, Pool& pool,
                                                       const SolveControl& control,
                                                       cudaStream_t stream) {
-  if (method == BlockMethod::kAuto) method = BlockMethod::kRedBlack;
+  if (method == BlockMethod::kAuto) method = BlockMethod::kRedBlack;  // the caller picks cg
+  if (method == BlockMethod::kCg) return CgDevice(p, o, y, status, pool, control, stream);
   const int64_t N = p.N, M = p.M, size = N * M, half = (N + 1) / 2;
   // Colour-major copies: aC cC bC cA cB f, the iterate, a second iterate (Jacobi), D; flags.
   // The double accumulators first: 8-byte aligned whatever T and N * M are.
@@ -134,7 +283,7 @@ absl::StatusOr<SolveInfo> SolveBlockTridiagonalDevice(const BlockTridiagonalProb
   auto residual = [&](const T* Ycur) -> absl::StatusOr<double> {
     TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(acc, 0, 2 * sizeof(double), stream));
     ResidualKernel<T><<<unsigned(std::min<int64_t>(Blocks(size), 1024)), kThreads, 0, stream>>>(
-        p, Ycur, acc);
+        p, Ycur, acc, true);
     TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     double h[2];
     TRISOLVE_CUDA_RETURN_IF_ERROR(
@@ -188,6 +337,7 @@ absl::StatusOr<SolveInfo> SolveBlockTridiagonalDevice(const BlockTridiagonalProb
         }
         break;
       case BlockMethod::kAuto:
+      case BlockMethod::kCg:
         break;
     }
     if (o.tol > 0) {

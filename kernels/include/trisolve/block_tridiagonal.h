@@ -14,7 +14,11 @@
 
 namespace trisolve {
 
-enum class BlockMethod : uint8_t { kAuto, kGaussSeidel, kRedBlack, kJacobi };
+// kCg: conjugate gradients preconditioned by the block-row line solves (C_i z_i = r_i), for
+// symmetric systems (C_i symmetric, B_i = A_{i+1}) whose blocks C_i are positive definite.
+// kAuto: cg when a tolerance is asked and the system is symmetric; otherwise gauss-seidel on
+// the CPU, red-black on the GPU.
+enum class BlockMethod : uint8_t { kAuto, kGaussSeidel, kRedBlack, kJacobi, kCg };
 absl::StatusOr<BlockMethod> ParseBlockMethod(absl::string_view name);
 absl::string_view MethodName(BlockMethod m);
 
@@ -50,6 +54,10 @@ absl::StatusOr<SolveInfo> SolveBlockTridiagonal(const BlockTridiagonalProblem<T>
                                 const BlockOptions& options, BlockOutput<T> out,
                                 const SolveControl& control = {});
 }  // namespace cpu
+
+// Whether the system is symmetric to rounding: aC[i][k+1] = bC[i][k], cA[i+1][k] = cB[i][k].
+template <typename T>
+bool IsSymmetric(const BlockTridiagonalProblem<T>& p);
 
 // ||f - A y||_2 / ||f||_2 (||f - A y||_2 when f = 0), in double precision.
 template <typename T>
