@@ -37,7 +37,9 @@ void Check(int64_t n, int64_t batch, double tol_x, double tol_be) {
   std::vector<SystemStatus> sg(batch), sc(batch);
   auto info = Cuda()->Solve(p, DenseMethod::kAuto, DenseOutput<T>{xg.data(), sg.data()}, SolveControl{});
   ASSERT_TRUE(info.ok()) << info.status();
-  EXPECT_EQ(info->method, n <= 32 ? "gauss-jordan-warp" : "gauss-jordan (host)");
+  EXPECT_EQ(info->method, n <= 32   ? "gauss-jordan-warp"
+                          : n <= 64 ? "gauss-jordan-smem"
+                                    : "gauss-jordan (host)");
   cpu::SolveDense(p, DenseMethod::kGaussJordan, DenseOutput<T>{xc.data(), sc.data()});
   double worst = 0;
   for (int64_t s = 0; s < batch; ++s) {
@@ -66,7 +68,7 @@ TEST_P(CudaDense, MatchesTheCpuReference) {
   Check<float>(GetParam(), 500, 5e-2, 1e-5);
 }
 
-INSTANTIATE_TEST_SUITE_P(Orders, CudaDense, ::testing::Values(1, 2, 3, 8, 9, 17, 32, 33, 128));
+INSTANTIATE_TEST_SUITE_P(Orders, CudaDense, ::testing::Values(1, 2, 3, 8, 9, 17, 32, 33, 47, 64, 65, 128));
 
 }  // namespace
 }  // namespace trisolve

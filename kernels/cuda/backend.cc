@@ -304,7 +304,7 @@ class CudaBackend final : public Backend {
   absl::StatusOr<SolveInfo> SolveDenseOnDevice(const DenseProblem<T>& p, DenseMethod m,
                                                DenseOutput<T> out, const SolveControl& c) {
     // Small systems: Gauss-Jordan, one warp a system. Larger n and householder-pcr: the host.
-    if (m == DenseMethod::kHouseholderPcr || p.n > cuda::kDenseWarpMaxN)
+    if (m == DenseMethod::kHouseholderPcr || p.n > cuda::kDenseGpuMaxN)
       return Host(cpu_->Solve(p, m, out, c));
     return Staged<T>({{p.A, p.batch * p.n * p.n}, {p.b, p.batch * p.n}}, p.batch, p.n,
                      Layout::kFlat, out.x, out.status,
@@ -313,7 +313,8 @@ class CudaBackend final : public Backend {
                        DenseProblem<T> dp{p.batch, p.n, d[0], d[1]};
                        auto st = cuda::SolveDenseWarpDevice(dp, dx, flags, stream);
                        if (!st.ok()) return st;
-                       return std::string("gauss-jordan-warp");
+                       return std::string(p.n <= cuda::kDenseWarpMaxN ? "gauss-jordan-warp"
+                                                                       : "gauss-jordan-smem");
                      });
   }
 

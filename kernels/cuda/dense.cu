@@ -102,6 +102,102 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock)
   if (valid && j == 0 && (bad & group)) flags[s] = 1;
 }
 
+// 32 < n <= 32 R: one warp a system, [A | b] in shared memory (pitch n + 2), R rows a lane,
+// the same implicit pivoting; the pivot row is read by every lane at once (a broadcast).
+constexpr int kSmemWarps = 2;
+
+template <typename T, int R>
+__global__ void __launch_bounds__(32 * kSmemWarps)
+    GaussJordanSmemKernel(DenseProblem<T> p, T* __restrict__ x, uint8_t* __restrict__ flags) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  const int n = int(p.n), pitch = n + 2;
+  T* Mw = reinterpret_cast<T*>(smem_raw) + size_t(w) * (32 * R * pitch + 32 * R);
+  T* colmax = Mw + 32 * R * pitch;
+  int* piv_of = reinterpret_cast<int*>(reinterpret_cast<T*>(smem_raw) +
+                                       size_t(kSmemWarps) * (32 * R * pitch + 32 * R)) +
+                w * 32 * R;
+  const int64_t s = int64_t(blockIdx.x) * kSmemWarps + w;
+  if (s >= p.batch) return;  // whole warps leave together
+  const T tmax = sizeof(T) == 8 ? T(DBL_MAX) : T(FLT_MAX);
+  const T* A = p.A + s * p.n * p.n;
+  for (int e = lane; e < n * n; e += 32) Mw[(e / n) * pitch + e % n] = __ldg(A + e);
+  for (int r = lane; r < n; r += 32) Mw[r * pitch + n] = __ldg(p.b + s * p.n + r);
+  __syncwarp();
+  for (int c = lane; c < n; c += 32) {
+    T m = T(0);
+    for (int r = 0; r < n; ++r) m = fmax(m, fabs(Mw[r * pitch + c]));
+    colmax[c] = m;
+  }
+  __syncwarp();
+  int step[R];
+#pragma unroll
+  for (int q = 0; q < R; ++q) step[q] = n;  // not yet a pivot row
+  bool ok = true;
+  for (int k = 0; k < n; ++k) {
+    T v = T(-1);
+    int idx = 1 << 30;
+#pragma unroll
+    for (int q = 0; q < R; ++q) {
+      const int r = lane + 32 * q;
+      if (r < n && step[q] == n) {
+        const T a = fabs(Mw[r * pitch + k]);
+        if (a > v) {
+          v = a;
+          idx = r;
+        }
+      }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const T ov = __shfl_xor_sync(0xffffffffu, v, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
+      if (ov > v || (ov == v && oi < idx)) {
+        v = ov;
+        idx = oi;
+      }
+    }
+    const int piv = idx;
+    const T pv = Mw[piv * pitch + k];
+    ok &= fabs(pv) <= tmax && !(fabs(pv) <= DenseEps<T>() * T(n) * colmax[k]);
+#pragma unroll
+    for (int q = 0; q < R; ++q) {
+      const int r = lane + 32 * q;
+      if (r < n && step[q] == n && r != piv) {
+        const T m = Mw[r * pitch + k] / pv;
+        for (int c = k; c <= n; ++c) Mw[r * pitch + c] -= m * Mw[piv * pitch + c];
+      }
+    }
+    __syncwarp();
+    const T inv = T(1) / pv;
+    for (int c = k + lane; c <= n; c += 32) Mw[piv * pitch + c] *= inv;
+#pragma unroll
+    for (int q = 0; q < R; ++q)
+      if (lane + 32 * q == piv) step[q] = k;
+    if (lane == 0) piv_of[k] = piv;
+    __syncwarp();
+  }
+  for (int i = n - 1; i >= 1; --i) {
+    const T bi = Mw[piv_of[i] * pitch + n];
+#pragma unroll
+    for (int q = 0; q < R; ++q) {
+      const int r = lane + 32 * q;
+      if (r < n && step[q] < i) Mw[r * pitch + n] -= Mw[r * pitch + i] * bi;
+    }
+    __syncwarp();
+  }
+#pragma unroll
+  for (int q = 0; q < R; ++q) {
+    const int r = lane + 32 * q;
+    if (r < n) {
+      const T xv = Mw[r * pitch + n];
+      ok &= fabs(xv) <= tmax;
+      x[s * p.n + step[q]] = xv;
+    }
+  }
+  if (__any_sync(0xffffffffu, !ok) && lane == 0) flags[s] = 1;
+}
+
 template <typename T, int W>
 absl::Status Launch(const DenseProblem<T>& p, T* x, uint8_t* flags, cudaStream_t stream) {
   const int64_t per_block = int64_t(kWarpsPerBlock) * (32 / W);
@@ -118,7 +214,17 @@ absl::Status SolveDenseWarpDevice(const DenseProblem<T>& p, T* x, uint8_t* flags
   if (p.n <= 8) return Launch<T, 8>(p, x, flags, stream);
   if (p.n <= 16) return Launch<T, 16>(p, x, flags, stream);
   if (p.n <= 32) return Launch<T, 32>(p, x, flags, stream);
-  return absl::InvalidArgumentError("gauss-jordan-warp takes n <= 32");
+  if (p.n <= 64) {
+    constexpr int R = 2;
+    const size_t smem = size_t(kSmemWarps) * (sizeof(T) * (32 * R * (p.n + 2) + 32 * R) +
+                                              sizeof(int) * 32 * R);
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
+        GaussJordanSmemKernel<T, R>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    const unsigned blocks = unsigned((p.batch + kSmemWarps - 1) / kSmemWarps);
+    GaussJordanSmemKernel<T, R><<<blocks, 32 * kSmemWarps, smem, stream>>>(p, x, flags);
+    return CudaStatus(cudaGetLastError(), "GaussJordanSmemKernel launch");
+  }
+  return absl::InvalidArgumentError("the GPU Gauss-Jordan takes n <= 64");
 }
 
 template absl::Status SolveDenseWarpDevice(const DenseProblem<double>&, double*, uint8_t*,

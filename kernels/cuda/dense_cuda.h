@@ -17,7 +17,9 @@
 
 namespace trisolve::cuda {
 
+// 32 < n <= 64: "gauss-jordan-smem", one warp a system with [A | b] in shared memory.
 constexpr int64_t kDenseWarpMaxN = 32;
+constexpr int64_t kDenseGpuMaxN = 64;
 
 template <typename T>
 absl::Status SolveDenseWarpDevice(const DenseProblem<T>& p, T* x, uint8_t* status_flags,

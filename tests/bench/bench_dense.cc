@@ -92,16 +92,18 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     };
     row("cuBLAS getrfBatched + getrsBatched", cublas_ms, cublas_ms);
-    if (n <= trisolve::cuda::kDenseWarpMaxN) {
+    if (n <= trisolve::cuda::kDenseGpuMaxN) {
       trisolve::DenseProblem<double> p{batch, n, A0, b0};
       const double ms = TimeIt(reps, [] {}, [&] {
         auto st = trisolve::cuda::SolveDenseWarpDevice(p, x, flags, nullptr);
         if (!st.ok()) std::exit(2);
       });
-      row("trisolve gauss-jordan-warp", ms, cublas_ms);
+      row(n <= trisolve::cuda::kDenseWarpMaxN ? "trisolve gauss-jordan-warp"
+                                              : "trisolve gauss-jordan-smem",
+          ms, cublas_ms);
     } else {
       std::printf("%5d %9lld %-34s %s\n", n, (long long)batch, "trisolve",
-                  "no GPU kernel for n > 32 yet (host path)");
+                  "no GPU kernel for n > 64 yet (host path)");
     }
     for (void* q : {(void*)A0, (void*)A, (void*)b0, (void*)b, (void*)x, (void*)flags, (void*)dpa,
                     (void*)dpb, (void*)piv, (void*)info})
