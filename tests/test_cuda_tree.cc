@@ -1,4 +1,5 @@
 // The CUDA backend's tree solves against the CPU reference. Skips, saying so, without a GPU.
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -17,7 +18,31 @@ namespace {
 using ::trisolve::testing::Cuda;
 
 
-enum class Shape { kChain, kStar, kRandom, kMorphology };
+enum class Shape { kChain, kStar, kRandom, kMorphology, kRecursive, kRecursiveDfs };
+
+// A random recursive tree (parent uniform below i: depth ~ e ln n, mostly short cables),
+// optionally renumbered depth-first.
+std::vector<int32_t> Recursive(int64_t n, uint64_t seed, bool dfs) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> p(n);
+  p[0] = -1;
+  for (int64_t i = 1; i < n; ++i)
+    p[i] = int32_t(std::uniform_int_distribution<int64_t>(0, i - 1)(rng));
+  if (!dfs) return p;
+  std::vector<std::vector<int32_t>> kids(n);
+  for (int64_t i = 1; i < n; ++i) kids[p[i]].push_back(int32_t(i));
+  std::vector<int32_t> label(n), stack = {0};
+  int32_t next = 0;
+  while (!stack.empty()) {
+    const int32_t v = stack.back();
+    stack.pop_back();
+    label[v] = next++;
+    for (auto it = kids[v].rbegin(); it != kids[v].rend(); ++it) stack.push_back(*it);
+  }
+  std::vector<int32_t> q(n);
+  for (int64_t i = 0; i < n; ++i) q[label[i]] = i == 0 ? -1 : label[p[i]];
+  return q;
+}
 
 std::vector<int32_t> Parents(Shape shape, int64_t n, uint64_t seed) {
   std::vector<int32_t> p(n);
@@ -25,6 +50,8 @@ std::vector<int32_t> Parents(Shape shape, int64_t n, uint64_t seed) {
   p[0] = -1;
   for (int64_t i = 1; i < n; ++i) {
     switch (shape) {
+      case Shape::kRecursive: return Recursive(n, seed, false);
+      case Shape::kRecursiveDfs: return Recursive(n, seed, true);
       case Shape::kChain: p[i] = int32_t(i - 1); break;
       case Shape::kStar: p[i] = 0; break;
       default:  // mostly cables, sometimes a branch from anywhere above
@@ -38,7 +65,7 @@ std::vector<int32_t> Parents(Shape shape, int64_t n, uint64_t seed) {
 
 template <typename T>
 void Compare(const std::vector<int32_t>& parent, int64_t batch, Layout layout, bool per_system,
-             double tol) {
+             double tol, TreeMethod method = TreeMethod::kAuto, const char* expect = nullptr) {
   const int64_t n = int64_t(parent.size());
   std::mt19937_64 rng(n + batch);
   std::uniform_real_distribution<double> u(-1, 1);
@@ -57,7 +84,11 @@ void Compare(const std::vector<int32_t>& parent, int64_t batch, Layout layout, b
     }
     for (int64_t i = 0; i < n; ++i) diag[ElementIndex(layout, batch, n, s, i)] = T(dg[i]);
   }
-  if (batch >= 3) diag[ElementIndex(layout, batch, n, 1, n - 1)] = T(0);  // a singular cell
+  // A singular cell: a leaf's row is zero, which every elimination order must find.
+  if (batch >= 3) {
+    diag[ElementIndex(layout, batch, n, 1, n - 1)] = T(0);
+    lower[ElementIndex(layout, batch, n, 1, n - 1)] = T(0);
+  }
   TreeProblem<T> p;
   p.batch = batch;
   p.n = n;
@@ -70,10 +101,10 @@ void Compare(const std::vector<int32_t>& parent, int64_t batch, Layout layout, b
   p.rhs = rhs.data();
   std::vector<T> xg(n * batch, T(std::nan(""))), xc(n * batch);
   std::vector<SystemStatus> sg(batch), sc(batch);
-  auto info = Cuda()->Solve(p, TreeMethod::kAuto, TreeOutput<T>{xg.data(), sg.data()}, SolveControl{});
+  auto info = Cuda()->Solve(p, method, TreeOutput<T>{xg.data(), sg.data()}, SolveControl{});
   ASSERT_TRUE(info.ok()) << info.status();
-  if (!p.parent_per_system) {
-    EXPECT_EQ(info->method, "hines-batch");
+  if (expect) {
+    EXPECT_EQ(info->method, expect) << "n = " << n << ", batch " << batch;
   }
   cpu::SolveTree(p, TreeMethod::kHines, TreeOutput<T>{xc.data(), sc.data()});
   double worst = 0;
@@ -108,9 +139,103 @@ TEST_P(CudaTree, MatchesTheCpuReference) {
   } else {
     parent = Parents(shape, shape == Shape::kStar ? 500 : 4000, 7);
   }
-  Compare<double>(parent, 1024, layout, false, 1e-12);
-  Compare<float>(parent, 300, layout, false, 1e-3);
-  Compare<double>(parent, 5, layout, true, 1e-12);  // per-system trees: host fallback
+  Compare<double>(parent, 1024, layout, false, 1e-12, TreeMethod::kAuto, "hines-batch");
+  Compare<float>(parent, 300, layout, false, 1e-3, TreeMethod::kAuto, "hines-batch");
+  // Per-cell trees: one thread a cell reading its own parent array.
+  Compare<double>(parent, 5, layout, true, 1e-12, TreeMethod::kAuto, "hines-batch");
+  // A few cells: the cable elimination (auto), and forced either way.
+  Compare<double>(parent, 3, layout, false, 1e-12, TreeMethod::kAuto, "cables");
+  Compare<float>(parent, 4, layout, false, 1e-3, TreeMethod::kCables, "cables");
+  Compare<double>(parent, 64, layout, false, 1e-12, TreeMethod::kCables, "cables");
+  Compare<double>(parent, 3, layout, false, 1e-12, TreeMethod::kHines, "hines-batch");
+}
+
+// One large tree across the GPU: every shape, sizes around the long-cable threshold (512) and
+// the shared-memory limit of the batch kernel, up to 2^20 nodes; chains of more than 512
+// nodes go through the partitioned tridiagonal kernel.
+class CudaCables : public ::testing::TestWithParam<std::tuple<Shape, int64_t>> {};
+
+TEST_P(CudaCables, MatchesTheCpuReference) {
+  REQUIRE_GPU();
+  const auto [shape, n] = GetParam();
+  const auto parent = Parents(shape, n, uint64_t(n) * 3 + int(shape));
+  for (Layout layout : {Layout::kFlat, Layout::kInterleaved}) {
+    Compare<double>(parent, 1, layout, false, 1e-11, TreeMethod::kAuto, "cables");
+    Compare<double>(parent, 3, layout, false, 1e-11, TreeMethod::kCables, "cables");
+    Compare<float>(parent, 1, layout, false, 2e-3, TreeMethod::kCables, "cables");
+  }
+}
+
+std::string CablesName(const ::testing::TestParamInfo<std::tuple<Shape, int64_t>>& i) {
+  const char* names[] = {"chain", "star", "random", "morphology", "recursive", "recursive_dfs"};
+  return std::string(names[int(std::get<0>(i.param))]) + "_" +
+         std::to_string(std::get<1>(i.param));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Trees, CudaCables,
+    ::testing::Combine(::testing::Values(Shape::kChain, Shape::kStar, Shape::kRandom,
+                                         Shape::kRecursive, Shape::kRecursiveDfs),
+                       ::testing::Values(int64_t{1}, int64_t{2}, int64_t{3}, int64_t{511},
+                                         int64_t{513}, int64_t{5000}, int64_t{65537},
+                                         int64_t{1} << 20)),
+    CablesName);
+
+TEST(CudaCablesMorphology, RealCellAloneAndInSmallBatches) {
+  REQUIRE_GPU();
+  auto m = ReadSwc(std::string(TRISOLVE_TEST_DATA) + "/neuron_10-2012-02-09-001.CNG.swc");
+  ASSERT_TRUE(m.ok());
+  for (Layout layout : {Layout::kFlat, Layout::kInterleaved}) {
+    Compare<double>(m->parent, 1, layout, false, 1e-12, TreeMethod::kAuto, "cables");
+    Compare<double>(m->parent, 100, layout, false, 1e-12, TreeMethod::kAuto, "cables");
+    Compare<float>(m->parent, 7, layout, false, 1e-3, TreeMethod::kAuto, "cables");
+  }
+}
+
+TEST(CudaCablesMorphology, PerCellTreesDiffer) {
+  REQUIRE_GPU();
+  // Different random trees per cell: auto runs hines-batch with each cell's parent array;
+  // "cables" for them runs on the host.
+  const int64_t n = 700, batch = 40;
+  std::mt19937_64 rng(9);
+  std::vector<int32_t> parents(n * batch);
+  for (int64_t s = 0; s < batch; ++s) {
+    const auto t = Recursive(n, 100 + s, s % 2 == 0);
+    std::copy(t.begin(), t.end(), parents.begin() + s * n);
+  }
+  std::uniform_real_distribution<double> u(-1, 1);
+  std::vector<double> lower(n * batch), upper(n * batch), diag(n * batch, 0), rhs(n * batch);
+  for (int64_t s = 0; s < batch; ++s)
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t e = s * n + i;
+      lower[e] = u(rng), upper[e] = u(rng), rhs[e] = u(rng);
+      diag[e] += 1 + std::abs(lower[e]);
+      if (i > 0) diag[s * n + parents[e]] += std::abs(upper[e]);
+    }
+  TreeProblem<double> p;
+  p.batch = batch;
+  p.n = n;
+  p.parent = parents.data();
+  p.parent_per_system = true;
+  p.lower = lower.data();
+  p.upper = upper.data();
+  p.diag = diag.data();
+  p.rhs = rhs.data();
+  for (TreeMethod m : {TreeMethod::kAuto, TreeMethod::kCables}) {
+    std::vector<double> xg(n * batch), xc(n * batch);
+    std::vector<SystemStatus> sg(batch), sc(batch);
+    auto info = Cuda()->Solve(p, m, TreeOutput<double>{xg.data(), sg.data()}, SolveControl{});
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_EQ(info->method, m == TreeMethod::kAuto ? "hines-batch" : "cables (host)");
+    cpu::SolveTree(p, TreeMethod::kHines, TreeOutput<double>{xc.data(), sc.data()});
+    for (int64_t s = 0; s < batch; ++s) ASSERT_EQ(sg[s], SystemStatus::kOk);
+    double dm = 0, xm = 0;
+    for (int64_t e = 0; e < n * batch; ++e) {
+      dm = std::max(dm, std::abs(xg[e] - xc[e]));
+      xm = std::max(xm, std::abs(xc[e]));
+    }
+    EXPECT_LE(dm, 1e-12 * xm);
+  }
 }
 
 std::string TreeName(const ::testing::TestParamInfo<std::tuple<Shape, Layout>>& i) {

@@ -1,5 +1,6 @@
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -31,10 +32,12 @@ struct Trees {
     p.rhs = rhs.data();
     return p;
   }
-  void Solve() {
+  void Solve(TreeMethod method = TreeMethod::kHines) {
     x.assign(batch * n, T(std::nan("")));
     status.assign(batch, SystemStatus::kDiverged);
-    cpu::SolveTree(problem(), TreeMethod::kHines, TreeOutput<T>{x.data(), status.data()});
+    const SolveInfo info =
+        cpu::SolveTree(problem(), method, TreeOutput<T>{x.data(), status.data()});
+    EXPECT_EQ(info.method, method == TreeMethod::kCables ? "cables" : "hines");
   }
   // ||rhs - A x||_inf / (||A|| ||x|| + ||rhs||) computed from the original arrays.
   double Residual() const {
@@ -65,18 +68,22 @@ struct Trees {
   }
 };
 
-TEST(Tree, HandWorkedFourNodes) {
+// Every solving test runs both methods: the Hines sweeps and the sequential form of the GPU's
+// cable elimination.
+class TreeBoth : public ::testing::TestWithParam<TreeMethod> {};
+
+TEST_P(TreeBoth, HandWorkedFourNodes) {
   // Root 0 with children 1 and 3; node 2 under node 1. x = [1 2 3 4]:
   //   row 0: 4*1 + 0.5*2 + 1*4 = 9      row 1: 1*1 + 5*2 + 0.25*3 = 11.75
   //   row 2: 2*2 + 6*3 = 22             row 3: 3*1 + 7*4 = 31
   Trees<double> t{1, 4, {-1, 0, 1, 0}, {0, 1, 2, 3}, {0, 0.5, 0.25, 1}, {4, 5, 6, 7},
                   {9, 11.75, 22, 31}};
-  t.Solve();
+  t.Solve(GetParam());
   ASSERT_EQ(t.status[0], SystemStatus::kOk);
   for (int i = 0; i < 4; ++i) EXPECT_NEAR(t.x[i], i + 1, 1e-14);
 }
 
-TEST(Tree, ChainIsATridiagonalSystem) {
+TEST_P(TreeBoth, ChainIsATridiagonalSystem) {
   const int64_t n = 257;
   std::mt19937_64 rng(3);
   std::uniform_real_distribution<double> u(-1, 1);
@@ -95,13 +102,13 @@ TEST(Tree, ChainIsATridiagonalSystem) {
     t.diag[i] = b[i];
     t.rhs[i] = d[i];
   }
-  t.Solve();
+  t.Solve(GetParam());
   cpu::ThomasStrided<double>(n, 1, a.data(), b.data(), c.data(), d.data(), xt.data(), w.data());
   for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(t.x[i], xt[i], 1e-13);
   EXPECT_LT(t.Residual(), 1e-15);
 }
 
-TEST(Tree, Star) {
+TEST_P(TreeBoth, Star) {
   const int64_t n = 1000;
   Trees<double> t{1, n};
   t.parent.assign(n, 0);
@@ -112,7 +119,7 @@ TEST(Tree, Star) {
   t.diag[0] = 600;  // dominant: 999 * 0.5 = 499.5
   t.rhs.resize(n);
   for (int64_t i = 0; i < n; ++i) t.rhs[i] = std::sin(double(i));
-  t.Solve();
+  t.Solve(GetParam());
   EXPECT_EQ(t.status[0], SystemStatus::kOk);
   EXPECT_LT(t.Residual(), 1e-15);
 }
@@ -134,13 +141,13 @@ Trees<double> FromArrays(const examples::Arrays& a, int64_t cells) {
   return t;
 }
 
-TEST(Tree, RealMorphologyCableEquation) {
+TEST_P(TreeBoth, RealMorphologyCableEquation) {
   auto m = ReadSwc(std::string(TRISOLVE_TEST_DATA) + "/neuron_10-2012-02-09-001.CNG.swc");
   ASSERT_TRUE(m.ok()) << m.status();
   ASSERT_EQ(m->size(), 3187);
   ASSERT_TRUE(ValidateParents(m->parent.data(), m->size()).ok());
   auto t = FromArrays(examples::CableTree(*m, 8, 1), 8);
-  t.Solve();
+  t.Solve(GetParam());
   for (auto s : t.status) EXPECT_EQ(s, SystemStatus::kOk);
   EXPECT_LT(t.Residual(), 1e-15);
 
@@ -151,12 +158,12 @@ TEST(Tree, RealMorphologyCableEquation) {
                           {&t.diag, &ti.diag}, {&t.rhs, &ti.rhs}})
     for (int64_t s = 0; s < t.batch; ++s)
       for (int64_t i = 0; i < t.n; ++i) (*dst)[i * t.batch + s] = (*src)[s * t.n + i];
-  ti.Solve();
+  ti.Solve(GetParam());
   for (int64_t s = 0; s < t.batch; ++s)
     for (int64_t i = 0; i < t.n; ++i) ASSERT_EQ(ti.x[i * t.batch + s], t.x[s * t.n + i]);
 }
 
-TEST(Tree, PerSystemParentsAndFloat32) {
+TEST_P(TreeBoth, PerSystemParentsAndFloat32) {
   // Two different random trees in one batch, each checked on its own.
   std::mt19937_64 rng(5);
   const int64_t n = 500;
@@ -178,24 +185,98 @@ TEST(Tree, PerSystemParentsAndFloat32) {
       t.diag[s * n + i] += 1 + std::abs(t.lower[s * n + i]);
       if (i > 0) t.diag[s * n + t.parent[s * n + i]] += std::abs(t.upper[s * n + i]);
     }
-  t.Solve();
+  t.Solve(GetParam());
   EXPECT_EQ(t.status[0], SystemStatus::kOk);
   EXPECT_EQ(t.status[1], SystemStatus::kOk);
   EXPECT_LT(t.Residual(), 1e-6);
 }
 
-TEST(Tree, SingularPivotIsReported) {
+TEST_P(TreeBoth, SingularPivotIsReported) {
   // Node 2's eliminated diagonal is zero: 0 on a leaf.
   Trees<double> t{2, 3, {-1, 0, 0}, {0, 1, 1, 0, 1, 1}, {0, 1, 1, 0, 1, 1},
                   {4, 4, 4, 4, 4, 0}, {1, 1, 1, 1, 1, 1}};
-  t.Solve();
+  t.Solve(GetParam());
   EXPECT_EQ(t.status[0], SystemStatus::kOk);
   EXPECT_EQ(t.status[1], SystemStatus::kSingular);
   EXPECT_EQ(t.x[3], 0.0);
   // The root's pivot can vanish too: [1 1; 1 1].
   Trees<double> r{1, 2, {-1, 0}, {0, 1}, {0, 1}, {1, 1}, {1, 1}};
-  r.Solve();
+  r.Solve(GetParam());
   EXPECT_EQ(r.status[0], SystemStatus::kSingular);
+}
+
+INSTANTIATE_TEST_SUITE_P(Methods, TreeBoth,
+                         ::testing::Values(TreeMethod::kHines, TreeMethod::kCables),
+                         [](const auto& i) { return std::string(MethodName(i.param)); });
+
+TEST(TreeCables, HandWorkedDecomposition) {
+  // Node: parent      0: -     1: 0    2: 1    3: 2    4: 1    5: 4    6: 5    7: 0    8: 7
+  // Cables [0] [1] [2 3] [4 5 6] [7 8] of heights 2, 1, 0, 0, 0: [2 3] and [4 5 6] hang from
+  // node 1, [1] and [7 8] from node 0.
+  const std::vector<int32_t> parent = {-1, 0, 1, 2, 1, 4, 5, 0, 7};
+  const TreeCables t = BuildTreeCables(parent.data(), 9);
+  EXPECT_EQ(t.start, (std::vector<int32_t>{0, 1, 2, 4, 7, 9}));
+  EXPECT_EQ(t.anchor, (std::vector<int32_t>{-1, 0, 1, 1, 0}));
+  EXPECT_EQ(t.child_ptr, (std::vector<int32_t>{0, 2, 4, 4, 4, 4}));
+  EXPECT_EQ(t.child_list, (std::vector<int32_t>{1, 4, 2, 3}));
+  EXPECT_EQ(t.order, (std::vector<int32_t>{2, 3, 4, 1, 0}));
+  EXPECT_EQ(t.level_ptr, (std::vector<int32_t>{0, 3, 4, 5}));
+  EXPECT_EQ(t.node_order, (std::vector<int32_t>{2, 3, 4, 5, 6, 7, 8, 1, 0}));
+  EXPECT_EQ(t.node_level_ptr, (std::vector<int32_t>{0, 7, 8, 9}));
+  EXPECT_EQ(t.levels(), 3);
+
+  // A chain is one cable; a star is a root cable and n - 1 leaves of height 0.
+  std::vector<int32_t> chain(1000);
+  for (int i = 0; i < 1000; ++i) chain[i] = i - 1;
+  const TreeCables c = BuildTreeCables(chain.data(), 1000);
+  EXPECT_EQ(c.cables(), 1);
+  EXPECT_EQ(c.length(0), 1000);
+  EXPECT_EQ(c.levels(), 1);
+  std::vector<int32_t> star(100, 0);
+  star[0] = -1;
+  const TreeCables st = BuildTreeCables(star.data(), 100);
+  EXPECT_EQ(st.cables(), 100);
+  EXPECT_EQ(st.levels(), 2);
+  EXPECT_EQ(st.level_ptr[1], 99);
+}
+
+TEST(TreeCables, AnyValidNumberingNotOnlyDepthFirst) {
+  // parent[i] < i without depth-first numbering: the only child of node i need not be i + 1,
+  // so cables break there. The cable elimination must still equal the Hines sweeps.
+  std::mt19937_64 rng(11);
+  for (int64_t n : {1, 2, 3, 17, 1000, 20000}) {
+    for (int kind = 0; kind < 3; ++kind) {
+      Trees<double> t{3, n};
+      t.parent.resize(n);
+      t.parent[0] = -1;
+      for (int64_t i = 1; i < n; ++i) {
+        const int64_t lo = kind == 0 ? 0 : kind == 1 ? std::max<int64_t>(0, i - 3) : i - 1;
+        t.parent[i] = int32_t(std::uniform_int_distribution<int64_t>(lo, i - 1)(rng));
+      }
+      std::uniform_real_distribution<double> u(-1, 1);
+      for (auto* v : {&t.lower, &t.upper, &t.rhs}) {
+        v->resize(3 * n);
+        for (auto& e : *v) e = u(rng);
+      }
+      t.diag.assign(3 * n, 0);
+      for (int s = 0; s < 3; ++s)
+        for (int64_t i = 0; i < n; ++i) {
+          t.diag[s * n + i] += 0.5 + std::abs(t.lower[s * n + i]);
+          if (i > 0) t.diag[s * n + t.parent[i]] += std::abs(t.upper[s * n + i]);
+        }
+      t.Solve(TreeMethod::kHines);
+      const std::vector<double> xh = t.x;
+      t.Solve(TreeMethod::kCables);
+      for (auto s : t.status) ASSERT_EQ(s, SystemStatus::kOk);
+      double dm = 0, xm = 0;
+      for (int64_t i = 0; i < 3 * n; ++i) {
+        dm = std::max(dm, std::abs(t.x[i] - xh[i]));
+        xm = std::max(xm, std::abs(xh[i]));
+      }
+      EXPECT_LE(dm, 1e-13 * xm) << "n = " << n << ", kind " << kind;
+      EXPECT_LT(t.Residual(), 1e-15) << "n = " << n << ", kind " << kind;
+    }
+  }
 }
 
 TEST(Tree, ParentValidation) {

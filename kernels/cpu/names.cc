@@ -48,12 +48,14 @@ absl::string_view MethodName(TridiagonalMethod m) {
 absl::StatusOr<TreeMethod> ParseTreeMethod(absl::string_view name) {
   if (name.empty() || name == "auto") return TreeMethod::kAuto;
   if (name == "hines") return TreeMethod::kHines;
-  return UnknownMethod("tree", name, "auto, hines");
+  if (name == "cables") return TreeMethod::kCables;
+  return UnknownMethod("tree", name, "auto, hines, cables");
 }
 absl::string_view MethodName(TreeMethod m) {
   switch (m) {
     case TreeMethod::kAuto: return "auto";
     case TreeMethod::kHines: return "hines";
+    case TreeMethod::kCables: return "cables";
   }
   return "unknown";
 }

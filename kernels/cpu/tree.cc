@@ -25,8 +25,107 @@ absl::Status ValidateParents(const int32_t* parent, int64_t n) {
   return absl::OkStatus();
 }
 
+TreeCables BuildTreeCables(const int32_t* parent, int64_t n) {
+  TreeCables t;
+  t.n = n;
+  std::vector<int32_t> nchild(n, 0), cable_of(n);
+  for (int64_t i = 1; i < n; ++i) ++nchild[parent[i]];
+  for (int64_t i = 0; i < n; ++i) {
+    if (i == 0 || parent[i] != i - 1 || nchild[i - 1] != 1) {
+      t.start.push_back(int32_t(i));
+      t.anchor.push_back(parent[i]);
+    }
+    cable_of[i] = int32_t(t.start.size()) - 1;
+  }
+  const int64_t C = int64_t(t.anchor.size());
+  t.start.push_back(int32_t(n));
+  // A child cable starts after its anchor, so it has the larger index: one pass downwards
+  // finishes every cable's children before the cable itself.
+  std::vector<int32_t> height(C, 0);
+  t.child_ptr.assign(C + 1, 0);
+  for (int64_t c = C - 1; c >= 1; --c) {
+    const int32_t pc = cable_of[t.anchor[c]];
+    height[pc] = std::max(height[pc], height[c] + 1);
+    ++t.child_ptr[pc + 1];
+  }
+  for (int64_t c = 0; c < C; ++c) t.child_ptr[c + 1] += t.child_ptr[c];
+  t.child_list.resize(std::max<int64_t>(C - 1, 0));
+  std::vector<int32_t> fill(t.child_ptr.begin(), t.child_ptr.end() - 1);
+  for (int64_t c = 1; c < C; ++c) t.child_list[fill[cable_of[t.anchor[c]]]++] = int32_t(c);
+  const int32_t H = C > 0 ? height[0] : 0;  // the root cable is the highest
+  t.level_ptr.assign(H + 2, 0);
+  t.node_level_ptr.assign(H + 2, 0);
+  for (int64_t c = 0; c < C; ++c) {
+    ++t.level_ptr[height[c] + 1];
+    t.node_level_ptr[height[c] + 1] += t.start[c + 1] - t.start[c];
+  }
+  for (int32_t h = 0; h <= H; ++h) {
+    t.level_ptr[h + 1] += t.level_ptr[h];
+    t.node_level_ptr[h + 1] += t.node_level_ptr[h];
+  }
+  t.order.resize(C);
+  t.node_order.resize(n);
+  std::vector<int32_t> at(t.level_ptr.begin(), t.level_ptr.end() - 1);
+  for (int64_t c = 0; c < C; ++c) t.order[at[height[c]]++] = int32_t(c);
+  int64_t k = 0;
+  for (int32_t c : t.order)
+    for (int32_t j = t.start[c]; j < t.start[c + 1]; ++j) t.node_order[k++] = j;
+  return t;
+}
+
 namespace cpu {
 namespace {
+
+// The sequential form of the GPU's cable elimination (TreeCables): the same arithmetic in the
+// same order per cable as one GPU thread does. w is scratch of n values.
+template <typename T>
+bool CablesOne(const TreeCables& t, int64_t s, const int32_t* parent, const T* lower,
+               const T* upper, const T* diag, const T* rhs, T* x, T* w, T* cD, T* cR) {
+  (void)parent;
+  for (int32_t c : t.order) {
+    const int64_t s0 = t.start[c], e0 = t.start[c + 1] - 1;
+    T D = diag[e0 * s], R = rhs[e0 * s], S = std::abs(D);
+    for (int32_t k = t.child_ptr[c]; k < t.child_ptr[c + 1]; ++k) {
+      const int32_t cc = t.child_list[k];
+      D -= cD[cc];
+      R -= cR[cc];
+      S += std::abs(cD[cc]);
+    }
+    T carryD = 0, carryR = 0;
+    for (int64_t j = e0; j >= s0; --j) {
+      if (j < e0) {
+        D = diag[j * s] - carryD;
+        R = rhs[j * s] - carryR;
+        S = std::abs(diag[j * s]) + std::abs(carryD);
+      }
+      if (PivotVanishes(D, S)) return false;
+      const T inv = T(1) / D;
+      x[j * s] = R * inv;
+      if (j > 0) {
+        w[j] = lower[j * s] * inv;
+        const T g = upper[j * s] * inv;
+        carryD = g * lower[j * s];
+        carryR = g * R;
+      } else {
+        w[j] = 0;
+      }
+    }
+    cD[c] = carryD;  // the contribution to the anchor (unused for the root cable)
+    cR[c] = carryR;
+    for (int64_t j = s0 + 1; j <= e0; ++j) {
+      const T l = w[j];
+      x[j * s] -= l * x[(j - 1) * s];
+      w[j] = -l * w[j - 1];
+    }
+  }
+  for (int64_t k = t.cables() - 1; k >= 0; --k) {
+    const int32_t c = t.order[k], a = t.anchor[c];
+    if (a < 0) continue;
+    const T xa = x[int64_t(a) * s];
+    for (int64_t j = t.start[c]; j < t.start[c + 1]; ++j) x[j * s] -= w[j] * xa;
+  }
+  return AllFinite(t.n, s, x);
+}
 
 template <typename T>
 bool HinesOne(int64_t n, int64_t s, const int32_t* parent, const T* lower, const T* upper,
@@ -59,21 +158,35 @@ bool HinesOne(int64_t n, int64_t s, const int32_t* parent, const T* lower, const
 template <typename T>
 SolveInfo SolveTree(const TreeProblem<T>& p, TreeMethod method, TreeOutput<T> out) {
   const int64_t stride = ElementStride(p.layout, p.batch);
+  const bool cables = method == TreeMethod::kCables;
+  TreeCables shared;
+  if (cables && !p.parent_per_system) shared = BuildTreeCables(p.parent, p.n);
 #pragma omp parallel
   {
-    std::vector<T> D(p.n), S(p.n);
+    std::vector<T> D(p.n), S(p.n), cD, cR;
+    TreeCables own;
 #pragma omp for schedule(static)
     for (int64_t s = 0; s < p.batch; ++s) {
       const int64_t off = SystemOffset(p.layout, p.n, s);
       const int32_t* parent = p.parent + (p.parent_per_system ? s * p.n : 0);
-      const bool ok = HinesOne(p.n, stride, parent, p.lower + off, p.upper + off,
-                               p.diag + off, p.rhs + off, out.x + off, D.data(), S.data());
+      bool ok;
+      if (cables) {
+        if (p.parent_per_system) own = BuildTreeCables(parent, p.n);
+        const TreeCables& t = p.parent_per_system ? own : shared;
+        cD.resize(t.cables());
+        cR.resize(t.cables());
+        ok = CablesOne(t, stride, parent, p.lower + off, p.upper + off, p.diag + off,
+                       p.rhs + off, out.x + off, D.data(), cD.data(), cR.data());
+      } else {
+        ok = HinesOne(p.n, stride, parent, p.lower + off, p.upper + off, p.diag + off,
+                      p.rhs + off, out.x + off, D.data(), S.data());
+      }
       if (!ok) ZeroStrided(p.n, stride, out.x + off);
       out.status[s] = ok ? SystemStatus::kOk : SystemStatus::kSingular;
     }
   }
   SolveInfo info;
-  info.method = "hines";
+  info.method = cables ? "cables" : "hines";
   return info;
 }
 template SolveInfo SolveTree(const TreeProblem<double>&, TreeMethod, TreeOutput<double>);

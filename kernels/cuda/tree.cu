@@ -16,21 +16,34 @@ __device__ __forceinline__ T TreeEps() { return sizeof(T) == 8 ? T(DBL_EPSILON) 
 template <typename T>
 __device__ __forceinline__ T TreeMax() { return sizeof(T) == 8 ? T(DBL_MAX) : T(FLT_MAX); }
 
-template <typename T, bool kInterleaved>
+// kGlobalTree: the parent array and flags are read from global memory (one set per cell when
+// p.parent_per_system, else one shared set too large for shared memory).
+template <typename T, bool kInterleaved, bool kGlobalTree>
 __global__ void __launch_bounds__(kTreeThreads)
     HinesBatchKernel(TreeProblem<T> p, const uint8_t* __restrict__ node_flags, T* __restrict__ x,
                      T* __restrict__ lnorm, T* __restrict__ accD, T* __restrict__ accR,
                      uint8_t* __restrict__ status) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  int32_t* parent = reinterpret_cast<int32_t*>(smem_raw);
-  uint8_t* flags = reinterpret_cast<uint8_t*>(parent + p.n);
-  for (int64_t i = threadIdx.x; i < p.n; i += blockDim.x) {
-    parent[i] = p.parent[i];
-    flags[i] = node_flags[i];
-  }
-  __syncthreads();
   const int64_t s = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (s >= p.batch) return;
+  const int32_t* parent;
+  const uint8_t* flags;
+  if constexpr (kGlobalTree) {
+    if (s >= p.batch) return;
+    const int64_t o = p.parent_per_system ? s * p.n : 0;
+    parent = p.parent + o;
+    flags = node_flags + o;
+  } else {
+    int32_t* sp = reinterpret_cast<int32_t*>(smem_raw);
+    uint8_t* sf = reinterpret_cast<uint8_t*>(sp + p.n);
+    for (int64_t i = threadIdx.x; i < p.n; i += blockDim.x) {
+      sp[i] = p.parent[i];
+      sf[i] = node_flags[i];
+    }
+    __syncthreads();
+    if (s >= p.batch) return;
+    parent = sp;
+    flags = sf;
+  }
   auto at = [&](int64_t i) { return kInterleaved ? i * p.batch + s : s * p.n + i; };
   bool ok = true;
   // Backward sweep, leaves to root. The inputs of the next kPrefetch nodes are loaded before
@@ -144,19 +157,20 @@ int64_t MaxTreeNodesOnChip() { return kMaxSmemBytes / 5; }
 template <typename T>
 absl::Status SolveTreeBatchDevice(const TreeProblem<T>& p, const uint8_t* node_flags, T* x,
                                   uint8_t* status_flags, Pool& pool, cudaStream_t stream) {
-  if (p.n > MaxTreeNodesOnChip())
-    return absl::InvalidArgumentError("tree too large for the batch kernel's shared memory");
   auto scratch = pool.Get(int64_t(sizeof(T)) * 3 * p.n * p.batch);
   if (!scratch.ok()) return scratch.status();
   T* lnorm = static_cast<T*>(scratch->get());
   T* accD = lnorm + p.n * p.batch;
   T* accR = accD + p.n * p.batch;
-  const size_t smem = size_t(p.n) * 5;
+  const bool global = p.parent_per_system || p.n > MaxTreeNodesOnChip();
+  const size_t smem = global ? 0 : size_t(p.n) * 5;
   const unsigned blocks = unsigned((p.batch + kTreeThreads - 1) / kTreeThreads);
-  auto kernel = p.layout == Layout::kInterleaved ? HinesBatchKernel<T, true>
-                                                 : HinesBatchKernel<T, false>;
-  TRISOLVE_CUDA_RETURN_IF_ERROR(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  const bool il = p.layout == Layout::kInterleaved;
+  auto kernel = global ? (il ? HinesBatchKernel<T, true, true> : HinesBatchKernel<T, false, true>)
+                       : (il ? HinesBatchKernel<T, true, false> : HinesBatchKernel<T, false, false>);
+  if (!global)
+    TRISOLVE_CUDA_RETURN_IF_ERROR(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   kernel<<<blocks, kTreeThreads, smem, stream>>>(p, node_flags, x, lnorm, accD, accR,
                                                  status_flags);
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());

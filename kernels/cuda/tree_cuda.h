@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -31,10 +32,49 @@ std::vector<uint8_t> TreeNodeFlags(const int32_t* parent, int64_t n);
 // The largest n the batch kernel stages in shared memory (5 bytes a node).
 int64_t MaxTreeNodesOnChip();
 
-// Solves p (device arrays, one shared parent array, either layout) on `stream`; node_flags is
-// a device copy of TreeNodeFlags(parent). status_flags as for the tridiagonal kernels.
+// Solves p (device arrays, either layout) on `stream`; node_flags is a device copy of
+// TreeNodeFlags(parent). status_flags as for the tridiagonal kernels. With one shared parent
+// array of at most MaxTreeNodesOnChip() nodes the parent array and flags are staged in shared
+// memory; otherwise (p.parent_per_system: batch * n parents and flags, one set per cell, or a
+// larger shared tree) each thread reads them from global memory.
 template <typename T>
 absl::Status SolveTreeBatchDevice(const TreeProblem<T>& p, const uint8_t* node_flags, T* x,
                                   uint8_t* status_flags, Pool& pool, cudaStream_t stream);
+
+// "cables": one large tree (or a few) across the whole GPU, by the cable decomposition of
+// trisolve/tree.h. Each height of the cable tree is one launch of the backward phase (a thread
+// per cable, loads run ahead of the elimination) and one of the forward phase (a thread per
+// node: x_j = q_j - w_j x_anchor). Cables longer than kLongCable nodes are instead solved as
+// tridiagonal systems by the partitioned kernel across many threads: T y = r for q and, when
+// the cable hangs from a node, T z = e_0 for w -- the same values the sweep would leave.
+constexpr int64_t kLongCable = 512;
+
+class TreeCablesPlan {
+ public:
+  // Analyses a valid host parent array and copies the analysis to the device (synchronously).
+  static absl::StatusOr<std::unique_ptr<TreeCablesPlan>> Make(const int32_t* parent, int64_t n,
+                                                              Pool& pool, cudaStream_t stream);
+  const TreeCables& cables() const { return t_; }
+  int64_t n() const { return t_.n; }
+  int64_t levels() const { return t_.levels(); }
+  int64_t longest_cable() const { return longest_; }
+
+ private:
+  template <typename T>
+  friend absl::Status SolveTreeCablesDevice(const TreeProblem<T>&, const TreeCablesPlan&, T*,
+                                            uint8_t*, Pool&, cudaStream_t);
+  TreeCables t_;                  // `order` has each level's long cables last
+  std::vector<int32_t> short_end_;  // per level h: order[level_ptr[h] .. short_end_[h]) short
+  int64_t longest_ = 0;
+  Pool::Buffer buf_;
+  const int32_t *start_ = nullptr, *child_ptr_ = nullptr, *child_list_ = nullptr,
+                *order_ = nullptr, *node_order_ = nullptr, *node_anchor_ = nullptr;
+};
+
+// Solves p (device arrays, one shared parent array whose plan is given, either layout, any
+// batch) on `stream`; status_flags as above.
+template <typename T>
+absl::Status SolveTreeCablesDevice(const TreeProblem<T>& p, const TreeCablesPlan& plan, T* x,
+                                   uint8_t* status_flags, Pool& pool, cudaStream_t stream);
 
 }  // namespace trisolve::cuda

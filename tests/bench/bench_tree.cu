@@ -1,9 +1,13 @@
-// Batched Hines benchmark on the GPU: cells of the real morphology (tests/data), trisolve's
-// hines-batch kernel (interleaved and flat) against a plain one-thread-per-cell kernel over the
-// interleaved layout and the sequential CPU sweep (one core), on the same data, in the same run.
-// Effective bandwidth = 40 bytes a node (lower, upper, diag, rhs read, x written; 20 in float32)
-// over the time, as a fraction of a device-to-device copy measured in the same run.
-//   bench_tree [--swc FILE] [--cells 1024,10240,40960] [--reps 10]
+// Hines benchmark on the GPU, float64. Part 1: cells of the real morphology (tests/data),
+// trisolve's hines-batch kernel (interleaved and flat) and its cable elimination against a
+// plain one-thread-per-cell kernel over the interleaved layout and the sequential CPU sweep
+// (one core), on the same data, in the same run. Part 2: one random tree (a random recursive
+// tree, numbered depth-first) of 2^16 .. 2^24 nodes, and one chain: the cables against the
+// plain kernel (one thread: run once, up to 2^20 nodes) and the CPU sweep.
+// Effective bandwidth = 40 bytes a node (lower, upper, diag, rhs read, x written) over the
+// time, as a fraction of a device-to-device copy measured in the same run.
+//   bench_tree [--swc FILE] [--cells 1,64,256,1024,10240,40960] [--trees 16,18,20,22,24]
+//              [--reps 10]
 #include <cuda_runtime.h>
 #include <omp.h>
 
@@ -13,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -53,16 +58,52 @@ __global__ void PlainHines(int64_t n, int64_t batch, const int32_t* parent, cons
 }
 
 
+std::vector<int32_t> ChainTree(int64_t n) {
+  std::vector<int32_t> p(n);
+  for (int64_t i = 0; i < n; ++i) p[i] = int32_t(i - 1);
+  return p;
+}
+
+// A random recursive tree (node i hangs from a uniform node below it), renumbered depth-first.
+std::vector<int32_t> RandomTreeDfs(int64_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> p(n), ptr(n + 1, 0), kids(n > 0 ? n - 1 : 0), label(n), stack;
+  p[0] = -1;
+  for (int64_t i = 1; i < n; ++i) {
+    p[i] = int32_t(std::uniform_int_distribution<int64_t>(0, i - 1)(rng));
+    ++ptr[p[i] + 1];
+  }
+  for (int64_t i = 0; i < n; ++i) ptr[i + 1] += ptr[i];
+  std::vector<int32_t> fill(ptr.begin(), ptr.end() - 1);
+  for (int64_t i = 1; i < n; ++i) kids[fill[p[i]]++] = int32_t(i);
+  int32_t next = 0;
+  stack.push_back(0);
+  while (!stack.empty()) {
+    const int32_t v = stack.back();
+    stack.pop_back();
+    label[v] = next++;
+    for (int32_t k = ptr[v + 1] - 1; k >= ptr[v]; --k) stack.push_back(kids[k]);
+  }
+  std::vector<int32_t> q(n);
+  for (int64_t i = 0; i < n; ++i) q[label[i]] = i == 0 ? -1 : label[p[i]];
+  return q;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string swc = std::string(TRISOLVE_TEST_DATA) + "/neuron_10-2012-02-09-001.CNG.swc";
-  std::vector<int64_t> cell_counts = {1024, 10240, 40960};
+  std::vector<int64_t> cell_counts = {1, 64, 256, 1024, 10240, 40960};
+  std::vector<int> tree_logs = {16, 18, 20, 22, 24};
   int reps = 10;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--swc")) swc = argv[i + 1];
     else if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--cells")) {
+    else if (!std::strcmp(argv[i], "--trees")) {
+      tree_logs.clear();
+      for (char* t = std::strtok(argv[i + 1], ","); t; t = std::strtok(nullptr, ","))
+        tree_logs.push_back(std::atoi(t));
+    } else if (!std::strcmp(argv[i], "--cells")) {
       cell_counts.clear();
       for (char* t = std::strtok(argv[i + 1], ","); t; t = std::strtok(nullptr, ","))
         cell_counts.push_back(std::atoll(t));
@@ -89,6 +130,11 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(&dnf, n));
   CK(cudaMemcpy(dparent, m->parent.data(), n * 4, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(dnf, nf.data(), n, cudaMemcpyHostToDevice));
+  auto mplan = trisolve::cuda::TreeCablesPlan::Make(m->parent.data(), n, pool, nullptr);
+  if (!mplan.ok()) return 2;
+  std::printf("(morphology: %lld cables in %lld heights, the longest %lld nodes)\n",
+              (long long)(*mplan)->cables().cables(), (long long)(*mplan)->levels(),
+              (long long)(*mplan)->longest_cable());
   for (int64_t cells : cell_counts) {
     auto ar = trisolve::examples::CableTree(*m, cells, 3);  // [cells, n], flat
     const int64_t N = cells * n;
@@ -160,6 +206,11 @@ int main(int argc, char** argv) {
         if (!s2.ok()) std::exit(2);
       });
       report(il ? "trisolve hines-batch (interleaved)" : "trisolve hines-batch (flat)", ms, il, true);
+      const double cms = TimeIt(reps, [&] {
+        auto s2 = trisolve::cuda::SolveTreeCablesDevice(p, **mplan, x, flags, pool, nullptr);
+        if (!s2.ok()) std::exit(2);
+      });
+      report(il ? "trisolve cables (interleaved)" : "trisolve cables (flat)", cms, il, true);
     }
     const double plain = TimeIt(reps, [&] {
       PlainHines<<<unsigned((cells + 127) / 128), 128>>>(n, cells, dparent, dint[0], dint[1],
@@ -175,5 +226,108 @@ int main(int argc, char** argv) {
     CK(cudaFree(D));
     CK(cudaFree(flags));
   }
+
+  std::printf("\n%-22s %10s %7s %8s %-26s %10s %9s %7s %9s\n", "tree", "nodes", "heights",
+              "cables", "solver", "time", "GB/s", "of copy", "max diff");
+  for (int lg : tree_logs)
+    for (bool chain : {false, true}) {
+      if (chain && lg != 22) continue;
+      const int64_t N = int64_t(1) << lg;
+      const std::vector<int32_t> parent = chain ? ChainTree(N) : RandomTreeDfs(N, 1000 + lg);
+      std::mt19937_64 rng(lg);
+      std::uniform_real_distribution<double> u(0.1, 1.0), r(-1, 1);
+      std::vector<double> h[4];  // lower, upper, diag, rhs
+      for (auto& v : h) v.assign(N, 0.0);
+      for (int64_t i = 0; i < N; ++i) {
+        h[0][i] = i > 0 ? -u(rng) : 0;
+        h[1][i] = i > 0 ? -u(rng) : 0;
+        h[3][i] = r(rng);
+        h[2][i] += 0.01 + std::abs(h[0][i]);
+        if (i > 0) h[2][parent[i]] += std::abs(h[1][i]);
+      }
+      const auto a0 = std::chrono::steady_clock::now();
+      auto plan = trisolve::cuda::TreeCablesPlan::Make(parent.data(), N, pool, nullptr);
+      if (!plan.ok()) return 2;
+      const double plan_ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a0).count();
+      const size_t bytes = N * sizeof(double);
+      double* d[4];
+      double *x, *D;
+      int32_t* dpar;
+      uint8_t* flags;
+      for (int q = 0; q < 4; ++q) {
+        CK(cudaMalloc(&d[q], bytes));
+        CK(cudaMemcpy(d[q], h[q].data(), bytes, cudaMemcpyHostToDevice));
+      }
+      CK(cudaMalloc(&x, bytes));
+      CK(cudaMalloc(&D, bytes));
+      CK(cudaMalloc(&dpar, N * 4));
+      CK(cudaMalloc(&flags, 1));
+      CK(cudaMemcpy(dpar, parent.data(), N * 4, cudaMemcpyHostToDevice));
+      std::vector<double> xc(N), xg(N);
+      std::vector<trisolve::SystemStatus> st(1);
+      trisolve::TreeProblem<double> hp;
+      hp.batch = 1;
+      hp.n = N;
+      hp.parent = parent.data();
+      hp.lower = h[0].data();
+      hp.upper = h[1].data();
+      hp.diag = h[2].data();
+      hp.rhs = h[3].data();
+      omp_set_num_threads(1);
+      double cpu_ms = 1e30;
+      for (int rep = 0; rep < 3; ++rep) {
+        const auto t0 = std::chrono::steady_clock::now();
+        trisolve::cpu::SolveTree(hp, trisolve::TreeMethod::kHines,
+                                 trisolve::TreeOutput<double>{xc.data(), st.data()});
+        cpu_ms = std::min(cpu_ms, std::chrono::duration<double, std::milli>(
+                                      std::chrono::steady_clock::now() - t0).count());
+      }
+      char label[64];
+      std::snprintf(label, sizeof label, chain ? "chain 2^%d" : "random 2^%d", lg);
+      auto row = [&](const char* name, double ms, bool check) {
+        double diff = -1;
+        if (check) {
+          CK(cudaMemcpy(xg.data(), x, bytes, cudaMemcpyDeviceToHost));
+          double dm = 0, xm = 0;
+          for (int64_t i = 0; i < N; ++i) {
+            dm = std::max(dm, std::abs(xg[i] - xc[i]));
+            xm = std::max(xm, std::abs(xc[i]));
+          }
+          diff = dm / xm;
+        }
+        const double gbs = 40.0 * N / ms / 1e6;
+        std::printf("%-22s %10lld %7lld %8lld %-26s %7.3f ms %9.0f %6.1f%% %9.1e\n", label,
+                    (long long)N, (long long)(*plan)->levels(),
+                    (long long)(*plan)->cables().cables(), name, ms, gbs,
+                    100 * gbs / copy_gbs, diff);
+        std::fflush(stdout);
+      };
+      trisolve::TreeProblem<double> p = hp;
+      p.parent = nullptr;
+      p.lower = d[0];
+      p.upper = d[1];
+      p.diag = d[2];
+      p.rhs = d[3];
+      const double ms = TimeIt(reps, [&] {
+        CK(cudaMemset(flags, 0, 1));
+        auto s2 = trisolve::cuda::SolveTreeCablesDevice(p, **plan, x, flags, pool, nullptr);
+        if (!s2.ok()) std::exit(2);
+      });
+      row("trisolve cables", ms, true);
+      if (lg <= 20) {
+        const double plain = TimeIt(1, [&] {
+          PlainHines<<<1, 1>>>(N, 1, dpar, d[0], d[1], d[2], d[3], x, D);
+        });
+        row("plain, one thread", plain, true);
+      }
+      row("CPU sweep, one core", cpu_ms, false);
+      row("analysis (host, once)", plan_ms, false);
+      for (int q = 0; q < 4; ++q) CK(cudaFree(d[q]));
+      CK(cudaFree(x));
+      CK(cudaFree(D));
+      CK(cudaFree(dpar));
+      CK(cudaFree(flags));
+    }
   return 0;
 }

@@ -1,0 +1,325 @@
+// One large tree across the GPU: the cable elimination of trisolve/tree.h (TreeCables), one
+// launch per height of the cable tree in each phase; long cables by the partitioned
+// tridiagonal kernel. The arithmetic of a short cable is the CPU reference's CablesOne.
+#include <algorithm>
+#include <cfloat>
+
+#include "check.h"
+#include "tree_cuda.h"
+#include "tridiagonal_cuda.h"
+
+namespace trisolve::cuda {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kAhead = 8;  // nodes of a cable whose inputs are loaded before they are used
+constexpr int64_t kMaxGridY = 65535;
+
+template <typename T>
+__device__ __forceinline__ bool Vanishes(T m, T scale) {
+  const T eps = sizeof(T) == 8 ? T(DBL_EPSILON) : T(FLT_EPSILON);
+  const T big = sizeof(T) == 8 ? T(DBL_MAX) : T(FLT_MAX);
+  m = fabs(m);
+  return !(m <= big) || m <= eps * scale || m == T(0);
+}
+template <typename T>
+__device__ __forceinline__ bool Finite(T v) {
+  return fabs(v) <= (sizeof(T) == 8 ? T(DBL_MAX) : T(FLT_MAX));
+}
+
+struct View {
+  const int32_t* start;
+  const int32_t* child_ptr;
+  const int32_t* child_list;
+  const int32_t* order;
+  const int32_t* node_order;
+  const int32_t* node_anchor;
+  int64_t cables;
+};
+
+// Element j of system s: st = 1 and off = s * n (flat), or st = batch and off = s.
+struct Sys {
+  int64_t st, off, s;
+  __device__ int64_t operator()(int64_t j) const { return off + j * st; }
+};
+template <typename T>
+__device__ __forceinline__ Sys SystemOf(const TreeProblem<T>& p, int64_t s) {
+  return p.layout == Layout::kInterleaved ? Sys{p.batch, s, s} : Sys{1, s * p.n, s};
+}
+
+// Backward phase, one thread per short cable of one height: gather the child cables'
+// contributions into the bottom node, eliminate bottom to top (leaving R/D in x and lower/D
+// in w), then run down the cable turning them into q (x with x_anchor = 0) and w (the
+// response to x_anchor); the top's elimination is the contribution to the anchor.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    CablesBackward(TreeProblem<T> p, View v, int32_t lo, int32_t hi, int64_t s_base, T* x,
+                   T* w, T* cD, T* cR, uint8_t* status) {
+  const int64_t k = lo + int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (k >= hi) return;
+  const Sys at = SystemOf(p, s_base + blockIdx.y);
+  const int32_t c = v.order[k];
+  const int64_t s0 = v.start[c], e0 = int64_t(v.start[c + 1]) - 1;
+  T* cDs = cD + at.s * v.cables;
+  T* cRs = cR + at.s * v.cables;
+  T gD = 0, gR = 0, gS = 0;
+  for (int32_t q = v.child_ptr[c]; q < v.child_ptr[c + 1]; ++q) {
+    const int32_t cc = v.child_list[q];
+    const T d = cDs[cc];
+    gD += d;
+    gR += cRs[cc];
+    gS += fabs(d);
+  }
+  bool ok = true;
+  T carryD = gD, carryR = gR, carryS = gS;
+  for (int64_t j0 = e0; j0 >= s0; j0 -= kAhead) {
+    T lo_[kAhead], up_[kAhead], dg_[kAhead], rh_[kAhead];
+#pragma unroll
+    for (int u = 0; u < kAhead; ++u) {
+      const int64_t j = j0 - u;
+      if (j >= s0) {
+        const int64_t e = at(j);
+        dg_[u] = __ldg(p.diag + e);
+        rh_[u] = __ldg(p.rhs + e);
+        lo_[u] = j > 0 ? __ldg(p.lower + e) : T(0);
+        up_[u] = j > 0 ? __ldg(p.upper + e) : T(0);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kAhead; ++u) {
+      const int64_t j = j0 - u;
+      if (j < s0) break;
+      const T D = dg_[u] - carryD, R = rh_[u] - carryR;
+      ok &= !Vanishes(D, fabs(dg_[u]) + carryS);
+      const T inv = T(1) / D;
+      const int64_t e = at(j);
+      x[e] = R * inv;
+      w[e] = lo_[u] * inv;
+      const T g = up_[u] * inv;
+      carryD = g * lo_[u];
+      carryR = g * R;
+      carryS = fabs(carryD);
+    }
+  }
+  cDs[c] = carryD;  // zero for the root (lower[0] and upper[0] are not read)
+  cRs[c] = carryR;
+  // Down the cable: q_j = R_j/D_j - (lower_j/D_j) q_{j-1}, w_j = -(lower_j/D_j) w_{j-1}.
+  T qprev = x[at(s0)], wprev = w[at(s0)];
+  if (s0 == 0) {  // the root cable hangs from nothing
+    wprev = 0;
+    w[at(s0)] = 0;
+  }
+  ok &= Finite(qprev);
+  for (int64_t j0 = s0 + 1; j0 <= e0; j0 += kAhead) {
+    T q_[kAhead], l_[kAhead];
+#pragma unroll
+    for (int u = 0; u < kAhead; ++u) {
+      const int64_t j = j0 + u;
+      if (j <= e0) {
+        q_[u] = x[at(j)];
+        l_[u] = w[at(j)];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kAhead; ++u) {
+      const int64_t j = j0 + u;
+      if (j > e0) break;
+      qprev = q_[u] - l_[u] * qprev;
+      wprev = -l_[u] * wprev;
+      ok &= Finite(qprev);
+      x[at(j)] = qprev;
+      w[at(j)] = wprev;
+    }
+  }
+  if (!ok) status[at.s] = 1;
+}
+
+// Forward phase, one thread per node of one height: x_j = q_j - w_j x_anchor.
+template <typename T>
+__global__ void __launch_bounds__(256)
+    CablesForward(TreeProblem<T> p, View v, int32_t lo, int32_t hi, int64_t s_base, T* x,
+                  const T* w, uint8_t* status) {
+  const int64_t k = lo + int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (k >= hi) return;
+  const Sys at = SystemOf(p, s_base + blockIdx.y);
+  const int32_t a = v.node_anchor[k];
+  if (a < 0) return;
+  const int64_t e = at(v.node_order[k]);
+  const T xj = x[e] - w[e] * x[at(a)];
+  x[e] = xj;
+  if (!Finite(xj)) status[at.s] = 1;
+}
+
+// A long cable as tridiagonal systems (flat, `sys` of them, length L): system 0 has the
+// cable's right-hand side with the children's contributions, system 1 (when the cable hangs
+// from a node) the right-hand side e_0.
+template <typename T>
+__global__ void LongCablePrepare(TreeProblem<T> p, View v, int32_t c, int64_t s, int sys,
+                                 const T* cD, const T* cR, T* a, T* b, T* cc, T* d) {
+  const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t s0 = v.start[c], L = int64_t(v.start[c + 1]) - s0;
+  if (j >= L) return;
+  const Sys at = SystemOf(p, s);
+  const int64_t node = s0 + j;
+  T bj = p.diag[at(node)], dj = p.rhs[at(node)];
+  if (j == L - 1) {
+    for (int32_t q = v.child_ptr[c]; q < v.child_ptr[c + 1]; ++q) {
+      const int32_t ch = v.child_list[q];
+      bj -= cD[s * v.cables + ch];
+      dj -= cR[s * v.cables + ch];
+    }
+  }
+  const T aj = j > 0 ? p.lower[at(node)] : T(0);
+  const T cj = j + 1 < L ? p.upper[at(node + 1)] : T(0);
+  for (int q = 0; q < sys; ++q) {
+    a[q * L + j] = aj;
+    b[q * L + j] = bj;
+    cc[q * L + j] = cj;
+    d[q * L + j] = q == 0 ? dj : T(j == 0 ? 1 : 0);
+  }
+}
+
+template <typename T>
+__global__ void LongCableFinish(TreeProblem<T> p, View v, int32_t c, int64_t s, int sys,
+                                const T* y, const uint8_t* flags, T* x, T* w, T* cD, T* cR,
+                                uint8_t* status) {
+  const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t s0 = v.start[c], L = int64_t(v.start[c + 1]) - s0;
+  if (j >= L) return;
+  const Sys at = SystemOf(p, s);
+  const T lo0 = sys == 2 ? p.lower[at(s0)] : T(0);
+  x[at(s0 + j)] = y[j];
+  w[at(s0 + j)] = sys == 2 ? lo0 * y[L + j] : T(0);
+  if (j == 0) {
+    if (sys == 2) {
+      const T up0 = p.upper[at(s0)];
+      cD[s * v.cables + c] = up0 * lo0 * y[L];
+      cR[s * v.cables + c] = up0 * y[0];
+    }
+    if (flags[0] || (sys == 2 && flags[1])) status[s] = 1;
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<TreeCablesPlan>> TreeCablesPlan::Make(const int32_t* parent,
+                                                                     int64_t n, Pool& pool,
+                                                                     cudaStream_t stream) {
+  auto plan = std::unique_ptr<TreeCablesPlan>(new TreeCablesPlan);
+  TreeCables& t = plan->t_;
+  t = BuildTreeCables(parent, n);
+  const int64_t C = t.cables(), H = t.levels();
+  // Long cables last within their level (a stable partition keeps the rest in order).
+  plan->short_end_.resize(H);
+  for (int64_t h = 0; h < H; ++h) {
+    auto b = t.order.begin() + t.level_ptr[h], e = t.order.begin() + t.level_ptr[h + 1];
+    auto mid = std::stable_partition(b, e, [&](int32_t c) { return t.length(c) <= kLongCable; });
+    plan->short_end_[h] = int32_t(mid - t.order.begin());
+  }
+  for (int64_t c = 0; c < C; ++c) plan->longest_ = std::max<int64_t>(plan->longest_, t.length(c));
+  // node_order lists the nodes cable by cable; the forward phase needs each one's anchor.
+  std::vector<int32_t> node_anchor(n);
+  {
+    std::vector<int32_t> anchor_of_node(n);
+    for (int64_t c = 0; c < C; ++c)
+      for (int32_t j = t.start[c]; j < t.start[c + 1]; ++j) anchor_of_node[j] = t.anchor[c];
+    for (int64_t k = 0; k < n; ++k) node_anchor[k] = anchor_of_node[t.node_order[k]];
+  }
+  const int64_t ints = (C + 1) + (C + 1) + std::max<int64_t>(C - 1, 0) + C + n + n;
+  auto buf = pool.Get(ints * 4);
+  if (!buf.ok()) return buf.status();
+  plan->buf_ = std::move(*buf);
+  int32_t* d = plan->buf_.as<int32_t>();
+  std::vector<int32_t> all;
+  all.reserve(ints);
+  auto put = [&](const std::vector<int32_t>& v, const int32_t** dst) {
+    *dst = d + all.size();
+    all.insert(all.end(), v.begin(), v.end());
+  };
+  put(t.start, &plan->start_);
+  put(t.child_ptr, &plan->child_ptr_);
+  put(t.child_list, &plan->child_list_);
+  put(t.order, &plan->order_);
+  put(t.node_order, &plan->node_order_);
+  put(node_anchor, &plan->node_anchor_);
+  TRISOLVE_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(d, all.data(), all.size() * 4, cudaMemcpyHostToDevice, stream));
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  return plan;
+}
+
+template <typename T>
+absl::Status SolveTreeCablesDevice(const TreeProblem<T>& p, const TreeCablesPlan& plan, T* x,
+                                   uint8_t* status_flags, Pool& pool, cudaStream_t stream) {
+  if (p.parent_per_system && p.batch > 1)
+    return absl::InvalidArgumentError("the cable solver takes one parent array for the batch");
+  const TreeCables& t = plan.t_;
+  if (t.n != p.n) return absl::InvalidArgumentError("tree plan and problem differ in n");
+  const int64_t C = t.cables(), H = t.levels();
+  auto scratch = pool.Get(int64_t(sizeof(T)) * (p.n + 2 * C) * p.batch);
+  if (!scratch.ok()) return scratch.status();
+  T* w = scratch->as<T>();
+  T* cD = w + p.n * p.batch;
+  T* cR = cD + C * p.batch;
+  const View v{plan.start_, plan.child_ptr_, plan.child_list_, plan.order_,
+               plan.node_order_, plan.node_anchor_, C};
+  // Long cables: scratch for their tridiagonal systems, sized for the longest.
+  Pool::Buffer lbuf;
+  if (plan.longest_ > kLongCable) {
+    const int64_t L = plan.longest_;
+    auto b = pool.Get(int64_t(sizeof(T)) * 10 * L + 2);
+    if (!b.ok()) return b.status();
+    lbuf = std::move(*b);
+  }
+  for (int64_t s_base = 0; s_base < p.batch; s_base += kMaxGridY) {
+    const unsigned gy = unsigned(std::min(kMaxGridY, p.batch - s_base));
+    for (int64_t h = 0; h < H; ++h) {
+      const int32_t lo = t.level_ptr[h], mid = plan.short_end_[h], hi = t.level_ptr[h + 1];
+      if (mid > lo) {
+        const dim3 grid(unsigned((mid - lo + kThreads - 1) / kThreads), gy);
+        CablesBackward<T><<<grid, kThreads, 0, stream>>>(p, v, lo, mid, s_base, x, w, cD, cR,
+                                                         status_flags);
+        TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+      }
+      for (int32_t k = mid; k < hi; ++k) {
+        const int32_t c = t.order[k];
+        const int64_t L = t.length(c);
+        const int sys = t.anchor[c] >= 0 ? 2 : 1;
+        T* a = lbuf.as<T>();
+        T* b = a + 2 * L;
+        T* cc = b + 2 * L;
+        T* d = cc + 2 * L;
+        T* y = d + 2 * L;
+        auto* fl = reinterpret_cast<uint8_t*>(y + 2 * L);
+        const unsigned blocks = unsigned((L + 255) / 256);
+        for (int64_t s = s_base; s < s_base + gy; ++s) {
+          LongCablePrepare<T><<<blocks, 256, 0, stream>>>(p, v, c, s, sys, cD, cR, a, b, cc, d);
+          TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+          TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(fl, 0, 2, stream));
+          TridiagonalProblem<T> tp{sys, L, Layout::kFlat, a, b, cc, d};
+          auto r = SolveTridiagonalDevice(tp, TridiagonalMethod::kAuto, y, fl, pool, stream);
+          if (!r.ok()) return r.status();
+          LongCableFinish<T><<<blocks, 256, 0, stream>>>(p, v, c, s, sys, y, fl, x, w, cD, cR,
+                                                         status_flags);
+          TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+        }
+      }
+    }
+    for (int64_t h = H - 1; h >= 0; --h) {
+      const int32_t lo = t.node_level_ptr[h], hi = t.node_level_ptr[h + 1];
+      if (h == H - 1) continue;  // the root cable hangs from nothing: x = q already
+      const dim3 grid(unsigned((hi - lo + 255) / 256), gy);
+      CablesForward<T><<<grid, 256, 0, stream>>>(p, v, lo, hi, s_base, x, w, status_flags);
+      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    }
+  }
+  // The scratch returns to the pool when this function ends: the kernels must be done.
+  return CudaStatus(cudaStreamSynchronize(stream), "cable tree solve");
+}
+
+template absl::Status SolveTreeCablesDevice(const TreeProblem<double>&, const TreeCablesPlan&,
+                                            double*, uint8_t*, Pool&, cudaStream_t);
+template absl::Status SolveTreeCablesDevice(const TreeProblem<float>&, const TreeCablesPlan&,
+                                            float*, uint8_t*, Pool&, cudaStream_t);
+
+}  // namespace trisolve::cuda
