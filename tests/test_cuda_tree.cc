@@ -139,8 +139,10 @@ TEST_P(CudaTree, MatchesTheCpuReference) {
   } else {
     parent = Parents(shape, shape == Shape::kStar ? 500 : 4000, 7);
   }
-  Compare<double>(parent, 1024, layout, false, 1e-12, TreeMethod::kAuto, "hines-batch");
-  Compare<float>(parent, 300, layout, false, 1e-3, TreeMethod::kAuto, "hines-batch");
+  // Enough cells of one morphology to fill the GPU: one thread a cell (auto from 2048 on).
+  Compare<double>(parent, 2048, layout, false, 1e-12, TreeMethod::kAuto, "hines-batch");
+  Compare<float>(parent, 300, layout, false, 1e-3, TreeMethod::kHines, "hines-batch");
+  Compare<double>(parent, 300, layout, false, 1e-12, TreeMethod::kAuto, "cables");
   // Per-cell trees: one thread a cell reading its own parent array.
   Compare<double>(parent, 5, layout, true, 1e-12, TreeMethod::kAuto, "hines-batch");
   // A few cells: the cable elimination (auto), and forced either way.
