@@ -12,6 +12,9 @@ namespace trisolve::cuda {
 namespace {
 
 constexpr int kThreads = 128;
+constexpr int kTailThreads = 512;
+constexpr int32_t kTailMaxCables = 2048;  // per level, for the levels the tail kernel takes
+constexpr int32_t kTailMaxNodes = 8192;
 constexpr int kAhead = 8;  // nodes of a cable whose inputs are loaded before they are used
 constexpr int64_t kMaxGridY = 65535;
 
@@ -29,13 +32,25 @@ __device__ __forceinline__ bool Finite(T v) {
 
 struct View {
   const int32_t* start;
-  const int32_t* child_ptr;
-  const int32_t* child_list;
+  const int32_t* child_ptr;  // cable c's children left their contributions in slots
+                             // child_ptr[c] .. child_ptr[c + 1]
   const int32_t* order;
+  const int32_t* slot;       // slot[k]: where cable order[k] leaves its contribution (-1: root)
   const int32_t* node_order;
   const int32_t* node_anchor;
-  int64_t cables;
+  int64_t slots;             // per system
 };
+
+template <typename T>
+struct Pair {
+  using type = double2;
+};
+template <>
+struct Pair<float> {
+  using type = float2;
+};
+template <typename T>
+using P2 = typename Pair<T>::type;
 
 // Element j of system s: st = 1 and off = s * n (flat), or st = batch and off = s.
 struct Sys {
@@ -47,28 +62,24 @@ __device__ __forceinline__ Sys SystemOf(const TreeProblem<T>& p, int64_t s) {
   return p.layout == Layout::kInterleaved ? Sys{p.batch, s, s} : Sys{1, s * p.n, s};
 }
 
-// Backward phase, one thread per short cable of one height: gather the child cables'
-// contributions into the bottom node, eliminate bottom to top (leaving R/D in x and lower/D
-// in w), then run down the cable turning them into q (x with x_anchor = 0) and w (the
+// Backward phase for the short cable order[k]: gather the child cables' contributions (one
+// contiguous run of slots) into the bottom node, eliminate bottom to top (leaving R/D in x and
+// lower/D in w), then run down the cable turning them into q (x with x_anchor = 0) and w (the
 // response to x_anchor); the top's elimination is the contribution to the anchor.
 template <typename T>
-__global__ void __launch_bounds__(kThreads)
-    CablesBackward(TreeProblem<T> p, View v, int32_t lo, int32_t hi, int64_t s_base, T* x,
-                   T* w, T* cD, T* cR, uint8_t* status) {
-  const int64_t k = lo + int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (k >= hi) return;
-  const Sys at = SystemOf(p, s_base + blockIdx.y);
+__device__ __forceinline__ bool BackwardCable(const TreeProblem<T>& p, const View& v, int64_t k,
+                                              const Sys& at, T* x, T* w, P2<T>* contrib) {
   const int32_t c = v.order[k];
   const int64_t s0 = v.start[c], e0 = int64_t(v.start[c + 1]) - 1;
-  T* cDs = cD + at.s * v.cables;
-  T* cRs = cR + at.s * v.cables;
+  const P2<T>* in = contrib + at.s * v.slots;
   T gD = 0, gR = 0, gS = 0;
-  for (int32_t q = v.child_ptr[c]; q < v.child_ptr[c + 1]; ++q) {
-    const int32_t cc = v.child_list[q];
-    const T d = cDs[cc];
-    gD += d;
-    gR += cRs[cc];
-    gS += fabs(d);
+  const int32_t q0 = v.child_ptr[c], q1 = v.child_ptr[c + 1];
+#pragma unroll 4
+  for (int32_t q = q0; q < q1; ++q) {
+    const P2<T> g = in[q];
+    gD += g.x;
+    gR += g.y;
+    gS += fabs(g.x);
   }
   bool ok = true;
   T carryD = gD, carryR = gR, carryS = gS;
@@ -94,21 +105,22 @@ __global__ void __launch_bounds__(kThreads)
       const T inv = T(1) / D;
       const int64_t e = at(j);
       x[e] = R * inv;
-      w[e] = lo_[u] * inv;
+      w[e] = lo_[u] * inv;  // zero for the root (lower[0] and upper[0] are not read)
       const T g = up_[u] * inv;
       carryD = g * lo_[u];
       carryR = g * R;
       carryS = fabs(carryD);
     }
   }
-  cDs[c] = carryD;  // zero for the root (lower[0] and upper[0] are not read)
-  cRs[c] = carryR;
+  const int32_t slot = v.slot[k];
+  if (slot >= 0) {
+    P2<T> out;
+    out.x = carryD;
+    out.y = carryR;
+    contrib[at.s * v.slots + slot] = out;
+  }
   // Down the cable: q_j = R_j/D_j - (lower_j/D_j) q_{j-1}, w_j = -(lower_j/D_j) w_{j-1}.
   T qprev = x[at(s0)], wprev = w[at(s0)];
-  if (s0 == 0) {  // the root cable hangs from nothing
-    wprev = 0;
-    w[at(s0)] = 0;
-  }
   ok &= Finite(qprev);
   for (int64_t j0 = s0 + 1; j0 <= e0; j0 += kAhead) {
     T q_[kAhead], l_[kAhead];
@@ -131,10 +143,33 @@ __global__ void __launch_bounds__(kThreads)
       w[at(j)] = wprev;
     }
   }
-  if (!ok) status[at.s] = 1;
+  return ok;
 }
 
-// Forward phase, one thread per node of one height: x_j = q_j - w_j x_anchor.
+// Forward phase for node node_order[k]: x_j = q_j - w_j x_anchor.
+template <typename T>
+__device__ __forceinline__ bool ForwardNode(const View& v, int64_t k, const Sys& at, T* x,
+                                            const T* w) {
+  const int32_t a = v.node_anchor[k];
+  if (a < 0) return true;
+  const int64_t e = at(v.node_order[k]);
+  const T xj = x[e] - w[e] * x[at(a)];
+  x[e] = xj;
+  return Finite(xj);
+}
+
+// One height of the backward phase: a thread per short cable.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    CablesBackward(TreeProblem<T> p, View v, int32_t lo, int32_t hi, int64_t s_base, T* x,
+                   T* w, P2<T>* contrib, uint8_t* status) {
+  const int64_t k = lo + int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (k >= hi) return;
+  const Sys at = SystemOf(p, s_base + blockIdx.y);
+  if (!BackwardCable(p, v, k, at, x, w, contrib)) status[at.s] = 1;
+}
+
+// One height of the forward phase: a thread per node.
 template <typename T>
 __global__ void __launch_bounds__(256)
     CablesForward(TreeProblem<T> p, View v, int32_t lo, int32_t hi, int64_t s_base, T* x,
@@ -142,12 +177,31 @@ __global__ void __launch_bounds__(256)
   const int64_t k = lo + int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (k >= hi) return;
   const Sys at = SystemOf(p, s_base + blockIdx.y);
-  const int32_t a = v.node_anchor[k];
-  if (a < 0) return;
-  const int64_t e = at(v.node_order[k]);
-  const T xj = x[e] - w[e] * x[at(a)];
-  x[e] = xj;
-  if (!Finite(xj)) status[at.s] = 1;
+  if (!ForwardNode(v, k, at, x, w)) status[at.s] = 1;
+}
+
+// The narrow top of the cable tree in one block a system: the backward phase of heights
+// h0 .. H-1, then the forward phase back down to h0, levels apart by barriers instead of
+// launches (each level there is a few cables, and a launch's latency would dominate).
+template <typename T>
+__global__ void __launch_bounds__(kTailThreads)
+    CablesTail(TreeProblem<T> p, View v, const int32_t* level_ptr, const int32_t* node_level_ptr,
+               int32_t h0, int32_t H, int64_t s_base, T* x, T* w, P2<T>* contrib,
+               uint8_t* status) {
+  const Sys at = SystemOf(p, s_base + blockIdx.y);
+  bool ok = true;
+  for (int32_t h = h0; h < H; ++h) {
+    for (int64_t k = level_ptr[h] + threadIdx.x; k < level_ptr[h + 1]; k += blockDim.x)
+      ok &= BackwardCable(p, v, k, at, x, w, contrib);
+    __syncthreads();
+  }
+  for (int32_t h = H - 2; h >= h0; --h) {  // the root cable (height H - 1): x = q already
+    for (int64_t k = node_level_ptr[h] + threadIdx.x; k < node_level_ptr[h + 1];
+         k += blockDim.x)
+      ok &= ForwardNode(v, k, at, x, w);
+    __syncthreads();
+  }
+  if (!ok) status[at.s] = 1;
 }
 
 // A long cable as tridiagonal systems (flat, `sys` of them, length L): system 0 has the
@@ -155,7 +209,7 @@ __global__ void __launch_bounds__(256)
 // from a node) the right-hand side e_0.
 template <typename T>
 __global__ void LongCablePrepare(TreeProblem<T> p, View v, int32_t c, int64_t s, int sys,
-                                 const T* cD, const T* cR, T* a, T* b, T* cc, T* d) {
+                                 const P2<T>* contrib, T* a, T* b, T* cc, T* d) {
   const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t s0 = v.start[c], L = int64_t(v.start[c + 1]) - s0;
   if (j >= L) return;
@@ -164,9 +218,9 @@ __global__ void LongCablePrepare(TreeProblem<T> p, View v, int32_t c, int64_t s,
   T bj = p.diag[at(node)], dj = p.rhs[at(node)];
   if (j == L - 1) {
     for (int32_t q = v.child_ptr[c]; q < v.child_ptr[c + 1]; ++q) {
-      const int32_t ch = v.child_list[q];
-      bj -= cD[s * v.cables + ch];
-      dj -= cR[s * v.cables + ch];
+      const P2<T> g = contrib[s * v.slots + q];
+      bj -= g.x;
+      dj -= g.y;
     }
   }
   const T aj = j > 0 ? p.lower[at(node)] : T(0);
@@ -180,9 +234,9 @@ __global__ void LongCablePrepare(TreeProblem<T> p, View v, int32_t c, int64_t s,
 }
 
 template <typename T>
-__global__ void LongCableFinish(TreeProblem<T> p, View v, int32_t c, int64_t s, int sys,
-                                const T* y, const uint8_t* flags, T* x, T* w, T* cD, T* cR,
-                                uint8_t* status) {
+__global__ void LongCableFinish(TreeProblem<T> p, View v, int32_t c, int32_t slot, int64_t s,
+                                int sys, const T* y, const uint8_t* flags, T* x, T* w,
+                                P2<T>* contrib, uint8_t* status) {
   const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t s0 = v.start[c], L = int64_t(v.start[c + 1]) - s0;
   if (j >= L) return;
@@ -191,10 +245,12 @@ __global__ void LongCableFinish(TreeProblem<T> p, View v, int32_t c, int64_t s, 
   x[at(s0 + j)] = y[j];
   w[at(s0 + j)] = sys == 2 ? lo0 * y[L + j] : T(0);
   if (j == 0) {
-    if (sys == 2) {
+    if (slot >= 0) {
       const T up0 = p.upper[at(s0)];
-      cD[s * v.cables + c] = up0 * lo0 * y[L];
-      cR[s * v.cables + c] = up0 * y[0];
+      P2<T> out;
+      out.x = up0 * lo0 * y[L];
+      out.y = up0 * y[0];
+      contrib[s * v.slots + slot] = out;
     }
     if (flags[0] || (sys == 2 && flags[1])) status[s] = 1;
   }
@@ -217,6 +273,13 @@ absl::StatusOr<std::unique_ptr<TreeCablesPlan>> TreeCablesPlan::Make(const int32
     plan->short_end_[h] = int32_t(mid - t.order.begin());
   }
   for (int64_t c = 0; c < C; ++c) plan->longest_ = std::max<int64_t>(plan->longest_, t.length(c));
+  // Each cable leaves its contribution in the slot its anchor's cable reads (child_list's
+  // positions), so that a cable reads its children's as one contiguous run.
+  plan->slot_of_cable_.assign(C, -1);
+  for (int64_t q = 0; q < int64_t(t.child_list.size()); ++q)
+    plan->slot_of_cable_[t.child_list[q]] = int32_t(q);
+  std::vector<int32_t> slot(C);
+  for (int64_t k = 0; k < C; ++k) slot[k] = plan->slot_of_cable_[t.order[k]];
   // node_order lists the nodes cable by cable; the forward phase needs each one's anchor.
   std::vector<int32_t> node_anchor(n);
   {
@@ -225,7 +288,17 @@ absl::StatusOr<std::unique_ptr<TreeCablesPlan>> TreeCablesPlan::Make(const int32
       for (int32_t j = t.start[c]; j < t.start[c + 1]; ++j) anchor_of_node[j] = t.anchor[c];
     for (int64_t k = 0; k < n; ++k) node_anchor[k] = anchor_of_node[t.node_order[k]];
   }
-  const int64_t ints = (C + 1) + (C + 1) + std::max<int64_t>(C - 1, 0) + C + n + n;
+  // The narrow top of the cable tree goes to the one-block tail kernel.
+  plan->tail_begin_ = int32_t(H);
+  while (plan->tail_begin_ > 0) {
+    const int32_t h = plan->tail_begin_ - 1;
+    if (plan->short_end_[h] != t.level_ptr[h + 1] ||
+        t.level_ptr[h + 1] - t.level_ptr[h] > kTailMaxCables ||
+        t.node_level_ptr[h + 1] - t.node_level_ptr[h] > kTailMaxNodes)
+      break;
+    plan->tail_begin_ = h;
+  }
+  const int64_t ints = 2 * (C + 1) + 2 * C + 2 * n + 2 * (H + 1);
   auto buf = pool.Get(ints * 4);
   if (!buf.ok()) return buf.status();
   plan->buf_ = std::move(*buf);
@@ -238,10 +311,12 @@ absl::StatusOr<std::unique_ptr<TreeCablesPlan>> TreeCablesPlan::Make(const int32
   };
   put(t.start, &plan->start_);
   put(t.child_ptr, &plan->child_ptr_);
-  put(t.child_list, &plan->child_list_);
   put(t.order, &plan->order_);
+  put(slot, &plan->slot_);
   put(t.node_order, &plan->node_order_);
   put(node_anchor, &plan->node_anchor_);
+  put(t.level_ptr, &plan->level_ptr_);
+  put(t.node_level_ptr, &plan->node_level_ptr_);
   TRISOLVE_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(d, all.data(), all.size() * 4, cudaMemcpyHostToDevice, stream));
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
@@ -258,10 +333,9 @@ absl::Status SolveTreeCablesDevice(const TreeProblem<T>& p, const TreeCablesPlan
   const int64_t C = t.cables(), H = t.levels();
   auto scratch = pool.Get(int64_t(sizeof(T)) * (p.n + 2 * C) * p.batch);
   if (!scratch.ok()) return scratch.status();
-  T* w = scratch->as<T>();
-  T* cD = w + p.n * p.batch;
-  T* cR = cD + C * p.batch;
-  const View v{plan.start_, plan.child_ptr_, plan.child_list_, plan.order_,
+  auto* contrib = scratch->as<P2<T>>();  // C pairs a system, first: aligned for pair loads
+  T* w = reinterpret_cast<T*>(contrib + C * p.batch);
+  const View v{plan.start_, plan.child_ptr_, plan.order_, plan.slot_,
                plan.node_order_, plan.node_anchor_, C};
   // Long cables: scratch for their tridiagonal systems, sized for the longest.
   Pool::Buffer lbuf;
@@ -271,13 +345,14 @@ absl::Status SolveTreeCablesDevice(const TreeProblem<T>& p, const TreeCablesPlan
     if (!b.ok()) return b.status();
     lbuf = std::move(*b);
   }
+  const int32_t h0 = plan.tail_begin_;
   for (int64_t s_base = 0; s_base < p.batch; s_base += kMaxGridY) {
     const unsigned gy = unsigned(std::min(kMaxGridY, p.batch - s_base));
-    for (int64_t h = 0; h < H; ++h) {
+    for (int64_t h = 0; h < h0; ++h) {
       const int32_t lo = t.level_ptr[h], mid = plan.short_end_[h], hi = t.level_ptr[h + 1];
       if (mid > lo) {
         const dim3 grid(unsigned((mid - lo + kThreads - 1) / kThreads), gy);
-        CablesBackward<T><<<grid, kThreads, 0, stream>>>(p, v, lo, mid, s_base, x, w, cD, cR,
+        CablesBackward<T><<<grid, kThreads, 0, stream>>>(p, v, lo, mid, s_base, x, w, contrib,
                                                          status_flags);
         TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
       }
@@ -293,21 +368,26 @@ absl::Status SolveTreeCablesDevice(const TreeProblem<T>& p, const TreeCablesPlan
         auto* fl = reinterpret_cast<uint8_t*>(y + 2 * L);
         const unsigned blocks = unsigned((L + 255) / 256);
         for (int64_t s = s_base; s < s_base + gy; ++s) {
-          LongCablePrepare<T><<<blocks, 256, 0, stream>>>(p, v, c, s, sys, cD, cR, a, b, cc, d);
+          LongCablePrepare<T><<<blocks, 256, 0, stream>>>(p, v, c, s, sys, contrib, a, b, cc, d);
           TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
           TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(fl, 0, 2, stream));
           TridiagonalProblem<T> tp{sys, L, Layout::kFlat, a, b, cc, d};
           auto r = SolveTridiagonalDevice(tp, TridiagonalMethod::kAuto, y, fl, pool, stream);
           if (!r.ok()) return r.status();
-          LongCableFinish<T><<<blocks, 256, 0, stream>>>(p, v, c, s, sys, y, fl, x, w, cD, cR,
-                                                         status_flags);
+          LongCableFinish<T><<<blocks, 256, 0, stream>>>(p, v, c, plan.slot_of_cable_[c], s, sys,
+                                                         y, fl, x, w, contrib, status_flags);
           TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
         }
       }
     }
-    for (int64_t h = H - 1; h >= 0; --h) {
+    if (h0 < H) {
+      CablesTail<T><<<dim3(1, gy), kTailThreads, 0, stream>>>(
+          p, v, plan.level_ptr_, plan.node_level_ptr_, h0, int32_t(H), s_base, x, w, contrib,
+          status_flags);
+      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    }
+    for (int64_t h = std::min<int64_t>(h0, H - 1) - 1; h >= 0; --h) {
       const int32_t lo = t.node_level_ptr[h], hi = t.node_level_ptr[h + 1];
-      if (h == H - 1) continue;  // the root cable hangs from nothing: x = q already
       const dim3 grid(unsigned((hi - lo + 255) / 256), gy);
       CablesForward<T><<<grid, 256, 0, stream>>>(p, v, lo, hi, s_base, x, w, status_flags);
       TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());

@@ -43,8 +43,10 @@ absl::Status SolveTreeBatchDevice(const TreeProblem<T>& p, const uint8_t* node_f
 
 // "cables": one large tree (or a few) across the whole GPU, by the cable decomposition of
 // trisolve/tree.h. Each height of the cable tree is one launch of the backward phase (a thread
-// per cable, loads run ahead of the elimination) and one of the forward phase (a thread per
-// node: x_j = q_j - w_j x_anchor). Cables longer than kLongCable nodes are instead solved as
+// per cable, loads run ahead of the elimination; a cable's children leave their contributions
+// in adjacent slots) and one of the forward phase (a thread per node: x_j = q_j - w_j
+// x_anchor); the narrow top of the cable tree (levels of at most 2048 cables) runs in one
+// block a system with barriers between the levels instead of launches. Cables longer than kLongCable nodes are instead solved as
 // tridiagonal systems by the partitioned kernel across many threads: T y = r for q and, when
 // the cable hangs from a node, T z = e_0 for w -- the same values the sweep would leave.
 constexpr int64_t kLongCable = 512;
@@ -58,17 +60,21 @@ class TreeCablesPlan {
   int64_t n() const { return t_.n; }
   int64_t levels() const { return t_.levels(); }
   int64_t longest_cable() const { return longest_; }
+  int64_t tail_levels() const { return t_.levels() - tail_begin_; }
 
  private:
   template <typename T>
   friend absl::Status SolveTreeCablesDevice(const TreeProblem<T>&, const TreeCablesPlan&, T*,
                                             uint8_t*, Pool&, cudaStream_t);
-  TreeCables t_;                  // `order` has each level's long cables last
+  TreeCables t_;                    // `order` has each level's long cables last
   std::vector<int32_t> short_end_;  // per level h: order[level_ptr[h] .. short_end_[h]) short
+  std::vector<int32_t> slot_of_cable_;  // where a cable leaves its contribution (-1: root)
+  int32_t tail_begin_ = 0;          // heights from here on run in the one-block tail kernel
   int64_t longest_ = 0;
   Pool::Buffer buf_;
-  const int32_t *start_ = nullptr, *child_ptr_ = nullptr, *child_list_ = nullptr,
-                *order_ = nullptr, *node_order_ = nullptr, *node_anchor_ = nullptr;
+  const int32_t *start_ = nullptr, *child_ptr_ = nullptr, *order_ = nullptr, *slot_ = nullptr,
+                *node_order_ = nullptr, *node_anchor_ = nullptr, *level_ptr_ = nullptr,
+                *node_level_ptr_ = nullptr;
 };
 
 // Solves p (device arrays, one shared parent array whose plan is given, either layout, any
