@@ -39,8 +39,9 @@ void Check(int64_t n, int64_t batch, double tol_x, double tol_be) {
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->method, n <= 32   ? "gauss-jordan-warp"
                           : n <= 64 ? "gauss-jordan-smem"
-                                    : "gauss-jordan (host)");
-  cpu::SolveDense(p, DenseMethod::kGaussJordan, DenseOutput<T>{xc.data(), sc.data()});
+                                    : "lu (cublas getrfBatched)");
+  cpu::SolveDense(p, n <= 64 ? DenseMethod::kGaussJordan : DenseMethod::kLu,
+                  DenseOutput<T>{xc.data(), sc.data()});
   double worst = 0;
   for (int64_t s = 0; s < batch; ++s) {
     ASSERT_EQ(sg[s], sc[s]) << "system " << s << " of n = " << n;
@@ -69,6 +70,94 @@ TEST_P(CudaDense, MatchesTheCpuReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Orders, CudaDense, ::testing::Values(1, 2, 3, 8, 9, 17, 32, 33, 47, 64, 65, 128));
+
+// Large systems: LU through cuBLAS (batched) or cuSOLVER (one at a time), householder-pcr
+// through cuSOLVER's sytrd and the tridiagonal kernels. b = A x_true; the CPU reference where
+// it is quick enough (n <= 1000), the backward error and x_true everywhere.
+template <typename T>
+void CheckLarge(int64_t n, int64_t batch, DenseMethod m, bool symmetric, const char* expect,
+                double tol_be, double tol_x) {
+  std::mt19937_64 rng(n * 7 + batch);
+  std::uniform_real_distribution<double> u(-1, 1);
+  std::vector<T> A(batch * n * n), b(batch * n, T(0)), xt(batch * n);
+  for (int64_t s = 0; s < batch; ++s) {
+    T* As = A.data() + s * n * n;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < n; ++j) As[i * n + j] = T(u(rng));
+    if (symmetric) {  // indefinite: diagonal of both signs
+      for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < i; ++j) As[i * n + j] = As[j * n + i];
+        As[i * n + i] += T((i % 2 ? -2 : 2) * std::sqrt(double(n)));
+      }
+    }
+    for (int64_t i = 0; i < n; ++i) xt[s * n + i] = T(u(rng));
+    for (int64_t i = 0; i < n; ++i) {
+      double acc = 0;
+      for (int64_t j = 0; j < n; ++j) acc += double(As[i * n + j]) * double(xt[s * n + j]);
+      b[s * n + i] = T(acc);
+    }
+  }
+  // The last system of a batch (LU): two equal rows, singular. (A singular symmetric system
+  // is not used for householder-pcr: PCR on a singular T may return a huge x whose normwise
+  // backward error is small, which is a valid answer to a singular system, not a test.)
+  const bool singular_last = batch > 1 && !symmetric;
+  if (singular_last)
+    for (int64_t j = 0; j < n; ++j)
+      A[(batch - 1) * n * n + (n - 1) * n + j] = A[(batch - 1) * n * n + j];
+  DenseProblem<T> p{batch, n, A.data(), b.data()};
+  std::vector<T> xg(batch * n, T(std::nan("")));
+  std::vector<SystemStatus> sg(batch);
+  auto info = Cuda()->Solve(p, m, DenseOutput<T>{xg.data(), sg.data()}, SolveControl{});
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->method, expect) << "n = " << n;
+  const int64_t good = singular_last ? batch - 1 : batch;
+  for (int64_t s = 0; s < good; ++s) {
+    ASSERT_EQ(sg[s], SystemStatus::kOk) << "system " << s << ", n = " << n;
+    double dm = 0;
+    for (int64_t i = 0; i < n; ++i)
+      dm = std::max(dm, std::abs(double(xg[s * n + i]) - double(xt[s * n + i])));
+    EXPECT_LE(dm, tol_x) << "system " << s << ", n = " << n;
+  }
+  if (singular_last) {
+    EXPECT_EQ(sg[batch - 1], SystemStatus::kSingular);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(xg[(batch - 1) * n + i], T(0));
+  }
+  EXPECT_LE(DenseBackwardError(p, xg.data(), sg.data()), tol_be) << "n = " << n;
+  if (n <= 1000) {
+    std::vector<T> xc(batch * n);
+    std::vector<SystemStatus> sc(batch);
+    cpu::SolveDense(p, m == DenseMethod::kAuto ? DenseMethod::kLu : m,
+                    DenseOutput<T>{xc.data(), sc.data()});
+    for (int64_t s = 0; s < good; ++s) {
+      ASSERT_EQ(sc[s], SystemStatus::kOk);
+      double dm = 0;
+      for (int64_t i = 0; i < n; ++i)
+        dm = std::max(dm, std::abs(double(xg[s * n + i]) - double(xc[s * n + i])));
+      EXPECT_LE(dm, tol_x) << "against the CPU, system " << s << ", n = " << n;
+    }
+  }
+}
+
+TEST(CudaDenseLarge, LuBatchedAndSingle) {
+  REQUIRE_GPU();
+  CheckLarge<double>(100, 50, DenseMethod::kAuto, false, "lu (cublas getrfBatched)", 1e-14, 1e-10);
+  CheckLarge<double>(512, 4, DenseMethod::kLu, false, "lu (cublas getrfBatched)", 1e-14, 1e-9);
+  CheckLarge<double>(1000, 1, DenseMethod::kAuto, false, "lu (cusolver getrf)", 1e-14, 1e-9);
+  CheckLarge<double>(1000, 3, DenseMethod::kAuto, false, "lu (cusolver getrf)", 1e-14, 1e-9);
+  CheckLarge<double>(4096, 1, DenseMethod::kAuto, false, "lu (cusolver getrf)", 1e-14, 1e-7);
+  CheckLarge<float>(300, 8, DenseMethod::kAuto, false, "lu (cublas getrfBatched)", 1e-5, 2e-2);
+  CheckLarge<float>(2000, 1, DenseMethod::kAuto, false, "lu (cusolver getrf)", 1e-5, 5e-1);
+}
+
+TEST(CudaDenseLarge, HouseholderPcrSymmetricIndefinite) {
+  REQUIRE_GPU();
+  const char* hp = "householder-pcr (cusolver sytrd)";
+  CheckLarge<double>(128, 3, DenseMethod::kHouseholderPcr, true, hp, 1e-14, 1e-11);
+  CheckLarge<double>(1000, 1, DenseMethod::kHouseholderPcr, true, hp, 1e-14, 1e-10);
+  CheckLarge<double>(1500, 1, DenseMethod::kHouseholderPcr, true, hp, 1e-14, 1e-10);
+  CheckLarge<double>(4096, 1, DenseMethod::kHouseholderPcr, true, hp, 1e-14, 1e-9);
+  CheckLarge<float>(1000, 1, DenseMethod::kHouseholderPcr, true, hp, 1e-5, 1e-2);
+}
 
 }  // namespace
 }  // namespace trisolve

@@ -36,6 +36,15 @@ TEST(Dense, HandWorkedNeedsARowExchange) {
   EXPECT_NEAR(s.x[0], 1, 1e-15);
   EXPECT_NEAR(s.x[1], 1, 1e-15);
   EXPECT_NEAR(s.x[2], 2, 1e-15);
+  // The same two by LU: same pivots, same answers.
+  auto lr = Solve<double>({0, 1, 1, 1}, {2, 3}, 1, 2, DenseMethod::kLu);
+  EXPECT_EQ(lr.status[0], SystemStatus::kOk);
+  EXPECT_DOUBLE_EQ(lr.x[0], 1);
+  EXPECT_DOUBLE_EQ(lr.x[1], 2);
+  auto ls = Solve<double>({2, 1, 1, 4, -6, 0, -2, 7, 2}, {5, -2, 9}, 1, 3, DenseMethod::kLu);
+  EXPECT_NEAR(ls.x[0], 1, 1e-15);
+  EXPECT_NEAR(ls.x[1], 1, 1e-15);
+  EXPECT_NEAR(ls.x[2], 2, 1e-15);
 }
 
 TEST(Dense, HandWorkedSymmetricHouseholderPcr) {
@@ -54,12 +63,14 @@ TEST(Dense, SingularMatricesAreFlagged) {
   std::vector<double> A = {1, 2, 0, 2, 4, 0, 0, 0, 1,  1, 2, 3, 4, 5, 6, 7, 8, 9,
                            2, 0, 0, 0, 2, 0, 0, 0, 2};
   std::vector<double> b = {1, 1, 1, 1, 1, 1, 2, 2, 2};
-  auto r = Solve(A, b, 3, 3, DenseMethod::kGaussJordan);
-  EXPECT_EQ(r.status[0], SystemStatus::kSingular);
-  EXPECT_EQ(r.status[1], SystemStatus::kSingular);
-  EXPECT_EQ(r.status[2], SystemStatus::kOk);
-  for (int i = 0; i < 6; ++i) EXPECT_EQ(r.x[i], 0.0);
-  for (int i = 6; i < 9; ++i) EXPECT_DOUBLE_EQ(r.x[i], 1.0);
+  for (DenseMethod m : {DenseMethod::kGaussJordan, DenseMethod::kLu}) {
+    auto r = Solve(A, b, 3, 3, m);
+    EXPECT_EQ(r.status[0], SystemStatus::kSingular);
+    EXPECT_EQ(r.status[1], SystemStatus::kSingular);
+    EXPECT_EQ(r.status[2], SystemStatus::kOk);
+    for (int i = 0; i < 6; ++i) EXPECT_EQ(r.x[i], 0.0);
+    for (int i = 6; i < 9; ++i) EXPECT_DOUBLE_EQ(r.x[i], 1.0);
+  }
   std::vector<double> z(4, 0.0), bz = {1, 1};
   EXPECT_EQ(Solve(z, bz, 1, 2, DenseMethod::kHouseholderPcr).status[0], SystemStatus::kSingular);
 }
@@ -92,19 +103,27 @@ TEST_P(DenseSizes, RandomWellConditionedBothMethodsAndPrecisions) {
   ASSERT_EQ(FirstNonSymmetric(p), -1);
   auto gj = Solve(A, b, batch, n, DenseMethod::kGaussJordan);
   auto hp = Solve(A, b, batch, n, DenseMethod::kHouseholderPcr);
+  auto lu = Solve(A, b, batch, n, DenseMethod::kLu);
   for (int64_t s = 0; s < batch; ++s) {
     EXPECT_EQ(gj.status[s], SystemStatus::kOk);
     EXPECT_EQ(hp.status[s], SystemStatus::kOk);
+    EXPECT_EQ(lu.status[s], SystemStatus::kOk);
   }
   EXPECT_LT(DenseBackwardError(p, gj.x.data(), gj.status.data()), 1e-15);
   EXPECT_LT(DenseBackwardError(p, hp.x.data(), hp.status.data()), 1e-14);
-  for (size_t i = 0; i < gj.x.size(); ++i) EXPECT_NEAR(gj.x[i], hp.x[i], 1e-10);
+  EXPECT_LT(DenseBackwardError(p, lu.x.data(), lu.status.data()), 1e-15);
+  for (size_t i = 0; i < gj.x.size(); ++i) {
+    EXPECT_NEAR(gj.x[i], hp.x[i], 1e-10);
+    EXPECT_NEAR(gj.x[i], lu.x[i], 1e-10);
+  }
 
   std::vector<float> Af(A.begin(), A.end()), bf(b.begin(), b.end());
-  auto f = Solve(Af, bf, batch, n, DenseMethod::kGaussJordan);
-  EXPECT_LT(DenseBackwardError(DenseProblem<float>{batch, n, Af.data(), bf.data()}, f.x.data(),
-                               f.status.data()),
-            1e-6);
+  for (DenseMethod m : {DenseMethod::kGaussJordan, DenseMethod::kLu}) {
+    auto f = Solve(Af, bf, batch, n, m);
+    EXPECT_LT(DenseBackwardError(DenseProblem<float>{batch, n, Af.data(), bf.data()},
+                                 f.x.data(), f.status.data()),
+              1e-6);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Orders, DenseSizes, ::testing::Values(1, 2, 3, 17, 32, 33, 128));

@@ -81,6 +81,43 @@ bool GaussJordanOne(int64_t n, const T* A, const T* b, T* x, std::vector<T>& M,
   return AllFinite(n, 1, x);
 }
 
+// LU with partial pivoting on one system (right-looking, as LAPACK's getf2), then the two
+// triangular solves. The vanishing-pivot test is Gauss-Jordan's.
+template <typename T>
+bool LuOne(int64_t n, const T* A, const T* b, T* x, std::vector<T>& M, std::vector<T>& colmax) {
+  std::copy(A, A + n * n, M.begin());
+  for (int64_t j = 0; j < n; ++j) {
+    T m = T(0);
+    for (int64_t i = 0; i < n; ++i) m = std::max(m, std::abs(A[i * n + j]));
+    colmax[j] = m;
+  }
+  for (int64_t i = 0; i < n; ++i) x[i] = b[i];
+  for (int64_t k = 0; k < n; ++k) {
+    int64_t piv = k;
+    for (int64_t i = k + 1; i < n; ++i)
+      if (std::abs(M[i * n + k]) > std::abs(M[piv * n + k])) piv = i;
+    const T pv = M[piv * n + k];
+    if (PivotVanishes(pv, T(n) * colmax[k])) return false;
+    if (piv != k) {
+      for (int64_t j = 0; j < n; ++j) std::swap(M[k * n + j], M[piv * n + j]);
+      std::swap(x[k], x[piv]);
+    }
+    for (int64_t i = k + 1; i < n; ++i) {
+      const T l = M[i * n + k] / pv;
+      M[i * n + k] = l;
+      if (l == T(0)) continue;
+      for (int64_t j = k + 1; j < n; ++j) M[i * n + j] -= l * M[k * n + j];
+      x[i] -= l * x[k];
+    }
+  }
+  for (int64_t i = n - 1; i >= 0; --i) {
+    T acc = x[i];
+    for (int64_t j = i + 1; j < n; ++j) acc -= M[i * n + j] * x[j];
+    x[i] = acc / M[i * n + i];
+  }
+  return AllFinite(n, 1, x);
+}
+
 // Householder tridiagonalisation of symmetric A (n x n work copy W, overwritten), the
 // reflectors kept in V (row k holds u_k, zero before k+1) with their H_k = |u_k|^2 / 2.
 // Then T y = Q^T b by PCR, x = Q y.
@@ -151,7 +188,7 @@ SolveInfo SolveDense(const DenseProblem<T>& p, DenseMethod method, DenseOutput<T
 #pragma omp parallel
   {
     std::vector<T> M, colmax, W, V, H, work;
-    if (method == DenseMethod::kGaussJordan) {
+    if (method == DenseMethod::kGaussJordan || method == DenseMethod::kLu) {
       M.resize(n * (n + 1));
       colmax.resize(n);
     } else {
@@ -165,9 +202,9 @@ SolveInfo SolveDense(const DenseProblem<T>& p, DenseMethod method, DenseOutput<T
       const T* A = p.A + s * n * n;
       const T* b = p.b + s * n;
       T* x = out.x + s * n;
-      const bool ok = method == DenseMethod::kGaussJordan
-                          ? GaussJordanOne(n, A, b, x, M, colmax)
-                          : HouseholderPcrOne(n, A, b, x, W, V, H, work);
+      const bool ok = method == DenseMethod::kGaussJordan ? GaussJordanOne(n, A, b, x, M, colmax)
+                      : method == DenseMethod::kLu    ? LuOne(n, A, b, x, M, colmax)
+                                                      : HouseholderPcrOne(n, A, b, x, W, V, H, work);
       if (!ok) ZeroStrided(n, 1, x);
       out.status[s] = ok ? SystemStatus::kOk : SystemStatus::kSingular;
     }

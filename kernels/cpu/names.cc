@@ -83,13 +83,15 @@ absl::StatusOr<DenseMethod> ParseDenseMethod(absl::string_view name) {
   if (name.empty() || name == "auto") return DenseMethod::kAuto;
   if (name == "gauss-jordan") return DenseMethod::kGaussJordan;
   if (name == "householder-pcr") return DenseMethod::kHouseholderPcr;
-  return UnknownMethod("dense", name, "auto, gauss-jordan, householder-pcr");
+  if (name == "lu") return DenseMethod::kLu;
+  return UnknownMethod("dense", name, "auto, gauss-jordan, lu, householder-pcr");
 }
 absl::string_view MethodName(DenseMethod m) {
   switch (m) {
     case DenseMethod::kAuto: return "auto";
     case DenseMethod::kGaussJordan: return "gauss-jordan";
     case DenseMethod::kHouseholderPcr: return "householder-pcr";
+    case DenseMethod::kLu: return "lu";
   }
   return "unknown";
 }

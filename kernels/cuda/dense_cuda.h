@@ -12,7 +12,10 @@
 
 #include <cstdint>
 
+#include <string>
+
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "trisolve/dense.h"
 
 namespace trisolve::cuda {
@@ -24,5 +27,55 @@ constexpr int64_t kDenseGpuMaxN = 64;
 template <typename T>
 absl::Status SolveDenseWarpDevice(const DenseProblem<T>& p, T* x, uint8_t* status_flags,
                                   cudaStream_t stream);
+
+}  // namespace trisolve::cuda
+
+#include <map>
+#include <mutex>
+
+#include <cublas_v2.h>
+#include <cusolverDn.h>
+
+#include "memory_pool.h"
+
+namespace trisolve::cuda {
+
+// cuSOLVER and cuBLAS handles, one of each per stream, made on first use (they are slow to
+// create) and destroyed with this object.
+class DenseLibs {
+ public:
+  DenseLibs() = default;
+  ~DenseLibs() { Reset(); }
+  void Reset();  // destroys every handle
+  DenseLibs(const DenseLibs&) = delete;
+  DenseLibs& operator=(const DenseLibs&) = delete;
+  absl::StatusOr<cusolverDnHandle_t> Solver(cudaStream_t stream);
+  absl::StatusOr<cublasHandle_t> Blas(cudaStream_t stream);
+
+ private:
+  std::mutex mu_;
+  std::map<cudaStream_t, cusolverDnHandle_t> solver_;
+  std::map<cudaStream_t, cublasHandle_t> blas_;
+};
+
+// n > kDenseGpuMaxN: "lu", LU with partial pivoting by CUDA's libraries on a column-major copy
+// (the row-major A transposed on the device): cuBLAS getrfBatched + getrsBatched for
+// n <= kDenseBatchedLuMaxN, else cuSOLVER getrf + getrs system by system. A pivot vanishes as
+// in the CPU reference (|u_kk| <= n eps max|A[:, k]|, or not finite): those systems are
+// flagged. Returns the name of what ran.
+constexpr int64_t kDenseBatchedLuMaxN = 512;
+template <typename T>
+absl::StatusOr<std::string> SolveDenseLuDevice(const DenseProblem<T>& p, T* x,
+                                               uint8_t* status_flags, DenseLibs& libs,
+                                               Pool& pool, cudaStream_t stream);
+
+// "householder-pcr" for symmetric A, system by system: cuSOLVER sytrd reduces A to T = Q^T A Q
+// (Householder, blocked), ormtr applies Q^T to b, the tridiagonal kernels solve T y = Q^T b
+// (the PCR notes' kernel for n <= 1024, else the partitioned kernel, whose reduced system is
+// solved by PCR), and ormtr applies Q to y.
+template <typename T>
+absl::Status SolveDenseHouseholderPcrDevice(const DenseProblem<T>& p, T* x,
+                                            uint8_t* status_flags, DenseLibs& libs, Pool& pool,
+                                            cudaStream_t stream);
 
 }  // namespace trisolve::cuda

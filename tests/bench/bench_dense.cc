@@ -1,7 +1,11 @@
-// Batched small dense systems on the GPU: trisolve's warp Gauss-Jordan against cuBLAS
-// getrfBatched + getrsBatched, on the same data (2^26 matrix entries per order), float64.
-// cuBLAS reads the row-major matrices as column-major, i.e. solves A^T x = b: the same work.
-//   bench_dense [--entries 67108864] [--reps 10]
+// Dense systems on the GPU, float64. Part 1, batches of small systems: trisolve's warp
+// Gauss-Jordan (n <= 64) and its lu path (n > 64) against cuBLAS getrfBatched +
+// getrsBatched, on the same data (2^26 matrix entries per order). cuBLAS reads the row-major
+// matrices as column-major, i.e. solves A^T x = b: the same work. Part 2, one large system:
+// trisolve's lu (transpose, cuSOLVER getrf + getrs, pivot check) against cuSOLVER getrf +
+// getrs alone, and trisolve's householder-pcr (sytrd, ormtr, PCR, ormtr) against cuSOLVER
+// sytrd alone and sytrd + ormtr + the tridiagonal solve, n = 2048 .. 16384.
+//   bench_dense [--entries 67108864] [--large 2048,4096,8192,16384] [--reps 10]
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -15,6 +19,7 @@
 
 #include "bench_util.h"
 #include "dense_cuda.h"
+#include "memory_pool.h"
 
 #define CB(x)                                                                            \
   do {                                                                                   \
@@ -31,7 +36,13 @@ using trisolve::bench::TimeIt;
 int main(int argc, char** argv) {
   int64_t entries = int64_t{1} << 26;
   int reps = 10;
+  std::vector<int> large = {2048, 4096, 8192, 16384};
   for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--large")) {
+      large.clear();
+      for (char* t = std::strtok(argv[i + 1], ","); t; t = std::strtok(nullptr, ","))
+        large.push_back(std::atoi(t));
+    }
     if (!std::strcmp(argv[i], "--entries")) entries = std::atoll(argv[i + 1]);
     if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
   }
@@ -43,6 +54,8 @@ int main(int argc, char** argv) {
               "vs cuBLAS");
   cublasHandle_t h;
   CB(cublasCreate(&h));
+  trisolve::cuda::Pool pool(trisolve::cuda::Pool::Kind::kDevice, 0, int64_t{60} << 30);
+  trisolve::cuda::DenseLibs libs;
   for (int n : {8, 16, 32, 64, 128}) {
     const int64_t batch = entries / (int64_t(n) * n);
     const size_t abytes = sizeof(double) * entries, bbytes = sizeof(double) * batch * n;
@@ -102,13 +115,87 @@ int main(int argc, char** argv) {
                                               : "trisolve gauss-jordan-smem",
           ms, cublas_ms);
     } else {
-      std::printf("%5d %9lld %-34s %s\n", n, (long long)batch, "trisolve",
-                  "no GPU kernel for n > 64 yet (host path)");
+      trisolve::DenseProblem<double> p{batch, n, A0, b0};
+      const double ms = TimeIt(reps, [] {}, [&] {
+        auto st = trisolve::cuda::SolveDenseLuDevice(p, x, flags, libs, pool, nullptr);
+        if (!st.ok()) std::exit(2);
+      });
+      row("trisolve lu (transpose + cuBLAS)", ms, cublas_ms);
     }
     for (void* q : {(void*)A0, (void*)A, (void*)b0, (void*)b, (void*)x, (void*)flags, (void*)dpa,
                     (void*)dpb, (void*)piv, (void*)info})
       CK(cudaFree(q));
   }
   cublasDestroy(h);
+
+  std::printf("\n%6s %-44s %10s %9s %14s\n", "n", "solver", "time", "vs ref", "backward err");
+  cusolverDnHandle_t sh;
+  if (cusolverDnCreate(&sh) != CUSOLVER_STATUS_SUCCESS) return 1;
+  for (int n : large) {
+    const int64_t nn = int64_t(n) * n;
+    std::vector<double> hA(nn), hb(n), hx(n);
+    std::mt19937_64 rng(n);
+    std::uniform_real_distribution<double> u(-1, 1);
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j <= i; ++j) hA[int64_t(i) * n + j] = hA[int64_t(j) * n + i] = u(rng);
+    for (int i = 0; i < n; ++i) hA[int64_t(i) * n + i] += (i % 2 ? -2 : 2) * std::sqrt(double(n));
+    for (auto& v : hb) v = u(rng);
+    double *A0, *A, *b0, *b, *x, *d, *e, *tau, *work;
+    int *piv, *info;
+    uint8_t* flags;
+    for (double** q : {&A0, &A}) CK(cudaMalloc(q, nn * sizeof(double)));
+    for (double** q : {&b0, &b, &x, &d, &e, &tau}) CK(cudaMalloc(q, n * sizeof(double)));
+    CK(cudaMalloc(&piv, n * sizeof(int)));
+    CK(cudaMalloc(&info, sizeof(int)));
+    CK(cudaMalloc(&flags, 1));
+    CK(cudaMemcpy(A0, hA.data(), nn * sizeof(double), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(b0, hb.data(), n * sizeof(double), cudaMemcpyHostToDevice));
+    int lw1 = 0, lw2 = 0, lw3 = 0;
+    cusolverDnDgetrf_bufferSize(sh, n, n, A, n, &lw1);
+    cusolverDnDsytrd_bufferSize(sh, CUBLAS_FILL_MODE_LOWER, n, A, n, d, e, tau, &lw2);
+    cusolverDnDormtr_bufferSize(sh, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_T, n, 1,
+                                A, n, tau, b, n, &lw3);
+    CK(cudaMalloc(&work, sizeof(double) * std::max({lw1, lw2, lw3, 1})));
+    auto restore = [&] {
+      CK(cudaMemcpyAsync(A, A0, nn * sizeof(double), cudaMemcpyDeviceToDevice));
+      CK(cudaMemcpyAsync(b, b0, n * sizeof(double), cudaMemcpyDeviceToDevice));
+    };
+    // The normwise backward error of x (on the device) from the original arrays, on the host.
+    auto backward = [&](const double* dx) {
+      CK(cudaMemcpy(hx.data(), dx, n * sizeof(double), cudaMemcpyDeviceToHost));
+      trisolve::DenseProblem<double> hp{1, n, hA.data(), hb.data()};
+      return trisolve::DenseBackwardError(hp, hx.data(), nullptr);
+    };
+    auto row = [&](const char* name, double ms, double ref, double be) {
+      std::printf("%6d %-44s %7.2f ms %8.2fx %14.1e\n", n, name, ms, ms / ref, be);
+      std::fflush(stdout);
+    };
+    const double getrf_ms = TimeIt(reps, restore, [&] {
+      cusolverDnDgetrf(sh, n, n, A, n, work, piv, info);
+      cusolverDnDgetrs(sh, CUBLAS_OP_T, n, 1, A, n, piv, b, n, info);  // A^T: row-major A
+    });
+    row("cuSOLVER getrf + getrs", getrf_ms, getrf_ms, backward(b));
+    trisolve::DenseProblem<double> p{1, n, A0, b0};
+    const double lu_ms = TimeIt(reps, [] {}, [&] {
+      CK(cudaMemsetAsync(flags, 0, 1));
+      auto st = trisolve::cuda::SolveDenseLuDevice(p, x, flags, libs, pool, nullptr);
+      if (!st.ok()) std::exit(2);
+    });
+    row("trisolve lu", lu_ms, getrf_ms, backward(x));
+    const double sytrd_ms = TimeIt(reps, restore, [&] {
+      cusolverDnDsytrd(sh, CUBLAS_FILL_MODE_LOWER, n, A, n, d, e, tau, work, lw2, info);
+    });
+    row("cuSOLVER sytrd (reduction only)", sytrd_ms, sytrd_ms, -1);
+    const double hp_ms = TimeIt(reps, [] {}, [&] {
+      CK(cudaMemsetAsync(flags, 0, 1));
+      auto st = trisolve::cuda::SolveDenseHouseholderPcrDevice(p, x, flags, libs, pool, nullptr);
+      if (!st.ok()) std::exit(2);
+    });
+    row("trisolve householder-pcr (sytrd+ormtr+PCR)", hp_ms, sytrd_ms, backward(x));
+    for (void* q : {(void*)A0, (void*)A, (void*)b0, (void*)b, (void*)x, (void*)d, (void*)e,
+                    (void*)tau, (void*)work, (void*)piv, (void*)info, (void*)flags})
+      CK(cudaFree(q));
+  }
+  cusolverDnDestroy(sh);
   return 0;
 }

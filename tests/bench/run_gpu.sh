@@ -43,6 +43,11 @@ read -r -a w <<<"$cmd"; cli "${w[@]:1}" --json
 cmd=$($run trisolve make-example tridiagonal $ex/big --batch 65536 --n 256)
 read -r -a w <<<"$cmd"
 for i in 1 2 3; do /usr/bin/time -f "wall %e s, max rss %M KB" $run trisolve --server 127.0.0.1:50151 "${w[@]:1}" --json; done
+# Cells of the real morphology: 16 (auto: cables) and 4096 (auto: hines-batch).
+for cells in 16 4096; do
+  cmd=$($run trisolve make-example tree $ex/tree$cells --batch $cells --swc tests/data/neuron_10-2012-02-09-001.CNG.swc)
+  read -r -a w <<<"$cmd"; cli "${w[@]:1}" --json
+done
 cli solve tridiagonal a=$ex/big/a.npy b=$ex/big/b.npy c=$ex/big/c.npy d=$ex/big/d.npy --method thomas --skip-residual --json
 cli info
 kill $srv; wait $srv

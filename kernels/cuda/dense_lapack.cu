@@ -1,0 +1,348 @@
+// Dense systems of n > 64 on the GPU through cuSOLVER and cuBLAS: LU (getrf/getrs) and the
+// symmetric Householder reduction (sytrd/ormtr) followed by the tridiagonal kernels.
+#include <cfloat>
+#include <vector>
+
+#include "check.h"
+#include "dense_cuda.h"
+#include "tridiagonal_cuda.h"
+
+namespace trisolve::cuda {
+namespace {
+
+absl::Status SolverStatus(cusolverStatus_t s, const char* what) {
+  if (s == CUSOLVER_STATUS_SUCCESS) return absl::OkStatus();
+  const auto code = s == CUSOLVER_STATUS_ALLOC_FAILED ? absl::StatusCode::kResourceExhausted
+                                                      : absl::StatusCode::kInternal;
+  return absl::Status(code, absl::StrCat(what, ": cuSOLVER status ", int(s)));
+}
+absl::Status BlasStatus(cublasStatus_t s, const char* what) {
+  if (s == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  const auto code = s == CUBLAS_STATUS_ALLOC_FAILED ? absl::StatusCode::kResourceExhausted
+                                                    : absl::StatusCode::kInternal;
+  return absl::Status(code, absl::StrCat(what, ": cuBLAS status ", int(s)));
+}
+#define TRISOLVE_SOLVER_RETURN_IF_ERROR(expr)                                \
+  do {                                                                       \
+    if (auto _st = SolverStatus((expr), #expr); !_st.ok()) return _st;       \
+  } while (0)
+#define TRISOLVE_BLAS_RETURN_IF_ERROR(expr)                                  \
+  do {                                                                       \
+    if (auto _st = BlasStatus((expr), #expr); !_st.ok()) return _st;         \
+  } while (0)
+
+// The libraries' entry points by type.
+cusolverStatus_t GetrfBuf(cusolverDnHandle_t h, int n, double* A, int* lw) {
+  return cusolverDnDgetrf_bufferSize(h, n, n, A, n, lw);
+}
+cusolverStatus_t GetrfBuf(cusolverDnHandle_t h, int n, float* A, int* lw) {
+  return cusolverDnSgetrf_bufferSize(h, n, n, A, n, lw);
+}
+cusolverStatus_t Getrf(cusolverDnHandle_t h, int n, double* A, double* w, int* ipiv, int* info) {
+  return cusolverDnDgetrf(h, n, n, A, n, w, ipiv, info);
+}
+cusolverStatus_t Getrf(cusolverDnHandle_t h, int n, float* A, float* w, int* ipiv, int* info) {
+  return cusolverDnSgetrf(h, n, n, A, n, w, ipiv, info);
+}
+cusolverStatus_t Getrs(cusolverDnHandle_t h, int n, const double* A, const int* ipiv, double* b,
+                       int* info) {
+  return cusolverDnDgetrs(h, CUBLAS_OP_N, n, 1, A, n, ipiv, b, n, info);
+}
+cusolverStatus_t Getrs(cusolverDnHandle_t h, int n, const float* A, const int* ipiv, float* b,
+                       int* info) {
+  return cusolverDnSgetrs(h, CUBLAS_OP_N, n, 1, A, n, ipiv, b, n, info);
+}
+cublasStatus_t GetrfBatched(cublasHandle_t h, int n, double* const* A, int* ipiv, int* info,
+                            int batch) {
+  return cublasDgetrfBatched(h, n, A, n, ipiv, info, batch);
+}
+cublasStatus_t GetrfBatched(cublasHandle_t h, int n, float* const* A, int* ipiv, int* info,
+                            int batch) {
+  return cublasSgetrfBatched(h, n, A, n, ipiv, info, batch);
+}
+cublasStatus_t GetrsBatched(cublasHandle_t h, int n, double* const* A, const int* ipiv,
+                            double* const* B, int* info, int batch) {
+  return cublasDgetrsBatched(h, CUBLAS_OP_N, n, 1, A, n, ipiv, B, n, info, batch);
+}
+cublasStatus_t GetrsBatched(cublasHandle_t h, int n, float* const* A, const int* ipiv,
+                            float* const* B, int* info, int batch) {
+  return cublasSgetrsBatched(h, CUBLAS_OP_N, n, 1, A, n, ipiv, B, n, info, batch);
+}
+cusolverStatus_t SytrdBuf(cusolverDnHandle_t h, int n, const double* A, const double* d,
+                          const double* e, const double* tau, int* lw) {
+  return cusolverDnDsytrd_bufferSize(h, CUBLAS_FILL_MODE_LOWER, n, A, n, d, e, tau, lw);
+}
+cusolverStatus_t SytrdBuf(cusolverDnHandle_t h, int n, const float* A, const float* d,
+                          const float* e, const float* tau, int* lw) {
+  return cusolverDnSsytrd_bufferSize(h, CUBLAS_FILL_MODE_LOWER, n, A, n, d, e, tau, lw);
+}
+cusolverStatus_t Sytrd(cusolverDnHandle_t h, int n, double* A, double* d, double* e,
+                       double* tau, double* w, int lw, int* info) {
+  return cusolverDnDsytrd(h, CUBLAS_FILL_MODE_LOWER, n, A, n, d, e, tau, w, lw, info);
+}
+cusolverStatus_t Sytrd(cusolverDnHandle_t h, int n, float* A, float* d, float* e, float* tau,
+                       float* w, int lw, int* info) {
+  return cusolverDnSsytrd(h, CUBLAS_FILL_MODE_LOWER, n, A, n, d, e, tau, w, lw, info);
+}
+cusolverStatus_t OrmtrBuf(cusolverDnHandle_t h, cublasOperation_t op, int n, const double* A,
+                          const double* tau, const double* C, int* lw) {
+  return cusolverDnDormtr_bufferSize(h, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_LOWER, op, n, 1, A,
+                                     n, tau, C, n, lw);
+}
+cusolverStatus_t OrmtrBuf(cusolverDnHandle_t h, cublasOperation_t op, int n, const float* A,
+                          const float* tau, const float* C, int* lw) {
+  return cusolverDnSormtr_bufferSize(h, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_LOWER, op, n, 1, A,
+                                     n, tau, C, n, lw);
+}
+cusolverStatus_t Ormtr(cusolverDnHandle_t h, cublasOperation_t op, int n, double* A,
+                       double* tau, double* C, double* w, int lw, int* info) {
+  return cusolverDnDormtr(h, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_LOWER, op, n, 1, A, n, tau, C,
+                          n, w, lw, info);
+}
+cusolverStatus_t Ormtr(cusolverDnHandle_t h, cublasOperation_t op, int n, float* A, float* tau,
+                       float* C, float* w, int lw, int* info) {
+  return cusolverDnSormtr(h, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_LOWER, op, n, 1, A, n, tau, C, n,
+                          w, lw, info);
+}
+
+// Row-major A (batch of n x n) into column-major M, and colmax[s][j] = max_i |A[i][j]|.
+template <typename T>
+__global__ void TransposeKernel(int64_t n, const T* __restrict__ A, T* __restrict__ M) {
+  __shared__ T tile[32][33];
+  const int64_t s = blockIdx.z;
+  const T* As = A + s * n * n;
+  T* Ms = M + s * n * n;
+  const int64_t i0 = int64_t(blockIdx.y) * 32, j0 = int64_t(blockIdx.x) * 32;
+  for (int r = threadIdx.y; r < 32; r += blockDim.y) {
+    const int64_t i = i0 + r, j = j0 + threadIdx.x;
+    if (i < n && j < n) tile[r][threadIdx.x] = As[i * n + j];
+  }
+  __syncthreads();
+  for (int r = threadIdx.y; r < 32; r += blockDim.y) {
+    const int64_t j = j0 + r, i = i0 + threadIdx.x;  // M[i + j n] = A[i][j]
+    if (i < n && j < n) Ms[j * n + i] = tile[threadIdx.x][r];
+  }
+}
+
+// One block per column of a column-major matrix: colmax = max |M[:, j]|.
+template <typename T>
+__global__ void ColumnMaxKernel(int64_t n, const T* __restrict__ M, T* __restrict__ colmax) {
+  const int64_t s = blockIdx.y, j = blockIdx.x;
+  const T* col = M + s * n * n + j * n;
+  T m = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) m = fmax(m, fabs(col[i]));
+  __shared__ T red[256];
+  red[threadIdx.x] = m;
+  __syncthreads();
+  for (int w = blockDim.x / 2; w > 0; w /= 2) {
+    if (threadIdx.x < w) red[threadIdx.x] = fmax(red[threadIdx.x], red[threadIdx.x + w]);
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) colmax[s * n + j] = red[0];
+}
+
+// After the factorisation: flag a system whose pivot u_kk vanished.
+template <typename T>
+__global__ void PivotCheckKernel(int64_t n, int64_t batch, const T* __restrict__ LU,
+                                 const T* __restrict__ colmax, uint8_t* __restrict__ flags) {
+  const int64_t s = blockIdx.y;
+  const T eps = sizeof(T) == 8 ? T(DBL_EPSILON) : T(FLT_EPSILON);
+  const T big = sizeof(T) == 8 ? T(DBL_MAX) : T(FLT_MAX);
+  for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < n;
+       k += int64_t(gridDim.x) * blockDim.x) {
+    const T u = fabs(LU[s * n * n + k * n + k]);
+    if (!(u <= big) || u <= T(n) * eps * colmax[s * n + k] || u == T(0)) flags[s] = 1;
+  }
+}
+
+template <typename T>
+__global__ void FiniteCheckKernel(int64_t count, int64_t n, const T* __restrict__ x,
+                                  uint8_t* __restrict__ flags) {
+  const T big = sizeof(T) == 8 ? T(DBL_MAX) : T(FLT_MAX);
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < count;
+       e += int64_t(gridDim.x) * blockDim.x)
+    if (!(fabs(x[e]) <= big)) flags[e / n] = 1;
+}
+
+// T's diagonals from sytrd's d (n) and e (n - 1), in the tridiagonal kernels' convention.
+template <typename T>
+__global__ void TridiagonalFromSytrd(int64_t n, const T* d, const T* e, T* ta, T* tb, T* tc) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    tb[i] = d[i];
+    ta[i] = i > 0 ? e[i - 1] : T(0);
+    tc[i] = i + 1 < n ? e[i] : T(0);
+  }
+}
+
+unsigned Blocks(int64_t count, int threads) {
+  return unsigned(std::min<int64_t>((count + threads - 1) / threads, 65535));
+}
+
+}  // namespace
+
+void DenseLibs::Reset() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [s, h] : solver_) cusolverDnDestroy(h);
+  for (auto& [s, h] : blas_) cublasDestroy(h);
+  solver_.clear();
+  blas_.clear();
+}
+
+absl::StatusOr<cusolverDnHandle_t> DenseLibs::Solver(cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = solver_.find(stream); it != solver_.end()) return it->second;
+  cusolverDnHandle_t h;
+  TRISOLVE_SOLVER_RETURN_IF_ERROR(cusolverDnCreate(&h));
+  TRISOLVE_SOLVER_RETURN_IF_ERROR(cusolverDnSetStream(h, stream));
+  solver_[stream] = h;
+  return h;
+}
+
+absl::StatusOr<cublasHandle_t> DenseLibs::Blas(cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = blas_.find(stream); it != blas_.end()) return it->second;
+  cublasHandle_t h;
+  TRISOLVE_BLAS_RETURN_IF_ERROR(cublasCreate(&h));
+  TRISOLVE_BLAS_RETURN_IF_ERROR(cublasSetStream(h, stream));
+  blas_[stream] = h;
+  return h;
+}
+
+template <typename T>
+absl::StatusOr<std::string> SolveDenseLuDevice(const DenseProblem<T>& p, T* x, uint8_t* flags,
+                                               DenseLibs& libs, Pool& pool,
+                                               cudaStream_t stream) {
+  const int64_t n = p.n, nn = n * n, batch = p.batch;
+  const bool batched = n <= kDenseBatchedLuMaxN && batch > 1;
+  // M (column-major copies) and colmax; pivots and infos; the batched path's pointers.
+  auto work = pool.Get(int64_t(sizeof(T)) * (batch * nn + batch * n));
+  auto piv = pool.Get(int64_t(sizeof(int)) * (batch * n + batch));
+  auto ptr = pool.Get(int64_t(sizeof(T*)) * 2 * batch);
+  for (auto* b : {&work, &piv, &ptr})
+    if (!b->ok()) return b->status();
+  T* M = work->as<T>();
+  T* colmax = M + batch * nn;
+  int* ipiv = piv->as<int>();
+  int* info = ipiv + batch * n;
+  T** ptrs = ptr->as<T*>();
+  const dim3 tb(32, 8);
+  for (int64_t s0 = 0; s0 < batch; s0 += 65535) {
+    const int64_t bs = std::min<int64_t>(65535, batch - s0);
+    const dim3 grid(unsigned((n + 31) / 32), unsigned((n + 31) / 32), unsigned(bs));
+    TransposeKernel<T><<<grid, tb, 0, stream>>>(n, p.A + s0 * nn, M + s0 * nn);
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    ColumnMaxKernel<T><<<dim3(unsigned(n), unsigned(bs)), 256, 0, stream>>>(n, M + s0 * nn,
+                                                                           colmax + s0 * n);
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  }
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(x, p.b, sizeof(T) * batch * n,
+                                                cudaMemcpyDeviceToDevice, stream));
+  std::string name;
+  if (batched) {
+    auto blas = libs.Blas(stream);
+    if (!blas.ok()) return blas.status();
+    std::vector<T*> hp(2 * batch);
+    for (int64_t s = 0; s < batch; ++s) {
+      hp[s] = M + s * nn;
+      hp[batch + s] = x + s * n;
+    }
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(ptrs, hp.data(), sizeof(T*) * 2 * batch,
+                                                  cudaMemcpyHostToDevice, stream));
+    TRISOLVE_BLAS_RETURN_IF_ERROR(GetrfBatched(*blas, int(n), ptrs, ipiv, info, int(batch)));
+    int host_info = 0;
+    TRISOLVE_BLAS_RETURN_IF_ERROR(
+        GetrsBatched(*blas, int(n), ptrs, ipiv, ptrs + batch, &host_info, int(batch)));
+    if (host_info != 0)
+      return absl::InternalError(absl::StrCat("getrsBatched: argument ", -host_info));
+    // hp must live until the copy has been made.
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    name = "lu (cublas getrfBatched)";
+  } else {
+    auto solver = libs.Solver(stream);
+    if (!solver.ok()) return solver.status();
+    int lw = 0;
+    TRISOLVE_SOLVER_RETURN_IF_ERROR(GetrfBuf(*solver, int(n), M, &lw));
+    auto ws = pool.Get(int64_t(sizeof(T)) * std::max(lw, 1));
+    if (!ws.ok()) return ws.status();
+    for (int64_t s = 0; s < batch; ++s) {
+      TRISOLVE_SOLVER_RETURN_IF_ERROR(
+          Getrf(*solver, int(n), M + s * nn, ws->as<T>(), ipiv + s * n, info + s));
+      TRISOLVE_SOLVER_RETURN_IF_ERROR(
+          Getrs(*solver, int(n), M + s * nn, ipiv + s * n, x + s * n, info + s));
+    }
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));  // before ws returns
+    name = "lu (cusolver getrf)";
+  }
+  for (int64_t s0 = 0; s0 < batch; s0 += 65535) {
+    const int64_t bs = std::min<int64_t>(65535, batch - s0);
+    PivotCheckKernel<T><<<dim3(Blocks(n, 256), unsigned(bs)), 256, 0, stream>>>(
+        n, bs, M + s0 * nn, colmax + s0 * n, flags + s0);
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  }
+  FiniteCheckKernel<T><<<Blocks(batch * n, 256), 256, 0, stream>>>(batch * n, n, x, flags);
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));  // before work returns
+  return name;
+}
+
+template <typename T>
+absl::Status SolveDenseHouseholderPcrDevice(const DenseProblem<T>& p, T* x, uint8_t* flags,
+                                            DenseLibs& libs, Pool& pool, cudaStream_t stream) {
+  const int64_t n = p.n, nn = n * n;
+  auto solver = libs.Solver(stream);
+  if (!solver.ok()) return solver.status();
+  // M (n x n), d, e, tau, the tridiagonal a, b, c and y: n + 7 n values, and an info.
+  auto work = pool.Get(int64_t(sizeof(T)) * (nn + 8 * n) + 16);
+  if (!work.ok()) return work.status();
+  T* M = work->as<T>();
+  T* d = M + nn;
+  T* e = d + n;
+  T* tau = e + n;
+  T* ta = tau + n;
+  T* tb = ta + n;
+  T* tc = tb + n;
+  T* y = tc + n;
+  int* info = reinterpret_cast<int*>(y + n);
+  int lw_trd = 0, lw_qt = 0, lw_q = 0;
+  TRISOLVE_SOLVER_RETURN_IF_ERROR(SytrdBuf(*solver, int(n), M, d, e, tau, &lw_trd));
+  TRISOLVE_SOLVER_RETURN_IF_ERROR(OrmtrBuf(*solver, CUBLAS_OP_T, int(n), M, tau, y, &lw_qt));
+  TRISOLVE_SOLVER_RETURN_IF_ERROR(OrmtrBuf(*solver, CUBLAS_OP_N, int(n), M, tau, y, &lw_q));
+  const int lw = std::max({lw_trd, lw_qt, lw_q, 1});
+  auto ws = pool.Get(int64_t(sizeof(T)) * lw);
+  if (!ws.ok()) return ws.status();
+  for (int64_t s = 0; s < p.batch; ++s) {
+    // Symmetric: the row-major A is its own column-major copy.
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(M, p.A + s * nn, sizeof(T) * nn,
+                                                  cudaMemcpyDeviceToDevice, stream));
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(y, p.b + s * n, sizeof(T) * n,
+                                                  cudaMemcpyDeviceToDevice, stream));
+    TRISOLVE_SOLVER_RETURN_IF_ERROR(Sytrd(*solver, int(n), M, d, e, tau, ws->as<T>(), lw, info));
+    TRISOLVE_SOLVER_RETURN_IF_ERROR(
+        Ormtr(*solver, CUBLAS_OP_T, int(n), M, tau, y, ws->as<T>(), lw, info));
+    TridiagonalFromSytrd<T><<<Blocks(n, 256), 256, 0, stream>>>(n, d, e, ta, tb, tc);
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    TridiagonalProblem<T> tp{1, n, Layout::kFlat, ta, tb, tc, y};
+    auto k = SolveTridiagonalDevice(tp, TridiagonalMethod::kPcr, x + s * n, flags + s, pool,
+                                    stream);
+    if (!k.ok()) return k.status();
+    TRISOLVE_SOLVER_RETURN_IF_ERROR(
+        Ormtr(*solver, CUBLAS_OP_N, int(n), M, tau, x + s * n, ws->as<T>(), lw, info));
+  }
+  FiniteCheckKernel<T><<<Blocks(p.batch * n, 256), 256, 0, stream>>>(p.batch * n, n, x, flags);
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return CudaStatus(cudaStreamSynchronize(stream), "householder-pcr");  // before work returns
+}
+
+template absl::StatusOr<std::string> SolveDenseLuDevice(const DenseProblem<double>&, double*,
+                                                        uint8_t*, DenseLibs&, Pool&,
+                                                        cudaStream_t);
+template absl::StatusOr<std::string> SolveDenseLuDevice(const DenseProblem<float>&, float*,
+                                                        uint8_t*, DenseLibs&, Pool&,
+                                                        cudaStream_t);
+template absl::Status SolveDenseHouseholderPcrDevice(const DenseProblem<double>&, double*,
+                                                     uint8_t*, DenseLibs&, Pool&, cudaStream_t);
+template absl::Status SolveDenseHouseholderPcrDevice(const DenseProblem<float>&, float*,
+                                                     uint8_t*, DenseLibs&, Pool&, cudaStream_t);
+
+}  // namespace trisolve::cuda
