@@ -1,4 +1,6 @@
 #include <cmath>
+#include <cstdio>
+#include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -206,11 +208,67 @@ TEST(BlockTridiagonal, ConjugateGradientsOnThePoissonLikeExperiment) {
   BlockRun gs = Solve(s, BlockMethod::kGaussSeidel, {100000, 1e-10, false});
   EXPECT_LT(cg.info.iterations * 10, gs.info.iterations)
       << "cg " << cg.info.iterations << ", gauss-seidel " << gs.info.iterations;
-  // auto picks cg for a symmetric system with a tolerance, gauss-seidel otherwise.
-  EXPECT_EQ(Solve(s, BlockMethod::kAuto, {5000, 1e-10, false}).info.method, "cg");
+  // auto picks multigrid-cg for a symmetric system with a tolerance, gauss-seidel otherwise.
+  EXPECT_EQ(Solve(s, BlockMethod::kAuto, {5000, 1e-10, false}).info.method, "multigrid-cg");
   EXPECT_EQ(Solve(s, BlockMethod::kAuto, {16, 0, false}).info.method, "gauss-seidel");
   EXPECT_EQ(Solve(Experiment(1, 8, 8), BlockMethod::kAuto, {100, 1e-10, false}).info.method,
             "gauss-seidel");
+}
+
+TEST(BlockTridiagonal, MultigridCgIterationsDoNotGrowWithTheGrid) {
+  // Experiment 2 (Poisson-like) to 1e-10: line-preconditioned CG needs O(N) iterations,
+  // multigrid-cg about the same number at every size.
+  std::vector<int64_t> its;
+  for (auto [N, M] : {std::pair<int64_t, int64_t>{2, 2}, {7, 3}, {33, 64}, {128, 128},
+                      {256, 200}, {512, 512}, {1024, 1024}}) {
+    System s = Experiment(2, N, M);
+    BlockRun r = Solve(s, BlockMethod::kMultigridCg, {500, 1e-10, false});
+    EXPECT_EQ(r.status, SystemStatus::kOk) << N << " x " << M;
+    EXPECT_EQ(r.info.method, "multigrid-cg");
+    EXPECT_LE(r.info.residual, 1e-10) << N << " x " << M;
+    for (double v : r.y) ASSERT_NEAR(v, 1.0, 1e-6) << N << " x " << M;
+    std::printf("multigrid-cg, experiment 2, %lld x %lld: %lld iterations\n", (long long)N,
+                (long long)M, (long long)r.info.iterations);
+    its.push_back(r.info.iterations);
+    if (N == 128) {
+      BlockRun cg = Solve(s, BlockMethod::kCg, {5000, 1e-10, false});
+      EXPECT_GT(cg.info.iterations, 3 * r.info.iterations);
+    }
+  }
+  EXPECT_LE(its.back(), its[3] + 3) << "1024 against 128";
+  EXPECT_LE(its.back(), 20);
+}
+
+TEST(BlockTridiagonal, MultigridCgOnRandomSymmetricDominantSystems) {
+  // Random symmetric, diagonally dominant couplings of both signs, float64 and float32, and a
+  // system that is not positive definite (a negative diagonal): reported, not returned.
+  for (auto [N, M] : {std::pair<int64_t, int64_t>{1, 1}, {1, 9}, {9, 1}, {65, 47}}) {
+    std::mt19937_64 rng(N * 100 + M);
+    std::uniform_real_distribution<double> u(-1, 1);
+    System s = Experiment(1, N, M);
+    double *a = s.arrays["aC"].as<double>(), *b = s.arrays["bC"].as<double>(),
+           *c = s.arrays["cC"].as<double>(), *A = s.arrays["cA"].as<double>(),
+           *B = s.arrays["cB"].as<double>(), *f = s.arrays["f"].as<double>();
+    for (int64_t e = 0; e < N * M; ++e) b[e] = u(rng), B[e] = u(rng), f[e] = u(rng);
+    for (int64_t i = 0; i < N; ++i)
+      for (int64_t k = 0; k < M; ++k) {
+        const int64_t e = i * M + k;
+        a[e] = k > 0 ? b[e - 1] : 0.0;
+        A[e] = i > 0 ? B[e - M] : 0.0;
+        if (k + 1 == M) b[e] = 0;
+        if (i + 1 == N) B[e] = 0;
+      }
+    for (int64_t e = 0; e < N * M; ++e)
+      c[e] = 0.1 + std::abs(a[e]) + std::abs(b[e]) + std::abs(A[e]) + std::abs(B[e]);
+    ASSERT_TRUE(IsSymmetric(s.problem()));
+    BlockRun r = Solve(s, BlockMethod::kMultigridCg, {500, 1e-12, false});
+    EXPECT_EQ(r.status, SystemStatus::kOk) << N << " x " << M;
+    EXPECT_LE(BlockRelativeResidual(s.problem(), r.y.data()), 1e-12);
+    c[0] = -c[0];
+    BlockRun bad = Solve(s, BlockMethod::kMultigridCg, {500, 1e-12, false});
+    EXPECT_EQ(bad.status, SystemStatus::kSingular) << N << " x " << M;
+    for (double v : bad.y) ASSERT_EQ(v, 0.0);
+  }
 }
 
 TEST(BlockTridiagonal, NotConvergedIsReportedWithTheIterate) {

@@ -1,5 +1,6 @@
 // The CUDA backend's block iterations against the CPU reference. Skips, saying so, without a GPU.
 #include <cmath>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -98,16 +99,54 @@ TEST(CudaBlock, ConjugateGradientsMatchTheCpu) {
   REQUIRE_GPU();
   Compare(Experiment<double>(2, 96, 80), BlockMethod::kCg, {5000, 1e-10, false}, 1e-8);
   Compare(Experiment<float>(2, 40, 40), BlockMethod::kCg, {5000, 1e-5, false}, 1e-3);
-  // auto on the GPU: cg for a symmetric system with a tolerance.
+  // auto on the GPU: multigrid-cg for a symmetric system with a tolerance.
   auto s = Experiment<double>(2, 32, 32);
   std::vector<double> y(32 * 32);
   SystemStatus st;
   auto info = Cuda()->Solve(s.P(), BlockMethod::kAuto, {5000, 1e-10, false},
                             BlockOutput<double>{y.data(), &st}, SolveControl{});
   ASSERT_TRUE(info.ok()) << info.status();
-  EXPECT_EQ(info->method, "cg");
+  EXPECT_EQ(info->method, "multigrid-cg");
   EXPECT_EQ(st, SystemStatus::kOk);
   for (double v : y) ASSERT_NEAR(v, 1.0, 1e-7);
+}
+
+TEST(CudaBlock, MultigridCgMatchesTheCpu) {
+  REQUIRE_GPU();
+  // The thesis' experiment 2 at N, M in {1, 2, 7, 128, 1000}, N != M included, and beyond:
+  // the same iterations as the CPU (+-1) and the same converged answer.
+  for (auto [N, M] : {std::pair<int64_t, int64_t>{1, 1}, {2, 2}, {7, 7}, {7, 128}, {128, 7},
+                      {128, 128}, {1000, 1000}, {1000, 333}, {2048, 2048}}) {
+    Compare(Experiment<double>(2, N, M), BlockMethod::kMultigridCg, {200, 1e-10, false}, 1e-8);
+    if (N <= 1000)
+      Compare(Experiment<float>(2, N, M), BlockMethod::kMultigridCg, {200, 1e-5, false}, 1e-3);
+  }
+  // Random symmetric dominant couplings of both signs.
+  auto s = Experiment<double>(1, 300, 200);
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<double> u(-1, 1);
+  const int64_t N = 300, M = 200;
+  for (int64_t e = 0; e < N * M; ++e) s.a["bC"][e] = u(rng), s.a["cB"][e] = u(rng);
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t k = 0; k < M; ++k) {
+      const int64_t e = i * M + k;
+      s.a["aC"][e] = k > 0 ? s.a["bC"][e - 1] : 0.0;
+      s.a["cA"][e] = i > 0 ? s.a["cB"][e - M] : 0.0;
+      if (k + 1 == M) s.a["bC"][e] = 0;
+      if (i + 1 == N) s.a["cB"][e] = 0;
+      s.a["cC"][e] = 0.05 + std::abs(s.a["aC"][e]) + std::abs(s.a["bC"][e]) +
+                     std::abs(s.a["cA"][e]) + std::abs(s.a["cB"][e]);
+    }
+  Compare(s, BlockMethod::kMultigridCg, {200, 1e-12, false}, 1e-9);
+  // Not positive definite: reported, zeros returned.
+  s.a["cC"][17] = -1;
+  std::vector<double> y(N * M, 1.0);
+  SystemStatus st;
+  auto info = Cuda()->Solve(s.P(), BlockMethod::kMultigridCg, {200, 1e-12, false},
+                            BlockOutput<double>{y.data(), &st}, SolveControl{});
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(st, SystemStatus::kSingular);
+  for (double v : y) ASSERT_EQ(v, 0.0);
 }
 
 TEST(CudaBlock, SingularLineIsReported) {

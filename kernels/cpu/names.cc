@@ -66,7 +66,8 @@ absl::StatusOr<BlockMethod> ParseBlockMethod(absl::string_view name) {
   if (name == "red-black") return BlockMethod::kRedBlack;
   if (name == "jacobi") return BlockMethod::kJacobi;
   if (name == "cg") return BlockMethod::kCg;
-  return UnknownMethod("block-tridiagonal", name, "auto, gauss-seidel, red-black, jacobi, cg");
+  if (name == "multigrid-cg") return BlockMethod::kMultigridCg;
+  return UnknownMethod("block-tridiagonal", name, "auto, gauss-seidel, red-black, jacobi, cg, multigrid-cg");
 }
 absl::string_view MethodName(BlockMethod m) {
   switch (m) {
@@ -75,6 +76,7 @@ absl::string_view MethodName(BlockMethod m) {
     case BlockMethod::kRedBlack: return "red-black";
     case BlockMethod::kJacobi: return "jacobi";
     case BlockMethod::kCg: return "cg";
+    case BlockMethod::kMultigridCg: return "multigrid-cg";
   }
   return "unknown";
 }

@@ -271,8 +271,9 @@ class CudaBackend final : public Backend {
                                                const BlockOptions& o, BlockOutput<T> out,
                                                const SolveControl& c) {
     const int64_t size = p.N * p.M;
-    // auto: conjugate gradients for a symmetric system solved to a tolerance.
-    if (m == BlockMethod::kAuto && o.tol > 0 && IsSymmetric(p)) m = BlockMethod::kCg;
+    // auto: multigrid-preconditioned conjugate gradients for a symmetric system solved to a
+    // tolerance.
+    if (m == BlockMethod::kAuto && o.tol > 0 && IsSymmetric(p)) m = BlockMethod::kMultigridCg;
     std::vector<std::pair<const T*, int64_t>> in = {{p.aC, size}, {p.cC, size}, {p.bC, size},
                                                     {p.cA, size}, {p.cB, size}, {p.f, size}};
     if (p.y0) in.push_back({p.y0, size});

@@ -16,9 +16,23 @@ namespace trisolve {
 
 // kCg: conjugate gradients preconditioned by the block-row line solves (C_i z_i = r_i), for
 // symmetric systems (C_i symmetric, B_i = A_{i+1}) whose blocks C_i are positive definite.
-// kAuto: cg when a tolerance is asked and the system is symmetric; otherwise gauss-seidel on
-// the CPU, red-black on the GPU.
-enum class BlockMethod : uint8_t { kAuto, kGaussSeidel, kRedBlack, kJacobi, kCg };
+// kMultigridCg: conjugate gradients preconditioned by one multigrid V-cycle on the 5-point
+// grid the system is (cell (i, k) coupled to k +- 1 by aC/bC and to i -+ 1 by cA/cB): 2 x 2
+// aggregates, piecewise-constant interpolation and its transpose as restriction, Galerkin
+// coarse matrices (5-point again), one red-black point Gauss-Seidel sweep before and after
+// the coarse correction (red then black, black then red: a symmetric preconditioner), down to
+// at most kMgCoarsest cells, solved by kMgCoarseSweeps sweeps forward and backward. The coarse
+// correction is doubled (kMgCorrection): piecewise-constant interpolation underestimates
+// smooth errors by about that factor, and with it the iterations to 1e-10 on the thesis'
+// experiment 2 stay at 12-13 from 128 x 128 to 1024 x 1024 (31 -> 60+ without). Any factor
+// keeps the preconditioner symmetric positive definite. For symmetric positive definite
+// systems.
+// kAuto: multigrid-cg when a tolerance is asked and the system is symmetric; otherwise
+// gauss-seidel on the CPU, red-black on the GPU.
+enum class BlockMethod : uint8_t { kAuto, kGaussSeidel, kRedBlack, kJacobi, kCg, kMultigridCg };
+constexpr int64_t kMgCoarsest = 256;
+constexpr int kMgCoarseSweeps = 32;
+constexpr double kMgCorrection = 2.0;
 absl::StatusOr<BlockMethod> ParseBlockMethod(absl::string_view name);
 absl::string_view MethodName(BlockMethod m);
 
