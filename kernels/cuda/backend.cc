@@ -366,12 +366,20 @@ class CudaBackend final : public Backend {
     // Cells of their own morphologies: one thread a cell (hines-batch reading each cell's
     // parent array). The cable plan is per morphology, so "cables" for them runs on the host.
     if (per_cell && m == TreeMethod::kCables) return Host(cpu_->Solve(p, m, out, c));
-    // auto: a batch large enough to fill the GPU with cells of one morphology that fits in
-    // shared memory runs one thread a cell; one large tree, or a few, runs the cables.
+    // One morphology: its cable plan (cached). In the flat layout, cells that fit in shared
+    // memory run the cables one block a cell (cables-block: faster than hines-batch at every
+    // batch measured, bench_tree); otherwise auto takes hines-batch from 2048 cells of a
+    // morphology that fits in shared memory, the cables below.
+    std::shared_ptr<const cuda::TreeCablesPlan> plan;
+    if (!per_cell && m != TreeMethod::kHines) {
+      auto made = CablesPlan(p.parent, p.n, nullptr);
+      if (!made.ok()) return made.status();
+      plan = *made;
+    }
+    const bool block = plan && cuda::CablesBlockFits(p, *plan);
     const bool cables =
-        !per_cell && (m == TreeMethod::kCables ||
-                      (m == TreeMethod::kAuto &&
-                       (p.batch < kCablesBelowBatch || p.n > cuda::MaxTreeNodesOnChip())));
+        plan && (m == TreeMethod::kCables || block || p.batch < kCablesBelowBatch ||
+                 p.n > cuda::MaxTreeNodesOnChip());
     const int64_t e = p.batch * p.n;
     const std::vector<std::pair<const T*, int64_t>> in = {
         {p.lower, e}, {p.upper, e}, {p.diag, e}, {p.rhs, e}};
@@ -379,8 +387,6 @@ class CudaBackend final : public Backend {
       return Staged<T>(in, p.batch, p.n, p.layout, out.x, out.status,
                        [&](const std::vector<T*>& d, T* dx, uint8_t* flags,
                            cudaStream_t stream) -> absl::StatusOr<std::string> {
-                         auto plan = CablesPlan(p.parent, p.n, stream);
-                         if (!plan.ok()) return plan.status();
                          TreeProblem<T> dp = p;
                          dp.parent = nullptr;  // the plan holds the tree
                          dp.parent_per_system = false;
@@ -388,7 +394,13 @@ class CudaBackend final : public Backend {
                          dp.upper = d[1];
                          dp.diag = d[2];
                          dp.rhs = d[3];
-                         auto st = cuda::SolveTreeCablesDevice(dp, **plan, dx, flags,
+                         if (block) {
+                           auto st = cuda::SolveTreeCablesBlockDevice(dp, *plan, dx, flags,
+                                                                      stream);
+                           if (!st.ok()) return st;
+                           return std::string("cables-block");
+                         }
+                         auto st = cuda::SolveTreeCablesDevice(dp, *plan, dx, flags,
                                                                device_pool_, stream);
                          if (!st.ok()) return st;
                          return std::string("cables");

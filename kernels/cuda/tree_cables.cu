@@ -256,6 +256,88 @@ __global__ void LongCableFinish(TreeProblem<T> p, View v, int32_t c, int32_t slo
   }
 }
 
+constexpr int kBlockThreads = 256;
+constexpr int64_t kBlockMaxCable = 64;
+constexpr int64_t kBlockMaxSmem = 227 * 1024;
+
+// One cell a block, flat layout: the cable elimination in shared memory.
+template <typename T>
+__global__ void __launch_bounds__(kBlockThreads)
+    CablesBlockKernel(TreeProblem<T> p, const int4* __restrict__ cinfo,
+                      const int2* __restrict__ ninfo, const int32_t* __restrict__ level_ptr,
+                      const int32_t* __restrict__ node_level_ptr, int H, int slots, T* x,
+                      uint8_t* status) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const int n = int(p.n);
+  P2<T>* contrib = reinterpret_cast<P2<T>*>(smem_raw);
+  T* lower = reinterpret_cast<T*>(contrib + slots);
+  T* upper = lower + n;
+  T* diag = upper + n;
+  T* rhs = diag + n;  // R/D, then q, then x
+  const int64_t base = int64_t(blockIdx.x) * n;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    lower[i] = __ldg(p.lower + base + i);
+    upper[i] = __ldg(p.upper + base + i);
+    diag[i] = __ldg(p.diag + base + i);
+    rhs[i] = __ldg(p.rhs + base + i);
+  }
+  __syncthreads();
+  bool ok = true;
+  for (int h = 0; h < H; ++h) {
+    for (int k = level_ptr[h] + threadIdx.x; k < level_ptr[h + 1]; k += blockDim.x) {
+      const int4 ci = cinfo[k];
+      const int s0 = ci.x, e0 = ci.y, cb = ci.z, cc = ci.w >> 16, slot = (ci.w & 0xffff) - 1;
+      T carryD = 0, carryR = 0, carryS = 0;
+      for (int q = cb; q < cb + cc; ++q) {
+        const P2<T> g = contrib[q];
+        carryD += g.x;
+        carryR += g.y;
+        carryS += fabs(g.x);
+      }
+      for (int j = e0; j >= s0; --j) {
+        const T dg = diag[j], lo = lower[j], up = upper[j];
+        const T D = dg - carryD, R = rhs[j] - carryR;
+        ok &= !Vanishes(D, fabs(dg) + carryS);
+        const T inv = T(1) / D;
+        rhs[j] = R * inv;
+        lower[j] = j > 0 ? lo * inv : T(0);
+        const T g = j > 0 ? up * inv : T(0);
+        carryD = g * lo;
+        carryR = g * R;
+        carryS = fabs(carryD);
+      }
+      if (slot >= 0) {
+        P2<T> out;
+        out.x = carryD;
+        out.y = carryR;
+        contrib[slot] = out;
+      }
+      T qprev = rhs[s0], wprev = lower[s0];
+      ok &= Finite(qprev);
+      for (int j = s0 + 1; j <= e0; ++j) {
+        const T l = lower[j];
+        qprev = rhs[j] - l * qprev;
+        wprev = -l * wprev;
+        ok &= Finite(qprev);
+        rhs[j] = qprev;
+        lower[j] = wprev;
+      }
+    }
+    __syncthreads();
+  }
+  for (int h = H - 2; h >= 0; --h) {  // the root cable (height H - 1): x = q already
+    for (int k = node_level_ptr[h] + threadIdx.x; k < node_level_ptr[h + 1]; k += blockDim.x) {
+      const int2 nj = ninfo[k];
+      const T v = rhs[nj.x] - lower[nj.x] * rhs[nj.y];
+      ok &= Finite(v);
+      rhs[nj.x] = v;
+    }
+    __syncthreads();
+  }
+  for (int i = threadIdx.x; i < n; i += blockDim.x) x[base + i] = rhs[i];
+  if (!ok) status[blockIdx.x] = 1;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TreeCablesPlan>> TreeCablesPlan::Make(const int32_t* parent,
@@ -319,9 +401,73 @@ absl::StatusOr<std::unique_ptr<TreeCablesPlan>> TreeCablesPlan::Make(const int32
   put(t.node_level_ptr, &plan->node_level_ptr_);
   TRISOLVE_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(d, all.data(), all.size() * 4, cudaMemcpyHostToDevice, stream));
+  if (n < 65536) {
+    std::vector<int4> ci(C);
+    for (int64_t k = 0; k < C; ++k) {
+      const int32_t c = t.order[k];
+      const int32_t cc = t.child_ptr[c + 1] - t.child_ptr[c];
+      ci[k] = int4{t.start[c], t.start[c + 1] - 1, t.child_ptr[c],
+                   (slot[k] + 1) | (cc << 16)};
+    }
+    std::vector<int2> ni(n);
+    for (int64_t k = 0; k < n; ++k) ni[k] = int2{t.node_order[k], node_anchor[k]};
+    auto bb = pool.Get(int64_t(sizeof(int4)) * C + int64_t(sizeof(int2)) * n);
+    if (!bb.ok()) return bb.status();
+    plan->block_buf_ = std::move(*bb);
+    auto* dci = plan->block_buf_.as<int4>();
+    auto* dni = reinterpret_cast<int2*>(dci + C);
+    plan->cinfo_ = dci;
+    plan->ninfo_ = dni;
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dci, ci.data(), sizeof(int4) * C,
+                                                  cudaMemcpyHostToDevice, stream));
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dni, ni.data(), sizeof(int2) * n,
+                                                  cudaMemcpyHostToDevice, stream));
+  }
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
   return plan;
 }
+
+template <typename T>
+bool CablesBlockFits(const TreeProblem<T>& p, const TreeCablesPlan& plan) {
+  const int64_t slots = std::max<int64_t>(plan.t_.cables() - 1, 1);
+  const int64_t smem = int64_t(sizeof(T)) * (4 * p.n + 2 * slots);
+  return plan.cinfo_ != nullptr && p.layout == Layout::kFlat && !p.parent_per_system &&
+         plan.longest_ <= kBlockMaxCable && smem <= kBlockMaxSmem;
+}
+
+template <typename T>
+absl::Status SolveTreeCablesBlockDevice(const TreeProblem<T>& p, const TreeCablesPlan& plan,
+                                        T* x, uint8_t* status_flags, cudaStream_t stream) {
+  if (!CablesBlockFits(p, plan))
+    return absl::InvalidArgumentError("the tree does not fit the one-block-a-cell kernel");
+  const int slots = int(std::max<int64_t>(plan.t_.cables() - 1, 1));
+  const size_t smem = sizeof(T) * (4 * size_t(p.n) + 2 * size_t(slots));
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
+      CablesBlockKernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  for (int64_t s0 = 0; s0 < p.batch; s0 += int64_t(1) << 30) {
+    TreeProblem<T> q = p;
+    const int64_t cells = std::min<int64_t>(p.batch - s0, int64_t(1) << 30);
+    q.batch = cells;
+    q.lower += s0 * p.n;
+    q.upper += s0 * p.n;
+    q.diag += s0 * p.n;
+    q.rhs += s0 * p.n;
+    CablesBlockKernel<T><<<unsigned(cells), kBlockThreads, smem, stream>>>(
+        q, plan.cinfo_, plan.ninfo_, plan.level_ptr_, plan.node_level_ptr_,
+        int(plan.t_.levels()), slots, x + s0 * p.n, status_flags + s0);
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  }
+  return absl::OkStatus();
+}
+
+template bool CablesBlockFits(const TreeProblem<double>&, const TreeCablesPlan&);
+template bool CablesBlockFits(const TreeProblem<float>&, const TreeCablesPlan&);
+template absl::Status SolveTreeCablesBlockDevice(const TreeProblem<double>&,
+                                                 const TreeCablesPlan&, double*, uint8_t*,
+                                                 cudaStream_t);
+template absl::Status SolveTreeCablesBlockDevice(const TreeProblem<float>&,
+                                                 const TreeCablesPlan&, float*, uint8_t*,
+                                                 cudaStream_t);
 
 template <typename T>
 absl::Status SolveTreeCablesDevice(const TreeProblem<T>& p, const TreeCablesPlan& plan, T* x,

@@ -66,6 +66,11 @@ class TreeCablesPlan {
   template <typename T>
   friend absl::Status SolveTreeCablesDevice(const TreeProblem<T>&, const TreeCablesPlan&, T*,
                                             uint8_t*, Pool&, cudaStream_t);
+  template <typename T>
+  friend absl::Status SolveTreeCablesBlockDevice(const TreeProblem<T>&, const TreeCablesPlan&,
+                                                 T*, uint8_t*, cudaStream_t);
+  template <typename T>
+  friend bool CablesBlockFits(const TreeProblem<T>&, const TreeCablesPlan&);
   TreeCables t_;                    // `order` has each level's long cables last
   std::vector<int32_t> short_end_;  // per level h: order[level_ptr[h] .. short_end_[h]) short
   std::vector<int32_t> slot_of_cable_;  // where a cable leaves its contribution (-1: root)
@@ -75,7 +80,23 @@ class TreeCablesPlan {
   const int32_t *start_ = nullptr, *child_ptr_ = nullptr, *order_ = nullptr, *slot_ = nullptr,
                 *node_order_ = nullptr, *node_anchor_ = nullptr, *level_ptr_ = nullptr,
                 *node_level_ptr_ = nullptr;
+  // For the one-block-a-cell kernel (n < 65536): per cable in `order`, {first node, last node,
+  // first child slot, (slot + 1) | children << 16}; per node in node_order, {node, anchor}.
+  Pool::Buffer block_buf_;
+  const int4* cinfo_ = nullptr;
+  const int2* ninfo_ = nullptr;
 };
+
+// "cables-block": cells of one morphology in the flat layout, one thread block a cell: the
+// cell's lower, upper, diag and rhs are read once (coalesced) into shared memory, the cable
+// elimination runs there level by level with barriers (a thread a cable backward, a thread a
+// node forward), and x is written once: 5 arrays of traffic, as the floor. Fits when the
+// arrays and the contribution slots fit in shared memory and no cable is long.
+template <typename T>
+bool CablesBlockFits(const TreeProblem<T>& p, const TreeCablesPlan& plan);
+template <typename T>
+absl::Status SolveTreeCablesBlockDevice(const TreeProblem<T>& p, const TreeCablesPlan& plan,
+                                        T* x, uint8_t* status_flags, cudaStream_t stream);
 
 // Solves p (device arrays, one shared parent array whose plan is given, either layout, any
 // batch) on `stream`; status_flags as above.

@@ -211,6 +211,13 @@ int main(int argc, char** argv) {
         if (!s2.ok()) std::exit(2);
       });
       report(il ? "trisolve cables (interleaved)" : "trisolve cables (flat)", cms, il, true);
+      if (!il && trisolve::cuda::CablesBlockFits(p, **mplan)) {
+        const double bms = TimeIt(reps, [&] {
+          auto s2 = trisolve::cuda::SolveTreeCablesBlockDevice(p, **mplan, x, flags, nullptr);
+          if (!s2.ok()) std::exit(2);
+        });
+        report("trisolve cables-block (flat)", bms, false, true);
+      }
     }
     const double plain = TimeIt(reps, [&] {
       PlainHines<<<unsigned((cells + 127) / 128), 128>>>(n, cells, dparent, dint[0], dint[1],
