@@ -287,6 +287,17 @@ TEST(CudaCablesBlock, MatchesTheCpuCables) {
   CompareBlock<double>(Parents(Shape::kChain, 64, 1), 4, 1e-13);  // one cable of 64
 }
 
+TEST(CudaCablesMorphology, MoreCellsThanOneGridDimension) {
+  REQUIRE_GPU();
+  // 70,000 small cells: the cables' second grid dimension (65,535 at most) is walked in
+  // pieces (interleaved), and cables-block launches one block a cell (flat).
+  const auto parent = Parents(Shape::kRandom, 6, 5);
+  Compare<double>(parent, 70000, Layout::kInterleaved, false, 1e-12, TreeMethod::kCables,
+                  "cables");
+  Compare<double>(parent, 70000, Layout::kFlat, false, 1e-12, TreeMethod::kCables,
+                  "cables-block");
+}
+
 TEST(CudaCablesMorphology, PerCellTreesDiffer) {
   REQUIRE_GPU();
   // Different random trees per cell: auto runs hines-batch with each cell's parent array;
