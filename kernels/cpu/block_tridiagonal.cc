@@ -179,7 +179,7 @@ void MgHalfSweep(const MgLevel<T>& a, const T* r, T* z, int colour) {
 // runs kMgCoarseSweeps sweeps forward and as many backward.
 template <typename T>
 void VCycle(const std::vector<MgLevel<T>>& L, size_t l, const T* r, T* z,
-            std::vector<std::vector<T>>& tmp) {
+            std::vector<std::vector<T>>& tmp, double factor = kMgCorrection) {
   const MgLevel<T>& a = L[l];
   const int64_t N = a.N, M = a.M;
   std::fill(z, z + N * M, T(0));
@@ -211,9 +211,9 @@ void VCycle(const std::vector<MgLevel<T>>& L, size_t l, const T* r, T* z,
       if (i + 1 < N) v -= a.s[q] * z[q + M];
       rc[(i / 2) * b.M + k / 2] += v;
     }
-  VCycle(L, l + 1, rc.data(), zc.data(), tmp);
+  VCycle(L, l + 1, rc.data(), zc.data(), tmp, factor);
   for (int64_t i = 0; i < N; ++i)
-    for (int64_t k = 0; k < M; ++k) z[i * M + k] += T(kMgCorrection) * zc[(i / 2) * b.M + k / 2];
+    for (int64_t k = 0; k < M; ++k) z[i * M + k] += T(factor) * zc[(i / 2) * b.M + k / 2];
   MgHalfSweep(a, r, z, 1);
   MgHalfSweep(a, r, z, 0);
 }
@@ -303,6 +303,90 @@ SolveInfo BlockCg(const BlockTridiagonalProblem<T>& p, const BlockOptions& o, T*
   return info;
 }
 
+// BiCGStab (van der Vorst), right-preconditioned by the multigrid V-cycle, for systems that
+// are not symmetric. Two V-cycles and two products with A an iteration; stops when the
+// recursively updated residual reaches tol (or at a breakdown: rho or (r0, v) or omega zero),
+// reports the true residual.
+template <typename T>
+SolveInfo BlockBicgstab(const BlockTridiagonalProblem<T>& p, const BlockOptions& o, T* y,
+                        SystemStatus* status, const SolveControl& control, bool* cancelled) {
+  const int64_t size = p.N * p.M;
+  std::vector<T> r(size), r0(size), pv(size, T(0)), v(size, T(0)), yv(size), sv(size),
+      zv(size), tv(size);
+  ApplyBlock(p, y, tv.data());
+  for (int64_t e = 0; e < size; ++e) r[e] = p.f[e] - tv[e];
+  r0 = r;
+  bool singular = false;
+  std::vector<MgLevel<T>> levels = BuildMultigrid(p);
+  std::vector<std::vector<T>> tmp(2 * levels.size());
+  for (const auto& lv : levels)
+    for (T c : lv.c) singular |= !(c > T(0)) || !std::isfinite(c);
+  const double fnorm = std::sqrt(Dot(size, p.f, p.f));
+  const double scale = fnorm > 0 ? fnorm : 1;
+  double res = std::sqrt(Dot(size, r.data(), r.data())) / scale;
+  double rho = 1, alpha = 1, omega = 1;
+  int64_t it = 0;
+  for (; it < o.max_iterations && !singular; ++it) {
+    if (res <= o.tol) break;
+    if (control.Cancelled()) {
+      *cancelled = true;
+      break;
+    }
+    const double rho_new = Dot(size, r0.data(), r.data());
+    if (rho_new == 0 || !std::isfinite(rho_new)) break;
+    const double beta = (rho_new / rho) * (alpha / omega);
+#pragma omp parallel for schedule(static)
+    for (int64_t e = 0; e < size; ++e) pv[e] = r[e] + T(beta) * (pv[e] - T(omega) * v[e]);
+    VCycle(levels, 0, pv.data(), yv.data(), tmp);
+    ApplyBlock(p, yv.data(), v.data());
+    const double r0v = Dot(size, r0.data(), v.data());
+    if (r0v == 0 || !std::isfinite(r0v)) break;
+    alpha = rho_new / r0v;
+#pragma omp parallel for schedule(static)
+    for (int64_t e = 0; e < size; ++e) {
+      y[e] += T(alpha) * yv[e];
+      sv[e] = r[e] - T(alpha) * v[e];
+    }
+    res = std::sqrt(Dot(size, sv.data(), sv.data())) / scale;
+    if (res <= o.tol) {
+      r = sv;
+      ++it;
+      break;
+    }
+    VCycle(levels, 0, sv.data(), zv.data(), tmp);
+    ApplyBlock(p, zv.data(), tv.data());
+    const double tt = Dot(size, tv.data(), tv.data());
+    omega = tt > 0 ? Dot(size, tv.data(), sv.data()) / tt : 0;
+#pragma omp parallel for schedule(static)
+    for (int64_t e = 0; e < size; ++e) {
+      y[e] += T(omega) * zv[e];
+      r[e] = sv[e] - T(omega) * tv[e];
+    }
+    res = std::sqrt(Dot(size, r.data(), r.data())) / scale;
+    rho = rho_new;
+    if (omega == 0 || !std::isfinite(omega)) {
+      ++it;
+      break;
+    }
+  }
+  SolveInfo info;
+  info.method = "multigrid-bicgstab";
+  info.iterations = it;
+  info.residual = BlockRelativeResidual(p, y);
+  if (singular) {
+    std::fill(y, y + size, T(0));
+    *status = SystemStatus::kSingular;
+  } else if (!std::isfinite(info.residual) || !AllFinite(size, 1, y)) {
+    std::fill(y, y + size, T(0));
+    *status = SystemStatus::kDiverged;
+  } else if (o.tol > 0 && info.residual > o.tol) {
+    *status = SystemStatus::kNotConverged;
+  } else {
+    *status = SystemStatus::kOk;
+  }
+  return info;
+}
+
 }  // namespace
 }  // namespace cpu
 
@@ -336,6 +420,16 @@ absl::StatusOr<SolveInfo> SolveBlockTridiagonal(const BlockTridiagonalProblem<T>
     method = options.tol > 0 && IsSymmetric(p0) ? BlockMethod::kMultigridCg
                                                  : BlockMethod::kGaussSeidel;
   const int64_t N = p0.N, M = p0.M, size = N * M;
+  if (method == BlockMethod::kMultigridBicgstab) {
+    if (p0.y0)
+      std::copy(p0.y0, p0.y0 + size, out.y);
+    else
+      std::fill(out.y, out.y + size, T(0));
+    bool cancelled = false;
+    SolveInfo info = BlockBicgstab(p0, options, out.y, out.status, control, &cancelled);
+    if (cancelled) return absl::CancelledError("solve cancelled");
+    return info;
+  }
   if (method == BlockMethod::kCg || method == BlockMethod::kMultigridCg) {
     // The line preconditioner already holds the diagonal: the row scaling (which would break
     // the symmetry CG needs) is not applied.
@@ -431,6 +525,7 @@ absl::StatusOr<SolveInfo> SolveBlockTridiagonal(const BlockTridiagonalProblem<T>
       case BlockMethod::kAuto:
       case BlockMethod::kCg:  // handled above
       case BlockMethod::kMultigridCg:
+      case BlockMethod::kMultigridBicgstab:
         break;
     }
     if (options.tol > 0) residual = BlockRelativeResidual(p0, y);

@@ -67,7 +67,8 @@ absl::StatusOr<BlockMethod> ParseBlockMethod(absl::string_view name) {
   if (name == "jacobi") return BlockMethod::kJacobi;
   if (name == "cg") return BlockMethod::kCg;
   if (name == "multigrid-cg") return BlockMethod::kMultigridCg;
-  return UnknownMethod("block-tridiagonal", name, "auto, gauss-seidel, red-black, jacobi, cg, multigrid-cg");
+  if (name == "multigrid-bicgstab") return BlockMethod::kMultigridBicgstab;
+  return UnknownMethod("block-tridiagonal", name, "auto, gauss-seidel, red-black, jacobi, cg, multigrid-cg, multigrid-bicgstab");
 }
 absl::string_view MethodName(BlockMethod m) {
   switch (m) {
@@ -77,6 +78,7 @@ absl::string_view MethodName(BlockMethod m) {
     case BlockMethod::kJacobi: return "jacobi";
     case BlockMethod::kCg: return "cg";
     case BlockMethod::kMultigridCg: return "multigrid-cg";
+    case BlockMethod::kMultigridBicgstab: return "multigrid-bicgstab";
   }
   return "unknown";
 }

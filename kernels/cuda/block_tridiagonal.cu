@@ -459,6 +459,152 @@ absl::StatusOr<SolveInfo> CgDevice(const BlockTridiagonalProblem<T>& p, const Bl
   return info;
 }
 
+// p = r + beta (p - omega v).
+template <typename T>
+__global__ void BicgP(int64_t n, T beta, T omega, const T* __restrict__ r, const T* __restrict__ v,
+                      T* __restrict__ p) {
+  const int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e < n) p[e] = r[e] + beta * (p[e] - omega * v[e]);
+}
+// y += a u; out = in - a w.
+template <typename T>
+__global__ void BicgUpdate(int64_t n, T a, const T* __restrict__ u, const T* __restrict__ in,
+                           const T* __restrict__ w, T* __restrict__ y, T* __restrict__ out) {
+  const int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= n) return;
+  y[e] += a * u[e];
+  out[e] = in[e] - a * w[e];
+}
+
+// BiCGStab right-preconditioned by the V-cycle (the CPU reference's BlockBicgstab, step for
+// step), natural layout; y in: the initial guess, out: the iterate.
+template <typename T>
+absl::StatusOr<SolveInfo> BicgstabDevice(const BlockTridiagonalProblem<T>& p,
+                                         const BlockOptions& o, T* y, SystemStatus* status,
+                                         Pool& pool, const SolveControl& control,
+                                         cudaStream_t stream) {
+  const int64_t N = p.N, M = p.M, size = N * M;
+  // r, r0, p, v, y-hat, s, z, t and the coarse levels.
+  auto buf = pool.Get(16 + int64_t(sizeof(T)) * 8 * size + 16);
+  if (!buf.ok()) return buf.status();
+  auto* acc = static_cast<double*>(buf->get());
+  T* r = reinterpret_cast<T*>(acc + 2);
+  T *r0 = r + size, *pv = r0 + size, *v = pv + size, *yh = v + size, *sv = yh + size,
+    *zv = sv + size, *tv = zv + size;
+  auto* flag = reinterpret_cast<uint8_t*>(tv + size);
+  std::vector<std::pair<int64_t, int64_t>> dims = {{N, M}};
+  while (dims.back().first * dims.back().second > kMgCoarsest && dims.size() < 32)
+    dims.push_back({(dims.back().first + 1) / 2, (dims.back().second + 1) / 2});
+  int64_t total = 0;
+  for (size_t l = 0; l < dims.size(); ++l) total += dims[l].first * dims[l].second * 7;
+  auto mg = pool.Get(int64_t(sizeof(T)) * total);
+  if (!mg.ok()) return mg.status();
+  std::vector<MgDev<T>> levels;
+  T* next = mg->as<T>();
+  for (size_t l = 0; l < dims.size(); ++l) {
+    MgDev<T> lv{dims[l].first, dims[l].second};
+    const int64_t sz = lv.N * lv.M;
+    for (T** a : {&lv.w, &lv.c, &lv.e, &lv.n, &lv.s, &lv.r, &lv.z}) {
+      *a = next;
+      next += sz;
+    }
+    levels.push_back(lv);
+  }
+  MgFineKernel<T><<<Blocks(size), kThreads, 0, stream>>>(p, levels[0]);
+  for (size_t l = 1; l < levels.size(); ++l)
+    MgCoarsenKernel<T><<<Blocks(levels[l].N * levels[l].M), kThreads, 0, stream>>>(
+        levels[l - 1], levels[l]);
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flag, 0, 1, stream));
+  for (const auto& lv : levels)
+    MgDiagonalCheck<T><<<Blocks(lv.N * lv.M), kThreads, 0, stream>>>(lv.N * lv.M, lv.c, flag);
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  const unsigned rb = unsigned(std::min<int64_t>(Blocks(size), 1024));
+  double h[2];
+  auto dots = [&](const T* u, const T* w, const T* u2, const T* w2) -> absl::Status {
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(acc, 0, 2 * sizeof(double), stream));
+    DotKernel<T><<<rb, kThreads, 0, stream>>>(size, u, w, u2, w2, acc);
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    TRISOLVE_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(h, acc, 2 * sizeof(double), cudaMemcpyDeviceToHost, stream));
+    return CudaStatus(cudaStreamSynchronize(stream), "BiCGStab dot");
+  };
+  // z = V(in): the V-cycle reads the fine level's r and writes its z.
+  auto precondition = [&](const T* in, T* out) -> absl::Status {
+    levels[0].r = const_cast<T*>(in);
+    levels[0].z = out;
+    return VCycleDevice(levels, 0, stream);
+  };
+  uint8_t bad = 0;
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&bad, flag, 1, cudaMemcpyDeviceToHost, stream));
+  ApplyKernel<T><<<Blocks(size), kThreads, 0, stream>>>(p, y, r, true);
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  TRISOLVE_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(r0, r, size * sizeof(T), cudaMemcpyDeviceToDevice, stream));
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(pv, 0, size * sizeof(T), stream));
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(v, 0, size * sizeof(T), stream));
+  if (auto st = dots(p.f, p.f, r, r); !st.ok()) return st;
+  const double scale = h[0] > 0 ? std::sqrt(h[0]) : 1;
+  double res = std::sqrt(h[1]) / scale;
+  SolveInfo info;
+  info.method = "multigrid-bicgstab";
+  if (bad) {
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(y, 0, size * sizeof(T), stream));
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    *status = SystemStatus::kSingular;
+    return info;
+  }
+  double rho = 1, alpha = 1, omega = 1;
+  int64_t it = 0;
+  for (; it < o.max_iterations; ++it) {
+    if (res <= o.tol) break;
+    if (control.Cancelled()) return absl::CancelledError("solve cancelled");
+    if (auto st = dots(r0, r, nullptr, nullptr); !st.ok()) return st;
+    const double rho_new = h[0];
+    if (rho_new == 0 || !std::isfinite(rho_new)) break;
+    const double beta = (rho_new / rho) * (alpha / omega);
+    BicgP<T><<<Blocks(size), kThreads, 0, stream>>>(size, T(beta), T(omega), r, v, pv);
+    if (auto st = precondition(pv, yh); !st.ok()) return st;
+    ApplyKernel<T><<<Blocks(size), kThreads, 0, stream>>>(p, yh, v, false);
+    if (auto st = dots(r0, v, nullptr, nullptr); !st.ok()) return st;
+    if (h[0] == 0 || !std::isfinite(h[0])) break;
+    alpha = rho_new / h[0];
+    BicgUpdate<T><<<Blocks(size), kThreads, 0, stream>>>(size, T(alpha), yh, r, v, y, sv);
+    if (auto st = dots(sv, sv, nullptr, nullptr); !st.ok()) return st;
+    res = std::sqrt(h[0]) / scale;
+    if (res <= o.tol) {
+      ++it;
+      break;
+    }
+    if (auto st = precondition(sv, zv); !st.ok()) return st;
+    ApplyKernel<T><<<Blocks(size), kThreads, 0, stream>>>(p, zv, tv, false);
+    if (auto st = dots(tv, tv, tv, sv); !st.ok()) return st;
+    omega = h[0] > 0 ? h[1] / h[0] : 0;
+    BicgUpdate<T><<<Blocks(size), kThreads, 0, stream>>>(size, T(omega), zv, sv, tv, y, r);
+    if (auto st = dots(r, r, nullptr, nullptr); !st.ok()) return st;
+    res = std::sqrt(h[0]) / scale;
+    rho = rho_new;
+    if (omega == 0 || !std::isfinite(omega)) {
+      ++it;
+      break;
+    }
+  }
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(acc, 0, 2 * sizeof(double), stream));
+  ResidualKernel<T><<<rb, kThreads, 0, stream>>>(p, y, acc, false);
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  TRISOLVE_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(h, acc, 2 * sizeof(double), cudaMemcpyDeviceToHost, stream));
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  info.iterations = it;
+  info.residual = h[1] > 0 ? std::sqrt(h[0] / h[1]) : std::sqrt(h[0]);
+  if (!std::isfinite(info.residual))
+    *status = SystemStatus::kDiverged;
+  else if (o.tol > 0 && info.residual > o.tol)
+    *status = SystemStatus::kNotConverged;
+  else
+    *status = SystemStatus::kOk;
+  return info;
+}
+
 }  // namespace
 
 template <typename T>
@@ -469,6 +615,8 @@ absl::StatusOr<SolveInfo> SolveBlockTridiagonalDevice(const BlockTridiagonalProb
                                                       const SolveControl& control,
                                                       cudaStream_t stream) {
   if (method == BlockMethod::kAuto) method = BlockMethod::kRedBlack;  // the caller picks cg
+  if (method == BlockMethod::kMultigridBicgstab)
+    return BicgstabDevice(p, o, y, status, pool, control, stream);
   if (method == BlockMethod::kCg || method == BlockMethod::kMultigridCg)
     return CgDevice(p, o, y, status, pool, control, stream,
                     method == BlockMethod::kMultigridCg);
@@ -552,6 +700,7 @@ absl::StatusOr<SolveInfo> SolveBlockTridiagonalDevice(const BlockTridiagonalProb
       case BlockMethod::kAuto:
       case BlockMethod::kCg:
       case BlockMethod::kMultigridCg:
+      case BlockMethod::kMultigridBicgstab:
         break;
     }
     if (o.tol > 0) {

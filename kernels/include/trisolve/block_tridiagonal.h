@@ -29,7 +29,17 @@ namespace trisolve {
 // systems.
 // kAuto: multigrid-cg when a tolerance is asked and the system is symmetric; otherwise
 // gauss-seidel on the CPU, red-black on the GPU.
-enum class BlockMethod : uint8_t { kAuto, kGaussSeidel, kRedBlack, kJacobi, kCg, kMultigridCg };
+// kMultigridBicgstab: BiCGStab right-preconditioned by the same V-cycle, for systems that are
+// not symmetric (two V-cycles an iteration).
+enum class BlockMethod : uint8_t {
+  kAuto,
+  kGaussSeidel,
+  kRedBlack,
+  kJacobi,
+  kCg,
+  kMultigridCg,
+  kMultigridBicgstab
+};
 constexpr int64_t kMgCoarsest = 256;
 constexpr int kMgCoarseSweeps = 32;
 constexpr double kMgCorrection = 2.0;
