@@ -1,6 +1,10 @@
 #include <cmath>
 #include <vector>
 
+#include <lapacke.h>
+
+#include <random>
+
 #include "gtest/gtest.h"
 #include "trisolve/dense.h"
 #include "trisolve/examples.h"
@@ -127,6 +131,65 @@ TEST_P(DenseSizes, RandomWellConditionedBothMethodsAndPrecisions) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Orders, DenseSizes, ::testing::Values(1, 2, 3, 17, 32, 33, 128));
+
+// The CPU references against LAPACK (dgesv: LU with partial pivoting; dsysv: Bunch-Kaufman for
+// symmetric indefinite A): forward errors within what the conditioning allows, the same
+// verdict on exactly singular matrices.
+TEST(Dense, AgreesWithLapack) {
+  std::mt19937_64 rng(17);
+  std::uniform_real_distribution<double> u(-1, 1);
+  for (int n : {1, 2, 7, 33, 64, 200}) {
+    for (bool symmetric : {false, true}) {
+      std::vector<double> A(n * n), b(n);
+      for (auto& v : A) v = u(rng);
+      if (symmetric)
+        for (int i = 0; i < n; ++i)
+          for (int j = 0; j < i; ++j) A[i * n + j] = A[j * n + i];
+      for (int i = 0; i < n; ++i) A[i * n + i] += (i % 2 ? -1 : 1) * std::sqrt(double(n));
+      for (auto& v : b) v = u(rng);
+      std::vector<double> Al = A, xl = b;
+      std::vector<lapack_int> ipiv(n);
+      const lapack_int info =
+          symmetric ? LAPACKE_dsysv(LAPACK_ROW_MAJOR, 'U', n, 1, Al.data(), n, ipiv.data(),
+                                    xl.data(), 1)
+                    : LAPACKE_dgesv(LAPACK_ROW_MAJOR, n, 1, Al.data(), n, ipiv.data(),
+                                    xl.data(), 1);
+      ASSERT_EQ(info, 0) << n;
+      double xm = 0;
+      for (double v : xl) xm = std::max(xm, std::abs(v));
+      std::vector<DenseMethod> methods = {DenseMethod::kGaussJordan, DenseMethod::kLu};
+      if (symmetric) methods.push_back(DenseMethod::kHouseholderPcr);
+      for (DenseMethod m : methods) {
+        auto r = Solve(A, b, 1, n, m);
+        ASSERT_EQ(r.status[0], SystemStatus::kOk) << MethodName(m) << " n = " << n;
+        double dm = 0;
+        for (int i = 0; i < n; ++i) dm = std::max(dm, std::abs(r.x[i] - xl[i]));
+        // These matrices have condition numbers of a few hundred at most.
+        EXPECT_LE(dm, 1e-11 * xm) << MethodName(m) << " n = " << n << (symmetric ? " sym" : "");
+      }
+    }
+  }
+  // Hilbert n = 8 (condition 1.5e10): LAPACK and Gauss-Jordan agree to what it allows.
+  const int n = 8;
+  std::vector<double> H(n * n), b(n, 0.0);
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j) H[i * n + j] = 1.0 / (i + j + 1), b[i] += H[i * n + j];
+  std::vector<double> Hl = H, xl = b;
+  std::vector<lapack_int> ipiv(n);
+  ASSERT_EQ(LAPACKE_dgesv(LAPACK_ROW_MAJOR, n, 1, Hl.data(), n, ipiv.data(), xl.data(), 1), 0);
+  for (DenseMethod m : {DenseMethod::kGaussJordan, DenseMethod::kLu}) {
+    auto r = Solve(H, b, 1, n, m);
+    ASSERT_EQ(r.status[0], SystemStatus::kOk);
+    for (int i = 0; i < n; ++i) EXPECT_NEAR(r.x[i], xl[i], 1.5e10 * 1e-15 * 10);
+  }
+  // Exactly singular: LAPACK reports info > 0, the references flag the system.
+  std::vector<double> S = {1, 2, 3, 2, 4, 6, 1, 0, 1}, bs = {1, 2, 3};
+  std::vector<double> Sl = S, xs = bs;
+  std::vector<lapack_int> ip3(3);
+  EXPECT_GT(LAPACKE_dgesv(LAPACK_ROW_MAJOR, 3, 1, Sl.data(), 3, ip3.data(), xs.data(), 1), 0);
+  for (DenseMethod m : {DenseMethod::kGaussJordan, DenseMethod::kLu})
+    EXPECT_EQ(Solve(S, bs, 1, 3, m).status[0], SystemStatus::kSingular);
+}
 
 TEST(Dense, SymmetryCheck) {
   std::vector<double> A = {1, 2, 2, 1, 1, 2, 3, 1}, b(4);
