@@ -8,6 +8,7 @@
 #include "gtest/gtest.h"
 #include "trisolve/backend.h"
 #include "trisolve/dense.h"
+#include "trisolve/examples.h"
 
 namespace trisolve {
 namespace {
@@ -147,6 +148,51 @@ TEST(CudaDenseLarge, LuBatchedAndSingle) {
   CheckLarge<double>(4096, 1, DenseMethod::kAuto, false, "lu (cusolver getrf)", 1e-14, 1e-7);
   CheckLarge<float>(300, 8, DenseMethod::kAuto, false, "lu (cublas getrfBatched)", 1e-5, 2e-2);
   CheckLarge<float>(2000, 1, DenseMethod::kAuto, false, "lu (cusolver getrf)", 1e-5, 5e-1);
+}
+
+TEST(CudaDense, HouseholderPcrBatchedSmall) {
+  REQUIRE_GPU();
+  // One block a system up to n = 64 against the CPU's householder-pcr: symmetric indefinite
+  // matrices, float64 and float32, and a zero matrix (PCR meets a zero pivot: flagged).
+  for (int64_t n : {1, 2, 3, 17, 32, 33, 64}) {
+    auto ex = examples::RandomDense(300, n, /*symmetric=*/true, 40 + n);
+    std::vector<double> A(ex["a"].as<double>(), ex["a"].as<double>() + 300 * n * n);
+    std::vector<double> b(ex["b"].as<double>(), ex["b"].as<double>() + 300 * n);
+    for (int64_t e = 0; e < n * n; ++e) A[299 * n * n + e] = 0;  // the last system: zero
+    DenseProblem<double> p{300, n, A.data(), b.data()};
+    std::vector<double> xg(300 * n, std::nan("")), xc(300 * n);
+    std::vector<SystemStatus> sg(300), sc(300);
+    auto info = Cuda()->Solve(p, DenseMethod::kHouseholderPcr,
+                              DenseOutput<double>{xg.data(), sg.data()}, SolveControl{});
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_EQ(info->method, "householder-pcr-block");
+    cpu::SolveDense(p, DenseMethod::kHouseholderPcr, DenseOutput<double>{xc.data(), sc.data()});
+    for (int64_t s = 0; s < 300; ++s) ASSERT_EQ(sg[s], sc[s]) << "system " << s << ", n " << n;
+    EXPECT_EQ(sg[299], SystemStatus::kSingular);
+    double dm = 0, xm = 0;
+    for (int64_t e = 0; e < 299 * n; ++e) {
+      dm = std::max(dm, std::abs(xg[e] - xc[e]));
+      xm = std::max(xm, std::abs(xc[e]));
+    }
+    EXPECT_LE(dm, 1e-11 * xm) << "n = " << n;
+    // PCR has no pivoting: on these indefinite T the backward error is the method's, the same
+    // as the CPU's (up to 1e-13 here), not Gauss-Jordan's.
+    const double be = DenseBackwardError(p, xg.data(), sg.data());
+    EXPECT_LE(be, 10 * DenseBackwardError(p, xc.data(), sc.data()) + 1e-14) << "n = " << n;
+    EXPECT_LE(be, 1e-12) << "n = " << n;
+    std::vector<float> Af(A.begin(), A.end()), bf(b.begin(), b.end()), xf(300 * n);
+    std::vector<SystemStatus> sf(300);
+    DenseProblem<float> pf{300, n, Af.data(), bf.data()};
+    auto fi = Cuda()->Solve(pf, DenseMethod::kHouseholderPcr, DenseOutput<float>{xf.data(), sf.data()},
+                            SolveControl{});
+    ASSERT_TRUE(fi.ok()) << fi.status();
+    std::vector<float> xfc(300 * n);
+    std::vector<SystemStatus> sfc(300);
+    cpu::SolveDense(pf, DenseMethod::kHouseholderPcr, DenseOutput<float>{xfc.data(), sfc.data()});
+    EXPECT_LE(DenseBackwardError(pf, xf.data(), sf.data()),
+              4 * DenseBackwardError(pf, xfc.data(), sfc.data()) + 1e-6)
+        << "n = " << n;
+  }
 }
 
 TEST(CudaDenseLarge, HouseholderPcrSymmetricIndefinite) {

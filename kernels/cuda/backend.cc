@@ -308,17 +308,21 @@ class CudaBackend final : public Backend {
   absl::StatusOr<SolveInfo> SolveDenseOnDevice(const DenseProblem<T>& p, DenseMethod m,
                                                DenseOutput<T> out, const SolveControl& c) {
     // Small systems: Gauss-Jordan, one warp a system. Larger n: LU through cuBLAS/cuSOLVER
-    // (auto, lu; Gauss-Jordan asked for by name runs on the host). householder-pcr: cuSOLVER's
-    // sytrd and the tridiagonal kernels from n = 128 on, the host below.
+    // (auto, lu; Gauss-Jordan asked for by name runs on the host). householder-pcr: one block
+    // a system up to n = 64, cuSOLVER's sytrd and the tridiagonal kernels above.
     const bool small = p.n <= cuda::kDenseGpuMaxN;
-    if (m == DenseMethod::kHouseholderPcr && p.n < kHouseholderGpuMinN)
-      return Host(cpu_->Solve(p, m, out, c));
     if (m == DenseMethod::kGaussJordan && !small) return Host(cpu_->Solve(p, m, out, c));
     return Staged<T>({{p.A, p.batch * p.n * p.n}, {p.b, p.batch * p.n}}, p.batch, p.n,
                      Layout::kFlat, out.x, out.status,
                      [&](const std::vector<T*>& d, T* dx, uint8_t* flags,
                          cudaStream_t stream) -> absl::StatusOr<std::string> {
                        DenseProblem<T> dp{p.batch, p.n, d[0], d[1]};
+                       if (m == DenseMethod::kHouseholderPcr &&
+                           p.n <= cuda::kHouseholderBlockMaxN) {
+                         auto st = cuda::SolveDenseHouseholderPcrBlockDevice(dp, dx, flags, stream);
+                         if (!st.ok()) return st;
+                         return std::string("householder-pcr-block");
+                       }
                        if (m == DenseMethod::kHouseholderPcr) {
                          auto st = cuda::SolveDenseHouseholderPcrDevice(dp, dx, flags, dense_libs_,
                                                                         device_pool_, stream);
@@ -438,7 +442,6 @@ class CudaBackend final : public Backend {
   }
 
   static constexpr size_t kPlansKept = 4;
-  static constexpr int64_t kHouseholderGpuMinN = 128;
   // Below this many cells of one morphology the cables beat one thread a cell (bench_tree,
   // H100: 1 cell 0.25 vs 0.94 ms, 1024 cells 0.70-1.07 vs 1.14-1.42 ms, 10,240: 1.39 vs 5.1).
   static constexpr int64_t kCablesBelowBatch = 2048;

@@ -227,6 +227,177 @@ absl::Status SolveDenseWarpDevice(const DenseProblem<T>& p, T* x, uint8_t* flags
   return absl::InvalidArgumentError("the GPU Gauss-Jordan takes n <= 64");
 }
 
+namespace {
+
+// Householder + PCR for a batch of small symmetric systems: one block a system, thread i owns
+// row i (the notes' mapping), W = A and the reflectors (row k of V holds u_k) in shared
+// memory. The steps are the CPU reference's HouseholderPcrOne; sums are block reductions.
+constexpr int kHhThreads = 64;
+
+template <typename T>
+__device__ __forceinline__ T BlockSum(T v, T* red) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  __syncthreads();  // red may still be read from the previous sum
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+  __syncthreads();
+  return red[0] + red[1];
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kHhThreads)
+    HouseholderPcrBlockKernel(DenseProblem<T> p, T* __restrict__ x, uint8_t* __restrict__ flags) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const int n = int(p.n), i = threadIdx.x;
+  T* W = reinterpret_cast<T*>(smem_raw);  // n x n
+  T* V = W + n * n;                       // n x n
+  T* H = V + n * n;                       // n
+  T* u = H + n;                           // n: the current reflector
+  T* pq = u + n;                          // n: p, then q
+  T* xs = pq + n;                         // n: b, Q^T b, y, x
+  T* A = xs + n;                          // PCR: 4 n and 4 n
+  T* B = A + n;
+  T* C = B + n;
+  T* D = C + n;
+  T* A2 = D + n;
+  T* B2 = A2 + n;
+  T* C2 = B2 + n;
+  T* D2 = C2 + n;
+  __shared__ T red[2];
+  const int64_t s = blockIdx.x;
+  const T* As = p.A + s * p.n * p.n;
+  for (int e = i; e < n * n; e += blockDim.x) {
+    W[e] = As[e];
+    V[e] = T(0);
+  }
+  if (i < n) xs[i] = p.b[s * p.n + i];
+  __syncthreads();
+  for (int k = 0; k + 2 < n; ++k) {
+    const T wik = (i > k && i < n) ? W[i * n + k] : T(0);
+    const T sigma = BlockSum(wik * wik, red);
+    if (sigma == T(0)) {  // every thread sees the same sum
+      if (i == 0) H[k] = T(0);
+      __syncthreads();
+      continue;
+    }
+    const T x0 = W[(k + 1) * n + k];
+    const T g = x0 >= T(0) ? sqrt(sigma) : -sqrt(sigma);
+    const T h = sigma + x0 * g;
+    if (i < n) u[i] = i > k ? wik + (i == k + 1 ? g : T(0)) : T(0);
+    if (i == 0) H[k] = h;
+    __syncthreads();
+    T pi = T(0);
+    if (i >= k && i < n) {
+      T acc = T(0);
+      for (int j = k + 1; j < n; ++j) acc += W[i * n + j] * u[j];
+      pi = acc / h;
+    }
+    const T K = BlockSum((i >= k && i < n) ? u[i] * pi : T(0), red) / (T(2) * h);
+    if (i < n) {
+      pq[i] = i >= k ? pi - K * u[i] : T(0);
+      V[k * n + i] = u[i];
+    }
+    __syncthreads();
+    if (i >= k && i < n)
+      for (int j = k; j < n; ++j) W[i * n + j] -= pq[i] * u[j] + u[i] * pq[j];
+    __syncthreads();
+  }
+  // Q^T b: P_0 first; then x = Q y at the end: the last reflector first.
+  auto apply = [&](int k) {
+    if (H[k] == T(0)) return;  // uniform across the block
+    const T* uk = V + k * n;
+    const T dot = BlockSum((i > k && i < n) ? uk[i] * xs[i] : T(0), red);
+    const T f = dot / H[k];
+    if (i > k && i < n) xs[i] -= f * uk[i];
+    __syncthreads();
+  };
+  for (int k = 0; k + 2 < n; ++k) apply(k);
+  // PCR on T (the reduced W's three diagonals), as the CPU's PcrStrided.
+  bool ok = true;
+  if (i < n) {
+    A[i] = i > 0 ? W[i * n + i - 1] : T(0);
+    B[i] = W[i * n + i];
+    C[i] = i + 1 < n ? W[i * n + i + 1] : T(0);
+    D[i] = xs[i];
+  }
+  __syncthreads();
+  const T eps = sizeof(T) == 8 ? T(DBL_EPSILON) : T(FLT_EPSILON);
+  auto vanishes = [&](T v, T scale) {
+    const T m = fabs(v);
+    return !(m <= (sizeof(T) == 8 ? T(DBL_MAX) : T(FLT_MAX))) || m <= eps * scale || m == T(0);
+  };
+  for (int stride = 1; stride < n; stride *= 2) {
+    if (i < n) {
+      const int il = i - stride, ir = i + stride;
+      T an = T(0), cn = T(0), bn = B[i], dn = D[i], scale = fabs(B[i]);
+      if (il >= 0) {
+        ok &= !vanishes(B[il], fabs(B[il]));
+        const T k1 = A[i] / B[il];
+        an = -A[il] * k1;
+        bn -= C[il] * k1;
+        dn -= D[il] * k1;
+        scale += fabs(C[il] * k1);
+      }
+      if (ir < n) {
+        ok &= !vanishes(B[ir], fabs(B[ir]));
+        const T k2 = C[i] / B[ir];
+        cn = -C[ir] * k2;
+        bn -= A[ir] * k2;
+        dn -= D[ir] * k2;
+        scale += fabs(A[ir] * k2);
+      }
+      ok &= !vanishes(bn, scale);
+      A2[i] = an;
+      B2[i] = bn;
+      C2[i] = cn;
+      D2[i] = dn;
+    }
+    __syncthreads();
+    if (i < n) {
+      A[i] = A2[i];
+      B[i] = B2[i];
+      C[i] = C2[i];
+      D[i] = D2[i];
+    }
+    __syncthreads();
+  }
+  if (i < n) {
+    ok &= !vanishes(B[i], fabs(B[i]));
+    xs[i] = D[i] / B[i];
+  }
+  __syncthreads();
+  for (int k = n - 3; k >= 0; --k) apply(k);
+  if (i < n) {
+    const T v = xs[i];
+    ok &= fabs(v) <= (sizeof(T) == 8 ? T(DBL_MAX) : T(FLT_MAX));
+    x[s * p.n + i] = v;
+  }
+  if (!ok) flags[s] = 1;
+}
+
+}  // namespace
+
+template <typename T>
+absl::Status SolveDenseHouseholderPcrBlockDevice(const DenseProblem<T>& p, T* x, uint8_t* flags,
+                                                 cudaStream_t stream) {
+  if (p.n > kHhThreads)
+    return absl::InvalidArgumentError("the batched householder-pcr kernel takes n <= 64");
+  const size_t smem = sizeof(T) * (2 * size_t(p.n) * p.n + 12 * size_t(p.n));
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
+      HouseholderPcrBlockKernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  for (int64_t s0 = 0; s0 < p.batch; s0 += int64_t(1) << 30) {
+    DenseProblem<T> q{std::min<int64_t>(p.batch - s0, int64_t(1) << 30), p.n,
+                      p.A + s0 * p.n * p.n, p.b + s0 * p.n};
+    HouseholderPcrBlockKernel<T><<<unsigned(q.batch), kHhThreads, smem, stream>>>(
+        q, x + s0 * p.n, flags + s0);
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  }
+  return absl::OkStatus();
+}
+template absl::Status SolveDenseHouseholderPcrBlockDevice(const DenseProblem<double>&, double*,
+                                                          uint8_t*, cudaStream_t);
+template absl::Status SolveDenseHouseholderPcrBlockDevice(const DenseProblem<float>&, float*,
+                                                          uint8_t*, cudaStream_t);
+
 template absl::Status SolveDenseWarpDevice(const DenseProblem<double>&, double*, uint8_t*,
                                            cudaStream_t);
 template absl::Status SolveDenseWarpDevice(const DenseProblem<float>&, float*, uint8_t*,
