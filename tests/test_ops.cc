@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <chrono>
+#include <thread>
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -32,6 +34,18 @@ Client::Options To(const ServerProcess& s) {
   return o;
 }
 
+// The server's log once it holds `needle` (lines logged just after the listening line may not
+// be there yet when the port is known), or as it is after 5 s.
+std::string LogWith(ServerProcess& s, const std::string& needle) {
+  std::string log;
+  for (int i = 0; i < 100; ++i) {
+    log = s.Log();
+    if (log.find(needle) != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return log;
+}
+
 // The value of one exact series line of a Prometheus exposition (0 when absent).
 double Series(const std::string& text, const std::string& series) {
   const std::string prefix = series + " ";
@@ -46,8 +60,9 @@ double Series(const std::string& text, const std::string& series) {
 TEST(Ops, MetricsCountersMoveAsExpected) {
   ServerProcess s({"--metrics-listen", "127.0.0.1:0"});
   ASSERT_GT(s.port(), 0) << s.Log();
+  // The metrics listener logs its port just after the gRPC listening line.
   std::smatch m;
-  const std::string log = s.Log();
+  const std::string log = LogWith(s, "metrics on http");
   ASSERT_TRUE(std::regex_search(log, m, std::regex("metrics on http://127.0.0.1:([0-9]+)/metrics")))
       << log;
   httplib::Client http("127.0.0.1", std::stoi(m[1]));
@@ -146,7 +161,7 @@ TEST(Ops, TlsAndMutualTls) {
   {
     ServerProcess s({"--tls-cert", d + "/server.pem", "--tls-key", d + "/server.key"});
     ASSERT_GT(s.port(), 0) << s.Log();
-    EXPECT_NE(s.Log().find("security: TLS"), std::string::npos);
+    EXPECT_NE(LogWith(s, "security: TLS").find("security: TLS"), std::string::npos);
     Client::Options o = To(s);
     o.tls_ca_file = d + "/ca.pem";
     auto r = Client(o).Solve(job);
@@ -163,7 +178,7 @@ TEST(Ops, TlsAndMutualTls) {
     ServerProcess s({"--tls-cert", d + "/server.pem", "--tls-key", d + "/server.key",
                      "--tls-client-ca", d + "/ca.pem"});
     ASSERT_GT(s.port(), 0) << s.Log();
-    EXPECT_NE(s.Log().find("security: mutual TLS"), std::string::npos);
+    EXPECT_NE(LogWith(s, "security: mutual TLS").find("security: mutual TLS"), std::string::npos);
     Client::Options o = To(s);
     o.tls_ca_file = d + "/ca.pem";
     EXPECT_EQ(Client(o).Solve(job).status().code(), absl::StatusCode::kUnavailable)
