@@ -256,7 +256,7 @@ __global__ void LongCableFinish(TreeProblem<T> p, View v, int32_t c, int32_t slo
   }
 }
 
-constexpr int kBlockThreads = 256;
+constexpr int kBlockThreads = 512;
 constexpr int64_t kBlockMaxCable = 64;
 constexpr int64_t kBlockMaxSmem = 227 * 1024;
 
