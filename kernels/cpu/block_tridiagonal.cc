@@ -218,6 +218,40 @@ void VCycle(const std::vector<MgLevel<T>>& L, size_t l, const T* r, T* z,
   MgHalfSweep(a, r, z, 0);
 }
 
+// Point Gauss-Seidel divides by the diagonals: they must be positive on every level (an SPD
+// matrix has positive ones, and so have its Galerkin coarse matrices).
+template <typename T>
+bool MgDiagonalsPositive(const std::vector<MgLevel<T>>& levels) {
+  for (const auto& lv : levels)
+    for (T v : lv.c)
+      if (!(v > T(0)) || !std::isfinite(v)) return false;
+  return true;
+}
+
+// The answer of a Krylov solve: the true residual from the original arrays and the status;
+// y is zeroed for a singular or diverged system.
+template <typename T>
+SolveInfo Finish(const BlockTridiagonalProblem<T>& p, const BlockOptions& o, const char* method,
+                 int64_t iterations, bool singular, T* y, SystemStatus* status) {
+  const int64_t size = p.N * p.M;
+  SolveInfo info;
+  info.method = method;
+  info.iterations = iterations;
+  info.residual = BlockRelativeResidual(p, y);
+  if (singular) {
+    std::fill(y, y + size, T(0));
+    *status = SystemStatus::kSingular;
+  } else if (!std::isfinite(info.residual) || !AllFinite(size, 1, y)) {
+    std::fill(y, y + size, T(0));
+    *status = SystemStatus::kDiverged;
+  } else if (o.tol > 0 && info.residual > o.tol) {
+    *status = SystemStatus::kNotConverged;
+  } else {
+    *status = SystemStatus::kOk;
+  }
+  return info;
+}
+
 // Conjugate gradients preconditioned by the line solves C_i z_i = r_i (Thomas, every block row
 // independently), or by a multigrid V-cycle. Stops when the recursively updated residual
 // reaches tol; reports the true one.
@@ -235,10 +269,7 @@ SolveInfo BlockCg(const BlockTridiagonalProblem<T>& p, const BlockOptions& o, T*
   if (multigrid) {
     levels = BuildMultigrid(p);
     tmp.resize(2 * levels.size());
-    // Point Gauss-Seidel divides by the diagonals: they must not vanish on any level (an SPD
-    // matrix has positive ones, and so have its Galerkin coarse matrices).
-    for (const auto& lv : levels)
-      for (T v : lv.c) singular |= !(v > T(0)) || !std::isfinite(v);
+    singular = !MgDiagonalsPositive(levels);
   }
   auto precondition = [&](const T* in, T* out) {
     if (multigrid) {
@@ -285,22 +316,7 @@ SolveInfo BlockCg(const BlockTridiagonalProblem<T>& p, const BlockOptions& o, T*
 #pragma omp parallel for schedule(static)
     for (int64_t e = 0; e < size; ++e) d[e] = z[e] + beta * d[e];
   }
-  SolveInfo info;
-  info.method = multigrid ? "multigrid-cg" : "cg";
-  info.iterations = it;
-  info.residual = BlockRelativeResidual(p, y);
-  if (singular) {
-    std::fill(y, y + size, T(0));
-    *status = SystemStatus::kSingular;
-  } else if (!std::isfinite(info.residual) || !AllFinite(size, 1, y)) {
-    std::fill(y, y + size, T(0));
-    *status = SystemStatus::kDiverged;
-  } else if (o.tol > 0 && info.residual > o.tol) {
-    *status = SystemStatus::kNotConverged;
-  } else {
-    *status = SystemStatus::kOk;
-  }
-  return info;
+  return Finish(p, o, multigrid ? "multigrid-cg" : "cg", it, singular, y, status);
 }
 
 // BiCGStab (van der Vorst), right-preconditioned by the multigrid V-cycle, for systems that
@@ -316,11 +332,9 @@ SolveInfo BlockBicgstab(const BlockTridiagonalProblem<T>& p, const BlockOptions&
   ApplyBlock(p, y, tv.data());
   for (int64_t e = 0; e < size; ++e) r[e] = p.f[e] - tv[e];
   r0 = r;
-  bool singular = false;
-  std::vector<MgLevel<T>> levels = BuildMultigrid(p);
+  const std::vector<MgLevel<T>> levels = BuildMultigrid(p);
   std::vector<std::vector<T>> tmp(2 * levels.size());
-  for (const auto& lv : levels)
-    for (T c : lv.c) singular |= !(c > T(0)) || !std::isfinite(c);
+  const bool singular = !MgDiagonalsPositive(levels);
   const double fnorm = std::sqrt(Dot(size, p.f, p.f));
   const double scale = fnorm > 0 ? fnorm : 1;
   double res = std::sqrt(Dot(size, r.data(), r.data())) / scale;
@@ -369,22 +383,7 @@ SolveInfo BlockBicgstab(const BlockTridiagonalProblem<T>& p, const BlockOptions&
       break;
     }
   }
-  SolveInfo info;
-  info.method = "multigrid-bicgstab";
-  info.iterations = it;
-  info.residual = BlockRelativeResidual(p, y);
-  if (singular) {
-    std::fill(y, y + size, T(0));
-    *status = SystemStatus::kSingular;
-  } else if (!std::isfinite(info.residual) || !AllFinite(size, 1, y)) {
-    std::fill(y, y + size, T(0));
-    *status = SystemStatus::kDiverged;
-  } else if (o.tol > 0 && info.residual > o.tol) {
-    *status = SystemStatus::kNotConverged;
-  } else {
-    *status = SystemStatus::kOk;
-  }
-  return info;
+  return Finish(p, o, "multigrid-bicgstab", it, singular, y, status);
 }
 
 }  // namespace
@@ -420,17 +419,8 @@ absl::StatusOr<SolveInfo> SolveBlockTridiagonal(const BlockTridiagonalProblem<T>
     method = options.tol > 0 && IsSymmetric(p0) ? BlockMethod::kMultigridCg
                                                  : BlockMethod::kGaussSeidel;
   const int64_t N = p0.N, M = p0.M, size = N * M;
-  if (method == BlockMethod::kMultigridBicgstab) {
-    if (p0.y0)
-      std::copy(p0.y0, p0.y0 + size, out.y);
-    else
-      std::fill(out.y, out.y + size, T(0));
-    bool cancelled = false;
-    SolveInfo info = BlockBicgstab(p0, options, out.y, out.status, control, &cancelled);
-    if (cancelled) return absl::CancelledError("solve cancelled");
-    return info;
-  }
-  if (method == BlockMethod::kCg || method == BlockMethod::kMultigridCg) {
+  if (method == BlockMethod::kCg || method == BlockMethod::kMultigridCg ||
+      method == BlockMethod::kMultigridBicgstab) {
     // The line preconditioner already holds the diagonal: the row scaling (which would break
     // the symmetry CG needs) is not applied.
     if (p0.y0)
@@ -438,8 +428,11 @@ absl::StatusOr<SolveInfo> SolveBlockTridiagonal(const BlockTridiagonalProblem<T>
     else
       std::fill(out.y, out.y + size, T(0));
     bool cancelled = false;
-    SolveInfo info = BlockCg(p0, options, out.y, out.status, control, &cancelled,
-                             method == BlockMethod::kMultigridCg);
+    SolveInfo info =
+        method == BlockMethod::kMultigridBicgstab
+            ? BlockBicgstab(p0, options, out.y, out.status, control, &cancelled)
+            : BlockCg(p0, options, out.y, out.status, control, &cancelled,
+                      method == BlockMethod::kMultigridCg);
     if (cancelled) return absl::CancelledError("solve cancelled");
     return info;
   }

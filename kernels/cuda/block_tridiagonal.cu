@@ -320,6 +320,82 @@ absl::Status VCycleDevice(std::vector<MgDev<T>>& L, size_t l, cudaStream_t strea
   return CudaStatus(cudaGetLastError(), "V-cycle");
 }
 
+// The multigrid hierarchy on the device: level sizes as the CPU reference's, 5 coefficient
+// arrays a level and r and z for the coarse ones (the fine level's r and z are the Krylov
+// method's vectors, set by ApplyVCycle).
+template <typename T>
+struct MgHierarchy {
+  std::vector<MgDev<T>> levels;
+  Pool::Buffer buf;
+  bool positive = true;  // every diagonal positive: the point smoother can run
+};
+
+// Builds the levels and checks their diagonals (through the device byte `flag`, zeroed here).
+template <typename T>
+absl::StatusOr<MgHierarchy<T>> BuildMgDevice(const BlockTridiagonalProblem<T>& p, Pool& pool,
+                                             uint8_t* flag, cudaStream_t stream) {
+  std::vector<std::pair<int64_t, int64_t>> dims = {{p.N, p.M}};
+  while (dims.back().first * dims.back().second > kMgCoarsest && dims.size() < 32)
+    dims.push_back({(dims.back().first + 1) / 2, (dims.back().second + 1) / 2});
+  int64_t total = 0;
+  for (size_t l = 0; l < dims.size(); ++l)
+    total += dims[l].first * dims[l].second * (l == 0 ? 5 : 7);
+  MgHierarchy<T> h;
+  auto b = pool.Get(int64_t(sizeof(T)) * total);
+  if (!b.ok()) return b.status();
+  h.buf = std::move(*b);
+  T* next = static_cast<T*>(h.buf.get());
+  for (size_t l = 0; l < dims.size(); ++l) {
+    MgDev<T> lv{dims[l].first, dims[l].second};
+    const int64_t sz = lv.N * lv.M;
+    for (T** a : {&lv.w, &lv.c, &lv.e, &lv.n, &lv.s}) {
+      *a = next;
+      next += sz;
+    }
+    if (l > 0) {
+      lv.r = next;
+      lv.z = next + sz;
+      next += 2 * sz;
+    }
+    h.levels.push_back(lv);
+  }
+  MgFineKernel<T><<<Blocks(p.N * p.M), kThreads, 0, stream>>>(p, h.levels[0]);
+  for (size_t l = 1; l < h.levels.size(); ++l)
+    MgCoarsenKernel<T><<<Blocks(h.levels[l].N * h.levels[l].M), kThreads, 0, stream>>>(
+        h.levels[l - 1], h.levels[l]);
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flag, 0, 1, stream));
+  for (const auto& lv : h.levels)
+    MgDiagonalCheck<T><<<Blocks(lv.N * lv.M), kThreads, 0, stream>>>(lv.N * lv.M, lv.c, flag);
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  uint8_t bad = 0;
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&bad, flag, 1, cudaMemcpyDeviceToHost, stream));
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flag, 0, 1, stream));
+  h.positive = bad == 0;
+  return h;
+}
+
+// out = V(in), in and out on the fine level.
+template <typename T>
+absl::Status ApplyVCycle(MgHierarchy<T>& h, const T* in, T* out, cudaStream_t stream) {
+  h.levels[0].r = const_cast<T*>(in);
+  h.levels[0].z = out;
+  return VCycleDevice(h.levels, 0, stream);
+}
+
+// A system the point smoother cannot run on (not positive definite): zeros, reported like a
+// vanished pivot.
+template <typename T>
+absl::StatusOr<SolveInfo> NotPositive(const char* method, int64_t size, T* y,
+                                      SystemStatus* status, cudaStream_t stream) {
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(y, 0, size * sizeof(T), stream));
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  SolveInfo info;
+  info.method = method;
+  *status = SystemStatus::kSingular;
+  return info;
+}
+
 // Conjugate gradients preconditioned by the line solves (one batched partitioned tridiagonal
 // solve over all N block rows) or by the multigrid V-cycle, natural layout; y in: the initial
 // guess, out: the iterate.
@@ -344,62 +420,15 @@ absl::StatusOr<SolveInfo> CgDevice(const BlockTridiagonalProblem<T>& p, const Bl
         cudaMemcpyAsync(h, acc, 2 * sizeof(double), cudaMemcpyDeviceToHost, stream));
     return CudaStatus(cudaStreamSynchronize(stream), "CG dot");
   };
-  // The multigrid hierarchy: level sizes as the CPU reference's, 5 coefficient arrays a
-  // level, and r and z for the coarse ones.
-  std::vector<MgDev<T>> levels;
-  Pool::Buffer mgbuf;
+  MgHierarchy<T> mg;
   if (multigrid) {
-    std::vector<std::pair<int64_t, int64_t>> dims = {{N, M}};
-    while (dims.back().first * dims.back().second > kMgCoarsest && dims.size() < 32)
-      dims.push_back({(dims.back().first + 1) / 2, (dims.back().second + 1) / 2});
-    int64_t total = 0;
-    for (size_t l = 0; l < dims.size(); ++l)
-      total += dims[l].first * dims[l].second * (l == 0 ? 5 : 7);
-    auto b = pool.Get(int64_t(sizeof(T)) * total);
-    if (!b.ok()) return b.status();
-    mgbuf = std::move(*b);
-    T* next = mgbuf.as<T>();
-    for (size_t l = 0; l < dims.size(); ++l) {
-      MgDev<T> lv{dims[l].first, dims[l].second};
-      const int64_t sz = lv.N * lv.M;
-      for (T** a : {&lv.w, &lv.c, &lv.e, &lv.n, &lv.s}) {
-        *a = next;
-        next += sz;
-      }
-      if (l == 0) {
-        lv.r = r;
-        lv.z = z;
-      } else {
-        lv.r = next;
-        lv.z = next + sz;
-        next += 2 * sz;
-      }
-      levels.push_back(lv);
-    }
-    MgFineKernel<T><<<Blocks(size), kThreads, 0, stream>>>(p, levels[0]);
-    for (size_t l = 1; l < levels.size(); ++l)
-      MgCoarsenKernel<T><<<Blocks(levels[l].N * levels[l].M), kThreads, 0, stream>>>(
-          levels[l - 1], levels[l]);
-    for (const auto& lv : levels)
-      MgDiagonalCheck<T><<<Blocks(lv.N * lv.M), kThreads, 0, stream>>>(lv.N * lv.M, lv.c,
-                                                                        flags);
-    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-    uint8_t bad = 0;
-    TRISOLVE_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(&bad, flags, 1, cudaMemcpyDeviceToHost, stream));
-    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-    if (bad) {
-      // Not positive definite: a point smoother cannot run. Reported like a vanished pivot.
-      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(y, 0, size * sizeof(T), stream));
-      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-      SolveInfo info;
-      info.method = "multigrid-cg";
-      *status = SystemStatus::kSingular;
-      return info;
-    }
+    auto h = BuildMgDevice(p, pool, flags, stream);
+    if (!h.ok()) return h.status();
+    if (!h->positive) return NotPositive("multigrid-cg", size, y, status, stream);
+    mg = std::move(*h);
   }
   auto precondition = [&]() -> absl::Status {
-    if (multigrid) return VCycleDevice(levels, 0, stream);
+    if (multigrid) return ApplyVCycle(mg, r, z, stream);
     TridiagonalProblem<T> tp{N, M, Layout::kFlat, p.aC, p.cC, p.bC, r};
     auto k = SolveTridiagonalDevice(tp, TridiagonalMethod::kPartitioned, z, flags, pool, stream);
     return k.ok() ? absl::OkStatus() : k.status();
@@ -484,7 +513,7 @@ absl::StatusOr<SolveInfo> BicgstabDevice(const BlockTridiagonalProblem<T>& p,
                                          Pool& pool, const SolveControl& control,
                                          cudaStream_t stream) {
   const int64_t N = p.N, M = p.M, size = N * M;
-  // r, r0, p, v, y-hat, s, z, t and the coarse levels.
+  // r, r0, p, v, y-hat, s, z, t; the levels in their own buffer.
   auto buf = pool.Get(16 + int64_t(sizeof(T)) * 8 * size + 16);
   if (!buf.ok()) return buf.status();
   auto* acc = static_cast<double*>(buf->get());
@@ -492,32 +521,9 @@ absl::StatusOr<SolveInfo> BicgstabDevice(const BlockTridiagonalProblem<T>& p,
   T *r0 = r + size, *pv = r0 + size, *v = pv + size, *yh = v + size, *sv = yh + size,
     *zv = sv + size, *tv = zv + size;
   auto* flag = reinterpret_cast<uint8_t*>(tv + size);
-  std::vector<std::pair<int64_t, int64_t>> dims = {{N, M}};
-  while (dims.back().first * dims.back().second > kMgCoarsest && dims.size() < 32)
-    dims.push_back({(dims.back().first + 1) / 2, (dims.back().second + 1) / 2});
-  int64_t total = 0;
-  for (size_t l = 0; l < dims.size(); ++l) total += dims[l].first * dims[l].second * 7;
-  auto mg = pool.Get(int64_t(sizeof(T)) * total);
+  auto mg = BuildMgDevice(p, pool, flag, stream);
   if (!mg.ok()) return mg.status();
-  std::vector<MgDev<T>> levels;
-  T* next = mg->as<T>();
-  for (size_t l = 0; l < dims.size(); ++l) {
-    MgDev<T> lv{dims[l].first, dims[l].second};
-    const int64_t sz = lv.N * lv.M;
-    for (T** a : {&lv.w, &lv.c, &lv.e, &lv.n, &lv.s, &lv.r, &lv.z}) {
-      *a = next;
-      next += sz;
-    }
-    levels.push_back(lv);
-  }
-  MgFineKernel<T><<<Blocks(size), kThreads, 0, stream>>>(p, levels[0]);
-  for (size_t l = 1; l < levels.size(); ++l)
-    MgCoarsenKernel<T><<<Blocks(levels[l].N * levels[l].M), kThreads, 0, stream>>>(
-        levels[l - 1], levels[l]);
-  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flag, 0, 1, stream));
-  for (const auto& lv : levels)
-    MgDiagonalCheck<T><<<Blocks(lv.N * lv.M), kThreads, 0, stream>>>(lv.N * lv.M, lv.c, flag);
-  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  if (!mg->positive) return NotPositive("multigrid-bicgstab", size, y, status, stream);
   const unsigned rb = unsigned(std::min<int64_t>(Blocks(size), 1024));
   double h[2];
   auto dots = [&](const T* u, const T* w, const T* u2, const T* w2) -> absl::Status {
@@ -528,14 +534,7 @@ absl::StatusOr<SolveInfo> BicgstabDevice(const BlockTridiagonalProblem<T>& p,
         cudaMemcpyAsync(h, acc, 2 * sizeof(double), cudaMemcpyDeviceToHost, stream));
     return CudaStatus(cudaStreamSynchronize(stream), "BiCGStab dot");
   };
-  // z = V(in): the V-cycle reads the fine level's r and writes its z.
-  auto precondition = [&](const T* in, T* out) -> absl::Status {
-    levels[0].r = const_cast<T*>(in);
-    levels[0].z = out;
-    return VCycleDevice(levels, 0, stream);
-  };
-  uint8_t bad = 0;
-  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&bad, flag, 1, cudaMemcpyDeviceToHost, stream));
+  auto precondition = [&](const T* in, T* out) { return ApplyVCycle(*mg, in, out, stream); };
   ApplyKernel<T><<<Blocks(size), kThreads, 0, stream>>>(p, y, r, true);
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   TRISOLVE_CUDA_RETURN_IF_ERROR(
@@ -547,12 +546,6 @@ absl::StatusOr<SolveInfo> BicgstabDevice(const BlockTridiagonalProblem<T>& p,
   double res = std::sqrt(h[1]) / scale;
   SolveInfo info;
   info.method = "multigrid-bicgstab";
-  if (bad) {
-    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(y, 0, size * sizeof(T), stream));
-    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-    *status = SystemStatus::kSingular;
-    return info;
-  }
   double rho = 1, alpha = 1, omega = 1;
   int64_t it = 0;
   for (; it < o.max_iterations; ++it) {

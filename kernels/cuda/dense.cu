@@ -2,6 +2,7 @@
 #include <cfloat>
 
 #include "check.h"
+#include "numerics.cuh"
 #include "dense_cuda.h"
 
 namespace trisolve::cuda {
@@ -320,36 +321,12 @@ __global__ void __launch_bounds__(kHhThreads)
     D[i] = xs[i];
   }
   __syncthreads();
-  const T eps = sizeof(T) == 8 ? T(DBL_EPSILON) : T(FLT_EPSILON);
-  auto vanishes = [&](T v, T scale) {
-    const T m = fabs(v);
-    return !(m <= (sizeof(T) == 8 ? T(DBL_MAX) : T(FLT_MAX))) || m <= eps * scale || m == T(0);
-  };
   for (int stride = 1; stride < n; stride *= 2) {
     if (i < n) {
       const int il = i - stride, ir = i + stride;
-      T an = T(0), cn = T(0), bn = B[i], dn = D[i], scale = fabs(B[i]);
-      if (il >= 0) {
-        ok &= !vanishes(B[il], fabs(B[il]));
-        const T k1 = A[i] / B[il];
-        an = -A[il] * k1;
-        bn -= C[il] * k1;
-        dn -= D[il] * k1;
-        scale += fabs(C[il] * k1);
-      }
-      if (ir < n) {
-        ok &= !vanishes(B[ir], fabs(B[ir]));
-        const T k2 = C[i] / B[ir];
-        cn = -C[ir] * k2;
-        bn -= A[ir] * k2;
-        dn -= D[ir] * k2;
-        scale += fabs(A[ir] * k2);
-      }
-      ok &= !vanishes(bn, scale);
-      A2[i] = an;
-      B2[i] = bn;
-      C2[i] = cn;
-      D2[i] = dn;
+      const int l = il >= 0 ? il : i, r = ir < n ? ir : i;
+      ok &= PcrCombine(A[i], B[i], C[i], D[i], il >= 0, A[l], B[l], C[l], D[l], ir < n, A[r],
+                       B[r], C[r], D[r], A2[i], B2[i], C2[i], D2[i]);
     }
     __syncthreads();
     if (i < n) {
@@ -361,14 +338,14 @@ __global__ void __launch_bounds__(kHhThreads)
     __syncthreads();
   }
   if (i < n) {
-    ok &= !vanishes(B[i], fabs(B[i]));
+    ok &= !Vanishes(B[i], fabs(B[i]));
     xs[i] = D[i] / B[i];
   }
   __syncthreads();
   for (int k = n - 3; k >= 0; --k) apply(k);
   if (i < n) {
     const T v = xs[i];
-    ok &= fabs(v) <= (sizeof(T) == 8 ? T(DBL_MAX) : T(FLT_MAX));
+    ok &= Finite(v);
     x[s * p.n + i] = v;
   }
   if (!ok) flags[s] = 1;

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "check.h"
+#include "numerics.cuh"
 #include "dense_cuda.h"
 #include "tridiagonal_cuda.h"
 
@@ -146,22 +147,17 @@ template <typename T>
 __global__ void PivotCheckKernel(int64_t n, int64_t batch, const T* __restrict__ LU,
                                  const T* __restrict__ colmax, uint8_t* __restrict__ flags) {
   const int64_t s = blockIdx.y;
-  const T eps = sizeof(T) == 8 ? T(DBL_EPSILON) : T(FLT_EPSILON);
-  const T big = sizeof(T) == 8 ? T(DBL_MAX) : T(FLT_MAX);
   for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < n;
-       k += int64_t(gridDim.x) * blockDim.x) {
-    const T u = fabs(LU[s * n * n + k * n + k]);
-    if (!(u <= big) || u <= T(n) * eps * colmax[s * n + k] || u == T(0)) flags[s] = 1;
-  }
+       k += int64_t(gridDim.x) * blockDim.x)
+    if (Vanishes(LU[s * n * n + k * n + k], T(n) * colmax[s * n + k])) flags[s] = 1;
 }
 
 template <typename T>
 __global__ void FiniteCheckKernel(int64_t count, int64_t n, const T* __restrict__ x,
                                   uint8_t* __restrict__ flags) {
-  const T big = sizeof(T) == 8 ? T(DBL_MAX) : T(FLT_MAX);
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < count;
        e += int64_t(gridDim.x) * blockDim.x)
-    if (!(fabs(x[e]) <= big)) flags[e / n] = 1;
+    if (!Finite(x[e])) flags[e / n] = 1;
 }
 
 // T's diagonals from sytrd's d (n) and e (n - 1), in the tridiagonal kernels' convention.

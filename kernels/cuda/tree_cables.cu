@@ -5,6 +5,7 @@
 #include <cfloat>
 
 #include "check.h"
+#include "numerics.cuh"
 #include "tree_cuda.h"
 #include "tridiagonal_cuda.h"
 
@@ -17,18 +18,6 @@ constexpr int32_t kTailMaxCables = 2048;  // per level, for the levels the tail 
 constexpr int32_t kTailMaxNodes = 8192;
 constexpr int kAhead = 8;  // nodes of a cable whose inputs are loaded before they are used
 constexpr int64_t kMaxGridY = 65535;
-
-template <typename T>
-__device__ __forceinline__ bool Vanishes(T m, T scale) {
-  const T eps = sizeof(T) == 8 ? T(DBL_EPSILON) : T(FLT_EPSILON);
-  const T big = sizeof(T) == 8 ? T(DBL_MAX) : T(FLT_MAX);
-  m = fabs(m);
-  return !(m <= big) || m <= eps * scale || m == T(0);
-}
-template <typename T>
-__device__ __forceinline__ bool Finite(T v) {
-  return fabs(v) <= (sizeof(T) == 8 ? T(DBL_MAX) : T(FLT_MAX));
-}
 
 struct View {
   const int32_t* start;
