@@ -150,6 +150,22 @@ TEST(CudaDenseLarge, LuBatchedAndSingle) {
   CheckLarge<float>(2000, 1, DenseMethod::kAuto, false, "lu (cusolver getrf)", 1e-5, 5e-1);
 }
 
+// gauss-jordan for n > 64: blocked, panels of 512 columns. One panel (65, 128, 512), a panel
+// and one column (513), several with a short last one (1000, 4096); the last system of each
+// batch singular; float32 too. The CPU's Gauss-Jordan picks the same pivots.
+TEST(CudaDenseLarge, GaussJordanBlocked) {
+  REQUIRE_GPU();
+  const char* gj = "gauss-jordan-blocked";
+  CheckLarge<double>(65, 5, DenseMethod::kGaussJordan, false, gj, 1e-14, 1e-10);
+  CheckLarge<double>(128, 3, DenseMethod::kGaussJordan, false, gj, 1e-14, 1e-10);
+  CheckLarge<double>(512, 2, DenseMethod::kGaussJordan, false, gj, 1e-14, 1e-10);
+  CheckLarge<double>(513, 3, DenseMethod::kGaussJordan, false, gj, 1e-14, 1e-10);
+  CheckLarge<double>(1000, 3, DenseMethod::kGaussJordan, false, gj, 1e-14, 1e-9);
+  CheckLarge<double>(4096, 1, DenseMethod::kGaussJordan, false, gj, 1e-14, 1e-7);
+  CheckLarge<float>(300, 4, DenseMethod::kGaussJordan, false, gj, 1e-5, 2e-2);
+  CheckLarge<float>(2000, 1, DenseMethod::kGaussJordan, false, gj, 1e-5, 5e-1);
+}
+
 TEST(CudaDense, HouseholderPcrBatchedSmall) {
   REQUIRE_GPU();
   // One block a system up to n = 64 against the CPU's householder-pcr: symmetric indefinite

@@ -308,10 +308,10 @@ class CudaBackend final : public Backend {
   absl::StatusOr<SolveInfo> SolveDenseOnDevice(const DenseProblem<T>& p, DenseMethod m,
                                                DenseOutput<T> out, const SolveControl& c) {
     // Small systems: Gauss-Jordan, one warp a system. Larger n: LU through cuBLAS/cuSOLVER
-    // (auto, lu; Gauss-Jordan asked for by name runs on the host). householder-pcr: one block
-    // a system up to n = 64, cuSOLVER's sytrd and the tridiagonal kernels above.
+    // (auto, lu: 2n^3/3 flops), or blocked Gauss-Jordan when asked for by name (n^3).
+    // householder-pcr: one block a system up to n = 64, cuSOLVER's sytrd and the tridiagonal
+    // kernels above.
     const bool small = p.n <= cuda::kDenseGpuMaxN;
-    if (m == DenseMethod::kGaussJordan && !small) return Host(cpu_->Solve(p, m, out, c));
     return Staged<T>({{p.A, p.batch * p.n * p.n}, {p.b, p.batch * p.n}}, p.batch, p.n,
                      Layout::kFlat, out.x, out.status,
                      [&](const std::vector<T*>& d, T* dx, uint8_t* flags,
@@ -328,6 +328,12 @@ class CudaBackend final : public Backend {
                                                                         device_pool_, stream);
                          if (!st.ok()) return st;
                          return std::string("householder-pcr (cusolver sytrd)");
+                       }
+                       if (m == DenseMethod::kGaussJordan && !small) {
+                         auto st = cuda::SolveDenseGaussJordanBlockedDevice(
+                             dp, dx, flags, dense_libs_, device_pool_, stream);
+                         if (!st.ok()) return st;
+                         return std::string("gauss-jordan-blocked");
                        }
                        if (m == DenseMethod::kLu || !small)
                          return cuda::SolveDenseLuDevice(dp, dx, flags, dense_libs_, device_pool_,

@@ -78,6 +78,20 @@ absl::StatusOr<std::string> SolveDenseLuDevice(const DenseProblem<T>& p, T* x,
                                                uint8_t* status_flags, DenseLibs& libs,
                                                Pool& pool, cudaStream_t stream);
 
+// n > kDenseGpuMaxN: "gauss-jordan-blocked", Gauss-Jordan with partial pivoting on [A | b]
+// (column-major, the row-major A transposed on the device), a panel of `panel` columns at a
+// time (0: kGaussJordanPanel): the panel's rows k0 .. n-1 factorised by cuSOLVER getrf (the
+// pivot search of each column on the device, the same pivots as the CPU reference's
+// Gauss-Jordan), its row exchanges applied right of it (laswp), then the columns right of the
+// panel eliminated below (trsm with L11, gemm with L21: LU's update) and above (trsm with U11
+// normalises the pivot rows, gemm with the panel's rows above: the part LU does not do). The
+// last column ends as x. n^3 flops against LU's 2n^3/3; vanishing pivots flagged as in "lu".
+constexpr int kGaussJordanPanel = 512;  // measured: 128, 256, 512 (NOTES.md)
+template <typename T>
+absl::Status SolveDenseGaussJordanBlockedDevice(const DenseProblem<T>& p, T* x,
+                                                uint8_t* status_flags, DenseLibs& libs,
+                                                Pool& pool, cudaStream_t stream, int panel = 0);
+
 // "householder-pcr" for symmetric A, system by system: cuSOLVER sytrd reduces A to T = Q^T A Q
 // (Householder, blocked), ormtr applies Q^T to b, the tridiagonal kernels solve T y = Q^T b
 // (the PCR notes' kernel for n <= 1024, else the partitioned kernel, whose reduced system is

@@ -1,6 +1,8 @@
-// Dense systems of n > 64 on the GPU through cuSOLVER and cuBLAS: LU (getrf/getrs) and the
+// Dense systems of n > 64 on the GPU through cuSOLVER and cuBLAS: LU (getrf/getrs), blocked
+// Gauss-Jordan (panel getrf, trsm and gemm) and the
 // symmetric Householder reduction (sytrd/ormtr) followed by the tridiagonal kernels.
 #include <cfloat>
+#include <limits>
 #include <vector>
 
 #include "check.h"
@@ -104,6 +106,54 @@ cusolverStatus_t Ormtr(cusolverDnHandle_t h, cublasOperation_t op, int n, float*
                        float* C, float* w, int lw, int* info) {
   return cusolverDnSormtr(h, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_LOWER, op, n, 1, A, n, tau, C, n,
                           w, lw, info);
+}
+
+// The blocked Gauss-Jordan's pieces: the panel's LU, its row exchanges, the triangular solves
+// and the updates as matrix products.
+cusolverStatus_t PanelBuf(cusolverDnHandle_t h, int m, int w, double* A, int lda, int* lw) {
+  return cusolverDnDgetrf_bufferSize(h, m, w, A, lda, lw);
+}
+cusolverStatus_t PanelBuf(cusolverDnHandle_t h, int m, int w, float* A, int lda, int* lw) {
+  return cusolverDnSgetrf_bufferSize(h, m, w, A, lda, lw);
+}
+cusolverStatus_t Panel(cusolverDnHandle_t h, int m, int w, double* A, int lda, double* ws,
+                       int* ipiv, int* info) {
+  return cusolverDnDgetrf(h, m, w, A, lda, ws, ipiv, info);
+}
+cusolverStatus_t Panel(cusolverDnHandle_t h, int m, int w, float* A, int lda, float* ws,
+                       int* ipiv, int* info) {
+  return cusolverDnSgetrf(h, m, w, A, lda, ws, ipiv, info);
+}
+cusolverStatus_t Laswp(cusolverDnHandle_t h, int cols, double* A, int lda, int k2,
+                       const int* ipiv) {
+  return cusolverDnDlaswp(h, cols, A, lda, 1, k2, ipiv, 1);
+}
+cusolverStatus_t Laswp(cusolverDnHandle_t h, int cols, float* A, int lda, int k2,
+                       const int* ipiv) {
+  return cusolverDnSlaswp(h, cols, A, lda, 1, k2, ipiv, 1);
+}
+cublasStatus_t Trsm(cublasHandle_t h, cublasFillMode_t fill, cublasDiagType_t diag, int m,
+                    int cols, const double* A, int lda, double* B, int ldb) {
+  const double one = 1;
+  return cublasDtrsm(h, CUBLAS_SIDE_LEFT, fill, CUBLAS_OP_N, diag, m, cols, &one, A, lda, B, ldb);
+}
+cublasStatus_t Trsm(cublasHandle_t h, cublasFillMode_t fill, cublasDiagType_t diag, int m,
+                    int cols, const float* A, int lda, float* B, int ldb) {
+  const float one = 1;
+  return cublasStrsm(h, CUBLAS_SIDE_LEFT, fill, CUBLAS_OP_N, diag, m, cols, &one, A, lda, B, ldb);
+}
+// C -= A B (m x k times k x cols).
+cublasStatus_t GemmSub(cublasHandle_t h, int m, int cols, int k, const double* A, int lda,
+                       const double* B, int ldb, double* C, int ldc) {
+  const double minus = -1, one = 1;
+  return cublasDgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, m, cols, k, &minus, A, lda, B, ldb, &one, C,
+                     ldc);
+}
+cublasStatus_t GemmSub(cublasHandle_t h, int m, int cols, int k, const float* A, int lda,
+                       const float* B, int ldb, float* C, int ldc) {
+  const float minus = -1, one = 1;
+  return cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, m, cols, k, &minus, A, lda, B, ldb, &one, C,
+                     ldc);
 }
 
 // Row-major A (batch of n x n) into column-major M, and colmax[s][j] = max_i |A[i][j]|.
@@ -283,6 +333,76 @@ absl::StatusOr<std::string> SolveDenseLuDevice(const DenseProblem<T>& p, T* x, u
 }
 
 template <typename T>
+absl::Status SolveDenseGaussJordanBlockedDevice(const DenseProblem<T>& p, T* x, uint8_t* flags,
+                                                DenseLibs& libs, Pool& pool,
+                                                cudaStream_t stream, int panel) {
+  const int64_t n = p.n, nn = n * n;
+  if (n > std::numeric_limits<int>::max() / 2)
+    return absl::InvalidArgumentError("gauss-jordan-blocked: n too large for cuBLAS");
+  const int nb = int(std::min<int64_t>(panel > 0 ? panel : kGaussJordanPanel, n));
+  auto solver = libs.Solver(stream);
+  if (!solver.ok()) return solver.status();
+  auto blas = libs.Blas(stream);
+  if (!blas.ok()) return blas.status();
+  // M = [A | b] column-major (n x (n + 1), leading dimension n), colmax, the panel's pivots and
+  // info.
+  auto work = pool.Get(int64_t(sizeof(T)) * (nn + 2 * n) + int64_t(sizeof(int)) * (nb + 1));
+  if (!work.ok()) return work.status();
+  T* M = work->as<T>();
+  T* colmax = M + nn + n;
+  int* ipiv = reinterpret_cast<int*>(colmax + n);
+  int* info = ipiv + nb;
+  int lw = 0;
+  TRISOLVE_SOLVER_RETURN_IF_ERROR(PanelBuf(*solver, int(n), nb, M, int(n), &lw));
+  auto ws = pool.Get(int64_t(sizeof(T)) * std::max(lw, 1));
+  if (!ws.ok()) return ws.status();
+  const int ld = int(n);
+  for (int64_t s = 0; s < p.batch; ++s) {
+    const dim3 grid(unsigned((n + 31) / 32), unsigned((n + 31) / 32), 1);
+    TransposeKernel<T><<<grid, dim3(32, 8), 0, stream>>>(n, p.A + s * nn, M);
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    ColumnMaxKernel<T><<<dim3(unsigned(n), 1), 256, 0, stream>>>(n, M, colmax);
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(M + nn, p.b + s * n, sizeof(T) * n,
+                                                  cudaMemcpyDeviceToDevice, stream));
+    for (int k0 = 0; k0 < n; k0 += nb) {
+      const int w = int(std::min<int64_t>(nb, n - k0)), k1 = k0 + w;
+      const int rest = int(n) + 1 - k1;  // the columns right of the panel, b the last
+      T* P = M + k0 + int64_t(k0) * ld;  // the panel's diagonal block
+      T* R = M + int64_t(k1) * ld;       // row 0 of the columns right of the panel
+      // The panel below the eliminated rows, LU with partial pivoting (the pivot search of
+      // Gauss-Jordan's task A over rows k0 .. n-1 of each column), and its row exchanges on
+      // the columns right of it.
+      TRISOLVE_SOLVER_RETURN_IF_ERROR(
+          Panel(*solver, int(n) - k0, w, P, ld, ws->as<T>(), ipiv, info));
+      TRISOLVE_SOLVER_RETURN_IF_ERROR(Laswp(*solver, rest, R + k0, ld, w, ipiv));
+      // The pivot rows: Y = L11^-1 A_MR, the rows below: A_BR -= L21 Y (LU's update).
+      TRISOLVE_BLAS_RETURN_IF_ERROR(
+          Trsm(*blas, CUBLAS_FILL_MODE_LOWER, CUBLAS_DIAG_UNIT, w, rest, P, ld, R + k0, ld));
+      if (k1 < n)
+        TRISOLVE_BLAS_RETURN_IF_ERROR(
+            GemmSub(*blas, int(n) - k1, rest, w, P + w, ld, R + k0, ld, R + k1, ld));
+      // The pivot rows normalised, A_MR = U11^-1 Y (task E), and the rows above eliminated,
+      // A_TR -= A_TJ A_MR (Gauss-Jordan's part that LU does not do).
+      TRISOLVE_BLAS_RETURN_IF_ERROR(
+          Trsm(*blas, CUBLAS_FILL_MODE_UPPER, CUBLAS_DIAG_NON_UNIT, w, rest, P, ld, R + k0, ld));
+      if (k0 > 0)
+        TRISOLVE_BLAS_RETURN_IF_ERROR(
+            GemmSub(*blas, k0, rest, w, M + int64_t(k0) * ld, ld, R + k0, ld, R, ld));
+    }
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(x + s * n, M + nn, sizeof(T) * n,
+                                                  cudaMemcpyDeviceToDevice, stream));
+    // The pivots u_kk stay on M's diagonal (later steps write only right of their panel).
+    PivotCheckKernel<T><<<dim3(Blocks(n, 256), 1), 256, 0, stream>>>(n, 1, M, colmax,
+                                                                      flags + s);
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  }
+  FiniteCheckKernel<T><<<Blocks(p.batch * n, 256), 256, 0, stream>>>(p.batch * n, n, x, flags);
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return CudaStatus(cudaStreamSynchronize(stream), "gauss-jordan-blocked");  // before M returns
+}
+
+template <typename T>
 absl::Status SolveDenseHouseholderPcrDevice(const DenseProblem<T>& p, T* x, uint8_t* flags,
                                             DenseLibs& libs, Pool& pool, cudaStream_t stream) {
   const int64_t n = p.n, nn = n * n;
@@ -336,6 +456,12 @@ template absl::StatusOr<std::string> SolveDenseLuDevice(const DenseProblem<doubl
 template absl::StatusOr<std::string> SolveDenseLuDevice(const DenseProblem<float>&, float*,
                                                         uint8_t*, DenseLibs&, Pool&,
                                                         cudaStream_t);
+template absl::Status SolveDenseGaussJordanBlockedDevice(const DenseProblem<double>&, double*,
+                                                         uint8_t*, DenseLibs&, Pool&,
+                                                         cudaStream_t, int);
+template absl::Status SolveDenseGaussJordanBlockedDevice(const DenseProblem<float>&, float*,
+                                                         uint8_t*, DenseLibs&, Pool&,
+                                                         cudaStream_t, int);
 template absl::Status SolveDenseHouseholderPcrDevice(const DenseProblem<double>&, double*,
                                                      uint8_t*, DenseLibs&, Pool&, cudaStream_t);
 template absl::Status SolveDenseHouseholderPcrDevice(const DenseProblem<float>&, float*,

@@ -3,7 +3,8 @@
 // getrsBatched, on the same data (2^26 matrix entries per order). cuBLAS reads the row-major
 // matrices as column-major, i.e. solves A^T x = b: the same work. Part 2, one large system:
 // trisolve's lu (transpose, cuSOLVER getrf + getrs, pivot check) against cuSOLVER getrf +
-// getrs alone, and trisolve's householder-pcr (sytrd, ormtr, PCR, ormtr) against cuSOLVER
+// getrs alone, trisolve's gauss-jordan-blocked (panel widths 128, 256, 512; * the default) against
+// the same, and trisolve's householder-pcr (sytrd, ormtr, PCR, ormtr) against cuSOLVER
 // sytrd alone and sytrd + ormtr + the tridiagonal solve, n = 2048 .. 16384.
 //   bench_dense [--entries 67108864] [--large 2048,4096,8192,16384] [--reps 10]
 #include <cublas_v2.h>
@@ -195,6 +196,18 @@ int main(int argc, char** argv) {
       if (!st.ok()) std::exit(2);
     });
     row("trisolve lu", lu_ms, getrf_ms, backward(x));
+    for (int panel : {128, 256, 512}) {
+      const double gj_ms = TimeIt(reps, [] {}, [&] {
+        CK(cudaMemsetAsync(flags, 0, 1));
+        auto st = trisolve::cuda::SolveDenseGaussJordanBlockedDevice(p, x, flags, libs, pool,
+                                                                     nullptr, panel);
+        if (!st.ok()) std::exit(2);
+      });
+      char name[64];
+      std::snprintf(name, sizeof name, "trisolve gauss-jordan-blocked (panel %d)%s", panel,
+                    panel == trisolve::cuda::kGaussJordanPanel ? " *" : "");
+      row(name, gj_ms, getrf_ms, backward(x));
+    }
     const double sytrd_ms = TimeIt(reps, restore, [&] {
       cusolverDnDsytrd(sh, CUBLAS_FILL_MODE_LOWER, n, A, n, d, e, tau, work, lw2, info);
     });
