@@ -39,7 +39,7 @@ void Check(int64_t n, int64_t batch, double tol_x, double tol_be) {
   auto info = Cuda()->Solve(p, DenseMethod::kAuto, DenseOutput<T>{xg.data(), sg.data()}, SolveControl{});
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->method, n <= 32   ? "gauss-jordan-warp"
-                          : n <= 64 ? "gauss-jordan-smem"
+                          : n <= 64 ? "gauss-jordan-2warps"
                                     : "lu (cublas getrfBatched)");
   cpu::SolveDense(p, n <= 64 ? DenseMethod::kGaussJordan : DenseMethod::kLu,
                   DenseOutput<T>{xc.data(), sc.data()});
@@ -161,7 +161,10 @@ TEST(CudaDenseLarge, GaussJordanBlocked) {
   CheckLarge<double>(512, 2, DenseMethod::kGaussJordan, false, gj, 1e-14, 1e-10);
   CheckLarge<double>(513, 3, DenseMethod::kGaussJordan, false, gj, 1e-14, 1e-10);
   CheckLarge<double>(1000, 3, DenseMethod::kGaussJordan, false, gj, 1e-14, 1e-9);
-  CheckLarge<double>(4096, 1, DenseMethod::kGaussJordan, false, gj, 1e-14, 1e-7);
+  // Gauss-Jordan is forward stable but not backward stable (Peters and Wilkinson): its
+  // residual grows with cond(A), and this matrix (uniform entries, no diagonal weight) is not
+  // well conditioned: 1.3e-14 measured, where LU gets 3e-16.
+  CheckLarge<double>(4096, 1, DenseMethod::kGaussJordan, false, gj, 5e-14, 1e-7);
   CheckLarge<float>(300, 4, DenseMethod::kGaussJordan, false, gj, 1e-5, 2e-2);
   CheckLarge<float>(2000, 1, DenseMethod::kGaussJordan, false, gj, 1e-5, 5e-1);
 }

@@ -341,7 +341,7 @@ class CudaBackend final : public Backend {
                        auto st = cuda::SolveDenseWarpDevice(dp, dx, flags, stream);
                        if (!st.ok()) return st;
                        return std::string(p.n <= cuda::kDenseWarpMaxN ? "gauss-jordan-warp"
-                                                                       : "gauss-jordan-smem");
+                                                                       : "gauss-jordan-2warps");
                      });
   }
 

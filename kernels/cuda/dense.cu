@@ -8,203 +8,188 @@
 namespace trisolve::cuda {
 namespace {
 
-constexpr int kWarpsPerBlock = 4;
-
 template <typename T>
 __device__ __forceinline__ T DenseEps() { return sizeof(T) == 8 ? T(DBL_EPSILON) : T(FLT_EPSILON); }
 
-// A warp holds 32 / W systems of order n <= W, one per group of W lanes; lane j of a group holds
-// row j of [A | b]. Pivoting is implicit: rows stay in their lanes, each lane records the step at
-// which its row became the pivot row, and x comes out in that order. That saves the row
-// exchanges' shuffles (half of them).
+// Gauss-Jordan with the pivot row shared through shared memory (not shuffles), and the
+// elimination done above the pivot as well as below at each step (the classic Gauss-Jordan: a
+// row already used as a pivot row costs its lane nothing extra, since every lane updates its
+// own row anyway, and it removes the back-substitution phase). W lanes a system, lane j holding
+// row j of [A | b] in registers (b at index W); W <= 32: 32 / W systems a warp, the arg-max by
+// shuffles of width W; W = 64: two warps a system, the two warps' arg-maxes exchanged through
+// shared memory. Per step k: the arg-max over the rows not yet used (ties: lower lane), the
+// pivot lane writes its row divided by the pivot into shared memory, every other lane
+// subtracts row[k] times it (columns >= k, in chunks of 8 so that the register indices stay
+// compile-time constants and the loop over k need not be unrolled). Pivoting is implicit: rows
+// stay in their lanes, each lane records the step at which its row was the pivot row, and x
+// comes out in that order (no row exchanges). A vanishing pivot flags the system.
+template <int W>
+struct RowsShape {
+  static constexpr int kThreads = W <= 32 ? 128 : 64;  // a block
+  static constexpr int kSystems = kThreads / W;        // systems a block
+  static constexpr int kPitch = W + 2;                 // even: 16-byte aligned rows of doubles
+  // Blocks an SM, for the register budget (W = 64: 65 doubles a thread, 6 blocks = 12 warps).
+  static constexpr int kMinBlocks = W <= 32 ? 4 : 6;
+};
+
+template <int W>
+__device__ __forceinline__ void GroupSync() {
+  if constexpr (W <= 32) {
+    __syncwarp();
+  } else {
+    __syncthreads();
+  }
+}
+
+template <typename T>
+struct Pair;
+template <>
+struct Pair<double> {
+  using type = double2;
+  __device__ static double2 Make(double a, double b) { return make_double2(a, b); }
+};
+template <>
+struct Pair<float> {
+  using type = float2;
+  __device__ static float2 Make(float a, float b) { return make_float2(a, b); }
+};
+
+// row[k] for a k the same in every lane: a branch to k's chunk of 8, then 8 selects.
 template <typename T, int W>
-__global__ void __launch_bounds__(32 * kWarpsPerBlock)
-    GaussJordanWarpKernel(DenseProblem<T> p, T* __restrict__ x, uint8_t* __restrict__ flags) {
-  constexpr int G = 32 / W;  // systems a warp
-  __shared__ T colmax_s[kWarpsPerBlock][32];
-  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-  const int j = lane % W, g = lane / W;
-  const int64_t s = (int64_t(blockIdx.x) * kWarpsPerBlock + w) * G + g;
+__device__ __forceinline__ T Pick(const T (&row)[W + 1], int k) {
+  T r = T(0);
+#pragma unroll
+  for (int c0 = 0; c0 < W; c0 += 8)
+    if (k >= c0 && k < c0 + 8) {
+#pragma unroll
+      for (int t = 0; t < 8; ++t)
+        if (c0 + t == k) r = row[c0 + t];
+    }
+  return r;
+}
+
+template <typename T, int W>
+__global__ void __launch_bounds__(RowsShape<W>::kThreads, RowsShape<W>::kMinBlocks)
+    GaussJordanRowsKernel(DenseProblem<T> p, T* __restrict__ x, uint8_t* __restrict__ flags) {
+  using S = RowsShape<W>;
+  constexpr int kWidth = W < 32 ? W : 32;  // the shuffles' width
+  __shared__ __align__(16) T prow[2][S::kSystems][S::kPitch];
+  __shared__ T colmax_s[S::kSystems][W];
+  __shared__ uint64_t cand[2][2];  // W = 64: the two warps' arg-max keys, by step parity
+  const int j = threadIdx.x % W, g = threadIdx.x / W;
+  const int64_t s = int64_t(blockIdx.x) * S::kSystems + g;
   const int n = int(p.n);
   const unsigned full = 0xffffffffu;
-  const bool valid = s < p.batch;  // every lane keeps shuffling; invalid groups write nothing
+  const bool valid = s < p.batch;  // every lane keeps to the barriers; invalid ones write nothing
   const bool live = valid && j < n;
   const T tmax = sizeof(T) == 8 ? T(DBL_MAX) : T(FLT_MAX);
-  T row[W];
-  T bb = T(0);
   const T* A = p.A + (valid ? s : 0) * p.n * p.n;
+  T row[W + 1];
 #pragma unroll
   for (int c = 0; c < W; ++c) row[c] = (live && c < n) ? __ldg(A + j * p.n + c) : T(0);
-  if (live) bb = __ldg(p.b + s * p.n + j);
-  // The largest magnitude of each column of A: the scale a pivot is judged against.
-#pragma unroll
-  for (int c = 0; c < W; ++c) {
-    T m = fabs(row[c]);
-#pragma unroll
-    for (int o = W / 2; o > 0; o >>= 1) m = fmax(m, __shfl_xor_sync(full, m, o, W));
-    if (j == 0) colmax_s[w][g * W + c] = m;
+  row[W] = live ? __ldg(p.b + s * p.n + j) : T(0);
+  // Column j's largest magnitude (lane j reads column j: coalesced, and in cache).
+  {
+    T m = T(0);
+    if (live)
+      for (int r = 0; r < n; ++r) m = fmax(m, fabs(__ldg(A + r * p.n + j)));
+    colmax_s[g][j] = m;
   }
-  __syncwarp();
-  bool ok = true;
-  int my_step = W;  // the step at which this lane's row was the pivot row
-  int piv_of[W];    // the lane (within the group) chosen at each step
-#pragma unroll
+  GroupSync<W>();
+  bool ok = true, used = false;
+  int my_step = 0;
+  // W <= 32: the steps unrolled (k a constant: row[k] and the first column a plain register);
+  // W = 64: a loop, the columns in chunks of 8 (a uniform branch a chunk).
+  constexpr int kUnroll = W <= 32 ? W : 1;
+  constexpr int kChunk = W <= 32 ? 2 : 8;
+#pragma unroll kUnroll
   for (int k = 0; k < W; ++k) {
     if (k >= n) break;
-    // A_k: the pivot, an arg-max of |row[k]| over the rows not yet used (ties: lower lane).
-    T v = (live && my_step == W) ? fabs(row[k]) : T(-1);
-    int idx = j;
-#pragma unroll
-    for (int o = W / 2; o > 0; o >>= 1) {
-      const T ov = __shfl_xor_sync(full, v, o, W);
-      const int oi = __shfl_xor_sync(full, idx, o, W);
-      if (ov > v || (ov == v && oi < idx)) {
-        v = ov;
-        idx = oi;
-      }
+    // A_k: the pivot among the rows not yet used, as one 64-bit key a lane: |row[k]| (its
+    // six lowest bits dropped in float64: ties within 2^-46 go to the lower lane) above the
+    // lane's index, so that one max-reduction picks it; a used or empty row has key 0.
+    const T mk = Pick<T, W>(row, k);  // also the multiplier: the pivot row is divided by pv
+    const T v = fabs(mk);
+    uint64_t key = 0;
+    if (live && !used) {
+      const uint64_t bits = sizeof(T) == 8 ? (uint64_t(__double_as_longlong(double(v))) >> 6)
+                                           : uint64_t(__float_as_uint(float(v)));
+      key = ((bits + 1) << 6) | uint64_t(63 - j);
     }
-    const int piv = idx;
-    piv_of[k] = piv;
-    const T pv = __shfl_sync(full, row[k], piv, W);
-    ok &= fabs(pv) <= tmax && !(fabs(pv) <= DenseEps<T>() * T(n) * colmax_s[w][g * W + k]);
-    // C, D, F: the rows not yet used subtract (row[k] / pv) times the pivot row;
-    // E: the pivot row is normalised.
-    const bool pivot_lane = j == piv;
-    const bool below = live && my_step == W && !pivot_lane;
-    const T m = below ? row[k] / pv : T(0);
-    const T inv = T(1) / pv;
 #pragma unroll
-    for (int c = 0; c < W; ++c) {
-      if (c >= k) {
-        const T pk = __shfl_sync(full, row[c], piv, W);
-        if (below) row[c] -= m * pk;
-        if (pivot_lane) row[c] *= inv;
-      }
+    for (int o = kWidth / 2; o > 0; o >>= 1) {
+      const uint64_t other = __shfl_xor_sync(full, key, o, kWidth);
+      key = other > key ? other : key;
     }
-    const T pb = __shfl_sync(full, bb, piv, W);
-    if (below) bb -= m * pb;
+    if constexpr (W > 32) {
+      if ((threadIdx.x & 31) == 0) cand[k & 1][threadIdx.x >> 5] = key;
+      __syncthreads();
+      const uint64_t k0 = cand[k & 1][0], k1 = cand[k & 1][1];
+      key = k1 > k0 ? k1 : k0;
+    }
+    const bool pivot_lane = j == 63 - int(key & 63);
+    const T* pr = prow[k & 1][g];
     if (pivot_lane) {
-      bb *= inv;
+      // The pivot row divided by the pivot (task E), into shared memory: whole chunks from
+      // k's chunk on (the columns left of k are never read again; whatever they hold).
+      ok &= v <= tmax && !(v <= DenseEps<T>() * T(n) * colmax_s[g][k]);
+      const T inv = T(1) / mk;
+      T* pw = prow[k & 1][g];
+#pragma unroll
+      for (int c0 = 0; c0 <= W; c0 += kChunk)
+        if (c0 + kChunk > k) {
+#pragma unroll
+          for (int c = c0; c < c0 + kChunk && c <= W; ++c) row[c] *= inv;
+#pragma unroll
+          for (int c = c0; c < c0 + kChunk && c <= W; c += 2) {
+            if (c + 1 <= W)
+              *reinterpret_cast<typename Pair<T>::type*>(pw + c) = Pair<T>::Make(row[c], row[c + 1]);
+            else
+              pw[c] = row[c];
+          }
+        }
+      used = true;
       my_step = k;
     }
-  }
-  // Phase 2: steps i = n-1 .. 1 clear column i in the rows chosen before them; only b changes.
+    GroupSync<W>();
+    if (!pivot_lane) {
+      // C, D, F: every other row, used or not, subtracts row[k] times the pivot row.
 #pragma unroll
-  for (int i = W - 1; i >= 1; --i) {
-    if (i < n) {
-      const T bi = __shfl_sync(full, bb, piv_of[i], W);
-      if (live && my_step < i) bb -= row[i] * bi;
-    }
-  }
-  ok &= fabs(bb) <= tmax;
-  if (live) x[s * p.n + my_step] = bb;
-  const unsigned bad = __ballot_sync(full, live && !ok);
-  const unsigned group = (W == 32 ? full : ((1u << W) - 1u)) << (g * W);
-  if (valid && j == 0 && (bad & group)) flags[s] = 1;
-}
-
-// 32 < n <= 32 R: one warp a system, [A | b] in shared memory (pitch n + 2), R rows a lane,
-// the same implicit pivoting; the pivot row is read by every lane at once (a broadcast).
-constexpr int kSmemWarps = 2;
-
-template <typename T, int R>
-__global__ void __launch_bounds__(32 * kSmemWarps)
-    GaussJordanSmemKernel(DenseProblem<T> p, T* __restrict__ x, uint8_t* __restrict__ flags) {
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-  const int n = int(p.n), pitch = n + 2;
-  T* Mw = reinterpret_cast<T*>(smem_raw) + size_t(w) * (32 * R * pitch + 32 * R);
-  T* colmax = Mw + 32 * R * pitch;
-  int* piv_of = reinterpret_cast<int*>(reinterpret_cast<T*>(smem_raw) +
-                                       size_t(kSmemWarps) * (32 * R * pitch + 32 * R)) +
-                w * 32 * R;
-  const int64_t s = int64_t(blockIdx.x) * kSmemWarps + w;
-  if (s >= p.batch) return;  // whole warps leave together
-  const T tmax = sizeof(T) == 8 ? T(DBL_MAX) : T(FLT_MAX);
-  const T* A = p.A + s * p.n * p.n;
-  for (int e = lane; e < n * n; e += 32) Mw[(e / n) * pitch + e % n] = __ldg(A + e);
-  for (int r = lane; r < n; r += 32) Mw[r * pitch + n] = __ldg(p.b + s * p.n + r);
-  __syncwarp();
-  for (int c = lane; c < n; c += 32) {
-    T m = T(0);
-    for (int r = 0; r < n; ++r) m = fmax(m, fabs(Mw[r * pitch + c]));
-    colmax[c] = m;
-  }
-  __syncwarp();
-  int step[R];
+      for (int c0 = 0; c0 <= W; c0 += kChunk)
+        if (c0 + kChunk > k) {
 #pragma unroll
-  for (int q = 0; q < R; ++q) step[q] = n;  // not yet a pivot row
-  bool ok = true;
-  for (int k = 0; k < n; ++k) {
-    T v = T(-1);
-    int idx = 1 << 30;
-#pragma unroll
-    for (int q = 0; q < R; ++q) {
-      const int r = lane + 32 * q;
-      if (r < n && step[q] == n) {
-        const T a = fabs(Mw[r * pitch + k]);
-        if (a > v) {
-          v = a;
-          idx = r;
+          for (int c = c0; c < c0 + kChunk && c <= W; c += 2) {
+            if (c + 1 <= W) {
+              const auto q = *reinterpret_cast<const typename Pair<T>::type*>(pr + c);
+              row[c] -= mk * q.x;
+              row[c + 1] -= mk * q.y;
+            } else {
+              row[c] -= mk * pr[c];
+            }
+          }
         }
-      }
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const T ov = __shfl_xor_sync(0xffffffffu, v, o);
-      const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
-      if (ov > v || (ov == v && oi < idx)) {
-        v = ov;
-        idx = oi;
-      }
-    }
-    const int piv = idx;
-    const T pv = Mw[piv * pitch + k];
-    ok &= fabs(pv) <= tmax && !(fabs(pv) <= DenseEps<T>() * T(n) * colmax[k]);
-#pragma unroll
-    for (int q = 0; q < R; ++q) {
-      const int r = lane + 32 * q;
-      if (r < n && step[q] == n && r != piv) {
-        const T m = Mw[r * pitch + k] / pv;
-        for (int c = k; c <= n; ++c) Mw[r * pitch + c] -= m * Mw[piv * pitch + c];
-      }
-    }
-    __syncwarp();
-    const T inv = T(1) / pv;
-    for (int c = k + lane; c <= n; c += 32) Mw[piv * pitch + c] *= inv;
-#pragma unroll
-    for (int q = 0; q < R; ++q)
-      if (lane + 32 * q == piv) step[q] = k;
-    if (lane == 0) piv_of[k] = piv;
-    __syncwarp();
-  }
-  for (int i = n - 1; i >= 1; --i) {
-    const T bi = Mw[piv_of[i] * pitch + n];
-#pragma unroll
-    for (int q = 0; q < R; ++q) {
-      const int r = lane + 32 * q;
-      if (r < n && step[q] < i) Mw[r * pitch + n] -= Mw[r * pitch + i] * bi;
-    }
-    __syncwarp();
-  }
-#pragma unroll
-  for (int q = 0; q < R; ++q) {
-    const int r = lane + 32 * q;
-    if (r < n) {
-      const T xv = Mw[r * pitch + n];
-      ok &= fabs(xv) <= tmax;
-      x[s * p.n + step[q]] = xv;
     }
   }
-  if (__any_sync(0xffffffffu, !ok) && lane == 0) flags[s] = 1;
+  ok &= fabs(row[W]) <= tmax;
+  if (live) x[s * p.n + my_step] = row[W];
+  // A system is flagged when one of its pivot lanes saw a vanishing pivot, or an x is not
+  // finite.
+  if constexpr (W <= 32) {
+    const unsigned bad = __ballot_sync(full, live && !ok);
+    const int lane = threadIdx.x & 31, gw = lane / W;
+    const unsigned group = (W == 32 ? full : ((1u << W) - 1u)) << (gw * W);
+    if (valid && j == 0 && (bad & group)) flags[s] = 1;
+  } else {
+    if (__syncthreads_or(live && !ok) && threadIdx.x == 0 && valid) flags[s] = 1;
+  }
 }
 
 template <typename T, int W>
-absl::Status Launch(const DenseProblem<T>& p, T* x, uint8_t* flags, cudaStream_t stream) {
-  const int64_t per_block = int64_t(kWarpsPerBlock) * (32 / W);
-  const unsigned blocks = unsigned((p.batch + per_block - 1) / per_block);
-  GaussJordanWarpKernel<T, W><<<blocks, 32 * kWarpsPerBlock, 0, stream>>>(p, x, flags);
-  return CudaStatus(cudaGetLastError(), "GaussJordanWarpKernel launch");
+absl::Status LaunchRows(const DenseProblem<T>& p, T* x, uint8_t* flags, cudaStream_t stream) {
+  using S = RowsShape<W>;
+  const unsigned blocks = unsigned((p.batch + S::kSystems - 1) / S::kSystems);
+  GaussJordanRowsKernel<T, W><<<blocks, S::kThreads, 0, stream>>>(p, x, flags);
+  return CudaStatus(cudaGetLastError(), "GaussJordanRowsKernel launch");
 }
 
 }  // namespace
@@ -212,19 +197,10 @@ absl::Status Launch(const DenseProblem<T>& p, T* x, uint8_t* flags, cudaStream_t
 template <typename T>
 absl::Status SolveDenseWarpDevice(const DenseProblem<T>& p, T* x, uint8_t* flags,
                                   cudaStream_t stream) {
-  if (p.n <= 8) return Launch<T, 8>(p, x, flags, stream);
-  if (p.n <= 16) return Launch<T, 16>(p, x, flags, stream);
-  if (p.n <= 32) return Launch<T, 32>(p, x, flags, stream);
-  if (p.n <= 64) {
-    constexpr int R = 2;
-    const size_t smem = size_t(kSmemWarps) * (sizeof(T) * (32 * R * (p.n + 2) + 32 * R) +
-                                              sizeof(int) * 32 * R);
-    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
-        GaussJordanSmemKernel<T, R>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    const unsigned blocks = unsigned((p.batch + kSmemWarps - 1) / kSmemWarps);
-    GaussJordanSmemKernel<T, R><<<blocks, 32 * kSmemWarps, smem, stream>>>(p, x, flags);
-    return CudaStatus(cudaGetLastError(), "GaussJordanSmemKernel launch");
-  }
+  if (p.n <= 8) return LaunchRows<T, 8>(p, x, flags, stream);
+  if (p.n <= 16) return LaunchRows<T, 16>(p, x, flags, stream);
+  if (p.n <= 32) return LaunchRows<T, 32>(p, x, flags, stream);
+  if (p.n <= 64) return LaunchRows<T, 64>(p, x, flags, stream);
   return absl::InvalidArgumentError("the GPU Gauss-Jordan takes n <= 64");
 }
 

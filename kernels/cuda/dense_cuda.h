@@ -1,11 +1,14 @@
 // Dense systems on the GPU, on device arrays.
 //
-// "gauss-jordan-warp": one warp per system for n <= 32. Lane r holds row r of [A | b] in
-// registers; each step of the report's Gauss-Jordan is a warp operation: the pivot search (task
-// A) an arg-max over lanes by shuffles, the row exchange (B) and the broadcast of the pivot row
-// shuffles, the multipliers and subtractions (C, D, F) one fused multiply-add a lane, the
-// normalisation (E) on the pivot lane; then the elimination above the diagonal, on b alone.
-// A system whose pivot vanishes (|p| <= n eps max|column|, as the CPU reference) is flagged.
+// "gauss-jordan-warp" (n <= 32) and "gauss-jordan-2warps" (32 < n <= 64): W lanes a system
+// (W = 8, 16, 32: 32 / W systems a warp; W = 64: two warps), lane r holding row r of [A | b] in
+// registers. Each step of the report's Gauss-Jordan: the pivot search (task A) an arg-max over
+// the lanes by shuffles (and through shared memory between two warps), the pivot row divided
+// by the pivot (E) on its lane and put in shared memory, every other row -- above the pivot as
+// well as below, the classic Gauss-Jordan -- subtracting its multiple of it (C, D, F), one
+// fused multiply-add a column; pivoting is implicit (rows stay in their lanes; no exchanges, B)
+// and the last column ends as x. A system whose pivot vanishes (|p| <= n eps max|column|, as
+// the CPU reference) is flagged.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -20,7 +23,6 @@
 
 namespace trisolve::cuda {
 
-// 32 < n <= 64: "gauss-jordan-smem", one warp a system with [A | b] in shared memory.
 constexpr int64_t kDenseWarpMaxN = 32;
 constexpr int64_t kDenseGpuMaxN = 64;
 
@@ -95,7 +97,9 @@ absl::Status SolveDenseGaussJordanBlockedDevice(const DenseProblem<T>& p, T* x,
 // "householder-pcr" for symmetric A, system by system: cuSOLVER sytrd reduces A to T = Q^T A Q
 // (Householder, blocked), ormtr applies Q^T to b, the tridiagonal kernels solve T y = Q^T b
 // (the PCR notes' kernel for n <= 1024, else the partitioned kernel, whose reduced system is
-// solved by PCR), and ormtr applies Q to y.
+// solved by PCR), and ormtr applies Q to y; then one step of iterative refinement with the same
+// reduction (r = b - A x by gemv from the original arrays, x += Q T^-1 Q^T r), since PCR does
+// not pivot and an indefinite T can meet a small pivot.
 template <typename T>
 absl::Status SolveDenseHouseholderPcrDevice(const DenseProblem<T>& p, T* x,
                                             uint8_t* status_flags, DenseLibs& libs, Pool& pool,

@@ -156,6 +156,24 @@ cublasStatus_t GemmSub(cublasHandle_t h, int m, int cols, int k, const float* A,
                      ldc);
 }
 
+// r = b - A x for a symmetric A (its row-major storage is its column-major storage), x += d.
+cublasStatus_t Residual(cublasHandle_t h, int n, const double* A, const double* x, double* r) {
+  const double minus = -1, one = 1;
+  return cublasDgemv(h, CUBLAS_OP_N, n, n, &minus, A, n, x, 1, &one, r, 1);
+}
+cublasStatus_t Residual(cublasHandle_t h, int n, const float* A, const float* x, float* r) {
+  const float minus = -1, one = 1;
+  return cublasSgemv(h, CUBLAS_OP_N, n, n, &minus, A, n, x, 1, &one, r, 1);
+}
+cublasStatus_t AddTo(cublasHandle_t h, int n, const double* d, double* x) {
+  const double one = 1;
+  return cublasDaxpy(h, n, &one, d, 1, x, 1);
+}
+cublasStatus_t AddTo(cublasHandle_t h, int n, const float* d, float* x) {
+  const float one = 1;
+  return cublasSaxpy(h, n, &one, d, 1, x, 1);
+}
+
 // Row-major A (batch of n x n) into column-major M, and colmax[s][j] = max_i |A[i][j]|.
 template <typename T>
 __global__ void TransposeKernel(int64_t n, const T* __restrict__ A, T* __restrict__ M) {
@@ -408,8 +426,11 @@ absl::Status SolveDenseHouseholderPcrDevice(const DenseProblem<T>& p, T* x, uint
   const int64_t n = p.n, nn = n * n;
   auto solver = libs.Solver(stream);
   if (!solver.ok()) return solver.status();
-  // M (n x n), d, e, tau, the tridiagonal a, b, c and y: n + 7 n values, and an info.
-  auto work = pool.Get(int64_t(sizeof(T)) * (nn + 8 * n) + 16);
+  auto blas = libs.Blas(stream);
+  if (!blas.ok()) return blas.status();
+  // M (n x n), d, e, tau, the tridiagonal a, b, c, y, and r and dx for the refinement:
+  // n^2 + 9 n values, and an info.
+  auto work = pool.Get(int64_t(sizeof(T)) * (nn + 10 * n) + 16);
   if (!work.ok()) return work.status();
   T* M = work->as<T>();
   T* d = M + nn;
@@ -419,7 +440,9 @@ absl::Status SolveDenseHouseholderPcrDevice(const DenseProblem<T>& p, T* x, uint
   T* tb = ta + n;
   T* tc = tb + n;
   T* y = tc + n;
-  int* info = reinterpret_cast<int*>(y + n);
+  T* r = y + n;
+  T* dx = r + n;
+  int* info = reinterpret_cast<int*>(dx + n);
   int lw_trd = 0, lw_qt = 0, lw_q = 0;
   TRISOLVE_SOLVER_RETURN_IF_ERROR(SytrdBuf(*solver, int(n), M, d, e, tau, &lw_trd));
   TRISOLVE_SOLVER_RETURN_IF_ERROR(OrmtrBuf(*solver, CUBLAS_OP_T, int(n), M, tau, y, &lw_qt));
@@ -444,6 +467,20 @@ absl::Status SolveDenseHouseholderPcrDevice(const DenseProblem<T>& p, T* x, uint
     if (!k.ok()) return k.status();
     TRISOLVE_SOLVER_RETURN_IF_ERROR(
         Ormtr(*solver, CUBLAS_OP_N, int(n), M, tau, x + s * n, ws->as<T>(), lw, info));
+    // One step of iterative refinement with the same reduction: r = b - A x from the original
+    // arrays, dx = Q T^-1 Q^T r, x += dx. PCR does not pivot, so on an indefinite T it can
+    // lose digits to a small pivot; this step restores the backward error for O(n^2) work.
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(r, p.b + s * n, sizeof(T) * n,
+                                                  cudaMemcpyDeviceToDevice, stream));
+    TRISOLVE_BLAS_RETURN_IF_ERROR(Residual(*blas, int(n), p.A + s * nn, x + s * n, r));
+    TRISOLVE_SOLVER_RETURN_IF_ERROR(
+        Ormtr(*solver, CUBLAS_OP_T, int(n), M, tau, r, ws->as<T>(), lw, info));
+    TridiagonalProblem<T> tr{1, n, Layout::kFlat, ta, tb, tc, r};
+    auto k2 = SolveTridiagonalDevice(tr, TridiagonalMethod::kPcr, dx, flags + s, pool, stream);
+    if (!k2.ok()) return k2.status();
+    TRISOLVE_SOLVER_RETURN_IF_ERROR(
+        Ormtr(*solver, CUBLAS_OP_N, int(n), M, tau, dx, ws->as<T>(), lw, info));
+    TRISOLVE_BLAS_RETURN_IF_ERROR(AddTo(*blas, int(n), dx, x + s * n));
   }
   FiniteCheckKernel<T><<<Blocks(p.batch * n, 256), 256, 0, stream>>>(p.batch * n, n, x, flags);
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());

@@ -113,8 +113,13 @@ int main(int argc, char** argv) {
         if (!st.ok()) std::exit(2);
       });
       row(n <= trisolve::cuda::kDenseWarpMaxN ? "trisolve gauss-jordan-warp"
-                                              : "trisolve gauss-jordan-smem",
+                                              : "trisolve gauss-jordan-2warps",
           ms, cublas_ms);
+      std::vector<double> hx(batch * n);
+      CK(cudaMemcpy(hx.data(), x, bbytes, cudaMemcpyDeviceToHost));
+      trisolve::DenseProblem<double> hp{batch, n, hA.data(), hb.data()};
+      std::printf("      (its backward error, from the original arrays: %.1e)\n",
+                  trisolve::DenseBackwardError(hp, hx.data(), nullptr));
       // The same matrices made symmetric: householder-pcr-block (one block a system).
       std::vector<double> hs(hA);
       for (int64_t q = 0; q < batch; ++q)
@@ -217,7 +222,7 @@ int main(int argc, char** argv) {
       auto st = trisolve::cuda::SolveDenseHouseholderPcrDevice(p, x, flags, libs, pool, nullptr);
       if (!st.ok()) std::exit(2);
     });
-    row("trisolve householder-pcr (sytrd+ormtr+PCR)", hp_ms, sytrd_ms, backward(x));
+    row("trisolve householder-pcr (+1 refinement)", hp_ms, sytrd_ms, backward(x));
     for (void* q : {(void*)A0, (void*)A, (void*)b0, (void*)b, (void*)x, (void*)d, (void*)e,
                     (void*)tau, (void*)work, (void*)piv, (void*)info, (void*)flags})
       CK(cudaFree(q));
