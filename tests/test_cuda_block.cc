@@ -83,7 +83,10 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(std::pair<int64_t, int64_t>{1, 1}, std::pair<int64_t, int64_t>{2, 2},
                                          std::pair<int64_t, int64_t>{7, 7}, std::pair<int64_t, int64_t>{7, 128},
                                          std::pair<int64_t, int64_t>{128, 7}, std::pair<int64_t, int64_t>{128, 128},
-                                         std::pair<int64_t, int64_t>{1000, 1000}),
+                                         std::pair<int64_t, int64_t>{1000, 1000},
+                                         // rows longer than one block holds (4096): the
+                                         // right-hand-side kernel and the partitioned solve
+                                         std::pair<int64_t, int64_t>{5, 5000}),
                        ::testing::Values(BlockMethod::kGaussSeidel, BlockMethod::kRedBlack,
                                          BlockMethod::kJacobi)),
     BlockName);
