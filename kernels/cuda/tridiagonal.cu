@@ -13,6 +13,8 @@ namespace {
 // ---- launch parameters, next to the kernels they tune ---------------------------------------
 constexpr int kChunk = 8;            // rows per thread (registers: ~4 * kChunk values)
 constexpr int kMaxThreadsOnChip = 512;
+// Threads a block of the one-pass kernel at most: 16 rows a thread need 255 registers.
+constexpr int MaxThreadsOnChip(int chunk) { return chunk >= 16 ? 256 : kMaxThreadsOnChip; }
 constexpr int kStreamThreads = 128;  // reduce/back kernels of the multi-level path
 constexpr int kThomasThreads = 128;
 
@@ -191,7 +193,7 @@ __device__ __forceinline__ int ReducedIndex(int sl, int i, int P, int S) {
 }
 
 template <int M, typename T, bool kInterleaved>
-__global__ void __launch_bounds__(kMaxThreadsOnChip)
+__global__ void __launch_bounds__(MaxThreadsOnChip(M))
     PartitionedOnChipKernel(TridiagonalProblem<T> p, T* __restrict__ x, uint8_t* flags, int P,
                             int S) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -255,10 +257,42 @@ __global__ void __launch_bounds__(kMaxThreadsOnChip)
     for (int q = 0; q < 2; ++q) {
       const int i = 2 * j + q, il = i - stride, ir = i + stride;
       const int e = ReducedIndex<kInterleaved>(sl, i, P, S);
-      const int el = ReducedIndex<kInterleaved>(sl, il >= 0 ? il : i, P, S);
-      const int er = ReducedIndex<kInterleaved>(sl, ir < R ? ir : i, P, S);
-      ok &= PcrCombine(sa[e], sb[e], sc[e], sd[e], il >= 0, sa[el], sb[el], sc[el], sd[el],
-                       ir < R, sa[er], sb[er], sc[er], sd[er], na[q], nb[q], nc[q], nd[q]);
+      if constexpr (sizeof(T) == 4) {
+        // float32: the neighbours read only when present (PcrCombine reads them always, which
+        // measured 1.3-1.45x slower in float32 at n = 256-4096; in float64 the branches cost
+        // 2-6% instead: H100, NOTES.md t6).
+        T an = T(0), bn = sb[e], cn = T(0), dn = sd[e], scale = fabs(bn);
+        if (il >= 0) {
+          const int el = ReducedIndex<kInterleaved>(sl, il, P, S);
+          const T bl = sb[el];
+          ok &= !Vanishes(bl, fabs(bl));
+          const T k1 = sa[e] / bl;
+          an = -sa[el] * k1;
+          bn -= sc[el] * k1;
+          dn -= sd[el] * k1;
+          scale += fabs(sc[el] * k1);
+        }
+        if (ir < R) {
+          const int er = ReducedIndex<kInterleaved>(sl, ir, P, S);
+          const T br = sb[er];
+          ok &= !Vanishes(br, fabs(br));
+          const T k2 = sc[e] / br;
+          cn = -sc[er] * k2;
+          bn -= sa[er] * k2;
+          dn -= sd[er] * k2;
+          scale += fabs(sa[er] * k2);
+        }
+        ok &= !Vanishes(bn, scale);
+        na[q] = an;
+        nb[q] = bn;
+        nc[q] = cn;
+        nd[q] = dn;
+      } else {
+        const int el = ReducedIndex<kInterleaved>(sl, il >= 0 ? il : i, P, S);
+        const int er = ReducedIndex<kInterleaved>(sl, ir < R ? ir : i, P, S);
+        ok &= PcrCombine(sa[e], sb[e], sc[e], sd[e], il >= 0, sa[el], sb[el], sc[el], sd[el],
+                         ir < R, sa[er], sb[er], sc[er], sd[er], na[q], nb[q], nc[q], nd[q]);
+      }
     }
     __syncthreads();
 #pragma unroll
@@ -295,12 +329,20 @@ __global__ void __launch_bounds__(kMaxThreadsOnChip)
 // ---- multi-level: reduce to 2 rows per chunk in global memory, then substitute back ----------
 // Chunk g of the problem: flat (s, j) = (g / nch, g % nch); interleaved (j, s) = (g / batch,
 // g % batch). The reduced system is flat: system s, rows 2j and 2j+1 of 2 * nch.
+// Threads a block of the level kernels: the staging tile (4 arrays of M + 1 values a thread)
+// must stay under the 48 KB of static shared memory.
+template <int M, typename T>
+constexpr int LevelThreads() {
+  return M * sizeof(T) > 64 ? kStreamThreads / 2 : kStreamThreads;
+}
+
 template <int M, typename T, bool kInterleaved, bool kBack>
-__global__ void __launch_bounds__(kStreamThreads)
+__global__ void __launch_bounds__(LevelThreads<M, T>())
     PartitionedLevelKernel(TridiagonalProblem<T> p, int64_t nch, T* __restrict__ ra,
                            T* __restrict__ rb, T* __restrict__ rc, T* __restrict__ rd,
                            const T* __restrict__ xr, T* __restrict__ x, uint8_t* flags) {
-  constexpr int tsz = kStreamThreads * (M + 1);
+  constexpr int kThreads = LevelThreads<M, T>();
+  constexpr int tsz = kThreads * (M + 1);
   __shared__ T tile[4 * tsz];
   const int64_t total = p.batch * nch;
   const int64_t g0 = int64_t(blockIdx.x) * blockDim.x;
@@ -334,7 +376,7 @@ __global__ void __launch_bounds__(kStreamThreads)
   if (kInterleaved) {
     LoadChunkInterleaved<M>(p, s < 0 ? p.batch : s, j, a, b, c, d);
   } else {
-    StageFlat4<M>(p, tile, tsz, kStreamThreads, where);
+    StageFlat4<M>(p, tile, tsz, kThreads, where);
     __syncthreads();
     ReadChunkFromTile<M>(tile, tsz, s, j, p.n, a, b, c, d);
     __syncthreads();
@@ -372,7 +414,7 @@ __global__ void __launch_bounds__(kStreamThreads)
         if (s >= 0 && k < p.n) x[k * p.batch + s] = d[i];
       }
     } else {
-      StoreFlat<M>(x, tile, kStreamThreads, where, d);
+      StoreFlat<M>(x, tile, kThreads, where, d);
     }
   }
 }
@@ -503,7 +545,7 @@ template <int M, typename T>
 absl::Status LaunchOnChipM(const TridiagonalProblem<T>& p, T* x, uint8_t* flags, int min_threads,
                            cudaStream_t stream) {
   const int P = NextPow2((p.n + M - 1) / M);
-  const int threads = std::max(P, min_threads);
+  const int threads = std::max(P, std::min(min_threads, MaxThreadsOnChip(M)));
   const int S = threads / P;
   const int64_t blocks = (p.batch + S - 1) / S;
   const bool inter = p.layout == Layout::kInterleaved;
@@ -517,9 +559,23 @@ absl::Status LaunchOnChipM(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
 }
 
 // Whether one block can hold whole systems of this size.
+// Rows a thread of the one-pass kernel: the tuning's, or by shape (0). Measured on the H100 in
+// float64 (bench_tridiagonal --tune, results/tune-h100-2026-11-22-chunk16.log): 16 rows a
+// thread beat 8 for n = 4096 (flat -6%, interleaved -11%) and interleaved n = 256 (-10%); 8
+// won n <= 128 and n = 1024. float32 keeps 8 (not measured with 16).
+template <typename T>
+int OnChipChunk(int64_t n, Layout layout) {
+  if (g_tuning.chunk > 0) return g_tuning.chunk;
+  if (sizeof(T) != 8) return kChunk;
+  if (n > 2048) return 16;
+  if (layout == Layout::kInterleaved && n > 128 && n <= 512) return 16;
+  return kChunk;
+}
+
 template <typename T>
 bool FitsOnChip(int64_t n) {
-  return n <= int64_t(g_tuning.chunk) * kMaxThreadsOnChip;
+  const int chunk = g_tuning.chunk > 0 ? g_tuning.chunk : kChunk;
+  return n <= int64_t(chunk) * MaxThreadsOnChip(chunk);
 }
 
 template <typename T>
@@ -528,19 +584,29 @@ absl::Status LaunchOnChip(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
   // Measured on the H100 (tests/bench/results): small blocks pack more systems per SM for the
   // flat layout and small n; interleaved systems above n = 128 want wider blocks (more systems
   // per warp-load).
-  const int auto_threads = p.layout == Layout::kInterleaved && p.n > 128 ? 512 : 128;
+  const int chunk = OnChipChunk<T>(p.n, p.layout);
+  const int auto_threads =
+      chunk == 16 ? 128 : p.layout == Layout::kInterleaved && p.n > 128 ? 512 : 128;
   const int min_threads = std::min(
       std::max(g_tuning.min_threads > 0 ? g_tuning.min_threads : auto_threads, 32),
       kMaxThreadsOnChip);
-  if (g_tuning.chunk == 4) return LaunchOnChipM<4>(p, x, flags, min_threads, stream);
+  if (chunk == 16) return LaunchOnChipM<16>(p, x, flags, min_threads, stream);
+  if (chunk == 2) return LaunchOnChipM<2>(p, x, flags, min_threads, stream);
+  if (chunk == 4) return LaunchOnChipM<4>(p, x, flags, min_threads, stream);
   return LaunchOnChipM<kChunk>(p, x, flags, min_threads, stream);
 }
 
 template <typename T>
 absl::Status SolvePartitioned(const TridiagonalProblem<T>& p, T* x, uint8_t* flags, Pool& pool,
-                              cudaStream_t stream) {
-  if (FitsOnChip<T>(p.n)) return LaunchOnChip(p, x, flags, stream);
-  const int64_t nch = (p.n + kChunk - 1) / kChunk;
+                              cudaStream_t stream);
+
+// n too large for one block: each chunk of M rows reduced to 2 rows in global memory (one
+// pass), that system solved (recursively), then each chunk substituted back (a second pass).
+template <int M, typename T>
+absl::Status SolveTwoPass(const TridiagonalProblem<T>& p, T* x, uint8_t* flags, Pool& pool,
+                          cudaStream_t stream) {
+  constexpr int kThreads = LevelThreads<M, T>();
+  const int64_t nch = (p.n + M - 1) / M;
   const int64_t rn = 2 * nch;
   auto buf = pool.Get(int64_t(sizeof(T)) * 5 * rn * p.batch);
   if (!buf.ok()) return buf.status();
@@ -550,27 +616,35 @@ absl::Status SolvePartitioned(const TridiagonalProblem<T>& p, T* x, uint8_t* fla
   T* rd = rc + rn * p.batch;
   T* xr = rd + rn * p.batch;
   const int64_t total = p.batch * nch;
-  const unsigned blocks = unsigned((total + kStreamThreads - 1) / kStreamThreads);
+  const unsigned blocks = unsigned((total + kThreads - 1) / kThreads);
   const bool inter = p.layout == Layout::kInterleaved;
   if (inter)
-    PartitionedLevelKernel<kChunk, T, true, false><<<blocks, kStreamThreads, 0, stream>>>(
+    PartitionedLevelKernel<M, T, true, false><<<blocks, kThreads, 0, stream>>>(
         p, nch, ra, rb, rc, rd, nullptr, x, flags);
   else
-    PartitionedLevelKernel<kChunk, T, false, false><<<blocks, kStreamThreads, 0, stream>>>(
+    PartitionedLevelKernel<M, T, false, false><<<blocks, kThreads, 0, stream>>>(
         p, nch, ra, rb, rc, rd, nullptr, x, flags);
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   TridiagonalProblem<T> reduced{p.batch, rn, Layout::kFlat, ra, rb, rc, rd};
   if (auto st = SolvePartitioned(reduced, xr, flags, pool, stream); !st.ok()) return st;
   if (inter)
-    PartitionedLevelKernel<kChunk, T, true, true><<<blocks, kStreamThreads, 0, stream>>>(
+    PartitionedLevelKernel<M, T, true, true><<<blocks, kThreads, 0, stream>>>(
         p, nch, nullptr, nullptr, nullptr, nullptr, xr, x, flags);
   else
-    PartitionedLevelKernel<kChunk, T, false, true><<<blocks, kStreamThreads, 0, stream>>>(
+    PartitionedLevelKernel<M, T, false, true><<<blocks, kThreads, 0, stream>>>(
         p, nch, nullptr, nullptr, nullptr, nullptr, xr, x, flags);
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   // The scratch goes back to the pool now, but the kernels above still use it: wait for them
   // before another request can take it.
   return CudaStatus(cudaStreamSynchronize(stream), "partitioned solve");
+}
+
+template <typename T>
+absl::Status SolvePartitioned(const TridiagonalProblem<T>& p, T* x, uint8_t* flags, Pool& pool,
+                              cudaStream_t stream) {
+  if (FitsOnChip<T>(p.n)) return LaunchOnChip(p, x, flags, stream);
+  if (g_tuning.level_chunk == 8) return SolveTwoPass<8>(p, x, flags, pool, stream);
+  return SolveTwoPass<16>(p, x, flags, pool, stream);
 }
 
 }  // namespace
@@ -598,10 +672,14 @@ TridiagonalKernel ChooseTridiagonalKernel(TridiagonalMethod m, int64_t n, int64_
 }
 
 template <typename T>
-absl::StatusOr<TridiagonalKernel> SolveTridiagonalDevice(const TridiagonalProblem<T>& p,
+absl::StatusOr<TridiagonalKernel> SolveTridiagonalDevice(const TridiagonalProblem<T>& p_in,
                                                          TridiagonalMethod method, T* x,
                                                          uint8_t* flags, Pool& pool,
                                                          cudaStream_t stream) {
+  // One system is laid out the same way in both layouts (k * 1 + 0 = 0 * n + k): solve it as
+  // flat, whose kernels read a system's rows coalesced.
+  TridiagonalProblem<T> p = p_in;
+  if (p.batch == 1) p.layout = Layout::kFlat;
   const TridiagonalKernel k =
       ChooseTridiagonalKernel(method, p.n, p.batch, p.layout, sizeof(T) == 4);
   const bool inter = p.layout == Layout::kInterleaved;

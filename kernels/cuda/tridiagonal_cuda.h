@@ -4,12 +4,13 @@
 // Algorithms (names as reported in SolveInfo::method):
 //  - "partitioned": each thread owns M consecutive rows of a system in registers and reduces
 //    them by the modified Thomas algorithm of Laszlo, Giles & Appleyard (2016) to two rows
-//    coupling its first and last unknowns to the neighbouring chunks. For n <= 4096 (float64;
-//    8192 float32) one thread block holds whole systems: the reduced system is solved by PCR in
+//    coupling its first and last unknowns to the neighbouring chunks. For n <= 4096 one thread
+//    block holds whole systems (8 or 16 rows a thread): the reduced system is solved by PCR in
 //    shared memory and each thread substitutes back from its registers -- one pass over memory
-//    (a, b, c, d read once, x written once). Larger n write the reduced rows (2 per M rows) to
+//    (a, b, c, d read once, x written once). Larger n write the reduced rows (2 per 16 rows) to
 //    global memory, solve that system the same way (recursively) and re-read a, b, c, d to
-//    substitute back: 9 arrays of traffic instead of 5.
+//    substitute back: about 11 arrays of traffic instead of 5. A single system is solved as
+//    flat whatever its layout (the two are the same array).
 //  - "thomas": cuThomasBatch, one thread per system; c' kept in a scratch array of the same
 //    layout (coalesced in the interleaved layout), d' in x.
 //  - "pcr": the PCR notes' kernel, one thread per row and several systems of size d per block
@@ -31,8 +32,11 @@ enum class TridiagonalKernel { kPartitioned, kThomas, kPcr };
 // Launch parameters of the one-pass partitioned kernel. The defaults were picked by the
 // benchmark's --tune sweep on the H100 (tests/bench/results); the benchmark sets others.
 struct PartitionedTuning {
-  int chunk = 8;        // rows per thread: 4 or 8 (8 won every shape of the H100 sweep)
+  int chunk = 0;        // rows per thread: 2, 4, 8 or 16; 0: by shape (8, or 16 where the H100
+                        // sweep measured it faster in float64: n > 2048, interleaved 128 < n <= 512)
   int min_threads = 0;  // threads per block at least; 0: 128, or 512 for interleaved n > 128
+  int level_chunk = 16;  // rows a thread of the two-pass path (n > 4096): 8 or 16 (H100: 16
+                         // 1-3% faster flat, 25-35% interleaved with batch > 1; NOTES.md t7)
 };
 void SetPartitionedTuning(const PartitionedTuning& t);
 PartitionedTuning GetPartitionedTuning();

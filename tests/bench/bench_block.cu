@@ -15,6 +15,7 @@
 #include "bench_util.h"
 #include "block_cuda.h"
 #include "memory_pool.h"
+#include "tridiagonal_cuda.h"
 #include "trisolve/examples.h"
 
 namespace {
@@ -102,6 +103,32 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
   }
+
+  // The one-pass partitioned kernel's launch shape for the sweeps' line solves: a half-sweep at
+  // N = M = 1024 is one partial wave (512 rows), so a row's latency, not bandwidth, sets the
+  // time; fewer rows a thread (chunk) put more threads on a row.
+  std::printf("\nline-solve launch shape (chunk = rows a thread, threads a block at least): "
+              "red-black per sweep, and L = 64 at N = M = 1024\n");
+  std::printf("%6s %6s %8s %12s %12s\n", "N=M", "chunk", "threads", "per sweep", "L=64");
+  const auto tuning0 = trisolve::cuda::GetPartitionedTuning();
+  for (int64_t NM : {1024, 4096}) {
+    auto ex = trisolve::examples::ThesisExperiment1(NM, NM);
+    Device d(ex, NM, NM);
+    for (int chunk : {16, 8, 4, 2})
+      for (int threads : {128, 256, 512}) {
+        // a row must fit one block (512 threads; 256 with 16 rows a thread)
+        if (NM / chunk > (chunk == 16 ? 256 : 512) || (chunk == 16 && threads > 256)) continue;
+        trisolve::cuda::SetPartitionedTuning({chunk, threads});
+        const double t1 = Solve(d, pool, trisolve::BlockMethod::kRedBlack, 1, 0, false, reps);
+        const double t65 = Solve(d, pool, trisolve::BlockMethod::kRedBlack, 65, 0, false, reps);
+        const double t64 =
+            NM == 1024 ? Solve(d, pool, trisolve::BlockMethod::kRedBlack, 64, 0, false, reps) : 0;
+        std::printf("%6lld %6d %8d %9.4f ms %9.3f ms\n", (long long)NM, chunk, threads,
+                    (t65 - t1) / 64, t64);
+        std::fflush(stdout);
+      }
+  }
+  trisolve::cuda::SetPartitionedTuning(tuning0);
 
   // Experiment 2 (table 5.5): the thesis ran 8192-16384 sweeps at N = M = 128 (7.3-14.5 s
   // sequential, 9.6-19.2 s on its GPU). Here: to a relative residual of 1e-10 with its method.

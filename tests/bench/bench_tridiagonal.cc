@@ -233,16 +233,38 @@ void Tune(int64_t N, int reps, double copy_gbs, trisolve::cuda::Pool& pool,
   CK(cudaMemcpy(b, h.data(), bytes, cudaMemcpyHostToDevice));
   const auto saved = trisolve::cuda::GetPartitionedTuning();
   for (int64_t n : sizes) {
-    if (n > 4096) continue;
-    for (bool inter : {false, true})
-      for (int chunk : {4, 8})
-        for (int threads : {128, 256, 512}) {
-          trisolve::cuda::SetPartitionedTuning({chunk, threads});
+    if (n > 4096) {
+      // The two-pass path: rows a thread of its level kernels.
+      for (bool inter : {false, true})
+        for (int level : {8, 16}) {
+          trisolve::cuda::SetPartitionedTuning({0, 0, level});
           trisolve::TridiagonalProblem<T> p{N / n, n,
                                             inter ? trisolve::Layout::kInterleaved
                                                   : trisolve::Layout::kFlat,
                                             a, b, c, d};
-          if (n > int64_t(chunk) * 512) continue;
+          const double ms = TimeIt(reps, [] {}, [&] {
+            auto k = trisolve::cuda::SolveTridiagonalDevice(
+                p, trisolve::TridiagonalMethod::kPartitioned, x, flags, pool, nullptr);
+            if (!k.ok()) std::exit(4);
+          });
+          const double gbs = 5.0 * bytes / ms / 1e6;
+          std::printf("tune %-8s n=%-8lld %-12s level_chunk=%-2d %8.3f ms %6.0f GB/s %5.1f%%\n",
+                      sizeof(T) == 8 ? "float64" : "float32", (long long)n,
+                      inter ? "interleaved" : "flat", level, ms, gbs, 100 * gbs / copy_gbs);
+          std::fflush(stdout);
+        }
+      continue;
+    }
+    for (bool inter : {false, true})
+      for (int chunk : {4, 8, 16})
+        for (int threads : {128, 256, 512}) {
+          if (chunk == 16 && threads > 256) continue;  // 255 registers a thread
+          trisolve::cuda::SetPartitionedTuning({chunk, threads, 8});
+          trisolve::TridiagonalProblem<T> p{N / n, n,
+                                            inter ? trisolve::Layout::kInterleaved
+                                                  : trisolve::Layout::kFlat,
+                                            a, b, c, d};
+          if (n > int64_t(chunk) * (chunk == 16 ? 256 : 512)) continue;
           const double ms = TimeIt(reps, [] {}, [&] {
             auto k = trisolve::cuda::SolveTridiagonalDevice(
                 p, trisolve::TridiagonalMethod::kPartitioned, x, flags, pool, nullptr);
