@@ -1,5 +1,7 @@
 // The CUDA backend's dense solves against the CPU reference. Skips, saying so, without a GPU.
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <random>
 #include <string>
 #include <vector>
@@ -167,6 +169,92 @@ TEST(CudaDenseLarge, GaussJordanBlocked) {
   CheckLarge<double>(4096, 1, DenseMethod::kGaussJordan, false, gj, 5e-14, 1e-7);
   CheckLarge<float>(300, 4, DenseMethod::kGaussJordan, false, gj, 1e-5, 2e-2);
   CheckLarge<float>(2000, 1, DenseMethod::kGaussJordan, false, gj, 1e-5, 5e-1);
+}
+
+// A = Q1 diag(sigma) Q2 with sigma from 1 down to 1 / cond (geometric) and Q1, Q2 products of
+// three Householder reflectors of random vectors: a matrix of known condition number (2-norm).
+std::vector<double> WithCondition(int64_t n, double cond, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(-1, 1);
+  std::vector<double> A(n * n, 0.0), v(n), w(n);
+  for (int64_t i = 0; i < n; ++i)
+    A[i * n + i] = std::pow(cond, -double(i) / double(std::max<int64_t>(n - 1, 1)));
+  for (int side = 0; side < 2; ++side)
+    for (int h = 0; h < 3; ++h) {
+      double vv = 0;
+      for (auto& e : v) {
+        e = u(rng);
+        vv += e * e;
+      }
+      if (side == 0) {  // A <- H A: rows combined, w = A^T v
+        std::fill(w.begin(), w.end(), 0.0);
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t j = 0; j < n; ++j) w[j] += v[i] * A[i * n + j];
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t j = 0; j < n; ++j) A[i * n + j] -= 2 * v[i] * w[j] / vv;
+      } else {  // A <- A H: w = A v
+        for (int64_t i = 0; i < n; ++i) {
+          double acc = 0;
+          for (int64_t j = 0; j < n; ++j) acc += A[i * n + j] * v[j];
+          w[i] = acc;
+        }
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t j = 0; j < n; ++j) A[i * n + j] -= 2 * w[i] * v[j] / vv;
+      }
+    }
+  return A;
+}
+
+// Ill-conditioned systems (cond = 1e10): the forward error within what the condition allows
+// (n cond eps), and the backward error at the CPU reference's level (LU: rounding level; Gauss-
+// Jordan, which is not backward stable, within 10x of the CPU's Gauss-Jordan).
+TEST(CudaDenseLarge, IllConditionedWithinTheConditionBound) {
+  REQUIRE_GPU();
+  const double cond = 1e10, eps = 2.2e-16;
+  struct Run {
+    int64_t n, batch;
+    DenseMethod m;
+  };
+  for (const Run& r : {Run{300, 2, DenseMethod::kLu}, Run{300, 1, DenseMethod::kLu},
+                       Run{300, 2, DenseMethod::kGaussJordan},
+                       Run{700, 1, DenseMethod::kGaussJordan}, Run{40, 64, DenseMethod::kAuto}}) {
+    const int64_t n = r.n, batch = r.batch;
+    std::vector<double> A, xt(batch * n), b(batch * n, 0.0);
+    std::mt19937_64 rng(n + batch);
+    std::uniform_real_distribution<double> u(-1, 1);
+    for (int64_t s = 0; s < batch; ++s) {
+      auto As = WithCondition(n, cond, 17 * n + s);
+      A.insert(A.end(), As.begin(), As.end());
+      for (int64_t i = 0; i < n; ++i) xt[s * n + i] = u(rng);
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < n; ++j) b[s * n + i] += As[i * n + j] * xt[s * n + j];
+    }
+    DenseProblem<double> p{batch, n, A.data(), b.data()};
+    std::vector<double> xg(batch * n), xc(batch * n);
+    std::vector<SystemStatus> sg(batch), sc(batch);
+    auto info = Cuda()->Solve(p, r.m, DenseOutput<double>{xg.data(), sg.data()}, SolveControl{});
+    ASSERT_TRUE(info.ok()) << info.status();
+    const DenseMethod cm = r.m == DenseMethod::kAuto ? DenseMethod::kGaussJordan : r.m;
+    cpu::SolveDense(p, cm, DenseOutput<double>{xc.data(), sc.data()});
+    for (int64_t s = 0; s < batch; ++s) {
+      ASSERT_EQ(sg[s], SystemStatus::kOk) << info->method << " n = " << n;
+      ASSERT_EQ(sc[s], SystemStatus::kOk);
+      double dm = 0, xm = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        dm = std::max(dm, std::abs(xg[s * n + i] - xt[s * n + i]));
+        xm = std::max(xm, std::abs(xt[s * n + i]));
+      }
+      EXPECT_LE(dm / xm, double(n) * cond * eps) << info->method << " n = " << n;
+    }
+    const double be_gpu = DenseBackwardError(p, xg.data(), sg.data());
+    const double be_cpu = DenseBackwardError(p, xc.data(), sc.data());
+    EXPECT_LE(be_gpu, 10 * be_cpu + 1e-15) << info->method << " n = " << n;
+    if (r.m == DenseMethod::kLu) {
+      EXPECT_LE(be_gpu, 1e-14) << info->method << " n = " << n;
+    }
+    std::printf("[ ill-conditioned ] %-26s n = %4lld: backward error GPU %.1e, CPU %.1e\n",
+                info->method.c_str(), (long long)n, be_gpu, be_cpu);
+  }
 }
 
 TEST(CudaDense, HouseholderPcrBatchedSmall) {
