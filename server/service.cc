@@ -137,13 +137,15 @@ void FillSummary(const Job& job, const JobResult& r, const BackendInfo& be, cons
 void LogDone(const std::string& id, const char* rpc, const Job& job, const v1::SolveSummary& s) {
   spdlog::info(
       "[req {}] {} {} {} batch={} n={} method={} -> ok={} singular={} not_converged={} "
-      "diverged={} iterations={} residual={:.3g} total={:.3f} ms (queue {:.3f}, compute {:.3f})",
+      "diverged={} iterations={} residual={} total={:.3f} ms (queue {:.3f}, compute {:.3f})",
       id, rpc, std::string(FamilyName(job.family)),
       job.precision == Precision::kFloat64 ? "float64" : "float32", job.batch,
       job.family == Family::kBlockTridiagonal ? absl::StrCat(job.block_N, "x", job.block_M)
                                               : std::to_string(job.n),
       s.method(), s.ok(), s.singular(), s.not_converged(), s.diverged(), s.iterations(),
-      s.residual(), s.timings().total_us() / 1e3, s.timings().queue_us() / 1e3,
+      // NaN: the client asked for no residual (skip_residual), or no system was OK.
+      std::isnan(s.residual()) ? std::string("not computed") : fmt::format("{:.3g}", s.residual()),
+      s.timings().total_us() / 1e3, s.timings().queue_us() / 1e3,
       s.timings().compute_us() / 1e3);
 }
 
