@@ -1,6 +1,7 @@
 // CPU reference for dense systems: Gauss-Jordan elimination with partial pivoting on the
 // augmented matrix [A | b] (the report's tasks A..F in order), and for symmetric A the
-// Householder reduction to tridiagonal T = Q^T A Q, PCR on T, x = Q y (the PCR notes).
+// Householder reduction to tridiagonal T = Q^T A Q, PCR on T, x = Q y (the PCR notes), then
+// one step of iterative refinement with the same reduction.
 #include "trisolve/dense.h"
 
 #include <algorithm>
@@ -153,29 +154,42 @@ bool HouseholderPcrOne(int64_t n, const T* A, const T* b, T* x, std::vector<T>& 
     for (int64_t i = k; i < n; ++i)
       for (int64_t j = k; j < n; ++j) W[i * n + j] -= q[i] * u[j] + u[i] * q[j];
   }
-  // Q^T b = P_{n-3} ... P_0 b (apply P_0 first); P = I - u u^T / H.
-  for (int64_t i = 0; i < n; ++i) x[i] = b[i];
-  auto apply = [&](int64_t k) {
+  // v <- Q T^-1 Q^T v: Q^T v = P_{n-3} ... P_0 v (P_0 first; P = I - u u^T / H), PCR on T (the
+  // reduced W's three diagonals; symmetric: sub-diagonal = super-diagonal), Q y = P_0 ... y
+  // (the last reflector first).
+  auto apply = [&](int64_t k, T* v) {
     if (H[k] == T(0)) return;
     const T* u = &V[k * n];
     T dot = T(0);
-    for (int64_t i = k + 1; i < n; ++i) dot += u[i] * x[i];
+    for (int64_t i = k + 1; i < n; ++i) dot += u[i] * v[i];
     const T f = dot / H[k];
-    for (int64_t i = k + 1; i < n; ++i) x[i] -= f * u[i];
+    for (int64_t i = k + 1; i < n; ++i) v[i] -= f * u[i];
   };
-  for (int64_t k = 0; k + 2 < n; ++k) apply(k);
-  // T's diagonals from the reduced W (symmetric: sub-diagonal = super-diagonal).
-  std::vector<T> ta(n), tb(n), tc(n), y(n);
+  std::vector<T> ta(n), tb(n), tc(n), y(n), r(n);
   for (int64_t i = 0; i < n; ++i) {
     tb[i] = W[i * n + i];
     ta[i] = i > 0 ? W[i * n + i - 1] : T(0);
     tc[i] = i + 1 < n ? W[i * n + i + 1] : T(0);
   }
-  if (!PcrStrided(n, 1, ta.data(), tb.data(), tc.data(), x, y.data(), work.data()))
-    return false;
-  // x = Q y = P_0 P_1 ... P_{n-3} y (apply the last reflector first).
-  for (int64_t i = 0; i < n; ++i) x[i] = y[i];
-  for (int64_t k = n - 3; k >= 0; --k) apply(k);
+  auto solve = [&](T* v) {
+    for (int64_t k = 0; k + 2 < n; ++k) apply(k, v);
+    if (!PcrStrided(n, 1, ta.data(), tb.data(), tc.data(), v, y.data(), work.data()))
+      return false;
+    for (int64_t i = 0; i < n; ++i) v[i] = y[i];
+    for (int64_t k = n - 3; k >= 0; --k) apply(k, v);
+    return true;
+  };
+  for (int64_t i = 0; i < n; ++i) x[i] = b[i];
+  if (!solve(x)) return false;
+  // One step of iterative refinement with the same reduction (PCR does not pivot, so an
+  // indefinite T can cost digits): r = b - A x, x += Q T^-1 Q^T r.
+  for (int64_t i = 0; i < n; ++i) {
+    T acc = T(0);
+    for (int64_t j = 0; j < n; ++j) acc += A[i * n + j] * x[j];
+    r[i] = b[i] - acc;
+  }
+  if (!solve(r.data())) return false;
+  for (int64_t i = 0; i < n; ++i) x[i] += r[i];
   return AllFinite(n, 1, x);
 }
 

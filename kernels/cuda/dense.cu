@@ -278,49 +278,61 @@ __global__ void __launch_bounds__(kHhThreads)
       for (int j = k; j < n; ++j) W[i * n + j] -= pq[i] * u[j] + u[i] * pq[j];
     __syncthreads();
   }
-  // Q^T b: P_0 first; then x = Q y at the end: the last reflector first.
-  auto apply = [&](int k) {
+  // v <- Q T^-1 Q^T v, as the CPU reference: Q^T v (P_0 first), PCR on T (the reduced W's three
+  // diagonals, as the CPU's PcrStrided), Q y (the last reflector first).
+  auto apply = [&](int k, T* v) {
     if (H[k] == T(0)) return;  // uniform across the block
     const T* uk = V + k * n;
-    const T dot = BlockSum((i > k && i < n) ? uk[i] * xs[i] : T(0), red);
+    const T dot = BlockSum((i > k && i < n) ? uk[i] * v[i] : T(0), red);
     const T f = dot / H[k];
-    if (i > k && i < n) xs[i] -= f * uk[i];
+    if (i > k && i < n) v[i] -= f * uk[i];
     __syncthreads();
   };
-  for (int k = 0; k + 2 < n; ++k) apply(k);
-  // PCR on T (the reduced W's three diagonals), as the CPU's PcrStrided.
   bool ok = true;
-  if (i < n) {
-    A[i] = i > 0 ? W[i * n + i - 1] : T(0);
-    B[i] = W[i * n + i];
-    C[i] = i + 1 < n ? W[i * n + i + 1] : T(0);
-    D[i] = xs[i];
-  }
-  __syncthreads();
-  for (int stride = 1; stride < n; stride *= 2) {
+  auto solve = [&](T* v) {
+    for (int k = 0; k + 2 < n; ++k) apply(k, v);
     if (i < n) {
-      const int il = i - stride, ir = i + stride;
-      const int l = il >= 0 ? il : i, r = ir < n ? ir : i;
-      ok &= PcrCombine(A[i], B[i], C[i], D[i], il >= 0, A[l], B[l], C[l], D[l], ir < n, A[r],
-                       B[r], C[r], D[r], A2[i], B2[i], C2[i], D2[i]);
+      A[i] = i > 0 ? W[i * n + i - 1] : T(0);
+      B[i] = W[i * n + i];
+      C[i] = i + 1 < n ? W[i * n + i + 1] : T(0);
+      D[i] = v[i];
     }
     __syncthreads();
+    for (int stride = 1; stride < n; stride *= 2) {
+      if (i < n) {
+        const int il = i - stride, ir = i + stride;
+        const int l = il >= 0 ? il : i, r = ir < n ? ir : i;
+        ok &= PcrCombine(A[i], B[i], C[i], D[i], il >= 0, A[l], B[l], C[l], D[l], ir < n, A[r],
+                         B[r], C[r], D[r], A2[i], B2[i], C2[i], D2[i]);
+      }
+      __syncthreads();
+      if (i < n) {
+        A[i] = A2[i];
+        B[i] = B2[i];
+        C[i] = C2[i];
+        D[i] = D2[i];
+      }
+      __syncthreads();
+    }
     if (i < n) {
-      A[i] = A2[i];
-      B[i] = B2[i];
-      C[i] = C2[i];
-      D[i] = D2[i];
+      ok &= !Vanishes(B[i], fabs(B[i]));
+      v[i] = D[i] / B[i];
     }
     __syncthreads();
-  }
+    for (int k = n - 3; k >= 0; --k) apply(k, v);
+  };
+  solve(xs);
+  // One step of iterative refinement with the same reduction, as the CPU reference:
+  // r = b - A x (row i by thread i, from the original arrays), x += Q T^-1 Q^T r.
   if (i < n) {
-    ok &= !Vanishes(B[i], fabs(B[i]));
-    xs[i] = D[i] / B[i];
+    T acc = T(0);
+    for (int j = 0; j < n; ++j) acc += As[i * n + j] * xs[j];
+    pq[i] = p.b[s * p.n + i] - acc;
   }
   __syncthreads();
-  for (int k = n - 3; k >= 0; --k) apply(k);
+  solve(pq);
   if (i < n) {
-    const T v = xs[i];
+    const T v = xs[i] + pq[i];
     ok &= Finite(v);
     x[s * p.n + i] = v;
   }

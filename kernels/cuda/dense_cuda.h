@@ -32,8 +32,9 @@ absl::Status SolveDenseWarpDevice(const DenseProblem<T>& p, T* x, uint8_t* statu
 
 // "householder-pcr-block": batches of small symmetric systems (n <= 64), one thread block a
 // system, thread i owning row i as the PCR notes map them: Householder tridiagonalisation
-// with W and the reflectors in shared memory, Q^T b, PCR on T, x = Q y -- the CPU reference's
-// steps, its sums as block reductions.
+// with W and the reflectors in shared memory, Q^T b, PCR on T, x = Q y, then one step of
+// iterative refinement with the same reduction -- the CPU reference's steps, its sums as block
+// reductions.
 constexpr int64_t kHouseholderBlockMaxN = 64;
 template <typename T>
 absl::Status SolveDenseHouseholderPcrBlockDevice(const DenseProblem<T>& p, T* x,
