@@ -17,10 +17,11 @@ __device__ __forceinline__ T DenseEps() { return sizeof(T) == 8 ? T(DBL_EPSILON)
 // own row anyway, and it removes the back-substitution phase). W lanes a system, lane j holding
 // row j of [A | b] in registers (b at index W); W <= 32: 32 / W systems a warp, the arg-max by
 // shuffles of width W; W = 64: two warps a system, the two warps' arg-maxes exchanged through
-// shared memory. Per step k: the arg-max over the rows not yet used (ties: lower lane), the
-// pivot lane writes its row divided by the pivot into shared memory, every other lane
-// subtracts row[k] times it (columns >= k, in chunks of 8 so that the register indices stay
-// compile-time constants and the loop over k need not be unrolled). Pivoting is implicit: rows
+// shared memory. Per step k: the arg-max over the rows not yet used (one 64-bit key a lane; ties
+// to the lower lane), the pivot lane writes its row divided by the pivot into shared memory,
+// every other lane subtracts row[k] times it, from k's chunk of columns on (W <= 32: the steps
+// unrolled, chunks of 2; W = 64: a loop over k, chunks of 8, so that register indices stay
+// compile-time constants; columns left of k are never read again). Pivoting is implicit: rows
 // stay in their lanes, each lane records the step at which its row was the pivot row, and x
 // comes out in that order (no row exchanges). A vanishing pivot flags the system.
 template <int W>
