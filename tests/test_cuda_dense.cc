@@ -42,9 +42,8 @@ void Check(int64_t n, int64_t batch, double tol_x, double tol_be) {
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->method, n <= 32   ? "gauss-jordan-warp"
                           : n <= 64 ? "gauss-jordan-2warps"
-                                    : "lu (cublas getrfBatched)");
-  cpu::SolveDense(p, n <= 64 ? DenseMethod::kGaussJordan : DenseMethod::kLu,
-                  DenseOutput<T>{xc.data(), sc.data()});
+                                    : "gauss-jordan-block");
+  cpu::SolveDense(p, DenseMethod::kGaussJordan, DenseOutput<T>{xc.data(), sc.data()});
   double worst = 0;
   for (int64_t s = 0; s < batch; ++s) {
     ASSERT_EQ(sg[s], sc[s]) << "system " << s << " of n = " << n;
@@ -72,7 +71,8 @@ TEST_P(CudaDense, MatchesTheCpuReference) {
   Check<float>(GetParam(), 500, 5e-2, 1e-5);
 }
 
-INSTANTIATE_TEST_SUITE_P(Orders, CudaDense, ::testing::Values(1, 2, 3, 8, 9, 17, 32, 33, 47, 64, 65, 128));
+INSTANTIATE_TEST_SUITE_P(Orders, CudaDense,
+                         ::testing::Values(1, 2, 3, 8, 9, 17, 32, 33, 47, 64, 65, 100, 127, 128));
 
 // Large systems: LU through cuBLAS (batched) or cuSOLVER (one at a time), householder-pcr
 // through cuSOLVER's sytrd and the tridiagonal kernels. b = A x_true; the CPU reference where
@@ -143,7 +143,7 @@ void CheckLarge(int64_t n, int64_t batch, DenseMethod m, bool symmetric, const c
 
 TEST(CudaDenseLarge, LuBatchedAndSingle) {
   REQUIRE_GPU();
-  CheckLarge<double>(100, 50, DenseMethod::kAuto, false, "lu (cublas getrfBatched)", 1e-14, 1e-10);
+  CheckLarge<double>(100, 50, DenseMethod::kLu, false, "lu (cublas getrfBatched)", 1e-14, 1e-10);
   CheckLarge<double>(512, 4, DenseMethod::kLu, false, "lu (cublas getrfBatched)", 1e-14, 1e-9);
   CheckLarge<double>(1000, 1, DenseMethod::kAuto, false, "lu (cusolver getrf)", 1e-14, 1e-9);
   CheckLarge<double>(1000, 3, DenseMethod::kAuto, false, "lu (cusolver getrf)", 1e-14, 1e-9);
@@ -152,14 +152,16 @@ TEST(CudaDenseLarge, LuBatchedAndSingle) {
   CheckLarge<float>(2000, 1, DenseMethod::kAuto, false, "lu (cusolver getrf)", 1e-5, 5e-1);
 }
 
-// gauss-jordan for n > 64: blocked, panels of 512 columns. One panel (65, 128, 512), a panel
-// and one column (513), several with a short last one (1000, 4096); the last system of each
-// batch singular; float32 too. The CPU's Gauss-Jordan picks the same pivots.
+// gauss-jordan for n > 128: blocked, panels of 512 columns. One panel (129, 512), a panel and
+// one column (513), several with a short last one (1000, 4096); 65 and 128 run the one-block
+// kernel; the last system of each batch singular; float32 too. The CPU's Gauss-Jordan picks
+// the same pivots.
 TEST(CudaDenseLarge, GaussJordanBlocked) {
   REQUIRE_GPU();
   const char* gj = "gauss-jordan-blocked";
-  CheckLarge<double>(65, 5, DenseMethod::kGaussJordan, false, gj, 1e-14, 1e-10);
-  CheckLarge<double>(128, 3, DenseMethod::kGaussJordan, false, gj, 1e-14, 1e-10);
+  CheckLarge<double>(65, 5, DenseMethod::kGaussJordan, false, "gauss-jordan-block", 1e-14, 1e-10);
+  CheckLarge<double>(128, 3, DenseMethod::kGaussJordan, false, "gauss-jordan-block", 1e-14, 1e-10);
+  CheckLarge<double>(129, 3, DenseMethod::kGaussJordan, false, gj, 1e-14, 1e-10);
   CheckLarge<double>(512, 2, DenseMethod::kGaussJordan, false, gj, 1e-14, 1e-10);
   CheckLarge<double>(513, 3, DenseMethod::kGaussJordan, false, gj, 1e-14, 1e-10);
   CheckLarge<double>(1000, 3, DenseMethod::kGaussJordan, false, gj, 1e-14, 1e-9);

@@ -307,8 +307,9 @@ class CudaBackend final : public Backend {
   template <typename T>
   absl::StatusOr<SolveInfo> SolveDenseOnDevice(const DenseProblem<T>& p, DenseMethod m,
                                                DenseOutput<T> out, const SolveControl& c) {
-    // Small systems: Gauss-Jordan, one warp a system. Larger n: LU through cuBLAS/cuSOLVER
-    // (auto, lu: 2n^3/3 flops), or blocked Gauss-Jordan when asked for by name (n^3).
+    // Small systems (n <= 128): Gauss-Jordan, a warp, two warps or a block a system. Larger n:
+    // LU through cuBLAS/cuSOLVER (auto, lu: 2n^3/3 flops), or blocked Gauss-Jordan when asked
+    // for by name (n^3).
     // householder-pcr: one block a system up to n = 64, cuSOLVER's sytrd and the tridiagonal
     // kernels above.
     const bool small = p.n <= cuda::kDenseGpuMaxN;
@@ -340,8 +341,9 @@ class CudaBackend final : public Backend {
                                                          stream);
                        auto st = cuda::SolveDenseWarpDevice(dp, dx, flags, stream);
                        if (!st.ok()) return st;
-                       return std::string(p.n <= cuda::kDenseWarpMaxN ? "gauss-jordan-warp"
-                                                                       : "gauss-jordan-2warps");
+                       return std::string(p.n <= cuda::kDenseWarpMaxN       ? "gauss-jordan-warp"
+                                          : p.n <= cuda::kDenseTwoWarpsMaxN ? "gauss-jordan-2warps"
+                                                                           : "gauss-jordan-block");
                      });
   }
 

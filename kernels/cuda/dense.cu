@@ -185,6 +185,113 @@ __global__ void __launch_bounds__(RowsShape<W>::kThreads, RowsShape<W>::kMinBloc
   }
 }
 
+// 64 < n <= 128: "gauss-jordan-block", one block of 256 threads a system, two threads a row:
+// thread t holds row t % 128, columns 64 (t / 128) .. +63 of [A | b] in registers, the upper half
+// also b (column 128). The halves are whole warps, so every branch on the half is uniform. Per
+// step k: the half owning column k has the multiplier row[k]; it forms the arg-max keys (as in
+// the rows kernel) and shares row[k] with the other half through shared memory; barrier; the
+// pivot row's two threads write it divided by the pivot; barrier; every other row subtracts
+// row[k] times it, each half on its own columns from k's chunk on. Two barriers a step.
+constexpr int kBlockGjThreads = 256;
+template <typename T>
+__global__ void __launch_bounds__(kBlockGjThreads, 1)
+    GaussJordanBlockKernel(DenseProblem<T> p, T* __restrict__ x, uint8_t* __restrict__ flags) {
+  constexpr int kHalf = 64, kRows = 128;
+  __shared__ __align__(16) T prow[2][kRows + 2];
+  __shared__ T mk_s[2][kRows];
+  __shared__ T colmax_s[kRows];
+  __shared__ uint64_t cand[2][4];
+  const int t = threadIdx.x, h = t / kRows, j = t % kRows;
+  const int64_t s = blockIdx.x;
+  const int n = int(p.n);
+  const bool live = j < n;
+  const T tmax = sizeof(T) == 8 ? T(DBL_MAX) : T(FLT_MAX);
+  const T* A = p.A + s * p.n * p.n;
+  T row[kHalf + 1];
+#pragma unroll
+  for (int c = 0; c < kHalf; ++c) {
+    const int gc = h * kHalf + c;
+    row[c] = (live && gc < n) ? __ldg(A + j * p.n + gc) : T(0);
+  }
+  row[kHalf] = (live && h == 1) ? __ldg(p.b + s * p.n + j) : T(0);
+  if (t < kRows) {  // column t's largest magnitude: coalesced reads
+    T m = T(0);
+    if (t < n)
+      for (int r = 0; r < n; ++r) m = fmax(m, fabs(__ldg(A + r * p.n + t)));
+    colmax_s[t] = m;
+  }
+  bool ok = true, used = false;
+  int my_step = 0;
+  for (int k = 0; k < n; ++k) {
+    const int owner = k / kHalf;
+    T mk = T(0);
+    if (h == owner) {
+      mk = Pick<T, kHalf>(row, k % kHalf);
+      mk_s[k & 1][j] = mk;
+      uint64_t key = 0;
+      if (live && !used) {
+        const T v = fabs(mk);
+        const uint64_t bits = sizeof(T) == 8 ? (uint64_t(__double_as_longlong(double(v))) >> 6)
+                                             : uint64_t(__float_as_uint(float(v)));
+        key = ((bits + 1) << 7) | uint64_t(kRows - 1 - j);
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) {
+        const uint64_t other = __shfl_xor_sync(0xffffffffu, key, o);
+        key = other > key ? other : key;
+      }
+      if ((t & 31) == 0) cand[k & 1][(t % kRows) / 32] = key;
+    }
+    __syncthreads();
+    if (h != owner) mk = mk_s[k & 1][j];
+    uint64_t best = cand[k & 1][0];
+#pragma unroll
+    for (int w = 1; w < 4; ++w) best = cand[k & 1][w] > best ? cand[k & 1][w] : best;
+    const bool pivot_row = j == kRows - 1 - int(best & (kRows - 1));
+    if (pivot_row) {
+      const T v = fabs(mk);
+      ok &= v <= tmax && !(v <= DenseEps<T>() * T(n) * colmax_s[k]);
+      const T inv = T(1) / mk;
+      T* pw = prow[k & 1] + h * kHalf;
+#pragma unroll
+      for (int c0 = 0; c0 <= kHalf; c0 += 8)
+        if (h * kHalf + c0 + 8 > k) {
+#pragma unroll
+          for (int c = c0; c < c0 + 8 && c <= kHalf; ++c)
+            if (c < kHalf || h == 1) {  // the lower half's slot kHalf is not a column
+              row[c] *= inv;
+              pw[c] = row[c];
+            }
+        }
+      used = true;
+      my_step = k;
+    }
+    __syncthreads();
+    if (!pivot_row) {
+      const T* pr = prow[k & 1] + h * kHalf;
+#pragma unroll
+      for (int c0 = 0; c0 <= kHalf; c0 += 8)
+        if (h * kHalf + c0 + 8 > k) {
+#pragma unroll
+          for (int c = c0; c < c0 + 8 && c <= kHalf; c += 2) {
+            if (c + 1 <= kHalf) {
+              const auto q = *reinterpret_cast<const typename Pair<T>::type*>(pr + c);
+              row[c] -= mk * q.x;
+              row[c + 1] -= mk * q.y;
+            } else {
+              row[c] -= mk * pr[c];
+            }
+          }
+        }
+    }
+  }
+  if (live && h == 1) {
+    ok &= fabs(row[kHalf]) <= tmax;
+    x[s * p.n + my_step] = row[kHalf];
+  }
+  if (__syncthreads_or(live && !ok) && t == 0) flags[s] = 1;
+}
+
 template <typename T, int W>
 absl::Status LaunchRows(const DenseProblem<T>& p, T* x, uint8_t* flags, cudaStream_t stream) {
   using S = RowsShape<W>;
@@ -202,7 +309,11 @@ absl::Status SolveDenseWarpDevice(const DenseProblem<T>& p, T* x, uint8_t* flags
   if (p.n <= 16) return LaunchRows<T, 16>(p, x, flags, stream);
   if (p.n <= 32) return LaunchRows<T, 32>(p, x, flags, stream);
   if (p.n <= 64) return LaunchRows<T, 64>(p, x, flags, stream);
-  return absl::InvalidArgumentError("the GPU Gauss-Jordan takes n <= 64");
+  if (p.n <= 128) {
+    GaussJordanBlockKernel<T><<<unsigned(p.batch), kBlockGjThreads, 0, stream>>>(p, x, flags);
+    return CudaStatus(cudaGetLastError(), "GaussJordanBlockKernel launch");
+  }
+  return absl::InvalidArgumentError("the batched GPU Gauss-Jordan takes n <= 128");
 }
 
 namespace {

@@ -1,6 +1,7 @@
 // Dense systems on the GPU, on device arrays.
 //
-// "gauss-jordan-warp" (n <= 32) and "gauss-jordan-2warps" (32 < n <= 64): W lanes a system
+// "gauss-jordan-warp" (n <= 32), "gauss-jordan-2warps" (32 < n <= 64) and, like them but with
+// two threads a row, "gauss-jordan-block" (64 < n <= 128). W lanes a system
 // (W = 8, 16, 32: 32 / W systems a warp; W = 64: two warps), lane r holding row r of [A | b] in
 // registers. Each step of the report's Gauss-Jordan: the pivot search (task A) an arg-max over
 // the lanes by shuffles (and through shared memory between two warps), the pivot row divided
@@ -24,7 +25,9 @@
 namespace trisolve::cuda {
 
 constexpr int64_t kDenseWarpMaxN = 32;
-constexpr int64_t kDenseGpuMaxN = 64;
+constexpr int64_t kDenseTwoWarpsMaxN = 64;
+// 64 < n <= 128: "gauss-jordan-block", one block of 256 threads a system, two threads a row.
+constexpr int64_t kDenseGpuMaxN = 128;
 
 template <typename T>
 absl::Status SolveDenseWarpDevice(const DenseProblem<T>& p, T* x, uint8_t* status_flags,

@@ -112,14 +112,17 @@ int main(int argc, char** argv) {
         auto st = trisolve::cuda::SolveDenseWarpDevice(p, x, flags, nullptr);
         if (!st.ok()) std::exit(2);
       });
-      row(n <= trisolve::cuda::kDenseWarpMaxN ? "trisolve gauss-jordan-warp"
-                                              : "trisolve gauss-jordan-2warps",
+      row(n <= trisolve::cuda::kDenseWarpMaxN       ? "trisolve gauss-jordan-warp"
+          : n <= trisolve::cuda::kDenseTwoWarpsMaxN ? "trisolve gauss-jordan-2warps"
+                                                    : "trisolve gauss-jordan-block",
           ms, cublas_ms);
       std::vector<double> hx(batch * n);
       CK(cudaMemcpy(hx.data(), x, bbytes, cudaMemcpyDeviceToHost));
       trisolve::DenseProblem<double> hp{batch, n, hA.data(), hb.data()};
       std::printf("      (its backward error, from the original arrays: %.1e)\n",
                   trisolve::DenseBackwardError(hp, hx.data(), nullptr));
+    }
+    if (n <= trisolve::cuda::kHouseholderBlockMaxN) {
       // The same matrices made symmetric: householder-pcr-block (one block a system).
       std::vector<double> hs(hA);
       for (int64_t q = 0; q < batch; ++q)
@@ -133,7 +136,8 @@ int main(int argc, char** argv) {
         if (!st.ok()) std::exit(2);
       });
       row("trisolve householder-pcr-block (sym.)", hms, cublas_ms);
-    } else {
+    }
+    if (n > trisolve::cuda::kDenseTwoWarpsMaxN) {
       trisolve::DenseProblem<double> p{batch, n, A0, b0};
       const double ms = TimeIt(reps, [] {}, [&] {
         auto st = trisolve::cuda::SolveDenseLuDevice(p, x, flags, libs, pool, nullptr);
