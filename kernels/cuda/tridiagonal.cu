@@ -192,7 +192,7 @@ __device__ __forceinline__ int ReducedIndex(int sl, int i, int P, int S) {
   return kInterleaved ? r * S + sl : sl * 2 * P + r;
 }
 
-template <int M, typename T, bool kInterleaved>
+template <int M, typename T, bool kInterleaved, bool kLazyPcr>
 __global__ void __launch_bounds__(MaxThreadsOnChip(M))
     PartitionedOnChipKernel(TridiagonalProblem<T> p, T* __restrict__ x, uint8_t* flags, int P,
                             int S) {
@@ -257,10 +257,10 @@ __global__ void __launch_bounds__(MaxThreadsOnChip(M))
     for (int q = 0; q < 2; ++q) {
       const int i = 2 * j + q, il = i - stride, ir = i + stride;
       const int e = ReducedIndex<kInterleaved>(sl, i, P, S);
-      if constexpr (sizeof(T) == 4) {
-        // float32: the neighbours read only when present (PcrCombine reads them always, which
-        // measured 1.3-1.45x slower in float32 at n = 256-4096; in float64 the branches cost
-        // 2-6% instead: H100, NOTES.md t6).
+      if constexpr (kLazyPcr) {
+        // The neighbours read only when present (PcrCombine reads them always). Measured on the
+        // H100 (NOTES.md t6b): 1.3-1.45x faster in float32 at n = 256-4096, 5-9% slower in
+        // float32 flat n <= 64, and 2-6% slower in float64; LaunchOnChipM picks.
         T an = T(0), bn = sb[e], cn = T(0), dn = sd[e], scale = fabs(bn);
         if (il >= 0) {
           const int el = ReducedIndex<kInterleaved>(sl, il, P, S);
@@ -551,7 +551,13 @@ absl::Status LaunchOnChipM(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
   const bool inter = p.layout == Layout::kInterleaved;
   const size_t smem =
       sizeof(T) * (size_t(4) * S * 2 * P + (inter ? 0 : size_t(4) * S * P * (M + 1)));
-  auto kernel = inter ? PartitionedOnChipKernel<M, T, true> : PartitionedOnChipKernel<M, T, false>;
+  auto kernel = inter ? PartitionedOnChipKernel<M, T, true, false>
+                      : PartitionedOnChipKernel<M, T, false, false>;
+  if constexpr (sizeof(T) == 4) {  // the reduced PCR's form (kernel comment)
+    if (inter || p.n > 64)
+      kernel = inter ? PartitionedOnChipKernel<M, T, true, true>
+                     : PartitionedOnChipKernel<M, T, false, true>;
+  }
   TRISOLVE_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   kernel<<<dim3(unsigned(blocks)), threads, smem, stream>>>(p, x, flags, P, S);
