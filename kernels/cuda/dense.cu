@@ -413,9 +413,8 @@ __global__ void __launch_bounds__(kHhThreads)
     for (int stride = 1; stride < n; stride *= 2) {
       if (i < n) {
         const int il = i - stride, ir = i + stride;
-        const int l = il >= 0 ? il : i, r = ir < n ? ir : i;
-        ok &= PcrCombine(A[i], B[i], C[i], D[i], il >= 0, A[l], B[l], C[l], D[l], ir < n, A[r],
-                         B[r], C[r], D[r], A2[i], B2[i], C2[i], D2[i]);
+        ok &= PcrCombine<false>(A, B, C, D, i, il >= 0, il, ir < n, ir, [](int r) { return r; },
+                                A2[i], B2[i], C2[i], D2[i]);
       }
       __syncthreads();
       if (i < n) {

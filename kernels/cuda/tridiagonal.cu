@@ -256,43 +256,12 @@ __global__ void __launch_bounds__(MaxThreadsOnChip(M))
 #pragma unroll
     for (int q = 0; q < 2; ++q) {
       const int i = 2 * j + q, il = i - stride, ir = i + stride;
-      const int e = ReducedIndex<kInterleaved>(sl, i, P, S);
-      if constexpr (kLazyPcr) {
-        // The neighbours read only when present (PcrCombine reads them always). Measured on the
-        // H100 (NOTES.md t6b): 1.3-1.45x faster in float32 at n = 256-4096, 5-9% slower in
-        // float32 flat n <= 64, and 2-6% slower in float64; LaunchOnChipM picks.
-        T an = T(0), bn = sb[e], cn = T(0), dn = sd[e], scale = fabs(bn);
-        if (il >= 0) {
-          const int el = ReducedIndex<kInterleaved>(sl, il, P, S);
-          const T bl = sb[el];
-          ok &= !Vanishes(bl, fabs(bl));
-          const T k1 = sa[e] / bl;
-          an = -sa[el] * k1;
-          bn -= sc[el] * k1;
-          dn -= sd[el] * k1;
-          scale += fabs(sc[el] * k1);
-        }
-        if (ir < R) {
-          const int er = ReducedIndex<kInterleaved>(sl, ir, P, S);
-          const T br = sb[er];
-          ok &= !Vanishes(br, fabs(br));
-          const T k2 = sc[e] / br;
-          cn = -sc[er] * k2;
-          bn -= sa[er] * k2;
-          dn -= sd[er] * k2;
-          scale += fabs(sa[er] * k2);
-        }
-        ok &= !Vanishes(bn, scale);
-        na[q] = an;
-        nb[q] = bn;
-        nc[q] = cn;
-        nd[q] = dn;
-      } else {
-        const int el = ReducedIndex<kInterleaved>(sl, il >= 0 ? il : i, P, S);
-        const int er = ReducedIndex<kInterleaved>(sl, ir < R ? ir : i, P, S);
-        ok &= PcrCombine(sa[e], sb[e], sc[e], sd[e], il >= 0, sa[el], sb[el], sc[el], sd[el],
-                         ir < R, sa[er], sb[er], sc[er], sd[er], na[q], nb[q], nc[q], nd[q]);
-      }
+      // kLazyPcr (LaunchOnChipM picks; H100, NOTES.md t6b): reading the neighbours only when
+      // present is 1.3-1.45x faster in float32 at n = 256-4096, 5-9% slower in float32 flat
+      // n <= 64 and 2-6% slower in float64.
+      const auto at = [&](int r) { return ReducedIndex<kInterleaved>(sl, r, P, S); };
+      ok &= PcrCombine<kLazyPcr>(sa, sb, sc, sd, i, il >= 0, il, ir < R, ir, at, na[q], nb[q],
+                                 nc[q], nd[q]);
     }
     __syncthreads();
 #pragma unroll
@@ -492,27 +461,12 @@ __global__ void PcrNotesKernel(TridiagonalProblem<T> p, T* __restrict__ x, uint8
   __syncthreads();
   for (int stride = 1; stride < d; stride *= 2) {
     if (live) {
-      // Written out (not PcrCombine): loading the absent neighbours unconditionally cost this
-      // kernel 20% (H100, n = 32).
+      // The neighbours read only when present: reading them always cost this kernel 20% (H100,
+      // n = 32).
       const int il = tidx - stride, ir = tidx + stride;
-      T an = T(0), bn = B[tidx], cn = T(0), dn = D[tidx], scale = fabs(B[tidx]);
-      if (il >= 0) {
-        ok &= !Vanishes(B[il], fabs(B[il]));
-        const T k1 = A[tidx] / B[il];
-        an = -A[il] * k1;
-        bn -= C[il] * k1;
-        dn -= D[il] * k1;
-        scale += fabs(C[il] * k1);
-      }
-      if (ir < d) {
-        ok &= !Vanishes(B[ir], fabs(B[ir]));
-        const T k2 = C[tidx] / B[ir];
-        cn = -C[ir] * k2;
-        bn -= A[ir] * k2;
-        dn -= D[ir] * k2;
-        scale += fabs(A[ir] * k2);
-      }
-      ok &= !Vanishes(bn, scale);
+      T an, bn, cn, dn;
+      ok &= PcrCombine<true>(A, B, C, D, tidx, il >= 0, il, ir < d, ir, [](int r) { return r; },
+                             an, bn, cn, dn);
       A2[tidx] = an;
       B2[tidx] = bn;
       C2[tidx] = cn;

@@ -232,51 +232,42 @@ void Tune(int64_t N, int reps, double copy_gbs, trisolve::cuda::Pool& pool,
   for (auto& v : h) v = T(4 + u(rng));
   CK(cudaMemcpy(b, h.data(), bytes, cudaMemcpyHostToDevice));
   const auto saved = trisolve::cuda::GetPartitionedTuning();
+  // Times the partitioned solve of the whole set as n-row systems under tuning t.
+  auto time_with = [&](const trisolve::cuda::PartitionedTuning& t, int64_t n, bool inter) {
+    trisolve::cuda::SetPartitionedTuning(t);
+    trisolve::TridiagonalProblem<T> p{
+        N / n, n, inter ? trisolve::Layout::kInterleaved : trisolve::Layout::kFlat, a, b, c, d};
+    const double ms = TimeIt(reps, [] {}, [&] {
+      auto k = trisolve::cuda::SolveTridiagonalDevice(
+          p, trisolve::TridiagonalMethod::kPartitioned, x, flags, pool, nullptr);
+      if (!k.ok()) std::exit(4);
+    });
+    const double gbs = 5.0 * bytes / ms / 1e6;
+    std::printf("%8.3f ms %6.0f GB/s %5.1f%%\n", ms, gbs, 100 * gbs / copy_gbs);
+    std::fflush(stdout);
+  };
+  const char* dtype = sizeof(T) == 8 ? "float64" : "float32";
   for (int64_t n : sizes) {
-    if (n > 4096) {
-      // The two-pass path: rows a thread of its level kernels.
-      for (bool inter : {false, true})
+    for (bool inter : {false, true}) {
+      const char* layout = inter ? "interleaved" : "flat";
+      if (n > 4096) {  // the two-pass path: rows a thread of its level kernels
         for (int level : {8, 16}) {
-          trisolve::cuda::SetPartitionedTuning({0, 0, level});
-          trisolve::TridiagonalProblem<T> p{N / n, n,
-                                            inter ? trisolve::Layout::kInterleaved
-                                                  : trisolve::Layout::kFlat,
-                                            a, b, c, d};
-          const double ms = TimeIt(reps, [] {}, [&] {
-            auto k = trisolve::cuda::SolveTridiagonalDevice(
-                p, trisolve::TridiagonalMethod::kPartitioned, x, flags, pool, nullptr);
-            if (!k.ok()) std::exit(4);
-          });
-          const double gbs = 5.0 * bytes / ms / 1e6;
-          std::printf("tune %-8s n=%-8lld %-12s level_chunk=%-2d %8.3f ms %6.0f GB/s %5.1f%%\n",
-                      sizeof(T) == 8 ? "float64" : "float32", (long long)n,
-                      inter ? "interleaved" : "flat", level, ms, gbs, 100 * gbs / copy_gbs);
-          std::fflush(stdout);
+          std::printf("tune %-8s n=%-8lld %-12s level_chunk=%-2d ", dtype, (long long)n, layout,
+                      level);
+          time_with({0, 0, level}, n, inter);
         }
-      continue;
-    }
-    for (bool inter : {false, true})
+        continue;
+      }
       for (int chunk : {4, 8, 16})
         for (int threads : {128, 256, 512}) {
-          if (chunk == 16 && threads > 256) continue;  // 255 registers a thread
-          trisolve::cuda::SetPartitionedTuning({chunk, threads, 8});
-          trisolve::TridiagonalProblem<T> p{N / n, n,
-                                            inter ? trisolve::Layout::kInterleaved
-                                                  : trisolve::Layout::kFlat,
-                                            a, b, c, d};
-          if (n > int64_t(chunk) * (chunk == 16 ? 256 : 512)) continue;
-          const double ms = TimeIt(reps, [] {}, [&] {
-            auto k = trisolve::cuda::SolveTridiagonalDevice(
-                p, trisolve::TridiagonalMethod::kPartitioned, x, flags, pool, nullptr);
-            if (!k.ok()) std::exit(4);
-          });
-          const double gbs = 5.0 * bytes / ms / 1e6;
-          std::printf("tune %-8s n=%-6lld %-12s chunk=%d threads>=%-4d %8.3f ms %6.0f GB/s %5.1f%%\n",
-                      sizeof(T) == 8 ? "float64" : "float32", (long long)n,
-                      inter ? "interleaved" : "flat", chunk, threads, ms, gbs,
-                      100 * gbs / copy_gbs);
-          std::fflush(stdout);
+          // 16 rows a thread: 255 registers, 256 threads a block at most.
+          const int max_threads = chunk == 16 ? 256 : 512;
+          if (threads > max_threads || n > int64_t(chunk) * max_threads) continue;
+          std::printf("tune %-8s n=%-6lld %-12s chunk=%d threads>=%-4d ", dtype, (long long)n,
+                      layout, chunk, threads);
+          time_with({chunk, threads, 8}, n, inter);
         }
+    }
   }
   trisolve::cuda::SetPartitionedTuning(saved);
   for (T* p : {a, b, c, d, x}) CK(cudaFree(p));
