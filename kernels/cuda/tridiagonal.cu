@@ -5,6 +5,7 @@
 
 #include "check.h"
 #include "numerics.cuh"
+#include "partitioned.cuh"
 #include "tridiagonal_cuda.h"
 
 namespace trisolve::cuda {
@@ -22,61 +23,6 @@ constexpr int kThomasThreads = 128;
 __device__ __forceinline__ int64_t At(bool interleaved, int64_t batch, int64_t n, int64_t s,
                                       int64_t k) {
   return interleaved ? k * batch + s : s * n + k;
-}
-
-// The modified Thomas reduction of one chunk of M rows (Laszlo, Giles & Appleyard 2016).
-// On entry row i reads a[i] x[i-1] + b[i] x[i] + c[i] x[i+1] = d[i]. On exit
-//   row 0:      a[0] x[-1] + x[0] + c[0] x[M-1] = d[0]
-//   row M-1:    a[M-1] x[0] + x[M-1] + c[M-1] x[M] = d[M-1]
-//   rows 1..M-2: x[i] = d[i] - a[i] x[0] - c[i] x[M-1]
-// where x[-1] and x[M] belong to the neighbouring chunks. Returns false if a pivot vanished.
-template <int M, typename T>
-__device__ __forceinline__ bool ChunkReduce(T (&a)[M], const T (&b)[M], T (&c)[M], T (&d)[M]) {
-  static_assert(M >= 2, "a chunk needs two rows");
-  bool ok = true;
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    ok &= !Vanishes(b[i], fabs(b[i]));
-    const T r = T(1) / b[i];
-    a[i] *= r;
-    c[i] *= r;
-    d[i] *= r;
-  }
-#pragma unroll
-  for (int i = 2; i < M; ++i) {
-    const T t = a[i] * c[i - 1];
-    const T piv = b[i] - t;
-    ok &= !Vanishes(piv, fabs(b[i]) + fabs(t));
-    const T r = T(1) / piv;
-    d[i] = r * (d[i] - a[i] * d[i - 1]);
-    a[i] = -r * a[i] * a[i - 1];
-    c[i] = r * c[i];
-  }
-#pragma unroll
-  for (int i = M - 3; i >= 1; --i) {
-    d[i] -= c[i] * d[i + 1];
-    a[i] -= c[i] * a[i + 1];
-    c[i] = -c[i] * c[i + 1];
-  }
-  if (M >= 3) {
-    const T t = c[0] * a[1];
-    const T piv = T(1) - t;
-    ok &= !Vanishes(piv, T(1) + fabs(t));
-    const T r = T(1) / piv;
-    d[0] = r * (d[0] - c[0] * d[1]);
-    a[0] = r * a[0];
-    c[0] = -r * c[0] * c[1];
-  }
-  return ok;
-}
-
-template <int M, typename T>
-__device__ __forceinline__ void ChunkBack(const T (&a)[M], const T (&c)[M], T (&d)[M], T x0,
-                                          T xl) {
-  d[0] = x0;
-  d[M - 1] = xl;
-#pragma unroll
-  for (int i = 1; i < M - 1; ++i) d[i] = d[i] - a[i] * x0 - c[i] * xl;
 }
 
 // Loads chunk rows k = j*M + i (i < M) of system s into registers; rows past n are identity
@@ -139,59 +85,10 @@ __device__ __forceinline__ void StageFlat4(const TridiagonalProblem<T>& p, T* ti
   }
 }
 
-// Reads this thread's chunk (rows j*M .. j*M+M-1 of system s) from the staged tiles; rows past
-// n, or of no system (s < 0), are identity rows; a[0] and c[n-1] are zeroed.
-template <int M, typename T>
-__device__ __forceinline__ void ReadChunkFromTile(const T* tile, int tsz, int64_t s, int64_t j,
-                                                  int64_t n, T (&a)[M], T (&b)[M], T (&c)[M],
-                                                  T (&d)[M]) {
-  const int base = threadIdx.x * (M + 1);
-#pragma unroll
-  for (int i = 0; i < M; ++i) {
-    const int64_t k = j * M + i;
-    if (s >= 0 && k < n) {
-      a[i] = k > 0 ? tile[base + i] : T(0);
-      b[i] = tile[tsz + base + i];
-      c[i] = k + 1 < n ? tile[2 * tsz + base + i] : T(0);
-      d[i] = tile[3 * tsz + base + i];
-    } else {
-      a[i] = T(0);
-      b[i] = T(1);
-      c[i] = T(0);
-      d[i] = T(0);
-    }
-  }
-}
-
-template <int M, typename T, typename Where>
-__device__ __forceinline__ void StoreFlat(T* __restrict__ x, T* tile, int nthreads, Where where,
-                                          const T (&v)[M]) {
-#pragma unroll
-  for (int i = 0; i < M; ++i) tile[threadIdx.x * (M + 1) + i] = v[i];
-  __syncthreads();
-#pragma unroll
-  for (int q = 0; q < M; ++q) {
-    int64_t g;
-    int pos;
-    if (where(threadIdx.x + q * nthreads, g, pos)) x[g] = tile[pos];
-  }
-  __syncthreads();
-}
-
 // ---- one pass: whole systems in one block -------------------------------------------------
 // Block = S systems x P threads (P a power of two, P * M >= n). Flat layout: thread
-// tid = s_local * P + j; interleaved: tid = j * S + s_local (systems fastest, coalesced).
-// The reduced system (R = 2P rows a system) lives in shared memory with its rows placed by the
-// PCR notes' even/odd permutation, perm(i) = (R/2 + R%2) * (i%2) + i/2, so that the rows 2j and
-// 2j+1 a thread owns sit P apart and consecutive threads touch consecutive words; in the
-// interleaved mapping the systems are the fastest index instead. Either way a warp's accesses
-// fall in distinct banks.
-template <bool kInterleaved>
-__device__ __forceinline__ int ReducedIndex(int sl, int i, int P, int S) {
-  const int r = (i & 1) * P + (i >> 1);
-  return kInterleaved ? r * S + sl : sl * 2 * P + r;
-}
-
+// tid = s_local * P + j; interleaved: tid = j * S + s_local (systems fastest, coalesced); the
+// reduced rows placed by ReducedIndex (partitioned.cuh).
 template <int M, typename T, bool kInterleaved, bool kLazyPcr>
 __global__ void __launch_bounds__(MaxThreadsOnChip(M))
     PartitionedOnChipKernel(TridiagonalProblem<T> p, T* __restrict__ x, uint8_t* flags, int P,
@@ -236,48 +133,12 @@ __global__ void __launch_bounds__(MaxThreadsOnChip(M))
     ReadChunkFromTile<M>(tile, tsz, s < p.batch ? s : -1, j, p.n, a, b, c, d);
   }
   bool ok = ChunkReduce<M>(a, b, c, d);
-  {
-    const int i0 = ReducedIndex<kInterleaved>(sl, 2 * j, P, S);
-    const int i1 = ReducedIndex<kInterleaved>(sl, 2 * j + 1, P, S);
-    sa[i0] = a[0];
-    sb[i0] = T(1);
-    sc[i0] = c[0];
-    sd[i0] = d[0];
-    sa[i1] = a[M - 1];
-    sb[i1] = T(1);
-    sc[i1] = c[M - 1];
-    sd[i1] = d[M - 1];
-  }
-  __syncthreads();
-
-  // PCR on the R reduced rows of the system: this thread owns rows 2j and 2j+1.
-  for (int stride = 1; stride < R; stride *= 2) {
-    T na[2], nb[2], nc[2], nd[2];
-#pragma unroll
-    for (int q = 0; q < 2; ++q) {
-      const int i = 2 * j + q, il = i - stride, ir = i + stride;
-      // kLazyPcr (LaunchOnChipM picks; H100, NOTES.md t6b): reading the neighbours only when
-      // present is 1.3-1.45x faster in float32 at n = 256-4096, 5-9% slower in float32 flat
-      // n <= 64 and 2-6% slower in float64.
-      const auto at = [&](int r) { return ReducedIndex<kInterleaved>(sl, r, P, S); };
-      ok &= PcrCombine<kLazyPcr>(sa, sb, sc, sd, i, il >= 0, il, ir < R, ir, at, na[q], nb[q],
-                                 nc[q], nd[q]);
-    }
-    __syncthreads();
-#pragma unroll
-    for (int q = 0; q < 2; ++q) {
-      const int e = ReducedIndex<kInterleaved>(sl, 2 * j + q, P, S);
-      sa[e] = na[q];
-      sb[e] = nb[q];
-      sc[e] = nc[q];
-      sd[e] = nd[q];
-    }
-    __syncthreads();
-  }
-  const int e0 = ReducedIndex<kInterleaved>(sl, 2 * j, P, S);
-  const int e1 = ReducedIndex<kInterleaved>(sl, 2 * j + 1, P, S);
-  const T x0 = sd[e0] / sb[e0];
-  const T xl = sd[e1] / sb[e1];
+  // kLazyPcr (LaunchOnChipM picks; H100, NOTES.md t6b): reading the neighbours only when
+  // present is 1.3-1.45x faster in float32 at n = 256-4096, 5-9% slower in float32 flat
+  // n <= 64 and 2-6% slower in float64.
+  T x0, xl;
+  ok &= SolveReduced<kInterleaved, kLazyPcr>(sa, sb, sc, sd, sl, j, P, S, a[0], c[0], d[0],
+                                             a[M - 1], c[M - 1], d[M - 1], x0, xl);
   ChunkBack<M>(a, c, d, x0, xl);
 #pragma unroll
   for (int i = 0; i < M; ++i) ok &= Finite(d[i]);

@@ -1,0 +1,164 @@
+// The partitioned tridiagonal solve's device parts, shared by the batched tridiagonal kernels
+// (tridiagonal.cu) and the block-tridiagonal sweeps (block_tridiagonal.cu): each thread reduces M
+// consecutive rows in registers to two (modified Thomas), the reduced system of a block is
+// solved by PCR in shared memory, and each thread substitutes back.
+#pragma once
+
+#include "numerics.cuh"
+
+namespace trisolve::cuda {
+
+// The modified Thomas reduction of one chunk of M rows (Laszlo, Giles & Appleyard 2016).
+// On entry row i reads a[i] x[i-1] + b[i] x[i] + c[i] x[i+1] = d[i]. On exit
+//   row 0:      a[0] x[-1] + x[0] + c[0] x[M-1] = d[0]
+//   row M-1:    a[M-1] x[0] + x[M-1] + c[M-1] x[M] = d[M-1]
+//   rows 1..M-2: x[i] = d[i] - a[i] x[0] - c[i] x[M-1]
+// where x[-1] and x[M] belong to the neighbouring chunks. Returns false if a pivot vanished.
+template <int M, typename T>
+__device__ __forceinline__ bool ChunkReduce(T (&a)[M], const T (&b)[M], T (&c)[M], T (&d)[M]) {
+  static_assert(M >= 2, "a chunk needs two rows");
+  bool ok = true;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    ok &= !Vanishes(b[i], fabs(b[i]));
+    const T r = T(1) / b[i];
+    a[i] *= r;
+    c[i] *= r;
+    d[i] *= r;
+  }
+#pragma unroll
+  for (int i = 2; i < M; ++i) {
+    const T t = a[i] * c[i - 1];
+    const T piv = b[i] - t;
+    ok &= !Vanishes(piv, fabs(b[i]) + fabs(t));
+    const T r = T(1) / piv;
+    d[i] = r * (d[i] - a[i] * d[i - 1]);
+    a[i] = -r * a[i] * a[i - 1];
+    c[i] = r * c[i];
+  }
+#pragma unroll
+  for (int i = M - 3; i >= 1; --i) {
+    d[i] -= c[i] * d[i + 1];
+    a[i] -= c[i] * a[i + 1];
+    c[i] = -c[i] * c[i + 1];
+  }
+  if (M >= 3) {
+    const T t = c[0] * a[1];
+    const T piv = T(1) - t;
+    ok &= !Vanishes(piv, T(1) + fabs(t));
+    const T r = T(1) / piv;
+    d[0] = r * (d[0] - c[0] * d[1]);
+    a[0] = r * a[0];
+    c[0] = -r * c[0] * c[1];
+  }
+  return ok;
+}
+
+template <int M, typename T>
+__device__ __forceinline__ void ChunkBack(const T (&a)[M], const T (&c)[M], T (&d)[M], T x0,
+                                          T xl) {
+  d[0] = x0;
+  d[M - 1] = xl;
+#pragma unroll
+  for (int i = 1; i < M - 1; ++i) d[i] = d[i] - a[i] * x0 - c[i] * xl;
+}
+
+// Reads this thread's chunk (rows j*M .. j*M+M-1 of system s) from the staged tiles; rows past
+// n, or of no system (s < 0), are identity rows; a[0] and c[n-1] are zeroed.
+template <int M, typename T>
+__device__ __forceinline__ void ReadChunkFromTile(const T* tile, int tsz, int64_t s, int64_t j,
+                                                  int64_t n, T (&a)[M], T (&b)[M], T (&c)[M],
+                                                  T (&d)[M]) {
+  const int base = threadIdx.x * (M + 1);
+#pragma unroll
+  for (int i = 0; i < M; ++i) {
+    const int64_t k = j * M + i;
+    if (s >= 0 && k < n) {
+      a[i] = k > 0 ? tile[base + i] : T(0);
+      b[i] = tile[tsz + base + i];
+      c[i] = k + 1 < n ? tile[2 * tsz + base + i] : T(0);
+      d[i] = tile[3 * tsz + base + i];
+    } else {
+      a[i] = T(0);
+      b[i] = T(1);
+      c[i] = T(0);
+      d[i] = T(0);
+    }
+  }
+}
+
+template <int M, typename T, typename Where>
+__device__ __forceinline__ void StoreFlat(T* __restrict__ x, T* tile, int nthreads, Where where,
+                                          const T (&v)[M]) {
+#pragma unroll
+  for (int i = 0; i < M; ++i) tile[threadIdx.x * (M + 1) + i] = v[i];
+  __syncthreads();
+#pragma unroll
+  for (int q = 0; q < M; ++q) {
+    int64_t g;
+    int pos;
+    if (where(threadIdx.x + q * nthreads, g, pos)) x[g] = tile[pos];
+  }
+  __syncthreads();
+}
+
+// A system's reduced rows in shared memory.
+// Block = S systems x P threads (P a power of two, P * M >= n). Flat layout: thread
+// tid = s_local * P + j; interleaved: tid = j * S + s_local (systems fastest, coalesced).
+// The reduced system (R = 2P rows a system) lives in shared memory with its rows placed by the
+// PCR notes' even/odd permutation, perm(i) = (R/2 + R%2) * (i%2) + i/2, so that the rows 2j and
+// 2j+1 a thread owns sit P apart and consecutive threads touch consecutive words; in the
+// interleaved mapping the systems are the fastest index instead. Either way a warp's accesses
+// fall in distinct banks.
+template <bool kInterleaved>
+__device__ __forceinline__ int ReducedIndex(int sl, int i, int P, int S) {
+  const int r = (i & 1) * P + (i >> 1);
+  return kInterleaved ? r * S + sl : sl * 2 * P + r;
+}
+
+// The reduced system of system sl (R = 2P rows: thread j's chunk gave rows 2j and 2j+1, its
+// first and last rows after ChunkReduce) solved by PCR in sa..sd (S * R values each); returns
+// x of the thread's two rows in x0, xl. Every thread of the block calls it (barriers inside).
+// kLazy: PcrCombine's form (measured per caller). Returns false if a pivot vanished.
+template <bool kInterleaved, bool kLazy, typename T>
+__device__ __forceinline__ bool SolveReduced(T* sa, T* sb, T* sc, T* sd, int sl, int j, int P,
+                                             int S, T a0, T c0, T d0, T al, T cl, T dl, T& x0,
+                                             T& xl) {
+  const int R = 2 * P;
+  const auto at = [&](int r) { return ReducedIndex<kInterleaved>(sl, r, P, S); };
+  const int e0 = at(2 * j), e1 = at(2 * j + 1);
+  sa[e0] = a0;
+  sb[e0] = T(1);
+  sc[e0] = c0;
+  sd[e0] = d0;
+  sa[e1] = al;
+  sb[e1] = T(1);
+  sc[e1] = cl;
+  sd[e1] = dl;
+  __syncthreads();
+  bool ok = true;
+  for (int stride = 1; stride < R; stride *= 2) {
+    T na[2], nb[2], nc[2], nd[2];
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      const int i = 2 * j + q, il = i - stride, ir = i + stride;
+      ok &= PcrCombine<kLazy>(sa, sb, sc, sd, i, il >= 0, il, ir < R, ir, at, na[q], nb[q],
+                              nc[q], nd[q]);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      const int e = at(2 * j + q);
+      sa[e] = na[q];
+      sb[e] = nb[q];
+      sc[e] = nc[q];
+      sd[e] = nd[q];
+    }
+    __syncthreads();
+  }
+  x0 = sd[e0] / sb[e0];
+  xl = sd[e1] / sb[e1];
+  return ok;
+}
+
+}  // namespace trisolve::cuda
