@@ -61,8 +61,6 @@ class CudaBlockFixedL
 TEST_P(CudaBlockFixedL, EqualsTheCpuReference) {
   REQUIRE_GPU();
   const auto [which, nm, m] = GetParam();
-  if (m == BlockMethod::kGaussSeidel && nm.first > 200)
-    GTEST_SKIP() << "lexicographic gauss-seidel: one launch pair a row; kept to N <= 200 here";
   Compare(Experiment<double>(which, nm.first, nm.second), m, {16, 0, which == 2}, 1e-12);
   Compare(Experiment<float>(which, nm.first, nm.second), m, {16, 0, which == 2}, 1e-4);
 }
@@ -84,8 +82,12 @@ INSTANTIATE_TEST_SUITE_P(
                                          std::pair<int64_t, int64_t>{7, 7}, std::pair<int64_t, int64_t>{7, 128},
                                          std::pair<int64_t, int64_t>{128, 7}, std::pair<int64_t, int64_t>{128, 128},
                                          std::pair<int64_t, int64_t>{1000, 1000},
+                                         // 16 rows a thread in the fused sweeps (M > 2048)
+                                         std::pair<int64_t, int64_t>{9, 3000},
+                                         std::pair<int64_t, int64_t>{3, 4096},
                                          // rows longer than one block holds (4096): the
                                          // right-hand-side kernel and the partitioned solve
+                                         std::pair<int64_t, int64_t>{4, 4097},
                                          std::pair<int64_t, int64_t>{5, 5000}),
                        ::testing::Values(BlockMethod::kGaussSeidel, BlockMethod::kRedBlack,
                                          BlockMethod::kJacobi)),
@@ -96,6 +98,41 @@ TEST(CudaBlock, ConvergesToATolerance) {
   Compare(Experiment<double>(1, 200, 150), BlockMethod::kRedBlack, {1000, 1e-11, false}, 1e-9);
   Compare(Experiment<double>(2, 24, 24), BlockMethod::kRedBlack, {20000, 1e-10, true}, 1e-7);
   Compare(Experiment<double>(1, 64, 64), BlockMethod::kJacobi, {1000, 1e-11, false}, 1e-9);
+  Compare(Experiment<double>(1, 50, 90), BlockMethod::kGaussSeidel, {1000, 1e-11, false}, 1e-9);
+}
+
+// The fused sweeps run up to 64 sweeps a launch: L over that takes several launches (jacobi's
+// buffers swap on an odd count, gauss-seidel's diagonal table changes with the count).
+TEST(CudaBlock, FusedSweepsOverSeveralLaunches) {
+  REQUIRE_GPU();
+  for (auto m : {BlockMethod::kRedBlack, BlockMethod::kJacobi, BlockMethod::kGaussSeidel})
+    for (int64_t L : {63, 64, 65, 131}) {
+      Compare(Experiment<double>(1, 100, 300), m, {L, 0, false}, 1e-12);
+      Compare(Experiment<float>(2, 37, 200), m, {L, 0, true}, 1e-4);
+    }
+}
+
+// Many short rows, many sweeps: thousands of tiny tasks racing on the per-row counters. Also
+// says which path ran.
+TEST(CudaBlock, FusedSweepsManyShortRows) {
+  REQUIRE_GPU();
+  for (auto m : {BlockMethod::kRedBlack, BlockMethod::kJacobi, BlockMethod::kGaussSeidel}) {
+    Compare(Experiment<double>(1, 3000, 5), m, {100, 0, false}, 1e-12);
+    auto s = Experiment<double>(1, 257, 33);
+    std::vector<double> y(s.N * s.M);
+    SystemStatus st;
+    auto info = Cuda()->Solve(s.P(), m, {3, 0, false}, BlockOutput<double>{y.data(), &st},
+                              SolveControl{});
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_EQ(info->method, std::string(MethodName(m)) + "+fused");
+  }
+  auto s = Experiment<double>(1, 3, 5000);
+  std::vector<double> y(s.N * s.M);
+  SystemStatus st;
+  auto info = Cuda()->Solve(s.P(), BlockMethod::kRedBlack, {3, 0, false},
+                            BlockOutput<double>{y.data(), &st}, SolveControl{});
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->method, "red-black");  // rows over 4096: the two-kernel half-sweeps
 }
 
 TEST(CudaBlock, ConjugateGradientsMatchTheCpu) {

@@ -1,12 +1,16 @@
 // The thesis' block iterations on the GPU, on device arrays.
 //
-// Rows are kept colour-major on the device (block rows 0, 2, 4, ... then 1, 3, 5, ...), so that
-// the rows one half of a red-black sweep updates are a contiguous batch of tridiagonal systems.
-// Each half-sweep is one fused kernel forming F_i - A_i Y_{i-1} - B_i Y_{i+1} for those rows and
-// one batched tridiagonal solve (the partitioned kernel). Jacobi solves every row from the
-// previous iterate into a second buffer; lexicographic Gauss-Seidel solves one row at a time
-// (sequential over rows by nature, parallel inside each row's solve). The relative residual is
-// computed on the device from the original arrays. cg: conjugate gradients preconditioned by
+// Rows are kept colour-major on the device (block rows 0, 2, 4, ... then 1, 3, 5, ...). Where a
+// row fits one thread block (M <= 4096), red-black, jacobi and gauss-seidel run as fused sweeps:
+// one kernel launch for up to 64 sweeps, a thread block a row and sweep, each row's right-hand
+// side F_i - A_i Y_{i-1} - B_i Y_{i+1} formed while the row is staged and the row solved on chip
+// by the partitioned method; rows wait on per-row sweep counters for exactly the neighbours the
+// method reads, so half-sweeps and sweeps overlap (gauss-seidel, sequential over rows within a
+// sweep, runs its sweeps as a wavefront). Longer rows: per half-sweep one kernel forming the
+// right-hand sides of a contiguous batch of rows and one batched tridiagonal solve (the
+// partitioned kernel); Jacobi into a second buffer; Gauss-Seidel one row at a time. The method
+// reported ends in "+fused" when the fused sweeps ran. The relative residual is computed on the
+// device from the original arrays. cg: conjugate gradients preconditioned by
 // the line solves, one batched partitioned tridiagonal solve over every block row.
 #pragma once
 
@@ -17,6 +21,16 @@
 #include "trisolve/block_tridiagonal.h"
 
 namespace trisolve::cuda {
+
+// The sweeps' launch choices (the benchmark compares them). fused = false: the two-kernel
+// half-sweeps always. chunk: rows a thread of the fused kernel, 8 or 16; 0: 16 for float64 rows
+// over 2048, else 8.
+struct SweepTuning {
+  bool fused = true;
+  int chunk = 0;
+};
+void SetSweepTuning(const SweepTuning& t);
+SweepTuning GetSweepTuning();
 
 // p's arrays and y (in: the initial guess, out: the iterate) are device arrays in the natural
 // layout (row i at i * M). Fills status like the CPU reference.

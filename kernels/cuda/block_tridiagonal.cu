@@ -1,16 +1,76 @@
 // The thesis' block Gauss-Seidel / red-black / Jacobi iterations on the GPU.
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cuda/atomic>
 #include <vector>
 
 #include "block_cuda.h"
 #include "check.h"
+#include "partitioned.cuh"
 #include "tridiagonal_cuda.h"
 
 namespace trisolve::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kReduceBlocks = 1024;  // blocks of the reduction kernels at most
+
+// The scratch of a grid-wide sum of two values: acc[0..1] the sums, acc[2] the count of blocks
+// done, acc[4 + 2b ..] block b's partial sums. Zeroed once when allocated.
+constexpr int64_t kAccBytes = 8 * (4 + 2 * int64_t(kReduceBlocks));
+
+// Thread 0 of the block gets the block's sums of a and b (a fixed-order tree).
+__device__ __forceinline__ void BlockSum2(double& a, double& b) {
+  __shared__ double s0[kThreads / 32], s1[kThreads / 32];
+  for (int o = 16; o > 0; o >>= 1) {
+    a += __shfl_xor_sync(0xffffffffu, a, o);
+    b += __shfl_xor_sync(0xffffffffu, b, o);
+  }
+  __syncthreads();  // s0/s1 free (the helper may run twice in a kernel)
+  if ((threadIdx.x & 31) == 0) {
+    s0[threadIdx.x >> 5] = a;
+    s1[threadIdx.x >> 5] = b;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    a = 0;
+    b = 0;
+    for (int w = 0; w < kThreads / 32; ++w) {
+      a += s0[w];
+      b += s1[w];
+    }
+  }
+}
+
+// acc[0], acc[1] = the grid's sums of a and b, added in an order fixed by the grid size, so
+// that a solve gives the same bits run to run (float atomics would not: CG and BiCGStab
+// iteration counts wandered by 2). Each block stores its partial sums; the last block to
+// finish adds them up in block order and resets the count.
+__device__ __forceinline__ void GridSum2(double a, double b, double* acc) {
+  __shared__ bool last;
+  BlockSum2(a, b);
+  if (threadIdx.x == 0) {
+    acc[4 + 2 * blockIdx.x] = a;
+    acc[5 + 2 * blockIdx.x] = b;
+    __threadfence();
+    last = atomicAdd(reinterpret_cast<unsigned*>(acc + 2), 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  double ta = 0, tb = 0;
+  for (unsigned q = threadIdx.x; q < gridDim.x; q += blockDim.x) {
+    ta += __ldcg(acc + 4 + 2 * q);
+    tb += __ldcg(acc + 5 + 2 * q);
+  }
+  BlockSum2(ta, tb);
+  if (threadIdx.x == 0) {
+    acc[0] = ta;
+    acc[1] = tb;
+    *reinterpret_cast<unsigned*>(acc + 2) = 0;
+  }
+}
 
 // Row i's place in the colour-major layout: even rows first, then odd rows.
 __device__ __forceinline__ int64_t Perm(int64_t i, int64_t N) {
@@ -59,11 +119,11 @@ __global__ void RhsKernel(int64_t N, int64_t M, int64_t r0, int64_t r1, const T*
   D[e] = v;
 }
 
-// Sums of (f - A y)^2 and f^2 over the system (natural arrays, y colour-major) into acc[0..1].
+// Sums of (f - A y)^2 and f^2 over the system (natural arrays, y colour-major) into acc[0..1]
+// (GridSum2's scratch).
 template <typename T>
 __global__ void ResidualKernel(BlockTridiagonalProblem<T> p, const T* __restrict__ y,
                                double* acc, bool permuted) {
-  __shared__ double sr[kThreads / 32], sf[kThreads / 32];
   const int64_t N = p.N, M = p.M;
   double rr = 0, ff = 0;
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < N * M;
@@ -80,24 +140,7 @@ __global__ void ResidualKernel(BlockTridiagonalProblem<T> p, const T* __restrict
     rr += r * r;
     ff += double(p.f[e]) * double(p.f[e]);
   }
-  for (int o = 16; o > 0; o >>= 1) {
-    rr += __shfl_xor_sync(0xffffffffu, rr, o);
-    ff += __shfl_xor_sync(0xffffffffu, ff, o);
-  }
-  if ((threadIdx.x & 31) == 0) {
-    sr[threadIdx.x >> 5] = rr;
-    sf[threadIdx.x >> 5] = ff;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    double a = 0, b = 0;
-    for (int w = 0; w < kThreads / 32; ++w) {
-      a += sr[w];
-      b += sf[w];
-    }
-    atomicAdd(acc, a);
-    atomicAdd(acc + 1, b);
-  }
+  GridSum2(rr, ff, acc);
 }
 
 unsigned Blocks(int64_t n) { return unsigned((n + kThreads - 1) / kThreads); }
@@ -118,35 +161,17 @@ __global__ void ApplyKernel(BlockTridiagonalProblem<T> p, const T* __restrict__ 
   out[e] = residual ? p.f[e] - s : s;
 }
 
-// acc[0] += u.v, acc[1] += w.x (w may be null), in double.
+// acc[0] = u.v, acc[1] = w.x (w may be null), in double (GridSum2's scratch).
 template <typename T>
 __global__ void DotKernel(int64_t n, const T* __restrict__ u, const T* __restrict__ v,
                           const T* __restrict__ w, const T* __restrict__ x, double* acc) {
-  __shared__ double s0[kThreads / 32], s1[kThreads / 32];
   double a = 0, b = 0;
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n;
        e += int64_t(gridDim.x) * blockDim.x) {
     a += double(u[e]) * v[e];
     if (w) b += double(w[e]) * x[e];
   }
-  for (int o = 16; o > 0; o >>= 1) {
-    a += __shfl_xor_sync(0xffffffffu, a, o);
-    b += __shfl_xor_sync(0xffffffffu, b, o);
-  }
-  if ((threadIdx.x & 31) == 0) {
-    s0[threadIdx.x >> 5] = a;
-    s1[threadIdx.x >> 5] = b;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    double ta = 0, tb = 0;
-    for (int q = 0; q < kThreads / 32; ++q) {
-      ta += s0[q];
-      tb += s1[q];
-    }
-    atomicAdd(acc, ta);
-    atomicAdd(acc + 1, tb);
-  }
+  GridSum2(a, b, acc);
 }
 
 // y += alpha d, r -= alpha q.
@@ -405,15 +430,15 @@ absl::StatusOr<SolveInfo> CgDevice(const BlockTridiagonalProblem<T>& p, const Bl
                                    const SolveControl& control, cudaStream_t stream,
                                    bool multigrid) {
   const int64_t N = p.N, M = p.M, size = N * M;
-  auto buf = pool.Get(16 + int64_t(sizeof(T)) * 4 * size + N);
+  auto buf = pool.Get(kAccBytes + int64_t(sizeof(T)) * 4 * size + N);
   if (!buf.ok()) return buf.status();
   auto* acc = static_cast<double*>(buf->get());
-  T *r = reinterpret_cast<T*>(acc + 2), *z = r + size, *d = z + size, *q = d + size;
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(acc, 0, kAccBytes, stream));
+  T *r = reinterpret_cast<T*>(acc + kAccBytes / 8), *z = r + size, *d = z + size, *q = d + size;
   auto* flags = reinterpret_cast<uint8_t*>(q + size);
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flags, 0, size_t(N), stream));
-  const unsigned rb = unsigned(std::min<int64_t>(Blocks(size), 1024));
+  const unsigned rb = unsigned(std::min<int64_t>(Blocks(size), kReduceBlocks));
   auto dots = [&](const T* u, const T* v, const T* w, const T* x, double* h) -> absl::Status {
-    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(acc, 0, 2 * sizeof(double), stream));
     DotKernel<T><<<rb, kThreads, 0, stream>>>(size, u, v, w, x, acc);
     TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     TRISOLVE_CUDA_RETURN_IF_ERROR(
@@ -462,7 +487,6 @@ absl::StatusOr<SolveInfo> CgDevice(const BlockTridiagonalProblem<T>& p, const Bl
     TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   }
   // The true residual, from the original arrays.
-  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(acc, 0, 2 * sizeof(double), stream));
   ResidualKernel<T><<<rb, kThreads, 0, stream>>>(p, y, acc, false);
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   std::vector<uint8_t> hf(static_cast<size_t>(N));
@@ -514,20 +538,20 @@ absl::StatusOr<SolveInfo> BicgstabDevice(const BlockTridiagonalProblem<T>& p,
                                          cudaStream_t stream) {
   const int64_t N = p.N, M = p.M, size = N * M;
   // r, r0, p, v, y-hat, s, z, t; the levels in their own buffer.
-  auto buf = pool.Get(16 + int64_t(sizeof(T)) * 8 * size + 16);
+  auto buf = pool.Get(kAccBytes + int64_t(sizeof(T)) * 8 * size + 16);
   if (!buf.ok()) return buf.status();
   auto* acc = static_cast<double*>(buf->get());
-  T* r = reinterpret_cast<T*>(acc + 2);
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(acc, 0, kAccBytes, stream));
+  T* r = reinterpret_cast<T*>(acc + kAccBytes / 8);
   T *r0 = r + size, *pv = r0 + size, *v = pv + size, *yh = v + size, *sv = yh + size,
     *zv = sv + size, *tv = zv + size;
   auto* flag = reinterpret_cast<uint8_t*>(tv + size);
   auto mg = BuildMgDevice(p, pool, flag, stream);
   if (!mg.ok()) return mg.status();
   if (!mg->positive) return NotPositive("multigrid-bicgstab", size, y, status, stream);
-  const unsigned rb = unsigned(std::min<int64_t>(Blocks(size), 1024));
+  const unsigned rb = unsigned(std::min<int64_t>(Blocks(size), kReduceBlocks));
   double h[2];
   auto dots = [&](const T* u, const T* w, const T* u2, const T* w2) -> absl::Status {
-    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(acc, 0, 2 * sizeof(double), stream));
     DotKernel<T><<<rb, kThreads, 0, stream>>>(size, u, w, u2, w2, acc);
     TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     TRISOLVE_CUDA_RETURN_IF_ERROR(
@@ -581,7 +605,6 @@ absl::StatusOr<SolveInfo> BicgstabDevice(const BlockTridiagonalProblem<T>& p,
       break;
     }
   }
-  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(acc, 0, 2 * sizeof(double), stream));
   ResidualKernel<T><<<rb, kThreads, 0, stream>>>(p, y, acc, false);
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   TRISOLVE_CUDA_RETURN_IF_ERROR(
@@ -598,7 +621,236 @@ absl::StatusOr<SolveInfo> BicgstabDevice(const BlockTridiagonalProblem<T>& p,
   return info;
 }
 
+
+// ---- the fused sweeps: one kernel launch for up to 64 sweeps of a thesis method ---------------
+// A task is one block row's line solve in one sweep, (s, i), done by one thread block. Blocks
+// take tasks in an order in which every task's inputs come from earlier tasks, wait (thread 0
+// spinning on the rows' completed-sweep counters) until the neighbour rows it reads are at the
+// right sweep, form F_i - A_i Y_{i-1} - B_i Y_{i+1} while staging the row (no D array, no second
+// kernel), solve the row with the partitioned kernel's on-chip method (CH rows a thread, the
+// reduced system by PCR in shared memory), write Y_i and publish done[i] = s + 1. No launch
+// boundary between half-sweeps or sweeps: rows of sweep s + 1 start while rows of sweep s
+// finish, so the memory stream never drains to one partial wave. What a task waits for (done[]
+// counts sweeps):
+//   red-black (red = even natural rows, taken first in each sweep): a red row at sweep s needs
+//     its black neighbours at s (done >= s), a black row its red neighbours at s + 1;
+//   jacobi: the neighbours at s (they have read the buffer it overwrites);
+//   gauss-seidel: row i - 1 at s + 1 and row i + 1 at s; tasks are taken by diagonals
+//     d = i + 2s (all independent), so the sweeps overlap as a wavefront;
+// and always its own row at s. Every wait is on a task taken earlier by a running block, so no
+// block waits forever.
+enum class SweepKind : int { kRedBlack = 0, kJacobi = 1, kGaussSeidel = 2 };
+
+template <typename T>
+struct SweepArgs {
+  int64_t N, M;
+  const T *aC, *cC, *bC, *cA, *cB, *f;  // colour-major rows (Perm)
+  T* Y0;                                 // the iterate (jacobi: sweeps read Y0 at even s)
+  T* Y1;                                 // jacobi's second buffer
+  int* done;                             // per natural row: sweeps of this launch completed
+  unsigned* next;                        // the task counter
+  uint8_t* bad;                          // per colour-major row: a pivot vanished
+  const int* diag;                       // gauss-seidel: tasks before diagonal d, d <= ndiag
+  int ndiag;
+  int sweeps;
+  SweepKind kind;
+};
+
+// Threads a block at most: 16 rows a thread need ~212 registers (256 threads), 8 rows ~107
+// (512). Rows of up to 4096 either way.
+constexpr int SweepMaxThreads(int ch) { return ch >= 16 ? 256 : 512; }
+
+__device__ __forceinline__ void WaitDone(int* done, int64_t row, int at_least) {
+  ::cuda::atomic_ref<int, ::cuda::thread_scope_device> a(done[row]);
+  while (a.load(::cuda::memory_order_acquire) < at_least) __nanosleep(64);
+}
+
+template <int CH, typename T, bool kLazy>
+__global__ void __launch_bounds__(SweepMaxThreads(CH)) FusedSweepKernel(SweepArgs<T> g) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const int P = blockDim.x;
+  const int64_t N = g.N, M = g.M;
+  T* sa = reinterpret_cast<T*>(smem_raw);  // 2P each: the reduced system
+  T* sb = sa + 2 * P;
+  T* sc = sb + 2 * P;
+  T* sd = sc + 2 * P;
+  T* tile = sd + 2 * P;  // 4 arrays of P * (CH + 1): the row staged
+  const int tsz = P * (CH + 1);
+  __shared__ int64_t task_row;
+  __shared__ int task_sweep, task_bad;
+  const int64_t total = int64_t(g.sweeps) * N;
+  const int64_t half = (N + 1) / 2;
+  // One task a block: the block takes the next task in order (not its blockIdx), so a task's
+  // inputs are always tasks of blocks already running. (A persistent loop over tasks was
+  // tried: the compiler hoisted the staging addresses out of it and spilled, 255 registers.)
+  // Element e of a row sits at chunk e / CH, row e % CH of thread e / CH's tile slot.
+  auto where = [&](int e, int64_t& gi, int& pos) {
+    if (e >= M) return false;
+    gi = e;
+    pos = e + e / CH;
+    return true;
+  };
+  {
+    const int tid = threadIdx.x;
+    if (tid == 0) {
+      const int64_t t = atomicAdd(g.next, 1u);
+      int64_t s = -1, i = -1;
+      if (t < total) {
+        if (g.kind == SweepKind::kGaussSeidel) {
+          int lo = 0, hi = g.ndiag;  // the last d with diag[d] <= t
+          while (hi - lo > 1) {
+            const int mid = (lo + hi) / 2;
+            if (g.diag[mid] <= t) lo = mid; else hi = mid;
+          }
+          const int64_t d = lo;
+          const int64_t smin = d > N - 1 ? (d - (N - 1) + 1) / 2 : 0;
+          s = smin + (t - g.diag[lo]);
+          i = d - 2 * s;
+        } else {
+          s = t / N;
+          const int64_t j = t - s * N;
+          i = g.kind == SweepKind::kRedBlack ? (j < half ? 2 * j : 2 * (j - half) + 1) : j;
+        }
+      }
+      task_sweep = int(s);
+      task_row = i;
+      task_bad = 0;
+    }
+    __syncthreads();
+    const int s = task_sweep;
+    const int64_t i = task_row;
+    if (i < 0) return;
+    const int64_t base = Perm(i, N) * M;
+    // The matrix part of the row (read-only: no wait needed): a, b, c and f staged.
+    {
+      T va[CH], vb[CH], vc[CH], vf[CH];
+#pragma unroll
+      for (int q = 0; q < CH; ++q) {
+        const int e = tid + q * P;
+        if (e < M) {
+          va[q] = __ldg(g.aC + base + e);
+          vb[q] = __ldg(g.cC + base + e);
+          vc[q] = __ldg(g.bC + base + e);
+          vf[q] = __ldg(g.f + base + e);
+        }
+      }
+#pragma unroll
+      for (int q = 0; q < CH; ++q) {
+        const int e = tid + q * P;
+        if (e < M) {
+          const int pos = e + e / CH;
+          tile[pos] = va[q];
+          tile[tsz + pos] = vb[q];
+          tile[2 * tsz + pos] = vc[q];
+          tile[3 * tsz + pos] = vf[q];
+        }
+      }
+    }
+    const bool has_l = i > 0, has_r = i + 1 < N;
+    if (tid == 0) {
+      int need_l = s, need_r = s;
+      if (g.kind == SweepKind::kRedBlack && (i & 1)) need_l = need_r = s + 1;
+      if (g.kind == SweepKind::kGaussSeidel) need_l = s + 1;
+      if (has_l) WaitDone(g.done, i - 1, need_l);
+      if (has_r) WaitDone(g.done, i + 1, need_r);
+      WaitDone(g.done, i, s);
+    }
+    __syncthreads();
+    const bool odd = g.kind == SweepKind::kJacobi && (s & 1);
+    const T* yin = odd ? g.Y1 : g.Y0;
+    T* yout = g.kind != SweepKind::kJacobi ? g.Y0 : odd ? g.Y0 : g.Y1;
+    {
+      const int64_t lb = has_l ? Perm(i - 1, N) * M : base;
+      const int64_t rb = has_r ? Perm(i + 1, N) * M : base;
+      // One neighbour at a time: 2 * CH loads in flight a thread, half the registers.
+#pragma unroll
+      for (int side = 0; side < 2; ++side) {
+        const bool has = side == 0 ? has_l : has_r;
+        if (!has) continue;
+        const T* coef = side == 0 ? g.cA : g.cB;
+        const T* yn = yin + (side == 0 ? lb : rb);
+        T u[CH], v[CH];
+#pragma unroll
+        for (int q = 0; q < CH; ++q) {
+          const int e = tid + q * P;
+          if (e < M) {
+            u[q] = __ldg(coef + base + e);
+            v[q] = __ldcg(yn + e);  // written by other blocks: not through L1
+          }
+        }
+#pragma unroll
+        for (int q = 0; q < CH; ++q) {
+          const int e = tid + q * P;
+          if (e < M) tile[3 * tsz + e + e / CH] -= u[q] * v[q];  // this thread's own slots
+        }
+      }
+    }
+    __syncthreads();
+    T a[CH], b[CH], c[CH], d[CH];
+    ReadChunkFromTile<CH>(tile, tsz, 0, tid, M, a, b, c, d);
+    bool ok = ChunkReduce<CH>(a, b, c, d);
+    T x0, xl;
+    ok &= SolveReduced<false, kLazy>(sa, sb, sc, sd, 0, tid, P, 1, a[0], c[0], d[0], a[CH - 1],
+                                     c[CH - 1], d[CH - 1], x0, xl);
+    ChunkBack<CH>(a, c, d, x0, xl);
+#pragma unroll
+    for (int q = 0; q < CH; ++q) ok &= Finite(d[q]);
+    if (!ok) task_bad = 1;  // read after StoreFlat's barriers
+    StoreFlat<CH>(yout + base, tile, P, where, d);
+    if (tid == 0) {
+      if (task_bad) g.bad[Perm(i, N)] = 1;
+      __threadfence();  // the block's Y_i stores (before StoreFlat's barrier) before the flag
+      ::cuda::atomic_ref<int, ::cuda::thread_scope_device>(g.done[i]).store(
+          s + 1, ::cuda::memory_order_release);
+    }
+  }
+}
+
+// Rows a thread of the fused sweeps: the tuning's, else 8, or 16 for rows over 2048 (as the
+// one-pass tridiagonal kernel in float64; H100). 0 if a row does not fit one block.
+SweepTuning g_sweep;
+constexpr int kSweepsPerLaunch = 64;
+
+template <typename T>
+int SweepChunk(int64_t M) {
+  int ch = g_sweep.chunk;
+  if (ch == 0) ch = M > 2048 ? 16 : 8;
+  return M <= int64_t(ch) * SweepMaxThreads(ch) ? ch : 0;
+}
+
+template <int CH, typename T>
+absl::Status LaunchFusedSweeps(SweepArgs<T> g, cudaStream_t stream) {
+  int P = 1;
+  while (int64_t(P) * CH < g.M) P *= 2;
+  const size_t smem = sizeof(T) * (size_t(8) * P + size_t(4) * P * (CH + 1));
+  // float32 reads the PCR neighbours lazily, float64 eagerly (as the tridiagonal kernel, t6b).
+  auto kernel = FusedSweepKernel<CH, T, sizeof(T) == 4>;
+  TRISOLVE_CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  const int64_t total = int64_t(g.sweeps) * g.N;
+  const unsigned blocks = unsigned(total);
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(g.done, 0, sizeof(int) * size_t(g.N), stream));
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(g.next, 0, sizeof(unsigned), stream));
+  kernel<<<blocks, P, smem, stream>>>(g);
+  return CudaStatus(cudaGetLastError(), "FusedSweepKernel launch");
+}
+
+// Tasks before each diagonal d = i + 2s of `sweeps` gauss-seidel sweeps over N rows.
+std::vector<int> DiagonalStarts(int64_t N, int sweeps) {
+  const int64_t nd = (N - 1) + 2 * int64_t(sweeps - 1) + 1;
+  std::vector<int> start(size_t(nd + 1), 0);
+  for (int64_t d = 0; d < nd; ++d) {
+    const int64_t smin = d > N - 1 ? (d - (N - 1) + 1) / 2 : 0;
+    const int64_t smax = std::min<int64_t>(sweeps - 1, d / 2);
+    start[size_t(d + 1)] = start[size_t(d)] + int(std::max<int64_t>(0, smax - smin + 1));
+  }
+  return start;
+}
+
 }  // namespace
+
+void SetSweepTuning(const SweepTuning& t) { g_sweep = t; }
+SweepTuning GetSweepTuning() { return g_sweep; }
 
 template <typename T>
 absl::StatusOr<SolveInfo> SolveBlockTridiagonalDevice(const BlockTridiagonalProblem<T>& p,
@@ -614,12 +866,30 @@ absl::StatusOr<SolveInfo> SolveBlockTridiagonalDevice(const BlockTridiagonalProb
     return CgDevice(p, o, y, status, pool, control, stream,
                     method == BlockMethod::kMultigridCg);
   const int64_t N = p.N, M = p.M, size = N * M, half = (N + 1) / 2;
+  // The fused sweeps (one persistent kernel for many sweeps) where a row fits one block and the
+  // tuning has not turned them off; otherwise a right-hand-side kernel and a batched
+  // partitioned solve a half-sweep.
+  const int chunk = g_sweep.fused ? SweepChunk<T>(M) : 0;
+  const SweepKind kind = method == BlockMethod::kJacobi        ? SweepKind::kJacobi
+                         : method == BlockMethod::kGaussSeidel ? SweepKind::kGaussSeidel
+                                                               : SweepKind::kRedBlack;
+  // Sweeps a launch: long enough that the launches cost nothing, short enough that a cancelled
+  // request stops soon and the task counter (32 bits) cannot overflow.
+  const int per_launch = int(std::clamp<int64_t>((int64_t{1} << 30) / std::max<int64_t>(N, 1), 1,
+                                                 kSweepsPerLaunch));
   // Colour-major copies: aC cC bC cA cB f, the iterate, a second iterate (Jacobi), D; flags.
-  // The double accumulators first: 8-byte aligned whatever T and N * M are.
-  auto buf = pool.Get(16 + int64_t(sizeof(T)) * 9 * size + N);
+  // The double accumulators first, then the fused sweeps' counters (done[N], next, the
+  // diagonal table), padded to 16 bytes: every array aligned whatever T and N * M are.
+  const int64_t ints = N + 1 + (N + 2 * int64_t(per_launch) + 1);
+  const int64_t int_bytes = (4 * ints + 15) / 16 * 16;
+  auto buf = pool.Get(kAccBytes + int_bytes + int64_t(sizeof(T)) * 9 * size + N);
   if (!buf.ok()) return buf.status();
   auto* acc = static_cast<double*>(buf->get());
-  T* base = reinterpret_cast<T*>(acc + 2);
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(acc, 0, kAccBytes, stream));
+  int* done = reinterpret_cast<int*>(acc + kAccBytes / 8);
+  auto* next = reinterpret_cast<unsigned*>(done + N);
+  int* diag = reinterpret_cast<int*>(next + 1);
+  T* base = reinterpret_cast<T*>(reinterpret_cast<char*>(done) + int_bytes);
   T *aC = base, *cC = aC + size, *bC = cC + size, *cA = bC + size, *cB = cA + size,
     *f = cB + size, *Y = f + size, *Y2 = Y + size, *D = Y2 + size;
   auto* flags = reinterpret_cast<uint8_t*>(D + size);
@@ -635,8 +905,7 @@ absl::StatusOr<SolveInfo> SolveBlockTridiagonalDevice(const BlockTridiagonalProb
 
   // The relative residual of the original system.
   auto residual = [&](const T* Ycur) -> absl::StatusOr<double> {
-    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(acc, 0, 2 * sizeof(double), stream));
-    ResidualKernel<T><<<unsigned(std::min<int64_t>(Blocks(size), 1024)), kThreads, 0, stream>>>(
+    ResidualKernel<T><<<unsigned(std::min<int64_t>(Blocks(size), kReduceBlocks)), kThreads, 0, stream>>>(
         p, Ycur, acc, true);
     TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     double h[2];
@@ -667,7 +936,43 @@ absl::StatusOr<SolveInfo> SolveBlockTridiagonalDevice(const BlockTridiagonalProb
     res = *r;
   }
   int64_t it = 0;
-  for (; it < o.max_iterations; ++it) {
+  // The fused path: `sweeps` sweeps a launch (one when a tolerance is checked after each).
+  std::vector<int> starts;  // gauss-seidel's diagonal table of the last upload
+  int starts_sweeps = 0;
+  auto fused_sweeps = [&](int sweeps) -> absl::Status {
+    SweepArgs<T> g{N, M, aC, cC, bC, cA, cB, f, Y, Y2, done, next, flags, diag, 0, sweeps, kind};
+    if (kind == SweepKind::kGaussSeidel) {
+      if (starts_sweeps != sweeps) {
+        starts = DiagonalStarts(N, sweeps);
+        starts_sweeps = sweeps;
+        TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(diag, starts.data(),
+                                                      sizeof(int) * starts.size(),
+                                                      cudaMemcpyHostToDevice, stream));
+      }
+      g.ndiag = int(starts.size()) - 1;
+    }
+    auto st = chunk == 16 ? LaunchFusedSweeps<16>(g, stream) : LaunchFusedSweeps<8>(g, stream);
+    if (!st.ok()) return st;
+    if (kind == SweepKind::kJacobi && (sweeps & 1)) std::swap(Y, Y2);
+    return absl::OkStatus();
+  };
+  if (chunk > 0) {
+    info.method += "+fused";
+    while (it < o.max_iterations) {
+      if (o.tol > 0 && res <= o.tol) break;
+      if (control.Cancelled()) return absl::CancelledError("solve cancelled");
+      const int sweeps =
+          o.tol > 0 ? 1 : int(std::min<int64_t>(per_launch, o.max_iterations - it));
+      if (auto st = fused_sweeps(sweeps); !st.ok()) return st;
+      it += sweeps;
+      if (o.tol > 0) {
+        auto r = residual(Y);
+        if (!r.ok()) return r.status();
+        res = *r;
+      }
+    }
+  }
+  for (; chunk == 0 && it < o.max_iterations; ++it) {
     if (o.tol > 0 && res <= o.tol) break;
     if (control.Cancelled()) return absl::CancelledError("solve cancelled");
     switch (method) {

@@ -1,7 +1,8 @@
 // The thesis' experiments on the GPU, side by side with its tables 5.2-5.5 (RTX 3060, CUDA 12.8;
 // sequential = its CPU program, GPU = its one-thread-per-block-row kernels, best thread count),
 // then the time of one sweep against the memory floor (8 arrays of N*M values: aC cC bC cA cB f
-// and Y read, Y written) at N = M = 1024 and 4096. Times include the colour-major copies and the
+// and Y read, Y written) at N = M = 1024 and 4096, and the sweeps' two paths (fused, two kernels
+// a half-sweep) side by side. Times include the colour-major copies and the
 // final residual of a solve. float64.
 //   bench_block [--reps 5]
 #include <cuda_runtime.h>
@@ -104,31 +105,42 @@ int main(int argc, char** argv) {
     }
   }
 
-  // The one-pass partitioned kernel's launch shape for the sweeps' line solves: a half-sweep at
-  // N = M = 1024 is one partial wave (512 rows), so a row's latency, not bandwidth, sets the
-  // time; fewer rows a thread (chunk) put more threads on a row.
-  std::printf("\nline-solve launch shape (chunk = rows a thread, threads a block at least): "
-              "red-black per sweep, and L = 64 at N = M = 1024\n");
-  std::printf("%6s %6s %8s %12s %12s\n", "N=M", "chunk", "threads", "per sweep", "L=64");
-  const auto tuning0 = trisolve::cuda::GetPartitionedTuning();
+  // The sweeps' two paths side by side: the fused sweeps (one launch for up to 64 sweeps, a
+  // block a row and sweep, 8 or 16 rows a thread) and the two-kernel half-sweeps (right-hand
+  // side, then the batched one-pass partitioned solve; what ran before the fused sweeps and
+  // still runs rows over 4096). Gauss-Seidel on the two-kernel path is one launch pair a row,
+  // so its sweep is timed as L = 2 less L = 1.
+  std::printf("\nsweep paths: per sweep ((L=65 - L=1) / 64), and L = 64 at N = M = 1024\n");
+  std::printf("%6s %-14s %-22s %12s %12s\n", "N=M", "method", "path", "per sweep", "L=64");
+  const auto sweep0 = trisolve::cuda::GetSweepTuning();
   for (int64_t NM : {1024, 4096}) {
     auto ex = trisolve::examples::ThesisExperiment1(NM, NM);
     Device d(ex, NM, NM);
-    for (int chunk : {16, 8, 4, 2})
-      for (int threads : {128, 256, 512}) {
-        // a row must fit one block (512 threads; 256 with 16 rows a thread)
-        if (NM / chunk > (chunk == 16 ? 256 : 512) || (chunk == 16 && threads > 256)) continue;
-        trisolve::cuda::SetPartitionedTuning({chunk, threads});
-        const double t1 = Solve(d, pool, trisolve::BlockMethod::kRedBlack, 1, 0, false, reps);
-        const double t65 = Solve(d, pool, trisolve::BlockMethod::kRedBlack, 65, 0, false, reps);
-        const double t64 =
-            NM == 1024 ? Solve(d, pool, trisolve::BlockMethod::kRedBlack, 64, 0, false, reps) : 0;
-        std::printf("%6lld %6d %8d %9.4f ms %9.3f ms\n", (long long)NM, chunk, threads,
-                    (t65 - t1) / 64, t64);
+    for (auto m : {trisolve::BlockMethod::kRedBlack, trisolve::BlockMethod::kJacobi,
+                   trisolve::BlockMethod::kGaussSeidel}) {
+      struct Path { const char* name; trisolve::cuda::SweepTuning t; };
+      const Path paths[] = {{"fused, 8 rows/thread", {true, 8}},
+                            {"fused, 16 rows/thread", {true, 16}},
+                            {"rhs + partitioned", {false, 0}}};
+      for (const Path& path : paths) {
+        if (path.t.fused && path.t.chunk * (path.t.chunk >= 16 ? 256 : 512) < NM) continue;
+        trisolve::cuda::SetSweepTuning(path.t);
+        double sweep = 0, t64 = 0;
+        if (!path.t.fused && m == trisolve::BlockMethod::kGaussSeidel) {
+          if (NM > 1024) continue;
+          sweep = Solve(d, pool, m, 2, 0, false, 1) - Solve(d, pool, m, 1, 0, false, 1);
+        } else {
+          const double t1 = Solve(d, pool, m, 1, 0, false, reps);
+          sweep = (Solve(d, pool, m, 65, 0, false, reps) - t1) / 64;
+          if (NM == 1024) t64 = Solve(d, pool, m, 64, 0, false, reps);
+        }
+        std::printf("%6lld %-14s %-22s %9.4f ms %9.3f ms\n", (long long)NM,
+                    std::string(trisolve::MethodName(m)).c_str(), path.name, sweep, t64);
         std::fflush(stdout);
       }
+    }
   }
-  trisolve::cuda::SetPartitionedTuning(tuning0);
+  trisolve::cuda::SetSweepTuning(sweep0);
 
   // Experiment 2 (table 5.5): the thesis ran 8192-16384 sweeps at N = M = 128 (7.3-14.5 s
   // sequential, 9.6-19.2 s on its GPU). Here: to a relative residual of 1e-10 with its method.
