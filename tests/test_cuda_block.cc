@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "block_cuda.h"
 #include "cuda_test_util.h"
 #include "gtest/gtest.h"
 #include "trisolve/block_tridiagonal.h"
@@ -110,6 +111,26 @@ TEST(CudaBlock, FusedSweepsOverSeveralLaunches) {
       Compare(Experiment<double>(1, 100, 300), m, {L, 0, false}, 1e-12);
       Compare(Experiment<float>(2, 37, 200), m, {L, 0, true}, 1e-4);
     }
+}
+
+// Every launch choice of the fused sweeps (rows a thread, staged or direct), and the two-kernel
+// path, give the CPU reference's iterates: M odd (no 16-byte loads) and even.
+TEST(CudaBlock, EveryFusedSweepFormMatchesTheCpu) {
+  REQUIRE_GPU();
+  const auto saved = cuda::GetSweepTuning();
+  for (cuda::SweepTuning t : {cuda::SweepTuning{true, 8, -1}, cuda::SweepTuning{true, 8, 1},
+                              cuda::SweepTuning{true, 16, -1}, cuda::SweepTuning{true, 16, 1},
+                              cuda::SweepTuning{false, 0, 0}}) {
+    cuda::SetSweepTuning(t);
+    for (auto m : {BlockMethod::kRedBlack, BlockMethod::kJacobi, BlockMethod::kGaussSeidel})
+      for (int64_t M : {999, 1000}) {
+        SCOPED_TRACE(::testing::Message() << "fused " << t.fused << " chunk " << t.chunk
+                                          << " staged " << t.staged << " M " << M);
+        Compare(Experiment<double>(1, 37, M), m, {5, 0, false}, 1e-12);
+        Compare(Experiment<float>(2, 37, M), m, {5, 0, true}, 1e-4);
+      }
+  }
+  cuda::SetSweepTuning(saved);
 }
 
 // Many short rows, many sweeps: thousands of tiny tasks racing on the per-row counters. Also

@@ -7,6 +7,7 @@
 
 #include "cuda_test_util.h"
 #include "gtest/gtest.h"
+#include "tridiagonal_cuda.h"
 #include "trisolve/backend.h"
 #include "trisolve/tridiagonal.h"
 
@@ -121,6 +122,31 @@ INSTANTIATE_TEST_SUITE_P(
                                          TridiagonalMethod::kPcr,
                                          TridiagonalMethod::kPartitioned)),
     ShapeName);
+
+// The flat one-pass kernel's two ways of reading a thread's rows -- staged through a shared-
+// memory tile, or loaded directly (16-byte vectors where n allows) -- each forced, with 4, 8 and
+// 16 rows a thread: chunks ending inside a system, odd n (no vectors), n = 1 and 2.
+TEST(CudaTridiagonal, FlatRowLoadsMatchTheCpuReference) {
+  REQUIRE_GPU();
+  const auto saved = cuda::GetPartitionedTuning();
+  for (int direct : {-1, 1})
+    for (int chunk : {4, 8, 16}) {
+      auto t = saved;
+      t.flat_direct = direct;
+      t.chunk = chunk;
+      cuda::SetPartitionedTuning(t);
+      for (Case k : {Case{1, 5000}, Case{2, 1000}, Case{3, 777}, Case{31, 4096}, Case{32, 1 << 15},
+                     Case{33, 1000}, Case{100, 999}, Case{256, 3000}, Case{1000, 1000},
+                     Case{2500, 50}, Case{4096, 64}}) {
+        if (k.n > int64_t(chunk) * (chunk == 16 ? 256 : 512)) continue;  // one block a system
+        SCOPED_TRACE(::testing::Message() << "direct " << direct << " chunk " << chunk << " n "
+                                        << k.n);
+        Compare<double>(k, Layout::kFlat, TridiagonalMethod::kPartitioned, 1e-12, 1e-15);
+        Compare<float>(k, Layout::kFlat, TridiagonalMethod::kPartitioned, 2e-4, 3e-6);
+      }
+    }
+  cuda::SetPartitionedTuning(saved);
+}
 
 TEST(CudaPool, BuffersAreReusedAcrossRequests) {
   REQUIRE_GPU();

@@ -23,11 +23,13 @@
 namespace trisolve::cuda {
 
 // The sweeps' launch choices (the benchmark compares them). fused = false: the two-kernel
-// half-sweeps always. chunk: rows a thread of the fused kernel, 8 or 16; 0: 16 for float64 rows
-// over 2048, else 8.
+// half-sweeps always. chunk: rows a thread of the fused kernel, 8 or 16; 0: 16 for rows over
+// 2048, else 8. staged: 1 the fused kernel stages a row through shared memory, -1 loads it
+// straight into registers; 0: staged for rows over 2048.
 struct SweepTuning {
   bool fused = true;
   int chunk = 0;
+  int staged = 0;
 };
 void SetSweepTuning(const SweepTuning& t);
 SweepTuning GetSweepTuning();

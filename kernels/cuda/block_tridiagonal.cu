@@ -654,6 +654,7 @@ struct SweepArgs {
   int ndiag;
   int sweeps;
   SweepKind kind;
+  bool vec;  // 16-byte loads and stores: M a multiple of 16 / sizeof(T), arrays aligned
 };
 
 // Threads a block at most: 16 rows a thread need ~212 registers (256 threads), 8 rows ~107
@@ -665,149 +666,165 @@ __device__ __forceinline__ void WaitDone(int* done, int64_t row, int at_least) {
   while (a.load(::cuda::memory_order_acquire) < at_least) __nanosleep(64);
 }
 
-template <int CH, typename T, bool kLazy>
+// kStaged: the row goes through a shared-memory tile (coalesced loads, P * (CH + 1) values an
+// array) instead of straight into registers; measured faster only for long rows (NOTES.md b6).
+template <int CH, typename T, bool kLazy, bool kStaged>
 __global__ void __launch_bounds__(SweepMaxThreads(CH)) FusedSweepKernel(SweepArgs<T> g) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int P = blockDim.x;
+  const int tid = threadIdx.x;
   const int64_t N = g.N, M = g.M;
   T* sa = reinterpret_cast<T*>(smem_raw);  // 2P each: the reduced system
   T* sb = sa + 2 * P;
   T* sc = sb + 2 * P;
   T* sd = sc + 2 * P;
-  T* tile = sd + 2 * P;  // 4 arrays of P * (CH + 1): the row staged
+  T* tile = sd + 2 * P;  // kStaged: 4 arrays of P * (CH + 1)
   const int tsz = P * (CH + 1);
   __shared__ int64_t task_row;
   __shared__ int task_sweep, task_bad;
-  const int64_t total = int64_t(g.sweeps) * N;
-  const int64_t half = (N + 1) / 2;
   // One task a block: the block takes the next task in order (not its blockIdx), so a task's
   // inputs are always tasks of blocks already running. (A persistent loop over tasks was
   // tried: the compiler hoisted the staging addresses out of it and spilled, 255 registers.)
-  // Element e of a row sits at chunk e / CH, row e % CH of thread e / CH's tile slot.
-  auto where = [&](int e, int64_t& gi, int& pos) {
-    if (e >= M) return false;
-    gi = e;
-    pos = e + e / CH;
-    return true;
-  };
-  {
-    const int tid = threadIdx.x;
-    if (tid == 0) {
-      const int64_t t = atomicAdd(g.next, 1u);
-      int64_t s = -1, i = -1;
-      if (t < total) {
-        if (g.kind == SweepKind::kGaussSeidel) {
-          int lo = 0, hi = g.ndiag;  // the last d with diag[d] <= t
-          while (hi - lo > 1) {
-            const int mid = (lo + hi) / 2;
-            if (g.diag[mid] <= t) lo = mid; else hi = mid;
-          }
-          const int64_t d = lo;
-          const int64_t smin = d > N - 1 ? (d - (N - 1) + 1) / 2 : 0;
-          s = smin + (t - g.diag[lo]);
-          i = d - 2 * s;
-        } else {
-          s = t / N;
-          const int64_t j = t - s * N;
-          i = g.kind == SweepKind::kRedBlack ? (j < half ? 2 * j : 2 * (j - half) + 1) : j;
+  if (tid == 0) {
+    const int64_t total = int64_t(g.sweeps) * N, half = (N + 1) / 2;
+    const int64_t t = atomicAdd(g.next, 1u);
+    int64_t s = -1, i = -1;
+    if (t < total) {
+      if (g.kind == SweepKind::kGaussSeidel) {
+        int lo = 0, hi = g.ndiag;  // the last d with diag[d] <= t
+        while (hi - lo > 1) {
+          const int mid = (lo + hi) / 2;
+          if (g.diag[mid] <= t) lo = mid; else hi = mid;
         }
+        const int64_t d = lo;
+        const int64_t smin = d > N - 1 ? (d - (N - 1) + 1) / 2 : 0;
+        s = smin + (t - g.diag[lo]);
+        i = d - 2 * s;
+      } else {
+        s = t / N;
+        const int64_t j = t - s * N;
+        i = g.kind == SweepKind::kRedBlack ? (j < half ? 2 * j : 2 * (j - half) + 1) : j;
       }
-      task_sweep = int(s);
-      task_row = i;
-      task_bad = 0;
     }
-    __syncthreads();
-    const int s = task_sweep;
-    const int64_t i = task_row;
-    if (i < 0) return;
-    const int64_t base = Perm(i, N) * M;
-    // The matrix part of the row (read-only: no wait needed): a, b, c and f staged.
-    {
-      T va[CH], vb[CH], vc[CH], vf[CH];
+    task_sweep = int(s);
+    task_row = i;
+    task_bad = 0;
+  }
+  __syncthreads();
+  const int s = task_sweep;
+  const int64_t i = task_row;
+  if (i < 0) return;
+  const int64_t base = Perm(i, N) * M;
+  const int64_t k0 = int64_t(tid) * CH;  // this thread's rows of the line
+  // The matrix part of the row (read-only: no wait needed): straight into registers, or staged
+  // (element e of the row at tile slot e + e / CH, read back as this thread's chunk below).
+  T a[CH], b[CH], c[CH], d[CH];
+  if constexpr (kStaged) {
+    T va[CH], vb[CH], vc[CH], vf[CH];
+#pragma unroll
+    for (int q = 0; q < CH; ++q) {
+      const int e = tid + q * P;
+      if (e < M) {
+        va[q] = __ldg(g.aC + base + e);
+        vb[q] = __ldg(g.cC + base + e);
+        vc[q] = __ldg(g.bC + base + e);
+        vf[q] = __ldg(g.f + base + e);
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < CH; ++q) {
+      const int e = tid + q * P;
+      if (e < M) {
+        const int pos = e + e / CH;
+        tile[pos] = va[q];
+        tile[tsz + pos] = vb[q];
+        tile[2 * tsz + pos] = vc[q];
+        tile[3 * tsz + pos] = vf[q];
+      }
+    }
+  } else {
+    LoadRowsDirect<CH>(g.aC + base, k0, M, g.vec, T(0), a);
+    LoadRowsDirect<CH>(g.cC + base, k0, M, g.vec, T(1), b);
+    LoadRowsDirect<CH>(g.bC + base, k0, M, g.vec, T(0), c);
+    LoadRowsDirect<CH>(g.f + base, k0, M, g.vec, T(0), d);
+    EndRows<CH>(k0, M, a, c);
+  }
+  const bool has_l = i > 0, has_r = i + 1 < N;
+  if (tid == 0) {
+    int need_l = s, need_r = s;
+    if (g.kind == SweepKind::kRedBlack && (i & 1)) need_l = need_r = s + 1;
+    if (g.kind == SweepKind::kGaussSeidel) need_l = s + 1;
+    if (has_l) WaitDone(g.done, i - 1, need_l);
+    if (has_r) WaitDone(g.done, i + 1, need_r);
+    WaitDone(g.done, i, s);
+  }
+  __syncthreads();
+  const bool odd = g.kind == SweepKind::kJacobi && (s & 1);
+  const T* yin = odd ? g.Y1 : g.Y0;
+  T* yout = g.kind != SweepKind::kJacobi ? g.Y0 : odd ? g.Y0 : g.Y1;
+  // d = F_i - A_i Y_{i-1} - B_i Y_{i+1}, one neighbour at a time. Y is written by other blocks
+  // while the kernel runs: read through L2 only.
+#pragma unroll
+  for (int side = 0; side < 2; ++side) {
+    if (!(side == 0 ? has_l : has_r)) continue;
+    const T* coef = (side == 0 ? g.cA : g.cB) + base;
+    const T* yn = yin + Perm(side == 0 ? i - 1 : i + 1, N) * M;
+    T u[CH], v[CH];
+    if constexpr (kStaged) {
 #pragma unroll
       for (int q = 0; q < CH; ++q) {
         const int e = tid + q * P;
         if (e < M) {
-          va[q] = __ldg(g.aC + base + e);
-          vb[q] = __ldg(g.cC + base + e);
-          vc[q] = __ldg(g.bC + base + e);
-          vf[q] = __ldg(g.f + base + e);
+          u[q] = __ldg(coef + e);
+          v[q] = __ldcg(yn + e);
         }
       }
 #pragma unroll
       for (int q = 0; q < CH; ++q) {
         const int e = tid + q * P;
-        if (e < M) {
-          const int pos = e + e / CH;
-          tile[pos] = va[q];
-          tile[tsz + pos] = vb[q];
-          tile[2 * tsz + pos] = vc[q];
-          tile[3 * tsz + pos] = vf[q];
-        }
+        if (e < M) tile[3 * tsz + e + e / CH] -= u[q] * v[q];  // this thread's own slots
       }
+    } else {
+      LoadRowsDirect<CH>(coef, k0, M, g.vec, T(0), u);
+      LoadRowsDirect<CH, true>(yn, k0, M, g.vec, T(0), v);
+#pragma unroll
+      for (int q = 0; q < CH; ++q) d[q] -= u[q] * v[q];
     }
-    const bool has_l = i > 0, has_r = i + 1 < N;
-    if (tid == 0) {
-      int need_l = s, need_r = s;
-      if (g.kind == SweepKind::kRedBlack && (i & 1)) need_l = need_r = s + 1;
-      if (g.kind == SweepKind::kGaussSeidel) need_l = s + 1;
-      if (has_l) WaitDone(g.done, i - 1, need_l);
-      if (has_r) WaitDone(g.done, i + 1, need_r);
-      WaitDone(g.done, i, s);
-    }
+  }
+  if constexpr (kStaged) {
     __syncthreads();
-    const bool odd = g.kind == SweepKind::kJacobi && (s & 1);
-    const T* yin = odd ? g.Y1 : g.Y0;
-    T* yout = g.kind != SweepKind::kJacobi ? g.Y0 : odd ? g.Y0 : g.Y1;
-    {
-      const int64_t lb = has_l ? Perm(i - 1, N) * M : base;
-      const int64_t rb = has_r ? Perm(i + 1, N) * M : base;
-      // One neighbour at a time: 2 * CH loads in flight a thread, half the registers.
-#pragma unroll
-      for (int side = 0; side < 2; ++side) {
-        const bool has = side == 0 ? has_l : has_r;
-        if (!has) continue;
-        const T* coef = side == 0 ? g.cA : g.cB;
-        const T* yn = yin + (side == 0 ? lb : rb);
-        T u[CH], v[CH];
-#pragma unroll
-        for (int q = 0; q < CH; ++q) {
-          const int e = tid + q * P;
-          if (e < M) {
-            u[q] = __ldg(coef + base + e);
-            v[q] = __ldcg(yn + e);  // written by other blocks: not through L1
-          }
-        }
-#pragma unroll
-        for (int q = 0; q < CH; ++q) {
-          const int e = tid + q * P;
-          if (e < M) tile[3 * tsz + e + e / CH] -= u[q] * v[q];  // this thread's own slots
-        }
-      }
-    }
-    __syncthreads();
-    T a[CH], b[CH], c[CH], d[CH];
     ReadChunkFromTile<CH>(tile, tsz, 0, tid, M, a, b, c, d);
-    bool ok = ChunkReduce<CH>(a, b, c, d);
-    T x0, xl;
-    ok &= SolveReduced<false, kLazy>(sa, sb, sc, sd, 0, tid, P, 1, a[0], c[0], d[0], a[CH - 1],
-                                     c[CH - 1], d[CH - 1], x0, xl);
-    ChunkBack<CH>(a, c, d, x0, xl);
+  }
+  bool ok = ChunkReduce<CH>(a, b, c, d);
+  T x0, xl;
+  ok &= SolveReduced<false, kLazy>(sa, sb, sc, sd, 0, tid, P, 1, a[0], c[0], d[0], a[CH - 1],
+                                   c[CH - 1], d[CH - 1], x0, xl);
+  ChunkBack<CH>(a, c, d, x0, xl);
 #pragma unroll
-    for (int q = 0; q < CH; ++q) ok &= Finite(d[q]);
-    if (!ok) task_bad = 1;  // read after StoreFlat's barriers
-    StoreFlat<CH>(yout + base, tile, P, where, d);
-    if (tid == 0) {
-      if (task_bad) g.bad[Perm(i, N)] = 1;
-      __threadfence();  // the block's Y_i stores (before StoreFlat's barrier) before the flag
-      ::cuda::atomic_ref<int, ::cuda::thread_scope_device>(g.done[i]).store(
-          s + 1, ::cuda::memory_order_release);
-    }
+  for (int q = 0; q < CH; ++q) ok &= Finite(d[q]);
+  if (!ok) task_bad = 1;
+  if constexpr (kStaged) {
+    auto where = [&](int e, int64_t& gi, int& pos) {
+      if (e >= M) return false;
+      gi = e;
+      pos = e + e / CH;
+      return true;
+    };
+    StoreFlat<CH>(yout + base, tile, P, where, d);  // ends with a barrier
+  } else {
+    StoreRowsDirect<CH>(yout + base, k0, M, g.vec, d);
+    __syncthreads();  // every thread's Y_i stores issued before thread 0 publishes
+  }
+  if (tid == 0) {
+    if (task_bad) g.bad[Perm(i, N)] = 1;
+    __threadfence();
+    ::cuda::atomic_ref<int, ::cuda::thread_scope_device>(g.done[i]).store(
+        s + 1, ::cuda::memory_order_release);
   }
 }
 
-// Rows a thread of the fused sweeps: the tuning's, else 8, or 16 for rows over 2048 (as the
-// one-pass tridiagonal kernel in float64; H100). 0 if a row does not fit one block.
+// Rows a thread of the fused sweeps: the tuning's, else 8, or 16 for rows over 2048 (H100,
+// NOTES.md b5-b6). 0 if a row does not fit one block.
 SweepTuning g_sweep;
 constexpr int kSweepsPerLaunch = 64;
 
@@ -818,13 +835,18 @@ int SweepChunk(int64_t M) {
   return M <= int64_t(ch) * SweepMaxThreads(ch) ? ch : 0;
 }
 
-template <int CH, typename T>
+// Whether the fused sweeps stage rows through shared memory: the tuning's, else for rows over
+// 2048 (H100: 4096 staged 0.666 ms a sweep, direct 0.689-0.714; 1024 direct 0.030 against
+// 0.031; NOTES.md b6).
+bool SweepStaged(int64_t M) { return g_sweep.staged != 0 ? g_sweep.staged > 0 : M > 2048; }
+
+template <int CH, bool kStaged, typename T>
 absl::Status LaunchFusedSweeps(SweepArgs<T> g, cudaStream_t stream) {
   int P = 1;
   while (int64_t(P) * CH < g.M) P *= 2;
-  const size_t smem = sizeof(T) * (size_t(8) * P + size_t(4) * P * (CH + 1));
+  const size_t smem = sizeof(T) * (size_t(8) * P + (kStaged ? size_t(4) * P * (CH + 1) : 0));
   // float32 reads the PCR neighbours lazily, float64 eagerly (as the tridiagonal kernel, t6b).
-  auto kernel = FusedSweepKernel<CH, T, sizeof(T) == 4>;
+  auto kernel = FusedSweepKernel<CH, T, sizeof(T) == 4, kStaged>;
   TRISOLVE_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   const int64_t total = int64_t(g.sweeps) * g.N;
@@ -866,7 +888,7 @@ absl::StatusOr<SolveInfo> SolveBlockTridiagonalDevice(const BlockTridiagonalProb
     return CgDevice(p, o, y, status, pool, control, stream,
                     method == BlockMethod::kMultigridCg);
   const int64_t N = p.N, M = p.M, size = N * M, half = (N + 1) / 2;
-  // The fused sweeps (one persistent kernel for many sweeps) where a row fits one block and the
+  // The fused sweeps (one kernel launch for many sweeps) where a row fits one block and the
   // tuning has not turned them off; otherwise a right-hand-side kernel and a batched
   // partitioned solve a half-sweep.
   const int chunk = g_sweep.fused ? SweepChunk<T>(M) : 0;
@@ -939,8 +961,14 @@ absl::StatusOr<SolveInfo> SolveBlockTridiagonalDevice(const BlockTridiagonalProb
   // The fused path: `sweeps` sweeps a launch (one when a tolerance is checked after each).
   std::vector<int> starts;  // gauss-seidel's diagonal table of the last upload
   int starts_sweeps = 0;
+  // 16-byte row loads: every colour-major array starts 16-byte aligned when M is a multiple of
+  // 16 / sizeof(T) (they follow one another in one buffer), so rows do too.
+  bool vec = M % (16 / int64_t(sizeof(T))) == 0;
+  for (const T* q : std::initializer_list<const T*>{aC, cC, bC, cA, cB, f, Y, Y2})
+    vec &= reinterpret_cast<uintptr_t>(q) % 16 == 0;
   auto fused_sweeps = [&](int sweeps) -> absl::Status {
-    SweepArgs<T> g{N, M, aC, cC, bC, cA, cB, f, Y, Y2, done, next, flags, diag, 0, sweeps, kind};
+    SweepArgs<T> g{N,    M,    aC,   cC,    bC,   cA,     cB,     f,   Y,
+                   Y2,   done, next, flags, diag, 0,      sweeps, kind, vec};
     if (kind == SweepKind::kGaussSeidel) {
       if (starts_sweeps != sweeps) {
         starts = DiagonalStarts(N, sweeps);
@@ -951,7 +979,11 @@ absl::StatusOr<SolveInfo> SolveBlockTridiagonalDevice(const BlockTridiagonalProb
       }
       g.ndiag = int(starts.size()) - 1;
     }
-    auto st = chunk == 16 ? LaunchFusedSweeps<16>(g, stream) : LaunchFusedSweeps<8>(g, stream);
+    const bool staged = SweepStaged(M);
+    auto st = chunk == 16 ? (staged ? LaunchFusedSweeps<16, true>(g, stream)
+                                    : LaunchFusedSweeps<16, false>(g, stream))
+                          : (staged ? LaunchFusedSweeps<8, true>(g, stream)
+                                    : LaunchFusedSweeps<8, false>(g, stream));
     if (!st.ok()) return st;
     if (kind == SweepKind::kJacobi && (sweeps & 1)) std::swap(Y, Y2);
     return absl::OkStatus();

@@ -102,6 +102,70 @@ __device__ __forceinline__ void StoreFlat(T* __restrict__ x, T* tile, int nthrea
   __syncthreads();
 }
 
+// Rows k0 .. k0+M-1 of a row-contiguous array straight from global memory into registers,
+// `pad` past n. 16-byte loads where `vec` (the caller checks: src 16-byte aligned, k0 a multiple
+// of 16 / sizeof(T)) and the M rows lie inside n; a warp's loads are then strided, each filling
+// half of 32 sectors that the thread's next load finds in L1. kL2: through L2 only (`__ldcg`),
+// for arrays other blocks write while the kernel runs.
+template <typename T> struct Vec16;
+template <> struct Vec16<double> { using type = double2; };
+template <> struct Vec16<float> { using type = float4; };
+__device__ __forceinline__ void Unpack(double2 v, double* o) { o[0] = v.x; o[1] = v.y; }
+__device__ __forceinline__ void Unpack(float4 v, float* o) {
+  o[0] = v.x;
+  o[1] = v.y;
+  o[2] = v.z;
+  o[3] = v.w;
+}
+__device__ __forceinline__ double2 Pack(const double* o) { return make_double2(o[0], o[1]); }
+__device__ __forceinline__ float4 Pack(const float* o) {
+  return make_float4(o[0], o[1], o[2], o[3]);
+}
+
+template <int M, bool kL2 = false, typename T>
+__device__ __forceinline__ void LoadRowsDirect(const T* src, int64_t k0, int64_t n, bool vec,
+                                               T pad, T (&v)[M]) {
+  using V = typename Vec16<T>::type;
+  constexpr int W = 16 / sizeof(T);
+  if constexpr (M % W == 0) {
+    if (vec && k0 + M <= n) {
+      const V* s = reinterpret_cast<const V*>(src + k0);
+#pragma unroll
+      for (int q = 0; q < M / W; ++q) Unpack(kL2 ? __ldcg(s + q) : __ldg(s + q), v + q * W);
+      return;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < M; ++i)
+    v[i] = k0 + i < n ? (kL2 ? __ldcg(src + k0 + i) : __ldg(src + k0 + i)) : pad;
+}
+
+// a[0] and c[n-1] zeroed (unused by definition), for a chunk starting at row k0.
+template <int M, typename T>
+__device__ __forceinline__ void EndRows(int64_t k0, int64_t n, T (&a)[M], T (&c)[M]) {
+  if (k0 == 0) a[0] = T(0);
+#pragma unroll
+  for (int i = 0; i < M; ++i)
+    if (k0 + i + 1 >= n) c[i] = T(0);
+}
+
+template <int M, typename T>
+__device__ __forceinline__ void StoreRowsDirect(T* dst, int64_t k0, int64_t n, bool vec,
+                                                const T (&v)[M]) {
+  using V = typename Vec16<T>::type;
+  constexpr int W = 16 / sizeof(T);
+  if constexpr (M % W == 0) {
+    if (vec && k0 + M <= n) {
+#pragma unroll
+      for (int q = 0; q < M / W; ++q) reinterpret_cast<V*>(dst + k0)[q] = Pack(v + q * W);
+      return;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < M; ++i)
+    if (k0 + i < n) dst[k0 + i] = v[i];
+}
+
 // A system's reduced rows in shared memory.
 // Block = S systems x P threads (P a power of two, P * M >= n). Flat layout: thread
 // tid = s_local * P + j; interleaved: tid = j * S + s_local (systems fastest, coalesced).

@@ -85,14 +85,29 @@ __device__ __forceinline__ void StageFlat4(const TridiagonalProblem<T>& p, T* ti
   }
 }
 
+// Flat layout without the staging tile (t9): a thread's M consecutive rows of system s straight
+// from global memory (LoadRowsDirect). Rows past n, or of no system, are identity rows; a[0] and
+// c[n-1] are zeroed.
+template <int M, typename T>
+__device__ __forceinline__ void LoadChunkFlatDirect(const TridiagonalProblem<T>& p, int64_t s,
+                                                    int64_t j, bool vec, T (&a)[M], T (&b)[M],
+                                                    T (&c)[M], T (&d)[M]) {
+  const int64_t k0 = j * M, o = s < p.batch ? s * p.n : 0, n = s < p.batch ? p.n : 0;
+  LoadRowsDirect<M>(p.a + o, k0, n, vec, T(0), a);
+  LoadRowsDirect<M>(p.b + o, k0, n, vec, T(1), b);
+  LoadRowsDirect<M>(p.c + o, k0, n, vec, T(0), c);
+  LoadRowsDirect<M>(p.d + o, k0, n, vec, T(0), d);
+  EndRows<M>(k0, n, a, c);
+}
+
 // ---- one pass: whole systems in one block -------------------------------------------------
 // Block = S systems x P threads (P a power of two, P * M >= n). Flat layout: thread
 // tid = s_local * P + j; interleaved: tid = j * S + s_local (systems fastest, coalesced); the
 // reduced rows placed by ReducedIndex (partitioned.cuh).
-template <int M, typename T, bool kInterleaved, bool kLazyPcr>
+template <int M, typename T, bool kInterleaved, bool kLazyPcr, bool kDirect = false>
 __global__ void __launch_bounds__(MaxThreadsOnChip(M))
     PartitionedOnChipKernel(TridiagonalProblem<T> p, T* __restrict__ x, uint8_t* flags, int P,
-                            int S) {
+                            int S, bool vec) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* smem = reinterpret_cast<T*>(smem_raw);
   const int R = 2 * P;  // reduced rows per system
@@ -127,6 +142,8 @@ __global__ void __launch_bounds__(MaxThreadsOnChip(M))
   const int tsz = nthreads * (M + 1);
   if (kInterleaved) {
     LoadChunkInterleaved<M>(p, s, j, a, b, c, d);
+  } else if (kDirect) {
+    LoadChunkFlatDirect<M>(p, s, j, vec, a, b, c, d);
   } else {
     StageFlat4<M>(p, tile, tsz, nthreads, where);
     __syncthreads();
@@ -149,6 +166,9 @@ __global__ void __launch_bounds__(MaxThreadsOnChip(M))
       const int64_t k = int64_t(j) * M + i;
       if (k < p.n && s < p.batch) x[k * p.batch + s] = d[i];
     }
+    __syncthreads();
+  } else if (kDirect) {
+    if (s < p.batch) StoreRowsDirect<M>(x + s * p.n, int64_t(j) * M, p.n, vec, d);
     __syncthreads();
   } else {
     StoreFlat<M>(x, tile, nthreads, where, d);
@@ -356,6 +376,11 @@ int NextPow2(int64_t v) {
   return p;
 }
 
+// Whether the flat one-pass kernel loads its rows directly (no staging tile): the tuning's, or
+// always (0). Measured on the H100 (t9): direct beat staged at every n, chunk and block size,
+// 13-45% (float64 n = 32 0.315 -> 0.249 ms, float32 0.187 -> 0.118 ms).
+inline bool FlatDirect() { return g_tuning.flat_direct >= 0; }
+
 template <int M, typename T>
 absl::Status LaunchOnChipM(const TridiagonalProblem<T>& p, T* x, uint8_t* flags, int min_threads,
                            cudaStream_t stream) {
@@ -364,32 +389,46 @@ absl::Status LaunchOnChipM(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
   const int S = threads / P;
   const int64_t blocks = (p.batch + S - 1) / S;
   const bool inter = p.layout == Layout::kInterleaved;
-  const size_t smem =
-      sizeof(T) * (size_t(4) * S * 2 * P + (inter ? 0 : size_t(4) * S * P * (M + 1)));
-  auto kernel = inter ? PartitionedOnChipKernel<M, T, true, false>
-                      : PartitionedOnChipKernel<M, T, false, false>;
+  const bool direct = !inter && FlatDirect();
+  const size_t smem = sizeof(T) * (size_t(4) * S * 2 * P +
+                                   (inter || direct ? 0 : size_t(4) * S * P * (M + 1)));
+  // 16-byte loads and stores of the direct flat path: n a multiple of 16 bytes' worth, every
+  // array aligned.
+  constexpr int W = 16 / sizeof(T);
+  bool vec = p.n % W == 0;
+  for (const void* q : {static_cast<const void*>(p.a), static_cast<const void*>(p.b),
+                        static_cast<const void*>(p.c), static_cast<const void*>(p.d),
+                        static_cast<const void*>(x)})
+    vec &= reinterpret_cast<uintptr_t>(q) % 16 == 0;
+  auto kernel = inter    ? PartitionedOnChipKernel<M, T, true, false>
+                : direct ? PartitionedOnChipKernel<M, T, false, false, true>
+                         : PartitionedOnChipKernel<M, T, false, false>;
   if constexpr (sizeof(T) == 4) {  // the reduced PCR's form (kernel comment)
     if (inter || p.n > 64)
-      kernel = inter ? PartitionedOnChipKernel<M, T, true, true>
-                     : PartitionedOnChipKernel<M, T, false, true>;
+      kernel = inter    ? PartitionedOnChipKernel<M, T, true, true>
+               : direct ? PartitionedOnChipKernel<M, T, false, true, true>
+                        : PartitionedOnChipKernel<M, T, false, true>;
   }
   TRISOLVE_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  kernel<<<dim3(unsigned(blocks)), threads, smem, stream>>>(p, x, flags, P, S);
+  kernel<<<dim3(unsigned(blocks)), threads, smem, stream>>>(p, x, flags, P, S, vec);
   return CudaStatus(cudaGetLastError(), "PartitionedOnChipKernel launch");
 }
 
 // Whether one block can hold whole systems of this size.
-// Rows a thread of the one-pass kernel: the tuning's, or by shape (0). Measured on the H100 in
-// float64 (bench_tridiagonal --tune, results/tune-h100-2026-11-22-chunk16.log): 16 rows a
-// thread beat 8 for n = 4096 (flat -6%, interleaved -11%) and interleaved n = 256 (-10%); 8
-// won n <= 128 and n = 1024. float32 keeps 8 (not measured with 16).
+// Rows a thread of the one-pass kernel: the tuning's, or by shape (0). Measured on the H100
+// (bench_tridiagonal --tune): interleaved float64, 16 rows a thread beat 8 for n = 4096 (-11%)
+// and n = 256 (-10%), 8 won n <= 128 and n = 1024 (results/tune-h100-2026-11-22-chunk16.log);
+// flat with direct loads, 16 wins from n = 256 in float64 (1024: 0.345 -> 0.325 ms) and from
+// n = 64 in float32 (128: 0.153 -> 0.127 ms; results/tune-h100-2026-11-22-flat-direct.log).
+// Interleaved float32 keeps 8 (16 not measured there).
 template <typename T>
 int OnChipChunk(int64_t n, Layout layout) {
   if (g_tuning.chunk > 0) return g_tuning.chunk;
+  if (layout == Layout::kFlat) return n > (sizeof(T) == 8 ? 128 : 32) ? 16 : kChunk;
   if (sizeof(T) != 8) return kChunk;
   if (n > 2048) return 16;
-  if (layout == Layout::kInterleaved && n > 128 && n <= 512) return 16;
+  if (n > 128 && n <= 512) return 16;
   return kChunk;
 }
 

@@ -33,10 +33,14 @@ enum class TridiagonalKernel { kPartitioned, kThomas, kPcr };
 // benchmark's --tune sweep on the H100 (tests/bench/results); the benchmark sets others.
 struct PartitionedTuning {
   int chunk = 0;        // rows per thread: 2, 4, 8 or 16; 0: by shape (8, or 16 where the H100
-                        // sweep measured it faster in float64: n > 2048, interleaved 128 < n <= 512)
+                        // sweep measured it faster: flat n > 128 (float64) / n > 32 (float32);
+                        // interleaved float64 n > 2048 and 128 < n <= 512)
   int min_threads = 0;  // threads per block at least; 0: 128, or 512 for interleaved n > 128
   int level_chunk = 16;  // rows a thread of the two-pass path (n > 4096): 8 or 16 (H100: 16
                          // 1-3% faster flat, 25-35% interleaved with batch > 1; NOTES.md t7)
+  int flat_direct = 0;   // flat one-pass kernel: 1 (and 0, the default) loads a thread's rows
+                         // straight from global memory, -1 stages them through a shared-memory
+                         // tile (the earlier form; slower everywhere on the H100, NOTES.md t9)
 };
 void SetPartitionedTuning(const PartitionedTuning& t);
 PartitionedTuning GetPartitionedTuning();

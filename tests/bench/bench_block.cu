@@ -106,7 +106,8 @@ int main(int argc, char** argv) {
   }
 
   // The sweeps' two paths side by side: the fused sweeps (one launch for up to 64 sweeps, a
-  // block a row and sweep, 8 or 16 rows a thread) and the two-kernel half-sweeps (right-hand
+  // block a row and sweep, 8 or 16 rows a thread, the row loaded straight into registers or
+  // staged through shared memory) and the two-kernel half-sweeps (right-hand
   // side, then the batched one-pass partitioned solve; what ran before the fused sweeps and
   // still runs rows over 4096). Gauss-Seidel on the two-kernel path is one launch pair a row,
   // so its sweep is timed as L = 2 less L = 1.
@@ -119,9 +120,11 @@ int main(int argc, char** argv) {
     for (auto m : {trisolve::BlockMethod::kRedBlack, trisolve::BlockMethod::kJacobi,
                    trisolve::BlockMethod::kGaussSeidel}) {
       struct Path { const char* name; trisolve::cuda::SweepTuning t; };
-      const Path paths[] = {{"fused, 8 rows/thread", {true, 8}},
-                            {"fused, 16 rows/thread", {true, 16}},
-                            {"rhs + partitioned", {false, 0}}};
+      const Path paths[] = {{"fused, 8 rows, direct", {true, 8, -1}},
+                            {"fused, 8 rows, staged", {true, 8, 1}},
+                            {"fused, 16 rows, direct", {true, 16, -1}},
+                            {"fused, 16 rows, staged", {true, 16, 1}},
+                            {"rhs + partitioned", {false, 0, 0}}};
       for (const Path& path : paths) {
         if (path.t.fused && path.t.chunk * (path.t.chunk >= 16 ? 256 : 512) < NM) continue;
         trisolve::cuda::SetSweepTuning(path.t);

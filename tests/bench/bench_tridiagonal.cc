@@ -254,19 +254,22 @@ void Tune(int64_t N, int reps, double copy_gbs, trisolve::cuda::Pool& pool,
         for (int level : {8, 16}) {
           std::printf("tune %-8s n=%-8lld %-12s level_chunk=%-2d ", dtype, (long long)n, layout,
                       level);
-          time_with({0, 0, level}, n, inter);
+          time_with({0, 0, level, 0}, n, inter);
         }
         continue;
       }
       for (int chunk : {4, 8, 16})
-        for (int threads : {128, 256, 512}) {
-          // 16 rows a thread: 255 registers, 256 threads a block at most.
-          const int max_threads = chunk == 16 ? 256 : 512;
-          if (threads > max_threads || n > int64_t(chunk) * max_threads) continue;
-          std::printf("tune %-8s n=%-6lld %-12s chunk=%d threads>=%-4d ", dtype, (long long)n,
-                      layout, chunk, threads);
-          time_with({chunk, threads, 8}, n, inter);
-        }
+        for (int threads : {128, 256, 512})
+          for (int direct : {-1, 1}) {  // flat: staged through shared memory, or direct loads
+            // 16 rows a thread: 255 registers, 256 threads a block at most.
+            const int max_threads = chunk == 16 ? 256 : 512;
+            if (threads > max_threads || n > int64_t(chunk) * max_threads) continue;
+            if (inter && direct > 0) continue;
+            std::printf("tune %-8s n=%-6lld %-12s chunk=%d threads>=%-4d %-7s", dtype,
+                        (long long)n, layout, chunk, threads,
+                        inter ? "" : direct > 0 ? "direct" : "staged");
+            time_with({chunk, threads, 16, direct}, n, inter);
+          }
     }
   }
   trisolve::cuda::SetPartitionedTuning(saved);
