@@ -421,12 +421,13 @@ absl::Status LaunchOnChipM(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
 // and n = 256 (-10%), 8 won n <= 128 and n = 1024 (results/tune-h100-2026-11-22-chunk16.log);
 // flat with direct loads, 16 wins from n = 256 in float64 (1024: 0.345 -> 0.325 ms) and from
 // n = 64 in float32 (128: 0.153 -> 0.127 ms; results/tune-h100-2026-11-22-flat-direct.log).
-// Interleaved float32 keeps 8 (16 not measured there).
+// Interleaved float32: 16 from n = 128 (128: 0.218 -> 0.156 ms, 1024: 0.358 -> 0.330, with 256
+// threads a block above n = 128; results/tune-h100-2026-11-22-float32-interleaved.log).
 template <typename T>
 int OnChipChunk(int64_t n, Layout layout) {
   if (g_tuning.chunk > 0) return g_tuning.chunk;
   if (layout == Layout::kFlat) return n > (sizeof(T) == 8 ? 128 : 32) ? 16 : kChunk;
-  if (sizeof(T) != 8) return kChunk;
+  if (sizeof(T) != 8) return n > 64 ? 16 : kChunk;
   if (n > 2048) return 16;
   if (n > 128 && n <= 512) return 16;
   return kChunk;
@@ -445,8 +446,10 @@ absl::Status LaunchOnChip(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
   // flat layout and small n; interleaved systems above n = 128 want wider blocks (more systems
   // per warp-load).
   const int chunk = OnChipChunk<T>(p.n, p.layout);
-  const int auto_threads =
-      chunk == 16 ? 128 : p.layout == Layout::kInterleaved && p.n > 128 ? 512 : 128;
+  const bool inter = p.layout == Layout::kInterleaved;
+  const int auto_threads = chunk == 16 ? (sizeof(T) == 4 && inter && p.n > 128 ? 256 : 128)
+                           : inter && p.n > 128 ? 512
+                                                : 128;
   const int min_threads = std::min(
       std::max(g_tuning.min_threads > 0 ? g_tuning.min_threads : auto_threads, 32),
       kMaxThreadsOnChip);
