@@ -3,8 +3,8 @@
 // Rows are kept colour-major on the device (block rows 0, 2, 4, ... then 1, 3, 5, ...). Where a
 // row fits one thread block (M <= 4096), red-black, jacobi and gauss-seidel run as fused sweeps:
 // one kernel launch for up to 64 sweeps, a thread block a row and sweep, each row's right-hand
-// side F_i - A_i Y_{i-1} - B_i Y_{i+1} formed while the row is staged and the row solved on chip
-// by the partitioned method; rows wait on per-row sweep counters for exactly the neighbours the
+// side F_i - A_i Y_{i-1} - B_i Y_{i+1} formed as the row is loaded (into registers, or staged
+// through shared memory for rows over 2048) and the row solved on chip by the partitioned method; rows wait on per-row sweep counters for exactly the neighbours the
 // method reads, so half-sweeps and sweeps overlap (gauss-seidel, sequential over rows within a
 // sweep, runs its sweeps as a wavefront). Longer rows: per half-sweep one kernel forming the
 // right-hand sides of a contiguous batch of rows and one batched tridiagonal solve (the

@@ -657,8 +657,8 @@ struct SweepArgs {
   bool vec;  // 16-byte loads and stores: M a multiple of 16 / sizeof(T), arrays aligned
 };
 
-// Threads a block at most: 16 rows a thread need ~212 registers (256 threads), 8 rows ~107
-// (512). Rows of up to 4096 either way.
+// Threads a block at most: 16 rows a thread need ~200-226 registers (256 threads), 8 rows
+// ~113-122 (512; sm_90 build, staged or direct). Rows of up to 4096 either way.
 constexpr int SweepMaxThreads(int ch) { return ch >= 16 ? 256 : 512; }
 
 __device__ __forceinline__ void WaitDone(int* done, int64_t row, int at_least) {
