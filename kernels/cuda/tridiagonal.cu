@@ -419,14 +419,15 @@ absl::Status LaunchOnChipM(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
 // Rows a thread of the one-pass kernel: the tuning's, or by shape (0). Measured on the H100
 // (bench_tridiagonal --tune): interleaved float64, 16 rows a thread beat 8 for n = 4096 (-11%)
 // and n = 256 (-10%), 8 won n <= 128 and n = 1024 (results/tune-h100-2026-11-22-chunk16.log);
-// flat with direct loads, 16 wins from n = 256 in float64 (1024: 0.345 -> 0.325 ms) and from
-// n = 64 in float32 (128: 0.153 -> 0.127 ms; results/tune-h100-2026-11-22-flat-direct.log).
+// flat with direct loads, 16 wins above n = 256 in float64 (1024: 0.345 -> 0.325 ms; up to 256
+// 8 rows in 64-thread blocks win, results/tune-h100-2026-11-22-threads64.log) and from n = 64
+// in float32 (128: 0.153 -> 0.127 ms; results/tune-h100-2026-11-22-flat-direct.log).
 // Interleaved float32: 16 from n = 128 (128: 0.218 -> 0.156 ms, 1024: 0.358 -> 0.330, with 256
 // threads a block above n = 128; results/tune-h100-2026-11-22-float32-interleaved.log).
 template <typename T>
 int OnChipChunk(int64_t n, Layout layout) {
   if (g_tuning.chunk > 0) return g_tuning.chunk;
-  if (layout == Layout::kFlat) return n > (sizeof(T) == 8 ? 128 : 32) ? 16 : kChunk;
+  if (layout == Layout::kFlat) return n > (sizeof(T) == 8 ? 256 : 32) ? 16 : kChunk;
   if (sizeof(T) != 8) return n > 64 ? 16 : kChunk;
   if (n > 2048) return 16;
   if (n > 128 && n <= 512) return 16;
@@ -447,7 +448,11 @@ absl::Status LaunchOnChip(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
   // per warp-load).
   const int chunk = OnChipChunk<T>(p.n, p.layout);
   const bool inter = p.layout == Layout::kInterleaved;
-  const int auto_threads = chunk == 16 ? (sizeof(T) == 4 && inter && p.n > 128 ? 256 : 128)
+  // Flat blocks of 64 threads where --tune measured them faster (t11: float64 64 <= n <= 256 with
+  // 8 rows a thread, n = 256 0.294 -> 0.274 ms; float32 128 <= n <= 256 with 16).
+  const bool flat64 = !inter && p.n <= 256 && p.n >= (sizeof(T) == 8 ? 64 : 128);
+  const int auto_threads = flat64         ? 64
+                           : chunk == 16  ? (sizeof(T) == 4 && inter && p.n > 128 ? 256 : 128)
                            : inter && p.n > 128 ? 512
                                                 : 128;
   const int min_threads = std::min(

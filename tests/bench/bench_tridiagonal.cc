@@ -259,7 +259,7 @@ void Tune(int64_t N, int reps, double copy_gbs, trisolve::cuda::Pool& pool,
         continue;
       }
       for (int chunk : {4, 8, 16})
-        for (int threads : {128, 256, 512})
+        for (int threads : {64, 128, 256, 512})
           for (int direct : {-1, 1}) {  // flat: staged through shared memory, or direct loads
             // 16 rows a thread: 255 registers, 256 threads a block at most.
             const int max_threads = chunk == 16 ? 256 : 512;
