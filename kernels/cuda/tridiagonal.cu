@@ -448,9 +448,10 @@ absl::Status LaunchOnChip(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
   // per warp-load).
   const int chunk = OnChipChunk<T>(p.n, p.layout);
   const bool inter = p.layout == Layout::kInterleaved;
-  // Flat blocks of 64 threads where --tune measured them faster (t11: float64 64 <= n <= 256 with
-  // 8 rows a thread, n = 256 0.294 -> 0.274 ms; float32 128 <= n <= 256 with 16).
-  const bool flat64 = !inter && p.n <= 256 && p.n >= (sizeof(T) == 8 ? 64 : 128);
+  // Flat blocks of 64 threads where --tune measured them faster (t11: float64 from n = 64, n = 256
+  // 0.294 -> 0.274 ms, 1024 0.322 -> 0.298; float32 from n = 128, 1024 0.158 -> 0.149). Above
+  // n = 1024 a system's threads fill 128 or more anyway.
+  const bool flat64 = !inter && p.n >= (sizeof(T) == 8 ? 64 : 128);
   const int auto_threads = flat64         ? 64
                            : chunk == 16  ? (sizeof(T) == 4 && inter && p.n > 128 ? 256 : 128)
                            : inter && p.n > 128 ? 512

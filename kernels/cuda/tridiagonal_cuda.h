@@ -36,8 +36,8 @@ struct PartitionedTuning {
                         // sweep measured it faster: flat n > 256 (float64) / n > 32 (float32);
                         // interleaved float64 n > 2048 and 128 < n <= 512, float32 n > 64)
   int min_threads = 0;  // threads per block at least; 0: 128, or for interleaved n > 128 512
-                        // (256 in float32 with 16 rows a thread), flat 64 <= n <= 256 64
-                        // (float32: 128 <= n <= 256)
+                        // (256 in float32 with 16 rows a thread), flat n >= 64 64 (float32:
+                        // n >= 128)
   int level_chunk = 16;  // rows a thread of the two-pass path (n > 4096): 8 or 16 (H100: 16
                          // 1-3% faster flat, 25-35% interleaved with batch > 1; NOTES.md t7)
   int flat_direct = 0;   // flat one-pass kernel: 1 (and 0, the default) loads a thread's rows
