@@ -105,10 +105,9 @@ void ApplyBlock(const BlockTridiagonalProblem<T>& p, const T* v, T* q) {
 
 template <typename T>
 double Dot(int64_t n, const T* a, const T* b) {
-  double s = 0;
-#pragma omp parallel for schedule(static) reduction(+ : s)
-  for (int64_t e = 0; e < n; ++e) s += double(a[e]) * b[e];
-  return s;
+  return OrderedSum<1>(n, 16384, [&](int64_t e, std::array<double, 1>& s) {
+    s[0] += double(a[e]) * b[e];
+  })[0];
 }
 
 // One 5-point grid level of the multigrid hierarchy (trisolve/block_tridiagonal.h): couplings
@@ -549,9 +548,10 @@ template absl::StatusOr<SolveInfo> SolveBlockTridiagonal(
 template <typename T>
 double BlockRelativeResidual(const BlockTridiagonalProblem<T>& p, const T* y) {
   const int64_t N = p.N, M = p.M;
-  double rr = 0, ff = 0;
-#pragma omp parallel for schedule(static) reduction(+ : rr, ff)
-  for (int64_t i = 0; i < N; ++i) {
+  // Rows in chunks of about 16384 values, added in order (cpu::OrderedSum: the same bits every
+  // run).
+  const int64_t rows = 16384 / std::max<int64_t>(M, 1);
+  const auto sums = cpu::OrderedSum<2>(N, rows, [&](int64_t i, std::array<double, 2>& s) {
     for (int64_t k = 0; k < M; ++k) {
       const int64_t e = i * M + k;
       double ay = double(p.cC[e]) * y[e];
@@ -560,10 +560,11 @@ double BlockRelativeResidual(const BlockTridiagonalProblem<T>& p, const T* y) {
       if (i > 0) ay += double(p.cA[e]) * y[e - M];
       if (i + 1 < N) ay += double(p.cB[e]) * y[e + M];
       const double r = double(p.f[e]) - ay;
-      rr += r * r;
-      ff += double(p.f[e]) * double(p.f[e]);
+      s[0] += r * r;
+      s[1] += double(p.f[e]) * double(p.f[e]);
     }
-  }
+  });
+  const double rr = sums[0], ff = sums[1];
   return ff > 0 ? std::sqrt(rr / ff) : std::sqrt(rr);
 }
 template double BlockRelativeResidual(const BlockTridiagonalProblem<double>&,

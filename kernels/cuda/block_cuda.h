@@ -4,14 +4,16 @@
 // row fits one thread block (M <= 4096), red-black, jacobi and gauss-seidel run as fused sweeps:
 // one kernel launch for up to 64 sweeps, a thread block a row and sweep, each row's right-hand
 // side F_i - A_i Y_{i-1} - B_i Y_{i+1} formed as the row is loaded (into registers, or staged
-// through shared memory for rows over 2048) and the row solved on chip by the partitioned method; rows wait on per-row sweep counters for exactly the neighbours the
-// method reads, so half-sweeps and sweeps overlap (gauss-seidel, sequential over rows within a
+// through shared memory for rows over 2048) and the row solved on chip by the partitioned
+// method; rows wait on per-row sweep counters for exactly the neighbours the method reads, so
+// half-sweeps and sweeps overlap (gauss-seidel, sequential over rows within a
 // sweep, runs its sweeps as a wavefront). Longer rows: per half-sweep one kernel forming the
 // right-hand sides of a contiguous batch of rows and one batched tridiagonal solve (the
 // partitioned kernel); Jacobi into a second buffer; Gauss-Seidel one row at a time. The method
 // reported ends in "+fused" when the fused sweeps ran. The relative residual is computed on the
-// device from the original arrays. cg: conjugate gradients preconditioned by
-// the line solves, one batched partitioned tridiagonal solve over every block row.
+// device from the original arrays, its sums added in a fixed order. cg: conjugate gradients
+// preconditioned by the line solves, one batched partitioned tridiagonal solve over every block
+// row.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -717,9 +717,17 @@ __global__ void __launch_bounds__(SweepMaxThreads(CH)) FusedSweepKernel(SweepArg
   const int64_t base = Perm(i, N) * M;
   const int64_t k0 = int64_t(tid) * CH;  // this thread's rows of the line
   // The matrix part of the row (read-only: no wait needed): straight into registers, or staged
-  // (element e of the row at tile slot e + e / CH, read back as this thread's chunk below).
+  // with element e of the row at tile slot e + e / CH (thread e / CH's chunk, read back below).
   T a[CH], b[CH], c[CH], d[CH];
+  auto where = [&](int e, int64_t& gi, int& pos) {
+    if (e >= M) return false;
+    gi = e;
+    pos = e + e / CH;
+    return true;
+  };
   if constexpr (kStaged) {
+    // Written out rather than StageFlat4 (partitioned.cuh): with its per-element 64-bit indices
+    // the 16-row kernel took 7 more registers and 3.5% longer at M = 4096 (H100, NOTES.md b6).
     T va[CH], vb[CH], vc[CH], vf[CH];
 #pragma unroll
     for (int q = 0; q < CH; ++q) {
@@ -743,11 +751,8 @@ __global__ void __launch_bounds__(SweepMaxThreads(CH)) FusedSweepKernel(SweepArg
       }
     }
   } else {
-    LoadRowsDirect<CH>(g.aC + base, k0, M, g.vec, T(0), a);
-    LoadRowsDirect<CH>(g.cC + base, k0, M, g.vec, T(1), b);
-    LoadRowsDirect<CH>(g.bC + base, k0, M, g.vec, T(0), c);
-    LoadRowsDirect<CH>(g.f + base, k0, M, g.vec, T(0), d);
-    EndRows<CH>(k0, M, a, c);
+    LoadChunkDirect<CH>(g.aC + base, g.cC + base, g.bC + base, g.f + base, k0, M, g.vec, a, b, c,
+                        d);
   }
   const bool has_l = i > 0, has_r = i + 1 < N;
   if (tid == 0) {
@@ -804,12 +809,6 @@ __global__ void __launch_bounds__(SweepMaxThreads(CH)) FusedSweepKernel(SweepArg
   for (int q = 0; q < CH; ++q) ok &= Finite(d[q]);
   if (!ok) task_bad = 1;
   if constexpr (kStaged) {
-    auto where = [&](int e, int64_t& gi, int& pos) {
-      if (e >= M) return false;
-      gi = e;
-      pos = e + e / CH;
-      return true;
-    };
     StoreFlat<CH>(yout + base, tile, P, where, d);  // ends with a barrier
   } else {
     StoreRowsDirect<CH>(yout + base, k0, M, g.vec, d);
@@ -828,7 +827,6 @@ __global__ void __launch_bounds__(SweepMaxThreads(CH)) FusedSweepKernel(SweepArg
 SweepTuning g_sweep;
 constexpr int kSweepsPerLaunch = 64;
 
-template <typename T>
 int SweepChunk(int64_t M) {
   int ch = g_sweep.chunk;
   if (ch == 0) ch = M > 2048 ? 16 : 8;
@@ -891,7 +889,7 @@ absl::StatusOr<SolveInfo> SolveBlockTridiagonalDevice(const BlockTridiagonalProb
   // The fused sweeps (one kernel launch for many sweeps) where a row fits one block and the
   // tuning has not turned them off; otherwise a right-hand-side kernel and a batched
   // partitioned solve a half-sweep.
-  const int chunk = g_sweep.fused ? SweepChunk<T>(M) : 0;
+  const int chunk = g_sweep.fused ? SweepChunk(M) : 0;
   const SweepKind kind = method == BlockMethod::kJacobi        ? SweepKind::kJacobi
                          : method == BlockMethod::kGaussSeidel ? SweepKind::kGaussSeidel
                                                                : SweepKind::kRedBlack;
@@ -899,12 +897,14 @@ absl::StatusOr<SolveInfo> SolveBlockTridiagonalDevice(const BlockTridiagonalProb
   // request stops soon and the task counter (32 bits) cannot overflow.
   const int per_launch = int(std::clamp<int64_t>((int64_t{1} << 30) / std::max<int64_t>(N, 1), 1,
                                                  kSweepsPerLaunch));
-  // Colour-major copies: aC cC bC cA cB f, the iterate, a second iterate (Jacobi), D; flags.
-  // The double accumulators first, then the fused sweeps' counters (done[N], next, the
-  // diagonal table), padded to 16 bytes: every array aligned whatever T and N * M are.
+  // Colour-major copies: aC cC bC cA cB f, the iterate, a second iterate (Jacobi), D (the
+  // two-kernel path's right-hand sides only); flags. The double accumulators first, then the
+  // fused sweeps' counters (done[N], next, the diagonal table), padded to 16 bytes: every array
+  // aligned whatever T and N * M are.
   const int64_t ints = N + 1 + (N + 2 * int64_t(per_launch) + 1);
   const int64_t int_bytes = (4 * ints + 15) / 16 * 16;
-  auto buf = pool.Get(kAccBytes + int_bytes + int64_t(sizeof(T)) * 9 * size + N);
+  const int64_t arrays = chunk > 0 ? 8 : 9;
+  auto buf = pool.Get(kAccBytes + int_bytes + int64_t(sizeof(T)) * arrays * size + N);
   if (!buf.ok()) return buf.status();
   auto* acc = static_cast<double*>(buf->get());
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(acc, 0, kAccBytes, stream));
@@ -913,8 +913,8 @@ absl::StatusOr<SolveInfo> SolveBlockTridiagonalDevice(const BlockTridiagonalProb
   int* diag = reinterpret_cast<int*>(next + 1);
   T* base = reinterpret_cast<T*>(reinterpret_cast<char*>(done) + int_bytes);
   T *aC = base, *cC = aC + size, *bC = cC + size, *cA = bC + size, *cB = cA + size,
-    *f = cB + size, *Y = f + size, *Y2 = Y + size, *D = Y2 + size;
-  auto* flags = reinterpret_cast<uint8_t*>(D + size);
+    *f = cB + size, *Y = f + size, *Y2 = Y + size, *D = chunk > 0 ? nullptr : Y2 + size;
+  auto* flags = reinterpret_cast<uint8_t*>(Y2 + (arrays - 7) * size);
   const bool sc = o.scale_rows;
   const T* src[6] = {p.aC, p.cC, p.bC, p.cA, p.cB, p.f};
   T* dst[6] = {aC, cC, bC, cA, cB, f};
@@ -927,8 +927,8 @@ absl::StatusOr<SolveInfo> SolveBlockTridiagonalDevice(const BlockTridiagonalProb
 
   // The relative residual of the original system.
   auto residual = [&](const T* Ycur) -> absl::StatusOr<double> {
-    ResidualKernel<T><<<unsigned(std::min<int64_t>(Blocks(size), kReduceBlocks)), kThreads, 0, stream>>>(
-        p, Ycur, acc, true);
+    const unsigned blocks = unsigned(std::min<int64_t>(Blocks(size), kReduceBlocks));
+    ResidualKernel<T><<<blocks, kThreads, 0, stream>>>(p, Ycur, acc, true);
     TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     double h[2];
     TRISOLVE_CUDA_RETURN_IF_ERROR(

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "numerics.cuh"
+#include "trisolve/tridiagonal.h"
 
 namespace trisolve::cuda {
 
@@ -164,6 +165,54 @@ __device__ __forceinline__ void StoreRowsDirect(T* dst, int64_t k0, int64_t n, b
 #pragma unroll
   for (int i = 0; i < M; ++i)
     if (k0 + i < n) dst[k0 + i] = v[i];
+}
+
+// Flat layout: the block's rows are staged through shared memory so that global reads and
+// writes are coalesced. Thread t's chunk (M rows) sits at tile[t*(M+1) .. t*(M+1)+M): one word of
+// padding per chunk keeps the per-thread reads free of bank conflicts. `where(e, g, pos)` maps
+// the block's e-th element (consecutive e = consecutive addresses) to its global index g and
+// tile position pos, or returns false. Each thread gathers M elements of every array before it
+// stores any: 4M independent loads in flight per thread.
+template <int M, typename T, typename Where>
+__device__ __forceinline__ void StageFlat4(const TridiagonalProblem<T>& p, T* tile, int tsz,
+                                           int nthreads, Where where) {
+  int64_t g[M];
+  int pos[M];
+  bool live[M];
+#pragma unroll
+  for (int q = 0; q < M; ++q) live[q] = where(threadIdx.x + q * nthreads, g[q], pos[q]);
+  T va[M], vb[M], vc[M], vd[M];
+#pragma unroll
+  for (int q = 0; q < M; ++q) {
+    if (live[q]) {
+      va[q] = __ldg(p.a + g[q]);
+      vb[q] = __ldg(p.b + g[q]);
+      vc[q] = __ldg(p.c + g[q]);
+      vd[q] = __ldg(p.d + g[q]);
+    }
+  }
+#pragma unroll
+  for (int q = 0; q < M; ++q) {
+    if (live[q]) {
+      tile[pos[q]] = va[q];
+      tile[tsz + pos[q]] = vb[q];
+      tile[2 * tsz + pos[q]] = vc[q];
+      tile[3 * tsz + pos[q]] = vd[q];
+    }
+  }
+}
+
+// A chunk's four arrays (rows k0 .. k0+M-1 of a system whose arrays start at a, b, c, d) by
+// LoadRowsDirect: rows past n are identity rows, a[0] and c[n-1] zeroed.
+template <int M, typename T>
+__device__ __forceinline__ void LoadChunkDirect(const T* a_in, const T* b_in, const T* c_in,
+                                                const T* d_in, int64_t k0, int64_t n, bool vec,
+                                                T (&a)[M], T (&b)[M], T (&c)[M], T (&d)[M]) {
+  LoadRowsDirect<M>(a_in, k0, n, vec, T(0), a);
+  LoadRowsDirect<M>(b_in, k0, n, vec, T(1), b);
+  LoadRowsDirect<M>(c_in, k0, n, vec, T(0), c);
+  LoadRowsDirect<M>(d_in, k0, n, vec, T(0), d);
+  EndRows<M>(k0, n, a, c);
 }
 
 // A system's reduced rows in shared memory.

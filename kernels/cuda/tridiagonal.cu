@@ -50,41 +50,6 @@ __device__ __forceinline__ void LoadChunkInterleaved(const TridiagonalProblem<T>
   }
 }
 
-// Flat layout: the block's rows are staged through shared memory so that global reads and
-// writes are coalesced. Thread t's chunk (M rows) sits at tile[t*(M+1) .. t*(M+1)+M): one word of
-// padding per chunk keeps the per-thread reads free of bank conflicts. `where(e, g, pos)` maps
-// the block's e-th element (consecutive e = consecutive addresses) to its global index g and
-// tile position pos, or returns false. Each thread gathers M elements of every array before it
-// stores any: 4M independent loads in flight per thread.
-template <int M, typename T, typename Where>
-__device__ __forceinline__ void StageFlat4(const TridiagonalProblem<T>& p, T* tile, int tsz,
-                                           int nthreads, Where where) {
-  int64_t g[M];
-  int pos[M];
-  bool live[M];
-#pragma unroll
-  for (int q = 0; q < M; ++q) live[q] = where(threadIdx.x + q * nthreads, g[q], pos[q]);
-  T va[M], vb[M], vc[M], vd[M];
-#pragma unroll
-  for (int q = 0; q < M; ++q) {
-    if (live[q]) {
-      va[q] = __ldg(p.a + g[q]);
-      vb[q] = __ldg(p.b + g[q]);
-      vc[q] = __ldg(p.c + g[q]);
-      vd[q] = __ldg(p.d + g[q]);
-    }
-  }
-#pragma unroll
-  for (int q = 0; q < M; ++q) {
-    if (live[q]) {
-      tile[pos[q]] = va[q];
-      tile[tsz + pos[q]] = vb[q];
-      tile[2 * tsz + pos[q]] = vc[q];
-      tile[3 * tsz + pos[q]] = vd[q];
-    }
-  }
-}
-
 // Flat layout without the staging tile (t9): a thread's M consecutive rows of system s straight
 // from global memory (LoadRowsDirect). Rows past n, or of no system, are identity rows; a[0] and
 // c[n-1] are zeroed.
@@ -92,12 +57,8 @@ template <int M, typename T>
 __device__ __forceinline__ void LoadChunkFlatDirect(const TridiagonalProblem<T>& p, int64_t s,
                                                     int64_t j, bool vec, T (&a)[M], T (&b)[M],
                                                     T (&c)[M], T (&d)[M]) {
-  const int64_t k0 = j * M, o = s < p.batch ? s * p.n : 0, n = s < p.batch ? p.n : 0;
-  LoadRowsDirect<M>(p.a + o, k0, n, vec, T(0), a);
-  LoadRowsDirect<M>(p.b + o, k0, n, vec, T(1), b);
-  LoadRowsDirect<M>(p.c + o, k0, n, vec, T(0), c);
-  LoadRowsDirect<M>(p.d + o, k0, n, vec, T(0), d);
-  EndRows<M>(k0, n, a, c);
+  const int64_t o = s < p.batch ? s * p.n : 0, n = s < p.batch ? p.n : 0;
+  LoadChunkDirect<M>(p.a + o, p.b + o, p.c + o, p.d + o, j * M, n, vec, a, b, c, d);
 }
 
 // ---- one pass: whole systems in one block -------------------------------------------------
