@@ -37,7 +37,7 @@ struct Trees {
     status.assign(batch, SystemStatus::kDiverged);
     const SolveInfo info =
         cpu::SolveTree(problem(), method, TreeOutput<T>{x.data(), status.data()});
-    EXPECT_EQ(info.method, method == TreeMethod::kCables ? "cables" : "hines");
+    EXPECT_EQ(info.method, MethodName(method));
   }
   // ||rhs - A x||_inf / (||A|| ||x|| + ||rhs||) computed from the original arrays.
   double Residual() const {
@@ -68,8 +68,8 @@ struct Trees {
   }
 };
 
-// Every solving test runs both methods: the Hines sweeps and the sequential form of the GPU's
-// cable elimination.
+// Every solving test runs each method: the Hines sweeps and the sequential forms of the GPU's
+// cable elimination and tree contraction.
 class TreeBoth : public ::testing::TestWithParam<TreeMethod> {};
 
 TEST_P(TreeBoth, HandWorkedFourNodes) {
@@ -206,7 +206,8 @@ TEST_P(TreeBoth, SingularPivotIsReported) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Methods, TreeBoth,
-                         ::testing::Values(TreeMethod::kHines, TreeMethod::kCables),
+                         ::testing::Values(TreeMethod::kHines, TreeMethod::kCables,
+                                           TreeMethod::kContraction),
                          [](const auto& i) { return std::string(MethodName(i.param)); });
 
 TEST(TreeCables, HandWorkedDecomposition) {
@@ -266,15 +267,76 @@ TEST(TreeCables, AnyValidNumberingNotOnlyDepthFirst) {
         }
       t.Solve(TreeMethod::kHines);
       const std::vector<double> xh = t.x;
-      t.Solve(TreeMethod::kCables);
-      for (auto s : t.status) ASSERT_EQ(s, SystemStatus::kOk);
-      double dm = 0, xm = 0;
-      for (int64_t i = 0; i < 3 * n; ++i) {
-        dm = std::max(dm, std::abs(t.x[i] - xh[i]));
-        xm = std::max(xm, std::abs(xh[i]));
+      for (TreeMethod m : {TreeMethod::kCables, TreeMethod::kContraction}) {
+        t.Solve(m);
+        for (auto s : t.status) ASSERT_EQ(s, SystemStatus::kOk);
+        double dm = 0, xm = 0;
+        for (int64_t i = 0; i < 3 * n; ++i) {
+          dm = std::max(dm, std::abs(t.x[i] - xh[i]));
+          xm = std::max(xm, std::abs(xh[i]));
+        }
+        EXPECT_LE(dm, 1e-13 * xm) << MethodName(m) << ", n = " << n << ", kind " << kind;
+        EXPECT_LT(t.Residual(), 1e-15) << MethodName(m) << ", n = " << n << ", kind " << kind;
       }
-      EXPECT_LE(dm, 1e-13 * xm) << "n = " << n << ", kind " << kind;
-      EXPECT_LT(t.Residual(), 1e-15) << "n = " << n << ", kind " << kind;
+    }
+  }
+}
+
+TEST(TreeContraction, HandWorkedRounds) {
+  // Node: parent   0: -   1: 0   2: 1   3: 2   4: 1   5: 0
+  // Round 0 rakes the leaves 3, 4, 5 (node 2 has one child, 3, which is raked: 2 stays);
+  // round 1 rakes 2 (now a leaf); round 2 rakes 1; then the root alone.
+  const std::vector<int32_t> parent = {-1, 0, 1, 2, 1, 0};
+  const TreeContraction t = BuildTreeContraction(parent.data(), 6);
+  ASSERT_EQ(t.rounds(), 4);
+  EXPECT_EQ(t.elim_ptr, (std::vector<int32_t>{0, 3, 4, 5, 6}));
+  std::vector<int32_t> order;
+  for (const auto& e : t.elim) order.push_back(e.v);
+  EXPECT_EQ(order, (std::vector<int32_t>{3, 4, 5, 2, 1, 0}));
+  // After round 0: node 0 takes 5, node 1 takes 4, node 2 takes 3.
+  ASSERT_EQ(t.upd_ptr[1], 3);
+  EXPECT_EQ(t.upd[0].u, 0);
+  EXPECT_EQ(t.upd[1].u, 1);
+  EXPECT_EQ(t.upd[2].u, 2);
+  EXPECT_EQ(t.children[t.upd[1].first], 4);
+
+  // A chain of 8: round 0 rakes 7 and compresses 1, 3, 5 (every other node with one child
+  // whose neighbours stay), joining 2 to 0, 4 to 2 and 6 to 4.
+  std::vector<int32_t> chain(8);
+  for (int i = 0; i < 8; ++i) chain[i] = i - 1;
+  const TreeContraction c = BuildTreeContraction(chain.data(), 8);
+  ASSERT_GE(c.rounds(), 2);
+  std::vector<int32_t> r0;
+  for (int32_t k = c.elim_ptr[0]; k < c.elim_ptr[1]; ++k) r0.push_back(c.elim[k].v);
+  EXPECT_EQ(r0, (std::vector<int32_t>{1, 3, 5, 7}));
+  EXPECT_EQ(c.elim[0].p, 0);
+  EXPECT_EQ(c.elim[0].c, 2);
+  EXPECT_EQ(c.elim[3].c, -1);  // 7 is a leaf
+  // Each round removes an independent set; every node goes exactly once; O(log n) rounds.
+  for (int64_t n : {1, 2, 1000, 65536}) {
+    std::vector<int32_t> p(n);
+    std::mt19937_64 rng(n);
+    p[0] = -1;
+    for (int64_t i = 1; i < n; ++i)
+      p[i] = std::uniform_real_distribution<double>(0, 1)(rng) < 0.85
+                 ? int32_t(i - 1)
+                 : int32_t(std::uniform_int_distribution<int64_t>(0, i - 1)(rng));
+    const TreeContraction r = BuildTreeContraction(p.data(), n);
+    std::vector<int> seen(n, 0);
+    for (const auto& e : r.elim) ++seen[e.v];
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(seen[i], 1) << "node " << i << ", n = " << n;
+    EXPECT_EQ(r.elim.back().v, 0);
+    EXPECT_LE(r.rounds(), 4 * std::log2(double(n)) + 2) << "n = " << n;
+    for (int64_t q = 0; q + 1 < r.rounds(); ++q) {
+      std::vector<char> in(n, 0);
+      for (int32_t k = r.elim_ptr[q]; k < r.elim_ptr[q + 1]; ++k) in[r.elim[k].v] = 1;
+      for (int32_t k = r.elim_ptr[q]; k < r.elim_ptr[q + 1]; ++k) {
+        const auto& e = r.elim[k];
+        ASSERT_FALSE(in[e.p]) << "round " << q;
+        if (e.c >= 0) {
+          ASSERT_FALSE(in[e.c]) << "round " << q;
+        }
+      }
     }
   }
 }

@@ -49,13 +49,15 @@ absl::StatusOr<TreeMethod> ParseTreeMethod(absl::string_view name) {
   if (name.empty() || name == "auto") return TreeMethod::kAuto;
   if (name == "hines") return TreeMethod::kHines;
   if (name == "cables") return TreeMethod::kCables;
-  return UnknownMethod("tree", name, "auto, hines, cables");
+  if (name == "contraction") return TreeMethod::kContraction;
+  return UnknownMethod("tree", name, "auto, hines, cables, contraction");
 }
 absl::string_view MethodName(TreeMethod m) {
   switch (m) {
     case TreeMethod::kAuto: return "auto";
     case TreeMethod::kHines: return "hines";
     case TreeMethod::kCables: return "cables";
+    case TreeMethod::kContraction: return "contraction";
   }
   return "unknown";
 }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -73,8 +74,144 @@ TreeCables BuildTreeCables(const int32_t* parent, int64_t n) {
   return t;
 }
 
+TreeContraction BuildTreeContraction(const int32_t* parent, int64_t n) {
+  TreeContraction t;
+  t.n = n;
+  // The current tree: parent, number of children and the sum of their indices (which is the
+  // child itself when there is one).
+  std::vector<int32_t> par(parent, parent + n), nch(n, 0), stamp(n, -1), from(n, -1);
+  std::vector<int64_t> sumch(n, 0);
+  std::vector<std::vector<int32_t>> removed(n);
+  for (int64_t i = 1; i < n; ++i) {
+    ++nch[par[i]];
+    sumch[par[i]] += i;
+  }
+  std::vector<int32_t> alive(n), next, in_round, touched;
+  for (int64_t i = 0; i < n; ++i) alive[i] = int32_t(i);
+  t.elim_ptr.push_back(0);
+  t.upd_ptr.push_back(0);
+  for (int32_t r = 0; alive.size() > 1; ++r) {
+    // Ancestors have smaller indices, so in increasing order a node's parent is decided
+    // before it and its child after it (the child checks its parent).
+    in_round.clear();
+    for (int32_t v : alive)
+      if (v != 0 && nch[v] == 0) stamp[v] = r;
+    for (int32_t v : alive) {
+      if (v == 0 || nch[v] > 1) continue;
+      if (nch[v] == 1 && stamp[v] != r) {
+        const int32_t c = int32_t(sumch[v]);
+        if (stamp[c] == r || stamp[par[v]] == r) continue;
+        stamp[v] = r;
+      }
+      if (stamp[v] == r) in_round.push_back(v);
+    }
+    touched.clear();
+    for (int32_t v : in_round) {
+      const int32_t p = par[v], c = nch[v] == 1 ? int32_t(sumch[v]) : -1;
+      t.elim.push_back({v, p, c});
+      removed[p].push_back(v);
+      touched.push_back(p);
+      if (c >= 0) {
+        from[c] = v;
+        touched.push_back(c);
+      }
+    }
+    std::sort(touched.begin(), touched.end());
+    touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
+    for (int32_t u : touched) {
+      t.upd.push_back({u, from[u], int32_t(t.children.size()), int32_t(removed[u].size())});
+      t.children.insert(t.children.end(), removed[u].begin(), removed[u].end());
+      removed[u].clear();
+      from[u] = -1;
+    }
+    for (int32_t v : in_round) {
+      const int32_t p = par[v];
+      --nch[p];
+      sumch[p] -= v;
+      if (nch[v] == 1) {
+        const int32_t c = int32_t(sumch[v]);
+        par[c] = p;
+        ++nch[p];
+        sumch[p] += c;
+      }
+    }
+    next.clear();
+    for (int32_t v : alive)
+      if (stamp[v] != r) next.push_back(v);
+    alive.swap(next);
+    t.elim_ptr.push_back(int32_t(t.elim.size()));
+    t.upd_ptr.push_back(int32_t(t.upd.size()));
+  }
+  if (n > 0) {  // the root, alone
+    t.elim.push_back({0, -1, -1});
+    t.elim_ptr.push_back(int32_t(t.elim.size()));
+    t.upd_ptr.push_back(int32_t(t.upd.size()));
+  }
+  return t;
+}
+
 namespace cpu {
 namespace {
+
+// The rounds of TreeContraction in order, each node's arithmetic as one GPU thread does it.
+// Per node four values, as the GPU's shared memory holds them: Dg/Lo/Up/x start as diag,
+// lower, upper, rhs; a removed node v keeps Dg = upper_v (what its parent takes), Up = wc_v,
+// Lo = wp_v, x = q_v, then x_v.
+template <typename T>
+bool ContractionOne(const TreeContraction& t, int64_t s, const T* lower, const T* upper,
+                    const T* diag, const T* rhs, T* x, T* Dg, T* Lo, T* Up) {
+  const int64_t n = t.n;
+  for (int64_t i = 0; i < n; ++i) {
+    Dg[i] = diag[i * s];
+    Lo[i] = lower[i * s];
+    Up[i] = upper[i * s];
+    x[i * s] = rhs[i * s];
+  }
+  const int64_t R = t.rounds();
+  for (int64_t r = 0; r < R; ++r) {
+    for (int32_t k = t.elim_ptr[r]; k < t.elim_ptr[r + 1]; ++k) {
+      const TreeContraction::Elim& e = t.elim[k];
+      const T D = Dg[e.v];
+      if (PivotVanishes(D, T(0))) return false;
+      const T inv = T(1) / D;
+      const T up = e.p >= 0 ? Up[e.v] : T(0);
+      x[e.v * s] = x[e.v * s] * inv;
+      Lo[e.v] = e.p >= 0 ? Lo[e.v] * inv : T(0);
+      Up[e.v] = e.c >= 0 ? Up[e.c] * inv : T(0);
+      Dg[e.v] = up;
+    }
+    for (int32_t k = t.upd_ptr[r]; k < t.upd_ptr[r + 1]; ++k) {
+      const TreeContraction::Update& u = t.upd[k];
+      T D = Dg[u.u], Rh = x[u.u * s], S = std::abs(D);
+      if (u.from >= 0) {
+        const T lo = Lo[u.u], wc = Up[u.from], d = lo * wc;
+        D -= d;
+        S += std::abs(d);
+        Rh -= lo * x[u.from * s];
+        Lo[u.u] = -lo * Lo[u.from];
+        Up[u.u] = -Dg[u.from] * wc;
+      }
+      for (int32_t q = u.first; q < u.first + u.count; ++q) {
+        const int32_t w = t.children[q];
+        const T up = Dg[w], d = up * Lo[w];
+        D -= d;
+        S += std::abs(d);
+        Rh -= up * x[w * s];
+      }
+      if (PivotVanishes(D, S)) return false;
+      Dg[u.u] = D;
+      x[u.u * s] = Rh;
+    }
+  }
+  for (int64_t k = int64_t(t.elim.size()) - 1; k >= 0; --k) {
+    const TreeContraction::Elim& e = t.elim[k];
+    T v = x[e.v * s];
+    if (e.p >= 0) v -= Lo[e.v] * x[e.p * s];
+    if (e.c >= 0) v -= Up[e.v] * x[e.c * s];
+    x[e.v * s] = v;
+  }
+  return AllFinite(n, s, x);
+}
 
 // The sequential form of the GPU's cable elimination (TreeCables): the same arithmetic in the
 // same order per cable as one GPU thread does. w is scratch of n values.
@@ -159,18 +296,28 @@ template <typename T>
 SolveInfo SolveTree(const TreeProblem<T>& p, TreeMethod method, TreeOutput<T> out) {
   const int64_t stride = ElementStride(p.layout, p.batch);
   const bool cables = method == TreeMethod::kCables;
+  const bool contraction = method == TreeMethod::kContraction;
   TreeCables shared;
   if (cables && !p.parent_per_system) shared = BuildTreeCables(p.parent, p.n);
+  TreeContraction shared_rounds;
+  if (contraction && !p.parent_per_system) shared_rounds = BuildTreeContraction(p.parent, p.n);
 #pragma omp parallel
   {
-    std::vector<T> D(p.n), S(p.n), cD, cR;
+    std::vector<T> D(p.n), S(p.n), U, cD, cR;
     TreeCables own;
+    TreeContraction own_rounds;
 #pragma omp for schedule(static)
     for (int64_t s = 0; s < p.batch; ++s) {
       const int64_t off = SystemOffset(p.layout, p.n, s);
       const int32_t* parent = p.parent + (p.parent_per_system ? s * p.n : 0);
       bool ok;
-      if (cables) {
+      if (contraction) {
+        if (p.parent_per_system) own_rounds = BuildTreeContraction(parent, p.n);
+        U.resize(p.n);
+        ok = ContractionOne(p.parent_per_system ? own_rounds : shared_rounds, stride, p.lower + off,
+                            p.upper + off, p.diag + off, p.rhs + off, out.x + off, D.data(),
+                            S.data(), U.data());
+      } else if (cables) {
         if (p.parent_per_system) own = BuildTreeCables(parent, p.n);
         const TreeCables& t = p.parent_per_system ? own : shared;
         cD.resize(t.cables());
@@ -186,7 +333,9 @@ SolveInfo SolveTree(const TreeProblem<T>& p, TreeMethod method, TreeOutput<T> ou
     }
   }
   SolveInfo info;
-  info.method = cables ? "cables" : "hines";
+  info.method = std::string(MethodName(contraction ? TreeMethod::kContraction
+                                       : cables     ? TreeMethod::kCables
+                                                    : TreeMethod::kHines));
   return info;
 }
 template SolveInfo SolveTree(const TreeProblem<double>&, TreeMethod, TreeOutput<double>);

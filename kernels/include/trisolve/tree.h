@@ -15,8 +15,10 @@
 namespace trisolve {
 
 // kHines: the sequential sweeps. kCables: the same elimination organised for one large tree
-// across the GPU (TreeCables below); the CPU runs its sequential form.
-enum class TreeMethod : uint8_t { kAuto, kHines, kCables };
+// across the GPU (TreeCables below); the CPU runs its sequential form. kContraction: the
+// elimination reordered into O(log n) parallel rounds (TreeContraction below), for cells of
+// one morphology solved one thread block a cell; the CPU runs the rounds in order.
+enum class TreeMethod : uint8_t { kAuto, kHines, kCables, kContraction };
 absl::StatusOr<TreeMethod> ParseTreeMethod(absl::string_view name);
 absl::string_view MethodName(TreeMethod m);
 
@@ -73,6 +75,42 @@ struct TreeCables {
 };
 // parent must be valid (ValidateParents).
 TreeCables BuildTreeCables(const int32_t* parent, int64_t n);
+
+// Tree contraction: Gaussian elimination of a tree in rounds, each removing an independent set
+// of nodes (no two adjacent) that have at most one child at that time: every leaf ("rake")
+// and, along each unbranched path, every other node with one child ("compress", which joins
+// its child to its parent: the fill-in is one new edge, so the graph stays a tree). Each round
+// removes about half the nodes left, so a tree of n nodes takes O(log n) rounds (12 for the
+// 3,187-node cell of tests/data, against 27 cable heights and an 88-node longest path); the
+// root goes last, alone. The nodes of a round are eliminated in parallel, then every survivor
+// next to one of them takes its updates (it alone writes its row); back substitution runs the
+// rounds in reverse: x_v = q_v - wp_v x_p - wc_v x_c, p and c being v's parent and child when
+// it was removed (both removed later).
+//
+// A pivot vanishes when it is zero or not finite when its node is removed, or when a round's
+// update cancels a diagonal below the rounding level of its terms: |D'| <= eps (|D| + sum of
+// |terms|). (The Hines sweep compares with all terms a node ever took; here a node keeps only
+// four values, so each round's update is checked on its own.)
+struct TreeContraction {
+  struct Elim {
+    int32_t v, p, c;  // the node removed, its parent and only child then (-1: none)
+  };
+  struct Update {
+    int32_t u;      // a survivor next to removed nodes
+    int32_t from;   // its parent, if removed by compression this round (-1: not)
+    int32_t first;  // its removed children: children[first .. first + count)
+    int32_t count;
+  };
+  int64_t n = 0;
+  std::vector<int32_t> elim_ptr;  // R + 1: round r removes elim[elim_ptr[r] .. elim_ptr[r + 1])
+  std::vector<Elim> elim;         // n entries; the last round is the root alone
+  std::vector<int32_t> upd_ptr;   // R + 1: after round r, upd[upd_ptr[r] .. upd_ptr[r + 1])
+  std::vector<Update> upd;
+  std::vector<int32_t> children;
+  int64_t rounds() const { return int64_t(elim_ptr.size()) - 1; }
+};
+// parent must be valid (ValidateParents).
+TreeContraction BuildTreeContraction(const int32_t* parent, int64_t n);
 
 namespace cpu {
 template <typename T>
