@@ -106,10 +106,13 @@ void Compare(const std::vector<int32_t>& parent, int64_t batch, Layout layout, b
   auto info = Cuda()->Solve(p, method, TreeOutput<T>{xg.data(), sg.data()}, SolveControl{});
   ASSERT_TRUE(info.ok()) << info.status();
   if (expect) {
-    // Flat cells that fit in shared memory run the cables one block a cell.
-    const bool block_ok = layout == Layout::kFlat && !p.parent_per_system &&
-                          (method == TreeMethod::kCables || method == TreeMethod::kAuto) &&
-                          info->method == "cables-block";
+    // Cells that fit in shared memory run one block a cell (which auto picks then is
+    // checked in CudaTreeAuto below): the contraction for auto, the cables when asked for.
+    const bool block_ok =
+        !p.parent_per_system &&
+        ((info->method == "contraction-block" &&
+          (method == TreeMethod::kAuto || method == TreeMethod::kContraction)) ||
+         (info->method == "cables-block" && method == TreeMethod::kCables));
     if (!block_ok) {
       EXPECT_EQ(info->method, expect) << "n = " << n << ", batch " << batch;
     }
@@ -202,9 +205,13 @@ TEST(CudaCablesMorphology, RealCellAloneAndInSmallBatches) {
   }
 }
 
-// The one-block-a-cell kernel, called directly on device arrays (flat layout).
+// The one-block-a-cell kernel, called directly on device arrays (either layout; the host
+// arrays are flat and transposed for the interleaved upload).
 template <typename T>
-void CompareBlock(const std::vector<int32_t>& parent, int64_t batch, double tol) {
+void CompareBlock(const std::vector<int32_t>& parent, int64_t batch, double tol,
+                  Layout layout = Layout::kFlat, TreeMethod method = TreeMethod::kCables) {
+  const bool contraction = method == TreeMethod::kContraction;
+  const bool il = layout == Layout::kInterleaved;
   const int64_t n = int64_t(parent.size());
   std::mt19937_64 rng(n * 5 + batch);
   std::uniform_real_distribution<double> u(-1, 1);
@@ -232,20 +239,34 @@ void CompareBlock(const std::vector<int32_t>& parent, int64_t batch, double tol)
   TreeProblem<T> p;
   p.batch = batch;
   p.n = n;
+  p.layout = layout;
   T* d[5];
   uint8_t* flags;
   for (int q = 0; q < 5; ++q) ASSERT_EQ(cudaMalloc(&d[q], sizeof(T) * n * batch), cudaSuccess);
   ASSERT_EQ(cudaMalloc(&flags, batch), cudaSuccess);
   ASSERT_EQ(cudaMemset(flags, 0, batch), cudaSuccess);
-  for (int q = 0; q < 4; ++q)
-    ASSERT_EQ(cudaMemcpy(d[q], h[q].data(), sizeof(T) * n * batch, cudaMemcpyHostToDevice),
+  auto transpose = [&](const std::vector<T>& v) {  // flat -> interleaved
+    std::vector<T> t(v.size());
+    for (int64_t s = 0; s < batch; ++s)
+      for (int64_t i = 0; i < n; ++i) t[i * batch + s] = v[s * n + i];
+    return t;
+  };
+  for (int q = 0; q < 4; ++q) {
+    const std::vector<T> up = il ? transpose(h[q]) : h[q];
+    ASSERT_EQ(cudaMemcpy(d[q], up.data(), sizeof(T) * n * batch, cudaMemcpyHostToDevice),
               cudaSuccess);
+  }
   p.lower = d[0];
   p.upper = d[1];
   p.diag = d[2];
   p.rhs = d[3];
-  ASSERT_TRUE(cuda::CablesBlockFits(p, **plan));
-  ASSERT_TRUE(cuda::SolveTreeCablesBlockDevice(p, **plan, d[4], flags, nullptr).ok());
+  if (contraction) {
+    ASSERT_TRUE(cuda::ContractionBlockFits(p, **plan));
+    ASSERT_TRUE(cuda::SolveTreeContractionBlockDevice(p, **plan, d[4], flags, nullptr).ok());
+  } else {
+    ASSERT_TRUE(cuda::CablesBlockFits(p, **plan));
+    ASSERT_TRUE(cuda::SolveTreeCablesBlockDevice(p, **plan, d[4], flags, nullptr).ok());
+  }
   std::vector<T> xg(n * batch);
   std::vector<uint8_t> fg(batch);
   ASSERT_EQ(cudaMemcpy(xg.data(), d[4], sizeof(T) * n * batch, cudaMemcpyDeviceToHost),
@@ -255,19 +276,21 @@ void CompareBlock(const std::vector<int32_t>& parent, int64_t batch, double tol)
   cudaFree(flags);
   TreeProblem<T> hp = p;
   hp.parent = parent.data();
+  hp.layout = Layout::kFlat;  // the host arrays
   hp.lower = h[0].data();
   hp.upper = h[1].data();
   hp.diag = h[2].data();
   hp.rhs = h[3].data();
   std::vector<T> xc(n * batch);
   std::vector<SystemStatus> sc(batch);
-  cpu::SolveTree(hp, TreeMethod::kCables, TreeOutput<T>{xc.data(), sc.data()});
+  cpu::SolveTree(hp, method, TreeOutput<T>{xc.data(), sc.data()});
   for (int64_t s = 0; s < batch; ++s) {
     ASSERT_EQ(fg[s] != 0, sc[s] != SystemStatus::kOk) << "cell " << s << ", n = " << n;
     if (sc[s] != SystemStatus::kOk) continue;
     double dm = 0, xm = 0;
     for (int64_t i = 0; i < n; ++i) {
-      dm = std::max(dm, std::abs(double(xg[s * n + i]) - double(xc[s * n + i])));
+      const T xs = il ? xg[i * batch + s] : xg[s * n + i];
+      dm = std::max(dm, std::abs(double(xs) - double(xc[s * n + i])));
       xm = std::max(xm, std::abs(double(xc[s * n + i])));
     }
     EXPECT_LE(dm, tol * xm) << "cell " << s << ", n = " << n;
@@ -278,24 +301,94 @@ TEST(CudaCablesBlock, MatchesTheCpuCables) {
   REQUIRE_GPU();
   auto m = ReadSwc(std::string(TRISOLVE_TEST_DATA) + "/neuron_10-2012-02-09-001.CNG.swc");
   ASSERT_TRUE(m.ok());
-  CompareBlock<double>(m->parent, 300, 1e-13);
-  CompareBlock<float>(m->parent, 100, 1e-4);
-  for (int64_t n : {1, 2, 3, 100, 3000})
-    for (Shape sh : {Shape::kStar, Shape::kRandom, Shape::kRecursiveDfs, Shape::kRecursive}) {
-      CompareBlock<double>(Parents(sh, n, 77 + n), 5, 1e-13);
-    }
-  CompareBlock<double>(Parents(Shape::kChain, 64, 1), 4, 1e-13);  // one cable of 64
+  for (Layout layout : {Layout::kFlat, Layout::kInterleaved}) {
+    SCOPED_TRACE(layout == Layout::kFlat ? "flat" : "interleaved");
+    CompareBlock<double>(m->parent, 300, 1e-13, layout);
+    CompareBlock<float>(m->parent, 100, 1e-4, layout);
+    for (int64_t n : {1, 2, 3, 100, 3000})
+      for (Shape sh : {Shape::kStar, Shape::kRandom, Shape::kRecursiveDfs, Shape::kRecursive}) {
+        CompareBlock<double>(Parents(sh, n, 77 + n), 5, 1e-13, layout);
+      }
+    // 7,000 nodes: 219 KB of shared memory, one cell an SM (short cables: recursive trees).
+    CompareBlock<double>(Parents(Shape::kRecursiveDfs, 7000, 5), 3, 1e-13, layout);
+    CompareBlock<double>(Parents(Shape::kChain, 64, 1), 4, 1e-13, layout);  // one cable of 64
+    // Stars: a node with 3,999 child cables (the descriptions' list beyond the first two).
+    CompareBlock<float>(Parents(Shape::kStar, 4000, 3), 3, 1e-4, layout);
+  }
+}
+
+TEST(CudaContractionBlock, MatchesTheCpuContraction) {
+  REQUIRE_GPU();
+  auto m = ReadSwc(std::string(TRISOLVE_TEST_DATA) + "/neuron_10-2012-02-09-001.CNG.swc");
+  ASSERT_TRUE(m.ok());
+  const TreeMethod c = TreeMethod::kContraction;
+  for (Layout layout : {Layout::kFlat, Layout::kInterleaved}) {
+    SCOPED_TRACE(layout == Layout::kFlat ? "flat" : "interleaved");
+    CompareBlock<double>(m->parent, 300, 1e-13, layout, c);
+    CompareBlock<float>(m->parent, 100, 1e-4, layout, c);
+    for (int64_t n : {1, 2, 3, 100, 3000})
+      for (Shape sh : {Shape::kChain, Shape::kStar, Shape::kRandom, Shape::kRecursiveDfs,
+                       Shape::kRecursive}) {
+        CompareBlock<double>(Parents(sh, n, 77 + n), 5, 1e-13, layout, c);
+      }
+    // 7,000 nodes: 219 KB of shared memory, one cell an SM; a chain of 7,000 (no cables limit).
+    CompareBlock<double>(Parents(Shape::kRecursiveDfs, 7000, 5), 3, 1e-13, layout, c);
+    CompareBlock<double>(Parents(Shape::kChain, 7000, 5), 3, 1e-13, layout, c);
+    CompareBlock<float>(Parents(Shape::kStar, 4000, 3), 3, 1e-4, layout, c);
+  }
+}
+
+TEST(CudaTreeAuto, PicksByShapeLayoutAndBatch) {
+  REQUIRE_GPU();
+  auto m = ReadSwc(std::string(TRISOLVE_TEST_DATA) + "/neuron_10-2012-02-09-001.CNG.swc");
+  ASSERT_TRUE(m.ok());
+  auto method_of = [&](const std::vector<int32_t>& parent, int64_t batch, Layout layout,
+                       TreeMethod method) {
+    const int64_t n = int64_t(parent.size());
+    std::vector<double> lower(n * batch, -0.5), upper(n * batch, -0.5), diag(n * batch, 4),
+        rhs(n * batch, 1), x(n * batch);
+    std::vector<SystemStatus> st(batch);
+    TreeProblem<double> p;
+    p.batch = batch;
+    p.n = n;
+    p.layout = layout;
+    p.parent = parent.data();
+    p.lower = lower.data();
+    p.upper = upper.data();
+    p.diag = diag.data();
+    p.rhs = rhs.data();
+    auto info = Cuda()->Solve(p, method, TreeOutput<double>{x.data(), st.data()}, SolveControl{});
+    EXPECT_TRUE(info.ok()) << info.status();
+    for (auto s : st) EXPECT_EQ(s, SystemStatus::kOk);
+    return info.ok() ? info->method : std::string("error");
+  };
+  const auto& cell = m->parent;
+  const TreeMethod a = TreeMethod::kAuto;
+  EXPECT_EQ(method_of(cell, 1, Layout::kFlat, a), "contraction-block");
+  EXPECT_EQ(method_of(cell, 4096, Layout::kFlat, a), "contraction-block");
+  EXPECT_EQ(method_of(cell, 4607, Layout::kInterleaved, a), "contraction-block");
+  EXPECT_EQ(method_of(cell, 4608, Layout::kInterleaved, a), "hines-batch");
+  EXPECT_EQ(method_of(cell, 3, Layout::kInterleaved, TreeMethod::kCables), "cables-block");
+  EXPECT_EQ(method_of(cell, 3, Layout::kFlat, TreeMethod::kHines), "hines-batch");
+  // Too large for shared memory: the cables (auto); the contraction then runs on the host.
+  const auto big = Parents(Shape::kRandom, 20000, 9);
+  EXPECT_EQ(method_of(big, 2, Layout::kFlat, a), "cables");
+  EXPECT_EQ(method_of(big, 2, Layout::kFlat, TreeMethod::kContraction), "contraction (host)");
 }
 
 TEST(CudaCablesMorphology, MoreCellsThanOneGridDimension) {
   REQUIRE_GPU();
   // 70,000 small cells: the cables' second grid dimension (65,535 at most) is walked in
-  // pieces (interleaved), and cables-block launches one block a cell (flat).
-  const auto parent = Parents(Shape::kRandom, 6, 5);
-  Compare<double>(parent, 70000, Layout::kInterleaved, false, 1e-12, TreeMethod::kCables,
+  // pieces (a chain of 65: one cable longer than the block kernel takes), and the block
+  // kernels launch one block a cell.
+  const auto chain = Parents(Shape::kChain, 65, 5);
+  Compare<double>(chain, 70000, Layout::kInterleaved, false, 1e-12, TreeMethod::kCables,
                   "cables");
+  const auto parent = Parents(Shape::kRandom, 6, 5);
   Compare<double>(parent, 70000, Layout::kFlat, false, 1e-12, TreeMethod::kCables,
                   "cables-block");
+  Compare<double>(parent, 70000, Layout::kInterleaved, false, 1e-12, TreeMethod::kContraction,
+                  "contraction-block");
 }
 
 TEST(CudaCablesMorphology, PerCellTreesDiffer) {

@@ -376,26 +376,41 @@ class CudaBackend final : public Backend {
                                               TreeOutput<T> out, const SolveControl& c) {
     const bool per_cell = p.parent_per_system && p.batch > 1;
     // Cells of their own morphologies: one thread a cell (hines-batch reading each cell's
-    // parent array). The cable plan is per morphology, so "cables" for them runs on the host.
-    if (per_cell && m == TreeMethod::kCables) return Host(cpu_->Solve(p, m, out, c));
-    // One morphology: its cable plan (cached). In the flat layout, cells that fit in shared
-    // memory run the cables one block a cell (cables-block: faster than hines-batch at every
-    // batch measured, bench_tree); otherwise auto takes hines-batch from 2048 cells of a
-    // morphology that fits in shared memory, the cables below.
+    // parent array). The cable and contraction plans are per morphology, so "cables" and
+    // "contraction" for them run on the host.
+    if (per_cell && (m == TreeMethod::kCables || m == TreeMethod::kContraction))
+      return Host(cpu_->Solve(p, m, out, c));
+    // One morphology: its plan (cached). Cells that fit in shared memory (n <= ~7,200 in
+    // float64) run one block a cell: auto takes the tree contraction (contraction-block: the
+    // fastest path for cells at every batch measured in the flat layout, and below
+    // kContractionBelowBatch cells in the interleaved one, bench_tree); larger interleaved
+    // batches take hines-batch (one thread a cell: the interleaved layout's strided rows cost
+    // the block kernels 4x their sectors); larger trees or few cells the cables.
     std::shared_ptr<const cuda::TreeCablesPlan> plan;
     if (!per_cell && m != TreeMethod::kHines) {
       auto made = CablesPlan(p.parent, p.n, nullptr);
       if (!made.ok()) return made.status();
       plan = *made;
     }
-    const bool block = plan && cuda::CablesBlockFits(p, *plan);
+    const bool il = p.layout == Layout::kInterleaved;
+    const bool contraction_fits = plan && cuda::ContractionBlockFits(p, *plan);
+    if (m == TreeMethod::kContraction && !contraction_fits)
+      return Host(cpu_->Solve(p, m, out, c));
+    const bool contraction =
+        contraction_fits && (m == TreeMethod::kContraction ||
+                             (m == TreeMethod::kAuto &&
+                              (!il || p.batch < kContractionBelowBatch ||
+                               p.n > cuda::MaxTreeNodesOnChip())));
+    const bool block =
+        !contraction && m == TreeMethod::kCables && cuda::CablesBlockFits(p, *plan);
     const bool cables =
-        plan && (m == TreeMethod::kCables || block || p.batch < kCablesBelowBatch ||
-                 p.n > cuda::MaxTreeNodesOnChip());
+        plan && !contraction &&
+        (m == TreeMethod::kCables || p.batch < kCablesBelowBatch ||
+         p.n > cuda::MaxTreeNodesOnChip());
     const int64_t e = p.batch * p.n;
     const std::vector<std::pair<const T*, int64_t>> in = {
         {p.lower, e}, {p.upper, e}, {p.diag, e}, {p.rhs, e}};
-    if (cables) {
+    if (contraction || cables) {
       return Staged<T>(in, p.batch, p.n, p.layout, out.x, out.status,
                        [&](const std::vector<T*>& d, T* dx, uint8_t* flags,
                            cudaStream_t stream) -> absl::StatusOr<std::string> {
@@ -406,6 +421,12 @@ class CudaBackend final : public Backend {
                          dp.upper = d[1];
                          dp.diag = d[2];
                          dp.rhs = d[3];
+                         if (contraction) {
+                           auto st = cuda::SolveTreeContractionBlockDevice(dp, *plan, dx, flags,
+                                                                           stream);
+                           if (!st.ok()) return st;
+                           return std::string("contraction-block");
+                         }
                          if (block) {
                            auto st = cuda::SolveTreeCablesBlockDevice(dp, *plan, dx, flags,
                                                                       stream);
@@ -453,6 +474,10 @@ class CudaBackend final : public Backend {
   // Below this many cells of one morphology the cables beat one thread a cell (bench_tree,
   // H100: 1 cell 0.25 vs 0.94 ms, 1024 cells 0.70-1.07 vs 1.14-1.42 ms, 10,240: 1.39 vs 5.1).
   static constexpr int64_t kCablesBelowBatch = 2048;
+  // Below this many cells of one morphology in the interleaved layout, contraction-block beats
+  // hines-batch (bench_tree, H100, 3,187-node cell: 1,024 cells 0.30 vs 1.16 ms, 4,096 cells
+  // 1.17 vs 1.23 ms, 10,240 cells 3.03 vs 1.38 ms: even near 4,400).
+  static constexpr int64_t kContractionBelowBatch = 4608;
 
   const CudaOptions options_;
   const cudaDeviceProp prop_;

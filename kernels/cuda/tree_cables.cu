@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cfloat>
 
+#include <cuda_pipeline.h>
+
 #include "check.h"
 #include "numerics.cuh"
 #include "tree_cuda.h"
@@ -249,82 +251,321 @@ constexpr int kBlockThreads = 512;
 constexpr int64_t kBlockMaxCable = 64;
 constexpr int64_t kBlockMaxSmem = 227 * 1024;
 
-// One cell a block, flat layout: the cable elimination in shared memory.
+// One cell a block (either layout): the cell's lower, upper, diag and rhs are copied into
+// shared memory by asynchronous copies (no registers held, all in flight at once), the cable
+// elimination runs there level by level with barriers, and x is written once: the 5 arrays of
+// the floor. Nothing else lives in shared memory, so two float64 cells of ~3,500 nodes fit an
+// SM and one block's copies overlap the other's arithmetic. The backward phase leaves R/D in
+// rhs and lower/D in lower; a cable's contribution to its anchor goes into its top node's diag
+// and upper, which its own elimination has consumed; the forward phase runs a thread a cable
+// down the levels, x_j = R_j/D_j - (lower_j/D_j) x_parent, x in place of R/D.
+//
+// A level's critical path is its longest cable, so everything else is taken off it: a
+// thread's cable description for the next level is loaded while it works on this one (the
+// descriptions stay in global memory: two cells' arrays fill shared memory), and a node's
+// inputs are read before the previous node's results are stored.
+//
+// cinfo per cable in `order`: {first node | (length - 1) << 16 | more children << 31, anchor
+// (-1: root), top node of the first child cable, of the second (-1: none)}; for a cable with
+// more than two children, cmore[k] = {first ctop index, count} of the others.
+struct BlockCable {
+  int s0, e0, anchor, c0, c1;
+  bool more;
+};
+__device__ __forceinline__ BlockCable Decode(int4 ci) {
+  const unsigned x = unsigned(ci.x);
+  return BlockCable{int(x & 0xffffu), int(x & 0xffffu) + int((x >> 16) & 0x7fffu), ci.y, ci.z,
+                    ci.w, (x >> 31) != 0};
+}
+constexpr int4 kNoCable{0, -1, -1, -1};
+__device__ __forceinline__ int4 CableAt(const int4* __restrict__ cinfo, int k, int kend) {
+  return k < kend ? __ldg(cinfo + k) : kNoCable;
+}
+
 template <typename T>
-__global__ void __launch_bounds__(kBlockThreads)
+__device__ __forceinline__ void BlockBackward(const BlockCable& c, int k,
+                                              const int2* __restrict__ cmore,
+                                              const int32_t* __restrict__ ctop, T* lower,
+                                              T* upper, T* diag, T* rhs, bool& ok) {
+  T carryD = 0, carryR = 0, carryS = 0;
+  auto gather = [&](int top) {
+    const T gD = diag[top];
+    carryD += gD;
+    carryR += upper[top];
+    carryS += fabs(gD);
+  };
+  if (c.c0 >= 0) gather(c.c0);
+  if (c.c1 >= 0) gather(c.c1);
+  if (c.more) {
+    const int2 m = __ldg(cmore + k);
+    for (int q = m.x; q < m.x + m.y; ++q) gather(__ldg(ctop + q));
+  }
+  T dg = diag[c.e0], lo = lower[c.e0], up = upper[c.e0], rh = rhs[c.e0];
+  for (int j = c.e0; j >= c.s0; --j) {
+    T ndg = 0, nlo = 0, nup = 0, nrh = 0;
+    if (j > c.s0) {
+      ndg = diag[j - 1];
+      nlo = lower[j - 1];
+      nup = upper[j - 1];
+      nrh = rhs[j - 1];
+    }
+    const T D = dg - carryD, R = rh - carryR;
+    ok &= !Vanishes(D, fabs(dg) + carryS);
+    const T inv = T(1) / D;
+    rhs[j] = R * inv;
+    lower[j] = j > 0 ? lo * inv : T(0);
+    const T g = j > 0 ? up * inv : T(0);
+    carryD = g * lo;
+    carryR = g * R;
+    carryS = fabs(carryD);
+    dg = ndg;
+    lo = nlo;
+    up = nup;
+    rh = nrh;
+  }
+  if (c.anchor >= 0) {  // the top's diag and upper are spent: they carry the contribution
+    diag[c.s0] = carryD;
+    upper[c.s0] = carryR;
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void BlockForward(const BlockCable& c, const T* lower, T* rhs,
+                                             bool& ok) {
+  T xp = c.anchor >= 0 ? rhs[c.anchor] : T(0);
+  T q = rhs[c.s0], l = lower[c.s0];
+  for (int j = c.s0; j <= c.e0; ++j) {
+    T nq = 0, nl = 0;
+    if (j < c.e0) {
+      nq = rhs[j + 1];
+      nl = lower[j + 1];
+    }
+    xp = q - l * xp;
+    ok &= Finite(xp);
+    rhs[j] = xp;
+    q = nq;
+    l = nl;
+  }
+}
+
+template <typename T, bool kInterleaved>
+__global__ void __launch_bounds__(kBlockThreads, 2)
     CablesBlockKernel(TreeProblem<T> p, const int4* __restrict__ cinfo,
-                      const int2* __restrict__ ninfo, const int32_t* __restrict__ level_ptr,
-                      const int32_t* __restrict__ node_level_ptr, int H, int slots, T* x,
-                      uint8_t* status) {
+                      const int2* __restrict__ cmore, const int32_t* __restrict__ ctop,
+                      const int32_t* __restrict__ level_ptr, int H, T* x, uint8_t* status) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int n = int(p.n);
-  P2<T>* contrib = reinterpret_cast<P2<T>*>(smem_raw);
-  T* lower = reinterpret_cast<T*>(contrib + slots);
+  const int tid = threadIdx.x;
+  T* lower = reinterpret_cast<T*>(smem_raw);
   T* upper = lower + n;
   T* diag = upper + n;
-  T* rhs = diag + n;  // R/D, then q, then x
-  const int64_t base = int64_t(blockIdx.x) * n;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    lower[i] = __ldg(p.lower + base + i);
-    upper[i] = __ldg(p.upper + base + i);
-    diag[i] = __ldg(p.diag + base + i);
-    rhs[i] = __ldg(p.rhs + base + i);
+  T* rhs = diag + n;  // R/D, then x
+  const int64_t cell = blockIdx.x;
+  auto at = [&](int i) {
+    return kInterleaved ? int64_t(i) * p.batch + cell : cell * p.n + i;
+  };
+  // The first level's descriptions are requested before the copies.
+  int kb = __ldg(level_ptr), ke = __ldg(level_ptr + 1);
+  int4 ci = CableAt(cinfo, kb + tid, ke);
+  for (int i = tid; i < n; i += kBlockThreads) {
+    const int64_t e = at(i);
+    __pipeline_memcpy_async(lower + i, p.lower + e, sizeof(T));
+    __pipeline_memcpy_async(upper + i, p.upper + e, sizeof(T));
+    __pipeline_memcpy_async(diag + i, p.diag + e, sizeof(T));
+    __pipeline_memcpy_async(rhs + i, p.rhs + e, sizeof(T));
   }
+  __pipeline_commit();
+  __pipeline_wait_prior(0);
   __syncthreads();
   bool ok = true;
   for (int h = 0; h < H; ++h) {
-    for (int k = level_ptr[h] + threadIdx.x; k < level_ptr[h + 1]; k += blockDim.x) {
-      const int4 ci = cinfo[k];
-      const int s0 = ci.x, e0 = ci.y, cb = ci.z, cc = ci.w >> 16, slot = (ci.w & 0xffff) - 1;
-      T carryD = 0, carryR = 0, carryS = 0;
-      for (int q = cb; q < cb + cc; ++q) {
-        const P2<T> g = contrib[q];
-        carryD += g.x;
-        carryR += g.y;
-        carryS += fabs(g.x);
-      }
-      for (int j = e0; j >= s0; --j) {
-        const T dg = diag[j], lo = lower[j], up = upper[j];
-        const T D = dg - carryD, R = rhs[j] - carryR;
-        ok &= !Vanishes(D, fabs(dg) + carryS);
-        const T inv = T(1) / D;
-        rhs[j] = R * inv;
-        lower[j] = j > 0 ? lo * inv : T(0);
-        const T g = j > 0 ? up * inv : T(0);
-        carryD = g * lo;
-        carryR = g * R;
-        carryS = fabs(carryD);
-      }
-      if (slot >= 0) {
-        P2<T> out;
-        out.x = carryD;
-        out.y = carryR;
-        contrib[slot] = out;
-      }
-      T qprev = rhs[s0], wprev = lower[s0];
-      ok &= Finite(qprev);
-      for (int j = s0 + 1; j <= e0; ++j) {
-        const T l = lower[j];
-        qprev = rhs[j] - l * qprev;
-        wprev = -l * wprev;
-        ok &= Finite(qprev);
-        rhs[j] = qprev;
-        lower[j] = wprev;
-      }
+    const int nkb = ke, nke = h + 1 < H ? __ldg(level_ptr + h + 2) : ke;
+    const int4 nci = CableAt(cinfo, nkb + tid, nke);
+    if (kb + tid < ke)
+      BlockBackward(Decode(ci), kb + tid, cmore, ctop, lower, upper, diag, rhs, ok);
+    for (int k = kb + tid + kBlockThreads; k < ke; k += kBlockThreads)
+      BlockBackward(Decode(__ldg(cinfo + k)), k, cmore, ctop, lower, upper, diag, rhs, ok);
+    __syncthreads();
+    kb = nkb;
+    ke = nke;
+    ci = nci;
+  }
+  // Forward, from the root's level down.
+  kb = __ldg(level_ptr + H - 1);
+  ke = __ldg(level_ptr + H);
+  ci = CableAt(cinfo, kb + tid, ke);
+  for (int h = H - 1; h >= 0; --h) {
+    const int nke = kb, nkb = h > 0 ? __ldg(level_ptr + h - 1) : kb;
+    const int4 nci = CableAt(cinfo, nkb + tid, nke);
+    if (kb + tid < ke) BlockForward(Decode(ci), lower, rhs, ok);
+    for (int k = kb + tid + kBlockThreads; k < ke; k += kBlockThreads)
+      BlockForward(Decode(__ldg(cinfo + k)), lower, rhs, ok);
+    __syncthreads();
+    kb = nkb;
+    ke = nke;
+    ci = nci;
+  }
+  for (int i = tid; i < n; i += kBlockThreads) x[at(i)] = rhs[i];
+  if (!ok) status[cell] = 1;
+}
+
+// Tree contraction (trisolve/tree.h, TreeContraction), one cell a block, either layout: the
+// cell's four arrays copied into shared memory as for cables-block, then each round's removals
+// (a thread a node), a barrier, each round's updates (a thread a survivor: it alone writes its
+// row), a barrier; back substitution runs the rounds in reverse. A removed node v keeps diag =
+// upper_v (what its parent takes), upper = wc_v, lower = wp_v, rhs = q_v, then x_v. The
+// arithmetic per node is the CPU reference's ContractionOne.
+//
+// The schedule stays in global memory (two cells' arrays fill shared memory), packed in 8-byte
+// entries of 16-bit fields stored plus one (0: none) so that a round's entries are one load
+// each: removal {v | (p + 1) << 16, c + 1}; update {u | (from + 1) << 16, (child0 + 1) |
+// (child1 + 1) << 16}, child1 + 1 = 0xffff meaning the removed children are the list
+// upd_more[k] = {first, count} of `children`. A thread's first entries of the next round are
+// loaded during this one.
+constexpr int kListMark = 0xffff;
+template <typename T>
+__device__ __forceinline__ void ContractRemove(int2 e, T* lower, T* upper, T* diag, T* rhs,
+                                               bool& ok) {
+  const int v = e.x & 0xffff, p = (e.x >> 16) - 1, c = e.y - 1;
+  const T D = diag[v], R = rhs[v], lo = lower[v], up = upper[v];
+  const T uc = c >= 0 ? upper[c] : T(0);
+  ok &= !Vanishes(D, T(0));
+  const T inv = T(1) / D;
+  rhs[v] = R * inv;
+  lower[v] = p >= 0 ? lo * inv : T(0);
+  upper[v] = c >= 0 ? uc * inv : T(0);
+  diag[v] = p >= 0 ? up : T(0);
+}
+
+template <typename T>
+__device__ __forceinline__ void ContractUpdate(int2 e, int k, const int2* __restrict__ upd_more,
+                                               const int32_t* __restrict__ children,
+                                               T* lower, T* upper, T* diag, T* rhs, bool& ok) {
+  const int u = e.x & 0xffff, from = (e.x >> 16) - 1;
+  const int c0 = (e.y & 0xffff) - 1, c1f = (e.y >> 16) & 0xffff;
+  T D = diag[u], R = rhs[u], S = fabs(D);
+  if (from >= 0) {
+    const T lo = lower[u], wc = upper[from], d = lo * wc;
+    D -= d;
+    S += fabs(d);
+    R -= lo * rhs[from];
+    lower[u] = -lo * lower[from];
+    upper[u] = -diag[from] * wc;
+  }
+  auto take = [&](int w) {
+    const T up = diag[w], d = up * lower[w];
+    D -= d;
+    S += fabs(d);
+    R -= up * rhs[w];
+  };
+  if (c1f == kListMark) {
+    const int2 m = __ldg(upd_more + k);
+    for (int q = m.x; q < m.x + m.y; ++q) take(__ldg(children + q));
+  } else {
+    if (c0 >= 0) take(c0);
+    if (c1f > 0) take(c1f - 1);
+  }
+  ok &= !Vanishes(D, S);
+  diag[u] = D;
+  rhs[u] = R;
+}
+
+template <typename T>
+__device__ __forceinline__ void ContractSubstitute(int2 e, const T* lower, const T* upper,
+                                                   T* rhs, bool& ok) {
+  const int v = e.x & 0xffff, p = (e.x >> 16) - 1, c = e.y - 1;
+  T x = rhs[v];
+  if (p >= 0) x -= lower[v] * rhs[p];
+  if (c >= 0) x -= upper[v] * rhs[c];
+  ok &= Finite(x);
+  rhs[v] = x;
+}
+
+__device__ __forceinline__ int2 EntryAt(const int2* __restrict__ a, int k, int end) {
+  return k < end ? __ldg(a + k) : int2{0, 0};
+}
+
+template <typename T, bool kInterleaved>
+__global__ void __launch_bounds__(kBlockThreads, 2)
+    ContractionBlockKernel(TreeProblem<T> p, const int2* __restrict__ elim,
+                           const int2* __restrict__ upd, const int2* __restrict__ upd_more,
+                           const int32_t* __restrict__ children,
+                           const int32_t* __restrict__ elim_ptr,
+                           const int32_t* __restrict__ upd_ptr, int R, T* x, uint8_t* status) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const int n = int(p.n);
+  const int tid = threadIdx.x;
+  T* lower = reinterpret_cast<T*>(smem_raw);
+  T* upper = lower + n;
+  T* diag = upper + n;
+  T* rhs = diag + n;
+  const int64_t cell = blockIdx.x;
+  auto at = [&](int i) {
+    return kInterleaved ? int64_t(i) * p.batch + cell : cell * p.n + i;
+  };
+  int eb = __ldg(elim_ptr), ee = __ldg(elim_ptr + 1);
+  int ub = __ldg(upd_ptr), ue = __ldg(upd_ptr + 1);
+  int2 e = EntryAt(elim, eb + tid, ee), u = EntryAt(upd, ub + tid, ue);
+  for (int i = tid; i < n; i += kBlockThreads) {
+    const int64_t g = at(i);
+    __pipeline_memcpy_async(lower + i, p.lower + g, sizeof(T));
+    __pipeline_memcpy_async(upper + i, p.upper + g, sizeof(T));
+    __pipeline_memcpy_async(diag + i, p.diag + g, sizeof(T));
+    __pipeline_memcpy_async(rhs + i, p.rhs + g, sizeof(T));
+  }
+  __pipeline_commit();
+  __pipeline_wait_prior(0);
+  __syncthreads();
+  bool ok = true;
+  for (int r = 0; r < R; ++r) {
+    const int neb = ee, nee = r + 1 < R ? __ldg(elim_ptr + r + 2) : ee;
+    const int nub = ue, nue = r + 1 < R ? __ldg(upd_ptr + r + 2) : ue;
+    const int2 ne = EntryAt(elim, neb + tid, nee), nu = EntryAt(upd, nub + tid, nue);
+    if (eb + tid < ee) ContractRemove(e, lower, upper, diag, rhs, ok);
+    // Further entries two at a time: both loads in flight before either is used.
+    for (int k = eb + tid + kBlockThreads; k < ee; k += 2 * kBlockThreads) {
+      const int2 a = __ldg(elim + k), b = EntryAt(elim, k + kBlockThreads, ee);
+      ContractRemove(a, lower, upper, diag, rhs, ok);
+      if (k + kBlockThreads < ee) ContractRemove(b, lower, upper, diag, rhs, ok);
     }
     __syncthreads();
+    if (ub < ue) {
+      if (ub + tid < ue)
+        ContractUpdate(u, ub + tid, upd_more, children, lower, upper, diag, rhs, ok);
+      for (int k = ub + tid + kBlockThreads; k < ue; k += 2 * kBlockThreads) {
+        const int2 a = __ldg(upd + k), b = EntryAt(upd, k + kBlockThreads, ue);
+        ContractUpdate(a, k, upd_more, children, lower, upper, diag, rhs, ok);
+        if (k + kBlockThreads < ue)
+          ContractUpdate(b, k + kBlockThreads, upd_more, children, lower, upper, diag, rhs, ok);
+      }
+      __syncthreads();
+    }
+    eb = neb;
+    ee = nee;
+    ub = nub;
+    ue = nue;
+    e = ne;
+    u = nu;
   }
-  for (int h = H - 2; h >= 0; --h) {  // the root cable (height H - 1): x = q already
-    for (int k = node_level_ptr[h] + threadIdx.x; k < node_level_ptr[h + 1]; k += blockDim.x) {
-      const int2 nj = ninfo[k];
-      const T v = rhs[nj.x] - lower[nj.x] * rhs[nj.y];
-      ok &= Finite(v);
-      rhs[nj.x] = v;
+  eb = __ldg(elim_ptr + R - 1);
+  ee = __ldg(elim_ptr + R);
+  e = EntryAt(elim, eb + tid, ee);
+  for (int r = R - 1; r >= 0; --r) {
+    const int nee = eb, neb = r > 0 ? __ldg(elim_ptr + r - 1) : eb;
+    const int2 ne = EntryAt(elim, neb + tid, nee);
+    if (eb + tid < ee) ContractSubstitute(e, lower, upper, rhs, ok);
+    for (int k = eb + tid + kBlockThreads; k < ee; k += 2 * kBlockThreads) {
+      const int2 a = __ldg(elim + k), b = EntryAt(elim, k + kBlockThreads, ee);
+      ContractSubstitute(a, lower, upper, rhs, ok);
+      if (k + kBlockThreads < ee) ContractSubstitute(b, lower, upper, rhs, ok);
     }
     __syncthreads();
+    eb = neb;
+    ee = nee;
+    e = ne;
   }
-  for (int i = threadIdx.x; i < n; i += blockDim.x) x[base + i] = rhs[i];
-  if (!ok) status[blockIdx.x] = 1;
+  for (int i = tid; i < n; i += kBlockThreads) x[at(i)] = rhs[i];
+  if (!ok) status[cell] = 1;
 }
 
 }  // namespace
@@ -390,27 +631,86 @@ absl::StatusOr<std::unique_ptr<TreeCablesPlan>> TreeCablesPlan::Make(const int32
   put(t.node_level_ptr, &plan->node_level_ptr_);
   TRISOLVE_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(d, all.data(), all.size() * 4, cudaMemcpyHostToDevice, stream));
-  if (n < 65536) {
+  if (n < 65536 && plan->longest_ <= kBlockMaxCable) {
     std::vector<int4> ci(C);
+    std::vector<int2> more(C, int2{0, 0});
+    std::vector<int32_t> ctop(std::max<size_t>(t.child_list.size(), 1), 0);
+    for (size_t q = 0; q < t.child_list.size(); ++q) ctop[q] = t.start[t.child_list[q]];
     for (int64_t k = 0; k < C; ++k) {
       const int32_t c = t.order[k];
-      const int32_t cc = t.child_ptr[c + 1] - t.child_ptr[c];
-      ci[k] = int4{t.start[c], t.start[c + 1] - 1, t.child_ptr[c],
-                   (slot[k] + 1) | (cc << 16)};
+      const int32_t cb = t.child_ptr[c], cc = t.child_ptr[c + 1] - cb;
+      const uint32_t x = uint32_t(t.start[c]) | (uint32_t(t.length(c) - 1) << 16) |
+                         (cc > 2 ? 1u << 31 : 0u);
+      ci[k] = int4{int32_t(x), t.anchor[c], cc > 0 ? ctop[cb] : -1, cc > 1 ? ctop[cb + 1] : -1};
+      if (cc > 2) more[k] = int2{cb + 2, cc - 2};
     }
-    std::vector<int2> ni(n);
-    for (int64_t k = 0; k < n; ++k) ni[k] = int2{t.node_order[k], node_anchor[k]};
-    auto bb = pool.Get(int64_t(sizeof(int4)) * C + int64_t(sizeof(int2)) * n);
+    auto bb = pool.Get(int64_t(sizeof(int4) + sizeof(int2)) * C +
+                       int64_t(sizeof(int32_t)) * int64_t(ctop.size()));
     if (!bb.ok()) return bb.status();
     plan->block_buf_ = std::move(*bb);
     auto* dci = plan->block_buf_.as<int4>();
-    auto* dni = reinterpret_cast<int2*>(dci + C);
+    auto* dmo = reinterpret_cast<int2*>(dci + C);
+    auto* dct = reinterpret_cast<int32_t*>(dmo + C);
     plan->cinfo_ = dci;
-    plan->ninfo_ = dni;
+    plan->cmore_ = dmo;
+    plan->ctop_ = dct;
     TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dci, ci.data(), sizeof(int4) * C,
                                                   cudaMemcpyHostToDevice, stream));
-    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dni, ni.data(), sizeof(int2) * n,
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dmo, more.data(), sizeof(int2) * C,
                                                   cudaMemcpyHostToDevice, stream));
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dct, ctop.data(), 4 * ctop.size(),
+                                                  cudaMemcpyHostToDevice, stream));
+  }
+  if (n < 65535) {  // 16-bit fields stored plus one, 0xffff kept as a mark
+    const TreeContraction rc = BuildTreeContraction(parent, n);
+    const int64_t R = rc.rounds(), E = int64_t(rc.elim.size()), U = int64_t(rc.upd.size());
+    auto pack = [](int32_t lo, int32_t hi) { return int32_t(uint32_t(lo) | uint32_t(hi) << 16); };
+    std::vector<int2> el(E), up(std::max<int64_t>(U, 1), int2{0, 0}), more(up.size(), int2{0, 0});
+    for (int64_t k = 0; k < E; ++k) {
+      const auto& e = rc.elim[k];
+      el[k] = int2{pack(e.v, e.p + 1), e.c + 1};
+    }
+    for (int64_t k = 0; k < U; ++k) {
+      const auto& u = rc.upd[k];
+      int32_t y;
+      if (u.count > 2) {
+        y = pack(0, kListMark);
+        more[k] = int2{u.first, u.count};
+      } else {
+        y = pack(u.count > 0 ? rc.children[u.first] + 1 : 0,
+                 u.count > 1 ? rc.children[u.first + 1] + 1 : 0);
+      }
+      up[k] = int2{pack(u.u, u.from + 1), y};
+    }
+    std::vector<int32_t> ints(rc.elim_ptr);
+    ints.insert(ints.end(), rc.upd_ptr.begin(), rc.upd_ptr.end());
+    ints.insert(ints.end(), rc.children.begin(), rc.children.end());
+    ints.push_back(0);
+    const int64_t pairs = E + 2 * int64_t(up.size());
+    auto cb = pool.Get(int64_t(sizeof(int2)) * pairs + 4 * int64_t(ints.size()));
+    if (!cb.ok()) return cb.status();
+    plan->contraction_buf_ = std::move(*cb);
+    auto* de = plan->contraction_buf_.as<int2>();
+    auto* du = de + E;
+    auto* dm = du + up.size();
+    auto* di = reinterpret_cast<int32_t*>(dm + up.size());
+    plan->elim_ = de;
+    plan->upd_ = du;
+    plan->upd_more_ = dm;
+    plan->elim_ptr_ = di;
+    plan->upd_ptr_ = di + R + 1;
+    plan->children_ = di + 2 * (R + 1);
+    plan->rounds_ = int32_t(R);
+    TRISOLVE_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(de, el.data(), sizeof(int2) * E, cudaMemcpyHostToDevice, stream));
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(du, up.data(), sizeof(int2) * up.size(),
+                                                  cudaMemcpyHostToDevice, stream));
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dm, more.data(), sizeof(int2) * more.size(),
+                                                  cudaMemcpyHostToDevice, stream));
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(di, ints.data(), 4 * ints.size(),
+                                                  cudaMemcpyHostToDevice, stream));
+    // The host vectors must outlive the copies.
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
   }
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
   return plan;
@@ -418,10 +718,9 @@ absl::StatusOr<std::unique_ptr<TreeCablesPlan>> TreeCablesPlan::Make(const int32
 
 template <typename T>
 bool CablesBlockFits(const TreeProblem<T>& p, const TreeCablesPlan& plan) {
-  const int64_t slots = std::max<int64_t>(plan.t_.cables() - 1, 1);
-  const int64_t smem = int64_t(sizeof(T)) * (4 * p.n + 2 * slots);
-  return plan.cinfo_ != nullptr && p.layout == Layout::kFlat && !p.parent_per_system &&
-         plan.longest_ <= kBlockMaxCable && smem <= kBlockMaxSmem;
+  const int64_t smem = int64_t(sizeof(T)) * 4 * p.n;
+  return plan.cinfo_ != nullptr && !p.parent_per_system && plan.longest_ <= kBlockMaxCable &&
+         smem <= kBlockMaxSmem;
 }
 
 template <typename T>
@@ -429,25 +728,83 @@ absl::Status SolveTreeCablesBlockDevice(const TreeProblem<T>& p, const TreeCable
                                         T* x, uint8_t* status_flags, cudaStream_t stream) {
   if (!CablesBlockFits(p, plan))
     return absl::InvalidArgumentError("the tree does not fit the one-block-a-cell kernel");
-  const int slots = int(std::max<int64_t>(plan.t_.cables() - 1, 1));
-  const size_t smem = sizeof(T) * (4 * size_t(p.n) + 2 * size_t(slots));
+  const size_t smem = sizeof(T) * 4 * size_t(p.n);
+  const bool il = p.layout == Layout::kInterleaved;
+  auto kernel = il ? CablesBlockKernel<T, true> : CablesBlockKernel<T, false>;
+  TRISOLVE_CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
-      CablesBlockKernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  for (int64_t s0 = 0; s0 < p.batch; s0 += int64_t(1) << 30) {
+      kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+  // Flat: a launch takes at most 2^30 cells (offset pointers); interleaved cells are one grid.
+  const int64_t step = il ? p.batch : int64_t(1) << 30;
+  if (il && p.batch > (int64_t(1) << 31) - 1)
+    return absl::InvalidArgumentError("too many cells for one launch");
+  for (int64_t s0 = 0; s0 < p.batch; s0 += step) {
     TreeProblem<T> q = p;
-    const int64_t cells = std::min<int64_t>(p.batch - s0, int64_t(1) << 30);
-    q.batch = cells;
-    q.lower += s0 * p.n;
-    q.upper += s0 * p.n;
-    q.diag += s0 * p.n;
-    q.rhs += s0 * p.n;
-    CablesBlockKernel<T><<<unsigned(cells), kBlockThreads, smem, stream>>>(
-        q, plan.cinfo_, plan.ninfo_, plan.level_ptr_, plan.node_level_ptr_,
-        int(plan.t_.levels()), slots, x + s0 * p.n, status_flags + s0);
+    const int64_t cells = std::min<int64_t>(p.batch - s0, step);
+    if (!il) {
+      q.batch = cells;
+      q.lower += s0 * p.n;
+      q.upper += s0 * p.n;
+      q.diag += s0 * p.n;
+      q.rhs += s0 * p.n;
+    }
+    kernel<<<unsigned(cells), kBlockThreads, smem, stream>>>(
+        q, plan.cinfo_, plan.cmore_, plan.ctop_, plan.level_ptr_, int(plan.t_.levels()),
+        x + (il ? 0 : s0 * p.n), status_flags + s0);
     TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   }
   return absl::OkStatus();
 }
+
+template <typename T>
+bool ContractionBlockFits(const TreeProblem<T>& p, const TreeCablesPlan& plan) {
+  return plan.elim_ != nullptr && !p.parent_per_system &&
+         int64_t(sizeof(T)) * 4 * p.n <= kBlockMaxSmem;
+}
+
+template <typename T>
+absl::Status SolveTreeContractionBlockDevice(const TreeProblem<T>& p, const TreeCablesPlan& plan,
+                                             T* x, uint8_t* status_flags, cudaStream_t stream) {
+  if (!ContractionBlockFits(p, plan))
+    return absl::InvalidArgumentError("the tree does not fit the one-block-a-cell kernel");
+  const size_t smem = sizeof(T) * 4 * size_t(p.n);
+  const bool il = p.layout == Layout::kInterleaved;
+  auto kernel = il ? ContractionBlockKernel<T, true> : ContractionBlockKernel<T, false>;
+  TRISOLVE_CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
+      kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+  const int64_t step = il ? p.batch : int64_t(1) << 30;
+  if (il && p.batch > (int64_t(1) << 31) - 1)
+    return absl::InvalidArgumentError("too many cells for one launch");
+  for (int64_t s0 = 0; s0 < p.batch; s0 += step) {
+    TreeProblem<T> q = p;
+    const int64_t cells = std::min<int64_t>(p.batch - s0, step);
+    if (!il) {
+      q.batch = cells;
+      q.lower += s0 * p.n;
+      q.upper += s0 * p.n;
+      q.diag += s0 * p.n;
+      q.rhs += s0 * p.n;
+    }
+    kernel<<<unsigned(cells), kBlockThreads, smem, stream>>>(
+        q, plan.elim_, plan.upd_, plan.upd_more_, plan.children_, plan.elim_ptr_, plan.upd_ptr_,
+        plan.rounds_,
+        x + (il ? 0 : s0 * p.n), status_flags + s0);
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  }
+  return absl::OkStatus();
+}
+
+template bool ContractionBlockFits(const TreeProblem<double>&, const TreeCablesPlan&);
+template bool ContractionBlockFits(const TreeProblem<float>&, const TreeCablesPlan&);
+template absl::Status SolveTreeContractionBlockDevice(const TreeProblem<double>&,
+                                                      const TreeCablesPlan&, double*, uint8_t*,
+                                                      cudaStream_t);
+template absl::Status SolveTreeContractionBlockDevice(const TreeProblem<float>&,
+                                                      const TreeCablesPlan&, float*, uint8_t*,
+                                                      cudaStream_t);
 
 template bool CablesBlockFits(const TreeProblem<double>&, const TreeCablesPlan&);
 template bool CablesBlockFits(const TreeProblem<float>&, const TreeCablesPlan&);

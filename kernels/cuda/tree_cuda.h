@@ -71,6 +71,12 @@ class TreeCablesPlan {
                                                  T*, uint8_t*, cudaStream_t);
   template <typename T>
   friend bool CablesBlockFits(const TreeProblem<T>&, const TreeCablesPlan&);
+  template <typename T>
+  friend absl::Status SolveTreeContractionBlockDevice(const TreeProblem<T>&,
+                                                      const TreeCablesPlan&, T*, uint8_t*,
+                                                      cudaStream_t);
+  template <typename T>
+  friend bool ContractionBlockFits(const TreeProblem<T>&, const TreeCablesPlan&);
   TreeCables t_;                    // `order` has each level's long cables last
   std::vector<int32_t> short_end_;  // per level h: order[level_ptr[h] .. short_end_[h]) short
   std::vector<int32_t> slot_of_cable_;  // where a cable leaves its contribution (-1: root)
@@ -80,23 +86,43 @@ class TreeCablesPlan {
   const int32_t *start_ = nullptr, *child_ptr_ = nullptr, *order_ = nullptr, *slot_ = nullptr,
                 *node_order_ = nullptr, *node_anchor_ = nullptr, *level_ptr_ = nullptr,
                 *node_level_ptr_ = nullptr;
-  // For the one-block-a-cell kernel (n < 65536): per cable in `order`, {first node, last node,
-  // first child slot, (slot + 1) | children << 16}; per node in node_order, {node, anchor}.
+  // For the one-block-a-cell kernel (n < 65536, no cable over kBlockMaxCable nodes): per
+  // cable in `order`, its description (tree_cables.cu, BlockCable); per child slot, the child
+  // cable's top node.
   Pool::Buffer block_buf_;
   const int4* cinfo_ = nullptr;
-  const int2* ninfo_ = nullptr;
+  const int2* cmore_ = nullptr;
+  const int32_t* ctop_ = nullptr;
+  // The tree contraction's rounds (n < 65535), for contraction-block: per removal and per
+  // update an 8-byte entry (tree_cables.cu), the removed-children lists of updates with more
+  // than two, the rounds' offsets.
+  Pool::Buffer contraction_buf_;
+  const int2 *elim_ = nullptr, *upd_ = nullptr, *upd_more_ = nullptr;
+  const int32_t *elim_ptr_ = nullptr, *upd_ptr_ = nullptr, *children_ = nullptr;
+  int32_t rounds_ = 0;
 };
 
-// "cables-block": cells of one morphology in the flat layout, one thread block a cell: the
-// cell's lower, upper, diag and rhs are read once (coalesced) into shared memory, the cable
-// elimination runs there level by level with barriers (a thread a cable backward, a thread a
-// node forward), and x is written once: 5 arrays of traffic, as the floor. Fits when the
-// arrays and the contribution slots fit in shared memory and no cable is long.
+// "cables-block": cells of one morphology (either layout), one thread block a cell: the cell's
+// lower, upper, diag and rhs are copied once into shared memory (asynchronous copies, all in
+// flight), the cable elimination runs there level by level with barriers (a thread a cable in
+// both phases; a cable's contribution to its anchor left in its top node's spent diag/upper),
+// and x is written once: 5 arrays of traffic, as the floor. Fits when the four arrays fit in
+// shared memory (n <= ~7,200 in float64) and no cable is longer than 64 nodes.
 template <typename T>
 bool CablesBlockFits(const TreeProblem<T>& p, const TreeCablesPlan& plan);
 template <typename T>
 absl::Status SolveTreeCablesBlockDevice(const TreeProblem<T>& p, const TreeCablesPlan& plan,
                                         T* x, uint8_t* status_flags, cudaStream_t stream);
+
+// "contraction-block": cells of one morphology (either layout), one thread block a cell, the
+// arrays in shared memory as for cables-block, the elimination by tree contraction
+// (trisolve/tree.h): O(log n) rounds of parallel removals and updates instead of the cable
+// heights' chains. Fits when the four arrays fit in shared memory (n <= ~7,200 in float64).
+template <typename T>
+bool ContractionBlockFits(const TreeProblem<T>& p, const TreeCablesPlan& plan);
+template <typename T>
+absl::Status SolveTreeContractionBlockDevice(const TreeProblem<T>& p, const TreeCablesPlan& plan,
+                                             T* x, uint8_t* status_flags, cudaStream_t stream);
 
 // Solves p (device arrays, one shared parent array whose plan is given, either layout, any
 // batch) on `stream`; status_flags as above.

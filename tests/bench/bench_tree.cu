@@ -1,12 +1,13 @@
 // Hines benchmark on the GPU, float64. Part 1: cells of the real morphology (tests/data),
-// trisolve's hines-batch kernel (interleaved and flat) and its cable elimination against a
+// trisolve's hines-batch kernel (interleaved and flat), its cable elimination and the
+// one-block-a-cell kernels (cables-block, contraction-block; both layouts) against a
 // plain one-thread-per-cell kernel over the interleaved layout and the sequential CPU sweep
 // (one core), on the same data, in the same run. Part 2: one random tree (a random recursive
 // tree, numbered depth-first) of 2^16 .. 2^24 nodes, and one chain: the cables against the
 // plain kernel (one thread: run once, up to 2^20 nodes) and the CPU sweep.
 // Effective bandwidth = 40 bytes a node (lower, upper, diag, rhs read, x written) over the
 // time, as a fraction of a device-to-device copy measured in the same run.
-//   bench_tree [--swc FILE] [--cells 1,64,256,1024,10240,40960] [--trees 16,18,20,22,24]
+//   bench_tree [--swc FILE] [--cells 1,64,256,1024,4096,10240,40960] [--trees 16,18,20,22,24]
 //              [--reps 10]
 #include <cuda_runtime.h>
 #include <omp.h>
@@ -93,7 +94,7 @@ std::vector<int32_t> RandomTreeDfs(int64_t n, uint64_t seed) {
 
 int main(int argc, char** argv) {
   std::string swc = std::string(TRISOLVE_TEST_DATA) + "/neuron_10-2012-02-09-001.CNG.swc";
-  std::vector<int64_t> cell_counts = {1, 64, 256, 1024, 10240, 40960};
+  std::vector<int64_t> cell_counts = {1, 64, 256, 1024, 4096, 10240, 40960};
   std::vector<int> tree_logs = {16, 18, 20, 22, 24};
   int reps = 10;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -211,12 +212,21 @@ int main(int argc, char** argv) {
         if (!s2.ok()) std::exit(2);
       });
       report(il ? "trisolve cables (interleaved)" : "trisolve cables (flat)", cms, il, true);
-      if (!il && trisolve::cuda::CablesBlockFits(p, **mplan)) {
+      if (trisolve::cuda::CablesBlockFits(p, **mplan)) {
         const double bms = TimeIt(reps, [&] {
           auto s2 = trisolve::cuda::SolveTreeCablesBlockDevice(p, **mplan, x, flags, nullptr);
           if (!s2.ok()) std::exit(2);
         });
-        report("trisolve cables-block (flat)", bms, false, true);
+        report(il ? "trisolve cables-block (interleaved)" : "trisolve cables-block (flat)", bms, il,
+               true);
+      }
+      if (trisolve::cuda::ContractionBlockFits(p, **mplan)) {
+        const double tms = TimeIt(reps, [&] {
+          auto s2 = trisolve::cuda::SolveTreeContractionBlockDevice(p, **mplan, x, flags, nullptr);
+          if (!s2.ok()) std::exit(2);
+        });
+        report(il ? "trisolve contraction-block (interl.)" : "trisolve contraction-block (flat)",
+               tms, il, true);
       }
     }
     const double plain = TimeIt(reps, [&] {
