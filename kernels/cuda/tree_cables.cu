@@ -421,8 +421,9 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
 // each: removal {v | (p + 1) << 16, c + 1}; update {u | (from + 1) << 16, (child0 + 1) |
 // (child1 + 1) << 16}, child1 + 1 = 0xffff meaning the removed children are the list
 // upd_more[k] = {first, count} of `children`. A thread's first entries of the next round are
-// loaded during this one.
+// loaded during this one; the rounds' offsets are copied into shared memory at the start.
 constexpr int kListMark = 0xffff;
+constexpr int kMaxRounds = 255;  // O(log n) rounds: 12 for the 3,187-node cell, ~33 at 65,534
 template <typename T>
 __device__ __forceinline__ void ContractRemove(int2 e, T* lower, T* upper, T* diag, T* rhs,
                                                bool& ok) {
@@ -503,6 +504,12 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
   auto at = [&](int i) {
     return kInterleaved ? int64_t(i) * p.batch + cell : cell * p.n + i;
   };
+  // The rounds' offsets in shared memory: a round's entry prefetch is then one load, not two.
+  __shared__ int ptr_e[kMaxRounds + 1], ptr_u[kMaxRounds + 1];
+  for (int r = tid; r <= R; r += kBlockThreads) {
+    ptr_e[r] = __ldg(elim_ptr + r);
+    ptr_u[r] = __ldg(upd_ptr + r);
+  }
   int eb = __ldg(elim_ptr), ee = __ldg(elim_ptr + 1);
   int ub = __ldg(upd_ptr), ue = __ldg(upd_ptr + 1);
   int2 e = EntryAt(elim, eb + tid, ee), u = EntryAt(upd, ub + tid, ue);
@@ -518,8 +525,8 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
   __syncthreads();
   bool ok = true;
   for (int r = 0; r < R; ++r) {
-    const int neb = ee, nee = r + 1 < R ? __ldg(elim_ptr + r + 2) : ee;
-    const int nub = ue, nue = r + 1 < R ? __ldg(upd_ptr + r + 2) : ue;
+    const int neb = ee, nee = r + 1 < R ? ptr_e[r + 2] : ee;
+    const int nub = ue, nue = r + 1 < R ? ptr_u[r + 2] : ue;
     const int2 ne = EntryAt(elim, neb + tid, nee), nu = EntryAt(upd, nub + tid, nue);
     if (eb + tid < ee) ContractRemove(e, lower, upper, diag, rhs, ok);
     // Further entries two at a time: both loads in flight before either is used.
@@ -547,11 +554,11 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
     e = ne;
     u = nu;
   }
-  eb = __ldg(elim_ptr + R - 1);
-  ee = __ldg(elim_ptr + R);
+  eb = ptr_e[R - 1];
+  ee = ptr_e[R];
   e = EntryAt(elim, eb + tid, ee);
   for (int r = R - 1; r >= 0; --r) {
-    const int nee = eb, neb = r > 0 ? __ldg(elim_ptr + r - 1) : eb;
+    const int nee = eb, neb = r > 0 ? ptr_e[r - 1] : eb;
     const int2 ne = EntryAt(elim, neb + tid, nee);
     if (eb + tid < ee) ContractSubstitute(e, lower, upper, rhs, ok);
     for (int k = eb + tid + kBlockThreads; k < ee; k += 2 * kBlockThreads) {
@@ -759,8 +766,8 @@ absl::Status SolveTreeCablesBlockDevice(const TreeProblem<T>& p, const TreeCable
 
 template <typename T>
 bool ContractionBlockFits(const TreeProblem<T>& p, const TreeCablesPlan& plan) {
-  return plan.elim_ != nullptr && !p.parent_per_system &&
-         int64_t(sizeof(T)) * 4 * p.n <= kBlockMaxSmem;
+  return plan.elim_ != nullptr && plan.rounds_ <= kMaxRounds && !p.parent_per_system &&
+         int64_t(sizeof(T)) * 4 * p.n + 8 * (kMaxRounds + 1) <= kBlockMaxSmem;
 }
 
 template <typename T>
