@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -81,7 +82,7 @@ TreeContraction BuildTreeContraction(const int32_t* parent, int64_t n) {
   // child itself when there is one).
   std::vector<int32_t> par(parent, parent + n), nch(n, 0), stamp(n, -1), from(n, -1);
   std::vector<int64_t> sumch(n, 0);
-  std::vector<std::vector<int32_t>> removed(n);
+  std::vector<std::pair<int32_t, int32_t>> removed;  // (parent, child) of a round's removals
   for (int64_t i = 1; i < n; ++i) {
     ++nch[par[i]];
     sumch[par[i]] += i;
@@ -106,10 +107,11 @@ TreeContraction BuildTreeContraction(const int32_t* parent, int64_t n) {
       if (stamp[v] == r) in_round.push_back(v);
     }
     touched.clear();
+    removed.clear();
     for (int32_t v : in_round) {
       const int32_t p = par[v], c = nch[v] == 1 ? int32_t(sumch[v]) : -1;
       t.elim.push_back({v, p, c});
-      removed[p].push_back(v);
+      removed.emplace_back(p, v);
       touched.push_back(p);
       if (c >= 0) {
         from[c] = v;
@@ -118,10 +120,13 @@ TreeContraction BuildTreeContraction(const int32_t* parent, int64_t n) {
     }
     std::sort(touched.begin(), touched.end());
     touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
+    std::sort(removed.begin(), removed.end());  // by parent, then child
+    size_t q = 0;
     for (int32_t u : touched) {
-      t.upd.push_back({u, from[u], int32_t(t.children.size()), int32_t(removed[u].size())});
-      t.children.insert(t.children.end(), removed[u].begin(), removed[u].end());
-      removed[u].clear();
+      const int32_t first = int32_t(t.children.size());
+      for (; q < removed.size() && removed[q].first == u; ++q)
+        t.children.push_back(removed[q].second);
+      t.upd.push_back({u, from[u], first, int32_t(t.children.size()) - first});
       from[u] = -1;
     }
     for (int32_t v : in_round) {
