@@ -251,6 +251,39 @@ constexpr int kBlockThreads = 512;
 constexpr int64_t kBlockMaxCable = 64;
 constexpr int64_t kBlockMaxSmem = 227 * 1024;
 
+// A cell's four arrays in shared memory (n values each: lower, upper, diag, rhs) for the
+// one-block-a-cell kernels, element i of cell `cell` at at(i) in either layout.
+template <typename T, bool kInterleaved>
+struct CellArrays {
+  T *lower, *upper, *diag, *rhs;
+  const TreeProblem<T>& p;
+  int64_t cell;
+  __device__ CellArrays(const TreeProblem<T>& q, unsigned char* smem)
+      : lower(reinterpret_cast<T*>(smem)), upper(lower + q.n), diag(upper + q.n),
+        rhs(diag + q.n), p(q), cell(blockIdx.x) {}
+  __device__ int64_t at(int i) const {
+    return kInterleaved ? int64_t(i) * p.batch + cell : cell * p.n + i;
+  }
+  // Asynchronous copies (no registers held, all in flight at once), then a barrier.
+  __device__ void CopyIn() {
+    for (int i = threadIdx.x; i < p.n; i += blockDim.x) {
+      const int64_t e = at(i);
+      __pipeline_memcpy_async(lower + i, p.lower + e, sizeof(T));
+      __pipeline_memcpy_async(upper + i, p.upper + e, sizeof(T));
+      __pipeline_memcpy_async(diag + i, p.diag + e, sizeof(T));
+      __pipeline_memcpy_async(rhs + i, p.rhs + e, sizeof(T));
+    }
+    __pipeline_commit();
+    __pipeline_wait_prior(0);
+    __syncthreads();
+  }
+  // x from rhs, and the cell's status.
+  __device__ void CopyOut(T* x, uint8_t* status, bool ok) const {
+    for (int i = threadIdx.x; i < p.n; i += blockDim.x) x[at(i)] = rhs[i];
+    if (!ok) status[cell] = 1;
+  }
+};
+
 // One cell a block (either layout): the cell's lower, upper, diag and rhs are copied into
 // shared memory by asynchronous copies (no registers held, all in flight at once), the cable
 // elimination runs there level by level with barriers, and x is written once: the 5 arrays of
@@ -354,29 +387,13 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
                       const int2* __restrict__ cmore, const int32_t* __restrict__ ctop,
                       const int32_t* __restrict__ level_ptr, int H, T* x, uint8_t* status) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  const int n = int(p.n);
   const int tid = threadIdx.x;
-  T* lower = reinterpret_cast<T*>(smem_raw);
-  T* upper = lower + n;
-  T* diag = upper + n;
-  T* rhs = diag + n;  // R/D, then x
-  const int64_t cell = blockIdx.x;
-  auto at = [&](int i) {
-    return kInterleaved ? int64_t(i) * p.batch + cell : cell * p.n + i;
-  };
+  CellArrays<T, kInterleaved> a(p, smem_raw);
+  T *lower = a.lower, *upper = a.upper, *diag = a.diag, *rhs = a.rhs;  // rhs: R/D, then x
   // The first level's descriptions are requested before the copies.
   int kb = __ldg(level_ptr), ke = __ldg(level_ptr + 1);
   int4 ci = CableAt(cinfo, kb + tid, ke);
-  for (int i = tid; i < n; i += kBlockThreads) {
-    const int64_t e = at(i);
-    __pipeline_memcpy_async(lower + i, p.lower + e, sizeof(T));
-    __pipeline_memcpy_async(upper + i, p.upper + e, sizeof(T));
-    __pipeline_memcpy_async(diag + i, p.diag + e, sizeof(T));
-    __pipeline_memcpy_async(rhs + i, p.rhs + e, sizeof(T));
-  }
-  __pipeline_commit();
-  __pipeline_wait_prior(0);
-  __syncthreads();
+  a.CopyIn();
   bool ok = true;
   for (int h = 0; h < H; ++h) {
     const int nkb = ke, nke = h + 1 < H ? __ldg(level_ptr + h + 2) : ke;
@@ -405,8 +422,7 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
     ke = nke;
     ci = nci;
   }
-  for (int i = tid; i < n; i += kBlockThreads) x[at(i)] = rhs[i];
-  if (!ok) status[cell] = 1;
+  a.CopyOut(x, status, ok);
 }
 
 // Tree contraction (trisolve/tree.h, TreeContraction), one cell a block, either layout: the
@@ -494,16 +510,9 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
                            const int32_t* __restrict__ elim_ptr,
                            const int32_t* __restrict__ upd_ptr, int R, T* x, uint8_t* status) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  const int n = int(p.n);
   const int tid = threadIdx.x;
-  T* lower = reinterpret_cast<T*>(smem_raw);
-  T* upper = lower + n;
-  T* diag = upper + n;
-  T* rhs = diag + n;
-  const int64_t cell = blockIdx.x;
-  auto at = [&](int i) {
-    return kInterleaved ? int64_t(i) * p.batch + cell : cell * p.n + i;
-  };
+  CellArrays<T, kInterleaved> a(p, smem_raw);
+  T *lower = a.lower, *upper = a.upper, *diag = a.diag, *rhs = a.rhs;
   // The rounds' offsets in shared memory: a round's entry prefetch is then one load, not two.
   __shared__ int ptr_e[kMaxRounds + 1], ptr_u[kMaxRounds + 1];
   for (int r = tid; r <= R; r += kBlockThreads) {
@@ -513,16 +522,7 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
   int eb = __ldg(elim_ptr), ee = __ldg(elim_ptr + 1);
   int ub = __ldg(upd_ptr), ue = __ldg(upd_ptr + 1);
   int2 e = EntryAt(elim, eb + tid, ee), u = EntryAt(upd, ub + tid, ue);
-  for (int i = tid; i < n; i += kBlockThreads) {
-    const int64_t g = at(i);
-    __pipeline_memcpy_async(lower + i, p.lower + g, sizeof(T));
-    __pipeline_memcpy_async(upper + i, p.upper + g, sizeof(T));
-    __pipeline_memcpy_async(diag + i, p.diag + g, sizeof(T));
-    __pipeline_memcpy_async(rhs + i, p.rhs + g, sizeof(T));
-  }
-  __pipeline_commit();
-  __pipeline_wait_prior(0);
-  __syncthreads();
+  a.CopyIn();
   bool ok = true;
   for (int r = 0; r < R; ++r) {
     const int neb = ee, nee = r + 1 < R ? ptr_e[r + 2] : ee;
@@ -571,8 +571,7 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
     ee = nee;
     e = ne;
   }
-  for (int i = tid; i < n; i += kBlockThreads) x[at(i)] = rhs[i];
-  if (!ok) status[cell] = 1;
+  a.CopyOut(x, status, ok);
 }
 
 }  // namespace
@@ -730,19 +729,16 @@ bool CablesBlockFits(const TreeProblem<T>& p, const TreeCablesPlan& plan) {
          smem <= kBlockMaxSmem;
 }
 
-template <typename T>
-absl::Status SolveTreeCablesBlockDevice(const TreeProblem<T>& p, const TreeCablesPlan& plan,
-                                        T* x, uint8_t* status_flags, cudaStream_t stream) {
-  if (!CablesBlockFits(p, plan))
-    return absl::InvalidArgumentError("the tree does not fit the one-block-a-cell kernel");
-  const size_t smem = sizeof(T) * 4 * size_t(p.n);
-  const bool il = p.layout == Layout::kInterleaved;
-  auto kernel = il ? CablesBlockKernel<T, true> : CablesBlockKernel<T, false>;
+// The launches of a one-block-a-cell kernel: `launch(q, x, status, cells)` runs it on cells
+// of q (flat: at most 2^30 cells a launch, the pointers offset; interleaved: one grid).
+template <typename T, typename Kernel, typename Launch>
+absl::Status LaunchCellBlocks(const TreeProblem<T>& p, Kernel kernel, size_t smem, T* x,
+                              uint8_t* status_flags, Launch launch) {
   TRISOLVE_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
       kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
-  // Flat: a launch takes at most 2^30 cells (offset pointers); interleaved cells are one grid.
+  const bool il = p.layout == Layout::kInterleaved;
   const int64_t step = il ? p.batch : int64_t(1) << 30;
   if (il && p.batch > (int64_t(1) << 31) - 1)
     return absl::InvalidArgumentError("too many cells for one launch");
@@ -756,12 +752,26 @@ absl::Status SolveTreeCablesBlockDevice(const TreeProblem<T>& p, const TreeCable
       q.diag += s0 * p.n;
       q.rhs += s0 * p.n;
     }
-    kernel<<<unsigned(cells), kBlockThreads, smem, stream>>>(
-        q, plan.cinfo_, plan.cmore_, plan.ctop_, plan.level_ptr_, int(plan.t_.levels()),
-        x + (il ? 0 : s0 * p.n), status_flags + s0);
+    launch(q, x + (il ? 0 : s0 * p.n), status_flags + s0, unsigned(cells));
     TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   }
   return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status SolveTreeCablesBlockDevice(const TreeProblem<T>& p, const TreeCablesPlan& plan,
+                                        T* x, uint8_t* status_flags, cudaStream_t stream) {
+  if (!CablesBlockFits(p, plan))
+    return absl::InvalidArgumentError("the tree does not fit the one-block-a-cell kernel");
+  const size_t smem = sizeof(T) * 4 * size_t(p.n);
+  auto kernel = p.layout == Layout::kInterleaved ? CablesBlockKernel<T, true>
+                                                 : CablesBlockKernel<T, false>;
+  return LaunchCellBlocks(p, kernel, smem, x, status_flags,
+                          [&](const TreeProblem<T>& q, T* xq, uint8_t* sq, unsigned cells) {
+                            kernel<<<cells, kBlockThreads, smem, stream>>>(
+                                q, plan.cinfo_, plan.cmore_, plan.ctop_, plan.level_ptr_,
+                                int(plan.t_.levels()), xq, sq);
+                          });
 }
 
 template <typename T>
@@ -776,32 +786,14 @@ absl::Status SolveTreeContractionBlockDevice(const TreeProblem<T>& p, const Tree
   if (!ContractionBlockFits(p, plan))
     return absl::InvalidArgumentError("the tree does not fit the one-block-a-cell kernel");
   const size_t smem = sizeof(T) * 4 * size_t(p.n);
-  const bool il = p.layout == Layout::kInterleaved;
-  auto kernel = il ? ContractionBlockKernel<T, true> : ContractionBlockKernel<T, false>;
-  TRISOLVE_CUDA_RETURN_IF_ERROR(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
-      kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
-  const int64_t step = il ? p.batch : int64_t(1) << 30;
-  if (il && p.batch > (int64_t(1) << 31) - 1)
-    return absl::InvalidArgumentError("too many cells for one launch");
-  for (int64_t s0 = 0; s0 < p.batch; s0 += step) {
-    TreeProblem<T> q = p;
-    const int64_t cells = std::min<int64_t>(p.batch - s0, step);
-    if (!il) {
-      q.batch = cells;
-      q.lower += s0 * p.n;
-      q.upper += s0 * p.n;
-      q.diag += s0 * p.n;
-      q.rhs += s0 * p.n;
-    }
-    kernel<<<unsigned(cells), kBlockThreads, smem, stream>>>(
-        q, plan.elim_, plan.upd_, plan.upd_more_, plan.children_, plan.elim_ptr_, plan.upd_ptr_,
-        plan.rounds_,
-        x + (il ? 0 : s0 * p.n), status_flags + s0);
-    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  }
-  return absl::OkStatus();
+  auto kernel = p.layout == Layout::kInterleaved ? ContractionBlockKernel<T, true>
+                                                 : ContractionBlockKernel<T, false>;
+  return LaunchCellBlocks(p, kernel, smem, x, status_flags,
+                          [&](const TreeProblem<T>& q, T* xq, uint8_t* sq, unsigned cells) {
+                            kernel<<<cells, kBlockThreads, smem, stream>>>(
+                                q, plan.elim_, plan.upd_, plan.upd_more_, plan.children_,
+                                plan.elim_ptr_, plan.upd_ptr_, plan.rounds_, xq, sq);
+                          });
 }
 
 template bool ContractionBlockFits(const TreeProblem<double>&, const TreeCablesPlan&);
