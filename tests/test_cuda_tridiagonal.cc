@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "cuda_test_util.h"
@@ -47,8 +48,10 @@ struct Case {
 
 class CudaTridiagonal : public ::testing::TestWithParam<std::tuple<Case, Layout, TridiagonalMethod>> {};
 
+// Returns the kernel that ran (SolveInfo::method).
 template <typename T>
-void Compare(const Case& k, Layout layout, TridiagonalMethod m, double tol_x, double tol_be) {
+std::string Compare(const Case& k, Layout layout, TridiagonalMethod m, double tol_x,
+                    double tol_be) {
   const int64_t count = k.n * k.batch;
   auto data = Random<T>(count, uint64_t(k.n * 7 + k.batch));
   // Two systems made singular (a zero first pivot), where the batch has room.
@@ -60,15 +63,18 @@ void Compare(const Case& k, Layout layout, TridiagonalMethod m, double tol_x, do
   std::vector<T> xg(count, T(std::nan(""))), xc(count);
   std::vector<SystemStatus> sg(k.batch, SystemStatus::kDiverged), sc(k.batch);
   auto info = Cuda()->Solve(p, m, TridiagonalOutput<T>{xg.data(), sg.data()}, SolveControl{});
-  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_TRUE(info.ok()) << info.status();
+  if (!info.ok()) return "";
   cpu::SolveTridiagonal(p, TridiagonalMethod::kThomas, TridiagonalOutput<T>{xc.data(), sc.data()});
   int64_t mismatched = 0;
   double worst = 0;
   for (int64_t s = 0; s < k.batch; ++s) {
     if (sg[s] != sc[s]) ++mismatched;
     if (sc[s] != SystemStatus::kOk) {
-      for (int64_t i = 0; i < k.n; ++i)
-        ASSERT_EQ(xg[ElementIndex(layout, k.batch, k.n, s, i)], T(0));
+      for (int64_t i = 0; i < k.n; ++i) {
+        EXPECT_EQ(xg[ElementIndex(layout, k.batch, k.n, s, i)], T(0));
+        if (xg[ElementIndex(layout, k.batch, k.n, s, i)] != T(0)) return info->method;
+      }
       continue;
     }
     double dmax = 0, xmax = 0;
@@ -83,6 +89,7 @@ void Compare(const Case& k, Layout layout, TridiagonalMethod m, double tol_x, do
   EXPECT_LE(worst, tol_x) << "method " << info->method;
   EXPECT_LE(TridiagonalBackwardError(p, xg.data(), sg.data()), tol_be) << info->method;
   ::testing::Test::RecordProperty("kernel", info->method);
+  return info->method;
 }
 
 TEST_P(CudaTridiagonal, Float64MatchesTheCpuReference) {
@@ -145,6 +152,132 @@ TEST(CudaTridiagonal, FlatRowLoadsMatchTheCpuReference) {
         Compare<float>(k, Layout::kFlat, TridiagonalMethod::kPartitioned, 2e-4, 3e-6);
       }
     }
+  cuda::SetPartitionedTuning(saved);
+}
+
+// The cluster form (a system over 2, 4 or 8 blocks of a thread-block cluster), forced for every
+// cluster size, rows a thread and block size that hold n, both layouts and precisions: odd n
+// (chunks ending inside a system, no 16-byte vectors), a system over more blocks than it needs,
+// singular systems (Compare makes two).
+TEST(CudaTridiagonal, ClusterShapesMatchTheCpuReference) {
+  REQUIRE_GPU();
+  const auto saved = cuda::GetPartitionedTuning();
+  int ran = 0;
+  for (int q : {2, 4, 8})
+    for (int chunk : {8, 16})
+      for (int threads : {64, 256}) {
+        auto t = saved;
+        t.cluster = q;
+        t.chunk = chunk;
+        t.min_threads = threads;
+        cuda::SetPartitionedTuning(t);
+        for (Layout layout : {Layout::kFlat, Layout::kInterleaved})
+          for (Case k : {Case{5, 1000}, Case{100, 999}, Case{1000, 300}, Case{1025, 77},
+                         Case{2500, 50}, Case{4096, 64}, Case{4097, 33}, Case{8192, 20}}) {
+            if (cuda::ChooseTridiagonalKernel(TridiagonalMethod::kAuto, k.n, k.batch, layout,
+                                              false) != cuda::TridiagonalKernel::kPartitionedCluster)
+              continue;  // no cluster shape of this size holds n
+            SCOPED_TRACE(::testing::Message() << "cluster " << q << " chunk " << chunk
+                                              << " threads " << threads << " n " << k.n
+                                              << (layout == Layout::kFlat ? " flat" : " inter"));
+            EXPECT_EQ(Compare<double>(k, layout, TridiagonalMethod::kPartitioned, 1e-12, 1e-15),
+                      "partitioned-cluster");
+            EXPECT_EQ(Compare<float>(k, layout, TridiagonalMethod::kPartitioned, 2e-4, 3e-6),
+                      "partitioned-cluster");
+            ++ran;
+          }
+      }
+  cuda::SetPartitionedTuning(saved);
+  EXPECT_GE(ran, 100) << "too few shapes ran the cluster kernel";
+}
+
+// What `auto` runs by shape on this device (compute capability 9.0+: the lent H100/H200), as
+// the H100 sweep measured fastest (tridiagonal.cu), and that the solve reports it.
+TEST(CudaTridiagonal, AutoPicksTheMeasuredKernelByShape) {
+  REQUIRE_GPU();
+  using K = cuda::TridiagonalKernel;
+  struct Pick {
+    int64_t n, batch;
+    Layout layout;
+    bool float32;
+    K kernel;
+  };
+  for (const Pick& c : {Pick{32, 100, Layout::kFlat, false, K::kPartitioned},
+                        Pick{128, 100, Layout::kFlat, false, K::kPartitionedStream},
+                        Pick{128, 100, Layout::kFlat, true, K::kPartitioned},
+                        Pick{1024, 64, Layout::kFlat, false, K::kPartitioned},
+                        Pick{4096, 64, Layout::kFlat, false, K::kPartitionedStream},
+                        Pick{4096, 64, Layout::kFlat, true, K::kPartitionedStream},
+                        Pick{4097, 64, Layout::kFlat, false, K::kPartitioned},
+                        Pick{8192, 64, Layout::kFlat, true, K::kPartitionedCluster},
+                        Pick{8192, 64, Layout::kFlat, false, K::kPartitioned},
+                        Pick{1024, 64, Layout::kInterleaved, false, K::kPartitionedCluster},
+                        Pick{1024, 64, Layout::kInterleaved, true, K::kPartitioned},
+                        Pick{4096, 64, Layout::kInterleaved, false, K::kPartitioned},
+                        Pick{4096, 1, Layout::kInterleaved, false, K::kPartitionedStream}}) {
+    SCOPED_TRACE(::testing::Message() << "n " << c.n << " batch " << c.batch
+                                      << (c.layout == Layout::kFlat ? " flat" : " interleaved")
+                                      << (c.float32 ? " float32" : " float64"));
+    EXPECT_EQ(cuda::ChooseTridiagonalKernel(TridiagonalMethod::kAuto, c.n, c.batch, c.layout,
+                                            c.float32),
+              c.kernel);
+    const std::string ran =
+        c.float32 ? Compare<float>({c.n, c.batch}, c.layout, TridiagonalMethod::kAuto, 2e-4, 3e-6)
+                  : Compare<double>({c.n, c.batch}, c.layout, TridiagonalMethod::kAuto, 1e-12,
+                                    1e-15);
+    EXPECT_EQ(ran, cuda::KernelName(c.kernel));
+  }
+}
+
+// The streamed one-pass kernel (persistent blocks, cp.async prefetch of the next systems),
+// forced, with 8 and 16 rows a thread and 64-256 threads a block: many groups a block (large
+// batches), chunks ending inside a system, singular systems (Compare makes two). n not a
+// multiple of 16 bytes falls back to the one-pass kernel.
+TEST(CudaTridiagonal, StreamedOnePassMatchesTheCpuReference) {
+  REQUIRE_GPU();
+  const auto saved = cuda::GetPartitionedTuning();
+  for (int chunk : {8, 16})
+    for (int threads : {64, 256}) {
+      auto t = saved;
+      t.stream = 1;
+      t.cluster = 1;
+      t.chunk = chunk;
+      t.min_threads = threads;
+      cuda::SetPartitionedTuning(t);
+      for (Case k : {Case{4, 5000}, Case{32, 1 << 15}, Case{100, 20001}, Case{256, 3000},
+                     Case{1000, 1000}, Case{1002, 99}, Case{2048, 300}, Case{4096, 64}}) {
+        if (k.n > int64_t(chunk) * 256) continue;
+        SCOPED_TRACE(::testing::Message() << "chunk " << chunk << " threads " << threads
+                                          << " n " << k.n);
+        const std::string m64 =
+            Compare<double>(k, Layout::kFlat, TridiagonalMethod::kPartitioned, 1e-12, 1e-15);
+        EXPECT_EQ(m64, "partitioned-stream");
+        const std::string m32 =
+            Compare<float>(k, Layout::kFlat, TridiagonalMethod::kPartitioned, 2e-4, 3e-6);
+        EXPECT_EQ(m32, k.n % 4 == 0 ? "partitioned-stream" : "partitioned");
+      }
+    }
+  cuda::SetPartitionedTuning(saved);
+}
+
+// The two-pass path forced where one block would hold n (the benchmark's comparison), both
+// layouts: small n, n inside one level chunk, odd n.
+TEST(CudaTridiagonal, TwoPassForcedMatchesTheCpuReference) {
+  REQUIRE_GPU();
+  const auto saved = cuda::GetPartitionedTuning();
+  for (int level : {8, 16}) {
+    auto t = saved;
+    t.two_pass = 1;
+    t.level_chunk = level;
+    cuda::SetPartitionedTuning(t);
+    for (Layout layout : {Layout::kFlat, Layout::kInterleaved})
+      for (Case k : {Case{3, 777}, Case{5, 1000}, Case{33, 1000}, Case{1000, 300},
+                     Case{4096, 64}}) {
+        SCOPED_TRACE(::testing::Message() << "level " << level << " n " << k.n);
+        Compare<double>(k, layout, TridiagonalMethod::kPartitioned, 1e-12, 1e-15);
+        Compare<float>(k, layout, TridiagonalMethod::kPartitioned, 2e-4, 3e-6);
+      }
+  }
   cuda::SetPartitionedTuning(saved);
 }
 

@@ -3,6 +3,9 @@
 #include <cfloat>
 #include <cmath>
 
+#include <cooperative_groups.h>
+#include <cuda_pipeline.h>
+
 #include "check.h"
 #include "numerics.cuh"
 #include "partitioned.cuh"
@@ -135,6 +138,224 @@ __global__ void __launch_bounds__(MaxThreadsOnChip(M))
     StoreFlat<M>(x, tile, nthreads, where, d);
   }
   if (tid < S && s0 + tid < p.batch && bad[tid]) flags[s0 + tid] = 1;
+}
+
+// ---- one pass, streamed: persistent blocks that prefetch the next systems --------------------
+// The one-pass kernel (above) loads a block's rows, then computes, then stores; with a few large
+// blocks an SM (n >= 1024) the memory idles while they compute. Here each block loops over
+// groups of S systems (flat layout, whole 16-byte words: n a multiple of 16 / sizeof(T), every
+// array 16-byte aligned) and, as soon as it has read a group from shared memory into registers,
+// starts the asynchronous copy (cp.async, 16 bytes a thread at a time, coalesced) of its next
+// group into the same buffer; the copy runs under the group's reduction, PCR and stores.
+// Buffer layout: the 16-byte word c of an array at c ^ ((c >> 3) & 7) (an XOR swizzle within
+// each 128-byte line), so that a thread reading its own M consecutive rows as 16-byte words,
+// M * sizeof(T) bytes after its neighbour's, meets no bank conflict.
+__device__ __forceinline__ int Swizzle16(int c) { return c ^ ((c >> 3) & 7); }
+
+template <int M, typename T>
+__global__ void __launch_bounds__(256)
+    PartitionedStreamKernel(TridiagonalProblem<T> p, T* __restrict__ x, uint8_t* flags, int P,
+                            int S, int64_t groups) {
+  using V = typename Vec16<T>::type;
+  constexpr int W = 16 / sizeof(T);
+  static_assert(M % W == 0, "a chunk is whole 16-byte words");
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const int R = 2 * P;
+  const int nthreads = S * P;
+  const int n = int(p.n);
+  T* sa = reinterpret_cast<T*>(smem_raw);  // the reduced systems: S * R each
+  T* sb = sa + S * R;
+  T* sc = sb + S * R;
+  T* sd = sc + S * R;
+  const int cap = (S * n / W + 7) / 8 * 8;  // 16-byte words an array, whole 128-byte lines
+  V* buf = reinterpret_cast<V*>(sd + S * R);  // 4 arrays of cap words
+  __shared__ int bad[256];
+
+  const int tid = threadIdx.x;
+  const int sl = tid / P, j = tid % P;
+  // Starts the copy of group g (systems g * S ..) into buf.
+  auto issue = [&](int64_t g) {
+    const int64_t s0 = g * S;
+    const int words = int(std::min<int64_t>(S, p.batch - s0)) * n / W;
+    const V* src[4] = {reinterpret_cast<const V*>(p.a + s0 * n),
+                       reinterpret_cast<const V*>(p.b + s0 * n),
+                       reinterpret_cast<const V*>(p.c + s0 * n),
+                       reinterpret_cast<const V*>(p.d + s0 * n)};
+    for (int w = tid; w < words; w += nthreads) {
+      const int ph = Swizzle16(w);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) __pipeline_memcpy_async(buf + q * cap + ph, src[q] + w, 16);
+    }
+    __pipeline_commit();
+  };
+  int64_t g = blockIdx.x;
+  if (g < groups) issue(g);
+  for (; g < groups; g += gridDim.x) {
+    __pipeline_wait_prior(0);
+    __syncthreads();  // group g in buf
+    const int64_t s = g * S + sl;
+    const bool live = s < p.batch;
+    const int k0 = j * M;
+    T a[M], b[M], c[M], d[M];
+#pragma unroll
+    for (int q = 0; q < M / W; ++q) {
+      if (live && k0 + q * W < n) {
+        const int ph = Swizzle16((sl * n + k0) / W + q);
+        Unpack(buf[ph], a + q * W);
+        Unpack(buf[cap + ph], b + q * W);
+        Unpack(buf[2 * cap + ph], c + q * W);
+        Unpack(buf[3 * cap + ph], d + q * W);
+      } else {
+#pragma unroll
+        for (int i = 0; i < W; ++i) {
+          a[q * W + i] = T(0);
+          b[q * W + i] = T(1);
+          c[q * W + i] = T(0);
+          d[q * W + i] = T(0);
+        }
+      }
+    }
+    EndRows<M>(k0, n, a, c);
+    if (tid < S) bad[tid] = 0;
+    __syncthreads();  // buf read: the next group may land in it
+    if (g + gridDim.x < groups) issue(g + gridDim.x);
+    bool ok = ChunkReduce<M>(a, b, c, d);
+    T x0, xl;
+    ok &= SolveReduced<false, sizeof(T) == 4>(sa, sb, sc, sd, sl, j, P, S, a[0], c[0], d[0],
+                                              a[M - 1], c[M - 1], d[M - 1], x0, xl);
+    ChunkBack<M>(a, c, d, x0, xl);
+#pragma unroll
+    for (int i = 0; i < M; ++i) ok &= Finite(d[i]);
+    if (!ok) atomicOr(&bad[sl], 1);
+    if (live) StoreRowsDirect<M>(x + s * n, k0, n, true, d);
+    __syncthreads();
+    if (tid < S && g * S + tid < p.batch && bad[tid]) flags[g * S + tid] = 1;
+  }
+}
+
+// ---- one pass, a system over a cluster of Q blocks (sm_90) -----------------------------------
+// For n above one block's worth (n > 1024 rows in 64 threads of 16 rows) the one-pass kernel
+// runs a few large blocks an SM (one at n = 4096: 256 threads x ~200 registers), whose loads,
+// arithmetic and stores then follow one another instead of overlapping. Here a system's rows
+// are split over the Q blocks of a thread-block cluster, each block the size of an n <= 1024
+// block (several an SM). Block = S systems x Pb threads (the one-pass kernel's mapping, tid =
+// sl * Pb + j flat, j * S + sl interleaved); block `rank` of the cluster owns chunks
+// J = rank * Pb + j, rows J * M .. J * M + M - 1.
+//  1. Each thread reduces its chunk to two rows (ChunkReduce) and writes them to its block's
+//     shared memory (b = 1 is implied): the reduced system has R = 2 Pb Q rows a system.
+//  2. Cluster barrier. Each block copies the whole reduced system from the cluster's shared
+//     memory (distributed shared memory) into its own and solves it redundantly: K = 2Q
+//     consecutive rows a thread reduced in registers (ChunkReduce), PCR on the 2 Pb rows left
+//     (SolveReduced), ChunkBack -- into gx (R values a system).
+//  3. Each thread takes x of its two rows from gx and substitutes back.
+// A block's shared memory must outlive the other blocks' reads: it arrives at a second cluster
+// barrier after its reads and waits on it only before it exits.
+template <int M, int K, typename T, bool kInterleaved>
+__global__ void __launch_bounds__(256)
+    PartitionedClusterKernel(TridiagonalProblem<T> p, T* __restrict__ x, uint8_t* flags, int Pb,
+                             int S, bool vec) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  constexpr int Q = K / 2;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* smem = reinterpret_cast<T*>(smem_raw);
+  const int Rb = 2 * Pb;     // reduced rows a system in this block
+  const int R = Rb * Q;      // reduced rows a system
+  T* oa = smem;              // this block's reduced rows: [sl * Rb + r], b = 1
+  T* oc = oa + S * Rb;
+  T* od = oc + S * Rb;
+  T* sa = od + S * Rb;       // the PCR of SolveReduced: S * Rb each
+  T* sb = sa + S * Rb;
+  T* sc = sb + S * Rb;
+  T* sd = sc + S * Rb;
+  const int Rp = R + R / K;  // padded: see the copy below
+  T* ga = sd + S * Rb;       // the whole reduced system, padded: [sl * Rp + r + r / K]
+  T* gc = ga + S * Rp;
+  T* gd = gc + S * Rp;
+  T* gx = ga;                // x of the reduced system: [sl * R + r], once ga is read
+  __shared__ int bad[128];  // S <= 256 / Pb, Pb >= Q >= 2
+  cg::cluster_group cluster = cg::this_cluster();
+  const int rank = int(cluster.block_rank());
+  const int tid = threadIdx.x;
+  const int sl = kInterleaved ? tid % S : tid / Pb;
+  const int j = kInterleaved ? tid / S : tid % Pb;
+  const int64_t s0 = int64_t(blockIdx.x / Q) * S;
+  const int64_t s = s0 + sl;
+  const int64_t J = int64_t(rank) * Pb + j;
+  if (tid < S) bad[tid] = 0;
+
+  T a[M], b[M], c[M], d[M];
+  if (kInterleaved)
+    LoadChunkInterleaved<M>(p, s, J, a, b, c, d);
+  else
+    LoadChunkFlatDirect<M>(p, s, J, vec, a, b, c, d);
+  bool ok = ChunkReduce<M>(a, b, c, d);
+  oa[sl * Rb + 2 * j] = a[0];
+  oc[sl * Rb + 2 * j] = c[0];
+  od[sl * Rb + 2 * j] = d[0];
+  oa[sl * Rb + 2 * j + 1] = a[M - 1];
+  oc[sl * Rb + 2 * j + 1] = c[M - 1];
+  od[sl * Rb + 2 * j + 1] = d[M - 1];
+  cluster.sync();  // every block's reduced rows written
+
+  // The whole reduced system into this block's shared memory, coalesced: consecutive threads
+  // read consecutive words of one block (a thread reading its own K rows straight from the
+  // others' shared memory, strided, took 2-7x the whole kernel's time on the H100). Row r of
+  // system sl goes to g*[sl * Rp + r + r / K]: a thread's K rows then start K + 1 words apart.
+  const int nthreads = S * Pb;
+#pragma unroll
+  for (int q = 0; q < K; ++q) {  // S * R = K * nthreads elements
+    const int e = tid + q * nthreads;
+    const int es = e / R, r = e - es * R;
+    const int src = r / Rb, off = es * Rb + (r - src * Rb);
+    const int dst = es * Rp + r + r / K;
+    ga[dst] = cluster.map_shared_rank(oa, src)[off];
+    gc[dst] = cluster.map_shared_rank(oc, src)[off];
+    gd[dst] = cluster.map_shared_rank(od, src)[off];
+  }
+  cluster.barrier_arrive();  // done reading the others' shared memory
+  __syncthreads();
+  {
+    const int r0 = j * K, base = sl * Rp + r0 + j;
+    T ka[K], kb[K], kc[K], kd[K];
+#pragma unroll
+    for (int i = 0; i < K; ++i) {
+      ka[i] = ga[base + i];
+      kb[i] = T(1);
+      kc[i] = gc[base + i];
+      kd[i] = gd[base + i];
+    }
+    ok &= ChunkReduce<K>(ka, kb, kc, kd);
+    T y0, yl;
+    // Barriers inside: every thread has read its rows of ga before gx (= ga) is written.
+    ok &= SolveReduced<kInterleaved, false>(sa, sb, sc, sd, sl, j, Pb, S, ka[0], kc[0], kd[0],
+                                            ka[K - 1], kc[K - 1], kd[K - 1], y0, yl);
+    ChunkBack<K>(ka, kc, kd, y0, yl);
+#pragma unroll
+    for (int i = 0; i < K; ++i) gx[sl * R + r0 + i] = kd[i];
+  }
+  __syncthreads();
+  const T x0 = gx[sl * R + rank * Rb + 2 * j];
+  const T xl = gx[sl * R + rank * Rb + 2 * j + 1];
+  ChunkBack<M>(a, c, d, x0, xl);
+#pragma unroll
+  for (int i = 0; i < M; ++i) ok &= Finite(d[i]);
+  if (!ok) atomicOr(&bad[sl], 1);
+  if (kInterleaved) {
+#pragma unroll
+    for (int i = 0; i < M; ++i) {
+      const int64_t k = J * M + i;
+      if (k < p.n && s < p.batch) x[k * p.batch + s] = d[i];
+    }
+  } else if (s < p.batch) {
+    StoreRowsDirect<M>(x + s * p.n, J * M, p.n, vec, d);
+  }
+  __syncthreads();
+  if (tid < S && s0 + tid < p.batch && bad[tid]) flags[s0 + tid] = 1;
+  cluster.barrier_wait();  // the other blocks are done with this block's shared memory
+#else
+  __trap();  // launched only on devices of compute capability 9.0 or newer
+#endif
 }
 
 // ---- multi-level: reduce to 2 rows per chunk in global memory, then substitute back ----------
@@ -376,6 +597,41 @@ absl::Status LaunchOnChipM(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
   return CudaStatus(cudaGetLastError(), "PartitionedOnChipKernel launch");
 }
 
+// The streamed one-pass kernel (PartitionedStreamKernel) for p where it applies: the flat layout,
+// whole 16-byte words (n a multiple of 16 / sizeof(T), every array 16-byte aligned), a system in
+// one block of at most 256 threads. Returns false (nothing launched) where it does not.
+template <int M, typename T>
+absl::StatusOr<bool> LaunchStreamM(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
+                                   int min_threads, cudaStream_t stream) {
+  constexpr int W = 16 / sizeof(T);
+  if (p.layout != Layout::kFlat || p.n % W != 0 || p.n > int64_t(M) * 256) return false;
+  for (const void* q : {static_cast<const void*>(p.a), static_cast<const void*>(p.b),
+                        static_cast<const void*>(p.c), static_cast<const void*>(p.d),
+                        static_cast<const void*>(x)})
+    if (reinterpret_cast<uintptr_t>(q) % 16 != 0) return false;
+  const int P = NextPow2((p.n + M - 1) / M);
+  const int threads = std::max(P, std::min(min_threads, 256));
+  const int S = threads / P;
+  const int64_t groups = (p.batch + S - 1) / S;
+  const size_t cap = (size_t(S) * p.n / W + 7) / 8 * 8;
+  const size_t smem = sizeof(T) * 4 * size_t(S) * 2 * P + 16 * 4 * cap;
+  if (smem > 227 * 1024) return false;
+  auto kernel = PartitionedStreamKernel<M, T>;
+  TRISOLVE_CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  int dev = 0, sms = 0, per_sm = 0;
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev));
+  TRISOLVE_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  TRISOLVE_CUDA_RETURN_IF_ERROR(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+  if (per_sm < 1) return false;
+  const int64_t blocks = std::min<int64_t>(groups, int64_t(sms) * per_sm);
+  kernel<<<dim3(unsigned(blocks)), threads, smem, stream>>>(p, x, flags, P, S, groups);
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return true;
+}
+
 // Whether one block can hold whole systems of this size.
 // Rows a thread of the one-pass kernel: the tuning's, or by shape (0). Measured on the H100
 // (bench_tridiagonal --tune): interleaved float64, 16 rows a thread beat 8 for n = 4096 (-11%)
@@ -395,6 +651,20 @@ int OnChipChunk(int64_t n, Layout layout) {
   return kChunk;
 }
 
+// Whether `auto` runs the streamed one-pass kernel (PartitionedStreamKernel) for this shape, its
+// arrays 16-byte aligned (the service's pooled buffers are). Where the H100 sweep measured it
+// faster than the one-block kernel (results/tune-h100-2026-11-23-cluster-stream.log and
+// -small.log, NOTES.md t13): flat float64 64 <= n <= 256 (64: 0.266 -> 0.244 ms, 256: 0.273 ->
+// 0.259) and 2048 < n <= 4096 (4096: 0.520 -> 0.410), flat float32 2048 < n <= 4096 (0.228 ->
+// 0.215). It lost 3-8% at n = 1024-2048 and for float32 n <= 256.
+bool StreamsByShape(int64_t n, Layout layout, bool float32) {
+  if (g_tuning.stream != 0 || layout != Layout::kFlat) return false;
+  const int chunk = float32 ? OnChipChunk<float>(n, layout) : OnChipChunk<double>(n, layout);
+  const int W = float32 ? 4 : 2;
+  const bool wins = (n > 2048 && n <= 4096) || (!float32 && n >= 64 && n <= 256);
+  return wins && (chunk == 8 || chunk == 16) && n % W == 0 && n <= int64_t(chunk) * 256;
+}
+
 template <typename T>
 bool FitsOnChip(int64_t n) {
   const int chunk = g_tuning.chunk > 0 ? g_tuning.chunk : kChunk;
@@ -402,7 +672,8 @@ bool FitsOnChip(int64_t n) {
 }
 
 template <typename T>
-absl::Status LaunchOnChip(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
+absl::StatusOr<TridiagonalKernel> LaunchOnChip(const TridiagonalProblem<T>& p, T* x,
+                                               uint8_t* flags,
                           cudaStream_t stream) {
   // Measured on the H100 (tests/bench/results): small blocks pack more systems per SM for the
   // flat layout and small n; interleaved systems above n = 128 want wider blocks (more systems
@@ -420,15 +691,147 @@ absl::Status LaunchOnChip(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
   const int min_threads = std::min(
       std::max(g_tuning.min_threads > 0 ? g_tuning.min_threads : auto_threads, 32),
       kMaxThreadsOnChip);
-  if (chunk == 16) return LaunchOnChipM<16>(p, x, flags, min_threads, stream);
-  if (chunk == 2) return LaunchOnChipM<2>(p, x, flags, min_threads, stream);
-  if (chunk == 4) return LaunchOnChipM<4>(p, x, flags, min_threads, stream);
-  return LaunchOnChipM<kChunk>(p, x, flags, min_threads, stream);
+  if ((chunk == 8 || chunk == 16) &&
+      (g_tuning.stream > 0 || StreamsByShape(p.n, p.layout, sizeof(T) == 4))) {
+    absl::StatusOr<bool> ran = chunk == 8 ? LaunchStreamM<8>(p, x, flags, min_threads, stream)
+                                          : LaunchStreamM<16>(p, x, flags, min_threads, stream);
+    if (!ran.ok()) return ran.status();
+    if (*ran) return TridiagonalKernel::kPartitionedStream;
+  }
+  absl::Status st = chunk == 16  ? LaunchOnChipM<16>(p, x, flags, min_threads, stream)
+                    : chunk == 2 ? LaunchOnChipM<2>(p, x, flags, min_threads, stream)
+                    : chunk == 4 ? LaunchOnChipM<4>(p, x, flags, min_threads, stream)
+                                 : LaunchOnChipM<kChunk>(p, x, flags, min_threads, stream);
+  if (!st.ok()) return st;
+  return TridiagonalKernel::kPartitioned;
+}
+
+// ---- the cluster form (PartitionedClusterKernel) ----------------------------------------------
+// Whether the device runs thread-block clusters (compute capability 9.0 or newer); asked once.
+bool ClustersAvailable() {
+  static const bool yes = [] {
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return false;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+      return false;
+    return major >= 9;
+  }();
+  return yes;
+}
+
+constexpr int kMaxCluster = 8;  // the portable cluster size
+
+// A cluster launch's shape: Q blocks a system, S systems x Pb threads a block, M rows a thread.
+struct ClusterShape {
+  int M = 0, Q = 1, Pb = 0, S = 0;
+};
+
+// The shape for n: Q = 0 picks it by `block_threads` (the threads a block wants per system: the
+// one-pass kernel's n <= 1024 blocks), a given Q is used where it can hold n. Q == 1 when no
+// cluster shape holds n (then the one-block kernels run).
+ClusterShape ChooseClusterShape(int64_t n, int M, int Q, int per_system, int threads) {
+  ClusterShape c;
+  c.M = M;
+  if (Q <= 0) Q = NextPow2((n + int64_t(per_system) * M - 1) / (int64_t(per_system) * M));
+  if (Q < 2 || Q > kMaxCluster) return c;
+  const int Pb = NextPow2((n + int64_t(Q) * M - 1) / (int64_t(Q) * M));
+  // Pb >= Q: a thread's K = 2Q reduced rows lie in one block; at most 256 threads a block.
+  if (Pb < Q || Pb > 256) return c;
+  c.Q = Q;
+  c.Pb = Pb;
+  c.S = std::max(1, std::min(threads, 256) / Pb);
+  return c;
+}
+
+template <int M, int K, typename T, bool kInterleaved>
+absl::Status LaunchClusterMK(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
+                             const ClusterShape& c, bool vec, cudaStream_t stream) {
+  auto kernel = PartitionedClusterKernel<M, K, T, kInterleaved>;
+  const int Rb = 2 * c.Pb;
+  const int Rp = Rb * c.Q + c.Pb;  // R + R / K
+  const size_t smem = sizeof(T) * size_t(c.S) * (7 * Rb + 3 * Rp);
+  if (smem > 48 * 1024)
+    TRISOLVE_CUDA_RETURN_IF_ERROR(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  const int64_t clusters = (p.batch + c.S - 1) / c.S;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(unsigned(clusters * c.Q));
+  cfg.blockDim = dim3(unsigned(c.S * c.Pb));
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = unsigned(c.Q);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return CudaStatus(cudaLaunchKernelEx(&cfg, kernel, p, x, flags, c.Pb, c.S, vec),
+                    "PartitionedClusterKernel launch");
+}
+
+template <int M, typename T>
+absl::Status LaunchClusterM(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
+                            const ClusterShape& c, cudaStream_t stream) {
+  constexpr int W = 16 / sizeof(T);
+  bool vec = p.n % W == 0;
+  for (const void* q : {static_cast<const void*>(p.a), static_cast<const void*>(p.b),
+                        static_cast<const void*>(p.c), static_cast<const void*>(p.d),
+                        static_cast<const void*>(x)})
+    vec &= reinterpret_cast<uintptr_t>(q) % 16 == 0;
+  const bool inter = p.layout == Layout::kInterleaved;
+  switch (c.Q) {
+    case 2:
+      return inter ? LaunchClusterMK<M, 4, T, true>(p, x, flags, c, vec, stream)
+                   : LaunchClusterMK<M, 4, T, false>(p, x, flags, c, vec, stream);
+    case 4:
+      return inter ? LaunchClusterMK<M, 8, T, true>(p, x, flags, c, vec, stream)
+                   : LaunchClusterMK<M, 8, T, false>(p, x, flags, c, vec, stream);
+    default:
+      return inter ? LaunchClusterMK<M, 16, T, true>(p, x, flags, c, vec, stream)
+                   : LaunchClusterMK<M, 16, T, false>(p, x, flags, c, vec, stream);
+  }
+}
+
+// The cluster shape for n, or Q == 1 (none): the tuning's, or by shape where the H100 sweep
+// measured the cluster kernel fastest (results/tune-h100-2026-11-23-cluster-stream.log, NOTES.md
+// t12): interleaved float64 512 < n <= 2048 (1024: 0.535 -> 0.484 ms, 2048: 0.633 -> 0.572;
+// above, the two-pass path wins), flat float32 4096 < n <= 8192 (0.376 -> 0.288 ms against the
+// two-pass path); 2 blocks of 256 threads x 16 rows. Elsewhere the one-block kernels or the
+// two-pass path were faster.
+ClusterShape ClusterShapeFor(int64_t n, Layout layout, bool float32) {
+  if (g_tuning.cluster == 1 || !ClustersAvailable() || n <= 1) return ClusterShape{};
+  if (g_tuning.cluster >= 2)
+    return ChooseClusterShape(n, g_tuning.chunk == 8 ? 8 : 16, g_tuning.cluster, 0,
+                              g_tuning.min_threads > 0 ? g_tuning.min_threads : 256);
+  const bool inter = layout == Layout::kInterleaved;
+  const bool wins = inter ? !float32 && n > 512 && n <= 2048 : float32 && n > 4096 && n <= 8192;
+  if (!wins) return ClusterShape{};
+  return ChooseClusterShape(n, 16, 2, 0, 256);
+}
+
+// Whether `auto` runs the two-pass path although one block holds n: interleaved n > 2048
+// (float64; 4096: 0.846 -> 0.600 ms) or n > 1024 (float32; 2048: 0.445 -> 0.383, 4096: 0.796 ->
+// 0.358), measured on the H100 (results/tune-h100-2026-11-23-cluster-stream.log): the one-block
+// kernel runs one system a block there, so a warp's interleaved loads use a quarter of each
+// sector, where the level kernels' are coalesced across systems.
+bool TwoPassByShape(int64_t n, Layout layout, bool float32) {
+  return g_tuning.two_pass == 0 && layout == Layout::kInterleaved && n > (float32 ? 1024 : 2048);
 }
 
 template <typename T>
-absl::Status SolvePartitioned(const TridiagonalProblem<T>& p, T* x, uint8_t* flags, Pool& pool,
-                              cudaStream_t stream);
+absl::Status LaunchCluster(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
+                           const ClusterShape& c, cudaStream_t stream) {
+  if (c.M == 8) return LaunchClusterM<8>(p, x, flags, c, stream);
+  return LaunchClusterM<16>(p, x, flags, c, stream);
+}
+
+// top: the problem asked for (the benchmark's two_pass applies to it), not a reduced system.
+// Returns the kernel that solved p (its first level, for the two-pass path).
+template <typename T>
+absl::StatusOr<TridiagonalKernel> SolvePartitioned(const TridiagonalProblem<T>& p, T* x,
+                                                   uint8_t* flags, Pool& pool,
+                                                   cudaStream_t stream, bool top = true);
 
 // n too large for one block: each chunk of M rows reduced to 2 rows in global memory (one
 // pass), that system solved (recursively), then each chunk substituted back (a second pass).
@@ -456,7 +859,8 @@ absl::Status SolveTwoPass(const TridiagonalProblem<T>& p, T* x, uint8_t* flags, 
         p, nch, ra, rb, rc, rd, nullptr, x, flags);
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   TridiagonalProblem<T> reduced{p.batch, rn, Layout::kFlat, ra, rb, rc, rd};
-  if (auto st = SolvePartitioned(reduced, xr, flags, pool, stream); !st.ok()) return st;
+  if (auto st = SolvePartitioned(reduced, xr, flags, pool, stream, false); !st.ok())
+    return st.status();
   if (inter)
     PartitionedLevelKernel<M, T, true, true><<<blocks, kThreads, 0, stream>>>(
         p, nch, nullptr, nullptr, nullptr, nullptr, xr, x, flags);
@@ -470,11 +874,22 @@ absl::Status SolveTwoPass(const TridiagonalProblem<T>& p, T* x, uint8_t* flags, 
 }
 
 template <typename T>
-absl::Status SolvePartitioned(const TridiagonalProblem<T>& p, T* x, uint8_t* flags, Pool& pool,
-                              cudaStream_t stream) {
-  if (FitsOnChip<T>(p.n)) return LaunchOnChip(p, x, flags, stream);
-  if (g_tuning.level_chunk == 8) return SolveTwoPass<8>(p, x, flags, pool, stream);
-  return SolveTwoPass<16>(p, x, flags, pool, stream);
+absl::StatusOr<TridiagonalKernel> SolvePartitioned(const TridiagonalProblem<T>& p, T* x,
+                                                   uint8_t* flags, Pool& pool,
+                                                   cudaStream_t stream, bool top) {
+  const bool forced_two_pass = top && g_tuning.two_pass == 1 && p.n > 2;
+  if (!forced_two_pass) {
+    if (const ClusterShape c = ClusterShapeFor(p.n, p.layout, sizeof(T) == 4); c.Q > 1) {
+      if (auto st = LaunchCluster(p, x, flags, c, stream); !st.ok()) return st;
+      return TridiagonalKernel::kPartitionedCluster;
+    }
+    if (FitsOnChip<T>(p.n) && !(top && TwoPassByShape(p.n, p.layout, sizeof(T) == 4)))
+      return LaunchOnChip(p, x, flags, stream);
+  }
+  absl::Status st = g_tuning.level_chunk == 8 ? SolveTwoPass<8>(p, x, flags, pool, stream)
+                                              : SolveTwoPass<16>(p, x, flags, pool, stream);
+  if (!st.ok()) return st;
+  return TridiagonalKernel::kPartitioned;
 }
 
 }  // namespace
@@ -485,19 +900,30 @@ PartitionedTuning GetPartitionedTuning() { return g_tuning; }
 const char* KernelName(TridiagonalKernel k) {
   switch (k) {
     case TridiagonalKernel::kPartitioned: return "partitioned";
+    case TridiagonalKernel::kPartitionedCluster: return "partitioned-cluster";
+    case TridiagonalKernel::kPartitionedStream: return "partitioned-stream";
     case TridiagonalKernel::kThomas: return "thomas";
     case TridiagonalKernel::kPcr: return "pcr";
   }
   return "?";
 }
 
-TridiagonalKernel ChooseTridiagonalKernel(TridiagonalMethod m, int64_t n, int64_t, Layout,
-                                          bool) {
+TridiagonalKernel ChooseTridiagonalKernel(TridiagonalMethod m, int64_t n, int64_t batch,
+                                          Layout layout, bool float32) {
+  if (batch == 1) layout = Layout::kFlat;  // as SolveTridiagonalDevice runs it
+  const bool one_block =
+      (float32 ? FitsOnChip<float>(n) : FitsOnChip<double>(n)) &&
+      !TwoPassByShape(n, layout, float32) && g_tuning.two_pass != 1;
+  const TridiagonalKernel partitioned =
+      ClusterShapeFor(n, layout, float32).Q > 1 && g_tuning.two_pass != 1
+          ? TridiagonalKernel::kPartitionedCluster
+      : one_block && (g_tuning.stream > 0 || StreamsByShape(n, layout, float32))
+          ? TridiagonalKernel::kPartitionedStream
+          : TridiagonalKernel::kPartitioned;
   switch (m) {
     case TridiagonalMethod::kThomas: return TridiagonalKernel::kThomas;
-    case TridiagonalMethod::kPcr:
-      return n <= 1024 ? TridiagonalKernel::kPcr : TridiagonalKernel::kPartitioned;
-    default: return TridiagonalKernel::kPartitioned;
+    case TridiagonalMethod::kPcr: return n <= 1024 ? TridiagonalKernel::kPcr : partitioned;
+    default: return partitioned;
   }
 }
 
@@ -515,8 +941,12 @@ absl::StatusOr<TridiagonalKernel> SolveTridiagonalDevice(const TridiagonalProble
   const bool inter = p.layout == Layout::kInterleaved;
   switch (k) {
     case TridiagonalKernel::kPartitioned:
-      if (auto st = SolvePartitioned(p, x, flags, pool, stream); !st.ok()) return st;
-      break;
+    case TridiagonalKernel::kPartitionedCluster:
+    case TridiagonalKernel::kPartitionedStream: {
+      auto ran = SolvePartitioned(p, x, flags, pool, stream);
+      if (!ran.ok()) return ran.status();
+      return *ran;
+    }
     case TridiagonalKernel::kThomas: {
       auto cp = pool.Get(int64_t(sizeof(T)) * p.n * p.batch);
       if (!cp.ok()) return cp.status();

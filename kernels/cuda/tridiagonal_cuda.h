@@ -11,6 +11,14 @@
 //    global memory, solve that system the same way (recursively) and re-read a, b, c, d to
 //    substitute back: about 11 arrays of traffic instead of 5. A single system is solved as
 //    flat whatever its layout (the two are the same array).
+//  - "partitioned-cluster" (compute capability 9.0+): the one-pass form for n above one
+//    block's worth (flat n > 1024, interleaved n > 512, up to 8 blocks of 256 threads x 16
+//    rows): a system's rows split over the 2-8 blocks of a thread-block cluster, each block
+//    the size of an n <= 1024 block; every block reads the whole reduced system from the
+//    cluster's shared memory (distributed shared memory) and solves it redundantly. One pass
+//    over memory, several blocks an SM instead of one large one.
+//  - "partitioned-stream": the one-pass form in the flat layout with persistent blocks, each
+//    copying its next systems into shared memory (cp.async) while it solves the current ones.
 //  - "thomas": cuThomasBatch, one thread per system; c' kept in a scratch array of the same
 //    layout (coalesced in the interleaved layout), d' in x.
 //  - "pcr": the PCR notes' kernel, one thread per row and several systems of size d per block
@@ -27,7 +35,13 @@
 
 namespace trisolve::cuda {
 
-enum class TridiagonalKernel { kPartitioned, kThomas, kPcr };
+enum class TridiagonalKernel {
+  kPartitioned,
+  kPartitionedCluster,
+  kPartitionedStream,
+  kThomas,
+  kPcr
+};
 
 // Launch parameters of the one-pass partitioned kernel. The defaults were picked by the
 // benchmark's --tune sweep on the H100 (tests/bench/results); the benchmark sets others.
@@ -43,6 +57,14 @@ struct PartitionedTuning {
   int flat_direct = 0;   // flat one-pass kernel: 1 (and 0, the default) loads a thread's rows
                          // straight from global memory, -1 stages them through a shared-memory
                          // tile (the earlier form; slower everywhere on the H100, NOTES.md t9)
+  int cluster = 0;       // blocks a system of the cluster one-pass kernel (sm_90): 0 by shape,
+                         // 1 never, 2, 4 or 8 where that holds n (chunk 8 or 16 rows a thread,
+                         // min_threads threads a block)
+  int stream = 0;        // the streamed one-pass kernel (flat, n a multiple of 16 bytes): 0 by
+                         // shape (float64 64 <= n <= 256, 2048 < n <= 4096), 1 wherever it
+                         // applies, -1 never
+  int two_pass = 0;      // the two-pass path where one block holds n: 0 by shape (interleaved
+                         // n > 2048, float32 n > 1024), 1 always (benchmark), -1 never
 };
 void SetPartitionedTuning(const PartitionedTuning& t);
 PartitionedTuning GetPartitionedTuning();

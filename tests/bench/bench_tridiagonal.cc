@@ -250,14 +250,34 @@ void Tune(int64_t N, int reps, double copy_gbs, trisolve::cuda::Pool& pool,
   for (int64_t n : sizes) {
     for (bool inter : {false, true}) {
       const char* layout = inter ? "interleaved" : "flat";
-      if (n > 4096) {  // the two-pass path: rows a thread of its level kernels
-        for (int level : {8, 16}) {
-          std::printf("tune %-8s n=%-8lld %-12s level_chunk=%-2d ", dtype, (long long)n, layout,
-                      level);
-          time_with({0, 0, level, 0}, n, inter);
-        }
-        continue;
+      // The cluster one-pass kernel (a system over Q blocks), where a shape holds n: Q blocks
+      // of at most 256 threads, a thread's 2Q reduced rows in one block (n <= 8 * 256 * rows).
+      for (int q : {2, 4, 8})
+        for (int chunk : {8, 16})
+          for (int threads : {64, 128, 256}) {
+            const int64_t per_block = (n + q - 1) / q;
+            int64_t pb = 1;
+            while (pb < (per_block + chunk - 1) / chunk) pb *= 2;
+            if (pb > 256 || pb < q || (pb > threads && threads < 256)) continue;
+            std::printf("tune %-8s n=%-6lld %-12s cluster=%d chunk=%-2d threads>=%-4d ", dtype,
+                        (long long)n, layout, q, chunk, threads);
+            time_with({chunk, threads, 16, 0, q, -1, -1}, n, inter);
+          }
+      // The two-pass path (rows a thread of its level kernels), also where one block holds n.
+      for (int level : {8, 16}) {
+        std::printf("tune %-8s n=%-8lld %-12s level_chunk=%-2d ", dtype, (long long)n, layout,
+                    level);
+        time_with({0, 0, level, 0, 1, -1, 1}, n, inter);
       }
+      if (n > 4096) continue;
+      // The streamed one-pass kernel (flat): persistent blocks prefetching their next systems.
+      for (int chunk : {8, 16})
+        for (int threads : {64, 128, 256}) {
+          if (inter || n > int64_t(chunk) * 256 || n % (16 / int(sizeof(T))) != 0) continue;
+          std::printf("tune %-8s n=%-6lld %-12s chunk=%d threads>=%-4d streamed ", dtype,
+                      (long long)n, layout, chunk, threads);
+          time_with({chunk, threads, 16, 1, 1, 1, -1}, n, inter);
+        }
       for (int chunk : {4, 8, 16})
         for (int threads : {64, 128, 256, 512})
           for (int direct : {-1, 1}) {  // flat: staged through shared memory, or direct loads
@@ -268,7 +288,7 @@ void Tune(int64_t N, int reps, double copy_gbs, trisolve::cuda::Pool& pool,
             std::printf("tune %-8s n=%-6lld %-12s chunk=%d threads>=%-4d %-7s", dtype,
                         (long long)n, layout, chunk, threads,
                         inter ? "" : direct > 0 ? "direct" : "staged");
-            time_with({chunk, threads, 16, direct}, n, inter);
+            time_with({chunk, threads, 16, direct, 1, -1, -1}, n, inter);
           }
     }
   }
