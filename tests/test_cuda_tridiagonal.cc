@@ -174,8 +174,9 @@ TEST(CudaTridiagonal, ClusterShapesMatchTheCpuReference) {
         for (Layout layout : {Layout::kFlat, Layout::kInterleaved})
           for (Case k : {Case{5, 1000}, Case{100, 999}, Case{1000, 300}, Case{1025, 77},
                          Case{2500, 50}, Case{4096, 64}, Case{4097, 33}, Case{8192, 20}}) {
-            if (cuda::ChooseTridiagonalKernel(TridiagonalMethod::kAuto, k.n, k.batch, layout,
-                                              false) != cuda::TridiagonalKernel::kPartitionedCluster)
+            const auto kernel = cuda::ChooseTridiagonalKernel(TridiagonalMethod::kAuto, k.n,
+                                                              k.batch, layout, false);
+            if (kernel != cuda::TridiagonalKernel::kPartitionedCluster)
               continue;  // no cluster shape of this size holds n
             SCOPED_TRACE(::testing::Message() << "cluster " << q << " chunk " << chunk
                                               << " threads " << threads << " n " << k.n
@@ -203,16 +204,21 @@ TEST(CudaTridiagonal, AutoPicksTheMeasuredKernelByShape) {
     K kernel;
   };
   for (const Pick& c : {Pick{32, 100, Layout::kFlat, false, K::kPartitioned},
-                        Pick{128, 100, Layout::kFlat, false, K::kPartitionedStream},
+                        Pick{64, 100, Layout::kFlat, false, K::kPartitionedStream},
+                        Pick{128, 100, Layout::kFlat, false, K::kPartitioned},
                         Pick{128, 100, Layout::kFlat, true, K::kPartitioned},
-                        Pick{1024, 64, Layout::kFlat, false, K::kPartitioned},
+                        Pick{1024, 64, Layout::kFlat, false, K::kPartitionedStream},
+                        Pick{1024, 64, Layout::kFlat, true, K::kPartitioned},
                         Pick{4096, 64, Layout::kFlat, false, K::kPartitionedStream},
-                        Pick{4096, 64, Layout::kFlat, true, K::kPartitionedStream},
-                        Pick{4097, 64, Layout::kFlat, false, K::kPartitioned},
+                        Pick{4098, 64, Layout::kFlat, false, K::kPartitionedCluster},
+                        Pick{4097, 64, Layout::kFlat, true, K::kPartitionedCluster},
+                        Pick{4095, 64, Layout::kFlat, false, K::kPartitioned},
+                        Pick{8192, 64, Layout::kFlat, false, K::kPartitionedCluster},
                         Pick{8192, 64, Layout::kFlat, true, K::kPartitionedCluster},
-                        Pick{8192, 64, Layout::kFlat, false, K::kPartitioned},
+                        Pick{16384, 8, Layout::kFlat, false, K::kPartitioned},
+                        Pick{128, 100, Layout::kInterleaved, false, K::kPartitioned},
                         Pick{1024, 64, Layout::kInterleaved, false, K::kPartitionedCluster},
-                        Pick{1024, 64, Layout::kInterleaved, true, K::kPartitioned},
+                        Pick{1024, 64, Layout::kInterleaved, true, K::kPartitionedCluster},
                         Pick{4096, 64, Layout::kInterleaved, false, K::kPartitioned},
                         Pick{4096, 1, Layout::kInterleaved, false, K::kPartitionedStream}}) {
     SCOPED_TRACE(::testing::Message() << "n " << c.n << " batch " << c.batch

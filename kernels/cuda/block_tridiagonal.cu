@@ -666,6 +666,44 @@ __device__ __forceinline__ void WaitDone(int* done, int64_t row, int at_least) {
   while (a.load(::cuda::memory_order_acquire) < at_least) __nanosleep(64);
 }
 
+// Takes the next task in order (the counter g.next) and decodes it into (sweep s, row i), or
+// (-1, -1) when none is left. One thread calls it.
+template <typename T>
+__device__ __forceinline__ void TakeTask(const SweepArgs<T>& g, int64_t& s, int64_t& i) {
+  const int64_t N = g.N, total = int64_t(g.sweeps) * N, half = (N + 1) / 2;
+  const int64_t t = atomicAdd(g.next, 1u);
+  s = -1;
+  i = -1;
+  if (t >= total) return;
+  if (g.kind == SweepKind::kGaussSeidel) {
+    int lo = 0, hi = g.ndiag;  // the last d with diag[d] <= t
+    while (hi - lo > 1) {
+      const int mid = (lo + hi) / 2;
+      if (g.diag[mid] <= t) lo = mid; else hi = mid;
+    }
+    const int64_t d = lo;
+    const int64_t smin = d > N - 1 ? (d - (N - 1) + 1) / 2 : 0;
+    s = smin + (t - g.diag[lo]);
+    i = d - 2 * s;
+  } else {
+    s = t / N;
+    const int64_t j = t - s * N;
+    i = g.kind == SweepKind::kRedBlack ? (j < half ? 2 * j : 2 * (j - half) + 1) : j;
+  }
+}
+
+// Waits until the tasks that (sweep s, row i) reads are done (thread 0 only).
+template <typename T>
+__device__ __forceinline__ void WaitInputs(const SweepArgs<T>& g, int s, int64_t i) {
+  const bool has_l = i > 0, has_r = i + 1 < g.N;
+  int need_l = s, need_r = s;
+  if (g.kind == SweepKind::kRedBlack && (i & 1)) need_l = need_r = s + 1;
+  if (g.kind == SweepKind::kGaussSeidel) need_l = s + 1;
+  if (has_l) WaitDone(g.done, i - 1, need_l);
+  if (has_r) WaitDone(g.done, i + 1, need_r);
+  WaitDone(g.done, i, s);
+}
+
 // kStaged: the row goes through a shared-memory tile (coalesced loads, P * (CH + 1) values an
 // array) instead of straight into registers; measured faster only for long rows (NOTES.md b6).
 template <int CH, typename T, bool kLazy, bool kStaged>
@@ -686,26 +724,8 @@ __global__ void __launch_bounds__(SweepMaxThreads(CH)) FusedSweepKernel(SweepArg
   // inputs are always tasks of blocks already running. (A persistent loop over tasks was
   // tried: the compiler hoisted the staging addresses out of it and spilled, 255 registers.)
   if (tid == 0) {
-    const int64_t total = int64_t(g.sweeps) * N, half = (N + 1) / 2;
-    const int64_t t = atomicAdd(g.next, 1u);
-    int64_t s = -1, i = -1;
-    if (t < total) {
-      if (g.kind == SweepKind::kGaussSeidel) {
-        int lo = 0, hi = g.ndiag;  // the last d with diag[d] <= t
-        while (hi - lo > 1) {
-          const int mid = (lo + hi) / 2;
-          if (g.diag[mid] <= t) lo = mid; else hi = mid;
-        }
-        const int64_t d = lo;
-        const int64_t smin = d > N - 1 ? (d - (N - 1) + 1) / 2 : 0;
-        s = smin + (t - g.diag[lo]);
-        i = d - 2 * s;
-      } else {
-        s = t / N;
-        const int64_t j = t - s * N;
-        i = g.kind == SweepKind::kRedBlack ? (j < half ? 2 * j : 2 * (j - half) + 1) : j;
-      }
-    }
+    int64_t s, i;
+    TakeTask(g, s, i);
     task_sweep = int(s);
     task_row = i;
     task_bad = 0;
@@ -755,14 +775,7 @@ __global__ void __launch_bounds__(SweepMaxThreads(CH)) FusedSweepKernel(SweepArg
                         d);
   }
   const bool has_l = i > 0, has_r = i + 1 < N;
-  if (tid == 0) {
-    int need_l = s, need_r = s;
-    if (g.kind == SweepKind::kRedBlack && (i & 1)) need_l = need_r = s + 1;
-    if (g.kind == SweepKind::kGaussSeidel) need_l = s + 1;
-    if (has_l) WaitDone(g.done, i - 1, need_l);
-    if (has_r) WaitDone(g.done, i + 1, need_r);
-    WaitDone(g.done, i, s);
-  }
+  if (tid == 0) WaitInputs(g, s, i);
   __syncthreads();
   const bool odd = g.kind == SweepKind::kJacobi && (s & 1);
   const T* yin = odd ? g.Y1 : g.Y0;

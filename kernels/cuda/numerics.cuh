@@ -32,6 +32,28 @@ __device__ __forceinline__ bool Finite(T v) {
   return fabs(v) <= MaxFinite<T>();
 }
 
+// 1 / x without the division's special-case branch: the hardware's approximate reciprocal
+// refined by Newton steps (two in float64: ~2^-22 -> below an ulp; one in float32), within an
+// ulp or two of the rounded quotient. Zero, infinite and NaN x give a non-finite result or 0,
+// as the callers' vanishing-pivot and finiteness checks expect; |x| near the largest finite
+// value (1/x subnormal) gives 0 (flush to zero). The partitioned kernels spend much of their
+// instructions on divisions, whose IEEE sequence carries a slow-path branch (H100 profile,
+// NOTES.md t15).
+__device__ __forceinline__ double Rcp(double x) {
+  double r;
+  asm("rcp.approx.ftz.f64 %0, %1;" : "=d"(r) : "d"(x));
+  double e = fma(-x, r, 1.0);
+  r = fma(r, e, r);
+  e = fma(-x, r, 1.0);
+  return fma(r, e, r);
+}
+__device__ __forceinline__ float Rcp(float x) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  const float e = fmaf(-x, r, 1.0f);
+  return fmaf(r, e, r);
+}
+
 // One PCR step for row i of the arrays A, B, C, D (the PCR notes): combine it with rows il and
 // ir (i - stride and i + stride), which exist when has_l / has_r: k1 = a_i / b_l,
 // k2 = c_i / b_r, a' = -a_l k1, c' = -c_r k2, b' = b_i - c_l k1 - a_r k2,
@@ -62,7 +84,7 @@ __device__ __forceinline__ bool PcrCombine(const T* A, const T* B, const T* C, c
       al = A[el], bl = B[el], cl = C[el], dl = D[el];
     }
     ok &= !Vanishes(bl, fabs(bl));
-    const T k1 = ai / bl;
+    const T k1 = ai * Rcp(bl);
     a = -al * k1;
     b -= cl * k1;
     d -= dl * k1;
@@ -75,7 +97,7 @@ __device__ __forceinline__ bool PcrCombine(const T* A, const T* B, const T* C, c
       ar = A[er], br = B[er], cr = C[er], dr = D[er];
     }
     ok &= !Vanishes(br, fabs(br));
-    const T k2 = ci / br;
+    const T k2 = ci * Rcp(br);
     c = -cr * k2;
     b -= ar * k2;
     d -= dr * k2;

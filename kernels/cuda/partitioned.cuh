@@ -22,7 +22,7 @@ __device__ __forceinline__ bool ChunkReduce(T (&a)[M], const T (&b)[M], T (&c)[M
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     ok &= !Vanishes(b[i], fabs(b[i]));
-    const T r = T(1) / b[i];
+    const T r = Rcp(b[i]);
     a[i] *= r;
     c[i] *= r;
     d[i] *= r;
@@ -32,7 +32,7 @@ __device__ __forceinline__ bool ChunkReduce(T (&a)[M], const T (&b)[M], T (&c)[M
     const T t = a[i] * c[i - 1];
     const T piv = b[i] - t;
     ok &= !Vanishes(piv, fabs(b[i]) + fabs(t));
-    const T r = T(1) / piv;
+    const T r = Rcp(piv);
     d[i] = r * (d[i] - a[i] * d[i - 1]);
     a[i] = -r * a[i] * a[i - 1];
     c[i] = r * c[i];
@@ -47,7 +47,7 @@ __device__ __forceinline__ bool ChunkReduce(T (&a)[M], const T (&b)[M], T (&c)[M
     const T t = c[0] * a[1];
     const T piv = T(1) - t;
     ok &= !Vanishes(piv, T(1) + fabs(t));
-    const T r = T(1) / piv;
+    const T r = Rcp(piv);
     d[0] = r * (d[0] - c[0] * d[1]);
     a[0] = r * a[0];
     c[0] = -r * c[0] * c[1];
@@ -269,8 +269,8 @@ __device__ __forceinline__ bool SolveReduced(T* sa, T* sb, T* sc, T* sd, int sl,
     }
     __syncthreads();
   }
-  x0 = sd[e0] / sb[e0];
-  xl = sd[e1] / sb[e1];
+  x0 = sd[e0] * Rcp(sb[e0]);
+  xl = sd[e1] * Rcp(sb[e1]);
   return ok;
 }
 

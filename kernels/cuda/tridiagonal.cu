@@ -653,16 +653,15 @@ int OnChipChunk(int64_t n, Layout layout) {
 
 // Whether `auto` runs the streamed one-pass kernel (PartitionedStreamKernel) for this shape, its
 // arrays 16-byte aligned (the service's pooled buffers are). Where the H100 sweep measured it
-// faster than the one-block kernel (results/tune-h100-2026-11-23-cluster-stream.log and
-// -small.log, NOTES.md t13): flat float64 64 <= n <= 256 (64: 0.266 -> 0.244 ms, 256: 0.273 ->
-// 0.259) and 2048 < n <= 4096 (4096: 0.520 -> 0.410), flat float32 2048 < n <= 4096 (0.228 ->
-// 0.215). It lost 3-8% at n = 1024-2048 and for float32 n <= 256.
+// faster than the one-block kernel (results/tune-h100-2026-11-23-rcp.log, NOTES.md t13, t15):
+// flat float64 n = 64-127 (64: 0.257 -> 0.244 ms) and 512 < n <= 4096 (1024: 0.289 -> 0.250,
+// 2048: 0.308 -> 0.255, 4096: 0.402 -> 0.289). It lost or tied at float64 n = 32, 128-256 and
+// at every float32 n.
 bool StreamsByShape(int64_t n, Layout layout, bool float32) {
-  if (g_tuning.stream != 0 || layout != Layout::kFlat) return false;
-  const int chunk = float32 ? OnChipChunk<float>(n, layout) : OnChipChunk<double>(n, layout);
-  const int W = float32 ? 4 : 2;
-  const bool wins = (n > 2048 && n <= 4096) || (!float32 && n >= 64 && n <= 256);
-  return wins && (chunk == 8 || chunk == 16) && n % W == 0 && n <= int64_t(chunk) * 256;
+  if (g_tuning.stream != 0 || layout != Layout::kFlat || float32) return false;
+  const int chunk = OnChipChunk<double>(n, layout);
+  const bool wins = (n >= 64 && n < 128) || (n > 512 && n <= 4096);
+  return wins && (chunk == 8 || chunk == 16) && n % 2 == 0 && n <= int64_t(chunk) * 256;
 }
 
 template <typename T>
@@ -684,17 +683,23 @@ absl::StatusOr<TridiagonalKernel> LaunchOnChip(const TridiagonalProblem<T>& p, T
   // 0.294 -> 0.274 ms, 1024 0.322 -> 0.298; float32 from n = 128, 1024 0.158 -> 0.149). Above
   // n = 1024 a system's threads fill 128 or more anyway.
   const bool flat64 = !inter && p.n >= (sizeof(T) == 8 ? 64 : 128);
-  const int auto_threads = flat64         ? 64
-                           : chunk == 16  ? (sizeof(T) == 4 && inter && p.n > 128 ? 256 : 128)
-                           : inter && p.n > 128 ? 512
-                                                : 128;
+  // Interleaved n <= 128: 256 threads (H100, results/tune-h100-2026-11-23-rcp.log: float64 128
+  // 0.272 -> 0.247 ms, float32 64 0.138 -> 0.124, 128 0.143 -> 0.133).
+  const int auto_threads = flat64                            ? 64
+                           : inter && p.n <= 128             ? 256
+                           : chunk == 16                     ? (sizeof(T) == 4 && inter ? 256 : 128)
+                           : inter                           ? 512
+                                                             : 128;
   const int min_threads = std::min(
       std::max(g_tuning.min_threads > 0 ? g_tuning.min_threads : auto_threads, 32),
       kMaxThreadsOnChip);
   if ((chunk == 8 || chunk == 16) &&
       (g_tuning.stream > 0 || StreamsByShape(p.n, p.layout, sizeof(T) == 4))) {
-    absl::StatusOr<bool> ran = chunk == 8 ? LaunchStreamM<8>(p, x, flags, min_threads, stream)
-                                          : LaunchStreamM<16>(p, x, flags, min_threads, stream);
+    // 128 threads a block at least by default (two systems a block at n = 1024: 0.258 -> 0.250
+    // ms; n = 64 0.247 -> 0.244).
+    const int st = g_tuning.min_threads > 0 ? min_threads : std::max(min_threads, 128);
+    absl::StatusOr<bool> ran = chunk == 8 ? LaunchStreamM<8>(p, x, flags, st, stream)
+                                          : LaunchStreamM<16>(p, x, flags, st, stream);
     if (!ran.ok()) return ran.status();
     if (*ran) return TridiagonalKernel::kPartitionedStream;
   }
@@ -794,29 +799,29 @@ absl::Status LaunchClusterM(const TridiagonalProblem<T>& p, T* x, uint8_t* flags
 }
 
 // The cluster shape for n, or Q == 1 (none): the tuning's, or by shape where the H100 sweep
-// measured the cluster kernel fastest (results/tune-h100-2026-11-23-cluster-stream.log, NOTES.md
-// t12): interleaved float64 512 < n <= 2048 (1024: 0.535 -> 0.484 ms, 2048: 0.633 -> 0.572;
-// above, the two-pass path wins), flat float32 4096 < n <= 8192 (0.376 -> 0.288 ms against the
-// two-pass path); 2 blocks of 256 threads x 16 rows. Elsewhere the one-block kernels or the
-// two-pass path were faster.
-ClusterShape ClusterShapeFor(int64_t n, Layout layout, bool float32) {
+// measured the cluster kernel fastest (results/tune-h100-2026-11-23-rcp.log, NOTES.md t12, t15):
+// interleaved 512 < n <= 2048 (float64 1024: 0.474 -> 0.441 ms, 2048: 0.538 -> 0.509; float32
+// 1024: 0.293 -> 0.231, 2048: 0.367 two-pass -> 0.310), flat 4096 < n <= 8192 (against the
+// two-pass path: float64 0.604 -> 0.498, float32 0.336 -> 0.201); 2 blocks of 256 threads x 16
+// rows. Elsewhere the one-block kernels or the two-pass path were faster.
+ClusterShape ClusterShapeFor(int64_t n, Layout layout, bool) {
   if (g_tuning.cluster == 1 || !ClustersAvailable() || n <= 1) return ClusterShape{};
   if (g_tuning.cluster >= 2)
     return ChooseClusterShape(n, g_tuning.chunk == 8 ? 8 : 16, g_tuning.cluster, 0,
                               g_tuning.min_threads > 0 ? g_tuning.min_threads : 256);
   const bool inter = layout == Layout::kInterleaved;
-  const bool wins = inter ? !float32 && n > 512 && n <= 2048 : float32 && n > 4096 && n <= 8192;
+  const bool wins = inter ? n > 512 && n <= 2048 : n > 4096 && n <= 8192;
   if (!wins) return ClusterShape{};
   return ChooseClusterShape(n, 16, 2, 0, 256);
 }
 
-// Whether `auto` runs the two-pass path although one block holds n: interleaved n > 2048
-// (float64; 4096: 0.846 -> 0.600 ms) or n > 1024 (float32; 2048: 0.445 -> 0.383, 4096: 0.796 ->
-// 0.358), measured on the H100 (results/tune-h100-2026-11-23-cluster-stream.log): the one-block
-// kernel runs one system a block there, so a warp's interleaved loads use a quarter of each
-// sector, where the level kernels' are coalesced across systems.
-bool TwoPassByShape(int64_t n, Layout layout, bool float32) {
-  return g_tuning.two_pass == 0 && layout == Layout::kInterleaved && n > (float32 ? 1024 : 2048);
+// Whether `auto` runs the two-pass path although one block holds n: interleaved n > 2048, measured
+// on the H100 (results/tune-h100-2026-11-23-rcp.log: float64 4096 0.798 one block, 0.589
+// cluster, 0.576 two-pass; float32 0.790, 0.486, 0.349): the one-block kernel runs one system a
+// block there, so a warp's interleaved loads use a quarter of each sector, where the level
+// kernels' are coalesced across systems.
+bool TwoPassByShape(int64_t n, Layout layout, bool) {
+  return g_tuning.two_pass == 0 && layout == Layout::kInterleaved && n > 2048;
 }
 
 template <typename T>
