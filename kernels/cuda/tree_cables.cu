@@ -93,7 +93,7 @@ __device__ __forceinline__ bool BackwardCable(const TreeProblem<T>& p, const Vie
       if (j < s0) break;
       const T D = dg_[u] - carryD, R = rh_[u] - carryR;
       ok &= !Vanishes(D, fabs(dg_[u]) + carryS);
-      const T inv = T(1) / D;
+      const T inv = Rcp(D);
       const int64_t e = at(j);
       x[e] = R * inv;
       w[e] = lo_[u] * inv;  // zero for the root (lower[0] and upper[0] are not read)
@@ -344,7 +344,7 @@ __device__ __forceinline__ void BlockBackward(const BlockCable& c, int k,
     }
     const T D = dg - carryD, R = rh - carryR;
     ok &= !Vanishes(D, fabs(dg) + carryS);
-    const T inv = T(1) / D;
+    const T inv = Rcp(D);
     rhs[j] = R * inv;
     lower[j] = j > 0 ? lo * inv : T(0);
     const T g = j > 0 ? up * inv : T(0);
@@ -447,7 +447,7 @@ __device__ __forceinline__ void ContractRemove(int2 e, T* lower, T* upper, T* di
   const T D = diag[v], R = rhs[v], lo = lower[v], up = upper[v];
   const T uc = c >= 0 ? upper[c] : T(0);
   ok &= !Vanishes(D, T(0));
-  const T inv = T(1) / D;
+  const T inv = Rcp(D);
   rhs[v] = R * inv;
   lower[v] = p >= 0 ? lo * inv : T(0);
   upper[v] = c >= 0 ? uc * inv : T(0);
