@@ -731,13 +731,11 @@ struct ClusterShape {
   int M = 0, Q = 1, Pb = 0, S = 0;
 };
 
-// The shape for n: Q = 0 picks it by `block_threads` (the threads a block wants per system: the
-// one-pass kernel's n <= 1024 blocks), a given Q is used where it can hold n. Q == 1 when no
-// cluster shape holds n (then the one-block kernels run).
-ClusterShape ChooseClusterShape(int64_t n, int M, int Q, int per_system, int threads) {
+// The shape of Q blocks a system, M rows a thread and at least `threads` threads a block for n,
+// or Q == 1 (none) when that cannot hold n.
+ClusterShape ChooseClusterShape(int64_t n, int M, int Q, int threads) {
   ClusterShape c;
   c.M = M;
-  if (Q <= 0) Q = NextPow2((n + int64_t(per_system) * M - 1) / (int64_t(per_system) * M));
   if (Q < 2 || Q > kMaxCluster) return c;
   const int Pb = NextPow2((n + int64_t(Q) * M - 1) / (int64_t(Q) * M));
   // Pb >= Q: a thread's K = 2Q reduced rows lie in one block; at most 256 threads a block.
@@ -804,15 +802,15 @@ absl::Status LaunchClusterM(const TridiagonalProblem<T>& p, T* x, uint8_t* flags
 // 1024: 0.293 -> 0.231, 2048: 0.367 two-pass -> 0.310), flat 4096 < n <= 8192 (against the
 // two-pass path: float64 0.604 -> 0.498, float32 0.336 -> 0.201); 2 blocks of 256 threads x 16
 // rows. Elsewhere the one-block kernels or the two-pass path were faster.
-ClusterShape ClusterShapeFor(int64_t n, Layout layout, bool) {
+ClusterShape ClusterShapeFor(int64_t n, Layout layout) {
   if (g_tuning.cluster == 1 || !ClustersAvailable() || n <= 1) return ClusterShape{};
   if (g_tuning.cluster >= 2)
-    return ChooseClusterShape(n, g_tuning.chunk == 8 ? 8 : 16, g_tuning.cluster, 0,
+    return ChooseClusterShape(n, g_tuning.chunk == 8 ? 8 : 16, g_tuning.cluster,
                               g_tuning.min_threads > 0 ? g_tuning.min_threads : 256);
   const bool inter = layout == Layout::kInterleaved;
   const bool wins = inter ? n > 512 && n <= 2048 : n > 4096 && n <= 8192;
   if (!wins) return ClusterShape{};
-  return ChooseClusterShape(n, 16, 2, 0, 256);
+  return ChooseClusterShape(n, 16, 2, 256);
 }
 
 // Whether `auto` runs the two-pass path although one block holds n: interleaved n > 2048, measured
@@ -820,7 +818,7 @@ ClusterShape ClusterShapeFor(int64_t n, Layout layout, bool) {
 // cluster, 0.576 two-pass; float32 0.790, 0.486, 0.349): the one-block kernel runs one system a
 // block there, so a warp's interleaved loads use a quarter of each sector, where the level
 // kernels' are coalesced across systems.
-bool TwoPassByShape(int64_t n, Layout layout, bool) {
+bool TwoPassByShape(int64_t n, Layout layout) {
   return g_tuning.two_pass == 0 && layout == Layout::kInterleaved && n > 2048;
 }
 
@@ -884,11 +882,11 @@ absl::StatusOr<TridiagonalKernel> SolvePartitioned(const TridiagonalProblem<T>& 
                                                    cudaStream_t stream, bool top) {
   const bool forced_two_pass = top && g_tuning.two_pass == 1 && p.n > 2;
   if (!forced_two_pass) {
-    if (const ClusterShape c = ClusterShapeFor(p.n, p.layout, sizeof(T) == 4); c.Q > 1) {
+    if (const ClusterShape c = ClusterShapeFor(p.n, p.layout); c.Q > 1) {
       if (auto st = LaunchCluster(p, x, flags, c, stream); !st.ok()) return st;
       return TridiagonalKernel::kPartitionedCluster;
     }
-    if (FitsOnChip<T>(p.n) && !(top && TwoPassByShape(p.n, p.layout, sizeof(T) == 4)))
+    if (FitsOnChip<T>(p.n) && !(top && TwoPassByShape(p.n, p.layout)))
       return LaunchOnChip(p, x, flags, stream);
   }
   absl::Status st = g_tuning.level_chunk == 8 ? SolveTwoPass<8>(p, x, flags, pool, stream)
@@ -918,9 +916,9 @@ TridiagonalKernel ChooseTridiagonalKernel(TridiagonalMethod m, int64_t n, int64_
   if (batch == 1) layout = Layout::kFlat;  // as SolveTridiagonalDevice runs it
   const bool one_block =
       (float32 ? FitsOnChip<float>(n) : FitsOnChip<double>(n)) &&
-      !TwoPassByShape(n, layout, float32) && g_tuning.two_pass != 1;
+      !TwoPassByShape(n, layout) && g_tuning.two_pass != 1;
   const TridiagonalKernel partitioned =
-      ClusterShapeFor(n, layout, float32).Q > 1 && g_tuning.two_pass != 1
+      ClusterShapeFor(n, layout).Q > 1 && g_tuning.two_pass != 1
           ? TridiagonalKernel::kPartitionedCluster
       : one_block && (g_tuning.stream > 0 || StreamsByShape(n, layout, float32))
           ? TridiagonalKernel::kPartitionedStream

@@ -9,16 +9,17 @@
 //    shared memory and each thread substitutes back from its registers -- one pass over memory
 //    (a, b, c, d read once, x written once). Larger n write the reduced rows (2 per 16 rows) to
 //    global memory, solve that system the same way (recursively) and re-read a, b, c, d to
-//    substitute back: about 11 arrays of traffic instead of 5. A single system is solved as
+//    substitute back: about 11 arrays of traffic instead of 5; interleaved n > 2048 take this
+//    two-pass path too (measured faster than one block a system). A single system is solved as
 //    flat whatever its layout (the two are the same array).
-//  - "partitioned-cluster" (compute capability 9.0+): the one-pass form for n above one
-//    block's worth (flat n > 1024, interleaved n > 512, up to 8 blocks of 256 threads x 16
-//    rows): a system's rows split over the 2-8 blocks of a thread-block cluster, each block
-//    the size of an n <= 1024 block; every block reads the whole reduced system from the
-//    cluster's shared memory (distributed shared memory) and solves it redundantly. One pass
-//    over memory, several blocks an SM instead of one large one.
+//  - "partitioned-cluster" (compute capability 9.0+): the one-pass form with a system's rows
+//    split over the blocks of a thread-block cluster (2 by default, 2-8 by tuning, 256 threads
+//    x 16 rows at most a block); every block reads the whole reduced system from the cluster's
+//    shared memory (distributed shared memory) and solves it redundantly. `auto` runs it for
+//    interleaved 512 < n <= 2048 and flat 4096 < n <= 8192, where the H100 measured it fastest.
 //  - "partitioned-stream": the one-pass form in the flat layout with persistent blocks, each
-//    copying its next systems into shared memory (cp.async) while it solves the current ones.
+//    copying its next systems into shared memory (cp.async) while it solves the current ones;
+//    `auto` runs it for float64 64 <= n < 128 and 512 < n <= 4096 (measured faster there).
 //  - "thomas": cuThomasBatch, one thread per system; c' kept in a scratch array of the same
 //    layout (coalesced in the interleaved layout), d' in x.
 //  - "pcr": the PCR notes' kernel, one thread per row and several systems of size d per block
@@ -61,10 +62,10 @@ struct PartitionedTuning {
                          // 1 never, 2, 4 or 8 where that holds n (chunk 8 or 16 rows a thread,
                          // min_threads threads a block)
   int stream = 0;        // the streamed one-pass kernel (flat, n a multiple of 16 bytes): 0 by
-                         // shape (float64 64 <= n <= 256, 2048 < n <= 4096), 1 wherever it
+                         // shape (float64 64 <= n < 128, 512 < n <= 4096), 1 wherever it
                          // applies, -1 never
   int two_pass = 0;      // the two-pass path where one block holds n: 0 by shape (interleaved
-                         // n > 2048, float32 n > 1024), 1 always (benchmark), -1 never
+                         // n > 2048), 1 always (benchmark), -1 never
 };
 void SetPartitionedTuning(const PartitionedTuning& t);
 PartitionedTuning GetPartitionedTuning();
