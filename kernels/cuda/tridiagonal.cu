@@ -363,19 +363,26 @@ __global__ void __launch_bounds__(256)
 // g % batch). The reduced system is flat: system s, rows 2j and 2j+1 of 2 * nch.
 // Threads a block of the level kernels: the staging tile (4 arrays of M + 1 values a thread)
 // must stay under the 48 KB of static shared memory.
-template <int M, typename T>
+// kDirect (flat): a thread's rows straight from global memory into registers (LoadRowsDirect,
+// 16-byte loads where `vec`) and x stored the same way, no tile: any block size.
+template <int M, typename T, bool kDirect = false>
 constexpr int LevelThreads() {
-  return M * sizeof(T) > 64 ? kStreamThreads / 2 : kStreamThreads;
+  return !kDirect && M * sizeof(T) > 64 ? kStreamThreads / 2 : kStreamThreads;
 }
 
-template <int M, typename T, bool kInterleaved, bool kBack>
-__global__ void __launch_bounds__(LevelThreads<M, T>())
+template <int M, typename T, bool kInterleaved, bool kBack, bool kDirect = false>
+__global__ void __launch_bounds__(LevelThreads<M, T, kDirect>())
     PartitionedLevelKernel(TridiagonalProblem<T> p, int64_t nch, T* __restrict__ ra,
                            T* __restrict__ rb, T* __restrict__ rc, T* __restrict__ rd,
-                           const T* __restrict__ xr, T* __restrict__ x, uint8_t* flags) {
-  constexpr int kThreads = LevelThreads<M, T>();
+                           const T* __restrict__ xr, T* __restrict__ x, uint8_t* flags,
+                           bool vec) {
+  constexpr int kThreads = LevelThreads<M, T, kDirect>();
   constexpr int tsz = kThreads * (M + 1);
-  __shared__ T tile[4 * tsz];
+  T* tile = nullptr;
+  if constexpr (!kInterleaved && !kDirect) {
+    __shared__ T staged[4 * tsz];
+    tile = staged;
+  }
   const int64_t total = p.batch * nch;
   const int64_t g0 = int64_t(blockIdx.x) * blockDim.x;
   const int64_t g = g0 + threadIdx.x;
@@ -405,8 +412,10 @@ __global__ void __launch_bounds__(LevelThreads<M, T>())
     pos = cidx * (M + 1) + i;
     return true;
   };
-  if (kInterleaved) {
+  if constexpr (kInterleaved) {
     LoadChunkInterleaved<M>(p, s < 0 ? p.batch : s, j, a, b, c, d);
+  } else if constexpr (kDirect) {
+    LoadChunkFlatDirect<M>(p, s < 0 ? p.batch : s, j, vec, a, b, c, d);
   } else {
     StageFlat4<M>(p, tile, tsz, kThreads, where);
     __syncthreads();
@@ -439,12 +448,14 @@ __global__ void __launch_bounds__(LevelThreads<M, T>())
 #pragma unroll
     for (int i = 0; i < M; ++i) finite &= Finite(d[i]);
     if (s >= 0 && !finite) flags[s] = 1;
-    if (kInterleaved) {
+    if constexpr (kInterleaved) {
 #pragma unroll
       for (int i = 0; i < M; ++i) {
         const int64_t k = j * M + i;
         if (s >= 0 && k < p.n) x[k * p.batch + s] = d[i];
       }
+    } else if constexpr (kDirect) {
+      if (s >= 0) StoreRowsDirect<M>(x + s * p.n, j * M, p.n, vec, d);
     } else {
       StoreFlat<M>(x, tile, kThreads, where, d);
     }
@@ -841,7 +852,6 @@ absl::StatusOr<TridiagonalKernel> SolvePartitioned(const TridiagonalProblem<T>& 
 template <int M, typename T>
 absl::Status SolveTwoPass(const TridiagonalProblem<T>& p, T* x, uint8_t* flags, Pool& pool,
                           cudaStream_t stream) {
-  constexpr int kThreads = LevelThreads<M, T>();
   const int64_t nch = (p.n + M - 1) / M;
   const int64_t rn = 2 * nch;
   auto buf = pool.Get(int64_t(sizeof(T)) * 5 * rn * p.batch);
@@ -852,25 +862,35 @@ absl::Status SolveTwoPass(const TridiagonalProblem<T>& p, T* x, uint8_t* flags, 
   T* rd = rc + rn * p.batch;
   T* xr = rd + rn * p.batch;
   const int64_t total = p.batch * nch;
-  const unsigned blocks = unsigned((total + kThreads - 1) / kThreads);
   const bool inter = p.layout == Layout::kInterleaved;
-  if (inter)
-    PartitionedLevelKernel<M, T, true, false><<<blocks, kThreads, 0, stream>>>(
-        p, nch, ra, rb, rc, rd, nullptr, x, flags);
-  else
-    PartitionedLevelKernel<M, T, false, false><<<blocks, kThreads, 0, stream>>>(
-        p, nch, ra, rb, rc, rd, nullptr, x, flags);
-  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  // Flat: rows straight into registers (16-byte loads where n and the arrays allow), as the
+  // one-pass kernel (t9), unless the tuning asks for the staging tile.
+  constexpr int W = 16 / sizeof(T);
+  bool vec = p.n % W == 0;
+  for (const void* q : {static_cast<const void*>(p.a), static_cast<const void*>(p.b),
+                        static_cast<const void*>(p.c), static_cast<const void*>(p.d),
+                        static_cast<const void*>(x)})
+    vec &= reinterpret_cast<uintptr_t>(q) % 16 == 0;
+  const bool direct = !inter && FlatDirect();
+  auto level = [&](auto kernel, int threads, const T* xin) {
+    const unsigned blocks = unsigned((total + threads - 1) / threads);
+    kernel<<<blocks, threads, 0, stream>>>(p, nch, ra, rb, rc, rd, xin, x, flags, vec);
+    return CudaStatus(cudaGetLastError(), "PartitionedLevelKernel launch");
+  };
+  constexpr int kStaged = LevelThreads<M, T>(), kDirectThreads = LevelThreads<M, T, true>();
+  absl::Status st =
+      inter    ? level(PartitionedLevelKernel<M, T, true, false>, kStaged, nullptr)
+      : direct ? level(PartitionedLevelKernel<M, T, false, false, true>, kDirectThreads, nullptr)
+               : level(PartitionedLevelKernel<M, T, false, false>, kStaged, nullptr);
+  if (!st.ok()) return st;
   TridiagonalProblem<T> reduced{p.batch, rn, Layout::kFlat, ra, rb, rc, rd};
-  if (auto st = SolvePartitioned(reduced, xr, flags, pool, stream, false); !st.ok())
-    return st.status();
-  if (inter)
-    PartitionedLevelKernel<M, T, true, true><<<blocks, kThreads, 0, stream>>>(
-        p, nch, nullptr, nullptr, nullptr, nullptr, xr, x, flags);
-  else
-    PartitionedLevelKernel<M, T, false, true><<<blocks, kThreads, 0, stream>>>(
-        p, nch, nullptr, nullptr, nullptr, nullptr, xr, x, flags);
-  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  if (auto r = SolvePartitioned(reduced, xr, flags, pool, stream, false); !r.ok())
+    return r.status();
+  const absl::Status back =
+      inter    ? level(PartitionedLevelKernel<M, T, true, true>, kStaged, xr)
+      : direct ? level(PartitionedLevelKernel<M, T, false, true, true>, kDirectThreads, xr)
+               : level(PartitionedLevelKernel<M, T, false, true>, kStaged, xr);
+  if (!back.ok()) return back;
   // The scratch goes back to the pool now, but the kernels above still use it: wait for them
   // before another request can take it.
   return CudaStatus(cudaStreamSynchronize(stream), "partitioned solve");
