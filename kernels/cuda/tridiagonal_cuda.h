@@ -55,9 +55,10 @@ struct PartitionedTuning {
                         // n >= 128)
   int level_chunk = 16;  // rows a thread of the two-pass path (n > 4096): 8 or 16 (H100: 16
                          // 1-3% faster flat, 25-35% interleaved with batch > 1; NOTES.md t7)
-  int flat_direct = 0;   // flat one-pass kernel: 1 (and 0, the default) loads a thread's rows
-                         // straight from global memory, -1 stages them through a shared-memory
-                         // tile (the earlier form; slower everywhere on the H100, NOTES.md t9)
+  int flat_direct = 0;   // flat one-pass and two-pass level kernels: 1 (and 0, the default)
+                         // load a thread's rows straight from global memory, -1 stage them
+                         // through a shared-memory tile (the earlier form; slower everywhere on
+                         // the H100, NOTES.md t9, t18)
   int cluster = 0;       // blocks a system of the cluster one-pass kernel (sm_90): 0 by shape,
                          // 1 never, 2, 4 or 8 where that holds n (chunk 8 or 16 rows a thread,
                          // min_threads threads a block)
