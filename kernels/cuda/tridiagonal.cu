@@ -574,6 +574,18 @@ int NextPow2(int64_t v) {
 // 13-45% (float64 n = 32 0.315 -> 0.249 ms, float32 0.187 -> 0.118 ms).
 inline bool FlatDirect() { return g_tuning.flat_direct >= 0; }
 
+// Whether a flat system's rows are whole 16-byte words: n a multiple of 16 / sizeof(T) and
+// every array (x included) 16-byte aligned -- the direct and streamed kernels' vector loads.
+template <typename T>
+bool Rows16(const TridiagonalProblem<T>& p, const T* x) {
+  bool ok = p.n % (16 / int64_t(sizeof(T))) == 0;
+  for (const void* q : {static_cast<const void*>(p.a), static_cast<const void*>(p.b),
+                        static_cast<const void*>(p.c), static_cast<const void*>(p.d),
+                        static_cast<const void*>(x)})
+    ok &= reinterpret_cast<uintptr_t>(q) % 16 == 0;
+  return ok;
+}
+
 template <int M, typename T>
 absl::Status LaunchOnChipM(const TridiagonalProblem<T>& p, T* x, uint8_t* flags, int min_threads,
                            cudaStream_t stream) {
@@ -587,12 +599,7 @@ absl::Status LaunchOnChipM(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
                                    (inter || direct ? 0 : size_t(4) * S * P * (M + 1)));
   // 16-byte loads and stores of the direct flat path: n a multiple of 16 bytes' worth, every
   // array aligned.
-  constexpr int W = 16 / sizeof(T);
-  bool vec = p.n % W == 0;
-  for (const void* q : {static_cast<const void*>(p.a), static_cast<const void*>(p.b),
-                        static_cast<const void*>(p.c), static_cast<const void*>(p.d),
-                        static_cast<const void*>(x)})
-    vec &= reinterpret_cast<uintptr_t>(q) % 16 == 0;
+  const bool vec = Rows16(p, x);
   auto kernel = inter    ? PartitionedOnChipKernel<M, T, true, false>
                 : direct ? PartitionedOnChipKernel<M, T, false, false, true>
                          : PartitionedOnChipKernel<M, T, false, false>;
@@ -615,11 +622,7 @@ template <int M, typename T>
 absl::StatusOr<bool> LaunchStreamM(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
                                    int min_threads, cudaStream_t stream) {
   constexpr int W = 16 / sizeof(T);
-  if (p.layout != Layout::kFlat || p.n % W != 0 || p.n > int64_t(M) * 256) return false;
-  for (const void* q : {static_cast<const void*>(p.a), static_cast<const void*>(p.b),
-                        static_cast<const void*>(p.c), static_cast<const void*>(p.d),
-                        static_cast<const void*>(x)})
-    if (reinterpret_cast<uintptr_t>(q) % 16 != 0) return false;
+  if (p.layout != Layout::kFlat || !Rows16(p, x) || p.n > int64_t(M) * 256) return false;
   const int P = NextPow2((p.n + M - 1) / M);
   const int threads = std::max(P, std::min(min_threads, 256));
   const int S = threads / P;
@@ -787,12 +790,7 @@ absl::Status LaunchClusterMK(const TridiagonalProblem<T>& p, T* x, uint8_t* flag
 template <int M, typename T>
 absl::Status LaunchClusterM(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
                             const ClusterShape& c, cudaStream_t stream) {
-  constexpr int W = 16 / sizeof(T);
-  bool vec = p.n % W == 0;
-  for (const void* q : {static_cast<const void*>(p.a), static_cast<const void*>(p.b),
-                        static_cast<const void*>(p.c), static_cast<const void*>(p.d),
-                        static_cast<const void*>(x)})
-    vec &= reinterpret_cast<uintptr_t>(q) % 16 == 0;
+  const bool vec = Rows16(p, x);
   const bool inter = p.layout == Layout::kInterleaved;
   switch (c.Q) {
     case 2:
@@ -865,12 +863,7 @@ absl::Status SolveTwoPass(const TridiagonalProblem<T>& p, T* x, uint8_t* flags, 
   const bool inter = p.layout == Layout::kInterleaved;
   // Flat: rows straight into registers (16-byte loads where n and the arrays allow), as the
   // one-pass kernel (t9), unless the tuning asks for the staging tile.
-  constexpr int W = 16 / sizeof(T);
-  bool vec = p.n % W == 0;
-  for (const void* q : {static_cast<const void*>(p.a), static_cast<const void*>(p.b),
-                        static_cast<const void*>(p.c), static_cast<const void*>(p.d),
-                        static_cast<const void*>(x)})
-    vec &= reinterpret_cast<uintptr_t>(q) % 16 == 0;
+  const bool vec = Rows16(p, x);
   const bool direct = !inter && FlatDirect();
   auto level = [&](auto kernel, int threads, const T* xin) {
     const unsigned blocks = unsigned((total + threads - 1) / threads);
