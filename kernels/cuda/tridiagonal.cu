@@ -364,19 +364,20 @@ __global__ void __launch_bounds__(256)
 // Threads a block of the level kernels: the staging tile (4 arrays of M + 1 values a thread)
 // must stay under the 48 KB of static shared memory.
 // kDirect (flat): a thread's rows straight from global memory into registers (LoadRowsDirect,
-// 16-byte loads where `vec`) and x stored the same way, no tile: any block size.
-template <int M, typename T, bool kDirect = false>
+// 16-byte loads where `vec`) and x stored the same way. Without the tile (direct, or the
+// interleaved layout) any block size.
+template <int M, typename T, bool kNoTile = false>
 constexpr int LevelThreads() {
-  return !kDirect && M * sizeof(T) > 64 ? kStreamThreads / 2 : kStreamThreads;
+  return !kNoTile && M * sizeof(T) > 64 ? kStreamThreads / 2 : kStreamThreads;
 }
 
 template <int M, typename T, bool kInterleaved, bool kBack, bool kDirect = false>
-__global__ void __launch_bounds__(LevelThreads<M, T, kDirect>())
+__global__ void __launch_bounds__(LevelThreads<M, T, kInterleaved || kDirect>())
     PartitionedLevelKernel(TridiagonalProblem<T> p, int64_t nch, T* __restrict__ ra,
                            T* __restrict__ rb, T* __restrict__ rc, T* __restrict__ rd,
                            const T* __restrict__ xr, T* __restrict__ x, uint8_t* flags,
                            bool vec) {
-  constexpr int kThreads = LevelThreads<M, T, kDirect>();
+  constexpr int kThreads = LevelThreads<M, T, kInterleaved || kDirect>();
   constexpr int tsz = kThreads * (M + 1);
   T* tile = nullptr;
   if constexpr (!kInterleaved && !kDirect) {
@@ -870,18 +871,18 @@ absl::Status SolveTwoPass(const TridiagonalProblem<T>& p, T* x, uint8_t* flags, 
     kernel<<<blocks, threads, 0, stream>>>(p, nch, ra, rb, rc, rd, xin, x, flags, vec);
     return CudaStatus(cudaGetLastError(), "PartitionedLevelKernel launch");
   };
-  constexpr int kStaged = LevelThreads<M, T>(), kDirectThreads = LevelThreads<M, T, true>();
+  constexpr int kStaged = LevelThreads<M, T>(), kNoTile = LevelThreads<M, T, true>();
   absl::Status st =
-      inter    ? level(PartitionedLevelKernel<M, T, true, false>, kStaged, nullptr)
-      : direct ? level(PartitionedLevelKernel<M, T, false, false, true>, kDirectThreads, nullptr)
+      inter    ? level(PartitionedLevelKernel<M, T, true, false>, kNoTile, nullptr)
+      : direct ? level(PartitionedLevelKernel<M, T, false, false, true>, kNoTile, nullptr)
                : level(PartitionedLevelKernel<M, T, false, false>, kStaged, nullptr);
   if (!st.ok()) return st;
   TridiagonalProblem<T> reduced{p.batch, rn, Layout::kFlat, ra, rb, rc, rd};
   if (auto r = SolvePartitioned(reduced, xr, flags, pool, stream, false); !r.ok())
     return r.status();
   const absl::Status back =
-      inter    ? level(PartitionedLevelKernel<M, T, true, true>, kStaged, xr)
-      : direct ? level(PartitionedLevelKernel<M, T, false, true, true>, kDirectThreads, xr)
+      inter    ? level(PartitionedLevelKernel<M, T, true, true>, kNoTile, xr)
+      : direct ? level(PartitionedLevelKernel<M, T, false, true, true>, kNoTile, xr)
                : level(PartitionedLevelKernel<M, T, false, true>, kStaged, xr);
   if (!back.ok()) return back;
   // The scratch goes back to the pool now, but the kernels above still use it: wait for them
