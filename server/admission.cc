@@ -50,7 +50,9 @@ absl::Status Admission::Acquire(std::chrono::system_clock::time_point deadline,
       break;
     }
     if (cancelled && cancelled()) {
-      result = absl::CancelledError("the call was cancelled while the job was queued");
+      result = now + kDeadlineSkew >= deadline
+                   ? absl::DeadlineExceededError("the deadline passed while the job was queued")
+                   : absl::CancelledError("the call was cancelled while the job was queued");
       break;
     }
     // Wake at least every 50 ms to notice a cancelled caller.

@@ -36,6 +36,11 @@ class Admission {
     Admission* a_ = nullptr;
   };
 
+  // gRPC cancels a call when its deadline passes, by its own timer: a cancellation seen this
+  // close to the deadline is the deadline's (DEADLINE_EXCEEDED), not the caller's. Without it a
+  // queued call whose deadline passed was reported CANCELLED now and then (CI, 2026-11-23).
+  static constexpr std::chrono::milliseconds kDeadlineSkew{20};
+
   // OK with a slot; RESOURCE_EXHAUSTED when the queue is full, DEADLINE_EXCEEDED or
   // CANCELLED when the caller goes first, UNAVAILABLE when shutting down.
   absl::Status Acquire(std::chrono::system_clock::time_point deadline,

@@ -103,7 +103,7 @@ absl::StatusOr<JobResult> SolverService::Admit(Call& call, const Job& job) {
   };
   auto res = RunJob(*backend_, job, control);
   if (!res.ok() && res.status().code() == absl::StatusCode::kCancelled &&
-      std::chrono::system_clock::now() >= deadline)
+      std::chrono::system_clock::now() + Admission::kDeadlineSkew >= deadline)
     return absl::DeadlineExceededError("the deadline passed while the job was running");
   return res;
 }
