@@ -53,6 +53,19 @@ __device__ __forceinline__ void LoadChunkInterleaved(const TridiagonalProblem<T>
   }
 }
 
+// Stores x of chunk rows k = j*M + i of system s (interleaved layout); rows past n, or of no
+// system (s >= batch), are not stored.
+template <int M, typename T>
+__device__ __forceinline__ void StoreChunkInterleaved(const TridiagonalProblem<T>& p, int64_t s,
+                                                      int64_t j, const T (&d)[M],
+                                                      T* __restrict__ x) {
+#pragma unroll
+  for (int i = 0; i < M; ++i) {
+    const int64_t k = j * M + i;
+    if (k < p.n && s < p.batch) x[k * p.batch + s] = d[i];
+  }
+}
+
 // Flat layout without the staging tile (t9): a thread's M consecutive rows of system s straight
 // from global memory (LoadRowsDirect). Rows past n, or of no system, are identity rows; a[0] and
 // c[n-1] are zeroed.
@@ -125,11 +138,7 @@ __global__ void __launch_bounds__(MaxThreadsOnChip(M))
   for (int i = 0; i < M; ++i) ok &= Finite(d[i]);
   if (!ok) atomicOr(&bad[sl], 1);
   if (kInterleaved) {
-#pragma unroll
-    for (int i = 0; i < M; ++i) {
-      const int64_t k = int64_t(j) * M + i;
-      if (k < p.n && s < p.batch) x[k * p.batch + s] = d[i];
-    }
+    StoreChunkInterleaved<M>(p, s, j, d, x);
     __syncthreads();
   } else if (kDirect) {
     if (s < p.batch) StoreRowsDirect<M>(x + s * p.n, int64_t(j) * M, p.n, vec, d);
@@ -342,11 +351,7 @@ __global__ void __launch_bounds__(256)
   for (int i = 0; i < M; ++i) ok &= Finite(d[i]);
   if (!ok) atomicOr(&bad[sl], 1);
   if (kInterleaved) {
-#pragma unroll
-    for (int i = 0; i < M; ++i) {
-      const int64_t k = J * M + i;
-      if (k < p.n && s < p.batch) x[k * p.batch + s] = d[i];
-    }
+    StoreChunkInterleaved<M>(p, s, J, d, x);
   } else if (s < p.batch) {
     StoreRowsDirect<M>(x + s * p.n, J * M, p.n, vec, d);
   }
@@ -450,11 +455,7 @@ __global__ void __launch_bounds__(LevelThreads<M, T, kInterleaved || kDirect>())
     for (int i = 0; i < M; ++i) finite &= Finite(d[i]);
     if (s >= 0 && !finite) flags[s] = 1;
     if constexpr (kInterleaved) {
-#pragma unroll
-      for (int i = 0; i < M; ++i) {
-        const int64_t k = j * M + i;
-        if (s >= 0 && k < p.n) x[k * p.batch + s] = d[i];
-      }
+      StoreChunkInterleaved<M>(p, s < 0 ? p.batch : s, j, d, x);
     } else if constexpr (kDirect) {
       if (s >= 0) StoreRowsDirect<M>(x + s * p.n, j * M, p.n, vec, d);
     } else {
