@@ -661,11 +661,6 @@ struct SweepArgs {
 // ~113-122 (512; sm_90 build, staged or direct). Rows of up to 4096 either way.
 constexpr int SweepMaxThreads(int ch) { return ch >= 16 ? 256 : 512; }
 
-__device__ __forceinline__ void WaitDone(int* done, int64_t row, int at_least) {
-  ::cuda::atomic_ref<int, ::cuda::thread_scope_device> a(done[row]);
-  while (a.load(::cuda::memory_order_acquire) < at_least) __nanosleep(64);
-}
-
 // Takes the next task in order (the counter g.next) and decodes it into (sweep s, row i), or
 // (-1, -1) when none is left. One thread calls it.
 template <typename T>
@@ -692,16 +687,24 @@ __device__ __forceinline__ void TakeTask(const SweepArgs<T>& g, int64_t& s, int6
   }
 }
 
-// Waits until the tasks that (sweep s, row i) reads are done (thread 0 only).
+// Waits until the tasks that (sweep s, row i) reads are done (thread 0 only). The three
+// counters are polled together with relaxed loads (one round trip to L2 a poll, where acquire
+// loads would wait on one another), then one acquire fence orders the reads of Y after them.
 template <typename T>
 __device__ __forceinline__ void WaitInputs(const SweepArgs<T>& g, int s, int64_t i) {
+  using Ref = ::cuda::atomic_ref<int, ::cuda::thread_scope_device>;
   const bool has_l = i > 0, has_r = i + 1 < g.N;
   int need_l = s, need_r = s;
   if (g.kind == SweepKind::kRedBlack && (i & 1)) need_l = need_r = s + 1;
   if (g.kind == SweepKind::kGaussSeidel) need_l = s + 1;
-  if (has_l) WaitDone(g.done, i - 1, need_l);
-  if (has_r) WaitDone(g.done, i + 1, need_r);
-  WaitDone(g.done, i, s);
+  for (;;) {
+    const int l = has_l ? Ref(g.done[i - 1]).load(::cuda::memory_order_relaxed) : need_l;
+    const int r = has_r ? Ref(g.done[i + 1]).load(::cuda::memory_order_relaxed) : need_r;
+    const int own = Ref(g.done[i]).load(::cuda::memory_order_relaxed);
+    if (l >= need_l && r >= need_r && own >= s) break;
+    __nanosleep(64);
+  }
+  ::cuda::atomic_thread_fence(::cuda::memory_order_acquire, ::cuda::thread_scope_device);
 }
 
 // kStaged: the row goes through a shared-memory tile (coalesced loads, P * (CH + 1) values an
@@ -745,6 +748,7 @@ __global__ void __launch_bounds__(SweepMaxThreads(CH)) FusedSweepKernel(SweepArg
     pos = e + e / CH;
     return true;
   };
+  const bool has_l = i > 0, has_r = i + 1 < N;
   if constexpr (kStaged) {
     // Written out rather than StageFlat4 (partitioned.cuh): with its per-element 64-bit indices
     // the 16-row kernel took 7 more registers and 3.5% longer at M = 4096 (H100, NOTES.md b6).
@@ -759,6 +763,8 @@ __global__ void __launch_bounds__(SweepMaxThreads(CH)) FusedSweepKernel(SweepArg
         vf[q] = __ldg(g.f + base + e);
       }
     }
+    // Thread 0 polls the inputs' counters while its loads are in flight.
+    if (tid == 0) WaitInputs(g, s, i);
 #pragma unroll
     for (int q = 0; q < CH; ++q) {
       const int e = tid + q * P;
@@ -774,35 +780,45 @@ __global__ void __launch_bounds__(SweepMaxThreads(CH)) FusedSweepKernel(SweepArg
     LoadChunkDirect<CH>(g.aC + base, g.cC + base, g.bC + base, g.f + base, k0, M, g.vec, a, b, c,
                         d);
   }
-  const bool has_l = i > 0, has_r = i + 1 < N;
-  if (tid == 0) WaitInputs(g, s, i);
+  if (!kStaged && tid == 0) WaitInputs(g, s, i);
   __syncthreads();
   const bool odd = g.kind == SweepKind::kJacobi && (s & 1);
   const T* yin = odd ? g.Y1 : g.Y0;
   T* yout = g.kind != SweepKind::kJacobi ? g.Y0 : odd ? g.Y0 : g.Y1;
-  // d = F_i - A_i Y_{i-1} - B_i Y_{i+1}, one neighbour at a time. Y is written by other blocks
-  // while the kernel runs: read through L2 only.
+  // d = F_i - A_i Y_{i-1} - B_i Y_{i+1}. Y is written by other blocks while the kernel runs:
+  // read through L2 only. Staged: both neighbours' loads issued before either is used (one
+  // memory latency, not two; a missing neighbour reads as zero coefficients).
+  if constexpr (kStaged) {
+    const T* yl = yin + Perm(has_l ? i - 1 : i, N) * M;
+    const T* yr = yin + Perm(has_r ? i + 1 : i, N) * M;
+    T ul[CH], vl[CH], ur[CH], vr[CH];
 #pragma unroll
-  for (int side = 0; side < 2; ++side) {
+    for (int q = 0; q < CH; ++q) {
+      const int e = tid + q * P;
+      if (e < M) {
+        ul[q] = has_l ? __ldg(g.cA + base + e) : T(0);
+        vl[q] = has_l ? __ldcg(yl + e) : T(0);
+        ur[q] = has_r ? __ldg(g.cB + base + e) : T(0);
+        vr[q] = has_r ? __ldcg(yr + e) : T(0);
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < CH; ++q) {
+      const int e = tid + q * P;
+      // This thread's own slots; the CPU reference's order: (f - A Y_{i-1}) - B Y_{i+1}.
+      if (e < M) {
+        T& t = tile[3 * tsz + e + e / CH];
+        t = t - ul[q] * vl[q] - ur[q] * vr[q];
+      }
+    }
+  }
+#pragma unroll
+  for (int side = 0; side < 2 && !kStaged; ++side) {
     if (!(side == 0 ? has_l : has_r)) continue;
     const T* coef = (side == 0 ? g.cA : g.cB) + base;
     const T* yn = yin + Perm(side == 0 ? i - 1 : i + 1, N) * M;
     T u[CH], v[CH];
-    if constexpr (kStaged) {
-#pragma unroll
-      for (int q = 0; q < CH; ++q) {
-        const int e = tid + q * P;
-        if (e < M) {
-          u[q] = __ldg(coef + e);
-          v[q] = __ldcg(yn + e);
-        }
-      }
-#pragma unroll
-      for (int q = 0; q < CH; ++q) {
-        const int e = tid + q * P;
-        if (e < M) tile[3 * tsz + e + e / CH] -= u[q] * v[q];  // this thread's own slots
-      }
-    } else {
+    {
       LoadRowsDirect<CH>(coef, k0, M, g.vec, T(0), u);
       LoadRowsDirect<CH, true>(yn, k0, M, g.vec, T(0), v);
 #pragma unroll
