@@ -217,7 +217,11 @@ TEST(CudaTridiagonal, AutoPicksTheMeasuredKernelByShape) {
                         Pick{8192, 64, Layout::kFlat, true, K::kPartitionedCluster},
                         Pick{16384, 8, Layout::kFlat, false, K::kPartitioned},
                         Pick{128, 100, Layout::kInterleaved, false, K::kPartitioned},
-                        Pick{1024, 64, Layout::kInterleaved, false, K::kPartitionedCluster},
+                        Pick{256, 100, Layout::kInterleaved, false, K::kPartitionedStream},
+                        Pick{1000, 64, Layout::kInterleaved, false, K::kPartitionedStream},
+                        Pick{1024, 64, Layout::kInterleaved, false, K::kPartitionedStream},
+                        Pick{1024, 63, Layout::kInterleaved, false, K::kPartitionedCluster},
+                        Pick{2048, 64, Layout::kInterleaved, false, K::kPartitionedCluster},
                         Pick{1024, 64, Layout::kInterleaved, true, K::kPartitionedCluster},
                         Pick{4096, 64, Layout::kInterleaved, false, K::kPartitioned},
                         Pick{4096, 1, Layout::kInterleaved, false, K::kPartitionedStream}}) {
@@ -264,6 +268,49 @@ TEST(CudaTridiagonal, StreamedOnePassMatchesTheCpuReference) {
       }
     }
   cuda::SetPartitionedTuning(saved);
+}
+
+// The streamed kernel on the interleaved layout, forced: groups of 2-32 systems (16 to 256 bytes
+// a row), many groups a block, chunks ending inside a system, a last group only partly in the
+// batch, singular systems (Compare makes two). Where a group's row is not whole 16-byte words
+// (an odd batch, too few systems a block) the one-pass kernel runs instead.
+TEST(CudaTridiagonal, StreamedInterleavedMatchesTheCpuReference) {
+  REQUIRE_GPU();
+  const auto saved = cuda::GetPartitionedTuning();
+  int streamed = 0;
+  for (int chunk : {8, 16})
+    for (int threads : {64, 256}) {
+      auto t = saved;
+      t.stream = 1;
+      t.cluster = 1;
+      t.two_pass = -1;
+      t.chunk = chunk;
+      t.min_threads = threads;
+      cuda::SetPartitionedTuning(t);
+      for (Case k : {Case{4, 5000}, Case{33, 1 << 14}, Case{100, 20001}, Case{100, 20000},
+                     Case{256, 3000}, Case{1000, 1000}, Case{1002, 98}, Case{1024, 14},
+                     Case{2048, 300}, Case{4096, 64}}) {
+        if (k.n > int64_t(chunk) * 256) continue;
+        int64_t P = 1;
+        while (P * chunk < k.n) P *= 2;
+        const int64_t S = std::max<int64_t>(P, threads) / P;
+        auto applies = [&](int W) {
+          return k.batch % W == 0 && S % W == 0 && (chunk * (S / W)) % 8 == 0;
+        };
+        SCOPED_TRACE(::testing::Message() << "chunk " << chunk << " threads " << threads
+                                          << " n " << k.n << " batch " << k.batch);
+        const std::string m64 =
+            Compare<double>(k, Layout::kInterleaved, TridiagonalMethod::kPartitioned, 1e-12,
+                            1e-15);
+        EXPECT_EQ(m64, applies(2) ? "partitioned-stream" : "partitioned");
+        const std::string m32 =
+            Compare<float>(k, Layout::kInterleaved, TridiagonalMethod::kPartitioned, 2e-4, 3e-6);
+        EXPECT_EQ(m32, applies(4) ? "partitioned-stream" : "partitioned");
+        streamed += applies(2) + applies(4);
+      }
+    }
+  cuda::SetPartitionedTuning(saved);
+  EXPECT_GE(streamed, 30) << "too few shapes ran the streamed interleaved kernel";
 }
 
 // The two-pass path forced where one block would hold n (the benchmark's comparison), both

@@ -242,6 +242,101 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+// ---- one pass, streamed, interleaved layout --------------------------------------------------
+// The streamed kernel for the interleaved layout: a group is S consecutive systems (S * sizeof(T)
+// bytes a row: 16 or 32, whole 16-byte words), and its rows are copied with cp.async into a
+// buffer of 16-byte units u = k * SW + h (row k, word h < SW = S / W of the row), so that the
+// copies are sector-sized runs of the interleaved arrays. Threads are mapped as the interleaved
+// one-pass kernel's (tid = j * S + sl: a warp reads several systems' values of the same rows).
+// Unit u sits at u ^ ((j * SW) & 7), j = k / M the chunk it belongs to: the words of a 128-byte
+// line (8 units, one chunk: M * SW >= 8) permuted by chunk, so that the warp's reads of row
+// j * M + i over its chunks j spread over the line and meet no bank conflict beyond the minimum.
+template <int M, typename T>
+__global__ void __launch_bounds__(256)
+    PartitionedStreamInterleavedKernel(TridiagonalProblem<T> p, T* __restrict__ x,
+                                       uint8_t* flags, int P, int S, int64_t groups) {
+  using V = typename Vec16<T>::type;
+  constexpr int W = 16 / sizeof(T);
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const int R = 2 * P;
+  const int nthreads = S * P;
+  const int n = int(p.n);
+  const int SW = S / W;              // 16-byte words a row of the group (a power of two)
+  const int lsw = __ffs(SW) - 1;
+  const int units = n * SW;          // an array's units a group
+  const int cap = (units + 7) / 8 * 8;
+  T* sa = reinterpret_cast<T*>(smem_raw);  // the reduced systems: S * R each
+  T* sb = sa + S * R;
+  T* sc = sb + S * R;
+  T* sd = sc + S * R;
+  V* buf = reinterpret_cast<V*>(sd + S * R);  // 4 arrays of cap units
+  __shared__ int bad[256];
+  const int tid = threadIdx.x;
+  const int sl = tid % S, j = tid / S;
+  // Units a chunk: M * SW, a multiple of 8 (the launch checks).
+  auto phys = [&](int u) { return u ^ (((u >> lsw) / M * SW) & 7); };
+  // Starts the copy of group g (systems g * S ..): units of systems past the batch are left
+  // out (batch is a multiple of W, so a unit is all in or all out).
+  auto issue = [&](int64_t g) {
+    const int64_t s0 = g * S;
+    const int live = int(std::min<int64_t>(S, p.batch - s0)) / W;  // live words a row
+    const T* src[4] = {p.a + s0, p.b + s0, p.c + s0, p.d + s0};
+    for (int u = tid; u < units; u += nthreads) {
+      const int k = u >> lsw, h = u & (SW - 1);
+      if (h >= live) continue;
+      const int64_t e = int64_t(k) * p.batch + h * W;
+      const int ph = phys(u);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) __pipeline_memcpy_async(buf + q * cap + ph, src[q] + e, 16);
+    }
+    __pipeline_commit();
+  };
+  int64_t g = blockIdx.x;
+  if (g < groups) issue(g);
+  for (; g < groups; g += gridDim.x) {
+    __pipeline_wait_prior(0);
+    __syncthreads();  // group g in buf
+    const int64_t s = g * S + sl;
+    const bool live = s < p.batch;
+    const int k0 = j * M;
+    const T* tb = reinterpret_cast<const T*>(buf);
+    const int ct = cap * W;  // values an array
+    const int perm = (j * SW) & 7;  // phys of this chunk's units
+    T a[M], b[M], c[M], d[M];
+#pragma unroll
+    for (int i = 0; i < M; ++i) {
+      const int k = k0 + i;
+      if (live && k < n) {
+        const int v = (((k << lsw) + sl / W) ^ perm) * W + sl % W;
+        a[i] = tb[v];
+        b[i] = tb[ct + v];
+        c[i] = tb[2 * ct + v];
+        d[i] = tb[3 * ct + v];
+      } else {
+        a[i] = T(0);
+        b[i] = T(1);
+        c[i] = T(0);
+        d[i] = T(0);
+      }
+    }
+    EndRows<M>(k0, n, a, c);
+    if (tid < S) bad[tid] = 0;
+    __syncthreads();  // buf read: the next group may land in it
+    if (g + gridDim.x < groups) issue(g + gridDim.x);
+    bool ok = ChunkReduce<M>(a, b, c, d);
+    T x0, xl;
+    ok &= SolveReduced<true, sizeof(T) == 4>(sa, sb, sc, sd, sl, j, P, S, a[0], c[0], d[0],
+                                             a[M - 1], c[M - 1], d[M - 1], x0, xl);
+    ChunkBack<M>(a, c, d, x0, xl);
+#pragma unroll
+    for (int i = 0; i < M; ++i) ok &= Finite(d[i]);
+    if (!ok) atomicOr(&bad[sl], 1);
+    StoreChunkInterleaved<M>(p, s, j, d, x);
+    __syncthreads();
+    if (tid < S && g * S + tid < p.batch && bad[tid]) flags[g * S + tid] = 1;
+  }
+}
+
 // ---- one pass, a system over a cluster of Q blocks (sm_90) -----------------------------------
 // For n above one block's worth (n > 1024 rows in 64 threads of 16 rows) the one-pass kernel
 // runs a few large blocks an SM (one at n = 4096: 256 threads x ~200 registers), whose loads,
@@ -648,6 +743,44 @@ absl::StatusOr<bool> LaunchStreamM(const TridiagonalProblem<T>& p, T* x, uint8_t
   return true;
 }
 
+// The streamed kernel for the interleaved layout (PartitionedStreamInterleavedKernel) where it
+// applies: a group's row whole 16-byte words (S a multiple of 16 / sizeof(T) systems, batch too,
+// a, b, c, d 16-byte aligned), a chunk whole 128-byte lines of the buffer, a system in one block
+// of at most 256 threads. Returns false (nothing launched) where it does not.
+template <int M, typename T>
+absl::StatusOr<bool> LaunchStreamInterleavedM(const TridiagonalProblem<T>& p, T* x,
+                                              uint8_t* flags, int min_threads,
+                                              cudaStream_t stream) {
+  constexpr int W = 16 / sizeof(T);
+  if (p.layout != Layout::kInterleaved || p.batch % W != 0 || p.n > int64_t(M) * 256)
+    return false;
+  const T* arrays[4] = {p.a, p.b, p.c, p.d};
+  for (const T* q : arrays)
+    if (reinterpret_cast<uintptr_t>(q) % 16 != 0) return false;
+  const int P = NextPow2((p.n + M - 1) / M);
+  const int threads = std::max(P, std::min(min_threads, 256));
+  const int S = threads / P;
+  if (S % W != 0 || (M * (S / W)) % 8 != 0) return false;
+  const int64_t groups = (p.batch + S - 1) / S;
+  const size_t cap = (size_t(p.n) * (S / W) + 7) / 8 * 8;
+  const size_t smem = sizeof(T) * 4 * size_t(S) * 2 * P + 16 * 4 * cap;
+  if (smem > 227 * 1024) return false;
+  auto kernel = PartitionedStreamInterleavedKernel<M, T>;
+  TRISOLVE_CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  int dev = 0, sms = 0, per_sm = 0;
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev));
+  TRISOLVE_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  TRISOLVE_CUDA_RETURN_IF_ERROR(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+  if (per_sm < 1) return false;
+  const int64_t blocks = std::min<int64_t>(groups, int64_t(sms) * per_sm);
+  kernel<<<dim3(unsigned(blocks)), threads, smem, stream>>>(p, x, flags, P, S, groups);
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return true;
+}
+
 // Whether one block can hold whole systems of this size.
 // Rows a thread of the one-pass kernel: the tuning's, or by shape (0). Measured on the H100
 // (bench_tridiagonal --tune): interleaved float64, 16 rows a thread beat 8 for n = 4096 (-11%)
@@ -678,6 +811,17 @@ bool StreamsByShape(int64_t n, Layout layout, bool float32) {
   const int chunk = OnChipChunk<double>(n, layout);
   const bool wins = (n >= 64 && n < 128) || (n > 512 && n <= 4096);
   return wins && (chunk == 8 || chunk == 16) && n % 2 == 0 && n <= int64_t(chunk) * 256;
+}
+
+// Whether `auto` runs the streamed kernel on the interleaved layout (16 rows a thread, 256
+// threads a block: groups of 4 systems at n = 1024, 16 at n = 256), where the H100 sweep measured
+// it fastest (results/tune-h100-2026-11-23-stream-interleaved.log): float64 128 < n <= 1024
+// (256: 0.267 -> 0.255 ms, 512: 0.340 -> 0.309, 1024: 0.442 -> 0.382 against the cluster
+// kernel); at n <= 128 and in float32 the one-pass or cluster kernels win. An odd batch (a
+// group's row not whole 16-byte words) runs what ran before.
+bool StreamsInterleavedByShape(int64_t n, int64_t batch, Layout layout, bool float32) {
+  if (g_tuning.stream != 0 || layout != Layout::kInterleaved || float32) return false;
+  return n > 128 && n <= 1024 && batch % 2 == 0;
 }
 
 template <typename T>
@@ -714,8 +858,11 @@ absl::StatusOr<TridiagonalKernel> LaunchOnChip(const TridiagonalProblem<T>& p, T
     // 128 threads a block at least by default (two systems a block at n = 1024: 0.258 -> 0.250
     // ms; n = 64 0.247 -> 0.244).
     const int st = g_tuning.min_threads > 0 ? min_threads : std::max(min_threads, 128);
-    absl::StatusOr<bool> ran = chunk == 8 ? LaunchStreamM<8>(p, x, flags, st, stream)
-                                          : LaunchStreamM<16>(p, x, flags, st, stream);
+    absl::StatusOr<bool> ran =
+        inter ? (chunk == 8 ? LaunchStreamInterleavedM<8>(p, x, flags, st, stream)
+                            : LaunchStreamInterleavedM<16>(p, x, flags, st, stream))
+              : (chunk == 8 ? LaunchStreamM<8>(p, x, flags, st, stream)
+                            : LaunchStreamM<16>(p, x, flags, st, stream));
     if (!ran.ok()) return ran.status();
     if (*ran) return TridiagonalKernel::kPartitionedStream;
   }
@@ -897,6 +1044,11 @@ absl::StatusOr<TridiagonalKernel> SolvePartitioned(const TridiagonalProblem<T>& 
                                                    cudaStream_t stream, bool top) {
   const bool forced_two_pass = top && g_tuning.two_pass == 1 && p.n > 2;
   if (!forced_two_pass) {
+    if (StreamsInterleavedByShape(p.n, p.batch, p.layout, sizeof(T) == 4)) {
+      absl::StatusOr<bool> ran = LaunchStreamInterleavedM<16>(p, x, flags, 256, stream);
+      if (!ran.ok()) return ran.status();
+      if (*ran) return TridiagonalKernel::kPartitionedStream;
+    }
     if (const ClusterShape c = ClusterShapeFor(p.n, p.layout); c.Q > 1) {
       if (auto st = LaunchCluster(p, x, flags, c, stream); !st.ok()) return st;
       return TridiagonalKernel::kPartitionedCluster;
@@ -933,7 +1085,9 @@ TridiagonalKernel ChooseTridiagonalKernel(TridiagonalMethod m, int64_t n, int64_
       (float32 ? FitsOnChip<float>(n) : FitsOnChip<double>(n)) &&
       !TwoPassByShape(n, layout) && g_tuning.two_pass != 1;
   const TridiagonalKernel partitioned =
-      ClusterShapeFor(n, layout).Q > 1 && g_tuning.two_pass != 1
+      StreamsInterleavedByShape(n, batch, layout, float32) && g_tuning.two_pass != 1
+          ? TridiagonalKernel::kPartitionedStream
+      : ClusterShapeFor(n, layout).Q > 1 && g_tuning.two_pass != 1
           ? TridiagonalKernel::kPartitionedCluster
       : one_block && (g_tuning.stream > 0 || StreamsByShape(n, layout, float32))
           ? TridiagonalKernel::kPartitionedStream

@@ -62,9 +62,10 @@ struct PartitionedTuning {
   int cluster = 0;       // blocks a system of the cluster one-pass kernel (sm_90): 0 by shape,
                          // 1 never, 2, 4 or 8 where that holds n (chunk 8 or 16 rows a thread,
                          // min_threads threads a block)
-  int stream = 0;        // the streamed one-pass kernel (flat, n a multiple of 16 bytes): 0 by
-                         // shape (float64 64 <= n < 128, 512 < n <= 4096), 1 wherever it
-                         // applies, -1 never
+  int stream = 0;        // the streamed one-pass kernel (flat: n a multiple of 16 bytes;
+                         // interleaved: a group's row whole 16-byte words): 0 by shape (float64
+                         // flat 64 <= n < 128 and 512 < n <= 4096, interleaved 128 < n <= 1024),
+                         // 1 wherever it applies, -1 never
   int two_pass = 0;      // the two-pass path where one block holds n: 0 by shape (interleaved
                          // n > 2048), 1 always (benchmark), -1 never
 };

@@ -270,10 +270,16 @@ void Tune(int64_t N, int reps, double copy_gbs, trisolve::cuda::Pool& pool,
         time_with({0, 0, level, 0, 1, -1, 1}, n, inter);
       }
       if (n > 4096) continue;
-      // The streamed one-pass kernel (flat): persistent blocks prefetching their next systems.
+      // The streamed one-pass kernel: persistent blocks prefetching their next systems (flat: n
+      // whole 16-byte words; interleaved: a group of at least 16 bytes of systems a row).
       for (int chunk : {8, 16})
         for (int threads : {64, 128, 256}) {
-          if (inter || n > int64_t(chunk) * 256 || n % (16 / int(sizeof(T))) != 0) continue;
+          int64_t p = 1;  // threads a system
+          while (p * chunk < n) p *= 2;
+          const int64_t per_block = std::max<int64_t>(p, threads) / p;  // systems a block
+          if (n > int64_t(chunk) * 256) continue;
+          if (!inter && n % (16 / int(sizeof(T))) != 0) continue;
+          if (inter && per_block * int64_t(sizeof(T)) < 16) continue;
           std::printf("tune %-8s n=%-6lld %-12s chunk=%d threads>=%-4d streamed ", dtype,
                       (long long)n, layout, chunk, threads);
           time_with({chunk, threads, 16, 1, 1, 1, -1}, n, inter);
