@@ -1,7 +1,7 @@
 // The thesis' experiments on the GPU, side by side with its tables 5.2-5.5 (RTX 3060, CUDA 12.8;
 // sequential = its CPU program, GPU = its one-thread-per-block-row kernels, best thread count),
 // then the time of one sweep against the memory floor (8 arrays of N*M values: aC cC bC cA cB f
-// and Y read, Y written) at N = M = 1024 and 4096, and the sweeps' two paths (fused, two kernels
+// and Y read, Y written) at N = M = 1024, 4096 and 8192, and the sweeps' two paths (fused, two kernels
 // a half-sweep) side by side. Times include the colour-major copies and the
 // final residual of a solve. float64.
 //   bench_block [--reps 5]
@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
 
   std::printf("\none sweep against the memory floor (8 arrays of N*M doubles at %.0f GB/s)\n", copy);
   std::printf("%6s %-14s %12s %12s %8s\n", "N=M", "method", "per sweep", "floor", "ratio");
-  for (int64_t NM : {1024, 4096}) {
+  for (int64_t NM : {1024, 4096, 8192}) {
     auto ex = trisolve::examples::ThesisExperiment1(NM, NM);
     Device d(ex, NM, NM);
     const double floor_ms = 8.0 * NM * NM * 8 / (copy * 1e6);
