@@ -712,6 +712,26 @@ absl::Status LaunchOnChipM(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
   return CudaStatus(cudaGetLastError(), "PartitionedOnChipKernel launch");
 }
 
+// Launches a persistent streamed kernel over `groups` groups: as many blocks as the device holds
+// at once, at most one a group. Returns false (nothing launched) where not one block fits.
+template <typename... Params, typename... Args>
+absl::StatusOr<bool> LaunchPersistent(void (*kernel)(Params...), int threads, size_t smem,
+                                      int64_t groups, cudaStream_t stream, Args... args) {
+  TRISOLVE_CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  int dev = 0, sms = 0, per_sm = 0;
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev));
+  TRISOLVE_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  TRISOLVE_CUDA_RETURN_IF_ERROR(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+  if (per_sm < 1) return false;
+  const int64_t blocks = std::min<int64_t>(groups, int64_t(sms) * per_sm);
+  kernel<<<dim3(unsigned(blocks)), threads, smem, stream>>>(args...);
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return true;
+}
+
 // The streamed one-pass kernel (PartitionedStreamKernel) for p where it applies: the flat layout,
 // whole 16-byte words (n a multiple of 16 / sizeof(T), every array 16-byte aligned), a system in
 // one block of at most 256 threads. Returns false (nothing launched) where it does not.
@@ -727,20 +747,8 @@ absl::StatusOr<bool> LaunchStreamM(const TridiagonalProblem<T>& p, T* x, uint8_t
   const size_t cap = (size_t(S) * p.n / W + 7) / 8 * 8;
   const size_t smem = sizeof(T) * 4 * size_t(S) * 2 * P + 16 * 4 * cap;
   if (smem > 227 * 1024) return false;
-  auto kernel = PartitionedStreamKernel<M, T>;
-  TRISOLVE_CUDA_RETURN_IF_ERROR(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  int dev = 0, sms = 0, per_sm = 0;
-  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev));
-  TRISOLVE_CUDA_RETURN_IF_ERROR(
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  TRISOLVE_CUDA_RETURN_IF_ERROR(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
-  if (per_sm < 1) return false;
-  const int64_t blocks = std::min<int64_t>(groups, int64_t(sms) * per_sm);
-  kernel<<<dim3(unsigned(blocks)), threads, smem, stream>>>(p, x, flags, P, S, groups);
-  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  return true;
+  return LaunchPersistent(PartitionedStreamKernel<M, T>, threads, smem, groups, stream, p, x,
+                          flags, P, S, groups);
 }
 
 // The streamed kernel for the interleaved layout (PartitionedStreamInterleavedKernel) where it
@@ -765,20 +773,8 @@ absl::StatusOr<bool> LaunchStreamInterleavedM(const TridiagonalProblem<T>& p, T*
   const size_t cap = (size_t(p.n) * (S / W) + 7) / 8 * 8;
   const size_t smem = sizeof(T) * 4 * size_t(S) * 2 * P + 16 * 4 * cap;
   if (smem > 227 * 1024) return false;
-  auto kernel = PartitionedStreamInterleavedKernel<M, T>;
-  TRISOLVE_CUDA_RETURN_IF_ERROR(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  int dev = 0, sms = 0, per_sm = 0;
-  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev));
-  TRISOLVE_CUDA_RETURN_IF_ERROR(
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  TRISOLVE_CUDA_RETURN_IF_ERROR(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
-  if (per_sm < 1) return false;
-  const int64_t blocks = std::min<int64_t>(groups, int64_t(sms) * per_sm);
-  kernel<<<dim3(unsigned(blocks)), threads, smem, stream>>>(p, x, flags, P, S, groups);
-  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  return true;
+  return LaunchPersistent(PartitionedStreamInterleavedKernel<M, T>, threads, smem, groups,
+                          stream, p, x, flags, P, S, groups);
 }
 
 // Whether one block can hold whole systems of this size.
