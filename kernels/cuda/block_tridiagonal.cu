@@ -845,7 +845,9 @@ __global__ void __launch_bounds__(SweepMaxThreads(CH)) FusedSweepKernel(SweepArg
   }
   if (tid == 0) {
     if (task_bad) g.bad[Perm(i, N)] = 1;
-    __threadfence();
+    // The release store publishes every thread's Y_i stores: they precede it through the
+    // barrier above, and a release at device scope is cumulative (the pattern of CUTLASS's
+    // GenericBarrier: __syncthreads, then fence.acq_rel.gpu and a relaxed store by one thread).
     ::cuda::atomic_ref<int, ::cuda::thread_scope_device>(g.done[i]).store(
         s + 1, ::cuda::memory_order_release);
   }
