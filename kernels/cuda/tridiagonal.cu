@@ -161,39 +161,65 @@ __global__ void __launch_bounds__(MaxThreadsOnChip(M))
 // M * sizeof(T) bytes after its neighbour's, meets no bank conflict.
 __device__ __forceinline__ int Swizzle16(int c) { return c ^ ((c >> 3) & 7); }
 
-template <int M, typename T>
+// The interleaved layout (kInterleaved): a group is S consecutive systems (S * sizeof(T)
+// bytes a row: 16 to 256, whole 16-byte words), and its rows are copied with cp.async into a
+// buffer of 16-byte units u = k * SW + h (row k, word h < SW = S / W of the row), so that the
+// copies are sector-sized runs of the interleaved arrays. Threads are mapped as the interleaved
+// one-pass kernel's (tid = j * S + sl: a warp reads several systems' values of the same rows).
+// Unit u sits at u ^ ((j * SW) & 7), j = k / M the chunk it belongs to: the words of a 128-byte
+// line (8 units, one chunk: M * SW >= 8) permuted by chunk, so that the warp's reads of row
+// j * M + i over its chunks j spread over the line and meet no bank conflict beyond the minimum.
+template <int M, typename T, bool kInterleaved>
 __global__ void __launch_bounds__(256)
     PartitionedStreamKernel(TridiagonalProblem<T> p, T* __restrict__ x, uint8_t* flags, int P,
                             int S, int64_t groups) {
   using V = typename Vec16<T>::type;
   constexpr int W = 16 / sizeof(T);
-  static_assert(M % W == 0, "a chunk is whole 16-byte words");
+  static_assert(kInterleaved || M % W == 0, "a flat chunk is whole 16-byte words");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int R = 2 * P;
   const int nthreads = S * P;
   const int n = int(p.n);
+  const int SW = kInterleaved ? S / W : 1;  // interleaved: 16-byte words a row of the group
+  const int lsw = __ffs(SW) - 1;            // (a power of two)
+  const int units = kInterleaved ? n * SW : S * n / W;  // 16-byte units an array a group
+  const int cap = (units + 7) / 8 * 8;                  // whole 128-byte lines
   T* sa = reinterpret_cast<T*>(smem_raw);  // the reduced systems: S * R each
   T* sb = sa + S * R;
   T* sc = sb + S * R;
   T* sd = sc + S * R;
-  const int cap = (S * n / W + 7) / 8 * 8;  // 16-byte words an array, whole 128-byte lines
-  V* buf = reinterpret_cast<V*>(sd + S * R);  // 4 arrays of cap words
+  V* buf = reinterpret_cast<V*>(sd + S * R);  // 4 arrays of cap units
   __shared__ int bad[256];
 
   const int tid = threadIdx.x;
-  const int sl = tid / P, j = tid % P;
-  // Starts the copy of group g (systems g * S ..) into buf.
+  const int sl = kInterleaved ? tid % S : tid / P, j = kInterleaved ? tid / S : tid % P;
+  // Starts the copy of group g (systems g * S ..) into buf. Interleaved: the units of systems
+  // past the batch are left out (batch is a multiple of W, so a unit is all in or all out);
+  // unit u of chunk u / (M * SW) (a multiple of 8 units, the launch checks) at
+  // u ^ ((chunk * SW) & 7).
   auto issue = [&](int64_t g) {
     const int64_t s0 = g * S;
-    const int words = int(std::min<int64_t>(S, p.batch - s0)) * n / W;
-    const V* src[4] = {reinterpret_cast<const V*>(p.a + s0 * n),
-                       reinterpret_cast<const V*>(p.b + s0 * n),
-                       reinterpret_cast<const V*>(p.c + s0 * n),
-                       reinterpret_cast<const V*>(p.d + s0 * n)};
-    for (int w = tid; w < words; w += nthreads) {
-      const int ph = Swizzle16(w);
+    const int live = int(std::min<int64_t>(S, p.batch - s0));  // systems in the batch
+    if constexpr (kInterleaved) {
+      const T* src[4] = {p.a + s0, p.b + s0, p.c + s0, p.d + s0};
+      for (int u = tid; u < units; u += nthreads) {
+        const int k = u >> lsw, h = u & (SW - 1);
+        if (h >= live / W) continue;
+        const int64_t e = int64_t(k) * p.batch + h * W;
+        const int ph = u ^ ((k / M * SW) & 7);
 #pragma unroll
-      for (int q = 0; q < 4; ++q) __pipeline_memcpy_async(buf + q * cap + ph, src[q] + w, 16);
+        for (int q = 0; q < 4; ++q) __pipeline_memcpy_async(buf + q * cap + ph, src[q] + e, 16);
+      }
+    } else {
+      const V* src[4] = {reinterpret_cast<const V*>(p.a + s0 * n),
+                         reinterpret_cast<const V*>(p.b + s0 * n),
+                         reinterpret_cast<const V*>(p.c + s0 * n),
+                         reinterpret_cast<const V*>(p.d + s0 * n)};
+      for (int w = tid; w < live * n / W; w += nthreads) {
+        const int ph = Swizzle16(w);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) __pipeline_memcpy_async(buf + q * cap + ph, src[q] + w, 16);
+      }
     }
     __pipeline_commit();
   };
@@ -206,21 +232,41 @@ __global__ void __launch_bounds__(256)
     const bool live = s < p.batch;
     const int k0 = j * M;
     T a[M], b[M], c[M], d[M];
+    auto identity = [&](int i) {
+      a[i] = T(0);
+      b[i] = T(1);
+      c[i] = T(0);
+      d[i] = T(0);
+    };
+    if constexpr (kInterleaved) {
+      const T* tb = reinterpret_cast<const T*>(buf);
+      const int ct = cap * W;         // values an array
+      const int perm = (j * SW) & 7;  // where this chunk's units sit
 #pragma unroll
-    for (int q = 0; q < M / W; ++q) {
-      if (live && k0 + q * W < n) {
-        const int ph = Swizzle16((sl * n + k0) / W + q);
-        Unpack(buf[ph], a + q * W);
-        Unpack(buf[cap + ph], b + q * W);
-        Unpack(buf[2 * cap + ph], c + q * W);
-        Unpack(buf[3 * cap + ph], d + q * W);
-      } else {
+      for (int i = 0; i < M; ++i) {
+        const int k = k0 + i;
+        if (live && k < n) {
+          const int v = (((k << lsw) + sl / W) ^ perm) * W + sl % W;
+          a[i] = tb[v];
+          b[i] = tb[ct + v];
+          c[i] = tb[2 * ct + v];
+          d[i] = tb[3 * ct + v];
+        } else {
+          identity(i);
+        }
+      }
+    } else {
 #pragma unroll
-        for (int i = 0; i < W; ++i) {
-          a[q * W + i] = T(0);
-          b[q * W + i] = T(1);
-          c[q * W + i] = T(0);
-          d[q * W + i] = T(0);
+      for (int q = 0; q < M / W; ++q) {
+        if (live && k0 + q * W < n) {
+          const int ph = Swizzle16((sl * n + k0) / W + q);
+          Unpack(buf[ph], a + q * W);
+          Unpack(buf[cap + ph], b + q * W);
+          Unpack(buf[2 * cap + ph], c + q * W);
+          Unpack(buf[3 * cap + ph], d + q * W);
+        } else {
+#pragma unroll
+          for (int i = 0; i < W; ++i) identity(q * W + i);
         }
       }
     }
@@ -230,108 +276,16 @@ __global__ void __launch_bounds__(256)
     if (g + gridDim.x < groups) issue(g + gridDim.x);
     bool ok = ChunkReduce<M>(a, b, c, d);
     T x0, xl;
-    ok &= SolveReduced<false, sizeof(T) == 4>(sa, sb, sc, sd, sl, j, P, S, a[0], c[0], d[0],
-                                              a[M - 1], c[M - 1], d[M - 1], x0, xl);
+    ok &= SolveReduced<kInterleaved, sizeof(T) == 4>(sa, sb, sc, sd, sl, j, P, S, a[0], c[0],
+                                                     d[0], a[M - 1], c[M - 1], d[M - 1], x0, xl);
     ChunkBack<M>(a, c, d, x0, xl);
 #pragma unroll
     for (int i = 0; i < M; ++i) ok &= Finite(d[i]);
     if (!ok) atomicOr(&bad[sl], 1);
-    if (live) StoreRowsDirect<M>(x + s * n, k0, n, true, d);
-    __syncthreads();
-    if (tid < S && g * S + tid < p.batch && bad[tid]) flags[g * S + tid] = 1;
-  }
-}
-
-// ---- one pass, streamed, interleaved layout --------------------------------------------------
-// The streamed kernel for the interleaved layout: a group is S consecutive systems (S * sizeof(T)
-// bytes a row: 16 or 32, whole 16-byte words), and its rows are copied with cp.async into a
-// buffer of 16-byte units u = k * SW + h (row k, word h < SW = S / W of the row), so that the
-// copies are sector-sized runs of the interleaved arrays. Threads are mapped as the interleaved
-// one-pass kernel's (tid = j * S + sl: a warp reads several systems' values of the same rows).
-// Unit u sits at u ^ ((j * SW) & 7), j = k / M the chunk it belongs to: the words of a 128-byte
-// line (8 units, one chunk: M * SW >= 8) permuted by chunk, so that the warp's reads of row
-// j * M + i over its chunks j spread over the line and meet no bank conflict beyond the minimum.
-template <int M, typename T>
-__global__ void __launch_bounds__(256)
-    PartitionedStreamInterleavedKernel(TridiagonalProblem<T> p, T* __restrict__ x,
-                                       uint8_t* flags, int P, int S, int64_t groups) {
-  using V = typename Vec16<T>::type;
-  constexpr int W = 16 / sizeof(T);
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  const int R = 2 * P;
-  const int nthreads = S * P;
-  const int n = int(p.n);
-  const int SW = S / W;              // 16-byte words a row of the group (a power of two)
-  const int lsw = __ffs(SW) - 1;
-  const int units = n * SW;          // an array's units a group
-  const int cap = (units + 7) / 8 * 8;
-  T* sa = reinterpret_cast<T*>(smem_raw);  // the reduced systems: S * R each
-  T* sb = sa + S * R;
-  T* sc = sb + S * R;
-  T* sd = sc + S * R;
-  V* buf = reinterpret_cast<V*>(sd + S * R);  // 4 arrays of cap units
-  __shared__ int bad[256];
-  const int tid = threadIdx.x;
-  const int sl = tid % S, j = tid / S;
-  // Units a chunk: M * SW, a multiple of 8 (the launch checks).
-  auto phys = [&](int u) { return u ^ (((u >> lsw) / M * SW) & 7); };
-  // Starts the copy of group g (systems g * S ..): units of systems past the batch are left
-  // out (batch is a multiple of W, so a unit is all in or all out).
-  auto issue = [&](int64_t g) {
-    const int64_t s0 = g * S;
-    const int live = int(std::min<int64_t>(S, p.batch - s0)) / W;  // live words a row
-    const T* src[4] = {p.a + s0, p.b + s0, p.c + s0, p.d + s0};
-    for (int u = tid; u < units; u += nthreads) {
-      const int k = u >> lsw, h = u & (SW - 1);
-      if (h >= live) continue;
-      const int64_t e = int64_t(k) * p.batch + h * W;
-      const int ph = phys(u);
-#pragma unroll
-      for (int q = 0; q < 4; ++q) __pipeline_memcpy_async(buf + q * cap + ph, src[q] + e, 16);
-    }
-    __pipeline_commit();
-  };
-  int64_t g = blockIdx.x;
-  if (g < groups) issue(g);
-  for (; g < groups; g += gridDim.x) {
-    __pipeline_wait_prior(0);
-    __syncthreads();  // group g in buf
-    const int64_t s = g * S + sl;
-    const bool live = s < p.batch;
-    const int k0 = j * M;
-    const T* tb = reinterpret_cast<const T*>(buf);
-    const int ct = cap * W;  // values an array
-    const int perm = (j * SW) & 7;  // phys of this chunk's units
-    T a[M], b[M], c[M], d[M];
-#pragma unroll
-    for (int i = 0; i < M; ++i) {
-      const int k = k0 + i;
-      if (live && k < n) {
-        const int v = (((k << lsw) + sl / W) ^ perm) * W + sl % W;
-        a[i] = tb[v];
-        b[i] = tb[ct + v];
-        c[i] = tb[2 * ct + v];
-        d[i] = tb[3 * ct + v];
-      } else {
-        a[i] = T(0);
-        b[i] = T(1);
-        c[i] = T(0);
-        d[i] = T(0);
-      }
-    }
-    EndRows<M>(k0, n, a, c);
-    if (tid < S) bad[tid] = 0;
-    __syncthreads();  // buf read: the next group may land in it
-    if (g + gridDim.x < groups) issue(g + gridDim.x);
-    bool ok = ChunkReduce<M>(a, b, c, d);
-    T x0, xl;
-    ok &= SolveReduced<true, sizeof(T) == 4>(sa, sb, sc, sd, sl, j, P, S, a[0], c[0], d[0],
-                                             a[M - 1], c[M - 1], d[M - 1], x0, xl);
-    ChunkBack<M>(a, c, d, x0, xl);
-#pragma unroll
-    for (int i = 0; i < M; ++i) ok &= Finite(d[i]);
-    if (!ok) atomicOr(&bad[sl], 1);
-    StoreChunkInterleaved<M>(p, s, j, d, x);
+    if constexpr (kInterleaved)
+      StoreChunkInterleaved<M>(p, s, j, d, x);
+    else if (live)
+      StoreRowsDirect<M>(x + s * n, k0, n, true, d);
     __syncthreads();
     if (tid < S && g * S + tid < p.batch && bad[tid]) flags[g * S + tid] = 1;
   }
@@ -747,11 +701,11 @@ absl::StatusOr<bool> LaunchStreamM(const TridiagonalProblem<T>& p, T* x, uint8_t
   const size_t cap = (size_t(S) * p.n / W + 7) / 8 * 8;
   const size_t smem = sizeof(T) * 4 * size_t(S) * 2 * P + 16 * 4 * cap;
   if (smem > 227 * 1024) return false;
-  return LaunchPersistent(PartitionedStreamKernel<M, T>, threads, smem, groups, stream, p, x,
-                          flags, P, S, groups);
+  return LaunchPersistent(PartitionedStreamKernel<M, T, false>, threads, smem, groups, stream,
+                          p, x, flags, P, S, groups);
 }
 
-// The streamed kernel for the interleaved layout (PartitionedStreamInterleavedKernel) where it
+// The streamed kernel on the interleaved layout (PartitionedStreamKernel<.., true>) where it
 // applies: a group's row whole 16-byte words (S a multiple of 16 / sizeof(T) systems, batch too,
 // a, b, c, d 16-byte aligned), a chunk whole 128-byte lines of the buffer, a system in one block
 // of at most 256 threads. Returns false (nothing launched) where it does not.
@@ -773,7 +727,7 @@ absl::StatusOr<bool> LaunchStreamInterleavedM(const TridiagonalProblem<T>& p, T*
   const size_t cap = (size_t(p.n) * (S / W) + 7) / 8 * 8;
   const size_t smem = sizeof(T) * 4 * size_t(S) * 2 * P + 16 * 4 * cap;
   if (smem > 227 * 1024) return false;
-  return LaunchPersistent(PartitionedStreamInterleavedKernel<M, T>, threads, smem, groups,
+  return LaunchPersistent(PartitionedStreamKernel<M, T, true>, threads, smem, groups,
                           stream, p, x, flags, P, S, groups);
 }
 
