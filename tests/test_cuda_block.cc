@@ -86,10 +86,15 @@ INSTANTIATE_TEST_SUITE_P(
                                          // 16 rows a thread in the fused sweeps (M > 2048)
                                          std::pair<int64_t, int64_t>{9, 3000},
                                          std::pair<int64_t, int64_t>{3, 4096},
-                                         // rows longer than one block holds (4096): the
-                                         // right-hand-side kernel and the partitioned solve
+                                         // rows longer than one block holds (4096): a
+                                         // cluster of 2 blocks a row (sm_90), 4 over 8192
                                          std::pair<int64_t, int64_t>{4, 4097},
-                                         std::pair<int64_t, int64_t>{5, 5000}),
+                                         std::pair<int64_t, int64_t>{5, 5000},
+                                         std::pair<int64_t, int64_t>{3, 8192},
+                                         std::pair<int64_t, int64_t>{2, 12289},
+                                         // over 16384: the right-hand-side kernel and the
+                                         // partitioned solve
+                                         std::pair<int64_t, int64_t>{2, 16400}),
                        ::testing::Values(BlockMethod::kGaussSeidel, BlockMethod::kRedBlack,
                                          BlockMethod::kJacobi)),
     BlockName);
@@ -113,19 +118,27 @@ TEST(CudaBlock, FusedSweepsOverSeveralLaunches) {
     }
 }
 
-// Every launch choice of the fused sweeps (rows a thread, staged or direct), and the two-kernel
-// path, give the CPU reference's iterates: M odd (no 16-byte loads) and even.
+// Every launch choice of the fused sweeps (rows a thread, staged or direct, 1, 2 or 4 blocks a
+// row, a block a task or streamed), and the two-kernel path, give the CPU reference's iterates:
+// M odd (no 16-byte loads) and even; with 4 blocks of 32 threads x 8 rows the last block of a
+// row of 999 or 1000 holds 231 or 232 of its elements (the streamed form's blocks are always
+// 256 x 16: its second to fourth blocks hold identity rows only).
 TEST(CudaBlock, EveryFusedSweepFormMatchesTheCpu) {
   REQUIRE_GPU();
   const auto saved = cuda::GetSweepTuning();
-  for (cuda::SweepTuning t : {cuda::SweepTuning{true, 8, -1}, cuda::SweepTuning{true, 8, 1},
-                              cuda::SweepTuning{true, 16, -1}, cuda::SweepTuning{true, 16, 1},
-                              cuda::SweepTuning{false, 0, 0}}) {
+  std::vector<cuda::SweepTuning> forms = {{false, 0, 0, 0, 0}};
+  for (int cluster : {1, 2, 4}) {
+    for (int chunk : {8, 16})
+      for (int staged : {-1, 1}) forms.push_back({true, chunk, staged, cluster, -1});
+    forms.push_back({true, 16, 0, cluster, 1});  // streamed
+  }
+  for (const cuda::SweepTuning& t : forms) {
     cuda::SetSweepTuning(t);
     for (auto m : {BlockMethod::kRedBlack, BlockMethod::kJacobi, BlockMethod::kGaussSeidel})
       for (int64_t M : {999, 1000}) {
         SCOPED_TRACE(::testing::Message() << "fused " << t.fused << " chunk " << t.chunk
-                                          << " staged " << t.staged << " M " << M);
+                                          << " staged " << t.staged << " cluster " << t.cluster
+                                          << " stream " << t.stream << " M " << M);
         Compare(Experiment<double>(1, 37, M), m, {5, 0, false}, 1e-12);
         Compare(Experiment<float>(2, 37, M), m, {5, 0, true}, 1e-4);
       }
@@ -147,13 +160,16 @@ TEST(CudaBlock, FusedSweepsManyShortRows) {
     ASSERT_TRUE(info.ok()) << info.status();
     EXPECT_EQ(info->method, std::string(MethodName(m)) + "+fused");
   }
-  auto s = Experiment<double>(1, 3, 5000);
-  std::vector<double> y(s.N * s.M);
-  SystemStatus st;
-  auto info = Cuda()->Solve(s.P(), BlockMethod::kRedBlack, {3, 0, false},
-                            BlockOutput<double>{y.data(), &st}, SolveControl{});
-  ASSERT_TRUE(info.ok()) << info.status();
-  EXPECT_EQ(info->method, "red-black");  // rows over 4096: the two-kernel half-sweeps
+  // Rows over 4096 on a cluster of blocks (fused), over 16384 the two-kernel half-sweeps.
+  for (int64_t M : {5000, 16385}) {
+    auto s = Experiment<double>(1, 3, M);
+    std::vector<double> y(s.N * s.M);
+    SystemStatus st;
+    auto info = Cuda()->Solve(s.P(), BlockMethod::kRedBlack, {3, 0, false},
+                              BlockOutput<double>{y.data(), &st}, SolveControl{});
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_EQ(info->method, M <= 16384 ? "red-black+fused" : "red-black") << M;
+  }
 }
 
 TEST(CudaBlock, ConjugateGradientsMatchTheCpu) {
@@ -242,6 +258,34 @@ TEST(CudaBlock, SingularLineIsReported) {
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(st, SystemStatus::kSingular);
   for (double v : y) EXPECT_EQ(v, 0.0);
+}
+
+// A zero row in the part of a line that the second block of a cluster holds (rows of 1000 over
+// 2 blocks of 64 threads x 8 rows: elements 512 .. 999), and in a 6000-long row (2 blocks of
+// 256 x 16, a block a task and streamed), for each method.
+TEST(CudaBlock, SingularLineOnAClusterIsReported) {
+  REQUIRE_GPU();
+  const auto saved = cuda::GetSweepTuning();
+  for (auto [M, t] : {std::pair{int64_t{1000}, cuda::SweepTuning{true, 8, 1, 2, -1}},
+                      std::pair{int64_t{1000}, cuda::SweepTuning{true, 8, -1, 2, -1}},
+                      std::pair{int64_t{6000}, cuda::SweepTuning{true, 16, 1, 2, -1}},
+                      std::pair{int64_t{6000}, cuda::SweepTuning{}}}) {
+    cuda::SetSweepTuning(t);
+    for (auto m : {BlockMethod::kRedBlack, BlockMethod::kJacobi, BlockMethod::kGaussSeidel}) {
+      auto s = Experiment<double>(1, 4, M);
+      const int64_t e = 2 * M + M - 300;  // row 2, element M - 300
+      for (const char* k : {"aC", "cC", "bC"}) s.a[k][size_t(e)] = 0;
+      std::vector<double> y(size_t(4 * M), 1.0);
+      SystemStatus st;
+      auto info = Cuda()->Solve(s.P(), m, {4, 0, false}, BlockOutput<double>{y.data(), &st},
+                                SolveControl{});
+      ASSERT_TRUE(info.ok()) << info.status();
+      EXPECT_EQ(info->method, std::string(MethodName(m)) + "+fused");
+      EXPECT_EQ(st, SystemStatus::kSingular) << MethodName(m) << " M " << M;
+      for (double v : y) ASSERT_EQ(v, 0.0);
+    }
+  }
+  cuda::SetSweepTuning(saved);
 }
 
 }  // namespace

@@ -1,13 +1,16 @@
 // The thesis' block iterations on the GPU, on device arrays.
 //
 // Rows are kept colour-major on the device (block rows 0, 2, 4, ... then 1, 3, 5, ...). Where a
-// row fits one thread block (M <= 4096), red-black, jacobi and gauss-seidel run as fused sweeps:
-// one kernel launch for up to 64 sweeps, a thread block a row and sweep, each row's right-hand
+// row fits one thread block (M <= 4096) or, on sm_90, the 2 or 4 blocks of a thread-block
+// cluster (M <= 16384), red-black, jacobi and gauss-seidel run as fused sweeps: one kernel
+// launch for up to 64 sweeps, a thread block (cluster) a row and sweep, each row's right-hand
 // side F_i - A_i Y_{i-1} - B_i Y_{i+1} formed as the row is loaded (into registers, or staged
 // through shared memory for rows over 2048) and the row solved on chip by the partitioned
 // method; rows wait on per-row sweep counters for exactly the neighbours the method reads, so
 // half-sweeps and sweeps overlap (gauss-seidel, sequential over rows within a
-// sweep, runs its sweeps as a wavefront). Longer rows: per half-sweep one kernel forming the
+// sweep, runs its sweeps as a wavefront). Red-black and jacobi on float64 rows of 2049-8192 run
+// streamed: persistent blocks copy their next row into shared memory (cp.async) while they
+// solve the current one. Longer rows (over 16384): per half-sweep one kernel forming the
 // right-hand sides of a contiguous batch of rows and one batched tridiagonal solve (the
 // partitioned kernel); Jacobi into a second buffer; Gauss-Seidel one row at a time. The method
 // reported ends in "+fused" when the fused sweeps ran. The relative residual is computed on the
@@ -27,11 +30,17 @@ namespace trisolve::cuda {
 // The sweeps' launch choices (the benchmark compares them). fused = false: the two-kernel
 // half-sweeps always. chunk: rows a thread of the fused kernel, 8 or 16; 0: 16 for rows over
 // 2048, else 8. staged: 1 the fused kernel stages a row through shared memory, -1 loads it
-// straight into registers; 0: staged for rows over 2048.
+// straight into registers; 0: staged for rows over 2048. cluster: blocks a row, 1, 2 or 4 (a
+// thread-block cluster, sm_90); 0: the fewest that hold the row. stream (16 rows a thread
+// only): 1 persistent blocks copy the next task's row into shared memory while they solve the
+// current one, -1 a block a task; 0: streamed for red-black and jacobi, float64 rows of 2049 to
+// 8192.
 struct SweepTuning {
   bool fused = true;
   int chunk = 0;
   int staged = 0;
+  int cluster = 0;
+  int stream = 0;
 };
 void SetSweepTuning(const SweepTuning& t);
 SweepTuning GetSweepTuning();

@@ -2,7 +2,9 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cooperative_groups.h>
 #include <cuda/atomic>
+#include <cuda_pipeline.h>
 #include <vector>
 
 #include "block_cuda.h"
@@ -638,7 +640,13 @@ absl::StatusOr<SolveInfo> BicgstabDevice(const BlockTridiagonalProblem<T>& p,
 //   gauss-seidel: row i - 1 at s + 1 and row i + 1 at s; tasks are taken by diagonals
 //     d = i + 2s (all independent), so the sweeps overlap as a wavefront;
 // and always its own row at s. Every wait is on a task taken earlier by a running block, so no
-// block waits forever.
+// block waits forever. (Red-black and jacobi taken by such diagonals too, for Y reads from L2,
+// measured 2-4x slower: each task then waits on the one just before it; NOTES.md t25.)
+// Rows longer than one block holds (4096) run on the Q = 2 or 4 blocks of a thread-block
+// cluster (sm_90): block 0 takes the task and the others read it from its shared memory, each
+// block loads and reduces its part of the row, the cluster solves the reduced system
+// (SolveReducedCluster, partitioned.cuh, as partitioned-cluster does), and each block publishes
+// its part: done[] then counts Q a sweep.
 enum class SweepKind : int { kRedBlack = 0, kJacobi = 1, kGaussSeidel = 2 };
 
 template <typename T>
@@ -690,26 +698,104 @@ __device__ __forceinline__ void TakeTask(const SweepArgs<T>& g, int64_t& s, int6
 // Waits until the tasks that (sweep s, row i) reads are done (thread 0 only). The three
 // counters are polled together with relaxed loads (one round trip to L2 a poll, where acquire
 // loads would wait on one another), then one acquire fence orders the reads of Y after them.
-template <typename T>
+template <int Q, typename T>
 __device__ __forceinline__ void WaitInputs(const SweepArgs<T>& g, int s, int64_t i) {
   using Ref = ::cuda::atomic_ref<int, ::cuda::thread_scope_device>;
   const bool has_l = i > 0, has_r = i + 1 < g.N;
   int need_l = s, need_r = s;
   if (g.kind == SweepKind::kRedBlack && (i & 1)) need_l = need_r = s + 1;
   if (g.kind == SweepKind::kGaussSeidel) need_l = s + 1;
+  need_l *= Q;  // each of a row's Q blocks counts its part
+  need_r *= Q;
   for (;;) {
     const int l = has_l ? Ref(g.done[i - 1]).load(::cuda::memory_order_relaxed) : need_l;
     const int r = has_r ? Ref(g.done[i + 1]).load(::cuda::memory_order_relaxed) : need_r;
     const int own = Ref(g.done[i]).load(::cuda::memory_order_relaxed);
-    if (l >= need_l && r >= need_r && own >= s) break;
+    if (l >= need_l && r >= need_r && own >= Q * s) break;
     __nanosleep(64);
   }
   ::cuda::atomic_thread_fence(::cuda::memory_order_acquire, ::cuda::thread_scope_device);
 }
 
+// The cluster of the Q > 1 forms (launched only on devices of compute capability 9.0 or newer;
+// elsewhere its calls trap).
+struct SweepCluster {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cooperative_groups::cluster_group c = cooperative_groups::this_cluster();
+  __device__ unsigned block_rank() { return c.block_rank(); }
+  __device__ void sync() { c.sync(); }
+  __device__ void barrier_arrive() { c.barrier_arrive(); }
+  __device__ void barrier_wait() { c.barrier_wait(); }
+  template <typename U>
+  __device__ U* map_shared_rank(U* p, unsigned r) {
+    return c.map_shared_rank(p, r);
+  }
+#else
+  __device__ unsigned block_rank() { __trap(); }
+  __device__ void sync() { __trap(); }
+  __device__ void barrier_arrive() { __trap(); }
+  __device__ void barrier_wait() { __trap(); }
+  template <typename U>
+  __device__ U* map_shared_rank(U*, unsigned) { __trap(); }
+#endif
+};
+
+// Shared memory of the fused sweeps, in T values for P threads: the reduced system's PCR (8P);
+// Q > 1: this block's reduced rows (6P) and the cluster's whole reduced system (3 (2PQ + P)),
+// which may share the staging tile (4 P (CH + 1)): the row is read from it before.
+constexpr int64_t SweepSharedValues(int64_t P, int CH, int Q, bool staged) {
+  const int64_t tile = staged ? 4 * P * (CH + 1) : 0;
+  const int64_t gather = Q > 1 ? 3 * (2 * P * Q + P) : 0;
+  return 8 * P + (Q > 1 ? 6 * P : 0) + (tile > gather ? tile : gather);
+}
+
+// The staged forms' F_i - A_i Y_{i-1} - B_i Y_{i+1}: for this thread's elements r0 + e of the
+// row (e = tid + q P < Ml, coalesced) the neighbours' coefficients and Y are loaded -- both
+// sides issued before either is used (one memory latency, not two; a missing neighbour reads as
+// zero coefficients) -- then `ready()` is called and tf[e + e / CH] (F, in the tile) updated in
+// the CPU reference's order: (f - A Y_{i-1}) - B Y_{i+1}. Only this thread's own slots.
+// QB: the q's loaded at once (CH: all, one latency; fewer hold fewer registers).
+// kP: the block's threads when known at compile time (0: blockDim.x).
+template <int CH, int QB = CH, int kP = 0, typename T, typename Ready>
+__device__ __forceinline__ void SubtractNeighboursStaged(const SweepArgs<T>& g, const T* yin,
+                                                         int64_t i, int64_t base, int64_t r0,
+                                                         int64_t Ml, T* tf, Ready ready) {
+  const int64_t N = g.N, M = g.M;
+  const int P = kP > 0 ? kP : int(blockDim.x), tid = threadIdx.x;
+  const bool has_l = i > 0, has_r = i + 1 < N;
+  const T* yl = yin + Perm(has_l ? i - 1 : i, N) * M + r0;
+  const T* yr = yin + Perm(has_r ? i + 1 : i, N) * M + r0;
+  static_assert(CH % QB == 0, "whole groups of q");
+#pragma unroll
+  for (int q0 = 0; q0 < CH; q0 += QB) {
+    T ul[QB], vl[QB], ur[QB], vr[QB];
+#pragma unroll
+    for (int u = 0; u < QB; ++u) {
+      const int e = tid + (q0 + u) * P;
+      if (e < Ml) {
+        ul[u] = has_l ? __ldg(g.cA + base + r0 + e) : T(0);
+        vl[u] = has_l ? __ldcg(yl + e) : T(0);
+        ur[u] = has_r ? __ldg(g.cB + base + r0 + e) : T(0);
+        vr[u] = has_r ? __ldcg(yr + e) : T(0);
+      }
+    }
+    if (q0 == 0) ready();
+#pragma unroll
+    for (int u = 0; u < QB; ++u) {
+      const int e = tid + (q0 + u) * P;
+      if (e < Ml) {
+        T& t = tf[e + e / CH];
+        t = t - ul[u] * vl[u] - ur[u] * vr[u];
+      }
+    }
+  }
+}
+
 // kStaged: the row goes through a shared-memory tile (coalesced loads, P * (CH + 1) values an
 // array) instead of straight into registers; measured faster only for long rows (NOTES.md b6).
-template <int CH, typename T, bool kLazy, bool kStaged>
+// Q: blocks a row (a cluster when Q > 1); block `rank` holds elements r0 = rank * P * CH ..
+// of the row.
+template <int CH, int Q, typename T, bool kLazy, bool kStaged>
 __global__ void __launch_bounds__(SweepMaxThreads(CH)) FusedSweepKernel(SweepArgs<T> g) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int P = blockDim.x;
@@ -719,31 +805,53 @@ __global__ void __launch_bounds__(SweepMaxThreads(CH)) FusedSweepKernel(SweepArg
   T* sb = sa + 2 * P;
   T* sc = sb + 2 * P;
   T* sd = sc + 2 * P;
-  T* tile = sd + 2 * P;  // kStaged: 4 arrays of P * (CH + 1)
+  T* own = sd + 2 * P;                   // Q > 1: this block's reduced rows (3 arrays of 2P)
+  T* tile = own + (Q > 1 ? 6 * P : 0);  // kStaged: 4 arrays of P * (CH + 1)
+  T* gather = tile;                      // Q > 1: the cluster's reduced system
   const int tsz = P * (CH + 1);
   __shared__ int64_t task_row;
   __shared__ int task_sweep, task_bad;
-  // One task a block: the block takes the next task in order (not its blockIdx), so a task's
-  // inputs are always tasks of blocks already running. (A persistent loop over tasks was
-  // tried: the compiler hoisted the staging addresses out of it and spilled, 255 registers.)
+  [[maybe_unused]] SweepCluster cluster;
+  const int rank = Q > 1 ? int(cluster.block_rank()) : 0;
+  // One task a block (a cluster): the block takes the next task in order (not its blockIdx), so
+  // a task's inputs are always tasks of blocks already running. (A persistent loop over tasks
+  // was tried: the compiler hoisted the staging addresses out of it and spilled, 255
+  // registers.)
   if (tid == 0) {
-    int64_t s, i;
-    TakeTask(g, s, i);
-    task_sweep = int(s);
-    task_row = i;
+    if (rank == 0) {
+      int64_t s, i;
+      TakeTask(g, s, i);
+      task_sweep = int(s);
+      task_row = i;
+    }
     task_bad = 0;
   }
-  __syncthreads();
-  const int s = task_sweep;
-  const int64_t i = task_row;
-  if (i < 0) return;
+  int s;
+  int64_t i;
+  if constexpr (Q == 1) {
+    __syncthreads();
+    s = task_sweep;
+    i = task_row;
+    if (i < 0) return;
+  } else {
+    cluster.sync();  // block 0's task written, every block of the cluster running
+    s = *cluster.map_shared_rank(&task_sweep, 0);
+    i = *cluster.map_shared_rank(&task_row, 0);
+    if (i < 0) {
+      cluster.sync();  // block 0 stays until every block has read its task
+      return;
+    }
+  }
   const int64_t base = Perm(i, N) * M;
-  const int64_t k0 = int64_t(tid) * CH;  // this thread's rows of the line
+  const int64_t r0 = int64_t(rank) * P * CH;  // this block's part of the row: r0 .. r0 + Ml - 1
+  const int64_t Ml = std::max<int64_t>(0, std::min<int64_t>(M - r0, int64_t(P) * CH));
+  const int64_t k0 = r0 + int64_t(tid) * CH;  // this thread's rows of the line
   // The matrix part of the row (read-only: no wait needed): straight into registers, or staged
-  // with element e of the row at tile slot e + e / CH (thread e / CH's chunk, read back below).
+  // with element r0 + e of the row at tile slot e + e / CH (thread e / CH's chunk, read back
+  // below).
   T a[CH], b[CH], c[CH], d[CH];
   auto where = [&](int e, int64_t& gi, int& pos) {
-    if (e >= M) return false;
+    if (e >= Ml) return false;
     gi = e;
     pos = e + e / CH;
     return true;
@@ -756,19 +864,19 @@ __global__ void __launch_bounds__(SweepMaxThreads(CH)) FusedSweepKernel(SweepArg
 #pragma unroll
     for (int q = 0; q < CH; ++q) {
       const int e = tid + q * P;
-      if (e < M) {
-        va[q] = __ldg(g.aC + base + e);
-        vb[q] = __ldg(g.cC + base + e);
-        vc[q] = __ldg(g.bC + base + e);
-        vf[q] = __ldg(g.f + base + e);
+      if (e < Ml) {
+        va[q] = __ldg(g.aC + base + r0 + e);
+        vb[q] = __ldg(g.cC + base + r0 + e);
+        vc[q] = __ldg(g.bC + base + r0 + e);
+        vf[q] = __ldg(g.f + base + r0 + e);
       }
     }
     // Thread 0 polls the inputs' counters while its loads are in flight.
-    if (tid == 0) WaitInputs(g, s, i);
+    if (tid == 0) WaitInputs<Q>(g, s, i);
 #pragma unroll
     for (int q = 0; q < CH; ++q) {
       const int e = tid + q * P;
-      if (e < M) {
+      if (e < Ml) {
         const int pos = e + e / CH;
         tile[pos] = va[q];
         tile[tsz + pos] = vb[q];
@@ -780,38 +888,15 @@ __global__ void __launch_bounds__(SweepMaxThreads(CH)) FusedSweepKernel(SweepArg
     LoadChunkDirect<CH>(g.aC + base, g.cC + base, g.bC + base, g.f + base, k0, M, g.vec, a, b, c,
                         d);
   }
-  if (!kStaged && tid == 0) WaitInputs(g, s, i);
+  if (!kStaged && tid == 0) WaitInputs<Q>(g, s, i);
   __syncthreads();
   const bool odd = g.kind == SweepKind::kJacobi && (s & 1);
   const T* yin = odd ? g.Y1 : g.Y0;
   T* yout = g.kind != SweepKind::kJacobi ? g.Y0 : odd ? g.Y0 : g.Y1;
   // d = F_i - A_i Y_{i-1} - B_i Y_{i+1}. Y is written by other blocks while the kernel runs:
-  // read through L2 only. Staged: both neighbours' loads issued before either is used (one
-  // memory latency, not two; a missing neighbour reads as zero coefficients).
-  if constexpr (kStaged) {
-    const T* yl = yin + Perm(has_l ? i - 1 : i, N) * M;
-    const T* yr = yin + Perm(has_r ? i + 1 : i, N) * M;
-    T ul[CH], vl[CH], ur[CH], vr[CH];
-#pragma unroll
-    for (int q = 0; q < CH; ++q) {
-      const int e = tid + q * P;
-      if (e < M) {
-        ul[q] = has_l ? __ldg(g.cA + base + e) : T(0);
-        vl[q] = has_l ? __ldcg(yl + e) : T(0);
-        ur[q] = has_r ? __ldg(g.cB + base + e) : T(0);
-        vr[q] = has_r ? __ldcg(yr + e) : T(0);
-      }
-    }
-#pragma unroll
-    for (int q = 0; q < CH; ++q) {
-      const int e = tid + q * P;
-      // This thread's own slots; the CPU reference's order: (f - A Y_{i-1}) - B Y_{i+1}.
-      if (e < M) {
-        T& t = tile[3 * tsz + e + e / CH];
-        t = t - ul[q] * vl[q] - ur[q] * vr[q];
-      }
-    }
-  }
+  // read through L2 only.
+  if constexpr (kStaged)
+    SubtractNeighboursStaged<CH>(g, yin, i, base, r0, Ml, tile + 3 * tsz, [] {});
 #pragma unroll
   for (int side = 0; side < 2 && !kStaged; ++side) {
     if (!(side == 0 ? has_l : has_r)) continue;
@@ -827,18 +912,25 @@ __global__ void __launch_bounds__(SweepMaxThreads(CH)) FusedSweepKernel(SweepArg
   }
   if constexpr (kStaged) {
     __syncthreads();
-    ReadChunkFromTile<CH>(tile, tsz, 0, tid, M, a, b, c, d);
+    // Chunk rank * P + tid of the row: rows past M identity rows, a[0] and c[M - 1] zeroed.
+    ReadChunkFromTile<CH>(tile, tsz, 0, int64_t(rank) * P + tid, M, a, b, c, d);
   }
   bool ok = ChunkReduce<CH>(a, b, c, d);
   T x0, xl;
-  ok &= SolveReduced<false, kLazy>(sa, sb, sc, sd, 0, tid, P, 1, a[0], c[0], d[0], a[CH - 1],
-                                   c[CH - 1], d[CH - 1], x0, xl);
+  if constexpr (Q == 1) {
+    ok &= SolveReduced<false, kLazy>(sa, sb, sc, sd, 0, tid, P, 1, a[0], c[0], d[0], a[CH - 1],
+                                     c[CH - 1], d[CH - 1], x0, xl);
+  } else {
+    ok &= SolveReducedCluster<2 * Q, false>(cluster, own, sa, gather, 0, tid, P, 1, a[0], c[0],
+                                            d[0], a[CH - 1], c[CH - 1], d[CH - 1], x0, xl, [] {});
+  }
   ChunkBack<CH>(a, c, d, x0, xl);
 #pragma unroll
   for (int q = 0; q < CH; ++q) ok &= Finite(d[q]);
   if (!ok) task_bad = 1;
   if constexpr (kStaged) {
-    StoreFlat<CH>(yout + base, tile, P, where, d);  // ends with a barrier
+    if constexpr (Q > 1) __syncthreads();  // every thread has read its x from the tile
+    StoreFlat<CH>(yout + base + r0, tile, P, where, d);  // ends with a barrier
   } else {
     StoreRowsDirect<CH>(yout + base, k0, M, g.vec, d);
     __syncthreads();  // every thread's Y_i stores issued before thread 0 publishes
@@ -848,20 +940,194 @@ __global__ void __launch_bounds__(SweepMaxThreads(CH)) FusedSweepKernel(SweepArg
     // The release store publishes every thread's Y_i stores: they precede it through the
     // barrier above, and a release at device scope is cumulative (the pattern of CUTLASS's
     // GenericBarrier: __syncthreads, then fence.acq_rel.gpu and a relaxed store by one thread).
-    ::cuda::atomic_ref<int, ::cuda::thread_scope_device>(g.done[i]).store(
-        s + 1, ::cuda::memory_order_release);
+    ::cuda::atomic_ref<int, ::cuda::thread_scope_device> done(g.done[i]);
+    if constexpr (Q == 1)
+      done.store(s + 1, ::cuda::memory_order_release);
+    else
+      done.fetch_add(1, ::cuda::memory_order_release);
+  }
+  // The other blocks of the cluster are done reading this block's reduced rows.
+  if constexpr (Q > 1) cluster.barrier_wait();
+}
+
+
+// The streamed fused sweeps: persistent blocks (clusters of Q), each taking its next task as
+// soon as it has read the current row from its tile and copying that task's matrix part (aC,
+// cC, bC and F: half the bytes a task moves, none of which waits on another task) into the tile
+// by cp.async while it solves the current row. A block then waits on memory only for the
+// neighbours' Y (and their coefficients), read coalesced once the counters allow. A block takes
+// tasks in order and finishes each before the next, so the smallest unfinished task always has
+// its inputs done and its block free to run it: no deadlock, whatever the grid. 16 rows a
+// thread, the row's elements r0 + e at tile slot e + e / CH; Y staged for coalesced stores in
+// a second tile (the tile holds the next row by then): with Q > 1 the memory of the reduced
+// system's PCR and gathered copy, free once this block has its x, else its own. With Q > 1 the
+// next task is read from block 0 after the reduced system's cluster barrier (no barrier of its
+// own), and its copies start there. Always 256 threads (a compile-time constant: the
+// staging offsets are then immediates; with blockDim.x the loop kept them in registers and
+// spilled 270-330 bytes in float64); a row shorter than the cluster holds leaves the last
+// blocks identity rows.
+constexpr int kStreamThreads = 256;
+
+template <int CH, int Q, int kQB, typename T, bool kLazy>
+__global__ void __launch_bounds__(kStreamThreads, 1) FusedSweepStreamKernel(SweepArgs<T> g) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  constexpr int P = kStreamThreads;
+  const int tid = threadIdx.x;
+  const int64_t N = g.N, M = g.M;
+  T* own = reinterpret_cast<T*>(smem_raw);  // Q > 1: 3 arrays of 2P
+  T* sa = own + (Q > 1 ? 6 * P : 0);        // 2P each: the reduced system
+  T* sb = sa + 2 * P;
+  T* sc = sb + 2 * P;
+  T* sd = sc + 2 * P;
+  T* gather = sd + 2 * P;                                // Q > 1: 3 (2PQ + P)
+  T* tile = gather + (Q > 1 ? 3 * (2 * P * Q + P) : 0);  // 4 arrays of P * (CH + 1)
+  const int tsz = P * (CH + 1);
+  T* ystage = Q > 1 ? sa : tile + 4 * tsz;  // P * (CH + 1) <= 8P + 3 (2PQ + P) for Q > 1
+  __shared__ int64_t next_row;
+  __shared__ int next_sweep, task_bad;
+  [[maybe_unused]] SweepCluster cluster;
+  const int rank = Q > 1 ? int(cluster.block_rank()) : 0;
+  const int64_t r0 = int64_t(rank) * P * CH;
+  const int64_t Ml = std::max<int64_t>(0, std::min<int64_t>(M - r0, int64_t(P) * CH));
+  auto take = [&] {  // block 0, thread 0; read by every block after a cluster barrier
+    if (rank == 0 && tid == 0) {
+      int64_t s, i;
+      TakeTask(g, s, i);
+      next_sweep = int(s);
+      next_row = i;
+    }
+  };
+  auto read = [&](int& s, int64_t& i) {
+    if constexpr (Q > 1) {
+      s = *cluster.map_shared_rank(&next_sweep, 0);
+      i = *cluster.map_shared_rank(&next_row, 0);
+    } else {
+      s = next_sweep;
+      i = next_row;
+    }
+  };
+  auto prefetch = [&](int64_t i) {
+    const int64_t base = Perm(i, N) * M + r0;
+    const T* src[4] = {g.aC + base, g.cC + base, g.bC + base, g.f + base};
+#pragma unroll
+    for (int q = 0; q < CH; ++q) {
+      const int e = tid + q * P;
+      if (e < Ml)
+#pragma unroll
+        for (int a = 0; a < 4; ++a)
+          __pipeline_memcpy_async(tile + a * tsz + e + e / CH, src[a] + e, sizeof(T));
+    }
+    __pipeline_commit();
+  };
+  take();
+  if constexpr (Q > 1) cluster.sync(); else __syncthreads();
+  int s;
+  int64_t i;
+  read(s, i);
+  if (i < 0) {
+    if constexpr (Q > 1) cluster.sync();  // block 0 stays until every block has read
+    return;
+  }
+  if constexpr (Q > 1) cluster.barrier_arrive();  // done reading block 0's task
+  prefetch(i);
+  for (;;) {
+    // Q > 1: the other blocks are done reading this block's `own` and block 0's next task
+    // (the arrival above, then SolveReducedCluster's): both may be written again.
+    if constexpr (Q > 1) cluster.barrier_wait();
+    if (tid == 0) {
+      task_bad = 0;
+      WaitInputs<Q>(g, s, i);
+    }
+    take();
+    __syncthreads();  // the inputs are done
+    const int64_t base = Perm(i, N) * M;
+    const bool odd = g.kind == SweepKind::kJacobi && (s & 1);
+    const T* yin = odd ? g.Y1 : g.Y0;
+    T* yout = g.kind != SweepKind::kJacobi ? g.Y0 : odd ? g.Y0 : g.Y1;
+    SubtractNeighboursStaged<CH, kQB, P>(g, yin, i, base, r0, Ml, tile + 3 * tsz,
+                                         [] { __pipeline_wait_prior(0); });
+    __syncthreads();
+    T a[CH], b[CH], c[CH], d[CH];
+    ReadChunkFromTile<CH>(tile, tsz, 0, int64_t(rank) * P + tid, M, a, b, c, d);
+    int s2;
+    int64_t i2;
+    // Once every thread has read the tile (and block 0 has taken the next task): the next
+    // task's copies.
+    auto next = [&] {
+      read(s2, i2);
+      if (i2 >= 0) prefetch(i2);
+    };
+    if constexpr (Q == 1) {
+      __syncthreads();
+      next();
+    }
+    bool ok = ChunkReduce<CH>(a, b, c, d);
+    T x0, xl;
+    if constexpr (Q == 1) {
+      ok &= SolveReduced<false, kLazy>(sa, sb, sc, sd, 0, tid, P, 1, a[0], c[0], d[0],
+                                       a[CH - 1], c[CH - 1], d[CH - 1], x0, xl);
+    } else {
+      ok &= SolveReducedCluster<2 * Q, false>(cluster, own, sa, gather, 0, tid, P, 1, a[0],
+                                              c[0], d[0], a[CH - 1], c[CH - 1], d[CH - 1], x0,
+                                              xl, next);
+    }
+    ChunkBack<CH>(a, c, d, x0, xl);
+#pragma unroll
+    for (int q = 0; q < CH; ++q) ok &= Finite(d[q]);
+    if (!ok) task_bad = 1;
+    if constexpr (Q > 1) __syncthreads();  // this block's threads have their x: ystage free
+    auto where = [&](int e, int64_t& gi, int& pos) {
+      if (e >= Ml) return false;
+      gi = e;
+      pos = e + e / CH;
+      return true;
+    };
+    StoreFlat<CH>(yout + base + r0, ystage, P, where, d);  // ends with a barrier
+    if (tid == 0) {
+      if (task_bad) g.bad[Perm(i, N)] = 1;
+      ::cuda::atomic_ref<int, ::cuda::thread_scope_device> done(g.done[i]);
+      if constexpr (Q == 1)
+        done.store(s + 1, ::cuda::memory_order_release);
+      else
+        done.fetch_add(1, ::cuda::memory_order_release);
+    }
+    if (i2 < 0) {
+      if constexpr (Q > 1) cluster.barrier_wait();
+      return;
+    }
+    s = s2;
+    i = i2;
   }
 }
 
-// Rows a thread of the fused sweeps: the tuning's, else 8, or 16 for rows over 2048 (H100,
-// NOTES.md b5-b6). 0 if a row does not fit one block.
 SweepTuning g_sweep;
 constexpr int kSweepsPerLaunch = 64;
+constexpr int kMaxSweepCluster = 4;  // blocks a row at most: rows of 16384
 
-int SweepChunk(int64_t M) {
-  int ch = g_sweep.chunk;
-  if (ch == 0) ch = M > 2048 ? 16 : 8;
-  return M <= int64_t(ch) * SweepMaxThreads(ch) ? ch : 0;
+// The fused sweeps' form for rows of M: rows a thread (the tuning's, else 8, or 16 for rows
+// over 2048; H100, NOTES.md b5-b6), blocks a row (the tuning's, else the fewest of 1, 2 or 4
+// that hold the row; more than 1 only on sm_90) and whether streamed (the tuning's, else
+// red-black and jacobi in float64 with 2048 < M <= 8192, where the H100 measured it faster:
+// 4096 0.524 -> 0.486 ms a red-black sweep, 8192 2.65 -> 2.33; at 16384 the streamed 4-block
+// form was slower, 13.2-13.5 against 12.9 ms, and gauss-seidel at 4096, 0.815 -> 1.015 ms;
+// NOTES.md t23-t24). chunk 0: no fused form holds the row.
+struct SweepForm {
+  int chunk = 0, Q = 1;
+  bool stream = false;
+};
+SweepForm SweepFormFor(int64_t M, bool float64, SweepKind kind) {
+  const int ch = g_sweep.chunk != 0 ? g_sweep.chunk : M > 2048 ? 16 : 8;
+  const int64_t per_block = int64_t(ch) * SweepMaxThreads(ch);
+  int Q = g_sweep.cluster;
+  if (Q == 0)
+    for (Q = 1; Q < kMaxSweepCluster && Q * per_block < M;) Q *= 2;
+  if (Q > 1 && !ClustersAvailable()) Q = 1;
+  if (Q * per_block < M) return SweepForm{};
+  const bool stream =
+      ch == 16 && (g_sweep.stream != 0 ? g_sweep.stream > 0
+                                       : float64 && kind != SweepKind::kGaussSeidel &&
+                                             M > 2048 && M <= 8192);
+  return SweepForm{ch, Q, stream};
 }
 
 // Whether the fused sweeps stage rows through shared memory: the tuning's, else for rows over
@@ -869,21 +1135,94 @@ int SweepChunk(int64_t M) {
 // 0.031; NOTES.md b6).
 bool SweepStaged(int64_t M) { return g_sweep.staged != 0 ? g_sweep.staged > 0 : M > 2048; }
 
-template <int CH, bool kStaged, typename T>
+template <int CH, int Q, bool kStaged, typename T>
 absl::Status LaunchFusedSweeps(SweepArgs<T> g, cudaStream_t stream) {
   int P = 1;
-  while (int64_t(P) * CH < g.M) P *= 2;
-  const size_t smem = sizeof(T) * (size_t(8) * P + (kStaged ? size_t(4) * P * (CH + 1) : 0));
+  while (int64_t(P) * CH * Q < g.M) P *= 2;
+  const size_t smem = sizeof(T) * size_t(SweepSharedValues(P, CH, Q, kStaged));
   // float32 reads the PCR neighbours lazily, float64 eagerly (as the tridiagonal kernel, t6b).
-  auto kernel = FusedSweepKernel<CH, T, sizeof(T) == 4, kStaged>;
+  auto kernel = FusedSweepKernel<CH, Q, T, sizeof(T) == 4, kStaged>;
   TRISOLVE_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   const int64_t total = int64_t(g.sweeps) * g.N;
-  const unsigned blocks = unsigned(total);
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(g.done, 0, sizeof(int) * size_t(g.N), stream));
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(g.next, 0, sizeof(unsigned), stream));
-  kernel<<<blocks, P, smem, stream>>>(g);
-  return CudaStatus(cudaGetLastError(), "FusedSweepKernel launch");
+  if constexpr (Q == 1) {
+    kernel<<<unsigned(total), P, smem, stream>>>(g);
+    return CudaStatus(cudaGetLastError(), "FusedSweepKernel launch");
+  } else {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(unsigned(total * Q));
+    cfg.blockDim = dim3(unsigned(P));
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = unsigned(Q);
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    return CudaStatus(cudaLaunchKernelEx(&cfg, kernel, g), "FusedSweepKernel cluster launch");
+  }
+}
+
+// The streamed form: as many persistent blocks (clusters) as run at once.
+template <int Q, typename T>
+absl::Status LaunchFusedStream(SweepArgs<T> g, cudaStream_t stream) {
+  constexpr int CH = 16, P = kStreamThreads;
+  const size_t smem = sizeof(T) * size_t(8 * P + (Q > 1 ? 6 * P + 3 * (2 * P * Q + P) : 0) +
+                                         (Q > 1 ? 4 : 5) * P * (CH + 1));
+  auto kernel = FusedSweepStreamKernel<CH, Q, 4, T, sizeof(T) == 4>;
+  TRISOLVE_CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(g.done, 0, sizeof(int) * size_t(g.N), stream));
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(g.next, 0, sizeof(unsigned), stream));
+  cudaLaunchConfig_t cfg = {};
+  cfg.blockDim = dim3(unsigned(P));
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = unsigned(Q);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = Q > 1 ? 1 : 0;
+  int64_t groups = 0;  // blocks (clusters) that run at once
+  if constexpr (Q > 1) {
+    int n = 0;
+    cfg.gridDim = dim3(unsigned(Q));
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg));
+    groups = n;
+  } else {
+    int dev = 0, sms = 0, per_sm = 0;
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev));
+    TRISOLVE_CUDA_RETURN_IF_ERROR(
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    TRISOLVE_CUDA_RETURN_IF_ERROR(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, P, smem));
+    groups = int64_t(sms) * per_sm;
+  }
+  if (groups < 1) return absl::ResourceExhaustedError("the streamed sweep kernel cannot run");
+  groups = std::min<int64_t>(groups, int64_t(g.sweeps) * g.N);
+  cfg.gridDim = dim3(unsigned(groups * Q));
+  return CudaStatus(cudaLaunchKernelEx(&cfg, kernel, g), "FusedSweepStreamKernel launch");
+}
+
+template <int CH, typename T>
+absl::Status LaunchFusedForm(int Q, bool staged, const SweepArgs<T>& g, cudaStream_t stream) {
+  switch (Q) {
+    case 1:
+      return staged ? LaunchFusedSweeps<CH, 1, true>(g, stream)
+                    : LaunchFusedSweeps<CH, 1, false>(g, stream);
+    case 2:
+      return staged ? LaunchFusedSweeps<CH, 2, true>(g, stream)
+                    : LaunchFusedSweeps<CH, 2, false>(g, stream);
+    default:
+      return staged ? LaunchFusedSweeps<CH, 4, true>(g, stream)
+                    : LaunchFusedSweeps<CH, 4, false>(g, stream);
+  }
 }
 
 // Tasks before each diagonal d = i + 2s of `sweeps` gauss-seidel sweeps over N rows.
@@ -920,10 +1259,11 @@ absl::StatusOr<SolveInfo> SolveBlockTridiagonalDevice(const BlockTridiagonalProb
   // The fused sweeps (one kernel launch for many sweeps) where a row fits one block and the
   // tuning has not turned them off; otherwise a right-hand-side kernel and a batched
   // partitioned solve a half-sweep.
-  const int chunk = g_sweep.fused ? SweepChunk(M) : 0;
   const SweepKind kind = method == BlockMethod::kJacobi        ? SweepKind::kJacobi
                          : method == BlockMethod::kGaussSeidel ? SweepKind::kGaussSeidel
                                                                : SweepKind::kRedBlack;
+  const SweepForm form = g_sweep.fused ? SweepFormFor(M, sizeof(T) == 8, kind) : SweepForm{};
+  const int chunk = form.chunk;
   // Sweeps a launch: long enough that the launches cost nothing, short enough that a cancelled
   // request stops soon and the task counter (32 bits) cannot overflow.
   const int per_launch = int(std::clamp<int64_t>((int64_t{1} << 30) / std::max<int64_t>(N, 1), 1,
@@ -1011,10 +1351,11 @@ absl::StatusOr<SolveInfo> SolveBlockTridiagonalDevice(const BlockTridiagonalProb
       g.ndiag = int(starts.size()) - 1;
     }
     const bool staged = SweepStaged(M);
-    auto st = chunk == 16 ? (staged ? LaunchFusedSweeps<16, true>(g, stream)
-                                    : LaunchFusedSweeps<16, false>(g, stream))
-                          : (staged ? LaunchFusedSweeps<8, true>(g, stream)
-                                    : LaunchFusedSweeps<8, false>(g, stream));
+    auto st = form.stream ? (form.Q == 1   ? LaunchFusedStream<1>(g, stream)
+                             : form.Q == 2 ? LaunchFusedStream<2>(g, stream)
+                                           : LaunchFusedStream<4>(g, stream))
+              : chunk == 16 ? LaunchFusedForm<16>(form.Q, staged, g, stream)
+                            : LaunchFusedForm<8>(form.Q, staged, g, stream);
     if (!st.ok()) return st;
     if (kind == SweepKind::kJacobi && (sweeps & 1)) std::swap(Y, Y2);
     return absl::OkStatus();

@@ -274,4 +274,86 @@ __device__ __forceinline__ bool SolveReduced(T* sa, T* sb, T* sc, T* sd, int sl,
   return ok;
 }
 
+// The reduced system of systems split over the Q = K / 2 blocks of a thread-block cluster
+// (sm_90; PartitionedClusterKernel, the fused block sweeps), solved redundantly by every block.
+// Block = S systems x Pb threads; thread j of system sl holds its chunk's two reduced rows
+// (a0, c0, d0) and (al, cl, dl), b = 1 implied; the cluster's block `rank` owns reduced rows
+// rank * Rb .. rank * Rb + Rb - 1 of each system (Rb = 2 Pb; R = Rb Q rows a system).
+//  1. The rows go to this block's `own` (3 S Rb values); cluster barrier.
+//  2. The whole reduced system is copied from the cluster's shared memory (distributed shared
+//     memory) into `gather` (3 S Rp values, Rp = R + R / K), coalesced: consecutive threads
+//     read consecutive words of one block (a thread reading its own K rows straight from the
+//     others' shared memory, strided, took 2-7x the whole kernel's time on the H100). Row r of
+//     system sl goes to g*[sl * Rp + r + r / K]: a thread's K rows then start K + 1 words apart.
+//     The block then arrives at a second cluster barrier: done reading the others' memory.
+//  3. K consecutive rows a thread reduced in registers (ChunkReduce), PCR on the 2 Pb rows left
+//     in `pcr` (4 S Rb values; SolveReduced), ChunkBack into gather (x: [sl * R + r]).
+// Returns x of the thread's two rows in x0, xl, and false if a pivot vanished. `own` must
+// outlive the other blocks' reads: the caller waits on the second barrier
+// (cluster.barrier_wait()) before it exits or writes `own` again. after_sync() runs right after
+// the first cluster barrier (the streamed block sweeps start their next copies there).
+template <int K, bool kInterleaved, typename T, typename Cluster, typename AfterSync>
+__device__ __forceinline__ bool SolveReducedCluster(Cluster& cluster, T* own, T* pcr, T* gather,
+                                                    int sl, int j, int Pb, int S, T a0, T c0,
+                                                    T d0, T al, T cl, T dl, T& x0, T& xl,
+                                                    AfterSync after_sync) {
+  constexpr int Q = K / 2;
+  const int rank = int(cluster.block_rank());
+  const int Rb = 2 * Pb, R = Rb * Q, Rp = R + R / K;
+  T* oa = own;
+  T* oc = oa + S * Rb;
+  T* od = oc + S * Rb;
+  oa[sl * Rb + 2 * j] = a0;
+  oc[sl * Rb + 2 * j] = c0;
+  od[sl * Rb + 2 * j] = d0;
+  oa[sl * Rb + 2 * j + 1] = al;
+  oc[sl * Rb + 2 * j + 1] = cl;
+  od[sl * Rb + 2 * j + 1] = dl;
+  cluster.sync();  // every block's reduced rows written
+  after_sync();
+  T* ga = gather;
+  T* gc = ga + S * Rp;
+  T* gd = gc + S * Rp;
+  T* gx = ga;  // x of the reduced system, once ga is read
+  const int tid = threadIdx.x, nthreads = S * Pb;
+#pragma unroll
+  for (int q = 0; q < K; ++q) {  // S * R = K * nthreads elements
+    const int e = tid + q * nthreads;
+    const int es = e / R, r = e - es * R;
+    const int src = r / Rb, off = es * Rb + (r - src * Rb);
+    const int dst = es * Rp + r + r / K;
+    ga[dst] = cluster.map_shared_rank(oa, src)[off];
+    gc[dst] = cluster.map_shared_rank(oc, src)[off];
+    gd[dst] = cluster.map_shared_rank(od, src)[off];
+  }
+  cluster.barrier_arrive();  // done reading the others' shared memory
+  __syncthreads();
+  bool ok;
+  {
+    const int r0 = j * K, base = sl * Rp + r0 + j;
+    T ka[K], kb[K], kc[K], kd[K];
+#pragma unroll
+    for (int i = 0; i < K; ++i) {
+      ka[i] = ga[base + i];
+      kb[i] = T(1);
+      kc[i] = gc[base + i];
+      kd[i] = gd[base + i];
+    }
+    ok = ChunkReduce<K>(ka, kb, kc, kd);
+    T y0, yl;
+    T* sa = pcr;
+    // Barriers inside: every thread has read its rows of ga before gx (= ga) is written.
+    ok &= SolveReduced<kInterleaved, false>(sa, sa + S * Rb, sa + 2 * S * Rb, sa + 3 * S * Rb,
+                                            sl, j, Pb, S, ka[0], kc[0], kd[0], ka[K - 1],
+                                            kc[K - 1], kd[K - 1], y0, yl);
+    ChunkBack<K>(ka, kc, kd, y0, yl);
+#pragma unroll
+    for (int i = 0; i < K; ++i) gx[sl * R + r0 + i] = kd[i];
+  }
+  __syncthreads();
+  x0 = gx[sl * R + rank * Rb + 2 * j];
+  xl = gx[sl * R + rank * Rb + 2 * j + 1];
+  return ok;
+}
+
 }  // namespace trisolve::cuda

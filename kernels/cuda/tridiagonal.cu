@@ -298,41 +298,23 @@ __global__ void __launch_bounds__(256)
 // are split over the Q blocks of a thread-block cluster, each block the size of an n <= 1024
 // block (several an SM). Block = S systems x Pb threads (the one-pass kernel's mapping, tid =
 // sl * Pb + j flat, j * S + sl interleaved); block `rank` of the cluster owns chunks
-// J = rank * Pb + j, rows J * M .. J * M + M - 1.
-//  1. Each thread reduces its chunk to two rows (ChunkReduce) and writes them to its block's
-//     shared memory (b = 1 is implied): the reduced system has R = 2 Pb Q rows a system.
-//  2. Cluster barrier. Each block copies the whole reduced system from the cluster's shared
-//     memory (distributed shared memory) into its own and solves it redundantly: K = 2Q
-//     consecutive rows a thread reduced in registers (ChunkReduce), PCR on the 2 Pb rows left
-//     (SolveReduced), ChunkBack -- into gx (R values a system).
-//  3. Each thread takes x of its two rows from gx and substitutes back.
-// A block's shared memory must outlive the other blocks' reads: it arrives at a second cluster
-// barrier after its reads and waits on it only before it exits.
+// J = rank * Pb + j, rows J * M .. J * M + M - 1. Each thread reduces its chunk to two rows
+// (ChunkReduce), the cluster solves the reduced system (SolveReducedCluster: every block the
+// whole of it, gathered through distributed shared memory), and each thread substitutes back.
 template <int M, int K, typename T, bool kInterleaved>
 __global__ void __launch_bounds__(256)
     PartitionedClusterKernel(TridiagonalProblem<T> p, T* __restrict__ x, uint8_t* flags, int Pb,
                              int S, bool vec) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  namespace cg = cooperative_groups;
   constexpr int Q = K / 2;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* smem = reinterpret_cast<T*>(smem_raw);
-  const int Rb = 2 * Pb;     // reduced rows a system in this block
-  const int R = Rb * Q;      // reduced rows a system
-  T* oa = smem;              // this block's reduced rows: [sl * Rb + r], b = 1
-  T* oc = oa + S * Rb;
-  T* od = oc + S * Rb;
-  T* sa = od + S * Rb;       // the PCR of SolveReduced: S * Rb each
-  T* sb = sa + S * Rb;
-  T* sc = sb + S * Rb;
-  T* sd = sc + S * Rb;
-  const int Rp = R + R / K;  // padded: see the copy below
-  T* ga = sd + S * Rb;       // the whole reduced system, padded: [sl * Rp + r + r / K]
-  T* gc = ga + S * Rp;
-  T* gd = gc + S * Rp;
-  T* gx = ga;                // x of the reduced system: [sl * R + r], once ga is read
+  const int Rb = 2 * Pb;  // reduced rows a system in this block
+  T* own = smem;          // 3 * S * Rb: this block's reduced rows
+  T* pcr = own + 3 * S * Rb;
+  T* gather = pcr + 4 * S * Rb;  // 3 * S * (R + R / K)
   __shared__ int bad[128];  // S <= 256 / Pb, Pb >= Q >= 2
-  cg::cluster_group cluster = cg::this_cluster();
+  cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
   const int rank = int(cluster.block_rank());
   const int tid = threadIdx.x;
   const int sl = kInterleaved ? tid % S : tid / Pb;
@@ -348,53 +330,9 @@ __global__ void __launch_bounds__(256)
   else
     LoadChunkFlatDirect<M>(p, s, J, vec, a, b, c, d);
   bool ok = ChunkReduce<M>(a, b, c, d);
-  oa[sl * Rb + 2 * j] = a[0];
-  oc[sl * Rb + 2 * j] = c[0];
-  od[sl * Rb + 2 * j] = d[0];
-  oa[sl * Rb + 2 * j + 1] = a[M - 1];
-  oc[sl * Rb + 2 * j + 1] = c[M - 1];
-  od[sl * Rb + 2 * j + 1] = d[M - 1];
-  cluster.sync();  // every block's reduced rows written
-
-  // The whole reduced system into this block's shared memory, coalesced: consecutive threads
-  // read consecutive words of one block (a thread reading its own K rows straight from the
-  // others' shared memory, strided, took 2-7x the whole kernel's time on the H100). Row r of
-  // system sl goes to g*[sl * Rp + r + r / K]: a thread's K rows then start K + 1 words apart.
-  const int nthreads = S * Pb;
-#pragma unroll
-  for (int q = 0; q < K; ++q) {  // S * R = K * nthreads elements
-    const int e = tid + q * nthreads;
-    const int es = e / R, r = e - es * R;
-    const int src = r / Rb, off = es * Rb + (r - src * Rb);
-    const int dst = es * Rp + r + r / K;
-    ga[dst] = cluster.map_shared_rank(oa, src)[off];
-    gc[dst] = cluster.map_shared_rank(oc, src)[off];
-    gd[dst] = cluster.map_shared_rank(od, src)[off];
-  }
-  cluster.barrier_arrive();  // done reading the others' shared memory
-  __syncthreads();
-  {
-    const int r0 = j * K, base = sl * Rp + r0 + j;
-    T ka[K], kb[K], kc[K], kd[K];
-#pragma unroll
-    for (int i = 0; i < K; ++i) {
-      ka[i] = ga[base + i];
-      kb[i] = T(1);
-      kc[i] = gc[base + i];
-      kd[i] = gd[base + i];
-    }
-    ok &= ChunkReduce<K>(ka, kb, kc, kd);
-    T y0, yl;
-    // Barriers inside: every thread has read its rows of ga before gx (= ga) is written.
-    ok &= SolveReduced<kInterleaved, false>(sa, sb, sc, sd, sl, j, Pb, S, ka[0], kc[0], kd[0],
-                                            ka[K - 1], kc[K - 1], kd[K - 1], y0, yl);
-    ChunkBack<K>(ka, kc, kd, y0, yl);
-#pragma unroll
-    for (int i = 0; i < K; ++i) gx[sl * R + r0 + i] = kd[i];
-  }
-  __syncthreads();
-  const T x0 = gx[sl * R + rank * Rb + 2 * j];
-  const T xl = gx[sl * R + rank * Rb + 2 * j + 1];
+  T x0, xl;
+  ok &= SolveReducedCluster<K, kInterleaved>(cluster, own, pcr, gather, sl, j, Pb, S, a[0], c[0],
+                                             d[0], a[M - 1], c[M - 1], d[M - 1], x0, xl, [] {});
   ChunkBack<M>(a, c, d, x0, xl);
 #pragma unroll
   for (int i = 0; i < M; ++i) ok &= Finite(d[i]);
@@ -825,18 +763,6 @@ absl::StatusOr<TridiagonalKernel> LaunchOnChip(const TridiagonalProblem<T>& p, T
 }
 
 // ---- the cluster form (PartitionedClusterKernel) ----------------------------------------------
-// Whether the device runs thread-block clusters (compute capability 9.0 or newer); asked once.
-bool ClustersAvailable() {
-  static const bool yes = [] {
-    int dev = 0, major = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return false;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
-      return false;
-    return major >= 9;
-  }();
-  return yes;
-}
-
 constexpr int kMaxCluster = 8;  // the portable cluster size
 
 // A cluster launch's shape: Q blocks a system, S systems x Pb threads a block, M rows a thread.
@@ -1013,6 +939,17 @@ absl::StatusOr<TridiagonalKernel> SolvePartitioned(const TridiagonalProblem<T>& 
 }
 
 }  // namespace
+
+bool ClustersAvailable() {
+  static const bool yes = [] {
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return false;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+      return false;
+    return major >= 9;
+  }();
+  return yes;
+}
 
 void SetPartitionedTuning(const PartitionedTuning& t) { g_tuning = t; }
 PartitionedTuning GetPartitionedTuning() { return g_tuning; }

@@ -72,6 +72,9 @@ struct PartitionedTuning {
 void SetPartitionedTuning(const PartitionedTuning& t);
 PartitionedTuning GetPartitionedTuning();
 
+// Whether the device runs thread-block clusters (compute capability 9.0 or newer); asked once.
+bool ClustersAvailable();
+
 // What `auto` and each method run for a shape.
 TridiagonalKernel ChooseTridiagonalKernel(TridiagonalMethod m, int64_t n, int64_t batch,
                                           Layout layout, bool float32);

@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
 
   std::printf("\none sweep against the memory floor (8 arrays of N*M doubles at %.0f GB/s)\n", copy);
   std::printf("%6s %-14s %12s %12s %8s\n", "N=M", "method", "per sweep", "floor", "ratio");
-  for (int64_t NM : {1024, 4096, 8192}) {
+  for (int64_t NM : {1024, 4096, 8192, 16384}) {
     auto ex = trisolve::examples::ThesisExperiment1(NM, NM);
     Device d(ex, NM, NM);
     const double floor_ms = 8.0 * NM * NM * 8 / (copy * 1e6);
@@ -106,27 +106,39 @@ int main(int argc, char** argv) {
   }
 
   // The sweeps' two paths side by side: the fused sweeps (one launch for up to 64 sweeps, a
-  // block a row and sweep, 8 or 16 rows a thread, the row loaded straight into registers or
-  // staged through shared memory) and the two-kernel half-sweeps (right-hand
-  // side, then the batched one-pass partitioned solve; what ran before the fused sweeps and
-  // still runs rows over 4096). Gauss-Seidel on the two-kernel path is one launch pair a row,
-  // so its sweep is timed as L = 2 less L = 1.
+  // block -- or a cluster of 2 or 4 blocks -- a row and sweep, 8 or 16 rows a thread, the row
+  // loaded straight into registers or staged through shared memory) and the two-kernel
+  // half-sweeps (right-hand side, then the batched one-pass partitioned solve; what ran before
+  // the fused sweeps and still runs rows over 16384). Gauss-Seidel on the two-kernel path is
+  // one launch pair a row, so its sweep is timed as L = 2 less L = 1. Clusters and the streamed
+  // form (persistent blocks of 256 x 16 prefetching the next row) are timed where rows are long
+  // (4096 and over).
   std::printf("\nsweep paths: per sweep ((L=65 - L=1) / 64), and L = 64 at N = M = 1024\n");
-  std::printf("%6s %-14s %-22s %12s %12s\n", "N=M", "method", "path", "per sweep", "L=64");
+  std::printf("%6s %-14s %-32s %12s %12s\n", "N=M", "method", "path", "per sweep", "L=64");
   const auto sweep0 = trisolve::cuda::GetSweepTuning();
-  for (int64_t NM : {1024, 4096}) {
+  struct Path { std::string name; trisolve::cuda::SweepTuning t; };
+  std::vector<Path> paths;
+  for (int q : {1, 2, 4}) {
+    const std::string blocks = q > 1 ? ", " + std::to_string(q) + " blocks" : "";
+    for (int chunk : {8, 16})
+      for (int staged : {-1, 1})
+        paths.push_back({"fused, " + std::to_string(chunk) + " rows, " +
+                             (staged > 0 ? "staged" : "direct") + blocks,
+                         {true, chunk, staged, q, -1}});
+    paths.push_back({"fused, 16 rows, streamed" + blocks, {true, 16, 0, q, 1}});
+  }
+  paths.push_back({"rhs + partitioned", {false, 0, 0, 0, 0}});
+  for (int64_t NM : {1024, 4096, 8192}) {
     auto ex = trisolve::examples::ThesisExperiment1(NM, NM);
     Device d(ex, NM, NM);
     for (auto m : {trisolve::BlockMethod::kRedBlack, trisolve::BlockMethod::kJacobi,
                    trisolve::BlockMethod::kGaussSeidel}) {
-      struct Path { const char* name; trisolve::cuda::SweepTuning t; };
-      const Path paths[] = {{"fused, 8 rows, direct", {true, 8, -1}},
-                            {"fused, 8 rows, staged", {true, 8, 1}},
-                            {"fused, 16 rows, direct", {true, 16, -1}},
-                            {"fused, 16 rows, staged", {true, 16, 1}},
-                            {"rhs + partitioned", {false, 0, 0}}};
       for (const Path& path : paths) {
-        if (path.t.fused && path.t.chunk * (path.t.chunk >= 16 ? 256 : 512) < NM) continue;
+        const int q = path.t.cluster;
+        if (path.t.fused &&
+            (int64_t(path.t.chunk) * (path.t.chunk >= 16 ? 256 : 512) * q < NM ||
+             ((q > 1 || path.t.stream > 0) && NM < 4096)))
+          continue;
         trisolve::cuda::SetSweepTuning(path.t);
         double sweep = 0, t64 = 0;
         if (!path.t.fused && m == trisolve::BlockMethod::kGaussSeidel) {
@@ -137,8 +149,8 @@ int main(int argc, char** argv) {
           sweep = (Solve(d, pool, m, 65, 0, false, reps) - t1) / 64;
           if (NM == 1024) t64 = Solve(d, pool, m, 64, 0, false, reps);
         }
-        std::printf("%6lld %-14s %-22s %9.4f ms %9.3f ms\n", (long long)NM,
-                    std::string(trisolve::MethodName(m)).c_str(), path.name, sweep, t64);
+        std::printf("%6lld %-14s %-32s %9.4f ms %9.3f ms\n", (long long)NM,
+                    std::string(trisolve::MethodName(m)).c_str(), path.name.c_str(), sweep, t64);
         std::fflush(stdout);
       }
     }
