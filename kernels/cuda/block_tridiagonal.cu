@@ -9,6 +9,7 @@
 
 #include "block_cuda.h"
 #include "check.h"
+#include "launch.h"
 #include "partitioned.cuh"
 #include "tridiagonal_cuda.h"
 
@@ -717,6 +718,21 @@ __device__ __forceinline__ void WaitInputs(const SweepArgs<T>& g, int s, int64_t
   ::cuda::atomic_thread_fence(::cuda::memory_order_acquire, ::cuda::thread_scope_device);
 }
 
+// Thread 0 of a block whose Y_i stores all precede a barrier: flags a vanished pivot and
+// publishes (sweep s, row i) -- done[i] = s + 1, or with Q blocks a row one more of Q parts.
+// The release publishes every thread's stores: they precede it through the barrier, and a
+// release at device scope is cumulative (the pattern of CUTLASS's GenericBarrier:
+// __syncthreads, then fence.acq_rel.gpu and a relaxed store by one thread).
+template <int Q, typename T>
+__device__ __forceinline__ void PublishTask(const SweepArgs<T>& g, int s, int64_t i, bool bad) {
+  if (bad) g.bad[Perm(i, g.N)] = 1;
+  ::cuda::atomic_ref<int, ::cuda::thread_scope_device> done(g.done[i]);
+  if constexpr (Q == 1)
+    done.store(s + 1, ::cuda::memory_order_release);
+  else
+    done.fetch_add(1, ::cuda::memory_order_release);
+}
+
 // The cluster of the Q > 1 forms (launched only on devices of compute capability 9.0 or newer;
 // elsewhere its calls trap).
 struct SweepCluster {
@@ -935,17 +951,7 @@ __global__ void __launch_bounds__(SweepMaxThreads(CH)) FusedSweepKernel(SweepArg
     StoreRowsDirect<CH>(yout + base, k0, M, g.vec, d);
     __syncthreads();  // every thread's Y_i stores issued before thread 0 publishes
   }
-  if (tid == 0) {
-    if (task_bad) g.bad[Perm(i, N)] = 1;
-    // The release store publishes every thread's Y_i stores: they precede it through the
-    // barrier above, and a release at device scope is cumulative (the pattern of CUTLASS's
-    // GenericBarrier: __syncthreads, then fence.acq_rel.gpu and a relaxed store by one thread).
-    ::cuda::atomic_ref<int, ::cuda::thread_scope_device> done(g.done[i]);
-    if constexpr (Q == 1)
-      done.store(s + 1, ::cuda::memory_order_release);
-    else
-      done.fetch_add(1, ::cuda::memory_order_release);
-  }
+  if (tid == 0) PublishTask<Q>(g, s, i, task_bad);
   // The other blocks of the cluster are done reading this block's reduced rows.
   if constexpr (Q > 1) cluster.barrier_wait();
 }
@@ -1083,14 +1089,7 @@ __global__ void __launch_bounds__(kStreamThreads, 1) FusedSweepStreamKernel(Swee
       return true;
     };
     StoreFlat<CH>(yout + base + r0, ystage, P, where, d);  // ends with a barrier
-    if (tid == 0) {
-      if (task_bad) g.bad[Perm(i, N)] = 1;
-      ::cuda::atomic_ref<int, ::cuda::thread_scope_device> done(g.done[i]);
-      if constexpr (Q == 1)
-        done.store(s + 1, ::cuda::memory_order_release);
-      else
-        done.fetch_add(1, ::cuda::memory_order_release);
-    }
+    if (tid == 0) PublishTask<Q>(g, s, i, task_bad);
     if (i2 < 0) {
       if constexpr (Q > 1) cluster.barrier_wait();
       return;
@@ -1147,24 +1146,8 @@ absl::Status LaunchFusedSweeps(SweepArgs<T> g, cudaStream_t stream) {
   const int64_t total = int64_t(g.sweeps) * g.N;
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(g.done, 0, sizeof(int) * size_t(g.N), stream));
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(g.next, 0, sizeof(unsigned), stream));
-  if constexpr (Q == 1) {
-    kernel<<<unsigned(total), P, smem, stream>>>(g);
-    return CudaStatus(cudaGetLastError(), "FusedSweepKernel launch");
-  } else {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(unsigned(total * Q));
-    cfg.blockDim = dim3(unsigned(P));
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = unsigned(Q);
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    return CudaStatus(cudaLaunchKernelEx(&cfg, kernel, g), "FusedSweepKernel cluster launch");
-  }
+  LaunchConfig launch(total * Q, P, smem, stream, Q);
+  return CudaStatus(cudaLaunchKernelEx(&launch.cfg, kernel, g), "FusedSweepKernel launch");
 }
 
 // The streamed form: as many persistent blocks (clusters) as run at once.
@@ -1178,36 +1161,12 @@ absl::Status LaunchFusedStream(SweepArgs<T> g, cudaStream_t stream) {
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(g.done, 0, sizeof(int) * size_t(g.N), stream));
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(g.next, 0, sizeof(unsigned), stream));
-  cudaLaunchConfig_t cfg = {};
-  cfg.blockDim = dim3(unsigned(P));
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = unsigned(Q);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = Q > 1 ? 1 : 0;
-  int64_t groups = 0;  // blocks (clusters) that run at once
-  if constexpr (Q > 1) {
-    int n = 0;
-    cfg.gridDim = dim3(unsigned(Q));
-    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg));
-    groups = n;
-  } else {
-    int dev = 0, sms = 0, per_sm = 0;
-    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev));
-    TRISOLVE_CUDA_RETURN_IF_ERROR(
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    TRISOLVE_CUDA_RETURN_IF_ERROR(
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, P, smem));
-    groups = int64_t(sms) * per_sm;
-  }
-  if (groups < 1) return absl::ResourceExhaustedError("the streamed sweep kernel cannot run");
-  groups = std::min<int64_t>(groups, int64_t(g.sweeps) * g.N);
-  cfg.gridDim = dim3(unsigned(groups * Q));
-  return CudaStatus(cudaLaunchKernelEx(&cfg, kernel, g), "FusedSweepStreamKernel launch");
+  LaunchConfig launch(0, P, smem, stream, Q);
+  auto groups = ResidentGroups(kernel, launch);  // blocks (clusters) that run at once
+  if (!groups.ok()) return groups.status();
+  if (*groups < 1) return absl::ResourceExhaustedError("the streamed sweep kernel cannot run");
+  launch.cfg.gridDim = dim3(unsigned(std::min<int64_t>(*groups, int64_t(g.sweeps) * g.N) * Q));
+  return CudaStatus(cudaLaunchKernelEx(&launch.cfg, kernel, g), "FusedSweepStreamKernel launch");
 }
 
 template <int CH, typename T>

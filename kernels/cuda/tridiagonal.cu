@@ -7,6 +7,7 @@
 #include <cuda_pipeline.h>
 
 #include "check.h"
+#include "launch.h"
 #include "numerics.cuh"
 #include "partitioned.cuh"
 #include "tridiagonal_cuda.h"
@@ -611,14 +612,11 @@ absl::StatusOr<bool> LaunchPersistent(void (*kernel)(Params...), int threads, si
                                       int64_t groups, cudaStream_t stream, Args... args) {
   TRISOLVE_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  int dev = 0, sms = 0, per_sm = 0;
-  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev));
-  TRISOLVE_CUDA_RETURN_IF_ERROR(
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  TRISOLVE_CUDA_RETURN_IF_ERROR(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
-  if (per_sm < 1) return false;
-  const int64_t blocks = std::min<int64_t>(groups, int64_t(sms) * per_sm);
+  LaunchConfig launch(0, threads, smem, stream);
+  auto resident = ResidentGroups(kernel, launch);
+  if (!resident.ok()) return resident.status();
+  if (*resident < 1) return false;
+  const int64_t blocks = std::min<int64_t>(groups, *resident);
   kernel<<<dim3(unsigned(blocks)), threads, smem, stream>>>(args...);
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return true;
@@ -796,19 +794,8 @@ absl::Status LaunchClusterMK(const TridiagonalProblem<T>& p, T* x, uint8_t* flag
     TRISOLVE_CUDA_RETURN_IF_ERROR(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   const int64_t clusters = (p.batch + c.S - 1) / c.S;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(unsigned(clusters * c.Q));
-  cfg.blockDim = dim3(unsigned(c.S * c.Pb));
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = unsigned(c.Q);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  return CudaStatus(cudaLaunchKernelEx(&cfg, kernel, p, x, flags, c.Pb, c.S, vec),
+  LaunchConfig launch(clusters * c.Q, c.S * c.Pb, smem, stream, c.Q);
+  return CudaStatus(cudaLaunchKernelEx(&launch.cfg, kernel, p, x, flags, c.Pb, c.S, vec),
                     "PartitionedClusterKernel launch");
 }
 

@@ -1,0 +1,61 @@
+// Kernel launch configurations shared by the tridiagonal and block-tridiagonal kernels: a grid in
+// thread-block clusters (sm_90) or plain, and the size of a persistent grid.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "check.h"
+
+namespace trisolve::cuda {
+
+// A launch of `blocks` blocks of `threads` with `smem` bytes of dynamic shared memory on `stream`,
+// in clusters of `cluster` blocks when cluster > 1. Not copyable: cfg points at attr.
+struct LaunchConfig {
+  LaunchConfig(int64_t blocks, int threads, size_t smem, cudaStream_t stream, int cluster = 1) {
+    cfg.gridDim = dim3(unsigned(blocks));
+    cfg.blockDim = dim3(unsigned(threads));
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = unsigned(std::max(cluster, 1));
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = cluster > 1 ? 1 : 0;
+  }
+  LaunchConfig(const LaunchConfig&) = delete;
+  LaunchConfig& operator=(const LaunchConfig&) = delete;
+
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute attr[1] = {};
+};
+
+// How many blocks of `kernel` -- clusters of them, where `launch` asks for clusters -- run on the
+// device at once with `launch`'s block size and shared memory: the grid of a persistent kernel.
+// 0 where not one fits. The kernel's shared-memory attribute must already be set.
+template <typename... Params>
+absl::StatusOr<int64_t> ResidentGroups(void (*kernel)(Params...), LaunchConfig& launch) {
+  const unsigned cluster = launch.cfg.numAttrs > 0 ? launch.attr[0].val.clusterDim.x : 1;
+  if (cluster > 1) {
+    const dim3 grid = launch.cfg.gridDim;
+    launch.cfg.gridDim = dim3(cluster);  // the query wants a grid of whole clusters
+    int n = 0;
+    const cudaError_t e = cudaOccupancyMaxActiveClusters(&n, kernel, &launch.cfg);
+    launch.cfg.gridDim = grid;
+    TRISOLVE_CUDA_RETURN_IF_ERROR(e);
+    return int64_t{n};
+  }
+  int dev = 0, sms = 0, per_sm = 0;
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev));
+  TRISOLVE_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &per_sm, kernel, int(launch.cfg.blockDim.x), launch.cfg.dynamicSmemBytes));
+  return int64_t(sms) * per_sm;
+}
+
+}  // namespace trisolve::cuda
