@@ -160,15 +160,19 @@ TEST(CudaBlock, FusedSweepsManyShortRows) {
     ASSERT_TRUE(info.ok()) << info.status();
     EXPECT_EQ(info->method, std::string(MethodName(m)) + "+fused");
   }
-  // Rows over 4096 on a cluster of blocks (fused), over 16384 the two-kernel half-sweeps.
-  for (int64_t M : {5000, 16385}) {
+  // Rows over 4096 on a cluster of blocks (fused); red-black and jacobi in float64 over 8192
+  // the two-kernel half-sweeps (measured faster), gauss-seidel fused up to 16384.
+  for (int64_t M : {5000, 12000, 16385}) {
     auto s = Experiment<double>(1, 3, M);
     std::vector<double> y(s.N * s.M);
     SystemStatus st;
-    auto info = Cuda()->Solve(s.P(), BlockMethod::kRedBlack, {3, 0, false},
-                              BlockOutput<double>{y.data(), &st}, SolveControl{});
-    ASSERT_TRUE(info.ok()) << info.status();
-    EXPECT_EQ(info->method, M <= 16384 ? "red-black+fused" : "red-black") << M;
+    for (auto m : {BlockMethod::kRedBlack, BlockMethod::kGaussSeidel}) {
+      auto info = Cuda()->Solve(s.P(), m, {3, 0, false}, BlockOutput<double>{y.data(), &st},
+                                SolveControl{});
+      ASSERT_TRUE(info.ok()) << info.status();
+      const bool fused = m == BlockMethod::kGaussSeidel ? M <= 16384 : M <= 8192;
+      EXPECT_EQ(info->method, std::string(MethodName(m)) + (fused ? "+fused" : "")) << M;
+    }
   }
 }
 

@@ -10,9 +10,10 @@
 // half-sweeps and sweeps overlap (gauss-seidel, sequential over rows within a
 // sweep, runs its sweeps as a wavefront). Red-black and jacobi on float64 rows of 2049-8192 run
 // streamed: persistent blocks copy their next row into shared memory (cp.async) while they
-// solve the current one. Longer rows (over 16384): per half-sweep one kernel forming the
-// right-hand sides of a contiguous batch of rows and one batched tridiagonal solve (the
-// partitioned kernel); Jacobi into a second buffer; Gauss-Seidel one row at a time. The method
+// solve the current one. Longer rows (over 16384; red-black and jacobi on float64 rows over
+// 8192, where it measured faster): per half-sweep one kernel forming the right-hand sides of a
+// contiguous batch of rows and one batched tridiagonal solve (the partitioned kernel); Jacobi
+// into a second buffer; Gauss-Seidel one row at a time. The method
 // reported ends in "+fused" when the fused sweeps ran. The relative residual is computed on the
 // device from the original arrays, its sums added in a fixed order. cg: conjugate gradients
 // preconditioned by the line solves, one batched partitioned tridiagonal solve over every block
@@ -20,6 +21,8 @@
 #pragma once
 
 #include <cuda_runtime.h>
+
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "memory_pool.h"
@@ -44,6 +47,15 @@ struct SweepTuning {
 };
 void SetSweepTuning(const SweepTuning& t);
 SweepTuning GetSweepTuning();
+
+// Diagnostics: in a build configured with -DTRISOLVE_SWEEP_PROFILE=ON, the clock cycles a task
+// of the streamed fused sweeps spent in each phase (averaged over every block's tasks since the
+// last call, which clears them); empty in other builds.
+struct SweepPhaseTime {
+  const char* phase;
+  double cycles;
+};
+std::vector<SweepPhaseTime> TakeSweepProfile();
 
 // p's arrays and y (in: the initial guess, out: the iterate) are device arrays in the natural
 // layout (row i at i * M). Fills status like the CPU reference.

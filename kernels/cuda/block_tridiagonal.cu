@@ -817,11 +817,8 @@ __global__ void __launch_bounds__(SweepMaxThreads(CH)) FusedSweepKernel(SweepArg
   const int P = blockDim.x;
   const int tid = threadIdx.x;
   const int64_t N = g.N, M = g.M;
-  T* sa = reinterpret_cast<T*>(smem_raw);  // 2P each: the reduced system
-  T* sb = sa + 2 * P;
-  T* sc = sb + 2 * P;
-  T* sd = sc + 2 * P;
-  T* own = sd + 2 * P;                   // Q > 1: this block's reduced rows (3 arrays of 2P)
+  T* sa = reinterpret_cast<T*>(smem_raw);  // 8P: the reduced system (SolveReducedBlock)
+  T* own = sa + 8 * P;                   // Q > 1: this block's reduced rows (3 arrays of 2P)
   T* tile = own + (Q > 1 ? 6 * P : 0);  // kStaged: 4 arrays of P * (CH + 1)
   T* gather = tile;                      // Q > 1: the cluster's reduced system
   const int tsz = P * (CH + 1);
@@ -934,8 +931,8 @@ __global__ void __launch_bounds__(SweepMaxThreads(CH)) FusedSweepKernel(SweepArg
   bool ok = ChunkReduce<CH>(a, b, c, d);
   T x0, xl;
   if constexpr (Q == 1) {
-    ok &= SolveReduced<false, kLazy>(sa, sb, sc, sd, 0, tid, P, 1, a[0], c[0], d[0], a[CH - 1],
-                                     c[CH - 1], d[CH - 1], x0, xl);
+    ok &= SolveReducedBlock<false, kLazy>(sa, 0, tid, P, 1, a[0], c[0], d[0], a[CH - 1],
+                                          c[CH - 1], d[CH - 1], x0, xl);
   } else {
     ok &= SolveReducedCluster<2 * Q, false>(cluster, own, sa, gather, 0, tid, P, 1, a[0], c[0],
                                             d[0], a[CH - 1], c[CH - 1], d[CH - 1], x0, xl, [] {});
@@ -956,6 +953,63 @@ __global__ void __launch_bounds__(SweepMaxThreads(CH)) FusedSweepKernel(SweepArg
   if constexpr (Q > 1) cluster.barrier_wait();
 }
 
+
+// Where a streamed sweep task's time goes (diagnostics, a build with -DTRISOLVE_SWEEP_PROFILE=ON;
+// nothing is compiled in otherwise): thread 0 of each block adds the clock64() cycles from one
+// mark to the next into shared counters, flushed to g_sweep_profile as the block exits. Thread
+// 0's view is the block's: the barriers after each phase make the slowest thread's time its.
+enum SweepPhase : int {
+  kPhaseClusterWait,   // the cluster's split barrier: the others done with this block's memory
+  kPhaseInputs,        // thread 0 polling the neighbours' counters; the next task taken
+  kPhaseNeighbours,    // the neighbours' coefficients and Y loaded, the right-hand side formed
+  kPhaseReduce,        // the row read from the tile, ChunkReduce (Q = 1: the next copies issued)
+  kPhaseClusterSync,   // Q > 1: the reduced rows written, the cluster barrier
+  kPhaseNext,          // Q > 1: the next task read from block 0, its copies issued
+  kPhaseReducedSolve,  // the reduced system (Q > 1: gathered through DSMEM) solved
+  kPhaseBack,          // ChunkBack, the finiteness checks
+  kPhaseStore,         // Y staged and stored
+  kPhasePublish,       // the task published
+  kPhaseCount
+};
+#ifdef TRISOLVE_SWEEP_PROFILE
+const char* const kSweepPhaseNames[kPhaseCount] = {
+    "cluster wait", "inputs", "neighbours", "reduce", "cluster sync",
+    "next task",    "reduced",  "back",       "store",  "publish"};
+__device__ unsigned long long g_sweep_profile[kPhaseCount + 1];  // + tasks
+struct PhaseClock {
+  unsigned long long* acc;  // shared, kPhaseCount + 1
+  long long last = 0;
+  __device__ explicit PhaseClock(unsigned long long* shared) : acc(shared) {
+    if (threadIdx.x == 0) {
+      for (int k = 0; k <= kPhaseCount; ++k) acc[k] = 0;
+      last = clock64();
+    }
+  }
+  __device__ void Mark(int k) {
+    if (threadIdx.x != 0) return;
+    const long long t = clock64();
+    acc[k] += t - last;
+    last = t;
+  }
+  __device__ void Task() {
+    if (threadIdx.x == 0) acc[kPhaseCount] += 1;
+  }
+  __device__ void Flush() {
+    if (threadIdx.x == 0)
+      for (int k = 0; k <= kPhaseCount; ++k) atomicAdd(&g_sweep_profile[k], acc[k]);
+  }
+};
+#define TRISOLVE_PHASE_CLOCK(name)                       \
+  __shared__ unsigned long long name##_acc[kPhaseCount + 1]; \
+  PhaseClock name(name##_acc)
+#else
+struct PhaseClock {
+  __device__ void Mark(int) {}
+  __device__ void Task() {}
+  __device__ void Flush() {}
+};
+#define TRISOLVE_PHASE_CLOCK(name) PhaseClock name
+#endif
 
 // The streamed fused sweeps: persistent blocks (clusters of Q), each taking its next task as
 // soon as it has read the current row from its tile and copying that task's matrix part (aC,
@@ -981,11 +1035,8 @@ __global__ void __launch_bounds__(kStreamThreads, 1) FusedSweepStreamKernel(Swee
   const int tid = threadIdx.x;
   const int64_t N = g.N, M = g.M;
   T* own = reinterpret_cast<T*>(smem_raw);  // Q > 1: 3 arrays of 2P
-  T* sa = own + (Q > 1 ? 6 * P : 0);        // 2P each: the reduced system
-  T* sb = sa + 2 * P;
-  T* sc = sb + 2 * P;
-  T* sd = sc + 2 * P;
-  T* gather = sd + 2 * P;                                // Q > 1: 3 (2PQ + P)
+  T* sa = own + (Q > 1 ? 6 * P : 0);        // 8P: the reduced system
+  T* gather = sa + 8 * P;                                // Q > 1: 3 (2PQ + P)
   T* tile = gather + (Q > 1 ? 3 * (2 * P * Q + P) : 0);  // 4 arrays of P * (CH + 1)
   const int tsz = P * (CH + 1);
   T* ystage = Q > 1 ? sa : tile + 4 * tsz;  // P * (CH + 1) <= 8P + 3 (2PQ + P) for Q > 1
@@ -1036,16 +1087,19 @@ __global__ void __launch_bounds__(kStreamThreads, 1) FusedSweepStreamKernel(Swee
   }
   if constexpr (Q > 1) cluster.barrier_arrive();  // done reading block 0's task
   prefetch(i);
+  TRISOLVE_PHASE_CLOCK(clock);
   for (;;) {
     // Q > 1: the other blocks are done reading this block's `own` and block 0's next task
     // (the arrival above, then SolveReducedCluster's): both may be written again.
     if constexpr (Q > 1) cluster.barrier_wait();
+    clock.Mark(kPhaseClusterWait);
     if (tid == 0) {
       task_bad = 0;
       WaitInputs<Q>(g, s, i);
     }
     take();
     __syncthreads();  // the inputs are done
+    clock.Mark(kPhaseInputs);
     const int64_t base = Perm(i, N) * M;
     const bool odd = g.kind == SweepKind::kJacobi && (s & 1);
     const T* yin = odd ? g.Y1 : g.Y0;
@@ -1053,6 +1107,7 @@ __global__ void __launch_bounds__(kStreamThreads, 1) FusedSweepStreamKernel(Swee
     SubtractNeighboursStaged<CH, kQB, P>(g, yin, i, base, r0, Ml, tile + 3 * tsz,
                                          [] { __pipeline_wait_prior(0); });
     __syncthreads();
+    clock.Mark(kPhaseNeighbours);
     T a[CH], b[CH], c[CH], d[CH];
     ReadChunkFromTile<CH>(tile, tsz, 0, int64_t(rank) * P + tid, M, a, b, c, d);
     int s2;
@@ -1068,20 +1123,27 @@ __global__ void __launch_bounds__(kStreamThreads, 1) FusedSweepStreamKernel(Swee
       next();
     }
     bool ok = ChunkReduce<CH>(a, b, c, d);
+    clock.Mark(kPhaseReduce);
     T x0, xl;
     if constexpr (Q == 1) {
-      ok &= SolveReduced<false, kLazy>(sa, sb, sc, sd, 0, tid, P, 1, a[0], c[0], d[0],
-                                       a[CH - 1], c[CH - 1], d[CH - 1], x0, xl);
+      ok &= SolveReducedBlock<false, kLazy>(sa, 0, tid, P, 1, a[0], c[0], d[0], a[CH - 1],
+                                            c[CH - 1], d[CH - 1], x0, xl);
     } else {
-      ok &= SolveReducedCluster<2 * Q, false>(cluster, own, sa, gather, 0, tid, P, 1, a[0],
-                                              c[0], d[0], a[CH - 1], c[CH - 1], d[CH - 1], x0,
-                                              xl, next);
+      ok &= SolveReducedCluster<2 * Q, false>(
+          cluster, own, sa, gather, 0, tid, P, 1, a[0], c[0], d[0], a[CH - 1], c[CH - 1],
+          d[CH - 1], x0, xl, [&] {
+                                                clock.Mark(kPhaseClusterSync);
+                                                next();
+                                                clock.Mark(kPhaseNext);
+                                              });
     }
+    clock.Mark(kPhaseReducedSolve);
     ChunkBack<CH>(a, c, d, x0, xl);
 #pragma unroll
     for (int q = 0; q < CH; ++q) ok &= Finite(d[q]);
     if (!ok) task_bad = 1;
     if constexpr (Q > 1) __syncthreads();  // this block's threads have their x: ystage free
+    clock.Mark(kPhaseBack);
     auto where = [&](int e, int64_t& gi, int& pos) {
       if (e >= Ml) return false;
       gi = e;
@@ -1089,9 +1151,13 @@ __global__ void __launch_bounds__(kStreamThreads, 1) FusedSweepStreamKernel(Swee
       return true;
     };
     StoreFlat<CH>(yout + base + r0, ystage, P, where, d);  // ends with a barrier
+    clock.Mark(kPhaseStore);
     if (tid == 0) PublishTask<Q>(g, s, i, task_bad);
+    clock.Mark(kPhasePublish);
+    clock.Task();
     if (i2 < 0) {
       if constexpr (Q > 1) cluster.barrier_wait();
+      clock.Flush();
       return;
     }
     s = s2;
@@ -1109,7 +1175,9 @@ constexpr int kMaxSweepCluster = 4;  // blocks a row at most: rows of 16384
 // red-black and jacobi in float64 with 2048 < M <= 8192, where the H100 measured it faster:
 // 4096 0.524 -> 0.486 ms a red-black sweep, 8192 2.65 -> 2.33; at 16384 the streamed 4-block
 // form was slower, 13.2-13.5 against 12.9 ms, and gauss-seidel at 4096, 0.815 -> 1.015 ms;
-// NOTES.md t23-t24). chunk 0: no fused form holds the row.
+// NOTES.md t23-t24). chunk 0: no fused form holds the row, or (no tuning) red-black and jacobi
+// on float64 rows over 8192, where the two-kernel half-sweeps measured faster than 4 blocks a
+// row (16384: 11.9 against 12.8-12.9 ms a sweep; NOTES.md t26).
 struct SweepForm {
   int chunk = 0, Q = 1;
   bool stream = false;
@@ -1118,6 +1186,7 @@ SweepForm SweepFormFor(int64_t M, bool float64, SweepKind kind) {
   const int ch = g_sweep.chunk != 0 ? g_sweep.chunk : M > 2048 ? 16 : 8;
   const int64_t per_block = int64_t(ch) * SweepMaxThreads(ch);
   int Q = g_sweep.cluster;
+  if (Q == 0 && float64 && kind != SweepKind::kGaussSeidel && M > 8192) return SweepForm{};
   if (Q == 0)
     for (Q = 1; Q < kMaxSweepCluster && Q * per_block < M;) Q *= 2;
   if (Q > 1 && !ClustersAvailable()) Q = 1;
@@ -1199,6 +1268,19 @@ std::vector<int> DiagonalStarts(int64_t N, int sweeps) {
 }  // namespace
 
 void SetSweepTuning(const SweepTuning& t) { g_sweep = t; }
+
+std::vector<SweepPhaseTime> TakeSweepProfile() {
+  std::vector<SweepPhaseTime> out;
+#ifdef TRISOLVE_SWEEP_PROFILE
+  unsigned long long h[kPhaseCount + 1];
+  if (cudaMemcpyFromSymbol(h, g_sweep_profile, sizeof(h)) != cudaSuccess) return out;
+  const unsigned long long zero[kPhaseCount + 1] = {};
+  if (cudaMemcpyToSymbol(g_sweep_profile, zero, sizeof(zero)) != cudaSuccess) return out;
+  const double tasks = h[kPhaseCount] > 0 ? double(h[kPhaseCount]) : 1.0;
+  for (int k = 0; k < kPhaseCount; ++k) out.push_back({kSweepPhaseNames[k], double(h[k]) / tasks});
+#endif
+  return out;
+}
 SweepTuning GetSweepTuning() { return g_sweep; }
 
 template <typename T>

@@ -229,14 +229,32 @@ __device__ __forceinline__ int ReducedIndex(int sl, int i, int P, int S) {
   return kInterleaved ? r * S + sl : sl * 2 * P + r;
 }
 
+// The barrier of the block's threads.
+struct BlockSync {
+  __device__ void operator()() const { __syncthreads(); }
+};
+
+// The barrier of the block's first n threads alone (the others never reach it): a warp's
+// __syncwarp for n <= 32, else named barrier 1 (n a multiple of 32).
+struct FirstThreadsSync {
+  int n;
+  __device__ void operator()() const {
+    if (n <= 32)
+      __syncwarp(n == 32 ? 0xffffffffu : (1u << n) - 1);
+    else
+      asm volatile("bar.sync 1, %0;" ::"r"(n) : "memory");
+  }
+};
+
 // The reduced system of system sl (R = 2P rows: thread j's chunk gave rows 2j and 2j+1, its
 // first and last rows after ChunkReduce) solved by PCR in sa..sd (S * R values each); returns
-// x of the thread's two rows in x0, xl. Every thread of the block calls it (barriers inside).
-// kLazy: PcrCombine's form (measured per caller). Returns false if a pivot vanished.
-template <bool kInterleaved, bool kLazy, typename T>
+// x of the thread's two rows in x0, xl. Every thread of the block calls it (barriers inside),
+// or with `sync` the barrier of a group of threads, the group alone. kLazy: PcrCombine's form
+// (measured per caller). Returns false if a pivot vanished.
+template <bool kInterleaved, bool kLazy, typename T, typename Sync = BlockSync>
 __device__ __forceinline__ bool SolveReduced(T* sa, T* sb, T* sc, T* sd, int sl, int j, int P,
                                              int S, T a0, T c0, T d0, T al, T cl, T dl, T& x0,
-                                             T& xl) {
+                                             T& xl, Sync sync = {}) {
   const int R = 2 * P;
   const auto at = [&](int r) { return ReducedIndex<kInterleaved>(sl, r, P, S); };
   const int e0 = at(2 * j), e1 = at(2 * j + 1);
@@ -248,7 +266,7 @@ __device__ __forceinline__ bool SolveReduced(T* sa, T* sb, T* sc, T* sd, int sl,
   sb[e1] = T(1);
   sc[e1] = cl;
   sd[e1] = dl;
-  __syncthreads();
+  sync();
   bool ok = true;
   for (int stride = 1; stride < R; stride *= 2) {
     T na[2], nb[2], nc[2], nd[2];
@@ -258,7 +276,7 @@ __device__ __forceinline__ bool SolveReduced(T* sa, T* sb, T* sc, T* sd, int sl,
       ok &= PcrCombine<kLazy>(sa, sb, sc, sd, i, il >= 0, il, ir < R, ir, at, na[q], nb[q],
                               nc[q], nd[q]);
     }
-    __syncthreads();
+    sync();
 #pragma unroll
     for (int q = 0; q < 2; ++q) {
       const int e = at(2 * j + q);
@@ -267,11 +285,83 @@ __device__ __forceinline__ bool SolveReduced(T* sa, T* sb, T* sc, T* sd, int sl,
       sc[e] = nc[q];
       sd[e] = nd[q];
     }
-    __syncthreads();
+    sync();
   }
   x0 = sd[e0] * Rcp(sb[e0]);
   xl = sd[e1] * Rcp(sb[e1]);
   return ok;
+}
+
+// The reduced system of one system a block (R = 2P rows; thread j holds rows 2j and 2j + 1,
+// b = 1) solved by a second partition level instead of PCR over all R rows: the rows go to
+// shared memory (row r at r + r / K1: a thread's K1 rows start K1 + 1 words apart), the first
+// T1 = R / K1 threads each reduce K1 of them in registers (ChunkReduce) and solve the 2 T1 rows
+// left by PCR among themselves (a named barrier of T1 threads, or __syncwarp) in the memory of
+// the first rows, free once they have read theirs, substitute back and write x; every thread
+// then reads its own. Two block barriers where PCR takes 2 log2 R + 1, and a fraction of its
+// shared-memory traffic: PCR over R rows moves ~128 bytes a row and step in float64, which
+// bounds it by the SM's 128 bytes a cycle (512 rows: ~4,600 cycles; NOTES.md t26). `rows`
+// holds 3 (R + R / K1) values. Returns x of the thread's rows in x0, xl, and false if a pivot
+// vanished.
+template <int K1, typename T>
+__device__ __forceinline__ bool SolveReducedTwoLevel(T* rows, int j, int P, T a0, T c0, T d0,
+                                                     T al, T cl, T dl, T& x0, T& xl) {
+  const int R = 2 * P, Rp = R + R / K1, T1 = R / K1;
+  T* ra = rows;
+  T* rc = ra + Rp;
+  T* rd = rc + Rp;
+  const int e0 = 2 * j + 2 * j / K1, e1 = 2 * j + 1 + (2 * j + 1) / K1;
+  ra[e0] = a0;
+  rc[e0] = c0;
+  rd[e0] = d0;
+  ra[e1] = al;
+  rc[e1] = cl;
+  rd[e1] = dl;
+  __syncthreads();
+  bool ok = true;
+  if (j < T1) {
+    const int base = j * (K1 + 1);
+    T ka[K1], kb[K1], kc[K1], kd[K1];
+#pragma unroll
+    for (int i = 0; i < K1; ++i) {
+      ka[i] = ra[base + i];
+      kb[i] = T(1);
+      kc[i] = rc[base + i];
+      kd[i] = rd[base + i];
+    }
+    const FirstThreadsSync sync{T1};
+    sync();  // ra and rc read: the PCR's 8 T1 values may overwrite them
+    ok = ChunkReduce<K1>(ka, kb, kc, kd);
+    T y0, yl;
+    T* pcr = ra;
+    ok &= SolveReduced<false, false>(pcr, pcr + 2 * T1, pcr + 4 * T1, pcr + 6 * T1, 0, j, T1, 1,
+                                     ka[0], kc[0], kd[0], ka[K1 - 1], kc[K1 - 1], kd[K1 - 1], y0,
+                                     yl, sync);
+    ChunkBack<K1>(ka, kc, kd, y0, yl);
+#pragma unroll
+    for (int i = 0; i < K1; ++i) rd[base + i] = kd[i];
+  }
+  __syncthreads();
+  x0 = rd[e0];
+  xl = rd[e1];
+  return ok;
+}
+
+// The reduced systems of a block in sa (8 S P values: S systems of R = 2P rows): one system of
+// 64 threads or more by the second partition level (SolveReducedTwoLevel, 8 rows a thread), the
+// rest by PCR (SolveReduced). H100 (NOTES.md t26): block sweeps at M = 4096 on 512 threads
+// 0.557 -> 0.476 ms a sweep, 1024 0.026 -> 0.024.
+constexpr int kTwoLevelChunk = 8;
+// kTwoLevel: whether the kernel may take the second level at all (where it cannot, its code
+// would only cost the kernel registers).
+template <bool kInterleaved, bool kLazy, bool kTwoLevel = true, typename T>
+__device__ __forceinline__ bool SolveReducedBlock(T* sa, int sl, int j, int P, int S, T a0, T c0,
+                                                  T d0, T al, T cl, T dl, T& x0, T& xl) {
+  if (kTwoLevel && S == 1 && P >= 64)
+    return SolveReducedTwoLevel<kTwoLevelChunk>(sa, j, P, a0, c0, d0, al, cl, dl, x0, xl);
+  const int n = 2 * P * S;
+  return SolveReduced<kInterleaved, kLazy>(sa, sa + n, sa + 2 * n, sa + 3 * n, sl, j, P, S, a0,
+                                           c0, d0, al, cl, dl, x0, xl);
 }
 
 // The reduced system of systems split over the Q = K / 2 blocks of a thread-block cluster

@@ -90,11 +90,8 @@ __global__ void __launch_bounds__(MaxThreadsOnChip(M))
   T* smem = reinterpret_cast<T*>(smem_raw);
   const int R = 2 * P;  // reduced rows per system
   const int nthreads = S * P;
-  T* sa = smem;  // S * R each
-  T* sb = sa + S * R;
-  T* sc = sb + S * R;
-  T* sd = sc + S * R;
-  T* tile = sd + S * R;  // flat staging: 4 arrays of S * P * (M + 1)
+  T* sa = smem;              // the reduced systems: 4 S R (SolveReducedBlock)
+  T* tile = sa + 4 * S * R;  // flat staging: 4 arrays of S * P * (M + 1)
   static_assert((M & (M - 1)) == 0, "M a power of two");
   __shared__ int bad[kMaxThreadsOnChip];
 
@@ -132,8 +129,8 @@ __global__ void __launch_bounds__(MaxThreadsOnChip(M))
   // present is 1.3-1.45x faster in float32 at n = 256-4096, 5-9% slower in float32 flat
   // n <= 64 and 2-6% slower in float64.
   T x0, xl;
-  ok &= SolveReduced<kInterleaved, kLazyPcr>(sa, sb, sc, sd, sl, j, P, S, a[0], c[0], d[0],
-                                             a[M - 1], c[M - 1], d[M - 1], x0, xl);
+  ok &= SolveReducedBlock<kInterleaved, kLazyPcr, !kInterleaved && M >= 16>(
+      sa, sl, j, P, S, a[0], c[0], d[0], a[M - 1], c[M - 1], d[M - 1], x0, xl);
   ChunkBack<M>(a, c, d, x0, xl);
 #pragma unroll
   for (int i = 0; i < M; ++i) ok &= Finite(d[i]);
@@ -185,11 +182,8 @@ __global__ void __launch_bounds__(256)
   const int lsw = __ffs(SW) - 1;            // (a power of two)
   const int units = kInterleaved ? n * SW : S * n / W;  // 16-byte units an array a group
   const int cap = (units + 7) / 8 * 8;                  // whole 128-byte lines
-  T* sa = reinterpret_cast<T*>(smem_raw);  // the reduced systems: S * R each
-  T* sb = sa + S * R;
-  T* sc = sb + S * R;
-  T* sd = sc + S * R;
-  V* buf = reinterpret_cast<V*>(sd + S * R);  // 4 arrays of cap units
+  T* sa = reinterpret_cast<T*>(smem_raw);         // the reduced systems: 4 S R
+  V* buf = reinterpret_cast<V*>(sa + 4 * S * R);  // 4 arrays of cap units
   __shared__ int bad[256];
 
   const int tid = threadIdx.x;
@@ -277,8 +271,8 @@ __global__ void __launch_bounds__(256)
     if (g + gridDim.x < groups) issue(g + gridDim.x);
     bool ok = ChunkReduce<M>(a, b, c, d);
     T x0, xl;
-    ok &= SolveReduced<kInterleaved, sizeof(T) == 4>(sa, sb, sc, sd, sl, j, P, S, a[0], c[0],
-                                                     d[0], a[M - 1], c[M - 1], d[M - 1], x0, xl);
+    ok &= SolveReducedBlock<kInterleaved, sizeof(T) == 4, !kInterleaved>(
+        sa, sl, j, P, S, a[0], c[0], d[0], a[M - 1], c[M - 1], d[M - 1], x0, xl);
     ChunkBack<M>(a, c, d, x0, xl);
 #pragma unroll
     for (int i = 0; i < M; ++i) ok &= Finite(d[i]);

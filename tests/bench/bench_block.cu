@@ -4,7 +4,9 @@
 // and Y read, Y written) at N = M = 1024, 4096 and 8192, and the sweeps' two paths (fused, two kernels
 // a half-sweep) side by side. Times include the colour-major copies and the
 // final residual of a solve. float64.
-//   bench_block [--reps 5]
+//   bench_block [--reps 5] [--sweeps 4096,8192]
+// --sweeps: only the sweep paths of red-black and jacobi at those sizes, each followed (in a
+// build with -DTRISOLVE_SWEEP_PROFILE=ON) by the cycles a streamed task spent in each phase.
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -62,14 +64,30 @@ double Solve(Device& d, trisolve::cuda::Pool& pool, trisolve::BlockMethod m, int
 
 int main(int argc, char** argv) {
   int reps = 5;
-  for (int i = 1; i + 1 < argc; i += 2)
-    if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
+  std::vector<int64_t> only;  // --sweeps: these sizes' sweep paths alone
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--reps")) {
+      reps = std::atoi(argv[i + 1]);
+    } else if (!std::strcmp(argv[i], "--sweeps")) {
+      for (const char* q = argv[i + 1]; *q;) {
+        char* end;
+        const long long v = std::strtoll(q, &end, 10);
+        if (end == q) break;
+        only.push_back(v);
+        q = *end == ',' ? end + 1 : end;
+      }
+    } else {
+      std::fprintf(stderr, "unknown option %s\n", argv[i]);
+      return 2;
+    }
+  }
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
   const double copy = trisolve::bench::CopyGBs(reps);
   std::printf("device: %s; device-to-device copy %.0f GB/s\n\n", prop.name, copy);
   trisolve::cuda::Pool pool(trisolve::cuda::Pool::Kind::kDevice, 0, int64_t{40} << 30);
 
+  if (only.empty()) {
   // Experiment 1, fixed L, red-black (the thesis' CUDA ordering).
   struct Row { int64_t NM, L; double seq_s, gpu_s; };
   const Row table[] = {{128, 8, 0.0071064, 0.020672},  {128, 16, 0.0184338, 0.038556},
@@ -104,6 +122,7 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
   }
+  }  // only.empty()
 
   // The sweeps' two paths side by side: the fused sweeps (one launch for up to 64 sweeps, a
   // block -- or a cluster of 2 or 4 blocks -- a row and sweep, 8 or 16 rows a thread, the row
@@ -128,11 +147,13 @@ int main(int argc, char** argv) {
     paths.push_back({"fused, 16 rows, streamed" + blocks, {true, 16, 0, q, 1}});
   }
   paths.push_back({"rhs + partitioned", {false, 0, 0, 0, 0}});
-  for (int64_t NM : {1024, 4096, 8192}) {
+  const std::vector<int64_t> sizes = only.empty() ? std::vector<int64_t>{1024, 4096, 8192} : only;
+  for (int64_t NM : sizes) {
     auto ex = trisolve::examples::ThesisExperiment1(NM, NM);
     Device d(ex, NM, NM);
     for (auto m : {trisolve::BlockMethod::kRedBlack, trisolve::BlockMethod::kJacobi,
                    trisolve::BlockMethod::kGaussSeidel}) {
+      if (!only.empty() && m == trisolve::BlockMethod::kGaussSeidel) continue;
       for (const Path& path : paths) {
         const int q = path.t.cluster;
         if (path.t.fused &&
@@ -140,6 +161,7 @@ int main(int argc, char** argv) {
              ((q > 1 || path.t.stream > 0) && NM < 4096)))
           continue;
         trisolve::cuda::SetSweepTuning(path.t);
+        trisolve::cuda::TakeSweepProfile();  // cleared
         double sweep = 0, t64 = 0;
         if (!path.t.fused && m == trisolve::BlockMethod::kGaussSeidel) {
           if (NM > 1024) continue;
@@ -151,11 +173,20 @@ int main(int argc, char** argv) {
         }
         std::printf("%6lld %-14s %-32s %9.4f ms %9.3f ms\n", (long long)NM,
                     std::string(trisolve::MethodName(m)).c_str(), path.name.c_str(), sweep, t64);
+        const auto phases = trisolve::cuda::TakeSweepProfile();
+        if (!phases.empty() && path.t.stream > 0) {
+          double total = 0;
+          for (const auto& ph : phases) total += ph.cycles;
+          std::printf("       cycles a task: %.0f =", total);
+          for (const auto& ph : phases) std::printf(" %s %.0f,", ph.phase, ph.cycles);
+          std::printf("\n");
+        }
         std::fflush(stdout);
       }
     }
   }
   trisolve::cuda::SetSweepTuning(sweep0);
+  if (!only.empty()) return 0;
 
   // Experiment 2 (table 5.5): the thesis ran 8192-16384 sweeps at N = M = 128 (7.3-14.5 s
   // sequential, 9.6-19.2 s on its GPU). Here: to a relative residual of 1e-10 with its method.
