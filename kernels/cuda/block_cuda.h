@@ -32,8 +32,9 @@ namespace trisolve::cuda {
 
 // The sweeps' launch choices (the benchmark compares them). fused = false: the two-kernel
 // half-sweeps always. chunk: rows a thread of the fused kernel, 8 or 16; 0: 16 for rows over
-// 2048, else 8. staged: 1 the fused kernel stages a row through shared memory, -1 loads it
-// straight into registers; 0: staged for rows over 2048. cluster: blocks a row, 1, 2 or 4 (a
+// 2048 (gauss-seidel: over 4096), else 8. staged: 1 the fused kernel stages a row through shared
+// memory, -1 loads it straight into registers; 0: staged for rows over 2048 at 16 rows a
+// thread. cluster: blocks a row, 1, 2 or 4 (a
 // thread-block cluster, sm_90); 0: the fewest that hold the row. stream (16 rows a thread
 // only): 1 persistent blocks copy the next task's row into shared memory while they solve the
 // current one, -1 a block a task; 0: streamed for red-black and jacobi, float64 rows of 2049 to

@@ -1183,7 +1183,10 @@ struct SweepForm {
   bool stream = false;
 };
 SweepForm SweepFormFor(int64_t M, bool float64, SweepKind kind) {
-  const int ch = g_sweep.chunk != 0 ? g_sweep.chunk : M > 2048 ? 16 : 8;
+  // gauss-seidel keeps 8 rows a thread (512 threads) up to 4096: 0.767 -> 0.682 ms a sweep at
+  // 4096 against 16 rows once the reduced system took the second level (NOTES.md t26).
+  const bool gs = kind == SweepKind::kGaussSeidel;
+  const int ch = g_sweep.chunk != 0 ? g_sweep.chunk : M > (gs ? 4096 : 2048) ? 16 : 8;
   const int64_t per_block = int64_t(ch) * SweepMaxThreads(ch);
   int Q = g_sweep.cluster;
   if (Q == 0 && float64 && kind != SweepKind::kGaussSeidel && M > 8192) return SweepForm{};
@@ -1199,9 +1202,12 @@ SweepForm SweepFormFor(int64_t M, bool float64, SweepKind kind) {
 }
 
 // Whether the fused sweeps stage rows through shared memory: the tuning's, else for rows over
-// 2048 (H100: 4096 staged 0.666 ms a sweep, direct 0.689-0.714; 1024 direct 0.030 against
-// 0.031; NOTES.md b6).
-bool SweepStaged(int64_t M) { return g_sweep.staged != 0 ? g_sweep.staged > 0 : M > 2048; }
+// 2048 at 16 rows a thread (H100: 4096 staged 0.666 ms a sweep, direct 0.689-0.714; 1024 direct
+// 0.030 against 0.031; NOTES.md b6; 8 rows a thread at 4096 direct, gauss-seidel 0.682 against
+// 0.696 staged, t26).
+bool SweepStaged(int64_t M, int chunk) {
+  return g_sweep.staged != 0 ? g_sweep.staged > 0 : M > 2048 && chunk == 16;
+}
 
 template <int CH, int Q, bool kStaged, typename T>
 absl::Status LaunchFusedSweeps(SweepArgs<T> g, cudaStream_t stream) {
@@ -1391,7 +1397,7 @@ absl::StatusOr<SolveInfo> SolveBlockTridiagonalDevice(const BlockTridiagonalProb
       }
       g.ndiag = int(starts.size()) - 1;
     }
-    const bool staged = SweepStaged(M);
+    const bool staged = SweepStaged(M, chunk);
     auto st = form.stream ? (form.Q == 1   ? LaunchFusedStream<1>(g, stream)
                              : form.Q == 2 ? LaunchFusedStream<2>(g, stream)
                                            : LaunchFusedStream<4>(g, stream))

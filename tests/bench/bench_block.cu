@@ -5,8 +5,8 @@
 // a half-sweep) side by side. Times include the colour-major copies and the
 // final residual of a solve. float64.
 //   bench_block [--reps 5] [--sweeps 4096,8192]
-// --sweeps: only the sweep paths of red-black and jacobi at those sizes, each followed (in a
-// build with -DTRISOLVE_SWEEP_PROFILE=ON) by the cycles a streamed task spent in each phase.
+// --sweeps: only the sweep paths at those sizes, each streamed one followed (in a build with
+// -DTRISOLVE_SWEEP_PROFILE=ON) by the cycles a task spent in each phase.
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -136,7 +136,7 @@ int main(int argc, char** argv) {
   std::printf("%6s %-14s %-32s %12s %12s\n", "N=M", "method", "path", "per sweep", "L=64");
   const auto sweep0 = trisolve::cuda::GetSweepTuning();
   struct Path { std::string name; trisolve::cuda::SweepTuning t; };
-  std::vector<Path> paths;
+  std::vector<Path> paths = {{"auto (the default form)", {}}};
   for (int q : {1, 2, 4}) {
     const std::string blocks = q > 1 ? ", " + std::to_string(q) + " blocks" : "";
     for (int chunk : {8, 16})
@@ -153,10 +153,9 @@ int main(int argc, char** argv) {
     Device d(ex, NM, NM);
     for (auto m : {trisolve::BlockMethod::kRedBlack, trisolve::BlockMethod::kJacobi,
                    trisolve::BlockMethod::kGaussSeidel}) {
-      if (!only.empty() && m == trisolve::BlockMethod::kGaussSeidel) continue;
       for (const Path& path : paths) {
         const int q = path.t.cluster;
-        if (path.t.fused &&
+        if (path.t.fused && path.t.chunk != 0 &&
             (int64_t(path.t.chunk) * (path.t.chunk >= 16 ? 256 : 512) * q < NM ||
              ((q > 1 || path.t.stream > 0) && NM < 4096)))
           continue;
