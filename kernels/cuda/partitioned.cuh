@@ -292,6 +292,19 @@ __device__ __forceinline__ bool SolveReduced(T* sa, T* sb, T* sc, T* sd, int sl,
   return ok;
 }
 
+// K consecutive reduced rows (b = 1) from shared memory, starting at `base`, into registers.
+template <int K, typename T>
+__device__ __forceinline__ void LoadReducedRows(const T* ra, const T* rc, const T* rd, int base,
+                                                T (&a)[K], T (&b)[K], T (&c)[K], T (&d)[K]) {
+#pragma unroll
+  for (int i = 0; i < K; ++i) {
+    a[i] = ra[base + i];
+    b[i] = T(1);
+    c[i] = rc[base + i];
+    d[i] = rd[base + i];
+  }
+}
+
 // The reduced system of one system a block (R = 2P rows; thread j holds rows 2j and 2j + 1,
 // b = 1) solved by a second partition level instead of PCR over all R rows: the rows go to
 // shared memory (row r at r + r / K1: a thread's K1 rows start K1 + 1 words apart), the first
@@ -322,13 +335,7 @@ __device__ __forceinline__ bool SolveReducedTwoLevel(T* rows, int j, int P, T a0
   if (j < T1) {
     const int base = j * (K1 + 1);
     T ka[K1], kb[K1], kc[K1], kd[K1];
-#pragma unroll
-    for (int i = 0; i < K1; ++i) {
-      ka[i] = ra[base + i];
-      kb[i] = T(1);
-      kc[i] = rc[base + i];
-      kd[i] = rd[base + i];
-    }
+    LoadReducedRows<K1>(ra, rc, rd, base, ka, kb, kc, kd);
     const FirstThreadsSync sync{T1};
     sync();  // ra and rc read: the PCR's 8 T1 values may overwrite them
     ok = ChunkReduce<K1>(ka, kb, kc, kd);
@@ -422,13 +429,7 @@ __device__ __forceinline__ bool SolveReducedCluster(Cluster& cluster, T* own, T*
   {
     const int r0 = j * K, base = sl * Rp + r0 + j;
     T ka[K], kb[K], kc[K], kd[K];
-#pragma unroll
-    for (int i = 0; i < K; ++i) {
-      ka[i] = ga[base + i];
-      kb[i] = T(1);
-      kc[i] = gc[base + i];
-      kd[i] = gd[base + i];
-    }
+    LoadReducedRows<K>(ga, gc, gd, base, ka, kb, kc, kd);
     ok = ChunkReduce<K>(ka, kb, kc, kd);
     T y0, yl;
     T* sa = pcr;
