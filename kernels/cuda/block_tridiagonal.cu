@@ -1129,9 +1129,9 @@ __global__ void __launch_bounds__(kStreamThreads, 1) FusedSweepStreamKernel(Swee
       ok &= SolveReducedBlock<false, kLazy>(sa, 0, tid, P, 1, a[0], c[0], d[0], a[CH - 1],
                                             c[CH - 1], d[CH - 1], x0, xl);
     } else {
-      ok &= SolveReducedCluster<2 * Q, false>(
-          cluster, own, sa, gather, 0, tid, P, 1, a[0], c[0], d[0], a[CH - 1], c[CH - 1],
-          d[CH - 1], x0, xl, [&] {
+      ok &= SolveReducedCluster<2 * Q, false>(cluster, own, sa, gather, 0, tid, P, 1, a[0],
+                                              c[0], d[0], a[CH - 1], c[CH - 1], d[CH - 1], x0,
+                                              xl, [&] {
                                                 clock.Mark(kPhaseClusterSync);
                                                 next();
                                                 clock.Mark(kPhaseNext);
@@ -1189,15 +1189,14 @@ SweepForm SweepFormFor(int64_t M, bool float64, SweepKind kind) {
   const int ch = g_sweep.chunk != 0 ? g_sweep.chunk : M > (gs ? 4096 : 2048) ? 16 : 8;
   const int64_t per_block = int64_t(ch) * SweepMaxThreads(ch);
   int Q = g_sweep.cluster;
-  if (Q == 0 && float64 && kind != SweepKind::kGaussSeidel && M > 8192) return SweepForm{};
+  if (Q == 0 && float64 && !gs && M > 8192) return SweepForm{};
   if (Q == 0)
     for (Q = 1; Q < kMaxSweepCluster && Q * per_block < M;) Q *= 2;
   if (Q > 1 && !ClustersAvailable()) Q = 1;
   if (Q * per_block < M) return SweepForm{};
   const bool stream =
       ch == 16 && (g_sweep.stream != 0 ? g_sweep.stream > 0
-                                       : float64 && kind != SweepKind::kGaussSeidel &&
-                                             M > 2048 && M <= 8192);
+                                       : float64 && !gs && M > 2048 && M <= 8192);
   return SweepForm{ch, Q, stream};
 }
 
@@ -1274,6 +1273,7 @@ std::vector<int> DiagonalStarts(int64_t N, int sweeps) {
 }  // namespace
 
 void SetSweepTuning(const SweepTuning& t) { g_sweep = t; }
+SweepTuning GetSweepTuning() { return g_sweep; }
 
 std::vector<SweepPhaseTime> TakeSweepProfile() {
   std::vector<SweepPhaseTime> out;
@@ -1287,7 +1287,6 @@ std::vector<SweepPhaseTime> TakeSweepProfile() {
 #endif
   return out;
 }
-SweepTuning GetSweepTuning() { return g_sweep; }
 
 template <typename T>
 absl::StatusOr<SolveInfo> SolveBlockTridiagonalDevice(const BlockTridiagonalProblem<T>& p,
