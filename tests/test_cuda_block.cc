@@ -119,10 +119,11 @@ TEST(CudaBlock, FusedSweepsOverSeveralLaunches) {
 }
 
 // Every launch choice of the fused sweeps (rows a thread, staged or direct, 1, 2 or 4 blocks a
-// row, a block a task or streamed), and the two-kernel path, give the CPU reference's iterates:
-// M odd (no 16-byte loads) and even; with 4 blocks of 32 threads x 8 rows the last block of a
-// row of 999 or 1000 holds 231 or 232 of its elements (the streamed form's blocks are always
-// 256 x 16: its second to fourth blocks hold identity rows only).
+// row, a block a task or streamed, the streamed rows copied by bulk tensor copies or cp.async),
+// and the two-kernel path, give the CPU reference's iterates: M odd (no 16-byte loads) and a
+// multiple of 16 (float64 streamed: the bulk copies); with 4 blocks of 32 threads x 8 rows the
+// last block of a row of 999 or 1008 holds 231 or 240 of its elements (the streamed form's
+// blocks are always 256 x 16: its second to fourth blocks hold identity rows only).
 TEST(CudaBlock, EveryFusedSweepFormMatchesTheCpu) {
   REQUIRE_GPU();
   const auto saved = cuda::GetSweepTuning();
@@ -130,15 +131,17 @@ TEST(CudaBlock, EveryFusedSweepFormMatchesTheCpu) {
   for (int cluster : {1, 2, 4}) {
     for (int chunk : {8, 16})
       for (int staged : {-1, 1}) forms.push_back({true, chunk, staged, cluster, -1});
-    forms.push_back({true, 16, 0, cluster, 1});  // streamed
+    forms.push_back({true, 16, 0, cluster, 1});      // streamed
+    forms.push_back({true, 16, 0, cluster, 1, -1});  // streamed, cp.async
   }
   for (const cuda::SweepTuning& t : forms) {
     cuda::SetSweepTuning(t);
     for (auto m : {BlockMethod::kRedBlack, BlockMethod::kJacobi, BlockMethod::kGaussSeidel})
-      for (int64_t M : {999, 1000}) {
+      for (int64_t M : {999, 1008}) {
         SCOPED_TRACE(::testing::Message() << "fused " << t.fused << " chunk " << t.chunk
                                           << " staged " << t.staged << " cluster " << t.cluster
-                                          << " stream " << t.stream << " M " << M);
+                                          << " stream " << t.stream << " bulk " << t.bulk
+                                          << " M " << M);
         Compare(Experiment<double>(1, 37, M), m, {5, 0, false}, 1e-12);
         Compare(Experiment<float>(2, 37, M), m, {5, 0, true}, 1e-4);
       }
@@ -160,8 +163,8 @@ TEST(CudaBlock, FusedSweepsManyShortRows) {
     ASSERT_TRUE(info.ok()) << info.status();
     EXPECT_EQ(info->method, std::string(MethodName(m)) + "+fused");
   }
-  // Rows over 4096 on a cluster of blocks (fused); red-black and jacobi in float64 over 8192
-  // the two-kernel half-sweeps (measured faster), gauss-seidel fused up to 16384.
+  // Rows over 4096 on a cluster of blocks (fused, red-black and jacobi in float64 streamed) up
+  // to 16384; over that the two-kernel half-sweeps.
   for (int64_t M : {5000, 12000, 16385}) {
     auto s = Experiment<double>(1, 3, M);
     std::vector<double> y(s.N * s.M);
@@ -170,7 +173,7 @@ TEST(CudaBlock, FusedSweepsManyShortRows) {
       auto info = Cuda()->Solve(s.P(), m, {3, 0, false}, BlockOutput<double>{y.data(), &st},
                                 SolveControl{});
       ASSERT_TRUE(info.ok()) << info.status();
-      const bool fused = m == BlockMethod::kGaussSeidel ? M <= 16384 : M <= 8192;
+      const bool fused = M <= 16384;
       EXPECT_EQ(info->method, std::string(MethodName(m)) + (fused ? "+fused" : "")) << M;
     }
   }

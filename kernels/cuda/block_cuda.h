@@ -8,10 +8,10 @@
 // through shared memory for rows over 2048) and the row solved on chip by the partitioned
 // method; rows wait on per-row sweep counters for exactly the neighbours the method reads, so
 // half-sweeps and sweeps overlap (gauss-seidel, sequential over rows within a
-// sweep, runs its sweeps as a wavefront). Red-black and jacobi on float64 rows of 2049-8192 run
-// streamed: persistent blocks copy their next row into shared memory (cp.async) while they
-// solve the current one. Longer rows (over 16384; red-black and jacobi on float64 rows over
-// 8192, where it measured faster): per half-sweep one kernel forming the right-hand sides of a
+// sweep, runs its sweeps as a wavefront). Red-black and jacobi on float64 rows of 2049-16384
+// run streamed: persistent blocks copy their next row into shared memory (by bulk tensor copies
+// where the row is a multiple of 16 values, else cp.async) while they solve the current one.
+// Longer rows (over 16384): per half-sweep one kernel forming the right-hand sides of a
 // contiguous batch of rows and one batched tridiagonal solve (the partitioned kernel); Jacobi
 // into a second buffer; Gauss-Seidel one row at a time. The method
 // reported ends in "+fused" when the fused sweeps ran. The relative residual is computed on the
@@ -38,13 +38,15 @@ namespace trisolve::cuda {
 // thread-block cluster, sm_90); 0: the fewest that hold the row. stream (16 rows a thread
 // only): 1 persistent blocks copy the next task's row into shared memory while they solve the
 // current one, -1 a block a task; 0: streamed for red-black and jacobi, float64 rows of 2049 to
-// 8192.
+// 16384. bulk (streamed float64 rows of a multiple of 16 values): 0 the rows' copies by the copy
+// engine's bulk tensor copies (sm_90), -1 by each thread's cp.async.
 struct SweepTuning {
   bool fused = true;
   int chunk = 0;
   int staged = 0;
   int cluster = 0;
   int stream = 0;
+  int bulk = 0;
 };
 void SetSweepTuning(const SweepTuning& t);
 SweepTuning GetSweepTuning();

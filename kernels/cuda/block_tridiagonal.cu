@@ -3,8 +3,12 @@
 #include <cfloat>
 #include <cmath>
 #include <cooperative_groups.h>
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda/atomic>
 #include <cuda_pipeline.h>
+#include <mutex>
+#include <type_traits>
 #include <vector>
 
 #include "block_cuda.h"
@@ -756,13 +760,30 @@ struct SweepCluster {
 #endif
 };
 
-// Shared memory of the fused sweeps, in T values for P threads: the reduced system's PCR (8P);
-// Q > 1: this block's reduced rows (6P) and the cluster's whole reduced system (3 (2PQ + P)),
-// which may share the staging tile (4 P (CH + 1)): the row is read from it before.
+// Shared memory of the fused sweeps, in T values for P threads: the reduced system (8P: PCR or
+// the second level's rows); Q > 1 (SolveReducedClusterTwoLevel): this block's rows after the
+// second level (3 P / 2) and the cluster's (3 (PQ / 2 + PQ / 16)), which may share the staging
+// tile (4 P (CH + 1)): the row is read from it before.
 constexpr int64_t SweepSharedValues(int64_t P, int CH, int Q, bool staged) {
   const int64_t tile = staged ? 4 * P * (CH + 1) : 0;
-  const int64_t gather = Q > 1 ? 3 * (2 * P * Q + P) : 0;
-  return 8 * P + (Q > 1 ? 6 * P : 0) + (tile > gather ? tile : gather);
+  const int64_t gather = Q > 1 ? 3 * (P * Q / 2 + P * Q / 16) : 0;
+  return 8 * P + (Q > 1 ? 3 * P / 2 : 0) + (tile > gather ? tile : gather);
+}
+
+// Element e of a block's part of a row in the staging tile: e + e / CH (a word of padding a
+// chunk), or kSwz (the streamed kernel's bulk tensor copies, CH = 16 float64: chunk r = e / 16
+// is 128 bytes, its 16-byte pieces permuted by the copy engine's 128-byte swizzle, piece p at
+// p ^ (r % 8), so that the 8 threads of a quarter warp reading their own chunks' piece p meet
+// 8 different bank groups).
+template <bool kSwz, int CH>
+__device__ __forceinline__ int TileSlot(int e) {
+  if constexpr (kSwz) {
+    static_assert(CH == 16, "the swizzled tile holds 16 float64 values a chunk");
+    const int r = e >> 4, k = e & 15;
+    return (r << 4) | ((((k >> 1) ^ (r & 7)) << 1) | (k & 1));
+  } else {
+    return e + e / CH;
+  }
 }
 
 // The staged forms' F_i - A_i Y_{i-1} - B_i Y_{i+1}: for this thread's elements r0 + e of the
@@ -771,8 +792,9 @@ constexpr int64_t SweepSharedValues(int64_t P, int CH, int Q, bool staged) {
 // zero coefficients) -- then `ready()` is called and tf[e + e / CH] (F, in the tile) updated in
 // the CPU reference's order: (f - A Y_{i-1}) - B Y_{i+1}. Only this thread's own slots.
 // QB: the q's loaded at once (CH: all, one latency; fewer hold fewer registers).
-// kP: the block's threads when known at compile time (0: blockDim.x).
-template <int CH, int QB = CH, int kP = 0, typename T, typename Ready>
+// kP: the block's threads when known at compile time (0: blockDim.x). kSwz: the tile in the
+// bulk copies' swizzled layout (TileSlot).
+template <int CH, int QB = CH, int kP = 0, bool kSwz = false, typename T, typename Ready>
 __device__ __forceinline__ void SubtractNeighboursStaged(const SweepArgs<T>& g, const T* yin,
                                                          int64_t i, int64_t base, int64_t r0,
                                                          int64_t Ml, T* tf, Ready ready) {
@@ -800,7 +822,7 @@ __device__ __forceinline__ void SubtractNeighboursStaged(const SweepArgs<T>& g, 
     for (int u = 0; u < QB; ++u) {
       const int e = tid + (q0 + u) * P;
       if (e < Ml) {
-        T& t = tf[e + e / CH];
+        T& t = tf[TileSlot<kSwz, CH>(e)];
         t = t - ul[u] * vl[u] - ur[u] * vr[u];
       }
     }
@@ -818,9 +840,9 @@ __global__ void __launch_bounds__(SweepMaxThreads(CH)) FusedSweepKernel(SweepArg
   const int tid = threadIdx.x;
   const int64_t N = g.N, M = g.M;
   T* sa = reinterpret_cast<T*>(smem_raw);  // 8P: the reduced system (SolveReducedBlock)
-  T* own = sa + 8 * P;                   // Q > 1: this block's reduced rows (3 arrays of 2P)
-  T* tile = own + (Q > 1 ? 6 * P : 0);  // kStaged: 4 arrays of P * (CH + 1)
-  T* gather = tile;                      // Q > 1: the cluster's reduced system
+  T* own = sa + 8 * P;  // Q > 1: this block's rows after the second level (3 arrays of P / 2)
+  T* tile = own + (Q > 1 ? 3 * P / 2 : 0);  // kStaged: 4 arrays of P * (CH + 1)
+  T* gather = tile;  // Q > 1: the cluster's rows after the second level (3 (PQ / 2 + PQ / 16))
   const int tsz = P * (CH + 1);
   __shared__ int64_t task_row;
   __shared__ int task_sweep, task_bad;
@@ -933,9 +955,10 @@ __global__ void __launch_bounds__(SweepMaxThreads(CH)) FusedSweepKernel(SweepArg
   if constexpr (Q == 1) {
     ok &= SolveReducedBlock<false, kLazy>(sa, 0, tid, P, 1, a[0], c[0], d[0], a[CH - 1],
                                           c[CH - 1], d[CH - 1], x0, xl);
-  } else {
-    ok &= SolveReducedCluster<2 * Q, false>(cluster, own, sa, gather, 0, tid, P, 1, a[0], c[0],
-                                            d[0], a[CH - 1], c[CH - 1], d[CH - 1], x0, xl, [] {});
+  } else {  // P Q >= kClusterTwoLevelMin (LaunchFusedSweeps)
+    ok &= SolveReducedClusterTwoLevel<Q, kTwoLevelChunk, kTwoLevelChunk>(
+        cluster, own, sa, gather, tid, P, a[0], c[0], d[0], a[CH - 1], c[CH - 1], d[CH - 1], x0,
+        xl, [] {});
   }
   ChunkBack<CH>(a, c, d, x0, xl);
 #pragma unroll
@@ -1028,18 +1051,122 @@ struct PhaseClock {
 // blocks identity rows.
 constexpr int kStreamThreads = 256;
 
-template <int CH, int Q, int kQB, typename T, bool kLazy>
-__global__ void __launch_bounds__(kStreamThreads, 1) FusedSweepStreamKernel(SweepArgs<T> g) {
+// The streamed kernel's shared memory, in values of T from the start: the tile (4 arrays of
+// P (CH + 1), or kBulk P CH swizzled, 1024-byte aligned); Q > 1: `own` (3 P / 2, the block's
+// rows after the second partition level); the reduced system's rows (3 (2P + P / 4)) and, Q > 1,
+// the cluster's gathered rows (3 (Rg + Rg / 8), Rg = P Q / 2), which Y's staging tile
+// (P (CH + 1)) overlays for Q > 1 (so at least that); for Q = 1 Y's staging tile. (H100, 16384
+// on 4 blocks: 177 KB a block against the 223 KB that the gather of every reduced row took,
+// 10.9 -> 9.8 ms a sweep; NOTES.md t28.) kBulk: 1 KB more, for the alignment.
+template <int CH, int Q, bool kBulk>
+struct StreamLayout {
+  static constexpr int kP = kStreamThreads, kYs = kP * (CH + 1);
+  static constexpr int kTsz = kBulk ? kP * CH : kYs;
+  static constexpr int kOwn = 4 * kTsz;
+  static constexpr int kRows = kOwn + (Q > 1 ? 3 * kP / 2 : 0);
+  static constexpr int kWork = 3 * (2 * kP + kP / 4) + (Q > 1 ? 3 * (kP * Q / 2 + kP * Q / 16) : 0);
+  static constexpr int kYstage = Q > 1 ? kRows : kRows + kWork;
+  static constexpr int kTotal = kRows + (Q > 1 && kYs > kWork ? kYs : kWork) + (Q == 1 ? kYs : 0);
+  static constexpr int kAlignSlack = kBulk ? 1024 : 0;  // bytes
+};
+
+// The streamed kernel's bulk tensor copies (sm_90; float64 rows of a multiple of 16 values,
+// arrays 16-byte aligned): aC, cC, bC and F each seen as rows of 16 values (128 bytes); a
+// block's part of a task row is one box of 256 such rows (32 KB), copied by the copy engine
+// into the tile with the 128-byte swizzle (TileSlot) and counted on an mbarrier. One thread
+// issues the four copies: the per-thread cp.async of 64 values each held every thread until
+// the SM's outstanding requests drained (the phase profile: issuing a block's 128 KB took
+// 4,900-6,800 cycles of a ~31,000-cycle task, NOTES.md t28), and those threads are the ones
+// that solve.
+struct StreamMaps {
+  CUtensorMap m[4];
+};
+
+__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
+  return uint32_t(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void BarInit(uint64_t* bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(SmemAddr(bar)) : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+__device__ __forceinline__ void BarExpect(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(SmemAddr(bar)),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void BarWait(uint64_t* bar, uint32_t parity) {
+  uint32_t done;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        " selp.u32 %0, 1, 0, p;\n}"
+        : "=r"(done)
+        : "r"(SmemAddr(bar)), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+__device__ __forceinline__ void BulkLoadRows(void* dst, const CUtensorMap* map, int row,
+                                             uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3}], [%4];" ::"r"(SmemAddr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(0), "r"(row), "r"(SmemAddr(bar))
+      : "memory");
+}
+// This thread's generic-proxy accesses to the tile ordered before the copy engine's next
+// writes into it (with the barrier that follows).
+__device__ __forceinline__ void FenceProxyAsync() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+// ReadChunkFromTile for the swizzled tile: thread t's chunk is row t (128 bytes), read as 8
+// pieces of 16 bytes; rows past n identity rows, a[0] and c[n - 1] zeroed.
+template <int CH>
+__device__ __forceinline__ void ReadChunkSwizzled(const double* tile, int tsz, int64_t j,
+                                                  int64_t n, double (&a)[CH], double (&b)[CH],
+                                                  double (&c)[CH], double (&d)[CH]) {
+  static_assert(CH == 16, "a chunk is one 128-byte row");
+  const int t = threadIdx.x;
+#pragma unroll
+  for (int p = 0; p < 8; ++p) {
+    const int at = t * 16 + ((p ^ (t & 7)) << 1);
+    const double2 va = *reinterpret_cast<const double2*>(tile + at);
+    const double2 vb = *reinterpret_cast<const double2*>(tile + tsz + at);
+    const double2 vc = *reinterpret_cast<const double2*>(tile + 2 * tsz + at);
+    const double2 vd = *reinterpret_cast<const double2*>(tile + 3 * tsz + at);
+    a[2 * p] = va.x, a[2 * p + 1] = va.y;
+    b[2 * p] = vb.x, b[2 * p + 1] = vb.y;
+    c[2 * p] = vc.x, c[2 * p + 1] = vc.y;
+    d[2 * p] = vd.x, d[2 * p + 1] = vd.y;
+  }
+#pragma unroll
+  for (int i = 0; i < CH; ++i) {
+    const int64_t k = j * CH + i;
+    if (k == 0) a[i] = 0;
+    if (k + 1 >= n) c[i] = 0;
+    if (k >= n) a[i] = 0, b[i] = 1, d[i] = 0;
+  }
+}
+
+template <int CH, int Q, int kQB, typename T, bool kLazy, bool kBulk>
+__global__ void __launch_bounds__(kStreamThreads, 1)
+    FusedSweepStreamKernel(SweepArgs<T> g, const __grid_constant__ StreamMaps maps) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   constexpr int P = kStreamThreads;
   const int tid = threadIdx.x;
   const int64_t N = g.N, M = g.M;
-  T* own = reinterpret_cast<T*>(smem_raw);  // Q > 1: 3 arrays of 2P
-  T* sa = own + (Q > 1 ? 6 * P : 0);        // 8P: the reduced system
-  T* gather = sa + 8 * P;                                // Q > 1: 3 (2PQ + P)
-  T* tile = gather + (Q > 1 ? 3 * (2 * P * Q + P) : 0);  // 4 arrays of P * (CH + 1)
-  const int tsz = P * (CH + 1);
-  T* ystage = Q > 1 ? sa : tile + 4 * tsz;  // P * (CH + 1) <= 8P + 3 (2PQ + P) for Q > 1
+  using L = StreamLayout<CH, Q, kBulk>;
+  static_assert(!kBulk || std::is_same_v<T, double>, "bulk copies: float64 tiles");
+  const uint32_t skip = kBulk ? (1024u - (SmemAddr(smem_raw) & 1023u)) & 1023u : 0u;
+  T* tile = reinterpret_cast<T*>(smem_raw + skip);
+  T* own = tile + L::kOwn;
+  T* sa = tile + L::kRows;
+  T* gather = sa + 3 * (2 * P + P / 4);
+  constexpr int tsz = L::kTsz;
+  T* ystage = tile + L::kYstage;
+  __shared__ uint64_t bar;  // kBulk: the tile's copies
+  uint32_t parity = 0;
+  if (kBulk && tid == 0) BarInit(&bar);
   __shared__ int64_t next_row;
   __shared__ int next_sweep, task_bad;
   [[maybe_unused]] SweepCluster cluster;
@@ -1065,6 +1192,14 @@ __global__ void __launch_bounds__(kStreamThreads, 1) FusedSweepStreamKernel(Swee
   };
   auto prefetch = [&](int64_t i) {
     const int64_t base = Perm(i, N) * M + r0;
+    if constexpr (kBulk) {
+      if (tid == 0) {
+        BarExpect(&bar, 4u * P * CH * sizeof(T));
+#pragma unroll
+        for (int a = 0; a < 4; ++a) BulkLoadRows(tile + a * tsz, &maps.m[a], int(base / CH), &bar);
+      }
+      return;
+    }
     const T* src[4] = {g.aC + base, g.cC + base, g.bC + base, g.f + base};
 #pragma unroll
     for (int q = 0; q < CH; ++q) {
@@ -1077,7 +1212,7 @@ __global__ void __launch_bounds__(kStreamThreads, 1) FusedSweepStreamKernel(Swee
     __pipeline_commit();
   };
   take();
-  if constexpr (Q > 1) cluster.sync(); else __syncthreads();
+  if constexpr (Q > 1) cluster.sync(); else __syncthreads();  // bar initialized too
   int s;
   int64_t i;
   read(s, i);
@@ -1104,12 +1239,22 @@ __global__ void __launch_bounds__(kStreamThreads, 1) FusedSweepStreamKernel(Swee
     const bool odd = g.kind == SweepKind::kJacobi && (s & 1);
     const T* yin = odd ? g.Y1 : g.Y0;
     T* yout = g.kind != SweepKind::kJacobi ? g.Y0 : odd ? g.Y0 : g.Y1;
-    SubtractNeighboursStaged<CH, kQB, P>(g, yin, i, base, r0, Ml, tile + 3 * tsz,
-                                         [] { __pipeline_wait_prior(0); });
+    SubtractNeighboursStaged<CH, kQB, P, kBulk>(g, yin, i, base, r0, Ml, tile + 3 * tsz, [&] {
+      if constexpr (kBulk)
+        BarWait(&bar, parity);
+      else
+        __pipeline_wait_prior(0);
+    });
+    parity ^= 1;
     __syncthreads();
     clock.Mark(kPhaseNeighbours);
     T a[CH], b[CH], c[CH], d[CH];
-    ReadChunkFromTile<CH>(tile, tsz, 0, int64_t(rank) * P + tid, M, a, b, c, d);
+    if constexpr (kBulk) {
+      ReadChunkSwizzled<CH>(tile, tsz, int64_t(rank) * P + tid, M, a, b, c, d);
+      FenceProxyAsync();  // the barrier before the next copies follows
+    } else {
+      ReadChunkFromTile<CH>(tile, tsz, 0, int64_t(rank) * P + tid, M, a, b, c, d);
+    }
     int s2;
     int64_t i2;
     // Once every thread has read the tile (and block 0 has taken the next task): the next
@@ -1129,13 +1274,13 @@ __global__ void __launch_bounds__(kStreamThreads, 1) FusedSweepStreamKernel(Swee
       ok &= SolveReducedBlock<false, kLazy>(sa, 0, tid, P, 1, a[0], c[0], d[0], a[CH - 1],
                                             c[CH - 1], d[CH - 1], x0, xl);
     } else {
-      ok &= SolveReducedCluster<2 * Q, false>(cluster, own, sa, gather, 0, tid, P, 1, a[0],
-                                              c[0], d[0], a[CH - 1], c[CH - 1], d[CH - 1], x0,
-                                              xl, [&] {
-                                                clock.Mark(kPhaseClusterSync);
-                                                next();
-                                                clock.Mark(kPhaseNext);
-                                              });
+      ok &= SolveReducedClusterTwoLevel<Q, kTwoLevelChunk, kTwoLevelChunk>(
+          cluster, own, sa, gather, tid, P, a[0], c[0], d[0], a[CH - 1], c[CH - 1], d[CH - 1],
+          x0, xl, [&] {
+            clock.Mark(kPhaseClusterSync);
+            next();
+            clock.Mark(kPhaseNext);
+          });
     }
     clock.Mark(kPhaseReducedSolve);
     ChunkBack<CH>(a, c, d, x0, xl);
@@ -1172,12 +1317,11 @@ constexpr int kMaxSweepCluster = 4;  // blocks a row at most: rows of 16384
 // The fused sweeps' form for rows of M: rows a thread (the tuning's, else 8, or 16 for rows
 // over 2048; H100, NOTES.md b5-b6), blocks a row (the tuning's, else the fewest of 1, 2 or 4
 // that hold the row; more than 1 only on sm_90) and whether streamed (the tuning's, else
-// red-black and jacobi in float64 with 2048 < M <= 8192, where the H100 measured it faster:
-// 4096 0.524 -> 0.486 ms a red-black sweep, 8192 2.65 -> 2.33; at 16384 the streamed 4-block
-// form was slower, 13.2-13.5 against 12.9 ms, and gauss-seidel at 4096, 0.815 -> 1.015 ms;
-// NOTES.md t23-t24). chunk 0: no fused form holds the row, or (no tuning) red-black and jacobi
-// on float64 rows over 8192, where the two-kernel half-sweeps measured faster than 4 blocks a
-// row (16384: 11.9 against 12.8-12.9 ms a sweep; NOTES.md t26).
+// red-black and jacobi in float64 with 2048 < M <= 16384, where the H100 measured it faster:
+// 4096 0.524 -> 0.486 ms a red-black sweep, 8192 2.65 -> 2.33, 16384 on 4 blocks 9.8 against
+// the two-kernel half-sweeps' 11.9 once the cluster's reduced system took the second level
+// before its exchange; gauss-seidel at 4096 was slower, 0.815 -> 1.015 ms; NOTES.md t23-t24,
+// t28). chunk 0: no fused form holds the row.
 struct SweepForm {
   int chunk = 0, Q = 1;
   bool stream = false;
@@ -1189,14 +1333,13 @@ SweepForm SweepFormFor(int64_t M, bool float64, SweepKind kind) {
   const int ch = g_sweep.chunk != 0 ? g_sweep.chunk : M > (gs ? 4096 : 2048) ? 16 : 8;
   const int64_t per_block = int64_t(ch) * SweepMaxThreads(ch);
   int Q = g_sweep.cluster;
-  if (Q == 0 && float64 && !gs && M > 8192) return SweepForm{};
   if (Q == 0)
     for (Q = 1; Q < kMaxSweepCluster && Q * per_block < M;) Q *= 2;
   if (Q > 1 && !ClustersAvailable()) Q = 1;
   if (Q * per_block < M) return SweepForm{};
   const bool stream =
       ch == 16 && (g_sweep.stream != 0 ? g_sweep.stream > 0
-                                       : float64 && !gs && M > 2048 && M <= 8192);
+                                       : float64 && !gs && M > 2048);
   return SweepForm{ch, Q, stream};
 }
 
@@ -1210,7 +1353,7 @@ bool SweepStaged(int64_t M, int chunk) {
 
 template <int CH, int Q, bool kStaged, typename T>
 absl::Status LaunchFusedSweeps(SweepArgs<T> g, cudaStream_t stream) {
-  int P = 1;
+  int P = Q > 1 ? kClusterTwoLevelMin / Q : 1;  // the last blocks' rows past M: identity rows
   while (int64_t(P) * CH * Q < g.M) P *= 2;
   const size_t smem = sizeof(T) * size_t(SweepSharedValues(P, CH, Q, kStaged));
   // float32 reads the PCR neighbours lazily, float64 eagerly (as the tridiagonal kernel, t6b).
@@ -1224,13 +1367,13 @@ absl::Status LaunchFusedSweeps(SweepArgs<T> g, cudaStream_t stream) {
   return CudaStatus(cudaLaunchKernelEx(&launch.cfg, kernel, g), "FusedSweepKernel launch");
 }
 
-// The streamed form: as many persistent blocks (clusters) as run at once.
-template <int Q, typename T>
-absl::Status LaunchFusedStream(SweepArgs<T> g, cudaStream_t stream) {
+template <int Q, typename T, bool kBulk>
+absl::Status LaunchFusedStreamKernel(SweepArgs<T> g, const StreamMaps& maps,
+                                     cudaStream_t stream) {
   constexpr int CH = 16, P = kStreamThreads;
-  const size_t smem = sizeof(T) * size_t(8 * P + (Q > 1 ? 6 * P + 3 * (2 * P * Q + P) : 0) +
-                                         (Q > 1 ? 4 : 5) * P * (CH + 1));
-  auto kernel = FusedSweepStreamKernel<CH, Q, 4, T, sizeof(T) == 4>;
+  using L = StreamLayout<CH, Q, kBulk>;
+  const size_t smem = sizeof(T) * size_t(L::kTotal) + L::kAlignSlack;
+  auto kernel = FusedSweepStreamKernel<CH, Q, 4, T, sizeof(T) == 4, kBulk>;
   TRISOLVE_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(g.done, 0, sizeof(int) * size_t(g.N), stream));
@@ -1240,7 +1383,59 @@ absl::Status LaunchFusedStream(SweepArgs<T> g, cudaStream_t stream) {
   if (!groups.ok()) return groups.status();
   if (*groups < 1) return absl::ResourceExhaustedError("the streamed sweep kernel cannot run");
   launch.cfg.gridDim = dim3(unsigned(std::min<int64_t>(*groups, int64_t(g.sweeps) * g.N) * Q));
-  return CudaStatus(cudaLaunchKernelEx(&launch.cfg, kernel, g), "FusedSweepStreamKernel launch");
+  return CudaStatus(cudaLaunchKernelEx(&launch.cfg, kernel, g, maps),
+                    "FusedSweepStreamKernel launch");
+}
+
+// cuTensorMapEncodeTiled from the driver (through the runtime: no link to libcuda), or null.
+PFN_cuTensorMapEncodeTiled_v12000 TensorMapEncoder() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
+                                         &q) == cudaSuccess &&
+        q == cudaDriverEntryPointSuccess)
+      fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+    else
+      cudaGetLastError();
+  });
+  return fn;
+}
+
+// The streamed kernel's tensor maps (StreamMaps): aC, cC, bC and F as N M / 16 rows of 16
+// float64 values, boxes of 16 x 256, 128-byte swizzle. False where they cannot be made (the
+// caller then copies by cp.async).
+bool EncodeStreamMaps(const SweepArgs<double>& g, StreamMaps& maps) {
+  const auto encode = TensorMapEncoder();
+  if (!encode || g.M % 16 != 0) return false;
+  const double* arrays[4] = {g.aC, g.cC, g.bC, g.f};
+  for (int a = 0; a < 4; ++a) {
+    if (reinterpret_cast<uintptr_t>(arrays[a]) % 16 != 0) return false;
+    const cuuint64_t dims[2] = {16, cuuint64_t(g.N * g.M / 16)};
+    const cuuint64_t strides[1] = {16 * sizeof(double)};
+    const cuuint32_t box[2] = {16, kStreamThreads};
+    const cuuint32_t elem[2] = {1, 1};
+    if (encode(&maps.m[a], CU_TENSOR_MAP_DATA_TYPE_FLOAT64, 2, const_cast<double*>(arrays[a]),
+               dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
+               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+      return false;
+  }
+  return true;
+}
+
+// The streamed form: as many persistent blocks (clusters) as run at once; float64 rows of a
+// multiple of 16 values by bulk tensor copies (unless the tuning says bulk = -1).
+template <int Q, typename T>
+absl::Status LaunchFusedStream(SweepArgs<T> g, cudaStream_t stream) {
+  StreamMaps maps{};
+  if constexpr (std::is_same_v<T, double>) {
+    if (g_sweep.bulk >= 0 && EncodeStreamMaps(g, maps))
+      return LaunchFusedStreamKernel<Q, T, true>(g, maps, stream);
+  }
+  return LaunchFusedStreamKernel<Q, T, false>(g, maps, stream);
 }
 
 template <int CH, typename T>

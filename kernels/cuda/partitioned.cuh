@@ -305,21 +305,44 @@ __device__ __forceinline__ void LoadReducedRows(const T* ra, const T* rc, const 
   }
 }
 
+// The unit-diagonal tridiagonal system of R rows in ra, rc, rd (row r at r + r / K: a thread's K
+// rows start K + 1 words apart; R a multiple of 2 K) solved by the first T = R / K threads,
+// which alone call it: each reduces K rows in registers (ChunkReduce), the 2 T rows left are
+// solved by PCR among them (a named barrier of T threads, or __syncwarp) in the memory of ra,
+// free once they have read their rows, and each substitutes back: x in rd. Returns false if a
+// pivot vanished.
+template <int K, typename T>
+__device__ __forceinline__ bool SolvePaddedRows(T* ra, const T* rc, T* rd, int j, int R) {
+  static_assert(K >= 7, "the PCR's 8 T values must fit in ra's (K + 1) T");
+  const int T1 = R / K, base = j * (K + 1);
+  T ka[K], kb[K], kc[K], kd[K];
+  LoadReducedRows<K>(ra, rc, rd, base, ka, kb, kc, kd);
+  const FirstThreadsSync sync{T1};
+  sync();  // ra and rc read: the PCR's 8 T1 values may overwrite them
+  bool ok = ChunkReduce<K>(ka, kb, kc, kd);
+  T y0, yl;
+  T* pcr = ra;
+  ok &= SolveReduced<false, false>(pcr, pcr + 2 * T1, pcr + 4 * T1, pcr + 6 * T1, 0, j, T1, 1,
+                                   ka[0], kc[0], kd[0], ka[K - 1], kc[K - 1], kd[K - 1], y0, yl,
+                                   sync);
+  ChunkBack<K>(ka, kc, kd, y0, yl);
+#pragma unroll
+  for (int i = 0; i < K; ++i) rd[base + i] = kd[i];
+  return ok;
+}
+
 // The reduced system of one system a block (R = 2P rows; thread j holds rows 2j and 2j + 1,
 // b = 1) solved by a second partition level instead of PCR over all R rows: the rows go to
-// shared memory (row r at r + r / K1: a thread's K1 rows start K1 + 1 words apart), the first
-// T1 = R / K1 threads each reduce K1 of them in registers (ChunkReduce) and solve the 2 T1 rows
-// left by PCR among themselves (a named barrier of T1 threads, or __syncwarp) in the memory of
-// the first rows, free once they have read theirs, substitute back and write x; every thread
-// then reads its own. Two block barriers where PCR takes 2 log2 R + 1, and a fraction of its
-// shared-memory traffic: PCR over R rows moves ~128 bytes a row and step in float64, which
-// bounds it by the SM's 128 bytes a cycle (512 rows: ~4,600 cycles; NOTES.md t26). `rows`
-// holds 3 (R + R / K1) values. Returns x of the thread's rows in x0, xl, and false if a pivot
-// vanished.
+// shared memory (row r at r + r / K1) and the first R / K1 threads solve them
+// (SolvePaddedRows); every thread then reads its own x. Two block barriers where PCR takes
+// 2 log2 R + 1, and a fraction of its shared-memory traffic: PCR over R rows moves ~128 bytes
+// a row and step in float64, which bounds it by the SM's 128 bytes a cycle (512 rows: ~4,600
+// cycles; NOTES.md t26). `rows` holds 3 (R + R / K1) values. Returns x of the thread's rows in
+// x0, xl, and false if a pivot vanished.
 template <int K1, typename T>
 __device__ __forceinline__ bool SolveReducedTwoLevel(T* rows, int j, int P, T a0, T c0, T d0,
                                                      T al, T cl, T dl, T& x0, T& xl) {
-  const int R = 2 * P, Rp = R + R / K1, T1 = R / K1;
+  const int R = 2 * P, Rp = R + R / K1;
   T* ra = rows;
   T* rc = ra + Rp;
   T* rd = rc + Rp;
@@ -332,22 +355,7 @@ __device__ __forceinline__ bool SolveReducedTwoLevel(T* rows, int j, int P, T a0
   rd[e1] = dl;
   __syncthreads();
   bool ok = true;
-  if (j < T1) {
-    const int base = j * (K1 + 1);
-    T ka[K1], kb[K1], kc[K1], kd[K1];
-    LoadReducedRows<K1>(ra, rc, rd, base, ka, kb, kc, kd);
-    const FirstThreadsSync sync{T1};
-    sync();  // ra and rc read: the PCR's 8 T1 values may overwrite them
-    ok = ChunkReduce<K1>(ka, kb, kc, kd);
-    T y0, yl;
-    T* pcr = ra;
-    ok &= SolveReduced<false, false>(pcr, pcr + 2 * T1, pcr + 4 * T1, pcr + 6 * T1, 0, j, T1, 1,
-                                     ka[0], kc[0], kd[0], ka[K1 - 1], kc[K1 - 1], kd[K1 - 1], y0,
-                                     yl, sync);
-    ChunkBack<K1>(ka, kc, kd, y0, yl);
-#pragma unroll
-    for (int i = 0; i < K1; ++i) rd[base + i] = kd[i];
-  }
+  if (j < R / K1) ok = SolvePaddedRows<K1>(ra, rc, rd, j, R);
   __syncthreads();
   x0 = rd[e0];
   xl = rd[e1];
@@ -444,6 +452,102 @@ __device__ __forceinline__ bool SolveReducedCluster(Cluster& cluster, T* own, T*
   __syncthreads();
   x0 = gx[sl * R + rank * Rb + 2 * j];
   xl = gx[sl * R + rank * Rb + 2 * j + 1];
+  return ok;
+}
+
+// The reduced system of one system a block split over the Q blocks of a thread-block cluster
+// (sm_90; the streamed block sweeps), solved with the second partition level before the
+// exchange (SolveReducedCluster gathers all Q 2P rows and reduces them after; at 8192 its PCR
+// over 512 rows and the gather of 1024 were a third of a task, NOTES.md t26):
+//  1. The block's 2P reduced rows go to `rows` (row r at r + r / K1, 3 (2P + 2P / K1) values);
+//     the first T1 = 2P / K1 threads reduce K1 rows each in registers (ChunkReduce), put the
+//     result back in place and their two rows in `own` (3 arrays of 2 T1); cluster barrier.
+//  2. The cluster's Rg = 2 T1 Q rows are copied from the blocks' `own` (distributed shared
+//     memory, coalesced) into `gather` (row r at r + r / K2, 3 (Rg + Rg / K2) values); the block
+//     arrives at a second cluster barrier and solves them redundantly (SolvePaddedRows).
+//  3. The first T1 threads substitute back into their K1 rows (ChunkBack); each thread reads x
+//     of its two rows.
+// Every block gathers 2 T1 Q rows (256 at Q = 2, P = 256) instead of 2 P Q (1024). `own` must
+// outlive the other blocks' reads: the caller waits on the second barrier
+// (cluster.barrier_wait()) before it exits or writes `own` again. after_sync() runs right after
+// the first cluster barrier. Returns x of the thread's rows in x0, xl, and false if a pivot
+// vanished.
+// The blocks' threads P (a power of two) times Q that SolveReducedClusterTwoLevel<Q, 8, 8>
+// needs at least (whole chunks of 8 rows at both levels).
+constexpr int kClusterTwoLevelMin = 64;
+template <int Q, int K1, int K2, typename T, typename Cluster, typename AfterSync>
+__device__ __forceinline__ bool SolveReducedClusterTwoLevel(Cluster& cluster, T* own, T* rows,
+                                                            T* gather, int j, int P, T a0, T c0,
+                                                            T d0, T al, T cl, T dl, T& x0,
+                                                            T& xl, AfterSync after_sync) {
+  const int rank = int(cluster.block_rank());
+  const int R = 2 * P, Rp = R + R / K1, T1 = R / K1, R1 = 2 * T1;
+  const int Rg = R1 * Q, Rgp = Rg + Rg / K2;
+  T* ra = rows;
+  T* rc = ra + Rp;
+  T* rd = rc + Rp;
+  const int e0 = 2 * j + 2 * j / K1, e1 = 2 * j + 1 + (2 * j + 1) / K1;
+  ra[e0] = a0;
+  rc[e0] = c0;
+  rd[e0] = d0;
+  ra[e1] = al;
+  rc[e1] = cl;
+  rd[e1] = dl;
+  __syncthreads();
+  T* oa = own;
+  T* oc = oa + R1;
+  T* od = oc + R1;
+  bool ok = true;
+  const int base = j * (K1 + 1);
+  if (j < T1) {
+    T ka[K1], kb[K1], kc[K1], kd[K1];
+    LoadReducedRows<K1>(ra, rc, rd, base, ka, kb, kc, kd);
+    ok = ChunkReduce<K1>(ka, kb, kc, kd);
+#pragma unroll
+    for (int i = 0; i < K1; ++i) {
+      ra[base + i] = ka[i];
+      rc[base + i] = kc[i];
+      rd[base + i] = kd[i];
+    }
+    oa[2 * j] = ka[0];
+    oc[2 * j] = kc[0];
+    od[2 * j] = kd[0];
+    oa[2 * j + 1] = ka[K1 - 1];
+    oc[2 * j + 1] = kc[K1 - 1];
+    od[2 * j + 1] = kd[K1 - 1];
+  }
+  cluster.sync();  // every block's rows in its `own`
+  after_sync();
+  T* ga = gather;
+  T* gc = ga + Rgp;
+  T* gd = gc + Rgp;
+  for (int e = threadIdx.x; e < Rg; e += blockDim.x) {
+    const int src = e / R1, off = e - src * R1, dst = e + e / K2;
+    ga[dst] = cluster.map_shared_rank(oa, src)[off];
+    gc[dst] = cluster.map_shared_rank(oc, src)[off];
+    gd[dst] = cluster.map_shared_rank(od, src)[off];
+  }
+  cluster.barrier_arrive();  // done reading the others' shared memory
+  __syncthreads();
+  if (j < Rg / K2) ok &= SolvePaddedRows<K2>(ga, gc, gd, j, Rg);
+  __syncthreads();
+  if (j < T1) {
+    const int r0 = rank * R1 + 2 * j, r1 = r0 + 1;
+    const T y0 = gd[r0 + r0 / K2], yl = gd[r1 + r1 / K2];
+    T ka[K1], kc[K1], kd[K1];
+#pragma unroll
+    for (int i = 0; i < K1; ++i) {
+      ka[i] = ra[base + i];
+      kc[i] = rc[base + i];
+      kd[i] = rd[base + i];
+    }
+    ChunkBack<K1>(ka, kc, kd, y0, yl);
+#pragma unroll
+    for (int i = 0; i < K1; ++i) rd[base + i] = kd[i];
+  }
+  __syncthreads();
+  x0 = rd[e0];
+  xl = rd[e1];
   return ok;
 }
 

@@ -133,7 +133,7 @@ int main(int argc, char** argv) {
   // form (persistent blocks of 256 x 16 prefetching the next row) are timed where rows are long
   // (4096 and over).
   std::printf("\nsweep paths: per sweep ((L=65 - L=1) / 64), and L = 64 at N = M = 1024\n");
-  std::printf("%6s %-14s %-32s %12s %12s\n", "N=M", "method", "path", "per sweep", "L=64");
+  std::printf("%6s %-14s %-44s %12s %12s\n", "N=M", "method", "path", "per sweep", "L=64");
   const auto sweep0 = trisolve::cuda::GetSweepTuning();
   struct Path { std::string name; trisolve::cuda::SweepTuning t; };
   std::vector<Path> paths = {{"auto (the default form)", {}}};
@@ -145,6 +145,7 @@ int main(int argc, char** argv) {
                              (staged > 0 ? "staged" : "direct") + blocks,
                          {true, chunk, staged, q, -1}});
     paths.push_back({"fused, 16 rows, streamed" + blocks, {true, 16, 0, q, 1}});
+    paths.push_back({"fused, 16 rows, streamed, cp.async" + blocks, {true, 16, 0, q, 1, -1}});
   }
   paths.push_back({"rhs + partitioned", {false, 0, 0, 0, 0}});
   const std::vector<int64_t> sizes = only.empty() ? std::vector<int64_t>{1024, 4096, 8192} : only;
@@ -170,7 +171,7 @@ int main(int argc, char** argv) {
           sweep = (Solve(d, pool, m, 65, 0, false, reps) - t1) / 64;
           if (NM == 1024) t64 = Solve(d, pool, m, 64, 0, false, reps);
         }
-        std::printf("%6lld %-14s %-32s %9.4f ms %9.3f ms\n", (long long)NM,
+        std::printf("%6lld %-14s %-44s %9.4f ms %9.3f ms\n", (long long)NM,
                     std::string(trisolve::MethodName(m)).c_str(), path.name.c_str(), sweep, t64);
         const auto phases = trisolve::cuda::TakeSweepProfile();
         if (!phases.empty() && path.t.stream > 0) {
