@@ -1037,7 +1037,7 @@ struct PhaseClock {
 // The streamed fused sweeps: persistent blocks (clusters of Q), each taking its next task as
 // soon as it has read the current row from its tile and copying that task's matrix part (aC,
 // cC, bC and F: half the bytes a task moves, none of which waits on another task) into the tile
-// by cp.async while it solves the current row. A block then waits on memory only for the
+// (bulk tensor copies, StreamMaps, or cp.async) while it solves the current row. A block then waits on memory only for the
 // neighbours' Y (and their coefficients), read coalesced once the counters allow. A block takes
 // tasks in order and finishes each before the next, so the smallest unfinished task always has
 // its inputs done and its block free to run it: no deadlock, whatever the grid. 16 rows a
