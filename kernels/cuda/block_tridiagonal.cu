@@ -1037,13 +1037,14 @@ struct PhaseClock {
 // The streamed fused sweeps: persistent blocks (clusters of Q), each taking its next task as
 // soon as it has read the current row from its tile and copying that task's matrix part (aC,
 // cC, bC and F: half the bytes a task moves, none of which waits on another task) into the tile
-// (bulk tensor copies, StreamMaps, or cp.async) while it solves the current row. A block then waits on memory only for the
-// neighbours' Y (and their coefficients), read coalesced once the counters allow. A block takes
-// tasks in order and finishes each before the next, so the smallest unfinished task always has
-// its inputs done and its block free to run it: no deadlock, whatever the grid. 16 rows a
-// thread, the row's elements r0 + e at tile slot e + e / CH; Y staged for coalesced stores in
-// a second tile (the tile holds the next row by then): with Q > 1 the memory of the reduced
-// system's PCR and gathered copy, free once this block has its x, else its own. With Q > 1 the
+// (bulk tensor copies, StreamMaps, or cp.async) while it solves the current row. A block then
+// waits on memory only for the neighbours' Y (and their coefficients), read coalesced once the
+// counters allow. A block takes tasks in order and finishes each before the next, so the
+// smallest unfinished task always has its inputs done and its block free to run it: no
+// deadlock, whatever the grid. 16 rows a thread, the row's elements r0 + e at tile slot
+// TileSlot(e); Y staged for coalesced stores in a second tile (the tile holds the next row by
+// then): with Q > 1 the memory of the reduced system's rows and gathered rows, free once this
+// block has its x, else its own (StreamLayout). With Q > 1 the
 // next task is read from block 0 after the reduced system's cluster barrier (no barrier of its
 // own), and its copies start there. Always 256 threads (a compile-time constant: the
 // staging offsets are then immediates; with blockDim.x the loop kept them in registers and
@@ -1085,6 +1086,9 @@ struct StreamMaps {
 __device__ __forceinline__ uint32_t SmemAddr(const void* p) {
   return uint32_t(__cvta_generic_to_shared(p));
 }
+// The copies' instructions exist from compute capability 9.0 (LaunchFusedStream picks them only
+// there); in builds for older devices the helpers trap, as SweepCluster's calls do.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 __device__ __forceinline__ void BarInit(uint64_t* bar) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(SmemAddr(bar)) : "memory");
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -1118,6 +1122,15 @@ __device__ __forceinline__ void BulkLoadRows(void* dst, const CUtensorMap* map, 
 __device__ __forceinline__ void FenceProxyAsync() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
+#else
+__device__ __forceinline__ void BarInit(uint64_t*) { __trap(); }
+__device__ __forceinline__ void BarExpect(uint64_t*, uint32_t) { __trap(); }
+__device__ __forceinline__ void BarWait(uint64_t*, uint32_t) { __trap(); }
+__device__ __forceinline__ void BulkLoadRows(void*, const CUtensorMap*, int, uint64_t*) {
+  __trap();
+}
+__device__ __forceinline__ void FenceProxyAsync() { __trap(); }
+#endif
 
 // ReadChunkFromTile for the swizzled tile: thread t's chunk is row t (128 bytes), read as 8
 // pieces of 16 bytes; rows past n identity rows, a[0] and c[n - 1] zeroed.
@@ -1409,7 +1422,7 @@ PFN_cuTensorMapEncodeTiled_v12000 TensorMapEncoder() {
 // caller then copies by cp.async).
 bool EncodeStreamMaps(const SweepArgs<double>& g, StreamMaps& maps) {
   const auto encode = TensorMapEncoder();
-  if (!encode || g.M % 16 != 0) return false;
+  if (!encode || g.M % 16 != 0 || !ClustersAvailable()) return false;  // sm_90+
   const double* arrays[4] = {g.aC, g.cC, g.bC, g.f};
   for (int a = 0; a < 4; ++a) {
     if (reinterpret_cast<uintptr_t>(arrays[a]) % 16 != 0) return false;

@@ -331,6 +331,21 @@ __device__ __forceinline__ bool SolvePaddedRows(T* ra, const T* rc, T* rd, int j
   return ok;
 }
 
+// Thread j's two reduced rows (2j and 2j + 1, b = 1) into ra, rc, rd at their padded places
+// (row r at r + r / K), which it returns in e0, e1.
+template <int K, typename T>
+__device__ __forceinline__ void PutPaddedRows(T* ra, T* rc, T* rd, int j, T a0, T c0, T d0, T al,
+                                              T cl, T dl, int& e0, int& e1) {
+  e0 = 2 * j + 2 * j / K;
+  e1 = 2 * j + 1 + (2 * j + 1) / K;
+  ra[e0] = a0;
+  rc[e0] = c0;
+  rd[e0] = d0;
+  ra[e1] = al;
+  rc[e1] = cl;
+  rd[e1] = dl;
+}
+
 // The reduced system of one system a block (R = 2P rows; thread j holds rows 2j and 2j + 1,
 // b = 1) solved by a second partition level instead of PCR over all R rows: the rows go to
 // shared memory (row r at r + r / K1) and the first R / K1 threads solve them
@@ -346,13 +361,8 @@ __device__ __forceinline__ bool SolveReducedTwoLevel(T* rows, int j, int P, T a0
   T* ra = rows;
   T* rc = ra + Rp;
   T* rd = rc + Rp;
-  const int e0 = 2 * j + 2 * j / K1, e1 = 2 * j + 1 + (2 * j + 1) / K1;
-  ra[e0] = a0;
-  rc[e0] = c0;
-  rd[e0] = d0;
-  ra[e1] = al;
-  rc[e1] = cl;
-  rd[e1] = dl;
+  int e0, e1;
+  PutPaddedRows<K1>(ra, rc, rd, j, a0, c0, d0, al, cl, dl, e0, e1);
   __syncthreads();
   bool ok = true;
   if (j < R / K1) ok = SolvePaddedRows<K1>(ra, rc, rd, j, R);
@@ -455,8 +465,12 @@ __device__ __forceinline__ bool SolveReducedCluster(Cluster& cluster, T* own, T*
   return ok;
 }
 
+// The blocks' threads P (a power of two) times Q that SolveReducedClusterTwoLevel<Q, 8, 8>
+// needs at least (whole chunks of 8 rows at both levels).
+constexpr int kClusterTwoLevelMin = 64;
+
 // The reduced system of one system a block split over the Q blocks of a thread-block cluster
-// (sm_90; the streamed block sweeps), solved with the second partition level before the
+// (sm_90; the fused block sweeps), solved with the second partition level before the
 // exchange (SolveReducedCluster gathers all Q 2P rows and reduces them after; at 8192 its PCR
 // over 512 rows and the gather of 1024 were a third of a task, NOTES.md t26):
 //  1. The block's 2P reduced rows go to `rows` (row r at r + r / K1, 3 (2P + 2P / K1) values);
@@ -472,9 +486,6 @@ __device__ __forceinline__ bool SolveReducedCluster(Cluster& cluster, T* own, T*
 // (cluster.barrier_wait()) before it exits or writes `own` again. after_sync() runs right after
 // the first cluster barrier. Returns x of the thread's rows in x0, xl, and false if a pivot
 // vanished.
-// The blocks' threads P (a power of two) times Q that SolveReducedClusterTwoLevel<Q, 8, 8>
-// needs at least (whole chunks of 8 rows at both levels).
-constexpr int kClusterTwoLevelMin = 64;
 template <int Q, int K1, int K2, typename T, typename Cluster, typename AfterSync>
 __device__ __forceinline__ bool SolveReducedClusterTwoLevel(Cluster& cluster, T* own, T* rows,
                                                             T* gather, int j, int P, T a0, T c0,
@@ -486,13 +497,8 @@ __device__ __forceinline__ bool SolveReducedClusterTwoLevel(Cluster& cluster, T*
   T* ra = rows;
   T* rc = ra + Rp;
   T* rd = rc + Rp;
-  const int e0 = 2 * j + 2 * j / K1, e1 = 2 * j + 1 + (2 * j + 1) / K1;
-  ra[e0] = a0;
-  rc[e0] = c0;
-  rd[e0] = d0;
-  ra[e1] = al;
-  rc[e1] = cl;
-  rd[e1] = dl;
+  int e0, e1;
+  PutPaddedRows<K1>(ra, rc, rd, j, a0, c0, d0, al, cl, dl, e0, e1);
   __syncthreads();
   T* oa = own;
   T* oc = oa + R1;
@@ -534,13 +540,8 @@ __device__ __forceinline__ bool SolveReducedClusterTwoLevel(Cluster& cluster, T*
   if (j < T1) {
     const int r0 = rank * R1 + 2 * j, r1 = r0 + 1;
     const T y0 = gd[r0 + r0 / K2], yl = gd[r1 + r1 / K2];
-    T ka[K1], kc[K1], kd[K1];
-#pragma unroll
-    for (int i = 0; i < K1; ++i) {
-      ka[i] = ra[base + i];
-      kc[i] = rc[base + i];
-      kd[i] = rd[base + i];
-    }
+    T ka[K1], kb[K1], kc[K1], kd[K1];
+    LoadReducedRows<K1>(ra, rc, rd, base, ka, kb, kc, kd);  // as reduced in step 1
     ChunkBack<K1>(ka, kc, kd, y0, yl);
 #pragma unroll
     for (int i = 0; i < K1; ++i) rd[base + i] = kd[i];
