@@ -4,9 +4,11 @@
 // and Y read, Y written) at N = M = 1024, 4096 and 8192, and the sweeps' two paths (fused, two kernels
 // a half-sweep) side by side. Times include the colour-major copies and the
 // final residual of a solve. float64.
-//   bench_block [--reps 5] [--sweeps 4096,8192]
+//   bench_block [--reps 5] [--sweeps 4096,8192] [--path TEXT] [--method NAME]
 // --sweeps: only the sweep paths at those sizes, each streamed one followed (in a build with
-// -DTRISOLVE_SWEEP_PROFILE=ON) by the cycles a task spent in each phase.
+// -DTRISOLVE_SWEEP_PROFILE=ON) by the cycles a task spent in each phase and the blocks that ran;
+// --path / --method: only the paths whose name contains TEXT (or one of TEXT's '|'-separated
+// parts) / that method.
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -65,6 +67,7 @@ double Solve(Device& d, trisolve::cuda::Pool& pool, trisolve::BlockMethod m, int
 int main(int argc, char** argv) {
   int reps = 5;
   std::vector<int64_t> only;  // --sweeps: these sizes' sweep paths alone
+  std::string path_filter, method_filter;  // --path, --method
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--reps")) {
       reps = std::atoi(argv[i + 1]);
@@ -76,6 +79,10 @@ int main(int argc, char** argv) {
         only.push_back(v);
         q = *end == ',' ? end + 1 : end;
       }
+    } else if (!std::strcmp(argv[i], "--path")) {
+      path_filter = argv[i + 1];
+    } else if (!std::strcmp(argv[i], "--method")) {
+      method_filter = argv[i + 1];
     } else {
       std::fprintf(stderr, "unknown option %s\n", argv[i]);
       return 2;
@@ -130,8 +137,9 @@ int main(int argc, char** argv) {
   // half-sweeps (right-hand side, then the batched one-pass partitioned solve; what ran before
   // the fused sweeps and still runs rows over 16384). Gauss-Seidel on the two-kernel path is
   // one launch pair a row, so its sweep is timed as L = 2 less L = 1. Clusters and the streamed
-  // form (persistent blocks of 256 x 16 prefetching the next row) are timed where rows are long
-  // (4096 and over).
+  // form (persistent blocks of 256 or 128 threads x 16 rows prefetching the next row) are timed
+  // where rows are long (4096 and over), and not where half a cluster or more would hold only
+  // identity rows.
   std::printf("\nsweep paths: per sweep ((L=65 - L=1) / 64), and L = 64 at N = M = 1024\n");
   std::printf("%6s %-14s %-44s %12s %12s\n", "N=M", "method", "path", "per sweep", "L=64");
   const auto sweep0 = trisolve::cuda::GetSweepTuning();
@@ -144,8 +152,19 @@ int main(int argc, char** argv) {
         paths.push_back({"fused, " + std::to_string(chunk) + " rows, " +
                              (staged > 0 ? "staged" : "direct") + blocks,
                          {true, chunk, staged, q, -1}});
-    paths.push_back({"fused, 16 rows, streamed" + blocks, {true, 16, 0, q, 1}});
-    paths.push_back({"fused, 16 rows, streamed, cp.async" + blocks, {true, 16, 0, q, 1, -1}});
+    paths.push_back({"fused, 16 rows, streamed" + blocks, {true, 16, 0, q, 1, 0, 256}});
+    paths.push_back(
+        {"fused, 16 rows, streamed, cp.async" + blocks, {true, 16, 0, q, 1, -1, 256}});
+    paths.push_back({"fused, 16 rows, streamed, groups of 4" + blocks,
+                     {true, 16, 0, q, 1, 0, 256, 4}});
+  }
+  // Blocks of 128 threads, two an SM, in clusters of 2 to 8.
+  for (int q : {2, 4, 8}) {
+    const std::string blocks = ", " + std::to_string(q) + " blocks";
+    paths.push_back(
+        {"fused, 16 rows, streamed, 128 threads" + blocks, {true, 16, 0, q, 1, 0, 128}});
+    paths.push_back({"fused, 16 rows, streamed, 128 threads, groups of 4" + blocks,
+                     {true, 16, 0, q, 1, 0, 128, 4}});
   }
   paths.push_back({"rhs + partitioned", {false, 0, 0, 0, 0}});
   const std::vector<int64_t> sizes = only.empty() ? std::vector<int64_t>{1024, 4096, 8192} : only;
@@ -154,10 +173,23 @@ int main(int argc, char** argv) {
     Device d(ex, NM, NM);
     for (auto m : {trisolve::BlockMethod::kRedBlack, trisolve::BlockMethod::kJacobi,
                    trisolve::BlockMethod::kGaussSeidel}) {
+      if (!method_filter.empty() && trisolve::MethodName(m) != method_filter) continue;
       for (const Path& path : paths) {
+        bool wanted = false;  // --path: any of its '|'-separated parts
+        for (size_t at = 0; at <= path_filter.size();) {
+          size_t bar = path_filter.find('|', at);
+          if (bar == std::string::npos) bar = path_filter.size();
+          wanted |= path.name.find(path_filter.substr(at, bar - at)) != std::string::npos;
+          at = bar + 1;
+        }
+        if (!wanted) continue;
         const int q = path.t.cluster;
+        const int threads = path.t.stream_threads ? path.t.stream_threads
+                            : path.t.chunk >= 16        ? 256
+                                                        : 512;
         if (path.t.fused && path.t.chunk != 0 &&
-            (int64_t(path.t.chunk) * (path.t.chunk >= 16 ? 256 : 512) * q < NM ||
+            (int64_t(path.t.chunk) * threads * q < NM ||
+             (q > 1 && int64_t(path.t.chunk) * threads * q >= 2 * NM) ||  // blocks left idle
              ((q > 1 || path.t.stream > 0) && NM < 4096)))
           continue;
         trisolve::cuda::SetSweepTuning(path.t);
@@ -175,11 +207,13 @@ int main(int argc, char** argv) {
                     std::string(trisolve::MethodName(m)).c_str(), path.name.c_str(), sweep, t64);
         const auto phases = trisolve::cuda::TakeSweepProfile();
         if (!phases.empty() && path.t.stream > 0) {
-          double total = 0;
-          for (const auto& ph : phases) total += ph.cycles;
+          double total = 0, blocks = 0;
+          for (const auto& ph : phases)
+            if (std::string(ph.phase) == "blocks") blocks = ph.cycles; else total += ph.cycles;
           std::printf("       cycles a task: %.0f =", total);
-          for (const auto& ph : phases) std::printf(" %s %.0f,", ph.phase, ph.cycles);
-          std::printf("\n");
+          for (const auto& ph : phases)
+            if (std::string(ph.phase) != "blocks") std::printf(" %s %.0f,", ph.phase, ph.cycles);
+          std::printf(" (%.0f blocks)\n", blocks);
         }
         std::fflush(stdout);
       }
