@@ -131,8 +131,9 @@ TEST(CudaBlock, EveryFusedSweepFormMatchesTheCpu) {
   for (int cluster : {1, 2, 4}) {
     for (int chunk : {8, 16})
       for (int staged : {-1, 1}) forms.push_back({true, chunk, staged, cluster, -1});
-    forms.push_back({true, 16, 0, cluster, 1});      // streamed
-    forms.push_back({true, 16, 0, cluster, 1, -1});  // streamed, cp.async
+    forms.push_back({true, 16, 0, cluster, 1});               // streamed
+    forms.push_back({true, 16, 0, cluster, 1, -1});           // streamed, cp.async
+    forms.push_back({true, 16, 0, cluster, 1, 0, 256, 4});    // neighbours 4 rows at a time
   }
   for (const cuda::SweepTuning& t : forms) {
     cuda::SetSweepTuning(t);
@@ -145,6 +146,25 @@ TEST(CudaBlock, EveryFusedSweepFormMatchesTheCpu) {
         Compare(Experiment<double>(1, 37, M), m, {5, 0, false}, 1e-12);
         Compare(Experiment<float>(2, 37, M), m, {5, 0, true}, 1e-4);
       }
+  }
+  cuda::SetSweepTuning(saved);
+}
+
+// The streamed form on blocks of 128 threads (two an SM; float64 on sm_90), clusters of 2, 4
+// and 8 blocks by the length of the row, the last block partly filled: M odd (cp.async) and a
+// multiple of 16 (bulk tensor copies, the neighbours' loads 8 or 4 rows at a time, and cp.async
+// where the tuning says so). float32 falls back to blocks of 256 threads.
+TEST(CudaBlock, StreamedSweepsOnSmallBlocksMatchTheCpu) {
+  REQUIRE_GPU();
+  const auto saved = cuda::GetSweepTuning();
+  for (auto [bulk, group] : {std::pair{0, 0}, std::pair{0, 4}, std::pair{-1, 0}}) {
+    cuda::SetSweepTuning({true, 16, 0, 0, 1, bulk, 128, group});
+    for (auto m : {BlockMethod::kRedBlack, BlockMethod::kJacobi, BlockMethod::kGaussSeidel})
+      for (int64_t M : {3999, 4000, 7001, 7008, 15337, 15344}) {
+        SCOPED_TRACE(::testing::Message() << "bulk " << bulk << " group " << group << " M " << M);
+        Compare(Experiment<double>(1, 9, M), m, {5, 0, false}, 1e-12);
+      }
+    Compare(Experiment<float>(2, 9, 7001), BlockMethod::kRedBlack, {5, 0, true}, 1e-4);
   }
   cuda::SetSweepTuning(saved);
 }

@@ -39,7 +39,10 @@ namespace trisolve::cuda {
 // only): 1 persistent blocks copy the next task's row into shared memory while they solve the
 // current one, -1 a block a task; 0: streamed for red-black and jacobi, float64 rows of 2049 to
 // 16384. bulk (streamed float64 rows of a multiple of 16 values): 0 the rows' copies by the copy
-// engine's bulk tensor copies (sm_90), -1 by each thread's cp.async.
+// engine's bulk tensor copies (sm_90), -1 by each thread's cp.async. stream_threads (streamed
+// float64 on sm_90): 128 blocks of 128 threads, two an SM, in clusters of 2 to 8 blocks a row;
+// 256 blocks of 256 threads, clusters of 1 to 4; 0: 128 for rows over 4096. group (streamed,
+// bulk copies): the neighbours' loads 4 or 8 rows a thread at a time; 0: 8.
 struct SweepTuning {
   bool fused = true;
   int chunk = 0;
@@ -47,13 +50,16 @@ struct SweepTuning {
   int cluster = 0;
   int stream = 0;
   int bulk = 0;
+  int stream_threads = 0;
+  int group = 0;
 };
 void SetSweepTuning(const SweepTuning& t);
 SweepTuning GetSweepTuning();
 
 // Diagnostics: in a build configured with -DTRISOLVE_SWEEP_PROFILE=ON, the clock cycles a task
 // of the streamed fused sweeps spent in each phase (averaged over every block's tasks since the
-// last call, which clears them); empty in other builds.
+// last call, which clears them), then {"blocks", the most blocks a launch ran}; empty in other
+// builds.
 struct SweepPhaseTime {
   const char* phase;
   double cycles;

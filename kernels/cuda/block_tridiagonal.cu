@@ -761,13 +761,13 @@ struct SweepCluster {
 };
 
 // Shared memory of the fused sweeps, in T values for P threads: the reduced system (8P: PCR or
-// the second level's rows); Q > 1 (SolveReducedClusterTwoLevel): this block's rows after the
-// second level (3 P / 2) and the cluster's (3 (PQ / 2 + PQ / 16)), which may share the staging
-// tile (4 P (CH + 1)): the row is read from it before.
+// the second level's rows), the staging tile (4 P (CH + 1)) and, Q > 1
+// (SolveReducedClusterTwoLevel), the cluster's rows after the second level (3 (PQ / 2 + PQ / 16)),
+// which the other blocks write while this one may still read its tile.
 constexpr int64_t SweepSharedValues(int64_t P, int CH, int Q, bool staged) {
   const int64_t tile = staged ? 4 * P * (CH + 1) : 0;
   const int64_t gather = Q > 1 ? 3 * (P * Q / 2 + P * Q / 16) : 0;
-  return 8 * P + (Q > 1 ? 3 * P / 2 : 0) + (tile > gather ? tile : gather);
+  return 8 * P + tile + gather;
 }
 
 // Element e of a block's part of a row in the staging tile: e + e / CH (a word of padding a
@@ -840,10 +840,10 @@ __global__ void __launch_bounds__(SweepMaxThreads(CH)) FusedSweepKernel(SweepArg
   const int tid = threadIdx.x;
   const int64_t N = g.N, M = g.M;
   T* sa = reinterpret_cast<T*>(smem_raw);  // 8P: the reduced system (SolveReducedBlock)
-  T* own = sa + 8 * P;  // Q > 1: this block's rows after the second level (3 arrays of P / 2)
-  T* tile = own + (Q > 1 ? 3 * P / 2 : 0);  // kStaged: 4 arrays of P * (CH + 1)
-  T* gather = tile;  // Q > 1: the cluster's rows after the second level (3 (PQ / 2 + PQ / 16))
   const int tsz = P * (CH + 1);
+  T* tile = sa + 8 * P;  // kStaged: 4 arrays of P * (CH + 1)
+  // Q > 1: the cluster's rows after the second level (3 (PQ / 2 + PQ / 16))
+  T* gather = tile + (kStaged ? 4 * tsz : 0);
   __shared__ int64_t task_row;
   __shared__ int task_sweep, task_bad;
   [[maybe_unused]] SweepCluster cluster;
@@ -956,24 +956,22 @@ __global__ void __launch_bounds__(SweepMaxThreads(CH)) FusedSweepKernel(SweepArg
     ok &= SolveReducedBlock<false, kLazy>(sa, 0, tid, P, 1, a[0], c[0], d[0], a[CH - 1],
                                           c[CH - 1], d[CH - 1], x0, xl);
   } else {  // P Q >= kClusterTwoLevelMin (LaunchFusedSweeps)
+    // One task a block: the others write this block's `gather` during this task only.
     ok &= SolveReducedClusterTwoLevel<Q, kTwoLevelChunk, kTwoLevelChunk>(
-        cluster, own, sa, gather, tid, P, a[0], c[0], d[0], a[CH - 1], c[CH - 1], d[CH - 1], x0,
-        xl, [] {});
+        cluster, sa, gather, tid, P, a[0], c[0], d[0], a[CH - 1], c[CH - 1], d[CH - 1], x0, xl,
+        [] {});
   }
   ChunkBack<CH>(a, c, d, x0, xl);
 #pragma unroll
   for (int q = 0; q < CH; ++q) ok &= Finite(d[q]);
   if (!ok) task_bad = 1;
   if constexpr (kStaged) {
-    if constexpr (Q > 1) __syncthreads();  // every thread has read its x from the tile
     StoreFlat<CH>(yout + base + r0, tile, P, where, d);  // ends with a barrier
   } else {
     StoreRowsDirect<CH>(yout + base, k0, M, g.vec, d);
     __syncthreads();  // every thread's Y_i stores issued before thread 0 publishes
   }
   if (tid == 0) PublishTask<Q>(g, s, i, task_bad);
-  // The other blocks of the cluster are done reading this block's reduced rows.
-  if constexpr (Q > 1) cluster.barrier_wait();
 }
 
 
@@ -986,9 +984,11 @@ enum SweepPhase : int {
   kPhaseInputs,        // thread 0 polling the neighbours' counters; the next task taken
   kPhaseNeighbours,    // the neighbours' coefficients and Y loaded, the right-hand side formed
   kPhaseReduce,        // the row read from the tile, ChunkReduce (Q = 1: the next copies issued)
-  kPhaseClusterSync,   // Q > 1: the reduced rows written, the cluster barrier
+  kPhaseFirstLevel,    // Q > 1: the reduced rows written, reduced by the second level
+  kPhaseClusterSync,   // Q > 1: the cluster barrier
   kPhaseNext,          // Q > 1: the next task read from block 0, its copies issued
-  kPhaseReducedSolve,  // the reduced system (Q > 1: gathered through DSMEM) solved
+  kPhaseGathered,      // Q > 1: the cluster's rows (written by every block) solved
+  kPhaseReducedSolve,  // the reduced system solved (Q > 1: the second level's back substitution)
   kPhaseBack,          // ChunkBack, the finiteness checks
   kPhaseStore,         // Y staged and stored
   kPhasePublish,       // the task published
@@ -996,9 +996,10 @@ enum SweepPhase : int {
 };
 #ifdef TRISOLVE_SWEEP_PROFILE
 const char* const kSweepPhaseNames[kPhaseCount] = {
-    "cluster wait", "inputs", "neighbours", "reduce", "cluster sync",
-    "next task",    "reduced",  "back",       "store",  "publish"};
-__device__ unsigned long long g_sweep_profile[kPhaseCount + 1];  // + tasks
+    "cluster wait", "inputs", "neighbours", "reduce", "first level", "cluster sync", "next task",
+    "gathered", "reduced", "back", "store", "publish"};
+// The phases' cycles, then the tasks, then the most blocks a launch ran.
+__device__ unsigned long long g_sweep_profile[kPhaseCount + 2];
 struct PhaseClock {
   unsigned long long* acc;  // shared, kPhaseCount + 1
   long long last = 0;
@@ -1018,8 +1019,9 @@ struct PhaseClock {
     if (threadIdx.x == 0) acc[kPhaseCount] += 1;
   }
   __device__ void Flush() {
-    if (threadIdx.x == 0)
-      for (int k = 0; k <= kPhaseCount; ++k) atomicAdd(&g_sweep_profile[k], acc[k]);
+    if (threadIdx.x != 0) return;
+    for (int k = 0; k <= kPhaseCount; ++k) atomicAdd(&g_sweep_profile[k], acc[k]);
+    atomicMax(&g_sweep_profile[kPhaseCount + 1], (unsigned long long)gridDim.x);
   }
 };
 #define TRISOLVE_PHASE_CLOCK(name)                       \
@@ -1044,27 +1046,27 @@ struct PhaseClock {
 // deadlock, whatever the grid. 16 rows a thread, the row's elements r0 + e at tile slot
 // TileSlot(e); Y staged for coalesced stores in a second tile (the tile holds the next row by
 // then): with Q > 1 the memory of the reduced system's rows and gathered rows, free once this
-// block has its x, else its own (StreamLayout). With Q > 1 the
-// next task is read from block 0 after the reduced system's cluster barrier (no barrier of its
-// own), and its copies start there. Always 256 threads (a compile-time constant: the
-// staging offsets are then immediates; with blockDim.x the loop kept them in registers and
-// spilled 270-330 bytes in float64); a row shorter than the cluster holds leaves the last
-// blocks identity rows.
+// block has its x, else its own (StreamLayout). With Q > 1 the next task is read from block 0
+// after the reduced system's cluster barrier (no barrier of its own), and its copies start
+// there; a split cluster barrier around each task (arrive once Y is stored, wait before the
+// next task) keeps the blocks from writing into each other's gathered rows, or block 0 its next
+// task, too early. kP threads, 256 or 128 (two blocks an SM, in clusters
+// of up to 8), a compile-time constant: the staging offsets are then immediates (with
+// blockDim.x the loop kept them in registers and spilled 270-330 bytes in float64); a row
+// shorter than the cluster holds leaves the last blocks identity rows.
 constexpr int kStreamThreads = 256;
 
 // The streamed kernel's shared memory, in values of T from the start: the tile (4 arrays of
-// P (CH + 1), or kBulk P CH swizzled, 1024-byte aligned); Q > 1: `own` (3 P / 2, the block's
-// rows after the second partition level); the reduced system's rows (3 (2P + P / 4)) and, Q > 1,
-// the cluster's gathered rows (3 (Rg + Rg / 8), Rg = P Q / 2), which Y's staging tile
-// (P (CH + 1)) overlays for Q > 1 (so at least that); for Q = 1 Y's staging tile. (H100, 16384
-// on 4 blocks: 177 KB a block against the 223 KB that the gather of every reduced row took,
-// 10.9 -> 9.8 ms a sweep; NOTES.md t28.) kBulk: 1 KB more, for the alignment.
-template <int CH, int Q, bool kBulk>
+// P (CH + 1), or kBulk P CH swizzled, 1024-byte aligned); the reduced system's rows
+// (3 (2P + P / 4)) and, Q > 1, the cluster's gathered rows (3 (Rg + Rg / 8), Rg = P Q / 2),
+// which Y's staging tile (P (CH + 1)) overlays for Q > 1 (so at least that); for Q = 1 Y's
+// staging tile. (H100: 163 KB a block at P = 256, Q = 4; 85 KB at P = 128, Q = 8, two an SM.)
+// kBulk: 1 KB more, for the alignment.
+template <int CH, int Q, bool kBulk, int P = kStreamThreads>
 struct StreamLayout {
-  static constexpr int kP = kStreamThreads, kYs = kP * (CH + 1);
+  static constexpr int kP = P, kYs = kP * (CH + 1);
   static constexpr int kTsz = kBulk ? kP * CH : kYs;
-  static constexpr int kOwn = 4 * kTsz;
-  static constexpr int kRows = kOwn + (Q > 1 ? 3 * kP / 2 : 0);
+  static constexpr int kRows = 4 * kTsz;
   static constexpr int kWork = 3 * (2 * kP + kP / 4) + (Q > 1 ? 3 * (kP * Q / 2 + kP * Q / 16) : 0);
   static constexpr int kYstage = Q > 1 ? kRows : kRows + kWork;
   static constexpr int kTotal = kRows + (Q > 1 && kYs > kWork ? kYs : kWork) + (Q == 1 ? kYs : 0);
@@ -1161,18 +1163,17 @@ __device__ __forceinline__ void ReadChunkSwizzled(const double* tile, int tsz, i
   }
 }
 
-template <int CH, int Q, int kQB, typename T, bool kLazy, bool kBulk>
-__global__ void __launch_bounds__(kStreamThreads, 1)
+template <int CH, int Q, int kQB, typename T, bool kLazy, bool kBulk, int kP>
+__global__ void __launch_bounds__(kP, kStreamThreads / kP)
     FusedSweepStreamKernel(SweepArgs<T> g, const __grid_constant__ StreamMaps maps) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  constexpr int P = kStreamThreads;
+  constexpr int P = kP;
   const int tid = threadIdx.x;
   const int64_t N = g.N, M = g.M;
-  using L = StreamLayout<CH, Q, kBulk>;
+  using L = StreamLayout<CH, Q, kBulk, kP>;
   static_assert(!kBulk || std::is_same_v<T, double>, "bulk copies: float64 tiles");
   const uint32_t skip = kBulk ? (1024u - (SmemAddr(smem_raw) & 1023u)) & 1023u : 0u;
   T* tile = reinterpret_cast<T*>(smem_raw + skip);
-  T* own = tile + L::kOwn;
   T* sa = tile + L::kRows;
   T* gather = sa + 3 * (2 * P + P / 4);
   constexpr int tsz = L::kTsz;
@@ -1237,8 +1238,9 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
   prefetch(i);
   TRISOLVE_PHASE_CLOCK(clock);
   for (;;) {
-    // Q > 1: the other blocks are done reading this block's `own` and block 0's next task
-    // (the arrival above, then SolveReducedCluster's): both may be written again.
+    // Q > 1: every block is done with its `gather` (and Y's staging over it) and with block 0's
+    // next task (the arrivals above and below): the blocks may write into each other's
+    // `gather` again, block 0 its next task.
     if constexpr (Q > 1) cluster.barrier_wait();
     clock.Mark(kPhaseClusterWait);
     if (tid == 0) {
@@ -1288,12 +1290,14 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
                                             c[CH - 1], d[CH - 1], x0, xl);
     } else {
       ok &= SolveReducedClusterTwoLevel<Q, kTwoLevelChunk, kTwoLevelChunk>(
-          cluster, own, sa, gather, tid, P, a[0], c[0], d[0], a[CH - 1], c[CH - 1], d[CH - 1],
-          x0, xl, [&] {
+          cluster, sa, gather, tid, P, a[0], c[0], d[0], a[CH - 1], c[CH - 1], d[CH - 1], x0,
+          xl,
+          [&] {
             clock.Mark(kPhaseClusterSync);
             next();
             clock.Mark(kPhaseNext);
-          });
+          },
+          [&](int k) { clock.Mark(k == 0 ? kPhaseFirstLevel : kPhaseGathered); });
     }
     clock.Mark(kPhaseReducedSolve);
     ChunkBack<CH>(a, c, d, x0, xl);
@@ -1309,6 +1313,11 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
       return true;
     };
     StoreFlat<CH>(yout + base + r0, ystage, P, where, d);  // ends with a barrier
+    // Q > 1: this block is done with its `gather` (and Y's staging over it) and with block 0's
+    // next task: the others may write into them. (Arriving right after the reduced system,
+    // before Y's staging, with memory of its own for it, measured no faster on the H100: the
+    // arrival's release then waited for the next task's bulk copies, thread 0's; NOTES.md t29.)
+    if constexpr (Q > 1) cluster.barrier_arrive();
     clock.Mark(kPhaseStore);
     if (tid == 0) PublishTask<Q>(g, s, i, task_bad);
     clock.Mark(kPhasePublish);
@@ -1328,32 +1337,42 @@ constexpr int kSweepsPerLaunch = 64;
 constexpr int kMaxSweepCluster = 4;  // blocks a row at most: rows of 16384
 
 // The fused sweeps' form for rows of M: rows a thread (the tuning's, else 8, or 16 for rows
-// over 2048; H100, NOTES.md b5-b6), blocks a row (the tuning's, else the fewest of 1, 2 or 4
-// that hold the row; more than 1 only on sm_90) and whether streamed (the tuning's, else
-// red-black and jacobi in float64 with 2048 < M <= 16384, where the H100 measured it faster:
-// 4096 0.524 -> 0.486 ms a red-black sweep, 8192 2.65 -> 2.33, 16384 on 4 blocks 9.8 against
-// the two-kernel half-sweeps' 11.9 once the cluster's reduced system took the second level
-// before its exchange; gauss-seidel at 4096 was slower, 0.815 -> 1.015 ms; NOTES.md t23-t24,
-// t28). chunk 0: no fused form holds the row.
+// over 2048; H100, NOTES.md b5-b6), blocks a row (the tuning's, else the fewest that hold the
+// row: 1, 2 or 4 of 256 x 16, 2 to 8 of the streamed 128 x 16; more than 1 only on sm_90) and
+// whether streamed (the tuning's, else float64 red-black and jacobi with 2048 < M <= 16384 and
+// gauss-seidel with 4096 < M <= 16384, where the H100 measured it faster: 4096 0.524 -> 0.486
+// ms a red-black sweep, 8192 2.65 -> 2.33, 16384 on 4 blocks 9.8 against the two-kernel
+// half-sweeps' 11.9 once the cluster's reduced system took the second level before its
+// exchange; gauss-seidel at 4096 slower, 0.685 -> 0.805-0.828 ms, at 8192 faster, 2.47 -> 2.10;
+// NOTES.md t23-t24, t28-t29). chunk 0: no fused form holds the row.
 struct SweepForm {
   int chunk = 0, Q = 1;
   bool stream = false;
+  int threads = kStreamThreads;  // stream: a block's threads
 };
 SweepForm SweepFormFor(int64_t M, bool float64, SweepKind kind) {
   // gauss-seidel keeps 8 rows a thread (512 threads) up to 4096: 0.767 -> 0.682 ms a sweep at
   // 4096 against 16 rows once the reduced system took the second level (NOTES.md t26).
   const bool gs = kind == SweepKind::kGaussSeidel;
   const int ch = g_sweep.chunk != 0 ? g_sweep.chunk : M > (gs ? 4096 : 2048) ? 16 : 8;
-  const int64_t per_block = int64_t(ch) * SweepMaxThreads(ch);
+  const bool stream =
+      ch == 16 && (g_sweep.stream != 0 ? g_sweep.stream > 0 : float64 && M > (gs ? 4096 : 2048));
+  // Streamed blocks of 128 threads (two an SM, clusters of 2 to 8; float64 on sm_90): the
+  // tuning's, else for rows over 4096 (H100, 16384: 8.44 -> 8.11 ms a red-black sweep against
+  // 4 blocks of 256; 8192 1.87 -> 1.84; 4096 0.435 on one block of 256 against 0.439; NOTES.md
+  // t29).
+  const bool small = g_sweep.stream_threads != 0 ? g_sweep.stream_threads == 128 : M > 4096;
+  const int threads = stream && float64 && ClustersAvailable() && small ? 128
+                      : stream                                          ? kStreamThreads
+                                                                        : SweepMaxThreads(ch);
+  const int64_t per_block = int64_t(ch) * threads;
+  const int max_q = threads < kStreamThreads ? 2 * kMaxSweepCluster : kMaxSweepCluster;
   int Q = g_sweep.cluster;
-  if (Q == 0)
-    for (Q = 1; Q < kMaxSweepCluster && Q * per_block < M;) Q *= 2;
+  if (Q == 0 || (threads < kStreamThreads && Q == 1))
+    for (Q = threads < kStreamThreads ? 2 : 1; Q < max_q && Q * per_block < M;) Q *= 2;
   if (Q > 1 && !ClustersAvailable()) Q = 1;
   if (Q * per_block < M) return SweepForm{};
-  const bool stream =
-      ch == 16 && (g_sweep.stream != 0 ? g_sweep.stream > 0
-                                       : float64 && !gs && M > 2048);
-  return SweepForm{ch, Q, stream};
+  return SweepForm{ch, Q, stream, threads};
 }
 
 // Whether the fused sweeps stage rows through shared memory: the tuning's, else for rows over
@@ -1380,13 +1399,13 @@ absl::Status LaunchFusedSweeps(SweepArgs<T> g, cudaStream_t stream) {
   return CudaStatus(cudaLaunchKernelEx(&launch.cfg, kernel, g), "FusedSweepKernel launch");
 }
 
-template <int Q, typename T, bool kBulk>
+template <int Q, int P, int kQB, typename T, bool kBulk>
 absl::Status LaunchFusedStreamKernel(SweepArgs<T> g, const StreamMaps& maps,
                                      cudaStream_t stream) {
-  constexpr int CH = 16, P = kStreamThreads;
-  using L = StreamLayout<CH, Q, kBulk>;
+  constexpr int CH = 16;
+  using L = StreamLayout<CH, Q, kBulk, P>;
   const size_t smem = sizeof(T) * size_t(L::kTotal) + L::kAlignSlack;
-  auto kernel = FusedSweepStreamKernel<CH, Q, 4, T, sizeof(T) == 4, kBulk>;
+  auto kernel = FusedSweepStreamKernel<CH, Q, kQB, T, sizeof(T) == 4, kBulk, P>;
   TRISOLVE_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(g.done, 0, sizeof(int) * size_t(g.N), stream));
@@ -1418,9 +1437,9 @@ PFN_cuTensorMapEncodeTiled_v12000 TensorMapEncoder() {
 }
 
 // The streamed kernel's tensor maps (StreamMaps): aC, cC, bC and F as N M / 16 rows of 16
-// float64 values, boxes of 16 x 256, 128-byte swizzle. False where they cannot be made (the
-// caller then copies by cp.async).
-bool EncodeStreamMaps(const SweepArgs<double>& g, StreamMaps& maps) {
+// float64 values, boxes of 16 x P (a block's part of a row), 128-byte swizzle. False where they
+// cannot be made (the caller then copies by cp.async).
+bool EncodeStreamMaps(const SweepArgs<double>& g, int P, StreamMaps& maps) {
   const auto encode = TensorMapEncoder();
   if (!encode || g.M % 16 != 0 || !ClustersAvailable()) return false;  // sm_90+
   const double* arrays[4] = {g.aC, g.cC, g.bC, g.f};
@@ -1428,7 +1447,7 @@ bool EncodeStreamMaps(const SweepArgs<double>& g, StreamMaps& maps) {
     if (reinterpret_cast<uintptr_t>(arrays[a]) % 16 != 0) return false;
     const cuuint64_t dims[2] = {16, cuuint64_t(g.N * g.M / 16)};
     const cuuint64_t strides[1] = {16 * sizeof(double)};
-    const cuuint32_t box[2] = {16, kStreamThreads};
+    const cuuint32_t box[2] = {16, cuuint32_t(P)};
     const cuuint32_t elem[2] = {1, 1};
     if (encode(&maps.m[a], CU_TENSOR_MAP_DATA_TYPE_FLOAT64, 2, const_cast<double*>(arrays[a]),
                dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
@@ -1439,16 +1458,34 @@ bool EncodeStreamMaps(const SweepArgs<double>& g, StreamMaps& maps) {
   return true;
 }
 
-// The streamed form: as many persistent blocks (clusters) as run at once; float64 rows of a
-// multiple of 16 values by bulk tensor copies (unless the tuning says bulk = -1).
-template <int Q, typename T>
+// The streamed form: as many persistent blocks (clusters) of P threads as run at once; float64
+// rows of a multiple of 16 values by bulk tensor copies (unless the tuning says bulk = -1). The
+// neighbours' loads 8 rows a thread at a time with the bulk copies (unless the tuning says
+// group = 4), else 4: with the copies' registers free, 8 in flight took 4-6% off a sweep (H100:
+// 4096 0.461 -> 0.435 ms, 8192 2.11 -> 2.01, 16384 9.28 -> 8.87); all 16 at once spilled ~300
+// bytes and was 1.5x slower (NOTES.md t29).
+template <int Q, int P, typename T>
 absl::Status LaunchFusedStream(SweepArgs<T> g, cudaStream_t stream) {
   StreamMaps maps{};
   if constexpr (std::is_same_v<T, double>) {
-    if (g_sweep.bulk >= 0 && EncodeStreamMaps(g, maps))
-      return LaunchFusedStreamKernel<Q, T, true>(g, maps, stream);
+    if (g_sweep.bulk >= 0 && EncodeStreamMaps(g, P, maps))
+      return g_sweep.group == 4 ? LaunchFusedStreamKernel<Q, P, 4, T, true>(g, maps, stream)
+                                : LaunchFusedStreamKernel<Q, P, 8, T, true>(g, maps, stream);
   }
-  return LaunchFusedStreamKernel<Q, T, false>(g, maps, stream);
+  return LaunchFusedStreamKernel<Q, P, 4, T, false>(g, maps, stream);
+}
+
+template <typename T>
+absl::Status LaunchStreamForm(const SweepForm& form, const SweepArgs<T>& g, cudaStream_t stream) {
+  if constexpr (std::is_same_v<T, double>) {
+    if (form.threads == 128)
+      return form.Q == 2   ? LaunchFusedStream<2, 128>(g, stream)
+             : form.Q == 4 ? LaunchFusedStream<4, 128>(g, stream)
+                           : LaunchFusedStream<8, 128>(g, stream);
+  }
+  return form.Q == 1   ? LaunchFusedStream<1, kStreamThreads>(g, stream)
+         : form.Q == 2 ? LaunchFusedStream<2, kStreamThreads>(g, stream)
+                       : LaunchFusedStream<4, kStreamThreads>(g, stream);
 }
 
 template <int CH, typename T>
@@ -1486,12 +1523,13 @@ SweepTuning GetSweepTuning() { return g_sweep; }
 std::vector<SweepPhaseTime> TakeSweepProfile() {
   std::vector<SweepPhaseTime> out;
 #ifdef TRISOLVE_SWEEP_PROFILE
-  unsigned long long h[kPhaseCount + 1];
+  unsigned long long h[kPhaseCount + 2];
   if (cudaMemcpyFromSymbol(h, g_sweep_profile, sizeof(h)) != cudaSuccess) return out;
-  const unsigned long long zero[kPhaseCount + 1] = {};
+  const unsigned long long zero[kPhaseCount + 2] = {};
   if (cudaMemcpyToSymbol(g_sweep_profile, zero, sizeof(zero)) != cudaSuccess) return out;
   const double tasks = h[kPhaseCount] > 0 ? double(h[kPhaseCount]) : 1.0;
   for (int k = 0; k < kPhaseCount; ++k) out.push_back({kSweepPhaseNames[k], double(h[k]) / tasks});
+  out.push_back({"blocks", double(h[kPhaseCount + 1])});
 #endif
   return out;
 }
@@ -1605,9 +1643,7 @@ absl::StatusOr<SolveInfo> SolveBlockTridiagonalDevice(const BlockTridiagonalProb
       g.ndiag = int(starts.size()) - 1;
     }
     const bool staged = SweepStaged(M, chunk);
-    auto st = form.stream ? (form.Q == 1   ? LaunchFusedStream<1>(g, stream)
-                             : form.Q == 2 ? LaunchFusedStream<2>(g, stream)
-                                           : LaunchFusedStream<4>(g, stream))
+    auto st = form.stream ? LaunchStreamForm(form, g, stream)
               : chunk == 16 ? LaunchFusedForm<16>(form.Q, staged, g, stream)
                             : LaunchFusedForm<8>(form.Q, staged, g, stream);
     if (!st.ok()) return st;

@@ -475,34 +475,42 @@ constexpr int kClusterTwoLevelMin = 64;
 // over 512 rows and the gather of 1024 were a third of a task, NOTES.md t26):
 //  1. The block's 2P reduced rows go to `rows` (row r at r + r / K1, 3 (2P + 2P / K1) values);
 //     the first T1 = 2P / K1 threads reduce K1 rows each in registers (ChunkReduce), put the
-//     result back in place and their two rows in `own` (3 arrays of 2 T1); cluster barrier.
-//  2. The cluster's Rg = 2 T1 Q rows are copied from the blocks' `own` (distributed shared
-//     memory, coalesced) into `gather` (row r at r + r / K2, 3 (Rg + Rg / K2) values); the block
-//     arrives at a second cluster barrier and solves them redundantly (SolvePaddedRows).
+//     result back in place and store their two rows straight into every block's `gather`
+//     (distributed shared memory: stores, which wait for nothing; row r of the cluster's
+//     Rg = 2 T1 Q at r + r / K2, 3 (Rg + Rg / K2) values); one cluster barrier.
+//  2. Every block solves the Rg rows redundantly (SolvePaddedRows).
 //  3. The first T1 threads substitute back into their K1 rows (ChunkBack); each thread reads x
 //     of its two rows.
-// Every block gathers 2 T1 Q rows (256 at Q = 2, P = 256) instead of 2 P Q (1024). `own` must
-// outlive the other blocks' reads: the caller waits on the second barrier
-// (cluster.barrier_wait()) before it exits or writes `own` again. after_sync() runs right after
-// the first cluster barrier. Returns x of the thread's rows in x0, xl, and false if a pivot
-// vanished.
-template <int Q, int K1, int K2, typename T, typename Cluster, typename AfterSync>
-__device__ __forceinline__ bool SolveReducedClusterTwoLevel(Cluster& cluster, T* own, T* rows,
-                                                            T* gather, int j, int P, T a0, T c0,
-                                                            T d0, T al, T cl, T dl, T& x0,
-                                                            T& xl, AfterSync after_sync) {
+// Every block holds 2 T1 Q rows (256 at Q = 2, P = 256) instead of 2 P Q (1024). The rows were
+// first gathered by loads from the other blocks' memory after the barrier: two round trips of
+// DSMEM loads, 5,000-6,700 cycles of a ~32,000-cycle task at 16384 (NOTES.md t29). The other
+// blocks write this block's `gather` between their previous use of the function and the
+// barrier: the caller keeps them from it while it still uses that memory (the streamed sweeps:
+// a split cluster barrier around the whole task). after_sync() runs right after the cluster
+// barrier; mark(k) after step 1's reduction (k = 0) and step 2 (1): the streamed sweeps' phase
+// profile. Returns x of the thread's rows in x0, xl, and false if a pivot vanished.
+struct NoMark {
+  __device__ void operator()(int) const {}
+};
+template <int Q, int K1, int K2, typename T, typename Cluster, typename AfterSync,
+          typename Mark = NoMark>
+__device__ __forceinline__ bool SolveReducedClusterTwoLevel(Cluster& cluster, T* rows, T* gather,
+                                                            int j, int P, T a0, T c0, T d0, T al,
+                                                            T cl, T dl, T& x0, T& xl,
+                                                            AfterSync after_sync,
+                                                            Mark mark = {}) {
   const int rank = int(cluster.block_rank());
   const int R = 2 * P, Rp = R + R / K1, T1 = R / K1, R1 = 2 * T1;
   const int Rg = R1 * Q, Rgp = Rg + Rg / K2;
   T* ra = rows;
   T* rc = ra + Rp;
   T* rd = rc + Rp;
+  T* ga = gather;
+  T* gc = ga + Rgp;
+  T* gd = gc + Rgp;
   int e0, e1;
   PutPaddedRows<K1>(ra, rc, rd, j, a0, c0, d0, al, cl, dl, e0, e1);
   __syncthreads();
-  T* oa = own;
-  T* oc = oa + R1;
-  T* od = oc + R1;
   bool ok = true;
   const int base = j * (K1 + 1);
   if (j < T1) {
@@ -515,28 +523,25 @@ __device__ __forceinline__ bool SolveReducedClusterTwoLevel(Cluster& cluster, T*
       rc[base + i] = kc[i];
       rd[base + i] = kd[i];
     }
-    oa[2 * j] = ka[0];
-    oc[2 * j] = kc[0];
-    od[2 * j] = kd[0];
-    oa[2 * j + 1] = ka[K1 - 1];
-    oc[2 * j + 1] = kc[K1 - 1];
-    od[2 * j + 1] = kd[K1 - 1];
+    const int g0 = rank * R1 + 2 * j, g1 = g0 + 1;
+    const int p0 = g0 + g0 / K2, p1 = g1 + g1 / K2;
+#pragma unroll
+    for (int q = 0; q < Q; ++q) {
+      T* qg = cluster.map_shared_rank(ga, unsigned(q));
+      qg[p0] = ka[0];
+      qg[Rgp + p0] = kc[0];
+      qg[2 * Rgp + p0] = kd[0];
+      qg[p1] = ka[K1 - 1];
+      qg[Rgp + p1] = kc[K1 - 1];
+      qg[2 * Rgp + p1] = kd[K1 - 1];
+    }
   }
-  cluster.sync();  // every block's rows in its `own`
+  mark(0);
+  cluster.sync();  // every block's rows in every block's `gather`
   after_sync();
-  T* ga = gather;
-  T* gc = ga + Rgp;
-  T* gd = gc + Rgp;
-  for (int e = threadIdx.x; e < Rg; e += blockDim.x) {
-    const int src = e / R1, off = e - src * R1, dst = e + e / K2;
-    ga[dst] = cluster.map_shared_rank(oa, src)[off];
-    gc[dst] = cluster.map_shared_rank(oc, src)[off];
-    gd[dst] = cluster.map_shared_rank(od, src)[off];
-  }
-  cluster.barrier_arrive();  // done reading the others' shared memory
-  __syncthreads();
   if (j < Rg / K2) ok &= SolvePaddedRows<K2>(ga, gc, gd, j, Rg);
   __syncthreads();
+  mark(1);
   if (j < T1) {
     const int r0 = rank * R1 + 2 * j, r1 = r0 + 1;
     const T y0 = gd[r0 + r0 / K2], yl = gd[r1 + r1 / K2];
