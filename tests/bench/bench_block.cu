@@ -116,7 +116,7 @@ int main(int argc, char** argv) {
 
   std::printf("\none sweep against the memory floor (8 arrays of N*M doubles at %.0f GB/s)\n", copy);
   std::printf("%6s %-14s %12s %12s %8s\n", "N=M", "method", "per sweep", "floor", "ratio");
-  for (int64_t NM : {1024, 4096, 8192, 16384}) {
+  for (int64_t NM : {1024, 4096, 8192, 16384, 20480}) {
     auto ex = trisolve::examples::ThesisExperiment1(NM, NM);
     Device d(ex, NM, NM);
     const double floor_ms = 8.0 * NM * NM * 8 / (copy * 1e6);
