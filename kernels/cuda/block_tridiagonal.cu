@@ -1370,6 +1370,7 @@ SweepForm SweepFormFor(int64_t M, bool float64, SweepKind kind) {
   int Q = g_sweep.cluster;
   if (Q == 0 || (threads < kStreamThreads && Q == 1))
     for (Q = threads < kStreamThreads ? 2 : 1; Q < max_q && Q * per_block < M;) Q *= 2;
+  Q = std::min(Q, max_q);  // a tuning's larger cluster: the largest this form has
   if (Q > 1 && !ClustersAvailable()) Q = 1;
   if (Q * per_block < M) return SweepForm{};
   return SweepForm{ch, Q, stream, threads};
