@@ -1407,13 +1407,18 @@ absl::Status LaunchFusedStreamKernel(SweepArgs<T> g, const StreamMaps& maps,
   using L = StreamLayout<CH, Q, kBulk, P>;
   const size_t smem = sizeof(T) * size_t(L::kTotal) + L::kAlignSlack;
   auto kernel = FusedSweepStreamKernel<CH, Q, kQB, T, sizeof(T) == 4, kBulk, P>;
-  TRISOLVE_CUDA_RETURN_IF_ERROR(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  LaunchConfig launch(0, P, smem, stream, Q);
+  // The shared-memory attribute and the blocks (clusters) that run at once: asked once a
+  // kernel, not at every launch (a solve to a tolerance launches one sweep at a time). One
+  // device a process, as ClustersAvailable assumes.
+  static const absl::StatusOr<int64_t> groups = [&]() -> absl::StatusOr<int64_t> {
+    TRISOLVE_CUDA_RETURN_IF_ERROR(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    return ResidentGroups(kernel, launch);
+  }();
+  if (!groups.ok()) return groups.status();
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(g.done, 0, sizeof(int) * size_t(g.N), stream));
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(g.next, 0, sizeof(unsigned), stream));
-  LaunchConfig launch(0, P, smem, stream, Q);
-  auto groups = ResidentGroups(kernel, launch);  // blocks (clusters) that run at once
-  if (!groups.ok()) return groups.status();
   if (*groups < 1) return absl::ResourceExhaustedError("the streamed sweep kernel cannot run");
   launch.cfg.gridDim = dim3(unsigned(std::min<int64_t>(*groups, int64_t(g.sweeps) * g.N) * Q));
   return CudaStatus(cudaLaunchKernelEx(&launch.cfg, kernel, g, maps),
