@@ -844,27 +844,67 @@ absl::Status LaunchCluster(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
   return LaunchClusterM<16>(p, x, flags, c, stream);
 }
 
+// Device scratch of the two-pass path and of the reduced systems below it: taken from the pool
+// once, by the top level, and handed down, so that the levels below neither allocate nor wait
+// for the device before the next level's launch (one wait, at the top; NOTES.md t30).
+struct Scratch {
+  char* p = nullptr;
+  int64_t left = 0;
+  template <typename T>
+  T* Take(int64_t count) {
+    const int64_t bytes = (int64_t(sizeof(T)) * count + 255) / 256 * 256;
+    if (bytes > left) return nullptr;
+    T* r = reinterpret_cast<T*>(p);
+    p += bytes;
+    left -= bytes;
+    return r;
+  }
+};
+
+// Bytes of Scratch that the two-pass path takes for `batch` systems of n rows, M rows a chunk,
+// with every level below it (each counted as if it were two-pass: an upper bound).
+template <typename T>
+int64_t TwoPassScratchBytes(int64_t n, int64_t batch, int M) {
+  int64_t total = 0;
+  for (;;) {
+    const int64_t rn = 2 * ((n + M - 1) / M);
+    total += 5 * ((int64_t(sizeof(T)) * rn * batch + 255) / 256 * 256);
+    if (rn >= n) return total;
+    n = rn;
+  }
+}
+
 // top: the problem asked for (the benchmark's two_pass applies to it), not a reduced system.
-// Returns the kernel that solved p (its first level, for the two-pass path).
+// arena: the scratch of the level above (nullptr at the top). Returns the kernel that solved p
+// (its first level, for the two-pass path).
 template <typename T>
 absl::StatusOr<TridiagonalKernel> SolvePartitioned(const TridiagonalProblem<T>& p, T* x,
                                                    uint8_t* flags, Pool& pool,
-                                                   cudaStream_t stream, bool top = true);
+                                                   cudaStream_t stream, bool top = true,
+                                                   Scratch* arena = nullptr);
 
 // n too large for one block: each chunk of M rows reduced to 2 rows in global memory (one
 // pass), that system solved (recursively), then each chunk substituted back (a second pass).
 template <int M, typename T>
 absl::Status SolveTwoPass(const TridiagonalProblem<T>& p, T* x, uint8_t* flags, Pool& pool,
-                          cudaStream_t stream) {
+                          cudaStream_t stream, Scratch* arena) {
   const int64_t nch = (p.n + M - 1) / M;
   const int64_t rn = 2 * nch;
-  auto buf = pool.Get(int64_t(sizeof(T)) * 5 * rn * p.batch);
-  if (!buf.ok()) return buf.status();
-  T* ra = static_cast<T*>(buf->get());
-  T* rb = ra + rn * p.batch;
-  T* rc = rb + rn * p.batch;
-  T* rd = rc + rn * p.batch;
-  T* xr = rd + rn * p.batch;
+  Pool::Buffer own;
+  Scratch mine;
+  if (arena == nullptr) {
+    auto buf = pool.Get(TwoPassScratchBytes<T>(p.n, p.batch, M));
+    if (!buf.ok()) return buf.status();
+    own = std::move(*buf);
+    mine = Scratch{static_cast<char*>(own.get()), own.size()};
+    arena = &mine;
+  }
+  T* ra = arena->Take<T>(rn * p.batch);
+  T* rb = arena->Take<T>(rn * p.batch);
+  T* rc = arena->Take<T>(rn * p.batch);
+  T* rd = arena->Take<T>(rn * p.batch);
+  T* xr = arena->Take<T>(rn * p.batch);
+  if (xr == nullptr) return absl::InternalError("two-pass scratch too small");
   const int64_t total = p.batch * nch;
   const bool inter = p.layout == Layout::kInterleaved;
   // Flat: rows straight into registers (16-byte loads where n and the arrays allow), as the
@@ -883,13 +923,14 @@ absl::Status SolveTwoPass(const TridiagonalProblem<T>& p, T* x, uint8_t* flags, 
                : level(PartitionedLevelKernel<M, T, false, false>, kStaged, nullptr);
   if (!st.ok()) return st;
   TridiagonalProblem<T> reduced{p.batch, rn, Layout::kFlat, ra, rb, rc, rd};
-  if (auto r = SolvePartitioned(reduced, xr, flags, pool, stream, false); !r.ok())
+  if (auto r = SolvePartitioned(reduced, xr, flags, pool, stream, false, arena); !r.ok())
     return r.status();
   const absl::Status back =
       inter    ? level(PartitionedLevelKernel<M, T, true, true>, kNoTile, xr)
       : direct ? level(PartitionedLevelKernel<M, T, false, true, true>, kNoTile, xr)
                : level(PartitionedLevelKernel<M, T, false, true>, kStaged, xr);
   if (!back.ok()) return back;
+  if (own.get() == nullptr) return absl::OkStatus();  // a level below: the top level waits
   // The scratch goes back to the pool now, but the kernels above still use it: wait for them
   // before another request can take it.
   return CudaStatus(cudaStreamSynchronize(stream), "partitioned solve");
@@ -898,7 +939,8 @@ absl::Status SolveTwoPass(const TridiagonalProblem<T>& p, T* x, uint8_t* flags, 
 template <typename T>
 absl::StatusOr<TridiagonalKernel> SolvePartitioned(const TridiagonalProblem<T>& p, T* x,
                                                    uint8_t* flags, Pool& pool,
-                                                   cudaStream_t stream, bool top) {
+                                                   cudaStream_t stream, bool top,
+                                                   Scratch* arena) {
   const bool forced_two_pass = top && g_tuning.two_pass == 1 && p.n > 2;
   if (!forced_two_pass) {
     if (StreamsInterleavedByShape(p.n, p.batch, p.layout, sizeof(T) == 4)) {
@@ -913,8 +955,8 @@ absl::StatusOr<TridiagonalKernel> SolvePartitioned(const TridiagonalProblem<T>& 
     if (FitsOnChip<T>(p.n) && !(top && TwoPassByShape(p.n, p.layout)))
       return LaunchOnChip(p, x, flags, stream);
   }
-  absl::Status st = g_tuning.level_chunk == 8 ? SolveTwoPass<8>(p, x, flags, pool, stream)
-                                              : SolveTwoPass<16>(p, x, flags, pool, stream);
+  absl::Status st = g_tuning.level_chunk == 8 ? SolveTwoPass<8>(p, x, flags, pool, stream, arena)
+                                              : SolveTwoPass<16>(p, x, flags, pool, stream, arena);
   if (!st.ok()) return st;
   return TridiagonalKernel::kPartitioned;
 }
