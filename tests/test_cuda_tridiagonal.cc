@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "block_cuda.h"
 #include "cuda_test_util.h"
 #include "gtest/gtest.h"
 #include "tridiagonal_cuda.h"
@@ -210,12 +211,18 @@ TEST(CudaTridiagonal, AutoPicksTheMeasuredKernelByShape) {
                         Pick{1024, 64, Layout::kFlat, false, K::kPartitionedStream},
                         Pick{1024, 64, Layout::kFlat, true, K::kPartitioned},
                         Pick{4096, 64, Layout::kFlat, false, K::kPartitionedStream},
-                        Pick{4098, 64, Layout::kFlat, false, K::kPartitionedCluster},
+                        Pick{4098, 64, Layout::kFlat, false, K::kPartitioned},
+                        Pick{6000, 64, Layout::kFlat, false, K::kPartitionedClusterStream},
                         Pick{4097, 64, Layout::kFlat, true, K::kPartitionedCluster},
                         Pick{4095, 64, Layout::kFlat, false, K::kPartitioned},
-                        Pick{8192, 64, Layout::kFlat, false, K::kPartitionedCluster},
+                        Pick{8192, 64, Layout::kFlat, false, K::kPartitionedClusterStream},
                         Pick{8192, 64, Layout::kFlat, true, K::kPartitionedCluster},
-                        Pick{16384, 8, Layout::kFlat, false, K::kPartitioned},
+                        Pick{10240, 16, Layout::kFlat, false, K::kPartitioned},
+                        Pick{12288, 16, Layout::kFlat, false, K::kPartitionedClusterStream},
+                        Pick{16384, 8, Layout::kFlat, false, K::kPartitionedClusterStream},
+                        Pick{16384, 8, Layout::kFlat, true, K::kPartitioned},
+                        Pick{16384, 8, Layout::kInterleaved, false, K::kPartitioned},
+                        Pick{16384, 1, Layout::kInterleaved, false, K::kPartitionedClusterStream},
                         Pick{128, 100, Layout::kInterleaved, false, K::kPartitioned},
                         Pick{256, 100, Layout::kInterleaved, false, K::kPartitionedStream},
                         Pick{1000, 64, Layout::kInterleaved, false, K::kPartitionedStream},
@@ -331,6 +338,46 @@ TEST(CudaTridiagonal, TwoPassForcedMatchesTheCpuReference) {
         Compare<float>(k, layout, TridiagonalMethod::kPartitioned, 2e-4, 3e-6);
       }
   }
+  cuda::SetPartitionedTuning(saved);
+}
+
+// Flat float64 systems by the block sweeps' streamed kernel (SolveRowsStreamed), forced where
+// it takes n: one block of 256 threads (n <= 4096) and clusters of 2-8 blocks of 128, n a
+// multiple of 16 (bulk tensor copies) or not (cp.async), and the copies forced to cp.async;
+// batches of one system, fewer systems than persistent clusters and many more, singular systems
+// (Compare makes two) flagged in place. float32 and the interleaved layout are not taken.
+TEST(CudaTridiagonal, RowsStreamedMatchTheCpuReference) {
+  REQUIRE_GPU();
+  const auto saved = cuda::GetPartitionedTuning();
+  const auto saved_sweep = cuda::GetSweepTuning();
+  auto t = saved;
+  t.rows_stream = 1;
+  cuda::SetPartitionedTuning(t);
+  for (int bulk : {0, -1}) {
+    auto w = saved_sweep;
+    w.bulk = bulk;
+    cuda::SetSweepTuning(w);
+    for (Case k : {Case{2050, 77}, Case{4096, 300}, Case{4097, 3}, Case{6000, 40},
+                   Case{8192, 1}, Case{8192, 333}, Case{12000, 9}, Case{16383, 5},
+                   Case{16384, 130}}) {
+      SCOPED_TRACE(::testing::Message() << "bulk " << bulk << " n " << k.n << " batch "
+                                        << k.batch);
+      EXPECT_GT(cuda::RowsStreamCapacity(k.n), 0);
+      const std::string ran =
+          Compare<double>(k, Layout::kFlat, TridiagonalMethod::kPartitioned, 1e-12, 1e-15);
+      EXPECT_EQ(ran, "partitioned-cluster-stream");
+      if (k.batch > 1) {
+        EXPECT_NE(Compare<float>(k, Layout::kFlat, TridiagonalMethod::kPartitioned, 2e-4, 3e-6),
+                  "partitioned-cluster-stream");
+        EXPECT_NE(Compare<double>(k, Layout::kInterleaved, TridiagonalMethod::kPartitioned, 1e-12,
+                                  1e-15),
+                  "partitioned-cluster-stream");
+      }
+    }
+  }
+  EXPECT_EQ(cuda::RowsStreamCapacity(2048), 0);
+  EXPECT_EQ(cuda::RowsStreamCapacity(16385), 0);
+  cuda::SetSweepTuning(saved_sweep);
   cuda::SetPartitionedTuning(saved);
 }
 

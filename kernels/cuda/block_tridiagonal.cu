@@ -668,6 +668,10 @@ struct SweepArgs {
   int sweeps;
   SweepKind kind;
   bool vec;  // 16-byte loads and stores: M a multiple of 16 / sizeof(T), arrays aligned
+  // Rows solved alone (SolveRowsStreamed: a batch of tridiagonal systems, one jacobi sweep from
+  // F into Y1): no neighbours (cA, cB, Y0 unused), no waits on other rows, nothing published
+  // but the flags; `done` unused. The streamed kernel only, instantiated with kQB = 0 for it.
+  bool uncoupled = false;
 };
 
 // Threads a block at most: 16 rows a thread need ~200-226 registers (256 threads), 8 rows
@@ -1170,6 +1174,8 @@ __global__ void __launch_bounds__(kP, kStreamThreads / kP)
   constexpr int P = kP;
   const int tid = threadIdx.x;
   const int64_t N = g.N, M = g.M;
+  // kQB = 0: rows solved alone (SweepArgs::uncoupled).
+  constexpr bool kUncoupled = kQB == 0;
   using L = StreamLayout<CH, Q, kBulk, kP>;
   static_assert(!kBulk || std::is_same_v<T, double>, "bulk copies: float64 tiles");
   const uint32_t skip = kBulk ? (1024u - (SmemAddr(smem_raw) & 1023u)) & 1023u : 0u;
@@ -1245,7 +1251,7 @@ __global__ void __launch_bounds__(kP, kStreamThreads / kP)
     clock.Mark(kPhaseClusterWait);
     if (tid == 0) {
       task_bad = 0;
-      WaitInputs<Q>(g, s, i);
+      if constexpr (!kUncoupled) WaitInputs<Q>(g, s, i);
     }
     take();
     __syncthreads();  // the inputs are done
@@ -1254,12 +1260,17 @@ __global__ void __launch_bounds__(kP, kStreamThreads / kP)
     const bool odd = g.kind == SweepKind::kJacobi && (s & 1);
     const T* yin = odd ? g.Y1 : g.Y0;
     T* yout = g.kind != SweepKind::kJacobi ? g.Y0 : odd ? g.Y0 : g.Y1;
-    SubtractNeighboursStaged<CH, kQB, P, kBulk>(g, yin, i, base, r0, Ml, tile + 3 * tsz, [&] {
+    auto ready = [&] {
       if constexpr (kBulk)
         BarWait(&bar, parity);
       else
         __pipeline_wait_prior(0);
-    });
+    };
+    if constexpr (kUncoupled)
+      ready();  // the right-hand side is F
+    else
+      SubtractNeighboursStaged<CH, kQB, P, kBulk>(g, yin, i, base, r0, Ml, tile + 3 * tsz,
+                                                  ready);
     parity ^= 1;
     __syncthreads();
     clock.Mark(kPhaseNeighbours);
@@ -1319,7 +1330,13 @@ __global__ void __launch_bounds__(kP, kStreamThreads / kP)
     // arrival's release then waited for the next task's bulk copies, thread 0's; NOTES.md t29.)
     if constexpr (Q > 1) cluster.barrier_arrive();
     clock.Mark(kPhaseStore);
-    if (tid == 0) PublishTask<Q>(g, s, i, task_bad);
+    if (tid == 0) {
+      if constexpr (kUncoupled) {
+        if (task_bad) g.bad[Perm(i, N)] = 1;
+      } else {
+        PublishTask<Q>(g, s, i, task_bad);
+      }
+    }
     clock.Mark(kPhasePublish);
     clock.Task();
     if (i2 < 0) {
@@ -1417,7 +1434,9 @@ absl::Status LaunchFusedStreamKernel(SweepArgs<T> g, const StreamMaps& maps,
     return ResidentGroups(kernel, launch);
   }();
   if (!groups.ok()) return groups.status();
-  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(g.done, 0, sizeof(int) * size_t(g.N), stream));
+  if (!g.uncoupled)
+    TRISOLVE_CUDA_RETURN_IF_ERROR(
+        cudaMemsetAsync(g.done, 0, sizeof(int) * size_t(g.N), stream));
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(g.next, 0, sizeof(unsigned), stream));
   if (*groups < 1) return absl::ResourceExhaustedError("the streamed sweep kernel cannot run");
   launch.cfg.gridDim = dim3(unsigned(std::min<int64_t>(*groups, int64_t(g.sweeps) * g.N) * Q));
@@ -1475,8 +1494,12 @@ absl::Status LaunchFusedStream(SweepArgs<T> g, cudaStream_t stream) {
   StreamMaps maps{};
   if constexpr (std::is_same_v<T, double>) {
     if (g_sweep.bulk >= 0 && EncodeStreamMaps(g, P, maps))
-      return g_sweep.group == 4 ? LaunchFusedStreamKernel<Q, P, 4, T, true>(g, maps, stream)
-                                : LaunchFusedStreamKernel<Q, P, 8, T, true>(g, maps, stream);
+      return g.uncoupled            ? LaunchFusedStreamKernel<Q, P, 0, T, true>(g, maps, stream)
+             : g_sweep.group == 4 ? LaunchFusedStreamKernel<Q, P, 4, T, true>(g, maps, stream)
+                                  : LaunchFusedStreamKernel<Q, P, 8, T, true>(g, maps, stream);
+  }
+  if constexpr (std::is_same_v<T, double>) {
+    if (g.uncoupled) return LaunchFusedStreamKernel<Q, P, 0, T, false>(g, maps, stream);
   }
   return LaunchFusedStreamKernel<Q, P, 4, T, false>(g, maps, stream);
 }
@@ -1522,6 +1545,34 @@ std::vector<int> DiagonalStarts(int64_t N, int sweeps) {
 }
 
 }  // namespace
+
+int64_t RowsStreamCapacity(int64_t n) {
+  const SweepForm form = SweepFormFor(n, true, SweepKind::kJacobi);
+  return form.stream ? int64_t(form.Q) * form.threads * form.chunk : 0;
+}
+
+absl::StatusOr<bool> SolveRowsStreamed(const TridiagonalProblem<double>& p, double* x,
+                                       uint8_t* flags, Pool& pool, cudaStream_t stream) {
+  if (p.layout != Layout::kFlat && p.batch > 1) return false;
+  const SweepForm form = SweepFormFor(p.n, true, SweepKind::kJacobi);
+  if (!form.stream || p.batch < 1 || p.batch > (int64_t{1} << 30)) return false;
+  auto buf = pool.Get(16);  // the task counter
+  if (!buf.ok()) return buf.status();
+  bool vec = p.n % 2 == 0;
+  for (const double* q : {p.a, p.b, p.c, p.d, static_cast<const double*>(x)})
+    vec &= reinterpret_cast<uintptr_t>(q) % 16 == 0;
+  // The sweep's arrays: aC the sub-diagonal, cC the diagonal, bC the super-diagonal (as the
+  // fused kernels read them, LoadChunkDirect(aC, cC, bC, f)); system s is the colour-major row
+  // Perm(i) of the task i that solves it, read and written there.
+  SweepArgs<double> g{p.batch, p.n,     p.a,   p.b,     p.c, nullptr, nullptr, p.d, nullptr,
+                      x,       nullptr, buf->as<unsigned>(), flags, nullptr, 0,       1,
+                      SweepKind::kJacobi, vec};
+  g.uncoupled = true;
+  if (auto st = LaunchStreamForm(form, g, stream); !st.ok()) return st;
+  // The counter goes back to the pool now: wait for the kernel first.
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  return true;
+}
 
 void SetSweepTuning(const SweepTuning& t) { g_sweep = t; }
 SweepTuning GetSweepTuning() { return g_sweep; }

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <type_traits>
 
 #include <cooperative_groups.h>
 #include <cuda_pipeline.h>
@@ -814,16 +815,19 @@ absl::Status LaunchClusterM(const TridiagonalProblem<T>& p, T* x, uint8_t* flags
 // The cluster shape for n, or Q == 1 (none): the tuning's, or by shape where the H100 sweep
 // measured the cluster kernel fastest (results/tune-h100-2026-11-23-rcp.log, NOTES.md t12, t15):
 // interleaved 512 < n <= 2048 (float64 1024: 0.474 -> 0.441 ms, 2048: 0.538 -> 0.509; float32
-// 1024: 0.293 -> 0.231, 2048: 0.367 two-pass -> 0.310), flat 4096 < n <= 8192 (against the
-// two-pass path: float64 0.604 -> 0.498, float32 0.336 -> 0.201); 2 blocks of 256 threads x 16
-// rows. Elsewhere the one-block kernels or the two-pass path were faster.
-ClusterShape ClusterShapeFor(int64_t n, Layout layout) {
+// 1024: 0.293 -> 0.231, 2048: 0.367 two-pass -> 0.310), flat float32 4096 < n <= 8192
+// (against the two-pass path, 8192: 0.336 -> 0.201); 2 blocks of 256 threads x 16 rows.
+// Elsewhere the one-block kernels, the streamed rows or the two-pass path were faster.
+ClusterShape ClusterShapeFor(int64_t n, Layout layout, bool float32) {
   if (g_tuning.cluster == 1 || !ClustersAvailable() || n <= 1) return ClusterShape{};
   if (g_tuning.cluster >= 2)
     return ChooseClusterShape(n, g_tuning.chunk == 8 ? 8 : 16, g_tuning.cluster,
                               g_tuning.min_threads > 0 ? g_tuning.min_threads : 256);
   const bool inter = layout == Layout::kInterleaved;
-  const bool wins = inter ? n > 512 && n <= 2048 : n > 4096 && n <= 8192;
+  // Flat float64 over 4096: slower than the two-pass path but at n = 8192 (H100: 4098 0.909 ms
+  // against 0.581, 6000 0.651 against 0.578, 8192 0.506 against 0.570), where the streamed rows
+  // (RowsStreamByShape) are faster still (results/tune-h100-2026-11-23-session12-rows.log).
+  const bool wins = inter ? n > 512 && n <= 2048 : float32 && n > 4096 && n <= 8192;
   if (!wins) return ClusterShape{};
   return ChooseClusterShape(n, 16, 2, 256);
 }
@@ -835,6 +839,21 @@ ClusterShape ClusterShapeFor(int64_t n, Layout layout) {
 // kernels' are coalesced across systems.
 bool TwoPassByShape(int64_t n, Layout layout) {
   return g_tuning.two_pass == 0 && layout == Layout::kInterleaved && n > 2048;
+}
+
+// Whether `auto` solves flat float64 systems by the block sweeps' streamed kernel
+// (SolveRowsStreamed: persistent clusters copying their next system while they solve this one):
+// the tuning's, else for n over 4096 that fill at least 60% of the cluster's rows (70% for
+// clusters of 8, n over 8192), where the H100 measured it faster than the two-pass path
+// (results/tune-h100-2026-11-23-session12-rows.log, NOTES.md t30): 5008 0.583 -> 0.457 ms, 6000
+// 0.578 -> 0.389, 8192 0.570 -> 0.298 (the cluster kernel 0.506), 12288 0.575 -> 0.503, 16384
+// 0.573 -> 0.387; at 4098 (half the rows of 4 blocks) 0.614 against 0.581, 10240 (62%) 0.596
+// against 0.587.
+bool RowsStreamByShape(int64_t n, Layout layout, bool float32) {
+  if (float32 || layout != Layout::kFlat || g_tuning.rows_stream < 0) return false;
+  const int64_t cap = RowsStreamCapacity(n);
+  if (cap == 0 || g_tuning.rows_stream > 0) return cap > 0;
+  return n > 4096 && double(n) >= (n > 8192 ? 0.7 : 0.6) * double(cap);
 }
 
 template <typename T>
@@ -942,13 +961,20 @@ absl::StatusOr<TridiagonalKernel> SolvePartitioned(const TridiagonalProblem<T>& 
                                                    cudaStream_t stream, bool top,
                                                    Scratch* arena) {
   const bool forced_two_pass = top && g_tuning.two_pass == 1 && p.n > 2;
+  if constexpr (std::is_same_v<T, double>) {
+    if (top && !forced_two_pass && RowsStreamByShape(p.n, p.layout, false)) {
+      absl::StatusOr<bool> ran = SolveRowsStreamed(p, x, flags, pool, stream);
+      if (!ran.ok()) return ran.status();
+      if (*ran) return TridiagonalKernel::kPartitionedClusterStream;
+    }
+  }
   if (!forced_two_pass) {
     if (StreamsInterleavedByShape(p.n, p.batch, p.layout, sizeof(T) == 4)) {
       absl::StatusOr<bool> ran = LaunchStreamInterleavedM<16>(p, x, flags, 256, stream);
       if (!ran.ok()) return ran.status();
       if (*ran) return TridiagonalKernel::kPartitionedStream;
     }
-    if (const ClusterShape c = ClusterShapeFor(p.n, p.layout); c.Q > 1) {
+    if (const ClusterShape c = ClusterShapeFor(p.n, p.layout, sizeof(T) == 4); c.Q > 1) {
       if (auto st = LaunchCluster(p, x, flags, c, stream); !st.ok()) return st;
       return TridiagonalKernel::kPartitionedCluster;
     }
@@ -982,6 +1008,7 @@ const char* KernelName(TridiagonalKernel k) {
     case TridiagonalKernel::kPartitioned: return "partitioned";
     case TridiagonalKernel::kPartitionedCluster: return "partitioned-cluster";
     case TridiagonalKernel::kPartitionedStream: return "partitioned-stream";
+    case TridiagonalKernel::kPartitionedClusterStream: return "partitioned-cluster-stream";
     case TridiagonalKernel::kThomas: return "thomas";
     case TridiagonalKernel::kPcr: return "pcr";
   }
@@ -995,9 +1022,11 @@ TridiagonalKernel ChooseTridiagonalKernel(TridiagonalMethod m, int64_t n, int64_
       (float32 ? FitsOnChip<float>(n) : FitsOnChip<double>(n)) &&
       !TwoPassByShape(n, layout) && g_tuning.two_pass != 1;
   const TridiagonalKernel partitioned =
-      StreamsInterleavedByShape(n, batch, layout, float32) && g_tuning.two_pass != 1
+      RowsStreamByShape(n, layout, float32) && g_tuning.two_pass != 1
+          ? TridiagonalKernel::kPartitionedClusterStream
+      : StreamsInterleavedByShape(n, batch, layout, float32) && g_tuning.two_pass != 1
           ? TridiagonalKernel::kPartitionedStream
-      : ClusterShapeFor(n, layout).Q > 1 && g_tuning.two_pass != 1
+      : ClusterShapeFor(n, layout, float32).Q > 1 && g_tuning.two_pass != 1
           ? TridiagonalKernel::kPartitionedCluster
       : one_block && (g_tuning.stream > 0 || StreamsByShape(n, layout, float32))
           ? TridiagonalKernel::kPartitionedStream
@@ -1024,7 +1053,8 @@ absl::StatusOr<TridiagonalKernel> SolveTridiagonalDevice(const TridiagonalProble
   switch (k) {
     case TridiagonalKernel::kPartitioned:
     case TridiagonalKernel::kPartitionedCluster:
-    case TridiagonalKernel::kPartitionedStream: {
+    case TridiagonalKernel::kPartitionedStream:
+    case TridiagonalKernel::kPartitionedClusterStream: {
       auto ran = SolvePartitioned(p, x, flags, pool, stream);
       if (!ran.ok()) return ran.status();
       return *ran;

@@ -40,6 +40,7 @@ enum class TridiagonalKernel {
   kPartitioned,
   kPartitionedCluster,
   kPartitionedStream,
+  kPartitionedClusterStream,
   kThomas,
   kPcr
 };
@@ -68,6 +69,10 @@ struct PartitionedTuning {
                          // 1 wherever it applies, -1 never
   int two_pass = 0;      // the two-pass path where one block holds n: 0 by shape (interleaved
                          // n > 2048), 1 always (benchmark), -1 never
+  int rows_stream = 0;   // flat float64 systems by the block sweeps' streamed kernel (one
+                         // system a task of persistent clusters, SolveRowsStreamed): 0 by
+                         // shape (n > 4096 filling 60% of the cluster's rows, 70% over 8192),
+                         // 1 wherever it takes n, -1 never
 };
 void SetPartitionedTuning(const PartitionedTuning& t);
 PartitionedTuning GetPartitionedTuning();
@@ -83,6 +88,16 @@ const char* KernelName(TridiagonalKernel k);
 // Solves on `stream`. p's arrays and x are device pointers; status_flags (device, batch bytes)
 // are set to 1 for systems whose pivots vanished (x of those systems is then meaningless: the
 // caller zeroes it). Scratch comes from `pool`. Returns the kernel that ran.
+// Flat float64 systems of n rows, one a task of the block sweeps' streamed kernel
+// (block_tridiagonal.cu: persistent blocks, or clusters of 2-8 blocks on sm_90, copying their
+// next system into shared memory while they solve the current one), where that kernel takes
+// n (RowsStreamCapacity: the rows its blocks hold, 0 where it does not take n; 2048 < n <=
+// 16384, n > 4096 on clusters). Returns false (nothing launched) where it does not. Waits for
+// the kernel (its task counter comes from `pool`).
+int64_t RowsStreamCapacity(int64_t n);
+absl::StatusOr<bool> SolveRowsStreamed(const TridiagonalProblem<double>& p, double* x,
+                                       uint8_t* flags, Pool& pool, cudaStream_t stream);
+
 template <typename T>
 absl::StatusOr<TridiagonalKernel> SolveTridiagonalDevice(const TridiagonalProblem<T>& p,
                                                          TridiagonalMethod method, T* x,

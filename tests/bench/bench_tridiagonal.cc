@@ -261,8 +261,14 @@ void Tune(int64_t N, int reps, double copy_gbs, trisolve::cuda::Pool& pool,
             if (pb > 256 || pb < q || (pb > threads && threads < 256)) continue;
             std::printf("tune %-8s n=%-6lld %-12s cluster=%d chunk=%-2d threads>=%-4d ", dtype,
                         (long long)n, layout, q, chunk, threads);
-            time_with({chunk, threads, 16, 0, q, -1, -1}, n, inter);
+            time_with({chunk, threads, 16, 0, q, -1, -1, -1}, n, inter);
           }
+      // Flat float64: the block sweeps' streamed kernel, a system a task (SolveRowsStreamed).
+      if (sizeof(T) == 8 && !inter && trisolve::cuda::RowsStreamCapacity(n) > 0) {
+        std::printf("tune %-8s n=%-8lld %-12s rows_stream             ", dtype, (long long)n,
+                    layout);
+        time_with({0, 0, 16, 0, 0, 0, -1, 1}, n, inter);
+      }
       // The two-pass path (rows a thread of its level kernels), also where one block holds n.
       for (int level : {8, 16}) {
         std::printf("tune %-8s n=%-8lld %-12s level_chunk=%-2d ", dtype, (long long)n, layout,
@@ -282,7 +288,7 @@ void Tune(int64_t N, int reps, double copy_gbs, trisolve::cuda::Pool& pool,
           if (inter && per_block * int64_t(sizeof(T)) < 16) continue;
           std::printf("tune %-8s n=%-6lld %-12s chunk=%d threads>=%-4d streamed ", dtype,
                       (long long)n, layout, chunk, threads);
-          time_with({chunk, threads, 16, 1, 1, 1, -1}, n, inter);
+          time_with({chunk, threads, 16, 1, 1, 1, -1, -1}, n, inter);
         }
       for (int chunk : {4, 8, 16})
         for (int threads : {64, 128, 256, 512})
@@ -294,7 +300,7 @@ void Tune(int64_t N, int reps, double copy_gbs, trisolve::cuda::Pool& pool,
             std::printf("tune %-8s n=%-6lld %-12s chunk=%d threads>=%-4d %-7s", dtype,
                         (long long)n, layout, chunk, threads,
                         inter ? "" : direct > 0 ? "direct" : "staged");
-            time_with({chunk, threads, 16, direct, 1, -1, -1}, n, inter);
+            time_with({chunk, threads, 16, direct, 1, -1, -1, -1}, n, inter);
           }
     }
   }
