@@ -4,6 +4,7 @@
 
 #include "gtest/gtest.h"
 #include "trisolve/tridiagonal.h"
+#include "trisolve/windows.h"
 
 namespace trisolve {
 namespace {
@@ -163,6 +164,130 @@ TEST(Tridiagonal, AllZeroRowIsSingularInFloat32) {
   Batch<float> s{1, 3, Layout::kFlat, {0, 0, 1}, {1, 0, 1}, {1, 0, 0}, {1, 1, 1}};
   Solve(s, TridiagonalMethod::kThomas);
   EXPECT_EQ(s.status[0], SystemStatus::kSingular);
+}
+
+// The overlapping windows of the CUDA backend's partitioned-window kernel (trisolve/windows.h):
+// the cores tile each system, every window reads `halo` rows past its core on each side that has
+// a neighbour and no more than `rows`, cores are whole multiples of `align`.
+TEST(TridiagonalWindows, PlanCoversEveryRowOnce) {
+  int planned = 0;
+  for (int64_t rows : {64, 4096})
+    for (int64_t halo : {0, 8, 16, 128, 256, 512})
+      for (int64_t align : {1, 2, 4})
+        for (int64_t n : {1, 2, 63, 64, 65, 100, 4095, 4096, 4097, 4098, 5000, 16384, 50000,
+                          1 << 20, (1 << 20) + 4}) {
+          SCOPED_TRACE(::testing::Message() << "rows " << rows << " halo " << halo << " align "
+                                            << align << " n " << n);
+          const WindowPlan w = PlanWindows(n, rows, halo, align);
+          if (n > rows && rows <= 2 * halo) {
+            EXPECT_EQ(w.per_system, 0);
+            continue;
+          }
+          ASSERT_GE(w.per_system, 1);
+          if (n <= rows) {
+            EXPECT_EQ(w.per_system, 1);
+          }
+          // The fewest windows of at most `rows` rows: one fewer would not hold n.
+          if (w.per_system > 1) {
+            EXPECT_EQ(w.core % align, 0);
+            EXPECT_GT(n, (w.per_system - 1) * (rows - 2 * halo));
+          }
+          int64_t next = 0;
+          for (int64_t k = 0; k < w.per_system; ++k) {
+            const WindowRows r = WindowAt(w, n, k);
+            ASSERT_EQ(r.c0, next);
+            ASSERT_LT(r.c0, r.c1);
+            EXPECT_EQ(r.lo, std::max<int64_t>(0, r.c0 - halo));
+            EXPECT_EQ(r.hi, std::min<int64_t>(n, r.c1 + halo));
+            EXPECT_LE(r.hi - r.lo, std::max(rows, n <= rows ? n : rows));
+            next = r.c1;
+          }
+          EXPECT_EQ(next, n);
+          ++planned;
+        }
+  EXPECT_GT(planned, 400);
+}
+
+// x by the windows of `w`, each solved alone (the couplings past it dropped) by Thomas, kept on
+// its core.
+template <typename T>
+std::vector<T> SolveByWindows(const Batch<T>& s, const WindowPlan& w) {
+  std::vector<T> x(s.n), xw(s.n), work(s.n);
+  for (int64_t k = 0; k < w.per_system; ++k) {
+    const WindowRows r = WindowAt(w, s.n, k);
+    const int64_t len = r.hi - r.lo;
+    std::vector<T> a(s.a.begin() + r.lo, s.a.begin() + r.hi);
+    std::vector<T> c(s.c.begin() + r.lo, s.c.begin() + r.hi);
+    a[0] = 0;
+    c[len - 1] = 0;
+    EXPECT_TRUE(cpu::ThomasStrided<T>(len, 1, a.data(), s.b.data() + r.lo, c.data(),
+                                      s.d.data() + r.lo, xw.data(), work.data()));
+    for (int64_t i = r.c0; i < r.c1; ++i) x[i] = xw[i - r.lo];
+  }
+  return x;
+}
+
+// The truncation bound of windows.h, |error| <= 2 rho^(halo + 1) max |x|, is attained by a lower
+// bidiagonal system (a = rho b, c = 0: the dropped coupling's effect decays by exactly rho a
+// row): with halos short enough that the error is far above rounding, the windows' error is the
+// bound to within 1%. Float64.
+TEST(TridiagonalWindows, TruncationErrorIsTheBoundAtWorst) {
+  for (double rho : {0.3, 0.6, 0.9})
+    for (int64_t halo : {4, 10, 20}) {
+      SCOPED_TRACE(::testing::Message() << "rho " << rho << " halo " << halo);
+      const int64_t n = 4000;
+      Batch<double> s{1, n, Layout::kFlat};
+      s.a.assign(n, rho);
+      s.b.assign(n, 1.0);
+      s.c.assign(n, 0.0);
+      s.d.assign(n, 1.0);
+      s.d[0] = 1 / (1 + rho);
+      Solve(s, TridiagonalMethod::kThomas);  // x = 1 / (1 + rho) on every row
+      const auto x = SolveByWindows(s, PlanWindows(n, 256, halo, 1));
+      double err = 0, xmax = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        err = std::max(err, std::abs(x[i] - s.x[i]));
+        xmax = std::max(xmax, std::abs(s.x[i]));
+      }
+      const double bound = std::pow(rho, double(halo + 1)) * xmax;  // one side drops a coupling
+      if (bound < 1e-13) continue;
+      EXPECT_LE(err, bound * (1 + 1e-9) + 1e-15);
+      EXPECT_GE(err, 0.99 * bound);
+    }
+}
+
+// At the limit WindowDominanceLimit gives, the windows' solution of random systems whose rows
+// all have (|a| + |c|) / |b| = rho (signs random) is the full solution to rounding, with the
+// CUDA kernel's halo of 256 rows and windows of 4096 rows.
+template <typename T>
+void WindowsAtTheLimit(int64_t halo, double tol) {
+  const double limit = WindowDominanceLimit(halo, std::numeric_limits<T>::digits);
+  for (double rho : {0.5, limit}) {
+    SCOPED_TRACE(::testing::Message() << "rho " << rho);
+    const int64_t n = 40000;
+    auto s = Random<T>(1, n, Layout::kFlat, 11);
+    std::mt19937_64 rng(5);
+    std::uniform_real_distribution<double> u(0, 1);
+    for (int64_t i = 0; i < n; ++i) {  // |a| + |c| = rho |b|, split at random
+      const double b = std::abs(double(s.b[i])), t = u(rng);
+      s.a[i] = T((s.a[i] < 0 ? -1 : 1) * rho * b * t);
+      s.c[i] = T((s.c[i] < 0 ? -1 : 1) * rho * b * (1 - t));
+    }
+    Solve(s, TridiagonalMethod::kThomas);
+    const auto x = SolveByWindows(s, PlanWindows(n, 4096, halo, 16 / sizeof(T)));
+    double err = 0, xmax = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      err = std::max(err, std::abs(double(x[i]) - double(s.x[i])));
+      xmax = std::max(xmax, std::abs(double(s.x[i])));
+    }
+    EXPECT_LE(err, tol * xmax);
+  }
+}
+TEST(TridiagonalWindows, ExactToRoundingAtTheLimit) {
+  EXPECT_NEAR(WindowDominanceLimit(256, 53), 0.8644, 1e-4);
+  EXPECT_NEAR(WindowDominanceLimit(256, 24), 0.9348, 1e-4);
+  WindowsAtTheLimit<double>(256, 1e-14);
+  WindowsAtTheLimit<float>(256, 1e-5);
 }
 
 TEST(Tridiagonal, MethodNames) {
