@@ -2,6 +2,8 @@
 // saying so, where no CUDA device is present (CI has none); run on the lent GPU.
 #include <cmath>
 #include <cstdlib>
+#include <functional>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -49,14 +51,16 @@ struct Case {
 
 class CudaTridiagonal : public ::testing::TestWithParam<std::tuple<Case, Layout, TridiagonalMethod>> {};
 
-// Returns the kernel that ran (SolveInfo::method).
+// Returns the kernel that ran (SolveInfo::method). `edit`, where given, changes the random
+// systems instead of the two made singular.
 template <typename T>
 std::string Compare(const Case& k, Layout layout, TridiagonalMethod m, double tol_x,
-                    double tol_be) {
+                    double tol_be, const std::function<void(Data<T>&)>& edit = nullptr) {
   const int64_t count = k.n * k.batch;
   auto data = Random<T>(count, uint64_t(k.n * 7 + k.batch));
-  // Two systems made singular (a zero first pivot), where the batch has room.
-  if (k.batch >= 3) {
+  if (edit) {
+    edit(data);
+  } else if (k.batch >= 3) {  // two systems made singular (a zero first pivot)
     data.b[ElementIndex(layout, k.batch, k.n, 1, 0)] = T(0);
     data.b[ElementIndex(layout, k.batch, k.n, k.batch - 1, 0)] = T(0);
   }
@@ -194,7 +198,9 @@ TEST(CudaTridiagonal, ClusterShapesMatchTheCpuReference) {
 }
 
 // What `auto` runs by shape on this device (compute capability 9.0+: the lent H100/H200), as
-// the H100 sweep measured fastest (tridiagonal.cu), and that the solve reports it.
+// the H100 sweep measured fastest (tridiagonal.cu), and that the solve reports it -- or, where
+// `auto` tries the windows on a batch with Compare's two singular systems, the kernel that
+// solves it instead (`ran`).
 TEST(CudaTridiagonal, AutoPicksTheMeasuredKernelByShape) {
   REQUIRE_GPU();
   using K = cuda::TridiagonalKernel;
@@ -203,7 +209,9 @@ TEST(CudaTridiagonal, AutoPicksTheMeasuredKernelByShape) {
     Layout layout;
     bool float32;
     K kernel;
+    std::optional<K> ran = std::nullopt;  // where it is not `kernel`
   };
+  const K W = K::kPartitionedWindow;
   for (const Pick& c : {Pick{32, 100, Layout::kFlat, false, K::kPartitioned},
                         Pick{64, 100, Layout::kFlat, false, K::kPartitionedStream},
                         Pick{128, 100, Layout::kFlat, false, K::kPartitioned},
@@ -211,18 +219,26 @@ TEST(CudaTridiagonal, AutoPicksTheMeasuredKernelByShape) {
                         Pick{1024, 64, Layout::kFlat, false, K::kPartitionedStream},
                         Pick{1024, 64, Layout::kFlat, true, K::kPartitioned},
                         Pick{4096, 64, Layout::kFlat, false, K::kPartitionedStream},
-                        Pick{4098, 64, Layout::kFlat, false, K::kPartitioned},
-                        Pick{6000, 64, Layout::kFlat, false, K::kPartitionedClusterStream},
+                        Pick{4098, 64, Layout::kFlat, false, W, K::kPartitioned},
+                        Pick{4098, 2, Layout::kFlat, false, W},
+                        Pick{6000, 64, Layout::kFlat, false, W, K::kPartitionedClusterStream},
                         Pick{4097, 64, Layout::kFlat, true, K::kPartitionedCluster},
                         Pick{4095, 64, Layout::kFlat, false, K::kPartitioned},
                         Pick{8192, 64, Layout::kFlat, false, K::kPartitionedClusterStream},
-                        Pick{8192, 64, Layout::kFlat, true, K::kPartitionedCluster},
-                        Pick{10240, 16, Layout::kFlat, false, K::kPartitioned},
-                        Pick{12288, 16, Layout::kFlat, false, K::kPartitionedClusterStream},
-                        Pick{16384, 8, Layout::kFlat, false, K::kPartitionedClusterStream},
-                        Pick{16384, 8, Layout::kFlat, true, K::kPartitioned},
+                        Pick{7168, 64, Layout::kFlat, false, W, K::kPartitionedClusterStream},
+                        Pick{7200, 64, Layout::kFlat, false, K::kPartitionedClusterStream},
+                        Pick{8192, 64, Layout::kFlat, true, W, K::kPartitionedCluster},
+                        Pick{8192, 2, Layout::kFlat, true, W},
+                        Pick{10240, 16, Layout::kFlat, false, W, K::kPartitioned},
+                        Pick{12288, 16, Layout::kFlat, false, W, K::kPartitionedClusterStream},
+                        Pick{16384, 8, Layout::kFlat, false, W, K::kPartitionedClusterStream},
+                        Pick{16384, 8, Layout::kFlat, true, W, K::kPartitioned},
+                        Pick{16384, 2, Layout::kFlat, true, W},
+                        Pick{16386, 8, Layout::kFlat, true, K::kPartitioned},
                         Pick{16384, 8, Layout::kInterleaved, false, K::kPartitioned},
-                        Pick{16384, 1, Layout::kInterleaved, false, K::kPartitionedClusterStream},
+                        Pick{16384, 1, Layout::kInterleaved, false, W},
+                        Pick{1 << 20, 2, Layout::kFlat, false, W},
+                        Pick{1 << 20, 2, Layout::kInterleaved, true, K::kPartitioned},
                         Pick{128, 100, Layout::kInterleaved, false, K::kPartitioned},
                         Pick{256, 100, Layout::kInterleaved, false, K::kPartitionedStream},
                         Pick{1000, 64, Layout::kInterleaved, false, K::kPartitionedStream},
@@ -242,7 +258,7 @@ TEST(CudaTridiagonal, AutoPicksTheMeasuredKernelByShape) {
         c.float32 ? Compare<float>({c.n, c.batch}, c.layout, TridiagonalMethod::kAuto, 2e-4, 3e-6)
                   : Compare<double>({c.n, c.batch}, c.layout, TridiagonalMethod::kAuto, 1e-12,
                                     1e-15);
-    EXPECT_EQ(ran, cuda::KernelName(c.kernel));
+    EXPECT_EQ(ran, cuda::KernelName(c.ran.value_or(c.kernel)));
   }
 }
 
@@ -379,6 +395,75 @@ TEST(CudaTridiagonal, RowsStreamedMatchTheCpuReference) {
   EXPECT_EQ(cuda::RowsStreamCapacity(16385), 0);
   cuda::SetSweepTuning(saved_sweep);
   cuda::SetPartitionedTuning(saved);
+}
+
+// Overlapping windows (trisolve/windows.h), forced (window = 1), with the default halos and
+// halos of 64 and 512 rows: two windows a system to hundreds, short last cores, batches of one
+// to 40, float64 and float32, against the CPU reference. The random systems have (|a| + |c|) /
+// |b| up to 0.8: windows with a halo of 64 rows (limits 0.56 / 0.77) fail their check, as do
+// batches with singular systems (Compare makes two where batch >= 3); those are solved again
+// by the exact path and flagged in place. n not whole 16-byte words never takes the windows.
+TEST(CudaTridiagonal, WindowsMatchTheCpuReference) {
+  REQUIRE_GPU();
+  const auto saved = cuda::GetPartitionedTuning();
+  for (int halo : {0, 64, 512}) {
+    auto t = saved;
+    t.window = 1;
+    t.window_halo = halo;
+    cuda::SetPartitionedTuning(t);
+    for (Case k : {Case{4098, 2}, Case{5000, 1}, Case{8192, 3}, Case{16384, 2}, Case{20000, 1},
+                   Case{65536, 2}, Case{100000, 40}, Case{1 << 20, 1}}) {
+      SCOPED_TRACE(::testing::Message() << "halo " << halo << " n " << k.n << " batch "
+                                        << k.batch);
+      const bool windows = halo != 64 && k.batch < 3;
+      const std::string f64 =
+          Compare<double>(k, Layout::kFlat, TridiagonalMethod::kPartitioned, 1e-12, 1e-15);
+      EXPECT_EQ(f64 == "partitioned-window", windows) << f64;
+      const std::string f32 =
+          Compare<float>(k, Layout::kFlat, TridiagonalMethod::kPartitioned, 2e-4, 3e-6);
+      EXPECT_EQ(f32 == "partitioned-window", windows && k.n % 4 == 0) << f32;
+    }
+  }
+  cuda::SetPartitionedTuning(saved);
+}
+
+// Each window checks every row it reads against the limit of its halo (0.864 in float64,
+// 0.935 in float32 by default): one row a little under it keeps the windows, one a little over
+// sends the whole problem to the exact path -- in the middle of a system, in a halo only (the
+// row before a core), and in the last window. A non-finite right-hand side or a vanishing pivot
+// in one system sends it there too, and that system alone is flagged. The answers match the CPU
+// reference either way.
+TEST(CudaTridiagonal, WindowsFallBackWhereARowIsNotDominantEnough) {
+  REQUIRE_GPU();
+  const Case k{50000, 2};
+  // Rows of system 1: one in the middle, the first of window 1's core (the cores are 3584 rows
+  // in both types; the row is also in window 0's halo) and the last row.
+  for (int64_t row : {int64_t{30001}, int64_t{3584}, int64_t{49999}}) {
+    for (double ratio : {0.85, 0.87, 0.93, 0.94}) {
+      SCOPED_TRACE(::testing::Message() << "row " << row << " ratio " << ratio);
+      auto weak = [&](auto& data) {
+        using T = std::decay_t<decltype(data.a[0])>;
+        const int64_t e = k.n + row;
+        const double off =
+            std::abs(double(data.a[e])) + (row + 1 < k.n ? std::abs(double(data.c[e])) : 0.0);
+        data.b[e] = T(off / ratio);
+      };
+      const std::string f64 = Compare<double>(k, Layout::kFlat, TridiagonalMethod::kAuto, 1e-12,
+                                              1e-15, std::function<void(Data<double>&)>(weak));
+      EXPECT_EQ(f64 == "partitioned-window", ratio < 0.864) << f64;
+      const std::string f32 = Compare<float>(k, Layout::kFlat, TridiagonalMethod::kAuto, 2e-4,
+                                             3e-6, std::function<void(Data<float>&)>(weak));
+      EXPECT_EQ(f32 == "partitioned-window", ratio < 0.935) << f32;
+    }
+  }
+  auto nan_rhs = [&](Data<double>& data) { data.d[k.n + 17] = std::nan(""); };
+  EXPECT_NE(Compare<double>(k, Layout::kFlat, TridiagonalMethod::kAuto, 1e-12, 1e-15, nan_rhs),
+            "partitioned-window");
+  auto zero_row = [&](Data<double>& data) {
+    data.a[100] = data.b[100] = data.c[100] = 0;
+  };
+  EXPECT_NE(Compare<double>(k, Layout::kFlat, TridiagonalMethod::kAuto, 1e-12, 1e-15, zero_row),
+            "partitioned-window");
 }
 
 TEST(CudaPool, BuffersAreReusedAcrossRequests) {

@@ -2,7 +2,11 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <limits>
+#include <mutex>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include <cooperative_groups.h>
 #include <cuda_pipeline.h>
@@ -12,6 +16,7 @@
 #include "numerics.cuh"
 #include "partitioned.cuh"
 #include "tridiagonal_cuda.h"
+#include "trisolve/windows.h"
 
 namespace trisolve::cuda {
 namespace {
@@ -168,10 +173,31 @@ __device__ __forceinline__ int Swizzle16(int c) { return c ^ ((c >> 3) & 7); }
 // Unit u sits at u ^ ((j * SW) & 7), j = k / M the chunk it belongs to: the words of a 128-byte
 // line (8 units, one chunk: M * SW >= 8) permuted by chunk, so that the warp's reads of row
 // j * M + i over its chunks j spread over the line and meet no bank conflict beyond the minimum.
-template <int M, typename T, bool kInterleaved>
+//
+// kWindow (flat, S = 1): group g is window g of the plan `win` (trisolve/windows.h), system
+// g / per_system: the block reads the window's rows, checks that every one is dominant enough
+// for the plan's halo (win.limit), solves them alone (the couplings past the window dropped)
+// and stores x on the core only. A window that fails the check, or whose pivots vanish, sets
+// *win.fail and stores nothing; every block stops at its next window once one has (the caller
+// then solves the whole problem by the exact path).
+struct Windows {
+  WindowPlan plan;
+  double limit = 0;  // (|a| + |c|) <= limit |b| on every row read
+  int* fail = nullptr;
+};
+
+// Window g's system and rows (one 32-bit division: fewer than 2^31 windows, SolveWindowed).
+__device__ __forceinline__ WindowRows WindowOf(const Windows& win, int64_t n, int64_t g,
+                                               int64_t& system) {
+  const unsigned per = unsigned(win.plan.per_system);
+  system = unsigned(g) / per;
+  return WindowAt(win.plan, n, unsigned(g) - unsigned(system) * per);
+}
+
+template <int M, typename T, bool kInterleaved, bool kWindow = false>
 __global__ void __launch_bounds__(256)
     PartitionedStreamKernel(TridiagonalProblem<T> p, T* __restrict__ x, uint8_t* flags, int P,
-                            int S, int64_t groups) {
+                            int S, int64_t groups, Windows win) {
   using V = typename Vec16<T>::type;
   constexpr int W = 16 / sizeof(T);
   static_assert(kInterleaved || M % W == 0, "a flat chunk is whole 16-byte words");
@@ -181,11 +207,17 @@ __global__ void __launch_bounds__(256)
   const int n = int(p.n);
   const int SW = kInterleaved ? S / W : 1;  // interleaved: 16-byte words a row of the group
   const int lsw = __ffs(SW) - 1;            // (a power of two)
-  const int units = kInterleaved ? n * SW : S * n / W;  // 16-byte units an array a group
+  // 16-byte units an array a group (a window: at most P M rows)
+  const int units = kInterleaved ? n * SW : kWindow ? P * M / W : S * n / W;
   const int cap = (units + 7) / 8 * 8;                  // whole 128-byte lines
   T* sa = reinterpret_cast<T*>(smem_raw);         // the reduced systems: 4 S R
   V* buf = reinterpret_cast<V*>(sa + 4 * S * R);  // 4 arrays of cap units
-  __shared__ int bad[256];
+  // bad[256]: kWindow's stop flag. The static shared memory stays whole 128-byte lines, so
+  // that the dynamic buffer's lines (the swizzle's unit) start on one: a lone extra int put it
+  // 16 bytes off, and each warp's copies then read twice the sectors (H100, Nsight Compute:
+  // 38.4 M sectors against 19.2 M; one system of 2^24 0.379 -> 0.339 ms; NOTES.md t31).
+  __shared__ int bad[256 + 32];
+  static_assert(sizeof(bad) % 128 == 0);
 
   const int tid = threadIdx.x;
   const int sl = kInterleaved ? tid % S : tid / P, j = kInterleaved ? tid / S : tid % P;
@@ -207,11 +239,22 @@ __global__ void __launch_bounds__(256)
         for (int q = 0; q < 4; ++q) __pipeline_memcpy_async(buf + q * cap + ph, src[q] + e, 16);
       }
     } else {
-      const V* src[4] = {reinterpret_cast<const V*>(p.a + s0 * n),
-                         reinterpret_cast<const V*>(p.b + s0 * n),
-                         reinterpret_cast<const V*>(p.c + s0 * n),
-                         reinterpret_cast<const V*>(p.d + s0 * n)};
-      for (int w = tid; w < live * n / W; w += nthreads) {
+      int64_t first;  // the group's first element, and its 16-byte words
+      int words;
+      if constexpr (kWindow) {
+        int64_t system;
+        const WindowRows r = WindowOf(win, p.n, g, system);
+        first = system * p.n + r.lo;
+        words = int(r.hi - r.lo) / W;
+      } else {
+        first = s0 * n;
+        words = live * n / W;
+      }
+      const V* src[4] = {reinterpret_cast<const V*>(p.a + first),
+                         reinterpret_cast<const V*>(p.b + first),
+                         reinterpret_cast<const V*>(p.c + first),
+                         reinterpret_cast<const V*>(p.d + first)};
+      for (int w = tid; w < words; w += nthreads) {
         const int ph = Swizzle16(w);
 #pragma unroll
         for (int q = 0; q < 4; ++q) __pipeline_memcpy_async(buf + q * cap + ph, src[q] + w, 16);
@@ -219,13 +262,20 @@ __global__ void __launch_bounds__(256)
     }
     __pipeline_commit();
   };
+  int& stop = bad[256];  // kWindow: a window has failed
   int64_t g = blockIdx.x;
   if (g < groups) issue(g);
   for (; g < groups; g += gridDim.x) {
+    if (kWindow && tid == 0) stop = *static_cast<volatile int*>(win.fail);
     __pipeline_wait_prior(0);
     __syncthreads();  // group g in buf
-    const int64_t s = g * S + sl;
-    const bool live = s < p.batch;
+    if (kWindow && stop) break;
+    int64_t s = g * S + sl;
+    // kWindow: the window's system, rows and core; else the system's rows.
+    WindowRows wr{0, n, 0, n};
+    if constexpr (kWindow) wr = WindowOf(win, p.n, g, s);
+    const bool live = kWindow || s < p.batch;
+    const int rows = int(wr.hi - wr.lo);
     const int k0 = j * M;
     T a[M], b[M], c[M], d[M];
     auto identity = [&](int i) {
@@ -254,8 +304,8 @@ __global__ void __launch_bounds__(256)
     } else {
 #pragma unroll
       for (int q = 0; q < M / W; ++q) {
-        if (live && k0 + q * W < n) {
-          const int ph = Swizzle16((sl * n + k0) / W + q);
+        if (live && k0 + q * W < rows) {
+          const int ph = Swizzle16((sl * rows + k0) / W + q);
           Unpack(buf[ph], a + q * W);
           Unpack(buf[cap + ph], b + q * W);
           Unpack(buf[2 * cap + ph], c + q * W);
@@ -266,7 +316,20 @@ __global__ void __launch_bounds__(256)
         }
       }
     }
-    EndRows<M>(k0, n, a, c);
+    bool dominant = true;
+    if constexpr (kWindow) {
+      // Every row read against the limit, the couplings the window drops included: the system's
+      // own ends zeroed first (unused by definition), the window's after. Rows past the window
+      // are identity rows and pass.
+      if (wr.lo == 0 && k0 == 0) a[0] = T(0);
+#pragma unroll
+      for (int i = 0; i < M; ++i)
+        if (wr.hi == p.n && k0 + i + 1 >= rows) c[i] = T(0);
+      const T limit = T(win.limit);
+#pragma unroll
+      for (int i = 0; i < M; ++i) dominant &= fabs(a[i]) + fabs(c[i]) <= limit * fabs(b[i]);
+    }
+    EndRows<M>(k0, rows, a, c);
     if (tid < S) bad[tid] = 0;
     __syncthreads();  // buf read: the next group may land in it
     if (g + gridDim.x < groups) issue(g + gridDim.x);
@@ -277,13 +340,24 @@ __global__ void __launch_bounds__(256)
     ChunkBack<M>(a, c, d, x0, xl);
 #pragma unroll
     for (int i = 0; i < M; ++i) ok &= Finite(d[i]);
-    if (!ok) atomicOr(&bad[sl], 1);
-    if constexpr (kInterleaved)
+    if (!ok || !dominant) atomicOr(&bad[sl], 1);
+    if constexpr (kInterleaved) {
       StoreChunkInterleaved<M>(p, s, j, d, x);
-    else if (live)
+    } else if constexpr (kWindow) {  // the core's rows: whole 16-byte words
+      V* dst = reinterpret_cast<V*>(x + s * p.n + wr.lo + k0);
+      const int c0 = int(wr.c0 - wr.lo) - k0, c1 = int(wr.c1 - wr.lo) - k0;
+#pragma unroll
+      for (int q = 0; q < M / W; ++q)
+        if (q * W >= c0 && q * W < c1) __stwb(dst + q, Pack(d + q * W));  // (one vector store)
+    } else if (live) {
       StoreRowsDirect<M>(x + s * n, k0, n, true, d);
+    }
     __syncthreads();
-    if (tid < S && g * S + tid < p.batch && bad[tid]) flags[g * S + tid] = 1;
+    if constexpr (kWindow) {
+      if (tid == 0 && bad[0]) *static_cast<volatile int*>(win.fail) = 1;
+    } else if (tid < S && g * S + tid < p.batch && bad[tid]) {
+      flags[g * S + tid] = 1;
+    }
   }
 }
 
@@ -633,7 +707,7 @@ absl::StatusOr<bool> LaunchStreamM(const TridiagonalProblem<T>& p, T* x, uint8_t
   const size_t smem = sizeof(T) * 4 * size_t(S) * 2 * P + 16 * 4 * cap;
   if (smem > 227 * 1024) return false;
   return LaunchPersistent(PartitionedStreamKernel<M, T, false>, threads, smem, groups, stream,
-                          p, x, flags, P, S, groups);
+                          p, x, flags, P, S, groups, Windows{});
 }
 
 // The streamed kernel on the interleaved layout (PartitionedStreamKernel<.., true>) where it
@@ -659,7 +733,135 @@ absl::StatusOr<bool> LaunchStreamInterleavedM(const TridiagonalProblem<T>& p, T*
   const size_t smem = sizeof(T) * 4 * size_t(S) * 2 * P + 16 * 4 * cap;
   if (smem > 227 * 1024) return false;
   return LaunchPersistent(PartitionedStreamKernel<M, T, true>, threads, smem, groups,
-                          stream, p, x, flags, P, S, groups);
+                          stream, p, x, flags, P, S, groups, Windows{});
+}
+
+// ---- overlapping windows (trisolve/windows.h) ------------------------------------------------
+constexpr int kWindowThreads = 256, kWindowChunk = 16;  // windows of 4096 rows, one a block
+
+// A word of pinned host memory for a device-to-host copy of one int: the windows' answer read
+// back without the pageable copy's staging. Pages of 1024 words are allocated as calls in flight
+// need them and kept for the process (a few KB); a word goes back when its holder is destroyed.
+class PinnedWord {
+ public:
+  static absl::StatusOr<PinnedWord> Take() {
+    std::lock_guard<std::mutex> lock(Mu());
+    auto& free = Free();
+    if (free.empty()) {
+      void* page = nullptr;
+      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaHostAlloc(&page, 1024 * sizeof(int), 0));
+      for (int i = 0; i < 1024; ++i) free.push_back(static_cast<int*>(page) + i);
+    }
+    PinnedWord w;
+    w.p_ = free.back();
+    free.pop_back();
+    return w;
+  }
+  PinnedWord() = default;
+  PinnedWord(PinnedWord&& o) noexcept : p_(std::exchange(o.p_, nullptr)) {}
+  PinnedWord& operator=(PinnedWord&&) = delete;
+  ~PinnedWord() {
+    if (p_ == nullptr) return;
+    std::lock_guard<std::mutex> lock(Mu());
+    Free().push_back(p_);
+  }
+  int* get() const { return p_; }
+
+ private:
+  static std::mutex& Mu() {
+    static std::mutex mu;
+    return mu;
+  }
+  static std::vector<int*>& Free() {
+    static std::vector<int*> free;
+    return free;
+  }
+  int* p_ = nullptr;
+};
+
+// Rows read beyond a window's core on each side: the tuning's, else 256, so that rows with
+// (|a| + |c|) / |b| up to 0.864 (float64) / 0.935 (float32) qualify; 4096-row windows then read
+// 14% more than the system. H100, 2^24 rows (results/tune-h100-2026-11-23-session13.log):
+// float64 0.319 / 0.327 / 0.339 / 0.368 ms with halos of 64 / 128 / 256 / 512 rows (limits
+// 0.56 / 0.75 / 0.86 / 0.93), float32 0.146 / 0.149 / 0.150 / 0.164.
+template <typename T>
+int64_t WindowHalo() {
+  return g_tuning.window_halo > 0 ? g_tuning.window_halo : 256;
+}
+
+// Cores of whole 128-byte lines (the halo too): each window's copies then start on a line
+// (where n is whole lines too). Cores of 16-byte words started most windows inside a line and
+// multiplied the copies' L2 requests (H100: one system of 2^24 0.486 -> 0.424 ms; NOTES.md
+// t31).
+template <typename T>
+WindowPlan PlanWindowsFor(int64_t n) {
+  return PlanWindows(n, int64_t(kWindowThreads) * kWindowChunk, WindowHalo<T>(),
+                     128 / int64_t(sizeof(T)));
+}
+
+// Solves flat p by overlapping windows (PartitionedStreamKernel<.., kWindow>) where they apply:
+// n over one window (4096 rows), whole 16-byte rows (Rows16), the halo whole 128-byte lines.
+// Returns false where they do not, or where a window failed its dominance check or met a
+// vanishing pivot: x is then partly written and the caller solves p by the exact path. Waits
+// for the kernel (its answer, whether a window failed, is needed before returning).
+template <typename T>
+absl::StatusOr<bool> SolveWindowed(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
+                                   Pool& pool, cudaStream_t stream) {
+  constexpr int W = 16 / sizeof(T);
+  const WindowPlan plan = PlanWindowsFor<T>(p.n);
+  if (p.layout != Layout::kFlat || !Rows16(p, x) || plan.halo % (128 / sizeof(T)) != 0 ||
+      plan.per_system < 2)
+    return false;
+  auto fail = pool.Get(sizeof(int));
+  if (!fail.ok()) return fail.status();
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(fail->get(), 0, sizeof(int), stream));
+  const Windows win{plan, WindowDominanceLimit(plan.halo, std::numeric_limits<T>::digits),
+                    fail->as<int>()};
+  constexpr int P = kWindowThreads, M = kWindowChunk;
+  const size_t cap = size_t(P * M / W + 7) / 8 * 8;
+  const size_t smem = sizeof(T) * 4 * 2 * P + 16 * 4 * cap;
+  const int64_t groups = plan.per_system * p.batch;
+  if (groups >= (int64_t(1) << 31)) return false;  // WindowOf's 32-bit division
+  auto kernel = PartitionedStreamKernel<M, T, false, true>;
+  // The shared-memory attribute and the blocks that run at once: asked once (one device a
+  // process, as ClustersAvailable assumes).
+  static const absl::StatusOr<int64_t> resident = [&]() -> absl::StatusOr<int64_t> {
+    TRISOLVE_CUDA_RETURN_IF_ERROR(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    LaunchConfig launch(0, P, smem, nullptr);
+    return ResidentGroups(kernel, launch);
+  }();
+  if (!resident.ok()) return resident.status();
+  if (*resident < 1) return false;
+  auto word = PinnedWord::Take();
+  if (!word.ok()) return word.status();
+  kernel<<<unsigned(std::min(groups, *resident)), P, smem, stream>>>(p, x, flags, P, 1, groups,
+                                                                      win);
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  TRISOLVE_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(word->get(), fail->get(), sizeof(int), cudaMemcpyDeviceToHost, stream));
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  return *word->get() == 0;
+}
+
+// Whether `auto` tries the windows first: the tuning's (1: wherever they apply), else flat
+// systems over 4096 rows but float64 systems of three windows or more that fill clusters of 4
+// streamed blocks (7168 < n <= 8192), which the streamed rows solve faster. H100
+// (results/tune-h100-2026-11-23-session13.log, NOTES.md t31), float64: 6000 0.360 ms against
+// the streamed rows' 0.391, 7168 0.333 against 0.336, 12288 0.357 against 0.502, 16384 0.349
+// against 0.387, 2^20 x 16 0.334 and 2^24 0.339 against the two-pass path's 0.618 / 0.635,
+// 4098 0.501 against 0.584; 7200 0.414 against 0.332 and 8192 0.384 against 0.296;
+// float32: 8192 0.168 against the cluster kernel's 0.202, 16384 0.157 against the two-pass
+// path's 0.249, 2^24 0.150 against 0.278.
+bool RowsStreamByShape(int64_t n, Layout layout, bool float32);
+bool WindowsByShape(int64_t n, Layout layout, bool float32) {
+  if (g_tuning.window < 0 || layout != Layout::kFlat) return false;
+  const WindowPlan plan = float32 ? PlanWindowsFor<float>(n) : PlanWindowsFor<double>(n);
+  if (plan.per_system < 2 || n % (float32 ? 4 : 2) != 0 || plan.halo % (float32 ? 32 : 16) != 0)
+    return false;
+  if (g_tuning.window > 0) return true;
+  return float32 || !(plan.per_system >= 3 && RowsStreamCapacity(n) == 4 * 2048 &&
+                      RowsStreamByShape(n, layout, false));
 }
 
 // Whether one block can hold whole systems of this size.
@@ -961,6 +1163,11 @@ absl::StatusOr<TridiagonalKernel> SolvePartitioned(const TridiagonalProblem<T>& 
                                                    cudaStream_t stream, bool top,
                                                    Scratch* arena) {
   const bool forced_two_pass = top && g_tuning.two_pass == 1 && p.n > 2;
+  if (top && !forced_two_pass && WindowsByShape(p.n, p.layout, sizeof(T) == 4)) {
+    absl::StatusOr<bool> ran = SolveWindowed(p, x, flags, pool, stream);
+    if (!ran.ok()) return ran.status();
+    if (*ran) return TridiagonalKernel::kPartitionedWindow;
+  }
   if constexpr (std::is_same_v<T, double>) {
     if (top && !forced_two_pass && RowsStreamByShape(p.n, p.layout, false)) {
       absl::StatusOr<bool> ran = SolveRowsStreamed(p, x, flags, pool, stream);
@@ -1009,6 +1216,7 @@ const char* KernelName(TridiagonalKernel k) {
     case TridiagonalKernel::kPartitionedCluster: return "partitioned-cluster";
     case TridiagonalKernel::kPartitionedStream: return "partitioned-stream";
     case TridiagonalKernel::kPartitionedClusterStream: return "partitioned-cluster-stream";
+    case TridiagonalKernel::kPartitionedWindow: return "partitioned-window";
     case TridiagonalKernel::kThomas: return "thomas";
     case TridiagonalKernel::kPcr: return "pcr";
   }
@@ -1022,7 +1230,9 @@ TridiagonalKernel ChooseTridiagonalKernel(TridiagonalMethod m, int64_t n, int64_
       (float32 ? FitsOnChip<float>(n) : FitsOnChip<double>(n)) &&
       !TwoPassByShape(n, layout) && g_tuning.two_pass != 1;
   const TridiagonalKernel partitioned =
-      RowsStreamByShape(n, layout, float32) && g_tuning.two_pass != 1
+      WindowsByShape(n, layout, float32) && g_tuning.two_pass != 1
+          ? TridiagonalKernel::kPartitionedWindow
+      : RowsStreamByShape(n, layout, float32) && g_tuning.two_pass != 1
           ? TridiagonalKernel::kPartitionedClusterStream
       : StreamsInterleavedByShape(n, batch, layout, float32) && g_tuning.two_pass != 1
           ? TridiagonalKernel::kPartitionedStream
@@ -1054,7 +1264,8 @@ absl::StatusOr<TridiagonalKernel> SolveTridiagonalDevice(const TridiagonalProble
     case TridiagonalKernel::kPartitioned:
     case TridiagonalKernel::kPartitionedCluster:
     case TridiagonalKernel::kPartitionedStream:
-    case TridiagonalKernel::kPartitionedClusterStream: {
+    case TridiagonalKernel::kPartitionedClusterStream:
+    case TridiagonalKernel::kPartitionedWindow: {
       auto ran = SolvePartitioned(p, x, flags, pool, stream);
       if (!ran.ok()) return ran.status();
       return *ran;

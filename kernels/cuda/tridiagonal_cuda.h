@@ -20,6 +20,14 @@
 //  - "partitioned-stream": the one-pass form in the flat layout with persistent blocks, each
 //    copying its next systems into shared memory (cp.async) while it solves the current ones;
 //    `auto` runs it for float64 64 <= n < 128 and 512 < n <= 4096 (measured faster there).
+//  - "partitioned-window": flat systems over 4096 rows cut into overlapping windows of 4096
+//    rows (trisolve/windows.h), one a task of the streamed kernel's persistent blocks, each
+//    solved alone with the couplings past it dropped and kept on its core: one pass, 14% more
+//    rows read (a halo of 256 rows each side). Exact to rounding where every row of a window
+//    has (|a| + |c|) / |b| under 0.864 (float64) / 0.935 (float32), the bound in windows.h,
+//    which each window checks; if one does not, or meets a vanishing pivot, the whole problem
+//    is solved again by the paths below and that path's name is reported. `auto` tries it for
+//    flat n > 4096 but float64 7168 < n <= 8192 (the streamed rows are faster there).
 //  - "thomas": cuThomasBatch, one thread per system; c' kept in a scratch array of the same
 //    layout (coalesced in the interleaved layout), d' in x.
 //  - "pcr": the PCR notes' kernel, one thread per row and several systems of size d per block
@@ -41,6 +49,7 @@ enum class TridiagonalKernel {
   kPartitionedCluster,
   kPartitionedStream,
   kPartitionedClusterStream,
+  kPartitionedWindow,
   kThomas,
   kPcr
 };
@@ -73,6 +82,12 @@ struct PartitionedTuning {
                          // system a task of persistent clusters, SolveRowsStreamed): 0 by
                          // shape (n > 4096 filling 60% of the cluster's rows, 70% over 8192),
                          // 1 wherever it takes n, -1 never
+  int window = 0;        // flat systems by overlapping windows (trisolve/windows.h), falling
+                         // back to the exact path where a window is not dominant enough: 0 by
+                         // shape (n > 4096 but float64 7168 < n <= 8192), 1 wherever they
+                         // apply (n > 4096), -1 never
+  int window_halo = 0;   // rows a window reads past its core each side (a multiple of 128
+                         // bytes, 16 / 32 rows): 0 for 256
 };
 void SetPartitionedTuning(const PartitionedTuning& t);
 PartitionedTuning GetPartitionedTuning();

@@ -92,14 +92,20 @@ struct Bench {
       CK(cudaMemcpyAsync(c, inter ? ci : c0, bytes, cudaMemcpyDeviceToDevice));
       CK(cudaMemcpyAsync(d, inter ? di : d0, bytes, cudaMemcpyDeviceToDevice));
     };
-    // Reference: trisolve partitioned on the flat data.
+    // Reference: trisolve partitioned on the flat data, exact (no windows: theirs is the error
+    // the column reports).
     restore(false);
     {
+      const auto saved = trisolve::cuda::GetPartitionedTuning();
+      auto exact = saved;
+      exact.window = -1;
+      trisolve::cuda::SetPartitionedTuning(exact);
       trisolve::TridiagonalProblem<T> p{batch, n, trisolve::Layout::kFlat, a, b, c, d};
       auto k = trisolve::cuda::SolveTridiagonalDevice(p, trisolve::TridiagonalMethod::kPartitioned,
                                                       xref, flags, pool, nullptr);
       if (!k.ok()) std::exit(2);
       CK(cudaDeviceSynchronize());
+      trisolve::cuda::SetPartitionedTuning(saved);
     }
     for (bool inter : {false, true}) {
       const char* lay = inter ? "interleaved" : "flat";
@@ -110,17 +116,17 @@ struct Bench {
                      trisolve::TridiagonalMethod::kPcr}) {
         if (m == trisolve::TridiagonalMethod::kThomas && batch < 2048) continue;  // too few threads
         if (m == trisolve::TridiagonalMethod::kPcr && n > 1024) continue;
+        // The kernel that ran (a window that fails its check falls back to another).
+        trisolve::cuda::TridiagonalKernel ran{};
         const double ms = TimeIt(
             reps, [&] { restore(inter); },
             [&] {
               auto k = trisolve::cuda::SolveTridiagonalDevice(p, m, x, flags, pool, nullptr);
               if (!k.ok()) std::exit(3);
+              ran = *k;
             });
-        Record(lay, (std::string("trisolve ") + trisolve::cuda::KernelName(
-                                                    trisolve::cuda::ChooseTridiagonalKernel(
-                                                        m, n, batch, p.layout, sizeof(T) == 4)))
-                        .c_str(),
-               n, ms, x, batch, inter);
+        Record(lay, (std::string("trisolve ") + trisolve::cuda::KernelName(ran)).c_str(), n, ms,
+               x, batch, inter);
       }
       // cuSPARSE: the solution overwrites the right-hand side (here x, restored each run).
       if (!inter) {
@@ -231,19 +237,31 @@ void Tune(int64_t N, int reps, double copy_gbs, trisolve::cuda::Pool& pool,
   }
   for (auto& v : h) v = T(4 + u(rng));
   CK(cudaMemcpy(b, h.data(), bytes, cudaMemcpyHostToDevice));
+  // A diagonal that is not dominant ((|a| + |c|) / |b| up to 1.8): the windows' check fails.
+  T* weak;
+  CK(cudaMalloc(&weak, bytes));
+  for (auto& v : h) v = T(1 + u(rng));
+  CK(cudaMemcpy(weak, h.data(), bytes, cudaMemcpyHostToDevice));
   const auto saved = trisolve::cuda::GetPartitionedTuning();
   // Times the partitioned solve of the whole set as n-row systems under tuning t.
-  auto time_with = [&](const trisolve::cuda::PartitionedTuning& t, int64_t n, bool inter) {
+  // The windows only where an entry asks for them (window = 1).
+  auto time_with = [&](trisolve::cuda::PartitionedTuning t, int64_t n, bool inter,
+                       bool dominant = true) {
+    t.window = t.window > 0 ? 1 : -1;
     trisolve::cuda::SetPartitionedTuning(t);
     trisolve::TridiagonalProblem<T> p{
-        N / n, n, inter ? trisolve::Layout::kInterleaved : trisolve::Layout::kFlat, a, b, c, d};
+        N / n, n, inter ? trisolve::Layout::kInterleaved : trisolve::Layout::kFlat, a,
+        dominant ? b : weak, c, d};
+    trisolve::cuda::TridiagonalKernel ran{};
     const double ms = TimeIt(reps, [] {}, [&] {
       auto k = trisolve::cuda::SolveTridiagonalDevice(
           p, trisolve::TridiagonalMethod::kPartitioned, x, flags, pool, nullptr);
       if (!k.ok()) std::exit(4);
+      ran = *k;
     });
     const double gbs = 5.0 * bytes / ms / 1e6;
-    std::printf("%8.3f ms %6.0f GB/s %5.1f%%\n", ms, gbs, 100 * gbs / copy_gbs);
+    std::printf("%8.3f ms %6.0f GB/s %5.1f%%  %s\n", ms, gbs, 100 * gbs / copy_gbs,
+                trisolve::cuda::KernelName(ran));
     std::fflush(stdout);
   };
   const char* dtype = sizeof(T) == 8 ? "float64" : "float32";
@@ -268,6 +286,28 @@ void Tune(int64_t N, int reps, double copy_gbs, trisolve::cuda::Pool& pool,
         std::printf("tune %-8s n=%-8lld %-12s rows_stream             ", dtype, (long long)n,
                     layout);
         time_with({0, 0, 16, 0, 0, 0, -1, 1}, n, inter);
+      }
+      // Overlapping windows of 4096 rows (flat, n whole 16-byte words), by halo.
+      if (!inter && n > 4096 && n % (16 / int(sizeof(T))) == 0)
+        for (int halo : {64, 128, 256, 512}) {
+          std::printf("tune %-8s n=%-8lld %-12s window halo=%-4d        ", dtype, (long long)n,
+                      layout, halo);
+          trisolve::cuda::PartitionedTuning t;
+          t.window = 1;
+          t.window_halo = halo;
+          time_with(t, n, inter);
+        }
+      // What a failed check costs: the windows tried, then the two-pass path, on a diagonal
+      // that is not dominant; the two-pass path alone on the same systems.
+      if (!inter && n > 4096 && n % (16 / int(sizeof(T))) == 0) {
+        trisolve::cuda::PartitionedTuning t;
+        t.window = 1;
+        std::printf("tune %-8s n=%-8lld %-12s window, not dominant   ", dtype, (long long)n,
+                    layout);
+        time_with(t, n, inter, false);
+        std::printf("tune %-8s n=%-8lld %-12s two-pass, not dominant ", dtype, (long long)n,
+                    layout);
+        time_with({0, 0, 16, 0, 1, -1, 1}, n, inter, false);
       }
       // The two-pass path (rows a thread of its level kernels), also where one block holds n.
       for (int level : {8, 16}) {
@@ -305,7 +345,7 @@ void Tune(int64_t N, int reps, double copy_gbs, trisolve::cuda::Pool& pool,
     }
   }
   trisolve::cuda::SetPartitionedTuning(saved);
-  for (T* p : {a, b, c, d, x}) CK(cudaFree(p));
+  for (T* p : {a, b, c, d, x, weak}) CK(cudaFree(p));
   CK(cudaFree(flags));
 }
 
