@@ -146,6 +146,7 @@ TEST(CudaTridiagonal, FlatRowLoadsMatchTheCpuReference) {
       auto t = saved;
       t.flat_direct = direct;
       t.chunk = chunk;
+      t.window = -1;  // the path this test forces, not the windows before it
       cuda::SetPartitionedTuning(t);
       for (Case k : {Case{1, 5000}, Case{2, 1000}, Case{3, 777}, Case{31, 4096}, Case{32, 1 << 15},
                      Case{33, 1000}, Case{100, 999}, Case{256, 3000}, Case{1000, 1000},
@@ -175,6 +176,7 @@ TEST(CudaTridiagonal, ClusterShapesMatchTheCpuReference) {
         t.cluster = q;
         t.chunk = chunk;
         t.min_threads = threads;
+        t.window = -1;  // the path this test forces, not the windows before it
         cuda::SetPartitionedTuning(t);
         for (Layout layout : {Layout::kFlat, Layout::kInterleaved})
           for (Case k : {Case{5, 1000}, Case{100, 999}, Case{1000, 300}, Case{1025, 77},
@@ -276,6 +278,7 @@ TEST(CudaTridiagonal, StreamedOnePassMatchesTheCpuReference) {
       t.cluster = 1;
       t.chunk = chunk;
       t.min_threads = threads;
+      t.window = -1;  // the path this test forces, not the windows before it
       cuda::SetPartitionedTuning(t);
       for (Case k : {Case{4, 5000}, Case{32, 1 << 15}, Case{100, 20001}, Case{256, 3000},
                      Case{1000, 1000}, Case{1002, 99}, Case{2048, 300}, Case{4096, 64}}) {
@@ -309,6 +312,7 @@ TEST(CudaTridiagonal, StreamedInterleavedMatchesTheCpuReference) {
       t.two_pass = -1;
       t.chunk = chunk;
       t.min_threads = threads;
+      t.window = -1;  // the path this test forces, not the windows before it
       cuda::SetPartitionedTuning(t);
       for (Case k : {Case{4, 5000}, Case{33, 1 << 14}, Case{100, 20001}, Case{100, 20000},
                      Case{256, 3000}, Case{1000, 1000}, Case{1002, 98}, Case{1024, 14},
@@ -345,6 +349,7 @@ TEST(CudaTridiagonal, TwoPassForcedMatchesTheCpuReference) {
     auto t = saved;
     t.two_pass = 1;
     t.level_chunk = level;
+    t.window = -1;  // the path this test forces, not the windows before it
     cuda::SetPartitionedTuning(t);
     for (Layout layout : {Layout::kFlat, Layout::kInterleaved})
       for (Case k : {Case{3, 777}, Case{5, 1000}, Case{33, 1000}, Case{1000, 300},
@@ -368,6 +373,7 @@ TEST(CudaTridiagonal, RowsStreamedMatchTheCpuReference) {
   const auto saved_sweep = cuda::GetSweepTuning();
   auto t = saved;
   t.rows_stream = 1;
+  t.window = -1;  // the path this test forces, not the windows before it
   cuda::SetPartitionedTuning(t);
   for (int bulk : {0, -1}) {
     auto w = saved_sweep;
