@@ -178,8 +178,9 @@ __device__ __forceinline__ int Swizzle16(int c) { return c ^ ((c >> 3) & 7); }
 // g / per_system: the block reads the window's rows, checks that every one is dominant enough
 // for the plan's halo (win.limit), solves them alone (the couplings past the window dropped)
 // and stores x on the core only. A window that fails the check, or whose pivots vanish, sets
-// *win.fail and stores nothing; every block stops at its next window once one has (the caller
-// then solves the whole problem by the exact path).
+// *win.fail (its stores, issued before the block knows, are left for the caller to overwrite);
+// every block stops at its next window once one has, and the caller solves the whole problem
+// again by the exact path.
 struct Windows {
   WindowPlan plan;
   double limit = 0;  // (|a| + |c|) <= limit |b| on every row read

@@ -100,9 +100,6 @@ TridiagonalKernel ChooseTridiagonalKernel(TridiagonalMethod m, int64_t n, int64_
                                           Layout layout, bool float32);
 const char* KernelName(TridiagonalKernel k);
 
-// Solves on `stream`. p's arrays and x are device pointers; status_flags (device, batch bytes)
-// are set to 1 for systems whose pivots vanished (x of those systems is then meaningless: the
-// caller zeroes it). Scratch comes from `pool`. Returns the kernel that ran.
 // Flat float64 systems of n rows, one a task of the block sweeps' streamed kernel
 // (block_tridiagonal.cu: persistent blocks, or clusters of 2-8 blocks on sm_90, copying their
 // next system into shared memory while they solve the current one), where that kernel takes
@@ -113,6 +110,10 @@ int64_t RowsStreamCapacity(int64_t n);
 absl::StatusOr<bool> SolveRowsStreamed(const TridiagonalProblem<double>& p, double* x,
                                        uint8_t* flags, Pool& pool, cudaStream_t stream);
 
+// Solves on `stream`. p's arrays and x are device pointers; status_flags (device, batch bytes)
+// are set to 1 for systems whose pivots vanished (x of those systems is then meaningless: the
+// caller zeroes it). Scratch comes from `pool`. Returns the kernel that ran (for `auto`, what
+// ChooseTridiagonalKernel predicts unless the windows' check failed and sent the problem on).
 template <typename T>
 absl::StatusOr<TridiagonalKernel> SolveTridiagonalDevice(const TridiagonalProblem<T>& p,
                                                          TridiagonalMethod method, T* x,
