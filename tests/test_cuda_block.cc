@@ -56,6 +56,17 @@ void Compare(const Sys<T>& s, BlockMethod m, BlockOptions o, double tol) {
   EXPECT_NEAR(ig->residual, ic->residual, 1e-6 * (1 + ic->residual));
 }
 
+// The method the CUDA backend reports for two sweeps of s (which path ran).
+template <typename T>
+std::string MethodRun(const Sys<T>& s, BlockMethod m) {
+  std::vector<T> y(size_t(s.N * s.M));
+  SystemStatus st;
+  auto info = Cuda()->Solve(s.P(), m, {2, 0, false}, BlockOutput<T>{y.data(), &st},
+                            SolveControl{});
+  if (!info.ok()) return info.status().ToString();
+  return info->method;
+}
+
 class CudaBlockFixedL
     : public ::testing::TestWithParam<std::tuple<int, std::pair<int64_t, int64_t>, BlockMethod>> {};
 
@@ -169,6 +180,95 @@ TEST(CudaBlock, StreamedSweepsOnSmallBlocksMatchTheCpu) {
   cuda::SetSweepTuning(saved);
 }
 
+// The windowed form (each row's line solve as overlapping windows of 4096 values, a task a
+// window; what red-black and jacobi run in float64 over 16384), forced for shorter rows: 2 to 4
+// windows a row, M odd (cp.async) and a multiple of 16 (bulk tensor copies, and cp.async where
+// the tuning says so), the last window short; several launches (L = 65: jacobi's buffers swap);
+// float32 as well. The halo is the least multiple of 16 whose limit 2^(-(digits + 1) /
+// (halo + 1)) every row's ratio (|a| + |c|) / |b| is under: experiment 1's rows have ratios up
+// to 1/2 (v / 4 twice, v <= 1), so halo + 1 >= 54 in float64 (64) and >= 25 in float32 (32);
+// experiment 2's first block row has 2/3 (3 on the diagonal, -1 beside it): halo + 1 >= 54 /
+// log2(3/2) = 92.3 (96) and 25 / log2(3/2) = 42.7 (48).
+TEST(CudaBlock, WindowedSweepsMatchTheCpu) {
+  REQUIRE_GPU();
+  const auto saved = cuda::GetSweepTuning();
+  for (int bulk : {0, -1}) {
+    cuda::SweepTuning t;
+    t.window = 1;
+    t.bulk = bulk;
+    cuda::SetSweepTuning(t);
+    for (auto m : {BlockMethod::kRedBlack, BlockMethod::kJacobi})
+      for (int64_t M : {4097, 5000, 8192, 12289, 12304}) {
+        SCOPED_TRACE(::testing::Message() << "bulk " << bulk << " M " << M);
+        Compare(Experiment<double>(1, 5, M), m, {5, 0, false}, 1e-12);
+        Compare(Experiment<double>(2, 4, M), m, {4, 0, true}, 1e-12);
+        Compare(Experiment<float>(2, 3, M), m, {3, 0, false}, 1e-4);
+        Compare(Experiment<float>(1, 3, M), m, {3, 0, false}, 1e-4);
+        const std::string name(MethodName(m));
+        EXPECT_EQ(MethodRun(Experiment<double>(1, 2, M), m), name + "+fused+windows(halo 64)");
+        EXPECT_EQ(MethodRun(Experiment<double>(2, 2, M), m), name + "+fused+windows(halo 96)");
+        EXPECT_EQ(MethodRun(Experiment<float>(1, 2, M), m), name + "+fused+windows(halo 32)");
+        EXPECT_EQ(MethodRun(Experiment<float>(2, 2, M), m), name + "+fused+windows(halo 48)");
+      }
+    Compare(Experiment<double>(1, 7, 9000), BlockMethod::kJacobi, {65, 0, false}, 1e-12);
+    Compare(Experiment<double>(1, 6, 9008), BlockMethod::kRedBlack, {65, 0, false}, 1e-12);
+  }
+  cuda::SetSweepTuning(saved);
+}
+
+// Where one row of one line system is not dominant enough for any halo, the solve runs the
+// two-kernel half-sweeps instead (exact), and says so; just under the limit it runs windowed
+// and still matches the CPU. One row's ratio sets the halo of them all. float64's limits:
+// 2^(-54/257) = 0.8644 (halo 256), 2^(-54/113) = 0.7182 (112) and 2^(-54/97) = 0.6798 (96),
+// 2^(-54/65) = 0.5622 (64). A halo set by the tuning (rounded up to a multiple of 16) is taken
+// where the rows allow it, else none.
+TEST(CudaBlock, WindowedSweepsFallBackWhereARowIsNotDominantEnough) {
+  REQUIRE_GPU();
+  const auto saved = cuda::GetSweepTuning();
+  const int64_t N = 3, M = 9000;
+  struct Case {
+    double rho;
+    int halo;         // the tuning's
+    std::string run;  // the method reported
+  };
+  for (const Case& c :
+       {Case{0.86, 0, "red-black+fused+windows(halo 256)"}, Case{0.87, 0, "red-black+fused"},
+        Case{0.70, 0, "red-black+fused+windows(halo 112)"},
+        Case{0.56, 0, "red-black+fused+windows(halo 64)"},
+        Case{0.56, 64, "red-black+fused+windows(halo 64)"},
+        Case{0.57, 64, "red-black+fused"}, Case{0.57, 65, "red-black+fused+windows(halo 80)"},
+        Case{0.56, 200, "red-black+fused+windows(halo 208)"}}) {
+    cuda::SweepTuning t;
+    t.window = 1;
+    t.window_halo = c.halo;
+    cuda::SetSweepTuning(t);
+    for (int64_t e : {int64_t{1} * M + 4000, int64_t{2} * M + M - 1, int64_t{0}}) {
+      auto s = Experiment<double>(1, N, M);
+      // (|a| + |c|) / |b| = rho at element e, the couplings past the line left out.
+      const int64_t k = e % M;
+      const double off = (k > 0 ? std::abs(s.a["aC"][e]) : 0.0) +
+                         (k + 1 < M ? std::abs(s.a["bC"][e]) : 0.0);
+      s.a["cC"][e] = off / c.rho;
+      SCOPED_TRACE(::testing::Message() << "rho " << c.rho << " halo " << c.halo << " element "
+                                        << e);
+      Compare(s, BlockMethod::kRedBlack, {6, 0, false}, 1e-12);
+      EXPECT_EQ(MethodRun(s, BlockMethod::kRedBlack), c.run);
+    }
+  }
+  // Without the tuning (auto), rows of 9000 run the cluster form either way; over 16384 the
+  // windows or, where the check fails, the two-kernel half-sweeps.
+  cuda::SetSweepTuning(saved);
+  auto s = Experiment<double>(1, 2, 16400);
+  s.a["cC"][100] = (std::abs(s.a["aC"][100]) + std::abs(s.a["bC"][100])) / 0.95;
+  Compare(s, BlockMethod::kJacobi, {3, 0, false}, 1e-12);
+  std::vector<double> y(size_t(2 * 16400));
+  SystemStatus st;
+  auto info = Cuda()->Solve(s.P(), BlockMethod::kJacobi, {2, 0, false},
+                            BlockOutput<double>{y.data(), &st}, SolveControl{});
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->method, "jacobi");
+}
+
 // Many short rows, many sweeps: thousands of tiny tasks racing on the per-row counters. Also
 // says which path ran.
 TEST(CudaBlock, FusedSweepsManyShortRows) {
@@ -184,17 +284,19 @@ TEST(CudaBlock, FusedSweepsManyShortRows) {
     EXPECT_EQ(info->method, std::string(MethodName(m)) + "+fused");
   }
   // Rows over 4096 on a cluster of blocks (fused, red-black and jacobi in float64 streamed) up
-  // to 16384; over that the two-kernel half-sweeps.
+  // to 16384; over that red-black and jacobi windowed, gauss-seidel the two-kernel half-sweeps.
   for (int64_t M : {5000, 12000, 16385}) {
     auto s = Experiment<double>(1, 3, M);
     std::vector<double> y(s.N * s.M);
     SystemStatus st;
-    for (auto m : {BlockMethod::kRedBlack, BlockMethod::kGaussSeidel}) {
+    for (auto m : {BlockMethod::kRedBlack, BlockMethod::kJacobi, BlockMethod::kGaussSeidel}) {
       auto info = Cuda()->Solve(s.P(), m, {3, 0, false}, BlockOutput<double>{y.data(), &st},
                                 SolveControl{});
       ASSERT_TRUE(info.ok()) << info.status();
-      const bool fused = M <= 16384;
-      EXPECT_EQ(info->method, std::string(MethodName(m)) + (fused ? "+fused" : "")) << M;
+      const std::string form = M <= 16384                       ? "+fused"
+                               : m == BlockMethod::kGaussSeidel ? ""
+                                                                : "+fused+windows(halo 64)";
+      EXPECT_EQ(info->method, std::string(MethodName(m)) + form) << M;
     }
   }
 }

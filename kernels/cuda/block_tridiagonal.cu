@@ -7,6 +7,7 @@
 #include <cudaTypedefs.h>
 #include <cuda/atomic>
 #include <cuda_pipeline.h>
+#include <limits>
 #include <mutex>
 #include <type_traits>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "launch.h"
 #include "partitioned.cuh"
 #include "tridiagonal_cuda.h"
+#include "trisolve/windows.h"
 
 namespace trisolve::cuda {
 namespace {
@@ -672,7 +674,17 @@ struct SweepArgs {
   // F into Y1): no neighbours (cA, cB, Y0 unused), no waits on other rows, nothing published
   // but the flags; `done` unused. The streamed kernel only, instantiated with kQB = 0 for it.
   bool uncoupled = false;
+  // The windowed form (the streamed kernel with kWin, one block a window): each row's line
+  // solve as win.per_system overlapping windows (trisolve/windows.h), a task each; done[] then
+  // counts per_system a sweep. per_system 0: not windowed.
+  WindowPlan win{};
 };
+
+// The parts a row's sweep is published in: Q blocks, or (kWin) its windows.
+template <int Q, bool kWin, typename T>
+__device__ __forceinline__ int RowParts(const SweepArgs<T>& g) {
+  return kWin ? Q * int(g.win.per_system) : Q;
+}
 
 // Threads a block at most: 16 rows a thread need ~200-226 registers (256 threads), 8 rows
 // ~113-122 (512; sm_90 build, staged or direct). Rows of up to 4096 either way.
@@ -680,13 +692,21 @@ constexpr int SweepMaxThreads(int ch) { return ch >= 16 ? 256 : 512; }
 
 // Takes the next task in order (the counter g.next) and decodes it into (sweep s, row i), or
 // (-1, -1) when none is left. One thread calls it.
-template <typename T>
-__device__ __forceinline__ void TakeTask(const SweepArgs<T>& g, int64_t& s, int64_t& i) {
-  const int64_t N = g.N, total = int64_t(g.sweeps) * N, half = (N + 1) / 2;
-  const int64_t t = atomicAdd(g.next, 1u);
+// Windowed (g.win): task t is window t % W of the row task t / W, so a row's windows follow one
+// another.
+template <bool kWin = false, typename T>
+__device__ __forceinline__ void TakeTask(const SweepArgs<T>& g, int64_t& s, int64_t& i,
+                                         int64_t* w = nullptr) {
+  const int64_t N = g.N, W = kWin ? g.win.per_system : 1;
+  const int64_t total = int64_t(g.sweeps) * N * W, half = (N + 1) / 2;
+  int64_t t = atomicAdd(g.next, 1u);
   s = -1;
   i = -1;
   if (t >= total) return;
+  if constexpr (kWin) {
+    *w = t % W;
+    t /= W;
+  }
   if (g.kind == SweepKind::kGaussSeidel) {
     int lo = 0, hi = g.ndiag;  // the last d with diag[d] <= t
     while (hi - lo > 1) {
@@ -707,35 +727,37 @@ __device__ __forceinline__ void TakeTask(const SweepArgs<T>& g, int64_t& s, int6
 // Waits until the tasks that (sweep s, row i) reads are done (thread 0 only). The three
 // counters are polled together with relaxed loads (one round trip to L2 a poll, where acquire
 // loads would wait on one another), then one acquire fence orders the reads of Y after them.
-template <int Q, typename T>
+template <int Q, bool kWin = false, typename T>
 __device__ __forceinline__ void WaitInputs(const SweepArgs<T>& g, int s, int64_t i) {
   using Ref = ::cuda::atomic_ref<int, ::cuda::thread_scope_device>;
   const bool has_l = i > 0, has_r = i + 1 < g.N;
   int need_l = s, need_r = s;
   if (g.kind == SweepKind::kRedBlack && (i & 1)) need_l = need_r = s + 1;
   if (g.kind == SweepKind::kGaussSeidel) need_l = s + 1;
-  need_l *= Q;  // each of a row's Q blocks counts its part
-  need_r *= Q;
+  const int parts = RowParts<Q, kWin>(g);  // each of a row's Q blocks (windows) counts its part
+  need_l *= parts;
+  need_r *= parts;
   for (;;) {
     const int l = has_l ? Ref(g.done[i - 1]).load(::cuda::memory_order_relaxed) : need_l;
     const int r = has_r ? Ref(g.done[i + 1]).load(::cuda::memory_order_relaxed) : need_r;
     const int own = Ref(g.done[i]).load(::cuda::memory_order_relaxed);
-    if (l >= need_l && r >= need_r && own >= Q * s) break;
+    if (l >= need_l && r >= need_r && own >= parts * s) break;
     __nanosleep(64);
   }
   ::cuda::atomic_thread_fence(::cuda::memory_order_acquire, ::cuda::thread_scope_device);
 }
 
 // Thread 0 of a block whose Y_i stores all precede a barrier: flags a vanished pivot and
-// publishes (sweep s, row i) -- done[i] = s + 1, or with Q blocks a row one more of Q parts.
+// publishes (sweep s, row i) -- done[i] = s + 1, or with Q blocks (windows) a row one more of
+// its parts.
 // The release publishes every thread's stores: they precede it through the barrier, and a
 // release at device scope is cumulative (the pattern of CUTLASS's GenericBarrier:
 // __syncthreads, then fence.acq_rel.gpu and a relaxed store by one thread).
-template <int Q, typename T>
+template <int Q, bool kWin = false, typename T>
 __device__ __forceinline__ void PublishTask(const SweepArgs<T>& g, int s, int64_t i, bool bad) {
   if (bad) g.bad[Perm(i, g.N)] = 1;
   ::cuda::atomic_ref<int, ::cuda::thread_scope_device> done(g.done[i]);
-  if constexpr (Q == 1)
+  if (!kWin && Q == 1)
     done.store(s + 1, ::cuda::memory_order_release);
   else
     done.fetch_add(1, ::cuda::memory_order_release);
@@ -1167,7 +1189,15 @@ __device__ __forceinline__ void ReadChunkSwizzled(const double* tile, int tsz, i
   }
 }
 
-template <int CH, int Q, int kQB, typename T, bool kLazy, bool kBulk, int kP>
+// The windowed form's copies (kWin, kBulk): boxes of 16 rows of 16 float64 values (2 KB), as
+// many as the window needs, so that a window shorter than the tile reads no more than it holds
+// (to 255 values).
+constexpr int kWinBoxRows = 16, kWinBox = 16 * kWinBoxRows;
+
+// kWin (Q = 1, g.win): a task is one window of a row's line solve (trisolve/windows.h), rows
+// [lo, hi) of the row in the tile, solved alone (the couplings past them dropped; the caller has
+// checked every row dominant enough, CheckWindowRows) and Y stored on its core [c0, c1) only.
+template <int CH, int Q, int kQB, typename T, bool kLazy, bool kBulk, int kP, bool kWin>
 __global__ void __launch_bounds__(kP, kStreamThreads / kP)
     FusedSweepStreamKernel(SweepArgs<T> g, const __grid_constant__ StreamMaps maps) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -1176,6 +1206,7 @@ __global__ void __launch_bounds__(kP, kStreamThreads / kP)
   const int64_t N = g.N, M = g.M;
   // kQB = 0: rows solved alone (SweepArgs::uncoupled).
   constexpr bool kUncoupled = kQB == 0;
+  static_assert(!kWin || (Q == 1 && !kUncoupled), "windows: one block a task, rows coupled");
   using L = StreamLayout<CH, Q, kBulk, kP>;
   static_assert(!kBulk || std::is_same_v<T, double>, "bulk copies: float64 tiles");
   const uint32_t skip = kBulk ? (1024u - (SmemAddr(smem_raw) & 1023u)) & 1023u : 0u;
@@ -1187,7 +1218,7 @@ __global__ void __launch_bounds__(kP, kStreamThreads / kP)
   __shared__ uint64_t bar;  // kBulk: the tile's copies
   uint32_t parity = 0;
   if (kBulk && tid == 0) BarInit(&bar);
-  __shared__ int64_t next_row;
+  __shared__ int64_t next_row, next_win;
   __shared__ int next_sweep, task_bad;
   [[maybe_unused]] SweepCluster cluster;
   const int rank = Q > 1 ? int(cluster.block_rank()) : 0;
@@ -1195,13 +1226,14 @@ __global__ void __launch_bounds__(kP, kStreamThreads / kP)
   const int64_t Ml = std::max<int64_t>(0, std::min<int64_t>(M - r0, int64_t(P) * CH));
   auto take = [&] {  // block 0, thread 0; read by every block after a cluster barrier
     if (rank == 0 && tid == 0) {
-      int64_t s, i;
-      TakeTask(g, s, i);
+      int64_t s, i, w = 0;
+      TakeTask<kWin>(g, s, i, &w);
       next_sweep = int(s);
       next_row = i;
+      next_win = w;
     }
   };
-  auto read = [&](int& s, int64_t& i) {
+  auto read = [&](int& s, int64_t& i, int64_t& w) {
     if constexpr (Q > 1) {
       s = *cluster.map_shared_rank(&next_sweep, 0);
       i = *cluster.map_shared_rank(&next_row, 0);
@@ -1209,9 +1241,35 @@ __global__ void __launch_bounds__(kP, kStreamThreads / kP)
       s = next_sweep;
       i = next_row;
     }
+    w = kWin ? next_win : 0;
   };
-  auto prefetch = [&](int64_t i) {
-    const int64_t base = Perm(i, N) * M + r0;
+  // The rows of the task's row that this block holds: [lo, lo + ml) of it, stored [c0, c1).
+  auto part = [&](int64_t w, int64_t& lo, int64_t& ml, int64_t& c0, int64_t& c1) {
+    if constexpr (kWin) {
+      const WindowRows r = WindowAt(g.win, M, w);
+      lo = r.lo, ml = r.hi - r.lo, c0 = r.c0, c1 = r.c1;
+    } else {
+      lo = r0, ml = Ml, c0 = r0, c1 = r0 + Ml;
+    }
+  };
+  auto prefetch = [&](int64_t i, int64_t w) {
+    int64_t lo, ml, c0, c1;
+    part(w, lo, ml, c0, c1);
+    const int64_t base = Perm(i, N) * M + lo;
+    if constexpr (kBulk && kWin) {
+      // Warp 0 issues the window's boxes, array by array (ml <= P CH: at most 64).
+      const int boxes = int((ml + kWinBox - 1) / kWinBox);
+      if (tid < 32) {
+        if (tid == 0) BarExpect(&bar, 4u * boxes * kWinBox * sizeof(T));
+        __syncwarp();
+        for (int k = tid; k < 4 * boxes; k += 32) {
+          const int a = k / boxes, b = k - a * boxes;
+          BulkLoadRows(tile + a * tsz + b * kWinBox, &maps.m[a], int(base / CH) + b * kWinBoxRows,
+                       &bar);
+        }
+      }
+      return;
+    }
     if constexpr (kBulk) {
       if (tid == 0) {
         BarExpect(&bar, 4u * P * CH * sizeof(T));
@@ -1224,7 +1282,7 @@ __global__ void __launch_bounds__(kP, kStreamThreads / kP)
 #pragma unroll
     for (int q = 0; q < CH; ++q) {
       const int e = tid + q * P;
-      if (e < Ml)
+      if (e < ml)
 #pragma unroll
         for (int a = 0; a < 4; ++a)
           __pipeline_memcpy_async(tile + a * tsz + e + e / CH, src[a] + e, sizeof(T));
@@ -1234,14 +1292,14 @@ __global__ void __launch_bounds__(kP, kStreamThreads / kP)
   take();
   if constexpr (Q > 1) cluster.sync(); else __syncthreads();  // bar initialized too
   int s;
-  int64_t i;
-  read(s, i);
+  int64_t i, w;
+  read(s, i, w);
   if (i < 0) {
     if constexpr (Q > 1) cluster.sync();  // block 0 stays until every block has read
     return;
   }
   if constexpr (Q > 1) cluster.barrier_arrive();  // done reading block 0's task
-  prefetch(i);
+  prefetch(i, w);
   TRISOLVE_PHASE_CLOCK(clock);
   for (;;) {
     // Q > 1: every block is done with its `gather` (and Y's staging over it) and with block 0's
@@ -1251,12 +1309,14 @@ __global__ void __launch_bounds__(kP, kStreamThreads / kP)
     clock.Mark(kPhaseClusterWait);
     if (tid == 0) {
       task_bad = 0;
-      if constexpr (!kUncoupled) WaitInputs<Q>(g, s, i);
+      if constexpr (!kUncoupled) WaitInputs<Q, kWin>(g, s, i);
     }
     take();
     __syncthreads();  // the inputs are done
     clock.Mark(kPhaseInputs);
     const int64_t base = Perm(i, N) * M;
+    int64_t lo, ml, c0, c1;
+    part(w, lo, ml, c0, c1);
     const bool odd = g.kind == SweepKind::kJacobi && (s & 1);
     const T* yin = odd ? g.Y1 : g.Y0;
     T* yout = g.kind != SweepKind::kJacobi ? g.Y0 : odd ? g.Y0 : g.Y1;
@@ -1269,25 +1329,28 @@ __global__ void __launch_bounds__(kP, kStreamThreads / kP)
     if constexpr (kUncoupled)
       ready();  // the right-hand side is F
     else
-      SubtractNeighboursStaged<CH, kQB, P, kBulk>(g, yin, i, base, r0, Ml, tile + 3 * tsz,
+      SubtractNeighboursStaged<CH, kQB, P, kBulk>(g, yin, i, base, lo, ml, tile + 3 * tsz,
                                                   ready);
     parity ^= 1;
     __syncthreads();
     clock.Mark(kPhaseNeighbours);
+    // The chunk's rows as rows of the system the block solves: the row (from r0), or the
+    // window (from lo; its first and last couplings dropped).
+    const int64_t chunk = kWin ? tid : int64_t(rank) * P + tid, rows = kWin ? ml : M;
     T a[CH], b[CH], c[CH], d[CH];
     if constexpr (kBulk) {
-      ReadChunkSwizzled<CH>(tile, tsz, int64_t(rank) * P + tid, M, a, b, c, d);
+      ReadChunkSwizzled<CH>(tile, tsz, chunk, rows, a, b, c, d);
       FenceProxyAsync();  // the barrier before the next copies follows
     } else {
-      ReadChunkFromTile<CH>(tile, tsz, 0, int64_t(rank) * P + tid, M, a, b, c, d);
+      ReadChunkFromTile<CH>(tile, tsz, 0, chunk, rows, a, b, c, d);
     }
     int s2;
-    int64_t i2;
+    int64_t i2, w2;
     // Once every thread has read the tile (and block 0 has taken the next task): the next
     // task's copies.
     auto next = [&] {
-      read(s2, i2);
-      if (i2 >= 0) prefetch(i2);
+      read(s2, i2, w2);
+      if (i2 >= 0) prefetch(i2, w2);
     };
     if constexpr (Q == 1) {
       __syncthreads();
@@ -1318,12 +1381,12 @@ __global__ void __launch_bounds__(kP, kStreamThreads / kP)
     if constexpr (Q > 1) __syncthreads();  // this block's threads have their x: ystage free
     clock.Mark(kPhaseBack);
     auto where = [&](int e, int64_t& gi, int& pos) {
-      if (e >= Ml) return false;
+      if (kWin ? e < c0 - lo || e >= c1 - lo : e >= Ml) return false;
       gi = e;
       pos = e + e / CH;
       return true;
     };
-    StoreFlat<CH>(yout + base + r0, ystage, P, where, d);  // ends with a barrier
+    StoreFlat<CH>(yout + base + lo, ystage, P, where, d);  // ends with a barrier
     // Q > 1: this block is done with its `gather` (and Y's staging over it) and with block 0's
     // next task: the others may write into them. (Arriving right after the reduced system,
     // before Y's staging, with memory of its own for it, measured no faster on the H100: the
@@ -1334,7 +1397,7 @@ __global__ void __launch_bounds__(kP, kStreamThreads / kP)
       if constexpr (kUncoupled) {
         if (task_bad) g.bad[Perm(i, N)] = 1;
       } else {
-        PublishTask<Q>(g, s, i, task_bad);
+        PublishTask<Q, kWin>(g, s, i, task_bad);
       }
     }
     clock.Mark(kPhasePublish);
@@ -1346,6 +1409,7 @@ __global__ void __launch_bounds__(kP, kStreamThreads / kP)
     }
     s = s2;
     i = i2;
+    w = w2;
   }
 }
 
@@ -1366,6 +1430,7 @@ struct SweepForm {
   int chunk = 0, Q = 1;
   bool stream = false;
   int threads = kStreamThreads;  // stream: a block's threads
+  WindowPlan win{};              // the windowed form (per_system > 1)
 };
 SweepForm SweepFormFor(int64_t M, bool float64, SweepKind kind) {
   // gauss-seidel keeps 8 rows a thread (512 threads) up to 4096: 0.767 -> 0.682 ms a sweep at
@@ -1393,6 +1458,79 @@ SweepForm SweepFormFor(int64_t M, bool float64, SweepKind kind) {
   return SweepForm{ch, Q, stream, threads};
 }
 
+// The windowed form's tile (one streamed block of 256 threads x 16 rows) and the halos it may
+// read: multiples of 16 rows (the bulk copies' boxes stay aligned), the least the rows allow.
+constexpr int64_t kSweepWindowRows = int64_t(kStreamThreads) * 16;
+constexpr int kSweepHaloStep = 16, kSweepHaloLevels = 16;  // halos of 16, 32, ..., 256 rows
+
+// Whether the sweeps may run windowed (before the rows' check): the tuning's (window 1: any
+// row over one window, -1 never), else red-black and jacobi in float64 where no other fused
+// form holds the row (M over 16384). Gauss-seidel never: its tasks are taken by diagonals.
+bool SweepWindowsWanted(int64_t M, bool float64, SweepKind kind, bool fused_form) {
+  if (!g_sweep.fused || g_sweep.window < 0 || kind == SweepKind::kGaussSeidel ||
+      M <= kSweepWindowRows)
+    return false;
+  return g_sweep.window > 0 || (float64 && !fused_form);
+}
+
+// limit[k]: the dominance limit of a halo of kSweepHaloStep (k + 1) rows (trisolve/windows.h).
+template <typename T>
+struct HaloLimits {
+  T limit[kSweepHaloLevels];
+};
+
+// The least halo level every row of every block row's line system allows: the largest over
+// the rows of the least k with (|a| + |c|) <= limit[k] |b| (the couplings past the line
+// excluded), kSweepHaloLevels where a row passes none (NaN included). *level is raised, never
+// lowered (zero it first).
+template <typename T>
+__global__ void WindowHaloKernel(int64_t N, int64_t M, const T* __restrict__ a,
+                                 const T* __restrict__ b, const T* __restrict__ c,
+                                 HaloLimits<T> lim, int* level) {
+  int need = 0;
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < N * M;
+       e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t k = e % M;
+    const T off = (k > 0 ? std::abs(a[e]) : T(0)) + (k + 1 < M ? std::abs(c[e]) : T(0));
+    const T diag = std::abs(b[e]);
+    while (need < kSweepHaloLevels && !(off <= lim.limit[need] * diag)) ++need;
+  }
+  for (int o = 16; o > 0; o /= 2) need = max(need, __shfl_xor_sync(0xffffffffu, need, o));
+  if ((threadIdx.x & 31) == 0 && need > 0) atomicMax(level, need);
+}
+
+// The halo the windows take for these rows, checked on the device (one pass over aC, cC, bC,
+// waited for): the least of 16, 32, ..., 256 rows under whose limit every row falls (the rows
+// of the thesis' experiments: 64 in float64 for experiment 1, whose rows have ratios up to 1/2,
+// and 96 for experiment 2's 2/3); the tuning's window_halo where the rows allow it. 0: none
+// does (a row over float64's 0.864 or float32's 0.935, or not finite).
+template <typename T>
+absl::StatusOr<int64_t> SweepWindowHalo(const BlockTridiagonalProblem<T>& p, Pool& pool,
+                                        cudaStream_t stream) {
+  HaloLimits<T> lim;
+  for (int k = 0; k < kSweepHaloLevels; ++k)
+    lim.limit[k] = T(WindowDominanceLimit(kSweepHaloStep * (k + 1),
+                                          std::numeric_limits<T>::digits));
+  auto flag = pool.Get(sizeof(int));
+  if (!flag.ok()) return flag.status();
+  int* level = flag->as<int>();
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(level, 0, sizeof(int), stream));
+  const unsigned blocks = unsigned(std::min<int64_t>(Blocks(p.N * p.M), 8 * 1024));
+  WindowHaloKernel<T><<<blocks, kThreads, 0, stream>>>(p.N, p.M, p.aC, p.cC, p.bC, lim, level);
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  int h = kSweepHaloLevels;
+  TRISOLVE_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(&h, level, sizeof(int), cudaMemcpyDeviceToHost, stream));
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  if (h >= kSweepHaloLevels) return 0;
+  const int64_t need = int64_t(kSweepHaloStep) * (h + 1);
+  if (g_sweep.window_halo <= 0) return need;
+  const int64_t tuned = std::min<int64_t>((g_sweep.window_halo + kSweepHaloStep - 1) /
+                                              kSweepHaloStep * kSweepHaloStep,
+                                          kSweepWindowRows / 4);  // whole steps, cores of half
+  return tuned >= need ? tuned : 0;
+}
+
 // Whether the fused sweeps stage rows through shared memory: the tuning's, else for rows over
 // 2048 at 16 rows a thread (H100: 4096 staged 0.666 ms a sweep, direct 0.689-0.714; 1024 direct
 // 0.030 against 0.031; NOTES.md b6; 8 rows a thread at 4096 direct, gauss-seidel 0.682 against
@@ -1417,13 +1555,13 @@ absl::Status LaunchFusedSweeps(SweepArgs<T> g, cudaStream_t stream) {
   return CudaStatus(cudaLaunchKernelEx(&launch.cfg, kernel, g), "FusedSweepKernel launch");
 }
 
-template <int Q, int P, int kQB, typename T, bool kBulk>
+template <int Q, int P, int kQB, typename T, bool kBulk, bool kWin = false>
 absl::Status LaunchFusedStreamKernel(SweepArgs<T> g, const StreamMaps& maps,
                                      cudaStream_t stream) {
   constexpr int CH = 16;
   using L = StreamLayout<CH, Q, kBulk, P>;
   const size_t smem = sizeof(T) * size_t(L::kTotal) + L::kAlignSlack;
-  auto kernel = FusedSweepStreamKernel<CH, Q, kQB, T, sizeof(T) == 4, kBulk, P>;
+  auto kernel = FusedSweepStreamKernel<CH, Q, kQB, T, sizeof(T) == 4, kBulk, P, kWin>;
   LaunchConfig launch(0, P, smem, stream, Q);
   // The shared-memory attribute and the blocks (clusters) that run at once: asked once a
   // kernel, not at every launch (a solve to a tolerance launches one sweep at a time). One
@@ -1439,7 +1577,8 @@ absl::Status LaunchFusedStreamKernel(SweepArgs<T> g, const StreamMaps& maps,
         cudaMemsetAsync(g.done, 0, sizeof(int) * size_t(g.N), stream));
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(g.next, 0, sizeof(unsigned), stream));
   if (*groups < 1) return absl::ResourceExhaustedError("the streamed sweep kernel cannot run");
-  launch.cfg.gridDim = dim3(unsigned(std::min<int64_t>(*groups, int64_t(g.sweeps) * g.N) * Q));
+  const int64_t tasks = int64_t(g.sweeps) * g.N * std::max<int64_t>(g.win.per_system, 1);
+  launch.cfg.gridDim = dim3(unsigned(std::min<int64_t>(*groups, tasks) * Q));
   return CudaStatus(cudaLaunchKernelEx(&launch.cfg, kernel, g, maps),
                     "FusedSweepStreamKernel launch");
 }
@@ -1462,9 +1601,10 @@ PFN_cuTensorMapEncodeTiled_v12000 TensorMapEncoder() {
 }
 
 // The streamed kernel's tensor maps (StreamMaps): aC, cC, bC and F as N M / 16 rows of 16
-// float64 values, boxes of 16 x P (a block's part of a row), 128-byte swizzle. False where they
-// cannot be made (the caller then copies by cp.async).
-bool EncodeStreamMaps(const SweepArgs<double>& g, int P, StreamMaps& maps) {
+// float64 values, boxes of 16 x `box_rows` (P: a block's part of a row; the windowed form's
+// kWinBoxRows), 128-byte swizzle. False where they cannot be made (the caller then copies by
+// cp.async).
+bool EncodeStreamMaps(const SweepArgs<double>& g, int box_rows, StreamMaps& maps) {
   const auto encode = TensorMapEncoder();
   if (!encode || g.M % 16 != 0 || !ClustersAvailable()) return false;  // sm_90+
   const double* arrays[4] = {g.aC, g.cC, g.bC, g.f};
@@ -1472,7 +1612,7 @@ bool EncodeStreamMaps(const SweepArgs<double>& g, int P, StreamMaps& maps) {
     if (reinterpret_cast<uintptr_t>(arrays[a]) % 16 != 0) return false;
     const cuuint64_t dims[2] = {16, cuuint64_t(g.N * g.M / 16)};
     const cuuint64_t strides[1] = {16 * sizeof(double)};
-    const cuuint32_t box[2] = {16, cuuint32_t(P)};
+    const cuuint32_t box[2] = {16, cuuint32_t(box_rows)};
     const cuuint32_t elem[2] = {1, 1};
     if (encode(&maps.m[a], CU_TENSOR_MAP_DATA_TYPE_FLOAT64, 2, const_cast<double*>(arrays[a]),
                dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
@@ -1492,6 +1632,15 @@ bool EncodeStreamMaps(const SweepArgs<double>& g, int P, StreamMaps& maps) {
 template <int Q, int P, typename T>
 absl::Status LaunchFusedStream(SweepArgs<T> g, cudaStream_t stream) {
   StreamMaps maps{};
+  if constexpr (Q == 1 && P == kStreamThreads) {  // the windowed form
+    if (g.win.per_system > 1) {
+      if constexpr (std::is_same_v<T, double>) {
+        if (g_sweep.bulk >= 0 && EncodeStreamMaps(g, kWinBoxRows, maps))
+          return LaunchFusedStreamKernel<Q, P, 8, T, true, true>(g, maps, stream);
+      }
+      return LaunchFusedStreamKernel<Q, P, 4, T, false, true>(g, maps, stream);
+    }
+  }
   if constexpr (std::is_same_v<T, double>) {
     if (g_sweep.bulk >= 0 && EncodeStreamMaps(g, P, maps))
       return g.uncoupled            ? LaunchFusedStreamKernel<Q, P, 0, T, true>(g, maps, stream)
@@ -1611,12 +1760,23 @@ absl::StatusOr<SolveInfo> SolveBlockTridiagonalDevice(const BlockTridiagonalProb
   const SweepKind kind = method == BlockMethod::kJacobi        ? SweepKind::kJacobi
                          : method == BlockMethod::kGaussSeidel ? SweepKind::kGaussSeidel
                                                                : SweepKind::kRedBlack;
-  const SweepForm form = g_sweep.fused ? SweepFormFor(M, sizeof(T) == 8, kind) : SweepForm{};
+  SweepForm form = g_sweep.fused ? SweepFormFor(M, sizeof(T) == 8, kind) : SweepForm{};
+  // Rows too long for the fused forms: the streamed form over overlapping windows of each row
+  // (SweepArgs::win), where every row of the line systems is dominant enough for them (checked
+  // once a solve, on the caller's arrays: the row scaling leaves the ratios as they are).
+  if (SweepWindowsWanted(M, sizeof(T) == 8, kind, form.chunk > 0)) {
+    auto halo = SweepWindowHalo(p, pool, stream);
+    if (!halo.ok()) return halo.status();
+    if (*halo > 0)
+      form = SweepForm{16, 1, true, kStreamThreads,
+                       PlanWindows(M, kSweepWindowRows, *halo, kSweepHaloStep)};
+  }
   const int chunk = form.chunk;
+  const int64_t parts = std::max<int64_t>(form.win.per_system, 1);  // tasks a row and sweep
   // Sweeps a launch: long enough that the launches cost nothing, short enough that a cancelled
   // request stops soon and the task counter (32 bits) cannot overflow.
-  const int per_launch = int(std::clamp<int64_t>((int64_t{1} << 30) / std::max<int64_t>(N, 1), 1,
-                                                 kSweepsPerLaunch));
+  const int per_launch = int(std::clamp<int64_t>(
+      (int64_t{1} << 30) / std::max<int64_t>(N * parts, 1), 1, kSweepsPerLaunch));
   // Colour-major copies: aC cC bC cA cB f, the iterate, a second iterate (Jacobi), D (the
   // two-kernel path's right-hand sides only); flags. The double accumulators first, then the
   // fused sweeps' counters (done[N], next, the diagonal table), padded to 16 bytes: every array
@@ -1689,6 +1849,7 @@ absl::StatusOr<SolveInfo> SolveBlockTridiagonalDevice(const BlockTridiagonalProb
   auto fused_sweeps = [&](int sweeps) -> absl::Status {
     SweepArgs<T> g{N,    M,    aC,   cC,    bC,   cA,     cB,     f,   Y,
                    Y2,   done, next, flags, diag, 0,      sweeps, kind, vec};
+    g.win = form.win;
     if (kind == SweepKind::kGaussSeidel) {
       if (starts_sweeps != sweeps) {
         starts = DiagonalStarts(N, sweeps);
@@ -1708,7 +1869,9 @@ absl::StatusOr<SolveInfo> SolveBlockTridiagonalDevice(const BlockTridiagonalProb
     return absl::OkStatus();
   };
   if (chunk > 0) {
-    info.method += "+fused";
+    info.method += form.win.per_system > 1
+                       ? "+fused+windows(halo " + std::to_string(form.win.halo) + ")"
+                       : "+fused";
     while (it < o.max_iterations) {
       if (o.tol > 0 && res <= o.tol) break;
       if (control.Cancelled()) return absl::CancelledError("solve cancelled");

@@ -166,6 +166,16 @@ int main(int argc, char** argv) {
     paths.push_back({"fused, 16 rows, streamed, 128 threads, groups of 4" + blocks,
                      {true, 16, 0, q, 1, 0, 128, 4}});
   }
+  // Rows as overlapping windows of 4096 (a block of 256 x 16 a window; what auto runs over
+  // 16384), at every size over 4096: the least halo the rows allow (experiment 1: 64), and 256.
+  for (int halo : {0, 256}) {
+    trisolve::cuda::SweepTuning t;
+    t.window = 1;
+    t.window_halo = halo;
+    paths.push_back({"fused, 16 rows, streamed, windows" +
+                         (halo > 0 ? ", halo " + std::to_string(halo) : std::string()),
+                     t});
+  }
   paths.push_back({"rhs + partitioned", {false, 0, 0, 0, 0}});
   const std::vector<int64_t> sizes = only.empty() ? std::vector<int64_t>{1024, 4096, 8192} : only;
   for (int64_t NM : sizes) {
@@ -187,6 +197,8 @@ int main(int argc, char** argv) {
         const int threads = path.t.stream_threads ? path.t.stream_threads
                             : path.t.chunk >= 16        ? 256
                                                         : 512;
+        if (path.t.window > 0 && (NM <= 4096 || m == trisolve::BlockMethod::kGaussSeidel))
+          continue;  // (gauss-seidel is never windowed)
         if (path.t.fused && path.t.chunk != 0 &&
             (int64_t(path.t.chunk) * threads * q < NM ||
              (q > 1 && int64_t(path.t.chunk) * threads * q >= 2 * NM) ||  // blocks left idle
