@@ -1,4 +1,5 @@
 // The CUDA backend's block iterations against the CPU reference. Skips, saying so, without a GPU.
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -103,8 +104,9 @@ INSTANTIATE_TEST_SUITE_P(
                                          std::pair<int64_t, int64_t>{5, 5000},
                                          std::pair<int64_t, int64_t>{3, 8192},
                                          std::pair<int64_t, int64_t>{2, 12289},
-                                         // over 16384: the right-hand-side kernel and the
-                                         // partitioned solve
+                                         // over 16384: red-black and jacobi windowed
+                                         // (float64), the rest the right-hand-side kernel
+                                         // and the partitioned solve
                                          std::pair<int64_t, int64_t>{2, 16400}),
                        ::testing::Values(BlockMethod::kGaussSeidel, BlockMethod::kRedBlack,
                                          BlockMethod::kJacobi)),
@@ -212,6 +214,43 @@ TEST(CudaBlock, WindowedSweepsMatchTheCpu) {
       }
     Compare(Experiment<double>(1, 7, 9000), BlockMethod::kJacobi, {65, 0, false}, 1e-12);
     Compare(Experiment<double>(1, 6, 9008), BlockMethod::kRedBlack, {65, 0, false}, 1e-12);
+    // Random couplings of both signs, each row's ratio (|a| + |c|) / |b| drawn up to 0.86 (its
+    // largest of 45,000 draws over 240's limit, 0.856: the halo 256; float32 128, 112's limit
+    // 0.858) and, in a second system, up to 0.3 (over 16's limit 0.110, under 32's 0.321: 32;
+    // float32 16, whose limit is 0.336); the diagonal of either sign; the couplings between
+    // block rows small (0.05), random right-hand sides.
+    for (double most : {0.86, 0.3}) {
+      const int64_t N = 5, M = 9000;
+      auto s = Experiment<double>(1, N, M);
+      std::mt19937_64 rng(11);
+      std::uniform_real_distribution<double> u(-1, 1), r(0, most);
+      for (int64_t e = 0; e < N * M; ++e) {
+        const int64_t k = e % M;
+        auto coupling = [&] {
+          const double v = u(rng);
+          return (v < 0 ? -0.25 : 0.25) + 0.75 * v;  // 0.25 to 1 in size
+        };
+        const double a = k > 0 ? coupling() : 0.0, c = k + 1 < M ? coupling() : 0.0;
+        const double sign = u(rng) < 0 ? -1.0 : 1.0;
+        s.a["aC"][e] = a;
+        s.a["bC"][e] = c;
+        s.a["cC"][e] = sign * (std::abs(a) + std::abs(c)) / std::max(r(rng), 1e-3);
+        s.a["cA"][e] = s.a["cA"][e] == 0 ? 0.0 : 0.05 * u(rng);
+        s.a["cB"][e] = s.a["cB"][e] == 0 ? 0.0 : 0.05 * u(rng);
+        s.a["f"][e] = u(rng);
+      }
+      SCOPED_TRACE(::testing::Message() << "bulk " << bulk << " random, ratios up to " << most);
+      for (auto m : {BlockMethod::kRedBlack, BlockMethod::kJacobi}) {
+        Compare(s, m, {7, 0, false}, 1e-12);
+        EXPECT_EQ(MethodRun(s, m), std::string(MethodName(m)) + "+fused+windows(halo " +
+                                       (most > 0.5 ? "256" : "32") + ")");
+        Sys<float> f{N, M, {}};
+        for (auto& [k, v] : s.a) f.a[k] = std::vector<float>(v.begin(), v.end());
+        Compare(f, m, {7, 0, false}, 1e-4);
+        EXPECT_EQ(MethodRun(f, m), std::string(MethodName(m)) + "+fused+windows(halo " +
+                                       (most > 0.5 ? "128" : "16") + ")");
+      }
+    }
   }
   cuda::SetSweepTuning(saved);
 }
