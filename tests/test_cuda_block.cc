@@ -338,6 +338,15 @@ TEST(CudaBlock, FusedSweepsManyShortRows) {
       EXPECT_EQ(info->method, std::string(MethodName(m)) + form) << M;
     }
   }
+  // One sweep over 16384 skips the windows' check (a third of a sweep): the two-kernel path.
+  auto s = Experiment<double>(1, 3, 16385);
+  Compare(s, BlockMethod::kRedBlack, {1, 0, false}, 1e-12);
+  std::vector<double> y(s.N * s.M);
+  SystemStatus st;
+  auto info = Cuda()->Solve(s.P(), BlockMethod::kRedBlack, {1, 0, false},
+                            BlockOutput<double>{y.data(), &st}, SolveControl{});
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->method, "red-black");
 }
 
 TEST(CudaBlock, ConjugateGradientsMatchTheCpu) {

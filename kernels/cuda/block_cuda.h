@@ -47,7 +47,8 @@ namespace trisolve::cuda {
 // (trisolve/windows.h; a task a window) for any M over 4096, -1 never; 0: for float64 rows too
 // long for the other fused forms (over 16384). Either way only where every row of the line
 // systems has (|a| + |c|) / |b| under the limit of a halo of 256 (0.864 float64, 0.935
-// float32), checked once a solve; else the two-kernel half-sweeps. window_halo: the rows each
+// float32), checked once a solve (not for a solve of one sweep, unless window is 1); else the
+// two-kernel half-sweeps. window_halo: the rows each
 // window reads past its core on each side, rounded up to a multiple of 16 (at most 1024), where
 // the rows' ratios allow it (else no windows); 0: the least multiple of 16 they allow (64 for
 // ratios up to 0.562 in float64, 256 up to 0.864). The method reported names the halo:

@@ -1488,12 +1488,15 @@ __global__ void WindowHaloKernel(int64_t N, int64_t M, const T* __restrict__ a,
                                  const T* __restrict__ b, const T* __restrict__ c,
                                  HaloLimits<T> lim, int* level) {
   int need = 0;
-  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < N * M;
-       e += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t k = e % M;
+  // The element's column k = e mod M kept up to date as e strides (no division in the loop).
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x, step = stride % M;
+  int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x, k = e % M;
+  for (; e < N * M; e += stride) {
     const T off = (k > 0 ? std::abs(a[e]) : T(0)) + (k + 1 < M ? std::abs(c[e]) : T(0));
     const T diag = std::abs(b[e]);
     while (need < kSweepHaloLevels && !(off <= lim.limit[need] * diag)) ++need;
+    k += step;
+    if (k >= M) k -= M;
   }
   for (int o = 16; o > 0; o /= 2) need = max(need, __shfl_xor_sync(0xffffffffu, need, o));
   if ((threadIdx.x & 31) == 0 && need > 0) atomicMax(level, need);
@@ -1763,8 +1766,11 @@ absl::StatusOr<SolveInfo> SolveBlockTridiagonalDevice(const BlockTridiagonalProb
   SweepForm form = g_sweep.fused ? SweepFormFor(M, sizeof(T) == 8, kind) : SweepForm{};
   // Rows too long for the fused forms: the streamed form over overlapping windows of each row
   // (SweepArgs::win), where every row of the line systems is dominant enough for them (checked
-  // once a solve, on the caller's arrays: the row scaling leaves the ratios as they are).
-  if (SweepWindowsWanted(M, sizeof(T) == 8, kind, form.chunk > 0)) {
+  // once a solve, on the caller's arrays: the row scaling leaves the ratios as they are). The
+  // check costs about a third of a sweep (3 of 8 arrays): a solve of one sweep skips it unless
+  // the tuning asks for the windows (H100, 20480: L = 1 45.5 ms windowed, 44.2 two-kernel).
+  if (SweepWindowsWanted(M, sizeof(T) == 8, kind, form.chunk > 0) &&
+      (o.max_iterations > 1 || g_sweep.window > 0)) {
     auto halo = SweepWindowHalo(p, pool, stream);
     if (!halo.ok()) return halo.status();
     if (*halo > 0)
