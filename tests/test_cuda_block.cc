@@ -57,12 +57,12 @@ void Compare(const Sys<T>& s, BlockMethod m, BlockOptions o, double tol) {
   EXPECT_NEAR(ig->residual, ic->residual, 1e-6 * (1 + ic->residual));
 }
 
-// The method the CUDA backend reports for two sweeps of s (which path ran).
+// The method the CUDA backend reports for L sweeps of s (which path ran).
 template <typename T>
-std::string MethodRun(const Sys<T>& s, BlockMethod m) {
+std::string MethodRun(const Sys<T>& s, BlockMethod m, int64_t L = 2) {
   std::vector<T> y(size_t(s.N * s.M));
   SystemStatus st;
-  auto info = Cuda()->Solve(s.P(), m, {2, 0, false}, BlockOutput<T>{y.data(), &st},
+  auto info = Cuda()->Solve(s.P(), m, {L, 0, false}, BlockOutput<T>{y.data(), &st},
                             SolveControl{});
   if (!info.ok()) return info.status().ToString();
   return info->method;
@@ -300,12 +300,7 @@ TEST(CudaBlock, WindowedSweepsFallBackWhereARowIsNotDominantEnough) {
   auto s = Experiment<double>(1, 2, 16400);
   s.a["cC"][100] = (std::abs(s.a["aC"][100]) + std::abs(s.a["bC"][100])) / 0.95;
   Compare(s, BlockMethod::kJacobi, {3, 0, false}, 1e-12);
-  std::vector<double> y(size_t(2 * 16400));
-  SystemStatus st;
-  auto info = Cuda()->Solve(s.P(), BlockMethod::kJacobi, {2, 0, false},
-                            BlockOutput<double>{y.data(), &st}, SolveControl{});
-  ASSERT_TRUE(info.ok()) << info.status();
-  EXPECT_EQ(info->method, "jacobi");
+  EXPECT_EQ(MethodRun(s, BlockMethod::kJacobi), "jacobi");
 }
 
 // Many short rows, many sweeps: thousands of tiny tasks racing on the per-row counters. Also
@@ -314,39 +309,24 @@ TEST(CudaBlock, FusedSweepsManyShortRows) {
   REQUIRE_GPU();
   for (auto m : {BlockMethod::kRedBlack, BlockMethod::kJacobi, BlockMethod::kGaussSeidel}) {
     Compare(Experiment<double>(1, 3000, 5), m, {100, 0, false}, 1e-12);
-    auto s = Experiment<double>(1, 257, 33);
-    std::vector<double> y(s.N * s.M);
-    SystemStatus st;
-    auto info = Cuda()->Solve(s.P(), m, {3, 0, false}, BlockOutput<double>{y.data(), &st},
-                              SolveControl{});
-    ASSERT_TRUE(info.ok()) << info.status();
-    EXPECT_EQ(info->method, std::string(MethodName(m)) + "+fused");
+    EXPECT_EQ(MethodRun(Experiment<double>(1, 257, 33), m, 3),
+              std::string(MethodName(m)) + "+fused");
   }
   // Rows over 4096 on a cluster of blocks (fused, red-black and jacobi in float64 streamed) up
   // to 16384; over that red-black and jacobi windowed, gauss-seidel the two-kernel half-sweeps.
   for (int64_t M : {5000, 12000, 16385}) {
-    auto s = Experiment<double>(1, 3, M);
-    std::vector<double> y(s.N * s.M);
-    SystemStatus st;
+    const auto s = Experiment<double>(1, 3, M);
     for (auto m : {BlockMethod::kRedBlack, BlockMethod::kJacobi, BlockMethod::kGaussSeidel}) {
-      auto info = Cuda()->Solve(s.P(), m, {3, 0, false}, BlockOutput<double>{y.data(), &st},
-                                SolveControl{});
-      ASSERT_TRUE(info.ok()) << info.status();
       const std::string form = M <= 16384                       ? "+fused"
                                : m == BlockMethod::kGaussSeidel ? ""
                                                                 : "+fused+windows(halo 64)";
-      EXPECT_EQ(info->method, std::string(MethodName(m)) + form) << M;
+      EXPECT_EQ(MethodRun(s, m, 3), std::string(MethodName(m)) + form) << M;
     }
   }
   // One sweep over 16384 skips the windows' check (a third of a sweep): the two-kernel path.
   auto s = Experiment<double>(1, 3, 16385);
   Compare(s, BlockMethod::kRedBlack, {1, 0, false}, 1e-12);
-  std::vector<double> y(s.N * s.M);
-  SystemStatus st;
-  auto info = Cuda()->Solve(s.P(), BlockMethod::kRedBlack, {1, 0, false},
-                            BlockOutput<double>{y.data(), &st}, SolveControl{});
-  ASSERT_TRUE(info.ok()) << info.status();
-  EXPECT_EQ(info->method, "red-black");
+  EXPECT_EQ(MethodRun(s, BlockMethod::kRedBlack, 1), "red-black");
 }
 
 TEST(CudaBlock, ConjugateGradientsMatchTheCpu) {

@@ -1196,7 +1196,8 @@ constexpr int kWinBoxRows = 16, kWinBox = 16 * kWinBoxRows;
 
 // kWin (Q = 1, g.win): a task is one window of a row's line solve (trisolve/windows.h), rows
 // [lo, hi) of the row in the tile, solved alone (the couplings past them dropped; the caller has
-// checked every row dominant enough, CheckWindowRows) and Y stored on its core [c0, c1) only.
+// checked every row dominant enough for the halo, SweepWindowHalo) and Y stored on its core
+// [c0, c1) only.
 template <int CH, int Q, int kQB, typename T, bool kLazy, bool kBulk, int kP, bool kWin>
 __global__ void __launch_bounds__(kP, kStreamThreads / kP)
     FusedSweepStreamKernel(SweepArgs<T> g, const __grid_constant__ StreamMaps maps) {
