@@ -13,9 +13,11 @@
 #include <vector>
 
 #include "block_cuda.h"
+#include "bulk_copy.cuh"
 #include "check.h"
 #include "launch.h"
 #include "partitioned.cuh"
+#include "pinned_word.h"
 #include "tridiagonal_cuda.h"
 #include "trisolve/windows.h"
 
@@ -1111,55 +1113,6 @@ struct StreamMaps {
   CUtensorMap m[4];
 };
 
-__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
-  return uint32_t(__cvta_generic_to_shared(p));
-}
-// The copies' instructions exist from compute capability 9.0 (LaunchFusedStream picks them only
-// there); in builds for older devices the helpers trap, as SweepCluster's calls do.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-__device__ __forceinline__ void BarInit(uint64_t* bar) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(SmemAddr(bar)) : "memory");
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-}
-__device__ __forceinline__ void BarExpect(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(SmemAddr(bar)),
-               "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void BarWait(uint64_t* bar, uint32_t parity) {
-  uint32_t done;
-  do {
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        " selp.u32 %0, 1, 0, p;\n}"
-        : "=r"(done)
-        : "r"(SmemAddr(bar)), "r"(parity)
-        : "memory");
-  } while (!done);
-}
-__device__ __forceinline__ void BulkLoadRows(void* dst, const CUtensorMap* map, int row,
-                                             uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%2, %3}], [%4];" ::"r"(SmemAddr(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(0), "r"(row), "r"(SmemAddr(bar))
-      : "memory");
-}
-// This thread's generic-proxy accesses to the tile ordered before the copy engine's next
-// writes into it (with the barrier that follows).
-__device__ __forceinline__ void FenceProxyAsync() {
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-#else
-__device__ __forceinline__ void BarInit(uint64_t*) { __trap(); }
-__device__ __forceinline__ void BarExpect(uint64_t*, uint32_t) { __trap(); }
-__device__ __forceinline__ void BarWait(uint64_t*, uint32_t) { __trap(); }
-__device__ __forceinline__ void BulkLoadRows(void*, const CUtensorMap*, int, uint64_t*) {
-  __trap();
-}
-__device__ __forceinline__ void FenceProxyAsync() { __trap(); }
-#endif
-
 // ReadChunkFromTile for the swizzled tile: thread t's chunk is row t (128 bytes), read as 8
 // pieces of 16 bytes; rows past n identity rows, a[0] and c[n - 1] zeroed.
 template <int CH>
@@ -1265,8 +1218,8 @@ __global__ void __launch_bounds__(kP, kStreamThreads / kP)
         __syncwarp();
         for (int k = tid; k < 4 * boxes; k += 32) {
           const int a = k / boxes, b = k - a * boxes;
-          BulkLoadRows(tile + a * tsz + b * kWinBox, &maps.m[a], int(base / CH) + b * kWinBoxRows,
-                       &bar);
+          BulkLoad2D(tile + a * tsz + b * kWinBox, &maps.m[a], 0,
+                     int(base / CH) + b * kWinBoxRows, &bar);
         }
       }
       return;
@@ -1275,7 +1228,7 @@ __global__ void __launch_bounds__(kP, kStreamThreads / kP)
       if (tid == 0) {
         BarExpect(&bar, 4u * P * CH * sizeof(T));
 #pragma unroll
-        for (int a = 0; a < 4; ++a) BulkLoadRows(tile + a * tsz, &maps.m[a], int(base / CH), &bar);
+        for (int a = 0; a < 4; ++a) BulkLoad2D(tile + a * tsz, &maps.m[a], 0, int(base / CH), &bar);
       }
       return;
     }
@@ -1522,10 +1475,12 @@ absl::StatusOr<int64_t> SweepWindowHalo(const BlockTridiagonalProblem<T>& p, Poo
   const unsigned blocks = unsigned(std::min<int64_t>(Blocks(p.N * p.M), 8 * 1024));
   WindowHaloKernel<T><<<blocks, kThreads, 0, stream>>>(p.N, p.M, p.aC, p.cC, p.bC, lim, level);
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  int h = kSweepHaloLevels;
+  auto word = PinnedWord::Take();
+  if (!word.ok()) return word.status();
   TRISOLVE_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(&h, level, sizeof(int), cudaMemcpyDeviceToHost, stream));
+      cudaMemcpyAsync(word->get(), level, sizeof(int), cudaMemcpyDeviceToHost, stream));
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  const int h = *word->get();
   if (h >= kSweepHaloLevels) return 0;
   const int64_t need = int64_t(kSweepHaloStep) * (h + 1);
   if (g_sweep.window_halo <= 0) return need;
@@ -1585,23 +1540,6 @@ absl::Status LaunchFusedStreamKernel(SweepArgs<T> g, const StreamMaps& maps,
   launch.cfg.gridDim = dim3(unsigned(std::min<int64_t>(*groups, tasks) * Q));
   return CudaStatus(cudaLaunchKernelEx(&launch.cfg, kernel, g, maps),
                     "FusedSweepStreamKernel launch");
-}
-
-// cuTensorMapEncodeTiled from the driver (through the runtime: no link to libcuda), or null.
-PFN_cuTensorMapEncodeTiled_v12000 TensorMapEncoder() {
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
-  static std::once_flag once;
-  std::call_once(once, [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult q;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
-                                         &q) == cudaSuccess &&
-        q == cudaDriverEntryPointSuccess)
-      fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-    else
-      cudaGetLastError();
-  });
-  return fn;
 }
 
 // The streamed kernel's tensor maps (StreamMaps): aC, cC, bC and F as N M / 16 rows of 16

@@ -15,6 +15,7 @@
 #include "launch.h"
 #include "numerics.cuh"
 #include "partitioned.cuh"
+#include "pinned_word.h"
 #include "tridiagonal_cuda.h"
 #include "trisolve/windows.h"
 
@@ -739,46 +740,6 @@ absl::StatusOr<bool> LaunchStreamInterleavedM(const TridiagonalProblem<T>& p, T*
 
 // ---- overlapping windows (trisolve/windows.h) ------------------------------------------------
 constexpr int kWindowThreads = 256, kWindowChunk = 16;  // windows of 4096 rows, one a block
-
-// A word of pinned host memory for a device-to-host copy of one int: the windows' answer read
-// back without the pageable copy's staging. Pages of 1024 words are allocated as calls in flight
-// need them and kept for the process (a few KB); a word goes back when its holder is destroyed.
-class PinnedWord {
- public:
-  static absl::StatusOr<PinnedWord> Take() {
-    std::lock_guard<std::mutex> lock(Mu());
-    auto& free = Free();
-    if (free.empty()) {
-      void* page = nullptr;
-      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaHostAlloc(&page, 1024 * sizeof(int), 0));
-      for (int i = 0; i < 1024; ++i) free.push_back(static_cast<int*>(page) + i);
-    }
-    PinnedWord w;
-    w.p_ = free.back();
-    free.pop_back();
-    return w;
-  }
-  PinnedWord() = default;
-  PinnedWord(PinnedWord&& o) noexcept : p_(std::exchange(o.p_, nullptr)) {}
-  PinnedWord& operator=(PinnedWord&&) = delete;
-  ~PinnedWord() {
-    if (p_ == nullptr) return;
-    std::lock_guard<std::mutex> lock(Mu());
-    Free().push_back(p_);
-  }
-  int* get() const { return p_; }
-
- private:
-  static std::mutex& Mu() {
-    static std::mutex mu;
-    return mu;
-  }
-  static std::vector<int*>& Free() {
-    static std::vector<int*> free;
-    return free;
-  }
-  int* p_ = nullptr;
-};
 
 // Rows read beyond a window's core on each side: the tuning's, else 256, so that rows with
 // (|a| + |c|) / |b| up to 0.864 (float64) / 0.935 (float32) qualify; 4096-row windows then read
