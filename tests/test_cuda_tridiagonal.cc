@@ -214,6 +214,7 @@ TEST(CudaTridiagonal, AutoPicksTheMeasuredKernelByShape) {
     std::optional<K> ran = std::nullopt;  // where it is not `kernel`
   };
   const K W = K::kPartitionedWindow;
+  const K TW = K::kThomasWindow;
   for (const Pick& c : {Pick{32, 100, Layout::kFlat, false, K::kPartitioned},
                         Pick{64, 100, Layout::kFlat, false, K::kPartitionedStream},
                         Pick{128, 100, Layout::kFlat, false, K::kPartitioned},
@@ -243,12 +244,16 @@ TEST(CudaTridiagonal, AutoPicksTheMeasuredKernelByShape) {
                         Pick{1 << 20, 2, Layout::kInterleaved, true, K::kPartitioned},
                         Pick{128, 100, Layout::kInterleaved, false, K::kPartitioned},
                         Pick{256, 100, Layout::kInterleaved, false, K::kPartitionedStream},
-                        Pick{1000, 64, Layout::kInterleaved, false, K::kPartitionedStream},
-                        Pick{1024, 64, Layout::kInterleaved, false, K::kPartitionedStream},
+                        Pick{512, 64, Layout::kInterleaved, false, K::kPartitionedStream},
+                        Pick{512, 64, Layout::kInterleaved, true, TW},
+                        Pick{1000, 64, Layout::kInterleaved, false, TW},
+                        Pick{1024, 64, Layout::kInterleaved, false, TW},
                         Pick{1024, 63, Layout::kInterleaved, false, K::kPartitionedCluster},
-                        Pick{2048, 64, Layout::kInterleaved, false, K::kPartitionedCluster},
-                        Pick{1024, 64, Layout::kInterleaved, true, K::kPartitionedCluster},
-                        Pick{4096, 64, Layout::kInterleaved, false, K::kPartitioned},
+                        Pick{2048, 64, Layout::kInterleaved, false, TW},
+                        Pick{1024, 64, Layout::kInterleaved, true, TW},
+                        Pick{4096, 64, Layout::kInterleaved, false, TW},
+                        Pick{4096, 16, Layout::kInterleaved, false, K::kPartitioned},
+                        Pick{4096, 16, Layout::kInterleaved, true, TW},
                         Pick{4096, 1, Layout::kInterleaved, false, K::kPartitionedStream}}) {
     SCOPED_TRACE(::testing::Message() << "n " << c.n << " batch " << c.batch
                                       << (c.layout == Layout::kFlat ? " flat" : " interleaved")
@@ -470,6 +475,97 @@ TEST(CudaTridiagonal, WindowsFallBackWhereARowIsNotDominantEnough) {
   };
   EXPECT_NE(Compare<double>(k, Layout::kFlat, TridiagonalMethod::kAuto, 1e-12, 1e-15, zero_row),
             "partitioned-window");
+}
+
+// thomas-window (the interleaved layout by Thomas, streamed, x stored by a look-ahead back
+// substitution), forced: n from 1 to 20000, batches of 2 to 2050 (a last group of 32 only partly
+// in the batch), whole systems and systems cut into 3 and 7 windows with halos of 256 and 64
+// rows, both precisions, singular systems (Compare makes two) flagged per system. The random
+// rows have (|a| + |c|) / |b| up to 0.8: windows past a system's first with a halo of 64 rows
+// (limits 0.56 / 0.77) fail their check and the exact path answers. A batch not whole 16-byte
+// words never takes it.
+TEST(CudaTridiagonal, ThomasWindowMatchesTheCpuReference) {
+  REQUIRE_GPU();
+  if (!cuda::ThomasWindowApplies(100, 64, Layout::kInterleaved, false))
+    GTEST_SKIP() << "thomas-window needs compute capability 9.0 (bulk tensor copies)";
+  const auto saved = cuda::GetPartitionedTuning();
+  int ran = 0;
+  for (int windows : {1, 3, 7})
+    for (int halo : {0, 64}) {
+      if (windows == 1 && halo == 64) continue;
+      auto t = saved;
+      t.thomas_window = 1;
+      t.thomas_windows = windows;
+      t.thomas_halo = halo;
+      cuda::SetPartitionedTuning(t);
+      for (Case k : {Case{1, 64}, Case{2, 34}, Case{7, 40}, Case{33, 100}, Case{100, 1000},
+                     Case{1000, 2050}, Case{4097, 66}, Case{20000, 34}, Case{20000, 7}}) {
+        const int64_t h = halo > 0 ? halo : 256;
+        const bool cut = windows > 1 && k.n >= 8 * h;  // the kernel's cap: cores of 4 halos
+        SCOPED_TRACE(::testing::Message() << "windows " << windows << " halo " << halo << " n "
+                                          << k.n << " batch " << k.batch);
+        const bool expect = !(cut && halo == 64);
+        const std::string f64 = Compare<double>(k, Layout::kInterleaved,
+                                                TridiagonalMethod::kAuto, 1e-12, 1e-15);
+        EXPECT_EQ(f64 == "thomas-window", expect && k.batch % 2 == 0) << f64;
+        const std::string f32 =
+            Compare<float>(k, Layout::kInterleaved, TridiagonalMethod::kAuto, 2e-4, 3e-6);
+        EXPECT_EQ(f32 == "thomas-window", expect && k.batch % 4 == 0) << f32;
+        ran += (f64 == "thomas-window") + (f32 == "thomas-window");
+      }
+    }
+  cuda::SetPartitionedTuning(saved);
+  EXPECT_GE(ran, 40);
+}
+
+// The look-ahead is measured, not assumed: an implicit diffusion step (b = 1 + 2r, a = c = -r,
+// |c'| tends to 0.38 at r = 1, 0.73 at r = 10, 0.90 at r = 100) needs ~40 / ~120 / ~375 rows
+// in float64 (~20 / ~57 / ~180 in float32) against the 96 the ring holds: the steps that need
+// more go to the exact path. A row that is not dominant at all (ratio 1.5) in a whole system
+// is still Thomas' (as the CPU reference solves it), and a non-finite right-hand side flags that
+// system alone.
+TEST(CudaTridiagonal, ThomasWindowLooksAheadAsFarAsTheRowsNeed) {
+  REQUIRE_GPU();
+  if (!cuda::ThomasWindowApplies(100, 64, Layout::kInterleaved, false))
+    GTEST_SKIP() << "thomas-window needs compute capability 9.0 (bulk tensor copies)";
+  const auto saved = cuda::GetPartitionedTuning();
+  auto t = saved;
+  t.thomas_window = 1;
+  t.thomas_windows = 1;
+  cuda::SetPartitionedTuning(t);
+  const Case k{3000, 64};
+  for (double r : {1.0, 10.0, 100.0}) {
+    SCOPED_TRACE(::testing::Message() << "r " << r);
+    auto diffusion = [&](auto& data) {
+      using T = std::decay_t<decltype(data.a[0])>;
+      for (size_t e = 0; e < data.a.size(); ++e) {
+        data.a[e] = data.c[e] = T(-r);
+        data.b[e] = T(1 + 2 * r);
+      }
+    };
+    const std::string f64 =
+        Compare<double>(k, Layout::kInterleaved, TridiagonalMethod::kAuto, 1e-11, 1e-15,
+                        std::function<void(Data<double>&)>(diffusion));
+    EXPECT_EQ(f64 == "thomas-window", r < 5) << f64;
+    const std::string f32 =
+        Compare<float>(k, Layout::kInterleaved, TridiagonalMethod::kAuto, 5e-4, 3e-6,
+                       std::function<void(Data<float>&)>(diffusion));
+    EXPECT_EQ(f32 == "thomas-window", r < 50) << f32;
+  }
+  auto weak = [&](Data<double>& data) {
+    const int64_t e = ElementIndex(Layout::kInterleaved, k.batch, k.n, 5, 1234);
+    data.b[e] = (std::abs(data.a[e]) + std::abs(data.c[e])) / 1.5;
+  };
+  EXPECT_EQ(Compare<double>(k, Layout::kInterleaved, TridiagonalMethod::kAuto, 1e-11, 1e-15,
+                            weak),
+            "thomas-window");
+  auto nan_rhs = [&](Data<double>& data) {
+    data.d[ElementIndex(Layout::kInterleaved, k.batch, k.n, 9, 2000)] = std::nan("");
+  };
+  EXPECT_EQ(Compare<double>(k, Layout::kInterleaved, TridiagonalMethod::kAuto, 1e-12, 1e-15,
+                            nan_rhs),
+            "thomas-window");
+  cuda::SetPartitionedTuning(saved);
 }
 
 TEST(CudaPool, BuffersAreReusedAcrossRequests) {

@@ -1169,6 +1169,19 @@ bool ClustersAvailable() {
   return yes;
 }
 
+// Whether `auto` runs thomas-window: the tuning's, else by shape (measured on the H100 against
+// what `auto` ran before it; see ThomasWindowApplies for where it can run at all).
+bool ThomasWindowByShape(int64_t n, int64_t batch, Layout layout, bool float32) {
+  if (g_tuning.thomas_window < 0 || batch < 2 || !ThomasWindowApplies(n, batch, layout, float32))
+    return false;
+  if (g_tuning.thomas_window > 0) return true;
+  // H100, 2^24 unknowns (results/tridiagonal-h100-2026-11-24-session16.log): float64 n = 512
+  // 0.303 ms against the streamed one-pass kernel's 0.296, 1024 0.263 against 0.380, 4096 and
+  // 16384 0.319 against the two-pass path's 0.59 / 0.56; 2^20 x 16 (half of each warp idle)
+  // 0.548 against 0.523. float32 512 0.153 against 0.184, 2^20 x 16 0.284 against 0.318.
+  return (float32 ? n >= 512 : n > 512) && batch >= (float32 ? 16 : 32);
+}
+
 void SetPartitionedTuning(const PartitionedTuning& t) { g_tuning = t; }
 PartitionedTuning GetPartitionedTuning() { return g_tuning; }
 
@@ -1179,6 +1192,7 @@ const char* KernelName(TridiagonalKernel k) {
     case TridiagonalKernel::kPartitionedStream: return "partitioned-stream";
     case TridiagonalKernel::kPartitionedClusterStream: return "partitioned-cluster-stream";
     case TridiagonalKernel::kPartitionedWindow: return "partitioned-window";
+    case TridiagonalKernel::kThomasWindow: return "thomas-window";
     case TridiagonalKernel::kThomas: return "thomas";
     case TridiagonalKernel::kPcr: return "pcr";
   }
@@ -1203,6 +1217,8 @@ TridiagonalKernel ChooseTridiagonalKernel(TridiagonalMethod m, int64_t n, int64_
       : one_block && (g_tuning.stream > 0 || StreamsByShape(n, layout, float32))
           ? TridiagonalKernel::kPartitionedStream
           : TridiagonalKernel::kPartitioned;
+  if (m == TridiagonalMethod::kAuto && ThomasWindowByShape(n, batch, layout, float32))
+    return TridiagonalKernel::kThomasWindow;
   switch (m) {
     case TridiagonalMethod::kThomas: return TridiagonalKernel::kThomas;
     case TridiagonalMethod::kPcr: return n <= 1024 ? TridiagonalKernel::kPcr : partitioned;
@@ -1223,6 +1239,15 @@ absl::StatusOr<TridiagonalKernel> SolveTridiagonalDevice(const TridiagonalProble
       ChooseTridiagonalKernel(method, p.n, p.batch, p.layout, sizeof(T) == 4);
   const bool inter = p.layout == Layout::kInterleaved;
   switch (k) {
+    case TridiagonalKernel::kThomasWindow: {
+      auto ran = SolveThomasWindowed(p, x, flags, pool, stream, g_tuning.thomas_windows,
+                                     g_tuning.thomas_halo);
+      if (!ran.ok()) return ran.status();
+      if (*ran) return k;
+      auto exact = SolvePartitioned(p, x, flags, pool, stream);
+      if (!exact.ok()) return exact.status();
+      return *exact;
+    }
     case TridiagonalKernel::kPartitioned:
     case TridiagonalKernel::kPartitionedCluster:
     case TridiagonalKernel::kPartitionedStream:

@@ -28,6 +28,18 @@
 //    which each window checks; if one does not, or meets a vanishing pivot, the whole problem
 //    is solved again by the paths below and that path's name is reported. `auto` tries it for
 //    flat n > 4096 but float64 7168 < n <= 8192 (the streamed rows are faster there).
+//  - "thomas-window" (compute capability 9.0+, `auto` only): the interleaved layout by Thomas'
+//    algorithm, a warp's 32 threads on 32 consecutive systems, the rows streamed into shared
+//    memory by the copy engine, c' and d' kept in a ring of 64 rows there and x stored 16 rows
+//    at a time by a back substitution from the forward sweep's front once the product of |c'|
+//    over the look-ahead bounds the error by the unit roundoff (thomas_window.cu): 5 arrays of
+//    traffic. Where the batch has too few groups of 32 to fill the GPU, systems are also cut
+//    into windows (windows.h), exact to rounding where their rows are as dominant as the
+//    partitioned windows'. A chunk that needs more than 48 rows of look-ahead runs again with
+//    a ring of 128 rows; one that needs more than 112, or a window past
+//    a system's first whose rows are not dominant enough, sends the whole problem to the paths
+//    below and that path's name is reported; vanishing pivots are flagged per system as the CPU
+//    reference flags them. `auto` runs it where ThomasWindowByShape says.
 //  - "thomas": cuThomasBatch, one thread per system; c' kept in a scratch array of the same
 //    layout (coalesced in the interleaved layout), d' in x.
 //  - "pcr": the PCR notes' kernel, one thread per row and several systems of size d per block
@@ -50,6 +62,7 @@ enum class TridiagonalKernel {
   kPartitionedStream,
   kPartitionedClusterStream,
   kPartitionedWindow,
+  kThomasWindow,
   kThomas,
   kPcr
 };
@@ -88,6 +101,11 @@ struct PartitionedTuning {
                          // apply (n > 4096), -1 never
   int window_halo = 0;   // rows a window reads past its core each side (a multiple of 128
                          // bytes, 16 / 32 rows): 0 for 256
+  int thomas_window = 0;   // `auto` on the interleaved layout by thomas-window: 0 by shape
+                           // (ThomasWindowByShape), 1 wherever it applies, -1 never
+  int thomas_windows = 0;  // its windows a system: 0 enough to fill the GPU
+  int thomas_halo = 0;     // rows its windows past a system's first sweep before their core:
+                           // 0 for 256 (rows dominant to 0.864 / 0.935)
 };
 void SetPartitionedTuning(const PartitionedTuning& t);
 PartitionedTuning GetPartitionedTuning();
@@ -109,6 +127,20 @@ const char* KernelName(TridiagonalKernel k);
 int64_t RowsStreamCapacity(int64_t n);
 absl::StatusOr<bool> SolveRowsStreamed(const TridiagonalProblem<double>& p, double* x,
                                        uint8_t* flags, Pool& pool, cudaStream_t stream);
+
+// Whether thomas-window can run a shape (the interleaved layout, at least 2 systems, the batch
+// whole 16-byte words, a device of compute capability 9.0+), and whether `auto` runs it.
+bool ThomasWindowApplies(int64_t n, int64_t batch, Layout layout, bool float32);
+bool ThomasWindowByShape(int64_t n, int64_t batch, Layout layout, bool float32);
+
+// thomas-window on p (device arrays 16-byte aligned, else false): `windows` a system (0 to fill
+// the GPU), `halo` rows before the cores past a system's first (0: 256). Returns false where it
+// does not apply or where the problem failed its checks (then x is partly written, the flags
+// are zero, and the caller solves p by the exact path). Waits for the kernel.
+template <typename T>
+absl::StatusOr<bool> SolveThomasWindowed(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
+                                         Pool& pool, cudaStream_t stream, int64_t windows = 0,
+                                         int64_t halo = 0);
 
 // Solves on `stream`. p's arrays and x are device pointers; status_flags (device, batch bytes)
 // are set to 1 for systems whose pivots vanished (x of those systems is then meaningless: the

@@ -112,8 +112,14 @@ struct Bench {
       trisolve::TridiagonalProblem<T> p{batch, n,
                                         inter ? trisolve::Layout::kInterleaved : trisolve::Layout::kFlat,
                                         a, b, c, d};
-      for (auto m : {trisolve::TridiagonalMethod::kPartitioned, trisolve::TridiagonalMethod::kThomas,
-                     trisolve::TridiagonalMethod::kPcr}) {
+      for (auto m : {trisolve::TridiagonalMethod::kAuto, trisolve::TridiagonalMethod::kPartitioned,
+                     trisolve::TridiagonalMethod::kThomas, trisolve::TridiagonalMethod::kPcr}) {
+        // `auto` where it runs another kernel than `partitioned` (thomas-window).
+        if (m == trisolve::TridiagonalMethod::kAuto &&
+            trisolve::cuda::ChooseTridiagonalKernel(m, n, batch, p.layout, sizeof(T) == 4) ==
+                trisolve::cuda::ChooseTridiagonalKernel(trisolve::TridiagonalMethod::kPartitioned,
+                                                        n, batch, p.layout, sizeof(T) == 4))
+          continue;
         if (m == trisolve::TridiagonalMethod::kThomas && batch < 2048) continue;  // too few threads
         if (m == trisolve::TridiagonalMethod::kPcr && n > 1024) continue;
         // The kernel that ran (a window that fails its check falls back to another).
@@ -370,6 +376,11 @@ int main(int argc, char** argv) {
     } else if (!std::strcmp(argv[i], "--unknowns")) N = std::atoll(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--csv")) csv = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--thomas-windows") || !std::strcmp(argv[i], "--thomas-halo")) {
+      auto t = trisolve::cuda::GetPartitionedTuning();  // thomas-window's windows a system, halo
+      (argv[i][9] == 'w' ? t.thomas_windows : t.thomas_halo) = std::atoi(argv[i + 1]);
+      trisolve::cuda::SetPartitionedTuning(t);
+    }
   }
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
