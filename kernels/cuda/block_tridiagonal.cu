@@ -1525,11 +1525,7 @@ absl::Status LaunchFusedStreamKernel(SweepArgs<T> g, const StreamMaps& maps,
   // The shared-memory attribute and the blocks (clusters) that run at once: asked once a
   // kernel, not at every launch (a solve to a tolerance launches one sweep at a time). One
   // device a process, as ClustersAvailable assumes.
-  static const absl::StatusOr<int64_t> groups = [&]() -> absl::StatusOr<int64_t> {
-    TRISOLVE_CUDA_RETURN_IF_ERROR(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    return ResidentGroups(kernel, launch);
-  }();
+  static const absl::StatusOr<int64_t> groups = ResidentGroups(kernel, launch);
   if (!groups.ok()) return groups.status();
   if (!g.uncoupled)
     TRISOLVE_CUDA_RETURN_IF_ERROR(

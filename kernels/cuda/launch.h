@@ -36,9 +36,12 @@ struct LaunchConfig {
 
 // How many blocks of `kernel` -- clusters of them, where `launch` asks for clusters -- run on the
 // device at once with `launch`'s block size and shared memory: the grid of a persistent kernel.
-// 0 where not one fits. The kernel's shared-memory attribute must already be set.
+// 0 where not one fits. Sets the kernel's dynamic shared-memory attribute to `launch`'s first
+// (the launch needs it too).
 template <typename... Params>
 absl::StatusOr<int64_t> ResidentGroups(void (*kernel)(Params...), LaunchConfig& launch) {
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(launch.cfg.dynamicSmemBytes)));
   const unsigned cluster = launch.cfg.numAttrs > 0 ? launch.attr[0].val.clusterDim.x : 1;
   if (cluster > 1) {
     const dim3 grid = launch.cfg.gridDim;

@@ -289,9 +289,7 @@ absl::StatusOr<int> LaunchThomasWindow(const TridiagonalProblem<T>& p, T* x, uin
   const size_t smem = sizeof(Smem<T, kRing>) + 128;
   // The shared-memory attribute and the blocks that run at once: asked once (one device a
   // process, as ClustersAvailable assumes).
-  static const absl::StatusOr<int64_t> resident = [&]() -> absl::StatusOr<int64_t> {
-    TRISOLVE_CUDA_RETURN_IF_ERROR(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  static const absl::StatusOr<int64_t> resident = [&] {
     LaunchConfig launch(0, kLanes, smem, nullptr);
     return ResidentGroups(kernel, launch);
   }();

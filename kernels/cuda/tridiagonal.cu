@@ -681,8 +681,6 @@ absl::Status LaunchOnChipM(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
 template <typename... Params, typename... Args>
 absl::StatusOr<bool> LaunchPersistent(void (*kernel)(Params...), int threads, size_t smem,
                                       int64_t groups, cudaStream_t stream, Args... args) {
-  TRISOLVE_CUDA_RETURN_IF_ERROR(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   LaunchConfig launch(0, threads, smem, stream);
   auto resident = ResidentGroups(kernel, launch);
   if (!resident.ok()) return resident.status();
@@ -787,9 +785,7 @@ absl::StatusOr<bool> SolveWindowed(const TridiagonalProblem<T>& p, T* x, uint8_t
   auto kernel = PartitionedStreamKernel<M, T, false, true>;
   // The shared-memory attribute and the blocks that run at once: asked once (one device a
   // process, as ClustersAvailable assumes).
-  static const absl::StatusOr<int64_t> resident = [&]() -> absl::StatusOr<int64_t> {
-    TRISOLVE_CUDA_RETURN_IF_ERROR(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  static const absl::StatusOr<int64_t> resident = [&] {
     LaunchConfig launch(0, P, smem, nullptr);
     return ResidentGroups(kernel, launch);
   }();
@@ -1172,7 +1168,7 @@ bool ClustersAvailable() {
 // Whether `auto` runs thomas-window: the tuning's, else by shape (measured on the H100 against
 // what `auto` ran before it; see ThomasWindowApplies for where it can run at all).
 bool ThomasWindowByShape(int64_t n, int64_t batch, Layout layout, bool float32) {
-  if (g_tuning.thomas_window < 0 || batch < 2 || !ThomasWindowApplies(n, batch, layout, float32))
+  if (g_tuning.thomas_window < 0 || !ThomasWindowApplies(n, batch, layout, float32))
     return false;
   if (g_tuning.thomas_window > 0) return true;
   // H100, 2^24 unknowns (results/tridiagonal-h100-2026-11-24-session16.log): float64 n = 512

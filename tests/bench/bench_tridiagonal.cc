@@ -376,9 +376,13 @@ int main(int argc, char** argv) {
     } else if (!std::strcmp(argv[i], "--unknowns")) N = std::atoll(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--csv")) csv = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--thomas-windows") || !std::strcmp(argv[i], "--thomas-halo")) {
-      auto t = trisolve::cuda::GetPartitionedTuning();  // thomas-window's windows a system, halo
-      (argv[i][9] == 'w' ? t.thomas_windows : t.thomas_halo) = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--thomas-windows")) {  // thomas-window's windows a system
+      auto t = trisolve::cuda::GetPartitionedTuning();
+      t.thomas_windows = std::atoi(argv[i + 1]);
+      trisolve::cuda::SetPartitionedTuning(t);
+    } else if (!std::strcmp(argv[i], "--thomas-halo")) {  // and its halo
+      auto t = trisolve::cuda::GetPartitionedTuning();
+      t.thomas_halo = std::atoi(argv[i + 1]);
       trisolve::cuda::SetPartitionedTuning(t);
     }
   }
