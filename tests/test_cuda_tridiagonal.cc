@@ -177,6 +177,7 @@ TEST(CudaTridiagonal, ClusterShapesMatchTheCpuReference) {
         t.chunk = chunk;
         t.min_threads = threads;
         t.window = -1;  // the path this test forces, not the windows before it
+        t.thomas_window = -1;
         cuda::SetPartitionedTuning(t);
         for (Layout layout : {Layout::kFlat, Layout::kInterleaved})
           for (Case k : {Case{5, 1000}, Case{100, 999}, Case{1000, 300}, Case{1025, 77},
@@ -239,6 +240,7 @@ TEST(CudaTridiagonal, AutoPicksTheMeasuredKernelByShape) {
                         Pick{16384, 2, Layout::kFlat, true, W},
                         Pick{16386, 8, Layout::kFlat, true, K::kPartitioned},
                         Pick{16384, 8, Layout::kInterleaved, false, K::kPartitioned},
+                        Pick{1 << 20, 16, Layout::kInterleaved, false, TW},
                         Pick{16384, 1, Layout::kInterleaved, false, W},
                         Pick{1 << 20, 2, Layout::kFlat, false, W},
                         Pick{1 << 20, 2, Layout::kInterleaved, true, K::kPartitioned},
@@ -252,8 +254,9 @@ TEST(CudaTridiagonal, AutoPicksTheMeasuredKernelByShape) {
                         Pick{2048, 64, Layout::kInterleaved, false, TW},
                         Pick{1024, 64, Layout::kInterleaved, true, TW},
                         Pick{4096, 64, Layout::kInterleaved, false, TW},
-                        Pick{4096, 16, Layout::kInterleaved, false, K::kPartitioned},
+                        Pick{4096, 16, Layout::kInterleaved, false, TW},
                         Pick{4096, 16, Layout::kInterleaved, true, TW},
+                        Pick{4096, 14, Layout::kInterleaved, false, K::kPartitioned},
                         Pick{4096, 1, Layout::kInterleaved, false, K::kPartitionedStream}}) {
     SCOPED_TRACE(::testing::Message() << "n " << c.n << " batch " << c.batch
                                       << (c.layout == Layout::kFlat ? " flat" : " interleaved")
@@ -479,8 +482,10 @@ TEST(CudaTridiagonal, WindowsFallBackWhereARowIsNotDominantEnough) {
 
 // thomas-window (the interleaved layout by Thomas, streamed, x stored by a look-ahead back
 // substitution), forced: n from 1 to 20000, batches of 2 to 2050 (a last group of 32 only partly
-// in the batch), whole systems and systems cut into 3 and 7 windows with halos of 256 and 64
-// rows, both precisions, singular systems (Compare makes two) flagged per system. The random
+// in the batch; batches under 32 as warps of two windows of 16 systems or four of 8, the last
+// task of a system partly idle), whole systems and systems cut into 3 and 7 windows with halos
+// of 256 and 64 rows, both numbers of copies in flight, both precisions, singular systems
+// (Compare makes two) flagged per system. The random
 // rows have (|a| + |c|) / |b| up to 0.8: windows past a system's first with a halo of 64 rows
 // (limits 0.56 / 0.77) fail their check and the exact path answers. A batch not whole 16-byte
 // words never takes it.
@@ -497,9 +502,12 @@ TEST(CudaTridiagonal, ThomasWindowMatchesTheCpuReference) {
       t.thomas_window = 1;
       t.thomas_windows = windows;
       t.thomas_halo = halo;
+      t.thomas_stages = windows == 3 ? 1 : windows == 7 ? 2 : 0;  // float32's other forms
       cuda::SetPartitionedTuning(t);
       for (Case k : {Case{1, 64}, Case{2, 34}, Case{7, 40}, Case{33, 100}, Case{100, 1000},
-                     Case{1000, 2050}, Case{4097, 66}, Case{20000, 34}, Case{20000, 7}}) {
+                     Case{1000, 2050}, Case{4097, 66}, Case{20000, 34}, Case{20000, 7},
+                     Case{5000, 16}, Case{20000, 24}, Case{3001, 8}, Case{777, 12},
+                     Case{9000, 10}}) {
         const int64_t h = halo > 0 ? halo : 256;
         const bool cut = windows > 1 && k.n >= 8 * h;  // the kernel's cap: cores of 4 halos
         SCOPED_TRACE(::testing::Message() << "windows " << windows << " halo " << halo << " n "

@@ -23,8 +23,8 @@ __device__ __forceinline__ float MaxFinite<float>() { return FLT_MAX; }
 // A pivot vanishes when zero, not finite, or cancelled below the rounding level of its terms.
 template <typename T>
 __device__ __forceinline__ bool Vanishes(T p, T scale) {
-  const T m = fabs(p);
-  return !(m <= MaxFinite<T>()) || m <= Eps<T>() * scale || m == T(0);
+  const T m = fabs(p);  // (two comparisons: m > Eps scale fails for m = 0 and NaN alike)
+  return !(m > Eps<T>() * scale && m <= MaxFinite<T>());
 }
 
 template <typename T>

@@ -25,12 +25,24 @@
 // to rounding where every row it reads has (|a| + |c|) <= limit |b| (windows.h's bound, checked
 // on every row: else the problem fails as above).
 //
+// A batch of fewer than 32 systems (2^20 x 16) would leave lanes idle: there a warp sweeps two
+// windows of 16 systems (or four of 8) side by side, each lane counting rows from its window's
+// start so that the warp's rows, copies and chunks stay in step.
+//
 // Per system, as the CPU reference does: a vanishing pivot or a non-finite x flags the system
 // (the caller zeroes its x), but in a window past the first, where it fails the problem.
+//
+// Where the time goes (H100, Nsight Compute, NOTES.md t34): a warp spends ~400 cycles a row
+// alone on an SM, issuing one instruction every ~3.5 cycles (dependent float64 chains, one warp
+// a scheduler); so rows whose lanes need no edge tests (before row 1, past row n - 2, the
+// window's first) take a path without them. With four warps an SM the cores' and halos' bytes
+// then hold DRAM near the copy rate: 2^24 unknowns in 1024-row systems at 90% of it, systems
+// cut into windows at 73-76% plus the 25% of rows their halos read again.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "bulk_copy.cuh"
 #include "check.h"
@@ -43,7 +55,7 @@
 namespace trisolve::cuda {
 namespace {
 
-constexpr int kLanes = 32;      // systems a task: one warp, one a block
+constexpr int kLanes = 32;      // threads a block: one warp
 constexpr int kOut = 16;        // rows a back substitution stores (a chunk)
 constexpr int64_t kDefaultHalo = 256;  // windows past a system's first: limit 0.864 / 0.935
 // Why these sizes (H100): one warp a block, and a warp's rows are one dependent chain (a
@@ -52,17 +64,13 @@ constexpr int64_t kDefaultHalo = 256;  // windows past a system's first: limit 0
 // the benchmark's rows and a diffusion step with r = 1 need); problems that need more are run
 // again with a ring of 128 rows (2 blocks an SM) before the exact path.
 constexpr int kShortRing = 64, kLongRing = 128;
-// Rows a copy (a box of 32 systems an array) and copies in flight a block: float64 8 and 2,
-// float32 16 and 4 (H100, 2^24 unknowns interleaved: float64 in copies of 16 rows fit 3 blocks
-// an SM, n = 1024 0.263 -> 0.433 ms; float32 in copies of 8 rows 0.162 against 0.147; copies of
-// 4 rows, 4 / 8 in flight, were slower in both, 0.299 / 0.208).
+// Rows a copy (a box of systems an array): float64 8, float32 16 (H100, 2^24 unknowns
+// interleaved: float64 in copies of 16 rows fit 3 blocks an SM, n = 1024 0.263 -> 0.433 ms;
+// float32 in copies of 8 rows 0.162 against 0.147; copies of 4 rows, 4 / 8 in flight, were
+// slower in both, 0.299 / 0.208).
 template <typename T>
 constexpr int StageRows() {
   return sizeof(T) == 8 ? 8 : 16;
-}
-template <typename T>
-constexpr int Stages() {
-  return sizeof(T) == 8 ? 2 : 4;
 }
 constexpr int Snaps(int ring) {  // chunks open at once at most, a power of 2
   int s = 1;
@@ -71,7 +79,7 @@ constexpr int Snaps(int ring) {  // chunks open at once at most, a power of 2
 }
 
 struct Maps {
-  CUtensorMap m[4];  // a, b, c, d as (batch x n), boxes of 32 systems x StageRows rows
+  CUtensorMap m[4];  // a, b, c, d as (batch x n), boxes of kSys systems x StageRows rows
 };
 
 // The answers in *fail: a window needed more look-ahead than the ring holds (worth a longer
@@ -80,58 +88,80 @@ constexpr int kFailLookAhead = 1, kFailRows = 2;
 
 struct Args {
   WindowPlan plan;      // windows of a system (per_system 1: whole systems)
-  int64_t tasks = 0;    // groups of 32 systems x plan.per_system
+  int64_t tasks = 0;    // groups of kSys systems x tasks a group (windows / (kLanes / kSys))
   double limit = 1;     // windows past the first: (|a| + |c|) <= limit |b| on every row read
   double tau = 0;       // a chunk is stored once prod |c'| over its look-ahead is under tau
   int* fail = nullptr;  // kFail* where a window cannot be solved here
 };
 
-template <typename T, int kRing>
+// A warp sweeps kLanes / kSys windows of kSys systems at once, lane = window * kSys + system:
+// batches of 16 systems fill a warp with two windows of each (kSys 16).
+template <typename T, int kRing, int kSys, int kStages>
 struct Smem {
-  T raw[Stages<T>()][4][StageRows<T>()][kLanes];  // the copies' boxes: a, b, c, d
-  T ring[kRing][2][kLanes];                   // c', d' of row k at k % kRing
-  T map[Snaps(kRing)][3][kLanes];             // swept chunks' alpha, beta, most (the kernel)
-  uint64_t bar[Stages<T>()];
+  T raw[kStages][4][kLanes / kSys][StageRows<T>()][kSys];  // the copies' boxes: a, b, c, d
+  T ring[kRing][2][kLanes];        // c', d' of relative row k at (k - H) % kRing (below)
+  T map[Snaps(kRing)][3][kLanes];  // swept chunks' alpha, beta, most (the kernel)
+  uint64_t bar[kStages];
 };
 
-// Windows start on a multiple of StageRows rows past the system's first row (cores are whole
-// chunks, the halo whole copies), so that a copy never straddles a chunk's end (but at n) nor
-// the ring's end.
-template <typename T, int kRing>
+// Every lane counts rows from lo = c0 - H, H the halo where the task has a window past a
+// system's first (rows before a system's row 0 void), else 0: so the warp's windows stay in
+// step, their copies, chunks and ring slots alike, and only the rows past a window's core
+// differ (the last window of a system ends at n). The halo is whole copies and cores whole
+// chunks, so that a copy never straddles a chunk's end (but at n) nor the ring's end.
+template <typename T, int kRing, int kSys, int kStages>
 __global__ void __launch_bounds__(kLanes)
     ThomasWindowKernel(TridiagonalProblem<T> p, T* __restrict__ x, uint8_t* flags,
                        const __grid_constant__ Maps maps, Args w) {
-  constexpr int kStages = Stages<T>(), kSnaps = Snaps(kRing), kStageRows = StageRows<T>();
+  constexpr int kPer = kLanes / kSys, kSnaps = Snaps(kRing), kStageRows = StageRows<T>();
   static_assert((kRing & (kRing - 1)) == 0 && kRing % kStageRows == 0 && kOut % kStageRows == 0);
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  Smem<T, kRing>& sm = *reinterpret_cast<Smem<T, kRing>*>(
-      smem_raw + ((128 - (SmemAddr(smem_raw) & 127)) & 127));  // boxes on 128 bytes
-  const int lane = threadIdx.x;
+  using S = Smem<T, kRing, kSys, kStages>;
+  S& sm = *reinterpret_cast<S*>(smem_raw + ((128 - (SmemAddr(smem_raw) & 127)) & 127));
+  const int lane = threadIdx.x, wl = lane / kSys, sl = lane % kSys;
   if (lane == 0)
     for (int i = 0; i < kStages; ++i) BarInit(&sm.bar[i]);
   __syncwarp();
-  constexpr uint32_t kBytes = 4u * kStageRows * kLanes * sizeof(T);
-  const int64_t n = p.n;
+  constexpr uint32_t kBoxBytes = 4u * kStageRows * kSys * sizeof(T);
+  const int n = int(p.n);
+  const int64_t per_group = (w.plan.per_system + kPer - 1) / kPer;  // tasks a group
+  const int core = int(w.plan.core);
   uint32_t issued = 0, used = 0;  // copies issued and consumed by this block: slot and parity
   for (int64_t t = blockIdx.x; t < w.tasks; t += gridDim.x) {
     if (*static_cast<volatile int*>(w.fail)) break;
-    const int64_t g = t / w.plan.per_system;
-    const WindowRows r = WindowAt(w.plan, n, t - g * w.plan.per_system);
-    const int64_t s = g * kLanes + lane;
-    const bool live = s < p.batch;
-    const bool first = r.lo == 0;
-    // The copies: rows r.lo, r.lo + 8, .. while the ring could still use them.
-    const int64_t end = std::min<int64_t>(n, r.c1 + kRing);
-    int64_t next = r.lo;
+    const int64_t g = t / per_group;
+    const int j0 = int((t - g * per_group) * kPer);  // the task's first window
+    const int boxes = int(std::min<int64_t>(kPer, w.plan.per_system - j0));  // its windows
+    const int jl = j0 + boxes - 1;
+    const int j = min(j0 + wl, jl);  // a lane past the windows shadows the last, idle
+    const int H = jl > 0 ? int(w.plan.halo) : 0;
+    const int lo = j * core - H;                 // this lane's relative row 0
+    const int c1 = min(n, (j + 1) * core);       // the end of its core
+    const int64_t s = g * kSys + sl;
+    const bool live = j0 + wl <= jl && s < p.batch;
+    const bool first = j == 0;
+    // The warp's ends, relative: of the longest core and of the rows it may read.
+    const int core_end = __reduce_max_sync(~0u, c1 - lo);
+    const int read_end = __reduce_max_sync(~0u, min(n, c1 + kRing) - lo);
+    int next = 0;  // the next copy's relative row
     auto issue = [&] {
-      while (next < end && issued - used < kStages) {
+      while (next < read_end && issued - used < kStages) {
         const int slot = int(issued % kStages);
         if (lane == 0) {
-          BarExpect(&sm.bar[slot], kBytes);
+          // Boxes wholly before row 0 or past n are not copied (void rows); the bytes are
+          // expected after the copies (the phase waits for this arrival either way).
+          uint32_t bytes = 0;
+          for (int b = 0; b < boxes; ++b) {
+            const int r0 = (j0 + b) * core - H + next;
+            if (r0 + kStageRows > 0 && r0 < n) {
 #pragma unroll
-          for (int q = 0; q < 4; ++q)
-            BulkLoad2D(&sm.raw[slot][q][0][0], &maps.m[q], int(g * kLanes), int(next),
-                       &sm.bar[slot]);
+              for (int q = 0; q < 4; ++q)
+                BulkLoad2D(&sm.raw[slot][q][b][0][0], &maps.m[q], int(g * kSys), r0,
+                           &sm.bar[slot]);
+              bytes += kBoxBytes;
+            }
+          }
+          BarExpect(&sm.bar[slot], bytes);
         }
         ++issued;
         next += kStageRows;
@@ -139,79 +169,109 @@ __global__ void __launch_bounds__(kLanes)
     };
     issue();
     T cp = T(0), dp = T(0);  // the forward sweep's c', d' of the row before
-    // The chunk being swept (rows from `bstart`), as the back substitution will see it:
-    // x[bstart] = alpha + beta x[row] for the rows swept so far (beta = prod -c'), and
+    // The chunk being swept, as the back substitution will see it: x at its first row =
+    // alpha + beta x[row] for the rows swept so far (beta = prod -c'), and
     // most = max over its rows k of prod_{i = k..row-1} |c'_i|.
-    T alpha = T(0), beta = T(1), most = T(0);
+    T alpha = T(0), beta = T(1);
+    float most = 0;
     bool bad = false;  // a pivot vanished, x not finite, a row not dominant enough
     int failed = 0;    // kFail* (uniform)
-    int64_t row = r.lo;                          // next row to sweep
-    int64_t fend = std::min(r.c0 + kOut, r.c1);  // end of the chunk being swept
-    int fchunk = 0;                              // its index
-    int64_t out = r.c0;                          // the chunk to store next: index ochunk
+    int rel = 0;                          // next row to sweep (relative, uniform)
+    int fend = min(H + kOut, core_end);   // end of the chunk being swept
+    int fchunk = 0;                       // its index
+    int out = H;                          // the chunk to store next: index ochunk
     int ochunk = 0;
     const T limit = T(w.limit), tau = T(w.tau);
     T* xs = x + s;
-    while (out < r.c1) {
-      // Row k goes to ring slot k % kRing, over row k - kRing: that must be stored already.
-      if (row >= end || row + kStageRows > out + kRing) {
+    while (out < core_end) {
+      // Row k goes to ring slot (k - H) % kRing, over row k - kRing: that must be stored.
+      if (rel >= read_end || rel + kStageRows > out + kRing) {
         failed = kFailLookAhead;
         break;
       }
       const int slot = int(used % kStages);
       BarWait(&sm.bar[slot], (used / kStages) & 1);
-      const int rows = int(std::min<int64_t>(kStageRows, n - row));
-      const int last = int(std::min<int64_t>(n - 1 - row, kStageRows));  // row n - 1, if here
-      const bool at_lo = row == r.lo, core = row >= r.c0;
-      const int base = int(row & (kRing - 1));
+      const int row = lo + rel;  // this lane's row at the copy's first
+      const bool core_rows = rel >= H;
+      const int base = (rel - H) & (kRing - 1);
       T av[kStageRows], bv[kStageRows], cv[kStageRows], dv[kStageRows];
 #pragma unroll
       for (int i = 0; i < kStageRows; ++i) {
-        av[i] = sm.raw[slot][0][i][lane];
-        bv[i] = sm.raw[slot][1][i][lane];
-        cv[i] = sm.raw[slot][2][i][lane];
-        dv[i] = sm.raw[slot][3][i][lane];
+        av[i] = sm.raw[slot][0][wl][i][sl];
+        bv[i] = sm.raw[slot][1][wl][i][sl];
+        cv[i] = sm.raw[slot][2][wl][i][sl];
+        dv[i] = sm.raw[slot][3][wl][i][sl];
       }
       bool weak = false;
+      // The rows of the copy: kEdge where a lane's may be before row 1 or past row n - 2 or
+      // start the window (each row then tested), else all plain; kCore where they are the
+      // core's (the chunk's map), kCheck where the task has windows past a system's first.
+      auto sweep = [&](auto edge, auto in_core, auto check) {
+        constexpr bool kEdge = decltype(edge)::value, kCore = decltype(in_core)::value,
+                       kCheck = decltype(check)::value;
 #pragma unroll
-      for (int i = 0; i < kStageRows; ++i) {
-        const bool valid = i < rows;
-        T a = av[i];
-        const T b = bv[i];
-        const T c = i == last ? T(0) : cv[i];  // c[n - 1]: unused by definition
-        // A window past the first: every row read, the dropped coupling's included.
-        weak |= valid && !(fabs(a) + fabs(c) <= limit * fabs(b));
-        if (i == 0 && at_lo) a = T(0);  // the system's a[0], or the coupling the window drops
-        const T ac = a * cp;
-        const T den = b - ac;
-        bad |= valid && Vanishes(den, fabs(b) + fabs(ac));
-        const T rr = Rcp(den);
-        cp = c * rr;
-        dp = (dv[i] - a * dp) * rr;
-        sm.ring[base + i][0][lane] = cp;
-        sm.ring[base + i][1][lane] = dp;
-        if (core && valid) {  // (uniform)
-          alpha = fma(beta, dp, alpha);
-          beta *= -cp;
-          most = fabs(cp) * fmax(most, T(1));
+        for (int i = 0; i < kStageRows; ++i) {
+          T a = av[i], b = bv[i], c = cv[i], d = dv[i];
+          bool valid = true;
+          if constexpr (kEdge) {
+            const int k = row + i;
+            const bool before = k < 0;
+            valid = !before && k < n;
+            // Rows before row 0: c' = d' = 0 after them, as a sweep from row 0.
+            b = before ? T(1) : b;
+            c = before || k == n - 1 ? T(0) : c;  // c[n - 1]: unused by definition
+            d = before ? T(0) : d;
+          }
+          // A window past the first: every row read, the dropped coupling's included.
+          if constexpr (kCheck) weak |= valid && !(fabs(a) + fabs(c) <= limit * fabs(b));
+          if constexpr (kEdge)
+            if (row + i <= 0 || rel + i == 0) a = T(0);  // a[0], or the coupling dropped
+          const T ac = a * cp;
+          const T den = b - ac;
+          bad |= valid && Vanishes(den, fabs(b) + fabs(ac));
+          const T rr = Rcp(den);
+          cp = c * rr;
+          dp = (d - a * dp) * rr;
+          sm.ring[base + i][0][lane] = cp;
+          sm.ring[base + i][1][lane] = dp;
+          if (kCore && valid) {
+            alpha = fma(beta, dp, alpha);
+            beta *= -cp;
+            // An upper bound in float (rounded up): it is compared with tau only.
+            float m;
+            if constexpr (sizeof(T) == 8)
+              m = __double2float_ru(fabs(cp));
+            else
+              m = fabsf(cp);
+            most = __fmul_ru(m, fmaxf(most, 1.0f));
+          }
         }
-      }
+      };
+      using Yes = std::true_type;
+      using No = std::false_type;
+      const bool edge = !__all_sync(~0u, row >= 1 && row + kStageRows <= n - 1) || rel == 0;
+      if (edge)
+        core_rows ? sweep(Yes(), Yes(), Yes()) : sweep(Yes(), No(), Yes());
+      else if (jl == 0)  // whole systems or the first windows alone: no checks
+        sweep(No(), Yes(), No());
+      else
+        core_rows ? sweep(No(), Yes(), Yes()) : sweep(No(), No(), Yes());
       bad |= weak && !first;
       FenceProxyAsync();  // the slot's reads before the copy engine's next writes into it
       __syncwarp();
       ++used;
-      row += rows;
+      rel += kStageRows;
       issue();
-      if (row >= fend) {  // the chunk is swept (chunks end with a copy): keep its map
+      if (rel >= fend) {  // the chunk is swept (chunks end with a copy): keep its map
         const int q = fchunk & (kSnaps - 1);
         sm.map[q][0][lane] = alpha;
         sm.map[q][1][lane] = beta;
         sm.map[q][2][lane] = most;
         alpha = T(0);
         beta = T(1);
-        most = T(0);
+        most = 0;
         ++fchunk;
-        fend = fend < r.c1 ? std::min(fend + kOut, r.c1) : INT64_MAX;
+        fend = fend < core_end ? min(fend + kOut, core_end) : INT_MAX;
       }
       // Store each swept chunk whose look-ahead now suffices in every system of the warp:
       // x past it from the chunks after it (x[row] taken as 0), and the bound of the error
@@ -224,17 +284,17 @@ __global__ void __launch_bounds__(kLanes)
           bound *= fabs(sm.map[q][1][lane]);
         }
         bound *= sm.map[ochunk & (kSnaps - 1)][2][lane];
-        const bool enough = !live || bad || row == n || bound <= tau;
-        if (!__all_sync(0xffffffffu, enough)) break;
-        const int count = int(std::min<int64_t>(kOut, r.c1 - out));
-        const int k0 = int(out & (kRing - 1));  // (chunks do not wrap the ring)
+        const bool enough = !live || bad || lo + rel >= n || bound <= tau;
+        if (!__all_sync(~0u, enough)) break;
+        const int count = min(kOut, c1 - (lo + out));  // this lane's rows (<= 0 past its core)
+        const int k0 = (out - H) & (kRing - 1);       // (chunks do not wrap the ring)
         T cs[kOut], ds[kOut];
 #pragma unroll
         for (int i = 0; i < kOut; ++i) {
           cs[i] = sm.ring[k0 + i][0][lane];
           ds[i] = sm.ring[k0 + i][1][lane];
         }
-        T* xo = xs + out * p.batch;
+        T* xo = xs + int64_t(lo + out) * p.batch;
 #pragma unroll
         for (int i = kOut - 1; i >= 0; --i) {
           if (i < count) {
@@ -243,14 +303,14 @@ __global__ void __launch_bounds__(kLanes)
             if (live) xo[i * p.batch] = xn;
           }
         }
-        out += count;
+        out += min(kOut, core_end - out);
         ++ochunk;
       }
     }
     // Copies issued past what the window used: wait for them before the slots are reused.
     for (; used < issued; ++used) BarWait(&sm.bar[used % kStages], (used / kStages) & 1);
     __syncwarp();
-    if (!failed && __any_sync(0xffffffffu, live && bad && !first)) failed = kFailRows;
+    if (!failed && __any_sync(~0u, live && bad && !first)) failed = kFailRows;
     if (failed) {
       if (lane == 0) atomicMax(w.fail, failed);
       break;
@@ -260,14 +320,14 @@ __global__ void __launch_bounds__(kLanes)
 }
 
 template <typename T>
-bool EncodeMaps(const TridiagonalProblem<T>& p, Maps& maps) {
+bool EncodeMaps(const TridiagonalProblem<T>& p, int sys, Maps& maps) {
   const auto encode = TensorMapEncoder();
   if (!encode) return false;
   const T* arrays[4] = {p.a, p.b, p.c, p.d};
   for (int q = 0; q < 4; ++q) {
     const cuuint64_t dims[2] = {cuuint64_t(p.batch), cuuint64_t(p.n)};
     const cuuint64_t strides[1] = {cuuint64_t(p.batch) * sizeof(T)};
-    const cuuint32_t box[2] = {kLanes, StageRows<T>()};
+    const cuuint32_t box[2] = {cuuint32_t(sys), StageRows<T>()};
     const cuuint32_t elem[2] = {1, 1};
     if (encode(&maps.m[q],
                sizeof(T) == 8 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT64 : CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
@@ -281,12 +341,13 @@ bool EncodeMaps(const TridiagonalProblem<T>& p, Maps& maps) {
 }
 
 // One launch with a ring of kRing rows: the answer in *fail (0, or kFail*).
-template <typename T, int kRing>
+template <typename T, int kRing, int kSys, int kStages>
 absl::StatusOr<int> LaunchThomasWindow(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
                                        const Maps& maps, int64_t windows, int64_t halo,
                                        Pool& pool, cudaStream_t stream) {
-  auto kernel = ThomasWindowKernel<T, kRing>;
-  const size_t smem = sizeof(Smem<T, kRing>) + 128;
+  constexpr int kPer = kLanes / kSys;
+  auto kernel = ThomasWindowKernel<T, kRing, kSys, kStages>;
+  const size_t smem = sizeof(Smem<T, kRing, kSys, kStages>) + 128;
   // The shared-memory attribute and the blocks that run at once: asked once (one device a
   // process, as ClustersAvailable assumes).
   static const absl::StatusOr<int64_t> resident = [&] {
@@ -295,18 +356,20 @@ absl::StatusOr<int> LaunchThomasWindow(const TridiagonalProblem<T>& p, T* x, uin
   }();
   if (!resident.ok()) return resident.status();
   if (*resident < 1) return kFailRows;
-  const int64_t groups = (p.batch + kLanes - 1) / kLanes;
-  // Windows a system: enough tasks for the blocks that run at once, cores of 4 halos or more.
+  const int64_t groups = (p.batch + kSys - 1) / kSys;
+  // Windows a system: enough tasks (kPer windows of a group) for the blocks that run at once,
+  // cores of 4 halos or more.
   if (halo <= 0) halo = kDefaultHalo;
   halo = (halo + StageRows<T>() - 1) / StageRows<T>() * StageRows<T>();
-  if (windows <= 0) windows = groups >= *resident ? 1 : (*resident + groups - 1) / groups;
+  if (windows <= 0)
+    windows = groups * kPer >= *resident ? 1 : (*resident + groups - 1) / groups * kPer;
   windows = std::max<int64_t>(1, std::min(windows, p.n / (4 * halo)));
   Args args;
   args.plan.halo = halo;
   args.plan.core = (p.n + windows - 1) / windows;
   args.plan.core = (args.plan.core + kOut - 1) / kOut * kOut;
   args.plan.per_system = (p.n + args.plan.core - 1) / args.plan.core;
-  args.tasks = groups * args.plan.per_system;
+  args.tasks = groups * ((args.plan.per_system + kPer - 1) / kPer);
   args.limit = WindowDominanceLimit(halo, std::numeric_limits<T>::digits);
   args.tau = std::ldexp(1.0, -(std::numeric_limits<T>::digits + 2));
   auto fail = pool.Get(sizeof(int));
@@ -324,6 +387,45 @@ absl::StatusOr<int> LaunchThomasWindow(const TridiagonalProblem<T>& p, T* x, uin
   return *word->get();
 }
 
+// Systems a box: whole warps of systems where the batch has 32 or more, else two windows of
+// 16 systems a warp (or four of 8).
+int SystemsABox(int64_t batch) { return batch >= 32 ? 32 : batch >= 16 ? 16 : 8; }
+
+template <typename T, int kRing, int kStages>
+absl::StatusOr<int> LaunchBySystems(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
+                                    const Maps& maps, int64_t windows, int64_t halo, Pool& pool,
+                                    cudaStream_t stream) {
+  switch (SystemsABox(p.batch)) {
+    case 32:
+      return LaunchThomasWindow<T, kRing, 32, kStages>(p, x, flags, maps, windows, halo, pool,
+                                                       stream);
+    case 16:
+      return LaunchThomasWindow<T, kRing, 16, kStages>(p, x, flags, maps, windows, halo, pool,
+                                                       stream);
+    default:
+      return LaunchThomasWindow<T, kRing, 8, kStages>(p, x, flags, maps, windows, halo, pool,
+                                                      stream);
+  }
+}
+
+// Copies in flight a warp: float64 2 (4 cost a block an SM: 1024 x 16384 0.251 -> 0.470 ms),
+// float32 2 by default, or 1 or 4 (H100, 2^24 unknowns, 1024 / 4096 / 2^20 x 16: 2 copies
+// 0.147 / 0.176 / 0.188 ms, 4 0.150 / 0.185 / 0.192, 1 0.156 / 0.187 / 0.194).
+template <typename T, int kRing>
+absl::StatusOr<int> LaunchByStages(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
+                                   const Maps& maps, int64_t windows, int64_t halo, int stages,
+                                   Pool& pool, cudaStream_t stream) {
+  if constexpr (sizeof(T) == 4) {
+    if (stages == 1)
+      return LaunchBySystems<T, kRing, 1>(p, x, flags, maps, windows, halo, pool, stream);
+    if (stages == 4)
+      return LaunchBySystems<T, kRing, 4>(p, x, flags, maps, windows, halo, pool, stream);
+    return LaunchBySystems<T, kRing, 2>(p, x, flags, maps, windows, halo, pool, stream);
+  } else {
+    return LaunchBySystems<T, kRing, 2>(p, x, flags, maps, windows, halo, pool, stream);
+  }
+}
+
 }  // namespace
 
 bool ThomasWindowApplies(int64_t n, int64_t batch, Layout layout, bool float32) {
@@ -336,21 +438,21 @@ bool ThomasWindowApplies(int64_t n, int64_t batch, Layout layout, bool float32) 
 template <typename T>
 absl::StatusOr<bool> SolveThomasWindowed(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
                                          Pool& pool, cudaStream_t stream, int64_t windows,
-                                         int64_t halo) {
+                                         int64_t halo, int stages) {
   if (!ThomasWindowApplies(p.n, p.batch, p.layout, sizeof(T) == 4)) return false;
   const T* arrays[4] = {p.a, p.b, p.c, p.d};
   for (const T* q : arrays)
     if (reinterpret_cast<uintptr_t>(q) % 16 != 0) return false;
   Maps maps;
-  if (!EncodeMaps(p, maps)) return false;
-  absl::StatusOr<int> failed =
-      LaunchThomasWindow<T, kShortRing>(p, x, flags, maps, windows, halo, pool, stream);
+  if (!EncodeMaps(p, SystemsABox(p.batch), maps)) return false;
+  absl::StatusOr<int> failed = LaunchByStages<T, kShortRing>(p, x, flags, maps, windows, halo,
+                                                             stages, pool, stream);
   if (!failed.ok()) return failed.status();
   int answer = *failed;
   if (answer == kFailLookAhead) {
     TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flags, 0, size_t(p.batch), stream));
     absl::StatusOr<int> longer =
-        LaunchThomasWindow<T, kLongRing>(p, x, flags, maps, windows, halo, pool, stream);
+        LaunchByStages<T, kLongRing>(p, x, flags, maps, windows, halo, stages, pool, stream);
     if (!longer.ok()) return longer.status();
     answer = *longer;
   }
@@ -362,9 +464,9 @@ absl::StatusOr<bool> SolveThomasWindowed(const TridiagonalProblem<T>& p, T* x, u
 
 template absl::StatusOr<bool> SolveThomasWindowed(const TridiagonalProblem<double>&, double*,
                                                   uint8_t*, Pool&, cudaStream_t, int64_t,
-                                                  int64_t);
+                                                  int64_t, int);
 template absl::StatusOr<bool> SolveThomasWindowed(const TridiagonalProblem<float>&, float*,
                                                   uint8_t*, Pool&, cudaStream_t, int64_t,
-                                                  int64_t);
+                                                  int64_t, int);
 
 }  // namespace trisolve::cuda

@@ -1173,9 +1173,10 @@ bool ThomasWindowByShape(int64_t n, int64_t batch, Layout layout, bool float32) 
   if (g_tuning.thomas_window > 0) return true;
   // H100, 2^24 unknowns (results/tridiagonal-h100-2026-11-24-session16.log): float64 n = 512
   // 0.303 ms against the streamed one-pass kernel's 0.296, 1024 0.263 against 0.380, 4096 and
-  // 16384 0.319 against the two-pass path's 0.59 / 0.56; 2^20 x 16 (half of each warp idle)
-  // 0.548 against 0.523. float32 512 0.153 against 0.184, 2^20 x 16 0.284 against 0.318.
-  return (float32 ? n >= 512 : n > 512) && batch >= (float32 ? 16 : 32);
+  // 16384 0.319 against the two-pass path's 0.59 / 0.56; float32 512 0.153 against 0.184. 2^20
+  // x 16, as warps of two windows of 16 systems (results/...-session17.log): float64 0.312
+  // against 0.523, float32 0.188 against 0.318.
+  return (float32 ? n >= 512 : n > 512) && batch >= 16;
 }
 
 void SetPartitionedTuning(const PartitionedTuning& t) { g_tuning = t; }
@@ -1237,7 +1238,7 @@ absl::StatusOr<TridiagonalKernel> SolveTridiagonalDevice(const TridiagonalProble
   switch (k) {
     case TridiagonalKernel::kThomasWindow: {
       auto ran = SolveThomasWindowed(p, x, flags, pool, stream, g_tuning.thomas_windows,
-                                     g_tuning.thomas_halo);
+                                     g_tuning.thomas_halo, g_tuning.thomas_stages);
       if (!ran.ok()) return ran.status();
       if (*ran) return k;
       auto exact = SolvePartitioned(p, x, flags, pool, stream);
