@@ -24,6 +24,9 @@
 #include "tridiagonal_cuda.h"
 
 namespace {
+
+bool g_auto_only = false;
+
 using trisolve::bench::TimeIt;
 
 #define CS(x)                                                                      \
@@ -108,14 +111,16 @@ struct Bench {
       trisolve::cuda::SetPartitionedTuning(saved);
     }
     for (bool inter : {false, true}) {
+      if (g_auto_only && !inter) continue;
       const char* lay = inter ? "interleaved" : "flat";
       trisolve::TridiagonalProblem<T> p{batch, n,
                                         inter ? trisolve::Layout::kInterleaved : trisolve::Layout::kFlat,
                                         a, b, c, d};
       for (auto m : {trisolve::TridiagonalMethod::kAuto, trisolve::TridiagonalMethod::kPartitioned,
                      trisolve::TridiagonalMethod::kThomas, trisolve::TridiagonalMethod::kPcr}) {
+        if (g_auto_only && m != trisolve::TridiagonalMethod::kAuto) continue;
         // `auto` where it runs another kernel than `partitioned` (thomas-window).
-        if (m == trisolve::TridiagonalMethod::kAuto &&
+        if (!g_auto_only && m == trisolve::TridiagonalMethod::kAuto &&
             trisolve::cuda::ChooseTridiagonalKernel(m, n, batch, p.layout, sizeof(T) == 4) ==
                 trisolve::cuda::ChooseTridiagonalKernel(trisolve::TridiagonalMethod::kPartitioned,
                                                         n, batch, p.layout, sizeof(T) == 4))
@@ -135,6 +140,7 @@ struct Bench {
                x, batch, inter);
       }
       // cuSPARSE: the solution overwrites the right-hand side (here x, restored each run).
+      if (g_auto_only) continue;
       if (!inter) {
         size_t buf_bytes = 0;
         if constexpr (sizeof(T) == 8)
@@ -358,6 +364,9 @@ void Tune(int64_t N, int reps, double copy_gbs, trisolve::cuda::Pool& pool,
 }  // namespace
 
 int main(int argc, char** argv) {
+  // --auto-only: `auto` on the interleaved layout alone (the tuning runs of thomas-window).
+  for (int i = 1; i < argc; ++i)
+    if (!std::strcmp(argv[i], "--auto-only")) g_auto_only = true;
   int64_t N = int64_t{1} << 24;
   int reps = 15;
   std::string csv;
@@ -366,7 +375,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i)
     if (!std::strcmp(argv[i], "--tune")) tune = true;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--tune")) {
+    if (!std::strcmp(argv[i], "--tune") || !std::strcmp(argv[i], "--auto-only")) {
       --i;
       continue;
     }
@@ -376,9 +385,17 @@ int main(int argc, char** argv) {
     } else if (!std::strcmp(argv[i], "--unknowns")) N = std::atoll(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--csv")) csv = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--thomas-windows")) {  // thomas-window's windows a system
+    else if (!std::strcmp(argv[i], "--thomas-window")) {  // auto by thomas-window: 1 / -1
+      auto t = trisolve::cuda::GetPartitionedTuning();
+      t.thomas_window = std::atoi(argv[i + 1]);
+      trisolve::cuda::SetPartitionedTuning(t);
+    } else if (!std::strcmp(argv[i], "--thomas-windows")) {  // thomas-window's windows a system
       auto t = trisolve::cuda::GetPartitionedTuning();
       t.thomas_windows = std::atoi(argv[i + 1]);
+      trisolve::cuda::SetPartitionedTuning(t);
+    } else if (!std::strcmp(argv[i], "--thomas-stages")) {  // its copies in flight a warp
+      auto t = trisolve::cuda::GetPartitionedTuning();
+      t.thomas_stages = std::atoi(argv[i + 1]);
       trisolve::cuda::SetPartitionedTuning(t);
     } else if (!std::strcmp(argv[i], "--thomas-halo")) {  // and its halo
       auto t = trisolve::cuda::GetPartitionedTuning();
