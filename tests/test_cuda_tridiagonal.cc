@@ -486,9 +486,9 @@ TEST(CudaTridiagonal, WindowsFallBackWhereARowIsNotDominantEnough) {
 // task of a system partly idle), whole systems and systems cut into 3 and 7 windows with halos
 // of 256 and 64 rows, both numbers of copies in flight, both precisions, singular systems
 // (Compare makes two) flagged per system. The random
-// rows have (|a| + |c|) / |b| up to 0.8: windows past a system's first with a halo of 64 rows
-// (limits 0.56 / 0.77) fail their check and the exact path answers. A batch not whole 16-byte
-// words never takes it.
+// rows (|a| + |c| up to 0.8 |b|) take a few rows each for the left end's bound to fall by 2^-55
+// (about two bits a row), so the halos of 64 rows (forced) and 64 / 32 (by default) hold it. A
+// batch not whole 16-byte words never takes it.
 TEST(CudaTridiagonal, ThomasWindowMatchesTheCpuReference) {
   REQUIRE_GPU();
   if (!cuda::ThomasWindowApplies(100, 64, Layout::kInterleaved, false))
@@ -508,11 +508,9 @@ TEST(CudaTridiagonal, ThomasWindowMatchesTheCpuReference) {
                      Case{1000, 2050}, Case{4097, 66}, Case{20000, 34}, Case{20000, 7},
                      Case{5000, 16}, Case{20000, 24}, Case{3001, 8}, Case{777, 12},
                      Case{9000, 10}}) {
-        const int64_t h = halo > 0 ? halo : 256;
-        const bool cut = windows > 1 && k.n >= 8 * h;  // the kernel's cap: cores of 4 halos
         SCOPED_TRACE(::testing::Message() << "windows " << windows << " halo " << halo << " n "
                                           << k.n << " batch " << k.batch);
-        const bool expect = !(cut && halo == 64);
+        const bool expect = true;
         const std::string f64 = Compare<double>(k, Layout::kInterleaved,
                                                 TridiagonalMethod::kAuto, 1e-12, 1e-15);
         EXPECT_EQ(f64 == "thomas-window", expect && k.batch % 2 == 0) << f64;
@@ -573,6 +571,54 @@ TEST(CudaTridiagonal, ThomasWindowLooksAheadAsFarAsTheRowsNeed) {
   EXPECT_EQ(Compare<double>(k, Layout::kInterleaved, TridiagonalMethod::kAuto, 1e-12, 1e-15,
                             nan_rhs),
             "thomas-window");
+  cuda::SetPartitionedTuning(saved);
+}
+
+// The left end of a window past a system's first is bounded a posteriori (thomas_window.cu): the
+// product of |a / den| over the halo and on through the core, summed. Rows with a = -0.7,
+// c = -0.1, b = 1 keep c' at -0.108 (17 rows of look-ahead) but let the dropped coupling fade
+// by only 0.757 a row (0.40 bits): the default halo (64 / 32) is too short, the problem runs
+// again with 256 and is solved by thomas-window; with the halo forced to 64 it cannot be, and
+// the exact path answers. With a = -0.9, c = -0.05 (0.945 a row) 256 rows are too few too. An
+// implicit diffusion step with r = 1 (0.38 a row) needs ~40 rows: the default halo holds it.
+TEST(CudaTridiagonal, ThomasWindowBoundsTheLeftEndAsTheRowsNeed) {
+  REQUIRE_GPU();
+  if (!cuda::ThomasWindowApplies(100, 64, Layout::kInterleaved, false))
+    GTEST_SKIP() << "thomas-window needs compute capability 9.0 (bulk tensor copies)";
+  const auto saved = cuda::GetPartitionedTuning();
+  const Case k{5000, 64};
+  struct Rows {
+    double a, b, c;
+    bool by_default, at_64;  // thomas-window with the default halo, with 64 forced
+  };
+  for (const Rows& r : {Rows{-0.7, 1, -0.1, true, false}, Rows{-0.9, 1, -0.05, false, false},
+                        Rows{-1, 3, -1, true, true}}) {
+    for (int halo : {0, 64}) {
+      SCOPED_TRACE(::testing::Message() << "a " << r.a << " c " << r.c << " halo " << halo);
+      auto t = saved;
+      t.thomas_window = 1;
+      t.thomas_windows = 4;
+      t.thomas_halo = halo;
+      cuda::SetPartitionedTuning(t);
+      auto rows = [&](auto& data) {
+        using T = std::decay_t<decltype(data.a[0])>;
+        for (size_t e = 0; e < data.a.size(); ++e) {
+          data.a[e] = T(r.a);
+          data.b[e] = T(r.b);
+          data.c[e] = T(r.c);
+        }
+      };
+      const bool expect = halo == 0 ? r.by_default : r.at_64;
+      const std::string f64 =
+          Compare<double>(k, Layout::kInterleaved, TridiagonalMethod::kAuto, 1e-11, 1e-15,
+                          std::function<void(Data<double>&)>(rows));
+      EXPECT_EQ(f64 == "thomas-window", expect) << f64;
+      const std::string f32 =
+          Compare<float>(k, Layout::kInterleaved, TridiagonalMethod::kAuto, 5e-4, 3e-6,
+                         std::function<void(Data<float>&)>(rows));
+      EXPECT_EQ(f32 == "thomas-window", expect) << f32;
+    }
+  }
   cuda::SetPartitionedTuning(saved);
 }
 

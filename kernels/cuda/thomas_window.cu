@@ -21,9 +21,21 @@
 // The left end is exact: the sweep starts at row 0 of the system. Where the batch has too few
 // groups of 32 systems to fill the GPU, each system is also cut into windows (windows.h's plan:
 // cores tiling the system, `halo` rows read before each core but the first); a window past the
-// first starts its sweep `halo` rows early with the coupling before it dropped, which is exact
-// to rounding where every row it reads has (|a| + |c|) <= limit |b| (windows.h's bound, checked
-// on every row: else the problem fails as above).
+// first starts its sweep `halo` rows early with the coupling a[lo] x[lo - 1] before it dropped.
+// That error is bounded a posteriori too. The window solves the rows [lo, f] it has swept, so
+// its x differs from the true one by A_[lo,f]^-1 (a[lo] x[lo - 1] e_lo + c[f] x[f + 1] e_f):
+// the second term is the look-ahead's above; the first is x[lo - 1] times a[lo] z, z the first
+// column of A_[lo,f]^-1, which Thomas on e_lo gives: its forward values are g_m with
+// |a[lo] g_m| = P_m = prod_{i = lo..m} |a_i / den_i|, and z_k = g_k - c'_k z_{k+1}, so
+// |a[lo] z_k| <= sum_{m = k..f} P_m prod_{i = k..m-1} |c'_i| <= sum_{m = c0..f} P_m for a core
+// row k >= c0 where every |c'| of [c0, f] is at most 1. The kernel carries P (rounded up, never
+// below 2^-(digits + 40) so that it cannot underflow) and that sum along the sweep, and a
+// window whose sum at its last store exceeds 2^-(digits + 2) fails: the two ends together stay
+// under the unit roundoff times max |x|, the windows' accuracy (windows.h), whatever the rows'
+// dominance. The halo is measured, not assumed: the benchmark's rows need ~30 rows, a diffusion
+// step with r = 1 ~40 and r = 10 ~120 in float64; windows start with a halo of 64 rows (32 in
+// float32) and the problem runs again with 256 where one is too short; a window with a |c'|
+// over 1 in its core goes to the exact path.
 //
 // A batch of fewer than 32 systems (2^20 x 16) would leave lanes idle: there a warp sweeps two
 // windows of 16 systems (or four of 8) side by side, each lane counting rows from its window's
@@ -35,9 +47,9 @@
 // Where the time goes (H100, Nsight Compute, NOTES.md t34): a warp spends ~400 cycles a row
 // alone on an SM, issuing one instruction every ~3.5 cycles (dependent float64 chains, one warp
 // a scheduler); so rows whose lanes need no edge tests (before row 1, past row n - 2, the
-// window's first) take a path without them. With four warps an SM the cores' and halos' bytes
-// then hold DRAM near the copy rate: 2^24 unknowns in 1024-row systems at 90% of it, systems
-// cut into windows at 73-76% plus the 25% of rows their halos read again.
+// window's first) take a path without them. With four warps an SM the bytes then hold DRAM
+// near the copy rate: 2^24 unknowns in 1024-row systems at 90% of it; systems cut into windows
+// read their halos again, 25% more rows with halos of 256 (75%), 6% with 64 (83%, t35).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -57,7 +69,7 @@ namespace {
 
 constexpr int kLanes = 32;      // threads a block: one warp
 constexpr int kOut = 16;        // rows a back substitution stores (a chunk)
-constexpr int64_t kDefaultHalo = 256;  // windows past a system's first: limit 0.864 / 0.935
+constexpr int64_t kLongHalo = 256;  // windows past a system's first: the halo's second try
 // Why these sizes (H100): one warp a block, and a warp's rows are one dependent chain (a
 // division a row), so the SM's four schedulers need four warps or more: shared memory for 4
 // blocks of float64 holds two copies in flight and a ring of 64 rows (48 of look-ahead, what
@@ -83,13 +95,13 @@ struct Maps {
 };
 
 // The answers in *fail: a window needed more look-ahead than the ring holds (worth a longer
-// ring), or its rows fail otherwise (the exact path).
-constexpr int kFailLookAhead = 1, kFailRows = 2;
+// ring), its halo was too short for the left end's bound (worth a longer halo), or its rows
+// fail otherwise (the exact path). The most severe one a launch met is its answer.
+constexpr int kFailLookAhead = 1, kFailHalo = 2, kFailRows = 3;
 
 struct Args {
   WindowPlan plan;      // windows of a system (per_system 1: whole systems)
   int64_t tasks = 0;    // groups of kSys systems x tasks a group (windows / (kLanes / kSys))
-  double limit = 1;     // windows past the first: (|a| + |c|) <= limit |b| on every row read
   double tau = 0;       // a chunk is stored once prod |c'| over its look-ahead is under tau
   int* fail = nullptr;  // kFail* where a window cannot be solved here
 };
@@ -181,7 +193,12 @@ __global__ void __launch_bounds__(kLanes)
     int fchunk = 0;                       // its index
     int out = H;                          // the chunk to store next: index ochunk
     int ochunk = 0;
-    const T limit = T(w.limit), tau = T(w.tau);
+    const T tau = T(w.tau);
+    // The left end's bound (windows past a system's first): P = prod |a_i / den_i| from lo,
+    // at least p_floor; its sum over the core's rows swept; a core |c'| over 1.
+    const T p_floor = T(std::ldexp(1.0, -(std::numeric_limits<T>::digits + 40)));
+    T left_p = T(1), left_sum = T(0);
+    bool c_big = false;
     T* xs = x + s;
     while (out < core_end) {
       // Row k goes to ring slot (k - H) % kRing, over row k - kRing: that must be stored.
@@ -202,16 +219,17 @@ __global__ void __launch_bounds__(kLanes)
         cv[i] = sm.raw[slot][2][wl][i][sl];
         dv[i] = sm.raw[slot][3][wl][i][sl];
       }
-      bool weak = false;
       // The rows of the copy: kEdge where a lane's may be before row 1 or past row n - 2 or
       // start the window (each row then tested), else all plain; kCore where they are the
-      // core's (the chunk's map), kCheck where the task has windows past a system's first.
+      // core's (the chunk's map), kCheck where the task has windows past a system's first
+      // (the left end's bound).
       auto sweep = [&](auto edge, auto in_core, auto check) {
         constexpr bool kEdge = decltype(edge)::value, kCore = decltype(in_core)::value,
                        kCheck = decltype(check)::value;
 #pragma unroll
         for (int i = 0; i < kStageRows; ++i) {
           T a = av[i], b = bv[i], c = cv[i], d = dv[i];
+          T a_in = a;  // the row's coupling to the row before, the dropped one's included
           bool valid = true;
           if constexpr (kEdge) {
             const int k = row + i;
@@ -221,11 +239,9 @@ __global__ void __launch_bounds__(kLanes)
             b = before ? T(1) : b;
             c = before || k == n - 1 ? T(0) : c;  // c[n - 1]: unused by definition
             d = before ? T(0) : d;
+            a_in = k <= 0 || !valid ? T(0) : a;  // a[0]: unused by definition
+            if (k <= 0 || rel + i == 0) a = T(0);  // a[0], or the coupling dropped
           }
-          // A window past the first: every row read, the dropped coupling's included.
-          if constexpr (kCheck) weak |= valid && !(fabs(a) + fabs(c) <= limit * fabs(b));
-          if constexpr (kEdge)
-            if (row + i <= 0 || rel + i == 0) a = T(0);  // a[0], or the coupling dropped
           const T ac = a * cp;
           const T den = b - ac;
           bad |= valid && Vanishes(den, fabs(b) + fabs(ac));
@@ -234,6 +250,19 @@ __global__ void __launch_bounds__(kLanes)
           dp = (d - a * dp) * rr;
           sm.ring[base + i][0][lane] = cp;
           sm.ring[base + i][1][lane] = dp;
+          if constexpr (kCheck) {
+            if constexpr (sizeof(T) == 8)
+              left_p = __fma_ru(left_p, __dmul_ru(fabs(a_in), fabs(rr)), p_floor);
+            else
+              left_p = __fmaf_ru(left_p, __fmul_ru(fabsf(a_in), fabsf(rr)), p_floor);
+            if (kCore && valid) {
+              if constexpr (sizeof(T) == 8)
+                left_sum = __dadd_ru(left_sum, left_p);
+              else
+                left_sum = __fadd_ru(left_sum, left_p);
+              c_big |= !(fabs(cp) <= T(1));
+            }
+          }
           if (kCore && valid) {
             alpha = fma(beta, dp, alpha);
             beta *= -cp;
@@ -256,7 +285,6 @@ __global__ void __launch_bounds__(kLanes)
         sweep(No(), Yes(), No());
       else
         core_rows ? sweep(No(), Yes(), Yes()) : sweep(No(), No(), Yes());
-      bad |= weak && !first;
       FenceProxyAsync();  // the slot's reads before the copy engine's next writes into it
       __syncwarp();
       ++used;
@@ -310,7 +338,10 @@ __global__ void __launch_bounds__(kLanes)
     // Copies issued past what the window used: wait for them before the slots are reused.
     for (; used < issued; ++used) BarWait(&sm.bar[used % kStages], (used / kStages) & 1);
     __syncwarp();
-    if (!failed && __any_sync(~0u, live && bad && !first)) failed = kFailRows;
+    // A window past a system's first: a pivot, x or a core |c'| out of bounds fails the
+    // problem, a left end's bound over tau (at the last store, the largest) its halo.
+    if (!failed && __any_sync(~0u, live && !first && (bad || c_big))) failed = kFailRows;
+    if (!failed && __any_sync(~0u, live && !first && !(left_sum <= tau))) failed = kFailHalo;
     if (failed) {
       if (lane == 0) atomicMax(w.fail, failed);
       break;
@@ -359,10 +390,9 @@ absl::StatusOr<int> LaunchThomasWindow(const TridiagonalProblem<T>& p, T* x, uin
   const int64_t groups = (p.batch + kSys - 1) / kSys;
   // Windows a system: enough tasks (kPer windows of a group) for the blocks that run at once,
   // cores of 4 halos or more.
-  if (halo <= 0) halo = kDefaultHalo;
   halo = (halo + StageRows<T>() - 1) / StageRows<T>() * StageRows<T>();
-  if (windows <= 0)
-    windows = groups * kPer >= *resident ? 1 : (*resident + groups - 1) / groups * kPer;
+  // One wave: a second one for a few tasks costs a whole task's time.
+  if (windows <= 0) windows = groups * kPer >= *resident ? 1 : *resident / groups * kPer;
   windows = std::max<int64_t>(1, std::min(windows, p.n / (4 * halo)));
   Args args;
   args.plan.halo = halo;
@@ -370,7 +400,6 @@ absl::StatusOr<int> LaunchThomasWindow(const TridiagonalProblem<T>& p, T* x, uin
   args.plan.core = (args.plan.core + kOut - 1) / kOut * kOut;
   args.plan.per_system = (p.n + args.plan.core - 1) / args.plan.core;
   args.tasks = groups * ((args.plan.per_system + kPer - 1) / kPer);
-  args.limit = WindowDominanceLimit(halo, std::numeric_limits<T>::digits);
   args.tau = std::ldexp(1.0, -(std::numeric_limits<T>::digits + 2));
   auto fail = pool.Get(sizeof(int));
   if (!fail.ok()) return fail.status();
@@ -445,16 +474,26 @@ absl::StatusOr<bool> SolveThomasWindowed(const TridiagonalProblem<T>& p, T* x, u
     if (reinterpret_cast<uintptr_t>(q) % 16 != 0) return false;
   Maps maps;
   if (!EncodeMaps(p, SystemsABox(p.batch), maps)) return false;
-  absl::StatusOr<int> failed = LaunchByStages<T, kShortRing>(p, x, flags, maps, windows, halo,
-                                                             stages, pool, stream);
-  if (!failed.ok()) return failed.status();
-  int answer = *failed;
-  if (answer == kFailLookAhead) {
+  // A ring of 64 rows and the short halo first; a longer ring where the look-ahead ran out, the
+  // long halo where a halo was too short for the left end's bound (unless the caller set it).
+  const int64_t short_halo = sizeof(T) == 8 ? 64 : 32;
+  bool long_ring = false;
+  int64_t h = halo > 0 ? halo : short_halo;
+  int answer = 0;
+  for (;;) {
+    absl::StatusOr<int> failed =
+        long_ring ? LaunchByStages<T, kLongRing>(p, x, flags, maps, windows, h, stages, pool,
+                                                  stream)
+                  : LaunchByStages<T, kShortRing>(p, x, flags, maps, windows, h, stages, pool,
+                                                   stream);
+    if (!failed.ok()) return failed.status();
+    answer = *failed;
+    const bool ring_again = answer == kFailLookAhead && !long_ring;
+    const bool halo_again = answer == kFailHalo && halo <= 0 && h < kLongHalo;
+    if (!ring_again && !halo_again) break;
+    long_ring |= ring_again;
+    if (halo_again) h = kLongHalo;
     TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flags, 0, size_t(p.batch), stream));
-    absl::StatusOr<int> longer =
-        LaunchByStages<T, kLongRing>(p, x, flags, maps, windows, halo, stages, pool, stream);
-    if (!longer.ok()) return longer.status();
-    answer = *longer;
   }
   if (answer == 0) return true;
   // Systems flagged before the failure: the exact path decides again.

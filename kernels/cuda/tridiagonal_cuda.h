@@ -105,7 +105,8 @@ struct PartitionedTuning {
                            // (ThomasWindowByShape), 1 wherever it applies, -1 never
   int thomas_windows = 0;  // its windows a system: 0 enough to fill the GPU
   int thomas_halo = 0;     // rows its windows past a system's first sweep before their core:
-                           // 0 for 256 (rows dominant to 0.864 / 0.935)
+                           // 0 for 64 / 32 (float64 / float32), then 256 where a window's
+                           // left end's bound needs more; else that halo alone
   int thomas_stages = 0;   // its copies in flight a warp: 0 for 2 (float32 also 1 or 4)
 };
 void SetPartitionedTuning(const PartitionedTuning& t);
@@ -135,10 +136,11 @@ bool ThomasWindowApplies(int64_t n, int64_t batch, Layout layout, bool float32);
 bool ThomasWindowByShape(int64_t n, int64_t batch, Layout layout, bool float32);
 
 // thomas-window on p (device arrays 16-byte aligned, else false): `windows` a system (0 to fill
-// the GPU), `halo` rows before the cores past a system's first (0: 256), `stages` copies in
-// flight a warp (2; float32 also 1 or 4). Returns false where it
-// does not apply or where the problem failed its checks (then x is partly written, the flags
-// are zero, and the caller solves p by the exact path). Waits for the kernel.
+// the GPU), `halo` rows before the cores past a system's first (0: 64 in float64, 32 in
+// float32, then 256 where the left end's bound needs more; else that halo alone), `stages`
+// copies in flight a warp (2; float32 also 1 or 4). Returns false where it does not apply or
+// where the problem failed its checks (then x is partly written, the flags are zero, and the
+// caller solves p by the exact path). Waits for the kernel.
 template <typename T>
 absl::StatusOr<bool> SolveThomasWindowed(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
                                          Pool& pool, cudaStream_t stream, int64_t windows = 0,
