@@ -186,7 +186,7 @@ __global__ void __launch_bounds__(kLanes)
     // most = max over its rows k of prod_{i = k..row-1} |c'_i|.
     T alpha = T(0), beta = T(1);
     float most = 0;
-    bool bad = false;  // a pivot vanished, x not finite, a row not dominant enough
+    bool bad = false;  // a pivot vanished or x is not finite
     int failed = 0;    // kFail* (uniform)
     int rel = 0;                          // next row to sweep (relative, uniform)
     int fend = min(H + kOut, core_end);   // end of the chunk being swept
