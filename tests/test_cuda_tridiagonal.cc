@@ -233,8 +233,10 @@ TEST(CudaTridiagonal, AutoPicksTheMeasuredKernelByShape) {
                         Pick{7200, 64, Layout::kFlat, false, K::kPartitionedClusterStream},
                         Pick{8192, 64, Layout::kFlat, true, W, K::kPartitionedCluster},
                         Pick{8192, 2, Layout::kFlat, true, W},
-                        Pick{10240, 16, Layout::kFlat, false, W, K::kPartitioned},
-                        Pick{12288, 16, Layout::kFlat, false, W, K::kPartitionedClusterStream},
+                        Pick{10240, 16, Layout::kFlat, false, TW},
+                        Pick{12288, 16, Layout::kFlat, false, TW},
+                        Pick{12288, 15, Layout::kFlat, false, W, K::kPartitionedClusterStream},
+                        Pick{16384, 64, Layout::kFlat, false, TW},
                         Pick{16384, 8, Layout::kFlat, false, W, K::kPartitionedClusterStream},
                         Pick{16384, 8, Layout::kFlat, true, W, K::kPartitioned},
                         Pick{16384, 2, Layout::kFlat, true, W},
@@ -481,7 +483,8 @@ TEST(CudaTridiagonal, WindowsFallBackWhereARowIsNotDominantEnough) {
 }
 
 // thomas-window (the interleaved layout by Thomas, streamed, x stored by a look-ahead back
-// substitution), forced: n from 1 to 20000, batches of 2 to 2050 (a last group of 32 only partly
+// substitution), forced, in both layouts (flat: boxes of systems' rows, swizzled): n from 1 to
+// 20004, batches of 2 to 2050 (a last group of 32 only partly
 // in the batch; batches under 32 as warps of two windows of 16 systems or four of 8, the last
 // task of a system partly idle), whole systems and systems cut into 3 and 7 windows with halos
 // of 256 and 64 rows, both numbers of copies in flight, both precisions, singular systems
@@ -504,24 +507,27 @@ TEST(CudaTridiagonal, ThomasWindowMatchesTheCpuReference) {
       t.thomas_halo = halo;
       t.thomas_stages = windows == 3 ? 1 : windows == 7 ? 2 : 0;  // float32's other forms
       cuda::SetPartitionedTuning(t);
-      for (Case k : {Case{1, 64}, Case{2, 34}, Case{7, 40}, Case{33, 100}, Case{100, 1000},
-                     Case{1000, 2050}, Case{4097, 66}, Case{20000, 34}, Case{20000, 7},
-                     Case{5000, 16}, Case{20000, 24}, Case{3001, 8}, Case{777, 12},
-                     Case{9000, 10}}) {
-        SCOPED_TRACE(::testing::Message() << "windows " << windows << " halo " << halo << " n "
-                                          << k.n << " batch " << k.batch);
-        const bool expect = true;
-        const std::string f64 = Compare<double>(k, Layout::kInterleaved,
-                                                TridiagonalMethod::kAuto, 1e-12, 1e-15);
-        EXPECT_EQ(f64 == "thomas-window", expect && k.batch % 2 == 0) << f64;
-        const std::string f32 =
-            Compare<float>(k, Layout::kInterleaved, TridiagonalMethod::kAuto, 2e-4, 3e-6);
-        EXPECT_EQ(f32 == "thomas-window", expect && k.batch % 4 == 0) << f32;
-        ran += (f64 == "thomas-window") + (f32 == "thomas-window");
-      }
+      for (Layout layout : {Layout::kInterleaved, Layout::kFlat})
+        for (Case k : {Case{1, 64}, Case{2, 34}, Case{7, 40}, Case{33, 100}, Case{100, 1000},
+                       Case{1000, 2050}, Case{4097, 66}, Case{20000, 34}, Case{20000, 7},
+                       Case{5000, 16}, Case{20000, 24}, Case{3001, 8}, Case{777, 12},
+                       Case{9000, 10}, Case{4096, 40}, Case{2048, 33}, Case{20004, 20}}) {
+          const bool inter = layout == Layout::kInterleaved;
+          SCOPED_TRACE(::testing::Message() << "windows " << windows << " halo " << halo << " n "
+                                            << k.n << " batch " << k.batch
+                                            << (inter ? " interleaved" : " flat"));
+          // The copies' row stride in whole 16-byte words: the batch's row, or a system.
+          const int64_t stride = inter ? k.batch : k.n;
+          const std::string f64 =
+              Compare<double>(k, layout, TridiagonalMethod::kAuto, 1e-12, 1e-15);
+          EXPECT_EQ(f64 == "thomas-window", stride % 2 == 0) << f64;
+          const std::string f32 = Compare<float>(k, layout, TridiagonalMethod::kAuto, 2e-4, 3e-6);
+          EXPECT_EQ(f32 == "thomas-window", stride % 4 == 0) << f32;
+          ran += (f64 == "thomas-window") + (f32 == "thomas-window");
+        }
     }
   cuda::SetPartitionedTuning(saved);
-  EXPECT_GE(ran, 40);
+  EXPECT_GE(ran, 100);
 }
 
 // The look-ahead is measured, not assumed: an implicit diffusion step (b = 1 + 2r, a = c = -r,

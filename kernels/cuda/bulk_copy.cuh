@@ -49,9 +49,28 @@ __device__ __forceinline__ void BulkLoad2D(void* dst, const CUtensorMap* map, in
       : "memory");
 }
 // This thread's generic-proxy accesses to shared memory ordered before the copy engine's next
-// writes into it (with the barrier that follows).
+// writes into it (with the barrier that follows), or before its reads of what they wrote.
 __device__ __forceinline__ void FenceProxyAsync() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+// src into the box of `map` at (x0, x1), clipped to the tensor; completes in a bulk group.
+__device__ __forceinline__ void BulkStore2D(const CUtensorMap* map, int x0, int x1,
+                                            const void* src) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];" ::
+                   "l"(reinterpret_cast<uint64_t>(map)),
+               "r"(x0), "r"(x1), "r"(SmemAddr(src))
+               : "memory");
+}
+__device__ __forceinline__ void BulkCommit() {
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+// This thread's bulk groups have read their shared memory (it may be written again).
+__device__ __forceinline__ void BulkWaitRead() {
+  asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+}
+// This thread's bulk groups are complete.
+__device__ __forceinline__ void BulkWaitAll() {
+  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 }
 #else
 __device__ __forceinline__ void BarInit(uint64_t*) { __trap(); }
@@ -61,6 +80,12 @@ __device__ __forceinline__ void BulkLoad2D(void*, const CUtensorMap*, int, int, 
   __trap();
 }
 __device__ __forceinline__ void FenceProxyAsync() { __trap(); }
+__device__ __forceinline__ void BulkStore2D(const CUtensorMap*, int, int, const void*) {
+  __trap();
+}
+__device__ __forceinline__ void BulkCommit() { __trap(); }
+__device__ __forceinline__ void BulkWaitRead() { __trap(); }
+__device__ __forceinline__ void BulkWaitAll() { __trap(); }
 #endif
 
 // cuTensorMapEncodeTiled from the driver (through the runtime: no link to libcuda), or null.

@@ -41,6 +41,10 @@
 // windows of 16 systems (or four of 8) side by side, each lane counting rows from its window's
 // start so that the warp's rows, copies and chunks stay in step.
 //
+// The flat layout (float64 n > 8192, NOTES.md t36-t37) takes the same warps: a copy holds each
+// system's rows as one 64-byte row, swizzled, and x goes back through shared memory and bulk
+// tensor stores (a lane storing its own system's rows touched 32 lines an instruction).
+//
 // Per system, as the CPU reference does: a vanishing pivot or a non-finite x flags the system
 // (the caller zeroes its x), but in a window past the first, where it fails the problem.
 //
@@ -84,14 +88,11 @@ template <typename T>
 constexpr int StageRows() {
   return sizeof(T) == 8 ? 8 : 16;
 }
-constexpr int Snaps(int ring) {  // chunks open at once at most, a power of 2
-  int s = 1;
-  while (s < ring / kOut + 1) s *= 2;
-  return s;
-}
+constexpr int Snaps(int ring) { return ring / kOut + 1; }  // chunks open at once at most
 
 struct Maps {
   CUtensorMap m[4];  // a, b, c, d as (batch x n), boxes of kSys systems x StageRows rows
+  CUtensorMap x;     // flat: x, boxes of kSys systems x kOut rows (a chunk)
 };
 
 // The answers in *fail: a window needed more look-ahead than the ring holds (worth a longer
@@ -108,11 +109,16 @@ struct Args {
 
 // A warp sweeps kLanes / kSys windows of kSys systems at once, lane = window * kSys + system:
 // batches of 16 systems fill a warp with two windows of each (kSys 16).
-template <typename T, int kRing, int kSys, int kStages>
+template <typename T, int kRing, int kSys, int kStages, bool kFlat>
 struct Smem {
   T raw[kStages][4][kLanes / kSys][StageRows<T>()][kSys];  // the copies' boxes: a, b, c, d
+  // Flat: a chunk of x, each system's kOut rows swizzled, for the copy engine to store.
+  // (64-byte rows: float64 chunks as two boxes of 8 rows.)
+  T xout[kFlat ? kLanes / kSys : 1][kFlat ? kOut * sizeof(T) / 64 : 1][kFlat ? kSys : 1]
+        [kFlat ? 64 / sizeof(T) : 1];
   T ring[kRing][2][kLanes];        // c', d' of relative row k at (k - H) % kRing (below)
-  T map[Snaps(kRing)][3][kLanes];  // swept chunks' alpha, beta, most (the kernel)
+  T map[Snaps(kRing)][2][kLanes];      // swept chunks' alpha, beta (the kernel)
+  float most[Snaps(kRing)][kLanes];    // and most
   uint64_t bar[kStages];
 };
 
@@ -121,16 +127,31 @@ struct Smem {
 // step, their copies, chunks and ring slots alike, and only the rows past a window's core
 // differ (the last window of a system ends at n). The halo is whole copies and cores whole
 // chunks, so that a copy never straddles a chunk's end (but at n) nor the ring's end.
-template <typename T, int kRing, int kSys, int kStages>
+// Flat: element i of a system's 64-byte row in a box, swizzled as the copy engine places it
+// (16-byte units XOR address bits 7-8), so that the lanes, one a system, meet 4 to a bank group.
+template <typename T>
+__device__ __forceinline__ int Swizzled64(int i, int sys) {
+  constexpr int kUnit = 16 / int(sizeof(T));
+  return ((i / kUnit) ^ ((sys >> 1) & 3)) * kUnit + i % kUnit;
+}
+
+// kFlat: the flat layout, a box holding kSys systems' rows (64 bytes each) with the copy
+// engine's 64-byte swizzle (16-byte units of a row XOR bits 7-8 of its address), so that a
+// warp's lanes, one a system, read their rows 4 to a bank group, not 16.
+template <typename T, int kRing, int kSys, int kStages, bool kFlat>
 __global__ void __launch_bounds__(kLanes)
     ThomasWindowKernel(TridiagonalProblem<T> p, T* __restrict__ x, uint8_t* flags,
                        const __grid_constant__ Maps maps, Args w) {
   constexpr int kPer = kLanes / kSys, kSnaps = Snaps(kRing), kStageRows = StageRows<T>();
   static_assert((kRing & (kRing - 1)) == 0 && kRing % kStageRows == 0 && kOut % kStageRows == 0);
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  using S = Smem<T, kRing, kSys, kStages>;
-  S& sm = *reinterpret_cast<S*>(smem_raw + ((128 - (SmemAddr(smem_raw) & 127)) & 127));
+  using S = Smem<T, kRing, kSys, kStages, kFlat>;
+  // On 512 bytes: the swizzle is a function of the address.
+  S& sm = *reinterpret_cast<S*>(smem_raw + ((512 - (SmemAddr(smem_raw) & 511)) & 511));
   const int lane = threadIdx.x, wl = lane / kSys, sl = lane % kSys;
+  static_assert(!kFlat || kStageRows * sizeof(T) == 64, "a flat box row is 64 bytes");
+  // Element i of this lane's rows in its box.
+  auto at = [&](int i) { return kFlat ? sl * kStageRows + Swizzled64<T>(i, sl) : i * kSys + sl; };
   if (lane == 0)
     for (int i = 0; i < kStages; ++i) BarInit(&sm.bar[i]);
   __syncwarp();
@@ -168,8 +189,8 @@ __global__ void __launch_bounds__(kLanes)
             if (r0 + kStageRows > 0 && r0 < n) {
 #pragma unroll
               for (int q = 0; q < 4; ++q)
-                BulkLoad2D(&sm.raw[slot][q][b][0][0], &maps.m[q], int(g * kSys), r0,
-                           &sm.bar[slot]);
+                BulkLoad2D(&sm.raw[slot][q][b][0][0], &maps.m[q], kFlat ? r0 : int(g * kSys),
+                           kFlat ? int(g * kSys) : r0, &sm.bar[slot]);
               bytes += kBoxBytes;
             }
           }
@@ -199,7 +220,8 @@ __global__ void __launch_bounds__(kLanes)
     const T p_floor = T(std::ldexp(1.0, -(std::numeric_limits<T>::digits + 40)));
     T left_p = T(1), left_sum = T(0);
     bool c_big = false;
-    T* xs = x + s;
+    T* xs = kFlat ? x + s * p.n : x + s;
+    const int64_t xstride = kFlat ? 1 : p.batch;
     while (out < core_end) {
       // Row k goes to ring slot (k - H) % kRing, over row k - kRing: that must be stored.
       if (rel >= read_end || rel + kStageRows > out + kRing) {
@@ -214,10 +236,10 @@ __global__ void __launch_bounds__(kLanes)
       T av[kStageRows], bv[kStageRows], cv[kStageRows], dv[kStageRows];
 #pragma unroll
       for (int i = 0; i < kStageRows; ++i) {
-        av[i] = sm.raw[slot][0][wl][i][sl];
-        bv[i] = sm.raw[slot][1][wl][i][sl];
-        cv[i] = sm.raw[slot][2][wl][i][sl];
-        dv[i] = sm.raw[slot][3][wl][i][sl];
+        av[i] = (&sm.raw[slot][0][wl][0][0])[at(i)];
+        bv[i] = (&sm.raw[slot][1][wl][0][0])[at(i)];
+        cv[i] = (&sm.raw[slot][2][wl][0][0])[at(i)];
+        dv[i] = (&sm.raw[slot][3][wl][0][0])[at(i)];
       }
       // The rows of the copy: kEdge where a lane's may be before row 1 or past row n - 2 or
       // start the window (each row then tested), else all plain; kCore where they are the
@@ -291,10 +313,10 @@ __global__ void __launch_bounds__(kLanes)
       rel += kStageRows;
       issue();
       if (rel >= fend) {  // the chunk is swept (chunks end with a copy): keep its map
-        const int q = fchunk & (kSnaps - 1);
+        const int q = fchunk % kSnaps;
         sm.map[q][0][lane] = alpha;
         sm.map[q][1][lane] = beta;
-        sm.map[q][2][lane] = most;
+        sm.most[q][lane] = most;
         alpha = T(0);
         beta = T(1);
         most = 0;
@@ -307,11 +329,11 @@ __global__ void __launch_bounds__(kLanes)
       while (ochunk < fchunk) {
         T xn = alpha, bound = fabs(beta);
         for (int m = fchunk - 1; m > ochunk; --m) {
-          const int q = m & (kSnaps - 1);
+          const int q = m % kSnaps;
           xn = fma(sm.map[q][1][lane], xn, sm.map[q][0][lane]);
           bound *= fabs(sm.map[q][1][lane]);
         }
-        bound *= sm.map[ochunk & (kSnaps - 1)][2][lane];
+        bound *= sm.most[ochunk % kSnaps][lane];
         const bool enough = !live || bad || lo + rel >= n || bound <= tau;
         if (!__all_sync(~0u, enough)) break;
         const int count = min(kOut, c1 - (lo + out));  // this lane's rows (<= 0 past its core)
@@ -322,13 +344,34 @@ __global__ void __launch_bounds__(kLanes)
           cs[i] = sm.ring[k0 + i][0][lane];
           ds[i] = sm.ring[k0 + i][1][lane];
         }
-        T* xo = xs + int64_t(lo + out) * p.batch;
+        T* xo = xs + int64_t(lo + out) * xstride;
+        if constexpr (kFlat) {
+          // The last chunk's store has read xout (one lane issued it).
+          if (lane == 0) BulkWaitRead();
+          __syncwarp();
+        }
 #pragma unroll
         for (int i = kOut - 1; i >= 0; --i) {
           if (i < count) {
             xn = ds[i] - cs[i] * xn;
             bad |= !Finite(xn);
-            if (live) xo[i * p.batch] = xn;
+            if constexpr (kFlat)  // 128-byte rows (float64: 128-byte swizzle; float32 64)
+              sm.xout[wl][i * sizeof(T) / 64][sl][Swizzled64<T>(i % (64 / sizeof(T)), sl)] = xn;
+            else if (live)
+              xo[i * xstride] = xn;
+          }
+        }
+        if constexpr (kFlat) {
+          FenceProxyAsync();  // the lanes' writes before the copy engine's reads
+          __syncwarp();
+          if (lane == 0) {
+            constexpr int kRows = 64 / sizeof(T), kHalves = kOut / kRows;
+            for (int b = 0; b < boxes; ++b)
+#pragma unroll
+              for (int h = 0; h < kHalves; ++h)
+                BulkStore2D(&maps.x, (j0 + b) * core - H + out + h * kRows, int(g * kSys),
+                            &sm.xout[b][h][0][0]);
+            BulkCommit();
           }
         }
         out += min(kOut, core_end - out);
@@ -337,6 +380,8 @@ __global__ void __launch_bounds__(kLanes)
     }
     // Copies issued past what the window used: wait for them before the slots are reused.
     for (; used < issued; ++used) BarWait(&sm.bar[used % kStages], (used / kStages) & 1);
+    if constexpr (kFlat)
+      if (lane == 0) BulkWaitAll();  // x stored before the flags and the next task
     __syncwarp();
     // A window past a system's first: a pivot, x or a core |c'| out of bounds fails the
     // problem, a left end's bound over tau (at the last store, the largest) its halo.
@@ -351,34 +396,49 @@ __global__ void __launch_bounds__(kLanes)
 }
 
 template <typename T>
-bool EncodeMaps(const TridiagonalProblem<T>& p, int sys, Maps& maps) {
+bool EncodeMaps(const TridiagonalProblem<T>& p, T* x, int sys, Maps& maps) {
   const auto encode = TensorMapEncoder();
   if (!encode) return false;
   const T* arrays[4] = {p.a, p.b, p.c, p.d};
   for (int q = 0; q < 4; ++q) {
-    const cuuint64_t dims[2] = {cuuint64_t(p.batch), cuuint64_t(p.n)};
-    const cuuint64_t strides[1] = {cuuint64_t(p.batch) * sizeof(T)};
-    const cuuint32_t box[2] = {cuuint32_t(sys), StageRows<T>()};
+    const bool flat = p.layout == Layout::kFlat;
+    const cuuint64_t dims[2] = {cuuint64_t(flat ? p.n : p.batch), cuuint64_t(flat ? p.batch : p.n)};
+    const cuuint64_t strides[1] = {cuuint64_t(flat ? p.n : p.batch) * sizeof(T)};
+    const cuuint32_t box[2] = {flat ? StageRows<T>() : cuuint32_t(sys),
+                               flat ? cuuint32_t(sys) : StageRows<T>()};
     const cuuint32_t elem[2] = {1, 1};
     if (encode(&maps.m[q],
                sizeof(T) == 8 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT64 : CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
                2, const_cast<T*>(arrays[q]), dims, strides, box, elem,
-               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+               CU_TENSOR_MAP_INTERLEAVE_NONE,
+               flat ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_NONE,
                CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+      return false;
+  }
+  if (p.layout == Layout::kFlat) {
+    const cuuint64_t dims[2] = {cuuint64_t(p.n), cuuint64_t(p.batch)};
+    const cuuint64_t strides[1] = {cuuint64_t(p.n) * sizeof(T)};
+    const cuuint32_t box[2] = {cuuint32_t(64 / sizeof(T)), cuuint32_t(sys)};
+    const cuuint32_t elem[2] = {1, 1};
+    if (encode(&maps.x,
+               sizeof(T) == 8 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT64 : CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+               2, x, dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
+               CU_TENSOR_MAP_SWIZZLE_64B,
+               CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
       return false;
   }
   return true;
 }
 
 // One launch with a ring of kRing rows: the answer in *fail (0, or kFail*).
-template <typename T, int kRing, int kSys, int kStages>
+template <typename T, int kRing, int kSys, int kStages, bool kFlat>
 absl::StatusOr<int> LaunchThomasWindow(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
                                        const Maps& maps, int64_t windows, int64_t halo,
                                        Pool& pool, cudaStream_t stream) {
   constexpr int kPer = kLanes / kSys;
-  auto kernel = ThomasWindowKernel<T, kRing, kSys, kStages>;
-  const size_t smem = sizeof(Smem<T, kRing, kSys, kStages>) + 128;
+  auto kernel = ThomasWindowKernel<T, kRing, kSys, kStages, kFlat>;
+  const size_t smem = sizeof(Smem<T, kRing, kSys, kStages, kFlat>) + 512;
   // The shared-memory attribute and the blocks that run at once: asked once (one device a
   // process, as ClustersAvailable assumes).
   static const absl::StatusOr<int64_t> resident = [&] {
@@ -420,20 +480,20 @@ absl::StatusOr<int> LaunchThomasWindow(const TridiagonalProblem<T>& p, T* x, uin
 // 16 systems a warp (or four of 8).
 int SystemsABox(int64_t batch) { return batch >= 32 ? 32 : batch >= 16 ? 16 : 8; }
 
-template <typename T, int kRing, int kStages>
+template <typename T, int kRing, int kStages, bool kFlat>
 absl::StatusOr<int> LaunchBySystems(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
                                     const Maps& maps, int64_t windows, int64_t halo, Pool& pool,
                                     cudaStream_t stream) {
   switch (SystemsABox(p.batch)) {
     case 32:
-      return LaunchThomasWindow<T, kRing, 32, kStages>(p, x, flags, maps, windows, halo, pool,
-                                                       stream);
+      return LaunchThomasWindow<T, kRing, 32, kStages, kFlat>(p, x, flags, maps, windows, halo,
+                                                              pool, stream);
     case 16:
-      return LaunchThomasWindow<T, kRing, 16, kStages>(p, x, flags, maps, windows, halo, pool,
-                                                       stream);
+      return LaunchThomasWindow<T, kRing, 16, kStages, kFlat>(p, x, flags, maps, windows, halo,
+                                                              pool, stream);
     default:
-      return LaunchThomasWindow<T, kRing, 8, kStages>(p, x, flags, maps, windows, halo, pool,
-                                                      stream);
+      return LaunchThomasWindow<T, kRing, 8, kStages, kFlat>(p, x, flags, maps, windows, halo,
+                                                             pool, stream);
   }
 }
 
@@ -444,24 +504,26 @@ template <typename T, int kRing>
 absl::StatusOr<int> LaunchByStages(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
                                    const Maps& maps, int64_t windows, int64_t halo, int stages,
                                    Pool& pool, cudaStream_t stream) {
+  if (p.layout == Layout::kFlat)  // (two copies in flight only)
+    return LaunchBySystems<T, kRing, 2, true>(p, x, flags, maps, windows, halo, pool, stream);
   if constexpr (sizeof(T) == 4) {
     if (stages == 1)
-      return LaunchBySystems<T, kRing, 1>(p, x, flags, maps, windows, halo, pool, stream);
+      return LaunchBySystems<T, kRing, 1, false>(p, x, flags, maps, windows, halo, pool, stream);
     if (stages == 4)
-      return LaunchBySystems<T, kRing, 4>(p, x, flags, maps, windows, halo, pool, stream);
-    return LaunchBySystems<T, kRing, 2>(p, x, flags, maps, windows, halo, pool, stream);
-  } else {
-    return LaunchBySystems<T, kRing, 2>(p, x, flags, maps, windows, halo, pool, stream);
+      return LaunchBySystems<T, kRing, 4, false>(p, x, flags, maps, windows, halo, pool, stream);
   }
+  return LaunchBySystems<T, kRing, 2, false>(p, x, flags, maps, windows, halo, pool, stream);
 }
 
 }  // namespace
 
 bool ThomasWindowApplies(int64_t n, int64_t batch, Layout layout, bool float32) {
-  const int64_t word = float32 ? 4 : 2;  // systems in 16 bytes: the copies' row stride
-  return layout == Layout::kInterleaved && batch >= 2 && batch % word == 0 && n >= 1 &&
-         n < (int64_t(1) << 31) - kLongRing && ClustersAvailable() &&
-         TensorMapEncoder() != nullptr;
+  // The copies' row stride, whole 16-byte words: a row of the batch (interleaved), a system
+  // (flat).
+  const int64_t word = float32 ? 4 : 2;
+  const bool strides = layout == Layout::kInterleaved ? batch % word == 0 : n % word == 0;
+  return batch >= 2 && strides && n >= 1 && n < (int64_t(1) << 31) - kLongRing &&
+         ClustersAvailable() && TensorMapEncoder() != nullptr;
 }
 
 template <typename T>
@@ -473,7 +535,8 @@ absl::StatusOr<bool> SolveThomasWindowed(const TridiagonalProblem<T>& p, T* x, u
   for (const T* q : arrays)
     if (reinterpret_cast<uintptr_t>(q) % 16 != 0) return false;
   Maps maps;
-  if (!EncodeMaps(p, SystemsABox(p.batch), maps)) return false;
+  if (!EncodeMaps(p, x, SystemsABox(p.batch), maps)) return false;
+  if (p.layout == Layout::kFlat && reinterpret_cast<uintptr_t>(x) % 16 != 0) return false;
   // A ring of 64 rows and the short halo first; a longer ring where the look-ahead ran out, the
   // long halo where a halo was too short for the left end's bound (unless the caller set it).
   const int64_t short_halo = sizeof(T) == 8 ? 64 : 32;

@@ -1175,7 +1175,11 @@ bool ThomasWindowByShape(int64_t n, int64_t batch, Layout layout, bool float32) 
   // 0.303 ms against the streamed one-pass kernel's 0.296, 1024 0.263 against 0.380, 4096 and
   // 16384 0.319 against the two-pass path's 0.59 / 0.56; float32 512 0.153 against 0.184. 2^20
   // x 16, as warps of two windows of 16 systems (results/...-session17.log): float64 0.312
-  // against 0.523, float32 0.188 against 0.318.
+  // against 0.523, float32 0.188 against 0.318. Flat (results/tune-...-session17-flat.log):
+  // float64 n = 16384 to 2^20 0.288-0.297 ms against partitioned-window's 0.330-0.343, 8192
+  // 0.291 against the cluster's 0.294, 4096 0.290 against the streamed kernel's 0.259; float32
+  // 0.167-0.172 against partitioned-window's 0.151-0.168.
+  if (layout == Layout::kFlat) return !float32 && n > 8192 && batch >= 16;
   return (float32 ? n >= 512 : n > 512) && batch >= 16;
 }
 
