@@ -355,7 +355,7 @@ __global__ void __launch_bounds__(kLanes)
           if (i < count) {
             xn = ds[i] - cs[i] * xn;
             bad |= !Finite(xn);
-            if constexpr (kFlat)  // 128-byte rows (float64: 128-byte swizzle; float32 64)
+            if constexpr (kFlat)  // 64-byte rows, swizzled (float64: two boxes of 8 rows)
               sm.xout[wl][i * sizeof(T) / 64][sl][Swizzled64<T>(i % (64 / sizeof(T)), sl)] = xn;
             else if (live)
               xo[i * xstride] = xn;
