@@ -80,6 +80,8 @@ constexpr int64_t kLongHalo = 256;  // windows past a system's first: the halo's
 // the benchmark's rows and a diffusion step with r = 1 need); problems that need more are run
 // again with a ring of 128 rows (2 blocks an SM) before the exact path.
 constexpr int kShortRing = 64, kLongRing = 128;
+// One flat system: its windows' cores (4 halos of the second try), n a multiple of it.
+constexpr int64_t kChainCore = 1024;
 // Rows a copy (a box of systems an array): float64 8, float32 16 (H100, 2^24 unknowns
 // interleaved: float64 in copies of 16 rows fit 3 blocks an SM, n = 1024 0.263 -> 0.433 ms;
 // float32 in copies of 8 rows 0.162 against 0.147; copies of 4 rows, 4 / 8 in flight, were
@@ -105,6 +107,10 @@ struct Args {
   int64_t tasks = 0;    // groups of kSys systems x tasks a group (windows / (kLanes / kSys))
   double tau = 0;       // a chunk is stored once prod |c'| over its look-ahead is under tau
   int* fail = nullptr;  // kFail* where a window cannot be solved here
+  // Flat, one system: its windows are the lanes, 32 consecutive ones a task, copied as one box
+  // of the maps' (core x windows) view (the halo from the window before, the look-ahead from
+  // the one after).
+  bool chain = false;
 };
 
 // A warp sweeps kLanes / kSys windows of kSys systems at once, lane = window * kSys + system:
@@ -162,16 +168,17 @@ __global__ void __launch_bounds__(kLanes)
   uint32_t issued = 0, used = 0;  // copies issued and consumed by this block: slot and parity
   for (int64_t t = blockIdx.x; t < w.tasks; t += gridDim.x) {
     if (*static_cast<volatile int*>(w.fail)) break;
-    const int64_t g = t / per_group;
-    const int j0 = int((t - g * per_group) * kPer);  // the task's first window
-    const int boxes = int(std::min<int64_t>(kPer, w.plan.per_system - j0));  // its windows
-    const int jl = j0 + boxes - 1;
-    const int j = min(j0 + wl, jl);  // a lane past the windows shadows the last, idle
+    const int64_t g = w.chain ? t : t / per_group;
+    const int j0 = w.chain ? 0 : int((t - g * per_group) * kPer);  // the task's first window
+    const int boxes = w.chain ? 1 : int(std::min<int64_t>(kPer, w.plan.per_system - j0));
+    const int jl = w.chain ? int(w.plan.per_system) - 1 : j0 + boxes - 1;
+    // This lane's window (a lane past the windows shadows the last, idle).
+    const int j = w.chain ? min(int(g) * kSys + sl, jl) : min(j0 + wl, jl);
     const int H = jl > 0 ? int(w.plan.halo) : 0;
     const int lo = j * core - H;                 // this lane's relative row 0
     const int c1 = min(n, (j + 1) * core);       // the end of its core
-    const int64_t s = g * kSys + sl;
-    const bool live = j0 + wl <= jl && s < p.batch;
+    const int64_t s = w.chain ? 0 : g * kSys + sl;
+    const bool live = w.chain ? int(g) * kSys + sl <= jl : j0 + wl <= jl && s < p.batch;
     const bool first = j == 0;
     // The warp's ends, relative: of the longest core and of the rows it may read.
     const int core_end = __reduce_max_sync(~0u, c1 - lo);
@@ -184,7 +191,15 @@ __global__ void __launch_bounds__(kLanes)
           // Boxes wholly before row 0 or past n are not copied (void rows); the bytes are
           // expected after the copies (the phase waits for this arrival either way).
           uint32_t bytes = 0;
-          for (int b = 0; b < boxes; ++b) {
+          if (w.chain) {  // the window before, this one, or the one after
+            const int seg = next < H ? -1 : next < H + core ? 0 : 1;
+#pragma unroll
+            for (int q = 0; q < 4; ++q)
+              BulkLoad2D(&sm.raw[slot][q][0][0][0], &maps.m[q], next - H - seg * core,
+                         int(g * kSys) + seg, &sm.bar[slot]);
+            bytes = kBoxBytes;
+          }
+          for (int b = 0; b < (w.chain ? 0 : boxes); ++b) {
             const int r0 = (j0 + b) * core - H + next;
             if (r0 + kStageRows > 0 && r0 < n) {
 #pragma unroll
@@ -460,6 +475,12 @@ absl::StatusOr<int> LaunchThomasWindow(const TridiagonalProblem<T>& p, T* x, uin
   args.plan.core = (args.plan.core + kOut - 1) / kOut * kOut;
   args.plan.per_system = (p.n + args.plan.core - 1) / args.plan.core;
   args.tasks = groups * ((args.plan.per_system + kPer - 1) / kPer);
+  if (kFlat && p.batch == 1) {  // one system: windows of kChainCore rows, the lanes' (chain)
+    args.chain = true;
+    args.plan.core = kChainCore;
+    args.plan.per_system = p.n / kChainCore;
+    args.tasks = (args.plan.per_system + kSys - 1) / kSys;
+  }
   args.tau = std::ldexp(1.0, -(std::numeric_limits<T>::digits + 2));
   auto fail = pool.Get(sizeof(int));
   if (!fail.ok()) return fail.status();
@@ -484,7 +505,7 @@ template <typename T, int kRing, int kStages, bool kFlat>
 absl::StatusOr<int> LaunchBySystems(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
                                     const Maps& maps, int64_t windows, int64_t halo, Pool& pool,
                                     cudaStream_t stream) {
-  switch (SystemsABox(p.batch)) {
+  switch (kFlat && p.batch == 1 ? 32 : SystemsABox(p.batch)) {
     case 32:
       return LaunchThomasWindow<T, kRing, 32, kStages, kFlat>(p, x, flags, maps, windows, halo,
                                                               pool, stream);
@@ -521,21 +542,32 @@ bool ThomasWindowApplies(int64_t n, int64_t batch, Layout layout, bool float32) 
   // The copies' row stride, whole 16-byte words: a row of the batch (interleaved), a system
   // (flat).
   const int64_t word = float32 ? 4 : 2;
-  const bool strides = layout == Layout::kInterleaved ? batch % word == 0 : n % word == 0;
-  return batch >= 2 && strides && n >= 1 && n < (int64_t(1) << 31) - kLongRing &&
+  const bool strides = layout == Layout::kInterleaved && batch > 1 ? batch % word == 0
+                                                                   : n % word == 0;
+  // One system (either layout): a warp's 32 windows of kChainCore rows at least.
+  const bool chain = batch == 1 && n % kChainCore == 0 && n >= kLanes * kChainCore;
+  return (batch >= 2 || chain) && strides && n >= 1 && n < (int64_t(1) << 31) - kLongRing &&
          ClustersAvailable() && TensorMapEncoder() != nullptr;
 }
 
 template <typename T>
-absl::StatusOr<bool> SolveThomasWindowed(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
+absl::StatusOr<bool> SolveThomasWindowed(const TridiagonalProblem<T>& in, T* x, uint8_t* flags,
                                          Pool& pool, cudaStream_t stream, int64_t windows,
                                          int64_t halo, int stages) {
-  if (!ThomasWindowApplies(p.n, p.batch, p.layout, sizeof(T) == 4)) return false;
+  if (!ThomasWindowApplies(in.n, in.batch, in.layout, sizeof(T) == 4)) return false;
+  TridiagonalProblem<T> p = in;
+  if (p.batch == 1) p.layout = Layout::kFlat;  // (one system: the layouts are the same)
   const T* arrays[4] = {p.a, p.b, p.c, p.d};
   for (const T* q : arrays)
     if (reinterpret_cast<uintptr_t>(q) % 16 != 0) return false;
   Maps maps;
-  if (!EncodeMaps(p, x, SystemsABox(p.batch), maps)) return false;
+  // One flat system: the maps view it as (kChainCore x windows).
+  TridiagonalProblem<T> view = p;
+  if (p.layout == Layout::kFlat && p.batch == 1) {
+    view.batch = p.n / kChainCore;
+    view.n = kChainCore;
+  }
+  if (!EncodeMaps(view, x, p.batch == 1 ? kLanes : SystemsABox(p.batch), maps)) return false;
   if (p.layout == Layout::kFlat && reinterpret_cast<uintptr_t>(x) % 16 != 0) return false;
   // A ring of 64 rows and the short halo first; a longer ring where the look-ahead ran out, the
   // long halo where a halo was too short for the left end's bound (unless the caller set it).
