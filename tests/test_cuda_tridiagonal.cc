@@ -484,17 +484,15 @@ TEST(CudaTridiagonal, WindowsFallBackWhereARowIsNotDominantEnough) {
             "partitioned-window");
 }
 
-// thomas-window (the interleaved layout by Thomas, streamed, x stored by a look-ahead back
-// substitution), forced, in both layouts (flat: boxes of systems' rows, swizzled; one flat
-// system as a chain of windows, the lanes'): n from 1 to 2^20, batches of 1 to 2050 (a last
-// group of 32 only partly
-// in the batch; batches under 32 as warps of two windows of 16 systems or four of 8, the last
-// task of a system partly idle), whole systems and systems cut into 3 and 7 windows with halos
-// of 256 and 64 rows, both numbers of copies in flight, both precisions, singular systems
-// (Compare makes two) flagged per system. The random
-// rows (|a| + |c| up to 0.8 |b|) take a few rows each for the left end's bound to fall by 2^-55
-// (about two bits a row), so the halos of 64 rows (forced) and 64 / 32 (by default) hold it. A
-// batch not whole 16-byte words never takes it.
+// thomas-window (Thomas, streamed, x stored by a look-ahead back substitution), forced, in both
+// layouts (flat: boxes of systems' rows, swizzled; one system as a chain of windows, the
+// lanes'): n from 1 to 2^20, batches of 1 to 2050 (a last group of 32 only partly in the batch;
+// batches under 32 as warps of two windows of 16 systems or four of 8, the last task of a
+// system partly idle), whole systems and systems cut into 3 and 7 windows with halos of 256
+// and 64 rows, all numbers of copies in flight, both precisions, singular systems (Compare makes
+// two) flagged per system. The random rows (|a| + |c| up to 0.8 |b|) take a few rows each for
+// the left end's bound to fall by 2^-55 (about two bits a row), so the halos of 64 rows
+// (forced) and 64 / 32 (by default) hold it. A batch not whole 16-byte words never takes it.
 TEST(CudaTridiagonal, ThomasWindowMatchesTheCpuReference) {
   REQUIRE_GPU();
   if (!cuda::ThomasWindowApplies(100, 64, Layout::kInterleaved, false))

@@ -1,6 +1,7 @@
-// Batched tridiagonal systems in the interleaved layout by Thomas' algorithm, one thread a
-// system, the rows streamed through shared memory by the copy engine and x stored by a
-// look-ahead back substitution: "thomas-window" (tridiagonal_cuda.h says when it runs).
+// Batched tridiagonal systems by Thomas' algorithm, one thread a system (or a window of one),
+// the rows streamed through shared memory by the copy engine and x stored by a look-ahead back
+// substitution: "thomas-window" (tridiagonal_cuda.h says when it runs). Made for the
+// interleaved layout; the flat layout and one large system take the same warps (below).
 //
 // Why: the interleaved layout puts row k of 32 consecutive systems in 256 contiguous bytes
 // (float64), so a warp of threads, one a system, reads every row coalesced -- the layout
@@ -10,8 +11,9 @@
 // system: chunk [out, out + 16) is substituted back from the forward sweep's front f with
 // x[f + 1] taken as 0. The error that makes is exact to write down: x_k = d'_k - c'_k x_{k+1}
 // carries it back multiplied by -c'_i a row, so at row k it is prod_{i=k..f} c'_i times
-// x[f + 1]. The kernel keeps log2 |c'| summed along the sweep and stores a chunk once that
-// product is under 2^-(digits + 2) for every row of it in every system of the warp: bounded by
+// x[f + 1]. The kernel carries that product (a bound of it, per chunk) along the sweep and
+// stores a chunk once it is under 2^-(digits + 2) for every row of it in every system of the
+// warp: bounded by
 // the unit roundoff times max |x|, the accuracy of the overlapping windows (windows.h). It is
 // measured, not assumed: diagonally dominant rows (|c'| <= rho) need about (digits + 2) /
 // log2(1 / rho) rows of look-ahead, the benchmark's random rows ~32, an implicit diffusion step
@@ -43,7 +45,10 @@
 //
 // The flat layout (float64 n > 8192, NOTES.md t36-t37) takes the same warps: a copy holds each
 // system's rows as one 64-byte row, swizzled, and x goes back through shared memory and bulk
-// tensor stores (a lane storing its own system's rows touched 32 lines an instruction).
+// tensor stores (a lane storing its own system's rows touched 32 lines an instruction). One
+// system (n >= 2^24, t38) is a chain of windows of kChainCore rows, the lanes 32 consecutive
+// ones: the maps view the arrays as (n / kChainCore) systems, so a copy is one box, the halo
+// one system back and the look-ahead one on.
 //
 // Per system, as the CPU reference does: a vanishing pivot or a non-finite x flags the system
 // (the caller zeroes its x), but in a window past the first, where it fails the problem.
@@ -128,11 +133,6 @@ struct Smem {
   uint64_t bar[kStages];
 };
 
-// Every lane counts rows from lo = c0 - H, H the halo where the task has a window past a
-// system's first (rows before a system's row 0 void), else 0: so the warp's windows stay in
-// step, their copies, chunks and ring slots alike, and only the rows past a window's core
-// differ (the last window of a system ends at n). The halo is whole copies and cores whole
-// chunks, so that a copy never straddles a chunk's end (but at n) nor the ring's end.
 // Flat: element i of a system's 64-byte row in a box, swizzled as the copy engine places it
 // (16-byte units XOR address bits 7-8), so that the lanes, one a system, meet 4 to a bank group.
 template <typename T>
@@ -141,6 +141,11 @@ __device__ __forceinline__ int Swizzled64(int i, int sys) {
   return ((i / kUnit) ^ ((sys >> 1) & 3)) * kUnit + i % kUnit;
 }
 
+// Every lane counts rows from lo = c0 - H, H the halo where the task has a window past a
+// system's first (rows before a system's row 0 void), else 0: so the warp's windows stay in
+// step, their copies, chunks and ring slots alike, and only the rows past a window's core
+// differ (the last window of a system ends at n). The halo is whole copies and cores whole
+// chunks, so that a copy never straddles a chunk's end (but at n) nor the ring's end.
 // kFlat: the flat layout, a box holding kSys systems' rows (64 bytes each) with the copy
 // engine's 64-byte swizzle (16-byte units of a row XOR bits 7-8 of its address), so that a
 // warp's lanes, one a system, read their rows 4 to a bank group, not 16.
@@ -235,8 +240,7 @@ __global__ void __launch_bounds__(kLanes)
     const T p_floor = T(std::ldexp(1.0, -(std::numeric_limits<T>::digits + 40)));
     T left_p = T(1), left_sum = T(0);
     bool c_big = false;
-    T* xs = kFlat ? x + s * p.n : x + s;
-    const int64_t xstride = kFlat ? 1 : p.batch;
+    T* xs = x + s;  // (interleaved: flat chunks go out by bulk stores)
     while (out < core_end) {
       // Row k goes to ring slot (k - H) % kRing, over row k - kRing: that must be stored.
       if (rel >= read_end || rel + kStageRows > out + kRing) {
@@ -359,7 +363,7 @@ __global__ void __launch_bounds__(kLanes)
           cs[i] = sm.ring[k0 + i][0][lane];
           ds[i] = sm.ring[k0 + i][1][lane];
         }
-        T* xo = xs + int64_t(lo + out) * xstride;
+        T* xo = xs + int64_t(lo + out) * p.batch;
         if constexpr (kFlat) {
           // The last chunk's store has read xout (one lane issued it).
           if (lane == 0) BulkWaitRead();
@@ -373,7 +377,7 @@ __global__ void __launch_bounds__(kLanes)
             if constexpr (kFlat)  // 64-byte rows, swizzled (float64: two boxes of 8 rows)
               sm.xout[wl][i * sizeof(T) / 64][sl][Swizzled64<T>(i % (64 / sizeof(T)), sl)] = xn;
             else if (live)
-              xo[i * xstride] = xn;
+              xo[i * p.batch] = xn;
           }
         }
         if constexpr (kFlat) {
@@ -462,24 +466,26 @@ absl::StatusOr<int> LaunchThomasWindow(const TridiagonalProblem<T>& p, T* x, uin
   }();
   if (!resident.ok()) return resident.status();
   if (*resident < 1) return kFailRows;
-  const int64_t groups = (p.batch + kSys - 1) / kSys;
-  // Windows a system: enough tasks (kPer windows of a group) for the blocks that run at once,
-  // cores of 4 halos or more.
   halo = (halo + StageRows<T>() - 1) / StageRows<T>() * StageRows<T>();
-  // One wave: a second one for a few tasks costs a whole task's time.
-  if (windows <= 0) windows = groups * kPer >= *resident ? 1 : *resident / groups * kPer;
-  windows = std::max<int64_t>(1, std::min(windows, p.n / (4 * halo)));
   Args args;
   args.plan.halo = halo;
-  args.plan.core = (p.n + windows - 1) / windows;
-  args.plan.core = (args.plan.core + kOut - 1) / kOut * kOut;
-  args.plan.per_system = (p.n + args.plan.core - 1) / args.plan.core;
-  args.tasks = groups * ((args.plan.per_system + kPer - 1) / kPer);
   if (kFlat && p.batch == 1) {  // one system: windows of kChainCore rows, the lanes' (chain)
+    if (halo > kChainCore / 4) return kFailRows;  // (a halo reaches one window back only)
     args.chain = true;
     args.plan.core = kChainCore;
     args.plan.per_system = p.n / kChainCore;
     args.tasks = (args.plan.per_system + kSys - 1) / kSys;
+  } else {
+    // Windows a system: enough tasks (kPer windows of a group) for the blocks that run at once
+    // in one wave (a second one for a few tasks costs a whole task's time), cores of 4 halos
+    // or more.
+    const int64_t groups = (p.batch + kSys - 1) / kSys;
+    if (windows <= 0) windows = groups * kPer >= *resident ? 1 : *resident / groups * kPer;
+    windows = std::max<int64_t>(1, std::min(windows, p.n / (4 * halo)));
+    args.plan.core = (p.n + windows - 1) / windows;
+    args.plan.core = (args.plan.core + kOut - 1) / kOut * kOut;
+    args.plan.per_system = (p.n + args.plan.core - 1) / args.plan.core;
+    args.tasks = groups * ((args.plan.per_system + kPer - 1) / kPer);
   }
   args.tau = std::ldexp(1.0, -(std::numeric_limits<T>::digits + 2));
   auto fail = pool.Get(sizeof(int));
@@ -498,14 +504,17 @@ absl::StatusOr<int> LaunchThomasWindow(const TridiagonalProblem<T>& p, T* x, uin
 }
 
 // Systems a box: whole warps of systems where the batch has 32 or more, else two windows of
-// 16 systems a warp (or four of 8).
-int SystemsABox(int64_t batch) { return batch >= 32 ? 32 : batch >= 16 ? 16 : 8; }
+// 16 systems a warp (or four of 8); one (flat) system: 32 of its windows (the chain).
+template <typename T>
+int SystemsABox(const TridiagonalProblem<T>& p) {
+  return p.batch >= 32 || p.batch == 1 ? 32 : p.batch >= 16 ? 16 : 8;
+}
 
 template <typename T, int kRing, int kStages, bool kFlat>
 absl::StatusOr<int> LaunchBySystems(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
                                     const Maps& maps, int64_t windows, int64_t halo, Pool& pool,
                                     cudaStream_t stream) {
-  switch (kFlat && p.batch == 1 ? 32 : SystemsABox(p.batch)) {
+  switch (SystemsABox(p)) {
     case 32:
       return LaunchThomasWindow<T, kRing, 32, kStages, kFlat>(p, x, flags, maps, windows, halo,
                                                               pool, stream);
@@ -563,11 +572,11 @@ absl::StatusOr<bool> SolveThomasWindowed(const TridiagonalProblem<T>& in, T* x, 
   Maps maps;
   // One flat system: the maps view it as (kChainCore x windows).
   TridiagonalProblem<T> view = p;
-  if (p.layout == Layout::kFlat && p.batch == 1) {
+  if (p.batch == 1) {
     view.batch = p.n / kChainCore;
     view.n = kChainCore;
   }
-  if (!EncodeMaps(view, x, p.batch == 1 ? kLanes : SystemsABox(p.batch), maps)) return false;
+  if (!EncodeMaps(view, x, SystemsABox(p), maps)) return false;
   if (p.layout == Layout::kFlat && reinterpret_cast<uintptr_t>(x) % 16 != 0) return false;
   // A ring of 64 rows and the short halo first; a longer ring where the look-ahead ran out, the
   // long halo where a halo was too short for the left end's bound (unless the caller set it).

@@ -28,18 +28,21 @@
 //    which each window checks; if one does not, or meets a vanishing pivot, the whole problem
 //    is solved again by the paths below and that path's name is reported. `auto` tries it for
 //    flat n > 4096 but float64 7168 < n <= 8192 (the streamed rows are faster there).
-//  - "thomas-window" (compute capability 9.0+, `auto` only): the interleaved layout by Thomas'
-//    algorithm, a warp's 32 threads on 32 consecutive systems, the rows streamed into shared
-//    memory by the copy engine, c' and d' kept in a ring of 64 rows there and x stored 16 rows
-//    at a time by a back substitution from the forward sweep's front once the product of |c'|
-//    over the look-ahead bounds the error by the unit roundoff (thomas_window.cu): 5 arrays of
-//    traffic. Where the batch has too few groups of 32 to fill the GPU, systems are also cut
-//    into windows (windows.h), exact to rounding where their rows are as dominant as the
-//    partitioned windows'. A chunk that needs more than 48 rows of look-ahead runs again with
-//    a ring of 128 rows; one that needs more than 112, or a window past
-//    a system's first whose rows are not dominant enough, sends the whole problem to the paths
-//    below and that path's name is reported; vanishing pivots are flagged per system as the CPU
-//    reference flags them. `auto` runs it where ThomasWindowByShape says.
+//  - "thomas-window" (compute capability 9.0+, `auto` only): Thomas' algorithm, a warp's 32
+//    threads on 32 consecutive systems, the rows streamed into shared memory by the copy
+//    engine, c' and d' kept in a ring of 64 rows there and x stored 16 rows at a time by a back
+//    substitution from the forward sweep's front once the product of |c'| over the look-ahead
+//    bounds the error by the unit roundoff (thomas_window.cu): 5 arrays of traffic. Where the
+//    batch has too few groups of 32 to fill the GPU, systems are also cut into windows
+//    (windows.h) whose dropped left coupling is bounded a posteriori too (halos of 64 rows, 32
+//    in float32, then 256); batches of 16-31 run two windows of 16 a warp; flat batches take
+//    swizzled boxes and bulk stores; one system is a chain of 1024-row windows, 32 a warp. A
+//    chunk that needs more than 48 rows of look-ahead runs again with a ring of 128 rows; one
+//    that needs more than 112, a window whose left end's bound fails at 256 rows or whose core
+//    has a |c'| over 1, sends the whole problem to the paths below and that path's name is
+//    reported; vanishing pivots are flagged per system as the CPU reference flags them (in a
+//    window past a system's first they fail the problem). `auto` runs it where
+//    ThomasWindowByShape says.
 //  - "thomas": cuThomasBatch, one thread per system; c' kept in a scratch array of the same
 //    layout (coalesced in the interleaved layout), d' in x.
 //  - "pcr": the PCR notes' kernel, one thread per row and several systems of size d per block
@@ -101,7 +104,7 @@ struct PartitionedTuning {
                          // apply (n > 4096), -1 never
   int window_halo = 0;   // rows a window reads past its core each side (a multiple of 128
                          // bytes, 16 / 32 rows): 0 for 256
-  int thomas_window = 0;   // `auto` on the interleaved layout by thomas-window: 0 by shape
+  int thomas_window = 0;   // `auto` by thomas-window: 0 by shape
                            // (ThomasWindowByShape), 1 wherever it applies, -1 never
   int thomas_windows = 0;  // its windows a system: 0 enough to fill the GPU
   int thomas_halo = 0;     // rows its windows past a system's first sweep before their core:

@@ -17,6 +17,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench_util.h"
@@ -384,22 +385,19 @@ int main(int argc, char** argv) {
     } else if (!std::strcmp(argv[i], "--unknowns")) N = std::atoll(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--csv")) csv = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--thomas-window")) {  // auto by thomas-window: 1 / -1
-      auto t = trisolve::cuda::GetPartitionedTuning();
-      t.thomas_window = std::atoi(argv[i + 1]);
-      trisolve::cuda::SetPartitionedTuning(t);
-    } else if (!std::strcmp(argv[i], "--thomas-windows")) {  // thomas-window's windows a system
-      auto t = trisolve::cuda::GetPartitionedTuning();
-      t.thomas_windows = std::atoi(argv[i + 1]);
-      trisolve::cuda::SetPartitionedTuning(t);
-    } else if (!std::strcmp(argv[i], "--thomas-stages")) {  // its copies in flight a warp
-      auto t = trisolve::cuda::GetPartitionedTuning();
-      t.thomas_stages = std::atoi(argv[i + 1]);
-      trisolve::cuda::SetPartitionedTuning(t);
-    } else if (!std::strcmp(argv[i], "--thomas-halo")) {  // and its halo
-      auto t = trisolve::cuda::GetPartitionedTuning();
-      t.thomas_halo = std::atoi(argv[i + 1]);
-      trisolve::cuda::SetPartitionedTuning(t);
+    else {
+      // thomas-window's tuning: auto by it (1 / -1), windows a system, copies in flight, halo.
+      const std::pair<const char*, int trisolve::cuda::PartitionedTuning::*> knobs[] = {
+          {"--thomas-window", &trisolve::cuda::PartitionedTuning::thomas_window},
+          {"--thomas-windows", &trisolve::cuda::PartitionedTuning::thomas_windows},
+          {"--thomas-stages", &trisolve::cuda::PartitionedTuning::thomas_stages},
+          {"--thomas-halo", &trisolve::cuda::PartitionedTuning::thomas_halo}};
+      for (const auto& [name, field] : knobs)
+        if (!std::strcmp(argv[i], name)) {
+          auto t = trisolve::cuda::GetPartitionedTuning();
+          t.*field = std::atoi(argv[i + 1]);
+          trisolve::cuda::SetPartitionedTuning(t);
+        }
     }
   }
   cudaDeviceProp prop;
