@@ -539,6 +539,59 @@ TEST(CudaTridiagonal, ThomasWindowMatchesTheCpuReference) {
   EXPECT_GE(ran, 100);
 }
 
+// Mirrored windows (thomas_window.cu: where every core is whole, the odd windows sweep the
+// system backward, a and c exchanged) against the reference, as forward ones are: 2-8 windows,
+// an odd count of them, batches of 8-31 (two or four windows side by side in a warp), both
+// layouts (the flat one forced: `auto` mirrors the interleaved one alone), one system as a
+// chain of 64 or 33 windows (the maps take every other one), both precisions; and with the
+// mirror off. A non-finite right-hand side in a backward window still flags that system alone
+// (by the exact path: a backward sweep's pivots are not the reference's).
+TEST(CudaTridiagonal, ThomasWindowMirroredMatchesTheCpuReference) {
+  REQUIRE_GPU();
+  if (!cuda::ThomasWindowApplies(100, 64, Layout::kInterleaved, false))
+    GTEST_SKIP() << "thomas-window needs compute capability 9.0 (bulk tensor copies)";
+  const auto saved = cuda::GetPartitionedTuning();
+  struct Shape {
+    int64_t n;
+    int windows;
+  };
+  for (int mirror : {1, -1}) {
+    for (const Shape& sh : {Shape{4096, 2}, Shape{4096, 4}, Shape{4096, 8}, Shape{3072, 3},
+                            Shape{1600, 5}, Shape{1 << 16, 0}, Shape{33 * 1024, 0}})
+      for (Layout layout : {Layout::kInterleaved, Layout::kFlat})
+        for (int64_t batch : {1, 8, 12, 16, 20, 64, 100}) {
+          if ((batch == 1) != (sh.windows == 0) || (batch == 1 && layout == Layout::kFlat))
+            continue;  // (one system: windows of 1024 rows, either layout)
+          SCOPED_TRACE(::testing::Message()
+                       << "mirror " << mirror << " n " << sh.n << " windows " << sh.windows
+                       << " batch " << batch
+                       << (layout == Layout::kFlat ? " flat" : " interleaved"));
+          auto t = saved;
+          t.thomas_window = 1;
+          t.thomas_windows = sh.windows;
+          t.thomas_mirror = mirror;
+          cuda::SetPartitionedTuning(t);
+          const Case k{sh.n, batch};
+          EXPECT_EQ(Compare<double>(k, layout, TridiagonalMethod::kAuto, 1e-12, 1e-15),
+                    "thomas-window");
+          EXPECT_EQ(Compare<float>(k, layout, TridiagonalMethod::kAuto, 2e-4, 3e-6),
+                    "thomas-window");
+        }
+  }
+  auto t = saved;
+  t.thomas_window = 1;
+  t.thomas_windows = 4;
+  cuda::SetPartitionedTuning(t);
+  const Case k{4096, 64};
+  auto nan_rhs = [&](Data<double>& data) {
+    data.d[ElementIndex(Layout::kInterleaved, k.batch, k.n, 9, 1500)] = std::nan("");
+  };
+  EXPECT_NE(Compare<double>(k, Layout::kInterleaved, TridiagonalMethod::kAuto, 1e-12, 1e-15,
+                            nan_rhs),
+            "thomas-window");
+  cuda::SetPartitionedTuning(saved);
+}
+
 // The look-ahead is measured, not assumed: an implicit diffusion step (b = 1 + 2r, a = c = -r,
 // |c'| tends to 0.38 at r = 1, 0.73 at r = 10, 0.90 at r = 100) needs ~40 / ~120 / ~375 rows
 // in float64 (~20 / ~57 / ~180 in float32) against the 96 the ring holds: the steps that need
@@ -596,24 +649,35 @@ TEST(CudaTridiagonal, ThomasWindowLooksAheadAsFarAsTheRowsNeed) {
 // again with 256 and is solved by thomas-window; with the halo forced to 64 it cannot be, and
 // the exact path answers. With a = -0.9, c = -0.05 (0.945 a row) 256 rows are too few too. An
 // implicit diffusion step with r = 1 (0.38 a row) needs ~40 rows: the default halo holds it.
+// The windows are whole cores, so the odd ones sweep backward, seeing the rows transposed (their
+// look-ahead fades with a, their left end with c): the first rows need a forward-only run after
+// the mirrored ones fail, and the transposed rows (a = -0.1, c = -0.7: 134 rows of look-ahead)
+// go to the exact path either way in float64 (in float32, 63 rows: the longer ring). With the
+// mirror off, as before.
 TEST(CudaTridiagonal, ThomasWindowBoundsTheLeftEndAsTheRowsNeed) {
   REQUIRE_GPU();
   if (!cuda::ThomasWindowApplies(100, 64, Layout::kInterleaved, false))
     GTEST_SKIP() << "thomas-window needs compute capability 9.0 (bulk tensor copies)";
   const auto saved = cuda::GetPartitionedTuning();
-  const Case k{5000, 64};
+  const Case k{4096, 64};
   struct Rows {
     double a, b, c;
     bool by_default, at_64;  // thomas-window with the default halo, with 64 forced
+    bool by_default32, at_64_32;  // in float32
   };
-  for (const Rows& r : {Rows{-0.7, 1, -0.1, true, false}, Rows{-0.9, 1, -0.05, false, false},
-                        Rows{-1, 3, -1, true, true}}) {
-    for (int halo : {0, 64}) {
-      SCOPED_TRACE(::testing::Message() << "a " << r.a << " c " << r.c << " halo " << halo);
+  for (const Rows& r :
+       {Rows{-0.7, 1, -0.1, true, false, true, false}, Rows{-0.9, 1, -0.05, false, false, false,
+        false}, Rows{-1, 3, -1, true, true, true, true}, Rows{-0.1, 1, -0.7, false, false, true,
+        true}}) {
+    for (int halo : {0, 64})
+    for (int mirror : {0, -1}) {
+      SCOPED_TRACE(::testing::Message() << "a " << r.a << " c " << r.c << " halo " << halo
+                                        << " mirror " << mirror);
       auto t = saved;
       t.thomas_window = 1;
       t.thomas_windows = 4;
       t.thomas_halo = halo;
+      t.thomas_mirror = mirror;
       cuda::SetPartitionedTuning(t);
       auto rows = [&](auto& data) {
         using T = std::decay_t<decltype(data.a[0])>;
@@ -631,7 +695,7 @@ TEST(CudaTridiagonal, ThomasWindowBoundsTheLeftEndAsTheRowsNeed) {
       const std::string f32 =
           Compare<float>(k, Layout::kInterleaved, TridiagonalMethod::kAuto, 5e-4, 3e-6,
                          std::function<void(Data<float>&)>(rows));
-      EXPECT_EQ(f32 == "thomas-window", expect) << f32;
+      EXPECT_EQ(f32 == "thomas-window", halo == 0 ? r.by_default32 : r.at_64_32) << f32;
     }
   }
   cuda::SetPartitionedTuning(saved);

@@ -1245,7 +1245,8 @@ absl::StatusOr<TridiagonalKernel> SolveTridiagonalDevice(const TridiagonalProble
   switch (k) {
     case TridiagonalKernel::kThomasWindow: {
       auto ran = SolveThomasWindowed(p, x, flags, pool, stream, g_tuning.thomas_windows,
-                                     g_tuning.thomas_halo, g_tuning.thomas_stages);
+                                     g_tuning.thomas_halo, g_tuning.thomas_stages,
+                                     g_tuning.thomas_mirror);
       if (!ran.ok()) return ran.status();
       if (*ran) return k;
       auto exact = SolvePartitioned(p, x, flags, pool, stream);

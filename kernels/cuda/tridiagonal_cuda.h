@@ -111,6 +111,8 @@ struct PartitionedTuning {
                            // 0 for 64 / 32 (float64 / float32), then 256 where a window's
                            // left end's bound needs more; else that halo alone
   int thomas_stages = 0;   // its copies in flight a warp: 0 for 2 (float32 also 1 or 4)
+  int thomas_mirror = 0;   // its odd windows sweep backward (NOTES.md t39): 0 by layout
+                           // (interleaved), 1 wherever they can (whole cores), -1 never
 };
 void SetPartitionedTuning(const PartitionedTuning& t);
 PartitionedTuning GetPartitionedTuning();
@@ -141,13 +143,15 @@ bool ThomasWindowByShape(int64_t n, int64_t batch, Layout layout, bool float32);
 // thomas-window on p (device arrays 16-byte aligned, else false): `windows` a system (0 to fill
 // the GPU), `halo` rows before the cores past a system's first (0: 64 in float64, 32 in
 // float32, then 256 where the left end's bound needs more; else that halo alone), `stages`
-// copies in flight a warp (2; float32 also 1 or 4). Returns false where it does not apply or
-// where the problem failed its checks (then x is partly written, the flags are zero, and the
-// caller solves p by the exact path). Waits for the kernel.
+// copies in flight a warp (2; float32 also 1 or 4), `mirror` whether odd windows sweep backward
+// (0: in the interleaved layout, 1 wherever cores are whole, -1 never). Returns false where it
+// does not apply or where the problem failed its checks (then x is partly written, the flags
+// are zero, and the caller solves p by the exact path). Waits for the kernel.
 template <typename T>
 absl::StatusOr<bool> SolveThomasWindowed(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
                                          Pool& pool, cudaStream_t stream, int64_t windows = 0,
-                                         int64_t halo = 0, int stages = 0);
+                                         int64_t halo = 0, int stages = 0,
+                                         int mirror = 0);
 
 // Solves on `stream`. p's arrays and x are device pointers; status_flags (device, batch bytes)
 // are set to 1 for systems whose pivots vanished (x of those systems is then meaningless: the

@@ -391,7 +391,8 @@ int main(int argc, char** argv) {
           {"--thomas-window", &trisolve::cuda::PartitionedTuning::thomas_window},
           {"--thomas-windows", &trisolve::cuda::PartitionedTuning::thomas_windows},
           {"--thomas-stages", &trisolve::cuda::PartitionedTuning::thomas_stages},
-          {"--thomas-halo", &trisolve::cuda::PartitionedTuning::thomas_halo}};
+          {"--thomas-halo", &trisolve::cuda::PartitionedTuning::thomas_halo},
+          {"--thomas-mirror", &trisolve::cuda::PartitionedTuning::thomas_mirror}};
       for (const auto& [name, field] : knobs)
         if (!std::strcmp(argv[i], name)) {
           auto t = trisolve::cuda::GetPartitionedTuning();
