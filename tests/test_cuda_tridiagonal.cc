@@ -701,6 +701,59 @@ TEST(CudaTridiagonal, ThomasWindowBoundsTheLeftEndAsTheRowsNeed) {
   cuda::SetPartitionedTuning(saved);
 }
 
+// A shape's solve starts where its last one succeeded (SolveThomasWindowed's StartMemory): rows
+// whose dropped coupling fades by 0.757 a row (a = -0.7, c = -0.1, as above) need the long
+// halo and, since the backward windows see them transposed, a forward run with the long ring --
+// found by failed launches at the first solve, not at the steps after it. Every 64th solve of
+// the shape starts from the defaults again (one of the next 64 pays those launches again);
+// rows that need less are solved from the remembered start too (one launch); a solve that ends
+// on the exact path (a = -0.9) is forgotten, so the easy rows after it start from the defaults.
+TEST(CudaTridiagonal, ThomasWindowRemembersWhereAShapeStarts) {
+  REQUIRE_GPU();
+  if (!cuda::ThomasWindowApplies(100, 64, Layout::kInterleaved, false))
+    GTEST_SKIP() << "thomas-window needs compute capability 9.0 (bulk tensor copies)";
+  const auto saved = cuda::GetPartitionedTuning();
+  auto t = saved;
+  t.thomas_window = 1;
+  t.thomas_windows = 4;
+  t.thomas_stages = 2;  // (a shape of its own: no other test's solves remembered)
+  cuda::SetPartitionedTuning(t);
+  const Case k{4096, 64};
+  auto rows = [&](double a, double b, double c) {
+    return std::function<void(Data<double>&)>([=](Data<double>& data) {
+      for (size_t e = 0; e < data.a.size(); ++e) {
+        data.a[e] = a;
+        data.b[e] = b;
+        data.c[e] = c;
+      }
+    });
+  };
+  // Launches of one solve, and that it ran thomas-window and matched the reference.
+  auto solve = [&](const std::function<void(Data<double>&)>& edit) {
+    const int64_t before = cuda::ThomasWindowLaunches();
+    const std::string ran =
+        Compare<double>(k, Layout::kInterleaved, TridiagonalMethod::kAuto, 1e-11, 1e-15, edit);
+    return std::make_pair(ran, cuda::ThomasWindowLaunches() - before);
+  };
+  const auto first = solve(rows(-0.7, 1, -0.1));
+  EXPECT_EQ(first.first, "thomas-window");
+  EXPECT_GE(first.second, 3);  // the short halo, the long one mirrored, then forward at least
+  int repeated = 0;
+  for (int step = 0; step < 64; ++step) {
+    const auto next = solve(rows(-0.7, 1, -0.1));
+    EXPECT_EQ(next.first, "thomas-window");
+    if (next.second != 1) {
+      EXPECT_EQ(next.second, first.second) << "step " << step;
+      ++repeated;
+    }
+  }
+  EXPECT_EQ(repeated, 1) << "one fresh start in 64 solves";
+  EXPECT_EQ(solve(rows(-1, 3, -1)), std::make_pair(std::string("thomas-window"), int64_t(1)));
+  EXPECT_NE(solve(rows(-0.9, 1, -0.05)).first, "thomas-window");
+  EXPECT_EQ(solve(rows(-1, 3, -1)), std::make_pair(std::string("thomas-window"), int64_t(1)));
+  cuda::SetPartitionedTuning(saved);
+}
+
 TEST(CudaPool, BuffersAreReusedAcrossRequests) {
   REQUIRE_GPU();
   auto data = Random<double>(64 * 1000, 3);

@@ -68,7 +68,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <atomic>
 #include <limits>
+#include <mutex>
+#include <optional>
 #include <type_traits>
 
 #include "bulk_copy.cuh"
@@ -498,6 +501,8 @@ bool EncodeMaps(const TridiagonalProblem<T>& p, T* x, int sys, int every, Maps& 
   return true;
 }
 
+std::atomic<int64_t> g_launches{0};  // ThomasWindowLaunches
+
 // One launch with a ring of kRing rows: the answer in *fail (0, or kFail*).
 template <typename T, int kRing, int kSys, int kStages, bool kFlat>
 absl::StatusOr<int> LaunchThomasWindow(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
@@ -552,6 +557,7 @@ absl::StatusOr<int> LaunchThomasWindow(const TridiagonalProblem<T>& p, T* x, uin
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(args.fail, 0, sizeof(int), stream));
   auto word = PinnedWord::Take();
   if (!word.ok()) return word.status();
+  g_launches.fetch_add(1, std::memory_order_relaxed);
   kernel<<<unsigned(std::min(args.tasks, *resident)), kLanes, smem, stream>>>(p, x, flags, maps,
                                                                                args);
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
@@ -607,7 +613,81 @@ absl::StatusOr<int> LaunchByStages(const TridiagonalProblem<T>& p, T* x, uint8_t
                                                        stream);
 }
 
+// Where a shape's last solve started and succeeded: the ring, the halo, mirrored or forward.
+// A time-stepping caller solves the same shape with rows alike at every step, so the launches
+// that failed at its first solve (up to three: a halo, a ring, the mirror) need not be paid at
+// every step. A launch from the remembered start that fails goes on from there as a first solve
+// would (and is forgotten if it ends on the exact path); every kFresh-th solve of a shape starts
+// from the defaults again, so that rows that became easier get the shorter halo and ring back.
+struct Start {
+  bool long_ring = false;
+  int64_t halo = 0;
+  bool mirror = false;
+};
+class StartMemory {
+ public:
+  static constexpr int kFresh = 64, kShapes = 8;
+  struct Shape {
+    int bytes;  // sizeof(T)
+    int64_t n, batch;
+    Layout layout;
+    int64_t windows, halo;
+    int stages, mirror;
+    bool operator==(const Shape& o) const {
+      return bytes == o.bytes && n == o.n && batch == o.batch && layout == o.layout &&
+             windows == o.windows && halo == o.halo && stages == o.stages && mirror == o.mirror;
+    }
+  };
+  // The remembered start, unless none or this is a fresh turn.
+  std::optional<Start> Find(const Shape& k) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (Entry& e : entries_)
+      if (e.used && e.shape == k) {
+        e.used = ++clock_;
+        if (++e.solves % kFresh == 0) return std::nullopt;
+        return e.start;
+      }
+    return std::nullopt;
+  }
+  // A solve of k succeeded from `s` (or, !ok, went to the exact path: forgotten).
+  void Keep(const Shape& k, const Start& s, bool ok) {
+    std::lock_guard<std::mutex> lock(mu_);
+    Entry* slot = &entries_[0];
+    for (Entry& e : entries_) {
+      if (e.used && e.shape == k) {
+        slot = &e;
+        break;
+      }
+      if (e.used < slot->used) slot = &e;  // the least recently used (or a free one)
+    }
+    if (!ok) {
+      if (slot->used && slot->shape == k) slot->used = 0;
+      return;
+    }
+    if (!(slot->used && slot->shape == k)) {
+      slot->shape = k;
+      slot->solves = 0;
+    }
+    slot->start = s;
+    slot->used = ++clock_;
+  }
+
+ private:
+  struct Entry {
+    Shape shape{};
+    Start start;
+    int64_t used = 0;  // the clock at its last use, 0 free
+    int64_t solves = 0;
+  };
+  std::mutex mu_;
+  int64_t clock_ = 0;
+  Entry entries_[kShapes];
+};
+StartMemory g_starts;
+
 }  // namespace
+
+int64_t ThomasWindowLaunches() { return g_launches.load(std::memory_order_relaxed); }
 
 bool ThomasWindowApplies(int64_t n, int64_t batch, Layout layout, bool float32) {
   // The copies' row stride, whole 16-byte words: a row of the batch (interleaved), a system
@@ -643,7 +723,6 @@ absl::StatusOr<bool> SolveThomasWindowed(const TridiagonalProblem<T>& in, T* x, 
   }
   Maps plain, maps;
   if (!EncodeMaps(view, x, SystemsABox(p), 1, plain)) return false;
-  maps = plain;
   if (p.batch == 1 && mirror && !EncodeMaps(view, x, SystemsABox(p), 2, maps)) return false;
   if (p.layout == Layout::kFlat && reinterpret_cast<uintptr_t>(x) % 16 != 0) return false;
   // A ring of 64 rows and the short halo first; a longer ring where the look-ahead ran out, the
@@ -654,6 +733,14 @@ absl::StatusOr<bool> SolveThomasWindowed(const TridiagonalProblem<T>& in, T* x, 
   const int64_t short_halo = sizeof(T) == 8 ? 64 : 32;
   bool long_ring = false;
   int64_t h = halo > 0 ? halo : short_halo;
+  const StartMemory::Shape shape{int(sizeof(T)), p.n,  p.batch, p.layout,
+                                 windows,        halo, stages,  mirror_by};
+  if (const std::optional<Start> start = g_starts.Find(shape)) {
+    long_ring = start->long_ring;
+    h = start->halo;
+    mirror &= start->mirror;
+  }
+  if (!(p.batch == 1 && mirror)) maps = plain;
   int answer = 0;
   for (;;) {
     absl::StatusOr<int> failed =
@@ -674,6 +761,7 @@ absl::StatusOr<bool> SolveThomasWindowed(const TridiagonalProblem<T>& in, T* x, 
     if (halo_again) h = kLongHalo;
     TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flags, 0, size_t(p.batch), stream));
   }
+  g_starts.Keep(shape, Start{long_ring, h, mirror}, answer == 0);
   if (answer == 0) return true;
   // Systems flagged before the failure: the exact path decides again.
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flags, 0, size_t(p.batch), stream));

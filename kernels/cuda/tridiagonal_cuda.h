@@ -152,6 +152,9 @@ absl::StatusOr<bool> SolveThomasWindowed(const TridiagonalProblem<T>& p, T* x, u
                                          Pool& pool, cudaStream_t stream, int64_t windows = 0,
                                          int64_t halo = 0, int stages = 0,
                                          int mirror = 0);
+// thomas-window's launches in this process (tests: a shape's solve after its first starts where
+// the first succeeded, SolveThomasWindowed's StartMemory).
+int64_t ThomasWindowLaunches();
 
 // Solves on `stream`. p's arrays and x are device pointers; status_flags (device, batch bytes)
 // are set to 1 for systems whose pivots vanished (x of those systems is then meaningless: the
