@@ -709,7 +709,7 @@ absl::StatusOr<bool> SolveThomasWindowed(const TridiagonalProblem<T>& in, T* x, 
   TridiagonalProblem<T> p = in;
   if (p.batch == 1) p.layout = Layout::kFlat;  // (one system: the layouts are the same)
   // Mirrored windows by default in the interleaved layout alone: the flat layout read 9% fewer
-  // bytes mirrored but ran 3% slower (NOTES.md t39).
+  // bytes mirrored but ran no faster (NOTES.md t39, t41).
   bool mirror = mirror_by > 0 || (mirror_by == 0 && p.layout == Layout::kInterleaved);
   const T* arrays[4] = {p.a, p.b, p.c, p.d};
   for (const T* q : arrays)
