@@ -484,6 +484,24 @@ TEST(CudaTridiagonal, WindowsFallBackWhereARowIsNotDominantEnough) {
             "partitioned-window");
 }
 
+// thomas-window's tests: skip, saying so, without a GPU or where it cannot run.
+#define REQUIRE_THOMAS_WINDOW()                                                         \
+  REQUIRE_GPU();                                                                        \
+  if (!cuda::ThomasWindowApplies(100, 64, Layout::kInterleaved, false))                 \
+    GTEST_SKIP() << "thomas-window needs compute capability 9.0 (bulk tensor copies)"
+
+// Every row a, b, c (the right-hand sides random).
+template <typename T>
+std::function<void(Data<T>&)> ConstantRows(double a, double b, double c) {
+  return [=](Data<T>& data) {
+    for (size_t e = 0; e < data.a.size(); ++e) {
+      data.a[e] = T(a);
+      data.b[e] = T(b);
+      data.c[e] = T(c);
+    }
+  };
+}
+
 // thomas-window (Thomas, streamed, x stored by a look-ahead back substitution), forced, in both
 // layouts (flat: boxes of systems' rows, swizzled; one system as a chain of windows, the
 // lanes'): n from 1 to 2^20, batches of 1 to 2050 (a last group of 32 only partly in the batch;
@@ -494,9 +512,7 @@ TEST(CudaTridiagonal, WindowsFallBackWhereARowIsNotDominantEnough) {
 // the left end's bound to fall by 2^-55 (about two bits a row), so the halos of 64 rows
 // (forced) and 64 / 32 (by default) hold it. A batch not whole 16-byte words never takes it.
 TEST(CudaTridiagonal, ThomasWindowMatchesTheCpuReference) {
-  REQUIRE_GPU();
-  if (!cuda::ThomasWindowApplies(100, 64, Layout::kInterleaved, false))
-    GTEST_SKIP() << "thomas-window needs compute capability 9.0 (bulk tensor copies)";
+  REQUIRE_THOMAS_WINDOW();
   const auto saved = cuda::GetPartitionedTuning();
   int ran = 0;
   for (int windows : {1, 3, 7})
@@ -547,9 +563,7 @@ TEST(CudaTridiagonal, ThomasWindowMatchesTheCpuReference) {
 // mirror off. A non-finite right-hand side in a backward window still flags that system alone
 // (by the exact path: a backward sweep's pivots are not the reference's).
 TEST(CudaTridiagonal, ThomasWindowMirroredMatchesTheCpuReference) {
-  REQUIRE_GPU();
-  if (!cuda::ThomasWindowApplies(100, 64, Layout::kInterleaved, false))
-    GTEST_SKIP() << "thomas-window needs compute capability 9.0 (bulk tensor copies)";
+  REQUIRE_THOMAS_WINDOW();
   const auto saved = cuda::GetPartitionedTuning();
   struct Shape {
     int64_t n;
@@ -599,9 +613,7 @@ TEST(CudaTridiagonal, ThomasWindowMirroredMatchesTheCpuReference) {
 // is still Thomas' (as the CPU reference solves it), and a non-finite right-hand side flags that
 // system alone.
 TEST(CudaTridiagonal, ThomasWindowLooksAheadAsFarAsTheRowsNeed) {
-  REQUIRE_GPU();
-  if (!cuda::ThomasWindowApplies(100, 64, Layout::kInterleaved, false))
-    GTEST_SKIP() << "thomas-window needs compute capability 9.0 (bulk tensor copies)";
+  REQUIRE_THOMAS_WINDOW();
   const auto saved = cuda::GetPartitionedTuning();
   auto t = saved;
   t.thomas_window = 1;
@@ -655,9 +667,7 @@ TEST(CudaTridiagonal, ThomasWindowLooksAheadAsFarAsTheRowsNeed) {
 // go to the exact path either way in float64 (in float32, 63 rows: the longer ring). With the
 // mirror off, as before.
 TEST(CudaTridiagonal, ThomasWindowBoundsTheLeftEndAsTheRowsNeed) {
-  REQUIRE_GPU();
-  if (!cuda::ThomasWindowApplies(100, 64, Layout::kInterleaved, false))
-    GTEST_SKIP() << "thomas-window needs compute capability 9.0 (bulk tensor copies)";
+  REQUIRE_THOMAS_WINDOW();
   const auto saved = cuda::GetPartitionedTuning();
   const Case k{4096, 64};
   struct Rows {
@@ -679,22 +689,14 @@ TEST(CudaTridiagonal, ThomasWindowBoundsTheLeftEndAsTheRowsNeed) {
       t.thomas_halo = halo;
       t.thomas_mirror = mirror;
       cuda::SetPartitionedTuning(t);
-      auto rows = [&](auto& data) {
-        using T = std::decay_t<decltype(data.a[0])>;
-        for (size_t e = 0; e < data.a.size(); ++e) {
-          data.a[e] = T(r.a);
-          data.b[e] = T(r.b);
-          data.c[e] = T(r.c);
-        }
-      };
       const bool expect = halo == 0 ? r.by_default : r.at_64;
       const std::string f64 =
           Compare<double>(k, Layout::kInterleaved, TridiagonalMethod::kAuto, 1e-11, 1e-15,
-                          std::function<void(Data<double>&)>(rows));
+                          ConstantRows<double>(r.a, r.b, r.c));
       EXPECT_EQ(f64 == "thomas-window", expect) << f64;
       const std::string f32 =
           Compare<float>(k, Layout::kInterleaved, TridiagonalMethod::kAuto, 5e-4, 3e-6,
-                         std::function<void(Data<float>&)>(rows));
+                         ConstantRows<float>(r.a, r.b, r.c));
       EXPECT_EQ(f32 == "thomas-window", halo == 0 ? r.by_default32 : r.at_64_32) << f32;
     }
   }
@@ -709,9 +711,7 @@ TEST(CudaTridiagonal, ThomasWindowBoundsTheLeftEndAsTheRowsNeed) {
 // rows that need less are solved from the remembered start too (one launch); a solve that ends
 // on the exact path (a = -0.9) is forgotten, so the easy rows after it start from the defaults.
 TEST(CudaTridiagonal, ThomasWindowRemembersWhereAShapeStarts) {
-  REQUIRE_GPU();
-  if (!cuda::ThomasWindowApplies(100, 64, Layout::kInterleaved, false))
-    GTEST_SKIP() << "thomas-window needs compute capability 9.0 (bulk tensor copies)";
+  REQUIRE_THOMAS_WINDOW();
   const auto saved = cuda::GetPartitionedTuning();
   auto t = saved;
   t.thomas_window = 1;
@@ -719,15 +719,7 @@ TEST(CudaTridiagonal, ThomasWindowRemembersWhereAShapeStarts) {
   t.thomas_stages = 2;  // (a shape of its own: no other test's solves remembered)
   cuda::SetPartitionedTuning(t);
   const Case k{4096, 64};
-  auto rows = [&](double a, double b, double c) {
-    return std::function<void(Data<double>&)>([=](Data<double>& data) {
-      for (size_t e = 0; e < data.a.size(); ++e) {
-        data.a[e] = a;
-        data.b[e] = b;
-        data.c[e] = c;
-      }
-    });
-  };
+  const auto rows = ConstantRows<double>;
   // Launches of one solve, and that it ran thomas-window and matched the reference.
   auto solve = [&](const std::function<void(Data<double>&)>& edit) {
     const int64_t before = cuda::ThomasWindowLaunches();

@@ -600,17 +600,17 @@ absl::StatusOr<int> LaunchByStages(const TridiagonalProblem<T>& p, T* x, uint8_t
                                    bool mirror, Pool& pool, cudaStream_t stream) {
   if (p.layout == Layout::kFlat)  // (two copies in flight only)
     return LaunchBySystems<T, kRing, 2, true>(p, x, flags, maps, windows, halo, mirror, pool,
-                                                       stream);
+                                              stream);
   if constexpr (sizeof(T) == 4) {
     if (stages == 1)
       return LaunchBySystems<T, kRing, 1, false>(p, x, flags, maps, windows, halo, mirror, pool,
-                                                       stream);
+                                                 stream);
     if (stages == 4)
       return LaunchBySystems<T, kRing, 4, false>(p, x, flags, maps, windows, halo, mirror, pool,
-                                                       stream);
+                                                 stream);
   }
   return LaunchBySystems<T, kRing, 2, false>(p, x, flags, maps, windows, halo, mirror, pool,
-                                                       stream);
+                                             stream);
 }
 
 // Where a shape's last solve started and succeeded: the ring, the halo, mirrored or forward.
