@@ -1180,7 +1180,9 @@ bool ThomasWindowByShape(int64_t n, int64_t batch, Layout layout, bool float32) 
   // 0.291 against the cluster's 0.294, 4096 0.290 against the streamed kernel's 0.259; float32
   // 0.167-0.172 against partitioned-window's 0.151-0.168.
   // One flat system of 2^24 (its windows 32 a warp: 512 warps, the H100's 528 at once): float64
-  // 0.298 ms against partitioned-window's 0.330, float32 0.154 against 0.149-0.153.
+  // 0.298 ms against partitioned-window's 0.330, float32 0.154 against 0.149-0.153; below
+  // 2^24 the chain has fewer warps, each as slow: 2^23 0.241 against 0.183, 2^22 0.233 against
+  // 0.102 (results/tune-h100-2026-11-24-session18-one-system.log).
   if (layout == Layout::kFlat || batch == 1)
     return !float32 && ((n > 8192 && batch >= 16) || (batch == 1 && n >= (int64_t(1) << 24)));
   return (float32 ? n >= 512 : n > 512) && batch >= 16;
