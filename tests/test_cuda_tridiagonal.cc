@@ -49,6 +49,20 @@ struct Case {
   int64_t n, batch;
 };
 
+// Restores the partitioned kernels' tuning when a test ends, however it ends (a failed
+// assertion included), so that no test runs with another's settings.
+class ScopedTuning {
+ public:
+  ScopedTuning() : saved_(cuda::GetPartitionedTuning()) {}
+  ~ScopedTuning() { cuda::SetPartitionedTuning(saved_); }
+  ScopedTuning(const ScopedTuning&) = delete;
+  ScopedTuning& operator=(const ScopedTuning&) = delete;
+  const cuda::PartitionedTuning& saved() const { return saved_; }
+
+ private:
+  const cuda::PartitionedTuning saved_;
+};
+
 class CudaTridiagonal : public ::testing::TestWithParam<std::tuple<Case, Layout, TridiagonalMethod>> {};
 
 // Returns the kernel that ran (SolveInfo::method). `edit`, where given, changes the random
@@ -140,7 +154,8 @@ INSTANTIATE_TEST_SUITE_P(
 // 16 rows a thread: chunks ending inside a system, odd n (no vectors), n = 1 and 2.
 TEST(CudaTridiagonal, FlatRowLoadsMatchTheCpuReference) {
   REQUIRE_GPU();
-  const auto saved = cuda::GetPartitionedTuning();
+  const ScopedTuning scoped;
+  const cuda::PartitionedTuning& saved = scoped.saved();
   for (int direct : {-1, 1})
     for (int chunk : {4, 8, 16}) {
       auto t = saved;
@@ -158,7 +173,6 @@ TEST(CudaTridiagonal, FlatRowLoadsMatchTheCpuReference) {
         Compare<float>(k, Layout::kFlat, TridiagonalMethod::kPartitioned, 2e-4, 3e-6);
       }
     }
-  cuda::SetPartitionedTuning(saved);
 }
 
 // The cluster form (a system over 2, 4 or 8 blocks of a thread-block cluster), forced for every
@@ -167,7 +181,8 @@ TEST(CudaTridiagonal, FlatRowLoadsMatchTheCpuReference) {
 // singular systems (Compare makes two).
 TEST(CudaTridiagonal, ClusterShapesMatchTheCpuReference) {
   REQUIRE_GPU();
-  const auto saved = cuda::GetPartitionedTuning();
+  const ScopedTuning scoped;
+  const cuda::PartitionedTuning& saved = scoped.saved();
   int ran = 0;
   for (int q : {2, 4, 8})
     for (int chunk : {8, 16})
@@ -196,7 +211,6 @@ TEST(CudaTridiagonal, ClusterShapesMatchTheCpuReference) {
             ++ran;
           }
       }
-  cuda::SetPartitionedTuning(saved);
   EXPECT_GE(ran, 100) << "too few shapes ran the cluster kernel";
 }
 
@@ -282,7 +296,8 @@ TEST(CudaTridiagonal, AutoPicksTheMeasuredKernelByShape) {
 // multiple of 16 bytes falls back to the one-pass kernel.
 TEST(CudaTridiagonal, StreamedOnePassMatchesTheCpuReference) {
   REQUIRE_GPU();
-  const auto saved = cuda::GetPartitionedTuning();
+  const ScopedTuning scoped;
+  const cuda::PartitionedTuning& saved = scoped.saved();
   for (int chunk : {8, 16})
     for (int threads : {64, 256}) {
       auto t = saved;
@@ -305,7 +320,6 @@ TEST(CudaTridiagonal, StreamedOnePassMatchesTheCpuReference) {
         EXPECT_EQ(m32, k.n % 4 == 0 ? "partitioned-stream" : "partitioned");
       }
     }
-  cuda::SetPartitionedTuning(saved);
 }
 
 // The streamed kernel on the interleaved layout, forced: groups of 2-32 systems (16 to 256 bytes
@@ -314,7 +328,8 @@ TEST(CudaTridiagonal, StreamedOnePassMatchesTheCpuReference) {
 // (an odd batch, too few systems a block) the one-pass kernel runs instead.
 TEST(CudaTridiagonal, StreamedInterleavedMatchesTheCpuReference) {
   REQUIRE_GPU();
-  const auto saved = cuda::GetPartitionedTuning();
+  const ScopedTuning scoped;
+  const cuda::PartitionedTuning& saved = scoped.saved();
   int streamed = 0;
   for (int chunk : {8, 16})
     for (int threads : {64, 256}) {
@@ -348,7 +363,6 @@ TEST(CudaTridiagonal, StreamedInterleavedMatchesTheCpuReference) {
         streamed += applies(2) + applies(4);
       }
     }
-  cuda::SetPartitionedTuning(saved);
   EXPECT_GE(streamed, 30) << "too few shapes ran the streamed interleaved kernel";
 }
 
@@ -356,7 +370,8 @@ TEST(CudaTridiagonal, StreamedInterleavedMatchesTheCpuReference) {
 // layouts: small n, n inside one level chunk, odd n.
 TEST(CudaTridiagonal, TwoPassForcedMatchesTheCpuReference) {
   REQUIRE_GPU();
-  const auto saved = cuda::GetPartitionedTuning();
+  const ScopedTuning scoped;
+  const cuda::PartitionedTuning& saved = scoped.saved();
   for (int level : {8, 16}) {
     auto t = saved;
     t.two_pass = 1;
@@ -371,7 +386,6 @@ TEST(CudaTridiagonal, TwoPassForcedMatchesTheCpuReference) {
         Compare<float>(k, layout, TridiagonalMethod::kPartitioned, 2e-4, 3e-6);
       }
   }
-  cuda::SetPartitionedTuning(saved);
 }
 
 // Flat float64 systems by the block sweeps' streamed kernel (SolveRowsStreamed), forced where
@@ -381,7 +395,8 @@ TEST(CudaTridiagonal, TwoPassForcedMatchesTheCpuReference) {
 // (Compare makes two) flagged in place. float32 and the interleaved layout are not taken.
 TEST(CudaTridiagonal, RowsStreamedMatchTheCpuReference) {
   REQUIRE_GPU();
-  const auto saved = cuda::GetPartitionedTuning();
+  const ScopedTuning scoped;
+  const cuda::PartitionedTuning& saved = scoped.saved();
   const auto saved_sweep = cuda::GetSweepTuning();
   auto t = saved;
   t.rows_stream = 1;
@@ -412,7 +427,6 @@ TEST(CudaTridiagonal, RowsStreamedMatchTheCpuReference) {
   EXPECT_EQ(cuda::RowsStreamCapacity(2048), 0);
   EXPECT_EQ(cuda::RowsStreamCapacity(16385), 0);
   cuda::SetSweepTuning(saved_sweep);
-  cuda::SetPartitionedTuning(saved);
 }
 
 // Overlapping windows (trisolve/windows.h), forced (window = 1), with the default halos and
@@ -423,7 +437,8 @@ TEST(CudaTridiagonal, RowsStreamedMatchTheCpuReference) {
 // by the exact path and flagged in place. n not whole 16-byte words never takes the windows.
 TEST(CudaTridiagonal, WindowsMatchTheCpuReference) {
   REQUIRE_GPU();
-  const auto saved = cuda::GetPartitionedTuning();
+  const ScopedTuning scoped;
+  const cuda::PartitionedTuning& saved = scoped.saved();
   for (int halo : {0, 64, 512}) {
     auto t = saved;
     t.window = 1;
@@ -442,7 +457,6 @@ TEST(CudaTridiagonal, WindowsMatchTheCpuReference) {
       EXPECT_EQ(f32 == "partitioned-window", windows && k.n % 4 == 0) << f32;
     }
   }
-  cuda::SetPartitionedTuning(saved);
 }
 
 // Each window checks every row it reads against the limit of its halo (0.864 in float64,
@@ -513,7 +527,8 @@ std::function<void(Data<T>&)> ConstantRows(double a, double b, double c) {
 // (forced) and 64 / 32 (by default) hold it. A batch not whole 16-byte words never takes it.
 TEST(CudaTridiagonal, ThomasWindowMatchesTheCpuReference) {
   REQUIRE_THOMAS_WINDOW();
-  const auto saved = cuda::GetPartitionedTuning();
+  const ScopedTuning scoped;
+  const cuda::PartitionedTuning& saved = scoped.saved();
   int ran = 0;
   for (int windows : {1, 3, 7})
     for (int halo : {0, 64}) {
@@ -551,7 +566,6 @@ TEST(CudaTridiagonal, ThomasWindowMatchesTheCpuReference) {
           ran += (f64 == "thomas-window") + (f32 == "thomas-window");
         }
     }
-  cuda::SetPartitionedTuning(saved);
   EXPECT_GE(ran, 100);
 }
 
@@ -564,7 +578,8 @@ TEST(CudaTridiagonal, ThomasWindowMatchesTheCpuReference) {
 // (by the exact path: a backward sweep's pivots are not the reference's).
 TEST(CudaTridiagonal, ThomasWindowMirroredMatchesTheCpuReference) {
   REQUIRE_THOMAS_WINDOW();
-  const auto saved = cuda::GetPartitionedTuning();
+  const ScopedTuning scoped;
+  const cuda::PartitionedTuning& saved = scoped.saved();
   struct Shape {
     int64_t n;
     int windows;
@@ -603,7 +618,6 @@ TEST(CudaTridiagonal, ThomasWindowMirroredMatchesTheCpuReference) {
   EXPECT_NE(Compare<double>(k, Layout::kInterleaved, TridiagonalMethod::kAuto, 1e-12, 1e-15,
                             nan_rhs),
             "thomas-window");
-  cuda::SetPartitionedTuning(saved);
 }
 
 // The look-ahead is measured, not assumed: an implicit diffusion step (b = 1 + 2r, a = c = -r,
@@ -614,7 +628,8 @@ TEST(CudaTridiagonal, ThomasWindowMirroredMatchesTheCpuReference) {
 // system alone.
 TEST(CudaTridiagonal, ThomasWindowLooksAheadAsFarAsTheRowsNeed) {
   REQUIRE_THOMAS_WINDOW();
-  const auto saved = cuda::GetPartitionedTuning();
+  const ScopedTuning scoped;
+  const cuda::PartitionedTuning& saved = scoped.saved();
   auto t = saved;
   t.thomas_window = 1;
   t.thomas_windows = 1;
@@ -651,7 +666,6 @@ TEST(CudaTridiagonal, ThomasWindowLooksAheadAsFarAsTheRowsNeed) {
   EXPECT_EQ(Compare<double>(k, Layout::kInterleaved, TridiagonalMethod::kAuto, 1e-12, 1e-15,
                             nan_rhs),
             "thomas-window");
-  cuda::SetPartitionedTuning(saved);
 }
 
 // The left end of a window past a system's first is bounded a posteriori (thomas_window.cu): the
@@ -668,7 +682,8 @@ TEST(CudaTridiagonal, ThomasWindowLooksAheadAsFarAsTheRowsNeed) {
 // mirror off, as before.
 TEST(CudaTridiagonal, ThomasWindowBoundsTheLeftEndAsTheRowsNeed) {
   REQUIRE_THOMAS_WINDOW();
-  const auto saved = cuda::GetPartitionedTuning();
+  const ScopedTuning scoped;
+  const cuda::PartitionedTuning& saved = scoped.saved();
   const Case k{4096, 64};
   struct Rows {
     double a, b, c;
@@ -700,7 +715,6 @@ TEST(CudaTridiagonal, ThomasWindowBoundsTheLeftEndAsTheRowsNeed) {
       EXPECT_EQ(f32 == "thomas-window", halo == 0 ? r.by_default32 : r.at_64_32) << f32;
     }
   }
-  cuda::SetPartitionedTuning(saved);
 }
 
 // A shape's solve starts where its last one succeeded (SolveThomasWindowed's StartMemory): rows
@@ -712,7 +726,8 @@ TEST(CudaTridiagonal, ThomasWindowBoundsTheLeftEndAsTheRowsNeed) {
 // on the exact path (a = -0.9) is forgotten, so the easy rows after it start from the defaults.
 TEST(CudaTridiagonal, ThomasWindowRemembersWhereAShapeStarts) {
   REQUIRE_THOMAS_WINDOW();
-  const auto saved = cuda::GetPartitionedTuning();
+  const ScopedTuning scoped;
+  const cuda::PartitionedTuning& saved = scoped.saved();
   auto t = saved;
   t.thomas_window = 1;
   t.thomas_windows = 4;
@@ -743,7 +758,6 @@ TEST(CudaTridiagonal, ThomasWindowRemembersWhereAShapeStarts) {
   EXPECT_EQ(solve(rows(-1, 3, -1)), std::make_pair(std::string("thomas-window"), int64_t(1)));
   EXPECT_NE(solve(rows(-0.9, 1, -0.05)).first, "thomas-window");
   EXPECT_EQ(solve(rows(-1, 3, -1)), std::make_pair(std::string("thomas-window"), int64_t(1)));
-  cuda::SetPartitionedTuning(saved);
 }
 
 TEST(CudaPool, BuffersAreReusedAcrossRequests) {
