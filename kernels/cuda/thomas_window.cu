@@ -66,10 +66,11 @@
 // near the copy rate: 2^24 unknowns in 1024-row systems at 90% of it; systems cut into windows
 // read their halos again, 25% more rows with halos of 256 (75%), 6% with 64 (83%, t35).
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
-#include <atomic>
 #include <limits>
+#include <list>
 #include <mutex>
 #include <optional>
 #include <type_traits>
@@ -626,7 +627,8 @@ struct Start {
 };
 class StartMemory {
  public:
-  static constexpr int kFresh = 64, kShapes = 8;
+  static constexpr int kFresh = 64;
+  static constexpr size_t kShapes = 8;
   struct Shape {
     int bytes;  // sizeof(T)
     int64_t n, batch;
@@ -641,47 +643,40 @@ class StartMemory {
   // The remembered start, unless none or this is a fresh turn.
   std::optional<Start> Find(const Shape& k) {
     std::lock_guard<std::mutex> lock(mu_);
-    for (Entry& e : entries_)
-      if (e.used && e.shape == k) {
-        e.used = ++clock_;
-        if (++e.solves % kFresh == 0) return std::nullopt;
-        return e.start;
-      }
-    return std::nullopt;
+    const auto it = Locate(k);
+    if (it == entries_.end()) return std::nullopt;
+    entries_.splice(entries_.begin(), entries_, it);  // most recent first (as the backend's plans)
+    if (++it->solves % kFresh == 0) return std::nullopt;
+    return it->start;
   }
   // A solve of k succeeded from `s` (or, !ok, went to the exact path: forgotten).
   void Keep(const Shape& k, const Start& s, bool ok) {
     std::lock_guard<std::mutex> lock(mu_);
-    Entry* slot = &entries_[0];
-    for (Entry& e : entries_) {
-      if (e.used && e.shape == k) {
-        slot = &e;
-        break;
-      }
-      if (e.used < slot->used) slot = &e;  // the least recently used (or a free one)
-    }
+    const auto it = Locate(k);
     if (!ok) {
-      if (slot->used && slot->shape == k) slot->used = 0;
+      if (it != entries_.end()) entries_.erase(it);
       return;
     }
-    if (!(slot->used && slot->shape == k)) {
-      slot->shape = k;
-      slot->solves = 0;
+    if (it != entries_.end()) {
+      it->start = s;
+      return;
     }
-    slot->start = s;
-    slot->used = ++clock_;
+    entries_.push_front(Entry{k, s, 0});
+    if (entries_.size() > kShapes) entries_.pop_back();
   }
 
  private:
   struct Entry {
-    Shape shape{};
+    Shape shape;
     Start start;
-    int64_t used = 0;  // the clock at its last use, 0 free
-    int64_t solves = 0;
+    int64_t solves;
   };
+  std::list<Entry>::iterator Locate(const Shape& k) {
+    return std::find_if(entries_.begin(), entries_.end(),
+                        [&](const Entry& e) { return e.shape == k; });
+  }
   std::mutex mu_;
-  int64_t clock_ = 0;
-  Entry entries_[kShapes];
+  std::list<Entry> entries_;
 };
 StartMemory g_starts;
 
@@ -721,9 +716,6 @@ absl::StatusOr<bool> SolveThomasWindowed(const TridiagonalProblem<T>& in, T* x, 
     view.batch = p.n / kChainCore;
     view.n = kChainCore;
   }
-  Maps plain, maps;
-  if (!EncodeMaps(view, x, SystemsABox(p), 1, plain)) return false;
-  if (p.batch == 1 && mirror && !EncodeMaps(view, x, SystemsABox(p), 2, maps)) return false;
   if (p.layout == Layout::kFlat && reinterpret_cast<uintptr_t>(x) % 16 != 0) return false;
   // A ring of 64 rows and the short halo first; a longer ring where the look-ahead ran out, the
   // long halo where a halo was too short for the left end's bound (unless the caller set it).
@@ -740,7 +732,10 @@ absl::StatusOr<bool> SolveThomasWindowed(const TridiagonalProblem<T>& in, T* x, 
     h = start->halo;
     mirror &= start->mirror;
   }
-  if (!(p.batch == 1 && mirror)) maps = plain;
+  Maps plain, maps;
+  if (!EncodeMaps(view, x, SystemsABox(p), 1, plain)) return false;
+  maps = plain;
+  if (p.batch == 1 && mirror && !EncodeMaps(view, x, SystemsABox(p), 2, maps)) return false;
   int answer = 0;
   for (;;) {
     absl::StatusOr<int> failed =
