@@ -264,14 +264,20 @@ __global__ void __launch_bounds__(256)
     }
     __pipeline_commit();
   };
-  int& stop = bad[256];  // kWindow: a window has failed
+  // kWindow: a window has failed (this block's or another's). The flag is loaded as a task
+  // starts and looked at when it ends: loaded before the barrier that waits for the copies, its
+  // latency (an L2 round trip under a full memory system) stalled every block every task (H100,
+  // one system of 2^24, halo 64: 0.312-0.319 -> 0.291-0.296 ms; NOTES.md t43).
+  int& stop = bad[256];
+  if (kWindow && tid == 0) stop = 0;
   int64_t g = blockIdx.x;
   if (g < groups) issue(g);
   for (; g < groups; g += gridDim.x) {
-    if (kWindow && tid == 0) stop = *static_cast<volatile int*>(win.fail);
     __pipeline_wait_prior(0);
     __syncthreads();  // group g in buf
     if (kWindow && stop) break;
+    int failed_elsewhere = 0;
+    if (kWindow && tid == 0) failed_elsewhere = *static_cast<volatile int*>(win.fail);
     int64_t s = g * S + sl;
     // kWindow: the window's system, rows and core; else the system's rows.
     WindowRows wr{0, n, 0, n};
@@ -356,7 +362,10 @@ __global__ void __launch_bounds__(256)
     }
     __syncthreads();
     if constexpr (kWindow) {
-      if (tid == 0 && bad[0]) *static_cast<volatile int*>(win.fail) = 1;
+      if (tid == 0) {
+        if (bad[0]) *static_cast<volatile int*>(win.fail) = 1;
+        stop = failed_elsewhere | bad[0];
+      }
     } else if (tid < S && g * S + tid < p.batch && bad[tid]) {
       flags[g * S + tid] = 1;
     }

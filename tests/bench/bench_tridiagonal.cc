@@ -7,6 +7,8 @@
 //
 //   bench_tridiagonal [--unknowns 16777216] [--reps 15] [--csv FILE] [--sizes 32,1024,...]
 //                     [--tune]   (sweeps the partitioned kernel's launch parameters instead)
+//                     [--auto-only] [--thomas-window|-windows|-stages|-halo|-mirror K]
+//                     [--window 1|-1] [--window-halo ROWS]   (the tuning `auto` runs under)
 #include <cuda_runtime.h>
 #include <cusparse.h>
 
@@ -386,13 +388,16 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--csv")) csv = argv[i + 1];
     else {
-      // thomas-window's tuning: auto by it (1 / -1), windows a system, copies in flight, halo.
+      // thomas-window's tuning: auto by it (1 / -1), windows a system, copies in flight, halo,
+      // mirrored; partitioned-window's: tried first (1) or never (-1), its halo.
       const std::pair<const char*, int trisolve::cuda::PartitionedTuning::*> knobs[] = {
           {"--thomas-window", &trisolve::cuda::PartitionedTuning::thomas_window},
           {"--thomas-windows", &trisolve::cuda::PartitionedTuning::thomas_windows},
           {"--thomas-stages", &trisolve::cuda::PartitionedTuning::thomas_stages},
           {"--thomas-halo", &trisolve::cuda::PartitionedTuning::thomas_halo},
-          {"--thomas-mirror", &trisolve::cuda::PartitionedTuning::thomas_mirror}};
+          {"--thomas-mirror", &trisolve::cuda::PartitionedTuning::thomas_mirror},
+          {"--window", &trisolve::cuda::PartitionedTuning::window},
+          {"--window-halo", &trisolve::cuda::PartitionedTuning::window_halo}};
       for (const auto& [name, field] : knobs)
         if (!std::strcmp(argv[i], name)) {
           auto t = trisolve::cuda::GetPartitionedTuning();
