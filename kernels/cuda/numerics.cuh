@@ -6,6 +6,22 @@
 
 namespace trisolve::cuda {
 
+// 16 bytes of T as one vector (one 16-byte load or store) and back.
+template <typename T> struct Vec16;
+template <> struct Vec16<double> { using type = double2; };
+template <> struct Vec16<float> { using type = float4; };
+__device__ __forceinline__ void Unpack(double2 v, double* o) { o[0] = v.x; o[1] = v.y; }
+__device__ __forceinline__ void Unpack(float4 v, float* o) {
+  o[0] = v.x;
+  o[1] = v.y;
+  o[2] = v.z;
+  o[3] = v.w;
+}
+__device__ __forceinline__ double2 Pack(const double* o) { return make_double2(o[0], o[1]); }
+__device__ __forceinline__ float4 Pack(const float* o) {
+  return make_float4(o[0], o[1], o[2], o[3]);
+}
+
 template <typename T>
 __device__ __forceinline__ T Eps();
 template <>

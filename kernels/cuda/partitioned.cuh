@@ -108,20 +108,6 @@ __device__ __forceinline__ void StoreFlat(T* __restrict__ x, T* tile, int nthrea
 // of 16 / sizeof(T)) and the M rows lie inside n; a warp's loads are then strided, each filling
 // half of 32 sectors that the thread's next load finds in L1. kL2: through L2 only (`__ldcg`),
 // for arrays other blocks write while the kernel runs.
-template <typename T> struct Vec16;
-template <> struct Vec16<double> { using type = double2; };
-template <> struct Vec16<float> { using type = float4; };
-__device__ __forceinline__ void Unpack(double2 v, double* o) { o[0] = v.x; o[1] = v.y; }
-__device__ __forceinline__ void Unpack(float4 v, float* o) {
-  o[0] = v.x;
-  o[1] = v.y;
-  o[2] = v.z;
-  o[3] = v.w;
-}
-__device__ __forceinline__ double2 Pack(const double* o) { return make_double2(o[0], o[1]); }
-__device__ __forceinline__ float4 Pack(const float* o) {
-  return make_float4(o[0], o[1], o[2], o[3]);
-}
 
 template <int M, bool kL2 = false, typename T>
 __device__ __forceinline__ void LoadRowsDirect(const T* src, int64_t k0, int64_t n, bool vec,

@@ -65,6 +65,9 @@
 // window's first) take a path without them. With four warps an SM the bytes then hold DRAM
 // near the copy rate: 2^24 unknowns in 1024-row systems at 90% of it; systems cut into windows
 // read their halos again, 25% more rows with halos of 256 (75%), 6% with 64 (83%, t35).
+// A task's direction is a template constant, a flat copy's rows come as 16-byte units and a
+// whole chunk is stored without row tests (t44: 114 -> 75 warp instructions a row, flat 16384 x
+// 1024); the flat kernel then waits for its copies a third of the time, DRAM 2.7 TB/s busy.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -178,6 +181,12 @@ __global__ void __launch_bounds__(kLanes)
   static_assert(!kFlat || kStageRows * sizeof(T) == 64, "a flat box row is 64 bytes");
   // Element i of this lane's rows in its box.
   auto at = [&](int i) { return kFlat ? sl * kStageRows + Swizzled64<T>(i, sl) : i * kSys + sl; };
+  // Flat: this lane's 16-byte units of a box row (kUnit values each): unit u at unit_at[u].
+  using V = typename Vec16<T>::type;
+  constexpr int kUnit = 16 / int(sizeof(T));
+  int unit_at[4];
+#pragma unroll
+  for (int u = 0; u < 4; ++u) unit_at[u] = at(u * kUnit);
   if (lane == 0)
     for (int i = 0; i < kStages; ++i) BarInit(&sm.bar[i]);
   __syncwarp();
@@ -201,267 +210,324 @@ __global__ void __launch_bounds__(kLanes)
     const int per_task = w.chain ? kSys : kPer;
     const int w0 = (w.mirror ? tg >> 1 : tg) * per_task * step + (rev ? 1 : 0);
     if (w0 >= wins) continue;  // (mirrored: an odd task past the last odd window)
-    const int boxes = w.chain ? 1 : int(std::min<int64_t>(kPer, (wins - 1 - w0) / step + 1));
-    const int jl = w.chain ? int(wins) - 1 : w0 + step * (boxes - 1);
-    // This lane's window (a lane past the windows shadows the last, idle).
-    const int j = w.chain ? min(w0 + step * sl, jl) : w0 + step * min(wl, boxes - 1);
-    const int H = jl > 0 ? int(w.plan.halo) : 0;
-    // Its core [c0, c1) and relative row 0, counted along the sweep (rev: row r is row
-    // n - 1 - r of the system).
-    const int c0m = j * core, c1m = min(n, (j + 1) * core);
-    const int c0 = rev ? n - c1m : c0m, c1 = rev ? n - c0m : c1m;
-    const int lo = c0 - H;
-    const int64_t s = w.chain ? 0 : g * kSys + sl;
-    const bool live = w.chain ? w0 + step * sl < wins : wl < boxes && s < p.batch;
-    // The sweep starts at row 0 (nothing dropped), and is the CPU reference's (its pivots).
-    const bool first = c0 == 0, exact = first && !rev;
-    // The warp's ends, relative: of the longest core and of the rows it may read.
-    const int core_end = __reduce_max_sync(~0u, c1 - lo);
-    const int read_end = __reduce_max_sync(~0u, min(n, c1 + kRing) - lo);
-    int next = 0;  // the next copy's relative row
-    auto issue = [&] {
-      while (next < read_end && issued - used < kStages) {
-        const int slot = int(issued % kStages);
-        if (lane == 0) {
-          // Boxes wholly before row 0 or past n are not copied (void rows); the bytes are
-          // expected after the copies (the phase waits for this arrival either way).
-          uint32_t bytes = 0;
-          if (w.chain) {  // the window before, this one, or the one after (in memory)
-            const int v = next - H;  // from the core's start along the sweep
-            const int off = rev ? core - kStageRows - v : v;
-            const int seg = off < 0 ? -1 : off < core ? 0 : 1;
-#pragma unroll
-            for (int q = 0; q < 4; ++q)
-              BulkLoad2D(&sm.raw[slot][q][0][0][0], &maps.m[q], off - seg * core, w0 + seg,
-                         &sm.bar[slot]);
-            bytes = kBoxBytes;
-          }
-          for (int b = 0; b < (w.chain ? 0 : boxes); ++b) {
-            const int jb = w0 + step * b;
-            const int r0 = (rev ? n - min(n, (jb + 1) * core) : jb * core) - H + next;
-            if (r0 + kStageRows > 0 && r0 < n) {
-              const int m0 = rev ? n - kStageRows - r0 : r0;  // its first row in memory
+    // The task with its direction a constant (kRev): a copy's rows in sweep order, a and c,
+    // and x's places are then fixed offsets, not selections made at every row. Answers whether
+    // the launch has failed.
+    auto task = [&](auto rev_c) -> bool {
+      constexpr bool kRev = decltype(rev_c)::value;
+      const int boxes = w.chain ? 1 : int(std::min<int64_t>(kPer, (wins - 1 - w0) / step + 1));
+      const int jl = w.chain ? int(wins) - 1 : w0 + step * (boxes - 1);
+      // This lane's window (a lane past the windows shadows the last, idle).
+      const int j = w.chain ? min(w0 + step * sl, jl) : w0 + step * min(wl, boxes - 1);
+      const int H = jl > 0 ? int(w.plan.halo) : 0;
+      // Its core [c0, c1) and relative row 0, counted along the sweep (kRev: row r is row
+      // n - 1 - r of the system).
+      const int c0m = j * core, c1m = min(n, (j + 1) * core);
+      const int c0 = kRev ? n - c1m : c0m, c1 = kRev ? n - c0m : c1m;
+      const int lo = c0 - H;
+      const int64_t s = w.chain ? 0 : g * kSys + sl;
+      const bool live = w.chain ? w0 + step * sl < wins : wl < boxes && s < p.batch;
+      // The sweep starts at row 0 (nothing dropped), and is the CPU reference's (its pivots).
+      const bool first = c0 == 0, exact = first && !kRev;
+      // The warp's ends, relative: of the longest core and of the rows it may read.
+      const int core_end = __reduce_max_sync(~0u, c1 - lo);
+      const int read_end = __reduce_max_sync(~0u, min(n, c1 + kRing) - lo);
+      int next = 0;  // the next copy's relative row
+      auto issue = [&] {
+        while (next < read_end && issued - used < kStages) {
+          const int slot = int(issued % kStages);
+          if (lane == 0) {
+            // Boxes wholly before row 0 or past n are not copied (void rows); the bytes are
+            // expected after the copies (the phase waits for this arrival either way).
+            uint32_t bytes = 0;
+            if (w.chain) {  // the window before, this one, or the one after (in memory)
+              const int v = next - H;  // from the core's start along the sweep
+              const int off = kRev ? core - kStageRows - v : v;
+              const int seg = off < 0 ? -1 : off < core ? 0 : 1;
 #pragma unroll
               for (int q = 0; q < 4; ++q)
-                BulkLoad2D(&sm.raw[slot][q][b][0][0], &maps.m[q], kFlat ? m0 : int(g * kSys),
-                           kFlat ? int(g * kSys) : m0, &sm.bar[slot]);
-              bytes += kBoxBytes;
+                BulkLoad2D(&sm.raw[slot][q][0][0][0], &maps.m[q], off - seg * core, w0 + seg,
+                           &sm.bar[slot]);
+              bytes = kBoxBytes;
             }
-          }
-          BarExpect(&sm.bar[slot], bytes);
-        }
-        ++issued;
-        next += kStageRows;
-      }
-    };
-    issue();
-    T cp = T(0), dp = T(0);  // the forward sweep's c', d' of the row before
-    // The chunk being swept, as the back substitution will see it: x at its first row =
-    // alpha + beta x[row] for the rows swept so far (beta = prod -c'), and
-    // most = max over its rows k of prod_{i = k..row-1} |c'_i|.
-    T alpha = T(0), beta = T(1);
-    float most = 0;
-    bool bad = false;  // a pivot vanished or x is not finite
-    int failed = 0;    // kFail* (uniform)
-    int rel = 0;                          // next row to sweep (relative, uniform)
-    int fend = min(H + kOut, core_end);   // end of the chunk being swept
-    int fchunk = 0;                       // its index
-    int out = H;                          // the chunk to store next: index ochunk
-    int ochunk = 0;
-    const T tau = T(w.tau);
-    // The left end's bound (windows past a system's first): P = prod |a_i / den_i| from lo,
-    // at least p_floor; its sum over the core's rows swept; a core |c'| over 1.
-    const T p_floor = T(std::ldexp(1.0, -(std::numeric_limits<T>::digits + 40)));
-    T left_p = T(1), left_sum = T(0);
-    bool c_big = false;
-    T* xs = x + s;  // (interleaved: flat chunks go out by bulk stores)
-    const int64_t xstride = rev ? -p.batch : p.batch;
-    // Rows along the sweep are in memory order forward, reversed backward: a copy's row i is
-    // row ri(i) of its box, and a is c.
-    const int qa = rev ? 2 : 0, qc = 2 - qa;
-    auto ri = [&](int i) { return rev ? kStageRows - 1 - i : i; };
-    while (out < core_end) {
-      // Row k goes to ring slot (k - H) % kRing, over row k - kRing: that must be stored.
-      if (rel >= read_end || rel + kStageRows > out + kRing) {
-        failed = kFailLookAhead;
-        break;
-      }
-      const int slot = int(used % kStages);
-      BarWait(&sm.bar[slot], (used / kStages) & 1);
-      const int row = lo + rel;  // this lane's row at the copy's first
-      const bool core_rows = rel >= H;
-      const int base = (rel - H) & (kRing - 1);
-      T av[kStageRows], bv[kStageRows], cv[kStageRows], dv[kStageRows];
+            for (int b = 0; b < (w.chain ? 0 : boxes); ++b) {
+              const int jb = w0 + step * b;
+              const int r0 = (kRev ? n - min(n, (jb + 1) * core) : jb * core) - H + next;
+              if (r0 + kStageRows > 0 && r0 < n) {
+                const int m0 = kRev ? n - kStageRows - r0 : r0;  // its first row in memory
 #pragma unroll
-      for (int i = 0; i < kStageRows; ++i) {
-        av[i] = (&sm.raw[slot][qa][wl][0][0])[at(ri(i))];
-        bv[i] = (&sm.raw[slot][1][wl][0][0])[at(ri(i))];
-        cv[i] = (&sm.raw[slot][qc][wl][0][0])[at(ri(i))];
-        dv[i] = (&sm.raw[slot][3][wl][0][0])[at(ri(i))];
-      }
-      // The rows of the copy: kEdge where a lane's may be before row 1 or past row n - 2 or
-      // start the window (each row then tested), else all plain; kCore where they are the
-      // core's (the chunk's map), kCheck where the task has windows past a system's first
-      // (the left end's bound).
-      auto sweep = [&](auto edge, auto in_core, auto check) {
-        constexpr bool kEdge = decltype(edge)::value, kCore = decltype(in_core)::value,
-                       kCheck = decltype(check)::value;
-#pragma unroll
-        for (int i = 0; i < kStageRows; ++i) {
-          T a = av[i], b = bv[i], c = cv[i], d = dv[i];
-          T a_in = a;  // the row's coupling to the row before, the dropped one's included
-          bool valid = true;
-          if constexpr (kEdge) {
-            const int k = row + i;
-            const bool before = k < 0;
-            valid = !before && k < n;
-            // Rows before row 0: c' = d' = 0 after them, as a sweep from row 0.
-            b = before ? T(1) : b;
-            c = before || k == n - 1 ? T(0) : c;  // c[n - 1]: unused by definition
-            d = before ? T(0) : d;
-            a_in = k <= 0 || !valid ? T(0) : a;  // a[0]: unused by definition
-            if (k <= 0 || rel + i == 0) a = T(0);  // a[0], or the coupling dropped
-          }
-          const T ac = a * cp;
-          const T den = b - ac;
-          bad |= valid && Vanishes(den, fabs(b) + fabs(ac));
-          const T rr = Rcp(den);
-          cp = c * rr;
-          dp = (d - a * dp) * rr;
-          sm.ring[base + i][0][lane] = cp;
-          sm.ring[base + i][1][lane] = dp;
-          if constexpr (kCheck) {
-            if constexpr (sizeof(T) == 8)
-              left_p = __fma_ru(left_p, __dmul_ru(fabs(a_in), fabs(rr)), p_floor);
-            else
-              left_p = __fmaf_ru(left_p, __fmul_ru(fabsf(a_in), fabsf(rr)), p_floor);
-            if (kCore && valid) {
-              if constexpr (sizeof(T) == 8)
-                left_sum = __dadd_ru(left_sum, left_p);
-              else
-                left_sum = __fadd_ru(left_sum, left_p);
-              c_big |= !(fabs(cp) <= T(1));
+                for (int q = 0; q < 4; ++q)
+                  BulkLoad2D(&sm.raw[slot][q][b][0][0], &maps.m[q], kFlat ? m0 : int(g * kSys),
+                             kFlat ? int(g * kSys) : m0, &sm.bar[slot]);
+                bytes += kBoxBytes;
+              }
             }
+            BarExpect(&sm.bar[slot], bytes);
           }
-          if (kCore && valid) {
-            alpha = fma(beta, dp, alpha);
-            beta *= -cp;
-            // An upper bound in float (rounded up): it is compared with tau only.
-            float m;
-            if constexpr (sizeof(T) == 8)
-              m = __double2float_ru(fabs(cp));
-            else
-              m = fabsf(cp);
-            most = __fmul_ru(m, fmaxf(most, 1.0f));
-          }
+          ++issued;
+          next += kStageRows;
         }
       };
-      using Yes = std::true_type;
-      using No = std::false_type;
-      const bool edge = !__all_sync(~0u, row >= 1 && row + kStageRows <= n - 1) || rel == 0;
-      if (edge)
-        core_rows ? sweep(Yes(), Yes(), Yes()) : sweep(Yes(), No(), Yes());
-      else if (jl == 0)  // whole systems or the first windows alone: no checks
-        sweep(No(), Yes(), No());
-      else
-        core_rows ? sweep(No(), Yes(), Yes()) : sweep(No(), No(), Yes());
-      FenceProxyAsync();  // the slot's reads before the copy engine's next writes into it
-      __syncwarp();
-      ++used;
-      rel += kStageRows;
       issue();
-      if (rel >= fend) {  // the chunk is swept (chunks end with a copy): keep its map
-        const int q = fchunk % kSnaps;
-        sm.map[q][0][lane] = alpha;
-        sm.map[q][1][lane] = beta;
-        sm.most[q][lane] = most;
-        alpha = T(0);
-        beta = T(1);
-        most = 0;
-        ++fchunk;
-        fend = fend < core_end ? min(fend + kOut, core_end) : INT_MAX;
-      }
-      // Store each swept chunk whose look-ahead now suffices in every system of the warp:
-      // x past it from the chunks after it (x[row] taken as 0), and the bound of the error
-      // that makes at its rows, most * prod |beta| of the chunks after it.
-      while (ochunk < fchunk) {
-        T xn = alpha, bound = fabs(beta);
-        for (int m = fchunk - 1; m > ochunk; --m) {
-          const int q = m % kSnaps;
-          xn = fma(sm.map[q][1][lane], xn, sm.map[q][0][lane]);
-          bound *= fabs(sm.map[q][1][lane]);
+      T cp = T(0), dp = T(0);  // the forward sweep's c', d' of the row before
+      // The chunk being swept, as the back substitution will see it: x at its first row =
+      // alpha + beta x[row] for the rows swept so far (beta = prod -c'), and
+      // most = max over its rows k of prod_{i = k..row-1} |c'_i|.
+      T alpha = T(0), beta = T(1);
+      float most = 0;
+      bool bad = false;  // a pivot vanished or x is not finite
+      int failed = 0;    // kFail* (uniform)
+      int rel = 0;                          // next row to sweep (relative, uniform)
+      int fend = min(H + kOut, core_end);   // end of the chunk being swept
+      int fchunk = 0;                       // its index
+      int out = H;                          // the chunk to store next: index ochunk
+      int ochunk = 0;
+      const T tau = T(w.tau);
+      // The left end's bound (windows past a system's first): P = prod |a_i / den_i| from lo,
+      // at least p_floor; its sum over the core's rows swept; a core |c'| over 1.
+      // (2^-(digits + 40) as a constant: std::ldexp was evaluated on the device, in a task.)
+      constexpr T p_floor = sizeof(T) == 8 ? T(0x1p-93) : T(0x1p-64);
+      static_assert(std::numeric_limits<T>::digits + 40 == (sizeof(T) == 8 ? 93 : 64));
+      T left_p = T(1), left_sum = T(0);
+      bool c_big = false;
+      T* xs = x + s;  // (interleaved: flat chunks go out by bulk stores)
+      [[maybe_unused]] const int64_t xstride = kRev ? -p.batch : p.batch;
+      // Rows along the sweep are in memory order forward, reversed backward: a copy's row i is
+      // row ri(i) of its box, and a is c.
+      const int qa = kRev ? 2 : 0, qc = 2 - qa;
+      auto ri = [&](int i) { return kRev ? kStageRows - 1 - i : i; };
+      while (out < core_end) {
+        // Row k goes to ring slot (k - H) % kRing, over row k - kRing: that must be stored.
+        if (rel >= read_end || rel + kStageRows > out + kRing) {
+          failed = kFailLookAhead;
+          break;
         }
-        bound *= sm.most[ochunk % kSnaps][lane];
-        const bool enough = !live || bad || lo + rel >= n || bound <= tau;
-        if (!__all_sync(~0u, enough)) break;
-        const int count = min(kOut, c1 - (lo + out));  // this lane's rows (<= 0 past its core)
-        const int k0 = (out - H) & (kRing - 1);       // (chunks do not wrap the ring)
-        T cs[kOut], ds[kOut];
-#pragma unroll
-        for (int i = 0; i < kOut; ++i) {
-          cs[i] = sm.ring[k0 + i][0][lane];
-          ds[i] = sm.ring[k0 + i][1][lane];
-        }
-        T* xo = xs + int64_t(rev ? n - 1 - (lo + out) : lo + out) * p.batch;
+        const int slot = int(used % kStages);
+        BarWait(&sm.bar[slot], (used / kStages) & 1);
+        const int row = lo + rel;  // this lane's row at the copy's first
+        const bool core_rows = rel >= H;
+        const int base = (rel - H) & (kRing - 1);
+        T av[kStageRows], bv[kStageRows], cv[kStageRows], dv[kStageRows];
         if constexpr (kFlat) {
-          // The last chunk's store has read xout (one lane issued it).
-          if (lane == 0) BulkWaitRead();
-          __syncwarp();
-        }
+          // The lane's 64-byte row of each box as its four 16-byte units, then in sweep order.
+          T box[4][kStageRows];
 #pragma unroll
-        for (int i = kOut - 1; i >= 0; --i) {
-          if (i < count) {
-            xn = ds[i] - cs[i] * xn;
-            bad |= !Finite(xn);
-            constexpr int kRows = 64 / sizeof(T);
-            if constexpr (kFlat)  // 64-byte rows, swizzled (float64: two boxes of 8 rows)
-              sm.xout[wl][i / kRows][sl]
-                     [Swizzled64<T>(rev ? kRows - 1 - i % kRows : i % kRows, sl)] = xn;
-            else if (live)
-              xo[i * xstride] = xn;
+          for (int q = 0; q < 4; ++q)
+#pragma unroll
+            for (int u = 0; u < 4; ++u)
+              Unpack(*reinterpret_cast<const V*>(&sm.raw[slot][q][wl][0][0] + unit_at[u]),
+                     &box[q][u * kUnit]);
+#pragma unroll
+          for (int i = 0; i < kStageRows; ++i) {
+            av[i] = box[qa][ri(i)];
+            bv[i] = box[1][ri(i)];
+            cv[i] = box[qc][ri(i)];
+            dv[i] = box[3][ri(i)];
+          }
+        } else {
+#pragma unroll
+          for (int i = 0; i < kStageRows; ++i) {
+            av[i] = sm.raw[slot][qa][wl][ri(i)][sl];
+            bv[i] = sm.raw[slot][1][wl][ri(i)][sl];
+            cv[i] = sm.raw[slot][qc][wl][ri(i)][sl];
+            dv[i] = sm.raw[slot][3][wl][ri(i)][sl];
           }
         }
-        if constexpr (kFlat) {
-          FenceProxyAsync();  // the lanes' writes before the copy engine's reads
-          __syncwarp();
-          if (lane == 0) {
-            constexpr int kRows = 64 / sizeof(T), kHalves = kOut / kRows;
-            for (int b = 0; b < boxes; ++b)
+        // The rows of the copy: kEdge where a lane's may be before row 1 or past row n - 2 or
+        // start the window (each row then tested), else all plain; kCore where they are the
+        // core's (the chunk's map), kCheck where the task has windows past a system's first
+        // (the left end's bound).
+        auto sweep = [&](auto edge, auto in_core, auto check) {
+          constexpr bool kEdge = decltype(edge)::value, kCore = decltype(in_core)::value,
+                         kCheck = decltype(check)::value;
 #pragma unroll
-              for (int h = 0; h < kHalves; ++h) {
-                const int v = out - H + h * kRows;  // from the core's start along the sweep
-                if (w.chain) {  // (core rows: this window's)
-                  BulkStore2D(&maps.x, rev ? core - kRows - v : v, w0, &sm.xout[b][h][0][0]);
-                } else {
-                  const int jb = w0 + step * b;
-                  const int r = (rev ? n - min(n, (jb + 1) * core) : jb * core) + v;
-                  BulkStore2D(&maps.x, rev ? n - kRows - r : r, int(g * kSys),
-                              &sm.xout[b][h][0][0]);
-                }
+          for (int i = 0; i < kStageRows; ++i) {
+            T a = av[i], b = bv[i], c = cv[i], d = dv[i];
+            T a_in = a;  // the row's coupling to the row before, the dropped one's included
+            bool valid = true;
+            if constexpr (kEdge) {
+              const int k = row + i;
+              const bool before = k < 0;
+              valid = !before && k < n;
+              // Rows before row 0: c' = d' = 0 after them, as a sweep from row 0.
+              b = before ? T(1) : b;
+              c = before || k == n - 1 ? T(0) : c;  // c[n - 1]: unused by definition
+              d = before ? T(0) : d;
+              a_in = k <= 0 || !valid ? T(0) : a;  // a[0]: unused by definition
+              if (k <= 0 || rel + i == 0) a = T(0);  // a[0], or the coupling dropped
+            }
+            const T ac = a * cp;
+            const T den = b - ac;
+            bad |= valid && Vanishes(den, fabs(b) + fabs(ac));
+            const T rr = Rcp(den);
+            cp = c * rr;
+            dp = (d - a * dp) * rr;
+            sm.ring[base + i][0][lane] = cp;
+            sm.ring[base + i][1][lane] = dp;
+            if constexpr (kCheck) {
+              if constexpr (sizeof(T) == 8)
+                left_p = __fma_ru(left_p, __dmul_ru(fabs(a_in), fabs(rr)), p_floor);
+              else
+                left_p = __fmaf_ru(left_p, __fmul_ru(fabsf(a_in), fabsf(rr)), p_floor);
+              if (kCore && valid) {
+                if constexpr (sizeof(T) == 8)
+                  left_sum = __dadd_ru(left_sum, left_p);
+                else
+                  left_sum = __fadd_ru(left_sum, left_p);
+                c_big |= !(fabs(cp) <= T(1));
               }
-            BulkCommit();
+            }
+            if (kCore && valid) {
+              alpha = fma(beta, dp, alpha);
+              beta *= -cp;
+              // An upper bound in float (rounded up): it is compared with tau only.
+              float m;
+              if constexpr (sizeof(T) == 8)
+                m = __double2float_ru(fabs(cp));
+              else
+                m = fabsf(cp);
+              most = __fmul_ru(m, fmaxf(most, 1.0f));
+            }
           }
+        };
+        using Yes = std::true_type;
+        using No = std::false_type;
+        const bool edge = !__all_sync(~0u, row >= 1 && row + kStageRows <= n - 1) || rel == 0;
+        if (edge)
+          core_rows ? sweep(Yes(), Yes(), Yes()) : sweep(Yes(), No(), Yes());
+        else if (jl == 0)  // whole systems or the first windows alone: no checks
+          sweep(No(), Yes(), No());
+        else
+          core_rows ? sweep(No(), Yes(), Yes()) : sweep(No(), No(), Yes());
+        FenceProxyAsync();  // the slot's reads before the copy engine's next writes into it
+        __syncwarp();
+        ++used;
+        rel += kStageRows;
+        issue();
+        if (rel >= fend) {  // the chunk is swept (chunks end with a copy): keep its map
+          const int q = fchunk % kSnaps;
+          sm.map[q][0][lane] = alpha;
+          sm.map[q][1][lane] = beta;
+          sm.most[q][lane] = most;
+          alpha = T(0);
+          beta = T(1);
+          most = 0;
+          ++fchunk;
+          fend = fend < core_end ? min(fend + kOut, core_end) : INT_MAX;
         }
-        out += min(kOut, core_end - out);
-        ++ochunk;
+        // Store each swept chunk whose look-ahead now suffices in every system of the warp:
+        // x past it from the chunks after it (x[row] taken as 0), and the bound of the error
+        // that makes at its rows, most * prod |beta| of the chunks after it.
+        while (ochunk < fchunk) {
+          T xn = alpha, bound = fabs(beta);
+          for (int m = fchunk - 1; m > ochunk; --m) {
+            const int q = m % kSnaps;
+            xn = fma(sm.map[q][1][lane], xn, sm.map[q][0][lane]);
+            bound *= fabs(sm.map[q][1][lane]);
+          }
+          bound *= sm.most[ochunk % kSnaps][lane];
+          const bool enough = !live || bad || lo + rel >= n || bound <= tau;
+          if (!__all_sync(~0u, enough)) break;
+          const int count = min(kOut, c1 - (lo + out));  // this lane's rows (<= 0 past its core)
+          const int k0 = (out - H) & (kRing - 1);       // (chunks do not wrap the ring)
+          T cs[kOut], ds[kOut];
+#pragma unroll
+          for (int i = 0; i < kOut; ++i) {
+            cs[i] = sm.ring[k0 + i][0][lane];
+            ds[i] = sm.ring[k0 + i][1][lane];
+          }
+          [[maybe_unused]] T* xo = xs + int64_t(kRev ? n - 1 - (lo + out) : lo + out) * p.batch;
+          if constexpr (kFlat) {
+            // The last chunk's store has read xout (one lane issued it).
+            if (lane == 0) BulkWaitRead();
+            __syncwarp();
+          }
+          // x from the chunk's last row down. A non-finite x carries down to the chunk's first
+          // row (x_k = d'_k - c'_k x_k+1: inf - inf, 0 inf and NaN are all NaN), so that row's
+          // test stands for the chunk's. Flat: x in 64-byte rows, swizzled (float64: two boxes
+          // of 8 rows), as the copies' boxes are.
+          constexpr int kRows = 64 / sizeof(T);
+          auto x_at = [&](int i) -> T& {  // (a chunk row's place in the staging)
+            return (&sm.xout[wl][i / kRows][0][0])[at(kRev ? kRows - 1 - i % kRows : i % kRows)];
+          };
+          if (__all_sync(~0u, count >= kOut)) {  // whole chunks: no row tests
+#pragma unroll
+            for (int i = kOut - 1; i >= 0; --i) ds[i] = xn = ds[i] - cs[i] * xn;
+            bad |= !Finite(xn);
+            if constexpr (kFlat) {
+#pragma unroll
+              for (int h = 0; h < kOut / kRows; ++h)
+#pragma unroll
+                for (int u = 0; u < 4; ++u) {
+                  T unit[kUnit];
+#pragma unroll
+                  for (int e = 0; e < kUnit; ++e) {
+                    const int r = u * kUnit + e;  // its row in the box
+                    unit[e] = ds[h * kRows + (kRev ? kRows - 1 - r : r)];
+                  }
+                  *reinterpret_cast<V*>(&sm.xout[wl][h][0][0] + unit_at[u]) = Pack(unit);
+                }
+            } else if (live) {
+#pragma unroll
+              for (int i = 0; i < kOut; ++i) xo[i * xstride] = ds[i];
+            }
+          } else {
+#pragma unroll
+            for (int i = kOut - 1; i >= 0; --i) {
+              if (i < count) {
+                xn = ds[i] - cs[i] * xn;
+                if constexpr (kFlat)
+                  x_at(i) = xn;
+                else if (live)
+                  xo[i * xstride] = xn;
+              }
+            }
+            if (count > 0) bad |= !Finite(xn);
+          }
+          if constexpr (kFlat) {
+            FenceProxyAsync();  // the lanes' writes before the copy engine's reads
+            __syncwarp();
+            if (lane == 0) {
+              constexpr int kRows = 64 / sizeof(T), kHalves = kOut / kRows;
+              for (int b = 0; b < boxes; ++b)
+#pragma unroll
+                for (int h = 0; h < kHalves; ++h) {
+                  const int v = out - H + h * kRows;  // from the core's start along the sweep
+                  if (w.chain) {  // (core rows: this window's)
+                    BulkStore2D(&maps.x, kRev ? core - kRows - v : v, w0, &sm.xout[b][h][0][0]);
+                  } else {
+                    const int jb = w0 + step * b;
+                    const int r = (kRev ? n - min(n, (jb + 1) * core) : jb * core) + v;
+                    BulkStore2D(&maps.x, kRev ? n - kRows - r : r, int(g * kSys),
+                                &sm.xout[b][h][0][0]);
+                  }
+                }
+              BulkCommit();
+            }
+          }
+          out += min(kOut, core_end - out);
+          ++ochunk;
+        }
       }
-    }
-    // Copies issued past what the window used: wait for them before the slots are reused.
-    for (; used < issued; ++used) BarWait(&sm.bar[used % kStages], (used / kStages) & 1);
-    if constexpr (kFlat)
-      if (lane == 0) BulkWaitAll();  // x stored before the flags and the next task
-    __syncwarp();
-    // A window past a system's first: a pivot, x or a core |c'| out of bounds fails the
-    // problem, a left end's bound over tau (at the last store, the largest) its halo.
-    // (A backward sweep's pivots are not the reference's: its failures go to the exact path.)
-    if (!failed && __any_sync(~0u, live && ((!exact && bad) || (!first && c_big))))
-      failed = kFailRows;
-    if (!failed && __any_sync(~0u, live && !first && !(left_sum <= tau))) failed = kFailHalo;
-    if (failed) {
-      if (lane == 0) atomicMax(w.fail, failed);
-      break;
-    }
-    if (live && bad) flags[s] = 1;
+      // Copies issued past what the window used: wait for them before the slots are reused.
+      for (; used < issued; ++used) BarWait(&sm.bar[used % kStages], (used / kStages) & 1);
+      if constexpr (kFlat)
+        if (lane == 0) BulkWaitAll();  // x stored before the flags and the next task
+      __syncwarp();
+      // A window past a system's first: a pivot, x or a core |c'| out of bounds fails the
+      // problem, a left end's bound over tau (at the last store, the largest) its halo.
+      // (A backward sweep's pivots are not the reference's: its failures go to the exact path.)
+      if (!failed && __any_sync(~0u, live && ((!exact && bad) || (!first && c_big))))
+        failed = kFailRows;
+      if (!failed && __any_sync(~0u, live && !first && !(left_sum <= tau))) failed = kFailHalo;
+      if (failed) {
+        if (lane == 0) atomicMax(w.fail, failed);
+        return true;
+      }
+      if (live && bad) flags[s] = 1;
+      return false;
+    };
+    if (rev ? task(std::true_type()) : task(std::false_type())) break;
   }
 }
 
