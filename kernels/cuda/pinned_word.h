@@ -1,5 +1,10 @@
-// A word of pinned host memory: the one-int answers of the windows' checks (the tridiagonal
-// windows' failure word, the block sweeps' halo) read back without the pageable copy's staging.
+// A word of pinned host memory for the small answers of the windows' checks, read back without
+// the pageable copy's staging (get(), a copy's destination), and for a kernel that answers by
+// itself: scratch() is a device word the kernel's blocks count into (zero when taken, left
+// zero), and the grid's last block writes the answer into the host word through its mapping
+// (PublishAnswer below), so that a launch needs no clearing before it and no copy after it
+// (~5 us a call on the H100, NOTES.md t43). Kernels do not read the host word: reads of mapped
+// host memory from every block cost the windows 2.5-14x their time.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,17 +18,26 @@
 
 namespace trisolve::cuda {
 
-// Pages of 1024 words are allocated as calls in flight need them and kept for the process (a few
-// KB); a word goes back when its holder is destroyed.
+// Pages of 256 words are allocated as calls in flight need them and kept for the process (a few
+// KB of each memory); a word goes back when its holder is destroyed.
 class PinnedWord {
  public:
   static absl::StatusOr<PinnedWord> Take() {
     std::lock_guard<std::mutex> lock(Mu());
     auto& free = Free();
     if (free.empty()) {
+      constexpr int kWords = 256;
       void* page = nullptr;
-      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaHostAlloc(&page, 1024 * sizeof(int), 0));
-      for (int i = 0; i < 1024; ++i) free.push_back(static_cast<int*>(page) + i);
+      TRISOLVE_CUDA_RETURN_IF_ERROR(
+          cudaHostAlloc(&page, kWords * sizeof(int), cudaHostAllocMapped));
+      void* mapped = nullptr;
+      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaHostGetDevicePointer(&mapped, page, 0));
+      void* scratch = nullptr;
+      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMalloc(&scratch, kWords * 2 * sizeof(int)));
+      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemset(scratch, 0, kWords * 2 * sizeof(int)));
+      for (int i = 0; i < kWords; ++i)
+        free.push_back({static_cast<int*>(page) + i, static_cast<int*>(mapped) + i,
+                        static_cast<int*>(scratch) + 2 * i});
     }
     PinnedWord w;
     w.p_ = free.back();
@@ -31,25 +45,46 @@ class PinnedWord {
     return w;
   }
   PinnedWord() = default;
-  PinnedWord(PinnedWord&& o) noexcept : p_(std::exchange(o.p_, nullptr)) {}
+  PinnedWord(PinnedWord&& o) noexcept : p_(std::exchange(o.p_, Ptrs{})) {}
   PinnedWord& operator=(PinnedWord&&) = delete;
   ~PinnedWord() {
-    if (p_ == nullptr) return;
+    if (p_.host == nullptr) return;
     std::lock_guard<std::mutex> lock(Mu());
     Free().push_back(p_);
   }
-  int* get() const { return p_; }
+  int* get() const { return p_.host; }        // the word, for the host
+  int* mapped() const { return p_.mapped; }   // the same word, for a kernel to write
+  int* scratch() const { return p_.scratch; }  // two device ints: the answer, blocks done
 
  private:
+  struct Ptrs {
+    int* host = nullptr;
+    int* mapped = nullptr;
+    int* scratch = nullptr;
+  };
   static std::mutex& Mu() {
     static std::mutex mu;
     return mu;
   }
-  static std::vector<int*>& Free() {
-    static std::vector<int*> free;
+  static std::vector<Ptrs>& Free() {
+    static std::vector<Ptrs> free;
     return free;
   }
-  int* p_ = nullptr;
+  Ptrs p_;
 };
+
+#ifdef __CUDACC__
+// One thread of each block, after its block's last write to scratch[0] (atomics): the grid's
+// last block to get here writes scratch[0] to the host word through its mapping and leaves the
+// scratch zero for the word's next launch.
+__device__ __forceinline__ void PublishAnswer(int* scratch, int* mapped) {
+  __threadfence();  // this block's answer before its count
+  if (atomicAdd(&scratch[1], 1) == int(gridDim.x) - 1) {
+    __threadfence();  // every block's answer after their counts
+    *static_cast<volatile int*>(mapped) = atomicExch(&scratch[0], 0);
+    scratch[1] = 0;
+  }
+}
+#endif
 
 }  // namespace trisolve::cuda

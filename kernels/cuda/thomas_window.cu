@@ -124,7 +124,8 @@ struct Args {
   WindowPlan plan;      // windows of a system (per_system 1: whole systems)
   int64_t tasks = 0;    // groups of kSys systems x tasks a group (windows / (kLanes / kSys))
   double tau = 0;       // a chunk is stored once prod |c'| over its look-ahead is under tau
-  int* fail = nullptr;  // kFail* where a window cannot be solved here
+  int* fail = nullptr;    // kFail* where a window cannot be solved here (PinnedWord's scratch)
+  int* answer = nullptr;  // *fail at the end, written by the last block (PinnedWord::mapped)
   // Flat, one system: its windows are the lanes, 32 consecutive ones a task, copied as one box
   // of the maps' (core x windows) view (the halo from the window before, the look-ahead from
   // the one after).
@@ -529,6 +530,7 @@ __global__ void __launch_bounds__(kLanes)
     };
     if (rev ? task(std::true_type()) : task(std::false_type())) break;
   }
+  if (lane == 0) PublishAnswer(w.fail, w.answer);
 }
 
 // `every`: a box takes every other system (the chain's mirrored tasks: even or odd windows).
@@ -574,7 +576,7 @@ std::atomic<int64_t> g_launches{0};  // ThomasWindowLaunches
 template <typename T, int kRing, int kSys, int kStages, bool kFlat>
 absl::StatusOr<int> LaunchThomasWindow(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
                                        const Maps& maps, int64_t windows, int64_t halo,
-                                       bool mirror, Pool& pool, cudaStream_t stream) {
+                                       bool mirror, cudaStream_t stream) {
   constexpr int kPer = kLanes / kSys;
   auto kernel = ThomasWindowKernel<T, kRing, kSys, kStages, kFlat>;
   const size_t smem = sizeof(Smem<T, kRing, kSys, kStages, kFlat>) + 512;
@@ -618,20 +620,18 @@ absl::StatusOr<int> LaunchThomasWindow(const TridiagonalProblem<T>& p, T* x, uin
                                        : (wins + kPer - 1) / kPer);
   }
   args.tau = std::ldexp(1.0, -(std::numeric_limits<T>::digits + 2));
-  auto fail = pool.Get(sizeof(int));
-  if (!fail.ok()) return fail.status();
-  args.fail = fail->as<int>();
-  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(args.fail, 0, sizeof(int), stream));
+  // The kernel counts its answer into the word's scratch and its last block writes it into the
+  // host word: no device word to clear before the launch, no copy after it.
   auto word = PinnedWord::Take();
   if (!word.ok()) return word.status();
+  args.fail = word->scratch();
+  args.answer = word->mapped();
   g_launches.fetch_add(1, std::memory_order_relaxed);
   kernel<<<unsigned(std::min(args.tasks, *resident)), kLanes, smem, stream>>>(p, x, flags, maps,
                                                                                args);
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  TRISOLVE_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(word->get(), args.fail, sizeof(int), cudaMemcpyDeviceToHost, stream));
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-  return *word->get();
+  return *static_cast<volatile int*>(word->get());
 }
 
 // Systems a box: whole warps of systems where the batch has 32 or more, else two windows of
@@ -644,17 +644,17 @@ int SystemsABox(const TridiagonalProblem<T>& p) {
 template <typename T, int kRing, int kStages, bool kFlat>
 absl::StatusOr<int> LaunchBySystems(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
                                     const Maps& maps, int64_t windows, int64_t halo, bool mirror,
-                                    Pool& pool, cudaStream_t stream) {
+                                    cudaStream_t stream) {
   switch (SystemsABox(p)) {
     case 32:
       return LaunchThomasWindow<T, kRing, 32, kStages, kFlat>(p, x, flags, maps, windows, halo,
-                                                              mirror, pool, stream);
+                                                              mirror, stream);
     case 16:
       return LaunchThomasWindow<T, kRing, 16, kStages, kFlat>(p, x, flags, maps, windows, halo,
-                                                              mirror, pool, stream);
+                                                              mirror, stream);
     default:
       return LaunchThomasWindow<T, kRing, 8, kStages, kFlat>(p, x, flags, maps, windows, halo,
-                                                             mirror, pool, stream);
+                                                             mirror, stream);
   }
 }
 
@@ -664,20 +664,16 @@ absl::StatusOr<int> LaunchBySystems(const TridiagonalProblem<T>& p, T* x, uint8_
 template <typename T, int kRing>
 absl::StatusOr<int> LaunchByStages(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
                                    const Maps& maps, int64_t windows, int64_t halo, int stages,
-                                   bool mirror, Pool& pool, cudaStream_t stream) {
+                                   bool mirror, cudaStream_t stream) {
   if (p.layout == Layout::kFlat)  // (two copies in flight only)
-    return LaunchBySystems<T, kRing, 2, true>(p, x, flags, maps, windows, halo, mirror, pool,
-                                              stream);
+    return LaunchBySystems<T, kRing, 2, true>(p, x, flags, maps, windows, halo, mirror, stream);
   if constexpr (sizeof(T) == 4) {
     if (stages == 1)
-      return LaunchBySystems<T, kRing, 1, false>(p, x, flags, maps, windows, halo, mirror, pool,
-                                                 stream);
+      return LaunchBySystems<T, kRing, 1, false>(p, x, flags, maps, windows, halo, mirror, stream);
     if (stages == 4)
-      return LaunchBySystems<T, kRing, 4, false>(p, x, flags, maps, windows, halo, mirror, pool,
-                                                 stream);
+      return LaunchBySystems<T, kRing, 4, false>(p, x, flags, maps, windows, halo, mirror, stream);
   }
-  return LaunchBySystems<T, kRing, 2, false>(p, x, flags, maps, windows, halo, mirror, pool,
-                                             stream);
+  return LaunchBySystems<T, kRing, 2, false>(p, x, flags, maps, windows, halo, mirror, stream);
 }
 
 // Where a shape's last solve started and succeeded: the ring, the halo, mirrored or forward.
@@ -806,9 +802,9 @@ absl::StatusOr<bool> SolveThomasWindowed(const TridiagonalProblem<T>& in, T* x, 
   for (;;) {
     absl::StatusOr<int> failed =
         long_ring ? LaunchByStages<T, kLongRing>(p, x, flags, maps, windows, h, stages, mirror,
-                                                  pool, stream)
+                                                  stream)
                   : LaunchByStages<T, kShortRing>(p, x, flags, maps, windows, h, stages, mirror,
-                                                   pool, stream);
+                                                   stream);
     if (!failed.ok()) return failed.status();
     answer = *failed;
     const bool ring_again = answer == kFailLookAhead && !long_ring;

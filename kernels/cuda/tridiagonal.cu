@@ -185,7 +185,8 @@ __device__ __forceinline__ int Swizzle16(int c) { return c ^ ((c >> 3) & 7); }
 struct Windows {
   WindowPlan plan;
   double limit = 0;  // (|a| + |c|) <= limit |b| on every row read
-  int* fail = nullptr;
+  int* fail = nullptr;    // set to 1 where a window fails (PinnedWord's scratch)
+  int* answer = nullptr;  // *fail at the end, written by the last block (PinnedWord::mapped)
 };
 
 // Window g's system and rows (one 32-bit division: fewer than 2^31 windows, SolveWindowed).
@@ -369,6 +370,10 @@ __global__ void __launch_bounds__(256)
     } else if (tid < S && g * S + tid < p.batch && bad[tid]) {
       flags[g * S + tid] = 1;
     }
+  }
+  if constexpr (kWindow) {
+    __syncthreads();  // (tid 0's write to the answer is its block's last)
+    if (tid == 0) PublishAnswer(win.fail, win.answer);
   }
 }
 
@@ -775,17 +780,18 @@ WindowPlan PlanWindowsFor(int64_t n) {
 // for the kernel (its answer, whether a window failed, is needed before returning).
 template <typename T>
 absl::StatusOr<bool> SolveWindowed(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
-                                   Pool& pool, cudaStream_t stream) {
+                                   cudaStream_t stream) {
   constexpr int W = 16 / sizeof(T);
   const WindowPlan plan = PlanWindowsFor<T>(p.n);
   if (p.layout != Layout::kFlat || !Rows16(p, x) || plan.halo % (128 / sizeof(T)) != 0 ||
       plan.per_system < 2)
     return false;
-  auto fail = pool.Get(sizeof(int));
-  if (!fail.ok()) return fail.status();
-  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(fail->get(), 0, sizeof(int), stream));
+  // The kernel sets the word's scratch where a window fails and its last block writes that into
+  // the host word: no device word to clear before the launch, no copy after it.
+  auto word = PinnedWord::Take();
+  if (!word.ok()) return word.status();
   const Windows win{plan, WindowDominanceLimit(plan.halo, std::numeric_limits<T>::digits),
-                    fail->as<int>()};
+                    word->scratch(), word->mapped()};
   constexpr int P = kWindowThreads, M = kWindowChunk;
   const size_t cap = size_t(P * M / W + 7) / 8 * 8;
   const size_t smem = sizeof(T) * 4 * 2 * P + 16 * 4 * cap;
@@ -800,15 +806,11 @@ absl::StatusOr<bool> SolveWindowed(const TridiagonalProblem<T>& p, T* x, uint8_t
   }();
   if (!resident.ok()) return resident.status();
   if (*resident < 1) return false;
-  auto word = PinnedWord::Take();
-  if (!word.ok()) return word.status();
   kernel<<<unsigned(std::min(groups, *resident)), P, smem, stream>>>(p, x, flags, P, 1, groups,
                                                                       win);
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  TRISOLVE_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(word->get(), fail->get(), sizeof(int), cudaMemcpyDeviceToHost, stream));
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-  return *word->get() == 0;
+  return *static_cast<volatile int*>(word->get()) == 0;
 }
 
 // Whether `auto` tries the windows first: the tuning's (1: wherever they apply), else flat
@@ -1131,7 +1133,7 @@ absl::StatusOr<TridiagonalKernel> SolvePartitioned(const TridiagonalProblem<T>& 
                                                    Scratch* arena) {
   const bool forced_two_pass = top && g_tuning.two_pass == 1 && p.n > 2;
   if (top && !forced_two_pass && WindowsByShape(p.n, p.layout, sizeof(T) == 4)) {
-    absl::StatusOr<bool> ran = SolveWindowed(p, x, flags, pool, stream);
+    absl::StatusOr<bool> ran = SolveWindowed(p, x, flags, stream);
     if (!ran.ok()) return ran.status();
     if (*ran) return TridiagonalKernel::kPartitionedWindow;
   }
