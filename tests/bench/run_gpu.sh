@@ -56,6 +56,9 @@ cli info
 ex=/tmp/trisolve-e2e
 cmd=$($run trisolve make-example tridiagonal $ex/small --batch 1000 --n 100)
 read -r -a w <<<"$cmd"; cli "${w[@]:1}" --json
+# 64 flat systems of 16384 rows (auto: thomas-window, whose answer comes through the last block).
+cmd=$($run trisolve make-example tridiagonal $ex/windows --batch 64 --n 16384)
+read -r -a w <<<"$cmd"; cli "${w[@]:1}" --json
 # 2^24 unknowns in float64: 671 MB of arrays through gRPC (streamed), twice (cold and warm pool).
 cmd=$($run trisolve make-example tridiagonal $ex/big --batch 65536 --n 256)
 read -r -a w <<<"$cmd"
