@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <list>
 #include <memory>
@@ -498,6 +499,8 @@ class CudaBackend final : public Backend {
 bool CudaBackendCompiledIn() { return true; }
 
 absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const CudaOptions& o) {
+  // Read when CUDA initializes, which the calls below do if nothing in the process has yet.
+  if (o.load_eagerly) setenv("CUDA_MODULE_LOADING", "EAGER", /*overwrite=*/0);
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0)

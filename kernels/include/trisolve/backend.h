@@ -83,6 +83,10 @@ struct CudaOptions {
   int64_t pinned_pool_cap_bytes = int64_t{2} << 30;
   int streams = 4;
   int cpu_threads = 0;  // for the families still solved on the host
+  // Load every kernel as the backend starts (CUDA_MODULE_LOADING=EAGER, unless the environment
+  // already sets it), so that no request pays a kernel's loading: lazily, a fresh trisolved's
+  // first thomas-window solve took 97 ms on the H100, eagerly 1.5 ms (NOTES.md t46).
+  bool load_eagerly = true;
 };
 
 // The CUDA backend; UNAVAILABLE when built without CUDA or when no device is present (the
