@@ -760,8 +760,8 @@ bool ThomasWindowApplies(int64_t n, int64_t batch, Layout layout, bool float32) 
 
 template <typename T>
 absl::StatusOr<bool> SolveThomasWindowed(const TridiagonalProblem<T>& in, T* x, uint8_t* flags,
-                                         Pool& pool, cudaStream_t stream, int64_t windows,
-                                         int64_t halo, int stages, int mirror_by) {
+                                         cudaStream_t stream, int64_t windows, int64_t halo,
+                                         int stages, int mirror_by) {
   if (!ThomasWindowApplies(in.n, in.batch, in.layout, sizeof(T) == 4)) return false;
   TridiagonalProblem<T> p = in;
   if (p.batch == 1) p.layout = Layout::kFlat;  // (one system: the layouts are the same)
@@ -826,10 +826,10 @@ absl::StatusOr<bool> SolveThomasWindowed(const TridiagonalProblem<T>& in, T* x, 
 }
 
 template absl::StatusOr<bool> SolveThomasWindowed(const TridiagonalProblem<double>&, double*,
-                                                  uint8_t*, Pool&, cudaStream_t, int64_t,
-                                                  int64_t, int, int);
+                                                  uint8_t*, cudaStream_t, int64_t, int64_t, int,
+                                                  int);
 template absl::StatusOr<bool> SolveThomasWindowed(const TridiagonalProblem<float>&, float*,
-                                                  uint8_t*, Pool&, cudaStream_t, int64_t,
-                                                  int64_t, int, int);
+                                                  uint8_t*, cudaStream_t, int64_t, int64_t, int,
+                                                  int);
 
 }  // namespace trisolve::cuda

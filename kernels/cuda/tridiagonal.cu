@@ -1257,7 +1257,7 @@ absl::StatusOr<TridiagonalKernel> SolveTridiagonalDevice(const TridiagonalProble
   const bool inter = p.layout == Layout::kInterleaved;
   switch (k) {
     case TridiagonalKernel::kThomasWindow: {
-      auto ran = SolveThomasWindowed(p, x, flags, pool, stream, g_tuning.thomas_windows,
+      auto ran = SolveThomasWindowed(p, x, flags, stream, g_tuning.thomas_windows,
                                      g_tuning.thomas_halo, g_tuning.thomas_stages,
                                      g_tuning.thomas_mirror);
       if (!ran.ok()) return ran.status();

@@ -149,9 +149,8 @@ bool ThomasWindowByShape(int64_t n, int64_t batch, Layout layout, bool float32);
 // are zero, and the caller solves p by the exact path). Waits for the kernel.
 template <typename T>
 absl::StatusOr<bool> SolveThomasWindowed(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
-                                         Pool& pool, cudaStream_t stream, int64_t windows = 0,
-                                         int64_t halo = 0, int stages = 0,
-                                         int mirror = 0);
+                                         cudaStream_t stream, int64_t windows = 0,
+                                         int64_t halo = 0, int stages = 0, int mirror = 0);
 // thomas-window's launches in this process (tests: a shape's solve after its first starts where
 // the first succeeded, SolveThomasWindowed's StartMemory).
 int64_t ThomasWindowLaunches();
