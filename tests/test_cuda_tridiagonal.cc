@@ -57,7 +57,12 @@ class ScopedTuning {
   ~ScopedTuning() { cuda::SetPartitionedTuning(saved_); }
   ScopedTuning(const ScopedTuning&) = delete;
   ScopedTuning& operator=(const ScopedTuning&) = delete;
-  const cuda::PartitionedTuning& saved() const { return saved_; }
+  // Runs with the saved tuning changed by `edit` (fields the test forces).
+  void Set(const std::function<void(cuda::PartitionedTuning&)>& edit) const {
+    cuda::PartitionedTuning t = saved_;
+    edit(t);
+    cuda::SetPartitionedTuning(t);
+  }
 
  private:
   const cuda::PartitionedTuning saved_;
@@ -155,14 +160,13 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(CudaTridiagonal, FlatRowLoadsMatchTheCpuReference) {
   REQUIRE_GPU();
   const ScopedTuning scoped;
-  const cuda::PartitionedTuning& saved = scoped.saved();
   for (int direct : {-1, 1})
     for (int chunk : {4, 8, 16}) {
-      auto t = saved;
-      t.flat_direct = direct;
-      t.chunk = chunk;
-      t.window = -1;  // the path this test forces, not the windows before it
-      cuda::SetPartitionedTuning(t);
+      scoped.Set([&](cuda::PartitionedTuning& t) {
+        t.flat_direct = direct;
+        t.chunk = chunk;
+        t.window = -1;  // the path this test forces, not the windows before it
+      });
       for (Case k : {Case{1, 5000}, Case{2, 1000}, Case{3, 777}, Case{31, 4096}, Case{32, 1 << 15},
                      Case{33, 1000}, Case{100, 999}, Case{256, 3000}, Case{1000, 1000},
                      Case{2500, 50}, Case{4096, 64}}) {
@@ -182,18 +186,17 @@ TEST(CudaTridiagonal, FlatRowLoadsMatchTheCpuReference) {
 TEST(CudaTridiagonal, ClusterShapesMatchTheCpuReference) {
   REQUIRE_GPU();
   const ScopedTuning scoped;
-  const cuda::PartitionedTuning& saved = scoped.saved();
   int ran = 0;
   for (int q : {2, 4, 8})
     for (int chunk : {8, 16})
       for (int threads : {64, 256}) {
-        auto t = saved;
-        t.cluster = q;
-        t.chunk = chunk;
-        t.min_threads = threads;
-        t.window = -1;  // the path this test forces, not the windows before it
-        t.thomas_window = -1;
-        cuda::SetPartitionedTuning(t);
+        scoped.Set([&](cuda::PartitionedTuning& t) {
+          t.cluster = q;
+          t.chunk = chunk;
+          t.min_threads = threads;
+          t.window = -1;  // the path this test forces, not the windows before it
+          t.thomas_window = -1;
+        });
         for (Layout layout : {Layout::kFlat, Layout::kInterleaved})
           for (Case k : {Case{5, 1000}, Case{100, 999}, Case{1000, 300}, Case{1025, 77},
                          Case{2500, 50}, Case{4096, 64}, Case{4097, 33}, Case{8192, 20}}) {
@@ -297,16 +300,15 @@ TEST(CudaTridiagonal, AutoPicksTheMeasuredKernelByShape) {
 TEST(CudaTridiagonal, StreamedOnePassMatchesTheCpuReference) {
   REQUIRE_GPU();
   const ScopedTuning scoped;
-  const cuda::PartitionedTuning& saved = scoped.saved();
   for (int chunk : {8, 16})
     for (int threads : {64, 256}) {
-      auto t = saved;
-      t.stream = 1;
-      t.cluster = 1;
-      t.chunk = chunk;
-      t.min_threads = threads;
-      t.window = -1;  // the path this test forces, not the windows before it
-      cuda::SetPartitionedTuning(t);
+      scoped.Set([&](cuda::PartitionedTuning& t) {
+        t.stream = 1;
+        t.cluster = 1;
+        t.chunk = chunk;
+        t.min_threads = threads;
+        t.window = -1;  // the path this test forces, not the windows before it
+      });
       for (Case k : {Case{4, 5000}, Case{32, 1 << 15}, Case{100, 20001}, Case{256, 3000},
                      Case{1000, 1000}, Case{1002, 99}, Case{2048, 300}, Case{4096, 64}}) {
         if (k.n > int64_t(chunk) * 256) continue;
@@ -329,18 +331,17 @@ TEST(CudaTridiagonal, StreamedOnePassMatchesTheCpuReference) {
 TEST(CudaTridiagonal, StreamedInterleavedMatchesTheCpuReference) {
   REQUIRE_GPU();
   const ScopedTuning scoped;
-  const cuda::PartitionedTuning& saved = scoped.saved();
   int streamed = 0;
   for (int chunk : {8, 16})
     for (int threads : {64, 256}) {
-      auto t = saved;
-      t.stream = 1;
-      t.cluster = 1;
-      t.two_pass = -1;
-      t.chunk = chunk;
-      t.min_threads = threads;
-      t.window = -1;  // the path this test forces, not the windows before it
-      cuda::SetPartitionedTuning(t);
+      scoped.Set([&](cuda::PartitionedTuning& t) {
+        t.stream = 1;
+        t.cluster = 1;
+        t.two_pass = -1;
+        t.chunk = chunk;
+        t.min_threads = threads;
+        t.window = -1;  // the path this test forces, not the windows before it
+      });
       for (Case k : {Case{4, 5000}, Case{33, 1 << 14}, Case{100, 20001}, Case{100, 20000},
                      Case{256, 3000}, Case{1000, 1000}, Case{1002, 98}, Case{1024, 14},
                      Case{2048, 300}, Case{4096, 64}}) {
@@ -371,13 +372,12 @@ TEST(CudaTridiagonal, StreamedInterleavedMatchesTheCpuReference) {
 TEST(CudaTridiagonal, TwoPassForcedMatchesTheCpuReference) {
   REQUIRE_GPU();
   const ScopedTuning scoped;
-  const cuda::PartitionedTuning& saved = scoped.saved();
   for (int level : {8, 16}) {
-    auto t = saved;
-    t.two_pass = 1;
-    t.level_chunk = level;
-    t.window = -1;  // the path this test forces, not the windows before it
-    cuda::SetPartitionedTuning(t);
+    scoped.Set([&](cuda::PartitionedTuning& t) {
+      t.two_pass = 1;
+      t.level_chunk = level;
+      t.window = -1;  // the path this test forces, not the windows before it
+    });
     for (Layout layout : {Layout::kFlat, Layout::kInterleaved})
       for (Case k : {Case{3, 777}, Case{5, 1000}, Case{33, 1000}, Case{1000, 300},
                      Case{4096, 64}}) {
@@ -396,12 +396,11 @@ TEST(CudaTridiagonal, TwoPassForcedMatchesTheCpuReference) {
 TEST(CudaTridiagonal, RowsStreamedMatchTheCpuReference) {
   REQUIRE_GPU();
   const ScopedTuning scoped;
-  const cuda::PartitionedTuning& saved = scoped.saved();
   const auto saved_sweep = cuda::GetSweepTuning();
-  auto t = saved;
-  t.rows_stream = 1;
-  t.window = -1;  // the path this test forces, not the windows before it
-  cuda::SetPartitionedTuning(t);
+  scoped.Set([&](cuda::PartitionedTuning& t) {
+    t.rows_stream = 1;
+    t.window = -1;  // the path this test forces, not the windows before it
+  });
   for (int bulk : {0, -1}) {
     auto w = saved_sweep;
     w.bulk = bulk;
@@ -438,12 +437,11 @@ TEST(CudaTridiagonal, RowsStreamedMatchTheCpuReference) {
 TEST(CudaTridiagonal, WindowsMatchTheCpuReference) {
   REQUIRE_GPU();
   const ScopedTuning scoped;
-  const cuda::PartitionedTuning& saved = scoped.saved();
   for (int halo : {0, 64, 512}) {
-    auto t = saved;
-    t.window = 1;
-    t.window_halo = halo;
-    cuda::SetPartitionedTuning(t);
+    scoped.Set([&](cuda::PartitionedTuning& t) {
+      t.window = 1;
+      t.window_halo = halo;
+    });
     for (Case k : {Case{4098, 2}, Case{5000, 1}, Case{8192, 3}, Case{16384, 2}, Case{20000, 1},
                    Case{65536, 2}, Case{100000, 40}, Case{1 << 20, 1}}) {
       SCOPED_TRACE(::testing::Message() << "halo " << halo << " n " << k.n << " batch "
@@ -528,17 +526,16 @@ std::function<void(Data<T>&)> ConstantRows(double a, double b, double c) {
 TEST(CudaTridiagonal, ThomasWindowMatchesTheCpuReference) {
   REQUIRE_THOMAS_WINDOW();
   const ScopedTuning scoped;
-  const cuda::PartitionedTuning& saved = scoped.saved();
   int ran = 0;
   for (int windows : {1, 3, 7})
     for (int halo : {0, 64}) {
       if (windows == 1 && halo == 64) continue;
-      auto t = saved;
-      t.thomas_window = 1;
-      t.thomas_windows = windows;
-      t.thomas_halo = halo;
-      t.thomas_stages = windows == 3 ? 1 : windows == 7 ? 2 : 0;  // float32's other forms
-      cuda::SetPartitionedTuning(t);
+      scoped.Set([&](cuda::PartitionedTuning& t) {
+        t.thomas_window = 1;
+        t.thomas_windows = windows;
+        t.thomas_halo = halo;
+        t.thomas_stages = windows == 3 ? 1 : windows == 7 ? 2 : 0;  // float32's other forms
+      });
       for (Layout layout : {Layout::kInterleaved, Layout::kFlat})
         for (Case k : {Case{1, 64}, Case{2, 34}, Case{7, 40}, Case{33, 100}, Case{100, 1000},
                        Case{1000, 2050}, Case{4097, 66}, Case{20000, 34}, Case{20000, 7},
@@ -579,7 +576,6 @@ TEST(CudaTridiagonal, ThomasWindowMatchesTheCpuReference) {
 TEST(CudaTridiagonal, ThomasWindowMirroredMatchesTheCpuReference) {
   REQUIRE_THOMAS_WINDOW();
   const ScopedTuning scoped;
-  const cuda::PartitionedTuning& saved = scoped.saved();
   struct Shape {
     int64_t n;
     int windows;
@@ -595,11 +591,11 @@ TEST(CudaTridiagonal, ThomasWindowMirroredMatchesTheCpuReference) {
                        << "mirror " << mirror << " n " << sh.n << " windows " << sh.windows
                        << " batch " << batch
                        << (layout == Layout::kFlat ? " flat" : " interleaved"));
-          auto t = saved;
-          t.thomas_window = 1;
-          t.thomas_windows = sh.windows;
-          t.thomas_mirror = mirror;
-          cuda::SetPartitionedTuning(t);
+          scoped.Set([&](cuda::PartitionedTuning& t) {
+            t.thomas_window = 1;
+            t.thomas_windows = sh.windows;
+            t.thomas_mirror = mirror;
+          });
           const Case k{sh.n, batch};
           EXPECT_EQ(Compare<double>(k, layout, TridiagonalMethod::kAuto, 1e-12, 1e-15),
                     "thomas-window");
@@ -607,10 +603,10 @@ TEST(CudaTridiagonal, ThomasWindowMirroredMatchesTheCpuReference) {
                     "thomas-window");
         }
   }
-  auto t = saved;
-  t.thomas_window = 1;
-  t.thomas_windows = 4;
-  cuda::SetPartitionedTuning(t);
+  scoped.Set([&](cuda::PartitionedTuning& t) {
+    t.thomas_window = 1;
+    t.thomas_windows = 4;
+  });
   const Case k{4096, 64};
   auto nan_rhs = [&](Data<double>& data) {
     data.d[ElementIndex(Layout::kInterleaved, k.batch, k.n, 9, 1500)] = std::nan("");
@@ -629,11 +625,10 @@ TEST(CudaTridiagonal, ThomasWindowMirroredMatchesTheCpuReference) {
 TEST(CudaTridiagonal, ThomasWindowLooksAheadAsFarAsTheRowsNeed) {
   REQUIRE_THOMAS_WINDOW();
   const ScopedTuning scoped;
-  const cuda::PartitionedTuning& saved = scoped.saved();
-  auto t = saved;
-  t.thomas_window = 1;
-  t.thomas_windows = 1;
-  cuda::SetPartitionedTuning(t);
+  scoped.Set([&](cuda::PartitionedTuning& t) {
+    t.thomas_window = 1;
+    t.thomas_windows = 1;
+  });
   const Case k{3000, 64};
   for (double r : {1.0, 10.0, 100.0}) {
     SCOPED_TRACE(::testing::Message() << "r " << r);
@@ -683,7 +678,6 @@ TEST(CudaTridiagonal, ThomasWindowLooksAheadAsFarAsTheRowsNeed) {
 TEST(CudaTridiagonal, ThomasWindowBoundsTheLeftEndAsTheRowsNeed) {
   REQUIRE_THOMAS_WINDOW();
   const ScopedTuning scoped;
-  const cuda::PartitionedTuning& saved = scoped.saved();
   const Case k{4096, 64};
   struct Rows {
     double a, b, c;
@@ -698,12 +692,12 @@ TEST(CudaTridiagonal, ThomasWindowBoundsTheLeftEndAsTheRowsNeed) {
     for (int mirror : {0, -1}) {
       SCOPED_TRACE(::testing::Message() << "a " << r.a << " c " << r.c << " halo " << halo
                                         << " mirror " << mirror);
-      auto t = saved;
-      t.thomas_window = 1;
-      t.thomas_windows = 4;
-      t.thomas_halo = halo;
-      t.thomas_mirror = mirror;
-      cuda::SetPartitionedTuning(t);
+      scoped.Set([&](cuda::PartitionedTuning& t) {
+        t.thomas_window = 1;
+        t.thomas_windows = 4;
+        t.thomas_halo = halo;
+        t.thomas_mirror = mirror;
+      });
       const bool expect = halo == 0 ? r.by_default : r.at_64;
       const std::string f64 =
           Compare<double>(k, Layout::kInterleaved, TridiagonalMethod::kAuto, 1e-11, 1e-15,
@@ -727,12 +721,11 @@ TEST(CudaTridiagonal, ThomasWindowBoundsTheLeftEndAsTheRowsNeed) {
 TEST(CudaTridiagonal, ThomasWindowRemembersWhereAShapeStarts) {
   REQUIRE_THOMAS_WINDOW();
   const ScopedTuning scoped;
-  const cuda::PartitionedTuning& saved = scoped.saved();
-  auto t = saved;
-  t.thomas_window = 1;
-  t.thomas_windows = 4;
-  t.thomas_stages = 2;  // (a shape of its own: no other test's solves remembered)
-  cuda::SetPartitionedTuning(t);
+  scoped.Set([&](cuda::PartitionedTuning& t) {
+    t.thomas_window = 1;
+    t.thomas_windows = 4;
+    t.thomas_stages = 2;  // (a shape of its own: no other test's solves remembered)
+  });
   const Case k{4096, 64};
   const auto rows = ConstantRows<double>;
   // Launches of one solve, and that it ran thomas-window and matched the reference.
