@@ -1440,7 +1440,7 @@ struct HaloLimits {
 template <typename T>
 __global__ void WindowHaloKernel(int64_t N, int64_t M, const T* __restrict__ a,
                                  const T* __restrict__ b, const T* __restrict__ c,
-                                 HaloLimits<T> lim, int* level) {
+                                 HaloLimits<T> lim, int* level, int* answer) {
   int need = 0;
   // The element's column k = e mod M kept up to date as e strides (no division in the loop).
   const int64_t stride = int64_t(gridDim.x) * blockDim.x, step = stride % M;
@@ -1454,6 +1454,8 @@ __global__ void WindowHaloKernel(int64_t N, int64_t M, const T* __restrict__ a,
   }
   for (int o = 16; o > 0; o /= 2) need = max(need, __shfl_xor_sync(0xffffffffu, need, o));
   if ((threadIdx.x & 31) == 0 && need > 0) atomicMax(level, need);
+  __syncthreads();  // the block's warps' levels before its count
+  if (threadIdx.x == 0) PublishAnswer(level, answer);
 }
 
 // The halo the windows take for these rows, checked on the device (one pass over aC, cC, bC,
@@ -1462,25 +1464,22 @@ __global__ void WindowHaloKernel(int64_t N, int64_t M, const T* __restrict__ a,
 // and 96 for experiment 2's 2/3); the tuning's window_halo where the rows allow it. 0: none
 // does (a row over float64's 0.864 or float32's 0.935, or not finite).
 template <typename T>
-absl::StatusOr<int64_t> SweepWindowHalo(const BlockTridiagonalProblem<T>& p, Pool& pool,
+absl::StatusOr<int64_t> SweepWindowHalo(const BlockTridiagonalProblem<T>& p,
                                         cudaStream_t stream) {
   HaloLimits<T> lim;
   for (int k = 0; k < kSweepHaloLevels; ++k)
     lim.limit[k] = T(WindowDominanceLimit(kSweepHaloStep * (k + 1),
                                           std::numeric_limits<T>::digits));
-  auto flag = pool.Get(sizeof(int));
-  if (!flag.ok()) return flag.status();
-  int* level = flag->as<int>();
-  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(level, 0, sizeof(int), stream));
-  const unsigned blocks = unsigned(std::min<int64_t>(Blocks(p.N * p.M), 8 * 1024));
-  WindowHaloKernel<T><<<blocks, kThreads, 0, stream>>>(p.N, p.M, p.aC, p.cC, p.bC, lim, level);
-  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  // The level counted into the word's scratch, written into the host word by the last block
+  // (PublishAnswer, as the tridiagonal windows answer).
   auto word = PinnedWord::Take();
   if (!word.ok()) return word.status();
-  TRISOLVE_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(word->get(), level, sizeof(int), cudaMemcpyDeviceToHost, stream));
+  const unsigned blocks = unsigned(std::min<int64_t>(Blocks(p.N * p.M), 8 * 1024));
+  WindowHaloKernel<T><<<blocks, kThreads, 0, stream>>>(p.N, p.M, p.aC, p.cC, p.bC, lim,
+                                                       word->scratch(), word->mapped());
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-  const int h = *word->get();
+  const int h = *static_cast<volatile int*>(word->get());
   if (h >= kSweepHaloLevels) return 0;
   const int64_t need = int64_t(kSweepHaloStep) * (h + 1);
   if (g_sweep.window_halo <= 0) return need;
@@ -1706,7 +1705,7 @@ absl::StatusOr<SolveInfo> SolveBlockTridiagonalDevice(const BlockTridiagonalProb
   // the tuning asks for the windows (H100, 20480: L = 1 45.5 ms windowed, 44.2 two-kernel).
   if (SweepWindowsWanted(M, sizeof(T) == 8, kind, form.chunk > 0) &&
       (o.max_iterations > 1 || g_sweep.window > 0)) {
-    auto halo = SweepWindowHalo(p, pool, stream);
+    auto halo = SweepWindowHalo(p, stream);
     if (!halo.ok()) return halo.status();
     if (*halo > 0)
       form = SweepForm{16, 1, true, kStreamThreads,

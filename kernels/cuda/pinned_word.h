@@ -1,10 +1,10 @@
-// A word of pinned host memory for the small answers of the windows' checks, read back without
-// the pageable copy's staging (get(), a copy's destination), and for a kernel that answers by
-// itself: scratch() is a device word the kernel's blocks count into (zero when taken, left
-// zero), and the grid's last block writes the answer into the host word through its mapping
-// (PublishAnswer below), so that a launch needs no clearing before it and no copy after it
-// (~5 us a call on the H100, NOTES.md t43). Kernels do not read the host word: reads of mapped
-// host memory from every block cost the windows 2.5-14x their time.
+// A word of pinned host memory for the small answers of the windows' checks (the tridiagonal
+// windows' failure, the block sweeps' halo level), which a kernel gives by itself: scratch() is
+// a device word the kernel's blocks count into (zero when taken, left zero), and the grid's
+// last block writes the answer into the host word through its mapping (PublishAnswer below),
+// so that a launch needs no clearing before it and no copy after it (~5 us a call on the H100,
+// NOTES.md t45). Kernels do not read the host word: reads of mapped host memory from every
+// block cost the windows 2.5-14x their time.
 #pragma once
 
 #include <cuda_runtime.h>
