@@ -1,5 +1,6 @@
 // The CUDA backend against the CPU reference on random diagonally dominant systems. Skips,
 // saying so, where no CUDA device is present (CI has none); run on the lent GPU.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <functional>
@@ -522,7 +523,7 @@ std::function<void(Data<T>&)> ConstantRows(double a, double b, double c) {
 // and 64 rows, all numbers of copies in flight, both precisions, singular systems (Compare makes
 // two) flagged per system. The random rows (|a| + |c| up to 0.8 |b|) take a few rows each for
 // the left end's bound to fall by 2^-55 (about two bits a row), so the halos of 64 rows
-// (forced) and 64 / 32 (by default) hold it. A batch not whole 16-byte words never takes it.
+// (forced) and 32 (the first by default) hold it. A batch not whole 16-byte words never takes it.
 TEST(CudaTridiagonal, ThomasWindowMatchesTheCpuReference) {
   REQUIRE_THOMAS_WINDOW();
   const ScopedTuning scoped;
@@ -666,10 +667,11 @@ TEST(CudaTridiagonal, ThomasWindowLooksAheadAsFarAsTheRowsNeed) {
 // The left end of a window past a system's first is bounded a posteriori (thomas_window.cu): the
 // product of |a / den| over the halo and on through the core, summed. Rows with a = -0.7,
 // c = -0.1, b = 1 keep c' at -0.108 (17 rows of look-ahead) but let the dropped coupling fade
-// by only 0.757 a row (0.40 bits): the default halo (64 / 32) is too short, the problem runs
-// again with 256 and is solved by thomas-window; with the halo forced to 64 it cannot be, and
-// the exact path answers. With a = -0.9, c = -0.05 (0.945 a row) 256 rows are too few too. An
-// implicit diffusion step with r = 1 (0.38 a row) needs ~40 rows: the default halo holds it.
+// by only 0.757 a row (0.40 bits): the default halos (32, then 64 in float64) are too short, the
+// problem runs again with 256 and is solved by thomas-window; with the halo forced to 64 it
+// cannot be, and the exact path answers. With a = -0.9, c = -0.05 (0.945 a row) 256 rows are
+// too few too. An implicit diffusion step with r = 1 (0.38 a row) needs ~40 rows: the default
+// halos hold it (in float64 the second, 64).
 // The windows are whole cores, so the odd ones sweep backward, seeing the rows transposed (their
 // look-ahead fades with a, their left end with c): the first rows need a forward-only run after
 // the mirrored ones fail, and the transposed rows (a = -0.1, c = -0.7: 134 rows of look-ahead)
@@ -712,12 +714,15 @@ TEST(CudaTridiagonal, ThomasWindowBoundsTheLeftEndAsTheRowsNeed) {
 }
 
 // A shape's solve starts where its last one succeeded (SolveThomasWindowed's StartMemory): rows
-// whose dropped coupling fades by 0.757 a row (a = -0.7, c = -0.1, as above) need the long
-// halo and, since the backward windows see them transposed, a forward run with the long ring --
-// found by failed launches at the first solve, not at the steps after it. Every 64th solve of
-// the shape starts from the defaults again (one of the next 64 pays those launches again);
-// rows that need less are solved from the remembered start too (one launch); a solve that ends
-// on the exact path (a = -0.9) is forgotten, so the easy rows after it start from the defaults.
+// whose dropped coupling fades by 0.757 a row (a = -0.7, c = -0.1, as above) need a long halo
+// (the one the windows measure) and, since the backward windows see them transposed, a forward
+// run with the long ring -- found by failed launches at the first solve, not at the steps after
+// it. Every 64th solve of the shape starts with the short ring and mirrored again (one of the
+// next 64 pays those launches again, not the halo's); rows that need less are solved from the
+// remembered start too (one launch); a solve that ends
+// on the exact path (a = -0.9) is forgotten, so the rows after it start from the defaults: an
+// implicit diffusion step with r = 1 (~40 rows of halo) then takes two launches (the halo of
+// 32, then 64), and one at the next step (64 remembered).
 TEST(CudaTridiagonal, ThomasWindowRemembersWhereAShapeStarts) {
   REQUIRE_THOMAS_WINDOW();
   const ScopedTuning scoped;
@@ -737,20 +742,119 @@ TEST(CudaTridiagonal, ThomasWindowRemembersWhereAShapeStarts) {
   };
   const auto first = solve(rows(-0.7, 1, -0.1));
   EXPECT_EQ(first.first, "thomas-window");
-  EXPECT_GE(first.second, 3);  // the short halo, the long one mirrored, then forward at least
+  EXPECT_GE(first.second, 3);  // the short halo, the measured one mirrored, then forward
   int repeated = 0;
   for (int step = 0; step < 64; ++step) {
     const auto next = solve(rows(-0.7, 1, -0.1));
     EXPECT_EQ(next.first, "thomas-window");
     if (next.second != 1) {
-      EXPECT_EQ(next.second, first.second) << "step " << step;
+      EXPECT_LE(next.second, first.second) << "step " << step;
       ++repeated;
     }
   }
   EXPECT_EQ(repeated, 1) << "one fresh start in 64 solves";
+  const int64_t long_halo = cuda::ThomasWindowLastHalo();
+  EXPECT_GT(long_halo, 128);  // (0.40 bits a row: ~140 rows)
   EXPECT_EQ(solve(rows(-1, 3, -1)), std::make_pair(std::string("thomas-window"), int64_t(1)));
+  EXPECT_EQ(cuda::ThomasWindowLastHalo(), long_halo);
+  // The halo these rows measured (~40 rows) at the next solve.
+  EXPECT_EQ(solve(rows(-1, 3, -1)), std::make_pair(std::string("thomas-window"), int64_t(1)));
+  EXPECT_LE(cuda::ThomasWindowLastHalo(), 64);
+  EXPECT_GE(cuda::ThomasWindowLastHalo(), 40);
   EXPECT_NE(solve(rows(-0.9, 1, -0.05)).first, "thomas-window");
+  EXPECT_EQ(solve(rows(-1, 3, -1)), std::make_pair(std::string("thomas-window"), int64_t(2)));
   EXPECT_EQ(solve(rows(-1, 3, -1)), std::make_pair(std::string("thomas-window"), int64_t(1)));
+}
+
+// A device solve given a LaterAnswer returns once thomas-window's kernel is queued; Finish,
+// after the caller's wait, reads the windows' answer. Rows the first launch solves: no second
+// solve. Rows whose left end needs the long halo (a = -0.7, c = -0.1, as above): solved again
+// by thomas-window (`again`: x rewritten). Rows no window holds (a = -0.9, c = -0.05): solved
+// again by the exact path. x after Finish matches the CPU reference each time. An answer
+// destroyed unfinished waits for its kernel, and the solve after it is right; Finish of
+// nothing pending is an error, not a crash.
+TEST(CudaTridiagonal, ThomasWindowAnswersAtTheCallersWait) {
+  REQUIRE_THOMAS_WINDOW();
+  const ScopedTuning scoped;
+  scoped.Set([&](cuda::PartitionedTuning& t) {
+    t.thomas_window = 1;
+    t.thomas_windows = 4;
+    t.thomas_stages = 4;  // (a shape of its own: no start remembered from other tests)
+  });
+  const Case k{4096, 64};
+  const int64_t count = k.n * k.batch;
+  const size_t bytes = sizeof(double) * size_t(count);
+  cuda::Pool pool(cuda::Pool::Kind::kDevice, 0, int64_t{1} << 30);
+  double* dev[5] = {};
+  for (double*& q : dev) ASSERT_EQ(cudaMalloc(&q, bytes), cudaSuccess);
+  uint8_t* flags = nullptr;
+  ASSERT_EQ(cudaMalloc(&flags, size_t(k.batch)), cudaSuccess);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  struct Answer {
+    std::string kernel;
+    bool pending = false, again = false;
+    double error = 0;  // max |x - x_ref| / max |x_ref|
+  };
+  // Solves with `later`, waits for the stream, finishes; the error against the CPU reference.
+  auto solve = [&](const std::function<void(Data<double>&)>& edit, bool finish = true) {
+    Answer r;
+    Data<double> data = Random<double>(count, 11);
+    if (edit) edit(data);
+    const std::vector<double>* host[4] = {&data.a, &data.b, &data.c, &data.d};
+    for (int q = 0; q < 4; ++q)
+      EXPECT_EQ(cudaMemcpy(dev[q], host[q]->data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_EQ(cudaMemset(flags, 0, size_t(k.batch)), cudaSuccess);
+    const TridiagonalProblem<double> p{k.batch, k.n, Layout::kInterleaved,
+                                       dev[0], dev[1], dev[2], dev[3]};
+    cuda::LaterAnswer later;
+    auto launched = cuda::SolveTridiagonalDevice(p, TridiagonalMethod::kAuto, dev[4], flags, pool,
+                                                 stream, &later);
+    EXPECT_TRUE(launched.ok()) << launched.status();
+    r.pending = later.pending();
+    if (!finish) return r;  // (later destroyed unfinished)
+    EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    auto ran = later.Finish(&r.again);
+    EXPECT_TRUE(ran.ok()) << ran.status();
+    if (!ran.ok()) return r;
+    r.kernel = cuda::KernelName(*ran);
+    std::vector<double> xg(static_cast<size_t>(count)), xc(static_cast<size_t>(count));
+    std::vector<SystemStatus> sc(static_cast<size_t>(k.batch));
+    EXPECT_EQ(cudaMemcpy(xg.data(), dev[4], bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    cpu::SolveTridiagonal(data.P(k.batch, k.n, Layout::kInterleaved), TridiagonalMethod::kThomas,
+                          TridiagonalOutput<double>{xc.data(), sc.data()});
+    double dmax = 0, xmax = 0;
+    for (int64_t e = 0; e < count; ++e) {
+      dmax = std::max(dmax, std::abs(xg[e] - xc[e]));
+      xmax = std::max(xmax, std::abs(xc[e]));
+    }
+    r.error = dmax / xmax;
+    return r;
+  };
+  const Answer easy = solve(nullptr);
+  EXPECT_TRUE(easy.pending);
+  EXPECT_EQ(easy.kernel, "thomas-window");
+  EXPECT_FALSE(easy.again);
+  EXPECT_LE(easy.error, 1e-12);
+  const Answer halo = solve(ConstantRows<double>(-0.7, 1, -0.1));
+  EXPECT_TRUE(halo.pending);
+  EXPECT_EQ(halo.kernel, "thomas-window");
+  EXPECT_TRUE(halo.again);
+  EXPECT_LE(halo.error, 1e-11);
+  const Answer none = solve(ConstantRows<double>(-0.9, 1, -0.05));
+  EXPECT_TRUE(none.pending);
+  EXPECT_NE(none.kernel, "thomas-window");
+  EXPECT_TRUE(none.again);
+  EXPECT_LE(none.error, 1e-11);
+  EXPECT_TRUE(solve(nullptr, /*finish=*/false).pending);
+  const Answer after = solve(nullptr);
+  EXPECT_EQ(after.kernel, "thomas-window");
+  EXPECT_LE(after.error, 1e-12);
+  cuda::LaterAnswer nothing;
+  EXPECT_EQ(nothing.Finish().status().code(), absl::StatusCode::kFailedPrecondition);
+  for (double* q : dev) cudaFree(q);
+  cudaFree(flags);
+  cudaStreamDestroy(stream);
 }
 
 TEST(CudaPool, BuffersAreReusedAcrossRequests) {

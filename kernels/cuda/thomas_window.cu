@@ -35,9 +35,10 @@
 // window whose sum at its last store exceeds 2^-(digits + 2) fails: the two ends together stay
 // under the unit roundoff times max |x|, the windows' accuracy (windows.h), whatever the rows'
 // dominance. The halo is measured, not assumed: the benchmark's rows need ~30 rows, a diffusion
-// step with r = 1 ~40 and r = 10 ~120 in float64; windows start with a halo of 64 rows (32 in
-// float32) and the problem runs again with 256 where one is too short; a window with a |c'|
-// over 1 in its core goes to the exact path.
+// step with r = 1 ~40 and r = 10 ~120 in float64; windows start with a halo of 32 rows, each
+// measures the halo it needed (HaloNeeded), and the problem runs again with that measure (at
+// most 256 rows) where one was too short; a window with a |c'| over 1 in its core goes to the
+// exact path.
 //
 // A batch of fewer than 32 systems (2^20 x 16) would leave lanes idle: there a warp sweeps two
 // windows of 16 systems (or four of 8) side by side, each lane counting rows from its window's
@@ -74,6 +75,7 @@
 #include <cstdint>
 #include <limits>
 #include <list>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <type_traits>
@@ -91,7 +93,13 @@ namespace {
 
 constexpr int kLanes = 32;      // threads a block: one warp
 constexpr int kOut = 16;        // rows a back substitution stores (a chunk)
-constexpr int64_t kLongHalo = 256;  // windows past a system's first: the halo's second try
+// Windows past a system's first: the first halo of a shape (32 rows), at most 256. Each launch
+// measures the halo its windows needed (HaloNeeded): where a window's left end's bound failed,
+// the problem runs again with that measure (and a margin, FitHalo); where every window held,
+// a shape's next solve starts with it if shorter. A halo's rows cost as much as a core's (one
+// system of 2^24 in 1024-row windows: 0.281 ms with halos of 64, 0.276 with 32, NOTES.md t48);
+// the benchmark's rows need ~30 rows, a diffusion step with r = 1 ~40, r = 10 ~120 (float64).
+constexpr int64_t kFirstHalo = 32, kLongHalo = 256;
 // Why these sizes (H100): one warp a block, and a warp's rows are one dependent chain (a
 // division a row), so the SM's four schedulers need four warps or more: shared memory for 4
 // blocks of float64 holds two copies in flight and a ring of 64 rows (48 of look-ahead, what
@@ -124,8 +132,9 @@ struct Args {
   WindowPlan plan;      // windows of a system (per_system 1: whole systems)
   int64_t tasks = 0;    // groups of kSys systems x tasks a group (windows / (kLanes / kSys))
   double tau = 0;       // a chunk is stored once prod |c'| over its look-ahead is under tau
-  int* fail = nullptr;    // kFail* where a window cannot be solved here (PinnedWord's scratch)
-  int* answer = nullptr;  // *fail at the end, written by the last block (PinnedWord::mapped)
+  int* fail = nullptr;    // kFail* where a window cannot be solved here, and in fail[1] the
+                          // halo the windows needed (PinnedWord's scratch)
+  int* answer = nullptr;  // both at the end, written by the last block (PinnedWord::mapped)
   // Flat, one system: its windows are the lanes, 32 consecutive ones a task, copied as one box
   // of the maps' (core x windows) view (the halo from the window before, the look-ahead from
   // the one after).
@@ -149,6 +158,8 @@ struct Smem {
   T ring[kRing][2][kLanes];        // c', d' of relative row k at (k - H) % kRing (below)
   T map[Snaps(kRing)][2][kLanes];      // swept chunks' alpha, beta (the kernel)
   float most[Snaps(kRing)][kLanes];    // and most
+  float halo_p[kLanes];  // the left end's P at the halo's last copy where it is over 2^-80,
+  int halo_rows[kLanes];  // and the rows it is a product of (HaloNeeded)
   uint64_t bar[kStages];
 };
 
@@ -158,6 +169,25 @@ template <typename T>
 __device__ __forceinline__ int Swizzled64(int i, int sys) {
   constexpr int kUnit = 16 / int(sizeof(T));
   return ((i / kUnit) ^ ((sys >> 1) & 3)) * kUnit + i % kUnit;
+}
+
+// The halo a window past a system's first needed, measured: its left end's bound is
+// left_sum = P S, P the product of |a / den| over its halo rows (P_m over the first m) and S
+// the core's sum from its first row. At the halo's mean decay a row, lr = log2(P_m) / m
+// (P_m the last over 2^-80: P is floored at 2^-(digits + 40)), k rows make it tau where
+// k = log2(tau / S) / lr; S = left_sum / P_H where P_H is over 2^-80, else at most
+// 1 / (1 - 2^lr) (a geometric series). An estimate (a shorter sweep's first pivots differ)
+// that picks the next launch's halo, which checks it again; kHaloUnknown where the halo
+// hardly decays.
+constexpr int kHaloUnknown = 1 << 20;
+template <typename T>
+__device__ __forceinline__ int HaloNeeded(float p_m, int m, T left_sum, T tau, int H) {
+  if (m == 0) return 8;  // (under 2^-80 in one copy: 10 bits a row)
+  const float lr = log2f(p_m) / float(m);
+  if (!(lr < -1.0f / 64)) return kHaloUnknown;
+  const float ls = m == H ? log2f(float(left_sum)) - log2f(p_m) : -log2f(1 - exp2f(lr));
+  const float k = (log2f(float(tau)) - ls) / lr;
+  return !(k < float(kHaloUnknown)) ? kHaloUnknown : max(1, int(ceilf(k)));
 }
 
 // Every lane counts rows from lo = c0 - H, H the halo where the task has a window past a
@@ -306,6 +336,12 @@ __global__ void __launch_bounds__(kLanes)
         const int slot = int(used % kStages);
         BarWait(&sm.bar[slot], (used / kStages) & 1);
         const int row = lo + rel;  // this lane's row at the copy's first
+        // P along the halo, while well over its floor, for HaloNeeded (the halo is whole
+        // copies).
+        if (rel <= H && left_p >= T(0x1p-80)) {
+          sm.halo_p[lane] = float(left_p);
+          sm.halo_rows[lane] = rel;
+        }
         const bool core_rows = rel >= H;
         const int base = (rel - H) & (kRing - 1);
         T av[kStageRows], bv[kStageRows], cv[kStageRows], dv[kStageRows];
@@ -521,6 +557,14 @@ __global__ void __launch_bounds__(kLanes)
       if (!failed && __any_sync(~0u, live && ((!exact && bad) || (!first && c_big))))
         failed = kFailRows;
       if (!failed && __any_sync(~0u, live && !first && !(left_sum <= tau))) failed = kFailHalo;
+      // The halo the windows needed, where they swept to their ends.
+      if (jl > 0 && (!failed || failed == kFailHalo)) {
+        const int need =
+            __reduce_max_sync(~0u, live && !first ? HaloNeeded(sm.halo_p[lane], sm.halo_rows[lane],
+                                                                 left_sum, tau, H)
+                                                      : 0);
+        if (lane == 0 && need > 0) atomicMax(&w.fail[1], need);
+      }
       if (failed) {
         if (lane == 0) atomicMax(w.fail, failed);
         return true;
@@ -570,13 +614,16 @@ bool EncodeMaps(const TridiagonalProblem<T>& p, T* x, int sys, int every, Maps& 
   return true;
 }
 
-std::atomic<int64_t> g_launches{0};  // ThomasWindowLaunches
+std::atomic<int64_t> g_launches{0};   // ThomasWindowLaunches
+std::atomic<int64_t> g_last_halo{0};  // ThomasWindowLastHalo
 
-// One launch with a ring of kRing rows: the answer in *fail (0, or kFail*).
+// One launch with a ring of kRing rows: kInWord (the answer, 0 or kFail*, comes in the word
+// once the kernel is done), or an answer known without launching.
+constexpr int kInWord = -1;
 template <typename T, int kRing, int kSys, int kStages, bool kFlat>
 absl::StatusOr<int> LaunchThomasWindow(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
                                        const Maps& maps, int64_t windows, int64_t halo,
-                                       bool mirror, cudaStream_t stream) {
+                                       bool mirror, const PinnedWord& word, cudaStream_t stream) {
   constexpr int kPer = kLanes / kSys;
   auto kernel = ThomasWindowKernel<T, kRing, kSys, kStages, kFlat>;
   const size_t smem = sizeof(Smem<T, kRing, kSys, kStages, kFlat>) + 512;
@@ -622,16 +669,14 @@ absl::StatusOr<int> LaunchThomasWindow(const TridiagonalProblem<T>& p, T* x, uin
   args.tau = std::ldexp(1.0, -(std::numeric_limits<T>::digits + 2));
   // The kernel counts its answer into the word's scratch and its last block writes it into the
   // host word: no device word to clear before the launch, no copy after it.
-  auto word = PinnedWord::Take();
-  if (!word.ok()) return word.status();
-  args.fail = word->scratch();
-  args.answer = word->mapped();
+  args.fail = word.scratch();
+  args.answer = word.mapped();
   g_launches.fetch_add(1, std::memory_order_relaxed);
+  if (args.plan.per_system > 1) g_last_halo.store(halo, std::memory_order_relaxed);
   kernel<<<unsigned(std::min(args.tasks, *resident)), kLanes, smem, stream>>>(p, x, flags, maps,
                                                                                args);
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-  return *static_cast<volatile int*>(word->get());
+  return kInWord;
 }
 
 // Systems a box: whole warps of systems where the batch has 32 or more, else two windows of
@@ -644,17 +689,17 @@ int SystemsABox(const TridiagonalProblem<T>& p) {
 template <typename T, int kRing, int kStages, bool kFlat>
 absl::StatusOr<int> LaunchBySystems(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
                                     const Maps& maps, int64_t windows, int64_t halo, bool mirror,
-                                    cudaStream_t stream) {
+                                    const PinnedWord& word, cudaStream_t stream) {
   switch (SystemsABox(p)) {
     case 32:
       return LaunchThomasWindow<T, kRing, 32, kStages, kFlat>(p, x, flags, maps, windows, halo,
-                                                              mirror, stream);
+                                                              mirror, word, stream);
     case 16:
       return LaunchThomasWindow<T, kRing, 16, kStages, kFlat>(p, x, flags, maps, windows, halo,
-                                                              mirror, stream);
+                                                              mirror, word, stream);
     default:
       return LaunchThomasWindow<T, kRing, 8, kStages, kFlat>(p, x, flags, maps, windows, halo,
-                                                             mirror, stream);
+                                                             mirror, word, stream);
   }
 }
 
@@ -664,24 +709,30 @@ absl::StatusOr<int> LaunchBySystems(const TridiagonalProblem<T>& p, T* x, uint8_
 template <typename T, int kRing>
 absl::StatusOr<int> LaunchByStages(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
                                    const Maps& maps, int64_t windows, int64_t halo, int stages,
-                                   bool mirror, cudaStream_t stream) {
+                                   bool mirror, const PinnedWord& word, cudaStream_t stream) {
   if (p.layout == Layout::kFlat)  // (two copies in flight only)
-    return LaunchBySystems<T, kRing, 2, true>(p, x, flags, maps, windows, halo, mirror, stream);
+    return LaunchBySystems<T, kRing, 2, true>(p, x, flags, maps, windows, halo, mirror, word,
+                                                    stream);
   if constexpr (sizeof(T) == 4) {
     if (stages == 1)
-      return LaunchBySystems<T, kRing, 1, false>(p, x, flags, maps, windows, halo, mirror, stream);
+      return LaunchBySystems<T, kRing, 1, false>(p, x, flags, maps, windows, halo, mirror, word,
+                                                  stream);
     if (stages == 4)
-      return LaunchBySystems<T, kRing, 4, false>(p, x, flags, maps, windows, halo, mirror, stream);
+      return LaunchBySystems<T, kRing, 4, false>(p, x, flags, maps, windows, halo, mirror, word,
+                                                  stream);
   }
-  return LaunchBySystems<T, kRing, 2, false>(p, x, flags, maps, windows, halo, mirror, stream);
+  return LaunchBySystems<T, kRing, 2, false>(p, x, flags, maps, windows, halo, mirror, word,
+                                              stream);
 }
 
-// Where a shape's last solve started and succeeded: the ring, the halo, mirrored or forward.
-// A time-stepping caller solves the same shape with rows alike at every step, so the launches
-// that failed at its first solve (up to three: a halo, a ring, the mirror) need not be paid at
-// every step. A launch from the remembered start that fails goes on from there as a first solve
-// would (and is forgotten if it ends on the exact path); every kFresh-th solve of a shape starts
-// from the defaults again, so that rows that became easier get the shorter halo and ring back.
+// Where a shape's last solve started and succeeded: the ring, mirrored or forward, and the
+// halo (the shorter one its windows measured, if so). A time-stepping caller solves the same
+// shape with rows alike at every step, so the launches that failed at its first solve (up to
+// three: a halo, a ring, the mirror) need not be paid at every step. A launch from the
+// remembered start that fails goes on from there as a first solve would (and is forgotten if
+// it ends on the exact path); every kFresh-th solve of a shape starts with the short ring and
+// mirrored again, so that rows that became easier get them back (the halo follows the
+// windows' measure at every solve).
 struct Start {
   bool long_ring = false;
   int64_t halo = 0;
@@ -702,13 +753,13 @@ class StartMemory {
              windows == o.windows && halo == o.halo && stages == o.stages && mirror == o.mirror;
     }
   };
-  // The remembered start, unless none or this is a fresh turn.
+  // The remembered start (a fresh turn: its halo alone), unless none.
   std::optional<Start> Find(const Shape& k) {
     std::lock_guard<std::mutex> lock(mu_);
     const auto it = Locate(k);
     if (it == entries_.end()) return std::nullopt;
     entries_.splice(entries_.begin(), entries_, it);  // most recent first (as the backend's plans)
-    if (++it->solves % kFresh == 0) return std::nullopt;
+    if (++it->solves % kFresh == 0) return Start{false, it->start.halo, true};
     return it->start;
   }
   // A solve of k succeeded from `s` (or, !ok, went to the exact path: forgotten).
@@ -745,6 +796,7 @@ StartMemory g_starts;
 }  // namespace
 
 int64_t ThomasWindowLaunches() { return g_launches.load(std::memory_order_relaxed); }
+int64_t ThomasWindowLastHalo() { return g_last_halo.load(std::memory_order_relaxed); }
 
 bool ThomasWindowApplies(int64_t n, int64_t batch, Layout layout, bool float32) {
   // The copies' row stride, whole 16-byte words: a row of the batch (interleaved), a system
@@ -758,16 +810,109 @@ bool ThomasWindowApplies(int64_t n, int64_t batch, Layout layout, bool float32) 
          ClustersAvailable() && TensorMapEncoder() != nullptr;
 }
 
+// The halo to launch with for a measured need: an eighth and a copy over it (the rows of a
+// time step's next solve are alike, not the same), whole copies, 16 to 256 rows.
+template <typename T>
+int64_t FitHalo(int need) {
+  const int64_t k = int64_t(need) + need / 8 + StageRows<T>();
+  return std::clamp<int64_t>((k + StageRows<T>() - 1) / StageRows<T>() * StageRows<T>(), 16,
+                             kLongHalo);
+}
+
+// A thomas-window solve from its first launch to its answer: what a launch again (a longer
+// halo or ring, forward only) needs, and the pinned word the launches answer in.
+template <typename T>
+struct WindowRun {
+  TridiagonalProblem<T> p;
+  T* x = nullptr;
+  uint8_t* flags = nullptr;
+  cudaStream_t stream = nullptr;
+  int64_t windows = 0, halo = 0;  // the caller's (0: by shape, the default halo)
+  int stages = 0;
+  StartMemory::Shape shape{};
+  bool long_ring = false;
+  int64_t h = 0;  // the halo of the next launch
+  bool mirror = false;
+  Maps plain{}, maps{};
+  PinnedWord word;
+  bool unread = false;  // a launch whose answer is not read yet (the word is the kernel's)
+
+  WindowRun() = default;
+  WindowRun(const WindowRun&) = delete;
+  WindowRun& operator=(const WindowRun&) = delete;
+  // Unfinished: the kernel may still write the word and count in its scratch, which go back
+  // to be taken by other launches.
+  ~WindowRun() {
+    if (unread) (void)cudaStreamSynchronize(stream);
+  }
+
+  // Queues a launch from the current start; an answer known without launching comes back.
+  absl::StatusOr<int> Launch() {
+    absl::StatusOr<int> a =
+        long_ring ? LaunchByStages<T, kLongRing>(p, x, flags, maps, windows, h, stages, mirror,
+                                                  word, stream)
+                  : LaunchByStages<T, kShortRing>(p, x, flags, maps, windows, h, stages, mirror,
+                                                   word, stream);
+    unread = a.ok() && *a == kInWord;
+    return a;
+  }
+
+  // From a launch's answer (kInWord: in the word, after the kernel) to the problem's: true
+  // where thomas-window solved it, false where the exact path must (the flags cleared).
+  // *again: a launch after the first rewrote x and the flags.
+  // A ring of 64 rows first; a longer ring where the look-ahead ran out, a longer halo (the
+  // one the windows measured) where a halo was too short for the left end's bound (unless the
+  // caller set it). Mirrored windows that fail past those run once more forward only: a
+  // backward window sees the rows transposed (its look-ahead fades with a, its left end with
+  // c), which rows far from symmetric may not allow where the forward windows do.
+  absl::StatusOr<bool> Answer(int answer, bool* again) {
+    int64_t next_h = h;  // the halo a shape's next solve starts with
+    for (;;) {
+      int need = 0;  // the halo the windows measured (0: none past a system's first ran)
+      if (answer == kInWord) {
+        TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+        unread = false;
+        answer = static_cast<volatile int*>(word.get())[0];
+        need = static_cast<volatile int*>(word.get())[1];
+      }
+      const bool ring_again = answer == kFailLookAhead && !long_ring;
+      const bool halo_again = answer == kFailHalo && halo <= 0 && h < kLongHalo;
+      next_h = answer == 0 && halo <= 0 && need > 0 ? std::min(h, FitHalo<T>(need)) : h;
+      if (answer == 0 || (!ring_again && !halo_again && !mirror)) break;
+      if (!ring_again && !halo_again) {
+        mirror = false;
+        maps = plain;
+      }
+      long_ring |= ring_again;
+      if (halo_again) h = std::min(kLongHalo, std::max(h + StageRows<T>(), FitHalo<T>(need)));
+      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flags, 0, size_t(p.batch), stream));
+      *again = true;
+      absl::StatusOr<int> a = Launch();
+      if (!a.ok()) return a.status();
+      answer = *a;
+    }
+    g_starts.Keep(shape, Start{long_ring, next_h, mirror}, answer == 0);
+    if (answer == 0) return true;
+    // Systems flagged before the failure: the exact path decides again.
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flags, 0, size_t(p.batch), stream));
+    *again = true;
+    return false;
+  }
+};
+
 template <typename T>
 absl::StatusOr<bool> SolveThomasWindowed(const TridiagonalProblem<T>& in, T* x, uint8_t* flags,
                                          cudaStream_t stream, int64_t windows, int64_t halo,
-                                         int stages, int mirror_by) {
+                                         int stages, int mirror_by, LaterAnswer* later) {
   if (!ThomasWindowApplies(in.n, in.batch, in.layout, sizeof(T) == 4)) return false;
-  TridiagonalProblem<T> p = in;
+  auto run = std::make_unique<WindowRun<T>>();
+  WindowRun<T>& r = *run;
+  r.p = in;
+  TridiagonalProblem<T>& p = r.p;
   if (p.batch == 1) p.layout = Layout::kFlat;  // (one system: the layouts are the same)
   // Mirrored windows by default in the interleaved layout alone: the flat layout read 9% fewer
   // bytes mirrored but ran no faster (NOTES.md t39, t41).
-  bool mirror = mirror_by > 0 || (mirror_by == 0 && p.layout == Layout::kInterleaved);
+  r.mirror = mirror_by > 0 || (mirror_by == 0 && p.layout == Layout::kInterleaved);
   const T* arrays[4] = {p.a, p.b, p.c, p.d};
   for (const T* q : arrays)
     if (reinterpret_cast<uintptr_t>(q) % 16 != 0) return false;
@@ -779,57 +924,46 @@ absl::StatusOr<bool> SolveThomasWindowed(const TridiagonalProblem<T>& in, T* x, 
     view.n = kChainCore;
   }
   if (p.layout == Layout::kFlat && reinterpret_cast<uintptr_t>(x) % 16 != 0) return false;
-  // A ring of 64 rows and the short halo first; a longer ring where the look-ahead ran out, the
-  // long halo where a halo was too short for the left end's bound (unless the caller set it).
-  // Mirrored windows that fail past those run once more forward only: a backward window sees
-  // the rows transposed (its look-ahead fades with a, its left end with c), which rows far from
-  // symmetric may not allow where the forward windows do.
-  const int64_t short_halo = sizeof(T) == 8 ? 64 : 32;
-  bool long_ring = false;
-  int64_t h = halo > 0 ? halo : short_halo;
-  const StartMemory::Shape shape{int(sizeof(T)), p.n,  p.batch, p.layout,
-                                 windows,        halo, stages,  mirror_by};
-  if (const std::optional<Start> start = g_starts.Find(shape)) {
-    long_ring = start->long_ring;
-    h = start->halo;
-    mirror &= start->mirror;
+  r.x = x;
+  r.flags = flags;
+  r.stream = stream;
+  r.windows = windows;
+  r.halo = halo;
+  r.stages = stages;
+  r.h = halo > 0 ? halo : kFirstHalo;
+  r.shape = StartMemory::Shape{int(sizeof(T)), p.n,  p.batch, p.layout,
+                               windows,        halo, stages,  mirror_by};
+  if (const std::optional<Start> start = g_starts.Find(r.shape)) {
+    r.long_ring = start->long_ring;
+    r.h = start->halo;
+    r.mirror &= start->mirror;
   }
-  Maps plain, maps;
-  if (!EncodeMaps(view, x, SystemsABox(p), 1, plain)) return false;
-  maps = plain;
-  if (p.batch == 1 && mirror && !EncodeMaps(view, x, SystemsABox(p), 2, maps)) return false;
-  int answer = 0;
-  for (;;) {
-    absl::StatusOr<int> failed =
-        long_ring ? LaunchByStages<T, kLongRing>(p, x, flags, maps, windows, h, stages, mirror,
-                                                  stream)
-                  : LaunchByStages<T, kShortRing>(p, x, flags, maps, windows, h, stages, mirror,
-                                                   stream);
-    if (!failed.ok()) return failed.status();
-    answer = *failed;
-    const bool ring_again = answer == kFailLookAhead && !long_ring;
-    const bool halo_again = answer == kFailHalo && halo <= 0 && h < kLongHalo;
-    if (answer == 0 || (!ring_again && !halo_again && !mirror)) break;
-    if (!ring_again && !halo_again) {
-      mirror = false;
-      maps = plain;
-    }
-    long_ring |= ring_again;
-    if (halo_again) h = kLongHalo;
-    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flags, 0, size_t(p.batch), stream));
+  if (!EncodeMaps(view, x, SystemsABox(p), 1, r.plain)) return false;
+  r.maps = r.plain;
+  if (p.batch == 1 && r.mirror && !EncodeMaps(view, x, SystemsABox(p), 2, r.maps)) return false;
+  auto word = PinnedWord::Take();
+  if (!word.ok()) return word.status();
+  r.word = std::move(*word);
+  absl::StatusOr<int> first = r.Launch();
+  if (!first.ok()) return first.status();
+  if (later != nullptr && *first == kInWord) {
+    *later = LaterAnswer([run = std::move(run)](bool* again) mutable
+                             -> absl::StatusOr<TridiagonalKernel> {
+      absl::StatusOr<bool> solved = run->Answer(kInWord, again);
+      if (!solved.ok()) return solved.status();
+      return *solved ? TridiagonalKernel::kThomasWindow : TridiagonalKernel::kPartitioned;
+    });
+    return true;
   }
-  g_starts.Keep(shape, Start{long_ring, h, mirror}, answer == 0);
-  if (answer == 0) return true;
-  // Systems flagged before the failure: the exact path decides again.
-  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flags, 0, size_t(p.batch), stream));
-  return false;
+  bool again = false;
+  return r.Answer(*first, &again);
 }
 
 template absl::StatusOr<bool> SolveThomasWindowed(const TridiagonalProblem<double>&, double*,
                                                   uint8_t*, cudaStream_t, int64_t, int64_t, int,
-                                                  int);
+                                                  int, LaterAnswer*);
 template absl::StatusOr<bool> SolveThomasWindowed(const TridiagonalProblem<float>&, float*,
                                                   uint8_t*, cudaStream_t, int64_t, int64_t, int,
-                                                  int);
+                                                  int, LaterAnswer*);
 
 }  // namespace trisolve::cuda

@@ -1247,7 +1247,8 @@ template <typename T>
 absl::StatusOr<TridiagonalKernel> SolveTridiagonalDevice(const TridiagonalProblem<T>& p_in,
                                                          TridiagonalMethod method, T* x,
                                                          uint8_t* flags, Pool& pool,
-                                                         cudaStream_t stream) {
+                                                         cudaStream_t stream,
+                                                         LaterAnswer* later) {
   // One system is laid out the same way in both layouts (k * 1 + 0 = 0 * n + k): solve it as
   // flat, whose kernels read a system's rows coalesced.
   TridiagonalProblem<T> p = p_in;
@@ -1257,10 +1258,23 @@ absl::StatusOr<TridiagonalKernel> SolveTridiagonalDevice(const TridiagonalProble
   const bool inter = p.layout == Layout::kInterleaved;
   switch (k) {
     case TridiagonalKernel::kThomasWindow: {
+      LaterAnswer windows;
       auto ran = SolveThomasWindowed(p, x, flags, stream, g_tuning.thomas_windows,
                                      g_tuning.thomas_halo, g_tuning.thomas_stages,
-                                     g_tuning.thomas_mirror);
+                                     g_tuning.thomas_mirror, later ? &windows : nullptr);
       if (!ran.ok()) return ran.status();
+      if (windows.pending()) {
+        // The windows' answer at the caller's wait; where they failed, the exact path then.
+        *later = LaterAnswer([windows = std::move(windows), p, x, flags, &pool,
+                              stream](bool* again) mutable -> absl::StatusOr<TridiagonalKernel> {
+          auto solved = windows.Finish(again);
+          if (!solved.ok() || *solved == TridiagonalKernel::kThomasWindow) return solved;
+          auto exact = SolvePartitioned(p, x, flags, pool, stream);
+          if (exact.ok()) *again = true;
+          return exact;
+        });
+        return k;
+      }
       if (*ran) return k;
       auto exact = SolvePartitioned(p, x, flags, pool, stream);
       if (!exact.ok()) return exact.status();
@@ -1301,8 +1315,10 @@ absl::StatusOr<TridiagonalKernel> SolveTridiagonalDevice(const TridiagonalProble
 }
 
 template absl::StatusOr<TridiagonalKernel> SolveTridiagonalDevice(
-    const TridiagonalProblem<double>&, TridiagonalMethod, double*, uint8_t*, Pool&, cudaStream_t);
+    const TridiagonalProblem<double>&, TridiagonalMethod, double*, uint8_t*, Pool&, cudaStream_t,
+    LaterAnswer*);
 template absl::StatusOr<TridiagonalKernel> SolveTridiagonalDevice(
-    const TridiagonalProblem<float>&, TridiagonalMethod, float*, uint8_t*, Pool&, cudaStream_t);
+    const TridiagonalProblem<float>&, TridiagonalMethod, float*, uint8_t*, Pool&, cudaStream_t,
+    LaterAnswer*);
 
 }  // namespace trisolve::cuda

@@ -34,8 +34,8 @@
 //    substitution from the forward sweep's front once the product of |c'| over the look-ahead
 //    bounds the error by the unit roundoff (thomas_window.cu): 5 arrays of traffic. Where the
 //    batch has too few groups of 32 to fill the GPU, systems are also cut into windows
-//    (windows.h) whose dropped left coupling is bounded a posteriori too (halos of 64 rows, 32
-//    in float32, then 256); batches of 16-31 run two windows of 16 a warp; flat batches take
+//    (windows.h) whose dropped left coupling is bounded a posteriori too (halos of 32 rows,
+//    then the one the windows measured, up to 256); batches of 16-31 run two windows of 16 a warp; flat batches take
 //    swizzled boxes and bulk stores; one system is a chain of 1024-row windows, 32 a warp. A
 //    chunk that needs more than 48 rows of look-ahead runs again with a ring of 128 rows; one
 //    that needs more than 112, a window whose left end's bound fails at 256 rows or whose core
@@ -52,7 +52,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <utility>
 
+#include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
 #include "memory_pool.h"
 #include "trisolve/tridiagonal.h"
@@ -108,8 +110,8 @@ struct PartitionedTuning {
                            // (ThomasWindowByShape), 1 wherever it applies, -1 never
   int thomas_windows = 0;  // its windows a system: 0 enough to fill the GPU
   int thomas_halo = 0;     // rows its windows past a system's first sweep before their core:
-                           // 0 for 64 / 32 (float64 / float32), then 256 where a window's
-                           // left end's bound needs more; else that halo alone
+                           // 0 for 32, then the measured one (up to 256) where a
+                           // window's left end's bound needs more; else that halo alone
   int thomas_stages = 0;   // its copies in flight a warp: 0 for 2 (float32 also 1 or 4)
   int thomas_mirror = 0;   // its odd windows sweep backward (NOTES.md t39): 0 by layout
                            // (interleaved), 1 wherever they can (whole cores), -1 never
@@ -140,29 +142,71 @@ absl::StatusOr<bool> SolveRowsStreamed(const TridiagonalProblem<double>& p, doub
 bool ThomasWindowApplies(int64_t n, int64_t batch, Layout layout, bool float32);
 bool ThomasWindowByShape(int64_t n, int64_t batch, Layout layout, bool float32);
 
+// The rest of a solve whose kernel gives its answer later: thomas-window's kernels tell whether
+// a window failed its checks through a word of pinned memory their last block writes, which
+// the host can read only once the kernel is done. A call given a LaterAnswer returns when the
+// kernel is queued (no wait: ~6 us a call on the H100, NOTES.md t48); the caller waits for the
+// stream as it does anyway (its copy back), then calls Finish, which reads the answer and,
+// where a window failed, solves the problem again as the waiting call would have (longer
+// halo or ring, else the exact path), sets *again (x and the flags written again: copy them
+// back again) and returns the kernel that solved it. The problem's arrays, x, the flags and
+// the pool stay the caller's until then. Destroyed unfinished, it waits for the stream (the
+// word goes back to be reused).
+class LaterAnswer {
+ public:
+  using Rest = absl::AnyInvocable<absl::StatusOr<TridiagonalKernel>(bool* again)>;
+  LaterAnswer() = default;
+  explicit LaterAnswer(Rest rest) : rest_(std::move(rest)) {}
+  LaterAnswer(LaterAnswer&&) = default;
+  LaterAnswer& operator=(LaterAnswer&&) = default;
+  ~LaterAnswer() = default;  // (the rest's state waits for its stream when destroyed)
+  bool pending() const { return static_cast<bool>(rest_); }
+  absl::StatusOr<TridiagonalKernel> Finish(bool* again = nullptr) {
+    if (!rest_) return absl::FailedPreconditionError("LaterAnswer: no answer pending");
+    bool a = false;
+    Rest rest = std::move(rest_);
+    rest_ = nullptr;
+    auto k = rest(&a);
+    if (again != nullptr) *again = a;
+    return k;
+  }
+
+ private:
+  Rest rest_;
+};
+
 // thomas-window on p (device arrays 16-byte aligned, else false): `windows` a system (0 to fill
-// the GPU), `halo` rows before the cores past a system's first (0: 64 in float64, 32 in
-// float32, then 256 where the left end's bound needs more; else that halo alone), `stages`
+// the GPU), `halo` rows before the cores past a system's first (0: 32, then the one
+// the windows measured, up to 256, where the left end's bound needs more; else that halo alone), `stages`
 // copies in flight a warp (2; float32 also 1 or 4), `mirror` whether odd windows sweep backward
 // (0: in the interleaved layout, 1 wherever cores are whole, -1 never). Returns false where it
 // does not apply or where the problem failed its checks (then x is partly written, the flags
-// are zero, and the caller solves p by the exact path). Waits for the kernel.
+// are zero, and the caller solves p by the exact path). Waits for the kernel, unless `later`:
+// then true means launched, the answer in *later (Finish: kThomasWindow, or kPartitioned where
+// the problem failed and the caller must solve it by the exact path; `again` where a second
+// launch rewrote x).
 template <typename T>
 absl::StatusOr<bool> SolveThomasWindowed(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
                                          cudaStream_t stream, int64_t windows = 0,
-                                         int64_t halo = 0, int stages = 0, int mirror = 0);
+                                         int64_t halo = 0, int stages = 0, int mirror = 0,
+                                         LaterAnswer* later = nullptr);
 // thomas-window's launches in this process (tests: a shape's solve after its first starts where
 // the first succeeded, SolveThomasWindowed's StartMemory).
 int64_t ThomasWindowLaunches();
+// The halo of the last thomas-window launch whose windows had one (tests: the measured halo).
+int64_t ThomasWindowLastHalo();
 
 // Solves on `stream`. p's arrays and x are device pointers; status_flags (device, batch bytes)
 // are set to 1 for systems whose pivots vanished (x of those systems is then meaningless: the
 // caller zeroes it). Scratch comes from `pool`. Returns the kernel that ran (for `auto`, what
 // ChooseTridiagonalKernel predicts unless the windows' check failed and sent the problem on).
+// With `later`, a kernel that answers later (thomas-window) is left to the caller's wait: the
+// call returns the kernel it launched and *later is pending (LaterAnswer above).
 template <typename T>
 absl::StatusOr<TridiagonalKernel> SolveTridiagonalDevice(const TridiagonalProblem<T>& p,
                                                          TridiagonalMethod method, T* x,
                                                          uint8_t* status_flags, Pool& pool,
-                                                         cudaStream_t stream);
+                                                         cudaStream_t stream,
+                                                         LaterAnswer* later = nullptr);
 
 }  // namespace trisolve::cuda
