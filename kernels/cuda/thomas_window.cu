@@ -903,7 +903,7 @@ struct WindowRun {
 template <typename T>
 absl::StatusOr<bool> SolveThomasWindowed(const TridiagonalProblem<T>& in, T* x, uint8_t* flags,
                                          cudaStream_t stream, int64_t windows, int64_t halo,
-                                         int stages, int mirror_by, LaterAnswer* later) {
+                                         int stages, int mirror_by, ThomasWindowRest* rest) {
   if (!ThomasWindowApplies(in.n, in.batch, in.layout, sizeof(T) == 4)) return false;
   auto run = std::make_unique<WindowRun<T>>();
   WindowRun<T>& r = *run;
@@ -946,13 +946,8 @@ absl::StatusOr<bool> SolveThomasWindowed(const TridiagonalProblem<T>& in, T* x, 
   r.word = std::move(*word);
   absl::StatusOr<int> first = r.Launch();
   if (!first.ok()) return first.status();
-  if (later != nullptr && *first == kInWord) {
-    *later = LaterAnswer([run = std::move(run)](bool* again) mutable
-                             -> absl::StatusOr<TridiagonalKernel> {
-      absl::StatusOr<bool> solved = run->Answer(kInWord, again);
-      if (!solved.ok()) return solved.status();
-      return *solved ? TridiagonalKernel::kThomasWindow : TridiagonalKernel::kPartitioned;
-    });
+  if (rest != nullptr && *first == kInWord) {
+    *rest = [run = std::move(run)](bool* again) { return run->Answer(kInWord, again); };
     return true;
   }
   bool again = false;
@@ -961,9 +956,9 @@ absl::StatusOr<bool> SolveThomasWindowed(const TridiagonalProblem<T>& in, T* x, 
 
 template absl::StatusOr<bool> SolveThomasWindowed(const TridiagonalProblem<double>&, double*,
                                                   uint8_t*, cudaStream_t, int64_t, int64_t, int,
-                                                  int, LaterAnswer*);
+                                                  int, ThomasWindowRest*);
 template absl::StatusOr<bool> SolveThomasWindowed(const TridiagonalProblem<float>&, float*,
                                                   uint8_t*, cudaStream_t, int64_t, int64_t, int,
-                                                  int, LaterAnswer*);
+                                                  int, ThomasWindowRest*);
 
 }  // namespace trisolve::cuda

@@ -1258,27 +1258,33 @@ absl::StatusOr<TridiagonalKernel> SolveTridiagonalDevice(const TridiagonalProble
   const bool inter = p.layout == Layout::kInterleaved;
   switch (k) {
     case TridiagonalKernel::kThomasWindow: {
-      LaterAnswer windows;
+      ThomasWindowRest windows;
       auto ran = SolveThomasWindowed(p, x, flags, stream, g_tuning.thomas_windows,
                                      g_tuning.thomas_halo, g_tuning.thomas_stages,
-                                     g_tuning.thomas_mirror, later ? &windows : nullptr);
+                                     g_tuning.thomas_mirror, &windows);
       if (!ran.ok()) return ran.status();
-      if (windows.pending()) {
-        // The windows' answer at the caller's wait; where they failed, the exact path then.
-        *later = LaterAnswer([windows = std::move(windows), p, x, flags, &pool,
-                              stream](bool* again) mutable -> absl::StatusOr<TridiagonalKernel> {
-          auto solved = windows.Finish(again);
-          if (!solved.ok() || *solved == TridiagonalKernel::kThomasWindow) return solved;
-          auto exact = SolvePartitioned(p, x, flags, pool, stream);
-          if (exact.ok()) *again = true;
-          return exact;
-        });
+      const bool pending = static_cast<bool>(windows);
+      // The windows' answer (at once, or at the caller's wait); where they failed, or did not
+      // apply, the exact path.
+      LaterAnswer::Rest rest = [windows = std::move(windows), solved = *ran, p, x, flags, &pool,
+                                stream](bool* again) mutable
+          -> absl::StatusOr<TridiagonalKernel> {
+        if (windows) {
+          absl::StatusOr<bool> answered = windows(again);
+          if (!answered.ok()) return answered.status();
+          solved = *answered;
+        }
+        if (solved) return TridiagonalKernel::kThomasWindow;
+        auto exact = SolvePartitioned(p, x, flags, pool, stream);
+        if (exact.ok()) *again = true;
+        return exact;
+      };
+      if (later != nullptr && pending) {
+        *later = LaterAnswer(std::move(rest));
         return k;
       }
-      if (*ran) return k;
-      auto exact = SolvePartitioned(p, x, flags, pool, stream);
-      if (!exact.ok()) return exact.status();
-      return *exact;
+      bool again = false;
+      return rest(&again);
     }
     case TridiagonalKernel::kPartitioned:
     case TridiagonalKernel::kPartitionedCluster:

@@ -35,8 +35,9 @@
 //    bounds the error by the unit roundoff (thomas_window.cu): 5 arrays of traffic. Where the
 //    batch has too few groups of 32 to fill the GPU, systems are also cut into windows
 //    (windows.h) whose dropped left coupling is bounded a posteriori too (halos of 32 rows,
-//    then the one the windows measured, up to 256); batches of 16-31 run two windows of 16 a warp; flat batches take
-//    swizzled boxes and bulk stores; one system is a chain of 1024-row windows, 32 a warp. A
+//    then the one the windows measured, up to 256); batches of 16-31 run two windows of 16 a
+//    warp; flat batches take swizzled boxes and bulk stores; one system is a chain of 1024-row
+//    windows, 32 a warp. A
 //    chunk that needs more than 48 rows of look-ahead runs again with a ring of 128 rows; one
 //    that needs more than 112, a window whose left end's bound fails at 256 rows or whose core
 //    has a |c'| over 1, sends the whole problem to the paths below and that path's name is
@@ -176,20 +177,21 @@ class LaterAnswer {
 };
 
 // thomas-window on p (device arrays 16-byte aligned, else false): `windows` a system (0 to fill
-// the GPU), `halo` rows before the cores past a system's first (0: 32, then the one
-// the windows measured, up to 256, where the left end's bound needs more; else that halo alone), `stages`
+// the GPU), `halo` rows before the cores past a system's first (0: 32, then the one the windows
+// measured, up to 256, where the left end's bound needs more; else that halo alone), `stages`
 // copies in flight a warp (2; float32 also 1 or 4), `mirror` whether odd windows sweep backward
 // (0: in the interleaved layout, 1 wherever cores are whole, -1 never). Returns false where it
 // does not apply or where the problem failed its checks (then x is partly written, the flags
-// are zero, and the caller solves p by the exact path). Waits for the kernel, unless `later`:
-// then true means launched, the answer in *later (Finish: kThomasWindow, or kPartitioned where
-// the problem failed and the caller must solve it by the exact path; `again` where a second
-// launch rewrote x).
+// are zero, and the caller solves p by the exact path). Waits for the kernel, unless `rest`:
+// then true means launched, and *rest (after the caller's wait for the stream) answers as the
+// waiting call would have, setting *again where a second launch rewrote x; destroyed
+// unanswered, it waits for the stream.
+using ThomasWindowRest = absl::AnyInvocable<absl::StatusOr<bool>(bool* again)>;
 template <typename T>
 absl::StatusOr<bool> SolveThomasWindowed(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
                                          cudaStream_t stream, int64_t windows = 0,
                                          int64_t halo = 0, int stages = 0, int mirror = 0,
-                                         LaterAnswer* later = nullptr);
+                                         ThomasWindowRest* rest = nullptr);
 // thomas-window's launches in this process (tests: a shape's solve after its first starts where
 // the first succeeded, SolveThomasWindowed's StartMemory).
 int64_t ThomasWindowLaunches();
