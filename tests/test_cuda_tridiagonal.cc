@@ -264,6 +264,7 @@ TEST(CudaTridiagonal, AutoPicksTheMeasuredKernelByShape) {
                         Pick{16384, 1, Layout::kInterleaved, false, W},
                         Pick{1 << 20, 2, Layout::kFlat, false, W},
                         Pick{1 << 24, 1, Layout::kFlat, false, TW},
+                        Pick{(1 << 24) + 16, 1, Layout::kFlat, false, TW},
                         Pick{1 << 23, 1, Layout::kFlat, false, W},
                         Pick{1 << 20, 2, Layout::kInterleaved, true, K::kPartitioned},
                         Pick{128, 100, Layout::kInterleaved, false, K::kPartitioned},
@@ -548,10 +549,10 @@ TEST(CudaTridiagonal, ThomasWindowMatchesTheCpuReference) {
                                             << k.n << " batch " << k.batch
                                             << (inter ? " interleaved" : " flat"));
           // The copies' row stride in whole 16-byte words: the batch's row, or a system; one
-          // flat system as windows of 1024 rows, 32 of them at least.
+          // system as a chain of windows of whole chunks, 32 of 512 rows at least (PlanChain).
           const int64_t stride = inter && !(k.batch == 1) ? k.batch : k.n;
           const bool one = k.batch == 1;  // (one system: the layouts are the same)
-          if (one && (k.n % 1024 != 0 || k.n < 32 * 1024)) {
+          if (one && (k.n % 16 != 0 || k.n < 32 * 512)) {
             EXPECT_NE(Compare<double>(k, layout, TridiagonalMethod::kAuto, 1e-12, 1e-15),
                       "thomas-window");
             continue;
@@ -571,7 +572,8 @@ TEST(CudaTridiagonal, ThomasWindowMatchesTheCpuReference) {
 // system backward, a and c exchanged) against the reference, as forward ones are: 2-8 windows,
 // an odd count of them, batches of 8-31 (two or four windows side by side in a warp), both
 // layouts (the flat one forced: `auto` mirrors the interleaved one alone), one system as a
-// chain of 64 or 33 windows (the maps take every other one), both precisions; and with the
+// chain of 128 or 66 windows of 512 rows, in one part (the maps take every other window),
+// both precisions; and with the
 // mirror off. A non-finite right-hand side in a backward window still flags that system alone
 // (by the exact path: a backward sweep's pivots are not the reference's).
 TEST(CudaTridiagonal, ThomasWindowMirroredMatchesTheCpuReference) {
@@ -587,7 +589,7 @@ TEST(CudaTridiagonal, ThomasWindowMirroredMatchesTheCpuReference) {
       for (Layout layout : {Layout::kInterleaved, Layout::kFlat})
         for (int64_t batch : {1, 8, 12, 16, 20, 64, 100}) {
           if ((batch == 1) != (sh.windows == 0) || (batch == 1 && layout == Layout::kFlat))
-            continue;  // (one system: windows of 1024 rows, either layout)
+            continue;  // (one system: the chain, either layout)
           SCOPED_TRACE(::testing::Message()
                        << "mirror " << mirror << " n " << sh.n << " windows " << sh.windows
                        << " batch " << batch
@@ -614,6 +616,40 @@ TEST(CudaTridiagonal, ThomasWindowMirroredMatchesTheCpuReference) {
   };
   EXPECT_NE(Compare<double>(k, Layout::kInterleaved, TridiagonalMethod::kAuto, 1e-12, 1e-15,
                             nan_rhs),
+            "thomas-window");
+}
+
+// One system as a chain of windows (PlanChain) of any length of whole chunks, forced: in one
+// part (40,000 rows: 50 windows of 800) and in two (2^24 on the H100: windows of 992 rows, then
+// of 1008; 2^24 + 16 and 10^7 rows, the second part's last task partly idle), both precisions,
+// and an implicit diffusion step (r = 1: its windows need a halo of ~40 rows, more than the
+// first 32), whose second part's first window reads the first part's last rows as its halo.
+// A length not of whole chunks is not a chain.
+TEST(CudaTridiagonal, ThomasWindowChainsOneSystemOfAnyLength) {
+  REQUIRE_THOMAS_WINDOW();
+  const ScopedTuning scoped;
+  scoped.Set([&](cuda::PartitionedTuning& t) { t.thomas_window = 1; });
+  auto diffusion = [](auto& data) {
+    using T = std::decay_t<decltype(data.a[0])>;
+    for (size_t e = 0; e < data.a.size(); ++e) {
+      data.a[e] = data.c[e] = T(-1);
+      data.b[e] = T(3);
+    }
+  };
+  for (int64_t n : {int64_t(40000), int64_t(1) << 24, (int64_t(1) << 24) + 16,
+                    int64_t(10000000)}) {
+    SCOPED_TRACE(::testing::Message() << "n " << n);
+    const Case k{n, 1};
+    EXPECT_EQ(Compare<double>(k, Layout::kFlat, TridiagonalMethod::kAuto, 1e-12, 1e-15),
+              "thomas-window");
+    EXPECT_EQ(Compare<float>(k, Layout::kFlat, TridiagonalMethod::kAuto, 2e-4, 3e-6),
+              "thomas-window");
+    EXPECT_EQ(Compare<double>(k, Layout::kFlat, TridiagonalMethod::kAuto, 1e-12, 1e-15,
+                              std::function<void(Data<double>&)>(diffusion)),
+              "thomas-window");
+  }
+  EXPECT_NE(Compare<double>(Case{(int64_t(1) << 24) + 8, 1}, Layout::kFlat,
+                            TridiagonalMethod::kAuto, 1e-12, 1e-15),
             "thomas-window");
 }
 

@@ -208,6 +208,73 @@ TEST(TridiagonalWindows, PlanCoversEveryRowOnce) {
   EXPECT_GT(planned, 400);
 }
 
+// One system as a chain of windows, 32 a warp (thomas-window's): the parts tile the system,
+// each of equal cores, multiples of the alignment and at least the least core; where there are
+// two the first is whole tasks and the second's cores one alignment longer; the tasks fit the
+// warps; and the longest core is the shortest that does (no plan of a shorter one fits: a
+// search over every single core and every split into the two parts). Worked by hand: 2^24 rows
+// on the H100's 528 warps are 496 tasks of 992-row windows and 32 of 1008-row ones
+// (496 * 32 * 992 + 1024 * 1008 = 2^24), where windows of 1024 would take 512 warps.
+TEST(TridiagonalWindows, ChainPlanFitsTheWarpsWithTheShortestCores) {
+  const ChainPlan h100 = PlanChain(int64_t(1) << 24, 528, 32, 16, 512);
+  ASSERT_EQ(h100.parts, 2);
+  EXPECT_EQ(h100.part[0].start, 0);
+  EXPECT_EQ(h100.part[0].core, 992);
+  EXPECT_EQ(h100.part[0].windows, 496 * 32);
+  EXPECT_EQ(h100.part[1].start, 496 * 32 * 992);
+  EXPECT_EQ(h100.part[1].core, 1008);
+  EXPECT_EQ(h100.part[1].windows, 1024);
+  EXPECT_EQ(h100.tasks, 528);
+  const ChainPlan mirrored = PlanChain(int64_t(1) << 24, 528, 32, 16, 512, true);
+  ASSERT_EQ(mirrored.parts, 1);
+  EXPECT_EQ(mirrored.part[0].core, 1024);
+  EXPECT_EQ(mirrored.tasks, 512);
+  EXPECT_EQ(PlanChain((int64_t(1) << 24) + 8, 528, 32, 16, 512).parts, 0);  // (not whole chunks)
+  EXPECT_EQ(PlanChain(32 * 512 - 16, 528, 32, 16, 512).parts, 0);  // (under one task)
+  // Does a plan whose longest core is m units (of 16 rows) fit `warps`?
+  auto fits = [](int64_t units, int64_t warps, int64_t m, bool one_part) {
+    if (m >= 32 && units % m == 0 && (units / m + 31) / 32 <= warps) return true;
+    for (int64_t ta = 1; !one_part && m - 1 >= 32 && 32 * ta * (m - 1) + m <= units; ++ta) {
+      const int64_t rest = units - 32 * ta * (m - 1);
+      if (rest % m == 0 && ta + (rest / m + 31) / 32 <= warps) return true;
+    }
+    return false;
+  };
+  int planned = 0;
+  for (int64_t warps : {1, 7, 40, 264, 528})
+    for (int64_t n : {int64_t(16384), int64_t(40000), int64_t(65536), int64_t(1) << 20,
+                      int64_t(3000000), int64_t(10000000), int64_t(1) << 24,
+                      (int64_t(1) << 24) + 16, int64_t(3) << 23, int64_t(1) << 25})
+      for (bool one_part : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << "warps " << warps << " n " << n
+                                          << (one_part ? " one part" : ""));
+        const ChainPlan p = PlanChain(n, warps, 32, 16, 512, one_part);
+        ASSERT_GE(p.parts, 1);
+        ASSERT_LE(p.parts, one_part ? 1 : 2);
+        int64_t next = 0, tasks = 0;
+        for (int i = 0; i < p.parts; ++i) {
+          const ChainPart& c = p.part[i];
+          EXPECT_EQ(c.start, next);
+          EXPECT_EQ(c.core % 16, 0);
+          EXPECT_GE(c.core, 512);
+          EXPECT_GE(c.windows, 1);
+          next += c.core * c.windows;
+          tasks += (c.windows + 31) / 32;
+        }
+        EXPECT_EQ(next, n);
+        EXPECT_EQ(tasks, p.tasks);
+        EXPECT_LE(p.tasks, warps);
+        if (p.parts == 2) {
+          EXPECT_EQ(p.part[0].windows % 32, 0);
+          EXPECT_EQ(p.part[1].core, p.part[0].core + 16);
+        }
+        const int64_t longest = p.part[p.parts - 1].core / 16;
+        for (int64_t m = 32; m < longest; ++m) ASSERT_FALSE(fits(n / 16, warps, m, one_part)) << m;
+        ++planned;
+      }
+  EXPECT_EQ(planned, 100);
+}
+
 // x by the windows of `w`, each solved alone (the couplings past it dropped) by Thomas, kept on
 // its core.
 template <typename T>

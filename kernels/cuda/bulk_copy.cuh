@@ -72,6 +72,12 @@ __device__ __forceinline__ void BulkWaitRead() {
 __device__ __forceinline__ void BulkWaitAll() {
   asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 }
+// This thread's bulk groups but the last committed are complete, their global writes ordered
+// before this thread's later generic ones (a release after it publishes them to other blocks).
+__device__ __forceinline__ void BulkPublishAllButLast() {
+  asm volatile("cp.async.bulk.wait_group 1;" ::: "memory");
+  asm volatile("fence.proxy.async.global;" ::: "memory");
+}
 #else
 __device__ __forceinline__ void BarInit(uint64_t*) { __trap(); }
 __device__ __forceinline__ void BarExpect(uint64_t*, uint32_t) { __trap(); }
@@ -86,7 +92,26 @@ __device__ __forceinline__ void BulkStore2D(const CUtensorMap*, int, int, const 
 __device__ __forceinline__ void BulkCommit() { __trap(); }
 __device__ __forceinline__ void BulkWaitRead() { __trap(); }
 __device__ __forceinline__ void BulkWaitAll() { __trap(); }
+__device__ __forceinline__ void BulkPublishAllButLast() { __trap(); }
 #endif
+
+// Loads that see other blocks' writes: a counter with acquire (what its releaser wrote before
+// is visible after it), a value relaxed (from the L2, no stale L1 line).
+__device__ __forceinline__ int AcquireLoad(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ double RelaxedLoad(const double* p) {
+  double v;
+  asm volatile("ld.relaxed.gpu.global.f64 %0, [%1];" : "=d"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ float RelaxedLoad(const float* p) {
+  float v;
+  asm volatile("ld.relaxed.gpu.global.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
+  return v;
+}
 
 // cuTensorMapEncodeTiled from the driver (through the runtime: no link to libcuda), or null.
 inline PFN_cuTensorMapEncodeTiled_v12000 TensorMapEncoder() {

@@ -58,7 +58,7 @@ class PinnedWord {
   int* get() const { return p_.host; }        // the word (two ints), for the host
   int* mapped() const { return p_.mapped; }   // the same word, for a kernel to write
   int* scratch() const { return p_.scratch; }  // device ints: the answer, the second value,
-                                               // blocks done
+                                               // blocks done, and one the kernel may count in
 
  private:
   struct Ptrs {
@@ -93,6 +93,7 @@ __device__ __forceinline__ void PublishAnswer(int* scratch, int* mapped) {
     static_cast<volatile int*>(mapped)[1] = atomicExch(&scratch[1], 0);
     static_cast<volatile int*>(mapped)[0] = atomicExch(&scratch[0], 0);
     scratch[2] = 0;
+    scratch[3] = 0;  // (a count of the kernel's own: thomas-window's first chunks stored)
   }
 }
 #endif

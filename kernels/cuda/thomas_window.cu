@@ -47,9 +47,17 @@
 // The flat layout (float64 n > 8192, NOTES.md t36-t37) takes the same warps: a copy holds each
 // system's rows as one 64-byte row, swizzled, and x goes back through shared memory and bulk
 // tensor stores (a lane storing its own system's rows touched 32 lines an instruction). One
-// system (n >= 2^24, t38) is a chain of windows of kChainCore rows, the lanes 32 consecutive
-// ones: the maps view the arrays as (n / kChainCore) systems, so a copy is one box, the halo
-// one system back and the look-ahead one on.
+// system (n >= 2^24, t38) is a chain of windows, the lanes 32 consecutive ones: the maps view
+// the arrays as (windows x core), so a copy is one box, the halo one window back and the
+// look-ahead one on. The cores are as short as the warps that run at once allow, in two parts
+// of equal cores where n needs them (PlanChain, t50: 2^24 as 15,872 windows of 992 rows and
+// 1,024 of 1008, 528 warps, where windows of 1024 left 16 of the H100's 528 idle). A chain's
+// windows are linked (t51): a window's x at its first row, stored early in its sweep, is the
+// x past the window before's core, so that window's last rows are substituted back from it
+// once its core is swept, where elsewhere the sweep goes on ~40 rows into the next core (read
+// from DRAM a second time) for the look-ahead; the next lane gives it by a shuffle, the next
+// task (the warp's last lane) through memory, once every task has counted its first chunk
+// stored (not waited for: a warp without it looks ahead as before).
 //
 // Mirrored windows (interleaved, t39): every window reads rows that a neighbour reads too (its
 // halo, its look-ahead), at the other end of that neighbour's sweep, so from DRAM twice. Where
@@ -106,8 +114,10 @@ constexpr int64_t kFirstHalo = 32, kLongHalo = 256;
 // the benchmark's rows and a diffusion step with r = 1 need); problems that need more are run
 // again with a ring of 128 rows (2 blocks an SM) before the exact path.
 constexpr int kShortRing = 64, kLongRing = 128;
-// One flat system: its windows' cores (4 halos of the second try), n a multiple of it.
-constexpr int64_t kChainCore = 1024;
+// One flat system: its windows' cores at least (PlanChain: as short as the warps that run at
+// once allow, 992 and 1008 rows for 2^24 on the H100), so that the longest halo (256) reaches
+// one window back only.
+constexpr int64_t kChainMinCore = 512;
 // Rows a copy (a box of systems an array): float64 8, float32 16 (H100, 2^24 unknowns
 // interleaved: float64 in copies of 16 rows fit 3 blocks an SM, n = 1024 0.263 -> 0.433 ms;
 // float32 in copies of 8 rows 0.162 against 0.147; copies of 4 rows, 4 / 8 in flight, were
@@ -132,13 +142,19 @@ struct Args {
   WindowPlan plan;      // windows of a system (per_system 1: whole systems)
   int64_t tasks = 0;    // groups of kSys systems x tasks a group (windows / (kLanes / kSys))
   double tau = 0;       // a chunk is stored once prod |c'| over its look-ahead is under tau
-  int* fail = nullptr;    // kFail* where a window cannot be solved here, and in fail[1] the
-                          // halo the windows needed (PinnedWord's scratch)
+  int* fail = nullptr;    // kFail* where a window cannot be solved here, in fail[1] the halo
+                          // the windows needed, in fail[3] the chain's tasks whose first
+                          // chunk is stored (PinnedWord's scratch)
   int* answer = nullptr;  // both at the end, written by the last block (PinnedWord::mapped)
   // Flat, one system: its windows are the lanes, 32 consecutive ones a task, copied as one box
   // of the maps' (core x windows) view (the halo from the window before, the look-ahead from
-  // the one after).
+  // the one after). The windows come in one or two parts (PlanChain), the first part's `plan`
+  // and the kernel's `maps`, the second's below and `maps2`, whose view starts a window early
+  // (coordinate 1 is its first window: its halo is the first part's last rows), where the first
+  // part's ends a window late (its last window's look-ahead is the second part's first rows).
   bool chain = false;
+  int64_t tasks1 = 0;  // the first part's tasks (the rest: the second's)
+  int start2 = 0, core2 = 0, wins2 = 0;
   // Mirrored windows: the odd windows of a system sweep it backward (the system reversed: rows
   // n - 1 down to 0, a and c exchanged), so that the rows two neighbouring windows both read
   // (a halo, a look-ahead) are read by both near the same time, the second read from the L2.
@@ -201,7 +217,8 @@ __device__ __forceinline__ int HaloNeeded(float p_m, int m, T left_sum, T tau, i
 template <typename T, int kRing, int kSys, int kStages, bool kFlat>
 __global__ void __launch_bounds__(kLanes)
     ThomasWindowKernel(TridiagonalProblem<T> p, T* __restrict__ x, uint8_t* flags,
-                       const __grid_constant__ Maps maps, Args w) {
+                       const __grid_constant__ Maps maps, const __grid_constant__ Maps maps2,
+                       Args w) {
   constexpr int kPer = kLanes / kSys, kSnaps = Snaps(kRing), kStageRows = StageRows<T>();
   static_assert((kRing & (kRing - 1)) == 0 && kRing % kStageRows == 0 && kOut % kStageRows == 0);
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -223,19 +240,25 @@ __global__ void __launch_bounds__(kLanes)
   __syncwarp();
   constexpr uint32_t kBoxBytes = 4u * kStageRows * kSys * sizeof(T);
   const int n = int(p.n);
-  const int64_t wins = w.plan.per_system;  // windows a system
   // Tasks a group: kPer windows each (mirrored: the even windows' tasks and the odd ones'
   // alternate).
-  const int64_t per_group =
-      w.mirror ? 2 * (((wins + 1) / 2 + kPer - 1) / kPer) : (wins + kPer - 1) / kPer;
-  const int core = int(w.plan.core);
+  const int64_t per_group = w.mirror ? 2 * (((w.plan.per_system + 1) / 2 + kPer - 1) / kPer)
+                                     : (w.plan.per_system + kPer - 1) / kPer;
   uint32_t issued = 0, used = 0;  // copies issued and consumed by this block: slot and parity
   for (int64_t t = blockIdx.x; t < w.tasks; t += gridDim.x) {
     if (*static_cast<volatile int*>(w.fail)) break;
-    const int64_t g = w.chain ? t : t / per_group;
+    // The chain's second part: its windows, cores and maps (its view's first window is
+    // coordinate 1).
+    const bool part2 = w.chain && t >= w.tasks1;
+    const int64_t wins = part2 ? w.wins2 : w.plan.per_system;  // windows a system (a part)
+    const int core = part2 ? w.core2 : int(w.plan.core);
+    const int start = part2 ? w.start2 : 0;  // the part's first row
+    const int coord = part2 ? 1 : 0;         // its first window's in its maps
+    const Maps& mp = part2 ? maps2 : maps;
+    const int64_t g = w.chain ? 0 : t / per_group;
     // The task's windows: w0 + step * b for its boxes b (the chain: its lanes b); mirrored,
     // the odd tasks' windows are odd and sweep backward (rev).
-    const int tg = int(w.chain ? t : t - g * per_group);
+    const int tg = int(w.chain ? (part2 ? t - w.tasks1 : t) : t - g * per_group);
     const int step = w.mirror ? 2 : 1;
     const bool rev = w.mirror && (tg & 1);
     const int per_task = w.chain ? kSys : kPer;
@@ -250,10 +273,12 @@ __global__ void __launch_bounds__(kLanes)
       const int jl = w.chain ? int(wins) - 1 : w0 + step * (boxes - 1);
       // This lane's window (a lane past the windows shadows the last, idle).
       const int j = w.chain ? min(w0 + step * sl, jl) : w0 + step * min(wl, boxes - 1);
-      const int H = jl > 0 ? int(w.plan.halo) : 0;
+      // Windows past a system's first in the task: a halo for every lane, and their checks.
+      const bool past_first = jl > 0 || start > 0;
+      const int H = past_first ? int(w.plan.halo) : 0;
       // Its core [c0, c1) and relative row 0, counted along the sweep (kRev: row r is row
       // n - 1 - r of the system).
-      const int c0m = j * core, c1m = min(n, (j + 1) * core);
+      const int c0m = start + j * core, c1m = min(n, c0m + core);
       const int c0 = kRev ? n - c1m : c0m, c1 = kRev ? n - c0m : c1m;
       const int lo = c0 - H;
       const int64_t s = w.chain ? 0 : g * kSys + sl;
@@ -264,8 +289,14 @@ __global__ void __launch_bounds__(kLanes)
       const int core_end = __reduce_max_sync(~0u, c1 - lo);
       const int read_end = __reduce_max_sync(~0u, min(n, c1 + kRing) - lo);
       int next = 0;  // the next copy's relative row
+      // The chain, forward: a window's last rows are substituted back from x at the next
+      // window's first row (linked, below), so its copies stop at the core's end unless that
+      // x is not there to be had. (Float64, as `auto` runs the chain: in the float32 kernels
+      // its registers spilled, 16-24 bytes.)
+      const bool link = kFlat && sizeof(T) == 8 && w.chain && !w.mirror;
+      int issue_end = link ? core_end : read_end;
       auto issue = [&] {
-        while (next < read_end && issued - used < kStages) {
+        while (next < issue_end && issued - used < kStages) {
           const int slot = int(issued % kStages);
           if (lane == 0) {
             // Boxes wholly before row 0 or past n are not copied (void rows); the bytes are
@@ -277,8 +308,8 @@ __global__ void __launch_bounds__(kLanes)
               const int seg = off < 0 ? -1 : off < core ? 0 : 1;
 #pragma unroll
               for (int q = 0; q < 4; ++q)
-                BulkLoad2D(&sm.raw[slot][q][0][0][0], &maps.m[q], off - seg * core, w0 + seg,
-                           &sm.bar[slot]);
+                BulkLoad2D(&sm.raw[slot][q][0][0][0], &mp.m[q], off - seg * core,
+                           coord + w0 + seg, &sm.bar[slot]);
               bytes = kBoxBytes;
             }
             for (int b = 0; b < (w.chain ? 0 : boxes); ++b) {
@@ -306,6 +337,10 @@ __global__ void __launch_bounds__(kLanes)
       // most = max over its rows k of prod_{i = k..row-1} |c'_i|.
       T alpha = T(0), beta = T(1);
       float most = 0;
+      // Linked: x past the core is x_next, the next window's x at its first row (this lane's own
+      // there is x_first), not 0 past a look-ahead.
+      T x_first = T(0), x_next = T(0);
+      bool linked = false;  // (uniform)
       bool bad = false;  // a pivot vanished or x is not finite
       int failed = 0;    // kFail* (uniform)
       int rel = 0;                          // next row to sweep (relative, uniform)
@@ -432,7 +467,7 @@ __global__ void __launch_bounds__(kLanes)
         const bool edge = !__all_sync(~0u, row >= 1 && row + kStageRows <= n - 1) || rel == 0;
         if (edge)
           core_rows ? sweep(Yes(), Yes(), Yes()) : sweep(Yes(), No(), Yes());
-        else if (jl == 0)  // whole systems or the first windows alone: no checks
+        else if (!past_first)  // whole systems or the first windows alone: no checks
           sweep(No(), Yes(), No());
         else
           core_rows ? sweep(No(), Yes(), Yes()) : sweep(No(), No(), Yes());
@@ -452,19 +487,48 @@ __global__ void __launch_bounds__(kLanes)
           ++fchunk;
           fend = fend < core_end ? min(fend + kOut, core_end) : INT_MAX;
         }
+        // The chain, its cores swept: x past each lane's core is the next window's x at its
+        // first row, stored with that window's first chunk (in the next lane, or for the last
+        // lane in the next task, which every task's first lane counts into fail[3] once that
+        // chunk is in memory; not waited for), exact but for that x's own error (the windows'
+        // bounds, 2 tau max |x| at most: a failed window fails the launch); the last rows
+        // then need no look-ahead, where every unstored chunk's factor on it is at most 1.
+        // Where a lane lacks it, or a factor is over 1, the look-ahead goes on as elsewhere.
+        if (link && rel == core_end && ochunk > 0) {
+          x_next = __shfl_down_sync(~0u, x_first, 1);
+          bool have = true;
+          if (c1m >= n) {
+            x_next = T(0);  // (the system's last window: c'[n - 1] = 0)
+          } else if (lane == kLanes - 1) {
+            have = AcquireLoad(&w.fail[3]) >= w.tasks;
+            if (have) x_next = RelaxedLoad(x + c1m);
+          }
+          linked = __all_sync(~0u, !live || have);
+          if (!linked) {
+            issue_end = read_end;
+            issue();
+          }
+        }
         // Store each swept chunk whose look-ahead now suffices in every system of the warp:
         // x past it from the chunks after it (x[row] taken as 0), and the bound of the error
-        // that makes at its rows, most * prod |beta| of the chunks after it.
+        // that makes at its rows, most * prod |beta| of the chunks after it (linked: x past
+        // the core x_next, and that product at most 1).
         while (ochunk < fchunk) {
-          T xn = alpha, bound = fabs(beta);
+          T xn = linked ? x_next : alpha, bound = fabs(beta);
           for (int m = fchunk - 1; m > ochunk; --m) {
             const int q = m % kSnaps;
             xn = fma(sm.map[q][1][lane], xn, sm.map[q][0][lane]);
             bound *= fabs(sm.map[q][1][lane]);
           }
           bound *= sm.most[ochunk % kSnaps][lane];
-          const bool enough = !live || bad || lo + rel >= n || bound <= tau;
-          if (!__all_sync(~0u, enough)) break;
+          const bool enough = !live || bad || lo + rel >= n || bound <= (linked ? T(1) : tau);
+          if (!__all_sync(~0u, enough)) {
+            if (!linked) break;
+            linked = false;  // (the look-ahead, from the chunk not stored)
+            issue_end = read_end;
+            issue();
+            continue;
+          }
           const int count = min(kOut, c1 - (lo + out));  // this lane's rows (<= 0 past its core)
           const int k0 = (out - H) & (kRing - 1);       // (chunks do not wrap the ring)
           T cs[kOut], ds[kOut];
@@ -521,6 +585,7 @@ __global__ void __launch_bounds__(kLanes)
             }
             if (count > 0) bad |= !Finite(xn);
           }
+          if (ochunk == 0) x_first = xn;  // (x at the chunk's first row, the core's)
           if constexpr (kFlat) {
             FenceProxyAsync();  // the lanes' writes before the copy engine's reads
             __syncwarp();
@@ -531,7 +596,8 @@ __global__ void __launch_bounds__(kLanes)
                 for (int h = 0; h < kHalves; ++h) {
                   const int v = out - H + h * kRows;  // from the core's start along the sweep
                   if (w.chain) {  // (core rows: this window's)
-                    BulkStore2D(&maps.x, kRev ? core - kRows - v : v, w0, &sm.xout[b][h][0][0]);
+                    BulkStore2D(&mp.x, kRev ? core - kRows - v : v, coord + w0,
+                                &sm.xout[b][h][0][0]);
                   } else {
                     const int jb = w0 + step * b;
                     const int r = (kRev ? n - min(n, (jb + 1) * core) : jb * core) + v;
@@ -540,6 +606,11 @@ __global__ void __launch_bounds__(kLanes)
                   }
                 }
               BulkCommit();
+              if (link && ochunk == 1) {  // the first chunk in memory: count it (linked)
+                BulkPublishAllButLast();
+                __threadfence();
+                atomicAdd(&w.fail[3], 1);
+              }
             }
           }
           out += min(kOut, core_end - out);
@@ -558,7 +629,7 @@ __global__ void __launch_bounds__(kLanes)
         failed = kFailRows;
       if (!failed && __any_sync(~0u, live && !first && !(left_sum <= tau))) failed = kFailHalo;
       // The halo the windows needed, where they swept to their ends.
-      if (jl > 0 && (!failed || failed == kFailHalo)) {
+      if (past_first && (!failed || failed == kFailHalo)) {
         const int need =
             __reduce_max_sync(~0u, live && !first ? HaloNeeded(sm.halo_p[lane], sm.halo_rows[lane],
                                                                  left_sum, tau, H)
@@ -614,6 +685,21 @@ bool EncodeMaps(const TridiagonalProblem<T>& p, T* x, int sys, int every, Maps& 
   return true;
 }
 
+// The chain's maps of one part: the rows from `from` viewed as `count` windows of `core` rows.
+template <typename T>
+bool EncodeChainMaps(const TridiagonalProblem<T>& p, T* x, int64_t from, int64_t core,
+                     int64_t count, int every, Maps& maps) {
+  TridiagonalProblem<T> view = p;
+  view.layout = Layout::kFlat;
+  view.batch = count;
+  view.n = core;
+  view.a = p.a + from;
+  view.b = p.b + from;
+  view.c = p.c + from;
+  view.d = p.d + from;
+  return EncodeMaps(view, x + from, kLanes, every, maps);
+}
+
 std::atomic<int64_t> g_launches{0};   // ThomasWindowLaunches
 std::atomic<int64_t> g_last_halo{0};  // ThomasWindowLastHalo
 
@@ -625,6 +711,7 @@ absl::StatusOr<int> LaunchThomasWindow(const TridiagonalProblem<T>& p, T* x, uin
                                        const Maps& maps, int64_t windows, int64_t halo,
                                        bool mirror, const PinnedWord& word, cudaStream_t stream) {
   constexpr int kPer = kLanes / kSys;
+  Maps chain1{}, chain2{};  // one system: its parts' maps (PlanChain)
   auto kernel = ThomasWindowKernel<T, kRing, kSys, kStages, kFlat>;
   const size_t smem = sizeof(Smem<T, kRing, kSys, kStages, kFlat>) + 512;
   // The shared-memory attribute and the blocks that run at once: asked once (one device a
@@ -638,14 +725,37 @@ absl::StatusOr<int> LaunchThomasWindow(const TridiagonalProblem<T>& p, T* x, uin
   halo = (halo + StageRows<T>() - 1) / StageRows<T>() * StageRows<T>();
   Args args;
   args.plan.halo = halo;
-  if (kFlat && p.batch == 1) {  // one system: windows of kChainCore rows, the lanes' (chain)
-    if (halo > kChainCore / 4) return kFailRows;  // (a halo reaches one window back only)
+  if (kFlat && p.batch == 1) {  // one system: its windows the lanes' (the chain)
+    // Mirrored: one part (its maps take every other window).
+    const ChainPlan plan = PlanChain(p.n, *resident, kSys, kOut, kChainMinCore, mirror);
+    // (A halo reaches one window back only.)
+    if (plan.parts == 0 || halo > plan.part[0].core) return kFailRows;
+    const ChainPart &one = plan.part[0], &two = plan.part[1];
     args.chain = true;
-    args.plan.core = kChainCore;
-    args.plan.per_system = p.n / kChainCore;
-    args.mirror = mirror;  // (the maps take every other window)
-    args.tasks = mirror ? 2 * ((args.plan.per_system + 2 * kSys - 1) / (2 * kSys))
-                        : (args.plan.per_system + kSys - 1) / kSys;
+    args.plan.core = one.core;
+    args.plan.per_system = one.windows;
+    args.mirror = mirror;
+    args.tasks1 = INT64_MAX;  // (one part: every task the first's)
+    if (mirror) {
+      args.tasks = 2 * ((one.windows + 2 * kSys - 1) / (2 * kSys));
+      if (!EncodeChainMaps(p, x, 0, one.core, one.windows, 2, chain1))
+        return kFailRows;  // (the exact path)
+    } else if (plan.parts == 1) {
+      args.tasks = plan.tasks;
+      if (!EncodeChainMaps(p, x, 0, one.core, one.windows, 1, chain1))
+        return kFailRows;  // (the exact path)
+    } else {
+      // The first part's view ends a window late (the second's first rows), the second's
+      // starts a window early (the first's last rows).
+      args.tasks = plan.tasks;
+      args.tasks1 = one.windows / kSys;
+      args.start2 = int(two.start);
+      args.core2 = int(two.core);
+      args.wins2 = int(two.windows);
+      if (!EncodeChainMaps(p, x, 0, one.core, one.windows + 1, 1, chain1) ||
+          !EncodeChainMaps(p, x, two.start - two.core, two.core, two.windows + 1, 1, chain2))
+        return kFailRows;  // (the exact path)
+    }
   } else {
     // Windows a system: enough tasks (kPer windows of a group) for the blocks that run at once
     // in one wave (a second one for a few tasks costs a whole task's time), cores of 4 halos
@@ -673,8 +783,8 @@ absl::StatusOr<int> LaunchThomasWindow(const TridiagonalProblem<T>& p, T* x, uin
   args.answer = word.mapped();
   g_launches.fetch_add(1, std::memory_order_relaxed);
   if (args.plan.per_system > 1) g_last_halo.store(halo, std::memory_order_relaxed);
-  kernel<<<unsigned(std::min(args.tasks, *resident)), kLanes, smem, stream>>>(p, x, flags, maps,
-                                                                               args);
+  kernel<<<unsigned(std::min(args.tasks, *resident)), kLanes, smem, stream>>>(
+      p, x, flags, args.chain ? chain1 : maps, chain2, args);
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return kInWord;
 }
@@ -804,8 +914,10 @@ bool ThomasWindowApplies(int64_t n, int64_t batch, Layout layout, bool float32) 
   const int64_t word = float32 ? 4 : 2;
   const bool strides = layout == Layout::kInterleaved && batch > 1 ? batch % word == 0
                                                                    : n % word == 0;
-  // One system (either layout): a warp's 32 windows of kChainCore rows at least.
-  const bool chain = batch == 1 && n % kChainCore == 0 && n >= kLanes * kChainCore;
+  // One system (either layout): a warp's 32 windows of kChainMinCore rows at least, cores of
+  // whole chunks.
+  const bool chain =
+      batch == 1 && PlanChain(n, int64_t(1) << 30, kLanes, kOut, kChainMinCore).parts > 0;
   return (batch >= 2 || chain) && strides && n >= 1 && n < (int64_t(1) << 31) - kLongRing &&
          ClustersAvailable() && TensorMapEncoder() != nullptr;
 }
@@ -833,7 +945,7 @@ struct WindowRun {
   bool long_ring = false;
   int64_t h = 0;  // the halo of the next launch
   bool mirror = false;
-  Maps plain{}, maps{};
+  Maps maps{};  // (a batch's: one system's chain maps its own at each launch)
   PinnedWord word;
   bool unread = false;  // a launch whose answer is not read yet (the word is the kernel's)
 
@@ -879,10 +991,7 @@ struct WindowRun {
       const bool halo_again = answer == kFailHalo && halo <= 0 && h < kLongHalo;
       next_h = answer == 0 && halo <= 0 && need > 0 ? std::min(h, FitHalo<T>(need)) : h;
       if (answer == 0 || (!ring_again && !halo_again && !mirror)) break;
-      if (!ring_again && !halo_again) {
-        mirror = false;
-        maps = plain;
-      }
+      if (!ring_again && !halo_again) mirror = false;
       long_ring |= ring_again;
       if (halo_again) h = std::min(kLongHalo, std::max(h + StageRows<T>(), FitHalo<T>(need)));
       TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flags, 0, size_t(p.batch), stream));
@@ -916,13 +1025,6 @@ absl::StatusOr<bool> SolveThomasWindowed(const TridiagonalProblem<T>& in, T* x, 
   const T* arrays[4] = {p.a, p.b, p.c, p.d};
   for (const T* q : arrays)
     if (reinterpret_cast<uintptr_t>(q) % 16 != 0) return false;
-  // One flat system: the maps view it as (kChainCore x windows); mirrored, its boxes take every
-  // other window (`plain`: every one, for a forward run).
-  TridiagonalProblem<T> view = p;
-  if (p.batch == 1) {
-    view.batch = p.n / kChainCore;
-    view.n = kChainCore;
-  }
   if (p.layout == Layout::kFlat && reinterpret_cast<uintptr_t>(x) % 16 != 0) return false;
   r.x = x;
   r.flags = flags;
@@ -938,9 +1040,8 @@ absl::StatusOr<bool> SolveThomasWindowed(const TridiagonalProblem<T>& in, T* x, 
     r.h = start->halo;
     r.mirror &= start->mirror;
   }
-  if (!EncodeMaps(view, x, SystemsABox(p), 1, r.plain)) return false;
-  r.maps = r.plain;
-  if (p.batch == 1 && r.mirror && !EncodeMaps(view, x, SystemsABox(p), 2, r.maps)) return false;
+  // (One system: each launch maps the parts of its chain, PlanChain's for the blocks that run.)
+  if (p.batch > 1 && !EncodeMaps(p, x, SystemsABox(p), 1, r.maps)) return false;
   auto word = PinnedWord::Take();
   if (!word.ok()) return word.status();
   r.word = std::move(*word);

@@ -71,6 +71,65 @@ TRISOLVE_HD inline WindowRows WindowAt(const WindowPlan& w, int64_t n, int64_t k
   return r;
 }
 
+// One long system as a chain of windows, `lanes` consecutive windows a warp (the CUDA
+// backend's thomas-window, kernels/cuda/thomas_window.cu): each warp a task, `warps` of them at
+// once. The cores tile the system in at most two parts, each of equal cores (a tensor map views
+// a part as windows x core): the first part's cores `core` rows, the second's `core + align`,
+// so that the largest core, which sets how long the slowest task takes, is as short as `warps`
+// tasks allow (2^24 rows on 528 warps of 32: 496 tasks of 992-row windows and 32 of 1008, where
+// windows of 1024 would leave 16 warps idle and make every task 1.6% longer). Where there are
+// two parts the first is whole tasks, and the second holds a window at least, whose first rows
+// the first part's last window reads past its core (and the second's first window the first's
+// last rows, as its halo). Cores are multiples of `align`, at least `min_core`; parts == 0
+// where n is not a multiple of `align` or shorter than one task of `min_core` windows.
+// `one_part`: equal cores only (mirrored windows take every other window of one view).
+struct ChainPart {
+  int64_t start = 0;    // its first row
+  int64_t core = 0;     // rows a window
+  int64_t windows = 0;  // its windows
+};
+struct ChainPlan {
+  int parts = 0;
+  ChainPart part[2];
+  int64_t tasks = 0;  // warps of `lanes` windows: the first part's ceil(windows / lanes), then the
+                      // second's
+};
+
+inline ChainPlan PlanChain(int64_t n, int64_t warps, int64_t lanes, int64_t align,
+                           int64_t min_core, bool one_part = false) {
+  ChainPlan plan;
+  if (n <= 0 || warps <= 0 || lanes <= 0 || align <= 0 || n % align != 0 ||
+      n < lanes * min_core)
+    return plan;
+  const int64_t units = n / align;  // rows in units of align
+  const int64_t per = lanes * warps;
+  // By the largest core m (in units): one part of m, else m - 1 then m.
+  for (int64_t m = std::max((min_core + align - 1) / align, (units + per - 1) / per);
+       m <= units; ++m) {
+    if (units % m == 0 && (units / m + lanes - 1) / lanes <= warps) {
+      plan.parts = 1;
+      plan.part[0] = ChainPart{0, m * align, units / m};
+      plan.tasks = (units / m + lanes - 1) / lanes;
+      return plan;
+    }
+    const int64_t c = m - 1;  // the first part's core
+    if (one_part || c * align < min_core) continue;
+    // The fewest windows of m: the most whole tasks of c first.
+    for (int64_t ta = (units - m) / (lanes * c); ta >= 1; --ta) {
+      const int64_t rest = units - lanes * ta * c;
+      if (rest % m != 0) continue;
+      const int64_t tasks = ta + (rest / m + lanes - 1) / lanes;
+      if (tasks > warps) continue;  // (fewer of c: as many tasks or fewer)
+      plan.parts = 2;
+      plan.part[0] = ChainPart{0, c * align, lanes * ta};
+      plan.part[1] = ChainPart{lanes * ta * c * align, m * align, rest / m};
+      plan.tasks = tasks;
+      return plan;
+    }
+  }
+  return plan;
+}
+
 // The largest rho (see above) for which 2 rho^(halo + 1) <= 2^-digits.
 inline double WindowDominanceLimit(int64_t halo, int digits) {
   return std::exp2(-double(digits + 1) / double(halo + 1));
