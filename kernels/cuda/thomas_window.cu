@@ -494,7 +494,7 @@ __global__ void __launch_bounds__(kLanes)
         // bounds, 2 tau max |x| at most: a failed window fails the launch); the last rows
         // then need no look-ahead, where every unstored chunk's factor on it is at most 1.
         // Where a lane lacks it, or a factor is over 1, the look-ahead goes on as elsewhere.
-        if (link && rel == core_end && ochunk > 0) {
+        if (link && rel == core_end) {  // (the first chunks are stored: the ring is shorter)
           x_next = __shfl_down_sync(~0u, x_first, 1);
           bool have = true;
           if (c1m >= n) {
@@ -503,7 +503,7 @@ __global__ void __launch_bounds__(kLanes)
             have = AcquireLoad(&w.fail[3]) >= w.tasks;
             if (have) x_next = RelaxedLoad(x + c1m);
           }
-          linked = __all_sync(~0u, !live || have);
+          linked = __all_sync(~0u, !live || have) && ochunk > 0;
           if (!linked) {
             issue_end = read_end;
             issue();
