@@ -78,6 +78,11 @@ __device__ __forceinline__ void BulkPublishAllButLast() {
   asm volatile("cp.async.bulk.wait_group 1;" ::: "memory");
   asm volatile("fence.proxy.async.global;" ::: "memory");
 }
+// The same for every group.
+__device__ __forceinline__ void BulkPublishAll() {
+  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+  asm volatile("fence.proxy.async.global;" ::: "memory");
+}
 #else
 __device__ __forceinline__ void BarInit(uint64_t*) { __trap(); }
 __device__ __forceinline__ void BarExpect(uint64_t*, uint32_t) { __trap(); }
@@ -93,6 +98,7 @@ __device__ __forceinline__ void BulkCommit() { __trap(); }
 __device__ __forceinline__ void BulkWaitRead() { __trap(); }
 __device__ __forceinline__ void BulkWaitAll() { __trap(); }
 __device__ __forceinline__ void BulkPublishAllButLast() { __trap(); }
+__device__ __forceinline__ void BulkPublishAll() { __trap(); }
 #endif
 
 // Loads that see other blocks' writes: a counter with acquire (what its releaser wrote before

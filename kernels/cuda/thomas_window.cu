@@ -57,7 +57,8 @@
 // once its core is swept, where elsewhere the sweep goes on ~40 rows into the next core (read
 // from DRAM a second time) for the look-ahead; the next lane gives it by a shuffle, the next
 // task (the warp's last lane) through memory, once every task has counted its first chunk
-// stored (not waited for: a warp without it looks ahead as before).
+// stored (not waited for: a warp without it looks ahead as before). Flat batches' windows are
+// linked the same way, every lane through memory (t52).
 //
 // Mirrored windows (interleaved, t39): every window reads rows that a neighbour reads too (its
 // halo, its look-ahead), at the other end of that neighbour's sweep, so from DRAM twice. Where
@@ -289,11 +290,11 @@ __global__ void __launch_bounds__(kLanes)
       const int core_end = __reduce_max_sync(~0u, c1 - lo);
       const int read_end = __reduce_max_sync(~0u, min(n, c1 + kRing) - lo);
       int next = 0;  // the next copy's relative row
-      // The chain, forward: a window's last rows are substituted back from x at the next
-      // window's first row (linked, below), so its copies stop at the core's end unless that
-      // x is not there to be had. (Float64, as `auto` runs the chain: in the float32 kernels
-      // its registers spilled, 16-24 bytes.)
-      const bool link = kFlat && sizeof(T) == 8 && w.chain && !w.mirror;
+      // Flat, forward (the chain and batches): a window's last rows are substituted back from
+      // x at the next window's first row (linked, below), so its copies stop at the core's end
+      // unless that x is not there to be had. (Float64, as `auto` runs the flat kernel: in the
+      // float32 kernels its registers spilled, 16-24 bytes.)
+      const bool link = kFlat && sizeof(T) == 8 && !w.mirror;
       int issue_end = link ? core_end : read_end;
       auto issue = [&] {
         while (next < issue_end && issued - used < kStages) {
@@ -487,21 +488,21 @@ __global__ void __launch_bounds__(kLanes)
           ++fchunk;
           fend = fend < core_end ? min(fend + kOut, core_end) : INT_MAX;
         }
-        // The chain, its cores swept: x past each lane's core is the next window's x at its
-        // first row, stored with that window's first chunk (in the next lane, or for the last
-        // lane in the next task, which every task's first lane counts into fail[3] once that
-        // chunk is in memory; not waited for), exact but for that x's own error (the windows'
-        // bounds, 2 tau max |x| at most: a failed window fails the launch); the last rows
-        // then need no look-ahead, where every unstored chunk's factor on it is at most 1.
+        // The cores swept: x past each lane's core is the next window's x at its first row,
+        // stored with that window's first chunk (the chain: in the next lane; else, and for
+        // the chain's last lane, by another task, each of which counts its first chunk into
+        // fail[3] once it is in memory; not waited for), exact but for that x's own error (the
+        // windows' bounds, 2 tau max |x| at most: a failed window fails the launch); the last
+        // rows then need no look-ahead, where every unstored chunk's factor on it is at most 1.
         // Where a lane lacks it, or a factor is over 1, the look-ahead goes on as elsewhere.
         if (link && rel == core_end) {  // (the first chunks are stored: the ring is shorter)
           x_next = __shfl_down_sync(~0u, x_first, 1);
           bool have = true;
           if (c1m >= n) {
             x_next = T(0);  // (the system's last window: c'[n - 1] = 0)
-          } else if (lane == kLanes - 1) {
+          } else if (live && !(w.chain && lane < kLanes - 1)) {
             have = AcquireLoad(&w.fail[3]) >= w.tasks;
-            if (have) x_next = RelaxedLoad(x + c1m);
+            if (have) x_next = RelaxedLoad(x + (w.chain ? 0 : s * int64_t(n)) + c1m);
           }
           linked = __all_sync(~0u, !live || have) && ochunk > 0;
           if (!linked) {
@@ -606,8 +607,12 @@ __global__ void __launch_bounds__(kLanes)
                   }
                 }
               BulkCommit();
-              if (link && ochunk == 1) {  // the first chunk in memory: count it (linked)
-                BulkPublishAllButLast();
+              // The first chunk in memory: count it (linked; a task of one chunk at once).
+              if (link && (ochunk == 1 || (ochunk == 0 && out + kOut >= core_end))) {
+                if (ochunk == 1)
+                  BulkPublishAllButLast();
+                else
+                  BulkPublishAll();
                 __threadfence();
                 atomicAdd(&w.fail[3], 1);
               }

@@ -1193,9 +1193,12 @@ bool ThomasWindowByShape(int64_t n, int64_t batch, Layout layout, bool float32) 
   // One flat system of 2^24 (its windows 32 a warp: 512 warps, the H100's 528 at once): float64
   // 0.298 ms against partitioned-window's 0.330, float32 0.154 against 0.149-0.153; below
   // 2^24 the chain has fewer warps, each as slow: 2^23 0.241 against 0.183, 2^22 0.233 against
-  // 0.102 (results/tune-h100-2026-11-24-session18-one-system.log).
+  // 0.102 (results/tune-h100-2026-11-24-session18-one-system.log). With the windows linked
+  // (NOTES.md t52), flat float64 from n = 4097: 5000 / 6000 / 7168 / 8192 0.268 / 0.265 /
+  // 0.269 / 0.269 ms against partitioned-window's 0.385 / 0.334 / 0.304 and the cluster's
+  // 0.295 (results/tune-h100-2026-11-24-session21-chain.log).
   if (layout == Layout::kFlat || batch == 1)
-    return !float32 && ((n > 8192 && batch >= 16) || (batch == 1 && n >= (int64_t(1) << 24)));
+    return !float32 && ((n > 4096 && batch >= 16) || (batch == 1 && n >= (int64_t(1) << 24)));
   return (float32 ? n >= 512 : n > 512) && batch >= 16;
 }
 
