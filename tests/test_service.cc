@@ -481,7 +481,10 @@ TEST(Shutdown, SigtermLetsRunningJobsFinishThenExitsZero) {
   o.target = s.target();
   auto ar = examples::ThesisExperiment2(48, 48);
   Job job = MakeJob(Kind::kBlockTridiagonal, ar);
-  job.options.max_iterations = 3000;  // about a second on one core
+  // ~2.7 s here (0.045 ms an iteration, 2026-11-24): the signal and the refused call below must
+  // come while it runs. With 3000 iterations the job had ended (~0.14 s) before the signal, and
+  // a CI run's call met the server's own shutdown: CANCELLED, not the draining UNAVAILABLE.
+  job.options.max_iterations = 60000;
   job.options.tol = 0;
   auto running = std::async(std::launch::async, [&] { return Client(o).Solve(job); });
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -493,7 +496,7 @@ TEST(Shutdown, SigtermLetsRunningJobsFinishThenExitsZero) {
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable) << refused.status();
   auto r = running.get();
   ASSERT_TRUE(r.ok()) << r.status() << "\n" << s.Log();
-  EXPECT_EQ(r->summary.iterations, 3000);
+  EXPECT_EQ(r->summary.iterations, 60000);
   EXPECT_EQ(s.Wait(30), 0) << s.Log();
   EXPECT_NE(s.Log().find("all jobs finished"), std::string::npos);
 }
