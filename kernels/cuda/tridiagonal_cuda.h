@@ -38,8 +38,8 @@
 //    then the one the windows measured, up to 256); batches of 16-31 run two windows of 16 a
 //    warp; flat batches take swizzled boxes and bulk stores; one system (rows a multiple of
 //    16) is a chain of windows, 32 a warp, as short as the warps that run at once allow
-//    (windows.h's PlanChain), whose last rows take x from the next window's first row rather
-//    than a look-ahead (float64). A
+//    (windows.h's PlanChain); in float64 a flat window's last rows take x from the next
+//    window's first row rather than a look-ahead into it. A
 //    chunk that needs more than 48 rows of look-ahead runs again with a ring of 128 rows; one
 //    that needs more than 112, a window whose left end's bound fails at 256 rows or whose core
 //    has a |c'| over 1, sends the whole problem to the paths below and that path's name is
