@@ -72,15 +72,13 @@ __device__ __forceinline__ void BulkWaitRead() {
 __device__ __forceinline__ void BulkWaitAll() {
   asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 }
-// This thread's bulk groups but the last committed are complete, their global writes ordered
-// before this thread's later generic ones (a release after it publishes them to other blocks).
-__device__ __forceinline__ void BulkPublishAllButLast() {
+// This thread's bulk groups but the last committed are complete.
+__device__ __forceinline__ void BulkWaitAllButLast() {
   asm volatile("cp.async.bulk.wait_group 1;" ::: "memory");
-  asm volatile("fence.proxy.async.global;" ::: "memory");
 }
-// The same for every group.
-__device__ __forceinline__ void BulkPublishAll() {
-  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+// The global writes of this thread's completed bulk groups ordered before its later generic
+// accesses (a release after it publishes them to other blocks).
+__device__ __forceinline__ void FenceProxyAsyncGlobal() {
   asm volatile("fence.proxy.async.global;" ::: "memory");
 }
 #else
@@ -97,8 +95,8 @@ __device__ __forceinline__ void BulkStore2D(const CUtensorMap*, int, int, const 
 __device__ __forceinline__ void BulkCommit() { __trap(); }
 __device__ __forceinline__ void BulkWaitRead() { __trap(); }
 __device__ __forceinline__ void BulkWaitAll() { __trap(); }
-__device__ __forceinline__ void BulkPublishAllButLast() { __trap(); }
-__device__ __forceinline__ void BulkPublishAll() { __trap(); }
+__device__ __forceinline__ void BulkWaitAllButLast() { __trap(); }
+__device__ __forceinline__ void FenceProxyAsyncGlobal() { __trap(); }
 #endif
 
 // Loads that see other blocks' writes: a counter with acquire (what its releaser wrote before

@@ -610,9 +610,10 @@ __global__ void __launch_bounds__(kLanes)
               // The first chunk in memory: count it (linked; a task of one chunk at once).
               if (link && (ochunk == 1 || (ochunk == 0 && out + kOut >= core_end))) {
                 if (ochunk == 1)
-                  BulkPublishAllButLast();
+                  BulkWaitAllButLast();
                 else
-                  BulkPublishAll();
+                  BulkWaitAll();
+                FenceProxyAsyncGlobal();
                 __threadfence();
                 atomicAdd(&w.fail[3], 1);
               }
@@ -920,9 +921,8 @@ bool ThomasWindowApplies(int64_t n, int64_t batch, Layout layout, bool float32) 
   const bool strides = layout == Layout::kInterleaved && batch > 1 ? batch % word == 0
                                                                    : n % word == 0;
   // One system (either layout): a warp's 32 windows of kChainMinCore rows at least, cores of
-  // whole chunks.
-  const bool chain =
-      batch == 1 && PlanChain(n, int64_t(1) << 30, kLanes, kOut, kChainMinCore).parts > 0;
+  // whole chunks (where PlanChain has a plan: the one window a lane, at worst).
+  const bool chain = batch == 1 && n % kOut == 0 && n >= kLanes * kChainMinCore;
   return (batch >= 2 || chain) && strides && n >= 1 && n < (int64_t(1) << 31) - kLongRing &&
          ClustersAvailable() && TensorMapEncoder() != nullptr;
 }
