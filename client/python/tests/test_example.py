@@ -1,0 +1,30 @@
+"""examples/cable_time_loop.py against the real server: a few dozen steps, by handle (or the
+fallback it announces), residual and steps per second printed, exit status 0."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "cable_time_loop.py"
+
+
+@pytest.mark.parametrize("extra", [[], ["--no-handles"], ["--dtype", "float32"]])
+def test_cable_time_loop(server, extra):
+    out = subprocess.run(
+        [sys.executable, str(EXAMPLE), "--server", server.target, "--cells", "16", "--steps", "40",
+         *extra], capture_output=True, text=True, timeout=300)
+    print(out.stdout, out.stderr)
+    assert out.returncode == 0, out.stdout + out.stderr
+    m = re.search(r"residual \(backward error\): last (\S+), worst (\S+)", out.stdout)
+    assert m, out.stdout
+    limit = 1e-5 if "float32" in extra else 1e-12
+    assert float(m.group(2)) <= limit
+    assert re.search(r"[0-9.]+ steps/s", out.stdout)
+    if "--no-handles" in extra:
+        assert "kept on the server" not in out.stdout
+    else:
+        assert ("kept on the server" in out.stdout) or ("UNIMPLEMENTED" in out.stdout)

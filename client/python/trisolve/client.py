@@ -1,0 +1,490 @@
+"""The trisolve client: NumPy arrays in, NumPy arrays out, over gRPC.
+
+Small jobs go in one message (the family's unary RPC); a job whose arrays add up to more than
+``stream_threshold_bytes`` (4 MiB less 64 KiB, as the C++ client: gRPC's default message limit)
+goes through ``SolveStream``: a header with the shapes, then the arrays in chunks of
+``chunk_bytes`` (2 MiB), the answer coming back in chunks too. Only the server's job limits bound
+a streamed job.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+
+import grpc
+import numpy as np
+
+from . import _arrays
+from ._arrays import DTypeLike, LayoutLike
+from ._proto import pb, pb_grpc
+from .errors import DataLoss, from_rpc_error
+from .results import Layout, Result, Summary, SystemInfo, numpy_dtype, proto_dtype
+
+__all__ = ["Client", "TLS", "DEFAULT_TARGET"]
+
+DEFAULT_TARGET = "127.0.0.1:50051"
+PathOrPem = Union[str, bytes, "os.PathLike[str]", None]
+
+
+@dataclass
+class TLS:
+    """TLS settings for :class:`Client`.
+
+    Attributes:
+        ca: the CA that signed the server's certificate: a PEM file path, or PEM bytes
+            (``None``: the system's roots).
+        cert, key: a client certificate and its key (path or PEM bytes) for mutual TLS.
+        server_name: the name checked in the server's certificate, when the target's host is
+            not it (e.g. connecting to 127.0.0.1 with a certificate for "localhost").
+    """
+
+    ca: PathOrPem = None
+    cert: PathOrPem = None
+    key: PathOrPem = None
+    server_name: Optional[str] = None
+
+
+def _pem(value: PathOrPem, what: str) -> Optional[bytes]:
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        return value
+    with open(os.fspath(value), "rb") as f:  # FileNotFoundError names the path
+        data = f.read()
+    if not data:
+        raise ValueError(f"TLS {what} {os.fspath(value)} is empty")
+    return data
+
+
+def _tls(tls: Any) -> Optional[TLS]:
+    if tls is None or tls is False:
+        return None
+    if tls is True:
+        return TLS()
+    if isinstance(tls, TLS):
+        return tls
+    if isinstance(tls, Mapping):
+        unknown = set(tls) - {"ca", "cert", "key", "server_name"}
+        if unknown:
+            raise ValueError(f"tls: unknown keys {sorted(unknown)} (expected ca, cert, key, server_name)")
+        return TLS(**tls)
+    return TLS(ca=getattr(tls, "ca", None), cert=getattr(tls, "cert", None),
+               key=getattr(tls, "key", None), server_name=getattr(tls, "server_name", None))
+
+
+# The families: the request message, the unary RPC, the oneof name in StreamRequest, and the
+# arrays (user-facing name -> proto field), the right-hand side first.
+@dataclass(frozen=True)
+class _Family:
+    name: str
+    oneof: str
+    request: Any
+    rpc: str
+    fields: Tuple[Tuple[str, str], ...]
+
+
+_TRIDIAGONAL = _Family("tridiagonal", "tridiagonal", pb.TridiagonalRequest, "SolveTridiagonal",
+                       (("d", "d"), ("a", "a"), ("b", "b"), ("c", "c")))
+_TREE = _Family("tree", "tree", pb.TreeRequest, "SolveTree",
+                (("rhs", "rhs"), ("parent", "parent"), ("lower", "lower"), ("upper", "upper"),
+                 ("diag", "diag")))
+_BLOCK = _Family("block-tridiagonal", "block_tridiagonal", pb.BlockTridiagonalRequest,
+                 "SolveBlockTridiagonal",
+                 (("f", "f"), ("aC", "a_c"), ("cC", "c_c"), ("bC", "b_c"), ("cA", "c_a"),
+                  ("cB", "c_b"), ("y0", "y0")))
+_DENSE = _Family("dense", "dense", pb.DenseRequest, "SolveDense", (("b", "b"), ("A", "a")))
+FAMILIES = {f.name: f for f in (_TRIDIAGONAL, _TREE, _BLOCK, _DENSE)}
+
+
+def family(name: str) -> _Family:
+    key = name.strip().lower().replace("_", "-")
+    if key == "block":
+        key = "block-tridiagonal"
+    try:
+        return FAMILIES[key]
+    except KeyError:
+        raise ValueError(f"unknown family {name!r} (expected tridiagonal, tree, "
+                         "block-tridiagonal or dense)") from None
+
+
+def _health_request(service: str) -> bytes:
+    # grpc.health.v1.HealthCheckRequest { string service = 1; }, encoded by hand so that the
+    # client needs no health stubs (Debian packages none for Python).
+    data = service.encode()
+    if not data:
+        return b""
+    n, out = len(data), bytearray(b"\x0a")
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            break
+    return bytes(out) + data
+
+
+_HEALTH = {0: "UNKNOWN", 1: "SERVING", 2: "NOT_SERVING", 3: "SERVICE_UNKNOWN"}
+
+
+def _health_response(data: bytes) -> str:
+    # HealthCheckResponse { ServingStatus status = 1; } -- one varint field (absent: UNKNOWN).
+    i, status = 0, 0
+    while i < len(data):
+        key = data[i]
+        i += 1
+        value, shift = 0, 0
+        while True:
+            b = data[i]
+            i += 1
+            value |= (b & 0x7F) << shift
+            shift += 7
+            if not b & 0x80:
+                break
+        if key == 0x08:
+            status = value
+        elif key & 7 == 2:  # a length-delimited field from a newer proto: skip it
+            i += value
+    return _HEALTH.get(status, str(status))
+
+
+class Client:
+    """A connection to a trisolve server.
+
+    Args:
+        target: ``HOST:PORT`` of ``trisolved``.
+        token: a bearer token, sent as ``authorization: Bearer <token>`` on every call but the
+            health check (servers started with ``--token-file``).
+        tls: ``None`` (plaintext), ``True`` (TLS with the system's roots), a :class:`TLS`, a
+            dict with keys ``ca``, ``cert``, ``key``, ``server_name``, or any object with those
+            attributes. Files are read here, so a wrong path fails at once.
+        timeout: the default deadline of each call in seconds (``None``: none). The time-step
+            stream of a persistent system takes only the timeout given to ``System.stream``.
+        stream_threshold_bytes: jobs whose arrays add up to more go through ``SolveStream``.
+        chunk_bytes: the size of each streamed chunk (at least 1024).
+
+    Use it as a context manager, or call :meth:`close`, to close the channel.
+    """
+
+    def __init__(self, target: str = DEFAULT_TARGET, token: Optional[str] = None,
+                 tls: Any = None, timeout: Optional[float] = None, *,
+                 stream_threshold_bytes: int = (4 << 20) - (64 << 10),
+                 chunk_bytes: int = 2 << 20) -> None:
+        self.target = target
+        self.token = token
+        self.timeout = timeout
+        self.stream_threshold_bytes = int(stream_threshold_bytes)
+        self.chunk_bytes = max(int(chunk_bytes), 1024)
+        options: List[Tuple[str, Any]] = [
+            ("grpc.max_receive_message_length", -1),
+            ("grpc.max_send_message_length", -1),
+            # As the server: bulk arrays want large HTTP/2 frames and a deep receive window.
+            ("grpc.http2.max_frame_size", 4 << 20),
+            ("grpc.http2.lookahead_bytes", 64 << 20),
+        ]
+        t = _tls(tls)
+        if t is None:
+            self._channel = grpc.insecure_channel(target, options=options)
+        else:
+            creds = grpc.ssl_channel_credentials(
+                root_certificates=_pem(t.ca, "CA"), private_key=_pem(t.key, "key"),
+                certificate_chain=_pem(t.cert, "certificate"))
+            if t.server_name:
+                options.append(("grpc.ssl_target_name_override", t.server_name))
+            self._channel = grpc.secure_channel(target, creds, options=options)
+        self._stub = pb_grpc.SolverStub(self._channel)
+        self._health = self._channel.unary_unary(
+            "/grpc.health.v1.Health/Check", request_serializer=_health_request,
+            response_deserializer=_health_response)
+
+    # ---- plumbing ------------------------------------------------------------------------
+    def close(self) -> None:
+        """Closes the channel."""
+        self._channel.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"trisolve.Client({self.target!r})"
+
+    def _metadata(self, request_id: Optional[str] = None) -> List[Tuple[str, str]]:
+        md = []
+        if self.token:
+            md.append(("authorization", f"Bearer {self.token}"))
+        if request_id:
+            md.append(("x-request-id", request_id))
+        return md
+
+    def _timeout(self, timeout: Optional[float]) -> Optional[float]:
+        return self.timeout if timeout is None else timeout
+
+    def _unary(self, rpc: str, request: Any, timeout: Optional[float] = None,
+               request_id: Optional[str] = None) -> Any:
+        try:
+            return getattr(self._stub, rpc)(request, timeout=self._timeout(timeout),
+                                            metadata=self._metadata(request_id))
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+
+    # ---- service -------------------------------------------------------------------------
+    def health(self, service: str = "", timeout: float = 5.0) -> str:
+        """The ``grpc.health.v1`` status of ``service`` ("" = the whole server):
+        ``"SERVING"``, ``"NOT_SERVING"`` (draining), ``"SERVICE_UNKNOWN"``, ``"UNKNOWN"``.
+        Sends no token (the health service stays open on servers that check tokens)."""
+        try:
+            return self._health(service, timeout=timeout)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+
+    def server_info(self, timeout: Optional[float] = None) -> "pb.ServerInfo":
+        """The server's ``ServerInfo`` message (a protobuf: ``.version``, ``.backend``,
+        ``.cpu_threads``, ``.devices``, ``.limits.max_message_bytes``, ``.jobs_done``, ...)."""
+        return self._unary("GetServerInfo", pb.GetServerInfoRequest(), timeout)
+
+    # ---- one-shot solves ------------------------------------------------------------------
+    def solve_tridiagonal(self, a: Any, b: Any, c: Any, d: Any, layout: LayoutLike = "flat",
+                          method: str = "auto", skip_residual: bool = False, *,
+                          dtype: DTypeLike = None, timeout: Optional[float] = None,
+                          request_id: Optional[str] = None) -> Result:
+        """Solves ``a[k] x[k-1] + b[k] x[k] + c[k] x[k+1] = d[k]`` for each system of a batch.
+
+        Args:
+            a, b, c, d: ``batch x n`` arrays (``layout="flat"``), ``n x batch``
+                (``layout="interleaved"``), or 1-D for one system; ``a[.][0]`` and
+                ``c[.][n-1]`` are not used. 1-D ``a``, ``b``, ``c`` with a 2-D ``d`` solve one
+                matrix for many right-hand sides. Non-C-contiguous (e.g. Fortran-order) arrays
+                are copied into C order with ``np.ascontiguousarray``; their logical shape is
+                what counts.
+            layout: ``"flat"`` or ``"interleaved"`` (or :class:`Layout`).
+            method: ``"auto"``, ``"thomas"``, ``"pcr"``, ``"partitioned"``.
+            skip_residual: do not compute the backward error (``summary.residual`` is NaN).
+            dtype: the precision to solve in; ``None``: float32 if every array is float32,
+                else float64 (a float32/float64 mix is never narrowed to float32).
+            timeout: this call's deadline in seconds (default: the client's).
+            request_id: sent as ``x-request-id``; the server's log lines carry it.
+
+        Returns:
+            a :class:`Result` (``x`` in ``d``'s shape and layout).
+
+        Raises:
+            TypeError: an array that is not float32/float64 (named in the message).
+            InvalidArgument, ResourceExhausted, ...: the server refused the job.
+        """
+        dt, arrays = _arrays.prepare({"d": d, "a": a, "b": b, "c": c}, dtype)
+        req = pb.TridiagonalRequest(dtype=proto_dtype(dt), layout=int(_arrays.parse_layout(layout)),
+                                    method=method, skip_residual=skip_residual)
+        return self._solve(_TRIDIAGONAL, req, arrays, dt, timeout, request_id)
+
+    def solve_tree(self, parent: Any, lower: Any, upper: Any, diag: Any, rhs: Any,
+                   layout: LayoutLike = "flat", method: str = "auto", skip_residual: bool = False,
+                   *, dtype: DTypeLike = None, timeout: Optional[float] = None,
+                   request_id: Optional[str] = None) -> Result:
+        """Solves Hines (tree) systems: ``A[i][i] = diag[i]``, ``A[i][parent[i]] = lower[i]``,
+        ``A[parent[i]][i] = upper[i]``.
+
+        Args:
+            parent: ``[n]`` (one morphology for the batch) or ``[batch, n]``, an integer array,
+                nodes numbered depth-first from the root 0 (``parent[0] = -1``,
+                ``parent[i] < i``); int64 is accepted when every value fits int32.
+            lower, upper, diag, rhs: ``batch x n`` (flat) or ``n x batch`` (interleaved), or 1-D.
+                Converted to C order as in :meth:`solve_tridiagonal`.
+            layout, skip_residual, dtype, timeout, request_id: as in :meth:`solve_tridiagonal`.
+            method: ``"auto"``, ``"hines"``, ``"cables"``, ``"contraction"``.
+        """
+        dt, arrays = _arrays.prepare({"rhs": rhs, "lower": lower, "upper": upper, "diag": diag},
+                                     dtype)
+        arrays["parent"] = _arrays.parent_array(parent)
+        req = pb.TreeRequest(dtype=proto_dtype(dt), layout=int(_arrays.parse_layout(layout)),
+                             method=method, skip_residual=skip_residual)
+        return self._solve(_TREE, req, arrays, dt, timeout, request_id)
+
+    def solve_block_tridiagonal(self, aC: Any, cC: Any, bC: Any, cA: Any, cB: Any, f: Any,
+                                y0: Any = None, method: str = "auto",
+                                max_iterations: Optional[int] = None,
+                                tol: Optional[float] = None, scale_rows: bool = False, *,
+                                dtype: DTypeLike = None, timeout: Optional[float] = None,
+                                request_id: Optional[str] = None) -> Result:
+        """Solves the block-tridiagonal (hemodynamics) system iteratively.
+
+        N block rows of order M, every array ``N x M``: block row i is
+        ``A_i Y_{i-1} + C_i Y_i + B_i Y_{i+1} = F_i`` with ``C_i`` tridiagonal (``aC`` sub,
+        ``cC`` main, ``bC`` super diagonal), ``A_i = diag(cA[i])``, ``B_i = diag(cB[i])``.
+
+        Args:
+            aC, cC, bC, cA, cB, f: ``N x M`` arrays (C order after ``np.ascontiguousarray``).
+            y0: an initial guess (zero when ``None``).
+            method: ``"auto"``, ``"gauss-seidel"``, ``"red-black"``, ``"jacobi"``, ``"cg"``,
+                ``"multigrid-cg"``, ``"multigrid-bicgstab"``.
+            max_iterations: the most sweeps (server default 1000).
+            tol: stop at ``||f - A y||_2 / ||f||_2 <= tol``; 0 runs exactly ``max_iterations``
+                (server default 1e-10 in float64, 1e-5 in float32).
+            scale_rows: the thesis' Jacobi row scaling before iterating.
+            dtype, timeout, request_id: as in :meth:`solve_tridiagonal`.
+
+        Returns:
+            a :class:`Result`; ``summary.iterations`` and ``summary.residual`` say how far it
+            went, ``status`` is ``NOT_CONVERGED`` when ``tol`` was not reached.
+        """
+        floats = {"f": f, "aC": aC, "cC": cC, "bC": bC, "cA": cA, "cB": cB}
+        if y0 is not None:
+            floats["y0"] = y0
+        dt, named = _arrays.prepare(floats, dtype)
+        arrays = {dict(_BLOCK.fields)[k]: v for k, v in named.items()}
+        req = pb.BlockTridiagonalRequest(dtype=proto_dtype(dt), method=method,
+                                         scale_rows=scale_rows)
+        if max_iterations is not None:
+            req.max_iterations = int(max_iterations)
+        if tol is not None:
+            req.tol = float(tol)
+        return self._solve(_BLOCK, req, arrays, dt, timeout, request_id)
+
+    def solve_dense(self, A: Any, b: Any, method: str = "auto", skip_residual: bool = False, *,
+                    dtype: DTypeLike = None, timeout: Optional[float] = None,
+                    request_id: Optional[str] = None) -> Result:
+        """Solves dense systems ``A x = b``.
+
+        Args:
+            A: ``batch x n x n`` (row-major: ``A[s, i, j]`` is row i, column j of system s) or
+                ``n x n``; a Fortran-order array is copied into C order, so ``A[i, j]`` keeps
+                its meaning.
+            b: ``batch x n`` or ``n``.
+            method: ``"auto"``, ``"gauss-jordan"``, ``"lu"``, ``"householder-pcr"`` (symmetric A).
+            skip_residual, dtype, timeout, request_id: as in :meth:`solve_tridiagonal`.
+        """
+        dt, named = _arrays.prepare({"b": b, "A": A}, dtype)
+        arrays = {"b": named["b"], "a": named["A"]}
+        req = pb.DenseRequest(dtype=proto_dtype(dt), method=method, skip_residual=skip_residual)
+        return self._solve(_DENSE, req, arrays, dt, timeout, request_id)
+
+    def _solve(self, fam: _Family, req: Any, arrays: Dict[str, np.ndarray], dt: np.dtype,
+               timeout: Optional[float], request_id: Optional[str]) -> Result:
+        t0 = time.perf_counter()
+        # Arrays in the family's order (the right-hand side first), as the C++ client sends them.
+        order = [field for _, field in fam.fields if field in arrays]
+        for field in order:
+            getattr(req, field).shape.extend(arrays[field].shape)
+        total = sum(arrays[f].nbytes for f in order)
+        if total <= self.stream_threshold_bytes:
+            for field in order:
+                getattr(req, field).data = arrays[field].tobytes()
+            resp = self._unary(fam.rpc, req, timeout, request_id)
+            result = _result(resp)
+        else:
+            result = self._solve_stream(fam, req, [(f, arrays[f]) for f in order], timeout,
+                                        request_id)
+        result.summary.timings.client_total_us = (time.perf_counter() - t0) * 1e6
+        return result
+
+    def _solve_stream(self, fam: _Family, header: Any, arrays: Sequence[Tuple[str, np.ndarray]],
+                      timeout: Optional[float], request_id: Optional[str]) -> Result:
+        chunk = self.chunk_bytes
+
+        def requests() -> Iterator[Any]:
+            first = pb.StreamRequest()
+            getattr(first, fam.oneof).CopyFrom(header)
+            yield first
+            for field, arr in arrays:
+                raw = memoryview(arr.reshape(-1)).cast("B")
+                for off in range(0, len(raw), chunk):
+                    yield pb.StreamRequest(chunk=pb.Chunk(array=field, offset=off,
+                                                          data=bytes(raw[off:off + chunk])))
+
+        x: Optional[np.ndarray] = None
+        xb: Optional[np.ndarray] = None
+        statuses: List[np.ndarray] = []
+        summary = pb.SolveSummary()
+        try:
+            for msg in self._stub.SolveStream(requests(), timeout=self._timeout(timeout),
+                                              metadata=self._metadata(request_id)):
+                if x is None:
+                    dt = numpy_dtype(msg.dtype)
+                    x = np.empty(tuple(msg.x_shape), dtype=dt.newbyteorder("="))
+                    xb = x.reshape(-1).view(np.uint8)
+                if msg.HasField("chunk"):
+                    c = msg.chunk
+                    assert xb is not None
+                    if c.offset < 0 or c.offset + len(c.data) > xb.size:
+                        raise DataLoss(grpc.StatusCode.DATA_LOSS,
+                                       "the server sent a chunk outside x")
+                    # The wire is little-endian; so is every machine this runs on in practice.
+                    xb[c.offset:c.offset + len(c.data)] = np.frombuffer(c.data, dtype=np.uint8)
+                if msg.status:
+                    statuses.append(np.asarray(msg.status, dtype=np.int8))
+                if msg.HasField("summary"):
+                    summary = msg.summary
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+        if x is None:
+            raise DataLoss(grpc.StatusCode.DATA_LOSS, "the stream ended without an answer")
+        status = np.concatenate(statuses) if statuses else np.zeros(0, dtype=np.int8)
+        return Result(x=x, status=status, summary=Summary.from_proto(summary, streamed=True))
+
+    # ---- persistent systems ----------------------------------------------------------------
+    def create_system(self, family: str, *, layout: LayoutLike = "flat", method: str = "auto",
+                      dtype: DTypeLike = None, ttl_s: float = 0.0, label: str = "",
+                      max_iterations: Optional[int] = None, tol: Optional[float] = None,
+                      scale_rows: bool = False, timeout: Optional[float] = None,
+                      **arrays: Any) -> "System":
+        """Keeps a system on the server and returns a :class:`System` handle to solve it.
+
+        The coefficients travel once; each :meth:`System.solve` sends only right-hand sides
+        (and the coefficient arrays that changed). Use the handle as a context manager to
+        release it on exit::
+
+            with client.create_system("tridiagonal", a=a, b=b, c=c) as sys:
+                for step in range(steps):
+                    x = sys.solve(d, update={"b": b_now}).x
+
+        Args:
+            family: ``"tridiagonal"`` (arrays ``a``, ``b``, ``c``), ``"tree"`` (``parent``,
+                ``lower``, ``upper``, ``diag``), ``"block-tridiagonal"`` (``aC``, ``cC``, ``bC``,
+                ``cA``, ``cB``) or ``"dense"`` (``A``). The right-hand side (``d``, ``rhs``,
+                ``f``, ``b``) may be given too; only its shape matters (it sets the number of
+                right-hand sides a solve takes); without it the shape comes from the coefficients.
+            layout, method: as in the one-shot solves (``max_iterations``, ``tol``,
+                ``scale_rows`` for block-tridiagonal).
+            dtype: the system's precision; ``None``: float32 if every array is float32, else
+                float64. Right-hand sides and updates are converted to it; a float64 array for
+                a float32 system raises ``TypeError`` rather than being narrowed.
+            ttl_s: seconds the system may stay unused before the server drops it (0: the
+                server's default).
+            label: a name for listings and logs (``[A-Za-z0-9._-]``, at most 64 characters).
+
+        Raises:
+            Unimplemented: the server has no persistent systems.
+        """
+        from .systems import System, build_create_request
+
+        req, dt = build_create_request(self, family, arrays, layout=layout, method=method,
+                                       dtype=dtype, ttl_s=ttl_s, label=label,
+                                       max_iterations=max_iterations, tol=tol,
+                                       scale_rows=scale_rows)
+        info = SystemInfo.from_proto(self._unary("CreateSystem", req, timeout))
+        return System(self, info, dt)
+
+    def list_systems(self, timeout: Optional[float] = None) -> List[SystemInfo]:
+        """This identity's persistent systems on the server."""
+        resp = self._unary("ListSystems", pb.ListSystemsRequest(), timeout)
+        return [SystemInfo.from_proto(s) for s in resp.systems]
+
+    def system(self, handle: str, timeout: Optional[float] = None) -> "System":
+        """A :class:`System` for an existing handle (``NotFound`` when it is gone)."""
+        from .errors import NotFound
+        from .systems import System
+
+        for info in self.list_systems(timeout):
+            if info.handle == handle:
+                return System(self, info, info.dtype or np.dtype(np.float64))
+        raise NotFound(grpc.StatusCode.NOT_FOUND, f"system {handle} not found")
+
+
+def _result(resp: "pb.SolveResponse", streamed: bool = False) -> Result:
+    dt = numpy_dtype(resp.dtype)
+    x = _arrays.decode(resp.x.data, tuple(resp.x.shape), dt)
+    return Result(x=x, status=np.asarray(resp.status, dtype=np.int8),
+                  summary=Summary.from_proto(resp.summary, streamed))

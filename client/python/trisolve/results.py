@@ -1,0 +1,147 @@
+"""Plain values the client hands back: results, summaries, system descriptions, enums."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Optional, Tuple
+
+import numpy as np
+
+from ._proto import pb
+
+__all__ = ["Layout", "SystemStatus", "Timings", "Summary", "Result", "SystemInfo"]
+
+
+class Layout(enum.IntEnum):
+    """How a batch of tridiagonal or tree systems is laid out (the proto's ``Layout``).
+
+    FLAT: each system contiguous, arrays ``batch x n``.
+    INTERLEAVED: element k of every system together, arrays ``n x batch``.
+    """
+
+    FLAT = 0
+    INTERLEAVED = 1
+
+
+class SystemStatus(enum.IntEnum):
+    """What became of one system (the proto's ``SystemStatus``); a system not OK has x = 0."""
+
+    OK = 0
+    SINGULAR = 1        # a pivot vanished
+    NOT_CONVERGED = 2   # an iterative method stopped at its iteration limit above tolerance
+    DIVERGED = 3        # an iterative method produced non-finite values
+
+
+@dataclass
+class Timings:
+    """Where the time went, in microseconds: the server's phases, and the client's whole call."""
+
+    receive_us: float = 0.0
+    queue_us: float = 0.0
+    h2d_us: float = 0.0
+    compute_us: float = 0.0
+    d2h_us: float = 0.0
+    residual_us: float = 0.0
+    total_us: float = 0.0          # the server's: first byte received to answer ready
+    client_total_us: float = 0.0   # this client's: call started to answer decoded
+
+
+@dataclass
+class Summary:
+    """The server's summary of a solve (the proto's ``SolveSummary``), plus ``streamed``.
+
+    ``residual``: for direct methods the largest normwise backward error over the OK systems
+    (NaN with ``skip_residual``); for iterative methods the final ``||f - A y||_2 / ||f||_2``.
+    """
+
+    method: str = ""
+    backend: str = ""
+    systems: int = 0
+    ok: int = 0
+    singular: int = 0
+    not_converged: int = 0
+    diverged: int = 0
+    iterations: int = 0
+    residual: float = 0.0
+    timings: Timings = field(default_factory=Timings)
+    request_id: str = ""
+    batched_with: int = 0
+    right_hand_sides: int = 0
+    handle: str = ""
+    streamed: bool = False  # the job went through SolveStream in chunks
+
+    @classmethod
+    def from_proto(cls, s: "pb.SolveSummary", streamed: bool = False) -> "Summary":
+        t = s.timings
+        return cls(
+            method=s.method, backend=s.backend, systems=s.systems, ok=s.ok, singular=s.singular,
+            not_converged=s.not_converged, diverged=s.diverged, iterations=s.iterations,
+            residual=s.residual,
+            timings=Timings(receive_us=t.receive_us, queue_us=t.queue_us, h2d_us=t.h2d_us,
+                            compute_us=t.compute_us, d2h_us=t.d2h_us, residual_us=t.residual_us,
+                            total_us=t.total_us),
+            request_id=s.request_id, batched_with=s.batched_with,
+            right_hand_sides=s.right_hand_sides, handle=s.handle, streamed=streamed)
+
+
+@dataclass
+class Result:
+    """A solve's answer.
+
+    Attributes:
+        x: the solution, a new writable NumPy array with the right-hand side's shape and layout,
+            in the dtype the request travelled in (see the dtype rule in :mod:`trisolve`).
+        status: one :class:`SystemStatus` value a system, as an ``int8`` array (compare with
+            ``SystemStatus.OK``).
+        summary: the server's :class:`Summary`.
+    """
+
+    x: np.ndarray
+    status: np.ndarray
+    summary: Summary
+
+    @property
+    def ok(self) -> bool:
+        """Whether every system came back OK."""
+        return bool(np.all(self.status == SystemStatus.OK))
+
+
+_DTYPES = {pb.FLOAT64: np.dtype("<f8"), pb.FLOAT32: np.dtype("<f4")}
+
+
+def numpy_dtype(proto_dtype: int) -> np.dtype:
+    """The NumPy dtype (little-endian) of a proto ``DType``."""
+    try:
+        return _DTYPES[proto_dtype]
+    except KeyError:
+        raise ValueError(f"the server sent dtype {proto_dtype}, expected FLOAT64 or FLOAT32") from None
+
+
+def proto_dtype(dt: np.dtype) -> int:
+    return pb.FLOAT64 if np.dtype(dt).itemsize == 8 else pb.FLOAT32
+
+
+@dataclass
+class SystemInfo:
+    """A persistent system as the server describes it (the proto's ``SystemInfo``)."""
+
+    handle: str
+    label: str
+    family: str                 # "tridiagonal", "tree", "block-tridiagonal", "dense"
+    dtype: Optional[np.dtype]   # float64 or float32
+    layout: Layout
+    method: str                 # what a solve runs
+    prepared: str               # what the server keeps (e.g. "lu factors on the device")
+    rhs_shape: Tuple[int, ...]  # the shape of one right-hand side
+    bytes: int                  # memory the system holds on the server
+    ttl_s: float
+    idle_s: float
+    solves: int
+    updates: int
+
+    @classmethod
+    def from_proto(cls, s: "pb.SystemInfo") -> "SystemInfo":
+        return cls(handle=s.handle, label=s.label, family=s.family,
+                   dtype=_DTYPES.get(s.dtype), layout=Layout(s.layout), method=s.method,
+                   prepared=s.prepared, rhs_shape=tuple(s.rhs_shape), bytes=s.bytes,
+                   ttl_s=s.ttl_s, idle_s=s.idle_s, solves=s.solves, updates=s.updates)
