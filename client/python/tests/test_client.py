@@ -362,6 +362,25 @@ def test_message_limit_resource_exhausted_and_streaming_past_it():
         s.stop()
 
 
+def test_unimplemented_is_raised_as_such():
+    """A gRPC server without trisolve's service answers UNIMPLEMENTED: the exception the
+    persistent-system tests and the example's fallback look for."""
+    from concurrent import futures
+
+    bare = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+    port = bare.add_insecure_port("127.0.0.1:0")
+    bare.start()
+    try:
+        with trisolve.Client(f"127.0.0.1:{port}", timeout=10) as c:
+            with pytest.raises(trisolve.Unimplemented) as e:
+                c.create_system("tridiagonal", a=[0.0, 1.0], b=[2.0, 2.0], c=[1.0, 0.0])
+            assert e.value.code == grpc.StatusCode.UNIMPLEMENTED
+            with pytest.raises(trisolve.Unimplemented):
+                c.solve_dense(np.eye(70), np.ones(70), timeout=10)
+    finally:
+        bare.stop(None)
+
+
 def test_token_auth(tmp_path):
     tokens = tmp_path / "tokens"
     tokens.write_text("# accepted tokens\ns3cret-token\n")
@@ -448,6 +467,9 @@ def test_system_tridiagonal_solve_update_release(systems):
         r = sys_.solve(d, update={"b": b3})
         assert rel_err(r.x, np.linalg.solve(tridiagonal_matrix(a, b3, c), d)) < F64_TOL
         assert sys_.info().solves >= 4
+        again = client.system(sys_.handle)  # re-attached by handle
+        assert again.dtype == np.float64 and again.family == "tridiagonal"
+        assert rel_err(again.solve(d).x, np.linalg.solve(tridiagonal_matrix(a, b3, c), d)) < F64_TOL
         with pytest.raises(trisolve.InvalidArgument):
             sys_.solve(np.ones(15))
     finally:
