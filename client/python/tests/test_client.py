@@ -6,7 +6,6 @@ transposed layout would show), or a vectorised Thomas sweep for the large batch.
 """
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import time

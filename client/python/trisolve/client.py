@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import (TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Sequence,
+                    Tuple, Union)
 
 import grpc
 import numpy as np
@@ -20,7 +21,10 @@ from . import _arrays
 from ._arrays import DTypeLike, LayoutLike
 from ._proto import pb, pb_grpc
 from .errors import DataLoss, from_rpc_error
-from .results import Layout, Result, Summary, SystemInfo, numpy_dtype, proto_dtype
+from .results import Result, Summary, SystemInfo, numpy_dtype, proto_dtype
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .systems import System
 
 __all__ = ["Client", "TLS", "DEFAULT_TARGET"]
 

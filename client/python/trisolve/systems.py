@@ -8,9 +8,8 @@ one call (:meth:`System.stream`), the next step travelling while the current one
 from __future__ import annotations
 
 import queue
-import threading
 import time
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Iterator, List, Mapping, Optional, Tuple
 
 import grpc
 import numpy as np
@@ -19,7 +18,7 @@ from . import _arrays
 from ._arrays import DTypeLike, LayoutLike
 from ._proto import pb
 from .errors import NotFound, TrisolveError, from_rpc_error
-from .results import Result, Summary, SystemInfo, proto_dtype
+from .results import Result, SystemInfo, proto_dtype
 
 if TYPE_CHECKING:  # pragma: no cover
     from .client import Client
@@ -224,7 +223,6 @@ class SystemStream:
         self._pending = 0
         self._closed = False
         self._error: Optional[TrisolveError] = None
-        self._lock = threading.Lock()
         client = system.client
         self._call = client._stub.SolveSystemStream(
             self._requests(), timeout=timeout, metadata=client._metadata())
