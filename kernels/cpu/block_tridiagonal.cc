@@ -217,24 +217,63 @@ void VCycle(const std::vector<MgLevel<T>>& L, size_t l, const T* r, T* z,
   MgHalfSweep(a, r, z, 0);
 }
 
-// Point Gauss-Seidel divides by the diagonals: they must be positive on every level (an SPD
-// matrix has positive ones, and so have its Galerkin coarse matrices).
+// The sign the diagonals share on every level: +1 all positive, -1 all negative, 0 neither
+// (both signs, a zero or a value that is not finite). A symmetric definite matrix has
+// diagonals of one sign, and so have its Galerkin coarse matrices (P^T A P is definite with
+// A): a hierarchy whose diagonals do not share one sign belongs to an indefinite matrix.
 template <typename T>
-bool MgDiagonalsPositive(const std::vector<MgLevel<T>>& levels) {
+int DiagonalSign(const std::vector<MgLevel<T>>& levels) {
+  bool pos = true, neg = true;
+  for (const auto& lv : levels)
+    for (T v : lv.c) {
+      pos &= v > T(0) && std::isfinite(v);
+      neg &= v < T(0) && std::isfinite(v);
+    }
+  return pos ? 1 : neg ? -1 : 0;
+}
+// Point Gauss-Seidel divides by the diagonals: the V-cycle runs where none is zero.
+template <typename T>
+bool MgDiagonalsNonzero(const std::vector<MgLevel<T>>& levels) {
   for (const auto& lv : levels)
     for (T v : lv.c)
-      if (!(v > T(0)) || !std::isfinite(v)) return false;
+      if (v == T(0) || !std::isfinite(v)) return false;
   return true;
+}
+template <typename T>
+int FineDiagonalSign(const BlockTridiagonalProblem<T>& p) {
+  bool pos = true, neg = true;
+  for (int64_t e = 0; e < p.N * p.M; ++e) {
+    pos &= p.cC[e] > T(0) && std::isfinite(p.cC[e]);
+    neg &= p.cC[e] < T(0) && std::isfinite(p.cC[e]);
+  }
+  return pos ? 1 : neg ? -1 : 0;
+}
+
+// A row of A with no nonzero entry: the matrix is singular (exactly), whatever the method.
+template <typename T>
+bool AnyZeroRow(const BlockTridiagonalProblem<T>& p) {
+  const int64_t N = p.N, M = p.M;
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t k = 0; k < M; ++k) {
+      const int64_t e = i * M + k;
+      if (p.cC[e] == T(0) && (k == 0 || p.aC[e] == T(0)) && (k + 1 == M || p.bC[e] == T(0)) &&
+          (i == 0 || p.cA[e] == T(0)) && (i + 1 == N || p.cB[e] == T(0)))
+        return true;
+    }
+  return false;
 }
 
 // The answer of a Krylov solve: the true residual from the original arrays and the status;
-// y is zeroed for a singular or diverged system.
+// y is zeroed for a singular or diverged system. `stopped`: the method broke down (CG met
+// indefiniteness, a preconditioner could not run) -- not converged unless the residual is
+// already within the tolerance.
 template <typename T>
-SolveInfo Finish(const BlockTridiagonalProblem<T>& p, const BlockOptions& o, const char* method,
-                 int64_t iterations, bool singular, T* y, SystemStatus* status) {
+SolveInfo Finish(const BlockTridiagonalProblem<T>& p, const BlockOptions& o, std::string method,
+                 int64_t iterations, bool singular, T* y, SystemStatus* status,
+                 bool stopped = false) {
   const int64_t size = p.N * p.M;
   SolveInfo info;
-  info.method = method;
+  info.method = std::move(method);
   info.iterations = iterations;
   info.residual = BlockRelativeResidual(p, y);
   if (singular) {
@@ -243,7 +282,7 @@ SolveInfo Finish(const BlockTridiagonalProblem<T>& p, const BlockOptions& o, con
   } else if (!std::isfinite(info.residual) || !AllFinite(size, 1, y)) {
     std::fill(y, y + size, T(0));
     *status = SystemStatus::kDiverged;
-  } else if (o.tol > 0 && info.residual > o.tol) {
+  } else if ((o.tol > 0 && !(info.residual <= o.tol)) || (stopped && !(info.residual <= o.tol))) {
     *status = SystemStatus::kNotConverged;
   } else {
     *status = SystemStatus::kOk;
@@ -254,45 +293,50 @@ SolveInfo Finish(const BlockTridiagonalProblem<T>& p, const BlockOptions& o, con
 // Conjugate gradients preconditioned by the line solves C_i z_i = r_i (Thomas, every block row
 // independently), or by a multigrid V-cycle. Stops when the recursively updated residual
 // reaches tol; reports the true one.
+// sign = -1: A is negative definite (its diagonals, and every level's, negative). CG runs on
+// -A y = -f preconditioned by -P (P the line solves or the V-cycle of A, both negative
+// definite then; the V-cycle of -A is -P exactly): r, z, alpha and beta come out the same as
+// the recurrences below with (d, Ad) and (r, z) multiplied by sign, so nothing is copied or
+// negated -- only the definiteness tests read sign * (d, Ad) > 0 and sign * (r, z) > 0.
+// *indefinite: one of them failed (the matrix or the preconditioner is not definite): CG
+// stopped there, y holds its iterate.
 template <typename T>
 SolveInfo BlockCg(const BlockTridiagonalProblem<T>& p, const BlockOptions& o, T* y,
                   SystemStatus* status, const SolveControl& control, bool* cancelled,
-                  bool multigrid) {
+                  const std::vector<MgLevel<T>>* levels, int sign, bool* indefinite) {
   const int64_t N = p.N, M = p.M, size = N * M;
+  const bool multigrid = levels != nullptr;
   std::vector<T> r(size), z(size), d(size), q(size);
   ApplyBlock(p, y, q.data());
   for (int64_t e = 0; e < size; ++e) r[e] = p.f[e] - q[e];
-  bool singular = false;
-  std::vector<MgLevel<T>> levels;
   std::vector<std::vector<T>> tmp;
-  if (multigrid) {
-    levels = BuildMultigrid(p);
-    tmp.resize(2 * levels.size());
-    singular = !MgDiagonalsPositive(levels);
-  }
+  if (multigrid) tmp.resize(2 * levels->size());
+  bool line_failed = false;
   auto precondition = [&](const T* in, T* out) {
     if (multigrid) {
-      VCycle(levels, 0, in, out, tmp);
+      VCycle(*levels, 0, in, out, tmp);
       return;
     }
-#pragma omp parallel reduction(|| : singular)
+#pragma omp parallel reduction(|| : line_failed)
     {
       std::vector<T> work(M);
 #pragma omp for schedule(static)
       for (int64_t i = 0; i < N; ++i)
         if (!ThomasStrided<T>(M, 1, p.aC + i * M, p.cC + i * M, p.bC + i * M, in + i * M,
                               out + i * M, work.data()))
-          singular = true;
+          line_failed = true;
     }
   };
   const double fnorm = std::sqrt(Dot(size, p.f, p.f));
   const double scale = fnorm > 0 ? fnorm : 1;
-  if (!singular) precondition(r.data(), z.data());
+  precondition(r.data(), z.data());
   d = z;
   double rz = Dot(size, r.data(), z.data());
   double res = std::sqrt(Dot(size, r.data(), r.data())) / scale;
+  *indefinite = false;
+  if (!(sign * rz > 0) && res > o.tol && res > 0) *indefinite = true;
   int64_t it = 0;
-  for (; it < o.max_iterations && !singular; ++it) {
+  for (; it < o.max_iterations && !*indefinite && !line_failed; ++it) {
     if (res <= o.tol) break;
     if (control.Cancelled()) {
       *cancelled = true;
@@ -300,7 +344,10 @@ SolveInfo BlockCg(const BlockTridiagonalProblem<T>& p, const BlockOptions& o, T*
     }
     ApplyBlock(p, d.data(), q.data());
     const double dq = Dot(size, d.data(), q.data());
-    if (!(dq > 0) || !std::isfinite(dq)) break;  // not positive definite: stop
+    if (!(sign * dq > 0) || !std::isfinite(dq)) {  // not definite: stop
+      *indefinite = true;
+      break;
+    }
     const T alpha = T(rz / dq);
 #pragma omp parallel for schedule(static)
     for (int64_t e = 0; e < size; ++e) {
@@ -310,36 +357,71 @@ SolveInfo BlockCg(const BlockTridiagonalProblem<T>& p, const BlockOptions& o, T*
     res = std::sqrt(Dot(size, r.data(), r.data())) / scale;
     precondition(r.data(), z.data());
     const double rz_new = Dot(size, r.data(), z.data());
+    if (!(sign * rz_new > 0) && res > o.tol && res > 0) {  // the preconditioner is not definite
+      *indefinite = true;
+      ++it;
+      break;
+    }
     const T beta = T(rz_new / rz);
     rz = rz_new;
 #pragma omp parallel for schedule(static)
     for (int64_t e = 0; e < size; ++e) d[e] = z[e] + beta * d[e];
   }
-  return Finish(p, o, multigrid ? "multigrid-cg" : "cg", it, singular, y, status);
+  std::string method = multigrid ? "multigrid-cg" : "cg";
+  if (sign < 0) method += " (negated: negative definite)";
+  if (*indefinite) method += " (stopped: indefinite)";
+  return Finish(p, o, method, it, false, y, status, *indefinite || line_failed);
 }
 
-// BiCGStab (van der Vorst), right-preconditioned by the multigrid V-cycle, for systems that
-// are not symmetric. Two V-cycles and two products with A an iteration; stops when the
-// recursively updated residual reaches tol (or at a breakdown: rho or (r0, v) or omega zero),
-// reports the true residual.
+// BiCGStab (van der Vorst), right-preconditioned by the multigrid V-cycle (kVCycle), by the
+// line solves C_i z_i = r_i (kLines: block Jacobi, for systems whose coarse levels are not
+// fit for the point smoother) or by nothing, for systems that are not symmetric or not
+// definite. Two preconditioner applications and two products with A an iteration; stops when
+// the recursively updated residual reaches tol (or at a breakdown: rho or (r0, v) or omega
+// zero), reports the true residual. The caller checks that the preconditioner can run
+// (nonzero diagonals on every level, nonsingular lines).
+enum class Precond { kVCycle, kLines, kNone };
+const char* BicgstabName(Precond k) {
+  return k == Precond::kVCycle ? "multigrid-bicgstab"
+         : k == Precond::kLines ? "bicgstab+lines"
+                                : "bicgstab";
+}
 template <typename T>
 SolveInfo BlockBicgstab(const BlockTridiagonalProblem<T>& p, const BlockOptions& o, T* y,
-                        SystemStatus* status, const SolveControl& control, bool* cancelled) {
+                        SystemStatus* status, const SolveControl& control, bool* cancelled,
+                        Precond kind, int64_t max_iterations) {
   const int64_t size = p.N * p.M;
   std::vector<T> r(size), r0(size), pv(size, T(0)), v(size, T(0)), yv(size), sv(size),
       zv(size), tv(size);
   ApplyBlock(p, y, tv.data());
   for (int64_t e = 0; e < size; ++e) r[e] = p.f[e] - tv[e];
   r0 = r;
-  const std::vector<MgLevel<T>> levels = BuildMultigrid(p);
+  std::vector<MgLevel<T>> levels;
+  if (kind == Precond::kVCycle) levels = BuildMultigrid(p);
   std::vector<std::vector<T>> tmp(2 * levels.size());
-  const bool singular = !MgDiagonalsPositive(levels);
+  const int64_t M = p.M;
+  auto precondition = [&](const T* in, T* out) {
+    if (kind == Precond::kVCycle) {
+      VCycle(levels, 0, in, out, tmp);
+    } else if (kind == Precond::kLines) {
+#pragma omp parallel
+      {
+        std::vector<T> work(M);
+#pragma omp for schedule(static)
+        for (int64_t i = 0; i < p.N; ++i)
+          ThomasStrided<T>(M, 1, p.aC + i * M, p.cC + i * M, p.bC + i * M, in + i * M,
+                           out + i * M, work.data());
+      }
+    } else {
+      std::copy(in, in + size, out);
+    }
+  };
   const double fnorm = std::sqrt(Dot(size, p.f, p.f));
   const double scale = fnorm > 0 ? fnorm : 1;
   double res = std::sqrt(Dot(size, r.data(), r.data())) / scale;
   double rho = 1, alpha = 1, omega = 1;
   int64_t it = 0;
-  for (; it < o.max_iterations && !singular; ++it) {
+  for (; it < max_iterations; ++it) {
     if (res <= o.tol) break;
     if (control.Cancelled()) {
       *cancelled = true;
@@ -350,7 +432,7 @@ SolveInfo BlockBicgstab(const BlockTridiagonalProblem<T>& p, const BlockOptions&
     const double beta = (rho_new / rho) * (alpha / omega);
 #pragma omp parallel for schedule(static)
     for (int64_t e = 0; e < size; ++e) pv[e] = r[e] + T(beta) * (pv[e] - T(omega) * v[e]);
-    VCycle(levels, 0, pv.data(), yv.data(), tmp);
+    precondition(pv.data(), yv.data());
     ApplyBlock(p, yv.data(), v.data());
     const double r0v = Dot(size, r0.data(), v.data());
     if (r0v == 0 || !std::isfinite(r0v)) break;
@@ -366,7 +448,7 @@ SolveInfo BlockBicgstab(const BlockTridiagonalProblem<T>& p, const BlockOptions&
       ++it;
       break;
     }
-    VCycle(levels, 0, sv.data(), zv.data(), tmp);
+    precondition(sv.data(), zv.data());
     ApplyBlock(p, zv.data(), tv.data());
     const double tt = Dot(size, tv.data(), tv.data());
     omega = tt > 0 ? Dot(size, tv.data(), sv.data()) / tt : 0;
@@ -382,7 +464,7 @@ SolveInfo BlockBicgstab(const BlockTridiagonalProblem<T>& p, const BlockOptions&
       break;
     }
   }
-  return Finish(p, o, "multigrid-bicgstab", it, singular, y, status);
+  return Finish(p, o, BicgstabName(kind), it, false, y, status);
 }
 
 }  // namespace
@@ -414,24 +496,86 @@ absl::StatusOr<SolveInfo> SolveBlockTridiagonal(const BlockTridiagonalProblem<T>
                                                 const BlockOptions& options,
                                                 BlockOutput<T> out,
                                                 const SolveControl& control) {
-  if (method == BlockMethod::kAuto)
+  const int64_t N = p0.N, M = p0.M, size = N * M;
+  const bool automatic = method == BlockMethod::kAuto;
+  if (automatic)
     method = options.tol > 0 && IsSymmetric(p0) ? BlockMethod::kMultigridCg
                                                  : BlockMethod::kGaussSeidel;
-  const int64_t N = p0.N, M = p0.M, size = N * M;
-  if (method == BlockMethod::kCg || method == BlockMethod::kMultigridCg ||
-      method == BlockMethod::kMultigridBicgstab) {
-    // The line preconditioner already holds the diagonal: the row scaling (which would break
-    // the symmetry CG needs) is not applied.
+  auto start = [&] {
     if (p0.y0)
       std::copy(p0.y0, p0.y0 + size, out.y);
     else
       std::fill(out.y, out.y + size, T(0));
+  };
+  // A method that cannot run on this matrix (not definite for CG, a zero diagonal for the
+  // point smoother, a singular line for the line solves): NOT_CONVERGED with the initial guess
+  // and the reason -- the matrix may well be nonsingular, so never SINGULAR.
+  auto not_run = [&](std::string why) {
+    start();
+    SolveInfo info = Finish(p0, options, std::string(MethodName(method)) + " (not run: " + why + ")",
+                            0, false, out.y, out.status, true);
+    return info;
+  };
+  // auto's fallback when CG cannot run or meets indefiniteness, or the thesis' line
+  // iterations cannot run: BiCGStab, which needs neither symmetry nor definiteness, from y,
+  // preconditioned by the V-cycle where every level's diagonals share a sign, else by the line
+  // solves where no line is singular, else by nothing. `before`: what ran or was skipped.
+  auto fallback = [&](const std::string& before, const std::string& why, int64_t used,
+                      bool* cancelled) {
+    Precond kind = Precond::kNone;
+    if (DiagonalSign(BuildMultigrid(p0)) != 0)
+      kind = Precond::kVCycle;
+    else if (!AnyLineSingular(p0))
+      kind = Precond::kLines;
+    if (!AllFinite(size, 1, out.y)) start();
+    SolveInfo info = BlockBicgstab(p0, options, out.y, out.status, control, cancelled, kind,
+                                   std::max<int64_t>(options.max_iterations - used, 1));
+    info.method = before + " -> " + info.method + " (" + why + ")";
+    info.iterations += used;
+    return info;
+  };
+  if (method == BlockMethod::kCg || method == BlockMethod::kMultigridCg ||
+      method == BlockMethod::kMultigridBicgstab) {
+    // The line preconditioner already holds the diagonal: the row scaling (which would break
+    // the symmetry CG needs) is not applied.
+    if (AnyZeroRow(p0)) {  // singular to working precision whatever the method
+      std::fill(out.y, out.y + size, T(0));
+      out.status[0] = SystemStatus::kSingular;
+      SolveInfo info;
+      info.method = std::string(MethodName(method)) + " (a row of A is zero)";
+      info.iterations = 0;
+      info.residual = BlockRelativeResidual(p0, out.y);
+      return info;
+    }
+    start();
     bool cancelled = false;
-    SolveInfo info =
-        method == BlockMethod::kMultigridBicgstab
-            ? BlockBicgstab(p0, options, out.y, out.status, control, &cancelled)
-            : BlockCg(p0, options, out.y, out.status, control, &cancelled,
-                      method == BlockMethod::kMultigridCg);
+    SolveInfo info;
+    if (method == BlockMethod::kMultigridBicgstab) {
+      if (!MgDiagonalsNonzero(BuildMultigrid(p0)))
+        return not_run("a zero diagonal on a multigrid level");
+      info = BlockBicgstab(p0, options, out.y, out.status, control, &cancelled, Precond::kVCycle,
+                           options.max_iterations);
+    } else {
+      const bool multigrid = method == BlockMethod::kMultigridCg;
+      std::vector<MgLevel<T>> levels;
+      if (multigrid) levels = BuildMultigrid(p0);
+      const int sign = multigrid ? DiagonalSign(levels) : FineDiagonalSign(p0);
+      const char* why = "not definite: diagonals of both signs";
+      if (!multigrid && sign != 0 && AnyLineSingular(p0)) {
+        if (!automatic) return not_run("a line block is singular");
+      } else if (sign == 0) {
+        if (!automatic) return not_run(why);
+        info = fallback(std::string(MethodName(method)) + " skipped", why, 0, &cancelled);
+      } else {
+        bool indefinite = false;
+        info = BlockCg(p0, options, out.y, out.status, control, &cancelled,
+                       multigrid ? &levels : nullptr, sign, &indefinite);
+        if (automatic && indefinite && !cancelled) {
+          std::string ran = std::string(MethodName(method)) + (sign < 0 ? " (negated)" : "");
+          info = fallback(ran, "indefinite", info.iterations, &cancelled);
+        }
+      }
+    }
     if (cancelled) return absl::CancelledError("solve cancelled");
     return info;
   }
@@ -468,6 +612,19 @@ absl::StatusOr<SolveInfo> SolveBlockTridiagonal(const BlockTridiagonalProblem<T>
 
   T* y = out.y;
   if (AnyLineSingular(p)) {
+    if (automatic) {  // the thesis' line solves cannot run; the matrix may be nonsingular
+      if (AnyZeroRow(p0)) {
+        std::fill(y, y + size, T(0));
+        out.status[0] = SystemStatus::kSingular;
+        info.method += " (a row of A is zero)";
+        return info;
+      }
+      start();
+      bool cancelled = false;
+      SolveInfo fb = fallback(info.method + " skipped", "a line block is singular", 0, &cancelled);
+      if (cancelled) return absl::CancelledError("solve cancelled");
+      return fb;
+    }
     std::fill(y, y + size, T(0));
     out.status[0] = SystemStatus::kSingular;
     return info;

@@ -27,10 +27,24 @@ namespace trisolve {
 // experiment 2 stay at 12-13 from 128 x 128 to 1024 x 1024 (31 -> 60+ without). Any factor
 // keeps the preconditioner symmetric positive definite. For symmetric positive definite
 // systems.
+// Either sign: cg and multigrid-cg solve a symmetric NEGATIVE definite system (every
+// diagonal negative, on every multigrid level) as CG on -A with the preconditioner negated,
+// which changes no iterate -- only the definiteness tests -- and say so: "multigrid-cg
+// (negated: negative definite)". On a matrix whose diagonals have both signs they do not run
+// ("(not run: not definite: ...)", NOT_CONVERGED, y the initial guess); where CG meets
+// indefiniteness it stops ("(stopped: indefinite)", NOT_CONVERGED unless within tol).
 // kAuto: multigrid-cg when a tolerance is asked and the system is symmetric; otherwise
-// gauss-seidel on the CPU, red-black on the GPU.
+// gauss-seidel on the CPU, red-black on the GPU. Where CG cannot run or meets indefiniteness,
+// or the line solves cannot run (a singular C_i), auto goes on with BiCGStab, preconditioned
+// by the V-cycle where every level's diagonals share a sign, else by the line solves
+// ("bicgstab+lines") where no C_i is singular, else by nothing ("bicgstab"), and the method
+// says why: "multigrid-cg -> multigrid-bicgstab (indefinite)". (The CUDA backend runs that
+// fallback on the host: "... (host)".)
 // kMultigridBicgstab: BiCGStab right-preconditioned by the same V-cycle, for systems that are
-// not symmetric (two V-cycles an iteration).
+// not symmetric or not definite (two V-cycles an iteration; the point smoother needs nonzero
+// diagonals on every level, else "(not run: ...)").
+// SINGULAR from the Krylov methods and auto only where a row of A is zero (singular to working
+// precision); the thesis' line methods by name report a vanished line pivot as SINGULAR.
 enum class BlockMethod : uint8_t {
   kAuto,
   kGaussSeidel,
