@@ -1,5 +1,7 @@
 #include <cmath>
+#include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -63,7 +65,10 @@ double WorstResidual(const Batch<T>& s) {
       xn = std::max(xn, std::abs(at(s.x, k)));
       dn = std::max(dn, std::abs(at(s.d, k)));
     }
-    worst = std::max(worst, r / (an * xn + dn));
+    bool finite = true;
+    for (int64_t k = 0; k < s.n; ++k) finite &= std::isfinite(at(s.x, k));
+    const double e = finite ? r / (an * xn + dn) : std::numeric_limits<double>::infinity();
+    if (!(e <= worst)) worst = e;  // a non-finite x never scores small
   }
   return worst;
 }
@@ -141,7 +146,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(1, 2, 3, 5, 7, 8, 11, 16, 31, 32, 33, 100, 1000, 1025),
                        ::testing::Values(Layout::kFlat, Layout::kInterleaved),
                        ::testing::Values(TridiagonalMethod::kThomas, TridiagonalMethod::kPcr,
-                                         TridiagonalMethod::kPartitioned)));
+                                         TridiagonalMethod::kPartitioned,
+                                         TridiagonalMethod::kPivoting, TridiagonalMethod::kAuto)));
 
 TEST(Tridiagonal, SingularSystemsAreFlaggedAndZeroed) {
   // System 1 has a zero first pivot; system 2's second pivot cancels exactly:
@@ -158,6 +164,139 @@ TEST(Tridiagonal, SingularSystemsAreFlaggedAndZeroed) {
     for (int k = 2; k < 6; ++k) EXPECT_EQ(s.x[k], 0.0);
     for (double v : s.x) EXPECT_TRUE(std::isfinite(v));
   }
+}
+
+TEST(Tridiagonal, PivotingSolvesWhatOnlyLooksSingular) {
+  // The same batch: system 1 ([0 c; a b], a zero first pivot) is nonsingular and pivoting
+  // solves it; system 2 ([1 1; 1 1]) is singular to working precision and stays SINGULAR,
+  // zeroed. auto re-solves both by pivoting and says so.
+  auto s = Random<double>(4, 2, Layout::kFlat, 7);
+  s.b[2] = 0;
+  s.b[4] = 1; s.c[4] = 1; s.a[5] = 1; s.b[5] = 1;
+  for (auto m : {TridiagonalMethod::kPivoting, TridiagonalMethod::kAuto}) {
+    s.x.assign(8, std::nan(""));
+    s.status.assign(4, SystemStatus::kDiverged);
+    const SolveInfo info =
+        cpu::SolveTridiagonal(s.problem(), m, TridiagonalOutput<double>{s.x.data(), s.status.data()});
+    EXPECT_EQ(info.method, m == TridiagonalMethod::kAuto ? "thomas + pivoting (2 systems)" : "pivoting");
+    EXPECT_EQ(s.status[0], SystemStatus::kOk);
+    EXPECT_EQ(s.status[1], SystemStatus::kOk);
+    EXPECT_EQ(s.status[2], SystemStatus::kSingular);
+    EXPECT_EQ(s.status[3], SystemStatus::kOk);
+    EXPECT_EQ(s.x[4], 0.0);
+    EXPECT_EQ(s.x[5], 0.0);
+    // [0 c2; a3 b3] x = d: x1 = d2 / c2, x0 = (d3 - b3 x1) / a3.
+    EXPECT_NEAR(s.x[3], s.d[2] / s.c[2], 1e-14 * std::abs(s.x[3]) + 1e-300);
+    EXPECT_NEAR(s.x[2], (s.d[3] - s.b[3] * s.x[3]) / s.a[3], 1e-13 * (1 + std::abs(s.x[2])));
+  }
+}
+
+// b = 0, a = c = 1: the example (n even: nonsingular, condition number 41 at every
+// size tried; n odd: singular). Every method without pivoting meets a zero pivot; pivoting and
+// auto solve it to rounding, both layouts, float64 and float32, mixed with dominant systems.
+template <typename T>
+void ZeroDiagonal(Layout layout, int64_t n, T tol) {
+  const int64_t batch = 7;
+  auto s = Random<T>(batch, n, layout, 31 + n);
+  std::vector<T> xs(batch * n);
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<double> u(-1, 1);
+  for (auto& v : xs) v = T(u(rng));
+  for (int64_t sys : {1, 4, 5})
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t i = ElementIndex(layout, batch, n, sys, k);
+      s.a[i] = T(1);
+      s.b[i] = T(0);
+      s.c[i] = T(1);
+    }
+  for (int64_t sys = 0; sys < batch; ++sys)
+    for (int64_t k = 0; k < n; ++k) {
+      auto at = [&](int64_t kk) { return ElementIndex(layout, batch, n, sys, kk); };
+      double v = double(s.b[at(k)]) * xs[at(k)];
+      if (k > 0) v += double(s.a[at(k)]) * xs[at(k - 1)];
+      if (k + 1 < n) v += double(s.c[at(k)]) * xs[at(k + 1)];
+      s.d[at(k)] = T(v);
+    }
+  for (auto m : {TridiagonalMethod::kThomas, TridiagonalMethod::kPcr, TridiagonalMethod::kPartitioned}) {
+    Solve(s, m);
+    EXPECT_EQ(s.status[1], SystemStatus::kSingular) << MethodName(m);
+    EXPECT_EQ(s.status[0], SystemStatus::kOk) << MethodName(m);
+  }
+  for (auto m : {TridiagonalMethod::kPivoting, TridiagonalMethod::kAuto}) {
+    s.x.assign(batch * n, T(std::nan("")));
+    s.status.assign(batch, SystemStatus::kDiverged);
+    const SolveInfo info =
+        cpu::SolveTridiagonal(s.problem(), m, TridiagonalOutput<T>{s.x.data(), s.status.data()});
+    for (auto st : s.status) ASSERT_EQ(st, SystemStatus::kOk) << info.method << " n " << n;
+    if (m == TridiagonalMethod::kAuto) {
+      EXPECT_EQ(info.method, "thomas + pivoting (3 systems)");
+    }
+    double err = 0;
+    for (int64_t e = 0; e < batch * n; ++e) {
+      const double d = std::abs(double(s.x[e]) - double(xs[e]));
+      if (!(d <= err)) err = d;  // NaN wins
+    }
+    EXPECT_TRUE(err <= double(tol)) << info.method << " n " << n << " error " << err;
+    EXPECT_TRUE(TridiagonalBackwardError(s.problem(), s.x.data(), s.status.data()) <= double(tol) / 10);
+  }
+  // The re-solve the CUDA backend calls: only the SINGULAR systems, x and status patched.
+  Solve(s, TridiagonalMethod::kThomas);
+  auto before = s.x;
+  SolveInfo info;
+  info.method = "thomas";
+  EXPECT_EQ(cpu::ResolveSingularWithPivoting(s.problem(), TridiagonalOutput<T>{s.x.data(), s.status.data()}, &info), 3);
+  EXPECT_EQ(info.method, "thomas + pivoting (3 systems)");
+  for (auto st : s.status) EXPECT_EQ(st, SystemStatus::kOk);
+  for (int64_t k = 0; k < n; ++k) {
+    const int64_t i = ElementIndex(layout, batch, n, 0, k);
+    EXPECT_EQ(s.x[i], before[i]);  // a system that was OK is not touched
+  }
+  EXPECT_EQ(cpu::ResolveSingularWithPivoting(s.problem(), TridiagonalOutput<T>{s.x.data(), s.status.data()}, &info), 0);
+}
+
+TEST(Tridiagonal, ZeroDiagonalNeedsPivoting) {
+  for (Layout l : {Layout::kFlat, Layout::kInterleaved})
+    for (int64_t n : {2, 4, 10, 64, 1000}) {
+      ZeroDiagonal<double>(l, n, 1e-13);
+      ZeroDiagonal<float>(l, n, 1e-5f);
+    }
+  // n odd: singular (a zero determinant), and pivoting says so.
+  Batch<double> s{1, 3, Layout::kFlat, {0, 1, 1}, {0, 0, 0}, {1, 1, 0}, {1, 1, 1}};
+  Solve(s, TridiagonalMethod::kPivoting);
+  EXPECT_EQ(s.status[0], SystemStatus::kSingular);
+  for (double v : s.x) EXPECT_EQ(v, 0.0);
+  Solve(s, TridiagonalMethod::kAuto);
+  EXPECT_EQ(s.status[0], SystemStatus::kSingular);
+}
+
+TEST(Tridiagonal, PivotingNeedsNoDominance) {
+  // Random U(-1, 1) entries (not dominant) and a tiny diagonal: pivoting's backward error stays
+  // at rounding level; auto's growth check sends such systems to pivoting.
+  for (Layout l : {Layout::kFlat, Layout::kInterleaved})
+    for (double diag : {-1.0, 1e-8}) {
+      auto s = Random<double>(16, 500, l, 3);
+      std::mt19937_64 rng(9);
+      std::uniform_real_distribution<double> u(-1, 1);
+      for (auto& v : s.b) v = diag < 0 ? u(rng) : diag;
+      Solve(s, TridiagonalMethod::kPivoting);
+      for (auto st : s.status) ASSERT_EQ(st, SystemStatus::kOk);
+      const double piv = TridiagonalBackwardError(s.problem(), s.x.data(), s.status.data());
+      EXPECT_TRUE(piv <= 1e-15) << piv;
+      s.x.assign(s.x.size(), std::nan(""));
+      const SolveInfo info = cpu::SolveTridiagonal(
+          s.problem(), TridiagonalMethod::kAuto,
+          TridiagonalOutput<double>{s.x.data(), s.status.data()});
+      for (auto st : s.status) ASSERT_EQ(st, SystemStatus::kOk);
+      EXPECT_NE(info.method.find("thomas + pivoting ("), std::string::npos) << info.method;
+      const double au = TridiagonalBackwardError(s.problem(), s.x.data(), s.status.data());
+      EXPECT_TRUE(au <= 1e-15) << au;
+    }
+  // A NaN in x must never score as a small error.
+  auto s = Random<double>(1, 8, Layout::kFlat, 1);
+  Solve(s, TridiagonalMethod::kPivoting);
+  s.x[3] = std::nan("");
+  EXPECT_FALSE(WorstResidual(s) <= 1.0);
+  EXPECT_FALSE(TridiagonalBackwardError(s.problem(), s.x.data(), s.status.data()) <= 1.0);
 }
 
 TEST(Tridiagonal, AllZeroRowIsSingularInFloat32) {
@@ -359,6 +498,8 @@ TEST(TridiagonalWindows, ExactToRoundingAtTheLimit) {
 
 TEST(Tridiagonal, MethodNames) {
   EXPECT_EQ(*ParseTridiagonalMethod("pcr"), TridiagonalMethod::kPcr);
+  EXPECT_EQ(*ParseTridiagonalMethod("pivoting"), TridiagonalMethod::kPivoting);
+  EXPECT_EQ(MethodName(TridiagonalMethod::kPivoting), "pivoting");
   EXPECT_EQ(*ParseTridiagonalMethod(""), TridiagonalMethod::kAuto);
   EXPECT_FALSE(ParseTridiagonalMethod("cr").ok());
 }

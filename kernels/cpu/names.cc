@@ -33,7 +33,8 @@ absl::StatusOr<TridiagonalMethod> ParseTridiagonalMethod(absl::string_view name)
   if (name == "thomas") return TridiagonalMethod::kThomas;
   if (name == "pcr") return TridiagonalMethod::kPcr;
   if (name == "partitioned") return TridiagonalMethod::kPartitioned;
-  return UnknownMethod("tridiagonal", name, "auto, thomas, pcr, partitioned");
+  if (name == "pivoting") return TridiagonalMethod::kPivoting;
+  return UnknownMethod("tridiagonal", name, "auto, thomas, pcr, partitioned, pivoting");
 }
 absl::string_view MethodName(TridiagonalMethod m) {
   switch (m) {
@@ -41,6 +42,7 @@ absl::string_view MethodName(TridiagonalMethod m) {
     case TridiagonalMethod::kThomas: return "thomas";
     case TridiagonalMethod::kPcr: return "pcr";
     case TridiagonalMethod::kPartitioned: return "partitioned";
+    case TridiagonalMethod::kPivoting: return "pivoting";
   }
   return "unknown";
 }

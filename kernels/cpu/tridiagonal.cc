@@ -1,8 +1,11 @@
-// CPU reference for batched tridiagonal systems: Thomas and parallel cyclic reduction.
+// CPU reference for batched tridiagonal systems: Thomas, parallel cyclic reduction, the
+// partitioned method and partial pivoting (dgtsv).
 #include "trisolve/tridiagonal.h"
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <string>
 #include <vector>
 
 #include "common.h"
@@ -10,24 +13,96 @@
 namespace trisolve {
 namespace cpu {
 
-template <typename T>
-bool ThomasStrided(int64_t n, int64_t s, const T* a, const T* b, const T* c, const T* d,
-                   T* x, T* cp) {
-  // Forward elimination keeps c' in `cp` and d' in x itself; no pivoting, so a pivot that
-  // cancels to rounding level is a breakdown and is reported, not divided by.
-  if (PivotVanishes(b[0], std::abs(b[0]))) return false;
+// Thomas' outcome in auto's checked form: the elimination grew past kThomasGrowthLimit.
+enum class ThomasOutcome { kOk, kVanished, kGrowth };
+
+// Forward elimination keeps c' in `cp` and d' in x itself; no pivoting, so a pivot that cancels
+// to rounding level is a breakdown and is reported, not divided by. With kCheckGrowth, a row
+// whose |a_k c'_{k-1}| (the entry of |L||U| beside the pivot) passes kThomasGrowthLimit times
+// the row's own |a| + |b| + |c| is reported too: LU without pivoting has a backward error of
+// about eps |L||U|, so past that limit the answer may be poor though no pivot vanished.
+template <bool kCheckGrowth, typename T>
+ThomasOutcome ThomasSweep(int64_t n, int64_t s, const T* a, const T* b, const T* c, const T* d,
+                          T* x, T* cp) {
+  if (PivotVanishes(b[0], std::abs(b[0]))) return ThomasOutcome::kVanished;
   T inv = T(1) / b[0];
   cp[0] = n > 1 ? c[0] * inv : T(0);
   x[0] = d[0] * inv;
+  bool grew = false;
   for (int64_t k = 1; k < n; ++k) {
     const T ac = a[k * s] * cp[k - 1];
     const T gamma = b[k * s] - ac;
-    if (PivotVanishes(gamma, std::abs(b[k * s]) + std::abs(ac))) return false;
+    if (PivotVanishes(gamma, std::abs(b[k * s]) + std::abs(ac))) return ThomasOutcome::kVanished;
+    if constexpr (kCheckGrowth)
+      grew |= std::abs(ac) > T(kThomasGrowthLimit) * (std::abs(a[k * s]) + std::abs(b[k * s]) +
+                                                      (k + 1 < n ? std::abs(c[k * s]) : T(0)));
     inv = T(1) / gamma;
     cp[k] = k + 1 < n ? c[k * s] * inv : T(0);
     x[k * s] = (d[k * s] - a[k * s] * x[(k - 1) * s]) * inv;
   }
+  if (grew) return ThomasOutcome::kGrowth;
   for (int64_t k = n - 2; k >= 0; --k) x[k * s] -= cp[k] * x[(k + 1) * s];
+  return AllFinite(n, s, x) ? ThomasOutcome::kOk : ThomasOutcome::kVanished;
+}
+
+template <typename T>
+bool ThomasStrided(int64_t n, int64_t s, const T* a, const T* b, const T* c, const T* d,
+                   T* x, T* cp) {
+  return ThomasSweep<false>(n, s, a, b, c, d, x, cp) == ThomasOutcome::kOk;
+}
+
+template <typename T>
+bool PivotingStrided(int64_t n, int64_t s, const T* a, const T* b, const T* c, const T* d,
+                     T* x, T* work) {
+  // LAPACK dgtsv's elimination (one right-hand side): at step i the row of the larger of
+  // |D_i| and |DL_i| is the pivot row; an interchange moves row i + 1's super-diagonal into a
+  // second super-diagonal of U, kept in DL (DU2 in dgtsv). Growth is at most 2 a step's
+  // column, so the backward error is a small multiple of eps ||A|| for every nonsingular
+  // matrix. A pivot is tested only for being exactly zero or not finite: partial pivoting
+  // picks the largest candidate, so a zero pivot means the column is zero below the diagonal
+  // (the matrix is singular to working precision), not a cancellation a reordering could
+  // avoid.
+  T* D = work;
+  T* DU = D + n;
+  T* DL = DU + n;
+  for (int64_t k = 0; k < n; ++k) {
+    D[k] = b[k * s];
+    DU[k] = k + 1 < n ? c[k * s] : T(0);
+    DL[k] = k + 1 < n ? a[(k + 1) * s] : T(0);
+    x[k * s] = d[k * s];
+  }
+  for (int64_t i = 0; i + 1 < n; ++i) {
+    T* xi = x + i * s;
+    T* xn = xi + s;
+    if (std::abs(D[i]) >= std::abs(DL[i])) {
+      if (D[i] == T(0) || !std::isfinite(D[i])) return false;
+      const T fact = DL[i] / D[i];
+      D[i + 1] -= fact * DU[i];
+      *xn -= fact * *xi;
+      DL[i] = T(0);
+    } else {  // rows i and i + 1 interchanged
+      if (!std::isfinite(DL[i])) return false;
+      const T fact = D[i] / DL[i];
+      D[i] = DL[i];
+      const T temp = D[i + 1];
+      D[i + 1] = DU[i] - fact * temp;
+      if (i + 2 < n) {
+        DL[i] = DU[i + 1];
+        DU[i + 1] = -fact * DL[i];
+      } else {
+        DL[i] = T(0);
+      }
+      DU[i] = temp;
+      const T t = *xi;
+      *xi = *xn;
+      *xn = t - fact * *xn;
+    }
+  }
+  if (D[n - 1] == T(0) || !std::isfinite(D[n - 1])) return false;
+  x[(n - 1) * s] /= D[n - 1];
+  if (n > 1) x[(n - 2) * s] = (x[(n - 2) * s] - DU[n - 2] * x[(n - 1) * s]) / D[n - 2];
+  for (int64_t i = n - 3; i >= 0; --i)
+    x[i * s] = (x[i * s] - DU[i] * x[(i + 1) * s] - DL[i] * x[(i + 2) * s]) / D[i];
   return AllFinite(n, s, x);
 }
 
@@ -178,37 +253,76 @@ bool PartitionedStrided(int64_t n, int64_t s, int M, const T* a, const T* b, con
 template <typename T>
 SolveInfo SolveTridiagonal(const TridiagonalProblem<T>& p, TridiagonalMethod method,
                            TridiagonalOutput<T> out) {
-  // On one CPU core Thomas does the fewest operations (8n against PCR's ~12 n log n).
-  if (method == TridiagonalMethod::kAuto) method = TridiagonalMethod::kThomas;
+  // auto: on one CPU core Thomas does the fewest operations (8n against PCR's ~12 n log n);
+  // a system whose pivot vanished or whose elimination grew is solved again by pivoting
+  // (Thomas' x is written over), so a nonsingular system never comes back SINGULAR.
+  const bool automatic = method == TridiagonalMethod::kAuto;
   const int64_t stride = ElementStride(p.layout, p.batch);
   constexpr int kChunk = 8;  // as the CUDA backend's partitioned kernel
   const int64_t work_per_system =
       method == TridiagonalMethod::kPcr           ? 8 * p.n
       : method == TridiagonalMethod::kPartitioned ? 3 * (p.n + kChunk) + 8 * (p.n / kChunk + 1)
+      : method == TridiagonalMethod::kPivoting || automatic ? 3 * p.n
                                                   : p.n;
-#pragma omp parallel
+  int64_t resolved = 0;
+#pragma omp parallel reduction(+ : resolved)
   {
     std::vector<T> work(static_cast<size_t>(work_per_system));
 #pragma omp for schedule(static)
     for (int64_t s = 0; s < p.batch; ++s) {
       const int64_t off = SystemOffset(p.layout, p.n, s);
+      const T *a = p.a + off, *b = p.b + off, *c = p.c + off, *d = p.d + off;
       T* x = out.x + off;
       bool ok;
-      if (method == TridiagonalMethod::kPcr)
-        ok = PcrStrided(p.n, stride, p.a + off, p.b + off, p.c + off, p.d + off, x, work.data());
-      else if (method == TridiagonalMethod::kPartitioned)
-        ok = PartitionedStrided(p.n, stride, kChunk, p.a + off, p.b + off, p.c + off, p.d + off,
-                                x, work.data());
-      else
-        ok = ThomasStrided(p.n, stride, p.a + off, p.b + off, p.c + off, p.d + off, x,
-                           work.data());
+      if (method == TridiagonalMethod::kPcr) {
+        ok = PcrStrided(p.n, stride, a, b, c, d, x, work.data());
+      } else if (method == TridiagonalMethod::kPartitioned) {
+        ok = PartitionedStrided(p.n, stride, kChunk, a, b, c, d, x, work.data());
+      } else if (method == TridiagonalMethod::kPivoting) {
+        ok = PivotingStrided(p.n, stride, a, b, c, d, x, work.data());
+      } else if (automatic) {
+        ok = ThomasSweep<true>(p.n, stride, a, b, c, d, x, work.data()) == ThomasOutcome::kOk;
+        if (!ok) {
+          ok = PivotingStrided(p.n, stride, a, b, c, d, x, work.data());
+          ++resolved;
+        }
+      } else {
+        ok = ThomasStrided(p.n, stride, a, b, c, d, x, work.data());
+      }
       if (!ok) ZeroStrided(p.n, stride, x);
       out.status[s] = ok ? SystemStatus::kOk : SystemStatus::kSingular;
     }
   }
   SolveInfo info;
-  info.method = std::string(MethodName(method));
+  info.method = std::string(MethodName(automatic ? TridiagonalMethod::kThomas : method));
+  if (resolved > 0) info.method += " + pivoting (" + std::to_string(resolved) + " systems)";
   return info;
+}
+
+template <typename T>
+int64_t ResolveSingularWithPivoting(const TridiagonalProblem<T>& p, TridiagonalOutput<T> out,
+                                    SolveInfo* info) {
+  const int64_t stride = ElementStride(p.layout, p.batch);
+  int64_t resolved = 0;
+#pragma omp parallel reduction(+ : resolved)
+  {
+    std::vector<T> work;
+#pragma omp for schedule(dynamic, 16)
+    for (int64_t s = 0; s < p.batch; ++s) {
+      if (out.status[s] != SystemStatus::kSingular) continue;
+      work.resize(static_cast<size_t>(3 * p.n));
+      const int64_t off = SystemOffset(p.layout, p.n, s);
+      T* x = out.x + off;
+      const bool ok = PivotingStrided(p.n, stride, p.a + off, p.b + off, p.c + off, p.d + off,
+                                      x, work.data());
+      if (!ok) ZeroStrided(p.n, stride, x);
+      out.status[s] = ok ? SystemStatus::kOk : SystemStatus::kSingular;
+      ++resolved;
+    }
+  }
+  if (info != nullptr && resolved > 0)
+    info->method += " + pivoting (" + std::to_string(resolved) + " systems)";
+  return resolved;
 }
 
 template SolveInfo SolveTridiagonal(const TridiagonalProblem<double>&, TridiagonalMethod,
@@ -225,6 +339,14 @@ template bool PartitionedStrided(int64_t, int64_t, int, const float*, const floa
                                  const float*, const float*, float*, float*);
 template bool PcrStrided(int64_t, int64_t, const double*, const double*, const double*,
                          const double*, double*, double*);
+template bool PivotingStrided(int64_t, int64_t, const double*, const double*, const double*,
+                              const double*, double*, double*);
+template bool PivotingStrided(int64_t, int64_t, const float*, const float*, const float*,
+                              const float*, float*, float*);
+template int64_t ResolveSingularWithPivoting(const TridiagonalProblem<double>&,
+                                             TridiagonalOutput<double>, SolveInfo*);
+template int64_t ResolveSingularWithPivoting(const TridiagonalProblem<float>&,
+                                             TridiagonalOutput<float>, SolveInfo*);
 template bool PcrStrided(int64_t, int64_t, const float*, const float*, const float*,
                          const float*, float*, float*);
 }  // namespace cpu
@@ -257,7 +379,11 @@ double TridiagonalBackwardError(const TridiagonalProblem<T>& p, const T* x,
       dmax = std::max(dmax, std::abs(double(p.d[i])));
     }
     const double denom = amax * xmax + dmax;
-    worst = std::max(worst, denom > 0 ? rmax / denom : 0.0);
+    // A non-finite x or residual is the worst error there is (std::max would drop a NaN).
+    const double e = !cpu::AllFinite(p.n, s_, x + off) ? std::numeric_limits<double>::infinity()
+                     : denom > 0                  ? rmax / denom
+                                                  : 0.0;
+    worst = std::max(worst, e);
   }
   return worst;
 }

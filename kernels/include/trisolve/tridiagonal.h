@@ -14,7 +14,16 @@ namespace trisolve {
 // kPartitioned: chunks of rows reduced by the modified Thomas algorithm (Laszlo, Giles &
 // Appleyard 2016) to a system of two rows per chunk, solved, then substituted back -- the
 // CUDA backend's main kernel; the CPU reference runs its sequential form.
-enum class TridiagonalMethod : uint8_t { kAuto, kThomas, kPcr, kPartitioned };
+// kPivoting: Gaussian elimination with partial pivoting, LAPACK dgtsv's algorithm (a row
+// interchange gives U a second superdiagonal): stable for every nonsingular matrix, SINGULAR
+// only where a pivot is exactly zero or not finite after pivoting. The CUDA backend runs it on
+// the host for now ("pivoting (host)").
+// kAuto (CPU): Thomas, with every system whose pivot vanished or whose elimination grew
+// (|a_k c'_{k-1}| > kThomasGrowthLimit times the row's |a| + |b| + |c|: Thomas' backward error
+// is bounded by about eps times that growth) solved again by pivoting; the method string says
+// how many ("thomas + pivoting (3 systems)").
+enum class TridiagonalMethod : uint8_t { kAuto, kThomas, kPcr, kPartitioned, kPivoting };
+constexpr double kThomasGrowthLimit = 4.0;
 absl::StatusOr<TridiagonalMethod> ParseTridiagonalMethod(absl::string_view name);
 absl::string_view MethodName(TridiagonalMethod m);
 
@@ -52,6 +61,19 @@ bool PartitionedStrided(int64_t n, int64_t stride, int chunk, const T* a, const 
 template <typename T>
 bool PcrStrided(int64_t n, int64_t stride, const T* a, const T* b, const T* c, const T* d,
                 T* x, T* work);  // work needs 8 * n values
+// Partial pivoting (dgtsv); work needs 3 * n values. False only where a pivot is exactly zero
+// or not finite after pivoting (the matrix is singular to working precision) or x overflows.
+template <typename T>
+bool PivotingStrided(int64_t n, int64_t stride, const T* a, const T* b, const T* c,
+                     const T* d, T* x, T* work);
+// Solves again, by partial pivoting from the original arrays, every system of `out` whose
+// status is kSingular (a fast path's pivot vanished), patching x and status in place: a
+// nonsingular system never stays SINGULAR. Appends " + pivoting (k systems)" to info->method
+// when k > 0 (info may be null). Returns k. The CUDA backend calls it after auto's device
+// solve, on the host arrays.
+template <typename T>
+int64_t ResolveSingularWithPivoting(const TridiagonalProblem<T>& p, TridiagonalOutput<T> out,
+                                    SolveInfo* info);
 }  // namespace cpu
 
 // Largest normwise backward error over the systems whose status is kOk:
