@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <array>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -37,6 +38,23 @@ double Ms(cudaEvent_t a, cudaEvent_t b) {
 }
 
 class CudaBackend final : public Backend {
+  // One input array of a solve: staged from the host, or already on the device (a prepared
+  // system's coefficients).
+  template <typename T>
+  struct Input {
+    const T* host = nullptr;
+    int64_t values = 0;
+    const T* device = nullptr;
+  };
+  // A prepared system's coefficients on the device, by SystemSpec index (nullptr: stage).
+  template <typename T>
+  using Resident = std::array<const T*, kMaxCoefficients>;
+  template <typename T>
+  static void MarkResident(std::vector<Input<T>>& in, const Resident<T>* resident) {
+    if (resident == nullptr) return;
+    for (size_t i = 0; i < in.size() && i < resident->size(); ++i) in[i].device = (*resident)[i];
+  }
+
  public:
   CudaBackend(const CudaOptions& o, const cudaDeviceProp& prop, int64_t device_cap)
       : options_(o),
@@ -120,7 +138,216 @@ class CudaBackend final : public Backend {
     return SolveBlockOnDevice(p, m, o, out, c);
   }
 
+  absl::StatusOr<std::unique_ptr<PreparedSystem>> Prepare(const SystemSpec& spec) override {
+    auto system = std::make_unique<DevicePrepared>(spec, this);
+    const SystemSpec& s = system->spec();
+    int64_t total = 0;
+    for (int i = 0; i < s.num_coefficients(); ++i) {
+      system->offset[size_t(i)] = total;
+      if (!IsTreeParent(s, i)) total += RoundUp(s.coefficient_bytes(i));
+    }
+    auto dev = device_pool_.Get(std::max<int64_t>(total, 256));
+    if (!dev.ok()) return dev.status();
+    system->device = *std::move(dev);
+    for (int i = 0; i < s.num_coefficients(); ++i)
+      if (auto st = system->Upload(i); !st.ok()) return st;
+    return std::unique_ptr<PreparedSystem>(std::move(system));
+  }
+  absl::StatusOr<SolveInfo> SolvePrepared(PreparedSystem& system, RhsBlock<double> rhs, double* x,
+                                          SystemStatus* status, const SolveControl& c) override {
+    return SolvePreparedOnDevice(system, rhs, x, status, c);
+  }
+  absl::StatusOr<SolveInfo> SolvePrepared(PreparedSystem& system, RhsBlock<float> rhs, float* x,
+                                          SystemStatus* status, const SolveControl& c) override {
+    return SolvePreparedOnDevice(system, rhs, x, status, c);
+  }
+
  private:
+  static bool IsTreeParent(const SystemSpec& s, int i) { return s.family == Family::kTree && i == 3; }
+  static int64_t RoundUp(int64_t bytes) { return (bytes + 255) / 256 * 256; }
+
+  // A prepared system on the device: its coefficients in one pooled buffer (the tree's parent
+  // array stays on the host: the cable plan, cached by content, is built from it), and for k
+  // right-hand sides of a system of one, the coefficients replicated k times, kept until the
+  // next update or another k.
+  class DevicePrepared final : public PreparedSystem {
+   public:
+    DevicePrepared(const SystemSpec& spec, CudaBackend* backend)
+        : PreparedSystem(spec), backend_(backend) {}
+    int64_t bytes() const override {
+      return PreparedSystem::bytes() + device.size() + replicated.size();
+    }
+    std::string prepared() const override { return "coefficients on the device"; }
+    absl::Status Update(int i, const void* values) override {
+      if (auto st = PreparedSystem::Update(i, values); !st.ok()) return st;
+      replicated.Release();
+      replicated_k = 0;
+      return Upload(i);
+    }
+    absl::Status Upload(int i) {
+      if (IsTreeParent(spec_, i)) return absl::OkStatus();
+      return backend_->CopyToDevice(host_[size_t(i)].data(), device.as<std::byte>() + offset[size_t(i)],
+                                    int64_t(host_[size_t(i)].size()));
+    }
+    template <typename T>
+    Resident<T> ResidentOf(const cuda::Pool::Buffer& buf, const std::array<int64_t, kMaxCoefficients>& off) const {
+      Resident<T> r{};
+      for (int i = 0; i < spec_.num_coefficients(); ++i)
+        if (!IsTreeParent(spec_, i))
+          r[size_t(i)] = reinterpret_cast<const T*>(buf.as<const std::byte>() + off[size_t(i)]);
+      return r;
+    }
+
+    cuda::Pool::Buffer device;
+    std::array<int64_t, kMaxCoefficients> offset{};
+    cuda::Pool::Buffer replicated;
+    std::array<int64_t, kMaxCoefficients> replicated_offset{};
+    int64_t replicated_k = 0;
+    Layout replicated_layout = Layout::kFlat;
+
+   private:
+    CudaBackend* backend_;
+  };
+
+  // Host to device through the pinned staging pieces, on a lane of its own; waits.
+  absl::Status CopyToDevice(const void* host, void* dev, int64_t bytes) {
+    cudaSetDevice(options_.device);
+    auto pinned = pinned_pool_.Get(2 * kStagingChunk);
+    if (!pinned.ok()) return pinned.status();
+    const int li = AcquireLane();
+    struct Release {
+      CudaBackend* b;
+      int i;
+      ~Release() { b->ReleaseLane(i); }
+    } release{this, li};
+    Lane& l = lanes_[li];
+    if (auto st = StageIn(l, static_cast<std::byte*>(pinned->get()), host, dev, bytes); !st.ok())
+      return st;
+    return cuda::CudaStatus(cudaStreamSynchronize(l.stream), "cudaStreamSynchronize");
+  }
+
+  // The coefficients of a system of one replicated for k right-hand sides in `layout`, by
+  // doubling device-to-device copies (log2 k of them): [k, n] flat, or [n, k] interleaved.
+  absl::Status Replicate(DevicePrepared& s, int64_t k, Layout layout) {
+    if (s.replicated_k == k && s.replicated_layout == layout) return absl::OkStatus();
+    const SystemSpec& spec = s.spec();
+    const int64_t n = spec.n, eb = spec.elem_bytes();
+    int64_t total = 0;
+    for (int i = 0; i < spec.num_coefficients(); ++i) {
+      s.replicated_offset[size_t(i)] = total;
+      if (!IsTreeParent(spec, i)) total += RoundUp(k * n * eb);
+    }
+    s.replicated.Release();
+    s.replicated_k = 0;
+    auto buf = device_pool_.Get(std::max<int64_t>(total, 256));
+    if (!buf.ok()) return buf.status();
+    cudaSetDevice(options_.device);
+    const int li = AcquireLane();
+    struct Release {
+      CudaBackend* b;
+      int i;
+      ~Release() { b->ReleaseLane(i); }
+    } release{this, li};
+    cudaStream_t stream = lanes_[li].stream;
+    for (int i = 0; i < spec.num_coefficients(); ++i) {
+      if (IsTreeParent(spec, i)) continue;
+      const auto* src = s.device.as<const std::byte>() + s.offset[size_t(i)];
+      auto* dst = buf->as<std::byte>() + s.replicated_offset[size_t(i)];
+      if (layout == Layout::kFlat) {
+        TRISOLVE_CUDA_RETURN_IF_ERROR(
+            cudaMemcpyAsync(dst, src, size_t(n * eb), cudaMemcpyDeviceToDevice, stream));
+        for (int64_t have = 1; have < k; have *= 2) {
+          const int64_t copy = std::min(have, k - have);
+          TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst + have * n * eb, dst,
+                                                        size_t(copy * n * eb),
+                                                        cudaMemcpyDeviceToDevice, stream));
+        }
+      } else {
+        // Column 0 of the [n, k] array, then columns [have, 2 have) from [0, have).
+        TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(dst, size_t(k * eb), src, size_t(eb),
+                                                        size_t(eb), size_t(n),
+                                                        cudaMemcpyDeviceToDevice, stream));
+        for (int64_t have = 1; have < k; have *= 2) {
+          const int64_t copy = std::min(have, k - have);
+          TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(
+              dst + have * eb, size_t(k * eb), dst, size_t(k * eb), size_t(copy * eb), size_t(n),
+              cudaMemcpyDeviceToDevice, stream));
+        }
+      }
+    }
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    s.replicated = *std::move(buf);
+    s.replicated_k = k;
+    s.replicated_layout = layout;
+    return absl::OkStatus();
+  }
+
+  // One right-hand side block of a prepared system: the family's solve with the coefficients
+  // read from the device (`resident`) and the host copy (`hs`) for the host paths.
+  template <typename T>
+  absl::StatusOr<SolveInfo> SolveResident(const SystemSpec& hs, const Resident<T>& resident,
+                                          const T* rhs, T* x, SystemStatus* status,
+                                          const SolveControl& c) {
+    auto coef = [&](int i) { return static_cast<const T*>(hs.coefficients[size_t(i)]); };
+    switch (hs.family) {
+      case Family::kTridiagonal: {
+        TridiagonalProblem<T> p{hs.batch, hs.n, hs.layout, coef(0), coef(1), coef(2), rhs};
+        return SolveTri(p, TridiagonalMethod(hs.method), TridiagonalOutput<T>{x, status}, c,
+                        &resident);
+      }
+      case Family::kTree: {
+        TreeProblem<T> p;
+        p.batch = hs.batch;
+        p.n = hs.n;
+        p.layout = hs.layout;
+        p.parent = static_cast<const int32_t*>(hs.coefficients[3]);
+        p.parent_per_system = hs.parent_per_system;
+        p.lower = coef(0);
+        p.upper = coef(1);
+        p.diag = coef(2);
+        p.rhs = rhs;
+        return SolveTreeOnDevice(p, TreeMethod(hs.method), TreeOutput<T>{x, status}, c, &resident);
+      }
+      case Family::kBlockTridiagonal: {
+        BlockTridiagonalProblem<T> p{hs.block_N, hs.block_M, coef(0), coef(1), coef(2),
+                                     coef(3),    coef(4),    rhs,     nullptr};
+        return SolveBlockOnDevice(p, BlockMethod(hs.method), hs.block_options,
+                                  BlockOutput<T>{x, status}, c, &resident);
+      }
+      case Family::kDense: {
+        DenseProblem<T> p{hs.batch, hs.n, coef(0), rhs};
+        return SolveDenseOnDevice(p, DenseMethod(hs.method), DenseOutput<T>{x, status}, c,
+                                  &resident);
+      }
+    }
+    return absl::InternalError("unknown family");
+  }
+
+  template <typename T>
+  absl::StatusOr<SolveInfo> SolvePreparedOnDevice(PreparedSystem& system, RhsBlock<T> rhs, T* x,
+                                                  SystemStatus* status, const SolveControl& c) {
+    auto* dp = dynamic_cast<DevicePrepared*>(&system);
+    if (dp == nullptr) return SolveThroughBackend(*this, system, rhs, x, status, c);
+    const SystemSpec& s = dp->spec();
+    if (rhs.k == 1)
+      return SolveResident(s, dp->ResidentOf<T>(dp->device, dp->offset), rhs.rhs, x, status, c);
+    if ((s.family == Family::kTridiagonal || s.family == Family::kTree) && s.batch == 1) {
+      if (auto st = Replicate(*dp, rhs.k, rhs.layout); !st.ok()) return st;
+      return SolveResident(dp->Replicated(rhs.k, rhs.layout),
+                           dp->ResidentOf<T>(dp->replicated, dp->replicated_offset), rhs.rhs, x,
+                           status, c);
+    }
+    const Resident<T> resident = dp->ResidentOf<T>(dp->device, dp->offset);
+    SolveInfo total;
+    const int64_t block = s.rhs_values();
+    for (int64_t j = 0; j < rhs.k; ++j) {
+      auto info = SolveResident(s, resident, rhs.rhs + j * block, x + j * block,
+                                status + j * s.batch, c);
+      if (!info.ok()) return info.status();
+      AccumulateSolveInfo(*info, j == 0, &total);
+    }
+    return total;
+  }
   struct Lane {
     cudaStream_t stream = nullptr;
     cudaEvent_t e0, e1, e2, e3;  // h2d start, kernel start, kernel end, d2h end
@@ -195,15 +422,15 @@ class CudaBackend final : public Backend {
   // pending in *later (thomas-window) gets it after the copy back's wait, and x and the flags
   // are copied back again where that answer solved the problem again.
   template <typename T, typename Launch>
-  absl::StatusOr<SolveInfo> Staged(const std::vector<std::pair<const T*, int64_t>>& inputs,
+  absl::StatusOr<SolveInfo> Staged(const std::vector<Input<T>>& inputs,
                                    int64_t batch, int64_t n, Layout layout, T* out_x,
                                    SystemStatus* out_status, Launch launch,
                                    cuda::LaterAnswer* later = nullptr) {
     cudaSetDevice(options_.device);
     const int64_t elems = batch * n, bytes = elems * int64_t(sizeof(T));
     const int64_t k = int64_t(inputs.size());
-    int64_t in_values = 0;
-    for (const auto& in : inputs) in_values += in.second;
+    int64_t in_values = 0;  // those to stage: resident inputs are on the device already
+    for (const auto& in : inputs) in_values += in.device ? 0 : in.values;
     auto dev = device_pool_.Get((in_values + elems) * int64_t(sizeof(T)) + batch);
     if (!dev.ok()) return dev.status();
     auto pinned = pinned_pool_.Get(2 * kStagingChunk);
@@ -219,17 +446,22 @@ class CudaBackend final : public Backend {
     std::vector<T*> din(static_cast<size_t>(k));
     T* next = base;
     for (int64_t q = 0; q < k; ++q) {
+      if (inputs[q].device) {
+        din[q] = const_cast<T*>(inputs[q].device);  // read only by every kernel
+        continue;
+      }
       din[q] = next;
-      next += inputs[q].second;
+      next += inputs[q].values;
     }
     T* dx = next;
     auto* flags = reinterpret_cast<uint8_t*>(dx + elems);
     auto* pin = static_cast<std::byte*>(pinned->get());
     TRISOLVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.e0, l.stream));
     for (int64_t q = 0; q < k; ++q)
-      if (auto st = StageIn(l, pin, inputs[q].first, din[q], inputs[q].second * int64_t(sizeof(T)));
-          !st.ok())
-        return st;
+      if (!inputs[q].device)
+        if (auto st = StageIn(l, pin, inputs[q].host, din[q], inputs[q].values * int64_t(sizeof(T)));
+            !st.ok())
+          return st;
     TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flags, 0, size_t(batch), l.stream));
     TRISOLVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.e1, l.stream));
     // A pending answer left by an error return is dropped (its kernel waited for) before the
@@ -277,10 +509,16 @@ class CudaBackend final : public Backend {
 
   template <typename T>
   absl::StatusOr<SolveInfo> SolveTri(const TridiagonalProblem<T>& p, TridiagonalMethod m,
-                                     TridiagonalOutput<T> out, const SolveControl&) {
+                                     TridiagonalOutput<T> out, const SolveControl&,
+                                     const Resident<T>* resident = nullptr) {
+    // pivoting: the CPU reference's partial pivoting on the host (a GPU pivoting kernel at the
+    // memory bandwidth is a later task, issue 33).
+    if (m == TridiagonalMethod::kPivoting) return Host(cpu::SolveTridiagonal(p, m, out));
     const int64_t e = p.batch * p.n;
     cuda::LaterAnswer later;
-    return Staged<T>({{p.a, e}, {p.b, e}, {p.c, e}, {p.d, e}}, p.batch, p.n, p.layout, out.x,
+    std::vector<Input<T>> in = {{p.a, e}, {p.b, e}, {p.c, e}, {p.d, e}};
+    MarkResident(in, resident);
+    auto solved = Staged<T>(in, p.batch, p.n, p.layout, out.x,
                      out.status,
                      [&](const std::vector<T*>& d, T* dx, uint8_t* flags,
                          cudaStream_t stream) -> absl::StatusOr<std::string> {
@@ -291,19 +529,28 @@ class CudaBackend final : public Backend {
                        return std::string(cuda::KernelName(*k));
                      },
                      &later);
+    // auto: every system whose pivot vanished on the device is solved again by partial
+    // pivoting on the host, from the host arrays (x and status patched in place), so a
+    // nonsingular system never comes back SINGULAR.
+    if (solved.ok() && m == TridiagonalMethod::kAuto)
+      cpu::ResolveSingularWithPivoting(p, out, &*solved);
+    return solved;
   }
 
   template <typename T>
   absl::StatusOr<SolveInfo> SolveBlockOnDevice(const BlockTridiagonalProblem<T>& p, BlockMethod m,
                                                const BlockOptions& o, BlockOutput<T> out,
-                                               const SolveControl& c) {
+                                               const SolveControl& c,
+                                               const Resident<T>* resident = nullptr) {
     const int64_t size = p.N * p.M;
     // auto: multigrid-preconditioned conjugate gradients for a symmetric system solved to a
-    // tolerance.
+    // tolerance (either sign of definite matrix: CgDevice folds the sign in).
+    const bool automatic = m == BlockMethod::kAuto;
     if (m == BlockMethod::kAuto && o.tol > 0 && IsSymmetric(p)) m = BlockMethod::kMultigridCg;
-    std::vector<std::pair<const T*, int64_t>> in = {{p.aC, size}, {p.cC, size}, {p.bC, size},
-                                                    {p.cA, size}, {p.cB, size}, {p.f, size}};
+    std::vector<Input<T>> in = {{p.aC, size}, {p.cC, size}, {p.bC, size},
+                                {p.cA, size}, {p.cB, size}, {p.f, size}};
     if (p.y0) in.push_back({p.y0, size});
+    MarkResident(in, resident);
     SystemStatus st = SystemStatus::kOk;
     SolveInfo solved;
     auto info = Staged<T>(
@@ -328,19 +575,34 @@ class CudaBackend final : public Backend {
     out.status[0] = st;
     info->iterations = solved.iterations;
     info->residual = solved.residual;
+    // auto, where CG could not run or met indefiniteness on the device: the CPU reference's
+    // auto on the host (BiCGStab with the V-cycle, the line solves or nothing), never SINGULAR
+    // for a nonsingular matrix. The method says both: "multigrid-cg (stopped: indefinite) ->
+    // ... (host)".
+    if (automatic && st == SystemStatus::kNotConverged &&
+        (info->method.find("indefinite") != std::string::npos ||
+         info->method.find("not run") != std::string::npos)) {
+      auto host = cpu_->Solve(p, BlockMethod::kAuto, o, out, c);
+      if (!host.ok()) return host.status();
+      host->method = info->method + " -> " + host->method + " (host)";
+      return host;
+    }
     return info;
   }
 
   template <typename T>
   absl::StatusOr<SolveInfo> SolveDenseOnDevice(const DenseProblem<T>& p, DenseMethod m,
-                                               DenseOutput<T> out, const SolveControl& c) {
+                                               DenseOutput<T> out, const SolveControl& c,
+                                               const Resident<T>* resident = nullptr) {
     // Small systems (n <= 128): Gauss-Jordan, a warp, two warps or a block a system. Larger n:
     // LU through cuBLAS/cuSOLVER (auto, lu: 2n^3/3 flops), or blocked Gauss-Jordan when asked
     // for by name (n^3).
     // householder-pcr: one block a system up to n = 64, cuSOLVER's sytrd and the tridiagonal
     // kernels above.
     const bool small = p.n <= cuda::kDenseGpuMaxN;
-    return Staged<T>({{p.A, p.batch * p.n * p.n}, {p.b, p.batch * p.n}}, p.batch, p.n,
+    std::vector<Input<T>> in = {{p.A, p.batch * p.n * p.n}, {p.b, p.batch * p.n}};
+    MarkResident(in, resident);
+    return Staged<T>(in, p.batch, p.n,
                      Layout::kFlat, out.x, out.status,
                      [&](const std::vector<T*>& d, T* dx, uint8_t* flags,
                          cudaStream_t stream) -> absl::StatusOr<std::string> {
@@ -400,7 +662,8 @@ class CudaBackend final : public Backend {
 
   template <typename T>
   absl::StatusOr<SolveInfo> SolveTreeOnDevice(const TreeProblem<T>& p, TreeMethod m,
-                                              TreeOutput<T> out, const SolveControl& c) {
+                                              TreeOutput<T> out, const SolveControl& c,
+                                              const Resident<T>* resident = nullptr) {
     const bool per_cell = p.parent_per_system && p.batch > 1;
     // Cells of their own morphologies: one thread a cell (hines-batch reading each cell's
     // parent array). The cable and contraction plans are per morphology, so "cables" and
@@ -435,8 +698,8 @@ class CudaBackend final : public Backend {
         (m == TreeMethod::kCables || p.batch < kCablesBelowBatch ||
          p.n > cuda::MaxTreeNodesOnChip());
     const int64_t e = p.batch * p.n;
-    const std::vector<std::pair<const T*, int64_t>> in = {
-        {p.lower, e}, {p.upper, e}, {p.diag, e}, {p.rhs, e}};
+    std::vector<Input<T>> in = {{p.lower, e}, {p.upper, e}, {p.diag, e}, {p.rhs, e}};
+    MarkResident(in, resident);
     if (contraction || cables) {
       return Staged<T>(in, p.batch, p.n, p.layout, out.x, out.status,
                        [&](const std::vector<T*>& d, T* dx, uint8_t* flags,

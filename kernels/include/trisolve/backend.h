@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "trisolve/block_tridiagonal.h"
 #include "trisolve/dense.h"
+#include "trisolve/system.h"
 #include "trisolve/tree.h"
 #include "trisolve/tridiagonal.h"
 #include "trisolve/types.h"
@@ -72,6 +73,18 @@ class Backend {
   virtual absl::StatusOr<SolveInfo> Solve(const DenseProblem<float>& p, DenseMethod m,
                                           DenseOutput<float> out,
                                           const SolveControl& control) = 0;
+
+  // Persistent systems and many right-hand sides. Prepare copies the coefficients (the spec's
+  // arrays are read during the call only, validated by the caller) and keeps what the backend
+  // can prepare from them; SolvePrepared solves k right-hand sides (RhsBlock), x in their shape,
+  // k * batch statuses. By default the system is kept on the host and solved through Solve.
+  virtual absl::StatusOr<std::unique_ptr<PreparedSystem>> Prepare(const SystemSpec& spec);
+  virtual absl::StatusOr<SolveInfo> SolvePrepared(PreparedSystem& system, RhsBlock<double> rhs,
+                                                  double* x, SystemStatus* status,
+                                                  const SolveControl& control);
+  virtual absl::StatusOr<SolveInfo> SolvePrepared(PreparedSystem& system, RhsBlock<float> rhs,
+                                                  float* x, SystemStatus* status,
+                                                  const SolveControl& control);
 };
 
 // The CPU reference backend; threads <= 0 means one per hardware thread.

@@ -1,0 +1,294 @@
+// Persistent systems on any backend: the host copy of the coefficients, their replication for
+// many right-hand sides, and solves through the backend's one-shot calls.
+#include "trisolve/system.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "trisolve/backend.h"
+
+namespace trisolve {
+namespace {
+
+constexpr absl::string_view kTridiagonalNames[] = {"a", "b", "c"};
+constexpr absl::string_view kTreeNames[] = {"lower", "upper", "diag", "parent"};
+constexpr absl::string_view kBlockNames[] = {"aC", "cC", "bC", "cA", "cB"};
+constexpr absl::string_view kDenseNames[] = {"a"};
+constexpr int kTreeParent = 3;
+
+bool Replicates(Family f) { return f == Family::kTridiagonal || f == Family::kTree; }
+
+template <typename T>
+const T* Coef(const SystemSpec& s, int i) {
+  return static_cast<const T*>(s.coefficients[size_t(i)]);
+}
+
+template <typename T>
+absl::StatusOr<SolveInfo> SolveOne(Backend& be, const SystemSpec& s, const T* rhs, T* x,
+                                   SystemStatus* status, const SolveControl& control) {
+  switch (s.family) {
+    case Family::kTridiagonal: {
+      TridiagonalProblem<T> p{s.batch, s.n, s.layout, Coef<T>(s, 0), Coef<T>(s, 1), Coef<T>(s, 2),
+                              rhs};
+      return be.Solve(p, TridiagonalMethod(s.method), TridiagonalOutput<T>{x, status}, control);
+    }
+    case Family::kTree: {
+      TreeProblem<T> p;
+      p.batch = s.batch;
+      p.n = s.n;
+      p.layout = s.layout;
+      p.parent = static_cast<const int32_t*>(s.coefficients[kTreeParent]);
+      p.parent_per_system = s.parent_per_system;
+      p.lower = Coef<T>(s, 0);
+      p.upper = Coef<T>(s, 1);
+      p.diag = Coef<T>(s, 2);
+      p.rhs = rhs;
+      return be.Solve(p, TreeMethod(s.method), TreeOutput<T>{x, status}, control);
+    }
+    case Family::kBlockTridiagonal: {
+      BlockTridiagonalProblem<T> p{s.block_N,     s.block_M,     Coef<T>(s, 0), Coef<T>(s, 1),
+                                   Coef<T>(s, 2), Coef<T>(s, 3), Coef<T>(s, 4), rhs, nullptr};
+      return be.Solve(p, BlockMethod(s.method), s.block_options, BlockOutput<T>{x, status},
+                      control);
+    }
+    case Family::kDense: {
+      DenseProblem<T> p{s.batch, s.n, Coef<T>(s, 0), rhs};
+      return be.Solve(p, DenseMethod(s.method), DenseOutput<T>{x, status}, control);
+    }
+  }
+  return absl::InternalError("unknown family");
+}
+
+template <typename T>
+double BackwardErrorOne(const SystemSpec& s, const T* rhs, const T* x, const SystemStatus* status) {
+  switch (s.family) {
+    case Family::kTridiagonal: {
+      TridiagonalProblem<T> p{s.batch, s.n, s.layout, Coef<T>(s, 0), Coef<T>(s, 1), Coef<T>(s, 2),
+                              rhs};
+      return TridiagonalBackwardError(p, x, status);
+    }
+    case Family::kTree: {
+      TreeProblem<T> p;
+      p.batch = s.batch;
+      p.n = s.n;
+      p.layout = s.layout;
+      p.parent = static_cast<const int32_t*>(s.coefficients[kTreeParent]);
+      p.parent_per_system = s.parent_per_system;
+      p.lower = Coef<T>(s, 0);
+      p.upper = Coef<T>(s, 1);
+      p.diag = Coef<T>(s, 2);
+      p.rhs = rhs;
+      return TreeBackwardError(p, x, status);
+    }
+    case Family::kDense: {
+      DenseProblem<T> p{s.batch, s.n, Coef<T>(s, 0), rhs};
+      return DenseBackwardError(p, x, status);
+    }
+    case Family::kBlockTridiagonal: break;
+  }
+  return std::numeric_limits<double>::quiet_NaN();
+}
+
+}  // namespace
+
+absl::string_view FamilyName(Family f) {
+  switch (f) {
+    case Family::kTridiagonal: return "tridiagonal";
+    case Family::kTree: return "tree";
+    case Family::kBlockTridiagonal: return "block-tridiagonal";
+    case Family::kDense: return "dense";
+  }
+  return "unknown";
+}
+
+absl::Span<const absl::string_view> CoefficientNames(Family f) {
+  switch (f) {
+    case Family::kTridiagonal: return kTridiagonalNames;
+    case Family::kTree: return kTreeNames;
+    case Family::kBlockTridiagonal: return kBlockNames;
+    case Family::kDense: return kDenseNames;
+  }
+  return {};
+}
+
+int CoefficientIndex(Family f, absl::string_view name) {
+  if (f == Family::kBlockTridiagonal) {
+    static constexpr std::pair<absl::string_view, absl::string_view> kProto[] = {
+        {"a_c", "aC"}, {"c_c", "cC"}, {"b_c", "bC"}, {"c_a", "cA"}, {"c_b", "cB"}};
+    for (auto [proto, thesis] : kProto)
+      if (name == proto) name = thesis;
+  }
+  if (f == Family::kDense && name == "A") name = "a";
+  const auto names = CoefficientNames(f);
+  for (size_t i = 0; i < names.size(); ++i)
+    if (names[i] == name) return int(i);
+  return -1;
+}
+
+absl::string_view RhsName(Family f) {
+  switch (f) {
+    case Family::kTridiagonal: return "d";
+    case Family::kTree: return "rhs";
+    case Family::kBlockTridiagonal: return "f";
+    case Family::kDense: return "b";
+  }
+  return "";
+}
+
+absl::string_view SpecMethodName(const SystemSpec& s) {
+  switch (s.family) {
+    case Family::kTridiagonal: return MethodName(TridiagonalMethod(s.method));
+    case Family::kTree: return MethodName(TreeMethod(s.method));
+    case Family::kBlockTridiagonal: return MethodName(BlockMethod(s.method));
+    case Family::kDense: return MethodName(DenseMethod(s.method));
+  }
+  return "unknown";
+}
+
+int64_t SystemSpec::coefficient_values(int i) const {
+  if (family == Family::kTree && i == kTreeParent) return parent_per_system ? batch * n : n;
+  if (family == Family::kDense) return batch * n * n;
+  return batch * n;
+}
+
+int64_t SystemSpec::coefficient_bytes(int i) const {
+  const bool parent = family == Family::kTree && i == kTreeParent;
+  return coefficient_values(i) * (parent ? 4 : elem_bytes());
+}
+
+int64_t SystemSpec::coefficient_total_bytes() const {
+  int64_t t = 0;
+  for (int i = 0; i < num_coefficients(); ++i) t += coefficient_bytes(i);
+  return t;
+}
+
+PreparedSystem::PreparedSystem(const SystemSpec& spec) : spec_(spec) {
+  host_.resize(size_t(spec.num_coefficients()));
+  for (int i = 0; i < spec.num_coefficients(); ++i) {
+    const auto* src = static_cast<const std::byte*>(spec.coefficients[size_t(i)]);
+    host_[size_t(i)].assign(src, src + spec.coefficient_bytes(i));
+    spec_.coefficients[size_t(i)] = host_[size_t(i)].data();
+  }
+}
+
+int64_t PreparedSystem::bytes() const {
+  int64_t t = 0;
+  for (const auto& h : host_) t += int64_t(h.size());
+  for (const auto& h : replicated_host_) t += int64_t(h.size());
+  return t;
+}
+
+absl::Status PreparedSystem::Update(int i, const void* values) {
+  if (i < 0 || i >= spec_.num_coefficients())
+    return absl::InvalidArgumentError(absl::StrCat("no coefficient ", i));
+  std::memcpy(host_[size_t(i)].data(), values, host_[size_t(i)].size());
+  replicated_k_ = 0;
+  replicated_host_.clear();
+  return absl::OkStatus();
+}
+
+const SystemSpec& PreparedSystem::Replicated(int64_t k, Layout layout) {
+  if (replicated_k_ == k && replicated_layout_ == layout) return replicated_;
+  replicated_ = spec_;
+  replicated_.batch = k;
+  replicated_.layout = layout;
+  replicated_host_.assign(size_t(spec_.num_coefficients()), {});
+  const int64_t n = spec_.n, eb = spec_.elem_bytes();
+  for (int i = 0; i < spec_.num_coefficients(); ++i) {
+    if (spec_.family == Family::kTree && i == kTreeParent) continue;  // one tree for the batch
+    auto& dst = replicated_host_[size_t(i)];
+    dst.resize(size_t(k * n * eb));
+    const std::byte* src = host_[size_t(i)].data();
+    if (layout == Layout::kFlat) {
+      for (int64_t j = 0; j < k; ++j) std::memcpy(dst.data() + j * n * eb, src, size_t(n * eb));
+    } else {
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t j = 0; j < k; ++j)
+          std::memcpy(dst.data() + (r * k + j) * eb, src + r * eb, size_t(eb));
+    }
+    replicated_.coefficients[size_t(i)] = dst.data();
+  }
+  replicated_k_ = k;
+  replicated_layout_ = layout;
+  return replicated_;
+}
+
+template <typename T>
+absl::StatusOr<SolveInfo> SolveThroughBackend(Backend& be, PreparedSystem& system, RhsBlock<T> rhs,
+                                              T* x, SystemStatus* status,
+                                              const SolveControl& control) {
+  const SystemSpec& s = system.spec();
+  if (rhs.k == 1) return SolveOne(be, s, rhs.rhs, x, status, control);
+  if (Replicates(s.family) && s.batch == 1)
+    return SolveOne(be, system.Replicated(rhs.k, rhs.layout), rhs.rhs, x, status, control);
+  SolveInfo total;
+  const int64_t block = s.rhs_values();
+  for (int64_t j = 0; j < rhs.k; ++j) {
+    auto info = SolveOne(be, s, rhs.rhs + j * block, x + j * block, status + j * s.batch, control);
+    if (!info.ok()) return info.status();
+    AccumulateSolveInfo(*info, j == 0, &total);
+  }
+  return total;
+}
+
+void AccumulateSolveInfo(const SolveInfo& block, bool first, SolveInfo* total) {
+  if (first) {
+    *total = block;
+    return;
+  }
+  total->iterations = std::max(total->iterations, block.iterations);
+  if (!(block.residual <= total->residual)) total->residual = block.residual;  // NaN stays
+  total->h2d_us += block.h2d_us;
+  total->kernel_us += block.kernel_us;
+  total->d2h_us += block.d2h_us;
+}
+
+template <typename T>
+double PreparedBackwardError(PreparedSystem& system, RhsBlock<T> rhs, const T* x,
+                             const SystemStatus* status) {
+  const SystemSpec& s = system.spec();
+  if (rhs.k == 1) return BackwardErrorOne(s, rhs.rhs, x, status);
+  if (Replicates(s.family) && s.batch == 1)
+    return BackwardErrorOne(system.Replicated(rhs.k, rhs.layout), rhs.rhs, x, status);
+  double worst = std::numeric_limits<double>::quiet_NaN();  // NaN: no system was OK
+  bool any = false;
+  const int64_t block = s.rhs_values();
+  for (int64_t j = 0; j < rhs.k; ++j) {
+    bool any_ok = false;
+    for (int64_t q = 0; q < s.batch; ++q) any_ok |= status[j * s.batch + q] == SystemStatus::kOk;
+    if (!any_ok) continue;
+    const double e = BackwardErrorOne(s, rhs.rhs + j * block, x + j * block, status + j * s.batch);
+    // A NaN error (a non-finite answer) is kept: it must never read as a small one.
+    if (!any || std::isnan(e) || e > worst) worst = std::isnan(worst) && any ? worst : e;
+    any = true;
+  }
+  return worst;
+}
+
+#define TRISOLVE_INSTANTIATE(T)                                                               \
+  template absl::StatusOr<SolveInfo> SolveThroughBackend<T>(Backend&, PreparedSystem&,        \
+                                                            RhsBlock<T>, T*, SystemStatus*,   \
+                                                            const SolveControl&);             \
+  template double PreparedBackwardError<T>(PreparedSystem&, RhsBlock<T>, const T*,            \
+                                           const SystemStatus*);
+TRISOLVE_INSTANTIATE(double)
+TRISOLVE_INSTANTIATE(float)
+#undef TRISOLVE_INSTANTIATE
+
+absl::StatusOr<std::unique_ptr<PreparedSystem>> Backend::Prepare(const SystemSpec& spec) {
+  return std::make_unique<PreparedSystem>(spec);
+}
+absl::StatusOr<SolveInfo> Backend::SolvePrepared(PreparedSystem& system, RhsBlock<double> rhs,
+                                                 double* x, SystemStatus* status,
+                                                 const SolveControl& control) {
+  return SolveThroughBackend(*this, system, rhs, x, status, control);
+}
+absl::StatusOr<SolveInfo> Backend::SolvePrepared(PreparedSystem& system, RhsBlock<float> rhs,
+                                                 float* x, SystemStatus* status,
+                                                 const SolveControl& control) {
+  return SolveThroughBackend(*this, system, rhs, x, status, control);
+}
+
+}  // namespace trisolve
