@@ -141,7 +141,7 @@ absl::Status CheckFinite(absl::string_view name, const JobArray& ja) {
 // Contents checks, once every byte is there: finiteness, tree shape, symmetry.
 absl::Status CheckContents(const Job& job) {
   for (const auto& [name, ja] : job.arrays) {
-    if (name == "parent") continue;
+    if (name == "parent" || ja.absent) continue;
     absl::Status st = job.precision == Precision::kFloat64 ? CheckFinite<double>(name, ja)
                                                            : CheckFinite<float>(name, ja);
     if (!st.ok()) return st;
@@ -159,12 +159,13 @@ absl::Status CheckContents(const Job& job) {
   }
   if (job.family == Family::kDense && job.method == "householder-pcr") {
     const JobArray& A = job.arrays.at("a");
+    const int64_t matrices = job.shared_matrix ? 1 : job.batch;
     int64_t bad;
     if (job.precision == Precision::kFloat64) {
-      DenseProblem<double> p{job.batch, job.n, reinterpret_cast<const double*>(A.data), nullptr};
+      DenseProblem<double> p{matrices, job.n, reinterpret_cast<const double*>(A.data), nullptr};
       bad = FirstNonSymmetric(p);
     } else {
-      DenseProblem<float> p{job.batch, job.n, reinterpret_cast<const float*>(A.data), nullptr};
+      DenseProblem<float> p{matrices, job.n, reinterpret_cast<const float*>(A.data), nullptr};
       bad = FirstNonSymmetric(p);
     }
     if (bad >= 0)
@@ -176,6 +177,61 @@ absl::Status CheckContents(const Job& job) {
 }
 
 // ---- per family: declare shapes (header), then borrow data (unary) --------------------
+
+// The right-hand side `name`: the request's array, or, for a CreateSystem that leaves it out,
+// an absent array with the shape of `like` (a coefficient shaped as the right-hand side).
+absl::StatusOr<JobArray*> DeclareRhs(Job& job, absl::string_view name, bool present,
+                                     const Array& a, const Array& like, int min_rank,
+                                     int max_rank, int elem_bytes, absl::string_view expect) {
+  if ((!present || a.shape_size() == 0) && job.rhs_optional) {
+    auto ja = DeclareArray(job, name, like.shape_size() > 0, like, min_rank, max_rank,
+                           elem_bytes, expect);
+    if (ja.ok()) (*ja)->absent = true;
+    return ja;
+  }
+  return DeclareArray(job, name, present, a, min_rank, max_rank, elem_bytes, expect);
+}
+
+// batch and n from a [batch, n] / [n, batch] / [n] right-hand side.
+void BatchAndN(Job& job, const std::vector<int64_t>& rs) {
+  if (rs.size() == 1) {
+    job.batch = 1;
+    job.n = rs[0];
+  } else if (job.layout == Layout::kFlat) {
+    job.batch = rs[0];
+    job.n = rs[1];
+  } else {
+    job.n = rs[0];
+    job.batch = rs[1];
+  }
+}
+
+// Coefficients of the same shape as the right-hand side, or (one matrix, many right-hand
+// sides) every one of them 1-D with the system's n values.
+absl::Status DeclareCoefficients(
+    Job& job, absl::string_view rhs,
+    std::initializer_list<std::tuple<const char*, bool, const Array*>> coefs, int eb) {
+  const auto rs = job.arrays.at(std::string(rhs)).shape;
+  bool all_1d = rs.size() == 2;
+  for (auto [name, has, arr] : coefs) all_1d &= has && arr->shape_size() == 1;
+  job.shared_matrix = all_1d && job.batch > 1;
+  const std::string expect =
+      job.shared_matrix ? absl::StrCat("[", job.n, "] (one matrix for ", job.batch,
+                                       " right-hand sides)")
+                        : ShapeStr(rs);
+  for (auto [name, has, arr] : coefs) {
+    auto st = DeclareArray(job, name, has, *arr, 1, 2, eb, expect);
+    if (!st.ok()) return st.status();
+    if (job.shared_matrix) {
+      if ((*st)->shape != std::vector<int64_t>{job.n})
+        return absl::InvalidArgumentError(absl::StrCat(name, " has shape ", ShapeStr((*st)->shape),
+                                                       ", expected ", expect));
+    } else if (auto s2 = SameShape(job, name, rhs); !s2.ok()) {
+      return s2;
+    }
+  }
+  return absl::OkStatus();
+}
 
 absl::Status Declare(Job& job, const v1::TridiagonalRequest& r) {
   job.family = Family::kTridiagonal;
@@ -191,27 +247,13 @@ absl::Status Declare(Job& job, const v1::TridiagonalRequest& r) {
   job.skip_residual = r.skip_residual();
   const int eb = job.precision == Precision::kFloat64 ? 8 : 4;
   const char* expect = job.layout == Layout::kFlat ? "[batch, n] or [n]" : "[n, batch] or [n]";
-  auto d = DeclareArray(job, "d", r.has_d(), r.d(), 1, 2, eb, expect);
+  auto d = DeclareRhs(job, "d", r.has_d(), r.d(), r.b(), 1, 2, eb, expect);
   if (!d.ok()) return d.status();
-  const auto& ds = (*d)->shape;
-  if (ds.size() == 1) {
-    job.batch = 1;
-    job.n = ds[0];
-  } else if (job.layout == Layout::kFlat) {
-    job.batch = ds[0];
-    job.n = ds[1];
-  } else {
-    job.n = ds[0];
-    job.batch = ds[1];
-  }
-  for (auto [name, has, arr] : {std::tuple{"a", r.has_a(), &r.a()}, {"b", r.has_b(), &r.b()},
-                                {"c", r.has_c(), &r.c()}}) {
-    auto st = DeclareArray(job, name, has, *arr, 1, 2, eb, ShapeStr(ds));
-    if (!st.ok()) return st.status();
-    if (auto s2 = SameShape(job, name, "d"); !s2.ok()) return s2;
-  }
+  BatchAndN(job, (*d)->shape);
   job.x_field = "d";
-  return absl::OkStatus();
+  return DeclareCoefficients(
+      job, "d", {{"a", r.has_a(), &r.a()}, {"b", r.has_b(), &r.b()}, {"c", r.has_c(), &r.c()}},
+      eb);
 }
 
 absl::Status Declare(Job& job, const v1::TreeRequest& r) {
@@ -228,41 +270,34 @@ absl::Status Declare(Job& job, const v1::TreeRequest& r) {
   job.skip_residual = r.skip_residual();
   const int eb = job.precision == Precision::kFloat64 ? 8 : 4;
   const char* expect = job.layout == Layout::kFlat ? "[batch, n] or [n]" : "[n, batch] or [n]";
-  auto rhs = DeclareArray(job, "rhs", r.has_rhs(), r.rhs(), 1, 2, eb, expect);
+  auto rhs = DeclareRhs(job, "rhs", r.has_rhs(), r.rhs(), r.diag(), 1, 2, eb, expect);
   if (!rhs.ok()) return rhs.status();
-  const auto rs = (*rhs)->shape;
-  if (rs.size() == 1) {
-    job.batch = 1;
-    job.n = rs[0];
-  } else if (job.layout == Layout::kFlat) {
-    job.batch = rs[0];
-    job.n = rs[1];
-  } else {
-    job.n = rs[0];
-    job.batch = rs[1];
-  }
+  BatchAndN(job, (*rhs)->shape);
   if (job.n > std::numeric_limits<int32_t>::max())
     return absl::InvalidArgumentError(absl::StrCat("rhs has ", job.n, " nodes a tree; at most 2^31 - 1"));
-  for (auto [name, has, arr] :
-       {std::tuple{"lower", r.has_lower(), &r.lower()}, {"upper", r.has_upper(), &r.upper()},
-        {"diag", r.has_diag(), &r.diag()}}) {
-    auto st = DeclareArray(job, name, has, *arr, 1, 2, eb, ShapeStr(rs));
-    if (!st.ok()) return st.status();
-    if (auto s2 = SameShape(job, name, "rhs"); !s2.ok()) return s2;
-  }
-  const std::string pexpect = absl::StrCat("[", job.n, "] or [", job.batch, ", ", job.n, "]");
+  job.x_field = "rhs";
+  if (auto st = DeclareCoefficients(job, "rhs",
+                                    {{"lower", r.has_lower(), &r.lower()},
+                                     {"upper", r.has_upper(), &r.upper()},
+                                     {"diag", r.has_diag(), &r.diag()}},
+                                    eb);
+      !st.ok())
+    return st;
+  const std::string pexpect =
+      job.shared_matrix ? absl::StrCat("[", job.n, "]")
+                        : absl::StrCat("[", job.n, "] or [", job.batch, ", ", job.n, "]");
   auto p = DeclareArray(job, "parent", r.has_parent(), r.parent(), 1, 2, 4, pexpect);
   if (!p.ok()) return p.status();
   const auto& ps = (*p)->shape;
   if (ps.size() == 1 && ps[0] == job.n) {
     job.parent_per_system = false;
-  } else if (ps.size() == 2 && ps[0] == job.batch && ps[1] == job.n) {
+  } else if (!job.shared_matrix && ps.size() == 2 && ps[0] == job.batch && ps[1] == job.n) {
     job.parent_per_system = job.batch > 1;
   } else {
     return absl::InvalidArgumentError(absl::StrCat("parent has shape ", ShapeStr(ps), ", expected ", pexpect,
-                                          " (one tree for the batch, or one per system)"));
+                                          job.shared_matrix ? " (one tree for one matrix)"
+                                                            : " (one tree for the batch, or one per system)"));
   }
-  job.x_field = "rhs";
   return absl::OkStatus();
 }
 
@@ -275,26 +310,35 @@ absl::Status Declare(Job& job, const v1::BlockTridiagonalRequest& r) {
   if (!m.ok()) return m.status();
   job.method = r.method();
   const int eb = job.precision == Precision::kFloat64 ? 8 : 4;
-  auto f = DeclareArray(job, "f", r.has_f(), r.f(), 1, 2, eb, "[N, M] or [M]");
+  auto f = DeclareRhs(job, "f", r.has_f(), r.f(), r.c_c(), 1, 3, eb,
+                      "[N, M], [M], or [k, N, M] for k right-hand sides");
   if (!f.ok()) return f.status();
   const auto fs = (*f)->shape;
-  job.block_N = fs.size() == 1 ? 1 : fs[0];
+  // f of rank 3: k right-hand sides for the one system the [N, M] coefficients describe.
+  job.shared_matrix = fs.size() == 3;
+  job.batch = fs.size() == 3 ? fs[0] : 1;
+  job.block_N = fs.size() == 1 ? 1 : fs[fs.size() - 2];
   job.block_M = fs.back();
-  job.batch = 1;
   job.n = job.block_N * job.block_M;
-  const std::string expect = ShapeStr(fs);
+  const std::vector<int64_t> cs = fs.size() == 3 ? std::vector<int64_t>{fs[1], fs[2]} : fs;
+  const std::string expect = ShapeStr(cs);
   for (auto [name, has, arr] :
        {std::tuple{"aC", r.has_a_c(), &r.a_c()}, {"cC", r.has_c_c(), &r.c_c()},
         {"bC", r.has_b_c(), &r.b_c()}, {"cA", r.has_c_a(), &r.c_a()},
         {"cB", r.has_c_b(), &r.c_b()}}) {
     auto st = DeclareArray(job, name, has, *arr, 1, 2, eb, expect);
     if (!st.ok()) return st.status();
-    if (auto s2 = SameShape(job, name, "f"); !s2.ok()) return s2;
+    if ((*st)->shape != cs)
+      return absl::InvalidArgumentError(absl::StrCat(name, " has shape ", ShapeStr((*st)->shape),
+                                                     ", expected ", expect, " (the shape of f",
+                                                     job.shared_matrix ? "'s systems)" : ")"));
   }
-  if (r.has_y0()) {
-    auto st = DeclareArray(job, "y0", true, r.y0(), 1, 2, eb, expect);
+  if (r.has_y0() && !job.rhs_optional) {
+    auto st = DeclareArray(job, "y0", true, r.y0(), 1, 3, eb, ShapeStr(fs));
     if (!st.ok()) return st.status();
     if (auto s2 = SameShape(job, "y0", "f"); !s2.ok()) return s2;
+    if (job.shared_matrix)
+      return Invalid("y0", "an initial guess is taken for one right-hand side only");
   }
   BlockOptions& o = job.block_options;
   o.max_iterations = r.has_max_iterations() ? r.max_iterations() : 1000;
@@ -320,14 +364,38 @@ absl::Status Declare(Job& job, const v1::DenseRequest& r) {
   job.method = r.method();
   job.skip_residual = r.skip_residual();
   const int eb = job.precision == Precision::kFloat64 ? 8 : 4;
-  auto b = DeclareArray(job, "b", r.has_b(), r.b(), 1, 2, eb, "[batch, n] or [n]");
+  if ((!r.has_b() || r.b().shape_size() == 0) && job.rhs_optional) {
+    // CreateSystem without b: its shape from a ([n, n] -> [n], [batch, n, n] -> [batch, n]).
+    auto a = DeclareArray(job, "a", r.has_a(), r.a(), 2, 3, eb, "[n, n] or [batch, n, n]");
+    if (!a.ok()) return a.status();
+    const auto as = (*a)->shape;
+    if (as[as.size() - 2] != as.back())
+      return absl::InvalidArgumentError(absl::StrCat("a has shape ", ShapeStr(as), ": the matrices are ",
+                                                     as[as.size() - 2], " x ", as.back(), ", not square"));
+    JobArray& b = job.arrays["b"];
+    b.shape.assign(as.begin(), as.end() - 1);
+    b.elements = 1;
+    for (int64_t d : b.shape) b.elements *= d;
+    b.elem_bytes = eb;
+    b.expected_bytes = b.elements * eb;
+    b.absent = true;
+  }
+  const bool b_declared = job.arrays.count("b") > 0;
+  absl::StatusOr<JobArray*> b =
+      b_declared ? absl::StatusOr<JobArray*>(&job.arrays.at("b"))
+                 : DeclareArray(job, "b", r.has_b(), r.b(), 1, 2, eb, "[batch, n] or [n]");
   if (!b.ok()) return b.status();
   const auto bs = (*b)->shape;
   job.batch = bs.size() == 1 ? 1 : bs[0];
   job.n = bs.back();
   const std::string expect = bs.size() == 1 ? absl::StrCat("[", job.n, ", ", job.n, "]")
-                                            : absl::StrCat("[", job.batch, ", ", job.n, ", ", job.n, "]");
-  auto a = DeclareArray(job, "a", r.has_a(), r.a(), 2, 3, eb, expect);
+                                            : absl::StrCat("[", job.batch, ", ", job.n, ", ", job.n,
+                                                           "] (or [", job.n, ", ", job.n,
+                                                           "]: one matrix, ", job.batch,
+                                                           " right-hand sides)");
+  absl::StatusOr<JobArray*> a =
+      b_declared ? absl::StatusOr<JobArray*>(&job.arrays.at("a"))
+                 : DeclareArray(job, "a", r.has_a(), r.a(), 2, 3, eb, expect);
   if (!a.ok()) return a.status();
   const auto& as = (*a)->shape;
   const int64_t rows = as[as.size() - 2], cols = as.back();
@@ -335,7 +403,9 @@ absl::Status Declare(Job& job, const v1::DenseRequest& r) {
     return absl::InvalidArgumentError(absl::StrCat("a has shape ", ShapeStr(as), ": the matrices are ", rows,
                                      " x ", cols, ", not square"));
   const int64_t abatch = as.size() == 3 ? as[0] : 1;
-  if (rows != job.n || abatch != job.batch || (as.size() == 3) != (bs.size() == 2))
+  // One [n, n] matrix with b of shape [k, n]: k right-hand sides.
+  job.shared_matrix = as.size() == 2 && bs.size() == 2 && rows == job.n;
+  if (rows != job.n || (!job.shared_matrix && (abatch != job.batch || (as.size() == 3) != (bs.size() == 2))))
     return absl::InvalidArgumentError(absl::StrCat("a has shape ", ShapeStr(as), ", expected ", expect,
                                      " to match b ", ShapeStr(bs)));
   if (job.n > 65536)
@@ -344,34 +414,34 @@ absl::Status Declare(Job& job, const v1::DenseRequest& r) {
   return absl::OkStatus();
 }
 
-absl::Status BorrowAll(Job& job, const v1::TridiagonalRequest& r) {
-  for (auto [n, a] : {std::pair{"a", &r.a()}, {"b", &r.b()}, {"c", &r.c()}, {"d", &r.d()}})
+// Borrows every declared array's bytes but an absent right-hand side's.
+absl::Status BorrowNamed(Job& job, std::initializer_list<std::pair<const char*, const Array*>> l) {
+  for (auto [n, a] : l) {
+    auto it = job.arrays.find(n);
+    if (it == job.arrays.end() || it->second.absent) continue;
     if (auto st = Borrow(job, n, *a); !st.ok()) return st;
+  }
   return absl::OkStatus();
+}
+absl::Status BorrowAll(Job& job, const v1::TridiagonalRequest& r) {
+  return BorrowNamed(job, {{"a", &r.a()}, {"b", &r.b()}, {"c", &r.c()}, {"d", &r.d()}});
 }
 absl::Status BorrowAll(Job& job, const v1::TreeRequest& r) {
-  for (auto [n, a] : {std::pair{"parent", &r.parent()}, {"lower", &r.lower()},
-                      {"upper", &r.upper()}, {"diag", &r.diag()}, {"rhs", &r.rhs()}})
-    if (auto st = Borrow(job, n, *a); !st.ok()) return st;
-  return absl::OkStatus();
+  return BorrowNamed(job, {{"parent", &r.parent()}, {"lower", &r.lower()}, {"upper", &r.upper()},
+                           {"diag", &r.diag()}, {"rhs", &r.rhs()}});
 }
 absl::Status BorrowAll(Job& job, const v1::BlockTridiagonalRequest& r) {
-  for (auto [n, a] : {std::pair{"aC", &r.a_c()}, {"cC", &r.c_c()}, {"bC", &r.b_c()},
-                      {"cA", &r.c_a()}, {"cB", &r.c_b()}, {"f", &r.f()}})
-    if (auto st = Borrow(job, n, *a); !st.ok()) return st;
-  if (r.has_y0())
-    if (auto st = Borrow(job, "y0", r.y0()); !st.ok()) return st;
-  return absl::OkStatus();
+  return BorrowNamed(job, {{"aC", &r.a_c()}, {"cC", &r.c_c()}, {"bC", &r.b_c()}, {"cA", &r.c_a()},
+                           {"cB", &r.c_b()}, {"f", &r.f()}, {"y0", &r.y0()}});
 }
 absl::Status BorrowAll(Job& job, const v1::DenseRequest& r) {
-  for (auto [n, a] : {std::pair{"a", &r.a()}, {"b", &r.b()}})
-    if (auto st = Borrow(job, n, *a); !st.ok()) return st;
-  return absl::OkStatus();
+  return BorrowNamed(job, {{"a", &r.a()}, {"b", &r.b()}});
 }
 
 template <typename Req>
-absl::StatusOr<Job> FromUnary(const Req& r, const JobLimits& l) {
+absl::StatusOr<Job> FromUnary(const Req& r, const JobLimits& l, DeclareOptions o) {
   Job job;
+  job.rhs_optional = o.rhs_optional;
   if (auto st = Declare(job, r); !st.ok()) return st;
   if (auto st = CheckLimits(job, l); !st.ok()) return st;
   if (auto st = BorrowAll(job, r); !st.ok()) return st;
@@ -402,8 +472,53 @@ double Micros(std::chrono::steady_clock::duration d) {
   return std::chrono::duration<double, std::micro>(d).count();
 }
 
+uint8_t ParsedMethod(Family f, const std::string& m) {
+  switch (f) {
+    case Family::kTridiagonal: return uint8_t(*ParseTridiagonalMethod(m));
+    case Family::kTree: return uint8_t(*ParseTreeMethod(m));
+    case Family::kBlockTridiagonal: return uint8_t(*ParseBlockMethod(m));
+    case Family::kDense: return uint8_t(*ParseDenseMethod(m));
+  }
+  return 0;
+}
+
+template <typename T>
+absl::StatusOr<JobResult> RunPreparedTyped(Backend& be, PreparedSystem& system, const T* rhs,
+                                           int64_t k, Layout rhs_layout, bool skip_residual,
+                                           const SolveControl& control) {
+  const SystemSpec& s = system.spec();
+  JobResult res;
+  res.x.resize(size_t(k * s.rhs_values()) * sizeof(T));
+  T* x = reinterpret_cast<T*>(res.x.data());
+  res.status.assign(size_t(k * s.batch), SystemStatus::kOk);
+  res.backward_error = std::numeric_limits<double>::quiet_NaN();
+  const RhsBlock<T> block{rhs, k, rhs_layout};
+  const auto t0 = std::chrono::steady_clock::now();
+  auto info = be.SolvePrepared(system, block, x, res.status.data(), control);
+  const auto t1 = std::chrono::steady_clock::now();
+  res.compute_us = Micros(t1 - t0);
+  if (!info.ok()) return info.status();
+  res.info = *std::move(info);
+  if (!skip_residual && s.family != Family::kBlockTridiagonal) {
+    res.backward_error = PreparedBackwardError(system, block, x, res.status.data());
+    res.residual_us = Micros(std::chrono::steady_clock::now() - t1);
+  }
+  return res;
+}
+
 template <typename T>
 absl::StatusOr<JobResult> RunTyped(Backend& be, const Job& job, const SolveControl& control) {
+  if (job.shared_matrix) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto system = be.Prepare(job.Spec());
+    if (!system.ok()) return system.status();
+    const double prepare_us = Micros(std::chrono::steady_clock::now() - t0);
+    const T* rhs = reinterpret_cast<const T*>(job.arrays.at(job.x_field).data);
+    auto res = RunPreparedTyped(be, **system, rhs, job.batch, job.layout, job.skip_residual,
+                                control);
+    if (res.ok()) res->compute_us += prepare_us;
+    return res;
+  }
   JobResult res;
   const int64_t out_elems = job.arrays.at(job.x_field).elements;
   res.x.resize(static_cast<size_t>(out_elems) * sizeof(T));
@@ -467,33 +582,28 @@ absl::StatusOr<JobResult> RunTyped(Backend& be, const Job& job, const SolveContr
 
 }  // namespace
 
-absl::string_view FamilyName(Family f) {
-  switch (f) {
-    case Family::kTridiagonal: return "tridiagonal";
-    case Family::kTree: return "tree";
-    case Family::kBlockTridiagonal: return "block-tridiagonal";
-    case Family::kDense: return "dense";
-  }
-  return "unknown";
-}
-
 int64_t Job::total_bytes() const {
   int64_t t = 0;
-  for (const auto& [name, a] : arrays) t += a.expected_bytes;
+  for (const auto& [name, a] : arrays)
+    if (!a.absent) t += a.expected_bytes;
   return t;
 }
 
-absl::StatusOr<Job> JobFromRequest(const v1::TridiagonalRequest& r, const JobLimits& l) {
-  return FromUnary(r, l);
+absl::StatusOr<Job> JobFromRequest(const v1::TridiagonalRequest& r, const JobLimits& l,
+                                   DeclareOptions o) {
+  return FromUnary(r, l, o);
 }
-absl::StatusOr<Job> JobFromRequest(const v1::TreeRequest& r, const JobLimits& l) {
-  return FromUnary(r, l);
+absl::StatusOr<Job> JobFromRequest(const v1::TreeRequest& r, const JobLimits& l,
+                                   DeclareOptions o) {
+  return FromUnary(r, l, o);
 }
-absl::StatusOr<Job> JobFromRequest(const v1::BlockTridiagonalRequest& r, const JobLimits& l) {
-  return FromUnary(r, l);
+absl::StatusOr<Job> JobFromRequest(const v1::BlockTridiagonalRequest& r, const JobLimits& l,
+                                   DeclareOptions o) {
+  return FromUnary(r, l, o);
 }
-absl::StatusOr<Job> JobFromRequest(const v1::DenseRequest& r, const JobLimits& l) {
-  return FromUnary(r, l);
+absl::StatusOr<Job> JobFromRequest(const v1::DenseRequest& r, const JobLimits& l,
+                                   DeclareOptions o) {
+  return FromUnary(r, l, o);
 }
 
 absl::StatusOr<Job> JobFromStreamHeader(const v1::StreamRequest& h, const JobLimits& l) {
@@ -542,6 +652,160 @@ absl::Status FinishStreamedJob(Job& job) {
       return absl::InvalidArgumentError(absl::StrCat(name, " has ", ja.received, " bytes of data, expected ",
                                         ja.expected_bytes, " (shape ", ShapeStr(ja.shape), ")"));
   return CheckContents(job);
+}
+
+SystemSpec Job::Spec() const {
+  SystemSpec s;
+  s.family = family;
+  s.precision = precision;
+  s.layout = layout;
+  s.batch = shared_matrix ? 1 : batch;
+  s.n = n;
+  s.block_N = block_N;
+  s.block_M = block_M;
+  s.parent_per_system = parent_per_system;
+  s.method = ParsedMethod(family, method);
+  s.block_options = block_options;
+  const auto names = CoefficientNames(family);
+  for (size_t i = 0; i < names.size(); ++i)
+    s.coefficients[i] = arrays.at(std::string(names[i])).data;
+  return s;
+}
+
+std::vector<std::vector<int64_t>> Job::CoefficientShapes() const {
+  std::vector<std::vector<int64_t>> shapes;
+  for (absl::string_view name : CoefficientNames(family))
+    shapes.push_back(arrays.at(std::string(name)).shape);
+  return shapes;
+}
+
+std::vector<int64_t> Job::SystemRhsShape() const {
+  const std::vector<int64_t>& rs = arrays.at(x_field).shape;
+  if (!shared_matrix) return rs;
+  if (family == Family::kBlockTridiagonal) return {rs[1], rs[2]};
+  return {n};
+}
+
+std::string Sanitized(absl::string_view name) {
+  constexpr size_t kMax = 64;
+  std::string out;
+  for (char ch : name.substr(0, kMax)) out.push_back(ch >= 0x20 && ch < 0x7f ? ch : '?');
+  if (name.size() > kMax) out += "...";
+  return out;
+}
+
+namespace {
+
+// The message's bytes, aligned for their type (a copy in *scratch when they are not).
+const void* Aligned(const std::string& bytes, int elem_bytes, std::string* scratch) {
+  if (reinterpret_cast<uintptr_t>(bytes.data()) % elem_bytes == 0) return bytes.data();
+  scratch->assign(bytes);
+  return scratch->data();
+}
+
+absl::Status CheckFiniteValues(absl::string_view name, Precision p, const void* data,
+                               const std::vector<int64_t>& shape, int64_t elements) {
+  JobArray ja;
+  ja.shape = shape;
+  ja.elements = elements;
+  ja.data = static_cast<const std::byte*>(data);
+  return p == Precision::kFloat64 ? CheckFinite<double>(name, ja) : CheckFinite<float>(name, ja);
+}
+
+}  // namespace
+
+absl::StatusOr<CheckedUpdate> CheckUpdate(const SystemSpec& spec,
+                                          const std::vector<std::vector<int64_t>>& shapes,
+                                          const std::string& name, const v1::Array& values,
+                                          std::string* scratch) {
+  const int i = CoefficientIndex(spec.family, name);
+  if (i < 0) {
+    std::vector<std::string> names;
+    for (absl::string_view n : CoefficientNames(spec.family)) names.emplace_back(n);
+    return Invalid("update", absl::StrCat("'", Sanitized(name), "' is not a coefficient of a ",
+                                          FamilyName(spec.family), " system (",
+                                          absl::StrJoin(names, ", "), ")"));
+  }
+  const std::string canonical(CoefficientNames(spec.family)[size_t(i)]);
+  const std::vector<int64_t> shape(values.shape().begin(), values.shape().end());
+  if (shape != shapes[size_t(i)])
+    return absl::InvalidArgumentError(absl::StrCat(canonical, " has shape ", ShapeStr(shape),
+                                                   ", expected ", ShapeStr(shapes[size_t(i)]),
+                                                   " (the system's)"));
+  const int64_t bytes = spec.coefficient_bytes(i);
+  if (int64_t(values.data().size()) != bytes)
+    return absl::InvalidArgumentError(absl::StrCat(canonical, " has ", values.data().size(),
+                                                   " bytes of data, expected ", bytes));
+  const bool parent = spec.family == Family::kTree && canonical == "parent";
+  CheckedUpdate u;
+  u.index = i;
+  u.data = Aligned(values.data(), parent ? 4 : int(spec.elem_bytes()), scratch);
+  if (parent) {
+    const auto* p = static_cast<const int32_t*>(u.data);
+    const int64_t trees = spec.parent_per_system ? spec.batch : 1;
+    for (int64_t s = 0; s < trees; ++s)
+      if (auto st = ValidateParents(p + s * spec.n, spec.n); !st.ok())
+        return Invalid("parent", st.message());
+  } else if (auto st = CheckFiniteValues(canonical, spec.precision, u.data, shape,
+                                         spec.coefficient_values(i));
+             !st.ok()) {
+    return st;
+  }
+  return u;
+}
+
+absl::StatusOr<CheckedRhs> CheckRhs(const SystemSpec& spec, const std::vector<int64_t>& rhs_shape,
+                                    const v1::Array& rhs, const JobLimits& limits,
+                                    std::string* scratch) {
+  const std::string name(RhsName(spec.family));
+  CheckedRhs r;
+  r.shape.assign(rhs.shape().begin(), rhs.shape().end());
+  const bool one = r.shape == rhs_shape;
+  const bool many = r.shape.size() == rhs_shape.size() + 1 && r.shape[0] >= 1 &&
+                    std::equal(rhs_shape.begin(), rhs_shape.end(), r.shape.begin() + 1);
+  if (!one && !many)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rhs has shape ", ShapeStr(r.shape), ", expected ", ShapeStr(rhs_shape),
+        " (the system's ", name, ") or [k, ", absl::StrJoin(rhs_shape, ", "),
+        "] for k right-hand sides"));
+  r.k = many ? r.shape[0] : 1;
+  int64_t values = 0;
+  if (__builtin_mul_overflow(r.k, spec.rhs_values(), &values) || values > limits.max_job_unknowns)
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "rhs has ", r.k, " right-hand sides of ", spec.rhs_values(),
+        " unknowns, over the limit max_job_unknowns = ", limits.max_job_unknowns));
+  const int64_t bytes = values * spec.elem_bytes();
+  if (int64_t(rhs.data().size()) != bytes)
+    return absl::InvalidArgumentError(absl::StrCat("rhs has ", rhs.data().size(),
+                                                   " bytes of data, expected ", bytes, " (shape ",
+                                                   ShapeStr(r.shape), ")"));
+  r.data = Aligned(rhs.data(), int(spec.elem_bytes()), scratch);
+  if (auto st = CheckFiniteValues("rhs", spec.precision, r.data, r.shape, values); !st.ok())
+    return st;
+  return r;
+}
+
+absl::StatusOr<Job> JobFromCreateSystem(const v1::CreateSystemRequest& r, const JobLimits& l) {
+  const DeclareOptions o{.rhs_optional = true};
+  switch (r.system_case()) {
+    case v1::CreateSystemRequest::kTridiagonal: return JobFromRequest(r.tridiagonal(), l, o);
+    case v1::CreateSystemRequest::kTree: return JobFromRequest(r.tree(), l, o);
+    case v1::CreateSystemRequest::kBlockTridiagonal:
+      return JobFromRequest(r.block_tridiagonal(), l, o);
+    case v1::CreateSystemRequest::kDense: return JobFromRequest(r.dense(), l, o);
+    default: break;
+  }
+  return Invalid("system", "missing: one of tridiagonal, tree, block_tridiagonal, dense");
+}
+
+absl::StatusOr<JobResult> RunPrepared(Backend& backend, PreparedSystem& system, const void* rhs,
+                                      int64_t k, Layout rhs_layout, bool skip_residual,
+                                      const SolveControl& control) {
+  if (system.spec().precision == Precision::kFloat64)
+    return RunPreparedTyped(backend, system, static_cast<const double*>(rhs), k, rhs_layout,
+                            skip_residual, control);
+  return RunPreparedTyped(backend, system, static_cast<const float*>(rhs), k, rhs_layout,
+                          skip_residual, control);
 }
 
 absl::StatusOr<JobResult> RunJob(Backend& backend, const Job& job,

@@ -127,6 +127,29 @@ int main(int argc, char** argv) {
       ->envname("TRISOLVE_MAX_CONCURRENT_JOBS")->check(CLI::Range(1, 1024))->capture_default_str();
   app.add_option("--max-queued-jobs", opt.max_queued_jobs, "jobs waiting for a slot")
       ->envname("TRISOLVE_MAX_QUEUED_JOBS")->check(CLI::Range(0, 1 << 20))->capture_default_str();
+  app.add_option("--max-concurrent-small-jobs", opt.max_concurrent_small_jobs,
+                 "small jobs (at most --small-job-unknowns) solved at once, in a pool of their own")
+      ->envname("TRISOLVE_MAX_CONCURRENT_SMALL_JOBS")->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  app.add_option("--small-job-unknowns", opt.small_job_unknowns,
+                 "jobs of at most this many unknowns take the small jobs' slots (0: none)")
+      ->envname("TRISOLVE_SMALL_JOB_UNKNOWNS")->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
+      ->capture_default_str();
+  app.add_option("--max-systems-per-identity", opt.systems.max_per_identity,
+                 "persistent systems one identity may hold")
+      ->envname("TRISOLVE_MAX_SYSTEMS_PER_IDENTITY")->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  app.add_option("--max-system-bytes", opt.systems.max_bytes,
+                 "memory all persistent systems may hold; least recently used idle ones are "
+                 "evicted past it")
+      ->envname("TRISOLVE_MAX_SYSTEM_BYTES")->check(CLI::Range(int64_t{0}, int64_t{1} << 50))
+      ->capture_default_str();
+  app.add_option("--system-ttl", opt.systems.default_ttl_s,
+                 "seconds a persistent system may stay unused before it is dropped (default)")
+      ->envname("TRISOLVE_SYSTEM_TTL")->check(CLI::Range(0.001, 1e9))->capture_default_str();
+  app.add_option("--max-system-ttl", opt.systems.max_ttl_s,
+                 "cap on the time-to-live a client may ask for, seconds")
+      ->envname("TRISOLVE_MAX_SYSTEM_TTL")->check(CLI::Range(0.001, 1e9))->capture_default_str();
   app.add_option("--default-deadline", opt.default_deadline_s,
                  "deadline in seconds for calls that carry none (0: none)")
       ->envname("TRISOLVE_DEFAULT_DEADLINE")->capture_default_str();

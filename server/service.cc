@@ -1,6 +1,7 @@
 #include "service.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -42,10 +43,18 @@ SolverService::SolverService(std::unique_ptr<Backend> backend, ServiceOptions op
       backend_info_(backend_->Info()),
       options_(options),
       admission_(options.max_concurrent_jobs, options.max_queued_jobs),
+      small_admission_(std::max(1, options.max_concurrent_small_jobs), options.max_queued_jobs),
+      systems_(options.systems),
       started_(Clock::now()) {}
 
-absl::Status SolverService::Authenticate(grpc::ServerContext* ctx) const {
-  if (options_.tokens.empty()) return absl::OkStatus();
+absl::StatusOr<std::string> SolverService::Authenticate(grpc::ServerContext* ctx) const {
+  // A client certificate (mutual TLS) names its holder.
+  std::string cert;
+  if (auto auth = ctx->auth_context(); auth && auth->IsPeerAuthenticated()) {
+    for (const auto& id : auth->GetPeerIdentity())
+      cert = absl::StrCat("cert:", absl::string_view(id.data(), id.size()));
+  }
+  if (options_.tokens.empty()) return cert.empty() ? std::string("shared") : cert;
   const auto& md = ctx->client_metadata();
   auto it = md.find("authorization");
   if (it == md.end())
@@ -57,14 +66,16 @@ absl::Status SolverService::Authenticate(grpc::ServerContext* ctx) const {
     return absl::UnauthenticatedError("the authorization metadata is not 'Bearer <token>'");
   const std::string token = value.substr(kBearer.size());
   // Compare against every token, each in time independent of where they differ.
-  bool match = false;
-  for (const std::string& t : options_.tokens) {
+  int match = -1;
+  for (size_t k = 0; k < options_.tokens.size(); ++k) {
+    const std::string& t = options_.tokens[k];
     unsigned diff = t.size() != token.size();
     for (size_t i = 0; i < t.size(); ++i) diff |= unsigned(t[i] ^ (i < token.size() ? token[i] : 0));
-    match |= diff == 0;
+    if (diff == 0) match = int(k);
   }
-  if (!match) return absl::UnauthenticatedError("invalid bearer token");
-  return absl::OkStatus();
+  if (match < 0) return absl::UnauthenticatedError("invalid bearer token");
+  // The token's line in the token file names the identity: the token itself is never kept.
+  return absl::StrCat("token:", match + 1);
 }
 
 grpc::Status SolverService::Finish(Call& call, CallSample& sample, const absl::Status& st) {
@@ -81,19 +92,32 @@ grpc::Status SolverService::Finish(Call& call, CallSample& sample, const absl::S
 }
 
 std::string SolverService::RenderMetrics() const {
-  return metrics_.Render(backend_->Info(), admission_.running(), admission_.queued());
+  std::string out = metrics_.Render(backend_->Info(), admission_.running() + small_admission_.running(),
+                                    admission_.queued() + small_admission_.queued());
+  absl::StrAppend(&out,
+                  "# HELP trisolve_systems Persistent systems held (every identity).\n"
+                  "# TYPE trisolve_systems gauge\ntrisolve_systems ", systems_.count(), "\n",
+                  "# HELP trisolve_system_bytes Memory the persistent systems hold.\n"
+                  "# TYPE trisolve_system_bytes gauge\ntrisolve_system_bytes ", systems_.bytes(),
+                  "\n");
+  return out;
 }
 
 bool SolverService::Drain(std::chrono::system_clock::time_point deadline) {
   admission_.Shutdown();
-  return admission_.WaitIdle(deadline);
+  small_admission_.Shutdown();
+  const bool big = admission_.WaitIdle(deadline);
+  return small_admission_.WaitIdle(deadline) && big;
 }
 
-absl::StatusOr<JobResult> SolverService::Admit(Call& call, const Job& job) {
+absl::StatusOr<JobResult> SolverService::Admit(
+    Call& call, int64_t unknowns,
+    const std::function<absl::StatusOr<JobResult>(const SolveControl&)>& run) {
   const auto t0 = Clock::now();
   Admission::Slot slot;
   grpc::ServerContext* ctx = call.ctx;
-  absl::Status st = admission_.Acquire(call.deadline, [ctx] { return ctx->IsCancelled(); }, &slot);
+  Admission& pool = unknowns <= options_.small_job_unknowns ? small_admission_ : admission_;
+  absl::Status st = pool.Acquire(call.deadline, [ctx] { return ctx->IsCancelled(); }, &slot);
   call.queue_us = Micros(Clock::now() - t0);
   if (!st.ok()) return st;
   const auto deadline = call.deadline;
@@ -101,20 +125,26 @@ absl::StatusOr<JobResult> SolverService::Admit(Call& call, const Job& job) {
   control.cancelled = [ctx, deadline] {
     return ctx->IsCancelled() || std::chrono::system_clock::now() >= deadline;
   };
-  auto res = RunJob(*backend_, job, control);
+  auto res = run(control);
   if (!res.ok() && res.status().code() == absl::StatusCode::kCancelled &&
       std::chrono::system_clock::now() + Admission::kDeadlineSkew >= deadline)
     return absl::DeadlineExceededError("the deadline passed while the job was running");
   return res;
 }
 
+absl::StatusOr<JobResult> SolverService::Admit(Call& call, const Job& job) {
+  return Admit(call, job.unknowns(),
+               [&](const SolveControl& control) { return RunJob(*backend_, job, control); });
+}
+
 namespace {
 
-void FillSummary(const Job& job, const JobResult& r, const BackendInfo& be, const std::string& id,
-                 double receive_us, double queue_us, double total_us, v1::SolveSummary* s) {
+void FillSummary(Family family, int64_t systems, const JobResult& r, const BackendInfo& be,
+                 const std::string& id, double receive_us, double queue_us, double total_us,
+                 v1::SolveSummary* s) {
   s->set_method(r.info.method);
   s->set_backend(be.name);
-  s->set_systems(job.batch);
+  s->set_systems(systems);
   int64_t counts[4] = {0, 0, 0, 0};
   for (SystemStatus st : r.status) ++counts[static_cast<int>(st)];
   s->set_ok(counts[0]);
@@ -122,7 +152,7 @@ void FillSummary(const Job& job, const JobResult& r, const BackendInfo& be, cons
   s->set_not_converged(counts[2]);
   s->set_diverged(counts[3]);
   s->set_iterations(r.info.iterations);
-  s->set_residual(job.family == Family::kBlockTridiagonal ? r.info.residual : r.backward_error);
+  s->set_residual(family == Family::kBlockTridiagonal ? r.info.residual : r.backward_error);
   s->set_request_id(id);
   v1::Timings* t = s->mutable_timings();
   t->set_receive_us(receive_us);
@@ -163,7 +193,12 @@ std::chrono::system_clock::time_point EffectiveDeadline(std::chrono::system_cloc
 std::string RequestId(grpc::ServerContext* ctx, std::atomic<int64_t>& next) {
   const auto& md = ctx->client_metadata();
   auto it = md.find("x-request-id");
-  if (it != md.end() && !it->second.empty() && it->second.size() <= 64)
+  // Taken only when it is a short token: it goes into every log line of the request.
+  if (it != md.end() && !it->second.empty() && it->second.size() <= 64 &&
+      std::all_of(it->second.begin(), it->second.end(), [](char ch) {
+        return std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' ||
+               ch == '.' || ch == ':';
+      }))
     return std::string(it->second.data(), it->second.size());
   return std::to_string(next.fetch_add(1));
 }
@@ -185,7 +220,7 @@ std::string MethodLabel(Family f, const std::string& m) {
   return known ? m : "invalid";
 }
 
-void FillSample(const Job& job, const JobResult& r, double receive_us, double queue_us,
+void FillSample(int64_t unknowns, const JobResult& r, double receive_us, double queue_us,
                 CallSample* sample) {
   sample->solved = true;
   sample->method = r.info.method;
@@ -193,7 +228,7 @@ void FillSample(const Job& job, const JobResult& r, double receive_us, double qu
   sample->transfer_s = (receive_us + r.info.h2d_us + r.info.d2h_us) * 1e-6;
   sample->compute_s = (r.info.kernel_us > 0 ? r.info.kernel_us : r.compute_us) * 1e-6;
   sample->bytes_out = int64_t(r.x.size());
-  sample->unknowns = job.unknowns();
+  sample->unknowns = unknowns;
 }
 
 }  // namespace
@@ -209,7 +244,7 @@ grpc::Status SolverService::HandleUnary(grpc::ServerContext* ctx, const char* rp
   sample.method = MethodLabel(family, req.method());
   if (admission_.shutting_down())
     return Finish(call, sample, absl::UnavailableError("the server is shutting down"));
-  if (auto st = Authenticate(ctx); !st.ok()) return Finish(call, sample, st);
+  if (auto id = Authenticate(ctx); !id.ok()) return Finish(call, sample, id.status());
   auto job = JobFromRequest(req, options_.limits);
   call.receive_us = Micros(Clock::now() - call.start);
   if (!job.ok()) return Finish(call, sample, job.status());
@@ -218,12 +253,13 @@ grpc::Status SolverService::HandleUnary(grpc::ServerContext* ctx, const char* rp
   if (!res.ok()) return Finish(call, sample, res.status());
   resp->set_dtype(job->precision == Precision::kFloat64 ? v1::FLOAT64 : v1::FLOAT32);
   for (int64_t d : job->arrays.at(job->x_field).shape) resp->mutable_x()->add_shape(d);
-  FillSample(*job, *res, call.receive_us, call.queue_us, &sample);
+  FillSample(job->unknowns(), *res, call.receive_us, call.queue_us, &sample);
   resp->mutable_x()->mutable_data()->swap(res->x);
   resp->mutable_status()->Reserve(static_cast<int>(res->status.size()));
   for (SystemStatus st : res->status) resp->add_status(ToProto(st));
-  FillSummary(*job, *res, backend_info_, call.id, call.receive_us, call.queue_us,
-              Micros(Clock::now() - call.start), resp->mutable_summary());
+  FillSummary(job->family, job->batch, *res, backend_info_, call.id, call.receive_us,
+              call.queue_us, Micros(Clock::now() - call.start), resp->mutable_summary());
+  if (job->shared_matrix) resp->mutable_summary()->set_right_hand_sides(job->batch);
   LogDone(call.id, rpc, *job, resp->summary());
   return Finish(call, sample, absl::OkStatus());
 }
@@ -259,7 +295,7 @@ grpc::Status SolverService::SolveStream(
   sample.method = "unknown";
   if (admission_.shutting_down())
     return Finish(call, sample, absl::UnavailableError("the server is shutting down"));
-  if (auto st = Authenticate(ctx); !st.ok()) return Finish(call, sample, st);
+  if (auto id = Authenticate(ctx); !id.ok()) return Finish(call, sample, id.status());
   v1::StreamRequest msg;
   if (!stream->Read(&msg))
     return Finish(call, sample,
@@ -281,7 +317,7 @@ grpc::Status SolverService::SolveStream(
   call.receive_us = Micros(Clock::now() - call.start);
   auto res = Admit(call, *job);
   if (!res.ok()) return Finish(call, sample, res.status());
-  FillSample(*job, *res, call.receive_us, call.queue_us, &sample);
+  FillSample(job->unknowns(), *res, call.receive_us, call.queue_us, &sample);
   const absl::Status gone = absl::CancelledError("the client went away");
 
   const int64_t chunk = std::max<int64_t>(options_.stream_chunk_bytes, 1024);
@@ -309,8 +345,9 @@ grpc::Status SolverService::SolveStream(
       out.Clear();
     }
   }
-  FillSummary(*job, *res, backend_info_, call.id, call.receive_us, call.queue_us,
-              Micros(Clock::now() - call.start), out.mutable_summary());
+  FillSummary(job->family, job->batch, *res, backend_info_, call.id, call.receive_us,
+              call.queue_us, Micros(Clock::now() - call.start), out.mutable_summary());
+  if (job->shared_matrix) out.mutable_summary()->set_right_hand_sides(job->batch);
   LogDone(call.id, rpc, *job, out.summary());
   if (!stream->Write(out)) return Finish(call, sample, gone);
   return Finish(call, sample, absl::OkStatus());
@@ -318,12 +355,12 @@ grpc::Status SolverService::SolveStream(
 
 grpc::Status SolverService::GetServerInfo(grpc::ServerContext* ctx, const v1::GetServerInfoRequest*,
                                           v1::ServerInfo* resp) {
-  if (auto st = Authenticate(ctx); !st.ok()) {
+  if (auto id = Authenticate(ctx); !id.ok()) {
     Call call{RequestId(ctx, next_id_), "GetServerInfo", ctx};
     CallSample sample;
     sample.rpc = "GetServerInfo";
     sample.family = sample.method = "-";
-    return Finish(call, sample, st);
+    return Finish(call, sample, id.status());
   }
   resp->set_version(TRISOLVE_VERSION);
   const BackendInfo info = backend_->Info();  // fresh: free device memory changes
@@ -355,11 +392,274 @@ grpc::Status SolverService::GetServerInfo(grpc::ServerContext* ctx, const v1::Ge
   l->set_max_job_unknowns(options_.limits.max_job_unknowns);
   l->set_max_concurrent_jobs(options_.max_concurrent_jobs);
   l->set_max_queued_jobs(options_.max_queued_jobs);
-  resp->set_jobs_in_flight(admission_.running());
-  resp->set_jobs_queued(admission_.queued());
-  resp->set_jobs_done(admission_.done());
+  l->set_max_systems_per_identity(options_.systems.max_per_identity);
+  l->set_max_system_bytes(options_.systems.max_bytes);
+  l->set_max_system_ttl_s(options_.systems.max_ttl_s);
+  resp->set_jobs_in_flight(admission_.running() + small_admission_.running());
+  resp->set_jobs_queued(admission_.queued() + small_admission_.queued());
+  resp->set_jobs_done(admission_.done() + small_admission_.done());
+  resp->set_systems(systems_.count());
+  resp->set_system_bytes(systems_.bytes());
   resp->set_uptime_s(std::chrono::duration<double>(Clock::now() - started_).count());
   return grpc::Status::OK;
+}
+
+
+// ---- persistent systems ----------------------------------------------------------------------
+
+namespace {
+
+// Labels name systems in listings and logs: short and plain.
+absl::Status CheckLabel(const std::string& label) {
+  if (label.size() > 64)
+    return absl::InvalidArgumentError(absl::StrCat("label has ", label.size(),
+                                                   " characters, at most 64"));
+  for (char ch : label)
+    if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '.' || ch == '_' || ch == '-'))
+      return absl::InvalidArgumentError("label: only letters, digits, '.', '_' and '-'");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void SolverService::FillSystemInfo(const SystemRegistry::Entry& e, v1::SystemInfo* info) const {
+  const SystemSpec& s = e.system->spec();
+  info->set_handle(e.handle);
+  info->set_label(e.label);
+  info->set_family(std::string(FamilyName(s.family)));
+  info->set_dtype(s.precision == Precision::kFloat64 ? v1::FLOAT64 : v1::FLOAT32);
+  info->set_layout(s.layout == Layout::kFlat ? v1::FLAT : v1::INTERLEAVED);
+  info->set_method(std::string(SpecMethodName(s)));
+  info->set_prepared(e.system->prepared());
+  for (int64_t d : e.rhs_shape) info->add_rhs_shape(d);
+  info->set_bytes(e.bytes);
+  info->set_ttl_s(e.ttl_s);
+  info->set_idle_s(std::chrono::duration<double>(Clock::now() - e.last_used).count());
+  info->set_solves(e.solves);
+  info->set_updates(e.updates);
+}
+
+grpc::Status SolverService::CreateSystem(grpc::ServerContext* ctx,
+                                         const v1::CreateSystemRequest* req,
+                                         v1::SystemInfo* resp) {
+  Call call{RequestId(ctx, next_id_), "CreateSystem", ctx};
+  call.deadline = EffectiveDeadline(ctx->deadline(), options_);
+  CallSample sample;
+  sample.rpc = call.rpc;
+  sample.family = sample.method = "-";
+  if (admission_.shutting_down())
+    return Finish(call, sample, absl::UnavailableError("the server is shutting down"));
+  auto identity = Authenticate(ctx);
+  if (!identity.ok()) return Finish(call, sample, identity.status());
+  auto job = JobFromCreateSystem(*req, options_.limits);
+  if (!job.ok()) return Finish(call, sample, job.status());
+  sample.family = std::string(FamilyName(job->family));
+  if (!std::isfinite(req->ttl_s()) || req->ttl_s() < 0)
+    return Finish(call, sample, absl::InvalidArgumentError(absl::StrCat(
+                                    "ttl_s is ", req->ttl_s(), ", expected >= 0 (0: the default)")));
+  if (auto st = CheckLabel(req->label()); !st.ok()) return Finish(call, sample, st);
+  if (auto st = systems_.Reserve(*identity, job->total_bytes()); !st.ok())
+    return Finish(call, sample, st);
+  sample.bytes_in = job->total_bytes();
+  std::unique_ptr<PreparedSystem> prepared;
+  auto res = Admit(call, job->unknowns(), [&](const SolveControl&) -> absl::StatusOr<JobResult> {
+    auto p = backend_->Prepare(job->Spec());
+    if (!p.ok()) return p.status();
+    prepared = *std::move(p);
+    return JobResult{};
+  });
+  if (!res.ok()) return Finish(call, sample, res.status());
+  sample.method = std::string(SpecMethodName(prepared->spec()));
+  auto entry = systems_.Add(*identity, req->label(), req->ttl_s(), std::move(prepared),
+                            job->CoefficientShapes(), job->SystemRhsShape());
+  if (!entry.ok()) return Finish(call, sample, entry.status());
+  FillSystemInfo(**entry, resp);
+  spdlog::info("[req {}] CreateSystem {} {} {} ({}): {} bytes, {}", call.id, resp->handle(),
+               resp->family(), resp->label().empty() ? "-" : resp->label(), resp->method(),
+               resp->bytes(), resp->prepared());
+  return Finish(call, sample, absl::OkStatus());
+}
+
+absl::Status SolverService::SolveStep(Call& call, const std::string& identity,
+                                      const v1::SolveSystemRequest& req, const std::string& handle,
+                                      CallSample& sample, v1::SolveResponse* resp) {
+  auto use = systems_.Acquire(identity, handle);
+  if (!use.ok()) return use.status();
+  SystemRegistry::Entry& e = **use;
+  std::lock_guard<std::mutex> order(e.mu);  // this system's calls, one at a time, in order
+  if (e.gone)
+    return absl::NotFoundError("the system was released, expired or evicted");
+  PreparedSystem& system = *e.system;
+  const SystemSpec& spec = system.spec();
+  sample.family = std::string(FamilyName(spec.family));
+  sample.method = std::string(SpecMethodName(spec));
+  std::string scratch;
+  for (const v1::NamedArray& u : req.update()) {
+    auto checked = CheckUpdate(spec, e.coefficient_shapes, u.name(), u.array(), &scratch);
+    if (!checked.ok()) return checked.status();
+    if (auto st = system.Update(checked->index, checked->data); !st.ok()) return st;
+    sample.bytes_in += int64_t(u.array().data().size());
+  }
+  if (req.update_size() > 0) systems_.Touch(e, false, true);
+  auto rhs = CheckRhs(spec, e.rhs_shape, req.rhs(), options_.limits, &scratch);
+  if (!rhs.ok()) return rhs.status();
+  sample.bytes_in += int64_t(req.rhs().data().size());
+  call.receive_us = Micros(Clock::now() - call.start);
+  const int64_t unknowns = rhs->k * spec.rhs_values();
+  auto res = Admit(call, unknowns, [&](const SolveControl& control) {
+    return RunPrepared(*backend_, system, rhs->data, rhs->k, Layout::kFlat, req.skip_residual(),
+                       control);
+  });
+  if (!res.ok()) return res.status();
+  systems_.Touch(e, true, false);
+  FillSample(unknowns, *res, call.receive_us, call.queue_us, &sample);
+  resp->set_dtype(spec.precision == Precision::kFloat64 ? v1::FLOAT64 : v1::FLOAT32);
+  for (int64_t d : rhs->shape) resp->mutable_x()->add_shape(d);
+  resp->mutable_x()->mutable_data()->swap(res->x);
+  resp->mutable_status()->Reserve(static_cast<int>(res->status.size()));
+  for (SystemStatus st : res->status) resp->add_status(ToProto(st));
+  v1::SolveSummary* sum = resp->mutable_summary();
+  FillSummary(spec.family, rhs->k * spec.batch, *res, backend_info_, call.id, call.receive_us,
+              call.queue_us, Micros(Clock::now() - call.start), sum);
+  sum->set_handle(e.handle);
+  sum->set_right_hand_sides(rhs->k);
+  spdlog::debug("[req {}] {} {} k={} -> ok={}/{} residual={:.3g} total={:.3f} ms", call.id,
+                call.rpc, e.handle, rhs->k, sum->ok(), sum->systems(), sum->residual(),
+                sum->timings().total_us() / 1e3);
+  return absl::OkStatus();
+}
+
+grpc::Status SolverService::SolveSystem(grpc::ServerContext* ctx,
+                                        const v1::SolveSystemRequest* req,
+                                        v1::SolveResponse* resp) {
+  Call call{RequestId(ctx, next_id_), "SolveSystem", ctx};
+  call.deadline = EffectiveDeadline(ctx->deadline(), options_);
+  CallSample sample;
+  sample.rpc = call.rpc;
+  sample.family = sample.method = "-";
+  if (admission_.shutting_down())
+    return Finish(call, sample, absl::UnavailableError("the server is shutting down"));
+  auto identity = Authenticate(ctx);
+  if (!identity.ok()) return Finish(call, sample, identity.status());
+  return Finish(call, sample, SolveStep(call, *identity, *req, req->handle(), sample, resp));
+}
+
+grpc::Status SolverService::UpdateSystem(grpc::ServerContext* ctx,
+                                         const v1::UpdateSystemRequest* req,
+                                         v1::SystemInfo* resp) {
+  Call call{RequestId(ctx, next_id_), "UpdateSystem", ctx};
+  CallSample sample;
+  sample.rpc = call.rpc;
+  sample.family = sample.method = "-";
+  if (admission_.shutting_down())
+    return Finish(call, sample, absl::UnavailableError("the server is shutting down"));
+  auto identity = Authenticate(ctx);
+  if (!identity.ok()) return Finish(call, sample, identity.status());
+  auto use = systems_.Acquire(*identity, req->handle());
+  if (!use.ok()) return Finish(call, sample, use.status());
+  SystemRegistry::Entry& e = **use;
+  std::lock_guard<std::mutex> order(e.mu);
+  if (e.gone)
+    return Finish(call, sample, absl::NotFoundError("the system was released, expired or evicted"));
+  sample.family = std::string(FamilyName(e.system->spec().family));
+  std::string scratch;
+  for (const v1::NamedArray& u : req->update()) {
+    auto checked = CheckUpdate(e.system->spec(), e.coefficient_shapes, u.name(), u.array(), &scratch);
+    if (!checked.ok()) return Finish(call, sample, checked.status());
+    if (auto st = e.system->Update(checked->index, checked->data); !st.ok())
+      return Finish(call, sample, st);
+    sample.bytes_in += int64_t(u.array().data().size());
+  }
+  systems_.Touch(e, false, true);
+  FillSystemInfo(e, resp);
+  return Finish(call, sample, absl::OkStatus());
+}
+
+grpc::Status SolverService::ReleaseSystem(grpc::ServerContext* ctx, const v1::SystemRequest* req,
+                                          v1::SystemInfo* resp) {
+  Call call{RequestId(ctx, next_id_), "ReleaseSystem", ctx};
+  CallSample sample;
+  sample.rpc = call.rpc;
+  sample.family = sample.method = "-";
+  auto identity = Authenticate(ctx);
+  if (!identity.ok()) return Finish(call, sample, identity.status());
+  auto e = systems_.Remove(*identity, req->handle());
+  if (!e.ok()) return Finish(call, sample, e.status());
+  {
+    std::lock_guard<std::mutex> order((*e)->mu);  // after the calls in flight on it
+    FillSystemInfo(**e, resp);
+    (*e)->system.reset();  // the memory goes back now, not when the last reference does
+  }
+  return Finish(call, sample, absl::OkStatus());
+}
+
+grpc::Status SolverService::ListSystems(grpc::ServerContext* ctx, const v1::ListSystemsRequest*,
+                                        v1::ListSystemsResponse* resp) {
+  Call call{RequestId(ctx, next_id_), "ListSystems", ctx};
+  CallSample sample;
+  sample.rpc = call.rpc;
+  sample.family = sample.method = "-";
+  auto identity = Authenticate(ctx);
+  if (!identity.ok()) return Finish(call, sample, identity.status());
+  for (const auto& e : systems_.List(*identity)) {
+    std::unique_lock<std::mutex> order(e->mu, std::try_to_lock);
+    // A system busy solving is listed from what the registry knows without waiting for it.
+    if (e->system) FillSystemInfo(*e, resp->add_systems());
+  }
+  return Finish(call, sample, absl::OkStatus());
+}
+
+grpc::Status SolverService::SolveSystemStream(
+    grpc::ServerContext* ctx,
+    grpc::ServerReaderWriter<v1::SolveResponse, v1::SolveSystemRequest>* stream) {
+  Call call{RequestId(ctx, next_id_), "SolveSystemStream", ctx};
+  call.deadline = EffectiveDeadline(ctx->deadline(), options_);
+  CallSample sample;
+  sample.rpc = call.rpc;
+  sample.family = sample.method = "-";
+  if (admission_.shutting_down())
+    return Finish(call, sample, absl::UnavailableError("the server is shutting down"));
+  auto identity = Authenticate(ctx);
+  if (!identity.ok()) return Finish(call, sample, identity.status());
+  // One thread reads, solves and writes, in turn: a client that sends step i + 1 before answer
+  // i arrives has it carried by the transport meanwhile (HTTP/2 flow control holds back one that
+  // runs further ahead), and an error ends the stream with its own status, not a cancellation.
+  std::string handle;
+  int64_t steps = 0;
+  absl::Status st;
+  v1::SolveSystemRequest msg;
+  while (stream->Read(&msg)) {
+    if (steps == 0) {
+      handle = msg.handle();
+      if (handle.empty()) {
+        st = absl::InvalidArgumentError("handle: the stream's first message must name the system");
+        break;
+      }
+    } else if (!msg.handle().empty() && msg.handle() != handle) {
+      st = absl::InvalidArgumentError(
+          "handle: a time-step stream solves one system; later messages repeat its handle or "
+          "leave it empty");
+      break;
+    }
+    if (admission_.shutting_down()) {
+      st = absl::UnavailableError("the server is shutting down");
+      break;
+    }
+    call.start = Clock::now();
+    v1::SolveResponse resp;
+    st = SolveStep(call, *identity, msg, handle, sample, &resp);
+    if (!st.ok()) break;
+    ++steps;
+    if (!stream->Write(resp)) {
+      st = absl::CancelledError("the client went away");
+      break;
+    }
+  }
+  if (st.ok() && ctx->IsCancelled()) st = absl::CancelledError("the client cancelled the call");
+  if (st.ok())
+    spdlog::info("[req {}] SolveSystemStream {}: {} steps", call.id, handle.empty() ? "-" : handle,
+                 steps);
+  return Finish(call, sample, st);
 }
 
 }  // namespace trisolve::server

@@ -9,6 +9,7 @@
 #include "admission.h"
 #include "job.h"
 #include "metrics.h"
+#include "systems.h"
 #include "trisolve/backend.h"
 #include "trisolve/v1/trisolve.grpc.pb.h"
 
@@ -26,6 +27,12 @@ struct ServiceOptions {
   // Bearer tokens accepted (metadata "authorization: Bearer <token>"); empty: no authentication.
   // The health service stays open either way.
   std::vector<std::string> tokens;
+  // Persistent systems: caps and time-to-live.
+  SystemLimits systems;
+  // Jobs of at most this many unknowns take a slot of their own pool (max_concurrent_small_jobs),
+  // so that small requests are not queued behind two large ones (0: every job shares one pool).
+  int64_t small_job_unknowns = 1 << 16;
+  int max_concurrent_small_jobs = 64;
 };
 
 class SolverService final : public v1::Solver::Service {
@@ -46,6 +53,19 @@ class SolverService final : public v1::Solver::Service {
       grpc::ServerReaderWriter<v1::StreamResponse, v1::StreamRequest>* stream) override;
   grpc::Status GetServerInfo(grpc::ServerContext* ctx, const v1::GetServerInfoRequest* req,
                              v1::ServerInfo* resp) override;
+  grpc::Status CreateSystem(grpc::ServerContext* ctx, const v1::CreateSystemRequest* req,
+                            v1::SystemInfo* resp) override;
+  grpc::Status SolveSystem(grpc::ServerContext* ctx, const v1::SolveSystemRequest* req,
+                           v1::SolveResponse* resp) override;
+  grpc::Status UpdateSystem(grpc::ServerContext* ctx, const v1::UpdateSystemRequest* req,
+                            v1::SystemInfo* resp) override;
+  grpc::Status ReleaseSystem(grpc::ServerContext* ctx, const v1::SystemRequest* req,
+                             v1::SystemInfo* resp) override;
+  grpc::Status ListSystems(grpc::ServerContext* ctx, const v1::ListSystemsRequest* req,
+                           v1::ListSystemsResponse* resp) override;
+  grpc::Status SolveSystemStream(
+      grpc::ServerContext* ctx,
+      grpc::ServerReaderWriter<v1::SolveResponse, v1::SolveSystemRequest>* stream) override;
 
   // Refuse new work (UNAVAILABLE) and wait up to `grace` for running jobs to finish.
   bool Drain(std::chrono::system_clock::time_point deadline);
@@ -58,14 +78,25 @@ class SolverService final : public v1::Solver::Service {
   template <typename Req>
   grpc::Status HandleUnary(grpc::ServerContext* ctx, const char* rpc, Family family,
                            const Req& req, v1::SolveResponse* resp);
+  // Runs `run` once a slot of the pool for `unknowns` is free (deadline, cancellation and
+  // shutdown as Admission says).
+  absl::StatusOr<JobResult> Admit(Call& call, int64_t unknowns,
+                                  const std::function<absl::StatusOr<JobResult>(const SolveControl&)>& run);
   absl::StatusOr<JobResult> Admit(Call& call, const Job& job);
-  absl::Status Authenticate(grpc::ServerContext* ctx) const;
+  // The caller's identity ("token:N", "cert:SUBJECT" or "shared"), or UNAUTHENTICATED.
+  absl::StatusOr<std::string> Authenticate(grpc::ServerContext* ctx) const;
+  // One step of a persistent system: updates, then the right-hand sides; the answer in *resp.
+  absl::Status SolveStep(Call& call, const std::string& identity, const v1::SolveSystemRequest& req,
+                         const std::string& handle, CallSample& sample, v1::SolveResponse* resp);
+  void FillSystemInfo(const SystemRegistry::Entry& e, v1::SystemInfo* info) const;
   grpc::Status Finish(Call& call, CallSample& sample, const absl::Status& st);
 
   std::unique_ptr<Backend> backend_;
   BackendInfo backend_info_;
   ServiceOptions options_;
   Admission admission_;
+  Admission small_admission_;
+  SystemRegistry systems_;
   std::atomic<int64_t> next_id_{1};
   Metrics metrics_;
   const std::chrono::steady_clock::time_point started_;
