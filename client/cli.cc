@@ -2,6 +2,8 @@
 //   trisolve [--server HOST:PORT] health | info
 //   trisolve [--server HOST:PORT] solve KIND NAME=FILE.npy ... -o OUT.npy [options]
 //   trisolve make-example KIND DIR          (writes example inputs as .npy files)
+//   trisolve system create|solve|update|release|list ...   (persistent systems)
+//   trisolve bench [--clients C] [--requests R] [--batch B] [--n N] [--mode unary|handle|stream]
 // Exit status: 0 solved (every system ok), 3 solved but some system was not ok, 1 error
 // (the server's status is printed), 2 usage.
 #include <cmath>
@@ -19,6 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/match.h"
 #include "nlohmann/json.hpp"
+#include "trisolve/bench.h"
 #include "trisolve/client.h"
 #include "trisolve/examples.h"
 #include "trisolve/ndarray.h"
@@ -73,6 +76,39 @@ int MakeExample(const std::string& kind_name, const std::string& dir, int64_t ba
   std::cout << "trisolve solve " << kind_name << " " << absl::StrJoin(args, " ") << " -o " << dir
             << "/x.npy\n";
   return 0;
+}
+
+// NAME=FILE.npy arguments (parent=FILE.swc for a tree) into arrays.
+absl::Status ReadArrays(const std::vector<std::string>& inputs,
+                        std::map<std::string, trisolve::NdArray>* arrays) {
+  for (const std::string& arg : inputs) {
+    const size_t eq = arg.find('=');
+    if (eq == std::string::npos || eq == 0)
+      return absl::InvalidArgumentError(absl::StrCat("'", arg, "': expected NAME=FILE"));
+    const std::string name = arg.substr(0, eq), path = arg.substr(eq + 1);
+    if (arrays->count(name) > 0)
+      return absl::InvalidArgumentError(absl::StrCat("'", name, "' is given twice"));
+    if (name == "parent" && absl::EndsWithIgnoreCase(path, ".swc")) {
+      auto m = trisolve::ReadSwc(path);
+      if (!m.ok()) return m.status();
+      (*arrays)[name] = trisolve::NdArray::From<int32_t>({m->size()}, m->parent);
+      continue;
+    }
+    auto a = trisolve::ReadNpy(path);
+    if (!a.ok()) return a.status();
+    (*arrays)[name] = *std::move(a);
+  }
+  return absl::OkStatus();
+}
+
+void PrintSystem(const trisolve::SystemInfo& s) {
+  std::cout << s.handle << "  " << s.family << " " << trisolve::DTypeName(s.dtype)
+            << (s.interleaved ? " interleaved" : "") << ", rhs ["
+            << absl::StrJoin(s.rhs_shape, ", ") << "], method " << s.method << ", "
+            << s.prepared << ", " << s.bytes << " bytes, " << s.solves << " solves, "
+            << s.updates << " updates, idle " << absl::StrFormat("%.1f", s.idle_s) << " s of "
+            << absl::StrFormat("%.0f", s.ttl_s) << (s.label.empty() ? "" : ", label " + s.label)
+            << "\n";
 }
 
 }  // namespace
@@ -134,6 +170,49 @@ int main(int argc, char** argv) {
   example->add_option("--n", ex_n, "unknowns per system (block-tridiagonal: M)");
   example->add_option("--swc", ex_swc, "tree: the morphology (.swc)");
 
+  auto* system = app.add_subcommand("system", "persistent systems: send the matrix once, then "
+                                                "right-hand sides");
+  system->require_subcommand(1);
+  auto* sys_create = system->add_subcommand("create", "keep a system on the server; prints its handle");
+  std::string sys_kind, sys_label, sys_handle;
+  double sys_ttl = 0;
+  std::vector<std::string> sys_inputs;
+  sys_create->add_option("kind", sys_kind, "tridiagonal, tree, block-tridiagonal, dense")
+      ->required()->check(CLI::IsMember({"tridiagonal", "tree", "block-tridiagonal", "dense"}));
+  sys_create->add_option("arrays", sys_inputs, "NAME=FILE.npy: the coefficients")->required();
+  sys_create->add_option("--method", method, "solver method (default: auto)");
+  sys_create->add_option("--layout", layout, "flat (batch x n) or interleaved (n x batch)")
+      ->check(CLI::IsMember({"flat", "interleaved"}))->capture_default_str();
+  sys_create->add_option("--iterations", iterations, "block-tridiagonal: the most sweeps L");
+  sys_create->add_option("--tol", tol, "block-tridiagonal: relative residual to reach");
+  sys_create->add_option("--ttl", sys_ttl, "seconds unused before the server drops it (0: its default)");
+  sys_create->add_option("--label", sys_label, "a name for listings ([A-Za-z0-9._-])");
+  auto* sys_solve = system->add_subcommand("solve", "solve right-hand sides of a system");
+  sys_solve->add_option("handle", sys_handle, "the system's handle")->required();
+  sys_solve->add_option("arrays", sys_inputs,
+                        "rhs=FILE.npy (the right-hand sides, whatever the family), and "
+                        "NAME=FILE.npy coefficients to replace first")
+      ->required();
+  sys_solve->add_option("-o,--output", out_path, "where to write x (.npy)");
+  sys_solve->add_flag("--skip-residual", skip_residual, "do not compute the backward error");
+  auto* sys_update = system->add_subcommand("update", "replace coefficient arrays of a system");
+  sys_update->add_option("handle", sys_handle, "the system's handle")->required();
+  sys_update->add_option("arrays", sys_inputs, "NAME=FILE.npy")->required();
+  auto* sys_release = system->add_subcommand("release", "drop a system (its memory is returned)");
+  sys_release->add_option("handle", sys_handle, "the system's handle")->required();
+  system->add_subcommand("list", "the systems this identity holds");
+
+  auto* bench = app.add_subcommand("bench", "load the server with checked tridiagonal solves, "
+                                            "beside one local core");
+  trisolve::BenchOptions bo;
+  bench->add_option("--clients", bo.clients, "concurrent clients (threads)")->capture_default_str();
+  bench->add_option("--requests", bo.requests, "requests a client")->capture_default_str();
+  bench->add_option("--batch", bo.batch, "systems a request")->capture_default_str();
+  bench->add_option("--n", bo.n, "unknowns a system")->capture_default_str();
+  bench->add_option("--mode", bo.mode, "unary (whole system), handle (rhs only), stream")
+      ->check(CLI::IsMember({"unary", "handle", "stream"}))->capture_default_str();
+  bench->add_flag("--json", bo.json, "print a JSON summary as the last line");
+
   CLI11_PARSE(app, argc, argv);
 
   if (*example) return MakeExample(ex_kind, ex_dir, ex_batch, ex_n, ex_swc);
@@ -146,10 +225,86 @@ int main(int argc, char** argv) {
     while (!copt.token.empty() && (copt.token.back() == '\r' || copt.token.back() == ' '))
       copt.token.pop_back();
   }
+  if (*bench) return trisolve::RunBench(copt, bo);
   auto created = trisolve::Client::Create(copt);
   if (!created.ok()) return Fail(created.status());
   trisolve::Client& client = **created;
   const double t = timeout > 0 ? timeout : 10;
+
+  if (*system) {
+    trisolve::JobOptions jo;
+    if (timeout > 0) jo.timeout_s = timeout;
+    std::map<std::string, trisolve::NdArray> arrays;
+    if (auto st = ReadArrays(sys_inputs, &arrays); !st.ok()) return Fail(st);
+    if (*sys_create) {
+      auto kind = trisolve::ParseKind(sys_kind);
+      if (!kind.ok()) return Fail(kind.status());
+      trisolve::Job job;
+      job.kind = *kind;
+      for (const auto& [name, a] : arrays) job.arrays[name] = a.view();
+      job.options = jo;
+      job.options.method = method;
+      job.options.interleaved = layout == "interleaved";
+      if (iterations > 0) job.options.max_iterations = iterations;
+      if (tol >= 0) job.options.tol = tol;
+      auto made = client.CreateSystem(job, {.ttl_s = sys_ttl, .label = sys_label});
+      if (!made.ok()) return Fail(made.status());
+      PrintSystem(*made);
+      return 0;
+    }
+    if (*sys_solve) {
+      const trisolve::NdArray* rhs = nullptr;
+      trisolve::Updates update;
+      for (const auto& [name, a] : arrays) {
+        if (name == "rhs") {
+          if (rhs != nullptr)
+            return Fail(absl::InvalidArgumentError("give the right-hand side once (rhs=FILE.npy)"));
+          rhs = &a;
+        } else {
+          update[name] = a.view();
+        }
+      }
+      if (rhs == nullptr) return Fail(absl::InvalidArgumentError("missing rhs=FILE.npy"));
+      jo.skip_residual = skip_residual;
+      auto res = client.SolveSystem(sys_handle, rhs->view(), update, jo);
+      if (!res.ok()) return Fail(res.status());
+      const auto& sm = res->summary;
+      if (!out_path.empty())
+        if (auto st = trisolve::WriteNpy(out_path, res->x.view()); !st.ok()) return Fail(st);
+      std::cout << sm.handle << ": " << sm.right_hand_sides << " right-hand side"
+                << (sm.right_hand_sides == 1 ? "" : "s") << ", " << sm.systems << " systems, method "
+                << sm.method << ", backend " << sm.backend << "\n"
+                << "residual " << (std::isnan(sm.residual) ? std::string("not computed")
+                                                          : absl::StrFormat("%.3e", sm.residual))
+                << "; status: " << sm.ok << " ok, " << sm.singular << " singular, "
+                << sm.not_converged << " not converged, " << sm.diverged << " diverged\n"
+                << "time: " << Ms(sm.timings.client_total_us) << " ms at the client; server "
+                << Ms(sm.timings.server_total_us) << " ms (h2d " << Ms(sm.timings.h2d_us)
+                << ", compute " << Ms(sm.timings.compute_us) << ", d2h " << Ms(sm.timings.d2h_us)
+                << ")\n";
+      if (!out_path.empty()) std::cout << "x written to " << out_path << "\n";
+      return sm.ok == sm.systems ? 0 : 3;
+    }
+    if (*sys_update) {
+      trisolve::Updates update;
+      for (const auto& [name, a] : arrays) update[name] = a.view();
+      auto updated = client.UpdateSystem(sys_handle, update, jo);
+      if (!updated.ok()) return Fail(updated.status());
+      PrintSystem(*updated);
+      return 0;
+    }
+    if (*sys_release) {
+      auto released = client.ReleaseSystem(sys_handle, jo);
+      if (!released.ok()) return Fail(released.status());
+      std::cout << "released " << released->handle << " (" << released->bytes << " bytes)\n";
+      return 0;
+    }
+    auto list = client.ListSystems(jo);
+    if (!list.ok()) return Fail(list.status());
+    for (const auto& s : *list) PrintSystem(s);
+    if (list->empty()) std::cout << "no systems\n";
+    return 0;
+  }
 
   if (*health) {
     auto st = client.Health(health_service, t);
@@ -179,21 +334,7 @@ int main(int argc, char** argv) {
   trisolve::Job job;
   job.kind = *kind;
   std::map<std::string, trisolve::NdArray> arrays;
-  for (const std::string& arg : inputs) {
-    const size_t eq = arg.find('=');
-    if (eq == std::string::npos || eq == 0)
-      return Fail(absl::InvalidArgumentError(absl::StrCat("'", arg, "': expected NAME=FILE")));
-    const std::string name = arg.substr(0, eq), path = arg.substr(eq + 1);
-    if (name == "parent" && absl::EndsWithIgnoreCase(path, ".swc")) {
-      auto m = trisolve::ReadSwc(path);
-      if (!m.ok()) return Fail(m.status());
-      arrays[name] = trisolve::NdArray::From<int32_t>({m->size()}, m->parent);
-      continue;
-    }
-    auto a = trisolve::ReadNpy(path);
-    if (!a.ok()) return Fail(a.status());
-    arrays[name] = *std::move(a);
-  }
+  if (auto st = ReadArrays(inputs, &arrays); !st.ok()) return Fail(st);
   for (const auto& [name, a] : arrays) job.arrays[name] = a.view();
   job.options.method = method;
   job.options.interleaved = layout == "interleaved";

@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <deque>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -123,6 +124,9 @@ void ReadSummary(const v1::SolveSummary& s, Summary* out) {
   out->diverged = s.diverged();
   out->iterations = s.iterations();
   out->residual = s.residual();
+  out->handle = s.handle();
+  out->right_hand_sides = s.right_hand_sides();
+  out->batched_with = s.batched_with();
   const auto& t = s.timings();
   out->timings.receive_us = t.receive_us();
   out->timings.queue_us = t.queue_us();
@@ -223,6 +227,7 @@ Client::Client(Options options) : impl_(std::make_unique<Impl>()) {
   grpc::ChannelArguments args;
   if (!options.tls_server_name.empty())
     args.SetSslTargetNameOverride(options.tls_server_name);
+  if (options.own_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   args.SetMaxReceiveMessageSize(-1);
   args.SetMaxSendMessageSize(-1);
   args.SetInt(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, 4 << 20);  // as the server: bulk arrays
@@ -239,45 +244,104 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(Options options) {
   return c;
 }
 
-absl::StatusOr<Result> Client::Solve(const Job& job) {
-  if (!impl_->setup.ok()) return impl_->setup;
-  const auto t0 = Clock::now();
+namespace {
+
+// A copy of `v` in type `want`.
+absl::StatusOr<NdArray> Converted(const std::string& name, const ArrayView& v, DType want) {
+  NdArray tmp;
+  tmp.dtype = v.dtype;
+  tmp.shape = v.shape;
+  tmp.data.resize(static_cast<size_t>(v.bytes()));
+  std::memcpy(tmp.data.data(), v.data, tmp.data.size());
+  auto c = tmp.ConvertTo(want);
+  if (!c.ok()) return absl::InvalidArgumentError(absl::StrCat(name, ": ", c.status().message()));
+  return c;
+}
+
+void SetAuth(grpc::ClientContext& ctx, const Client::Options& o, const JobOptions& j) {
+  if (j.timeout_s)
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::microseconds(int64_t(*j.timeout_s * 1e6)));
+  if (!j.request_id.empty()) ctx.AddMetadata("x-request-id", j.request_id);
+  if (!o.token.empty()) ctx.AddMetadata("authorization", "Bearer " + o.token);
+}
+
+void ReadResponse(const v1::SolveResponse& resp, DType dtype, Result* result) {
+  result->x.dtype = dtype;
+  result->x.shape.assign(resp.x().shape().begin(), resp.x().shape().end());
+  const std::string& data = resp.x().data();
+  result->x.data.resize(data.size());
+  std::memcpy(result->x.data.data(), data.data(), data.size());
+  for (int s : resp.status()) result->status.push_back(static_cast<SolveStatus>(s));
+  ReadSummary(resp.summary(), &result->summary);
+}
+
+SystemInfo ReadSystemInfo(const v1::SystemInfo& i) {
+  SystemInfo s;
+  s.handle = i.handle();
+  s.label = i.label();
+  s.family = i.family();
+  s.method = i.method();
+  s.prepared = i.prepared();
+  s.dtype = i.dtype() == v1::FLOAT32 ? DType::kFloat32 : DType::kFloat64;
+  s.interleaved = i.layout() == v1::INTERLEAVED;
+  s.rhs_shape.assign(i.rhs_shape().begin(), i.rhs_shape().end());
+  s.bytes = i.bytes();
+  s.solves = i.solves();
+  s.updates = i.updates();
+  s.ttl_s = i.ttl_s();
+  s.idle_s = i.idle_s();
+  return s;
+}
+
+// The arrays of a job as they will travel: coefficients in the right-hand side's type (a system
+// created without one: the first floating-point coefficient's), parent int32.
+absl::Status Marshal(const Job& job, bool rhs_optional, DType* dtype,
+                     std::vector<std::pair<std::string, ArrayView>>* send,
+                     std::vector<NdArray>* converted) {
   const auto& names = ArrayNames(job.kind);
   const std::string& rhs_name = names[0];
   auto rhs_it = job.arrays.find(rhs_name);
-  if (rhs_it == job.arrays.end())
+  if (rhs_it == job.arrays.end() && !rhs_optional)
     return absl::InvalidArgumentError(absl::StrCat(rhs_name, ": missing (a ", KindName(job.kind),
                                                    " job needs ", absl::StrJoin(names, ", "), ")"));
-  const DType dtype = rhs_it->second.dtype;
-  if (dtype != DType::kFloat64 && dtype != DType::kFloat32)
-    return absl::InvalidArgumentError(absl::StrCat(rhs_name, ": is ", DTypeName(dtype),
+  const ArrayView* typed = rhs_it != job.arrays.end() ? &rhs_it->second : nullptr;
+  for (const auto& [name, view] : job.arrays)
+    if (typed == nullptr && name != "parent") typed = &view;
+  if (typed == nullptr) return absl::InvalidArgumentError("no arrays");
+  *dtype = typed->dtype;
+  if (*dtype != DType::kFloat64 && *dtype != DType::kFloat32)
+    return absl::InvalidArgumentError(absl::StrCat(rhs_name, ": is ", DTypeName(*dtype),
                                                    ", expected float64 or float32"));
-  // Arrays as they will travel: coefficients in the right-hand side's type, parent int32.
-  std::vector<std::pair<std::string, ArrayView>> send;
-  std::vector<NdArray> converted;
-  converted.reserve(job.arrays.size());
+  converted->reserve(job.arrays.size());
   for (const auto& [name, view] : job.arrays) {
     if (std::find(names.begin(), names.end(), name) == names.end() &&
         !(job.kind == Kind::kDense && name == "a"))
       return absl::InvalidArgumentError(absl::StrCat("unknown array '", name, "' for a ",
                                                      KindName(job.kind), " job (expected ",
                                                      absl::StrJoin(names, ", "), ")"));
-    const DType want = name == "parent" ? DType::kInt32 : dtype;
+    const DType want = name == "parent" ? DType::kInt32 : *dtype;
     ArrayView v = view;
     if (v.dtype != want) {
-      NdArray tmp;
-      tmp.dtype = v.dtype;
-      tmp.shape = v.shape;
-      tmp.data.resize(static_cast<size_t>(v.bytes()));
-      std::memcpy(tmp.data.data(), v.data, tmp.data.size());
-      auto c = tmp.ConvertTo(want);
-      if (!c.ok())
-        return absl::InvalidArgumentError(absl::StrCat(name, ": ", c.status().message()));
-      converted.push_back(*std::move(c));
-      v = converted.back().view();
+      auto c = Converted(name, v, want);
+      if (!c.ok()) return c.status();
+      converted->push_back(*std::move(c));
+      v = converted->back().view();
     }
-    send.emplace_back(FieldName(job.kind, name), v);
+    send->emplace_back(FieldName(job.kind, name), v);
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Result> Client::Solve(const Job& job) {
+  if (!impl_->setup.ok()) return impl_->setup;
+  const auto t0 = Clock::now();
+  DType dtype;
+  std::vector<std::pair<std::string, ArrayView>> send;
+  std::vector<NdArray> converted;
+  if (auto st = Marshal(job, false, &dtype, &send, &converted); !st.ok()) return st;
   int64_t total = 0;
   for (const auto& [f, v] : send) total += v.bytes();
 
@@ -292,11 +356,7 @@ absl::StatusOr<Result> Client::Solve(const Job& job) {
   }
 
   grpc::ClientContext ctx;
-  if (job.options.timeout_s)
-    ctx.set_deadline(std::chrono::system_clock::now() +
-                     std::chrono::microseconds(int64_t(*job.options.timeout_s * 1e6)));
-  if (!job.options.request_id.empty()) ctx.AddMetadata("x-request-id", job.options.request_id);
-  if (!impl_->options.token.empty()) ctx.AddMetadata("authorization", "Bearer " + impl_->options.token);
+  SetAuth(ctx, impl_->options, job.options);
 
   Result result;
   result.summary.streamed = stream;
@@ -315,13 +375,7 @@ absl::StatusOr<Result> Client::Solve(const Job& job) {
       case Kind::kDense: st = impl_->stub->SolveDense(&ctx, header.dense(), &resp); break;
     }
     if (!st.ok()) return FromGrpc(st);
-    result.x.dtype = out_type;
-    result.x.shape.assign(resp.x().shape().begin(), resp.x().shape().end());
-    const std::string& data = resp.x().data();
-    result.x.data.resize(data.size());
-    std::memcpy(result.x.data.data(), data.data(), data.size());
-    for (int s : resp.status()) result.status.push_back(static_cast<SolveStatus>(s));
-    ReadSummary(resp.summary(), &result.summary);
+    ReadResponse(resp, out_type, &result);
   } else {
     auto rw = impl_->stub->SolveStream(&ctx);
     bool sent = rw->Write(header);
@@ -366,6 +420,213 @@ absl::StatusOr<Result> Client::Solve(const Job& job) {
   return result;
 }
 
+// ---- persistent systems ----------------------------------------------------------------------
+
+namespace {
+
+// Updates in the right-hand side's type (the system's), named as the caller named them: the
+// server takes the block family's proto and thesis spellings alike.
+absl::Status AddUpdates(DType dtype, const Updates& update,
+                        google::protobuf::RepeatedPtrField<v1::NamedArray>* out,
+                        std::vector<NdArray>* converted) {
+  for (const auto& [name, view] : update) {
+    const DType want = name == "parent" ? DType::kInt32 : dtype;
+    ArrayView v = view;
+    if (v.dtype != want) {
+      auto c = Converted(name, v, want);
+      if (!c.ok()) return c.status();
+      converted->push_back(*std::move(c));
+      v = converted->back().view();
+    }
+    v1::NamedArray* a = out->Add();
+    a->set_name(name);
+    for (int64_t d : v.shape) a->mutable_array()->add_shape(d);
+    a->mutable_array()->set_data(v.data, static_cast<size_t>(v.bytes()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<SystemInfo> Client::CreateSystem(const Job& job, const SystemOptions& options) {
+  if (!impl_->setup.ok()) return impl_->setup;
+  DType dtype;
+  std::vector<std::pair<std::string, ArrayView>> send;
+  std::vector<NdArray> converted;
+  if (auto st = Marshal(job, true, &dtype, &send, &converted); !st.ok()) return st;
+  v1::StreamRequest header;
+  SetOptions(header, job.kind, job.options, dtype == DType::kFloat64 ? v1::FLOAT64 : v1::FLOAT32);
+  for (const auto& [field, v] : send) {
+    v1::Array* a = MutableField(header, job.kind, field);
+    for (int64_t d : v.shape) a->add_shape(d);
+    a->set_data(v.data, static_cast<size_t>(v.bytes()));
+  }
+  v1::CreateSystemRequest req;
+  switch (job.kind) {
+    case Kind::kTridiagonal: req.mutable_tridiagonal()->Swap(header.mutable_tridiagonal()); break;
+    case Kind::kTree: req.mutable_tree()->Swap(header.mutable_tree()); break;
+    case Kind::kBlockTridiagonal:
+      req.mutable_block_tridiagonal()->Swap(header.mutable_block_tridiagonal());
+      break;
+    case Kind::kDense: req.mutable_dense()->Swap(header.mutable_dense()); break;
+  }
+  req.set_ttl_s(options.ttl_s);
+  req.set_label(options.label);
+  grpc::ClientContext ctx;
+  SetAuth(ctx, impl_->options, job.options);
+  v1::SystemInfo info;
+  grpc::Status st = impl_->stub->CreateSystem(&ctx, req, &info);
+  if (!st.ok()) return FromGrpc(st);
+  return ReadSystemInfo(info);
+}
+
+absl::StatusOr<Result> Client::SolveSystem(const std::string& handle, const ArrayView& rhs,
+                                           const Updates& update, const JobOptions& options) {
+  if (!impl_->setup.ok()) return impl_->setup;
+  const auto t0 = Clock::now();
+  v1::SolveSystemRequest req;
+  req.set_handle(handle);
+  req.set_skip_residual(options.skip_residual);
+  std::vector<NdArray> converted;
+  // The system's type is the server's to know; the right-hand side travels as given, and the
+  // server refuses one of the wrong size.
+  if (auto st = AddUpdates(rhs.dtype, update, req.mutable_update(), &converted);
+      !st.ok())
+    return st;
+  for (int64_t d : rhs.shape) req.mutable_rhs()->add_shape(d);
+  req.mutable_rhs()->set_data(rhs.data, static_cast<size_t>(rhs.bytes()));
+  grpc::ClientContext ctx;
+  SetAuth(ctx, impl_->options, options);
+  v1::SolveResponse resp;
+  grpc::Status st = impl_->stub->SolveSystem(&ctx, req, &resp);
+  if (!st.ok()) return FromGrpc(st);
+  Result result;
+  ReadResponse(resp, resp.dtype() == v1::FLOAT32 ? DType::kFloat32 : DType::kFloat64, &result);
+  result.summary.timings.client_total_us =
+      std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+  return result;
+}
+
+absl::StatusOr<SystemInfo> Client::UpdateSystem(const std::string& handle, const Updates& update,
+                                                const JobOptions& options) {
+  if (!impl_->setup.ok()) return impl_->setup;
+  v1::UpdateSystemRequest req;
+  req.set_handle(handle);
+  std::vector<NdArray> converted;
+  for (const auto& [name, view] : update) {
+    v1::NamedArray* a = req.add_update();
+    a->set_name(name);
+    for (int64_t d : view.shape) a->mutable_array()->add_shape(d);
+    a->mutable_array()->set_data(view.data, static_cast<size_t>(view.bytes()));
+  }
+  grpc::ClientContext ctx;
+  SetAuth(ctx, impl_->options, options);
+  v1::SystemInfo info;
+  grpc::Status st = impl_->stub->UpdateSystem(&ctx, req, &info);
+  if (!st.ok()) return FromGrpc(st);
+  return ReadSystemInfo(info);
+}
+
+absl::StatusOr<SystemInfo> Client::ReleaseSystem(const std::string& handle,
+                                                 const JobOptions& options) {
+  if (!impl_->setup.ok()) return impl_->setup;
+  v1::SystemRequest req;
+  req.set_handle(handle);
+  grpc::ClientContext ctx;
+  SetAuth(ctx, impl_->options, options);
+  v1::SystemInfo info;
+  grpc::Status st = impl_->stub->ReleaseSystem(&ctx, req, &info);
+  if (!st.ok()) return FromGrpc(st);
+  return ReadSystemInfo(info);
+}
+
+absl::StatusOr<std::vector<SystemInfo>> Client::ListSystems(const JobOptions& options) {
+  if (!impl_->setup.ok()) return impl_->setup;
+  grpc::ClientContext ctx;
+  SetAuth(ctx, impl_->options, options);
+  v1::ListSystemsResponse resp;
+  grpc::Status st = impl_->stub->ListSystems(&ctx, v1::ListSystemsRequest(), &resp);
+  if (!st.ok()) return FromGrpc(st);
+  std::vector<SystemInfo> out;
+  for (const auto& i : resp.systems()) out.push_back(ReadSystemInfo(i));
+  return out;
+}
+
+struct StepStream::Impl {
+  grpc::ClientContext ctx;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::SolveSystemRequest, v1::SolveResponse>> rw;
+  std::string handle;
+  bool first = true, done_writing = false;
+  std::deque<Clock::time_point> sent;  // when each unanswered step went out
+};
+
+StepStream::StepStream(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+StepStream::~StepStream() {
+  if (impl_ && impl_->rw) {
+    impl_->ctx.TryCancel();
+    impl_->rw->Finish();
+  }
+}
+
+absl::Status StepStream::Send(const ArrayView& rhs, const Updates& update) {
+  if (impl_->done_writing) return absl::FailedPreconditionError("the stream was finished");
+  v1::SolveSystemRequest req;
+  if (impl_->first) req.set_handle(impl_->handle);
+  std::vector<NdArray> converted;
+  if (auto st = AddUpdates(rhs.dtype, update, req.mutable_update(), &converted);
+      !st.ok())
+    return st;
+  for (int64_t d : rhs.shape) req.mutable_rhs()->add_shape(d);
+  req.mutable_rhs()->set_data(rhs.data, static_cast<size_t>(rhs.bytes()));
+  impl_->sent.push_back(Clock::now());
+  if (!impl_->rw->Write(req)) {
+    impl_->done_writing = true;
+    return absl::UnavailableError("the stream ended (Finish gives the server's status)");
+  }
+  impl_->first = false;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Result> StepStream::Receive() {
+  v1::SolveResponse resp;
+  if (!impl_->rw->Read(&resp)) {
+    grpc::Status st = impl_->rw->Finish();
+    impl_->rw.reset();
+    if (!st.ok()) return FromGrpc(st);
+    return absl::OutOfRangeError("the stream has no more answers");
+  }
+  Result result;
+  ReadResponse(resp, resp.dtype() == v1::FLOAT32 ? DType::kFloat32 : DType::kFloat64, &result);
+  if (!impl_->sent.empty()) {
+    result.summary.timings.client_total_us =
+        std::chrono::duration<double, std::micro>(Clock::now() - impl_->sent.front()).count();
+    impl_->sent.pop_front();
+  }
+  return result;
+}
+
+absl::Status StepStream::Finish() {
+  if (!impl_->rw) return absl::OkStatus();
+  if (!impl_->done_writing) impl_->rw->WritesDone();
+  impl_->done_writing = true;
+  v1::SolveResponse extra;
+  while (impl_->rw->Read(&extra)) {
+  }
+  grpc::Status st = impl_->rw->Finish();
+  impl_->rw.reset();
+  return FromGrpc(st);
+}
+
+absl::StatusOr<std::unique_ptr<StepStream>> Client::OpenStepStream(const std::string& handle,
+                                                                   const JobOptions& options) {
+  if (!impl_->setup.ok()) return impl_->setup;
+  auto impl = std::make_unique<StepStream::Impl>();
+  SetAuth(impl->ctx, impl_->options, options);
+  impl->handle = handle;
+  impl->rw = impl_->stub->SolveSystemStream(&impl->ctx);
+  return std::unique_ptr<StepStream>(new StepStream(std::move(impl)));
+}
+
 absl::StatusOr<ServerInfoSummary> Client::Info(double timeout_s) {
   if (!impl_->setup.ok()) return impl_->setup;
   grpc::ClientContext ctx;
@@ -397,6 +658,8 @@ absl::StatusOr<ServerInfoSummary> Client::Info(double timeout_s) {
   s.jobs_in_flight = info.jobs_in_flight();
   s.jobs_queued = info.jobs_queued();
   s.jobs_done = info.jobs_done();
+  s.systems = info.systems();
+  s.system_bytes = info.system_bytes();
   s.uptime_s = info.uptime_s();
   return s;
 }

@@ -66,6 +66,9 @@ struct Summary {
   int64_t iterations = 0;
   double residual = 0;
   bool streamed = false;
+  std::string handle;             // SolveSystem: the system solved
+  int64_t right_hand_sides = 0;   // one matrix, many right-hand sides: how many
+  int batched_with = 0;
   Timings timings;
 };
 
@@ -84,7 +87,45 @@ struct ServerInfoSummary {
   int64_t max_message_bytes = 0, max_job_bytes = 0, max_job_unknowns = 0;
   int max_concurrent_jobs = 0, max_queued_jobs = 0;
   int64_t jobs_in_flight = 0, jobs_queued = 0, jobs_done = 0;
+  int64_t systems = 0, system_bytes = 0;
   double uptime_s = 0;
+};
+
+// A persistent system on the server (CreateSystem): solves send only right-hand sides.
+struct SystemInfo {
+  std::string handle, label, family, method, prepared;
+  DType dtype = DType::kFloat64;
+  bool interleaved = false;
+  std::vector<int64_t> rhs_shape;  // one right-hand side; [k, ...] solves k at once
+  int64_t bytes = 0, solves = 0, updates = 0;
+  double ttl_s = 0, idle_s = 0;
+};
+
+struct SystemOptions {
+  double ttl_s = 0;   // idle time-to-live (0: the server's default)
+  std::string label;  // for listings and logs: [A-Za-z0-9._-], at most 64
+};
+
+// Replacement coefficient arrays by name ("b", "diag", "cC", ...), in the system's shapes.
+using Updates = std::map<std::string, ArrayView>;
+
+class Client;
+
+// The time-step stream of one system: Send one step (right-hand sides, optional updates), Receive
+// its answer; answers come in the order of the steps. Steps may be sent ahead of answers.
+class StepStream {
+ public:
+  ~StepStream();
+  absl::Status Send(const ArrayView& rhs, const Updates& update = {});
+  absl::StatusOr<Result> Receive();
+  // Ends the stream (after the answers still due were received); the server's final status.
+  absl::Status Finish();
+
+ private:
+  friend class Client;
+  struct Impl;
+  explicit StepStream(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
 };
 
 class Client {
@@ -99,6 +140,8 @@ class Client {
     std::string tls_ca_file, tls_cert_file, tls_key_file, tls_server_name;
     // Sent as "authorization: Bearer <token>" on every call but the health check.
     std::string token;
+    // A connection of this client's own (not shared with other clients of the process).
+    bool own_connection = false;
   };
   // Whether the options ask for TLS.
   static bool UsesTls(const Options& o) { return !o.tls_ca_file.empty() || !o.tls_cert_file.empty(); }
@@ -109,6 +152,20 @@ class Client {
   ~Client();
 
   absl::StatusOr<Result> Solve(const Job& job);
+
+  // Persistent systems. CreateSystem takes a Job whose right-hand side may be left out (its
+  // options pick the method, layout, iterations); the others name the system by handle.
+  absl::StatusOr<SystemInfo> CreateSystem(const Job& job, const SystemOptions& options = {});
+  // rhs: the system's right-hand-side shape, or [k, ...that shape] for k of them.
+  absl::StatusOr<Result> SolveSystem(const std::string& handle, const ArrayView& rhs,
+                                     const Updates& update = {}, const JobOptions& options = {});
+  absl::StatusOr<SystemInfo> UpdateSystem(const std::string& handle, const Updates& update,
+                                          const JobOptions& options = {});
+  absl::StatusOr<SystemInfo> ReleaseSystem(const std::string& handle,
+                                           const JobOptions& options = {});
+  absl::StatusOr<std::vector<SystemInfo>> ListSystems(const JobOptions& options = {});
+  absl::StatusOr<std::unique_ptr<StepStream>> OpenStepStream(const std::string& handle,
+                                                             const JobOptions& options = {});
   absl::StatusOr<ServerInfoSummary> Info(double timeout_s = 10);
   // The grpc.health.v1 status of `service` ("" = the server as a whole): "SERVING", ...
   absl::StatusOr<std::string> Health(const std::string& service = "", double timeout_s = 5);

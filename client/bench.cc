@@ -1,0 +1,280 @@
+// trisolve bench: C clients x R requests against a server, every answer checked, beside the same
+// work on one local core.
+#include "trisolve/bench.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "trisolve/client.h"
+
+namespace trisolve {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A diagonally dominant tridiagonal batch, flat: a, b, c of batch * n values.
+struct Matrix {
+  std::vector<double> a, b, c;
+};
+
+Matrix MakeMatrix(int64_t batch, int64_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(-1, 1);
+  Matrix m;
+  const int64_t e = batch * n;
+  m.a.resize(size_t(e));
+  m.b.resize(size_t(e));
+  m.c.resize(size_t(e));
+  for (int64_t i = 0; i < e; ++i) {
+    m.a[size_t(i)] = u(rng);
+    m.c[size_t(i)] = u(rng);
+    m.b[size_t(i)] = 4 + u(rng);
+  }
+  return m;
+}
+
+// The local alternative: Thomas on one core (what a user's code would call).
+void Thomas(const Matrix& m, const double* d, double* x, int64_t batch, int64_t n,
+            std::vector<double>& cp) {
+  cp.resize(size_t(n));
+  for (int64_t s = 0; s < batch; ++s) {
+    const double* a = m.a.data() + s * n;
+    const double* b = m.b.data() + s * n;
+    const double* c = m.c.data() + s * n;
+    const double* ds = d + s * n;
+    double* xs = x + s * n;
+    double beta = b[0];
+    cp[0] = c[0] / beta;
+    xs[0] = ds[0] / beta;
+    for (int64_t i = 1; i < n; ++i) {
+      beta = b[i] - a[i] * cp[size_t(i - 1)];
+      cp[size_t(i)] = c[i] / beta;
+      xs[i] = (ds[i] - a[i] * xs[i - 1]) / beta;
+    }
+    for (int64_t i = n - 2; i >= 0; --i) xs[i] -= cp[size_t(i)] * xs[i + 1];
+  }
+}
+
+// ||d - A x||_inf / (||A||_inf ||x||_inf + ||d||_inf), the worst system; a non-finite x is
+// infinitely wrong.
+double BackwardError(const Matrix& m, const double* d, const double* x, int64_t batch, int64_t n) {
+  double worst = 0;
+  for (int64_t s = 0; s < batch; ++s) {
+    double r = 0, an = 0, xn = 0, dn = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t k = s * n + i;
+      double ax = m.b[size_t(k)] * x[k];
+      double row = std::abs(m.b[size_t(k)]);
+      if (i > 0) {
+        ax += m.a[size_t(k)] * x[k - 1];
+        row += std::abs(m.a[size_t(k)]);
+      }
+      if (i + 1 < n) {
+        ax += m.c[size_t(k)] * x[k + 1];
+        row += std::abs(m.c[size_t(k)]);
+      }
+      if (!std::isfinite(x[k])) return INFINITY;
+      r = std::max(r, std::abs(d[k] - ax));
+      an = std::max(an, row);
+      xn = std::max(xn, std::abs(x[k]));
+      dn = std::max(dn, std::abs(d[k]));
+    }
+    worst = std::max(worst, r / (an * xn + dn));
+  }
+  return worst;
+}
+
+double Percentile(std::vector<double>& v, double p) {
+  if (v.empty()) return NAN;
+  const size_t i = std::min(v.size() - 1, size_t(p * double(v.size())));
+  std::nth_element(v.begin(), v.begin() + long(i), v.end());
+  return v[i];
+}
+
+}  // namespace
+
+int RunBench(const Client::Options& client_options, const BenchOptions& o) {
+  if (o.clients < 1 || o.requests < 1 || o.batch < 1 || o.n < 2) {
+    std::cerr << "bench: --clients, --requests, --batch >= 1 and --n >= 2\n";
+    return 2;
+  }
+  const int64_t values = o.batch * o.n;
+  const Matrix m = MakeMatrix(o.batch, o.n, 7);
+  // Right-hand sides: a few distinct ones per client, so that an answer given to the wrong
+  // request shows as a large residual.
+  constexpr int kRhs = 4;
+  std::vector<std::vector<double>> rhs(size_t(o.clients) * kRhs);
+  for (size_t i = 0; i < rhs.size(); ++i) {
+    std::mt19937_64 rng(1000 + i);
+    std::uniform_real_distribution<double> u(-1, 1);
+    rhs[i].resize(size_t(values));
+    for (double& v : rhs[i]) v = u(rng);
+  }
+  const std::vector<int64_t> shape =
+      o.batch == 1 ? std::vector<int64_t>{o.n} : std::vector<int64_t>{o.batch, o.n};
+  auto view = [&](const std::vector<double>& v) {
+    return ArrayView{DType::kFloat64, shape, v.data()};
+  };
+
+  std::mutex mu;
+  std::vector<double> latency_us;
+  std::map<std::string, int64_t> errors;  // by status code
+  std::atomic<int64_t> ok{0}, wrong{0}, lost{0};
+  double worst_error = 0;
+  std::atomic<bool> failed_setup{false};
+
+  auto client_loop = [&](int id) {
+    Client::Options co = client_options;
+    co.own_connection = true;  // one connection a client, as separate processes would have
+    Client client(co);
+    JobOptions jo;
+    jo.skip_residual = true;  // the bench checks every answer itself
+    std::string handle;
+    if (o.mode != "unary") {
+      Job job{Kind::kTridiagonal};
+      job.arrays = {{"a", view(m.a)}, {"b", view(m.b)}, {"c", view(m.c)}};
+      auto made = client.CreateSystem(job, {.ttl_s = 600, .label = absl::StrCat("bench-", id)});
+      if (!made.ok()) {
+        std::lock_guard<std::mutex> lock(mu);
+        std::cerr << "bench: CreateSystem: " << made.status() << "\n";
+        failed_setup = true;
+        return;
+      }
+      handle = made->handle;
+    }
+    std::unique_ptr<StepStream> stream;
+    if (o.mode == "stream") {
+      auto s = client.OpenStepStream(handle, jo);
+      if (!s.ok()) {
+        failed_setup = true;
+        return;
+      }
+      stream = *std::move(s);
+    }
+    std::vector<double> local_lat;
+    std::map<std::string, int64_t> local_err;
+    double local_worst = 0;
+    auto check = [&](const absl::StatusOr<Result>& r, int which, double us) {
+      if (!r.ok()) {
+        local_err[std::string(absl::StatusCodeToString(r.status().code()))]++;
+        return;
+      }
+      if (r->x.elements() != values || r->x.dtype != DType::kFloat64) {
+        ++lost;
+        return;
+      }
+      const double e = BackwardError(m, rhs[size_t(which)].data(), r->x.as<double>(), o.batch, o.n);
+      local_worst = std::max(local_worst, e);
+      if (!(e <= 1e-12)) {
+        ++wrong;
+        return;
+      }
+      ++ok;
+      local_lat.push_back(us);
+    };
+    for (int64_t q = 0; q < o.requests; ++q) {
+      const int which = id * kRhs + int(q % kRhs);
+      const auto t0 = Clock::now();
+      if (o.mode == "unary") {
+        Job job{Kind::kTridiagonal};
+        job.arrays = {{"a", view(m.a)}, {"b", view(m.b)}, {"c", view(m.c)},
+                      {"d", view(rhs[size_t(which)])}};
+        job.options = jo;
+        auto r = client.Solve(job);
+        check(r, which, std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+      } else if (o.mode == "handle") {
+        auto r = client.SolveSystem(handle, view(rhs[size_t(which)]), {}, jo);
+        check(r, which, std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+      } else {
+        // The stream keeps two steps in flight: the next is on its way while one is solved.
+        if (auto st = stream->Send(view(rhs[size_t(which)])); !st.ok()) {
+          local_err["UNAVAILABLE"]++;
+          break;
+        }
+        if (q >= 1) {
+          auto r = stream->Receive();
+          check(r, id * kRhs + int((q - 1) % kRhs),
+                r.ok() ? r->summary.timings.client_total_us : 0);
+        }
+      }
+    }
+    if (stream) {
+      if (o.requests >= 1) {
+        auto r = stream->Receive();
+        check(r, id * kRhs + int((o.requests - 1) % kRhs),
+              r.ok() ? r->summary.timings.client_total_us : 0);
+      }
+      if (auto st = stream->Finish(); !st.ok())
+        local_err[std::string(absl::StatusCodeToString(st.code()))]++;
+    }
+    if (!handle.empty()) (void)client.ReleaseSystem(handle);
+    std::lock_guard<std::mutex> lock(mu);
+    latency_us.insert(latency_us.end(), local_lat.begin(), local_lat.end());
+    for (auto& [k, v] : local_err) errors[k] += v;
+    worst_error = std::max(worst_error, local_worst);
+  };
+
+  const auto t0 = Clock::now();
+  std::vector<std::thread> threads;
+  for (int i = 0; i < o.clients; ++i) threads.emplace_back(client_loop, i);
+  for (auto& t : threads) t.join();
+  const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+
+  // One local core: the same systems, the same number of solves per client, serially.
+  std::vector<double> x(static_cast<size_t>(values)), cp;
+  const int64_t local_reps = std::max<int64_t>(1, std::min<int64_t>(o.requests, 200));
+  const auto l0 = Clock::now();
+  for (int64_t q = 0; q < local_reps; ++q)
+    Thomas(m, rhs[size_t(q % kRhs)].data(), x.data(), o.batch, o.n, cp);
+  const double local_s = std::chrono::duration<double>(Clock::now() - l0).count() / double(local_reps);
+
+  const int64_t total = int64_t(o.clients) * o.requests;
+  int64_t errs = 0;
+  for (auto& [k, v] : errors) errs += v;
+  const int64_t answered = ok + wrong + lost;
+  // Payload: what a request must move (unary: a, b, c, d in and x out; by handle: d and x).
+  const double bytes_per = double(values) * 8 * (o.mode == "unary" ? 5 : 2);
+  std::vector<double> lat = latency_us;
+  const double p50 = Percentile(lat, 0.5), p90 = Percentile(lat, 0.9), p99 = Percentile(lat, 0.99);
+  std::cout << absl::StrFormat(
+      "bench tridiagonal %s: %d clients x %d requests, %d x %d float64 (%.1f MB a request)\n",
+      o.mode, o.clients, o.requests, o.batch, o.n, bytes_per / 1e6);
+  std::cout << absl::StrFormat("  %-24s %12s %10s %10s %10s %10s\n", "", "requests/s", "p50 ms",
+                               "p90 ms", "p99 ms", "GB/s");
+  std::cout << absl::StrFormat("  %-24s %12.1f %10.3f %10.3f %10.3f %10.3f\n", "trisolve",
+                               double(ok) / wall, p50 / 1e3, p90 / 1e3, p99 / 1e3,
+                               double(ok) * bytes_per / wall / 1e9);
+  std::cout << absl::StrFormat("  %-24s %12.1f %10.3f %10s %10s %10s\n", "one local core (Thomas)",
+                               1 / local_s, local_s * 1e3, "-", "-", "-");
+  std::cout << absl::StrFormat(
+      "  answers: %d ok, %d wrong, %d malformed, %d errors, %d not answered of %d; worst "
+      "backward error %.2e\n",
+      int64_t(ok), int64_t(wrong), int64_t(lost), errs, total - answered - errs, total,
+      worst_error);
+  for (auto& [k, v] : errors) std::cout << "  error " << k << ": " << v << "\n";
+  if (o.json) {
+    std::cout << absl::StrFormat(
+        "{\"mode\":\"%s\",\"clients\":%d,\"requests\":%d,\"batch\":%d,\"n\":%d,\"ok\":%d,"
+        "\"wrong\":%d,\"errors\":%d,\"requests_per_s\":%.3f,\"p50_ms\":%.4f,\"p90_ms\":%.4f,"
+        "\"p99_ms\":%.4f,\"payload_gb_s\":%.4f,\"local_ms\":%.4f,\"local_per_s\":%.3f,"
+        "\"worst_backward_error\":%.3e}\n",
+        o.mode, o.clients, o.requests, o.batch, o.n, int64_t(ok), int64_t(wrong), errs,
+        double(ok) / wall, p50 / 1e3, p90 / 1e3, p99 / 1e3, double(ok) * bytes_per / wall / 1e9,
+        local_s * 1e3, 1 / local_s, worst_error);
+  }
+  if (failed_setup) return 1;
+  return ok == total ? 0 : 1;
+}
+
+}  // namespace trisolve

@@ -1,0 +1,464 @@
+// Persistent systems, many right-hand sides and the time-step stream, end to end: the real
+// trisolved on loopback, the C++ client, answers checked against local solves of the CPU
+// reference (non-symmetric data, so that a swapped lower/upper or a transposed matrix shows).
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <cmath>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "server_process.h"
+#include "trisolve/backend.h"
+#include "trisolve/client.h"
+#include "trisolve/examples.h"
+
+namespace trisolve {
+namespace {
+
+using testing::ServerProcess;
+
+NdArray Random(std::vector<int64_t> shape, uint64_t seed, double lo = -1, double hi = 1) {
+  NdArray a = NdArray::Zeros(DType::kFloat64, shape);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(lo, hi);
+  for (int64_t i = 0; i < a.elements(); ++i) a.as<double>()[i] = u(rng);
+  return a;
+}
+
+// max |x - y| / max |y|; a non-finite x or a shape mismatch is infinitely wrong.
+double RelDiff(const NdArray& x, const std::vector<double>& y) {
+  if (x.elements() != int64_t(y.size()) || x.dtype != DType::kFloat64) return INFINITY;
+  double d = 0, m = 0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    const double xi = x.as<double>()[i];
+    if (!std::isfinite(xi)) return INFINITY;
+    d = std::max(d, std::abs(xi - y[i]));
+    m = std::max(m, std::abs(y[i]));
+  }
+  return d / m;
+}
+
+// One tridiagonal system (flat, batch systems of n) solved locally for a right-hand side.
+std::vector<double> LocalTri(const NdArray& a, const NdArray& b, const NdArray& c, const double* d,
+                             int64_t batch, int64_t n, Layout layout = Layout::kFlat) {
+  std::vector<double> x(size_t(batch * n));
+  std::vector<SystemStatus> st(static_cast<size_t>(batch));
+  TridiagonalProblem<double> p{batch, n, layout, a.as<double>(), b.as<double>(), c.as<double>(), d};
+  cpu::SolveTridiagonal(p, TridiagonalMethod::kThomas, TridiagonalOutput<double>{x.data(), st.data()});
+  return x;
+}
+
+struct Tri {
+  NdArray a, b, c;
+  int64_t batch, n;
+  Tri(int64_t batch_, int64_t n_, uint64_t seed) : batch(batch_), n(n_) {
+    std::vector<int64_t> shape = batch == 1 ? std::vector<int64_t>{n} : std::vector<int64_t>{batch, n};
+    a = Random(shape, seed);
+    c = Random(shape, seed + 1, -1.5, 0.5);  // not c == a: a transposed solve would show
+    b = Random(shape, seed + 2, 3, 4);
+  }
+  Job AsJob() const {
+    Job j{Kind::kTridiagonal};
+    j.arrays = {{"a", a.view()}, {"b", b.view()}, {"c", c.view()}};
+    return j;
+  }
+};
+
+class Systems : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    server_ = new ServerProcess({"--system-ttl", "600", "--max-systems-per-identity", "16"});
+    ASSERT_GT(server_->port(), 0) << server_->Log();
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  static Client MakeClient(const std::string& token = "") {
+    Client::Options o;
+    o.target = server_->target();
+    o.token = token;
+    return Client(o);
+  }
+  static ServerProcess* server_;
+};
+ServerProcess* Systems::server_ = nullptr;
+
+TEST_F(Systems, CreateSolveUpdateReleaseTridiagonal) {
+  Client cl = MakeClient();
+  const Tri t(8, 50, 11);
+  auto info = cl.CreateSystem(t.AsJob(), {.label = "lifecycle"});
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->family, "tridiagonal");
+  EXPECT_EQ(info->rhs_shape, (std::vector<int64_t>{8, 50}));
+  EXPECT_EQ(info->label, "lifecycle");
+  EXPECT_GE(info->bytes, 3 * 8 * 50 * 8);
+  const NdArray d = Random({8, 50}, 99);
+  auto r = cl.SolveSystem(info->handle, d.view());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->summary.ok, 8);
+  EXPECT_EQ(r->summary.handle, info->handle);
+  EXPECT_LT(r->summary.residual, 1e-14);
+  EXPECT_LT(RelDiff(r->x, LocalTri(t.a, t.b, t.c, d.as<double>(), 8, 50)), 1e-13);
+
+  // Update the diagonal: the next solve uses it (and nothing else changed).
+  const NdArray b2 = Random({8, 50}, 77, 5, 6);
+  auto up = cl.UpdateSystem(info->handle, {{"b", b2.view()}});
+  ASSERT_TRUE(up.ok()) << up.status();
+  EXPECT_EQ(up->updates, 1);
+  r = cl.SolveSystem(info->handle, d.view());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_LT(RelDiff(r->x, LocalTri(t.a, b2, t.c, d.as<double>(), 8, 50)), 1e-13);
+
+  // An update in the solve itself, applied before it.
+  r = cl.SolveSystem(info->handle, d.view(), {{"b", t.b.view()}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_LT(RelDiff(r->x, LocalTri(t.a, t.b, t.c, d.as<double>(), 8, 50)), 1e-13);
+
+  auto list = cl.ListSystems();
+  ASSERT_TRUE(list.ok());
+  bool listed = false;
+  for (const auto& s : *list) listed |= s.handle == info->handle && s.solves == 3 && s.updates == 2;
+  EXPECT_TRUE(listed);
+
+  auto rel = cl.ReleaseSystem(info->handle);
+  ASSERT_TRUE(rel.ok()) << rel.status();
+  for (auto st : {cl.SolveSystem(info->handle, d.view()).status(),
+                  cl.UpdateSystem(info->handle, {{"b", b2.view()}}).status(),
+                  cl.ReleaseSystem(info->handle).status()})
+    EXPECT_EQ(st.code(), absl::StatusCode::kNotFound) << st;
+  EXPECT_EQ(cl.SolveSystem("sys-never-issued", d.view()).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(Systems, ManyRightHandSidesByHandleAndUnary) {
+  Client cl = MakeClient();
+  // One system of n = 40, k = 6 right-hand sides: by handle [6, 40], unary a b c [40], d [6, 40]
+  // (flat) and d [40, 6] (interleaved).
+  const Tri t(1, 40, 21);
+  const NdArray d = Random({6, 40}, 5);
+  auto info = cl.CreateSystem(t.AsJob());
+  ASSERT_TRUE(info.ok()) << info.status();
+  auto r = cl.SolveSystem(info->handle, d.view());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->summary.right_hand_sides, 6);
+  EXPECT_EQ(r->x.shape, (std::vector<int64_t>{6, 40}));
+  std::vector<double> want;
+  for (int j = 0; j < 6; ++j) {
+    auto xj = LocalTri(t.a, t.b, t.c, d.as<double>() + j * 40, 1, 40);
+    want.insert(want.end(), xj.begin(), xj.end());
+  }
+  EXPECT_LT(RelDiff(r->x, want), 1e-13);
+  EXPECT_LT(r->summary.residual, 1e-14);
+
+  Job unary = t.AsJob();
+  unary.arrays["d"] = d.view();
+  auto u = cl.Solve(unary);
+  ASSERT_TRUE(u.ok()) << u.status();
+  EXPECT_EQ(u->summary.right_hand_sides, 6);
+  EXPECT_LT(RelDiff(u->x, want), 1e-13);
+
+  NdArray dt = NdArray::Zeros(DType::kFloat64, {40, 6});  // interleaved: element i of each rhs
+  std::vector<double> want_t(240);
+  for (int j = 0; j < 6; ++j)
+    for (int i = 0; i < 40; ++i) {
+      dt.as<double>()[i * 6 + j] = d.as<double>()[j * 40 + i];
+      want_t[size_t(i * 6 + j)] = want[size_t(j * 40 + i)];
+    }
+  Job inter = t.AsJob();
+  inter.arrays["d"] = dt.view();
+  inter.options.interleaved = true;
+  u = cl.Solve(inter);
+  ASSERT_TRUE(u.ok()) << u.status();
+  EXPECT_LT(RelDiff(u->x, want_t), 1e-13);
+
+  // A batch system (3 x 40) with k = 4: rhs [4, 3, 40], each block solved with the batch.
+  const Tri tb(3, 40, 31);
+  auto info2 = cl.CreateSystem(tb.AsJob());
+  ASSERT_TRUE(info2.ok()) << info2.status();
+  const NdArray d4 = Random({4, 3, 40}, 8);
+  r = cl.SolveSystem(info2->handle, d4.view());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->summary.systems, 12);
+  std::vector<double> want4;
+  for (int j = 0; j < 4; ++j) {
+    auto xj = LocalTri(tb.a, tb.b, tb.c, d4.as<double>() + j * 120, 3, 40);
+    want4.insert(want4.end(), xj.begin(), xj.end());
+  }
+  EXPECT_LT(RelDiff(r->x, want4), 1e-13);
+  EXPECT_TRUE(cl.ReleaseSystem(info->handle).ok());
+  EXPECT_TRUE(cl.ReleaseSystem(info2->handle).ok());
+}
+
+TEST_F(Systems, EveryFamilyByHandleMatchesTheUnaryAnswer) {
+  Client cl = MakeClient();
+  // Tree: a random tree, lower != upper.
+  const int64_t n = 60, cells = 3;
+  std::vector<int32_t> parent(n);
+  std::mt19937 rng(3);
+  parent[0] = -1;
+  for (int64_t i = 1; i < n; ++i) parent[size_t(i)] = int32_t(rng() % uint32_t(i));
+  const NdArray par = NdArray::From<int32_t>({n}, parent);
+  const NdArray lo = Random({cells, n}, 1), upv = Random({cells, n}, 2, -0.5, 1.5),
+                dg = Random({cells, n}, 3, 8, 9), rhs = Random({cells, n}, 4);
+  Job tree{Kind::kTree};
+  tree.arrays = {{"parent", par.view()}, {"lower", lo.view()}, {"upper", upv.view()},
+                 {"diag", dg.view()}};
+  // Dense: one non-symmetric matrix, 5 right-hand sides.
+  const NdArray A = Random({12, 12}, 5), bb = Random({5, 12}, 6);
+  NdArray Ad = A;
+  for (int i = 0; i < 12; ++i) Ad.as<double>()[i * 13] += 12;
+  Job dense{Kind::kDense};
+  dense.arrays = {{"A", Ad.view()}};
+  // Block: the thesis' experiment 1, 3 right-hand sides.
+  examples::Arrays e1 = examples::ThesisExperiment1(8, 10);
+  Job block{Kind::kBlockTridiagonal};
+  for (const auto& [name, a] : e1)
+    if (name != "f") block.arrays[name] = a.view();
+  block.options.tol = 1e-12;
+  NdArray f3 = NdArray::Zeros(DType::kFloat64, {3, 8, 10});
+  for (int j = 0; j < 3; ++j)
+    for (int i = 0; i < 80; ++i) f3.as<double>()[j * 80 + i] = e1.at("f").as<double>()[i] * (j + 1);
+
+  struct Case {
+    Job create;
+    NdArray rhs;
+    const char* rhs_name;
+  };
+  Case cases[] = {{tree, rhs, "rhs"}, {dense, bb, "b"}, {block, f3, "f"}};
+  for (Case& cs : cases) {
+    SCOPED_TRACE(KindName(cs.create.kind));
+    auto info = cl.CreateSystem(cs.create);
+    ASSERT_TRUE(info.ok()) << info.status();
+    auto byh = cl.SolveSystem(info->handle, cs.rhs.view());
+    ASSERT_TRUE(byh.ok()) << byh.status();
+    EXPECT_EQ(byh->summary.ok, byh->summary.systems);
+    Job unary = cs.create;
+    unary.arrays[cs.rhs_name] = cs.rhs.view();
+    auto un = cl.Solve(unary);
+    ASSERT_TRUE(un.ok()) << un.status();
+    std::vector<double> want(un->x.as<double>(), un->x.as<double>() + un->x.elements());
+    EXPECT_LT(RelDiff(byh->x, want), cs.create.kind == Kind::kBlockTridiagonal ? 1e-9 : 1e-13);
+    EXPECT_TRUE(cl.ReleaseSystem(info->handle).ok());
+  }
+  // The tree's answer against an independent dense solve: A x = rhs for cell 0.
+  {
+    Job unary = tree;
+    unary.arrays["rhs"] = rhs.view();
+    auto un = cl.Solve(unary);
+    ASSERT_TRUE(un.ok());
+    const double* x = un->x.as<double>();
+    double worst = 0;
+    for (int64_t i = 0; i < n; ++i) {  // row i: diag x_i + lower x_parent + sum of upper x_child
+      double ax = dg.as<double>()[i] * x[i];
+      if (i > 0) ax += lo.as<double>()[i] * x[parent[size_t(i)]];
+      for (int64_t j = 1; j < n; ++j)
+        if (parent[size_t(j)] == i) ax += upv.as<double>()[j] * x[j];
+      worst = std::max(worst, std::abs(ax - rhs.as<double>()[i]));
+    }
+    EXPECT_LT(worst, 1e-12);
+  }
+}
+
+TEST_F(Systems, BadUpdatesAndRightHandSidesNameTheArray) {
+  Client cl = MakeClient();
+  const Tri t(2, 30, 41);
+  auto info = cl.CreateSystem(t.AsJob());
+  ASSERT_TRUE(info.ok()) << info.status();
+  const NdArray wrong = Random({2, 31}, 1), good = Random({2, 30}, 2);
+  NdArray nan = good;
+  nan.as<double>()[7] = NAN;
+  auto st = cl.UpdateSystem(info->handle, {{"b", wrong.view()}}).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("b has shape [2, 31]"), std::string::npos) << st;
+  st = cl.UpdateSystem(info->handle, {{"b", nan.view()}}).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("NaN"), std::string::npos) << st;
+  st = cl.UpdateSystem(info->handle, {{std::string(10000, 'z'), good.view()}}).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_LT(st.message().size(), 300u) << "a client's name is echoed bounded";
+  st = cl.SolveSystem(info->handle, wrong.view()).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("rhs has shape [2, 31]"), std::string::npos) << st;
+  st = cl.SolveSystem(info->handle, nan.view()).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  // A failed update left the system as it was.
+  auto r = cl.SolveSystem(info->handle, good.view());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_LT(RelDiff(r->x, LocalTri(t.a, t.b, t.c, good.as<double>(), 2, 30)), 1e-13);
+  // CreateSystem's own checks: a bad label, a negative time-to-live, no system at all.
+  EXPECT_EQ(cl.CreateSystem(t.AsJob(), {.label = "a b"}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cl.CreateSystem(t.AsJob(), {.ttl_s = -1}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(cl.ReleaseSystem(info->handle).ok());
+}
+
+TEST_F(Systems, TimeStepStreamAnswersInOrderWithUpdates) {
+  Client cl = MakeClient();
+  const Tri t(4, 64, 51);
+  auto info = cl.CreateSystem(t.AsJob());
+  ASSERT_TRUE(info.ok()) << info.status();
+  auto stream = cl.OpenStepStream(info->handle);
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  constexpr int kSteps = 40;
+  std::vector<NdArray> d, bs;
+  for (int s = 0; s < kSteps; ++s) {
+    d.push_back(Random({4, 64}, 1000 + s));
+    bs.push_back(Random({4, 64}, 2000 + s, 3, 4));
+  }
+  // Every step sent before any answer is read: the answers must still come in order, each
+  // with its own step's diagonal.
+  for (int s = 0; s < kSteps; ++s)
+    ASSERT_TRUE((*stream)->Send(d[s].view(), {{"b", bs[s].view()}}).ok());
+  for (int s = 0; s < kSteps; ++s) {
+    auto r = (*stream)->Receive();
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_LT(RelDiff(r->x, LocalTri(t.a, bs[s], t.c, d[s].as<double>(), 4, 64)), 1e-13)
+        << "step " << s;
+  }
+  EXPECT_TRUE((*stream)->Finish().ok());
+
+  // A bad step ends the stream with its own status.
+  auto s2 = cl.OpenStepStream(info->handle);
+  ASSERT_TRUE(s2.ok());
+  ASSERT_TRUE((*s2)->Send(d[0].view()).ok());
+  const NdArray bad = Random({4, 63}, 3);
+  (void)(*s2)->Send(bad.view());
+  auto first = (*s2)->Receive();
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto second = (*s2)->Receive();
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kInvalidArgument) << second.status();
+  // A stream on a handle that does not exist.
+  auto s3 = cl.OpenStepStream("sys-nope");
+  ASSERT_TRUE(s3.ok());
+  (void)(*s3)->Send(d[0].view());
+  EXPECT_EQ((*s3)->Receive().status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(cl.ReleaseSystem(info->handle).ok());
+}
+
+TEST_F(Systems, ConcurrentSolvesAndUpdatesEachGetTheirOwnAnswer) {
+  // 8 clients: each solves its own system and a shared one, updating the shared diagonal in the
+  // same call; the update and the solve run together, so every answer matches its own diagonal.
+  Client owner = MakeClient();
+  const Tri shared(2, 40, 61);
+  auto sh = owner.CreateSystem(shared.AsJob());
+  ASSERT_TRUE(sh.ok()) << sh.status();
+  std::atomic<int> wrong{0}, failed{0}, done{0};
+  std::vector<std::thread> threads;
+  for (int c = 0; c < 8; ++c) {
+    threads.emplace_back([&, c] {
+      Client cl = MakeClient();
+      const Tri mine(3, 50, 100 + c);
+      auto info = cl.CreateSystem(mine.AsJob());
+      if (!info.ok()) {
+        ++failed;
+        return;
+      }
+      for (int q = 0; q < 25; ++q) {
+        const NdArray d = Random({3, 50}, 10000 * c + q);
+        auto r = cl.SolveSystem(info->handle, d.view());
+        if (!r.ok()) ++failed;
+        else if (!(RelDiff(r->x, LocalTri(mine.a, mine.b, mine.c, d.as<double>(), 3, 50)) < 1e-12))
+          ++wrong;
+        const NdArray d2 = Random({2, 40}, 20000 * c + q);
+        const NdArray b2 = Random({2, 40}, 30000 * c + q, 3, 4);
+        auto r2 = cl.SolveSystem(sh->handle, d2.view(), {{"b", b2.view()}});
+        if (!r2.ok()) ++failed;
+        else if (!(RelDiff(r2->x, LocalTri(shared.a, b2, shared.c, d2.as<double>(), 2, 40)) < 1e-12))
+          ++wrong;
+        ++done;
+      }
+      if (!cl.ReleaseSystem(info->handle).ok()) ++failed;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(done.load(), 200);
+  EXPECT_TRUE(owner.ReleaseSystem(sh->handle).ok());
+}
+
+// Identities, time-to-live, eviction and caps: servers of their own.
+TEST(SystemsLimits, AnotherIdentityGetsNotFound) {
+  const std::string tokens = "/tmp/trisolve_systems_tokens_" + std::to_string(getpid());
+  std::ofstream(tokens) << "alice-token\nbob-token\n";
+  ServerProcess server({"--token-file", tokens});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  Client::Options oa, ob;
+  oa.target = ob.target = server.target();
+  oa.token = "alice-token";
+  ob.token = "bob-token";
+  Client alice(oa), bob(ob);
+  const Tri t(1, 20, 71);
+  auto info = alice.CreateSystem(t.AsJob());
+  ASSERT_TRUE(info.ok()) << info.status();
+  const NdArray d = Random({20}, 1);
+  EXPECT_EQ(bob.SolveSystem(info->handle, d.view()).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(bob.UpdateSystem(info->handle, {{"b", t.b.view()}}).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(bob.ReleaseSystem(info->handle).status().code(), absl::StatusCode::kNotFound);
+  auto bl = bob.ListSystems();
+  ASSERT_TRUE(bl.ok());
+  EXPECT_TRUE(bl->empty());
+  EXPECT_TRUE(alice.SolveSystem(info->handle, d.view()).ok()) << "bob's attempts left it alone";
+  EXPECT_TRUE(alice.ReleaseSystem(info->handle).ok());
+  std::remove(tokens.c_str());
+}
+
+TEST(SystemsLimits, IdleSystemsExpireAndTheLeastRecentlyUsedIsEvicted) {
+  // Each system below holds 3 x 1000 float64 (24,000 bytes on the CPU backend): a cap of
+  // 60,000 bytes holds two.
+  ServerProcess server({"--max-system-bytes", "60000", "--max-systems-per-identity", "3"});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  Client::Options o;
+  o.target = server.target();
+  Client cl(o);
+  const Tri t(1, 1000, 81);
+  const NdArray d = Random({1000}, 2);
+  auto s1 = cl.CreateSystem(t.AsJob());
+  auto s2 = cl.CreateSystem(t.AsJob());
+  ASSERT_TRUE(s1.ok() && s2.ok());
+  ASSERT_TRUE(cl.SolveSystem(s1->handle, d.view()).ok());  // s2 is now the least recently used
+  auto s3 = cl.CreateSystem(t.AsJob());
+  ASSERT_TRUE(s3.ok()) << s3.status();
+  EXPECT_EQ(cl.SolveSystem(s2->handle, d.view()).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(cl.SolveSystem(s1->handle, d.view()).ok());
+  EXPECT_TRUE(cl.SolveSystem(s3->handle, d.view()).ok());
+  // A system larger than the cap, and more systems than the identity may hold.
+  const Tri big(1, 4000, 82);
+  EXPECT_EQ(cl.CreateSystem(big.AsJob()).status().code(), absl::StatusCode::kResourceExhausted);
+  auto s4 = cl.CreateSystem(Tri(1, 10, 83).AsJob());
+  ASSERT_TRUE(s4.ok()) << s4.status();
+  EXPECT_EQ(cl.CreateSystem(Tri(1, 10, 84).AsJob()).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  // Time-to-live: a system idle past it is dropped by the sweeper (every second).
+  ASSERT_TRUE(cl.ReleaseSystem(s4->handle).ok());
+  auto brief = cl.CreateSystem(Tri(1, 10, 85).AsJob(), {.ttl_s = 0.2});
+  ASSERT_TRUE(brief.ok()) << brief.status();
+  bool gone = false;
+  for (int i = 0; i < 100 && !gone; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    auto list = cl.ListSystems();
+    ASSERT_TRUE(list.ok());
+    gone = true;
+    for (const auto& s : *list) gone &= s.handle != brief->handle;
+  }
+  EXPECT_TRUE(gone) << "a system idle past its time-to-live is dropped";
+  EXPECT_EQ(cl.SolveSystem(brief->handle, Random({10}, 3).view()).status().code(),
+            absl::StatusCode::kNotFound);
+  auto info = cl.Info();
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->systems, 2);  // s1 and s3
+  ASSERT_TRUE(cl.ReleaseSystem(s1->handle).ok());
+  ASSERT_TRUE(cl.ReleaseSystem(s3->handle).ok());
+  info = cl.Info();
+  EXPECT_EQ(info->systems, 0);
+  EXPECT_EQ(info->system_bytes, 0) << "every byte returned";
+}
+
+}  // namespace
+}  // namespace trisolve
