@@ -430,6 +430,14 @@ TEST(BlockTridiagonal, IndefiniteSymmetricSystemsAreNeverCalledSingular) {
       EXPECT_EQ(r.status, SystemStatus::kNotConverged) << r.info.method;
       for (double v : r.y) ASSERT_TRUE(std::isfinite(v));
     }
+    // The fallback alone (what the CUDA backend runs on the host after its CG stops).
+    std::vector<double> yf(n * n, std::nan(""));
+    SystemStatus sf = SystemStatus::kDiverged;
+    auto fb = cpu::SolveBlockIndefinite(s.problem(), {its, 1e-8, false},
+                                        BlockOutput<double>{yf.data(), &sf});
+    ASSERT_TRUE(fb.ok());
+    EXPECT_EQ(sf, r.status) << fb->method;
+    EXPECT_NE(fb->method.find("bicgstab"), std::string::npos) << fb->method;
     // Named CG on it: stops or refuses with the reason, NOT_CONVERGED -- never SINGULAR.
     BlockRun cg = Solve(s, BlockMethod::kMultigridCg, {its, 1e-8, false});
     EXPECT_NE(cg.status, SystemStatus::kSingular) << cg.info.method;

@@ -467,6 +467,22 @@ SolveInfo BlockBicgstab(const BlockTridiagonalProblem<T>& p, const BlockOptions&
   return Finish(p, o, BicgstabName(kind), it, false, y, status);
 }
 
+// auto's fallback where CG cannot run or meets indefiniteness, or the thesis' line iterations
+// cannot run: BiCGStab, which needs neither symmetry nor definiteness, from y, preconditioned
+// by the V-cycle where every level's diagonals share a sign, else by the line solves where no
+// line is singular, else by nothing.
+template <typename T>
+SolveInfo BicgstabFallback(const BlockTridiagonalProblem<T>& p, const BlockOptions& o, T* y,
+                           SystemStatus* status, const SolveControl& control, bool* cancelled,
+                           int64_t max_iterations) {
+  Precond kind = Precond::kNone;
+  if (DiagonalSign(BuildMultigrid(p)) != 0)
+    kind = Precond::kVCycle;
+  else if (!AnyLineSingular(p))
+    kind = Precond::kLines;
+  return BlockBicgstab(p, o, y, status, control, cancelled, kind, max_iterations);
+}
+
 }  // namespace
 }  // namespace cpu
 
@@ -516,20 +532,12 @@ absl::StatusOr<SolveInfo> SolveBlockTridiagonal(const BlockTridiagonalProblem<T>
                             0, false, out.y, out.status, true);
     return info;
   };
-  // auto's fallback when CG cannot run or meets indefiniteness, or the thesis' line
-  // iterations cannot run: BiCGStab, which needs neither symmetry nor definiteness, from y,
-  // preconditioned by the V-cycle where every level's diagonals share a sign, else by the line
-  // solves where no line is singular, else by nothing. `before`: what ran or was skipped.
+  // auto's fallback (BicgstabFallback) from y; `before`: what ran or was skipped.
   auto fallback = [&](const std::string& before, const std::string& why, int64_t used,
                       bool* cancelled) {
-    Precond kind = Precond::kNone;
-    if (DiagonalSign(BuildMultigrid(p0)) != 0)
-      kind = Precond::kVCycle;
-    else if (!AnyLineSingular(p0))
-      kind = Precond::kLines;
     if (!AllFinite(size, 1, out.y)) start();
-    SolveInfo info = BlockBicgstab(p0, options, out.y, out.status, control, cancelled, kind,
-                                   std::max<int64_t>(options.max_iterations - used, 1));
+    SolveInfo info = BicgstabFallback(p0, options, out.y, out.status, control, cancelled,
+                                      std::max<int64_t>(options.max_iterations - used, 1));
     info.method = before + " -> " + info.method + " (" + why + ")";
     info.iterations += used;
     return info;
@@ -693,6 +701,37 @@ absl::StatusOr<SolveInfo> SolveBlockTridiagonal(const BlockTridiagonalProblem<T>
   return info;
 }
 
+template <typename T>
+absl::StatusOr<SolveInfo> SolveBlockIndefinite(const BlockTridiagonalProblem<T>& p,
+                                               const BlockOptions& options, BlockOutput<T> out,
+                                               const SolveControl& control) {
+  const int64_t size = p.N * p.M;
+  if (AnyZeroRow(p)) {
+    std::fill(out.y, out.y + size, T(0));
+    out.status[0] = SystemStatus::kSingular;
+    SolveInfo info;
+    info.method = "bicgstab (a row of A is zero)";
+    info.iterations = 0;
+    info.residual = BlockRelativeResidual(p, out.y);
+    return info;
+  }
+  if (p.y0)
+    std::copy(p.y0, p.y0 + size, out.y);
+  else
+    std::fill(out.y, out.y + size, T(0));
+  bool cancelled = false;
+  SolveInfo info = BicgstabFallback(p, options, out.y, out.status, control, &cancelled,
+                                    options.max_iterations);
+  if (cancelled) return absl::CancelledError("solve cancelled");
+  return info;
+}
+
+template absl::StatusOr<SolveInfo> SolveBlockIndefinite(const BlockTridiagonalProblem<double>&,
+                                                        const BlockOptions&, BlockOutput<double>,
+                                                        const SolveControl&);
+template absl::StatusOr<SolveInfo> SolveBlockIndefinite(const BlockTridiagonalProblem<float>&,
+                                                        const BlockOptions&, BlockOutput<float>,
+                                                        const SolveControl&);
 template absl::StatusOr<SolveInfo> SolveBlockTridiagonal(
     const BlockTridiagonalProblem<double>&, BlockMethod, const BlockOptions&,
     BlockOutput<double>, const SolveControl&);
