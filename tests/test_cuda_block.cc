@@ -1,6 +1,7 @@
 // The CUDA backend's block iterations against the CPU reference. Skips, saying so, without a GPU.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <random>
 #include <string>
 #include <vector>
@@ -372,14 +373,17 @@ TEST(CudaBlock, MultigridCgMatchesTheCpu) {
                      std::abs(s.a["cA"][e]) + std::abs(s.a["cB"][e]);
     }
   Compare(s, BlockMethod::kMultigridCg, {200, 1e-12, false}, 1e-9);
-  // Not positive definite: reported, zeros returned.
+  // Not definite (one negative diagonal; the matrix is nonsingular): multigrid-cg by name
+  // does not run and says why, NOT_CONVERGED with the initial guess (zeros) -- never
+  // SINGULAR, as the CPU reference.
   s.a["cC"][17] = -1;
   std::vector<double> y(N * M, 1.0);
   SystemStatus st;
   auto info = Cuda()->Solve(s.P(), BlockMethod::kMultigridCg, {200, 1e-12, false},
                             BlockOutput<double>{y.data(), &st}, SolveControl{});
   ASSERT_TRUE(info.ok()) << info.status();
-  EXPECT_EQ(st, SystemStatus::kSingular);
+  EXPECT_EQ(st, SystemStatus::kNotConverged);
+  EXPECT_EQ(info->method, "multigrid-cg (not run: not definite: diagonals of both signs)");
   for (double v : y) ASSERT_EQ(v, 0.0);
 }
 
@@ -443,6 +447,77 @@ TEST(CudaBlock, SingularLineOnAClusterIsReported) {
     }
   }
   cuda::SetSweepTuning(saved);
+}
+
+// Issue 33: the thesis' experiment 2 as chapter 5 writes it (-4 inside, couplings +1: symmetric
+// negative definite) through auto with a tolerance on the GPU: multigrid-cg with the sign
+// folded in, as many iterations as the positive form, never SINGULAR; and an indefinite
+// symmetric system (experiment 2 shifted) through auto: the device's CG stops and the CPU
+// reference's BiCGStab takes over on the host -- converged or NOT_CONVERGED, never SINGULAR.
+TEST(CudaBlock, AutoNeverAnswersSingularForANegativeDefiniteSystem) {
+  REQUIRE_GPU();
+  for (auto [N, M] : {std::pair<int64_t, int64_t>{32, 32}, {64, 64}, {128, 96}, {1000, 1000}}) {
+    auto pos = Experiment<double>(2, N, M);
+    auto neg = pos;
+    for (auto& [k, v] : neg.a)
+      for (double& x : v) x = -x;
+    std::vector<double> yp(N * M), yn(N * M, std::nan(""));
+    SystemStatus sp, sn = SystemStatus::kDiverged;
+    auto ip = Cuda()->Solve(pos.P(), BlockMethod::kAuto, {500, 1e-10, false},
+                            BlockOutput<double>{yp.data(), &sp}, SolveControl{});
+    auto in = Cuda()->Solve(neg.P(), BlockMethod::kAuto, {500, 1e-10, false},
+                            BlockOutput<double>{yn.data(), &sn}, SolveControl{});
+    ASSERT_TRUE(ip.ok() && in.ok());
+    EXPECT_EQ(sn, SystemStatus::kOk) << N << " x " << M << ": " << in->method;
+    EXPECT_EQ(in->method, "multigrid-cg (negated: negative definite)");
+    EXPECT_EQ(in->iterations, ip->iterations) << N << " x " << M;
+    EXPECT_LE(in->residual, 1e-10);
+    for (double v : yn) ASSERT_NEAR(v, 1.0, 1e-6) << N << " x " << M;
+    // Named cg and multigrid-bicgstab, which the issue saw fail the same way.
+    for (auto m : {BlockMethod::kCg, BlockMethod::kMultigridBicgstab}) {
+      if (m == BlockMethod::kCg && N > 128) continue;
+      SystemStatus st = SystemStatus::kDiverged;
+      auto r = Cuda()->Solve(neg.P(), m, {5000, 1e-9, false}, BlockOutput<double>{yn.data(), &st},
+                             SolveControl{});
+      ASSERT_TRUE(r.ok());
+      EXPECT_EQ(st, SystemStatus::kOk) << MethodName(m) << " " << N << " x " << M;
+    }
+  }
+  // Float32.
+  auto f = Experiment<float>(2, 64, 48);
+  for (auto& [k, v] : f.a)
+    for (float& x : v) x = -x;
+  std::vector<float> y(64 * 48);
+  SystemStatus st = SystemStatus::kDiverged;
+  auto r = Cuda()->Solve(f.P(), BlockMethod::kAuto, {200, 1e-5, false},
+                         BlockOutput<float>{y.data(), &st}, SolveControl{});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(st, SystemStatus::kOk) << r->method;
+  for (float v : y) ASSERT_NEAR(v, 1.0f, 1e-3f);
+}
+
+TEST(CudaBlock, AutoFallsBackOnTheHostForAnIndefiniteSystem) {
+  REQUIRE_GPU();
+  for (auto [n, sigma] : {std::pair<int64_t, double>{16, 0.3}, {32, 0.05}}) {
+    auto s = Experiment<double>(2, n, n);
+    for (int64_t e = 0; e < n * n; ++e) {
+      s.a["cC"][e] -= sigma;
+      s.a["f"][e] -= sigma;  // the exact solution stays all ones
+    }
+    std::vector<double> y(n * n, std::nan(""));
+    SystemStatus st = SystemStatus::kDiverged;
+    auto r = Cuda()->Solve(s.P(), BlockMethod::kAuto, {400, 1e-8, false},
+                           BlockOutput<double>{y.data(), &st}, SolveControl{});
+    ASSERT_TRUE(r.ok());
+    EXPECT_NE(st, SystemStatus::kSingular) << r->method;
+    EXPECT_NE(r->method.find("bicgstab"), std::string::npos) << r->method;
+    EXPECT_NE(r->method.find("(host)"), std::string::npos) << r->method;
+    if (st == SystemStatus::kOk) {
+      for (double v : y) ASSERT_NEAR(v, 1.0, 1e-4) << r->method;
+    }
+    std::printf("GPU auto, indefinite %lld^2: %s, %s\n", (long long)n,
+                std::string(StatusName(st)).c_str(), r->method.c_str());
+  }
 }
 
 }  // namespace

@@ -576,15 +576,16 @@ class CudaBackend final : public Backend {
     info->iterations = solved.iterations;
     info->residual = solved.residual;
     // auto, where CG could not run or met indefiniteness on the device: the CPU reference's
-    // auto on the host (BiCGStab with the V-cycle, the line solves or nothing), never SINGULAR
-    // for a nonsingular matrix. The method says both: "multigrid-cg (stopped: indefinite) ->
-    // ... (host)".
+    // fallback on the host (BiCGStab with the V-cycle, the line solves or nothing, from y0),
+    // never SINGULAR for a nonsingular matrix. The method says both: "multigrid-cg (stopped:
+    // indefinite) -> multigrid-bicgstab (host)"; the iterations count both.
     if (automatic && st == SystemStatus::kNotConverged &&
         (info->method.find("indefinite") != std::string::npos ||
          info->method.find("not run") != std::string::npos)) {
-      auto host = cpu_->Solve(p, BlockMethod::kAuto, o, out, c);
+      auto host = cpu::SolveBlockIndefinite(p, o, out, c);
       if (!host.ok()) return host.status();
       host->method = info->method + " -> " + host->method + " (host)";
+      host->iterations += info->iterations;
       return host;
     }
     return info;

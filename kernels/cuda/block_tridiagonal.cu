@@ -9,6 +9,7 @@
 #include <cuda_pipeline.h>
 #include <limits>
 #include <mutex>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -329,11 +330,26 @@ __global__ void MgCoarsestKernel(MgDev<T> a, int sweeps) {
   }
 }
 
-// Flags a diagonal that is not positive and finite on any level.
+// Flags the diagonals' signs on any level: flag[0] some diagonal not positive and finite,
+// flag[1] some not negative and finite, flag[2] some zero or not finite.
 template <typename T>
 __global__ void MgDiagonalCheck(int64_t n, const T* c, uint8_t* flag) {
   const int64_t q = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (q < n && !(c[q] > T(0) && c[q] <= (sizeof(T) == 8 ? T(DBL_MAX) : T(FLT_MAX)))) *flag = 1;
+  if (q >= n) return;
+  const T big = sizeof(T) == 8 ? T(DBL_MAX) : T(FLT_MAX);
+  const T v = c[q];
+  if (!(v > T(0) && v <= big)) flag[0] = 1;
+  if (!(v < T(0) && v >= -big)) flag[1] = 1;
+  if (!(v != T(0) && v <= big && v >= -big)) flag[2] = 1;
+}
+
+// The sign the diagonals share (+1, -1; 0 neither) and whether none is zero, from the flags.
+struct DiagonalSigns {
+  int sign = 0;
+  bool nonzero = false;
+};
+inline DiagonalSigns SignsOf(const uint8_t f[3]) {
+  return {f[0] == 0 ? 1 : f[1] == 0 ? -1 : 0, f[2] == 0};
 }
 
 template <typename T>
@@ -363,10 +379,13 @@ template <typename T>
 struct MgHierarchy {
   std::vector<MgDev<T>> levels;
   Pool::Buffer buf;
-  bool positive = true;  // every diagonal positive: the point smoother can run
+  // The diagonals' common sign on every level (+1, -1; 0: neither, an indefinite matrix) and
+  // whether none is zero (the point smoother divides by them).
+  DiagonalSigns signs;
 };
 
-// Builds the levels and checks their diagonals (through the device byte `flag`, zeroed here).
+// Builds the levels and checks their diagonals (through the device bytes flag[0..2], zeroed
+// here).
 template <typename T>
 absl::StatusOr<MgHierarchy<T>> BuildMgDevice(const BlockTridiagonalProblem<T>& p, Pool& pool,
                                              uint8_t* flag, cudaStream_t stream) {
@@ -399,15 +418,15 @@ absl::StatusOr<MgHierarchy<T>> BuildMgDevice(const BlockTridiagonalProblem<T>& p
   for (size_t l = 1; l < h.levels.size(); ++l)
     MgCoarsenKernel<T><<<Blocks(h.levels[l].N * h.levels[l].M), kThreads, 0, stream>>>(
         h.levels[l - 1], h.levels[l]);
-  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flag, 0, 1, stream));
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flag, 0, 3, stream));
   for (const auto& lv : h.levels)
     MgDiagonalCheck<T><<<Blocks(lv.N * lv.M), kThreads, 0, stream>>>(lv.N * lv.M, lv.c, flag);
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  uint8_t bad = 0;
-  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&bad, flag, 1, cudaMemcpyDeviceToHost, stream));
+  uint8_t bad[3] = {0, 0, 0};
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(bad, flag, 3, cudaMemcpyDeviceToHost, stream));
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flag, 0, 1, stream));
-  h.positive = bad == 0;
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flag, 0, 3, stream));
+  h.signs = SignsOf(bad);
   return h;
 }
 
@@ -419,35 +438,48 @@ absl::Status ApplyVCycle(MgHierarchy<T>& h, const T* in, T* out, cudaStream_t st
   return VCycleDevice(h.levels, 0, stream);
 }
 
-// A system the point smoother cannot run on (not positive definite): zeros, reported like a
-// vanished pivot.
+// A method that cannot run on this matrix (CG on one that is not definite, the point smoother
+// on a zero diagonal): the matrix may well be nonsingular, so never SINGULAR -- NOT_CONVERGED
+// with the initial guess, its true residual, and the reason in the method string (as the CPU
+// reference: "multigrid-cg (not run: ...)"). auto's caller falls back on the host.
 template <typename T>
-absl::StatusOr<SolveInfo> NotPositive(const char* method, int64_t size, T* y,
-                                      SystemStatus* status, cudaStream_t stream) {
-  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(y, 0, size * sizeof(T), stream));
+absl::StatusOr<SolveInfo> NotRun(const BlockTridiagonalProblem<T>& p, const std::string& method,
+                                 const T* y, double* acc, SystemStatus* status,
+                                 cudaStream_t stream) {
+  const unsigned rb = unsigned(std::min<int64_t>(Blocks(p.N * p.M), kReduceBlocks));
+  ResidualKernel<T><<<rb, kThreads, 0, stream>>>(p, y, acc, false);
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  double h[2];
+  TRISOLVE_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(h, acc, 2 * sizeof(double), cudaMemcpyDeviceToHost, stream));
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
   SolveInfo info;
   info.method = method;
-  *status = SystemStatus::kSingular;
+  info.residual = h[1] > 0 ? std::sqrt(h[0] / h[1]) : std::sqrt(h[0]);
+  *status = SystemStatus::kNotConverged;
   return info;
 }
 
 // Conjugate gradients preconditioned by the line solves (one batched partitioned tridiagonal
 // solve over all N block rows) or by the multigrid V-cycle, natural layout; y in: the initial
-// guess, out: the iterate.
+// guess, out: the iterate. A negative definite matrix (every diagonal negative, on every
+// level) runs as CG on -A with -P (the CPU reference's BlockCg says why nothing is negated:
+// only the definiteness tests read sign * (d, Ad) and sign * (r, z)); "(negated: negative
+// definite)" in the method. Where those tests fail CG stops, "(stopped: indefinite)", status
+// NOT_CONVERGED: auto's caller falls back to the CPU reference's BiCGStab.
 template <typename T>
 absl::StatusOr<SolveInfo> CgDevice(const BlockTridiagonalProblem<T>& p, const BlockOptions& o,
                                    T* y, SystemStatus* status, Pool& pool,
                                    const SolveControl& control, cudaStream_t stream,
                                    bool multigrid) {
   const int64_t N = p.N, M = p.M, size = N * M;
-  auto buf = pool.Get(kAccBytes + int64_t(sizeof(T)) * 4 * size + N);
+  auto buf = pool.Get(kAccBytes + int64_t(sizeof(T)) * 4 * size + N + 3);
   if (!buf.ok()) return buf.status();
   auto* acc = static_cast<double*>(buf->get());
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(acc, 0, kAccBytes, stream));
   T *r = reinterpret_cast<T*>(acc + kAccBytes / 8), *z = r + size, *d = z + size, *q = d + size;
   auto* flags = reinterpret_cast<uint8_t*>(q + size);
-  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flags, 0, size_t(N), stream));
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flags, 0, size_t(N) + 3, stream));
   const unsigned rb = unsigned(std::min<int64_t>(Blocks(size), kReduceBlocks));
   auto dots = [&](const T* u, const T* v, const T* w, const T* x, double* h) -> absl::Status {
     DotKernel<T><<<rb, kThreads, 0, stream>>>(size, u, v, w, x, acc);
@@ -457,12 +489,25 @@ absl::StatusOr<SolveInfo> CgDevice(const BlockTridiagonalProblem<T>& p, const Bl
     return CudaStatus(cudaStreamSynchronize(stream), "CG dot");
   };
   MgHierarchy<T> mg;
+  const char* name = multigrid ? "multigrid-cg" : "cg";
+  int sign = 0;
   if (multigrid) {
     auto h = BuildMgDevice(p, pool, flags, stream);
     if (!h.ok()) return h.status();
-    if (!h->positive) return NotPositive("multigrid-cg", size, y, status, stream);
     mg = std::move(*h);
+    sign = mg.signs.sign;
+  } else {  // the line solves: the fine diagonals' sign
+    MgDiagonalCheck<T><<<Blocks(size), kThreads, 0, stream>>>(size, p.cC, flags);
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    uint8_t bad[3] = {0, 0, 0};
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(bad, flags, 3, cudaMemcpyDeviceToHost, stream));
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flags, 0, 3, stream));
+    sign = SignsOf(bad).sign;
   }
+  if (sign == 0)
+    return NotRun(p, std::string(name) + " (not run: not definite: diagonals of both signs)", y,
+                  acc, status, stream);
   auto precondition = [&]() -> absl::Status {
     if (multigrid) return ApplyVCycle(mg, r, z, stream);
     TridiagonalProblem<T> tp{N, M, Layout::kFlat, p.aC, p.cC, p.bC, r};
@@ -479,19 +524,28 @@ absl::StatusOr<SolveInfo> CgDevice(const BlockTridiagonalProblem<T>& p, const Bl
   const double scale = h[0] > 0 ? std::sqrt(h[0]) : 1;
   if (auto st = dots(r, r, r, z, h); !st.ok()) return st;
   double res = std::sqrt(h[0]) / scale, rz = h[1];
+  bool indefinite = !(sign * rz > 0) && res > o.tol && res > 0;
   int64_t it = 0;
-  for (; it < o.max_iterations; ++it) {
+  for (; it < o.max_iterations && !indefinite; ++it) {
     if (res <= o.tol) break;
     if (control.Cancelled()) return absl::CancelledError("solve cancelled");
     ApplyKernel<T><<<Blocks(size), kThreads, 0, stream>>>(p, d, q, false);
     TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     if (auto st = dots(d, q, nullptr, nullptr, h); !st.ok()) return st;
-    if (!(h[0] > 0) || !std::isfinite(h[0])) break;  // not positive definite: stop
+    if (!(sign * h[0] > 0) || !std::isfinite(h[0])) {  // not definite: stop
+      indefinite = true;
+      break;
+    }
     UpdateYR<T><<<Blocks(size), kThreads, 0, stream>>>(size, T(rz / h[0]), d, q, y, r);
     TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     if (auto st = precondition(); !st.ok()) return st;
     if (auto st = dots(r, r, r, z, h); !st.ok()) return st;
     res = std::sqrt(h[0]) / scale;
+    if (!(sign * h[1] > 0) && res > o.tol && res > 0) {  // the preconditioner is not definite
+      indefinite = true;
+      ++it;
+      break;
+    }
     const double beta = h[1] / rz;
     rz = h[1];
     UpdateD<T><<<Blocks(size), kThreads, 0, stream>>>(size, T(beta), z, d);
@@ -507,16 +561,18 @@ absl::StatusOr<SolveInfo> CgDevice(const BlockTridiagonalProblem<T>& p, const Bl
       cudaMemcpyAsync(hf.data(), flags, size_t(N), cudaMemcpyDeviceToHost, stream));
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
   SolveInfo info;
-  info.method = multigrid ? "multigrid-cg" : "cg";
+  info.method = name;
+  if (sign < 0) info.method += " (negated: negative definite)";
+  if (indefinite) info.method += " (stopped: indefinite)";
   info.iterations = it;
   info.residual = h[1] > 0 ? std::sqrt(h[0] / h[1]) : std::sqrt(h[0]);
-  bool singular = false;
+  bool singular = false;  // a line block's pivot vanished (cg): the line solves cannot run
   for (uint8_t v : hf) singular |= v != 0;
   if (singular)
     *status = SystemStatus::kSingular;
   else if (!std::isfinite(info.residual))
     *status = SystemStatus::kDiverged;
-  else if (o.tol > 0 && info.residual > o.tol)
+  else if ((o.tol > 0 || indefinite) && !(info.residual <= o.tol))
     *status = SystemStatus::kNotConverged;
   else
     *status = SystemStatus::kOk;
@@ -541,7 +597,8 @@ __global__ void BicgUpdate(int64_t n, T a, const T* __restrict__ u, const T* __r
 }
 
 // BiCGStab right-preconditioned by the V-cycle (the CPU reference's BlockBicgstab, step for
-// step), natural layout; y in: the initial guess, out: the iterate.
+// step), natural layout; y in: the initial guess, out: the iterate. Any sign of diagonal: the
+// point smoother needs only nonzero ones.
 template <typename T>
 absl::StatusOr<SolveInfo> BicgstabDevice(const BlockTridiagonalProblem<T>& p,
                                          const BlockOptions& o, T* y, SystemStatus* status,
@@ -559,7 +616,9 @@ absl::StatusOr<SolveInfo> BicgstabDevice(const BlockTridiagonalProblem<T>& p,
   auto* flag = reinterpret_cast<uint8_t*>(tv + size);
   auto mg = BuildMgDevice(p, pool, flag, stream);
   if (!mg.ok()) return mg.status();
-  if (!mg->positive) return NotPositive("multigrid-bicgstab", size, y, status, stream);
+  if (!mg->signs.nonzero)
+    return NotRun(p, "multigrid-bicgstab (not run: a zero diagonal on a multigrid level)", y,
+                  acc, status, stream);
   const unsigned rb = unsigned(std::min<int64_t>(Blocks(size), kReduceBlocks));
   double h[2];
   auto dots = [&](const T* u, const T* w, const T* u2, const T* w2) -> absl::Status {
