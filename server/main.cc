@@ -112,6 +112,10 @@ int main(int argc, char** argv) {
   app.add_option("--pinned-cap-bytes", cuda_options.pinned_pool_cap_bytes,
                  "cap on pooled pinned host staging memory")
       ->envname("TRISOLVE_PINNED_CAP_BYTES")->capture_default_str();
+  app.add_option("--gpu-min-unknowns", cuda_options.host_below_unknowns,
+                 "auto solves tridiagonal and tree requests of fewer unknowns on the host (0: never)")
+      ->envname("TRISOLVE_GPU_MIN_UNKNOWNS")->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
+      ->capture_default_str();
   app.add_option("--streams", cuda_options.streams, "CUDA streams (requests in flight on the GPU)")
       ->envname("TRISOLVE_STREAMS")->check(CLI::Range(1, 64))->capture_default_str();
   app.add_option("--cpu-threads", threads, "threads of the CPU backend (0: one per core)")

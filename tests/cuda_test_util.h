@@ -12,7 +12,9 @@ namespace trisolve::testing {
 
 inline Backend* Cuda() {
   static std::unique_ptr<Backend> be = [] {
-    auto b = MakeCudaBackend();
+    CudaOptions o;
+    o.host_below_unknowns = 0;  // the kernels, however small the test's systems
+    auto b = MakeCudaBackend(o);
     if (!b.ok()) {
       std::fprintf(stderr, "[ CUDA     ] no CUDA backend here: %s\n",
                    std::string(b.status().message()).c_str());

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -21,10 +22,16 @@ namespace trisolve::testing {
 
 class ServerProcess {
  public:
-  explicit ServerProcess(std::vector<std::string> extra_args) {
+  // The backend is TRISOLVE_TEST_BACKEND's (cpu when unset: CI has no GPU; the GPU run sets
+  // cuda), or `backend` where a test needs one.
+  explicit ServerProcess(std::vector<std::string> extra_args, std::string backend = "") {
     static int counter = 0;
     log_ = "/tmp/trisolved_test_" + std::to_string(getpid()) + "_" + std::to_string(counter++) + ".log";
-    std::vector<std::string> args = {TRISOLVED_BIN, "--listen", "127.0.0.1:0", "--backend", "cpu"};
+    if (backend.empty()) backend = TestBackend();
+    // TRISOLVED_BIN in the environment: the server where the build's path is not (a bundle).
+    const char* bin = std::getenv("TRISOLVED_BIN");
+    std::vector<std::string> args = {bin != nullptr && *bin != 0 ? bin : TRISOLVED_BIN, "--listen",
+                                     "127.0.0.1:0", "--backend", backend};
     args.insert(args.end(), extra_args.begin(), extra_args.end());
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
@@ -49,6 +56,15 @@ class ServerProcess {
       kill(pid_, SIGKILL);
       waitpid(pid_, nullptr, 0);
     }
+  }
+  static std::string TestBackend() {
+    const char* b = std::getenv("TRISOLVE_TEST_BACKEND");
+    return b != nullptr && *b != 0 ? b : "cpu";
+  }
+  // The CLI: TRISOLVE_CLI_BIN in the environment, else the build's.
+  static std::string CliBin() {
+    const char* b = std::getenv("TRISOLVE_CLI_BIN");
+    return b != nullptr && *b != 0 ? b : TRISOLVE_CLI_BIN;
   }
   int port() const { return port_; }
   std::string target() const { return "127.0.0.1:" + std::to_string(port_); }

@@ -27,7 +27,9 @@ class Service : public ::testing::Test {
   static void SetUpTestSuite() {
     server_ = new ServerProcess({"--max-message-bytes", "8388608", "--max-job-bytes", "536870912",
                                  "--max-job-unknowns", "20000000", "--max-concurrent-jobs", "2",
-                                 "--max-queued-jobs", "4"});
+                                 "--max-queued-jobs", "4",
+                                 // every job in the one pool the queue tests count on
+                                 "--small-job-unknowns", "0"});
     ASSERT_GT(server_->port(), 0) << server_->Log();
   }
   static void TearDownTestSuite() {
@@ -74,7 +76,7 @@ TEST_F(Service, HealthAndInfo) {
   EXPECT_EQ(*c.Health("trisolve.v1.Solver"), "SERVING");
   auto info = c.Info();
   ASSERT_TRUE(info.ok()) << info.status();
-  EXPECT_EQ(info->backend, "cpu");
+  EXPECT_EQ(info->backend, ServerProcess::TestBackend());
   EXPECT_EQ(info->max_job_unknowns, 20000000);
   EXPECT_EQ(info->max_concurrent_jobs, 2);
 }
@@ -426,11 +428,11 @@ TEST_F(Service, ExpiredDeadlinesAndQueueLimits) {
 // ---- the CLI -------------------------------------------------------------------------
 
 TEST_F(Service, CliSolvesEveryFamilyAndReportsErrors) {
-  const std::string cli = std::string(TRISOLVE_CLI_BIN) + " --server " + server_->target();
+  const std::string cli = ServerProcess::CliBin() + " --server " + server_->target();
   const std::string dir = "/tmp/trisolve_cli_test_" + std::to_string(getpid());
   const std::string swc = std::string(TRISOLVE_TEST_DATA) + "/neuron_10-2012-02-09-001.CNG.swc";
   for (const char* kind : {"tridiagonal", "tree", "block-tridiagonal", "dense"}) {
-    auto [rc, cmd] = Shell(std::string(TRISOLVE_CLI_BIN) + " make-example " + kind + " " + dir + "/" + kind +
+    auto [rc, cmd] = Shell(ServerProcess::CliBin() + " make-example " + kind + " " + dir + "/" + kind +
                            (std::string(kind) == "tree" ? " --swc " + swc : ""));
     ASSERT_EQ(rc, 0) << cmd;
     cmd = cmd.substr(cmd.find(' ') + 1);  // drop the program name it printed
@@ -440,7 +442,7 @@ TEST_F(Service, CliSolvesEveryFamilyAndReportsErrors) {
     std::string trimmed = out.substr(0, out.find_last_not_of('\n') + 1);
     const std::string last = trimmed.substr(trimmed.rfind('\n') + 1);  // --json: the last line
     auto j = nlohmann::json::parse(last);
-    EXPECT_EQ(j["backend"], "cpu");
+    EXPECT_EQ(j["backend"], ServerProcess::TestBackend());
     EXPECT_EQ(j["status"]["singular"], 0);
     EXPECT_LT(j["residual"].get<double>(), 1e-9) << kind;
     EXPECT_TRUE(std::filesystem::exists(dir + "/" + kind + "/x.npy"));
@@ -466,7 +468,7 @@ TEST_F(Service, CliSolvesEveryFamilyAndReportsErrors) {
   auto [rc6, out6] = Shell(cli + " health");
   EXPECT_EQ(rc6, 0);
   EXPECT_NE(out6.find("SERVING"), std::string::npos);
-  auto [rc7, out7] = Shell(std::string(TRISOLVE_CLI_BIN) + " --server 127.0.0.1:1 --timeout 2 info");
+  auto [rc7, out7] = Shell(ServerProcess::CliBin() + " --server 127.0.0.1:1 --timeout 2 info");
   EXPECT_EQ(rc7, 1);
   EXPECT_NE(out7.find("UNAVAILABLE"), std::string::npos) << out7;
   std::filesystem::remove_all(dir);

@@ -412,7 +412,8 @@ TEST(SystemsLimits, AnotherIdentityGetsNotFound) {
 TEST(SystemsLimits, IdleSystemsExpireAndTheLeastRecentlyUsedIsEvicted) {
   // Each system below holds 3 x 1000 float64 (24,000 bytes on the CPU backend): a cap of
   // 60,000 bytes holds two.
-  ServerProcess server({"--max-system-bytes", "60000", "--max-systems-per-identity", "3"});
+  // The registry's accounting, on the CPU backend whose systems hold exactly their host copy.
+  ServerProcess server({"--max-system-bytes", "60000", "--max-systems-per-identity", "3"}, "cpu");
   ASSERT_GT(server.port(), 0) << server.Log();
   Client::Options o;
   o.target = server.target();

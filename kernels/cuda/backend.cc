@@ -104,10 +104,12 @@ class CudaBackend final : public Backend {
 
   absl::StatusOr<SolveInfo> Solve(const TridiagonalProblem<double>& p, TridiagonalMethod m,
                                   TridiagonalOutput<double> out, const SolveControl& c) override {
+    if (OnHost(m == TridiagonalMethod::kAuto, p.batch * p.n)) return Host(cpu_->Solve(p, m, out, c));
     return SolveTri(p, m, out, c);
   }
   absl::StatusOr<SolveInfo> Solve(const TridiagonalProblem<float>& p, TridiagonalMethod m,
                                   TridiagonalOutput<float> out, const SolveControl& c) override {
+    if (OnHost(m == TridiagonalMethod::kAuto, p.batch * p.n)) return Host(cpu_->Solve(p, m, out, c));
     return SolveTri(p, m, out, c);
   }
 
@@ -121,10 +123,12 @@ class CudaBackend final : public Backend {
   }
   absl::StatusOr<SolveInfo> Solve(const TreeProblem<double>& p, TreeMethod m,
                                   TreeOutput<double> out, const SolveControl& c) override {
+    if (OnHost(m == TreeMethod::kAuto, p.batch * p.n)) return Host(cpu_->Solve(p, m, out, c));
     return SolveTreeOnDevice(p, m, out, c);
   }
   absl::StatusOr<SolveInfo> Solve(const TreeProblem<float>& p, TreeMethod m,
                                   TreeOutput<float> out, const SolveControl& c) override {
+    if (OnHost(m == TreeMethod::kAuto, p.batch * p.n)) return Host(cpu_->Solve(p, m, out, c));
     return SolveTreeOnDevice(p, m, out, c);
   }
   absl::StatusOr<SolveInfo> Solve(const BlockTridiagonalProblem<double>& p, BlockMethod m,
@@ -354,6 +358,11 @@ class CudaBackend final : public Backend {
     cudaEvent_t staged[2];       // staging buffer i may be refilled
   };
 
+  // auto sends the linear-time families' smallest requests to the host: a system of 64
+  // unknowns takes ~1 us there and 250-370 us through the copies and a launch (H100, issue 31).
+  bool OnHost(bool is_auto, int64_t unknowns) const {
+    return is_auto && unknowns < options_.host_below_unknowns;
+  }
   static absl::StatusOr<SolveInfo> Host(absl::StatusOr<SolveInfo> r) {
     if (r.ok()) r->method += " (host)";
     return r;
@@ -433,7 +442,14 @@ class CudaBackend final : public Backend {
     for (const auto& in : inputs) in_values += in.device ? 0 : in.values;
     auto dev = device_pool_.Get((in_values + elems) * int64_t(sizeof(T)) + batch);
     if (!dev.ok()) return dev.status();
-    auto pinned = pinned_pool_.Get(2 * kStagingChunk);
+    // A small request moves in one copy each way (the staged inputs lie one after the other on
+    // the device, x and the flags too): every separate copy costs a round trip. Its pinned
+    // staging is its own size: two 16 MiB pieces for every small request in flight emptied
+    // the pinned pool (2 GiB) at 64 concurrent requests and sent them to cudaHostAlloc.
+    const int64_t staged_bytes = in_values * int64_t(sizeof(T));
+    const bool one_copy = staged_bytes <= kStagingChunk && bytes + batch <= kStagingChunk;
+    auto pinned =
+        pinned_pool_.Get(one_copy ? std::max(staged_bytes, bytes + batch) : 2 * kStagingChunk);
     if (!pinned.ok()) return pinned.status();
     const int li = AcquireLane();
     struct Release {
@@ -457,11 +473,25 @@ class CudaBackend final : public Backend {
     auto* flags = reinterpret_cast<uint8_t*>(dx + elems);
     auto* pin = static_cast<std::byte*>(pinned->get());
     TRISOLVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.e0, l.stream));
-    for (int64_t q = 0; q < k; ++q)
-      if (!inputs[q].device)
-        if (auto st = StageIn(l, pin, inputs[q].host, din[q], inputs[q].values * int64_t(sizeof(T)));
-            !st.ok())
-          return st;
+    if (one_copy) {
+      std::byte* p = pin;
+      for (int64_t q = 0; q < k; ++q)
+        if (!inputs[q].device) {
+          const size_t b = size_t(inputs[q].values) * sizeof(T);
+          std::memcpy(p, inputs[q].host, b);
+          p += b;
+        }
+      if (staged_bytes > 0)
+        TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(base, pin, size_t(staged_bytes),
+                                                      cudaMemcpyHostToDevice, l.stream));
+    } else {
+      for (int64_t q = 0; q < k; ++q)
+        if (!inputs[q].device)
+          if (auto st = StageIn(l, pin, inputs[q].host, din[q],
+                                inputs[q].values * int64_t(sizeof(T)));
+              !st.ok())
+            return st;
+    }
     TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flags, 0, size_t(batch), l.stream));
     TRISOLVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.e1, l.stream));
     // A pending answer left by an error return is dropped (its kernel waited for) before the
@@ -477,6 +507,15 @@ class CudaBackend final : public Backend {
     std::vector<uint8_t> f(static_cast<size_t>(batch));
     auto copy_back = [&]() -> absl::Status {
       TRISOLVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.e2, l.stream));
+      if (one_copy) {
+        TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(pin, dx, size_t(bytes + batch),
+                                                      cudaMemcpyDeviceToHost, l.stream));
+        TRISOLVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.e3, l.stream));
+        TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(l.stream));
+        std::memcpy(out_x, pin, size_t(bytes));
+        std::memcpy(f.data(), pin + bytes, size_t(batch));
+        return absl::OkStatus();
+      }
       if (auto st = StageOut(l, pin, dx, out_x, bytes); !st.ok()) return st;
       TRISOLVE_CUDA_RETURN_IF_ERROR(
           cudaMemcpyAsync(f.data(), flags, size_t(batch), cudaMemcpyDeviceToHost, l.stream));

@@ -96,6 +96,9 @@ struct CudaOptions {
   int64_t pinned_pool_cap_bytes = int64_t{2} << 30;
   int streams = 4;
   int cpu_threads = 0;  // for the families still solved on the host
+  // auto solves tridiagonal and tree requests of fewer unknowns on the host, where they cost a
+  // microsecond or so instead of the copies' and a launch's round trips (0: never).
+  int64_t host_below_unknowns = 8192;
   // Load every kernel as the backend starts (CUDA_MODULE_LOADING=EAGER, unless the environment
   // already sets it), so that no request pays a kernel's loading: lazily, a fresh trisolved's
   // first thomas-window solve took 97 ms on the H100, eagerly 1.5 ms (NOTES.md t46).
