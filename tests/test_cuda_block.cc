@@ -520,5 +520,29 @@ TEST(CudaBlock, AutoFallsBackOnTheHostForAnIndefiniteSystem) {
   }
 }
 
+// auto without symmetry: red-black on the device; a line block with a zero pivot in a
+// nonsingular matrix sends it to the host's BiCGStab, as the CPU's auto goes on from
+// gauss-seidel -- never SINGULAR.
+TEST(CudaBlock, AutoFallsBackWhereTheLineSolvesCannotRun) {
+  REQUIRE_GPU();
+  auto s = Experiment<double>(1, 6, 6);
+  s.a["cC"][6] = 0;  // C_1 starts with a zero pivot
+  std::vector<double> y(36, std::nan(""));
+  SystemStatus st = SystemStatus::kDiverged;
+  auto r = Cuda()->Solve(s.P(), BlockMethod::kAuto, {500, 1e-10, false},
+                         BlockOutput<double>{y.data(), &st}, SolveControl{});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NE(st, SystemStatus::kSingular) << r->method;
+  EXPECT_NE(r->method.find("(a line block is singular) -> "), std::string::npos) << r->method;
+  EXPECT_NE(r->method.find("(host)"), std::string::npos) << r->method;
+  std::printf("GPU auto, singular line: %s, %s\n", std::string(StatusName(st)).c_str(),
+              r->method.c_str());
+  // By name, red-black reports the vanished pivot, as before.
+  auto rb = Cuda()->Solve(s.P(), BlockMethod::kRedBlack, {10, 0, false},
+                          BlockOutput<double>{y.data(), &st}, SolveControl{});
+  ASSERT_TRUE(rb.ok());
+  EXPECT_EQ(st, SystemStatus::kSingular);
+}
+
 }  // namespace
 }  // namespace trisolve

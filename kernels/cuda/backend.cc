@@ -614,16 +614,19 @@ class CudaBackend final : public Backend {
     out.status[0] = st;
     info->iterations = solved.iterations;
     info->residual = solved.residual;
-    // auto, where CG could not run or met indefiniteness on the device: the CPU reference's
-    // fallback on the host (BiCGStab with the V-cycle, the line solves or nothing, from y0),
-    // never SINGULAR for a nonsingular matrix. The method says both: "multigrid-cg (stopped:
-    // indefinite) -> multigrid-bicgstab (host)"; the iterations count both.
-    if (automatic && st == SystemStatus::kNotConverged &&
-        (info->method.find("indefinite") != std::string::npos ||
-         info->method.find("not run") != std::string::npos)) {
+    // auto, where CG could not run or met indefiniteness on the device, or red-black's line
+    // solves met a vanished pivot (a singular C_i, the matrix perhaps not): the CPU
+    // reference's fallback on the host (BiCGStab with the V-cycle, the line solves or nothing,
+    // from y0), never SINGULAR for a nonsingular matrix. The method says both: "multigrid-cg
+    // (stopped: indefinite) -> multigrid-bicgstab (host)"; the iterations count both.
+    const bool lines_singular = st == SystemStatus::kSingular;
+    if (automatic && (lines_singular || (st == SystemStatus::kNotConverged &&
+                                         (info->method.find("indefinite") != std::string::npos ||
+                                          info->method.find("not run") != std::string::npos)))) {
       auto host = cpu::SolveBlockIndefinite(p, o, out, c);
       if (!host.ok()) return host.status();
-      host->method = info->method + " -> " + host->method + " (host)";
+      host->method = info->method + (lines_singular ? " (a line block is singular)" : "") +
+                     " -> " + host->method + " (host)";
       host->iterations += info->iterations;
       return host;
     }
