@@ -59,6 +59,10 @@ Job MakeJob(Kind k, const examples::Arrays& arrays) {
   return job;
 }
 
+// The CPU backend's method names; the CUDA backend names its kernels ("thomas-window", ...),
+// so behind it only the answers are compared.
+bool OnCpu() { return ServerProcess::TestBackend() == "cpu"; }
+
 // A local solve with the CPU reference, to compare with what came over the wire.
 std::vector<double> LocalTridiagonal(const examples::Arrays& ar, int64_t batch, int64_t n,
                                      Layout layout) {
@@ -90,7 +94,7 @@ TEST_F(Service, TridiagonalBothLayoutsAndFloat32) {
     job.options.method = "pcr";
     auto r = c.Solve(job);
     ASSERT_TRUE(r.ok()) << r.status();
-    EXPECT_EQ(r->summary.method, "pcr");
+    if (OnCpu()) { EXPECT_EQ(r->summary.method, "pcr"); }
     EXPECT_EQ(r->summary.ok, 300);
     EXPECT_LT(r->summary.residual, 1e-15);
     EXPECT_EQ(r->x.shape, ar.at("d").shape);
@@ -101,7 +105,7 @@ TEST_F(Service, TridiagonalBothLayoutsAndFloat32) {
   auto r = c.Solve(MakeJob(Kind::kTridiagonal, ar32));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->x.dtype, DType::kFloat32);
-  EXPECT_EQ(r->summary.method, "thomas");
+  if (OnCpu()) { EXPECT_EQ(r->summary.method, "thomas"); }
   EXPECT_LT(r->summary.residual, 1e-6);
 }
 
@@ -112,7 +116,7 @@ TEST_F(Service, TreeOfTheRealMorphology) {
   auto r = MakeClient().Solve(MakeJob(Kind::kTree, ar));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->summary.ok, 32);
-  EXPECT_EQ(r->summary.method, "hines");
+  if (OnCpu()) { EXPECT_EQ(r->summary.method, "hines"); }
   EXPECT_LT(r->summary.residual, 1e-15);
   // The cable elimination by name, through the API.
   Job cj = MakeJob(Kind::kTree, ar);
@@ -120,7 +124,7 @@ TEST_F(Service, TreeOfTheRealMorphology) {
   auto rc = MakeClient().Solve(cj);
   ASSERT_TRUE(rc.ok()) << rc.status();
   EXPECT_EQ(rc->summary.ok, 32);
-  EXPECT_EQ(rc->summary.method, "cables");
+  if (OnCpu()) { EXPECT_EQ(rc->summary.method, "cables"); }
   EXPECT_LT(rc->summary.residual, 1e-15);
 }
 
@@ -145,14 +149,14 @@ TEST_F(Service, BlockTridiagonalThesisExperiments) {
   auto r2 = c.Solve(j2);
   ASSERT_TRUE(r2.ok()) << r2.status();
   EXPECT_EQ(r2->summary.iterations, 64);
-  EXPECT_EQ(r2->summary.method, "gauss-seidel+scaled");
+  if (OnCpu()) { EXPECT_EQ(r2->summary.method, "gauss-seidel+scaled"); }
   // Experiment 2 to a tolerance: auto runs multigrid-cg (symmetric), a dozen iterations.
   auto ar3 = examples::ThesisExperiment2(96, 80);
   Job j3 = MakeJob(Kind::kBlockTridiagonal, ar3);
   j3.options.tol = 1e-10;
   auto r3 = c.Solve(j3);
   ASSERT_TRUE(r3.ok()) << r3.status();
-  EXPECT_EQ(r3->summary.method, "multigrid-cg");
+  if (OnCpu()) { EXPECT_EQ(r3->summary.method, "multigrid-cg"); }
   EXPECT_EQ(r3->summary.ok, 1);
   EXPECT_LE(r3->summary.iterations, 20);
   EXPECT_LE(r3->summary.residual, 1e-10);
@@ -166,7 +170,7 @@ TEST_F(Service, DenseEveryMethod) {
     job.options.method = m;
     auto r = c.Solve(job);
     ASSERT_TRUE(r.ok()) << r.status();
-    EXPECT_EQ(r->summary.method, m);
+    if (OnCpu()) { EXPECT_EQ(r->summary.method, m); }
     EXPECT_EQ(r->summary.ok, 20);
     // Householder + PCR: PCR pivots without exchanges on an indefinite T, so its backward
     // error is a little above Gauss-Jordan's.
@@ -176,7 +180,10 @@ TEST_F(Service, DenseEveryMethod) {
 
 TEST_F(Service, SingularSystemsComeBackFlaggedNotNaN) {
   auto ar = examples::RandomTridiagonal(4, 8, false, 1);
-  ar["b"].as<double>()[8] = 0;  // system 1, first pivot
+  // System 1's first row all zero: singular whatever the method (a zero pivot alone is not:
+  // auto pivots around it).
+  ar["b"].as<double>()[8] = 0;
+  ar["c"].as<double>()[8] = 0;
   auto r = MakeClient().Solve(MakeJob(Kind::kTridiagonal, ar));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->summary.singular, 1);
@@ -196,7 +203,12 @@ TEST_F(Service, StreamedJobLargerThan64MiB) {
   EXPECT_EQ(int64_t(r->status.size()), batch);
   auto ref = LocalTridiagonal(ar, batch, n, Layout::kFlat);
   ASSERT_EQ(r->x.elements(), batch * n);
-  EXPECT_EQ(std::memcmp(r->x.data.data(), ref.data(), ref.size() * 8), 0);
+  if (OnCpu()) {  // the same Thomas sweeps: the same bits
+    EXPECT_EQ(std::memcmp(r->x.data.data(), ref.data(), ref.size() * 8), 0);
+  } else {
+    for (size_t i = 0; i < ref.size(); ++i)
+      ASSERT_NEAR(r->x.as<double>()[i], ref[i], 1e-12 * (1 + std::abs(ref[i]))) << i;
+  }
 }
 
 // ---- bad input: each gets its own status and a message naming the field --------------
