@@ -463,3 +463,109 @@ TEST(SystemsLimits, IdleSystemsExpireAndTheLeastRecentlyUsedIsEvicted) {
 
 }  // namespace
 }  // namespace trisolve
+
+namespace trisolve {
+namespace {
+
+// A bounded soak: clients mixing unary solves, solves and updates by handle, time-step
+// streams, calls whose deadline is too short to be met and malformed calls. Every answer that
+// comes back OK is checked; every other one must carry the status its case allows; afterwards
+// the server serves, holds no system and no job.
+TEST(Soak, MixedCallsEachAnsweredCorrectlyOrWithAClearStatus) {
+  ServerProcess server({"--max-concurrent-jobs", "2", "--max-queued-jobs", "256"});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  constexpr int kClients = 8, kRounds = 60;
+  std::atomic<int> wrong{0}, unexpected{0}, ok{0}, refused{0};
+  std::vector<std::thread> threads;
+  for (int c = 0; c < kClients; ++c) {
+    threads.emplace_back([&, c] {
+      Client::Options o;
+      o.target = server.target();
+      o.own_connection = true;
+      Client cl(o);
+      const Tri t(4, 48, 500 + c);
+      auto sys = cl.CreateSystem(t.AsJob());
+      if (!sys.ok()) {
+        ++unexpected;
+        return;
+      }
+      std::mt19937 rng(c);
+      for (int q = 0; q < kRounds; ++q) {
+        const NdArray d = Random({4, 48}, 100000 * c + q);
+        const std::vector<double> want = LocalTri(t.a, t.b, t.c, d.as<double>(), 4, 48);
+        auto check = [&](const absl::StatusOr<Result>& r,
+                         std::initializer_list<absl::StatusCode> allowed) {
+          if (r.ok()) {
+            if (RelDiff(r->x, want) < 1e-12) ++ok;
+            else ++wrong;
+            return;
+          }
+          bool fine = false;
+          for (auto code : allowed) fine |= r.status().code() == code;
+          if (fine) ++refused;
+          else ++unexpected;
+        };
+        switch (rng() % 5) {
+          case 0: {  // unary, sometimes with a deadline too short to be met
+            Job job = t.AsJob();
+            job.arrays["d"] = d.view();
+            if (rng() % 2) job.options.timeout_s = 1e-4;
+            check(cl.Solve(job), {absl::StatusCode::kDeadlineExceeded});
+            break;
+          }
+          case 1: {  // by handle, with a short deadline half the time
+            JobOptions jo;
+            if (rng() % 2) jo.timeout_s = 1e-4;
+            check(cl.SolveSystem(sys->handle, d.view(), {}, jo),
+                  {absl::StatusCode::kDeadlineExceeded});
+            break;
+          }
+          case 2: {  // an update to the same values and a solve
+            if (!cl.UpdateSystem(sys->handle, {{"b", t.b.view()}}).ok()) ++unexpected;
+            check(cl.SolveSystem(sys->handle, d.view()), {});
+            break;
+          }
+          case 3: {  // three steps of a time-step stream
+            auto s = cl.OpenStepStream(sys->handle);
+            if (!s.ok()) {
+              ++unexpected;
+              break;
+            }
+            for (int k = 0; k < 3; ++k) (void)(*s)->Send(d.view());
+            for (int k = 0; k < 3; ++k) check((*s)->Receive(), {});
+            if (!(*s)->Finish().ok()) ++unexpected;
+            break;
+          }
+          default: {  // malformed: a wrong shape, a foreign handle
+            const NdArray bad = Random({4, 47}, q);
+            auto r1 = cl.SolveSystem(sys->handle, bad.view());
+            auto r2 = cl.SolveSystem("sys-0000", d.view());
+            if (r1.status().code() == absl::StatusCode::kInvalidArgument &&
+                r2.status().code() == absl::StatusCode::kNotFound)
+              ++refused;
+            else
+              ++unexpected;
+          }
+        }
+      }
+      if (!cl.ReleaseSystem(sys->handle).ok()) ++unexpected;
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(unexpected.load(), 0);
+  EXPECT_GT(ok.load(), kClients * kRounds / 2);
+  Client::Options o;
+  o.target = server.target();
+  Client cl(o);
+  EXPECT_EQ(*cl.Health(), "SERVING");
+  auto info = cl.Info();
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->systems, 0);
+  EXPECT_EQ(info->system_bytes, 0);
+  EXPECT_EQ(info->jobs_in_flight, 0);
+  EXPECT_EQ(info->jobs_queued, 0);
+}
+
+}  // namespace
+}  // namespace trisolve
