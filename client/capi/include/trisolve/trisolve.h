@@ -1,0 +1,175 @@
+/* libtrisolve: the C API of trisolve, a client of the trisolved gRPC service.
+ *
+ * Pure C (C99), usable from C, C++ and Fortran (iso_c_binding, see client/fortran/trisolve.f90).
+ * Link with -ltrisolve (the shared library libtrisolve.so, CMake target trisolve_c).
+ *
+ * Conventions, the same in every call:
+ *  - Return value: an int, TRISOLVE_OK (0) or one of the trisolve_code values, which mirror the
+ *    gRPC status codes (TRISOLVE_INVALID_ARGUMENT = 3, TRISOLVE_NOT_FOUND = 5, ...), plus
+ *    TRISOLVE_NOT_SOLVED (100): the call went through but at least one system was not solved
+ *    (singular, not converged or diverged; see status_out). trisolve_last_error(ctx) gives the
+ *    message (the server's, or the library's for arguments it rejects before sending).
+ *  - Sizes and counts are int64_t numbers of elements (not bytes).
+ *  - Arrays are passed as pointers to the caller's memory. The library reads inputs during the
+ *    call only and keeps no pointer after it returns; outputs are written before it returns.
+ *  - The memory layout is stated in every call, never guessed:
+ *      * the gtsv calls follow cuSPARSE gtsv2StridedBatch: system i at p + i*batch_stride;
+ *      * tridiagonal systems take TRISOLVE_FLAT (each system contiguous: element k of system s
+ *        at s*n + k; a Fortran array x(n, batch) is exactly this) or TRISOLVE_INTERLEAVED
+ *        (element k of system s at k*batch + s; a Fortran array x(batch, n));
+ *      * block-tridiagonal arrays are N x M row-major (element (i, k) at i*M + k); a Fortran
+ *        array X(M, N) is exactly this layout: X(k+1, i+1) is block row i, unknown k.
+ *  - Per-system statuses (status_out, optional: NULL to skip) are TRISOLVE_SYSTEM_OK (0),
+ *    TRISOLVE_SYSTEM_SINGULAR (1), TRISOLVE_SYSTEM_NOT_CONVERGED (2), TRISOLVE_SYSTEM_DIVERGED
+ *    (3); a system that is not OK has x = 0 (never NaN).
+ *  - Thread safety: the calls on one context may come from several threads (the connection is
+ *    shared and thread-safe), but trisolve_last_error then gives the message of whichever call
+ *    failed last: use one context per thread when the messages matter. A trisolve_system must
+ *    not be used by two threads at once. Contexts are cheap; systems belong to the server
+ *    identity (token) of the context that made them.
+ */
+#ifndef TRISOLVE_TRISOLVE_H_
+#define TRISOLVE_TRISOLVE_H_
+
+#include <stdint.h>
+
+#if defined(_WIN32)
+#define TRISOLVE_API __declspec(dllexport)
+#else
+#define TRISOLVE_API __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Return codes: the gRPC status codes, and one of trisolve's own. */
+typedef enum trisolve_code {
+  TRISOLVE_OK = 0,
+  TRISOLVE_CANCELLED = 1,
+  TRISOLVE_UNKNOWN = 2,
+  TRISOLVE_INVALID_ARGUMENT = 3,
+  TRISOLVE_DEADLINE_EXCEEDED = 4,
+  TRISOLVE_NOT_FOUND = 5,
+  TRISOLVE_ALREADY_EXISTS = 6,
+  TRISOLVE_PERMISSION_DENIED = 7,
+  TRISOLVE_RESOURCE_EXHAUSTED = 8,
+  TRISOLVE_FAILED_PRECONDITION = 9,
+  TRISOLVE_ABORTED = 10,
+  TRISOLVE_OUT_OF_RANGE = 11,
+  TRISOLVE_UNIMPLEMENTED = 12,
+  TRISOLVE_INTERNAL = 13,
+  TRISOLVE_UNAVAILABLE = 14,
+  TRISOLVE_DATA_LOSS = 15,
+  TRISOLVE_UNAUTHENTICATED = 16,
+  /* The call succeeded but at least one system's status is not TRISOLVE_SYSTEM_OK. */
+  TRISOLVE_NOT_SOLVED = 100
+} trisolve_code;
+
+/* Per-system statuses written to status_out. */
+enum {
+  TRISOLVE_SYSTEM_OK = 0,
+  TRISOLVE_SYSTEM_SINGULAR = 1,
+  TRISOLVE_SYSTEM_NOT_CONVERGED = 2,
+  TRISOLVE_SYSTEM_DIVERGED = 3
+};
+
+/* Layouts of a batch of tridiagonal systems. */
+enum {
+  TRISOLVE_FLAT = 0,        /* element k of system s at s*n + k: C x[batch][n], Fortran x(n, batch) */
+  TRISOLVE_INTERLEAVED = 1  /* element k of system s at k*batch + s: C x[n][batch], Fortran x(batch, n) */
+};
+
+typedef struct trisolve_context trisolve_context; /* a connection to one server */
+typedef struct trisolve_system trisolve_system;   /* a persistent system on the server */
+
+/* The name of a code ("OK", "INVALID_ARGUMENT", ..., "NOT_SOLVED"); a static string. */
+TRISOLVE_API const char* trisolve_code_name(int code);
+
+/* ---- Contexts ------------------------------------------------------------------------------
+ * trisolve_create: target "host:port" (NULL: the TRISOLVE_SERVER environment variable, else
+ * "127.0.0.1:50051"); token: a bearer token sent with every call, or NULL / "" for none.
+ * Connects lazily: an unreachable server shows at the first call (TRISOLVE_UNAVAILABLE).
+ * *out is a new context (NULL on failure); free it with trisolve_destroy. */
+TRISOLVE_API int trisolve_create(const char* target, const char* token, trisolve_context** out);
+/* Frees the context (NULL is fine). Systems made with it must be destroyed first. */
+TRISOLVE_API void trisolve_destroy(trisolve_context* ctx);
+/* The message of the last failed call on this context ("" if none); valid until the next call
+ * on the context. NULL ctx: the message of the last failed trisolve_create of this thread. */
+TRISOLVE_API const char* trisolve_last_error(const trisolve_context* ctx);
+/* Deadline of every later call on the context, in seconds (0: none, the default). */
+TRISOLVE_API int trisolve_set_timeout(trisolve_context* ctx, double seconds);
+
+/* ---- One-shot batched tridiagonal solves, shaped as cuSPARSE gtsv2StridedBatch ------------
+ * batch systems of order m; system i is dl, d, du, x + i*batch_stride (batch_stride >= m; the
+ * elements between systems are neither read nor written). Row k of a system:
+ *   dl[k] x[k-1] + d[k] x[k] + du[k] x[k+1] = rhs[k]
+ * dl[0] and du[m-1] of each system are not used (not even read for NaN checks).
+ * x: in, the right-hand sides; out, the solutions (in place, as cuSPARSE).
+ * status_out: NULL or batch ints, one status per system.
+ * Switching from cuSPARSE: cusparseDgtsv2StridedBatch(handle, m, dl, d, du, x, batch, stride,
+ * buffer) becomes trisolve_gtsv_strided_batch(ctx, m, dl, d, du, x, batch, stride, NULL), with
+ * host pointers. Returns TRISOLVE_NOT_SOLVED if a system was not solved (its x set to 0). */
+TRISOLVE_API int trisolve_gtsv_strided_batch(trisolve_context* ctx, int64_t m, const double* dl,
+                                             const double* d, const double* du, double* x,
+                                             int64_t batch, int64_t batch_stride,
+                                             int* status_out);
+/* The same in float32 (solved in float32 on the server). */
+TRISOLVE_API int trisolve_sgtsv_strided_batch(trisolve_context* ctx, int64_t m, const float* dl,
+                                              const float* d, const float* du, float* x,
+                                              int64_t batch, int64_t batch_stride,
+                                              int* status_out);
+
+/* ---- Persistent systems (float64) ----------------------------------------------------------
+ * The coefficients are sent once; each solve sends only right-hand sides. A system lives on the
+ * server until trisolve_system_release, or until idle for the server's TTL (600 s by default).
+ *
+ * Tridiagonal: batch systems of order n, a (sub), b (main), c (super diagonal), each n*batch
+ * values in `layout` (TRISOLVE_FLAT or TRISOLVE_INTERLEAVED); a[0] and c[n-1] of each system are
+ * not used (pass 0). Row k: a[k] x[k-1] + b[k] x[k] + c[k] x[k+1] = d[k]. */
+TRISOLVE_API int trisolve_system_create_tridiagonal(trisolve_context* ctx, int64_t n,
+                                                    int64_t batch, const double* a,
+                                                    const double* b, const double* c, int layout,
+                                                    trisolve_system** out);
+/* Block-tridiagonal (the 2D pressure / hemodynamics family): N block rows of order M. Block
+ * row i: diag(cA[i]) Y[i-1] + C_i Y[i] + diag(cB[i]) Y[i+1] = F[i], C_i tridiagonal with aC[i]
+ * (sub), cC[i] (main), bC[i] (super diagonal). Every array is N x M ROW-MAJOR (element (i, k)
+ * at i*M + k) = a Fortran array X(M, N). aC[i][0], bC[i][M-1], cA[0][*], cB[N-1][*] are not
+ * used (pass 0). tol: the relative residual ||F - AY||_2 / ||F||_2 to stop at; < 0 for the
+ * server's default (1e-10), 0 for exactly max_iterations sweeps (as the thesis' experiments);
+ * max_iterations: <= 0 for the server's default (1000). The method is the server's
+ * auto (multigrid-cg for symmetric systems, else gauss-seidel / red-black). */
+TRISOLVE_API int trisolve_system_create_block(trisolve_context* ctx, int64_t N, int64_t M,
+                                              const double* aC, const double* cC,
+                                              const double* bC, const double* cA,
+                                              const double* cB, double tol,
+                                              int64_t max_iterations, trisolve_system** out);
+/* Solves k >= 1 right-hand sides, one after the other in rhs (each in the system's shape and
+ * layout: n*batch values for tridiagonal, N*M for block), writing k solutions to x likewise
+ * (x may equal rhs). status_out: NULL or k*batch ints (k for block systems), right-hand side
+ * by right-hand side. Returns TRISOLVE_NOT_FOUND once the system is released or expired. */
+TRISOLVE_API int trisolve_system_solve(trisolve_system* sys, const double* rhs, int64_t k,
+                                       double* x, int* status_out);
+/* Replaces one coefficient array by name: "a", "b", "c" (tridiagonal, in the system's layout)
+ * or "aC", "cC", "bC", "cA", "cB" (block, N x M row-major); values has the system's size. */
+TRISOLVE_API int trisolve_system_update(trisolve_system* sys, const char* name,
+                                        const double* values);
+/* Frees the system on the server. The trisolve_system stays valid (later solves give
+ * TRISOLVE_NOT_FOUND) until trisolve_system_destroy. */
+TRISOLVE_API int trisolve_system_release(trisolve_system* sys);
+/* Releases the system on the server if not yet released (errors ignored) and frees the
+ * trisolve_system (NULL is fine). */
+TRISOLVE_API void trisolve_system_destroy(trisolve_system* sys);
+/* The server's handle of the system (a static string owned by sys). */
+TRISOLVE_API const char* trisolve_system_handle(const trisolve_system* sys);
+/* The summary of the last successful solve on this system: the relative residual the server
+ * computed, the iterations (block family) and the server's method name (owned by sys). Any
+ * pointer may be NULL. */
+TRISOLVE_API int trisolve_system_last_summary(const trisolve_system* sys, double* residual,
+                                              int64_t* iterations, const char** method);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TRISOLVE_TRISOLVE_H_ */
