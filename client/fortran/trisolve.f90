@@ -56,9 +56,10 @@ module trisolve
     trisolve_system_release, trisolve_system_destroy, trisolve_system_handle, &
     trisolve_system_last_summary
 
-  ! float64 and float32 under one name.
+  ! real(8) and real(4), arrays of rank 1 (dl(*)) or 2 (dl(batch_stride, *)), under one name.
   interface trisolve_gtsv_strided_batch
-    module procedure trisolve_dgtsv_strided_batch, trisolve_sgtsv_strided_batch
+    module procedure trisolve_dgtsv_strided_batch, trisolve_sgtsv_strided_batch, &
+      dgtsv_rank2, sgtsv_rank2
   end interface
 
   interface
@@ -244,6 +245,33 @@ contains
     integer, intent(in) :: m, nbatch, batch_stride
     real(c_float), intent(in) :: dl(*), d(*), du(*)
     real(c_float), intent(inout) :: x(*)
+    integer(c_int), intent(out), optional, target :: status(*)
+    type(c_ptr) :: sp
+    sp = c_null_ptr
+    if (present(status)) sp = c_loc(status(1))
+    rc = int(c_sgtsv(ctx%ptr, int(m, c_int64_t), dl, d, du, x, int(nbatch, c_int64_t), &
+                     int(batch_stride, c_int64_t), sp))
+  end function
+
+  ! The same with arrays x(batch_stride, nbatch).
+  integer function dgtsv_rank2(ctx, m, dl, d, du, x, nbatch, batch_stride, status) result(rc)
+    type(trisolve_context), intent(in) :: ctx
+    integer, intent(in) :: m, nbatch, batch_stride
+    real(c_double), intent(in) :: dl(batch_stride, *), d(batch_stride, *), du(batch_stride, *)
+    real(c_double), intent(inout) :: x(batch_stride, *)
+    integer(c_int), intent(out), optional, target :: status(*)
+    type(c_ptr) :: sp
+    sp = c_null_ptr
+    if (present(status)) sp = c_loc(status(1))
+    rc = int(c_gtsv(ctx%ptr, int(m, c_int64_t), dl, d, du, x, int(nbatch, c_int64_t), &
+                    int(batch_stride, c_int64_t), sp))
+  end function
+
+  integer function sgtsv_rank2(ctx, m, dl, d, du, x, nbatch, batch_stride, status) result(rc)
+    type(trisolve_context), intent(in) :: ctx
+    integer, intent(in) :: m, nbatch, batch_stride
+    real(c_float), intent(in) :: dl(batch_stride, *), d(batch_stride, *), du(batch_stride, *)
+    real(c_float), intent(inout) :: x(batch_stride, *)
     integer(c_int), intent(out), optional, target :: status(*)
     type(c_ptr) :: sp
     sp = c_null_ptr
