@@ -1,6 +1,6 @@
 /* Persistent tridiagonal systems through the C API: create (both layouts), solve k right-hand
  * sides at once, update a coefficient, solve again, release; then a solve on the released
- * handle must give TRISOLVE_NOT_FOUND. Residuals are computed here from the caller's arrays.
+ * handle must give TRISOLVE_NOT_FOUND, and a call to no server TRISOLVE_UNAVAILABLE. Residuals are computed here from the caller's arrays.
  * Exits non-zero on any failure.
  *
  *   TRISOLVE_SERVER=127.0.0.1:50051 ./persistent_systems
@@ -125,6 +125,18 @@ int main(void) {
   rc = trisolve_system_create_tridiagonal(ctx, 1, 1, &one, &one, &one, 7, &sys);
   check(rc == TRISOLVE_INVALID_ARGUMENT && sys == NULL, "create with layout 7: INVALID_ARGUMENT");
   trisolve_destroy(ctx);
+
+  /* No server on port 1: the first call says UNAVAILABLE, with gRPC's message. */
+  if (trisolve_create("127.0.0.1:1", "a-token", &ctx) == TRISOLVE_OK) {
+    double v[3] = {0, 2, 0}, x[1] = {1};
+    trisolve_set_timeout(ctx, 10);
+    rc = trisolve_gtsv_strided_batch(ctx, 1, v, v + 1, v + 2, x, 1, 1, NULL);
+    printf("  (unreachable server: %s: %s)\n", trisolve_code_name(rc), trisolve_last_error(ctx));
+    check(rc == TRISOLVE_UNAVAILABLE, "a call to an unreachable server: UNAVAILABLE");
+    trisolve_destroy(ctx);
+  } else {
+    check(0, "trisolve_create for an unreachable server (connects lazily)");
+  }
   printf("%s (%d failures)\n", failures ? "FAILED" : "OK", failures);
   return failures != 0;
 }
