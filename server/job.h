@@ -1,5 +1,6 @@
-// A solve request in plain arrays, whichever RPC brought it: the RPC layer turns protobuf
-// into a Job (checking every field), RunJob hands it to the backend. Nothing here knows CUDA.
+// A solve request in plain arrays, whichever transport brought it: translate.h turns protobuf
+// into a Job (checking every field), RunJob hands it to the backend. Nothing here knows
+// protobuf or CUDA.
 #pragma once
 
 #include <cstddef>
@@ -13,7 +14,6 @@
 #include "absl/status/statusor.h"
 #include "trisolve/backend.h"
 #include "trisolve/system.h"
-#include "trisolve/v1/trisolve.pb.h"
 
 namespace trisolve::server {
 
@@ -67,54 +67,42 @@ struct Job {
   std::vector<int64_t> SystemRhsShape() const;
 };
 
-// The request forms the persistent systems take.
-struct DeclareOptions {
-  bool rhs_optional = false;  // CreateSystem: the right-hand side may be absent
+
+// The checks every job passes, whatever brought it: the limits on its size, and its contents
+// once every byte is there (finite values, a valid tree, symmetry where the method needs it).
+absl::Status CheckLimits(const Job& job, const JobLimits& l);
+absl::Status CheckContents(const Job& job);
+std::string ShapeStr(const std::vector<int64_t>& shape);
+
+// An array as a transport hands it over: its shape and its bytes, aligned for any element type.
+struct ArrayIn {
+  std::vector<int64_t> shape;
+  const void* data = nullptr;
+  int64_t bytes = 0;
 };
 
-// Unary form: the job borrows the request's bytes (the request must outlive the job).
-absl::StatusOr<Job> JobFromRequest(const v1::TridiagonalRequest& r, const JobLimits& l,
-                                   DeclareOptions o = {});
-absl::StatusOr<Job> JobFromRequest(const v1::TreeRequest& r, const JobLimits& l,
-                                   DeclareOptions o = {});
-absl::StatusOr<Job> JobFromRequest(const v1::BlockTridiagonalRequest& r, const JobLimits& l,
-                                   DeclareOptions o = {});
-absl::StatusOr<Job> JobFromRequest(const v1::DenseRequest& r, const JobLimits& l,
-                                   DeclareOptions o = {});
-// The family request inside a CreateSystemRequest.
-absl::StatusOr<Job> JobFromCreateSystem(const v1::CreateSystemRequest& r, const JobLimits& l);
-
-// Checks `values` (the request's Array) against coefficient `name` of a system: its shape and
-// byte count must be the system's, every value finite (parent: a valid tree). Returns the
-// coefficient's index and the bytes to copy (aligned: `scratch` holds a copy when the message's
-// bytes are not aligned for the type).
+// Checks `values` against coefficient `name` of a system: its shape and byte count must be the
+// system's, every value finite (parent: a valid tree). Returns the coefficient's index and the
+// bytes to copy.
 struct CheckedUpdate {
   int index = -1;
   const void* data = nullptr;
 };
 absl::StatusOr<CheckedUpdate> CheckUpdate(const SystemSpec& spec,
                                           const std::vector<std::vector<int64_t>>& shapes,
-                                          const std::string& name, const v1::Array& values,
-                                          std::string* scratch);
+                                          const std::string& name, const ArrayIn& values);
 // Checks a right-hand side for a system: its shape is the system's right-hand-side shape, or
-// that with one leading dimension k. Returns k, and the right-hand side's bytes (aligned).
+// that with one leading dimension k. Returns k, and the right-hand side's bytes.
 struct CheckedRhs {
   int64_t k = 1;
   const void* data = nullptr;
   std::vector<int64_t> shape;
 };
 absl::StatusOr<CheckedRhs> CheckRhs(const SystemSpec& spec, const std::vector<int64_t>& rhs_shape,
-                                    const v1::Array& rhs, const JobLimits& limits,
-                                    std::string* scratch);
+                                    const ArrayIn& rhs, const JobLimits& limits);
 // A client-supplied name made safe for a message or a log line: printable ASCII, at most 64
 // characters (longer ones end in "...").
 std::string Sanitized(absl::string_view name);
-
-// Streaming form: the header fixes shapes and limits and allocates the arrays; chunks fill
-// them in order; FinishStreamedJob checks completeness and contents.
-absl::StatusOr<Job> JobFromStreamHeader(const v1::StreamRequest& header, const JobLimits& l);
-absl::Status AppendChunk(Job& job, const v1::Chunk& chunk);
-absl::Status FinishStreamedJob(Job& job);
 
 struct JobResult {
   std::string x;  // bytes, the job's precision, the right-hand side's shape and layout

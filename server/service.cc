@@ -495,13 +495,15 @@ absl::Status SolverService::SolveStep(Call& call, const std::string& identity,
   sample.method = std::string(SpecMethodName(spec));
   std::string scratch;
   for (const v1::NamedArray& u : req.update()) {
-    auto checked = CheckUpdate(spec, e.coefficient_shapes, u.name(), u.array(), &scratch);
+    auto checked =
+        CheckUpdate(spec, e.coefficient_shapes, u.name(), ArrayFromProto(u.array(), &scratch));
     if (!checked.ok()) return checked.status();
     if (auto st = system.Update(checked->index, checked->data); !st.ok()) return st;
     sample.bytes_in += int64_t(u.array().data().size());
   }
   if (req.update_size() > 0) systems_.Touch(e, false, true);
-  auto rhs = CheckRhs(spec, e.rhs_shape, req.rhs(), options_.limits, &scratch);
+  std::string rhs_scratch;
+  auto rhs = CheckRhs(spec, e.rhs_shape, ArrayFromProto(req.rhs(), &rhs_scratch), options_.limits);
   if (!rhs.ok()) return rhs.status();
   sample.bytes_in += int64_t(req.rhs().data().size());
   call.receive_us = Micros(Clock::now() - call.start);
@@ -564,7 +566,8 @@ grpc::Status SolverService::UpdateSystem(grpc::ServerContext* ctx,
   sample.family = std::string(FamilyName(e.system->spec().family));
   std::string scratch;
   for (const v1::NamedArray& u : req->update()) {
-    auto checked = CheckUpdate(e.system->spec(), e.coefficient_shapes, u.name(), u.array(), &scratch);
+    auto checked = CheckUpdate(e.system->spec(), e.coefficient_shapes, u.name(),
+                               ArrayFromProto(u.array(), &scratch));
     if (!checked.ok()) return Finish(call, sample, checked.status());
     if (auto st = e.system->Update(checked->index, checked->data); !st.ok())
       return Finish(call, sample, st);

@@ -8,6 +8,7 @@
 
 #include "admission.h"
 #include "job.h"
+#include "translate.h"
 #include "metrics.h"
 #include "systems.h"
 #include "trisolve/backend.h"
