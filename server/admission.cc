@@ -90,4 +90,88 @@ bool Admission::WaitIdle(std::chrono::system_clock::time_point deadline) {
   return cv_.wait_until(lock, deadline, [&] { return running_ == 0 && queued_ == 0; });
 }
 
+ReceiveBudget::Hold::~Hold() {
+  if (b_ != nullptr) b_->Release(bytes_);
+}
+
+absl::Status ReceiveBudget::Reserve(int64_t bytes, Hold* hold) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (streams_ >= max_streams_)
+    return absl::ResourceExhaustedError(absl::StrCat(
+        streams_, " streams are being received, the limit max_receiving_streams; try again later"));
+  if (bytes > max_bytes_ - bytes_)
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the stream declares ", bytes, " bytes and ", bytes_,
+        " are being received: over the limit max_receiving_bytes = ", max_bytes_));
+  bytes_ += bytes;
+  ++streams_;
+  hold->b_ = this;
+  hold->bytes_ = bytes;
+  return absl::OkStatus();
+}
+
+void ReceiveBudget::Release(int64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  bytes_ -= bytes;
+  --streams_;
+}
+
+int64_t ReceiveBudget::bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return bytes_;
+}
+
+int ReceiveBudget::streams() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return streams_;
+}
+
+DeadlineWatch::DeadlineWatch() : thread_([this] { Loop(); }) {}
+
+DeadlineWatch::~DeadlineWatch() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+DeadlineWatch::Guard::~Guard() {
+  std::lock_guard<std::mutex> lock(w_->mu_);
+  w_->watched_.erase(id_);
+}
+
+std::unique_ptr<DeadlineWatch::Guard> DeadlineWatch::Watch(
+    std::chrono::system_clock::time_point deadline, std::function<void()> cancel) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t id = next_++;
+  watched_[id] = {deadline, std::move(cancel)};
+  cv_.notify_all();
+  return std::make_unique<Guard>(this, id);
+}
+
+void DeadlineWatch::Loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    auto earliest = std::chrono::system_clock::time_point::max();
+    const auto now = std::chrono::system_clock::now();
+    for (auto it = watched_.begin(); it != watched_.end();) {
+      if (it->second.first <= now) {
+        // Cancelling under the lock: a Guard being destroyed waits, so the call it guards is
+        // still there to cancel.
+        it->second.second();
+        it = watched_.erase(it);
+      } else {
+        earliest = std::min(earliest, it->second.first);
+        ++it;
+      }
+    }
+    if (earliest == std::chrono::system_clock::time_point::max())
+      cv_.wait(lock);
+    else
+      cv_.wait_until(lock, earliest);
+  }
+}
+
 }  // namespace trisolve::server

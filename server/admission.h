@@ -6,7 +6,11 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <memory>
 #include <mutex>
+#include <thread>
+#include <utility>
 
 #include "absl/status/status.h"
 
@@ -68,6 +72,73 @@ class Admission {
   int64_t queued_ = 0;
   int64_t done_ = 0;
   bool shutdown_ = false;
+};
+
+// Bytes held by streamed requests being received, and how many streams receive at once: a
+// stream is admitted at its header against both (RESOURCE_EXHAUSTED naming the limit), so
+// that streams trickling their chunks cannot hold memory past the budget.
+class ReceiveBudget {
+ public:
+  ReceiveBudget(int64_t max_bytes, int max_streams)
+      : max_bytes_(max_bytes), max_streams_(max_streams) {}
+
+  // Holds a reservation until destroyed.
+  class Hold {
+   public:
+    Hold() = default;
+    Hold(const Hold&) = delete;
+    Hold& operator=(const Hold&) = delete;
+    ~Hold();
+
+   private:
+    friend class ReceiveBudget;
+    ReceiveBudget* b_ = nullptr;
+    int64_t bytes_ = 0;
+  };
+
+  absl::Status Reserve(int64_t bytes, Hold* hold);
+  int64_t bytes() const;
+  int streams() const;
+
+ private:
+  void Release(int64_t bytes);
+  const int64_t max_bytes_;
+  const int max_streams_;
+  mutable std::mutex mu_;
+  int64_t bytes_ = 0;
+  int streams_ = 0;
+};
+
+// Cancels calls whose deadline is the server's (--default-deadline, --max-deadline) rather than
+// the client's, which gRPC enforces itself: a stream whose client goes silent is ended at it.
+class DeadlineWatch {
+ public:
+  DeadlineWatch();
+  ~DeadlineWatch();
+  // Until the returned guard is destroyed, `cancel` runs once the deadline passes.
+  class Guard {
+   public:
+    Guard(DeadlineWatch* w, uint64_t id) : w_(w), id_(id) {}
+    Guard(const Guard&) = delete;
+    Guard& operator=(const Guard&) = delete;
+    ~Guard();
+
+   private:
+    DeadlineWatch* w_;
+    uint64_t id_;
+  };
+  std::unique_ptr<Guard> Watch(std::chrono::system_clock::time_point deadline,
+                               std::function<void()> cancel);
+
+ private:
+  void Loop();
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<uint64_t, std::pair<std::chrono::system_clock::time_point, std::function<void()>>>
+      watched_;
+  uint64_t next_ = 1;
+  bool stop_ = false;
+  std::thread thread_;
 };
 
 }  // namespace trisolve::server

@@ -139,6 +139,14 @@ int main(int argc, char** argv) {
                  "jobs of at most this many unknowns take the small jobs' slots (0: none)")
       ->envname("TRISOLVE_SMALL_JOB_UNKNOWNS")->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
       ->capture_default_str();
+  app.add_option("--max-receiving-bytes", opt.max_receiving_bytes,
+                 "bytes the streamed requests being received may declare, together")
+      ->envname("TRISOLVE_MAX_RECEIVING_BYTES")->check(CLI::Range(int64_t{1}, int64_t{1} << 50))
+      ->capture_default_str();
+  app.add_option("--max-receiving-streams", opt.max_receiving_streams,
+                 "streamed requests received at once")
+      ->envname("TRISOLVE_MAX_RECEIVING_STREAMS")->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
   app.add_option("--max-systems-per-identity", opt.systems.max_per_identity,
                  "persistent systems one identity may hold")
       ->envname("TRISOLVE_MAX_SYSTEMS_PER_IDENTITY")->check(CLI::Range(0, 1 << 20))

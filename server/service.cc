@@ -44,6 +44,7 @@ SolverService::SolverService(std::unique_ptr<Backend> backend, ServiceOptions op
       options_(options),
       admission_(options.max_concurrent_jobs, options.max_queued_jobs),
       small_admission_(std::max(1, options.max_concurrent_small_jobs), options.max_queued_jobs),
+      receiving_(options.max_receiving_bytes, std::max(1, options.max_receiving_streams)),
       systems_(options.systems),
       started_(Clock::now()) {}
 
@@ -296,22 +297,37 @@ grpc::Status SolverService::SolveStream(
   if (admission_.shutting_down())
     return Finish(call, sample, absl::UnavailableError("the server is shutting down"));
   if (auto id = Authenticate(ctx); !id.ok()) return Finish(call, sample, id.status());
+  // The server's own deadline, where it is tighter than the client's (which gRPC enforces),
+  // ends the call however silent the client is.
+  std::unique_ptr<DeadlineWatch::Guard> watch;
+  if (call.deadline < ctx->deadline())
+    watch = deadline_watch_.Watch(call.deadline, [ctx] { ctx->TryCancel(); });
+  const auto ended = [&](const char* phase) {
+    if (std::chrono::system_clock::now() + Admission::kDeadlineSkew >= call.deadline)
+      return absl::DeadlineExceededError(
+          absl::StrCat("the deadline passed while the job was ", phase));
+    return absl::CancelledError(absl::StrCat("the client cancelled the call while the job was ",
+                                             phase));
+  };
   v1::StreamRequest msg;
   if (!stream->Read(&msg))
     return Finish(call, sample,
-                  absl::InvalidArgumentError("part: the stream ended before its header"));
+                  ctx->IsCancelled() ? ended("awaiting its header")
+                                     : absl::InvalidArgumentError("part: the stream ended before its header"));
   auto job = JobFromStreamHeader(msg, options_.limits);
   if (!job.ok()) return Finish(call, sample, job.status());
   sample.family = std::string(FamilyName(job->family));
   sample.method = MethodLabel(job->family, job->method);
+  ReceiveBudget::Hold hold;
+  if (auto st = receiving_.Reserve(job->total_bytes(), &hold); !st.ok())
+    return Finish(call, sample, st);
   while (stream->Read(&msg)) {
     if (!msg.has_chunk())
       return Finish(call, sample,
                     absl::InvalidArgumentError("part: only chunks may follow the header"));
     if (auto st = AppendChunk(*job, msg.chunk()); !st.ok()) return Finish(call, sample, st);
   }
-  if (ctx->IsCancelled())
-    return Finish(call, sample, absl::CancelledError("the client cancelled the call"));
+  if (ctx->IsCancelled()) return Finish(call, sample, ended("being received"));
   if (auto st = FinishStreamedJob(*job); !st.ok()) return Finish(call, sample, st);
   sample.bytes_in = job->total_bytes();
   call.receive_us = Micros(Clock::now() - call.start);

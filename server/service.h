@@ -34,6 +34,10 @@ struct ServiceOptions {
   // so that small requests are not queued behind two large ones (0: every job shares one pool).
   int64_t small_job_unknowns = 1 << 16;
   int max_concurrent_small_jobs = 64;
+  // Streamed requests being received: the bytes their headers declare, together, and how many
+  // at once (admitted at the header; memory is taken as chunks arrive).
+  int64_t max_receiving_bytes = int64_t{16} << 30;
+  int max_receiving_streams = 16;
 };
 
 class SolverService final : public v1::Solver::Service {
@@ -97,6 +101,8 @@ class SolverService final : public v1::Solver::Service {
   ServiceOptions options_;
   Admission admission_;
   Admission small_admission_;
+  ReceiveBudget receiving_;
+  DeadlineWatch deadline_watch_;
   SystemRegistry systems_;
   std::atomic<int64_t> next_id_{1};
   Metrics metrics_;

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <new>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -90,12 +91,16 @@ absl::Status Borrow(Job& job, absl::string_view name, const Array& a) {
   return absl::OkStatus();
 }
 
-void Allocate(Job& job) {
-  for (auto& [name, ja] : job.arrays) {
-    ja.owned.reset(new std::byte[static_cast<size_t>(ja.expected_bytes)]);
-    ja.data = ja.owned.get();
-    ja.received = 0;
-  }
+// An array's memory, taken when its first chunk arrives; RESOURCE_EXHAUSTED where the host
+// has none to give.
+absl::Status Allocate(absl::string_view name, JobArray& ja) {
+  ja.owned.reset(new (std::nothrow) std::byte[static_cast<size_t>(ja.expected_bytes)]);
+  if (!ja.owned)
+    return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", ja.expected_bytes,
+                                                     " bytes for ", name));
+  ja.data = ja.owned.get();
+  ja.received = 0;
+  return absl::OkStatus();
 }
 
 // ---- per family: declare shapes (header), then borrow data (unary) --------------------
@@ -416,7 +421,7 @@ absl::StatusOr<Job> JobFromStreamHeader(const v1::StreamRequest& h, const JobLim
   }
   if (!st.ok()) return st;
   if (auto s2 = CheckLimits(job, l); !s2.ok()) return s2;
-  Allocate(job);
+  // Nothing is allocated yet: each array when its first chunk arrives (AppendChunk).
   return job;
 }
 
@@ -424,9 +429,11 @@ absl::Status AppendChunk(Job& job, const v1::Chunk& chunk) {
   const std::string name = CanonicalName(job, chunk.array());
   auto it = job.arrays.find(name);
   if (it == job.arrays.end())
-    return Invalid("chunk.array", absl::StrCat("'", chunk.array(), "' is not an array of this ",
+    return Invalid("chunk.array", absl::StrCat("'", Sanitized(chunk.array()), "' is not an array of this ",
                                                FamilyName(job.family), " job"));
   JobArray& ja = it->second;
+  if (!ja.owned)
+    if (auto st = Allocate(name, ja); !st.ok()) return st;
   if (chunk.offset() != ja.received)
     return absl::InvalidArgumentError(absl::StrCat("chunk.offset is ", chunk.offset(), " for ", name,
                                                 ", expected ", ja.received,

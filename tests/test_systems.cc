@@ -14,6 +14,7 @@
 #include "trisolve/backend.h"
 #include "trisolve/client.h"
 #include "trisolve/examples.h"
+#include "trisolve/v1/trisolve.grpc.pb.h"
 
 namespace trisolve {
 namespace {
@@ -565,6 +566,111 @@ TEST(Soak, MixedCallsEachAnsweredCorrectlyOrWithAClearStatus) {
   EXPECT_EQ(info->system_bytes, 0);
   EXPECT_EQ(info->jobs_in_flight, 0);
   EXPECT_EQ(info->jobs_queued, 0);
+}
+
+}  // namespace
+}  // namespace trisolve
+
+namespace trisolve {
+namespace {
+
+// A streamed tridiagonal header of one system of n (no data: chunks follow).
+v1::StreamRequest StreamHeader(int64_t n) {
+  v1::StreamRequest h;
+  auto* r = h.mutable_tridiagonal();
+  r->set_dtype(v1::FLOAT64);
+  for (auto* a : {r->mutable_a(), r->mutable_b(), r->mutable_c(), r->mutable_d()}) a->add_shape(n);
+  return h;
+}
+
+std::unique_ptr<v1::Solver::Stub> RawStub(const ServerProcess& s) {
+  return v1::Solver::NewStub(grpc::CreateChannel(s.target(), grpc::InsecureChannelCredentials()));
+}
+
+TEST(Receiving, StreamsAreAdmittedAtTheirHeaderAgainstTheBudget) {
+  ServerProcess server({"--max-receiving-bytes", "1000000", "--max-receiving-streams", "2"});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  auto stub = RawStub(server);
+  // A header declaring more than the budget: refused at once, nothing allocated.
+  {
+    grpc::ClientContext ctx;
+    auto rw = stub->SolveStream(&ctx);
+    rw->Write(StreamHeader(100000));  // 4 arrays of 800,000 bytes
+    rw->WritesDone();
+    v1::StreamResponse resp;
+    while (rw->Read(&resp)) {
+    }
+    const grpc::Status st = rw->Finish();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_NE(st.error_message().find("max_receiving_bytes"), std::string::npos) << st.error_message();
+  }
+  // Two streams receiving (header and one chunk each, then waiting): a third is refused.
+  std::vector<std::unique_ptr<grpc::ClientContext>> ctxs;
+  std::vector<std::unique_ptr<grpc::ClientReaderWriter<v1::StreamRequest, v1::StreamResponse>>> open;
+  for (int i = 0; i < 2; ++i) {
+    ctxs.push_back(std::make_unique<grpc::ClientContext>());
+    open.push_back(stub->SolveStream(ctxs.back().get()));
+    open.back()->Write(StreamHeader(10));
+  }
+  grpc::Status third;
+  for (int attempt = 0; attempt < 100; ++attempt) {  // until the server has taken both headers
+    grpc::ClientContext ctx;
+    auto rw = stub->SolveStream(&ctx);
+    rw->Write(StreamHeader(10));
+    rw->WritesDone();
+    v1::StreamResponse resp;
+    while (rw->Read(&resp)) {
+    }
+    third = rw->Finish();
+    if (third.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(third.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << third.error_message();
+  EXPECT_NE(third.error_message().find("max_receiving_streams"), std::string::npos);
+  // The two finish normally and free their places.
+  for (auto& rw : open) {
+    for (const char* name : {"a", "b", "c", "d"}) {
+      v1::StreamRequest msg;
+      msg.mutable_chunk()->set_array(name);
+      const std::vector<double> v(10, std::string(name) == "b" ? 4.0 : 1.0);
+      msg.mutable_chunk()->set_data(v.data(), v.size() * 8);
+      rw->Write(msg);
+    }
+    rw->WritesDone();
+    v1::StreamResponse resp;
+    while (rw->Read(&resp)) {
+    }
+    EXPECT_TRUE(rw->Finish().ok());
+  }
+}
+
+TEST(Receiving, ASilentStreamEndsAtTheServersDeadline) {
+  ServerProcess server({"--default-deadline", "1"});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  auto stub = RawStub(server);
+  grpc::ClientContext ctx;  // no deadline of its own
+  auto rw = stub->SolveStream(&ctx);
+  rw->Write(StreamHeader(1000));
+  v1::StreamRequest msg;
+  msg.mutable_chunk()->set_array("a");
+  const std::vector<double> v(100, 1.0);
+  msg.mutable_chunk()->set_data(v.data(), v.size() * 8);
+  rw->Write(msg);
+  const auto t0 = std::chrono::steady_clock::now();
+  v1::StreamResponse resp;
+  while (rw->Read(&resp)) {  // the client says nothing more
+  }
+  const grpc::Status st = rw->Finish();
+  EXPECT_NE(st.error_code(), grpc::StatusCode::OK);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  // The server counts and logs it as a deadline, not a bad request.
+  bool logged = false;
+  for (int i = 0; i < 100 && !logged; ++i) {
+    logged = server.Log().find("DEADLINE_EXCEEDED the deadline passed while the job was being "
+                               "received") != std::string::npos;
+    if (!logged) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(logged) << server.Log();
 }
 
 }  // namespace

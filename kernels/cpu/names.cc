@@ -23,8 +23,13 @@ absl::string_view StatusName(SystemStatus s) {
 namespace {
 absl::Status UnknownMethod(absl::string_view family, absl::string_view name,
                            absl::string_view known) {
+  // The name is the client's: at most 64 printable characters of it go into the message (a
+  // whole 10,000-character name overflowed gRPC's metadata and failed the calls beside it).
+  std::string shown;
+  for (char ch : name.substr(0, 64)) shown.push_back(ch >= 0x20 && ch < 0x7f ? ch : '?');
+  if (name.size() > 64) shown += "...";
   return absl::InvalidArgumentError(absl::StrCat("method: unknown ", family, " method '",
-                                                 name, "' (expected one of ", known, ")"));
+                                                 shown, "' (expected one of ", known, ")"));
 }
 }  // namespace
 
