@@ -21,42 +21,19 @@ constexpr int kTreeParent = 3;
 bool Replicates(Family f) { return f == Family::kTridiagonal || f == Family::kTree; }
 
 template <typename T>
-const T* Coef(const SystemSpec& s, int i) {
-  return static_cast<const T*>(s.coefficients[size_t(i)]);
-}
-
-template <typename T>
 absl::StatusOr<SolveInfo> SolveOne(Backend& be, const SystemSpec& s, const T* rhs, T* x,
                                    SystemStatus* status, const SolveControl& control) {
   switch (s.family) {
-    case Family::kTridiagonal: {
-      TridiagonalProblem<T> p{s.batch, s.n, s.layout, Coef<T>(s, 0), Coef<T>(s, 1), Coef<T>(s, 2),
-                              rhs};
-      return be.Solve(p, TridiagonalMethod(s.method), TridiagonalOutput<T>{x, status}, control);
-    }
-    case Family::kTree: {
-      TreeProblem<T> p;
-      p.batch = s.batch;
-      p.n = s.n;
-      p.layout = s.layout;
-      p.parent = static_cast<const int32_t*>(s.coefficients[kTreeParent]);
-      p.parent_per_system = s.parent_per_system;
-      p.lower = Coef<T>(s, 0);
-      p.upper = Coef<T>(s, 1);
-      p.diag = Coef<T>(s, 2);
-      p.rhs = rhs;
-      return be.Solve(p, TreeMethod(s.method), TreeOutput<T>{x, status}, control);
-    }
-    case Family::kBlockTridiagonal: {
-      BlockTridiagonalProblem<T> p{s.block_N,     s.block_M,     Coef<T>(s, 0), Coef<T>(s, 1),
-                                   Coef<T>(s, 2), Coef<T>(s, 3), Coef<T>(s, 4), rhs, nullptr};
-      return be.Solve(p, BlockMethod(s.method), s.block_options, BlockOutput<T>{x, status},
-                      control);
-    }
-    case Family::kDense: {
-      DenseProblem<T> p{s.batch, s.n, Coef<T>(s, 0), rhs};
-      return be.Solve(p, DenseMethod(s.method), DenseOutput<T>{x, status}, control);
-    }
+    case Family::kTridiagonal:
+      return be.Solve(TridiagonalOf(s, rhs), TridiagonalMethod(s.method),
+                      TridiagonalOutput<T>{x, status}, control);
+    case Family::kTree:
+      return be.Solve(TreeOf(s, rhs), TreeMethod(s.method), TreeOutput<T>{x, status}, control);
+    case Family::kBlockTridiagonal:
+      return be.Solve(BlockOf(s, rhs), BlockMethod(s.method), s.block_options,
+                      BlockOutput<T>{x, status}, control);
+    case Family::kDense:
+      return be.Solve(DenseOf(s, rhs), DenseMethod(s.method), DenseOutput<T>{x, status}, control);
   }
   return absl::InternalError("unknown family");
 }
@@ -64,28 +41,9 @@ absl::StatusOr<SolveInfo> SolveOne(Backend& be, const SystemSpec& s, const T* rh
 template <typename T>
 double BackwardErrorOne(const SystemSpec& s, const T* rhs, const T* x, const SystemStatus* status) {
   switch (s.family) {
-    case Family::kTridiagonal: {
-      TridiagonalProblem<T> p{s.batch, s.n, s.layout, Coef<T>(s, 0), Coef<T>(s, 1), Coef<T>(s, 2),
-                              rhs};
-      return TridiagonalBackwardError(p, x, status);
-    }
-    case Family::kTree: {
-      TreeProblem<T> p;
-      p.batch = s.batch;
-      p.n = s.n;
-      p.layout = s.layout;
-      p.parent = static_cast<const int32_t*>(s.coefficients[kTreeParent]);
-      p.parent_per_system = s.parent_per_system;
-      p.lower = Coef<T>(s, 0);
-      p.upper = Coef<T>(s, 1);
-      p.diag = Coef<T>(s, 2);
-      p.rhs = rhs;
-      return TreeBackwardError(p, x, status);
-    }
-    case Family::kDense: {
-      DenseProblem<T> p{s.batch, s.n, Coef<T>(s, 0), rhs};
-      return DenseBackwardError(p, x, status);
-    }
+    case Family::kTridiagonal: return TridiagonalBackwardError(TridiagonalOf(s, rhs), x, status);
+    case Family::kTree: return TreeBackwardError(TreeOf(s, rhs), x, status);
+    case Family::kDense: return DenseBackwardError(DenseOf(s, rhs), x, status);
     case Family::kBlockTridiagonal: break;
   }
   return std::numeric_limits<double>::quiet_NaN();

@@ -218,13 +218,8 @@ class CudaBackend final : public Backend {
     cudaSetDevice(options_.device);
     auto pinned = pinned_pool_.Get(2 * kStagingChunk);
     if (!pinned.ok()) return pinned.status();
-    const int li = AcquireLane();
-    struct Release {
-      CudaBackend* b;
-      int i;
-      ~Release() { b->ReleaseLane(i); }
-    } release{this, li};
-    Lane& l = lanes_[li];
+    const LaneLease lease(this);
+    Lane& l = lease.lane();
     if (auto st = StageIn(l, static_cast<std::byte*>(pinned->get()), host, dev, bytes); !st.ok())
       return st;
     return cuda::CudaStatus(cudaStreamSynchronize(l.stream), "cudaStreamSynchronize");
@@ -246,13 +241,8 @@ class CudaBackend final : public Backend {
     auto buf = device_pool_.Get(std::max<int64_t>(total, 256));
     if (!buf.ok()) return buf.status();
     cudaSetDevice(options_.device);
-    const int li = AcquireLane();
-    struct Release {
-      CudaBackend* b;
-      int i;
-      ~Release() { b->ReleaseLane(i); }
-    } release{this, li};
-    cudaStream_t stream = lanes_[li].stream;
+    const LaneLease lease(this);
+    cudaStream_t stream = lease.lane().stream;
     for (int i = 0; i < spec.num_coefficients(); ++i) {
       if (IsTreeParent(spec, i)) continue;
       const auto* src = s.device.as<const std::byte>() + s.offset[size_t(i)];
@@ -292,37 +282,19 @@ class CudaBackend final : public Backend {
   absl::StatusOr<SolveInfo> SolveResident(const SystemSpec& hs, const Resident<T>& resident,
                                           const T* rhs, T* x, SystemStatus* status,
                                           const SolveControl& c) {
-    auto coef = [&](int i) { return static_cast<const T*>(hs.coefficients[size_t(i)]); };
     switch (hs.family) {
-      case Family::kTridiagonal: {
-        TridiagonalProblem<T> p{hs.batch, hs.n, hs.layout, coef(0), coef(1), coef(2), rhs};
-        return SolveTri(p, TridiagonalMethod(hs.method), TridiagonalOutput<T>{x, status}, c,
-                        &resident);
-      }
-      case Family::kTree: {
-        TreeProblem<T> p;
-        p.batch = hs.batch;
-        p.n = hs.n;
-        p.layout = hs.layout;
-        p.parent = static_cast<const int32_t*>(hs.coefficients[3]);
-        p.parent_per_system = hs.parent_per_system;
-        p.lower = coef(0);
-        p.upper = coef(1);
-        p.diag = coef(2);
-        p.rhs = rhs;
-        return SolveTreeOnDevice(p, TreeMethod(hs.method), TreeOutput<T>{x, status}, c, &resident);
-      }
-      case Family::kBlockTridiagonal: {
-        BlockTridiagonalProblem<T> p{hs.block_N, hs.block_M, coef(0), coef(1), coef(2),
-                                     coef(3),    coef(4),    rhs,     nullptr};
-        return SolveBlockOnDevice(p, BlockMethod(hs.method), hs.block_options,
+      case Family::kTridiagonal:
+        return SolveTri(TridiagonalOf(hs, rhs), TridiagonalMethod(hs.method),
+                        TridiagonalOutput<T>{x, status}, c, &resident);
+      case Family::kTree:
+        return SolveTreeOnDevice(TreeOf(hs, rhs), TreeMethod(hs.method), TreeOutput<T>{x, status},
+                                 c, &resident);
+      case Family::kBlockTridiagonal:
+        return SolveBlockOnDevice(BlockOf(hs, rhs), BlockMethod(hs.method), hs.block_options,
                                   BlockOutput<T>{x, status}, c, &resident);
-      }
-      case Family::kDense: {
-        DenseProblem<T> p{hs.batch, hs.n, coef(0), rhs};
-        return SolveDenseOnDevice(p, DenseMethod(hs.method), DenseOutput<T>{x, status}, c,
-                                  &resident);
-      }
+      case Family::kDense:
+        return SolveDenseOnDevice(DenseOf(hs, rhs), DenseMethod(hs.method),
+                                  DenseOutput<T>{x, status}, c, &resident);
     }
     return absl::InternalError("unknown family");
   }
@@ -383,6 +355,19 @@ class CudaBackend final : public Backend {
     free_.push_back(i);
     cv_.notify_one();
   }
+  // A lane (stream and events) held until destroyed.
+  class LaneLease {
+   public:
+    explicit LaneLease(CudaBackend* b) : b_(b), i_(b->AcquireLane()) {}
+    LaneLease(const LaneLease&) = delete;
+    LaneLease& operator=(const LaneLease&) = delete;
+    ~LaneLease() { b_->ReleaseLane(i_); }
+    Lane& lane() const { return b_->lanes_[size_t(i_)]; }
+
+   private:
+    CudaBackend* b_;
+    int i_;
+  };
 
   // Host -> device through two pinned pieces in turn: the memcpy into one overlaps the DMA of
   // the other (pageable copies run at a sixth of the pinned rate).
@@ -454,13 +439,8 @@ class CudaBackend final : public Backend {
     auto pinned =
         pinned_pool_.Get(one_copy ? std::max(staged_bytes, bytes + batch) : 2 * kStagingChunk);
     if (!pinned.ok()) return pinned.status();
-    const int li = AcquireLane();
-    struct Release {
-      CudaBackend* b;
-      int i;
-      ~Release() { b->ReleaseLane(i); }
-    } release{this, li};
-    Lane& l = lanes_[li];
+    const LaneLease lease(this);
+    Lane& l = lease.lane();
     T* base = static_cast<T*>(dev->get());
     std::vector<T*> din(static_cast<size_t>(k));
     T* next = base;

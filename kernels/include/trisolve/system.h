@@ -14,6 +14,9 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "trisolve/block_tridiagonal.h"
+#include "trisolve/dense.h"
+#include "trisolve/tree.h"
+#include "trisolve/tridiagonal.h"
 #include "trisolve/types.h"
 
 namespace trisolve {
@@ -51,6 +54,37 @@ struct SystemSpec {
   int64_t rhs_values() const { return batch * n; }
   int64_t coefficient_total_bytes() const;
 };
+
+// The family's problem for a spec and a right-hand side (the spec's coefficients as they are:
+// host or device pointers).
+template <typename T>
+TridiagonalProblem<T> TridiagonalOf(const SystemSpec& s, const T* rhs) {
+  return {s.batch, s.n, s.layout, static_cast<const T*>(s.coefficients[0]),
+          static_cast<const T*>(s.coefficients[1]), static_cast<const T*>(s.coefficients[2]), rhs};
+}
+template <typename T>
+TreeProblem<T> TreeOf(const SystemSpec& s, const T* rhs) {
+  TreeProblem<T> p;
+  p.batch = s.batch;
+  p.n = s.n;
+  p.layout = s.layout;
+  p.parent = static_cast<const int32_t*>(s.coefficients[3]);
+  p.parent_per_system = s.parent_per_system;
+  p.lower = static_cast<const T*>(s.coefficients[0]);
+  p.upper = static_cast<const T*>(s.coefficients[1]);
+  p.diag = static_cast<const T*>(s.coefficients[2]);
+  p.rhs = rhs;
+  return p;
+}
+template <typename T>
+BlockTridiagonalProblem<T> BlockOf(const SystemSpec& s, const T* f) {
+  auto c = [&](int i) { return static_cast<const T*>(s.coefficients[size_t(i)]); };
+  return {s.block_N, s.block_M, c(0), c(1), c(2), c(3), c(4), f, nullptr};
+}
+template <typename T>
+DenseProblem<T> DenseOf(const SystemSpec& s, const T* b) {
+  return {s.batch, s.n, static_cast<const T*>(s.coefficients[0]), b};
+}
 
 // k right-hand sides for a system. For a system of one (batch == 1) they form a batch of k
 // systems sharing its matrix, in `layout`: [k, n] flat or [n, k] interleaved. For a batch, they
