@@ -438,6 +438,7 @@ absl::Status CheckLabel(const std::string& label) {
 
 }  // namespace
 
+// The caller holds e.mu (e.system is there, and stays).
 void SolverService::FillSystemInfo(const SystemRegistry::Entry& e, v1::SystemInfo* info) const {
   const SystemSpec& s = e.system->spec();
   info->set_handle(e.handle);
@@ -448,11 +449,12 @@ void SolverService::FillSystemInfo(const SystemRegistry::Entry& e, v1::SystemInf
   info->set_method(std::string(SpecMethodName(s)));
   info->set_prepared(e.system->prepared());
   for (int64_t d : e.rhs_shape) info->add_rhs_shape(d);
-  info->set_bytes(e.bytes);
+  const SystemRegistry::Usage u = systems_.UsageOf(e);
+  info->set_bytes(u.bytes);
   info->set_ttl_s(e.ttl_s);
-  info->set_idle_s(std::chrono::duration<double>(Clock::now() - e.last_used).count());
-  info->set_solves(e.solves);
-  info->set_updates(e.updates);
+  info->set_idle_s(u.idle_s);
+  info->set_solves(u.solves);
+  info->set_updates(u.updates);
 }
 
 grpc::Status SolverService::CreateSystem(grpc::ServerContext* ctx,
@@ -489,7 +491,10 @@ grpc::Status SolverService::CreateSystem(grpc::ServerContext* ctx,
   auto entry = systems_.Add(*identity, req->label(), req->ttl_s(), std::move(prepared),
                             job->CoefficientShapes(), job->SystemRhsShape());
   if (!entry.ok()) return Finish(call, sample, entry.status());
-  FillSystemInfo(**entry, resp);
+  {
+    std::lock_guard<std::mutex> order((*entry)->mu);
+    FillSystemInfo(**entry, resp);
+  }
   spdlog::info("[req {}] CreateSystem {} {} {} ({}): {} bytes, {}", call.id, resp->handle(),
                resp->family(), resp->label().empty() ? "-" : resp->label(), resp->method(),
                resp->bytes(), resp->prepared());
@@ -621,8 +626,7 @@ grpc::Status SolverService::ListSystems(grpc::ServerContext* ctx, const v1::List
   auto identity = Authenticate(ctx);
   if (!identity.ok()) return Finish(call, sample, identity.status());
   for (const auto& e : systems_.List(*identity)) {
-    std::unique_lock<std::mutex> order(e->mu, std::try_to_lock);
-    // A system busy solving is listed from what the registry knows without waiting for it.
+    std::lock_guard<std::mutex> order(e->mu);  // after the call in flight on it, if any
     if (e->system) FillSystemInfo(*e, resp->add_systems());
   }
   return Finish(call, sample, absl::OkStatus());

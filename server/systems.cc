@@ -159,6 +159,12 @@ std::vector<std::shared_ptr<SystemRegistry::Entry>> SystemRegistry::List(
   return out;
 }
 
+SystemRegistry::Usage SystemRegistry::UsageOf(const Entry& e) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return {e.bytes, e.solves, e.updates,
+          std::chrono::duration<double>(Clock::now() - e.last_used).count()};
+}
+
 int64_t SystemRegistry::count() const {
   std::lock_guard<std::mutex> lock(mu_);
   return int64_t(by_handle_.size());

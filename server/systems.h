@@ -86,6 +86,13 @@ class SystemRegistry {
   // Re-counts the bytes of a system after an update (a backend may derive more or less).
   void Touch(Entry& e, bool solved, bool updated);
 
+  // The registry's counts of a system, read under its lock.
+  struct Usage {
+    int64_t bytes = 0, solves = 0, updates = 0;
+    double idle_s = 0;
+  };
+  Usage UsageOf(const Entry& e) const;
+
   int64_t count() const;
   int64_t bytes() const;
   // Drops every system idle past its time-to-live (the sweeper does this every second).
