@@ -46,6 +46,8 @@ void Metrics::Record(const CallSample& s) {
     transfer_[s.family].Observe(s.transfer_s);
     compute_[s.family].Observe(s.compute_s);
     unknowns_[s.family] += s.unknowns;
+    for (int o = 0; o < 4; ++o)
+      if (s.outcomes[size_t(o)] > 0) outcomes_[{s.family, o}] += s.outcomes[size_t(o)];
   }
 }
 
@@ -81,6 +83,13 @@ std::string Metrics::Render(const BackendInfo& backend, int64_t in_flight, int64
   for (const auto& [family, v] : unknowns_)
     absl::StrAppend(&out, "trisolve_unknowns_solved_total{family=\"", Escape(family), "\"} ", v,
                     "\n");
+  Header(out, "trisolve_systems_total", "counter",
+         "Systems answered, by family and outcome (ok, singular, not_converged, diverged): a "
+         "request whose call succeeded can still hold systems that were not solved.");
+  static constexpr const char* kOutcome[] = {"ok", "singular", "not_converged", "diverged"};
+  for (const auto& [key, v] : outcomes_)
+    absl::StrAppend(&out, "trisolve_systems_total{family=\"", Escape(key.first),
+                    "\",outcome=\"", kOutcome[key.second], "\"} ", v, "\n");
   Header(out, "trisolve_received_bytes_total", "counter", "Bytes of arrays received.");
   absl::StrAppend(&out, "trisolve_received_bytes_total ", bytes_in_, "\n");
   Header(out, "trisolve_sent_bytes_total", "counter", "Bytes of solutions sent.");

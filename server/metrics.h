@@ -26,6 +26,8 @@ struct CallSample {
   double queue_s = 0, transfer_s = 0, compute_s = 0;
   int64_t bytes_in = 0, bytes_out = 0, unknowns = 0;
   bool solved = false;  // the solve ran (queue/transfer/compute observed)
+  // Systems of the answer by outcome: ok, singular, not_converged, diverged.
+  std::array<int64_t, 4> outcomes{};
 };
 
 class Metrics {
@@ -48,6 +50,7 @@ class Metrics {
   std::map<std::tuple<std::string, std::string, std::string, std::string>, int64_t> requests_;
   std::map<std::string, Histogram> queue_, transfer_, compute_;  // by family
   std::map<std::string, int64_t> unknowns_;                      // by family
+  std::map<std::pair<std::string, int>, int64_t> outcomes_;      // (family, outcome) -> systems
   int64_t bytes_in_ = 0, bytes_out_ = 0;
 };
 

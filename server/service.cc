@@ -230,6 +230,7 @@ void FillSample(int64_t unknowns, const JobResult& r, double receive_us, double 
   sample->compute_s = (r.info.kernel_us > 0 ? r.info.kernel_us : r.compute_us) * 1e-6;
   sample->bytes_out = int64_t(r.x.size());
   sample->unknowns = unknowns;
+  for (SystemStatus st : r.status) ++sample->outcomes[static_cast<size_t>(st)];
 }
 
 }  // namespace

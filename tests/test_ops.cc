@@ -100,6 +100,22 @@ TEST(Ops, MetricsCountersMoveAsExpected) {
   EXPECT_NE(after.find("# TYPE trisolve_queue_seconds histogram"), std::string::npos);
   EXPECT_NE(after.find(R"(trisolve_transfer_seconds_bucket{family="tridiagonal",le="+Inf"} 2)"),
             std::string::npos);
+  const std::string ok_systems = R"(trisolve_systems_total{family="tridiagonal",outcome="ok"})";
+  const std::string singular_systems =
+      R"(trisolve_systems_total{family="tridiagonal",outcome="singular"})";
+  EXPECT_EQ(Series(after, ok_systems) - Series(before, ok_systems), 2 * 10);
+  // A call that succeeds with a singular system in it (a zero row): counted by its outcome.
+  examples::Arrays zero_row = examples::RandomTridiagonal(2, 5, false, 3);
+  zero_row["b"].as<double>()[5] = 0;
+  zero_row["c"].as<double>()[5] = 0;
+  Job singular{Kind::kTridiagonal};
+  for (const auto& [name, a] : zero_row) singular.arrays[name] = a.view();
+  auto rs = c.Solve(singular);
+  ASSERT_TRUE(rs.ok()) << rs.status();
+  EXPECT_EQ(rs->summary.singular, 1);
+  const std::string last = scrape();
+  EXPECT_EQ(Series(last, singular_systems) - Series(after, singular_systems), 1) << last;
+  EXPECT_EQ(Series(last, ok_systems) - Series(after, ok_systems), 1);
 }
 
 TEST(Ops, BearerTokensAcceptedAndRefusedHealthStaysOpen) {
