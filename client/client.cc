@@ -294,8 +294,9 @@ SystemInfo ReadSystemInfo(const v1::SystemInfo& i) {
   return s;
 }
 
-// The arrays of a job as they will travel: coefficients in the right-hand side's type (a system
-// created without one: the first floating-point coefficient's), parent int32.
+// The arrays of a job as they will travel: float32 only when every floating-point array is
+// float32, float64 otherwise (never narrowed: a float32 right-hand side used to turn float64
+// coefficients into float32 silently), parent int32.
 absl::Status Marshal(const Job& job, bool rhs_optional, DType* dtype,
                      std::vector<std::pair<std::string, ArrayView>>* send,
                      std::vector<NdArray>* converted) {
@@ -305,14 +306,17 @@ absl::Status Marshal(const Job& job, bool rhs_optional, DType* dtype,
   if (rhs_it == job.arrays.end() && !rhs_optional)
     return absl::InvalidArgumentError(absl::StrCat(rhs_name, ": missing (a ", KindName(job.kind),
                                                    " job needs ", absl::StrJoin(names, ", "), ")"));
-  const ArrayView* typed = rhs_it != job.arrays.end() ? &rhs_it->second : nullptr;
-  for (const auto& [name, view] : job.arrays)
-    if (typed == nullptr && name != "parent") typed = &view;
-  if (typed == nullptr) return absl::InvalidArgumentError("no arrays");
-  *dtype = typed->dtype;
-  if (*dtype != DType::kFloat64 && *dtype != DType::kFloat32)
-    return absl::InvalidArgumentError(absl::StrCat(rhs_name, ": is ", DTypeName(*dtype),
-                                                   ", expected float64 or float32"));
+  bool any = false, any64 = false;
+  for (const auto& [name, view] : job.arrays) {
+    if (name == "parent") continue;
+    if (view.dtype != DType::kFloat64 && view.dtype != DType::kFloat32)
+      return absl::InvalidArgumentError(absl::StrCat(name, ": is ", DTypeName(view.dtype),
+                                                     ", expected float64 or float32"));
+    any = true;
+    any64 |= view.dtype == DType::kFloat64;
+  }
+  if (!any) return absl::InvalidArgumentError("no floating-point arrays");
+  *dtype = any64 ? DType::kFloat64 : DType::kFloat32;
   converted->reserve(job.arrays.size());
   for (const auto& [name, view] : job.arrays) {
     if (std::find(names.begin(), names.end(), name) == names.end() &&

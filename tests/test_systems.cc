@@ -675,3 +675,29 @@ TEST(Receiving, ASilentStreamEndsAtTheServersDeadline) {
 
 }  // namespace
 }  // namespace trisolve
+
+namespace trisolve {
+namespace {
+
+TEST(Precision, AFloat32RightHandSideDoesNotNarrowFloat64Coefficients) {
+  ServerProcess server({});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  Client::Options o;
+  o.target = server.target();
+  Client cl(o);
+  const Tri t(3, 40, 901);
+  const NdArray d = Random({3, 40}, 902);
+  auto d32 = d.ConvertTo(DType::kFloat32);
+  ASSERT_TRUE(d32.ok());
+  Job job = t.AsJob();
+  job.arrays["d"] = d32->view();
+  auto r = cl.Solve(job);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->x.dtype, DType::kFloat64) << "float64 coefficients make the job float64";
+  // The right-hand side widened exactly: the answer is the float64 solve of the float32 values.
+  NdArray dw = *d32->ConvertTo(DType::kFloat64);
+  EXPECT_LT(RelDiff(r->x, LocalTri(t.a, t.b, t.c, dw.as<double>(), 3, 40)), 1e-13);
+}
+
+}  // namespace
+}  // namespace trisolve
