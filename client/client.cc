@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <deque>
+#include <optional>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -428,13 +429,14 @@ absl::StatusOr<Result> Client::Solve(const Job& job) {
 
 namespace {
 
-// Updates in the right-hand side's type (the system's), named as the caller named them: the
-// server takes the block family's proto and thesis spellings alike.
-absl::Status AddUpdates(DType dtype, const Updates& update,
+// Updates named as the caller named them (the server takes the block family's proto and
+// thesis spellings alike), in `dtype` where one is given (a solve's right-hand side's: the
+// system's), as given otherwise. The request copies the bytes, so `converted` may go after.
+absl::Status AddUpdates(std::optional<DType> dtype, const Updates& update,
                         google::protobuf::RepeatedPtrField<v1::NamedArray>* out,
                         std::vector<NdArray>* converted) {
   for (const auto& [name, view] : update) {
-    const DType want = name == "parent" ? DType::kInt32 : dtype;
+    const DType want = name == "parent" ? DType::kInt32 : dtype.value_or(view.dtype);
     ArrayView v = view;
     if (v.dtype != want) {
       auto c = Converted(name, v, want);
@@ -447,6 +449,17 @@ absl::Status AddUpdates(DType dtype, const Updates& update,
     for (int64_t d : v.shape) a->mutable_array()->add_shape(d);
     a->mutable_array()->set_data(v.data, static_cast<size_t>(v.bytes()));
   }
+  return absl::OkStatus();
+}
+
+// One step by handle: updates (in the right-hand side's type), then the right-hand side as
+// given (the system's type is the server's to know; it refuses one of the wrong size).
+absl::Status FillStep(const ArrayView& rhs, const Updates& update, v1::SolveSystemRequest* req) {
+  std::vector<NdArray> converted;
+  if (auto st = AddUpdates(rhs.dtype, update, req->mutable_update(), &converted); !st.ok())
+    return st;
+  for (int64_t d : rhs.shape) req->mutable_rhs()->add_shape(d);
+  req->mutable_rhs()->set_data(rhs.data, static_cast<size_t>(rhs.bytes()));
   return absl::OkStatus();
 }
 
@@ -491,14 +504,7 @@ absl::StatusOr<Result> Client::SolveSystem(const std::string& handle, const Arra
   v1::SolveSystemRequest req;
   req.set_handle(handle);
   req.set_skip_residual(options.skip_residual);
-  std::vector<NdArray> converted;
-  // The system's type is the server's to know; the right-hand side travels as given, and the
-  // server refuses one of the wrong size.
-  if (auto st = AddUpdates(rhs.dtype, update, req.mutable_update(), &converted);
-      !st.ok())
-    return st;
-  for (int64_t d : rhs.shape) req.mutable_rhs()->add_shape(d);
-  req.mutable_rhs()->set_data(rhs.data, static_cast<size_t>(rhs.bytes()));
+  if (auto st = FillStep(rhs, update, &req); !st.ok()) return st;
   grpc::ClientContext ctx;
   SetAuth(ctx, impl_->options, options);
   v1::SolveResponse resp;
@@ -517,12 +523,8 @@ absl::StatusOr<SystemInfo> Client::UpdateSystem(const std::string& handle, const
   v1::UpdateSystemRequest req;
   req.set_handle(handle);
   std::vector<NdArray> converted;
-  for (const auto& [name, view] : update) {
-    v1::NamedArray* a = req.add_update();
-    a->set_name(name);
-    for (int64_t d : view.shape) a->mutable_array()->add_shape(d);
-    a->mutable_array()->set_data(view.data, static_cast<size_t>(view.bytes()));
-  }
+  if (auto st = AddUpdates(std::nullopt, update, req.mutable_update(), &converted); !st.ok())
+    return st;
   grpc::ClientContext ctx;
   SetAuth(ctx, impl_->options, options);
   v1::SystemInfo info;
@@ -576,12 +578,7 @@ absl::Status StepStream::Send(const ArrayView& rhs, const Updates& update) {
   if (impl_->done_writing) return absl::FailedPreconditionError("the stream was finished");
   v1::SolveSystemRequest req;
   if (impl_->first) req.set_handle(impl_->handle);
-  std::vector<NdArray> converted;
-  if (auto st = AddUpdates(rhs.dtype, update, req.mutable_update(), &converted);
-      !st.ok())
-    return st;
-  for (int64_t d : rhs.shape) req.mutable_rhs()->add_shape(d);
-  req.mutable_rhs()->set_data(rhs.data, static_cast<size_t>(rhs.bytes()));
+  if (auto st = FillStep(rhs, update, &req); !st.ok()) return st;
   impl_->sent.push_back(Clock::now());
   if (!impl_->rw->Write(req)) {
     impl_->done_writing = true;

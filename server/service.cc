@@ -439,6 +439,16 @@ absl::Status CheckLabel(const std::string& label) {
 
 }  // namespace
 
+absl::StatusOr<std::string> SolverService::Open(Call& call, CallSample& sample,
+                                                bool refuse_when_draining) {
+  call.deadline = EffectiveDeadline(call.ctx->deadline(), options_);
+  sample.rpc = call.rpc;
+  sample.family = sample.method = "-";
+  if (refuse_when_draining && admission_.shutting_down())
+    return absl::UnavailableError("the server is shutting down");
+  return Authenticate(call.ctx);
+}
+
 // The caller holds e.mu (e.system is there, and stays).
 void SolverService::FillSystemInfo(const SystemRegistry::Entry& e, v1::SystemInfo* info) const {
   const SystemSpec& s = e.system->spec();
@@ -462,13 +472,8 @@ grpc::Status SolverService::CreateSystem(grpc::ServerContext* ctx,
                                          const v1::CreateSystemRequest* req,
                                          v1::SystemInfo* resp) {
   Call call{RequestId(ctx, next_id_), "CreateSystem", ctx};
-  call.deadline = EffectiveDeadline(ctx->deadline(), options_);
   CallSample sample;
-  sample.rpc = call.rpc;
-  sample.family = sample.method = "-";
-  if (admission_.shutting_down())
-    return Finish(call, sample, absl::UnavailableError("the server is shutting down"));
-  auto identity = Authenticate(ctx);
+  auto identity = Open(call, sample, /*refuse_when_draining=*/true);
   if (!identity.ok()) return Finish(call, sample, identity.status());
   auto job = JobFromCreateSystem(*req, options_.limits);
   if (!job.ok()) return Finish(call, sample, job.status());
@@ -557,13 +562,8 @@ grpc::Status SolverService::SolveSystem(grpc::ServerContext* ctx,
                                         const v1::SolveSystemRequest* req,
                                         v1::SolveResponse* resp) {
   Call call{RequestId(ctx, next_id_), "SolveSystem", ctx};
-  call.deadline = EffectiveDeadline(ctx->deadline(), options_);
   CallSample sample;
-  sample.rpc = call.rpc;
-  sample.family = sample.method = "-";
-  if (admission_.shutting_down())
-    return Finish(call, sample, absl::UnavailableError("the server is shutting down"));
-  auto identity = Authenticate(ctx);
+  auto identity = Open(call, sample, /*refuse_when_draining=*/true);
   if (!identity.ok()) return Finish(call, sample, identity.status());
   return Finish(call, sample, SolveStep(call, *identity, *req, req->handle(), sample, resp));
 }
@@ -573,11 +573,7 @@ grpc::Status SolverService::UpdateSystem(grpc::ServerContext* ctx,
                                          v1::SystemInfo* resp) {
   Call call{RequestId(ctx, next_id_), "UpdateSystem", ctx};
   CallSample sample;
-  sample.rpc = call.rpc;
-  sample.family = sample.method = "-";
-  if (admission_.shutting_down())
-    return Finish(call, sample, absl::UnavailableError("the server is shutting down"));
-  auto identity = Authenticate(ctx);
+  auto identity = Open(call, sample, /*refuse_when_draining=*/true);
   if (!identity.ok()) return Finish(call, sample, identity.status());
   auto use = systems_.Acquire(*identity, req->handle());
   if (!use.ok()) return Finish(call, sample, use.status());
@@ -604,9 +600,8 @@ grpc::Status SolverService::ReleaseSystem(grpc::ServerContext* ctx, const v1::Sy
                                           v1::SystemInfo* resp) {
   Call call{RequestId(ctx, next_id_), "ReleaseSystem", ctx};
   CallSample sample;
-  sample.rpc = call.rpc;
-  sample.family = sample.method = "-";
-  auto identity = Authenticate(ctx);
+  // Releasing and listing stay open while draining: they free memory, or only read.
+  auto identity = Open(call, sample, /*refuse_when_draining=*/false);
   if (!identity.ok()) return Finish(call, sample, identity.status());
   auto e = systems_.Remove(*identity, req->handle());
   if (!e.ok()) return Finish(call, sample, e.status());
@@ -622,9 +617,8 @@ grpc::Status SolverService::ListSystems(grpc::ServerContext* ctx, const v1::List
                                         v1::ListSystemsResponse* resp) {
   Call call{RequestId(ctx, next_id_), "ListSystems", ctx};
   CallSample sample;
-  sample.rpc = call.rpc;
-  sample.family = sample.method = "-";
-  auto identity = Authenticate(ctx);
+  // Releasing and listing stay open while draining: they free memory, or only read.
+  auto identity = Open(call, sample, /*refuse_when_draining=*/false);
   if (!identity.ok()) return Finish(call, sample, identity.status());
   for (const auto& e : systems_.List(*identity)) {
     std::lock_guard<std::mutex> order(e->mu);  // after the call in flight on it, if any
@@ -637,13 +631,8 @@ grpc::Status SolverService::SolveSystemStream(
     grpc::ServerContext* ctx,
     grpc::ServerReaderWriter<v1::SolveResponse, v1::SolveSystemRequest>* stream) {
   Call call{RequestId(ctx, next_id_), "SolveSystemStream", ctx};
-  call.deadline = EffectiveDeadline(ctx->deadline(), options_);
   CallSample sample;
-  sample.rpc = call.rpc;
-  sample.family = sample.method = "-";
-  if (admission_.shutting_down())
-    return Finish(call, sample, absl::UnavailableError("the server is shutting down"));
-  auto identity = Authenticate(ctx);
+  auto identity = Open(call, sample, /*refuse_when_draining=*/true);
   if (!identity.ok()) return Finish(call, sample, identity.status());
   // One thread reads, solves and writes, in turn: a client that sends step i + 1 before answer
   // i arrives has it carried by the transport meanwhile (HTTP/2 flow control holds back one that

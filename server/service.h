@@ -88,6 +88,9 @@ class SolverService final : public v1::Solver::Service {
   absl::StatusOr<JobResult> Admit(Call& call, int64_t unknowns,
                                   const std::function<absl::StatusOr<JobResult>(const SolveControl&)>& run);
   absl::StatusOr<JobResult> Admit(Call& call, const Job& job);
+  // A persistent-system call's start: its deadline and metrics labels set, UNAVAILABLE while
+  // draining (where asked), then the caller's identity or UNAUTHENTICATED.
+  absl::StatusOr<std::string> Open(Call& call, CallSample& sample, bool refuse_when_draining);
   // The caller's identity ("token:N", "cert:SUBJECT" or "shared"), or UNAUTHENTICATED.
   absl::StatusOr<std::string> Authenticate(grpc::ServerContext* ctx) const;
   // One step of a persistent system: updates, then the right-hand sides; the answer in *resp.
