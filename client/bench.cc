@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <map>
 #include <mutex>
@@ -123,9 +124,6 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
   }
   const std::vector<int64_t> shape =
       o.batch == 1 ? std::vector<int64_t>{o.n} : std::vector<int64_t>{o.batch, o.n};
-  auto view = [&](const std::vector<double>& v) {
-    return ArrayView{DType::kFloat64, shape, v.data()};
-  };
 
   std::mutex mu;
   std::vector<double> latency_us;
@@ -137,13 +135,50 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
   auto client_loop = [&](int id) {
     Client::Options co = client_options;
     co.own_connection = true;  // one connection a client, as separate processes would have
+    co.transport = o.transport == "grpc"   ? Transport::kGrpc
+                   : o.transport == "shm" ? Transport::kSharedMemory
+                                          : Transport::kAuto;
     Client client(co);
     JobOptions jo;
     jo.skip_residual = true;  // the bench checks every answer itself
+    // shm: the client's arrays live in shared memory it registered (filled once, before the
+    // clock starts, as a simulation that keeps them there would), x is written into it.
+    std::unique_ptr<SharedMemory> shm;
+    const double *ma = m.a.data(), *mb = m.b.data(), *mc = m.c.data();
+    std::vector<const double*> my_rhs(kRhs);
+    for (int k = 0; k < kRhs; ++k) my_rhs[size_t(k)] = rhs[size_t(id * kRhs + k)].data();
+    double *x_area = nullptr, *x_area2 = nullptr;
+    if (o.transport == "shm") {
+      auto made = SharedMemory::Create((3 + kRhs + 2) * values * 8 + 64 * 16);
+      absl::Status st = made.ok() ? absl::OkStatus() : made.status();
+      if (st.ok()) {
+        shm = *std::move(made);
+        auto place = [&](const double* src) {
+          double* p = *shm->Allocate<double>(values);
+          std::memcpy(p, src, size_t(values) * 8);
+          return p;
+        };
+        ma = place(ma);
+        mb = place(mb);
+        mc = place(mc);
+        for (auto& r : my_rhs) r = place(r);
+        x_area = *shm->Allocate<double>(values);
+        x_area2 = *shm->Allocate<double>(values);  // the stream's step in flight writes here
+        st = client.RegisterMemory(*shm);
+      }
+      if (!st.ok()) {
+        std::lock_guard<std::mutex> lock(mu);
+        std::cerr << "bench: shared memory: " << st << "\n";
+        failed_setup = true;
+        return;
+      }
+      jo.x_out = x_area;
+    }
+    auto ptr_view = [&](const double* p) { return ArrayView{DType::kFloat64, shape, p}; };
     std::string handle;
     if (o.mode != "unary") {
       Job job{Kind::kTridiagonal};
-      job.arrays = {{"a", view(m.a)}, {"b", view(m.b)}, {"c", view(m.c)}};
+      job.arrays = {{"a", ptr_view(ma)}, {"b", ptr_view(mb)}, {"c", ptr_view(mc)}};
       auto made = client.CreateSystem(job, {.ttl_s = 600, .label = absl::StrCat("bench-", id)});
       if (!made.ok()) {
         std::lock_guard<std::mutex> lock(mu);
@@ -165,16 +200,19 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
     std::vector<double> local_lat;
     std::map<std::string, int64_t> local_err;
     double local_worst = 0;
-    auto check = [&](const absl::StatusOr<Result>& r, int which, double us) {
+    auto check = [&](const absl::StatusOr<Result>& r, int which, double us,
+                     const double* x_in_shm) {
       if (!r.ok()) {
         local_err[std::string(absl::StatusCodeToString(r.status().code()))]++;
         return;
       }
-      if (r->x.elements() != values || r->x.dtype != DType::kFloat64) {
+      const double* x = x_in_shm != nullptr ? x_in_shm : r->x.as<double>();
+      if (r->x.elements() != values || r->x.dtype != DType::kFloat64 ||
+          (x_in_shm == nullptr && int64_t(r->x.data.size()) != values * 8)) {
         ++lost;
         return;
       }
-      const double e = BackwardError(m, rhs[size_t(which)].data(), r->x.as<double>(), o.batch, o.n);
+      const double e = BackwardError(m, rhs[size_t(which)].data(), x, o.batch, o.n);
       local_worst = std::max(local_worst, e);
       if (!(e <= 1e-12)) {
         ++wrong;
@@ -188,24 +226,28 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
       const auto t0 = Clock::now();
       if (o.mode == "unary") {
         Job job{Kind::kTridiagonal};
-        job.arrays = {{"a", view(m.a)}, {"b", view(m.b)}, {"c", view(m.c)},
-                      {"d", view(rhs[size_t(which)])}};
+        job.arrays = {{"a", ptr_view(ma)}, {"b", ptr_view(mb)}, {"c", ptr_view(mc)},
+                      {"d", ptr_view(my_rhs[size_t(q % kRhs)])}};
         job.options = jo;
         auto r = client.Solve(job);
-        check(r, which, std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+        check(r, which, std::chrono::duration<double, std::micro>(Clock::now() - t0).count(),
+              x_area);
       } else if (o.mode == "handle") {
-        auto r = client.SolveSystem(handle, view(rhs[size_t(which)]), {}, jo);
-        check(r, which, std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+        auto r = client.SolveSystem(handle, ptr_view(my_rhs[size_t(q % kRhs)]), {}, jo);
+        check(r, which, std::chrono::duration<double, std::micro>(Clock::now() - t0).count(),
+              x_area);
       } else {
         // The stream keeps two steps in flight: the next is on its way while one is solved.
-        if (auto st = stream->Send(view(rhs[size_t(which)])); !st.ok()) {
+        double* xq = q % 2 == 0 ? x_area : x_area2;
+        if (auto st = stream->Send(ptr_view(my_rhs[size_t(q % kRhs)]), {}, xq); !st.ok()) {
           local_err["UNAVAILABLE"]++;
           break;
         }
         if (q >= 1) {
           auto r = stream->Receive();
           check(r, id * kRhs + int((q - 1) % kRhs),
-                r.ok() ? r->summary.timings.client_total_us : 0);
+                r.ok() ? r->summary.timings.client_total_us : 0,
+                (q - 1) % 2 == 0 ? x_area : x_area2);
         }
       }
     }
@@ -213,12 +255,14 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
       if (o.requests >= 1) {
         auto r = stream->Receive();
         check(r, id * kRhs + int((o.requests - 1) % kRhs),
-              r.ok() ? r->summary.timings.client_total_us : 0);
+              r.ok() ? r->summary.timings.client_total_us : 0,
+              (o.requests - 1) % 2 == 0 ? x_area : x_area2);
       }
       if (auto st = stream->Finish(); !st.ok())
         local_err[std::string(absl::StatusCodeToString(st.code()))]++;
     }
     if (!handle.empty()) (void)client.ReleaseSystem(handle);
+    if (shm) (void)client.UnregisterMemory(*shm);
     std::lock_guard<std::mutex> lock(mu);
     latency_us.insert(latency_us.end(), local_lat.begin(), local_lat.end());
     for (auto& [k, v] : local_err) errors[k] += v;
@@ -248,8 +292,9 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
   std::vector<double> lat = latency_us;
   const double p50 = Percentile(lat, 0.5), p90 = Percentile(lat, 0.9), p99 = Percentile(lat, 0.99);
   std::cout << absl::StrFormat(
-      "bench tridiagonal %s: %d clients x %d requests, %d x %d float64 (%.1f MB a request)\n",
-      o.mode, o.clients, o.requests, o.batch, o.n, bytes_per / 1e6);
+      "bench tridiagonal %s over %s: %d clients x %d requests, %d x %d float64 (%.1f MB a "
+      "request)\n",
+      o.mode, o.transport, o.clients, o.requests, o.batch, o.n, bytes_per / 1e6);
   std::cout << absl::StrFormat("  %-24s %12s %10s %10s %10s %10s\n", "", "requests/s", "p50 ms",
                                "p90 ms", "p99 ms", "GB/s");
   std::cout << absl::StrFormat("  %-24s %12.1f %10.3f %10.3f %10.3f %10.3f\n", "trisolve",
@@ -265,11 +310,12 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
   for (auto& [k, v] : errors) std::cout << "  error " << k << ": " << v << "\n";
   if (o.json) {
     std::cout << absl::StrFormat(
-        "{\"mode\":\"%s\",\"clients\":%d,\"requests\":%d,\"batch\":%d,\"n\":%d,\"ok\":%d,"
+        "{\"mode\":\"%s\",\"transport\":\"%s\",\"clients\":%d,\"requests\":%d,\"batch\":%d,\"n\":%d,\"ok\":%d,"
         "\"wrong\":%d,\"errors\":%d,\"requests_per_s\":%.3f,\"p50_ms\":%.4f,\"p90_ms\":%.4f,"
         "\"p99_ms\":%.4f,\"payload_gb_s\":%.4f,\"local_ms\":%.4f,\"local_per_s\":%.3f,"
         "\"worst_backward_error\":%.3e}\n",
-        o.mode, o.clients, o.requests, o.batch, o.n, int64_t(ok), int64_t(wrong), errs,
+        o.mode, o.transport, o.clients, o.requests, o.batch, o.n, int64_t(ok), int64_t(wrong),
+        errs,
         double(ok) / wall, p50 / 1e3, p90 / 1e3, p99 / 1e3, double(ok) * bytes_per / wall / 1e9,
         local_s * 1e3, 1 / local_s, worst_error);
   }

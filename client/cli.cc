@@ -135,6 +135,13 @@ int main(int argc, char** argv) {
   app.add_option("--token", copt.token, "bearer token")->envname("TRISOLVE_TOKEN");
   app.add_option("--token-file", token_file, "file whose first line is the bearer token")
       ->envname("TRISOLVE_TOKEN_FILE");
+  std::string transport = "auto";
+  app.add_option("--transport", transport,
+                 "how arrays travel: auto (shared memory for large jobs when the server is on "
+                 "this host), shm (insist on it), grpc")
+      ->envname("TRISOLVE_TRANSPORT")
+      ->check(CLI::IsMember({"auto", "shm", "shared-memory", "grpc"}))
+      ->capture_default_str();
 
   auto* health = app.add_subcommand("health", "the server's grpc.health.v1 status");
   std::string health_service;
@@ -211,6 +218,10 @@ int main(int argc, char** argv) {
   bench->add_option("--n", bo.n, "unknowns a system")->capture_default_str();
   bench->add_option("--mode", bo.mode, "unary (whole system), handle (rhs only), stream")
       ->check(CLI::IsMember({"unary", "handle", "stream"}))->capture_default_str();
+  bench->add_option("--transport", bo.transport,
+                    "grpc, auto (the client's choice), shm (arrays kept in registered shared "
+                    "memory, x written into it)")
+      ->check(CLI::IsMember({"grpc", "auto", "shm"}))->capture_default_str();
   bench->add_flag("--json", bo.json, "print a JSON summary as the last line");
 
   CLI11_PARSE(app, argc, argv);
@@ -218,6 +229,7 @@ int main(int argc, char** argv) {
   if (*example) return MakeExample(ex_kind, ex_dir, ex_batch, ex_n, ex_swc);
 
   copt.target = server;
+  copt.transport = *trisolve::ParseTransport(transport);
   if (!token_file.empty()) {
     std::ifstream in(token_file);
     if (!in || !std::getline(in, copt.token) || copt.token.empty())

@@ -2,8 +2,11 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <deque>
+#include <functional>
+#include <mutex>
 #include <optional>
 #include <cstring>
 #include <fstream>
@@ -72,6 +75,16 @@ v1::Array* MutableField(v1::StreamRequest& h, Kind k, const std::string& field) 
       if (field == "b") return r->mutable_b();
       break;
     }
+  }
+  return nullptr;
+}
+
+v1::RegionRef* MutableXRegion(v1::StreamRequest& h, Kind k) {
+  switch (k) {
+    case Kind::kTridiagonal: return h.mutable_tridiagonal()->mutable_x_region();
+    case Kind::kTree: return h.mutable_tree()->mutable_x_region();
+    case Kind::kBlockTridiagonal: return h.mutable_block_tridiagonal()->mutable_x_region();
+    case Kind::kDense: return h.mutable_dense()->mutable_x_region();
   }
   return nullptr;
 }
@@ -210,13 +223,253 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> Credentials(const Clie
   return grpc::SslCredentials(ssl);
 }
 
+absl::StatusOr<Transport> ParseTransport(absl::string_view name) {
+  if (name == "auto") return Transport::kAuto;
+  if (name == "shm" || name == "shared-memory") return Transport::kSharedMemory;
+  if (name == "grpc") return Transport::kGrpc;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown transport '", name, "' (expected auto, shm or grpc)"));
+}
+
 struct Client::Impl {
   Options options;
   absl::Status setup;
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::Solver::Stub> stub;
   std::unique_ptr<grpc::health::v1::Health::Stub> health;
+
+  // Shared memory: the regions registered, and the client's own staging regions not in use.
+  struct Registered {
+    const std::byte* base;
+    int64_t bytes;
+    std::string name;
+  };
+  enum class Shm { kUntried, kYes, kNo };
+  static constexpr int kMaxArenas = 16;
+  mutable std::mutex shm_mu;
+  std::vector<Registered> registered;
+  Shm shm = Shm::kUntried;
+  std::vector<std::unique_ptr<SharedMemory>> idle_arenas;
+  int arenas = 0;
+  int64_t next_arena = 0;
+
+  ~Impl() {
+    for (auto& a : idle_arenas) (void)Unregister(a->data());
+  }
+
+  // The region reference of [p, p + bytes) when it lies in registered memory.
+  std::optional<v1::RegionRef> RefOf(const void* p, int64_t bytes) const {
+    if (p == nullptr) return std::nullopt;
+    const auto* b = static_cast<const std::byte*>(p);
+    std::lock_guard<std::mutex> lock(shm_mu);
+    for (const Registered& r : registered)
+      if (b >= r.base && b + bytes <= r.base + r.bytes) {
+        v1::RegionRef ref;
+        ref.set_region(r.name);
+        ref.set_offset(b - r.base);
+        ref.set_bytes(bytes);
+        return ref;
+      }
+    return std::nullopt;
+  }
+
+  void Auth(grpc::ClientContext& ctx) const {
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    if (!options.token.empty()) ctx.AddMetadata("authorization", "Bearer " + options.token);
+  }
+
+  absl::Status Register(const SharedMemory& m, const std::string& name) {
+    v1::RegisterSharedMemoryRequest req;
+    req.set_name(name);
+    req.set_key(m.key());
+    req.set_bytes(m.size());
+    grpc::ClientContext ctx;
+    Auth(ctx);
+    v1::MemoryRegion resp;
+    grpc::Status st = stub->RegisterSharedMemory(&ctx, req, &resp);
+    if (!st.ok()) return FromGrpc(st);
+    std::lock_guard<std::mutex> lock(shm_mu);
+    registered.push_back({m.data(), m.size(), name});
+    return absl::OkStatus();
+  }
+
+  absl::Status Unregister(const std::byte* base) {
+    std::string name;
+    {
+      std::lock_guard<std::mutex> lock(shm_mu);
+      auto it = std::find_if(registered.begin(), registered.end(),
+                             [&](const Registered& r) { return r.base == base; });
+      if (it == registered.end())
+        return absl::NotFoundError("this shared memory is not registered");
+      name = it->name;
+      registered.erase(it);
+    }
+    v1::UnregisterMemoryRequest req;
+    req.set_name(name);
+    grpc::ClientContext ctx;
+    Auth(ctx);
+    v1::MemoryRegion resp;
+    return FromGrpc(stub->UnregisterMemory(&ctx, req, &resp));
+  }
+
+  // A registered staging region of at least `bytes`, or an error (auto then uses gRPC, and
+  // stops trying where the server cannot map this process's memory).
+  absl::StatusOr<std::unique_ptr<SharedMemory>> AcquireArena(int64_t bytes) {
+    {
+      std::unique_lock<std::mutex> lock(shm_mu);
+      if (shm == Shm::kNo && options.transport == Transport::kAuto)
+        return absl::FailedPreconditionError("the server cannot map this process's memory");
+      auto best = idle_arenas.end();
+      for (auto it = idle_arenas.begin(); it != idle_arenas.end(); ++it)
+        if ((*it)->size() >= bytes && (best == idle_arenas.end() || (*it)->size() < (*best)->size()))
+          best = it;
+      if (best != idle_arenas.end()) {
+        auto a = std::move(*best);
+        idle_arenas.erase(best);
+        return a;
+      }
+      if (arenas >= kMaxArenas && !idle_arenas.empty()) {
+        // Trade the smallest idle one for a larger one.
+        auto small = std::min_element(idle_arenas.begin(), idle_arenas.end(),
+                                      [](const auto& x, const auto& y) { return x->size() < y->size(); });
+        std::unique_ptr<SharedMemory> gone = std::move(*small);
+        idle_arenas.erase(small);
+        --arenas;
+        lock.unlock();
+        (void)Unregister(gone->data());
+        lock.lock();
+      }
+      if (arenas >= kMaxArenas)
+        return absl::ResourceExhaustedError("every staging region of this client is in use");
+      ++arenas;
+    }
+    int64_t size = int64_t{16} << 20;
+    while (size < bytes) size *= 2;
+    auto a = SharedMemory::Create(size);
+    absl::Status st = a.ok() ? absl::OkStatus() : a.status();
+    if (st.ok()) {
+      const int64_t id = next_arena++;
+      st = Register(**a, absl::StrCat("staging-", id, "-", (*a)->key().substr(10, 8)));
+    }
+    std::lock_guard<std::mutex> lock(shm_mu);
+    if (!st.ok()) {
+      --arenas;
+      if (st.code() == absl::StatusCode::kFailedPrecondition ||
+          st.code() == absl::StatusCode::kUnimplemented)
+        shm = Shm::kNo;
+      return st;
+    }
+    shm = Shm::kYes;
+    return a;
+  }
+
+  void ReleaseArena(std::unique_ptr<SharedMemory> a) {
+    a->Reset();
+    std::lock_guard<std::mutex> lock(shm_mu);
+    idle_arenas.push_back(std::move(a));
+  }
+
+  // A staging region held for one call; back to the client's idle list afterwards.
+  class Staging {
+   public:
+    Staging(Impl* impl, std::unique_ptr<SharedMemory> arena)
+        : impl_(impl), arena_(std::move(arena)) {}
+    Staging(const Staging&) = delete;
+    Staging& operator=(const Staging&) = delete;
+    ~Staging() {
+      if (arena_) impl_->ReleaseArena(std::move(arena_));
+    }
+    SharedMemory& arena() { return *arena_; }
+
+   private:
+    Impl* impl_;
+    std::unique_ptr<SharedMemory> arena_;
+  };
+
+  // Arrays of a call as they travel: by reference where they lie in registered memory (or were
+  // staged into a staging region), inline otherwise; and where x goes.
+  struct Placement {
+    std::vector<std::optional<v1::RegionRef>> refs;
+    std::optional<v1::RegionRef> x_ref;
+    std::byte* x_staged = nullptr;  // x in a staging region, to copy out after the call
+    std::unique_ptr<Staging> staging;
+    int64_t inline_bytes = 0;
+  };
+
+  absl::StatusOr<Placement> Place(const std::vector<ArrayView>& arrays, void* x_out,
+                                  int64_t x_bytes) {
+    Placement pl;
+    pl.refs.resize(arrays.size());
+    int64_t need = 0;
+    for (size_t i = 0; i < arrays.size(); ++i) {
+      pl.refs[i] = RefOf(arrays[i].data, arrays[i].bytes());
+      if (!pl.refs[i]) {
+        pl.inline_bytes += arrays[i].bytes();
+        need += (arrays[i].bytes() + 63) / 64 * 64;
+      }
+    }
+    if (x_out != nullptr) pl.x_ref = RefOf(x_out, x_bytes);
+    if (!pl.x_ref) need += (x_bytes + 63) / 64 * 64;
+    const Transport tr = options.transport;
+    const bool stage =
+        need > 0 && (tr == Transport::kSharedMemory ||
+                     (tr == Transport::kAuto && pl.inline_bytes + x_bytes >= options.shm_min_bytes));
+    if (!stage) return pl;
+    auto arena = AcquireArena(need);
+    if (!arena.ok()) {
+      if (tr == Transport::kSharedMemory) return arena.status();
+      return pl;  // auto: over gRPC
+    }
+    pl.staging = std::make_unique<Staging>(this, *std::move(arena));
+    SharedMemory& a = pl.staging->arena();
+    for (size_t i = 0; i < arrays.size(); ++i) {
+      if (pl.refs[i]) continue;
+      auto p = a.Allocate(arrays[i].bytes());
+      if (!p.ok()) return p.status();
+      std::memcpy(*p, arrays[i].data, size_t(arrays[i].bytes()));
+      pl.refs[i] = RefOf(*p, arrays[i].bytes());
+    }
+    pl.inline_bytes = 0;
+    if (!pl.x_ref) {
+      auto p = a.Allocate(x_bytes);
+      if (!p.ok()) return p.status();
+      pl.x_staged = static_cast<std::byte*>(*p);
+      pl.x_ref = RefOf(*p, x_bytes);
+    }
+    return pl;
+  }
+
+  // After the call: x where the caller wanted it (x_out, else the result's own array).
+  static void DeliverX(const Placement& pl, void* x_out, int64_t x_bytes, NdArray* x) {
+    if (pl.x_staged != nullptr) {
+      if (x_out != nullptr) {
+        std::memcpy(x_out, pl.x_staged, size_t(x_bytes));
+      } else {
+        x->data.resize(size_t(x_bytes));
+        std::memcpy(x->data.data(), pl.x_staged, size_t(x_bytes));
+      }
+    } else if (x_out != nullptr && !pl.x_ref) {
+      std::memcpy(x_out, x->data.data(), std::min(x->data.size(), size_t(x_bytes)));
+      x->data.clear();
+    }
+  }
 };
+
+absl::Status Client::RegisterMemory(const SharedMemory& memory, const std::string& name) {
+  if (!impl_->setup.ok()) return impl_->setup;
+  return impl_->Register(memory, name.empty() ? memory.key().substr(1) : name);
+}
+
+absl::Status Client::UnregisterMemory(const SharedMemory& memory) {
+  if (!impl_->setup.ok()) return impl_->setup;
+  return impl_->Unregister(memory.data());
+}
+
+std::string Client::SharedMemoryState() const {
+  std::lock_guard<std::mutex> lock(impl_->shm_mu);
+  if (impl_->options.transport == Transport::kGrpc || impl_->shm == Impl::Shm::kNo) return "grpc";
+  return impl_->shm == Impl::Shm::kYes ? "shared-memory" : "untried";
+}
 
 Client::Client(Options options) : impl_(std::make_unique<Impl>()) {
   impl_->options = options;
@@ -347,18 +600,36 @@ absl::StatusOr<Result> Client::Solve(const Job& job) {
   std::vector<std::pair<std::string, ArrayView>> send;
   std::vector<NdArray> converted;
   if (auto st = Marshal(job, false, &dtype, &send, &converted); !st.ok()) return st;
-  int64_t total = 0;
-  for (const auto& [f, v] : send) total += v.bytes();
+  const std::string rhs_field = FieldName(job.kind, ArrayNames(job.kind)[0]);
+  int64_t x_bytes = 0;
+  std::vector<ArrayView> views;
+  for (const auto& [f, v] : send) {
+    views.push_back(v);
+    if (f == rhs_field) x_bytes = v.bytes();
+  }
+  void* x_out = job.options.x_out;
+  auto placed = impl_->Place(views, x_out, x_bytes);
+  if (!placed.ok()) return placed.status();
 
   v1::StreamRequest header;
   const v1::DType dt = dtype == DType::kFloat64 ? v1::FLOAT64 : v1::FLOAT32;
   SetOptions(header, job.kind, job.options, dt);
-  const bool stream = total > impl_->options.stream_threshold_bytes;
-  for (const auto& [field, v] : send) {
+  const bool stream = placed->inline_bytes > impl_->options.stream_threshold_bytes;
+  if (stream) {  // every array's bytes go in chunks, x comes back in chunks
+    placed->refs.assign(send.size(), std::nullopt);
+    placed->x_ref.reset();
+  }
+  for (size_t i = 0; i < send.size(); ++i) {
+    const auto& [field, v] = send[i];
     v1::Array* a = MutableField(header, job.kind, field);
     for (int64_t d : v.shape) a->add_shape(d);
-    if (!stream) a->set_data(v.data, static_cast<size_t>(v.bytes()));
+    if (placed->refs[i]) {
+      *a->mutable_region() = *placed->refs[i];
+    } else if (!stream) {
+      a->set_data(v.data, static_cast<size_t>(v.bytes()));
+    }
   }
+  if (placed->x_ref && !stream) *MutableXRegion(header, job.kind) = *placed->x_ref;
 
   grpc::ClientContext ctx;
   SetAuth(ctx, impl_->options, job.options);
@@ -381,6 +652,8 @@ absl::StatusOr<Result> Client::Solve(const Job& job) {
     }
     if (!st.ok()) return FromGrpc(st);
     ReadResponse(resp, out_type, &result);
+    Impl::DeliverX(*placed, x_out, x_bytes, &result.x);
+    result.summary.transport = placed->x_ref ? "shared-memory" : "grpc";
   } else {
     auto rw = impl_->stub->SolveStream(&ctx);
     bool sent = rw->Write(header);
@@ -419,6 +692,8 @@ absl::StatusOr<Result> Client::Solve(const Job& job) {
     }
     grpc::Status st = rw->Finish();
     if (!st.ok()) return FromGrpc(st);
+    Impl::DeliverX(*placed, x_out, x_bytes, &result.x);
+    result.summary.transport = "grpc-stream";
   }
   result.summary.timings.client_total_us =
       std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
@@ -432,9 +707,11 @@ namespace {
 // Updates named as the caller named them (the server takes the block family's proto and
 // thesis spellings alike), in `dtype` where one is given (a solve's right-hand side's: the
 // system's), as given otherwise. The request copies the bytes, so `converted` may go after.
+using RefFinder = std::function<std::optional<v1::RegionRef>(const void*, int64_t)>;
+
 absl::Status AddUpdates(std::optional<DType> dtype, const Updates& update,
                         google::protobuf::RepeatedPtrField<v1::NamedArray>* out,
-                        std::vector<NdArray>* converted) {
+                        std::vector<NdArray>* converted, const RefFinder& ref_of) {
   for (const auto& [name, view] : update) {
     const DType want = name == "parent" ? DType::kInt32 : dtype.value_or(view.dtype);
     ArrayView v = view;
@@ -447,19 +724,29 @@ absl::Status AddUpdates(std::optional<DType> dtype, const Updates& update,
     v1::NamedArray* a = out->Add();
     a->set_name(name);
     for (int64_t d : v.shape) a->mutable_array()->add_shape(d);
-    a->mutable_array()->set_data(v.data, static_cast<size_t>(v.bytes()));
+    if (auto ref = ref_of(v.data, v.bytes()))
+      *a->mutable_array()->mutable_region() = *ref;
+    else
+      a->mutable_array()->set_data(v.data, static_cast<size_t>(v.bytes()));
   }
   return absl::OkStatus();
 }
 
 // One step by handle: updates (in the right-hand side's type), then the right-hand side as
 // given (the system's type is the server's to know; it refuses one of the wrong size).
-absl::Status FillStep(const ArrayView& rhs, const Updates& update, v1::SolveSystemRequest* req) {
+// rhs_ref / x_ref: where the right-hand side lies and x goes in shared memory, if they do.
+absl::Status FillStep(const ArrayView& rhs, const Updates& update, const RefFinder& ref_of,
+                      const std::optional<v1::RegionRef>& rhs_ref,
+                      const std::optional<v1::RegionRef>& x_ref, v1::SolveSystemRequest* req) {
   std::vector<NdArray> converted;
-  if (auto st = AddUpdates(rhs.dtype, update, req->mutable_update(), &converted); !st.ok())
+  if (auto st = AddUpdates(rhs.dtype, update, req->mutable_update(), &converted, ref_of); !st.ok())
     return st;
   for (int64_t d : rhs.shape) req->mutable_rhs()->add_shape(d);
-  req->mutable_rhs()->set_data(rhs.data, static_cast<size_t>(rhs.bytes()));
+  if (rhs_ref)
+    *req->mutable_rhs()->mutable_region() = *rhs_ref;
+  else
+    req->mutable_rhs()->set_data(rhs.data, static_cast<size_t>(rhs.bytes()));
+  if (x_ref) *req->mutable_x_region() = *x_ref;
   return absl::OkStatus();
 }
 
@@ -471,12 +758,20 @@ absl::StatusOr<SystemInfo> Client::CreateSystem(const Job& job, const SystemOpti
   std::vector<std::pair<std::string, ArrayView>> send;
   std::vector<NdArray> converted;
   if (auto st = Marshal(job, true, &dtype, &send, &converted); !st.ok()) return st;
+  std::vector<ArrayView> views;
+  for (const auto& [f, v] : send) views.push_back(v);
+  auto placed = impl_->Place(views, nullptr, 0);
+  if (!placed.ok()) return placed.status();
   v1::StreamRequest header;
   SetOptions(header, job.kind, job.options, dtype == DType::kFloat64 ? v1::FLOAT64 : v1::FLOAT32);
-  for (const auto& [field, v] : send) {
+  for (size_t i = 0; i < send.size(); ++i) {
+    const auto& [field, v] = send[i];
     v1::Array* a = MutableField(header, job.kind, field);
     for (int64_t d : v.shape) a->add_shape(d);
-    a->set_data(v.data, static_cast<size_t>(v.bytes()));
+    if (placed->refs[i])
+      *a->mutable_region() = *placed->refs[i];
+    else
+      a->set_data(v.data, static_cast<size_t>(v.bytes()));
   }
   v1::CreateSystemRequest req;
   switch (job.kind) {
@@ -504,7 +799,11 @@ absl::StatusOr<Result> Client::SolveSystem(const std::string& handle, const Arra
   v1::SolveSystemRequest req;
   req.set_handle(handle);
   req.set_skip_residual(options.skip_residual);
-  if (auto st = FillStep(rhs, update, &req); !st.ok()) return st;
+  auto placed = impl_->Place({rhs}, options.x_out, rhs.bytes());
+  if (!placed.ok()) return placed.status();
+  const RefFinder ref_of = [this](const void* p, int64_t b) { return impl_->RefOf(p, b); };
+  if (auto st = FillStep(rhs, update, ref_of, placed->refs[0], placed->x_ref, &req); !st.ok())
+    return st;
   grpc::ClientContext ctx;
   SetAuth(ctx, impl_->options, options);
   v1::SolveResponse resp;
@@ -512,6 +811,8 @@ absl::StatusOr<Result> Client::SolveSystem(const std::string& handle, const Arra
   if (!st.ok()) return FromGrpc(st);
   Result result;
   ReadResponse(resp, resp.dtype() == v1::FLOAT32 ? DType::kFloat32 : DType::kFloat64, &result);
+  Impl::DeliverX(*placed, options.x_out, rhs.bytes(), &result.x);
+  result.summary.transport = placed->x_ref ? "shared-memory" : "grpc";
   result.summary.timings.client_total_us =
       std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
   return result;
@@ -523,7 +824,9 @@ absl::StatusOr<SystemInfo> Client::UpdateSystem(const std::string& handle, const
   v1::UpdateSystemRequest req;
   req.set_handle(handle);
   std::vector<NdArray> converted;
-  if (auto st = AddUpdates(std::nullopt, update, req.mutable_update(), &converted); !st.ok())
+  if (auto st = AddUpdates(std::nullopt, update, req.mutable_update(), &converted,
+                           [this](const void* p, int64_t b) { return impl_->RefOf(p, b); });
+      !st.ok())
     return st;
   grpc::ClientContext ctx;
   SetAuth(ctx, impl_->options, options);
@@ -564,6 +867,8 @@ struct StepStream::Impl {
   std::string handle;
   bool first = true, done_writing = false;
   std::deque<Clock::time_point> sent;  // when each unanswered step went out
+  RefFinder ref_of;                    // the client's registered memory
+  std::deque<std::pair<void*, bool>> x_out;  // each unanswered step's x_out, in shared memory?
 };
 
 StepStream::StepStream(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -574,12 +879,18 @@ StepStream::~StepStream() {
   }
 }
 
-absl::Status StepStream::Send(const ArrayView& rhs, const Updates& update) {
+absl::Status StepStream::Send(const ArrayView& rhs, const Updates& update, void* x_out) {
   if (impl_->done_writing) return absl::FailedPreconditionError("the stream was finished");
   v1::SolveSystemRequest req;
   if (impl_->first) req.set_handle(impl_->handle);
-  if (auto st = FillStep(rhs, update, &req); !st.ok()) return st;
+  const std::optional<v1::RegionRef> x_ref =
+      x_out != nullptr ? impl_->ref_of(x_out, rhs.bytes()) : std::nullopt;
+  if (auto st = FillStep(rhs, update, impl_->ref_of, impl_->ref_of(rhs.data, rhs.bytes()), x_ref,
+                         &req);
+      !st.ok())
+    return st;
   impl_->sent.push_back(Clock::now());
+  impl_->x_out.emplace_back(x_out, x_ref.has_value());
   if (!impl_->rw->Write(req)) {
     impl_->done_writing = true;
     return absl::UnavailableError("the stream ended (Finish gives the server's status)");
@@ -598,6 +909,17 @@ absl::StatusOr<Result> StepStream::Receive() {
   }
   Result result;
   ReadResponse(resp, resp.dtype() == v1::FLOAT32 ? DType::kFloat32 : DType::kFloat64, &result);
+  result.summary.transport = "grpc";
+  if (!impl_->x_out.empty()) {
+    auto [x_out, in_shm] = impl_->x_out.front();
+    impl_->x_out.pop_front();
+    if (in_shm) {
+      result.summary.transport = "shared-memory";
+    } else if (x_out != nullptr) {
+      std::memcpy(x_out, result.x.data.data(), result.x.data.size());
+      result.x.data.clear();
+    }
+  }
   if (!impl_->sent.empty()) {
     result.summary.timings.client_total_us =
         std::chrono::duration<double, std::micro>(Clock::now() - impl_->sent.front()).count();
@@ -624,6 +946,7 @@ absl::StatusOr<std::unique_ptr<StepStream>> Client::OpenStepStream(const std::st
   auto impl = std::make_unique<StepStream::Impl>();
   SetAuth(impl->ctx, impl_->options, options);
   impl->handle = handle;
+  impl->ref_of = [this](const void* p, int64_t b) { return impl_->RefOf(p, b); };
   impl->rw = impl_->stub->SolveSystemStream(&impl->ctx);
   return std::unique_ptr<StepStream>(new StepStream(std::move(impl)));
 }

@@ -105,11 +105,11 @@ uint8_t ParsedMethod(Family f, const std::string& m) {
 template <typename T>
 absl::StatusOr<JobResult> RunPreparedTyped(Backend& be, PreparedSystem& system, const T* rhs,
                                            int64_t k, Layout rhs_layout, bool skip_residual,
-                                           const SolveControl& control) {
+                                           const SolveControl& control, void* x_out) {
   const SystemSpec& s = system.spec();
   JobResult res;
-  res.x.resize(size_t(k * s.rhs_values()) * sizeof(T));
-  T* x = reinterpret_cast<T*>(res.x.data());
+  if (x_out == nullptr) res.x.resize(size_t(k * s.rhs_values()) * sizeof(T));
+  T* x = x_out != nullptr ? static_cast<T*>(x_out) : reinterpret_cast<T*>(res.x.data());
   res.status.assign(size_t(k * s.batch), SystemStatus::kOk);
   res.backward_error = std::numeric_limits<double>::quiet_NaN();
   const RhsBlock<T> block{rhs, k, rhs_layout};
@@ -135,14 +135,14 @@ absl::StatusOr<JobResult> RunTyped(Backend& be, const Job& job, const SolveContr
     const double prepare_us = Micros(std::chrono::steady_clock::now() - t0);
     const T* rhs = reinterpret_cast<const T*>(job.arrays.at(job.x_field).data);
     auto res = RunPreparedTyped(be, **system, rhs, job.batch, job.layout, job.skip_residual,
-                                control);
+                                control, job.x_out);
     if (res.ok()) res->compute_us += prepare_us;
     return res;
   }
   JobResult res;
   const int64_t out_elems = job.arrays.at(job.x_field).elements;
-  res.x.resize(static_cast<size_t>(out_elems) * sizeof(T));
-  T* x = reinterpret_cast<T*>(res.x.data());
+  if (job.x_out == nullptr) res.x.resize(static_cast<size_t>(out_elems) * sizeof(T));
+  T* x = job.x_out != nullptr ? reinterpret_cast<T*>(job.x_out) : reinterpret_cast<T*>(res.x.data());
   res.status.assign(static_cast<size_t>(job.batch), SystemStatus::kOk);
   res.backward_error = std::numeric_limits<double>::quiet_NaN();
   const auto t0 = std::chrono::steady_clock::now();
@@ -350,12 +350,12 @@ absl::StatusOr<CheckedRhs> CheckRhs(const SystemSpec& spec, const std::vector<in
 
 absl::StatusOr<JobResult> RunPrepared(Backend& backend, PreparedSystem& system, const void* rhs,
                                       int64_t k, Layout rhs_layout, bool skip_residual,
-                                      const SolveControl& control) {
+                                      const SolveControl& control, void* x_out) {
   if (system.spec().precision == Precision::kFloat64)
     return RunPreparedTyped(backend, system, static_cast<const double*>(rhs), k, rhs_layout,
-                            skip_residual, control);
+                            skip_residual, control, x_out);
   return RunPreparedTyped(backend, system, static_cast<const float*>(rhs), k, rhs_layout,
-                          skip_residual, control);
+                          skip_residual, control, x_out);
 }
 
 absl::StatusOr<JobResult> RunJob(Backend& backend, const Job& job,

@@ -39,6 +39,19 @@ struct JobArray {
   std::string aligned_copy;  // a borrowed array that was not aligned for its type
 };
 
+// Arrays that lie in a caller's registered memory (shared-memory regions) instead of in the
+// message: resolves a (region, offset, bytes) reference to memory the job reads or writes,
+// checked against the region, and keeps the region mapped while the resolver lives.
+class RegionResolver {
+ public:
+  virtual ~RegionResolver() = default;
+  // `field` names the array in errors; `bytes` is the client's count (0: expected_bytes);
+  // offset must be a multiple of `align`.
+  virtual absl::StatusOr<std::byte*> Resolve(absl::string_view field, const std::string& region,
+                                             int64_t offset, int64_t bytes,
+                                             int64_t expected_bytes, int align) = 0;
+};
+
 struct Job {
   Family family = Family::kTridiagonal;
   Precision precision = Precision::kFloat64;
@@ -57,6 +70,8 @@ struct Job {
   bool shared_matrix = false;
   // CreateSystem: the right-hand side may be absent (only its shape is declared).
   bool rhs_optional = false;
+  // Where x goes when the caller asked for it in its own memory (x_region); else JobResult.x.
+  std::byte* x_out = nullptr;
   int64_t unknowns() const { return batch * n; }
   int64_t total_bytes() const;
   // The system the coefficients describe (batch 1 when shared_matrix), pointing into the job.
@@ -105,7 +120,9 @@ absl::StatusOr<CheckedRhs> CheckRhs(const SystemSpec& spec, const std::vector<in
 std::string Sanitized(absl::string_view name);
 
 struct JobResult {
-  std::string x;  // bytes, the job's precision, the right-hand side's shape and layout
+  // Bytes, the job's precision, the right-hand side's shape and layout; empty where x was
+  // written into the caller's memory (Job::x_out, RunPrepared's x_out).
+  std::string x;
   std::vector<SystemStatus> status;
   SolveInfo info;
   double backward_error = 0;  // direct methods (NaN when skipped)
@@ -120,6 +137,6 @@ absl::StatusOr<JobResult> RunJob(Backend& backend, const Job& job,
 // and many right-hand sides); x in the right-hand sides' shape, k * batch statuses.
 absl::StatusOr<JobResult> RunPrepared(Backend& backend, PreparedSystem& system, const void* rhs,
                                       int64_t k, Layout rhs_layout, bool skip_residual,
-                                      const SolveControl& control);
+                                      const SolveControl& control, void* x_out = nullptr);
 
 }  // namespace trisolve::server

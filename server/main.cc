@@ -162,6 +162,23 @@ int main(int argc, char** argv) {
   app.add_option("--max-system-ttl", opt.systems.max_ttl_s,
                  "cap on the time-to-live a client may ask for, seconds")
       ->envname("TRISOLVE_MAX_SYSTEM_TTL")->check(CLI::Range(0.001, 1e9))->capture_default_str();
+  bool no_shared_memory = false;
+  app.add_flag("--no-shared-memory", no_shared_memory,
+               "refuse RegisterSharedMemory (clients on this host then send their arrays over "
+               "the socket)")
+      ->envname("TRISOLVE_NO_SHARED_MEMORY");
+  app.add_option("--max-region-bytes", opt.memory.max_bytes_per_identity,
+                 "shared memory one identity may register, together")
+      ->envname("TRISOLVE_MAX_REGION_BYTES")->check(CLI::Range(int64_t{1}, int64_t{1} << 50))
+      ->capture_default_str();
+  app.add_option("--max-regions-per-identity", opt.memory.max_regions_per_identity,
+                 "shared-memory regions one identity may register")
+      ->envname("TRISOLVE_MAX_REGIONS_PER_IDENTITY")->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  app.add_option("--region-ttl", opt.memory.default_ttl_s,
+                 "seconds a shared-memory region may stay unused before it is dropped (default; "
+                 "a client that died leaves its regions until then)")
+      ->envname("TRISOLVE_REGION_TTL")->check(CLI::Range(0.001, 1e9))->capture_default_str();
   app.add_option("--default-deadline", opt.default_deadline_s,
                  "deadline in seconds for calls that carry none (0: none)")
       ->envname("TRISOLVE_DEFAULT_DEADLINE")->capture_default_str();
@@ -187,6 +204,7 @@ int main(int argc, char** argv) {
                  "file of accepted bearer tokens, one a line (the health service stays open)")
       ->envname("TRISOLVE_TOKEN_FILE");
   CLI11_PARSE(app, argc, argv);
+  opt.memory.enabled = !no_shared_memory;
 
   spdlog::set_level(spdlog::level::from_str(log_level));
   if (log_format == "json") {

@@ -46,6 +46,7 @@ SolverService::SolverService(std::unique_ptr<Backend> backend, ServiceOptions op
       small_admission_(std::max(1, options.max_concurrent_small_jobs), options.max_queued_jobs),
       receiving_(options.max_receiving_bytes, std::max(1, options.max_receiving_streams)),
       systems_(options.systems),
+      memory_(options.memory, backend_.get()),
       started_(Clock::now()) {}
 
 absl::StatusOr<std::string> SolverService::Authenticate(grpc::ServerContext* ctx) const {
@@ -246,8 +247,10 @@ grpc::Status SolverService::HandleUnary(grpc::ServerContext* ctx, const char* rp
   sample.method = MethodLabel(family, req.method());
   if (admission_.shutting_down())
     return Finish(call, sample, absl::UnavailableError("the server is shutting down"));
-  if (auto id = Authenticate(ctx); !id.ok()) return Finish(call, sample, id.status());
-  auto job = JobFromRequest(req, options_.limits);
+  auto identity = Authenticate(ctx);
+  if (!identity.ok()) return Finish(call, sample, identity.status());
+  RequestRegions regions(&memory_, *identity);
+  auto job = JobFromRequest(req, options_.limits, DeclareOptions{.regions = &regions});
   call.receive_us = Micros(Clock::now() - call.start);
   if (!job.ok()) return Finish(call, sample, job.status());
   sample.bytes_in = job->total_bytes();
@@ -417,6 +420,11 @@ grpc::Status SolverService::GetServerInfo(grpc::ServerContext* ctx, const v1::Ge
   resp->set_jobs_done(admission_.done() + small_admission_.done());
   resp->set_systems(systems_.count());
   resp->set_system_bytes(systems_.bytes());
+  resp->set_memory_regions(memory_.count());
+  resp->set_memory_region_bytes(memory_.bytes());
+  l->set_shared_memory(options_.memory.enabled);
+  l->set_max_region_bytes(options_.memory.max_bytes_per_identity);
+  l->set_max_regions_per_identity(options_.memory.max_regions_per_identity);
   resp->set_uptime_s(std::chrono::duration<double>(Clock::now() - started_).count());
   return grpc::Status::OK;
 }
@@ -475,7 +483,8 @@ grpc::Status SolverService::CreateSystem(grpc::ServerContext* ctx,
   CallSample sample;
   auto identity = Open(call, sample, /*refuse_when_draining=*/true);
   if (!identity.ok()) return Finish(call, sample, identity.status());
-  auto job = JobFromCreateSystem(*req, options_.limits);
+  RequestRegions regions(&memory_, *identity);
+  auto job = JobFromCreateSystem(*req, options_.limits, &regions);
   if (!job.ok()) return Finish(call, sample, job.status());
   sample.family = std::string(FamilyName(job->family));
   if (!std::isfinite(req->ttl_s()) || req->ttl_s() < 0)
@@ -520,24 +529,29 @@ absl::Status SolverService::SolveStep(Call& call, const std::string& identity,
   const SystemSpec& spec = system.spec();
   sample.family = std::string(FamilyName(spec.family));
   sample.method = std::string(SpecMethodName(spec));
-  std::string scratch;
-  for (const v1::NamedArray& u : req.update()) {
-    auto checked =
-        CheckUpdate(spec, e.coefficient_shapes, u.name(), ArrayFromProto(u.array(), &scratch));
-    if (!checked.ok()) return checked.status();
-    if (auto st = system.Update(checked->index, checked->data); !st.ok()) return st;
-    sample.bytes_in += int64_t(u.array().data().size());
-  }
-  if (req.update_size() > 0) systems_.Touch(e, false, true);
+  RequestRegions regions(&memory_, identity);
+  if (auto st = ApplyUpdates(e, req.update(), &regions, sample); !st.ok()) return st;
   std::string rhs_scratch;
-  auto rhs = CheckRhs(spec, e.rhs_shape, ArrayFromProto(req.rhs(), &rhs_scratch), options_.limits);
+  auto rhs_in = ArrayFromProto(req.rhs(), &rhs_scratch, &regions, "rhs", spec.elem_bytes());
+  if (!rhs_in.ok()) return rhs_in.status();
+  auto rhs = CheckRhs(spec, e.rhs_shape, *rhs_in, options_.limits);
   if (!rhs.ok()) return rhs.status();
-  sample.bytes_in += int64_t(req.rhs().data().size());
+  sample.bytes_in += rhs_in->bytes;
+  std::byte* x_out = nullptr;
+  const int64_t x_bytes = rhs_in->bytes;
+  if (req.has_x_region()) {
+    auto x = ResolveXRegion(req.x_region(), x_bytes, spec.elem_bytes(), &regions);
+    if (!x.ok()) return x.status();
+    const auto* r = static_cast<const std::byte*>(rhs->data);
+    if (*x < r + x_bytes && r < *x + x_bytes)
+      return absl::InvalidArgumentError("x_region: overlaps rhs (x needs memory of its own)");
+    x_out = *x;
+  }
   call.receive_us = Micros(Clock::now() - call.start);
   const int64_t unknowns = rhs->k * spec.rhs_values();
   auto res = Admit(call, unknowns, [&](const SolveControl& control) {
     return RunPrepared(*backend_, system, rhs->data, rhs->k, Layout::kFlat, req.skip_residual(),
-                       control);
+                       control, x_out);
   });
   if (!res.ok()) return res.status();
   systems_.Touch(e, true, false);
@@ -555,6 +569,24 @@ absl::Status SolverService::SolveStep(Call& call, const std::string& identity,
   spdlog::debug("[req {}] {} {} k={} -> ok={}/{} residual={:.3g} total={:.3f} ms", call.id,
                 call.rpc, e.handle, rhs->k, sum->ok(), sum->systems(), sum->residual(),
                 sum->timings().total_us() / 1e3);
+  return absl::OkStatus();
+}
+
+absl::Status SolverService::ApplyUpdates(
+    SystemRegistry::Entry& e, const google::protobuf::RepeatedPtrField<v1::NamedArray>& update,
+    RegionResolver* regions, CallSample& sample) {
+  const SystemSpec& spec = e.system->spec();
+  std::string scratch;
+  for (const v1::NamedArray& u : update) {
+    const int eb = spec.family == Family::kTree && u.name() == "parent" ? 4 : spec.elem_bytes();
+    auto in = ArrayFromProto(u.array(), &scratch, regions, "update", eb);
+    if (!in.ok()) return in.status();
+    auto checked = CheckUpdate(spec, e.coefficient_shapes, u.name(), *in);
+    if (!checked.ok()) return checked.status();
+    if (auto st = e.system->Update(checked->index, checked->data); !st.ok()) return st;
+    sample.bytes_in += in->bytes;
+  }
+  if (!update.empty()) systems_.Touch(e, false, true);
   return absl::OkStatus();
 }
 
@@ -582,16 +614,10 @@ grpc::Status SolverService::UpdateSystem(grpc::ServerContext* ctx,
   if (e.gone)
     return Finish(call, sample, absl::NotFoundError("the system was released, expired or evicted"));
   sample.family = std::string(FamilyName(e.system->spec().family));
-  std::string scratch;
-  for (const v1::NamedArray& u : req->update()) {
-    auto checked = CheckUpdate(e.system->spec(), e.coefficient_shapes, u.name(),
-                               ArrayFromProto(u.array(), &scratch));
-    if (!checked.ok()) return Finish(call, sample, checked.status());
-    if (auto st = e.system->Update(checked->index, checked->data); !st.ok())
-      return Finish(call, sample, st);
-    sample.bytes_in += int64_t(u.array().data().size());
-  }
-  systems_.Touch(e, false, true);
+  RequestRegions regions(&memory_, *identity);
+  if (auto st = ApplyUpdates(e, req->update(), &regions, sample); !st.ok())
+    return Finish(call, sample, st);
+  if (req->update().empty()) systems_.Touch(e, false, true);
   FillSystemInfo(e, resp);
   return Finish(call, sample, absl::OkStatus());
 }
@@ -673,6 +699,60 @@ grpc::Status SolverService::SolveSystemStream(
     spdlog::info("[req {}] SolveSystemStream {}: {} steps", call.id, handle.empty() ? "-" : handle,
                  steps);
   return Finish(call, sample, st);
+}
+
+
+// ---- shared memory ---------------------------------------------------------------------------
+
+namespace {
+
+void FillRegion(const RegionInfo& r, v1::MemoryRegion* out) {
+  out->set_name(r.name);
+  out->set_key(r.key);
+  out->set_bytes(r.bytes);
+  out->set_pinned(r.pinned);
+  out->set_ttl_s(r.ttl_s);
+  out->set_idle_s(r.idle_s);
+  out->set_uses(r.uses);
+}
+
+}  // namespace
+
+grpc::Status SolverService::RegisterSharedMemory(grpc::ServerContext* ctx,
+                                                 const v1::RegisterSharedMemoryRequest* req,
+                                                 v1::MemoryRegion* resp) {
+  Call call{RequestId(ctx, next_id_), "RegisterSharedMemory", ctx};
+  CallSample sample;
+  auto identity = Open(call, sample, /*refuse_when_draining=*/true);
+  if (!identity.ok()) return Finish(call, sample, identity.status());
+  auto r = memory_.Register(*identity, req->name(), req->key(), req->offset(), req->bytes(),
+                            req->ttl_s());
+  if (!r.ok()) return Finish(call, sample, r.status());
+  FillRegion(*r, resp);
+  return Finish(call, sample, absl::OkStatus());
+}
+
+grpc::Status SolverService::UnregisterMemory(grpc::ServerContext* ctx,
+                                             const v1::UnregisterMemoryRequest* req,
+                                             v1::MemoryRegion* resp) {
+  Call call{RequestId(ctx, next_id_), "UnregisterMemory", ctx};
+  CallSample sample;
+  auto identity = Open(call, sample, /*refuse_when_draining=*/false);
+  if (!identity.ok()) return Finish(call, sample, identity.status());
+  auto r = memory_.Unregister(*identity, req->name());
+  if (!r.ok()) return Finish(call, sample, r.status());
+  FillRegion(*r, resp);
+  return Finish(call, sample, absl::OkStatus());
+}
+
+grpc::Status SolverService::ListMemory(grpc::ServerContext* ctx, const v1::ListMemoryRequest*,
+                                       v1::ListMemoryResponse* resp) {
+  Call call{RequestId(ctx, next_id_), "ListMemory", ctx};
+  CallSample sample;
+  auto identity = Open(call, sample, /*refuse_when_draining=*/false);
+  if (!identity.ok()) return Finish(call, sample, identity.status());
+  for (const RegionInfo& r : memory_.List(*identity)) FillRegion(r, resp->add_regions());
+  return Finish(call, sample, absl::OkStatus());
 }
 
 }  // namespace trisolve::server

@@ -8,6 +8,7 @@
 
 #include "admission.h"
 #include "job.h"
+#include "memory.h"
 #include "translate.h"
 #include "metrics.h"
 #include "systems.h"
@@ -38,6 +39,8 @@ struct ServiceOptions {
   // at once (admitted at the header; memory is taken as chunks arrive).
   int64_t max_receiving_bytes = int64_t{16} << 30;
   int max_receiving_streams = 16;
+  // Shared-memory regions of clients on this host.
+  MemoryLimits memory;
 };
 
 class SolverService final : public v1::Solver::Service {
@@ -71,6 +74,13 @@ class SolverService final : public v1::Solver::Service {
   grpc::Status SolveSystemStream(
       grpc::ServerContext* ctx,
       grpc::ServerReaderWriter<v1::SolveResponse, v1::SolveSystemRequest>* stream) override;
+  grpc::Status RegisterSharedMemory(grpc::ServerContext* ctx,
+                                    const v1::RegisterSharedMemoryRequest* req,
+                                    v1::MemoryRegion* resp) override;
+  grpc::Status UnregisterMemory(grpc::ServerContext* ctx, const v1::UnregisterMemoryRequest* req,
+                                v1::MemoryRegion* resp) override;
+  grpc::Status ListMemory(grpc::ServerContext* ctx, const v1::ListMemoryRequest* req,
+                          v1::ListMemoryResponse* resp) override;
 
   // Refuse new work (UNAVAILABLE) and wait up to `grace` for running jobs to finish.
   bool Drain(std::chrono::system_clock::time_point deadline);
@@ -96,6 +106,10 @@ class SolverService final : public v1::Solver::Service {
   // One step of a persistent system: updates, then the right-hand sides; the answer in *resp.
   absl::Status SolveStep(Call& call, const std::string& identity, const v1::SolveSystemRequest& req,
                          const std::string& handle, CallSample& sample, v1::SolveResponse* resp);
+  // A system's coefficient updates, each checked, applied in order.
+  absl::Status ApplyUpdates(SystemRegistry::Entry& e,
+                            const google::protobuf::RepeatedPtrField<v1::NamedArray>& update,
+                            RegionResolver* regions, CallSample& sample);
   void FillSystemInfo(const SystemRegistry::Entry& e, v1::SystemInfo* info) const;
   grpc::Status Finish(Call& call, CallSample& sample, const absl::Status& st);
 
@@ -107,6 +121,7 @@ class SolverService final : public v1::Solver::Service {
   ReceiveBudget receiving_;
   DeadlineWatch deadline_watch_;
   SystemRegistry systems_;
+  MemoryRegistry memory_;  // after the backend, which unpins its regions
   std::atomic<int64_t> next_id_{1};
   Metrics metrics_;
   const std::chrono::steady_clock::time_point started_;

@@ -74,9 +74,29 @@ absl::Status SameShape(const Job& job, absl::string_view name, absl::string_view
   return absl::OkStatus();
 }
 
-// Borrows the request's bytes for `name`, checking their length.
-absl::Status Borrow(Job& job, absl::string_view name, const Array& a) {
+absl::StatusOr<std::byte*> ResolveRef(absl::string_view field, const v1::RegionRef& ref,
+                                      int64_t expected_bytes, int elem_bytes,
+                                      RegionResolver* regions) {
+  if (regions == nullptr)
+    return Invalid(field, "arrays in shared-memory regions are taken by the unary calls, "
+                          "SolveSystem and SolveSystemStream only");
+  return regions->Resolve(field, ref.region(), ref.offset(), ref.bytes(), expected_bytes,
+                          elem_bytes);
+}
+
+// Borrows the request's bytes for `name`, checking their length (or resolves its region).
+absl::Status Borrow(Job& job, absl::string_view name, const Array& a, RegionResolver* regions) {
   JobArray& ja = job.arrays.at(std::string(name));
+  if (a.has_region()) {
+    if (!a.data().empty())
+      return Invalid(name, "has both data and a region: give one");
+    auto p = ResolveRef(absl::StrCat(name, ".region"), a.region(), ja.expected_bytes,
+                        ja.elem_bytes, regions);
+    if (!p.ok()) return p.status();
+    ja.data = *p;
+    ja.received = ja.expected_bytes;
+    return absl::OkStatus();
+  }
   if (int64_t(a.data().size()) != ja.expected_bytes)
     return absl::InvalidArgumentError(absl::StrCat(name, " has ", a.data().size(), " bytes of data, expected ",
                                       ja.expected_bytes, " (shape ", ShapeStr(ja.shape), ", ",
@@ -342,27 +362,38 @@ absl::Status Declare(Job& job, const v1::DenseRequest& r) {
 }
 
 // Borrows every declared array's bytes but an absent right-hand side's.
-absl::Status BorrowNamed(Job& job, std::initializer_list<std::pair<const char*, const Array*>> l) {
+absl::Status BorrowNamed(Job& job, std::initializer_list<std::pair<const char*, const Array*>> l,
+                         RegionResolver* regions) {
   for (auto [n, a] : l) {
     auto it = job.arrays.find(n);
     if (it == job.arrays.end() || it->second.absent) continue;
-    if (auto st = Borrow(job, n, *a); !st.ok()) return st;
+    if (auto st = Borrow(job, n, *a, regions); !st.ok()) return st;
   }
   return absl::OkStatus();
 }
-absl::Status BorrowAll(Job& job, const v1::TridiagonalRequest& r) {
-  return BorrowNamed(job, {{"a", &r.a()}, {"b", &r.b()}, {"c", &r.c()}, {"d", &r.d()}});
+absl::Status BorrowAll(Job& job, const v1::TridiagonalRequest& r, RegionResolver* g) {
+  return BorrowNamed(job, {{"a", &r.a()}, {"b", &r.b()}, {"c", &r.c()}, {"d", &r.d()}}, g);
 }
-absl::Status BorrowAll(Job& job, const v1::TreeRequest& r) {
+absl::Status BorrowAll(Job& job, const v1::TreeRequest& r, RegionResolver* g) {
   return BorrowNamed(job, {{"parent", &r.parent()}, {"lower", &r.lower()}, {"upper", &r.upper()},
-                           {"diag", &r.diag()}, {"rhs", &r.rhs()}});
+                           {"diag", &r.diag()}, {"rhs", &r.rhs()}}, g);
 }
-absl::Status BorrowAll(Job& job, const v1::BlockTridiagonalRequest& r) {
+absl::Status BorrowAll(Job& job, const v1::BlockTridiagonalRequest& r, RegionResolver* g) {
   return BorrowNamed(job, {{"aC", &r.a_c()}, {"cC", &r.c_c()}, {"bC", &r.b_c()}, {"cA", &r.c_a()},
-                           {"cB", &r.c_b()}, {"f", &r.f()}, {"y0", &r.y0()}});
+                           {"cB", &r.c_b()}, {"f", &r.f()}, {"y0", &r.y0()}}, g);
 }
-absl::Status BorrowAll(Job& job, const v1::DenseRequest& r) {
-  return BorrowNamed(job, {{"a", &r.a()}, {"b", &r.b()}});
+absl::Status BorrowAll(Job& job, const v1::DenseRequest& r, RegionResolver* g) {
+  return BorrowNamed(job, {{"a", &r.a()}, {"b", &r.b()}}, g);
+}
+
+// x in the caller's memory must not overlap an input: the solvers read them while writing x.
+absl::Status CheckNoOverlap(const Job& job, const std::byte* x, int64_t bytes) {
+  for (const auto& [name, a] : job.arrays) {
+    if (a.absent || a.data == nullptr) continue;
+    if (x < a.data + a.expected_bytes && a.data < x + bytes)
+      return Invalid("x_region", absl::StrCat("overlaps ", name, " (x needs memory of its own)"));
+  }
+  return absl::OkStatus();
 }
 
 template <typename Req>
@@ -371,7 +402,15 @@ absl::StatusOr<Job> FromUnary(const Req& r, const JobLimits& l, DeclareOptions o
   job.rhs_optional = o.rhs_optional;
   if (auto st = Declare(job, r); !st.ok()) return st;
   if (auto st = CheckLimits(job, l); !st.ok()) return st;
-  if (auto st = BorrowAll(job, r); !st.ok()) return st;
+  if (auto st = BorrowAll(job, r, o.regions); !st.ok()) return st;
+  if (r.has_x_region()) {
+    if (o.rhs_optional) return Invalid("x_region", "CreateSystem solves nothing: leave it unset");
+    const JobArray& xa = job.arrays.at(job.x_field);
+    auto x = ResolveRef("x_region", r.x_region(), xa.expected_bytes, xa.elem_bytes, o.regions);
+    if (!x.ok()) return x.status();
+    if (auto st = CheckNoOverlap(job, *x, xa.expected_bytes); !st.ok()) return st;
+    job.x_out = *x;
+  }
   if (auto st = CheckContents(job); !st.ok()) return st;
   return job;
 }
@@ -406,14 +445,47 @@ absl::StatusOr<Job> JobFromRequest(const v1::DenseRequest& r, const JobLimits& l
   return FromUnary(r, l, o);
 }
 
+// A streamed job carries bytes: no array in a region, no x_region.
+static absl::Status NoRegions(const google::protobuf::Message& m) {
+  const google::protobuf::Descriptor* d = m.GetDescriptor();
+  const google::protobuf::Reflection* r = m.GetReflection();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const google::protobuf::FieldDescriptor* f = d->field(i);
+    if (f->type() != google::protobuf::FieldDescriptor::TYPE_MESSAGE || f->is_repeated() ||
+        !r->HasField(m, f))
+      continue;
+    if (f->message_type() == v1::RegionRef::descriptor())
+      return Invalid(f->name(), "a streamed job's x comes back in chunks: leave it unset, or "
+                                "use the unary call for shared memory");
+    if (f->message_type() == v1::Array::descriptor() &&
+        static_cast<const v1::Array&>(r->GetMessage(m, f)).has_region())
+      return Invalid(absl::StrCat(f->name(), ".region"),
+                     "a streamed job carries its arrays in chunks: use the unary call for "
+                     "arrays in shared memory");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Job> JobFromStreamHeader(const v1::StreamRequest& h, const JobLimits& l) {
   Job job;
   absl::Status st;
   switch (h.part_case()) {
-    case v1::StreamRequest::kTridiagonal: st = Declare(job, h.tridiagonal()); break;
-    case v1::StreamRequest::kTree: st = Declare(job, h.tree()); break;
-    case v1::StreamRequest::kBlockTridiagonal: st = Declare(job, h.block_tridiagonal()); break;
-    case v1::StreamRequest::kDense: st = Declare(job, h.dense()); break;
+    case v1::StreamRequest::kTridiagonal:
+      st = NoRegions(h.tridiagonal());
+      if (st.ok()) st = Declare(job, h.tridiagonal());
+      break;
+    case v1::StreamRequest::kTree:
+      st = NoRegions(h.tree());
+      if (st.ok()) st = Declare(job, h.tree());
+      break;
+    case v1::StreamRequest::kBlockTridiagonal:
+      st = NoRegions(h.block_tridiagonal());
+      if (st.ok()) st = Declare(job, h.block_tridiagonal());
+      break;
+    case v1::StreamRequest::kDense:
+      st = NoRegions(h.dense());
+      if (st.ok()) st = Declare(job, h.dense());
+      break;
     default:
       return absl::InvalidArgumentError(
           "part: the first message of a stream must be a header (tridiagonal, tree, "
@@ -456,8 +528,9 @@ absl::Status FinishStreamedJob(Job& job) {
   return CheckContents(job);
 }
 
-absl::StatusOr<Job> JobFromCreateSystem(const v1::CreateSystemRequest& r, const JobLimits& l) {
-  const DeclareOptions o{.rhs_optional = true};
+absl::StatusOr<Job> JobFromCreateSystem(const v1::CreateSystemRequest& r, const JobLimits& l,
+                                        RegionResolver* regions) {
+  const DeclareOptions o{.rhs_optional = true, .regions = regions};
   switch (r.system_case()) {
     case v1::CreateSystemRequest::kTridiagonal: return JobFromRequest(r.tridiagonal(), l, o);
     case v1::CreateSystemRequest::kTree: return JobFromRequest(r.tree(), l, o);
@@ -469,9 +542,29 @@ absl::StatusOr<Job> JobFromCreateSystem(const v1::CreateSystemRequest& r, const 
   return Invalid("system", "missing: one of tridiagonal, tree, block_tridiagonal, dense");
 }
 
-ArrayIn ArrayFromProto(const v1::Array& a, std::string* scratch) {
+absl::StatusOr<std::byte*> ResolveXRegion(const v1::RegionRef& ref, int64_t bytes, int elem_bytes,
+                                          RegionResolver* regions) {
+  return ResolveRef("x_region", ref, bytes, elem_bytes, regions);
+}
+
+absl::StatusOr<ArrayIn> ArrayFromProto(const v1::Array& a, std::string* scratch,
+                                       RegionResolver* regions, absl::string_view field,
+                                       int elem_bytes) {
   ArrayIn in;
   in.shape.assign(a.shape().begin(), a.shape().end());
+  if (a.has_region()) {
+    if (!a.data().empty()) return Invalid(field, "has both data and a region: give one");
+    int64_t elements = 1;
+    for (int64_t d : in.shape)
+      if (d < 0 || __builtin_mul_overflow(elements, d, &elements) ||
+          elements > std::numeric_limits<int64_t>::max() / 8)
+        return Invalid(field, absl::StrCat("shape ", ShapeStr(in.shape), " is not a valid shape"));
+    in.bytes = elements * elem_bytes;
+    auto p = ResolveRef(absl::StrCat(field, ".region"), a.region(), in.bytes, elem_bytes, regions);
+    if (!p.ok()) return p.status();
+    in.data = *p;
+    return in;
+  }
   in.bytes = int64_t(a.data().size());
   // Aligned for any element type (a copy in *scratch when the message's bytes are not).
   if (reinterpret_cast<uintptr_t>(a.data().data()) % 8 == 0) {

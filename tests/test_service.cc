@@ -36,9 +36,11 @@ class Service : public ::testing::Test {
     delete server_;
     server_ = nullptr;
   }
+  // Arrays over the socket: test_memory covers the shared-memory path.
   static Client MakeClient() {
     Client::Options o;
     o.target = server_->target();
+    o.transport = Transport::kGrpc;
     return Client(o);
   }
   static std::unique_ptr<v1::Solver::Stub> Stub() {
@@ -364,6 +366,7 @@ TEST_F(Service, MessageOverTheLimitIsResourceExhausted) {
   Client::Options o;
   o.target = server_->target();
   o.stream_threshold_bytes = int64_t{1} << 40;  // never stream
+  o.transport = Transport::kGrpc;                // the bytes in the message
   Client c(o);
   auto ar = examples::RandomTridiagonal(1, 10 * 1024 * 1024 / 32, false, 1);
   auto r = c.Solve(MakeJob(Kind::kTridiagonal, ar));

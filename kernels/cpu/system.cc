@@ -248,5 +248,7 @@ absl::StatusOr<SolveInfo> Backend::SolvePrepared(PreparedSystem& system, RhsBloc
                                                  const SolveControl& control) {
   return SolveThroughBackend(*this, system, rhs, x, status, control);
 }
+absl::StatusOr<bool> Backend::PinHostMemory(void*, int64_t) { return false; }
+void Backend::UnpinHostMemory(void*) {}
 
 }  // namespace trisolve

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <array>
 #include <list>
+#include <map>
+#include <shared_mutex>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -140,6 +142,39 @@ class CudaBackend final : public Backend {
                                   const BlockOptions& o, BlockOutput<float> out,
                                   const SolveControl& c) override {
     return SolveBlockOnDevice(p, m, o, out, c);
+  }
+
+  absl::StatusOr<bool> PinHostMemory(void* p, int64_t bytes) override {
+    cudaSetDevice(options_.device);
+    const cudaError_t e = cudaHostRegister(p, size_t(bytes), cudaHostRegisterPortable);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cudaHostRegister of ", bytes, " bytes: ", cudaGetErrorString(e)));
+    }
+    std::unique_lock<std::shared_mutex> lock(pinned_mu_);
+    pinned_ranges_[static_cast<const std::byte*>(p)] = bytes;
+    return true;
+  }
+
+  void UnpinHostMemory(void* p) override {
+    {
+      std::unique_lock<std::shared_mutex> lock(pinned_mu_);
+      if (pinned_ranges_.erase(static_cast<const std::byte*>(p)) == 0) return;
+    }
+    cudaSetDevice(options_.device);
+    if (cudaHostUnregister(p) != cudaSuccess) (void)cudaGetLastError();
+  }
+
+  // Whether [p, p + bytes) lies in memory PinHostMemory page-locked: the device copies straight
+  // from and into it.
+  bool Pinned(const void* p, int64_t bytes) const {
+    const auto* b = static_cast<const std::byte*>(p);
+    std::shared_lock<std::shared_mutex> lock(pinned_mu_);
+    auto it = pinned_ranges_.upper_bound(b);
+    if (it == pinned_ranges_.begin()) return false;
+    --it;
+    return b >= it->first && b + bytes <= it->first + it->second;
   }
 
   absl::StatusOr<std::unique_ptr<PreparedSystem>> Prepare(const SystemSpec& spec) override {
@@ -372,6 +407,10 @@ class CudaBackend final : public Backend {
   // Host -> device through two pinned pieces in turn: the memcpy into one overlaps the DMA of
   // the other (pageable copies run at a sixth of the pinned rate).
   absl::Status StageIn(Lane& l, std::byte* pinned, const void* src, void* dst, int64_t bytes) {
+    if (Pinned(src, bytes))
+      return cuda::CudaStatus(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyHostToDevice,
+                                              l.stream),
+                              "cudaMemcpyAsync");
     const auto* s = static_cast<const std::byte*>(src);
     auto* d = static_cast<std::byte*>(dst);
     int buf = 0;
@@ -388,6 +427,10 @@ class CudaBackend final : public Backend {
   }
 
   absl::Status StageOut(Lane& l, std::byte* pinned, const void* src, void* dst, int64_t bytes) {
+    if (Pinned(dst, bytes))
+      return cuda::CudaStatus(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyDeviceToHost,
+                                              l.stream),
+                              "cudaMemcpyAsync");
     const auto* s = static_cast<const std::byte*>(src);
     auto* d = static_cast<std::byte*>(dst);
     const int64_t pieces = (bytes + kStagingChunk - 1) / kStagingChunk;
@@ -435,7 +478,14 @@ class CudaBackend final : public Backend {
     // staging is its own size: two 16 MiB pieces for every small request in flight emptied
     // the pinned pool (2 GiB) at 64 concurrent requests and sent them to cudaHostAlloc.
     const int64_t staged_bytes = in_values * int64_t(sizeof(T));
-    const bool one_copy = staged_bytes <= kStagingChunk && bytes + batch <= kStagingChunk;
+    // Inputs and x in page-locked client memory (shared-memory regions) of a megabyte or more
+    // move straight, without the staging copy.
+    bool all_pinned = Pinned(out_x, bytes);
+    for (int64_t q = 0; q < k && all_pinned; ++q)
+      all_pinned = inputs[q].device != nullptr ||
+                   Pinned(inputs[q].host, inputs[q].values * int64_t(sizeof(T)));
+    const bool one_copy = staged_bytes <= kStagingChunk && bytes + batch <= kStagingChunk &&
+                          !(all_pinned && staged_bytes >= (int64_t{1} << 20));
     auto pinned =
         pinned_pool_.Get(one_copy ? std::max(staged_bytes, bytes + batch) : 2 * kStagingChunk);
     if (!pinned.ok()) return pinned.status();
@@ -807,6 +857,8 @@ class CudaBackend final : public Backend {
   cuda::DenseLibs dense_libs_;  // destroyed before the pools
   std::mutex plans_mu_;
   std::list<std::pair<std::vector<int32_t>, std::shared_ptr<const cuda::TreeCablesPlan>>> plans_;
+  mutable std::shared_mutex pinned_mu_;
+  std::map<const std::byte*, int64_t> pinned_ranges_;  // PinHostMemory's: start -> bytes
 };
 
 }  // namespace

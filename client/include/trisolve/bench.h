@@ -14,6 +14,10 @@ struct BenchOptions {
   int64_t batch = 1;       // systems a request
   int64_t n = 64;          // unknowns a system
   std::string mode = "unary";  // unary (the whole system each time), handle (SolveSystem), stream
+  // grpc: bytes over the socket; auto: the client's choice (shared memory through its staging
+  // region for large jobs on the same host); shm: the arrays live in a registered SharedMemory
+  // and x is written into it (zero-copy, as a simulation that keeps its arrays there).
+  std::string transport = "auto";
   bool json = false;
 };
 

@@ -18,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "trisolve/ndarray.h"
+#include "trisolve/shared_memory.h"
 
 namespace grpc {
 class Channel;
@@ -40,6 +41,10 @@ struct JobOptions {
   bool skip_residual = false;
   std::optional<double> timeout_s;  // the call's deadline
   std::string request_id;           // sent as x-request-id; the server's log uses it
+  // Where x goes (the right-hand side's shape and the job's type): inside a registered
+  // SharedMemory the server writes it there itself; elsewhere the client copies it there. The
+  // Result's x then has its shape and type but no data. Null: x comes back in the Result.
+  void* x_out = nullptr;
 };
 
 struct Job {
@@ -66,6 +71,8 @@ struct Summary {
   int64_t iterations = 0;
   double residual = 0;
   bool streamed = false;
+  std::string transport;          // "grpc", "grpc-stream" or "shared-memory"
+
   std::string handle;             // SolveSystem: the system solved
   int64_t right_hand_sides = 0;   // one matrix, many right-hand sides: how many
   int batched_with = 0;
@@ -116,7 +123,8 @@ class Client;
 class StepStream {
  public:
   ~StepStream();
-  absl::Status Send(const ArrayView& rhs, const Updates& update = {});
+  // x_out: where this step's x goes (as JobOptions::x_out); null: in the Result.
+  absl::Status Send(const ArrayView& rhs, const Updates& update = {}, void* x_out = nullptr);
   absl::StatusOr<Result> Receive();
   // Ends the stream (after the answers still due were received); the server's final status.
   absl::Status Finish();
@@ -127,6 +135,12 @@ class StepStream {
   explicit StepStream(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// How the arrays of a job travel. Shared memory needs the server on this host (and in the same
+// IPC namespace): auto tries it for jobs of shm_min_bytes or more and falls back to gRPC when
+// the server cannot map this process's memory; shared-memory insists on it.
+enum class Transport { kAuto, kSharedMemory, kGrpc };
+absl::StatusOr<Transport> ParseTransport(absl::string_view name);  // auto, shm, grpc
 
 class Client {
  public:
@@ -142,6 +156,10 @@ class Client {
     std::string token;
     // A connection of this client's own (not shared with other clients of the process).
     bool own_connection = false;
+    Transport transport = Transport::kAuto;
+    // auto: jobs whose arrays (and x) reach this many bytes go through shared memory, copied
+    // into a staging region of the client's (arrays already in registered memory always do).
+    int64_t shm_min_bytes = int64_t{1} << 20;
   };
   // Whether the options ask for TLS.
   static bool UsesTls(const Options& o) { return !o.tls_ca_file.empty() || !o.tls_cert_file.empty(); }
@@ -166,6 +184,14 @@ class Client {
   absl::StatusOr<std::vector<SystemInfo>> ListSystems(const JobOptions& options = {});
   absl::StatusOr<std::unique_ptr<StepStream>> OpenStepStream(const std::string& handle,
                                                              const JobOptions& options = {});
+  // Registers `memory` with the server (under `name`, or one made from its key): arrays that lie
+  // in it then travel by reference. The server maps it once; unregister before destroying it.
+  absl::Status RegisterMemory(const SharedMemory& memory, const std::string& name = "");
+  absl::Status UnregisterMemory(const SharedMemory& memory);
+  // "shared-memory" once a staging region was registered, "grpc" when auto found the server
+  // cannot map this process's memory (or the transport is grpc), "untried" before.
+  std::string SharedMemoryState() const;
+
   absl::StatusOr<ServerInfoSummary> Info(double timeout_s = 10);
   // The grpc.health.v1 status of `service` ("" = the server as a whole): "SERVING", ...
   absl::StatusOr<std::string> Health(const std::string& service = "", double timeout_s = 5);

@@ -85,6 +85,13 @@ class Backend {
   virtual absl::StatusOr<SolveInfo> SolvePrepared(PreparedSystem& system, RhsBlock<float> rhs,
                                                   float* x, SystemStatus* status,
                                                   const SolveControl& control);
+
+  // Host memory that many requests will read and write in place (a client's shared-memory
+  // region): page-locks it where the backend copies to a device, so that the copies run
+  // straight from and into it at the link's rate. Returns whether it did (false: nothing to do
+  // on this backend); the memory must stay mapped until UnpinHostMemory(p).
+  virtual absl::StatusOr<bool> PinHostMemory(void* p, int64_t bytes);
+  virtual void UnpinHostMemory(void* p);
 };
 
 // The CPU reference backend; threads <= 0 means one per hardware thread.

@@ -1,0 +1,294 @@
+#include "memory.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+
+namespace trisolve::server {
+namespace {
+
+bool PlainName(absl::string_view s) {
+  return std::all_of(s.begin(), s.end(), [](char ch) {
+    return std::isalnum(static_cast<unsigned char>(ch)) || ch == '.' || ch == '_' || ch == '-';
+  });
+}
+
+absl::Status CheckNameAndKey(const std::string& name, const std::string& key) {
+  if (name.empty() || name.size() > 64 || !PlainName(name))
+    return absl::InvalidArgumentError(
+        absl::StrCat("name: 1 to 64 characters of [A-Za-z0-9._-] (got ", name.size(),
+                     " characters", name.size() <= 64 ? ", some not allowed" : "", ")"));
+  if (key.size() < 2 || key.size() > 200 || key[0] != '/' || !PlainName(key.substr(1)))
+    return absl::InvalidArgumentError(
+        absl::StrCat("key: '/' then 1 to 199 characters of [A-Za-z0-9._-] (got ", key.size(),
+                     " characters)"));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Region::Region(Backend* backend, std::string name, std::string key, int fd, void* map,
+               int64_t map_bytes, std::byte* base, int64_t bytes, int64_t object_end,
+               bool pinned, double ttl_s)
+    : backend_(backend),
+      name_(std::move(name)),
+      key_(std::move(key)),
+      fd_(fd),
+      map_(map),
+      map_bytes_(map_bytes),
+      base_(base),
+      bytes_(bytes),
+      object_end_(object_end),
+      pinned_(pinned),
+      ttl_s_(ttl_s) {}
+
+Region::~Region() {
+  if (pinned_ && backend_ != nullptr) backend_->UnpinHostMemory(map_);
+  munmap(map_, size_t(map_bytes_));
+  close(fd_);
+}
+
+absl::Status Region::StillMapped(absl::string_view field) const {
+  struct stat st {};
+  if (fstat(fd_, &st) != 0 || int64_t(st.st_size) < object_end_)
+    return absl::FailedPreconditionError(absl::StrCat(
+        field, ": region '", name_, "' shrank under the server (its object now has ",
+        int64_t(st.st_size), " bytes, the region ends at ", object_end_, ")"));
+  return absl::OkStatus();
+}
+
+MemoryRegistry::MemoryRegistry(MemoryLimits limits, Backend* backend)
+    : limits_(limits), backend_(backend) {
+  sweeper_ = std::thread([this] { Sweep(); });
+}
+
+MemoryRegistry::~MemoryRegistry() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  stop_cv_.notify_all();
+  sweeper_.join();
+}
+
+void MemoryRegistry::Sweep() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    stop_cv_.wait_for(lock, std::chrono::seconds(1));
+    if (stop_) break;
+    lock.unlock();
+    ExpireIdle();
+    lock.lock();
+  }
+}
+
+RegionInfo MemoryRegistry::InfoLocked(const Entry& e) const {
+  RegionInfo info;
+  info.name = e.region->name();
+  info.key = e.region->key();
+  info.bytes = e.region->bytes();
+  info.pinned = e.region->pinned();
+  info.ttl_s = e.region->ttl_s();
+  info.idle_s = std::chrono::duration<double>(Clock::now() - e.last_used).count();
+  info.uses = e.uses;
+  return info;
+}
+
+absl::StatusOr<RegionInfo> MemoryRegistry::Register(const std::string& identity,
+                                                    const std::string& name,
+                                                    const std::string& key, int64_t offset,
+                                                    int64_t bytes, double ttl_s) {
+  if (!limits_.enabled)
+    return absl::FailedPreconditionError(
+        "this server does not accept shared memory (started with --no-shared-memory)");
+  if (auto st = CheckNameAndKey(name, key); !st.ok()) return st;
+  const int64_t page = sysconf(_SC_PAGESIZE);
+  if (offset < 0 || offset % page != 0)
+    return absl::InvalidArgumentError(
+        absl::StrCat("offset is ", offset, ", expected a multiple of the page size (", page, ")"));
+  if (bytes <= 0)
+    return absl::InvalidArgumentError(absl::StrCat("bytes is ", bytes, ", expected >= 1"));
+  if (offset > std::numeric_limits<int64_t>::max() - bytes)
+    return absl::InvalidArgumentError("offset + bytes overflows");
+  if (!std::isfinite(ttl_s) || ttl_s < 0)
+    return absl::InvalidArgumentError(
+        absl::StrCat("ttl_s is ", ttl_s, ", expected >= 0 (0: the default)"));
+  if (bytes > limits_.max_bytes_per_identity)
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the region has ", bytes, " bytes, over the limit max_region_bytes = ",
+                     limits_.max_bytes_per_identity));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (regions_.count({identity, name}))
+      return absl::AlreadyExistsError(absl::StrCat("a region named '", name,
+                                                   "' is registered already"));
+    int count = 0;
+    int64_t held = 0;
+    for (auto it = regions_.lower_bound({identity, ""});
+         it != regions_.end() && it->first.first == identity; ++it) {
+      ++count;
+      held += it->second.region->bytes();
+    }
+    if (count >= limits_.max_regions_per_identity)
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the caller holds ", count,
+                       " regions, the limit max_regions_per_identity = ",
+                       limits_.max_regions_per_identity));
+    if (held + bytes > limits_.max_bytes_per_identity)
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the caller's regions would hold ", held + bytes,
+                       " bytes, over the limit max_region_bytes = ",
+                       limits_.max_bytes_per_identity));
+  }
+  const int fd = shm_open(key.c_str(), O_RDWR, 0);
+  if (fd < 0)
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot open shared memory '", key, "' on the server's host: ", std::strerror(errno),
+        " (the client must run on the same host, in the same IPC namespace)"));
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return absl::FailedPreconditionError(absl::StrCat("'", key, "' is not a shared-memory object"));
+  }
+  if (int64_t(st.st_size) < offset + bytes) {
+    close(fd);
+    return absl::InvalidArgumentError(absl::StrCat("the object '", key, "' has ",
+                                                   int64_t(st.st_size), " bytes, the region [",
+                                                   offset, ", ", offset + bytes,
+                                                   ") does not fit in it"));
+  }
+  void* map = mmap(nullptr, size_t(bytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd, off_t(offset));
+  if (map == MAP_FAILED) {
+    const int err = errno;
+    close(fd);
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot map '", key, "': ", std::strerror(err)));
+  }
+  bool pinned = false;
+  if (backend_ != nullptr) {
+    auto p = backend_->PinHostMemory(map, bytes);
+    if (p.ok()) {
+      pinned = *p;
+    } else {
+      spdlog::warn("region {}: not page-locked ({}); the device copies from it through staging",
+                   name, std::string(p.status().message()));
+    }
+  }
+  const double ttl = std::min(ttl_s > 0 ? ttl_s : limits_.default_ttl_s, limits_.max_ttl_s);
+  auto region = std::make_shared<Region>(backend_, name, key, fd, map, bytes,
+                                         static_cast<std::byte*>(map), bytes, offset + bytes,
+                                         pinned, ttl);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto [it, inserted] = regions_.try_emplace({identity, name});
+  if (!inserted)  // registered meanwhile by a concurrent call of the same identity
+    return absl::AlreadyExistsError(absl::StrCat("a region named '", name,
+                                                 "' is registered already"));
+  it->second.region = std::move(region);
+  it->second.last_used = Clock::now();
+  bytes_ += bytes;
+  spdlog::info("region {} registered: {} bytes of {}{}", name, bytes, key,
+               pinned ? ", page-locked" : "");
+  return InfoLocked(it->second);
+}
+
+absl::StatusOr<RegionInfo> MemoryRegistry::Unregister(const std::string& identity,
+                                                      const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = regions_.find({identity, name});
+  if (it == regions_.end())
+    return absl::NotFoundError("name: no such region (never registered, unregistered or expired)");
+  RegionInfo info = InfoLocked(it->second);
+  bytes_ -= it->second.region->bytes();
+  regions_.erase(it);  // unmapped once the requests using it finish
+  return info;
+}
+
+std::vector<RegionInfo> MemoryRegistry::List(const std::string& identity) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<RegionInfo> out;
+  for (auto it = regions_.lower_bound({identity, ""});
+       it != regions_.end() && it->first.first == identity; ++it)
+    out.push_back(InfoLocked(it->second));
+  return out;
+}
+
+absl::StatusOr<std::shared_ptr<Region>> MemoryRegistry::Find(const std::string& identity,
+                                                             const std::string& name,
+                                                             absl::string_view field) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = regions_.find({identity, name});
+  if (it == regions_.end())
+    return absl::NotFoundError(absl::StrCat(
+        field, ": no region named '", Sanitized(name),
+        "' (never registered by this caller, unregistered or expired)"));
+  it->second.last_used = Clock::now();
+  ++it->second.uses;
+  return it->second.region;
+}
+
+int64_t MemoryRegistry::count() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return int64_t(regions_.size());
+}
+
+int64_t MemoryRegistry::bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return bytes_;
+}
+
+int MemoryRegistry::ExpireIdle() {
+  std::vector<std::shared_ptr<Region>> dropped;  // unmapped outside the lock
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto now = Clock::now();
+    for (auto it = regions_.begin(); it != regions_.end();) {
+      const double idle = std::chrono::duration<double>(now - it->second.last_used).count();
+      if (idle > it->second.region->ttl_s()) {
+        spdlog::info("region {} expired after {:.0f} s idle", it->first.second, idle);
+        bytes_ -= it->second.region->bytes();
+        dropped.push_back(std::move(it->second.region));
+        it = regions_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  return int(dropped.size());
+}
+
+absl::StatusOr<std::byte*> RequestRegions::Resolve(absl::string_view field,
+                                                   const std::string& region, int64_t offset,
+                                                   int64_t bytes, int64_t expected_bytes,
+                                                   int align) {
+  auto r = registry_->Find(identity_, region, field);
+  if (!r.ok()) return r.status();
+  if (bytes == 0) bytes = expected_bytes;
+  if (bytes != expected_bytes)
+    return absl::InvalidArgumentError(absl::StrCat(field, ": the region range has ", bytes,
+                                                   " bytes, the array needs ", expected_bytes));
+  if (offset < 0 || offset % align != 0)
+    return absl::InvalidArgumentError(absl::StrCat(field, ": region offset ", offset,
+                                                   " is not a multiple of ", align,
+                                                   " (the element size)"));
+  if (offset > (*r)->bytes() || bytes > (*r)->bytes() - offset)
+    return absl::InvalidArgumentError(absl::StrCat(field, ": [", offset, ", ", offset + bytes,
+                                                   ") lies outside region '", (*r)->name(),
+                                                   "' of ", (*r)->bytes(), " bytes"));
+  if (auto st = (*r)->StillMapped(field); !st.ok()) return st;
+  std::byte* p = (*r)->base() + offset;
+  held_.push_back(*std::move(r));
+  return p;
+}
+
+}  // namespace trisolve::server

@@ -1,0 +1,134 @@
+// Shared-memory regions: what clients on the server's host register once so that their arrays
+// (and the answers) never cross the socket. A region is a POSIX shared-memory object mapped
+// once, page-locked through the backend where it allows, owned by the identity that registered
+// it, dropped on request or when idle past its time-to-live. Nothing here knows gRPC or protobuf.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "job.h"
+#include "trisolve/backend.h"
+
+namespace trisolve::server {
+
+struct MemoryLimits {
+  bool enabled = true;
+  int64_t max_bytes_per_identity = int64_t{64} << 30;
+  int max_regions_per_identity = 64;
+  double default_ttl_s = 3600;
+  double max_ttl_s = 7 * 24 * 3600;
+};
+
+// One mapped region. Destroyed (unpinned, unmapped, its descriptor closed) once it is
+// unregistered or expired and no request holds it any more.
+class Region {
+ public:
+  Region(Backend* backend, std::string name, std::string key, int fd, void* map, int64_t map_bytes,
+         std::byte* base, int64_t bytes, int64_t object_end, bool pinned, double ttl_s);
+  ~Region();
+  Region(const Region&) = delete;
+  Region& operator=(const Region&) = delete;
+
+  const std::string& name() const { return name_; }
+  const std::string& key() const { return key_; }
+  std::byte* base() const { return base_; }
+  int64_t bytes() const { return bytes_; }
+  bool pinned() const { return pinned_; }
+  double ttl_s() const { return ttl_s_; }
+  // The object still spans the region (a client that truncated it would make a read fault):
+  // FAILED_PRECONDITION naming `field` otherwise.
+  absl::Status StillMapped(absl::string_view field) const;
+
+ private:
+  Backend* backend_;
+  const std::string name_, key_;
+  const int fd_;
+  void* const map_;
+  const int64_t map_bytes_;
+  std::byte* const base_;
+  const int64_t bytes_, object_end_;
+  const bool pinned_;
+  const double ttl_s_;
+};
+
+struct RegionInfo {
+  std::string name, key;
+  int64_t bytes = 0, uses = 0;
+  bool pinned = false;
+  double ttl_s = 0, idle_s = 0;
+};
+
+class MemoryRegistry {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // `backend` page-locks regions (Backend::PinHostMemory); it must outlive the registry.
+  MemoryRegistry(MemoryLimits limits, Backend* backend);
+  ~MemoryRegistry();
+
+  const MemoryLimits& limits() const { return limits_; }
+  // Maps `key` [offset, offset + bytes) for `identity` under `name`. INVALID_ARGUMENT for a bad
+  // name, key, offset or size; ALREADY_EXISTS for a name the identity holds; RESOURCE_EXHAUSTED
+  // over the identity's caps; FAILED_PRECONDITION when disabled or the key cannot be opened
+  // here (another host, or a container that does not share /dev/shm).
+  absl::StatusOr<RegionInfo> Register(const std::string& identity, const std::string& name,
+                                      const std::string& key, int64_t offset, int64_t bytes,
+                                      double ttl_s);
+  absl::StatusOr<RegionInfo> Unregister(const std::string& identity, const std::string& name);
+  std::vector<RegionInfo> List(const std::string& identity) const;
+  // The identity's region, marked used now; NOT_FOUND (naming `field`) for a name that is not
+  // the identity's.
+  absl::StatusOr<std::shared_ptr<Region>> Find(const std::string& identity,
+                                               const std::string& name, absl::string_view field);
+  int64_t count() const;
+  int64_t bytes() const;
+  // Drops regions idle past their time-to-live (the sweeper does this every second).
+  int ExpireIdle();
+
+ private:
+  struct Entry {
+    std::shared_ptr<Region> region;
+    Clock::time_point last_used;
+    int64_t uses = 0;
+  };
+  using Key = std::pair<std::string, std::string>;  // identity, name
+  RegionInfo InfoLocked(const Entry& e) const;
+  void Sweep();
+
+  const MemoryLimits limits_;
+  Backend* const backend_;
+  mutable std::mutex mu_;
+  std::map<Key, Entry> regions_;
+  int64_t bytes_ = 0;
+  std::condition_variable stop_cv_;
+  bool stop_ = false;
+  std::thread sweeper_;
+};
+
+// Resolves the region references of one request for its caller: checks each against its
+// region (bounds, alignment, still mapped) and keeps the regions alive until destroyed.
+class RequestRegions final : public RegionResolver {
+ public:
+  RequestRegions(MemoryRegistry* registry, std::string identity)
+      : registry_(registry), identity_(std::move(identity)) {}
+  absl::StatusOr<std::byte*> Resolve(absl::string_view field, const std::string& region,
+                                     int64_t offset, int64_t bytes, int64_t expected_bytes,
+                                     int align) override;
+
+ private:
+  MemoryRegistry* registry_;
+  std::string identity_;
+  std::vector<std::shared_ptr<Region>> held_;
+};
+
+}  // namespace trisolve::server

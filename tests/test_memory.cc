@@ -1,0 +1,419 @@
+// Shared memory end to end: the real trisolved on loopback, regions registered by this process,
+// arrays read from them and x written into them, every family; each bad reference refused with
+// its own status; regions of another identity unreachable; a client killed with its region
+// registered leaves nothing behind once the time-to-live passes.
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "server_process.h"
+#include "trisolve/client.h"
+#include "trisolve/examples.h"
+#include "trisolve/shared_memory.h"
+#include "trisolve/v1/trisolve.grpc.pb.h"
+
+extern char** environ;
+
+namespace trisolve {
+namespace {
+
+using testing::ServerProcess;
+
+Client::Options Opts(const ServerProcess& s, Transport t, const std::string& token = "") {
+  Client::Options o;
+  o.target = s.target();
+  o.transport = t;
+  o.token = token;
+  o.own_connection = true;
+  return o;
+}
+
+// A copy of `a` inside `shm`, as a view.
+ArrayView Into(SharedMemory& shm, const NdArray& a) {
+  void* p = *shm.Allocate(int64_t(a.data.size()));
+  std::memcpy(p, a.data.data(), a.data.size());
+  return ArrayView{a.dtype, a.shape, p};
+}
+
+Job JobOf(Kind kind, const examples::Arrays& arrays) {
+  Job job{kind};
+  for (const auto& [name, a] : arrays) job.arrays[name] = a.view();
+  return job;
+}
+
+struct Family {
+  Kind kind;
+  examples::Arrays arrays;
+  bool interleaved = false;
+};
+
+std::vector<Family> EveryFamily() {
+  std::vector<Family> f;
+  f.push_back({Kind::kTridiagonal, examples::RandomTridiagonal(64, 300, false, 11)});
+  f.push_back({Kind::kTridiagonal, examples::RandomTridiagonal(48, 200, true, 12), true});
+  Morphology m;
+  for (int i = 0; i < 200; ++i) {
+    m.parent.push_back(i == 0 ? -1 : (i % 7 == 0 ? i / 2 : i - 1));
+    m.type.push_back(i == 0 ? 1 : 3);
+    m.x.push_back(i * 2.0);
+    m.y.push_back(i % 5);
+    m.z.push_back(0);
+    m.radius.push_back(i == 0 ? 5 : 0.5 + 0.01 * (i % 11));
+  }
+  f.push_back({Kind::kTree, examples::CableTree(m, 16, 13)});
+  f.push_back({Kind::kBlockTridiagonal, examples::ThesisExperiment1(24, 20)});
+  f.push_back({Kind::kDense, examples::RandomDense(8, 40, false, 14)});
+  return f;
+}
+
+TEST(SharedMemory, EveryFamilySolvesFromAndIntoARegionAsOverTheSocket) {
+  ServerProcess server({});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  Client grpc_client(Opts(server, Transport::kGrpc));
+  Client shm_client(Opts(server, Transport::kSharedMemory));
+  auto shm = SharedMemory::Create(64 << 20);
+  ASSERT_TRUE(shm.ok()) << shm.status();
+  ASSERT_TRUE(shm_client.RegisterMemory(**shm, "arrays").ok());
+  for (const Family& f : EveryFamily()) {
+    SCOPED_TRACE(std::string(KindName(f.kind)));
+    Job over_socket = JobOf(f.kind, f.arrays);
+    over_socket.options.interleaved = f.interleaved;
+    auto want = grpc_client.Solve(over_socket);
+    ASSERT_TRUE(want.ok()) << want.status();
+    EXPECT_EQ(want->summary.transport, "grpc");
+
+    (*shm)->Reset();
+    Job in_shm{f.kind};
+    in_shm.options = over_socket.options;
+    for (const auto& [name, a] : f.arrays) in_shm.arrays[name] = Into(**shm, a);
+    const int64_t x_bytes = int64_t(want->x.data.size());
+    void* x = *(*shm)->Allocate(x_bytes);
+    std::memset(x, 0xff, size_t(x_bytes));  // NaNs, unless the server writes every value
+    in_shm.options.x_out = x;
+    auto got = shm_client.Solve(in_shm);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->summary.transport, "shared-memory");
+    EXPECT_TRUE(got->x.data.empty());
+    EXPECT_EQ(got->x.shape, want->x.shape);
+    EXPECT_EQ(got->status, want->status);
+    EXPECT_EQ(got->summary.method, want->summary.method);
+    EXPECT_EQ(std::memcmp(x, want->x.data.data(), size_t(x_bytes)), 0)
+        << "the answer written into the region differs from the one sent over the socket";
+  }
+  ASSERT_TRUE(shm_client.UnregisterMemory(**shm).ok());
+}
+
+TEST(SharedMemory, AutoStagesLargeJobsAndFallsBackWhereRefused) {
+  ServerProcess server({});
+  ServerProcess refusing({"--no-shared-memory"});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  ASSERT_GT(refusing.port(), 0) << refusing.Log();
+  const auto arrays = examples::RandomTridiagonal(512, 1024, false, 21);  // 16 MiB
+  const Job job = JobOf(Kind::kTridiagonal, arrays);
+  auto want = Client(Opts(server, Transport::kGrpc)).Solve(job);
+  ASSERT_TRUE(want.ok()) << want.status();
+  EXPECT_EQ(want->summary.transport, "grpc-stream");
+
+  Client client(Opts(server, Transport::kAuto));
+  EXPECT_EQ(client.SharedMemoryState(), "untried");
+  for (int rep = 0; rep < 3; ++rep) {  // the staging region is reused
+    auto got = client.Solve(job);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->summary.transport, "shared-memory");
+    EXPECT_EQ(got->x.data, want->x.data);
+  }
+  EXPECT_EQ(client.SharedMemoryState(), "shared-memory");
+
+  Client fallback(Opts(refusing, Transport::kAuto));
+  auto got = fallback.Solve(job);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->summary.transport, "grpc-stream");
+  EXPECT_EQ(got->x.data, want->x.data);
+  EXPECT_EQ(fallback.SharedMemoryState(), "grpc");
+
+  Client insisting(Opts(refusing, Transport::kSharedMemory));
+  auto refused = insisting.Solve(job);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("--no-shared-memory"), std::string::npos);
+}
+
+TEST(SharedMemory, PersistentSystemsAndTheStepStreamReadAndWriteRegions) {
+  ServerProcess server({});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  Client client(Opts(server, Transport::kSharedMemory));
+  auto shm = SharedMemory::Create(8 << 20);
+  ASSERT_TRUE(shm.ok());
+  ASSERT_TRUE(client.RegisterMemory(**shm).ok());
+  auto arrays = examples::RandomTridiagonal(16, 500, false, 31);
+  Job create{Kind::kTridiagonal};
+  for (const char* n : {"a", "b", "c"}) create.arrays[n] = Into(**shm, arrays.at(n));
+  auto sys = client.CreateSystem(create);
+  ASSERT_TRUE(sys.ok()) << sys.status();
+
+  Client reference(Opts(server, Transport::kGrpc));
+  auto want = reference.Solve(JobOf(Kind::kTridiagonal, arrays));
+  ASSERT_TRUE(want.ok());
+  const ArrayView d = Into(**shm, arrays.at("d"));
+  auto* x = *(*shm)->Allocate<double>(16 * 500);
+  JobOptions jo;
+  jo.x_out = x;
+  auto got = client.SolveSystem(sys->handle, d, {}, jo);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->summary.transport, "shared-memory");
+  EXPECT_EQ(std::memcmp(x, want->x.data.data(), want->x.data.size()), 0);
+
+  // An update read from the region, then two steps of the stream answered into the region.
+  NdArray b2 = arrays.at("b");
+  for (int64_t i = 0; i < b2.elements(); ++i) b2.as<double>()[i] *= 2;
+  const ArrayView b2_view = Into(**shm, b2);
+  auto two = arrays;
+  two["b"] = b2;
+  auto want2 = reference.Solve(JobOf(Kind::kTridiagonal, two));
+  ASSERT_TRUE(want2.ok());
+  auto stream = client.OpenStepStream(sys->handle);
+  ASSERT_TRUE(stream.ok());
+  auto* x2 = *(*shm)->Allocate<double>(16 * 500);
+  ASSERT_TRUE((*stream)->Send(d, {{"b", b2_view}}, x).ok());
+  ASSERT_TRUE((*stream)->Send(d, {}, x2).ok());
+  for (int i = 0; i < 2; ++i) {
+    auto r = (*stream)->Receive();
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->summary.transport, "shared-memory");
+  }
+  EXPECT_TRUE((*stream)->Finish().ok());
+  EXPECT_EQ(std::memcmp(x, want2->x.data.data(), want2->x.data.size()), 0);
+  EXPECT_EQ(std::memcmp(x2, want2->x.data.data(), want2->x.data.size()), 0);
+}
+
+// Raw requests, to send references the client library would never make.
+class Raw {
+ public:
+  explicit Raw(const ServerProcess& s, std::string token = "")
+      : stub_(v1::Solver::NewStub(grpc::CreateChannel(s.target(), grpc::InsecureChannelCredentials()))),
+        token_(std::move(token)) {}
+  template <typename Call>
+  grpc::Status Do(Call call) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    if (!token_.empty()) ctx.AddMetadata("authorization", "Bearer " + token_);
+    return call(*stub_, &ctx);
+  }
+  grpc::Status Register(const SharedMemory& m, const std::string& name, int64_t offset = 0,
+                        int64_t bytes = -1, double ttl_s = 0) {
+    v1::RegisterSharedMemoryRequest req;
+    req.set_name(name);
+    req.set_key(m.key());
+    req.set_offset(offset);
+    req.set_bytes(bytes < 0 ? m.size() : bytes);
+    req.set_ttl_s(ttl_s);
+    v1::MemoryRegion resp;
+    return Do([&](v1::Solver::Stub& s, grpc::ClientContext* c) {
+      return s.RegisterSharedMemory(c, req, &resp);
+    });
+  }
+  grpc::Status Solve(const v1::TridiagonalRequest& req) {
+    v1::SolveResponse resp;
+    return Do([&](v1::Solver::Stub& s, grpc::ClientContext* c) {
+      return s.SolveTridiagonal(c, req, &resp);
+    });
+  }
+  int Regions(std::vector<std::string>* keys = nullptr) {
+    v1::ListMemoryResponse resp;
+    auto st = Do([&](v1::Solver::Stub& s, grpc::ClientContext* c) {
+      return s.ListMemory(c, v1::ListMemoryRequest(), &resp);
+    });
+    if (keys != nullptr)
+      for (const auto& r : resp.regions()) keys->push_back(r.key());
+    return st.ok() ? resp.regions_size() : -1;
+  }
+
+ private:
+  std::unique_ptr<v1::Solver::Stub> stub_;
+  std::string token_;
+};
+
+// A tridiagonal request of batch x n whose four arrays lie one after the other from `offset`
+// of region `region`.
+v1::TridiagonalRequest InRegion(const std::string& region, int64_t offset, int64_t batch,
+                                int64_t n) {
+  v1::TridiagonalRequest r;
+  r.set_dtype(v1::FLOAT64);
+  int k = 0;
+  for (v1::Array* a : {r.mutable_a(), r.mutable_b(), r.mutable_c(), r.mutable_d()}) {
+    a->add_shape(batch);
+    a->add_shape(n);
+    a->mutable_region()->set_region(region);
+    a->mutable_region()->set_offset(offset + k++ * batch * n * 8);
+  }
+  return r;
+}
+
+void Expect(const grpc::Status& st, grpc::StatusCode code, const std::string& words) {
+  EXPECT_EQ(st.error_code(), code) << st.error_message();
+  EXPECT_NE(st.error_message().find(words), std::string::npos)
+      << "'" << st.error_message() << "' does not say '" << words << "'";
+}
+
+TEST(SharedMemory, EveryBadReferenceIsRefusedWithItsOwnStatus) {
+  const std::string tokens = "/tmp/trisolve_memory_tokens_" + std::to_string(getpid());
+  std::ofstream(tokens) << "alice-token\nbob-token\n";
+  ServerProcess server({"--token-file", tokens, "--max-regions-per-identity", "2",
+                        "--max-region-bytes", std::to_string(8 << 20)});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  Raw alice(server, "alice-token"), bob(server, "bob-token");
+  auto shm = SharedMemory::Create(1 << 20);
+  ASSERT_TRUE(shm.ok());
+  // Valid, diagonally dominant data in the region: a = c = 1, b = 4, d = 1.
+  auto* v = reinterpret_cast<double*>((*shm)->data());
+  const int64_t batch = 4, n = 100, e = batch * n;
+  for (int64_t i = 0; i < e; ++i) v[i] = v[2 * e + i] = v[3 * e + i] = 1, v[e + i] = 4;
+  ASSERT_TRUE(alice.Register(**shm, "r").ok());
+  EXPECT_TRUE(alice.Solve(InRegion("r", 0, batch, n)).ok());
+
+  // Registration.
+  Expect(alice.Register(**shm, "r"), grpc::StatusCode::ALREADY_EXISTS, "registered already");
+  Expect(alice.Register(**shm, "bad name!"), grpc::StatusCode::INVALID_ARGUMENT, "name");
+  Expect(alice.Register(**shm, "odd", 100), grpc::StatusCode::INVALID_ARGUMENT, "page size");
+  Expect(alice.Register(**shm, "big", 0, (*shm)->size() + 4096), grpc::StatusCode::INVALID_ARGUMENT,
+         "does not fit");
+  {
+    v1::RegisterSharedMemoryRequest req;
+    req.set_name("nokey");
+    req.set_key("/trisolve-no-such-object");
+    req.set_bytes(4096);
+    v1::MemoryRegion resp;
+    Expect(alice.Do([&](v1::Solver::Stub& s, grpc::ClientContext* c) {
+      return s.RegisterSharedMemory(c, req, &resp);
+    }), grpc::StatusCode::FAILED_PRECONDITION, "same host");
+    req.set_key("../etc/passwd");
+    Expect(alice.Do([&](v1::Solver::Stub& s, grpc::ClientContext* c) {
+      return s.RegisterSharedMemory(c, req, &resp);
+    }), grpc::StatusCode::INVALID_ARGUMENT, "key");
+  }
+  auto big = SharedMemory::Create(9 << 20);
+  ASSERT_TRUE(big.ok());
+  Expect(alice.Register(**big, "huge"), grpc::StatusCode::RESOURCE_EXHAUSTED, "max_region_bytes");
+  ASSERT_TRUE(alice.Register(**shm, "second").ok());
+  Expect(alice.Register(**shm, "third"), grpc::StatusCode::RESOURCE_EXHAUSTED,
+         "max_regions_per_identity");
+
+  // Another identity's region is not there for bob, under any name.
+  Expect(bob.Solve(InRegion("r", 0, batch, n)), grpc::StatusCode::NOT_FOUND, "no region named 'r'");
+  EXPECT_EQ(bob.Regions(), 0);
+  EXPECT_EQ(alice.Regions(), 2);
+
+  // References.
+  Expect(alice.Solve(InRegion("nope", 0, batch, n)), grpc::StatusCode::NOT_FOUND, "a.region");
+  Expect(alice.Solve(InRegion("r", 4, batch, n)), grpc::StatusCode::INVALID_ARGUMENT,
+         "not a multiple of 8");
+  Expect(alice.Solve(InRegion("r", (*shm)->size() - 4 * e * 8 + 8, batch, n)),
+         grpc::StatusCode::INVALID_ARGUMENT, "lies outside region");
+  {
+    auto r = InRegion("r", 0, batch, n);
+    r.mutable_b()->mutable_region()->set_bytes(e * 8 - 8);
+    Expect(alice.Solve(r), grpc::StatusCode::INVALID_ARGUMENT, "b.region");
+    r = InRegion("r", 0, batch, n);
+    r.mutable_d()->set_data(std::string(size_t(e * 8), '\0'));
+    Expect(alice.Solve(r), grpc::StatusCode::INVALID_ARGUMENT, "both data and a region");
+    r = InRegion("r", 0, batch, n);
+    r.mutable_x_region()->set_region("r");
+    r.mutable_x_region()->set_offset(3 * e * 8);  // on top of d
+    Expect(alice.Solve(r), grpc::StatusCode::INVALID_ARGUMENT, "overlaps d");
+    r.mutable_x_region()->set_offset((*shm)->size() - 8);
+    Expect(alice.Solve(r), grpc::StatusCode::INVALID_ARGUMENT, "x_region");
+    r.mutable_x_region()->set_offset(4 * e * 8);
+    EXPECT_TRUE(alice.Solve(r).ok());
+    for (int64_t i = 0; i < e; ++i) ASSERT_TRUE(std::isfinite(v[4 * e + i]) && v[4 * e + i] != 0);
+  }
+  // A streamed job carries bytes, not references.
+  {
+    v1::StreamRequest header;
+    *header.mutable_tridiagonal() = InRegion("r", 0, batch, n);
+    header.mutable_tridiagonal()->mutable_x_region()->set_region("r");
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer alice-token");
+    auto stub = v1::Solver::NewStub(
+        grpc::CreateChannel(server.target(), grpc::InsecureChannelCredentials()));
+    auto rw = stub->SolveStream(&ctx);
+    rw->Write(header);
+    rw->WritesDone();
+    v1::StreamResponse resp;
+    while (rw->Read(&resp)) {
+    }
+    Expect(rw->Finish(), grpc::StatusCode::INVALID_ARGUMENT, "a.region");
+  }
+  // A region whose object shrank under the server fails the request that uses it, alone.
+  const int fd = shm_open((*shm)->key().c_str(), O_RDWR, 0);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 4096), 0);
+  close(fd);
+  Expect(alice.Solve(InRegion("r", 0, batch, n)), grpc::StatusCode::FAILED_PRECONDITION, "shrank");
+
+  // Unregistered: gone for every later request.
+  v1::UnregisterMemoryRequest un;
+  un.set_name("r");
+  v1::MemoryRegion out;
+  EXPECT_TRUE(alice.Do([&](v1::Solver::Stub& s, grpc::ClientContext* c) {
+    return s.UnregisterMemory(c, un, &out);
+  }).ok());
+  Expect(alice.Solve(InRegion("r", 0, batch, n)), grpc::StatusCode::NOT_FOUND, "no region");
+  Expect(bob.Do([&](v1::Solver::Stub& s, grpc::ClientContext* c) {
+    un.set_name("second");
+    return s.UnregisterMemory(c, un, &out);
+  }), grpc::StatusCode::NOT_FOUND, "no such region");
+  std::remove(tokens.c_str());
+}
+
+// A client process killed with its region registered and a job in flight: the server carries on,
+// and the registration goes when its time-to-live passes.
+TEST(SharedMemory, AKilledClientsRegionExpiresAndTheServerCarriesOn) {
+  ServerProcess server({"--region-ttl", "1"});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  Raw raw(server);
+  std::vector<std::string> args = {ServerProcess::CliBin(), "--server", server.target(),
+                                   "bench", "--transport", "shm", "--mode", "unary",
+                                   "--batch", "256", "--n", "1024", "--requests", "1000000"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  ASSERT_EQ(posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&fa);
+  // Killed once its region is registered and its requests are running.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (raw.Regions() < 1 && std::chrono::steady_clock::now() < give_up)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::vector<std::string> keys;
+  ASSERT_EQ(raw.Regions(&keys), 1) << server.Log();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // requests in flight
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  for (const auto& k : keys) shm_unlink(k.c_str());  // what the dead client left in /dev/shm
+  // The server answers as before, and the dead client's region expires.
+  const auto arrays = examples::RandomTridiagonal(8, 64, false, 41);
+  Client client(Opts(server, Transport::kGrpc));
+  EXPECT_TRUE(client.Solve(JobOf(Kind::kTridiagonal, arrays)).ok());
+  const auto expire_by = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (raw.Regions() != 0 && std::chrono::steady_clock::now() < expire_by)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(raw.Regions(), 0);
+  EXPECT_NE(server.Log().find("expired"), std::string::npos);
+  EXPECT_TRUE(client.Solve(JobOf(Kind::kTridiagonal, arrays)).ok());
+}
+
+}  // namespace
+}  // namespace trisolve
