@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -26,15 +27,38 @@ std::string IndexStr(const std::vector<int64_t>& shape, int64_t e) {
   return s;
 }
 
+// The first non-finite value of v[0, n), or n: the exponent bits tested as integers in blocks
+// (vectorized), the blocks spread over threads for large arrays (a 2^24-unknown job's four
+// arrays are 537 MB: one thread reading them took longer than the rest of the request).
+template <typename T>
+int64_t FirstNonFinite(const T* values, int64_t n) {
+  using U = std::conditional_t<sizeof(T) == 8, uint64_t, uint32_t>;
+  typedef U __attribute__((may_alias)) Bits;
+  constexpr U kExp = sizeof(T) == 8 ? U(0x7ff0000000000000ull) : U(0x7f800000u);
+  const Bits* v = reinterpret_cast<const Bits*>(values);
+  constexpr int64_t kBlock = int64_t{1} << 15;
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  int64_t first = blocks;
+#pragma omp parallel for schedule(static) reduction(min : first) if (n >= (int64_t{1} << 21))
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t lo = b * kBlock, hi = std::min(n, lo + kBlock);
+    U bad = 0;
+    for (int64_t e = lo; e < hi; ++e) bad |= U((v[e] & kExp) == kExp);
+    if (bad != 0) first = std::min(first, b);
+  }
+  if (first == blocks) return n;
+  for (int64_t e = first * kBlock;; ++e)
+    if (!std::isfinite(values[e])) return e;
+}
+
 template <typename T>
 absl::Status CheckFinite(absl::string_view name, const JobArray& ja) {
   const T* v = reinterpret_cast<const T*>(ja.data);
-  for (int64_t e = 0; e < ja.elements; ++e) {
-    if (!std::isfinite(v[e]))
-      return Invalid(name, absl::StrCat(name, IndexStr(ja.shape, e), " is ",
-                                        std::isnan(v[e]) ? "NaN" : "Inf",
-                                        "; every value must be finite"));
-  }
+  const int64_t e = FirstNonFinite(v, ja.elements);
+  if (e < ja.elements)
+    return Invalid(name, absl::StrCat(name, IndexStr(ja.shape, e), " is ",
+                                      std::isnan(v[e]) ? "NaN" : "Inf",
+                                      "; every value must be finite"));
   return absl::OkStatus();
 }
 
