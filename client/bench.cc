@@ -127,6 +127,8 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
 
   std::mutex mu;
   std::vector<double> latency_us;
+  Timings server_sum;  // the server's own account, summed over the answers checked
+  int64_t server_n = 0;
   std::map<std::string, int64_t> errors;  // by status code
   std::atomic<int64_t> ok{0}, wrong{0}, lost{0};
   double worst_error = 0;
@@ -198,6 +200,7 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
       stream = *std::move(s);
     }
     std::vector<double> local_lat;
+    Timings local_server;
     std::map<std::string, int64_t> local_err;
     double local_worst = 0;
     auto check = [&](const absl::StatusOr<Result>& r, int which, double us,
@@ -220,6 +223,13 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
       }
       ++ok;
       local_lat.push_back(us);
+      const Timings& t = r->summary.timings;
+      local_server.receive_us += t.receive_us;
+      local_server.queue_us += t.queue_us;
+      local_server.h2d_us += t.h2d_us;
+      local_server.compute_us += t.compute_us;
+      local_server.d2h_us += t.d2h_us;
+      local_server.server_total_us += t.server_total_us;
     };
     for (int64_t q = 0; q < o.requests; ++q) {
       const int which = id * kRhs + int(q % kRhs);
@@ -265,6 +275,13 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
     if (shm) (void)client.UnregisterMemory(*shm);
     std::lock_guard<std::mutex> lock(mu);
     latency_us.insert(latency_us.end(), local_lat.begin(), local_lat.end());
+    server_n += int64_t(local_lat.size());
+    server_sum.receive_us += local_server.receive_us;
+    server_sum.queue_us += local_server.queue_us;
+    server_sum.h2d_us += local_server.h2d_us;
+    server_sum.compute_us += local_server.compute_us;
+    server_sum.d2h_us += local_server.d2h_us;
+    server_sum.server_total_us += local_server.server_total_us;
     for (auto& [k, v] : local_err) errors[k] += v;
     worst_error = std::max(worst_error, local_worst);
   };
@@ -302,6 +319,14 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
                                double(ok) * bytes_per / wall / 1e9);
   std::cout << absl::StrFormat("  %-24s %12.1f %10.3f %10s %10s %10s\n", "one local core (Thomas)",
                                1 / local_s, local_s * 1e3, "-", "-", "-");
+  if (server_n > 0) {
+    const double k = 1e3 * double(server_n);
+    std::cout << absl::StrFormat(
+        "  server, mean ms: receive+check %.3f, queue %.3f, h2d %.3f, compute %.3f, d2h %.3f, "
+        "total %.3f\n",
+        server_sum.receive_us / k, server_sum.queue_us / k, server_sum.h2d_us / k,
+        server_sum.compute_us / k, server_sum.d2h_us / k, server_sum.server_total_us / k);
+  }
   std::cout << absl::StrFormat(
       "  answers: %d ok, %d wrong, %d malformed, %d errors, %d not answered of %d; worst "
       "backward error %.2e\n",
