@@ -5,15 +5,15 @@
 #   here:   ../shared/gpu/bundle.sh .gpu build/server/trisolved build/client/trisolve \
 #               build/tests/test_cuda_tridiagonal build/tests/test_cuda_block \
 #               build/tests/test_cuda_tree build/tests/test_cuda_dense \
-#               build/tests/test_systems build/tests/test_service
+#               build/tests/test_systems build/tests/test_service build/tests/test_memory
 #           strip .gpu/bin/*; tar -cf - .gpu | xz -9 -T2 > .gpu.tar.xz
 #   there:  bash tests/bench/run_serving_gpu.sh        (logs under $OUT)
-# PARTS picks what runs (default all): tests e2e small large cpu.
+# PARTS picks what runs (default all): tests e2e small large shm cpu.
 set -uo pipefail
 out=${OUT:-/tmp/trisolve-serving}
 mkdir -p "$out"
 [ -d .gpu ] || tar -xJf .gpu.tar.xz
-parts=" ${PARTS:-tests e2e small large cpu} "
+parts=" ${PARTS:-tests e2e small large shm cpu} "
 want() { [[ $parts == *" $1 "* ]]; }
 run=.gpu/run
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/device.txt"
@@ -30,7 +30,7 @@ fi
 
 if want e2e; then
   echo "=== end-to-end suites behind trisolved --backend cuda"
-  for t in test_systems test_service; do
+  for t in test_systems test_service test_memory; do
     TRISOLVE_TEST_BACKEND=cuda TRISOLVED_BIN=$PWD/.gpu/bin/trisolved \
       TRISOLVE_CLI_BIN=$PWD/.gpu/bin/trisolve $run $t --gtest_brief=1 >"$out/${t}_cuda.log" 2>&1
     echo "$t (cuda): exit $? $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/${t}_cuda.log" | tr '\n' ' ')"
@@ -62,13 +62,29 @@ fi
 if want large; then
   echo "=== large requests, cuda backend"
   start cuda 50162 --max-message-bytes 1073741824
-  # 2^24 unknowns: the whole system each time, then by handle (right-hand side only).
-  bench 127.0.0.1:50162 --clients 1 --requests 3 --batch 65536 --n 256 --mode unary | tee -a "$out/large_cuda.log"
-  bench 127.0.0.1:50162 --clients 1 --requests 5 --batch 65536 --n 256 --mode handle | tee -a "$out/large_cuda.log"
-  bench 127.0.0.1:50162 --clients 1 --requests 3 --batch 64 --n 65536 --mode unary | tee -a "$out/large_cuda.log"
-  bench 127.0.0.1:50162 --clients 1 --requests 5 --batch 64 --n 65536 --mode handle | tee -a "$out/large_cuda.log"
-  bench 127.0.0.1:50162 --clients 4 --requests 3 --batch 65536 --n 64 --mode handle | tee -a "$out/large_cuda.log"
+  # 2^24 unknowns: the whole system each time, then by handle (right-hand side only), over
+  # the socket (grpc), through the client's staging region (auto) and zero-copy (shm).
+  for tr in grpc auto shm; do
+    rq=$([ $tr = grpc ] && echo 3 || echo 20)
+    bench 127.0.0.1:50162 --transport $tr --clients 1 --requests $rq --batch 65536 --n 256 --mode unary | tee -a "$out/large_cuda.log"
+    bench 127.0.0.1:50162 --transport $tr --clients 1 --requests $((rq * 2)) --batch 65536 --n 256 --mode handle | tee -a "$out/large_cuda.log"
+    bench 127.0.0.1:50162 --transport $tr --clients 1 --requests $rq --batch 64 --n 65536 --mode unary | tee -a "$out/large_cuda.log"
+    bench 127.0.0.1:50162 --transport $tr --clients 4 --requests $rq --batch 65536 --n 64 --mode handle | tee -a "$out/large_cuda.log"
+  done
   tail -5 "$out/trisolved_cuda_50162.log"
+  kill $srv; wait $srv
+fi
+
+if want shm; then
+  echo "=== small requests through shared memory (one system of n = 64), cuda backend"
+  start cuda 50164 --max-systems-per-identity 1024
+  for c in 1 16 64; do
+    r=$((c == 1 ? 3000 : (c <= 16 ? 1000 : 400)))
+    for m in unary handle; do
+      bench 127.0.0.1:50164 --transport shm --clients $c --requests $r --n 64 --mode $m | tee -a "$out/shm_small_cuda.log"
+    done
+  done
+  bench 127.0.0.1:50164 --transport shm --clients 1 --requests 3000 --n 64 --mode stream | tee -a "$out/shm_small_cuda.log"
   kill $srv; wait $srv
 fi
 
