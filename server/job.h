@@ -72,6 +72,9 @@ struct Job {
   bool rhs_optional = false;
   // Where x goes when the caller asked for it in its own memory (x_region); else JobResult.x.
   std::byte* x_out = nullptr;
+  // The finiteness of the values is still to check (CheckValues): translation left it to run
+  // beside the solve (DeclareOptions::defer_value_check_from).
+  bool values_unchecked = false;
   int64_t unknowns() const { return batch * n; }
   int64_t total_bytes() const;
   // The system the coefficients describe (batch 1 when shared_matrix), pointing into the job.
@@ -86,7 +89,12 @@ struct Job {
 // The checks every job passes, whatever brought it: the limits on its size, and its contents
 // once every byte is there (finite values, a valid tree, symmetry where the method needs it).
 absl::Status CheckLimits(const Job& job, const JobLimits& l);
-absl::Status CheckContents(const Job& job);
+absl::Status CheckContents(const Job& job);  // CheckValues, then CheckStructure
+// Every value finite (the arrays but parent).
+absl::Status CheckValues(const Job& job);
+// What must hold before any solve reads the arrays: parent arrays that are trees (an index out
+// of range would be read), symmetry where the method needs it.
+absl::Status CheckStructure(const Job& job);
 std::string ShapeStr(const std::vector<int64_t>& shape);
 
 // An array as a transport hands it over: its shape and its bytes, aligned for any element type.
@@ -113,8 +121,11 @@ struct CheckedRhs {
   const void* data = nullptr;
   std::vector<int64_t> shape;
 };
+// check_values false leaves the finiteness of the values to CheckRhsValues.
 absl::StatusOr<CheckedRhs> CheckRhs(const SystemSpec& spec, const std::vector<int64_t>& rhs_shape,
-                                    const ArrayIn& rhs, const JobLimits& limits);
+                                    const ArrayIn& rhs, const JobLimits& limits,
+                                    bool check_values = true);
+absl::Status CheckRhsValues(const SystemSpec& spec, const CheckedRhs& rhs);
 // A client-supplied name made safe for a message or a log line: printable ASCII, at most 64
 // characters (longer ones end in "...").
 std::string Sanitized(absl::string_view name);

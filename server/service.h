@@ -41,6 +41,10 @@ struct ServiceOptions {
   int max_receiving_streams = 16;
   // Shared-memory regions of clients on this host.
   MemoryLimits memory;
+  // Requests of at least this many values have their finiteness checked beside the solve
+  // instead of before it (the answer is withheld, INVALID_ARGUMENT, where a value is not
+  // finite); 0: always before.
+  int64_t overlap_value_check_from = int64_t{1} << 22;
 };
 
 class SolverService final : public v1::Solver::Service {

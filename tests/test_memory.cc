@@ -417,3 +417,54 @@ TEST(SharedMemory, AKilledClientsRegionExpiresAndTheServerCarriesOn) {
 
 }  // namespace
 }  // namespace trisolve
+
+namespace trisolve {
+namespace {
+
+// Large jobs have their values checked beside the solve: a NaN is still refused, by position,
+// and no answer is given.
+TEST(SharedMemory, ALargeJobsNonFiniteValueIsRefusedByPosition) {
+  ServerProcess server({});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  Client client(Opts(server, Transport::kSharedMemory));
+  const int64_t batch = 2048, n = 1024;  // 2^21 unknowns, 2^23 values: checked beside the solve
+  auto arrays = examples::RandomTridiagonal(batch, n, false, 51);
+  auto shm = SharedMemory::Create(10 * batch * n * 8 + 4096);
+  ASSERT_TRUE(shm.ok());
+  ASSERT_TRUE(client.RegisterMemory(**shm).ok());
+  Job job{Kind::kTridiagonal};
+  for (const auto& [name, a] : arrays) job.arrays[name] = Into(**shm, a);
+  auto* x = *(*shm)->Allocate<double>(batch * n);
+  job.options.x_out = x;
+  ASSERT_TRUE(client.Solve(job).ok());
+  auto* b = static_cast<double*>(const_cast<void*>(job.arrays["b"].data));
+  b[1500 * n + 7] = std::nan("");
+  auto r = client.Solve(job);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("b[1500][7] is NaN"), std::string::npos) << r.status();
+  b[1500 * n + 7] = 4;
+
+  Job create{Kind::kTridiagonal};
+  for (const char* name : {"a", "b", "c"}) create.arrays[name] = job.arrays[name];
+  auto sys = client.CreateSystem(create);
+  ASSERT_TRUE(sys.ok()) << sys.status();
+  // Two right-hand sides (2^22 values: checked beside the solve).
+  auto* d2 = *(*shm)->Allocate<double>(2 * batch * n);
+  auto* x2 = *(*shm)->Allocate<double>(2 * batch * n);
+  for (int k = 0; k < 2; ++k)
+    std::memcpy(d2 + k * batch * n, job.arrays["d"].data, size_t(batch * n * 8));
+  const ArrayView rhs2{DType::kFloat64, {2, batch, n}, d2};
+  JobOptions jo;
+  jo.x_out = x2;
+  ASSERT_TRUE(client.SolveSystem(sys->handle, rhs2, {}, jo).ok());
+  d2[batch * n + 2047 * n + 1023] = INFINITY;
+  auto s = client.SolveSystem(sys->handle, rhs2, {}, jo);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("rhs[1][2047][1023] is Inf"), std::string::npos)
+      << s.status();
+}
+
+}  // namespace
+}  // namespace trisolve
