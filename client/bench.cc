@@ -137,9 +137,10 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
   auto client_loop = [&](int id) {
     Client::Options co = client_options;
     co.own_connection = true;  // one connection a client, as separate processes would have
-    co.transport = o.transport == "grpc"   ? Transport::kGrpc
-                   : o.transport == "shm" ? Transport::kSharedMemory
-                                          : Transport::kAuto;
+    co.transport = o.transport == "grpc"      ? Transport::kGrpc
+                   : o.transport == "shm"     ? Transport::kSharedMemory
+                   : o.transport == "streams" ? Transport::kStreams
+                                              : Transport::kAuto;
     Client client(co);
     JobOptions jo;
     jo.skip_residual = true;  // the bench checks every answer itself

@@ -138,9 +138,9 @@ int main(int argc, char** argv) {
   std::string transport = "auto";
   app.add_option("--transport", transport,
                  "how arrays travel: auto (shared memory for large jobs when the server is on "
-                 "this host), shm (insist on it), grpc")
+                 "this host, else parallel streams into its memory), shm, streams, grpc")
       ->envname("TRISOLVE_TRANSPORT")
-      ->check(CLI::IsMember({"auto", "shm", "shared-memory", "grpc"}))
+      ->check(CLI::IsMember({"auto", "shm", "shared-memory", "streams", "grpc"}))
       ->capture_default_str();
 
   auto* health = app.add_subcommand("health", "the server's grpc.health.v1 status");
@@ -220,8 +220,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"unary", "handle", "stream"}))->capture_default_str();
   bench->add_option("--transport", bo.transport,
                     "grpc, auto (the client's choice), shm (arrays kept in registered shared "
-                    "memory, x written into it)")
-      ->check(CLI::IsMember({"grpc", "auto", "shm"}))->capture_default_str();
+                    "memory, x written into it), streams (parallel streams into the server's "
+                    "memory)")
+      ->check(CLI::IsMember({"grpc", "auto", "shm", "streams"}))->capture_default_str();
   bench->add_flag("--json", bo.json, "print a JSON summary as the last line");
 
   CLI11_PARSE(app, argc, argv);

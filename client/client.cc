@@ -2,6 +2,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "client_impl.h"
+
 #include <algorithm>
 #include <chrono>
 #include <deque>
@@ -21,10 +23,6 @@ namespace trisolve {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-absl::Status FromGrpc(const grpc::Status& s) {
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
-}
 
 // The request field (proto name) for a user-facing array name.
 std::string FieldName(Kind k, const std::string& name) {
@@ -223,238 +221,6 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> Credentials(const Clie
   return grpc::SslCredentials(ssl);
 }
 
-absl::StatusOr<Transport> ParseTransport(absl::string_view name) {
-  if (name == "auto") return Transport::kAuto;
-  if (name == "shm" || name == "shared-memory") return Transport::kSharedMemory;
-  if (name == "grpc") return Transport::kGrpc;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown transport '", name, "' (expected auto, shm or grpc)"));
-}
-
-struct Client::Impl {
-  Options options;
-  absl::Status setup;
-  std::shared_ptr<grpc::Channel> channel;
-  std::unique_ptr<v1::Solver::Stub> stub;
-  std::unique_ptr<grpc::health::v1::Health::Stub> health;
-
-  // Shared memory: the regions registered, and the client's own staging regions not in use.
-  struct Registered {
-    const std::byte* base;
-    int64_t bytes;
-    std::string name;
-  };
-  enum class Shm { kUntried, kYes, kNo };
-  static constexpr int kMaxArenas = 16;
-  mutable std::mutex shm_mu;
-  std::vector<Registered> registered;
-  Shm shm = Shm::kUntried;
-  std::vector<std::unique_ptr<SharedMemory>> idle_arenas;
-  int arenas = 0;
-  int64_t next_arena = 0;
-
-  ~Impl() {
-    for (auto& a : idle_arenas) (void)Unregister(a->data());
-  }
-
-  // The region reference of [p, p + bytes) when it lies in registered memory.
-  std::optional<v1::RegionRef> RefOf(const void* p, int64_t bytes) const {
-    if (p == nullptr) return std::nullopt;
-    const auto* b = static_cast<const std::byte*>(p);
-    std::lock_guard<std::mutex> lock(shm_mu);
-    for (const Registered& r : registered)
-      if (b >= r.base && b + bytes <= r.base + r.bytes) {
-        v1::RegionRef ref;
-        ref.set_region(r.name);
-        ref.set_offset(b - r.base);
-        ref.set_bytes(bytes);
-        return ref;
-      }
-    return std::nullopt;
-  }
-
-  void Auth(grpc::ClientContext& ctx) const {
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-    if (!options.token.empty()) ctx.AddMetadata("authorization", "Bearer " + options.token);
-  }
-
-  absl::Status Register(const SharedMemory& m, const std::string& name) {
-    v1::RegisterSharedMemoryRequest req;
-    req.set_name(name);
-    req.set_key(m.key());
-    req.set_bytes(m.size());
-    grpc::ClientContext ctx;
-    Auth(ctx);
-    v1::MemoryRegion resp;
-    grpc::Status st = stub->RegisterSharedMemory(&ctx, req, &resp);
-    if (!st.ok()) return FromGrpc(st);
-    std::lock_guard<std::mutex> lock(shm_mu);
-    registered.push_back({m.data(), m.size(), name});
-    return absl::OkStatus();
-  }
-
-  absl::Status Unregister(const std::byte* base) {
-    std::string name;
-    {
-      std::lock_guard<std::mutex> lock(shm_mu);
-      auto it = std::find_if(registered.begin(), registered.end(),
-                             [&](const Registered& r) { return r.base == base; });
-      if (it == registered.end())
-        return absl::NotFoundError("this shared memory is not registered");
-      name = it->name;
-      registered.erase(it);
-    }
-    v1::UnregisterMemoryRequest req;
-    req.set_name(name);
-    grpc::ClientContext ctx;
-    Auth(ctx);
-    v1::MemoryRegion resp;
-    return FromGrpc(stub->UnregisterMemory(&ctx, req, &resp));
-  }
-
-  // A registered staging region of at least `bytes`, or an error (auto then uses gRPC, and
-  // stops trying where the server cannot map this process's memory).
-  absl::StatusOr<std::unique_ptr<SharedMemory>> AcquireArena(int64_t bytes) {
-    {
-      std::unique_lock<std::mutex> lock(shm_mu);
-      if (shm == Shm::kNo && options.transport == Transport::kAuto)
-        return absl::FailedPreconditionError("the server cannot map this process's memory");
-      auto best = idle_arenas.end();
-      for (auto it = idle_arenas.begin(); it != idle_arenas.end(); ++it)
-        if ((*it)->size() >= bytes && (best == idle_arenas.end() || (*it)->size() < (*best)->size()))
-          best = it;
-      if (best != idle_arenas.end()) {
-        auto a = std::move(*best);
-        idle_arenas.erase(best);
-        return a;
-      }
-      if (arenas >= kMaxArenas && !idle_arenas.empty()) {
-        // Trade the smallest idle one for a larger one.
-        auto small = std::min_element(idle_arenas.begin(), idle_arenas.end(),
-                                      [](const auto& x, const auto& y) { return x->size() < y->size(); });
-        std::unique_ptr<SharedMemory> gone = std::move(*small);
-        idle_arenas.erase(small);
-        --arenas;
-        lock.unlock();
-        (void)Unregister(gone->data());
-        lock.lock();
-      }
-      if (arenas >= kMaxArenas)
-        return absl::ResourceExhaustedError("every staging region of this client is in use");
-      ++arenas;
-    }
-    int64_t size = int64_t{16} << 20;
-    while (size < bytes) size *= 2;
-    auto a = SharedMemory::Create(size);
-    absl::Status st = a.ok() ? absl::OkStatus() : a.status();
-    if (st.ok()) {
-      const int64_t id = next_arena++;
-      st = Register(**a, absl::StrCat("staging-", id, "-", (*a)->key().substr(10, 8)));
-    }
-    std::lock_guard<std::mutex> lock(shm_mu);
-    if (!st.ok()) {
-      --arenas;
-      if (st.code() == absl::StatusCode::kFailedPrecondition ||
-          st.code() == absl::StatusCode::kUnimplemented)
-        shm = Shm::kNo;
-      return st;
-    }
-    shm = Shm::kYes;
-    return a;
-  }
-
-  void ReleaseArena(std::unique_ptr<SharedMemory> a) {
-    a->Reset();
-    std::lock_guard<std::mutex> lock(shm_mu);
-    idle_arenas.push_back(std::move(a));
-  }
-
-  // A staging region held for one call; back to the client's idle list afterwards.
-  class Staging {
-   public:
-    Staging(Impl* impl, std::unique_ptr<SharedMemory> arena)
-        : impl_(impl), arena_(std::move(arena)) {}
-    Staging(const Staging&) = delete;
-    Staging& operator=(const Staging&) = delete;
-    ~Staging() {
-      if (arena_) impl_->ReleaseArena(std::move(arena_));
-    }
-    SharedMemory& arena() { return *arena_; }
-
-   private:
-    Impl* impl_;
-    std::unique_ptr<SharedMemory> arena_;
-  };
-
-  // Arrays of a call as they travel: by reference where they lie in registered memory (or were
-  // staged into a staging region), inline otherwise; and where x goes.
-  struct Placement {
-    std::vector<std::optional<v1::RegionRef>> refs;
-    std::optional<v1::RegionRef> x_ref;
-    std::byte* x_staged = nullptr;  // x in a staging region, to copy out after the call
-    std::unique_ptr<Staging> staging;
-    int64_t inline_bytes = 0;
-  };
-
-  absl::StatusOr<Placement> Place(const std::vector<ArrayView>& arrays, void* x_out,
-                                  int64_t x_bytes) {
-    Placement pl;
-    pl.refs.resize(arrays.size());
-    int64_t need = 0;
-    for (size_t i = 0; i < arrays.size(); ++i) {
-      pl.refs[i] = RefOf(arrays[i].data, arrays[i].bytes());
-      if (!pl.refs[i]) {
-        pl.inline_bytes += arrays[i].bytes();
-        need += (arrays[i].bytes() + 63) / 64 * 64;
-      }
-    }
-    if (x_out != nullptr) pl.x_ref = RefOf(x_out, x_bytes);
-    if (!pl.x_ref) need += (x_bytes + 63) / 64 * 64;
-    const Transport tr = options.transport;
-    const bool stage =
-        need > 0 && (tr == Transport::kSharedMemory ||
-                     (tr == Transport::kAuto && pl.inline_bytes + x_bytes >= options.shm_min_bytes));
-    if (!stage) return pl;
-    auto arena = AcquireArena(need);
-    if (!arena.ok()) {
-      if (tr == Transport::kSharedMemory) return arena.status();
-      return pl;  // auto: over gRPC
-    }
-    pl.staging = std::make_unique<Staging>(this, *std::move(arena));
-    SharedMemory& a = pl.staging->arena();
-    for (size_t i = 0; i < arrays.size(); ++i) {
-      if (pl.refs[i]) continue;
-      auto p = a.Allocate(arrays[i].bytes());
-      if (!p.ok()) return p.status();
-      std::memcpy(*p, arrays[i].data, size_t(arrays[i].bytes()));
-      pl.refs[i] = RefOf(*p, arrays[i].bytes());
-    }
-    pl.inline_bytes = 0;
-    if (!pl.x_ref) {
-      auto p = a.Allocate(x_bytes);
-      if (!p.ok()) return p.status();
-      pl.x_staged = static_cast<std::byte*>(*p);
-      pl.x_ref = RefOf(*p, x_bytes);
-    }
-    return pl;
-  }
-
-  // After the call: x where the caller wanted it (x_out, else the result's own array).
-  static void DeliverX(const Placement& pl, void* x_out, int64_t x_bytes, NdArray* x) {
-    if (pl.x_staged != nullptr) {
-      if (x_out != nullptr) {
-        std::memcpy(x_out, pl.x_staged, size_t(x_bytes));
-      } else {
-        x->data.resize(size_t(x_bytes));
-        std::memcpy(x->data.data(), pl.x_staged, size_t(x_bytes));
-      }
-    } else if (x_out != nullptr && !pl.x_ref) {
-      std::memcpy(x_out, x->data.data(), std::min(x->data.size(), size_t(x_bytes)));
-      x->data.clear();
-    }
-  }
-};
-
 absl::Status Client::RegisterMemory(const SharedMemory& memory, const std::string& name) {
   if (!impl_->setup.ok()) return impl_->setup;
   return impl_->Register(memory, name.empty() ? memory.key().substr(1) : name);
@@ -471,6 +237,18 @@ std::string Client::SharedMemoryState() const {
   return impl_->shm == Impl::Shm::kYes ? "shared-memory" : "untried";
 }
 
+grpc::ChannelArguments ChannelArgs(const Client::Options& options, bool own_connection) {
+  grpc::ChannelArguments args;
+  if (!options.tls_server_name.empty())
+    args.SetSslTargetNameOverride(options.tls_server_name);
+  if (own_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, 4 << 20);  // as the server: bulk arrays
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 20);
+  return args;
+}
+
 Client::Client(Options options) : impl_(std::make_unique<Impl>()) {
   impl_->options = options;
   auto creds = Credentials(options);
@@ -478,15 +256,9 @@ Client::Client(Options options) : impl_(std::make_unique<Impl>()) {
     impl_->setup = creds.status();
     creds = grpc::InsecureChannelCredentials();  // never used: every call returns `setup`
   }
-  grpc::ChannelArguments args;
-  if (!options.tls_server_name.empty())
-    args.SetSslTargetNameOverride(options.tls_server_name);
-  if (options.own_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  args.SetMaxReceiveMessageSize(-1);
-  args.SetMaxSendMessageSize(-1);
-  args.SetInt(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, 4 << 20);  // as the server: bulk arrays
-  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 20);
-  impl_->channel = grpc::CreateCustomChannel(options.target, *creds, args);
+  impl_->credentials = *creds;
+  impl_->channel = grpc::CreateCustomChannel(options.target, *creds,
+                                             ChannelArgs(options, options.own_connection));
   impl_->stub = v1::Solver::NewStub(impl_->channel);
   impl_->health = grpc::health::v1::Health::NewStub(impl_->channel);
 }
@@ -652,8 +424,8 @@ absl::StatusOr<Result> Client::Solve(const Job& job) {
     }
     if (!st.ok()) return FromGrpc(st);
     ReadResponse(resp, out_type, &result);
-    Impl::DeliverX(*placed, x_out, x_bytes, &result.x);
-    result.summary.transport = placed->x_ref ? "shared-memory" : "grpc";
+    if (auto dst = impl_->DeliverX(*placed, x_out, x_bytes, &result.x); !dst.ok()) return dst;
+    result.summary.transport = placed->transport;
   } else {
     auto rw = impl_->stub->SolveStream(&ctx);
     bool sent = rw->Write(header);
@@ -692,7 +464,7 @@ absl::StatusOr<Result> Client::Solve(const Job& job) {
     }
     grpc::Status st = rw->Finish();
     if (!st.ok()) return FromGrpc(st);
-    Impl::DeliverX(*placed, x_out, x_bytes, &result.x);
+    if (auto dst = impl_->DeliverX(*placed, x_out, x_bytes, &result.x); !dst.ok()) return dst;
     result.summary.transport = "grpc-stream";
   }
   result.summary.timings.client_total_us =
@@ -811,8 +583,9 @@ absl::StatusOr<Result> Client::SolveSystem(const std::string& handle, const Arra
   if (!st.ok()) return FromGrpc(st);
   Result result;
   ReadResponse(resp, resp.dtype() == v1::FLOAT32 ? DType::kFloat32 : DType::kFloat64, &result);
-  Impl::DeliverX(*placed, options.x_out, rhs.bytes(), &result.x);
-  result.summary.transport = placed->x_ref ? "shared-memory" : "grpc";
+  if (auto dst = impl_->DeliverX(*placed, options.x_out, rhs.bytes(), &result.x); !dst.ok())
+    return dst;
+  result.summary.transport = placed->transport;
   result.summary.timings.client_total_us =
       std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
   return result;

@@ -56,10 +56,11 @@ Region::Region(Backend* backend, std::string name, std::string key, int fd, void
 Region::~Region() {
   if (pinned_ && backend_ != nullptr) backend_->UnpinHostMemory(map_);
   munmap(map_, size_t(map_bytes_));
-  close(fd_);
+  if (fd_ >= 0) close(fd_);
 }
 
 absl::Status Region::StillMapped(absl::string_view field) const {
+  if (fd_ < 0) return absl::OkStatus();  // the server's own memory
   struct stat st {};
   if (fstat(fd_, &st) != 0 || int64_t(st.st_size) < object_end_)
     return absl::FailedPreconditionError(absl::StrCat(
@@ -99,6 +100,7 @@ RegionInfo MemoryRegistry::InfoLocked(const Entry& e) const {
   info.key = e.region->key();
   info.bytes = e.region->bytes();
   info.pinned = e.region->pinned();
+  info.server_owned = e.region->server_owned();
   info.ttl_s = e.region->ttl_s();
   info.idle_s = std::chrono::duration<double>(Clock::now() - e.last_used).count();
   info.uses = e.uses;
@@ -124,32 +126,9 @@ absl::StatusOr<RegionInfo> MemoryRegistry::Register(const std::string& identity,
   if (!std::isfinite(ttl_s) || ttl_s < 0)
     return absl::InvalidArgumentError(
         absl::StrCat("ttl_s is ", ttl_s, ", expected >= 0 (0: the default)"));
-  if (bytes > limits_.max_bytes_per_identity)
-    return absl::ResourceExhaustedError(
-        absl::StrCat("the region has ", bytes, " bytes, over the limit max_region_bytes = ",
-                     limits_.max_bytes_per_identity));
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (regions_.count({identity, name}))
-      return absl::AlreadyExistsError(absl::StrCat("a region named '", name,
-                                                   "' is registered already"));
-    int count = 0;
-    int64_t held = 0;
-    for (auto it = regions_.lower_bound({identity, ""});
-         it != regions_.end() && it->first.first == identity; ++it) {
-      ++count;
-      held += it->second.region->bytes();
-    }
-    if (count >= limits_.max_regions_per_identity)
-      return absl::ResourceExhaustedError(
-          absl::StrCat("the caller holds ", count,
-                       " regions, the limit max_regions_per_identity = ",
-                       limits_.max_regions_per_identity));
-    if (held + bytes > limits_.max_bytes_per_identity)
-      return absl::ResourceExhaustedError(
-          absl::StrCat("the caller's regions would hold ", held + bytes,
-                       " bytes, over the limit max_region_bytes = ",
-                       limits_.max_bytes_per_identity));
+    if (auto st = CheckRoomLocked(identity, name, bytes); !st.ok()) return st;
   }
   const int fd = shm_open(key.c_str(), O_RDWR, 0);
   if (fd < 0)
@@ -186,20 +165,82 @@ absl::StatusOr<RegionInfo> MemoryRegistry::Register(const std::string& identity,
     }
   }
   const double ttl = std::min(ttl_s > 0 ? ttl_s : limits_.default_ttl_s, limits_.max_ttl_s);
-  auto region = std::make_shared<Region>(backend_, name, key, fd, map, bytes,
-                                         static_cast<std::byte*>(map), bytes, offset + bytes,
-                                         pinned, ttl);
-  std::lock_guard<std::mutex> lock(mu_);
-  auto [it, inserted] = regions_.try_emplace({identity, name});
-  if (!inserted)  // registered meanwhile by a concurrent call of the same identity
-    return absl::AlreadyExistsError(absl::StrCat("a region named '", name,
-                                                 "' is registered already"));
-  it->second.region = std::move(region);
-  it->second.last_used = Clock::now();
-  bytes_ += bytes;
   spdlog::info("region {} registered: {} bytes of {}{}", name, bytes, key,
                pinned ? ", page-locked" : "");
-  return InfoLocked(it->second);
+  return Keep(identity, std::make_shared<Region>(backend_, name, key, fd, map, bytes,
+                                                 static_cast<std::byte*>(map), bytes,
+                                                 offset + bytes, pinned, ttl));
+}
+
+absl::Status MemoryRegistry::CheckRoomLocked(const std::string& identity, const std::string& name,
+                                             int64_t bytes) const {
+  if (bytes > limits_.max_bytes_per_identity)
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the region has ", bytes, " bytes, over the limit max_region_bytes = ",
+                     limits_.max_bytes_per_identity));
+  if (regions_.count({identity, name}))
+    return absl::AlreadyExistsError(absl::StrCat("a region named '", name,
+                                                 "' is registered already"));
+  int count = 0;
+  int64_t held = 0;
+  for (auto it = regions_.lower_bound({identity, ""});
+       it != regions_.end() && it->first.first == identity; ++it) {
+    ++count;
+    held += it->second.region->bytes();
+  }
+  if (count >= limits_.max_regions_per_identity)
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the caller holds ", count, " regions, the limit max_regions_per_identity = ",
+                     limits_.max_regions_per_identity));
+  if (held + bytes > limits_.max_bytes_per_identity)
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the caller's regions would hold ", held + bytes,
+                     " bytes, over the limit max_region_bytes = ", limits_.max_bytes_per_identity));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RegionInfo> MemoryRegistry::Keep(const std::string& identity,
+                                                std::shared_ptr<Region> region) {
+  std::lock_guard<std::mutex> lock(mu_);
+  // Checked again: a concurrent call of the same identity may have taken the room meanwhile.
+  if (auto st = CheckRoomLocked(identity, region->name(), region->bytes()); !st.ok()) return st;
+  Entry& e = regions_[{identity, region->name()}];
+  bytes_ += region->bytes();
+  e.region = std::move(region);
+  e.last_used = Clock::now();
+  return InfoLocked(e);
+}
+
+absl::StatusOr<RegionInfo> MemoryRegistry::Allocate(const std::string& identity,
+                                                    const std::string& name, int64_t bytes,
+                                                    double ttl_s) {
+  if (name.empty() || name.size() > 64 || !PlainName(name))
+    return absl::InvalidArgumentError("name: 1 to 64 characters of [A-Za-z0-9._-]");
+  if (bytes <= 0)
+    return absl::InvalidArgumentError(absl::StrCat("bytes is ", bytes, ", expected >= 1"));
+  if (!std::isfinite(ttl_s) || ttl_s < 0)
+    return absl::InvalidArgumentError(
+        absl::StrCat("ttl_s is ", ttl_s, ", expected >= 0 (0: the default)"));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto st = CheckRoomLocked(identity, name, bytes); !st.ok()) return st;
+  }
+  void* map = mmap(nullptr, size_t(bytes), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                   -1, 0);
+  if (map == MAP_FAILED)
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot allocate ", bytes, " bytes: ", std::strerror(errno)));
+  bool pinned = false;
+  if (backend_ != nullptr) {
+    auto p = backend_->PinHostMemory(map, bytes);
+    pinned = p.ok() && *p;
+  }
+  const double ttl = std::min(ttl_s > 0 ? ttl_s : limits_.default_ttl_s, limits_.max_ttl_s);
+  spdlog::info("region {} allocated: {} bytes of server memory{}", name, bytes,
+               pinned ? ", page-locked" : "");
+  return Keep(identity, std::make_shared<Region>(backend_, name, "", -1, map, bytes,
+                                                 static_cast<std::byte*>(map), bytes, bytes,
+                                                 pinned, ttl));
 }
 
 absl::StatusOr<RegionInfo> MemoryRegistry::Unregister(const std::string& identity,

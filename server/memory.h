@@ -41,7 +41,8 @@ class Region {
   Region& operator=(const Region&) = delete;
 
   const std::string& name() const { return name_; }
-  const std::string& key() const { return key_; }
+  const std::string& key() const { return key_; }  // empty: the server's own memory
+  bool server_owned() const { return fd_ < 0; }
   std::byte* base() const { return base_; }
   int64_t bytes() const { return bytes_; }
   bool pinned() const { return pinned_; }
@@ -65,7 +66,7 @@ class Region {
 struct RegionInfo {
   std::string name, key;
   int64_t bytes = 0, uses = 0;
-  bool pinned = false;
+  bool pinned = false, server_owned = false;
   double ttl_s = 0, idle_s = 0;
 };
 
@@ -84,6 +85,10 @@ class MemoryRegistry {
   absl::StatusOr<RegionInfo> Register(const std::string& identity, const std::string& name,
                                       const std::string& key, int64_t offset, int64_t bytes,
                                       double ttl_s);
+  // A region of the server's own memory (page-locked where the backend can), for clients that
+  // fill it over the network (WriteMemory); the same caps as shared memory.
+  absl::StatusOr<RegionInfo> Allocate(const std::string& identity, const std::string& name,
+                                      int64_t bytes, double ttl_s);
   absl::StatusOr<RegionInfo> Unregister(const std::string& identity, const std::string& name);
   std::vector<RegionInfo> List(const std::string& identity) const;
   // The identity's region, marked used now; NOT_FOUND (naming `field`) for a name that is not
@@ -103,6 +108,10 @@ class MemoryRegistry {
   };
   using Key = std::pair<std::string, std::string>;  // identity, name
   RegionInfo InfoLocked(const Entry& e) const;
+  // Refuses a name taken or caps exceeded for one more region of `bytes`.
+  absl::Status CheckRoomLocked(const std::string& identity, const std::string& name,
+                               int64_t bytes) const;
+  absl::StatusOr<RegionInfo> Keep(const std::string& identity, std::shared_ptr<Region> region);
   void Sweep();
 
   const MemoryLimits limits_;

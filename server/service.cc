@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstring>
 #include <future>
 
 #include "absl/strings/str_cat.h"
@@ -731,6 +732,7 @@ void FillRegion(const RegionInfo& r, v1::MemoryRegion* out) {
   out->set_ttl_s(r.ttl_s);
   out->set_idle_s(r.idle_s);
   out->set_uses(r.uses);
+  out->set_server_owned(r.server_owned);
 }
 
 }  // namespace
@@ -759,6 +761,93 @@ grpc::Status SolverService::UnregisterMemory(grpc::ServerContext* ctx,
   auto r = memory_.Unregister(*identity, req->name());
   if (!r.ok()) return Finish(call, sample, r.status());
   FillRegion(*r, resp);
+  return Finish(call, sample, absl::OkStatus());
+}
+
+grpc::Status SolverService::AllocateMemory(grpc::ServerContext* ctx,
+                                           const v1::AllocateMemoryRequest* req,
+                                           v1::MemoryRegion* resp) {
+  Call call{RequestId(ctx, next_id_), "AllocateMemory", ctx};
+  CallSample sample;
+  auto identity = Open(call, sample, /*refuse_when_draining=*/true);
+  if (!identity.ok()) return Finish(call, sample, identity.status());
+  auto r = memory_.Allocate(*identity, req->name(), req->bytes(), req->ttl_s());
+  if (!r.ok()) return Finish(call, sample, r.status());
+  FillRegion(*r, resp);
+  return Finish(call, sample, absl::OkStatus());
+}
+
+grpc::Status SolverService::WriteMemory(grpc::ServerContext* ctx,
+                                        grpc::ServerReader<v1::MemoryChunk>* reader,
+                                        v1::MemoryRegion* resp) {
+  Call call{RequestId(ctx, next_id_), "WriteMemory", ctx};
+  CallSample sample;
+  auto identity = Open(call, sample, /*refuse_when_draining=*/true);
+  if (!identity.ok()) return Finish(call, sample, identity.status());
+  // The server's deadline ends a stream however silent its client is (as SolveStream's).
+  std::unique_ptr<DeadlineWatch::Guard> watch;
+  if (call.deadline < ctx->deadline())
+    watch = deadline_watch_.Watch(call.deadline, [ctx] { ctx->TryCancel(); });
+  std::shared_ptr<Region> region;
+  v1::MemoryChunk c;
+  int64_t written = 0;
+  while (reader->Read(&c)) {
+    if (!region || c.region() != region->name()) {
+      auto r = memory_.Find(*identity, c.region(), "region");
+      if (!r.ok()) return Finish(call, sample, r.status());
+      region = *std::move(r);
+    }
+    const int64_t len = int64_t(c.data().size());
+    if (c.offset() < 0 || c.offset() > region->bytes() || len > region->bytes() - c.offset())
+      return Finish(call, sample,
+                    absl::InvalidArgumentError(absl::StrCat(
+                        "offset: [", c.offset(), ", ", c.offset() + len, ") lies outside region '",
+                        region->name(), "' of ", region->bytes(), " bytes")));
+    std::memcpy(region->base() + c.offset(), c.data().data(), size_t(len));
+    written += len;
+  }
+  sample.bytes_in = written;
+  if (ctx->IsCancelled())
+    return Finish(call, sample,
+                  std::chrono::system_clock::now() + Admission::kDeadlineSkew >= call.deadline
+                      ? absl::DeadlineExceededError("the deadline passed while writing memory")
+                      : absl::CancelledError("the client cancelled the call"));
+  if (region) {
+    resp->set_name(region->name());
+    resp->set_bytes(region->bytes());
+    resp->set_pinned(region->pinned());
+    resp->set_server_owned(region->server_owned());
+  }
+  return Finish(call, sample, absl::OkStatus());
+}
+
+grpc::Status SolverService::ReadMemory(grpc::ServerContext* ctx, const v1::ReadMemoryRequest* req,
+                                       grpc::ServerWriter<v1::MemoryChunk>* writer) {
+  Call call{RequestId(ctx, next_id_), "ReadMemory", ctx};
+  CallSample sample;
+  auto identity = Open(call, sample, /*refuse_when_draining=*/false);
+  if (!identity.ok()) return Finish(call, sample, identity.status());
+  auto r = memory_.Find(*identity, req->region(), "region");
+  if (!r.ok()) return Finish(call, sample, r.status());
+  const Region& region = **r;
+  const int64_t off = req->offset();
+  const int64_t bytes = req->bytes() == 0 ? region.bytes() - std::max<int64_t>(off, 0) : req->bytes();
+  if (off < 0 || bytes < 0 || off > region.bytes() || bytes > region.bytes() - off)
+    return Finish(call, sample,
+                  absl::InvalidArgumentError(absl::StrCat("offset, bytes: [", off, ", ", off + bytes,
+                                                          ") lies outside region '", region.name(),
+                                                          "' of ", region.bytes(), " bytes")));
+  if (auto st = region.StillMapped("region"); !st.ok()) return Finish(call, sample, st);
+  const int64_t chunk = std::max<int64_t>(options_.stream_chunk_bytes, 1024);
+  v1::MemoryChunk msg;
+  for (int64_t done = 0; done < bytes; done += chunk) {
+    const int64_t len = std::min(chunk, bytes - done);
+    msg.set_region(done == 0 ? region.name() : "");
+    msg.set_offset(off + done);
+    msg.set_data(region.base() + off + done, size_t(len));
+    if (!writer->Write(msg))
+      return Finish(call, sample, absl::CancelledError("the client went away"));
+  }
   return Finish(call, sample, absl::OkStatus());
 }
 

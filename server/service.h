@@ -85,6 +85,12 @@ class SolverService final : public v1::Solver::Service {
                                 v1::MemoryRegion* resp) override;
   grpc::Status ListMemory(grpc::ServerContext* ctx, const v1::ListMemoryRequest* req,
                           v1::ListMemoryResponse* resp) override;
+  grpc::Status AllocateMemory(grpc::ServerContext* ctx, const v1::AllocateMemoryRequest* req,
+                              v1::MemoryRegion* resp) override;
+  grpc::Status WriteMemory(grpc::ServerContext* ctx, grpc::ServerReader<v1::MemoryChunk>* reader,
+                           v1::MemoryRegion* resp) override;
+  grpc::Status ReadMemory(grpc::ServerContext* ctx, const v1::ReadMemoryRequest* req,
+                          grpc::ServerWriter<v1::MemoryChunk>* writer) override;
 
   // Refuse new work (UNAVAILABLE) and wait up to `grace` for running jobs to finish.
   bool Drain(std::chrono::system_clock::time_point deadline);

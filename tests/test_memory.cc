@@ -468,3 +468,116 @@ TEST(SharedMemory, ALargeJobsNonFiniteValueIsRefusedByPosition) {
 
 }  // namespace
 }  // namespace trisolve
+
+namespace trisolve {
+namespace {
+
+// Clients elsewhere: the bytes go into the server's memory over several connections at once.
+TEST(ServerMemory, ParallelStreamsSolveAsOverTheSocket) {
+  ServerProcess server({});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  const auto arrays = examples::RandomTridiagonal(512, 1024, false, 61);  // 4 MiB an array
+  const Job job = JobOf(Kind::kTridiagonal, arrays);
+  Client reference(Opts(server, Transport::kGrpc));
+  auto want = reference.Solve(job);
+  ASSERT_TRUE(want.ok()) << want.status();
+
+  Client::Options o = Opts(server, Transport::kStreams);
+  o.parallel_streams = 3;  // 20 MiB over three connections
+  Client client(o);
+  for (int rep = 0; rep < 2; ++rep) {  // the second reuses the server region
+    auto got = client.Solve(job);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->summary.transport, "streams");
+    EXPECT_EQ(got->x.data, want->x.data);
+  }
+  std::vector<double> x(512 * 1024);
+  Job into = job;
+  into.options.x_out = x.data();
+  auto got = client.Solve(into);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(got->x.data.empty());
+  EXPECT_EQ(std::memcmp(x.data(), want->x.data.data(), want->x.data.size()), 0);
+
+  Job create{Kind::kTridiagonal};
+  for (const char* n : {"a", "b", "c"}) create.arrays[n] = arrays.at(n).view();
+  auto sys = client.CreateSystem(create);
+  ASSERT_TRUE(sys.ok()) << sys.status();
+  auto by_handle = client.SolveSystem(sys->handle, arrays.at("d").view());
+  ASSERT_TRUE(by_handle.ok()) << by_handle.status();
+  EXPECT_EQ(by_handle->summary.transport, "streams");
+  EXPECT_EQ(by_handle->x.data, want->x.data);
+
+  // The upload regions are the caller's, listed as the server's own memory.
+  Raw raw(server);
+  v1::ListMemoryResponse list;
+  ASSERT_TRUE(raw.Do([&](v1::Solver::Stub& s, grpc::ClientContext* c) {
+    return s.ListMemory(c, v1::ListMemoryRequest(), &list);
+  }).ok());
+  ASSERT_GE(list.regions_size(), 1);
+  for (const auto& r : list.regions()) EXPECT_TRUE(r.server_owned()) << r.name();
+}
+
+TEST(ServerMemory, BadAllocationsWritesAndReadsAreRefused) {
+  const std::string tokens = "/tmp/trisolve_memory_tokens2_" + std::to_string(getpid());
+  std::ofstream(tokens) << "alice-token\nbob-token\n";
+  ServerProcess server({"--token-file", tokens, "--max-region-bytes", std::to_string(1 << 20)});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  Raw alice(server, "alice-token"), bob(server, "bob-token");
+  auto allocate = [](Raw& who, const std::string& name, int64_t bytes) {
+    v1::AllocateMemoryRequest req;
+    req.set_name(name);
+    req.set_bytes(bytes);
+    v1::MemoryRegion resp;
+    return who.Do([&](v1::Solver::Stub& s, grpc::ClientContext* c) {
+      return s.AllocateMemory(c, req, &resp);
+    });
+  };
+  Expect(allocate(alice, "no spaces", 4096), grpc::StatusCode::INVALID_ARGUMENT, "name");
+  Expect(allocate(alice, "zero", 0), grpc::StatusCode::INVALID_ARGUMENT, "bytes");
+  Expect(allocate(alice, "huge", 2 << 20), grpc::StatusCode::RESOURCE_EXHAUSTED, "max_region_bytes");
+  ASSERT_TRUE(allocate(alice, "up", 65536).ok());
+  Expect(allocate(alice, "up", 4096), grpc::StatusCode::ALREADY_EXISTS, "registered already");
+
+  auto write = [](Raw& who, const std::string& region, int64_t offset, size_t bytes) {
+    v1::MemoryRegion resp;
+    return who.Do([&](v1::Solver::Stub& s, grpc::ClientContext* c) {
+      auto w = s.WriteMemory(c, &resp);
+      v1::MemoryChunk chunk;
+      chunk.set_region(region);
+      chunk.set_offset(offset);
+      chunk.set_data(std::string(bytes, '\x01'));
+      w->Write(chunk);
+      w->WritesDone();
+      return w->Finish();
+    });
+  };
+  EXPECT_TRUE(write(alice, "up", 0, 65536).ok());
+  Expect(write(alice, "up", 65000, 1000), grpc::StatusCode::INVALID_ARGUMENT, "lies outside");
+  Expect(write(alice, "up", -8, 8), grpc::StatusCode::INVALID_ARGUMENT, "lies outside");
+  Expect(write(bob, "up", 0, 8), grpc::StatusCode::NOT_FOUND, "no region named 'up'");
+
+  auto read = [](Raw& who, const std::string& region, int64_t offset, int64_t bytes,
+                 std::string* out) {
+    v1::ReadMemoryRequest req;
+    req.set_region(region);
+    req.set_offset(offset);
+    req.set_bytes(bytes);
+    return who.Do([&](v1::Solver::Stub& s, grpc::ClientContext* c) {
+      auto r = s.ReadMemory(c, req);
+      v1::MemoryChunk chunk;
+      while (r->Read(&chunk)) out->append(chunk.data());
+      return r->Finish();
+    });
+  };
+  std::string got;
+  ASSERT_TRUE(read(alice, "up", 100, 1000, &got).ok());
+  EXPECT_EQ(got, std::string(1000, '\x01'));
+  got.clear();
+  Expect(read(alice, "up", 65000, 1000, &got), grpc::StatusCode::INVALID_ARGUMENT, "lies outside");
+  Expect(read(bob, "up", 0, 8, &got), grpc::StatusCode::NOT_FOUND, "no region named 'up'");
+  std::remove(tokens.c_str());
+}
+
+}  // namespace
+}  // namespace trisolve

@@ -16,7 +16,8 @@ struct BenchOptions {
   std::string mode = "unary";  // unary (the whole system each time), handle (SolveSystem), stream
   // grpc: bytes over the socket; auto: the client's choice (shared memory through its staging
   // region for large jobs on the same host); shm: the arrays live in a registered SharedMemory
-  // and x is written into it (zero-copy, as a simulation that keeps its arrays there).
+  // and x is written into it (zero-copy, as a simulation that keeps its arrays there); streams:
+  // the bytes written into the server's memory over parallel connections (remote clients).
   std::string transport = "auto";
   bool json = false;
 };

@@ -71,7 +71,7 @@ struct Summary {
   int64_t iterations = 0;
   double residual = 0;
   bool streamed = false;
-  std::string transport;          // "grpc", "grpc-stream" or "shared-memory"
+  std::string transport;  // "grpc", "grpc-stream", "shared-memory" or "streams"
 
   std::string handle;             // SolveSystem: the system solved
   int64_t right_hand_sides = 0;   // one matrix, many right-hand sides: how many
@@ -136,11 +136,16 @@ class StepStream {
   std::unique_ptr<Impl> impl_;
 };
 
-// How the arrays of a job travel. Shared memory needs the server on this host (and in the same
-// IPC namespace): auto tries it for jobs of shm_min_bytes or more and falls back to gRPC when
-// the server cannot map this process's memory; shared-memory insists on it.
-enum class Transport { kAuto, kSharedMemory, kGrpc };
-absl::StatusOr<Transport> ParseTransport(absl::string_view name);  // auto, shm, grpc
+// How the arrays of a job travel.
+// - kSharedMemory: by reference into shared memory (the server on this host, in the same IPC
+//   namespace); arrays outside registered memory are copied into a staging region.
+// - kStreams: written into the server's own memory over several connections at once
+//   (parallel_streams), x read back the same way; for large jobs to a server elsewhere.
+// - kGrpc: in the messages (SolveStream above stream_threshold_bytes).
+// - kAuto: shared memory for jobs of shm_min_bytes or more while the server can map this
+//   process's memory, else parallel streams from streams_min_bytes, else gRPC.
+enum class Transport { kAuto, kSharedMemory, kStreams, kGrpc };
+absl::StatusOr<Transport> ParseTransport(absl::string_view name);  // auto, shm, streams, grpc
 
 class Client {
  public:
@@ -160,6 +165,8 @@ class Client {
     // auto: jobs whose arrays (and x) reach this many bytes go through shared memory, copied
     // into a staging region of the client's (arrays already in registered memory always do).
     int64_t shm_min_bytes = int64_t{1} << 20;
+    int64_t streams_min_bytes = int64_t{32} << 20;
+    int parallel_streams = 8;  // connections a large job's bytes are spread over
   };
   // Whether the options ask for TLS.
   static bool UsesTls(const Options& o) { return !o.tls_ca_file.empty() || !o.tls_cert_file.empty(); }

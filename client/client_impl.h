@@ -1,0 +1,140 @@
+// The client's insides, shared by client.cc (requests and answers) and transport.cc (how the
+// arrays travel: shared memory on the server's host, the server's memory over parallel
+// connections elsewhere). Not installed.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "trisolve/client.h"
+#include "trisolve/v1/trisolve.grpc.pb.h"
+
+namespace trisolve {
+
+inline absl::Status FromGrpc(const grpc::Status& s) {
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> Credentials(const Client::Options& o);
+// The channel arguments every connection of the client uses.
+grpc::ChannelArguments ChannelArgs(const Client::Options& o, bool own_connection);
+
+struct Client::Impl {
+  Options options;
+  absl::Status setup;
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::Solver::Stub> stub;
+  std::unique_ptr<grpc::health::v1::Health::Stub> health;
+
+  ~Impl();
+
+  // ---- shared memory (the server on this host) --------------------------------------------
+  struct Registered {
+    const std::byte* base;
+    int64_t bytes;
+    std::string name;
+  };
+  enum class Shm { kUntried, kYes, kNo };
+  static constexpr int kMaxArenas = 16;
+  mutable std::mutex shm_mu;
+  std::vector<Registered> registered;
+  Shm shm = Shm::kUntried;
+  // Staging regions not in use, with when they were last used and the server's idle
+  // time-to-live for them: one idle for half of it is replaced rather than reused.
+  struct IdleArena {
+    std::unique_ptr<SharedMemory> arena;
+    std::chrono::steady_clock::time_point since;
+    double ttl_s = 0;
+  };
+  std::vector<IdleArena> idle_arenas;
+  std::map<const std::byte*, double> arena_ttl;  // the server's TTL of each staging region
+  int arenas = 0;
+  int64_t next_arena = 0;
+
+  // The region reference of [p, p + bytes) when it lies in registered memory.
+  std::optional<v1::RegionRef> RefOf(const void* p, int64_t bytes) const;
+  void Auth(grpc::ClientContext& ctx) const;
+  // ttl_s: the server's idle time-to-live for the region, when asked for.
+  absl::Status Register(const SharedMemory& m, const std::string& name, double* ttl_s = nullptr);
+  absl::Status Unregister(const std::byte* base);
+  // A registered staging region of at least `bytes`, or an error (auto then tries the next
+  // path, and stops trying shared memory where the server cannot map this process's memory).
+  absl::StatusOr<std::unique_ptr<SharedMemory>> AcquireArena(int64_t bytes);
+  void ReleaseArena(std::unique_ptr<SharedMemory> a);
+
+  // ---- the server's memory over parallel connections (the server elsewhere) ---------------
+  struct Remote {
+    std::string name;
+    int64_t bytes = 0;
+    double ttl_s = 0;
+    std::chrono::steady_clock::time_point since;
+  };
+  std::mutex remote_mu;
+  std::vector<Remote> idle_remote;
+  int remotes = 0;
+  std::vector<std::unique_ptr<v1::Solver::Stub>> lanes;  // one connection each
+  std::unique_ptr<Remote> AcquireRemoteOrNull(int64_t bytes, absl::Status* error);
+  void ReleaseRemote(Remote r);
+  v1::Solver::Stub& Lane(size_t i);
+  // Writes the pieces (source, offset in the region) over the lanes at once.
+  struct Piece {
+    const std::byte* src;
+    int64_t offset, bytes;
+  };
+  absl::Status Upload(const std::string& region, const std::vector<Piece>& pieces);
+  absl::Status Download(const std::string& region, int64_t offset, int64_t bytes, std::byte* dst);
+
+  // ---- placing a call's arrays -------------------------------------------------------------
+  // A staging region held for one call; back to the client's idle list afterwards.
+  class Staging {
+   public:
+    Staging(Impl* impl, std::unique_ptr<SharedMemory> arena)
+        : impl_(impl), arena_(std::move(arena)) {}
+    Staging(Impl* impl, Remote remote) : impl_(impl), remote_(std::move(remote)) {}
+    Staging(const Staging&) = delete;
+    Staging& operator=(const Staging&) = delete;
+    ~Staging();
+    SharedMemory* arena() { return arena_.get(); }
+    const Remote& remote() const { return remote_; }
+
+   private:
+    Impl* impl_;
+    std::unique_ptr<SharedMemory> arena_;
+    Remote remote_;
+  };
+
+  // Arrays of a call as they travel: by reference where they lie in registered memory or were
+  // staged into a region (this host's shared memory, or the server's memory), inline otherwise;
+  // and where x goes.
+  struct Placement {
+    std::vector<std::optional<v1::RegionRef>> refs;
+    std::optional<v1::RegionRef> x_ref;
+    std::byte* x_staged = nullptr;  // x in a shared-memory staging region, to copy out after
+    int64_t x_remote = -1;          // x's offset in the server's memory, to download after
+    std::unique_ptr<Staging> staging;
+    int64_t inline_bytes = 0;
+    std::string transport = "grpc";
+  };
+  absl::StatusOr<Placement> Place(const std::vector<ArrayView>& arrays, void* x_out,
+                                  int64_t x_bytes);
+  // After the call: x where the caller wanted it (x_out, else the result's own array).
+  absl::Status DeliverX(const Placement& pl, void* x_out, int64_t x_bytes, NdArray* x);
+
+ private:
+  absl::Status StageShared(const std::vector<ArrayView>& arrays, int64_t need, int64_t x_bytes,
+                           Placement* pl);
+  absl::Status StageRemote(const std::vector<ArrayView>& arrays, int64_t need, int64_t x_bytes,
+                           Placement* pl);
+};
+
+}  // namespace trisolve

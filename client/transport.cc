@@ -1,0 +1,450 @@
+// How a call's arrays travel: by reference into registered shared memory (the server on this
+// host), into the server's own memory over several connections at once (the server elsewhere),
+// or in the messages.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client_impl.h"
+
+namespace trisolve {
+
+absl::StatusOr<Transport> ParseTransport(absl::string_view name) {
+  if (name == "auto") return Transport::kAuto;
+  if (name == "shm" || name == "shared-memory") return Transport::kSharedMemory;
+  if (name == "streams") return Transport::kStreams;
+  if (name == "grpc") return Transport::kGrpc;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown transport '", name, "' (expected auto, shm, streams or grpc)"));
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+bool Stale(Clock::time_point since, double ttl_s) {
+  return ttl_s > 0 && std::chrono::duration<double>(Clock::now() - since).count() > 0.5 * ttl_s;
+}
+
+}  // namespace
+
+Client::Impl::~Impl() {
+  for (auto& a : idle_arenas) (void)Unregister(a.arena->data());
+  for (const Remote& r : idle_remote) {
+    v1::UnregisterMemoryRequest req;
+    req.set_name(r.name);
+    grpc::ClientContext ctx;
+    Auth(ctx);
+    v1::MemoryRegion resp;
+    (void)stub->UnregisterMemory(&ctx, req, &resp);
+  }
+}
+
+std::optional<v1::RegionRef> Client::Impl::RefOf(const void* p, int64_t bytes) const {
+  if (p == nullptr) return std::nullopt;
+  const auto* b = static_cast<const std::byte*>(p);
+  std::lock_guard<std::mutex> lock(shm_mu);
+  for (const Registered& r : registered)
+    if (b >= r.base && b + bytes <= r.base + r.bytes) {
+      v1::RegionRef ref;
+      ref.set_region(r.name);
+      ref.set_offset(b - r.base);
+      ref.set_bytes(bytes);
+      return ref;
+    }
+  return std::nullopt;
+}
+
+void Client::Impl::Auth(grpc::ClientContext& ctx) const {
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  if (!options.token.empty()) ctx.AddMetadata("authorization", "Bearer " + options.token);
+}
+
+absl::Status Client::Impl::Register(const SharedMemory& m, const std::string& name,
+                                    double* ttl_s) {
+  v1::RegisterSharedMemoryRequest req;
+  req.set_name(name);
+  req.set_key(m.key());
+  req.set_bytes(m.size());
+  grpc::ClientContext ctx;
+  Auth(ctx);
+  v1::MemoryRegion resp;
+  grpc::Status st = stub->RegisterSharedMemory(&ctx, req, &resp);
+  if (!st.ok()) return FromGrpc(st);
+  if (ttl_s != nullptr) *ttl_s = resp.ttl_s();
+  std::lock_guard<std::mutex> lock(shm_mu);
+  registered.push_back({m.data(), m.size(), name});
+  return absl::OkStatus();
+}
+
+absl::Status Client::Impl::Unregister(const std::byte* base) {
+  std::string name;
+  {
+    std::lock_guard<std::mutex> lock(shm_mu);
+    auto it = std::find_if(registered.begin(), registered.end(),
+                           [&](const Registered& r) { return r.base == base; });
+    if (it == registered.end()) return absl::NotFoundError("this shared memory is not registered");
+    name = it->name;
+    registered.erase(it);
+  }
+  v1::UnregisterMemoryRequest req;
+  req.set_name(name);
+  grpc::ClientContext ctx;
+  Auth(ctx);
+  v1::MemoryRegion resp;
+  return FromGrpc(stub->UnregisterMemory(&ctx, req, &resp));
+}
+
+absl::StatusOr<std::unique_ptr<SharedMemory>> Client::Impl::AcquireArena(int64_t bytes) {
+  {
+    std::unique_lock<std::mutex> lock(shm_mu);
+    if (shm == Shm::kNo && options.transport == Transport::kAuto)
+      return absl::FailedPreconditionError("the server cannot map this process's memory");
+    // Regions idle for half their time-to-live are let go: the server may drop them meanwhile.
+    std::vector<std::unique_ptr<SharedMemory>> stale;
+    for (auto it = idle_arenas.begin(); it != idle_arenas.end();) {
+      if (Stale(it->since, it->ttl_s)) {
+        stale.push_back(std::move(it->arena));
+        it = idle_arenas.erase(it);
+        --arenas;
+      } else {
+        ++it;
+      }
+    }
+    auto best = idle_arenas.end();
+    for (auto it = idle_arenas.begin(); it != idle_arenas.end(); ++it)
+      if (it->arena->size() >= bytes &&
+          (best == idle_arenas.end() || it->arena->size() < best->arena->size()))
+        best = it;
+    if (best != idle_arenas.end()) {
+      auto a = std::move(best->arena);
+      idle_arenas.erase(best);
+      lock.unlock();
+      for (auto& g : stale) (void)Unregister(g->data());
+      return a;
+    }
+    if (arenas >= kMaxArenas && !idle_arenas.empty()) {
+      // Trade the smallest idle one for a larger one.
+      auto small = std::min_element(idle_arenas.begin(), idle_arenas.end(), [](const auto& x, const auto& y) {
+        return x.arena->size() < y.arena->size();
+      });
+      stale.push_back(std::move(small->arena));
+      idle_arenas.erase(small);
+      --arenas;
+    }
+    if (!stale.empty()) {
+      lock.unlock();
+      for (auto& g : stale) (void)Unregister(g->data());
+      lock.lock();
+    }
+    if (arenas >= kMaxArenas)
+      return absl::ResourceExhaustedError("every staging region of this client is in use");
+    ++arenas;
+  }
+  int64_t size = int64_t{16} << 20;
+  while (size < bytes) size *= 2;
+  auto a = SharedMemory::Create(size);
+  absl::Status st = a.ok() ? absl::OkStatus() : a.status();
+  double ttl = 0;
+  if (st.ok())
+    st = Register(**a, absl::StrCat("staging-", next_arena++, "-", (*a)->key().substr(10, 8)), &ttl);
+  std::lock_guard<std::mutex> lock(shm_mu);
+  if (st.ok()) arena_ttl[(*a)->data()] = ttl;
+  if (!st.ok()) {
+    --arenas;
+    if (st.code() == absl::StatusCode::kFailedPrecondition ||
+        st.code() == absl::StatusCode::kUnimplemented)
+      shm = Shm::kNo;
+    return st;
+  }
+  shm = Shm::kYes;
+  return a;
+}
+
+void Client::Impl::ReleaseArena(std::unique_ptr<SharedMemory> a) {
+  a->Reset();
+  std::lock_guard<std::mutex> lock(shm_mu);
+  const double ttl = arena_ttl[a->data()];
+  idle_arenas.push_back({std::move(a), Clock::now(), ttl});
+}
+
+// ---- the server's memory ------------------------------------------------------------------
+
+std::unique_ptr<Client::Impl::Remote> Client::Impl::AcquireRemoteOrNull(int64_t bytes,
+                                                                        absl::Status* error) {
+  {
+    std::lock_guard<std::mutex> lock(remote_mu);
+    // Those idle for half their time-to-live are left to expire on the server.
+    idle_remote.erase(std::remove_if(idle_remote.begin(), idle_remote.end(),
+                                     [&](const Remote& r) {
+                                       if (!Stale(r.since, r.ttl_s)) return false;
+                                       --remotes;
+                                       return true;
+                                     }),
+                      idle_remote.end());
+    auto best = idle_remote.end();
+    for (auto it = idle_remote.begin(); it != idle_remote.end(); ++it)
+      if (it->bytes >= bytes && (best == idle_remote.end() || it->bytes < best->bytes)) best = it;
+    if (best != idle_remote.end()) {
+      auto r = std::make_unique<Remote>(std::move(*best));
+      idle_remote.erase(best);
+      return r;
+    }
+    if (remotes >= kMaxArenas) {
+      *error = absl::ResourceExhaustedError("every upload region of this client is in use");
+      return nullptr;
+    }
+    ++remotes;
+  }
+  int64_t size = int64_t{16} << 20;
+  while (size < bytes) size *= 2;
+  std::random_device rd;
+  auto r = std::make_unique<Remote>();
+  r->name = absl::StrFormat("upload-%08x%08x", rd(), rd());
+  r->bytes = size;
+  v1::AllocateMemoryRequest req;
+  req.set_name(r->name);
+  req.set_bytes(size);
+  grpc::ClientContext ctx;
+  Auth(ctx);
+  v1::MemoryRegion resp;
+  grpc::Status st = stub->AllocateMemory(&ctx, req, &resp);
+  if (!st.ok()) {
+    std::lock_guard<std::mutex> lock(remote_mu);
+    --remotes;
+    *error = FromGrpc(st);
+    return nullptr;
+  }
+  r->ttl_s = resp.ttl_s();
+  return r;
+}
+
+void Client::Impl::ReleaseRemote(Remote r) {
+  r.since = Clock::now();
+  std::lock_guard<std::mutex> lock(remote_mu);
+  idle_remote.push_back(std::move(r));
+}
+
+v1::Solver::Stub& Client::Impl::Lane(size_t i) {
+  std::lock_guard<std::mutex> lock(remote_mu);
+  while (lanes.size() <= i)
+    lanes.push_back(v1::Solver::NewStub(grpc::CreateCustomChannel(
+        options.target, credentials, ChannelArgs(options, /*own_connection=*/true))));
+  return *lanes[i];
+}
+
+namespace {
+
+// [0, total) in `parts` shares of whole chunks, as (begin, end).
+std::vector<std::pair<int64_t, int64_t>> Shares(int64_t total, int parts) {
+  std::vector<std::pair<int64_t, int64_t>> s;
+  const int64_t per = (total + parts - 1) / parts;
+  for (int64_t b = 0; b < total; b += per) s.emplace_back(b, std::min(total, b + per));
+  return s;
+}
+
+// Runs f(i) for each i < n on a thread of its own; the first error.
+absl::Status InParallel(size_t n, const std::function<absl::Status(size_t)>& f) {
+  std::vector<absl::Status> st(n);
+  std::vector<std::thread> t;
+  for (size_t i = 1; i < n; ++i) t.emplace_back([&, i] { st[i] = f(i); });
+  if (n > 0) st[0] = f(0);
+  for (auto& th : t) th.join();
+  for (auto& s : st)
+    if (!s.ok()) return s;
+  return absl::OkStatus();
+}
+
+constexpr int64_t kChunk = int64_t{4} << 20;
+constexpr int64_t kPerLaneMin = int64_t{8} << 20;  // less than this a lane is not worth opening
+
+}  // namespace
+
+absl::Status Client::Impl::Upload(const std::string& region, const std::vector<Piece>& pieces) {
+  int64_t total = 0;
+  for (const Piece& p : pieces) total += p.bytes;
+  const int lanes_wanted = int(std::clamp<int64_t>(total / kPerLaneMin, 1, options.parallel_streams));
+  const auto shares = Shares(total, lanes_wanted);
+  return InParallel(shares.size(), [&](size_t lane) -> absl::Status {
+    auto [begin, end] = shares[lane];
+    grpc::ClientContext ctx;
+    if (!options.token.empty()) ctx.AddMetadata("authorization", "Bearer " + options.token);
+    v1::MemoryRegion resp;
+    auto w = Lane(lane).WriteMemory(&ctx, &resp);
+    v1::MemoryChunk c;
+    c.set_region(region);
+    int64_t at = 0;  // position in the concatenation of the pieces
+    bool sent = true;
+    for (const Piece& p : pieces) {
+      const int64_t lo = std::max(begin, at), hi = std::min(end, at + p.bytes);
+      for (int64_t q = lo; sent && q < hi; q += kChunk) {
+        const int64_t len = std::min(kChunk, hi - q);
+        c.set_offset(p.offset + (q - at));
+        c.set_data(p.src + (q - at), size_t(len));
+        sent = w->Write(c);
+      }
+      at += p.bytes;
+    }
+    w->WritesDone();
+    return FromGrpc(w->Finish());
+  });
+}
+
+absl::Status Client::Impl::Download(const std::string& region, int64_t offset, int64_t bytes,
+                                    std::byte* dst) {
+  const int lanes_wanted = int(std::clamp<int64_t>(bytes / kPerLaneMin, 1, options.parallel_streams));
+  const auto shares = Shares(bytes, lanes_wanted);
+  return InParallel(shares.size(), [&](size_t lane) -> absl::Status {
+    auto [begin, end] = shares[lane];
+    grpc::ClientContext ctx;
+    if (!options.token.empty()) ctx.AddMetadata("authorization", "Bearer " + options.token);
+    v1::ReadMemoryRequest req;
+    req.set_region(region);
+    req.set_offset(offset + begin);
+    req.set_bytes(end - begin);
+    auto r = Lane(lane).ReadMemory(&ctx, req);
+    v1::MemoryChunk c;
+    while (r->Read(&c)) {
+      const int64_t at = c.offset() - offset;
+      if (at < begin || at + int64_t(c.data().size()) > end)
+        return absl::DataLossError("the server sent a chunk outside the range asked for");
+      std::memcpy(dst + at, c.data().data(), c.data().size());
+    }
+    return FromGrpc(r->Finish());
+  });
+}
+
+// ---- placing a call's arrays --------------------------------------------------------------
+
+Client::Impl::Staging::~Staging() {
+  if (arena_) impl_->ReleaseArena(std::move(arena_));
+  if (!remote_.name.empty()) impl_->ReleaseRemote(std::move(remote_));
+}
+
+absl::Status Client::Impl::StageShared(const std::vector<ArrayView>& arrays, int64_t need,
+                                       int64_t x_bytes, Placement* pl) {
+  auto arena = AcquireArena(need);
+  if (!arena.ok()) return arena.status();
+  pl->staging = std::make_unique<Staging>(this, *std::move(arena));
+  SharedMemory& a = *pl->staging->arena();
+  for (size_t i = 0; i < arrays.size(); ++i) {
+    if (pl->refs[i]) continue;
+    auto p = a.Allocate(arrays[i].bytes());
+    if (!p.ok()) return p.status();
+    std::memcpy(*p, arrays[i].data, size_t(arrays[i].bytes()));
+    pl->refs[i] = RefOf(*p, arrays[i].bytes());
+  }
+  if (!pl->x_ref) {
+    auto p = a.Allocate(x_bytes);
+    if (!p.ok()) return p.status();
+    pl->x_staged = static_cast<std::byte*>(*p);
+    pl->x_ref = RefOf(*p, x_bytes);
+  }
+  pl->inline_bytes = 0;
+  pl->transport = "shared-memory";
+  return absl::OkStatus();
+}
+
+absl::Status Client::Impl::StageRemote(const std::vector<ArrayView>& arrays, int64_t need,
+                                       int64_t x_bytes, Placement* pl) {
+  absl::Status error;
+  std::unique_ptr<Remote> remote = AcquireRemoteOrNull(need, &error);
+  if (!remote) return error;
+  const std::string name = remote->name;
+  pl->staging = std::make_unique<Staging>(this, std::move(*remote));
+  std::vector<Piece> pieces;
+  int64_t at = 0;
+  auto ref = [&](int64_t offset, int64_t bytes) {
+    v1::RegionRef r;
+    r.set_region(name);
+    r.set_offset(offset);
+    r.set_bytes(bytes);
+    return r;
+  };
+  for (size_t i = 0; i < arrays.size(); ++i) {
+    if (pl->refs[i]) continue;
+    pieces.push_back({static_cast<const std::byte*>(arrays[i].data), at, arrays[i].bytes()});
+    pl->refs[i] = ref(at, arrays[i].bytes());
+    at += (arrays[i].bytes() + 63) / 64 * 64;
+  }
+  if (!pl->x_ref) {
+    pl->x_remote = at;
+    pl->x_ref = ref(at, x_bytes);
+  }
+  if (auto st = Upload(name, pieces); !st.ok()) return st;
+  pl->inline_bytes = 0;
+  pl->transport = "streams";
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Client::Impl::Placement> Client::Impl::Place(const std::vector<ArrayView>& arrays,
+                                                            void* x_out, int64_t x_bytes) {
+  Placement pl;
+  pl.refs.resize(arrays.size());
+  int64_t need = 0;
+  for (size_t i = 0; i < arrays.size(); ++i) {
+    pl.refs[i] = RefOf(arrays[i].data, arrays[i].bytes());
+    if (!pl.refs[i]) {
+      pl.inline_bytes += arrays[i].bytes();
+      need += (arrays[i].bytes() + 63) / 64 * 64;
+    }
+  }
+  if (x_out != nullptr) pl.x_ref = RefOf(x_out, x_bytes);
+  if (!pl.x_ref) need += (x_bytes + 63) / 64 * 64;
+  if (pl.inline_bytes == 0 && pl.x_ref) pl.transport = "shared-memory";
+  const Transport tr = options.transport;
+  const int64_t moved = pl.inline_bytes + (pl.x_ref ? 0 : x_bytes);
+  if (need == 0 || tr == Transport::kGrpc) return pl;
+  if (tr == Transport::kSharedMemory ||
+      (tr == Transport::kAuto && moved >= options.shm_min_bytes)) {
+    const absl::Status st = StageShared(arrays, need, x_bytes, &pl);
+    if (st.ok() || tr == Transport::kSharedMemory) {
+      if (!st.ok()) return st;
+      return pl;
+    }
+    pl.staging.reset();
+  }
+  if (tr == Transport::kStreams || (tr == Transport::kAuto && moved >= options.streams_min_bytes)) {
+    const absl::Status st = StageRemote(arrays, need, x_bytes, &pl);
+    if (st.ok()) return pl;
+    if (tr == Transport::kStreams) return st;
+    // auto: in the messages after all (refs placed by a failed upload are dropped).
+    Placement plain;
+    plain.refs.resize(arrays.size());
+    for (size_t i = 0; i < arrays.size(); ++i) plain.refs[i] = RefOf(arrays[i].data, arrays[i].bytes());
+    if (x_out != nullptr) plain.x_ref = RefOf(x_out, x_bytes);
+    plain.inline_bytes = pl.inline_bytes;
+    return plain;
+  }
+  return pl;
+}
+
+absl::Status Client::Impl::DeliverX(const Placement& pl, void* x_out, int64_t x_bytes,
+                                    NdArray* x) {
+  if (pl.x_remote >= 0) {
+    auto* dst = static_cast<std::byte*>(x_out);
+    if (dst == nullptr) {
+      x->data.resize(size_t(x_bytes));
+      dst = x->data.data();
+    }
+    return Download(pl.staging->remote().name, pl.x_remote, x_bytes, dst);
+  }
+  if (pl.x_staged != nullptr) {
+    if (x_out != nullptr) {
+      std::memcpy(x_out, pl.x_staged, size_t(x_bytes));
+    } else {
+      x->data.resize(size_t(x_bytes));
+      std::memcpy(x->data.data(), pl.x_staged, size_t(x_bytes));
+    }
+  } else if (x_out != nullptr && !pl.x_ref) {
+    std::memcpy(x_out, x->data.data(), std::min(x->data.size(), size_t(x_bytes)));
+    x->data.clear();
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace trisolve
