@@ -417,6 +417,7 @@ grpc::Status SolverService::GetServerInfo(grpc::ServerContext* ctx, const v1::Ge
   resp->set_jobs_done(admission_.done() + small_admission_.done());
   resp->set_systems(systems_.count());
   resp->set_system_bytes(systems_.bytes());
+  resp->set_replica(systems_.replica_address());
   resp->set_uptime_s(std::chrono::duration<double>(Clock::now() - started_).count());
   return grpc::Status::OK;
 }
