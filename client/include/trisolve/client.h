@@ -89,6 +89,7 @@ struct ServerInfoSummary {
   int64_t jobs_in_flight = 0, jobs_queued = 0, jobs_done = 0;
   int64_t systems = 0, system_bytes = 0;
   double uptime_s = 0;
+  std::string replica;  // the address the server advertises, which its handles end with
 };
 
 // A persistent system on the server (CreateSystem): solves send only right-hand sides.
@@ -131,6 +132,11 @@ class StepStream {
 class Client {
  public:
   struct Options {
+    // HOST:PORT of one server (gRPC's default pick_first: one connection); or replicas behind gRPC's round_robin with health checks: several addresses
+    // "HOST:PORT,HOST:PORT" (resolved once, here), or "dns:///NAME:PORT" (every address of the
+    // name, re-resolved by gRPC). There, calls that hold no state on a replica go to any serving
+    // one and are retried on another on UNAVAILABLE; calls by handle go to the replica the
+    // handle names (its server's --advertise-address), and are NOT_FOUND when it is gone.
     std::string target = "127.0.0.1:50051";
     // Jobs whose arrays exceed this go through SolveStream (gRPC's default limit is 4 MiB).
     int64_t stream_threshold_bytes = (int64_t{4} << 20) - (int64_t{64} << 10);
