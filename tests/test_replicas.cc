@@ -1,0 +1,384 @@
+// Replicas behind the client's load balancing (issue 38 item 3): two and three real trisolved
+// processes on loopback, one client over all of them (round_robin with grpc.health.v1 checks).
+// Requests spread, a killed or draining replica's traffic moves to the others with no answer
+// lost or wrong, handles route home, and a killed replica's handles are NOT_FOUND.
+#include <signal.h>
+
+#include <atomic>
+#include <cmath>
+#include <condition_variable>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "server_process.h"
+#include "trisolve/backend.h"
+#include "trisolve/client.h"
+
+namespace trisolve {
+namespace {
+
+using testing::ServerProcess;
+using testing::Shell;
+
+NdArray Random(std::vector<int64_t> shape, uint64_t seed, double lo = -1, double hi = 1) {
+  NdArray a = NdArray::Zeros(DType::kFloat64, shape);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(lo, hi);
+  for (int64_t i = 0; i < a.elements(); ++i) a.as<double>()[i] = u(rng);
+  return a;
+}
+
+// A batch of diagonally dominant, non-symmetric tridiagonal systems and its local solution.
+struct Tri {
+  static constexpr int64_t kBatch = 4, kN = 40;
+  NdArray a, b, c, d;
+  explicit Tri(uint64_t seed)
+      : a(Random({kBatch, kN}, seed)),
+        b(Random({kBatch, kN}, seed + 1, 3, 4)),
+        c(Random({kBatch, kN}, seed + 2, -1.5, 0.5)),
+        d(Random({kBatch, kN}, seed + 3)) {}
+  Job AsJob(bool with_rhs = true) const {
+    Job j{Kind::kTridiagonal};
+    j.arrays = {{"a", a.view()}, {"b", b.view()}, {"c", c.view()}};
+    if (with_rhs) j.arrays.emplace("d", d.view());
+    return j;
+  }
+  std::vector<double> Local(const NdArray& diag, const NdArray& rhs) const {
+    std::vector<double> x(static_cast<size_t>(kBatch * kN));
+    std::vector<SystemStatus> st(static_cast<size_t>(kBatch));
+    TridiagonalProblem<double> p{kBatch, kN, Layout::kFlat, a.as<double>(), diag.as<double>(),
+                                 c.as<double>(), rhs.as<double>()};
+    cpu::SolveTridiagonal(p, TridiagonalMethod::kThomas,
+                          TridiagonalOutput<double>{x.data(), st.data()});
+    return x;
+  }
+};
+
+// Whether x is the local solution (to rounding); a wrong shape or type is wrong.
+bool Right(const absl::StatusOr<Result>& r, const std::vector<double>& want) {
+  if (!r.ok() || r->x.dtype != DType::kFloat64 || r->x.elements() != int64_t(want.size()))
+    return false;
+  double d = 0, m = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    d = std::max(d, std::abs(r->x.as<double>()[i] - want[i]));
+    m = std::max(m, std::abs(want[i]));
+  }
+  return d <= 1e-12 * m;
+}
+
+std::unique_ptr<ServerProcess> StartReplica() {
+  auto s = std::make_unique<ServerProcess>(std::vector<std::string>{
+      "--advertise-address", "127.0.0.1", "--cpu-threads", "1", "--grace", "20"});
+  return s;
+}
+
+std::string ListTarget(const std::vector<std::unique_ptr<ServerProcess>>& replicas) {
+  std::string t;
+  for (const auto& r : replicas) t += (t.empty() ? "" : ",") + r->target();
+  return t;
+}
+
+// Jobs the replica has solved, asked of it alone.
+int64_t JobsDone(const ServerProcess& s) {
+  Client direct({.target = s.target()});
+  auto info = direct.Info();
+  return info.ok() ? info->jobs_done : -1;
+}
+
+std::string ReplicaOf(const std::string& handle) {
+  const size_t at = handle.find('@');
+  return at == std::string::npos ? "" : handle.substr(at + 1);
+}
+
+class Replicas : public ::testing::Test {
+ protected:
+  void Start(int n) {
+    for (int i = 0; i < n; ++i) {
+      replicas_.push_back(StartReplica());
+      ASSERT_GT(replicas_.back()->port(), 0) << replicas_.back()->Log();
+    }
+  }
+  std::vector<std::unique_ptr<ServerProcess>> replicas_;
+};
+
+TEST_F(Replicas, RequestsSpreadOverTwo) {
+  Start(2);
+  Client client({.target = ListTarget(replicas_)});
+  constexpr int kCalls = 40;
+  for (int i = 0; i < kCalls; ++i) {
+    const Tri t(1000 + i);
+    auto r = client.Solve(t.AsJob());
+    ASSERT_TRUE(Right(r, t.Local(t.b, t.d))) << i << ": " << r.status();
+  }
+  const int64_t first = JobsDone(*replicas_[0]), second = JobsDone(*replicas_[1]);
+  EXPECT_EQ(first + second, kCalls);
+  // round_robin alternates once both are connected; the first calls may find one ready.
+  EXPECT_GE(first, kCalls / 4) << "replica 0 served " << first << ", replica 1 " << second;
+  EXPECT_GE(second, kCalls / 4) << "replica 0 served " << first << ", replica 1 " << second;
+
+  // GetServerInfo through the balanced channel comes from one of them, which names itself.
+  auto info = client.Info();
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_TRUE(info->replica == replicas_[0]->target() || info->replica == replicas_[1]->target())
+      << info->replica;
+}
+
+// Four clients solve without pause; one replica is killed (SIGKILL), then another drained
+// (SIGTERM: health NOT_SERVING, new calls UNAVAILABLE, running ones finish) until it exits.
+// Every answer comes back, right; what began after the drained one exited went to the last.
+TEST_F(Replicas, KilledAndDrainedReplicasLoseNoAnswer) {
+  Start(3);
+  Client client({.target = ListTarget(replicas_)});
+  constexpr int kThreads = 4, kStep = 60;
+  std::mutex mu;
+  std::condition_variable cv;
+  int done = 0, failed = 0, wrong = 0;
+  bool only_last = false, stop = false;  // guarded by mu
+  int at_kill = -1, at_drain = -1;
+  int begun_on_last = 0;                 // calls begun once only the last replica was left
+  std::string first_failure;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      for (uint64_t i = 0;; ++i) {
+        const Tri tri(uint64_t(t) * 1000003 + i * 7);
+        bool on_last;
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          if (stop) return;
+          on_last = only_last;
+        }
+        auto r = client.Solve(tri.AsJob());
+        const bool right = Right(r, tri.Local(tri.b, tri.d));
+        std::lock_guard<std::mutex> lock(mu);
+        if (!r.ok() && failed++ == 0)
+          first_failure = absl::StrCat(r.status().ToString(), " (after ", done, " calls; kill at ",
+                                       at_kill, ", drain at ", at_drain, ")");
+        if (r.ok() && !right) ++wrong;
+        begun_on_last += on_last;
+        ++done;
+        cv.notify_all();
+      }
+    });
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait(lock, [&] { return done >= kStep; });
+  replicas_[0]->Signal(SIGKILL);
+  at_kill = done;
+  cv.wait(lock, [&] { return done >= at_kill + kStep; });
+  replicas_[1]->Signal(SIGTERM);
+  at_drain = done;
+  lock.unlock();
+  const int drained_exit = replicas_[1]->Wait(30);
+  lock.lock();
+  only_last = true;
+  const int at_exit = done;
+  cv.wait(lock, [&] { return done >= at_exit + kStep; });
+  stop = true;
+  lock.unlock();
+  for (auto& th : threads) th.join();
+
+  EXPECT_EQ(failed, 0) << first_failure;
+  EXPECT_EQ(wrong, 0);
+  EXPECT_EQ(replicas_[0]->Wait(10), 128 + SIGKILL);
+  EXPECT_EQ(drained_exit, 0) << replicas_[1]->Log();  // drained and exited cleanly
+  EXPECT_NE(replicas_[1]->Log().find("all jobs finished"), std::string::npos);
+  EXPECT_GT(at_drain, at_kill);
+  // The last replica answered every call begun after the other two were gone, and not
+  // everything before: the load had been spread.
+  const int64_t last = JobsDone(*replicas_[2]);
+  EXPECT_GE(begun_on_last, kStep - kThreads);
+  EXPECT_GE(last, begun_on_last);
+  EXPECT_LT(last, done) << "the last replica served everything: the calls did not spread";
+}
+
+TEST_F(Replicas, HandlesRouteHomeAndDieWithTheirReplica) {
+  Start(3);
+  const std::string target = ListTarget(replicas_);
+  Client client({.target = target});
+  constexpr int kSystems = 9;
+  std::vector<std::unique_ptr<Tri>> tris;
+  std::vector<std::string> handles;
+  std::map<std::string, int> per_replica;
+  for (int i = 0; i < kSystems; ++i) {
+    tris.push_back(std::make_unique<Tri>(5000 + 10 * i));
+    auto info = client.CreateSystem(tris.back()->AsJob(false), {.label = "home"});
+    ASSERT_TRUE(info.ok()) << info.status();
+    handles.push_back(info->handle);
+    ++per_replica[ReplicaOf(info->handle)];
+  }
+  // Every handle names one of the three; they were spread, so routing is what keeps them right.
+  std::set<std::string> targets;
+  for (const auto& r : replicas_) targets.insert(r->target());
+  for (const auto& [replica, n] : per_replica) EXPECT_EQ(targets.count(replica), 1u) << replica;
+  EXPECT_GE(per_replica.size(), 2u);
+  for (const auto& r : replicas_) {
+    Client direct({.target = r->target()});
+    auto info = direct.Info();
+    ASSERT_TRUE(info.ok());
+    EXPECT_EQ(info->systems, per_replica[r->target()]) << r->target();
+    EXPECT_EQ(info->replica, r->target());
+  }
+
+  // Solves, updates and streams by handle, from this client and from a new one (as another
+  // process holding only the handle would).
+  Client other({.target = target});
+  std::vector<NdArray> diagonals;  // each system's b after its update
+  for (int i = 0; i < kSystems; ++i) {
+    const Tri& t = *tris[size_t(i)];
+    for (int k = 0; k < 3; ++k) {
+      const NdArray rhs = Random({Tri::kBatch, Tri::kN}, uint64_t(77 + k + 10 * i));
+      auto r = (k % 2 ? other : client).SolveSystem(handles[size_t(i)], rhs.view());
+      ASSERT_TRUE(Right(r, t.Local(t.b, rhs))) << handles[size_t(i)] << ": " << r.status();
+    }
+    const NdArray b2 = Random({Tri::kBatch, Tri::kN}, uint64_t(900 + i), 5, 6);
+    ASSERT_TRUE(other.UpdateSystem(handles[size_t(i)], {{"b", b2.view()}}).ok());
+    auto stream = client.OpenStepStream(handles[size_t(i)]);
+    ASSERT_TRUE(stream.ok()) << stream.status();
+    for (int k = 0; k < 3; ++k) ASSERT_TRUE((*stream)->Send(t.d.view()).ok());
+    for (int k = 0; k < 3; ++k) {
+      auto r = (*stream)->Receive();
+      ASSERT_TRUE(Right(r, t.Local(b2, t.d))) << handles[size_t(i)] << ": " << r.status();
+    }
+    EXPECT_TRUE((*stream)->Finish().ok());
+    diagonals.push_back(b2);
+  }
+  auto listed = client.ListSystems();
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_EQ(listed->size(), size_t(kSystems));
+
+  // The replica of the first handle goes away: its handles are NOT_FOUND, quickly, for every
+  // call; the others' still solve right.
+  const std::string gone = ReplicaOf(handles[0]);
+  for (auto& r : replicas_)
+    if (r->target() == gone) {
+      r->Signal(SIGKILL);
+      EXPECT_EQ(r->Wait(10), 128 + SIGKILL);
+    }
+  JobOptions bounded;
+  bounded.timeout_s = 60;  // a hang shows as DEADLINE_EXCEEDED, not as a stuck test
+  int lost = 0, kept = 0;
+  for (int i = 0; i < kSystems; ++i) {
+    const std::string& h = handles[size_t(i)];
+    const Tri& t = *tris[size_t(i)];
+    if (ReplicaOf(h) == gone) {
+      const auto t0 = std::chrono::steady_clock::now();
+      auto s = client.SolveSystem(h, t.d.view(), {}, bounded);
+      EXPECT_EQ(s.status().code(), absl::StatusCode::kNotFound) << s.status();
+      EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10);
+      EXPECT_EQ(other.SolveSystem(h, t.d.view(), {}, bounded).status().code(),
+                absl::StatusCode::kNotFound);
+      EXPECT_EQ(client.UpdateSystem(h, {{"b", t.b.view()}}, bounded).status().code(),
+                absl::StatusCode::kNotFound);
+      auto stream = client.OpenStepStream(h, bounded);
+      ASSERT_TRUE(stream.ok());
+      (void)(*stream)->Send(t.d.view());
+      EXPECT_EQ((*stream)->Receive().status().code(), absl::StatusCode::kNotFound);
+      EXPECT_EQ(client.ReleaseSystem(h, bounded).status().code(), absl::StatusCode::kNotFound);
+      ++lost;
+    } else {
+      auto r = client.SolveSystem(h, t.d.view(), {}, bounded);
+      EXPECT_TRUE(Right(r, t.Local(diagonals[size_t(i)], t.d))) << h << ": " << r.status();
+      ++kept;
+    }
+  }
+  EXPECT_EQ(lost, per_replica[gone]);
+  listed = client.ListSystems();
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_EQ(int(listed->size()), kept);
+  for (const auto& s : *listed) EXPECT_NE(ReplicaOf(s.handle), gone);
+  // Unary solves carry on over the two left.
+  const Tri t(42);
+  EXPECT_TRUE(Right(client.Solve(t.AsJob()), t.Local(t.b, t.d)));
+  for (const auto& h : handles) {
+    if (ReplicaOf(h) != gone) {
+      EXPECT_TRUE(client.ReleaseSystem(h).ok()) << h;
+    }
+  }
+}
+
+// A handle is sent only to a replica of the client's target: a forged or foreign handle is
+// NOT_FOUND without a connection (the client's token never goes where a handle alone says).
+TEST_F(Replicas, HandleNamingAnotherAddressIsNotFound) {
+  Start(2);
+  Client client({.target = ListTarget(replicas_), .token = "secret"});
+  const Tri t(7);
+  auto r = client.SolveSystem("sys-00000000000000000000000000000000@127.0.0.1:1", t.d.view());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound) << r.status();
+  EXPECT_NE(r.status().message().find("is not one of"), std::string::npos) << r.status();
+  // One of the target's replicas, a handle it never issued: the server's own NOT_FOUND.
+  r = client.SolveSystem("sys-00000000000000000000000000000000@" + replicas_[1]->target(),
+                         t.d.view());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound) << r.status();
+  EXPECT_NE(r.status().message().find("no such system"), std::string::npos) << r.status();
+}
+
+// dns:///NAME:PORT: every address of the name, re-resolved; handles checked against it.
+TEST_F(Replicas, DnsTargetBalancesAndRoutesHandles) {
+  Start(1);
+  Client client({.target = "dns:///localhost:" + std::to_string(replicas_[0]->port())});
+  const Tri t(3);
+  EXPECT_TRUE(Right(client.Solve(t.AsJob()), t.Local(t.b, t.d)));
+  auto sys = client.CreateSystem(t.AsJob(false));
+  ASSERT_TRUE(sys.ok()) << sys.status();
+  EXPECT_EQ(ReplicaOf(sys->handle), replicas_[0]->target());
+  EXPECT_TRUE(Right(client.SolveSystem(sys->handle, t.d.view()), t.Local(t.b, t.d)));
+  EXPECT_TRUE(client.ReleaseSystem(sys->handle).ok());
+  auto bad = Client::Create({.target = "dns:///localhost"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << bad.status();
+}
+
+TEST_F(Replicas, CliOverSeveralTargets) {
+  Start(2);
+  const std::string cli = ServerProcess::CliBin() + " --server " + ListTarget(replicas_);
+  const std::string dir = "/tmp/trisolve_replicas_cli_" + std::to_string(getpid());
+  auto [rc, out] = Shell(ServerProcess::CliBin() + " make-example tridiagonal " + dir);
+  ASSERT_EQ(rc, 0) << out;
+  const std::string coeffs = " a=" + dir + "/a.npy b=" + dir + "/b.npy c=" + dir + "/c.npy";
+  for (int i = 0; i < 4; ++i) {
+    std::tie(rc, out) = Shell(cli + " solve tridiagonal" + coeffs + " d=" + dir + "/d.npy -o " +
+                              dir + "/x.npy");
+    ASSERT_EQ(rc, 0) << out;
+  }
+  EXPECT_EQ(JobsDone(*replicas_[0]) + JobsDone(*replicas_[1]), 4);
+  std::tie(rc, out) = Shell(cli + " info");
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("replica:   127.0.0.1:"), std::string::npos) << out;
+
+  std::tie(rc, out) = Shell(cli + " system create tridiagonal" + coeffs);
+  ASSERT_EQ(rc, 0) << out;
+  const std::string handle = out.substr(0, out.find(' '));
+  const std::string home = ReplicaOf(handle);
+  ASSERT_FALSE(home.empty()) << out;
+  // Another CLI process, holding only the handle, reaches the system, as many times as asked.
+  for (int i = 0; i < 3; ++i) {
+    std::tie(rc, out) = Shell(cli + " system solve " + handle + " rhs=" + dir + "/d.npy -o " +
+                              dir + "/xh.npy");
+    ASSERT_EQ(rc, 0) << out;
+  }
+  std::tie(rc, out) = Shell(cli + " system list");
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find(handle), std::string::npos) << out;
+  for (auto& r : replicas_)
+    if (r->target() == home) {
+      r->Signal(SIGKILL);
+      EXPECT_EQ(r->Wait(10), 128 + SIGKILL);
+    }
+  std::tie(rc, out) = Shell(cli + " --timeout 30 system solve " + handle + " rhs=" + dir + "/d.npy");
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("NOT_FOUND"), std::string::npos) << out;
+  // Solves go on, on the replica left.
+  std::tie(rc, out) = Shell(cli + " solve tridiagonal" + coeffs + " d=" + dir + "/d.npy");
+  EXPECT_EQ(rc, 0) << out;
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace trisolve
