@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "replicas.h"  // client/: the target's parsing, tested on its own
 #include "server_process.h"
 #include "trisolve/backend.h"
 #include "trisolve/client.h"
@@ -378,6 +379,82 @@ TEST_F(Replicas, CliOverSeveralTargets) {
   std::tie(rc, out) = Shell(cli + " solve tridiagonal" + coeffs + " d=" + dir + "/d.npy");
   EXPECT_EQ(rc, 0) << out;
   std::filesystem::remove_all(dir);
+}
+
+// The target's forms, without servers.
+TEST(ReplicaTargets, ParseEveryForm) {
+  auto one = internal::ParseTarget("localhost:50051");
+  ASSERT_TRUE(one.ok());
+  EXPECT_FALSE(one->balanced);
+  EXPECT_EQ(one->dial, "localhost:50051");  // one server: as gRPC dials it, unchanged
+
+  auto list = internal::ParseTarget("127.0.0.1:1, 127.0.0.2:2,127.0.0.1:1");
+  ASSERT_TRUE(list.ok()) << list.status();
+  EXPECT_TRUE(list->balanced);
+  EXPECT_EQ(list->dial, "ipv4:127.0.0.1:1,127.0.0.2:2");  // duplicates once
+  EXPECT_EQ(list->tls_name, "127.0.0.1");
+
+  auto mixed = internal::ParseTarget("[::1]:5,127.0.0.1:6");
+  ASSERT_TRUE(mixed.ok()) << mixed.status();
+  EXPECT_EQ(mixed->dial, "ipv6:[::1]:5,[::ffff:127.0.0.1]:6");
+  EXPECT_EQ(mixed->addresses, (std::vector<std::string>{"[::1]:5", "127.0.0.1:6"}));
+
+  auto dns = internal::ParseTarget("dns:///trisolved.ns.svc:50051");
+  ASSERT_TRUE(dns.ok()) << dns.status();
+  EXPECT_TRUE(dns->balanced);
+  EXPECT_EQ(dns->dial, "dns:///trisolved.ns.svc:50051");
+  EXPECT_EQ(dns->dns_host, "trisolved.ns.svc");
+  EXPECT_EQ(dns->dns_port, "50051");
+  auto authority = internal::ParseTarget("dns://10.0.0.10/trisolved:7");
+  ASSERT_TRUE(authority.ok()) << authority.status();
+  EXPECT_EQ(authority->dns_host, "trisolved");
+
+  for (const char* bad : {"dns:///trisolved", "dns://nohost", "127.0.0.1:1,127.0.0.2",
+                          "::1:5,127.0.0.1:6", "127.0.0.1:1,:7", "127.0.0.1:1,127.0.0.2:x"}) {
+    auto r = internal::ParseTarget(bad);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad << ": " << r.status();
+  }
+  EXPECT_EQ(internal::ReplicaOf("sys-0123@[::1]:5"), "[::1]:5");
+  EXPECT_EQ(internal::ReplicaOf("sys-0123"), "");
+}
+
+// --advertise-address HOST:PORT as given (what the handles and GetServerInfo say), IPv6 in
+// brackets; a malformed one stops the server.
+TEST(ReplicaTargets, AdvertisedAddressForms) {
+  for (const auto& [flag, want] : std::vector<std::pair<std::string, std::string>>{
+           {"10.1.2.3:7000", "10.1.2.3:7000"}, {"[fd00::5]:7001", "[fd00::5]:7001"}}) {
+    ServerProcess s({"--advertise-address", flag});
+    ASSERT_GT(s.port(), 0) << s.Log();
+    Client direct({.target = s.target()});
+    auto info = direct.Info();
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_EQ(info->replica, want);
+    const Tri t(1);
+    auto sys = direct.CreateSystem(t.AsJob(false));
+    ASSERT_TRUE(sys.ok()) << sys.status();
+    EXPECT_EQ(ReplicaOf(sys->handle), want);
+    // One server named directly: the handle's calls go to it whatever the handle names.
+    EXPECT_TRUE(Right(direct.SolveSystem(sys->handle, t.d.view()), t.Local(t.b, t.d)));
+  }
+  ServerProcess bare({"--advertise-address", "fd00::7"});
+  ASSERT_GT(bare.port(), 0) << bare.Log();
+  auto info = Client({.target = bare.target()}).Info();
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->replica, "[fd00::7]:" + std::to_string(bare.port()));
+  ServerProcess bad({"--advertise-address", "a@b:1"});
+  EXPECT_EQ(bad.port(), 0);
+  EXPECT_EQ(bad.Wait(10), 1) << bad.Log();
+}
+
+// A list that mixes IPv6 and IPv4, one of them dead: the live replica answers everything.
+TEST_F(Replicas, MixedFamiliesOneDead) {
+  Start(1);
+  Client client({.target = "[::1]:1," + replicas_[0]->target()});
+  for (int i = 0; i < 5; ++i) {
+    const Tri t(300 + i);
+    auto r = client.Solve(t.AsJob());
+    EXPECT_TRUE(Right(r, t.Local(t.b, t.d))) << r.status();
+  }
 }
 
 }  // namespace
