@@ -381,6 +381,33 @@ TEST_F(Replicas, CliOverSeveralTargets) {
   std::filesystem::remove_all(dir);
 }
 
+// --max-connection-age closes connections (GOAWAY) so that clients resolve again; calls go on
+// over a new connection and a time-step stream on the old one runs to its end.
+TEST_F(Replicas, ConnectionAgeEndsNoCall) {
+  replicas_.push_back(std::make_unique<ServerProcess>(std::vector<std::string>{
+      "--advertise-address", "127.0.0.1", "--max-connection-age", "0.3"}));
+  ASSERT_GT(replicas_[0]->port(), 0) << replicas_[0]->Log();
+  Client client({.target = replicas_[0]->target() + "," + replicas_[0]->target()});
+  const Tri t(11);
+  auto sys = client.CreateSystem(t.AsJob(false));
+  ASSERT_TRUE(sys.ok()) << sys.status();
+  auto stream = client.OpenStepStream(sys->handle);
+  ASSERT_TRUE(stream.ok());
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
+  int steps = 0;
+  while (std::chrono::steady_clock::now() < end) {  // five connection ages of traffic
+    ASSERT_TRUE((*stream)->Send(t.d.view()).ok());
+    auto step = (*stream)->Receive();
+    ASSERT_TRUE(Right(step, t.Local(t.b, t.d))) << steps << ": " << step.status();
+    const Tri u(uint64_t(2000 + steps));
+    auto r = client.Solve(u.AsJob());
+    ASSERT_TRUE(Right(r, u.Local(u.b, u.d))) << steps << ": " << r.status();
+    ++steps;
+  }
+  EXPECT_TRUE((*stream)->Finish().ok());
+  EXPECT_GT(steps, 10);
+}
+
 // The target's forms, without servers.
 TEST(ReplicaTargets, ParseEveryForm) {
   auto one = internal::ParseTarget("localhost:50051");
