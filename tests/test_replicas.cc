@@ -408,6 +408,53 @@ TEST_F(Replicas, ConnectionAgeEndsNoCall) {
   EXPECT_GT(steps, 10);
 }
 
+// TLS and tokens over replicas: the certificates name only DNS:localhost, so every channel that
+// dials an address (the balanced one and each handle's replica's) must check the certificate
+// against the target's host name.
+TEST_F(Replicas, TlsAndTokensOverReplicas) {
+  const std::string d = "/tmp/trisolve_replicas_tls_" + std::to_string(getpid());
+  std::filesystem::create_directories(d);
+  auto [rc, out] = Shell("cd " + d + R"( && set -e
+openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=replicas-ca -keyout ca.key -out ca.pem
+openssl req -newkey rsa:2048 -nodes -subj /CN=server -keyout server.key -out server.csr
+printf 'subjectAltName=DNS:localhost\nextendedKeyUsage=serverAuth\n' > server.ext
+openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile server.ext -out server.pem
+echo replica-token > tokens)");
+  ASSERT_EQ(rc, 0) << out;
+  for (int i = 0; i < 2; ++i) {
+    replicas_.push_back(std::make_unique<ServerProcess>(std::vector<std::string>{
+        "--advertise-address", "127.0.0.1", "--tls-cert", d + "/server.pem", "--tls-key",
+        d + "/server.key", "--token-file", d + "/tokens"}));
+    ASSERT_GT(replicas_.back()->port(), 0) << replicas_.back()->Log();
+  }
+  const std::string target = "localhost:" + std::to_string(replicas_[0]->port()) +
+                             ",localhost:" + std::to_string(replicas_[1]->port());
+  Client::Options o{.target = target, .tls_ca_file = d + "/ca.pem", .token = "replica-token"};
+  Client client(o);
+  for (int i = 0; i < 6; ++i) {
+    const Tri t(700 + i);
+    ASSERT_TRUE(Right(client.Solve(t.AsJob()), t.Local(t.b, t.d)));
+  }
+  // Creates alone in a row (round_robin alternates calls: interleaved with solves, every
+  // create would land on the same replica).
+  std::set<std::string> homes;
+  for (int i = 0; i < 6; ++i) {
+    const Tri t(800 + i);
+    auto sys = client.CreateSystem(t.AsJob(false));
+    ASSERT_TRUE(sys.ok()) << sys.status();
+    homes.insert(ReplicaOf(sys->handle));
+    auto r = client.SolveSystem(sys->handle, t.d.view());
+    ASSERT_TRUE(Right(r, t.Local(t.b, t.d))) << r.status();
+  }
+  EXPECT_EQ(homes.size(), 2u);
+  EXPECT_EQ(JobsDone(*replicas_[0]), -1);  // a plaintext client gets nothing from a TLS server
+  // Without the token: UNAUTHENTICATED, from whichever replica, not retried into success.
+  o.token.clear();
+  const Tri t(9);
+  EXPECT_EQ(Client(o).Solve(t.AsJob()).status().code(), absl::StatusCode::kUnauthenticated);
+  std::filesystem::remove_all(d);
+}
+
 // The target's forms, without servers.
 TEST(ReplicaTargets, ParseEveryForm) {
   auto one = internal::ParseTarget("localhost:50051");
