@@ -116,6 +116,15 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) 
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Signals are taken by one thread with sigwait, so every other thread runs undisturbed. Blocked
+  // first of all: a thread inherits its creator's mask, and gRPC starts threads of its own as
+  // soon as anything initialises it (the credentials below do); one of those with SIGTERM
+  // unblocked would take the signal and die of it (exit 143) instead of draining.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   CLI::App app{"trisolved: solves batches of structured linear systems over gRPC"};
   std::string listen = "127.0.0.1:50051";
   std::string backend = "auto";
@@ -272,12 +281,6 @@ int main(int argc, char** argv) {
     creds = grpc::SslServerCredentials(ssl);
   }
 
-  // Signals are taken by one thread with sigwait, so every other thread runs undisturbed.
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
   cuda_options.device = device;
   cuda_options.cpu_threads = threads;
