@@ -241,8 +241,7 @@ Client::Client(Options options) : impl_(std::make_unique<Impl>()) {
     impl_->setup = spec.status();
     spec = internal::TargetSpec{.dial = options.target};  // never used, as above
   }
-  impl_->replicas = std::make_unique<internal::Replicas>(*std::move(spec), *creds, args,
-                                                         options.tls_server_name);
+  impl_->replicas = std::make_unique<internal::Replicas>(*std::move(spec), *creds, args, options);
   impl_->channel = impl_->replicas->channel();
   impl_->stub = v1::Solver::NewStub(impl_->channel);
   impl_->health = grpc::health::v1::Health::NewStub(impl_->channel);

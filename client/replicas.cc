@@ -178,13 +178,21 @@ std::string ReplicaOf(const std::string& handle) {
 }
 
 Replicas::Replicas(TargetSpec spec, std::shared_ptr<grpc::ChannelCredentials> creds,
-                   grpc::ChannelArguments args, std::string tls_server_name)
+                   grpc::ChannelArguments args, const Client::Options& options)
     : spec_(std::move(spec)),
       creds_(std::move(creds)),
       args_(args),
-      tls_server_name_(std::move(tls_server_name)) {
+      tls_server_name_(options.tls_server_name) {
+  if (spec_.balanced && options.keepalive_s > 0) {
+    // Pings while calls are open (the health watch is one), without limit while no data moves
+    // (a long solve): a silent peer is found within keepalive + timeout.
+    args_.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, int(std::min(options.keepalive_s * 1e3, 2e9)));
+    args_.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+                 int(std::min(std::max(options.keepalive_timeout_s, 0.001) * 1e3, 2e9)));
+    args_.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  }
   if (spec_.balanced) {
-    grpc::ChannelArguments balanced = args;
+    grpc::ChannelArguments balanced = args_;
     balanced.SetServiceConfigJSON(BalancedServiceConfig());
     // A request must stay buffered to be retried: room for a unary request up to the size
     // above which the client streams (4 MiB), and for CreateSystem's coefficients.
@@ -194,7 +202,7 @@ Replicas::Replicas(TargetSpec spec, std::shared_ptr<grpc::ChannelCredentials> cr
       balanced.SetSslTargetNameOverride(spec_.tls_name);
     channel_ = grpc::CreateCustomChannel(spec_.dial, creds_, balanced);
   } else {
-    channel_ = grpc::CreateCustomChannel(spec_.dial, creds_, args);
+    channel_ = grpc::CreateCustomChannel(spec_.dial, creds_, args_);
   }
   stub_ = v1::Solver::NewStub(channel_);
 }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "trisolve/client.h"
 #include "trisolve/v1/trisolve.grpc.pb.h"
 
 namespace trisolve::internal {
@@ -49,8 +50,9 @@ absl::StatusOr<std::vector<std::string>> ResolveAddress(const std::string& host_
 
 class Replicas {
  public:
+  // `args`: the client's channel arguments; keepalive and the TLS name from `options`.
   Replicas(TargetSpec spec, std::shared_ptr<grpc::ChannelCredentials> creds,
-           grpc::ChannelArguments args, std::string tls_server_name);
+           grpc::ChannelArguments args, const Client::Options& options);
 
   bool balanced() const { return spec_.balanced; }
   const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
@@ -77,7 +79,7 @@ class Replicas {
 
   const TargetSpec spec_;
   const std::shared_ptr<grpc::ChannelCredentials> creds_;
-  const grpc::ChannelArguments args_;  // without the balanced service config
+  grpc::ChannelArguments args_;  // with keepalive, without the balanced service config
   const std::string tls_server_name_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Solver::Stub> stub_;

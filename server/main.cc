@@ -307,6 +307,10 @@ int main(int argc, char** argv) {
   // and a window grown by probing, cap loopback streaming far below memory bandwidth).
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, 4 << 20);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 20);
+  // Balancing clients ping their connections to find replicas gone silent (every 30 s by
+  // default); accept pings 1 s apart, and more, without answering GOAWAY (too many pings).
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   // GOAWAY after the age; no grace limit, so a time-step stream on the old connection ends
   // when its client ends it while new calls take a new connection.
   if (max_connection_age_s > 0)

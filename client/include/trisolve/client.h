@@ -148,6 +148,12 @@ class Client {
     std::string token;
     // A connection of this client's own (not shared with other clients of the process).
     bool own_connection = false;
+    // Replicas (a list or dns: target): while a call is open, each connection is pinged after
+    // this many seconds without traffic and dropped when no answer comes within the timeout, so
+    // that a replica gone without closing its connections (a deleted pod, a stopped process)
+    // fails its calls over (or makes its handles NOT_FOUND) instead of leaving them waiting
+    // for TCP (0: off). The server accepts pings 1 s apart and more.
+    double keepalive_s = 30, keepalive_timeout_s = 10;
   };
   // Whether the options ask for TLS.
   static bool UsesTls(const Options& o) { return !o.tls_ca_file.empty() || !o.tls_cert_file.empty(); }

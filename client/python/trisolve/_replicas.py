@@ -35,6 +35,11 @@ SERVICE_CONFIG: Dict[str, Any] = {
 }
 # A request stays buffered to be retried: room for unary requests and CreateSystem's arrays.
 RETRY_BUFFER_BYTES = 64 << 20
+# As the C++ library's defaults (Client::Options::keepalive_s, keepalive_timeout_s): while a call
+# is open, a connection silent for 30 s is pinged and dropped after 10 s without an answer, so
+# that a replica gone without closing its connections fails over instead of hanging.
+KEEPALIVE_OPTIONS = [("grpc.keepalive_time_ms", 30000), ("grpc.keepalive_timeout_ms", 10000),
+                     ("grpc.http2.max_pings_without_data", 0)]
 
 
 @dataclass

@@ -205,6 +205,8 @@ class Client:
 
         def make(dial: str, balanced: bool) -> Tuple[grpc.Channel, Any]:
             opts = list(options)
+            if spec.balanced:  # the balanced channel and each handle's replica's
+                opts += _replicas.KEEPALIVE_OPTIONS
             if balanced:
                 opts += [("grpc.service_config", _replicas.service_config_json()),
                          ("grpc.per_rpc_retry_buffer_size", _replicas.RETRY_BUFFER_BYTES)]
