@@ -52,6 +52,10 @@ absl::StatusOr<std::vector<std::string>> Resolve(const HostPort& hp) {
   hints.ai_flags = AI_NUMERICSERV;
   addrinfo* res = nullptr;
   const int rc = getaddrinfo(hp.host.c_str(), hp.port.c_str(), &hints, &res);
+  // A name that has no address (a Service without ready pods) is NOT_FOUND; a resolver that
+  // cannot answer now is UNAVAILABLE.
+  if (rc == EAI_NONAME || rc == EAI_NODATA)
+    return absl::NotFoundError(absl::StrCat(hp.host, " has no address (", gai_strerror(rc), ")"));
   if (rc != 0)
     return absl::UnavailableError(
         absl::StrCat("cannot resolve ", hp.host, ": ", gai_strerror(rc)));
@@ -69,7 +73,7 @@ absl::StatusOr<std::vector<std::string>> Resolve(const HostPort& hp) {
   freeaddrinfo(res);
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
-  if (out.empty()) return absl::UnavailableError(absl::StrCat(hp.host, " has no address"));
+  if (out.empty()) return absl::NotFoundError(absl::StrCat(hp.host, " has no address"));
   return out;
 }
 
@@ -234,6 +238,10 @@ absl::StatusOr<std::pair<v1::Solver::Stub*, bool>> Replicas::ForHandle(const std
   }
   auto mine = ResolveAddress(replica);
   auto current = Current();
+  // The target's name cannot be resolved now: the handle may well be good.
+  if (!current.ok() && current.status().code() == absl::StatusCode::kUnavailable)
+    return absl::UnavailableError(absl::StrCat("system ", handle, ": cannot check its replica ",
+                                               replica, ": ", current.status().message()));
   if (mine.ok() && current.ok())
     for (const auto& a : *mine)
       if (std::find(current->begin(), current->end(), a) != current->end())
@@ -249,6 +257,8 @@ absl::StatusOr<std::pair<v1::Solver::Stub*, bool>> Replicas::ForHandle(const std
 
 absl::StatusOr<std::vector<std::pair<std::string, v1::Solver::Stub*>>> Replicas::All() {
   auto current = Current();
+  if (!current.ok() && current.status().code() == absl::StatusCode::kNotFound)
+    return std::vector<std::pair<std::string, v1::Solver::Stub*>>();  // no replica, no system
   if (!current.ok()) return current.status();
   std::vector<std::pair<std::string, v1::Solver::Stub*>> out;
   for (const auto& a : *current) out.emplace_back(a, StubFor(a, a));

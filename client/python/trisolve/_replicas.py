@@ -156,7 +156,8 @@ class Replicas:
 
     def for_handle(self, handle: str) -> Optional[Any]:
         """The handle's replica's ``(channel, stub)``; None: the balanced channel's (not balanced,
-        or no replica named). Raises LookupError when the replica is not one of the target's."""
+        or no replica named). Raises LookupError when the replica is not one of the target's,
+        ConnectionError when the target's name cannot be resolved now."""
         replica = replica_of(handle)
         if not self.spec.balanced or not replica:
             return None
@@ -165,13 +166,19 @@ class Replicas:
                 return self._channels[replica]
         why = ""
         try:
-            mine = resolve(*split_host_port(replica))
             now = self.current()
-            for a in mine:
+        except socket.gaierror as e:
+            if e.errno not in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NONAME)):
+                # The target's name cannot be resolved now: the handle may well be good.
+                raise ConnectionError(f"system {handle}: cannot check its replica {replica}: "
+                                      f"{e}") from None
+            now, why = [], f"; {e}"
+        try:
+            for a in resolve(*split_host_port(replica)):
                 if a in now:
                     return self.channel_for(replica, a)
         except (OSError, ValueError) as e:
-            why = f"; {e}"
+            why += f"; {e}"
         where = (f"{self.spec.dns_host}'s addresses" if self.spec.dns_host
                  else ", ".join(self.spec.addresses))
         raise LookupError(f"system {handle}: its replica {replica} is not one of {where} (the "
@@ -179,7 +186,13 @@ class Replicas:
                           f"service's){why}")
 
     def all(self) -> List[Tuple[str, Any]]:
-        return [(a, self.channel_for(a, a)) for a in self.current()]
+        try:
+            now = self.current()
+        except socket.gaierror as e:
+            if e.errno in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NONAME)):
+                return []  # no replica, no system
+            raise
+        return [(a, self.channel_for(a, a)) for a in now]
 
     def close(self) -> None:
         with self._lock:

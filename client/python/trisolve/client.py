@@ -20,7 +20,7 @@ import numpy as np
 from . import _arrays, _replicas
 from ._arrays import DTypeLike, LayoutLike
 from ._proto import pb, pb_grpc
-from .errors import DataLoss, NotFound, TrisolveError, from_rpc_error
+from .errors import DataLoss, NotFound, TrisolveError, Unavailable, from_rpc_error
 from .results import Result, Summary, SystemInfo, numpy_dtype, proto_dtype
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -264,6 +264,8 @@ class Client:
             routed = self._replicas.for_handle(handle)
         except LookupError as e:
             raise NotFound(grpc.StatusCode.NOT_FOUND, str(e)) from None
+        except ConnectionError as e:
+            raise Unavailable(grpc.StatusCode.UNAVAILABLE, str(e)) from None
         return (self._stub, False) if routed is None else (routed[1], True)
 
     @staticmethod
@@ -526,8 +528,12 @@ class Client:
         if not self._replicas.spec.balanced:
             resp = self._unary("ListSystems", pb.ListSystemsRequest(), timeout)
             return [SystemInfo.from_proto(s) for s in resp.systems]
+        try:
+            replicas = self._replicas.all()
+        except OSError as e:  # the target's name cannot be resolved now
+            raise Unavailable(grpc.StatusCode.UNAVAILABLE, f"cannot list the replicas: {e}") from None
         out = []
-        for _, (_, stub) in self._replicas.all():
+        for _, (_, stub) in replicas:
             try:
                 resp = stub.ListSystems(pb.ListSystemsRequest(), timeout=self._timeout(timeout),
                                         metadata=self._metadata())
