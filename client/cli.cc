@@ -1,5 +1,6 @@
 // trisolve: the command-line client.
-//   trisolve [--server HOST:PORT] health | info
+//   trisolve [--server HOST:PORT] health | info   (--server H1:P1,H2:P2 or dns:///NAME:PORT:
+//                                                  replicas, round_robin with health checks)
 //   trisolve [--server HOST:PORT] solve KIND NAME=FILE.npy ... -o OUT.npy [options]
 //   trisolve make-example KIND DIR          (writes example inputs as .npy files)
 //   trisolve system create|solve|update|release|list ...   (persistent systems)
@@ -118,7 +119,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::string server = "127.0.0.1:50051";
   double timeout = 0;
-  app.add_option("--server", server, "trisolved address, HOST:PORT")
+  app.add_option("--server", server,
+                 "trisolved address, HOST:PORT; replicas: HOST:PORT,HOST:PORT,... or "
+                 "dns:///NAME:PORT (round_robin over the serving ones)")
       ->envname("TRISOLVE_SERVER")->capture_default_str();
   app.add_option("--timeout", timeout, "deadline of the call in seconds (0: none)");
   trisolve::Client::Options copt;
@@ -338,6 +341,7 @@ int main(int argc, char** argv) {
               << "jobs:      " << s->jobs_in_flight << " running, " << s->jobs_queued
               << " queued, " << s->jobs_done << " done; up " << absl::StrFormat("%.1f", s->uptime_s)
               << " s\n";
+    if (!s->replica.empty()) std::cout << "replica:   " << s->replica << " (handles end with @" << s->replica << ")\n";
     return 0;
   }
 

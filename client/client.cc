@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "replicas.h"
 #include "trisolve/v1/trisolve.grpc.pb.h"
 
 namespace trisolve {
@@ -257,8 +258,14 @@ Client::Client(Options options) : impl_(std::make_unique<Impl>()) {
     creds = grpc::InsecureChannelCredentials();  // never used: every call returns `setup`
   }
   impl_->credentials = *creds;
-  impl_->channel = grpc::CreateCustomChannel(options.target, *creds,
-                                             ChannelArgs(options, options.own_connection));
+  auto spec = internal::ParseTarget(options.target);
+  if (!spec.ok()) {
+    impl_->setup = spec.status();
+    spec = internal::TargetSpec{.dial = options.target};  // never used, as above
+  }
+  impl_->replicas = std::make_unique<internal::Replicas>(
+      *std::move(spec), *creds, ChannelArgs(options, options.own_connection), options);
+  impl_->channel = impl_->replicas->channel();
   impl_->stub = v1::Solver::NewStub(impl_->channel);
   impl_->health = grpc::health::v1::Health::NewStub(impl_->channel);
 }
@@ -576,11 +583,13 @@ absl::StatusOr<Result> Client::SolveSystem(const std::string& handle, const Arra
   const RefFinder ref_of = [this](const void* p, int64_t b) { return impl_->RefOf(p, b); };
   if (auto st = FillStep(rhs, update, ref_of, placed->refs[0], placed->x_ref, &req); !st.ok())
     return st;
+  auto route = impl_->replicas->ForHandle(handle);
+  if (!route.ok()) return route.status();
   grpc::ClientContext ctx;
   SetAuth(ctx, impl_->options, options);
   v1::SolveResponse resp;
-  grpc::Status st = impl_->stub->SolveSystem(&ctx, req, &resp);
-  if (!st.ok()) return FromGrpc(st);
+  grpc::Status st = route->first->SolveSystem(&ctx, req, &resp);
+  if (!st.ok()) return internal::Replicas::HandleCallStatus(st, handle, route->second);
   Result result;
   ReadResponse(resp, resp.dtype() == v1::FLOAT32 ? DType::kFloat32 : DType::kFloat64, &result);
   if (auto dst = impl_->DeliverX(*placed, options.x_out, rhs.bytes(), &result.x); !dst.ok())
@@ -601,11 +610,13 @@ absl::StatusOr<SystemInfo> Client::UpdateSystem(const std::string& handle, const
                            [this](const void* p, int64_t b) { return impl_->RefOf(p, b); });
       !st.ok())
     return st;
+  auto route = impl_->replicas->ForHandle(handle);
+  if (!route.ok()) return route.status();
   grpc::ClientContext ctx;
   SetAuth(ctx, impl_->options, options);
   v1::SystemInfo info;
-  grpc::Status st = impl_->stub->UpdateSystem(&ctx, req, &info);
-  if (!st.ok()) return FromGrpc(st);
+  grpc::Status st = route->first->UpdateSystem(&ctx, req, &info);
+  if (!st.ok()) return internal::Replicas::HandleCallStatus(st, handle, route->second);
   return ReadSystemInfo(info);
 }
 
@@ -614,23 +625,35 @@ absl::StatusOr<SystemInfo> Client::ReleaseSystem(const std::string& handle,
   if (!impl_->setup.ok()) return impl_->setup;
   v1::SystemRequest req;
   req.set_handle(handle);
+  auto route = impl_->replicas->ForHandle(handle);
+  if (!route.ok()) return route.status();
   grpc::ClientContext ctx;
   SetAuth(ctx, impl_->options, options);
   v1::SystemInfo info;
-  grpc::Status st = impl_->stub->ReleaseSystem(&ctx, req, &info);
-  if (!st.ok()) return FromGrpc(st);
+  grpc::Status st = route->first->ReleaseSystem(&ctx, req, &info);
+  if (!st.ok()) return internal::Replicas::HandleCallStatus(st, handle, route->second);
   return ReadSystemInfo(info);
 }
 
 absl::StatusOr<std::vector<SystemInfo>> Client::ListSystems(const JobOptions& options) {
   if (!impl_->setup.ok()) return impl_->setup;
-  grpc::ClientContext ctx;
-  SetAuth(ctx, impl_->options, options);
-  v1::ListSystemsResponse resp;
-  grpc::Status st = impl_->stub->ListSystems(&ctx, v1::ListSystemsRequest(), &resp);
-  if (!st.ok()) return FromGrpc(st);
+  // Several replicas: each one's systems (a replica that is unavailable holds none now).
+  std::vector<std::pair<std::string, v1::Solver::Stub*>> stubs = {{"", impl_->stub.get()}};
+  if (impl_->replicas->balanced()) {
+    auto all = impl_->replicas->All();
+    if (!all.ok()) return all.status();
+    stubs = *std::move(all);
+  }
   std::vector<SystemInfo> out;
-  for (const auto& i : resp.systems()) out.push_back(ReadSystemInfo(i));
+  for (const auto& [address, stub] : stubs) {
+    grpc::ClientContext ctx;
+    SetAuth(ctx, impl_->options, options);
+    v1::ListSystemsResponse resp;
+    grpc::Status st = stub->ListSystems(&ctx, v1::ListSystemsRequest(), &resp);
+    if (!address.empty() && st.error_code() == grpc::StatusCode::UNAVAILABLE) continue;
+    if (!st.ok()) return FromGrpc(st);
+    for (const auto& i : resp.systems()) out.push_back(ReadSystemInfo(i));
+  }
   return out;
 }
 
@@ -638,6 +661,7 @@ struct StepStream::Impl {
   grpc::ClientContext ctx;
   std::unique_ptr<grpc::ClientReaderWriter<v1::SolveSystemRequest, v1::SolveResponse>> rw;
   std::string handle;
+  bool routed = false;  // to the handle's own replica: UNAVAILABLE there is NOT_FOUND
   bool first = true, done_writing = false;
   std::deque<Clock::time_point> sent;  // when each unanswered step went out
   RefFinder ref_of;                    // the client's registered memory
@@ -677,7 +701,7 @@ absl::StatusOr<Result> StepStream::Receive() {
   if (!impl_->rw->Read(&resp)) {
     grpc::Status st = impl_->rw->Finish();
     impl_->rw.reset();
-    if (!st.ok()) return FromGrpc(st);
+    if (!st.ok()) return internal::Replicas::HandleCallStatus(st, impl_->handle, impl_->routed);
     return absl::OutOfRangeError("the stream has no more answers");
   }
   Result result;
@@ -710,17 +734,21 @@ absl::Status StepStream::Finish() {
   }
   grpc::Status st = impl_->rw->Finish();
   impl_->rw.reset();
-  return FromGrpc(st);
+  if (st.ok()) return absl::OkStatus();
+  return internal::Replicas::HandleCallStatus(st, impl_->handle, impl_->routed);
 }
 
 absl::StatusOr<std::unique_ptr<StepStream>> Client::OpenStepStream(const std::string& handle,
                                                                    const JobOptions& options) {
   if (!impl_->setup.ok()) return impl_->setup;
+  auto route = impl_->replicas->ForHandle(handle);
+  if (!route.ok()) return route.status();
   auto impl = std::make_unique<StepStream::Impl>();
   SetAuth(impl->ctx, impl_->options, options);
   impl->handle = handle;
   impl->ref_of = [this](const void* p, int64_t b) { return impl_->RefOf(p, b); };
-  impl->rw = impl_->stub->SolveSystemStream(&impl->ctx);
+  impl->routed = route->second;
+  impl->rw = route->first->SolveSystemStream(&impl->ctx);
   return std::unique_ptr<StepStream>(new StepStream(std::move(impl)));
 }
 
@@ -758,6 +786,7 @@ absl::StatusOr<ServerInfoSummary> Client::Info(double timeout_s) {
   s.systems = info.systems();
   s.system_bytes = info.system_bytes();
   s.uptime_s = info.uptime_s();
+  s.replica = info.replica();
   return s;
 }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "replicas.h"
 #include "trisolve/client.h"
 #include "trisolve/v1/trisolve.grpc.pb.h"
 
@@ -35,6 +36,10 @@ struct Client::Impl {
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::Solver::Stub> stub;
   std::unique_ptr<grpc::health::v1::Health::Stub> health;
+  // Several replicas: the balanced channel (`channel`), and each handle's replica's. Regions
+  // (shared memory, the server's memory) live on one replica: a balanced client sends its
+  // arrays in the messages.
+  std::unique_ptr<internal::Replicas> replicas;
 
   ~Impl();
 

@@ -66,6 +66,9 @@ void Client::Impl::Auth(grpc::ClientContext& ctx) const {
 
 absl::Status Client::Impl::Register(const SharedMemory& m, const std::string& name,
                                     double* ttl_s) {
+  if (replicas && replicas->balanced())
+    return absl::FailedPreconditionError(
+        "shared memory needs a client of one server: this one balances over replicas");
   v1::RegisterSharedMemoryRequest req;
   req.set_name(name);
   req.set_key(m.key());
@@ -399,6 +402,12 @@ absl::StatusOr<Client::Impl::Placement> Client::Impl::Place(const std::vector<Ar
   const Transport tr = options.transport;
   const int64_t moved = pl.inline_bytes + (pl.x_ref ? 0 : x_bytes);
   if (need == 0 || tr == Transport::kGrpc) return pl;
+  if (replicas && replicas->balanced()) {
+    if (tr == Transport::kAuto) return pl;
+    return absl::FailedPreconditionError(
+        "shared memory and parallel streams need a client of one server: this one balances "
+        "over replicas (use transport auto or grpc)");
+  }
   if (tr == Transport::kSharedMemory ||
       (tr == Transport::kAuto && moved >= options.shm_min_bytes)) {
     const absl::Status st = StageShared(arrays, need, x_bytes, &pl);

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
 #include "metrics.h"
 #include "service.h"
 #include "spdlog/pattern_formatter.h"
@@ -79,6 +80,31 @@ class JsonMessage final : public spdlog::custom_flag_formatter {
   }
 };
 
+// The address handles name (--advertise-address): HOST:PORT as given, or HOST with the port
+// the server listens on (which --listen with port 0 only knows once listening).
+absl::StatusOr<std::string> ReplicaAddress(const std::string& flag, int port) {
+  if (flag.empty()) return std::string();
+  if (flag.find_first_of("@/, ") != std::string::npos)
+    return absl::InvalidArgumentError(
+        absl::StrCat("--advertise-address '", flag, "': expected HOST or HOST:PORT"));
+  const size_t colon = flag.rfind(':');
+  const bool bracketed = flag[0] == '[';
+  // "host:port" or "[v6]:port" carry a port; "v6::addr" alone (two colons, no brackets) does not.
+  const bool has_port = colon != std::string::npos &&
+                        (bracketed ? flag.find("]:") == colon - 1
+                                   : flag.find(':') == colon);
+  if (has_port) {
+    const std::string p = flag.substr(colon + 1);
+    if (p.empty() || p.find_first_not_of("0123456789") != std::string::npos || p.size() > 5)
+      return absl::InvalidArgumentError(
+          absl::StrCat("--advertise-address '", flag, "': the port is not a number"));
+    return flag;
+  }
+  if (bracketed) return absl::StrCat(flag, ":", port);
+  if (colon != std::string::npos) return absl::StrCat("[", flag, "]:", port);  // bare IPv6
+  return absl::StrCat(flag, ":", port);
+}
+
 absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) {
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat(what, " ", path, ": cannot read"));
@@ -90,17 +116,30 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) 
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Signals are taken by one thread with sigwait, so every other thread runs undisturbed. Blocked
+  // first of all: a thread inherits its creator's mask, and gRPC starts threads of its own as
+  // soon as anything initialises it (the credentials below do); one of those with SIGTERM
+  // unblocked would take the signal and die of it (exit 143) instead of draining.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   CLI::App app{"trisolved: solves batches of structured linear systems over gRPC"};
   std::string listen = "127.0.0.1:50051";
   std::string backend = "auto";
   std::string log_level = "info", log_format = "text", metrics_listen;
-  std::string tls_cert, tls_key, tls_client_ca, token_file;
+  std::string tls_cert, tls_key, tls_client_ca, token_file, advertise;
   int device = 0, threads = 0;
   trisolve::CudaOptions cuda_options;
   trisolve::server::ServiceOptions opt;
-  double grace_s = 30;
+  double grace_s = 30, max_connection_age_s = 0;
   app.add_option("--listen", listen, "address to listen on, HOST:PORT")
       ->envname("TRISOLVE_LISTEN")->capture_default_str();
+  app.add_option("--advertise-address", advertise,
+                 "HOST[:PORT] clients reach this replica at; handles end with it so that a client "
+                 "balancing over replicas sends their calls here (no port: the one listened on)")
+      ->envname("TRISOLVE_ADVERTISE_ADDRESS");
   app.add_option("--backend", backend, "auto (CUDA where a device is present, else CPU), cpu, cuda")
       ->envname("TRISOLVE_BACKEND")->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
@@ -184,6 +223,10 @@ int main(int argc, char** argv) {
       ->envname("TRISOLVE_DEFAULT_DEADLINE")->capture_default_str();
   app.add_option("--max-deadline", opt.max_deadline_s, "cap on any call's deadline, seconds (0: none)")
       ->envname("TRISOLVE_MAX_DEADLINE")->capture_default_str();
+  app.add_option("--max-connection-age", max_connection_age_s,
+                 "seconds after which a connection is closed gracefully (calls on it finish), so "
+                 "that balancing clients resolve the name again and find new replicas (0: never)")
+      ->envname("TRISOLVE_MAX_CONNECTION_AGE")->check(CLI::Range(0.0, 1e7))->capture_default_str();
   app.add_option("--grace", grace_s, "seconds running jobs get to finish on SIGTERM/SIGINT")
       ->envname("TRISOLVE_GRACE")->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
@@ -256,12 +299,6 @@ int main(int argc, char** argv) {
     creds = grpc::SslServerCredentials(ssl);
   }
 
-  // Signals are taken by one thread with sigwait, so every other thread runs undisturbed.
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
   cuda_options.device = device;
   cuda_options.cpu_threads = threads;
@@ -288,12 +325,31 @@ int main(int argc, char** argv) {
   // and a window grown by probing, cap loopback streaming far below memory bandwidth).
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, 4 << 20);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 20);
+  // Balancing clients ping their connections to find replicas gone silent (every 30 s by
+  // default); accept pings 1 s apart, and more, without answering GOAWAY (too many pings).
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  // GOAWAY after the age; no grace limit, so a time-step stream on the old connection ends
+  // when its client ends it while new calls take a new connection.
+  if (max_connection_age_s > 0)
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS,
+                               static_cast<int>(std::min(max_connection_age_s * 1000, 2e9)));
   builder.RegisterService(service.get());
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) {
     spdlog::error("cannot listen on {}", listen);
     return 1;
   }
+  // Before the port is logged: a client that learns the port from the log (tests) or from
+  // readiness (orchestrators) gets handles that name this replica.
+  auto replica = ReplicaAddress(advertise, port);
+  if (!replica.ok()) {
+    spdlog::error("{}", std::string(replica.status().message()));
+    server->Shutdown();
+    return 1;
+  }
+  service->systems().SetReplicaAddress(*replica);
+  if (!replica->empty()) spdlog::info("replica address {}: handles end with @{}", *replica, *replica);
   auto* health = server->GetHealthCheckService();
   health->SetServingStatus(true);
   health->SetServingStatus("trisolve.v1.Solver", true);

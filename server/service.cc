@@ -435,6 +435,7 @@ grpc::Status SolverService::GetServerInfo(grpc::ServerContext* ctx, const v1::Ge
   l->set_shared_memory(options_.memory.enabled);
   l->set_max_region_bytes(options_.memory.max_bytes_per_identity);
   l->set_max_regions_per_identity(options_.memory.max_regions_per_identity);
+  resp->set_replica(systems_.replica_address());
   resp->set_uptime_s(std::chrono::duration<double>(Clock::now() - started_).count());
   return grpc::Status::OK;
 }

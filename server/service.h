@@ -95,6 +95,7 @@ class SolverService final : public v1::Solver::Service {
   // Refuse new work (UNAVAILABLE) and wait up to `grace` for running jobs to finish.
   bool Drain(std::chrono::system_clock::time_point deadline);
   const BackendInfo& backend_info() const { return backend_info_; }
+  SystemRegistry& systems() { return systems_; }
   // The Prometheus exposition of everything so far.
   std::string RenderMetrics() const;
 

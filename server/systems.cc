@@ -10,11 +10,14 @@
 namespace trisolve::server {
 namespace {
 
-// 128 random bits from the OS: a handle cannot be guessed from another.
-std::string NewHandle() {
+// 128 random bits from the OS: a handle cannot be guessed from another. The replica's address
+// after "@" routes it home; the random part alone keeps a restarted replica at the same address
+// from taking another process's handle for its own.
+std::string NewHandle(const std::string& replica) {
   std::random_device rd;
   std::string h = "sys-";
   for (int i = 0; i < 4; ++i) absl::StrAppend(&h, absl::Hex(rd(), absl::kZeroPad8));
+  if (!replica.empty()) absl::StrAppend(&h, "@", replica);
   return h;
 }
 
@@ -52,6 +55,16 @@ void SystemRegistry::Sweep() {
     ExpireIdle();
     lock.lock();
   }
+}
+
+void SystemRegistry::SetReplicaAddress(std::string address) {
+  std::lock_guard<std::mutex> lock(mu_);
+  replica_ = std::move(address);
+}
+
+std::string SystemRegistry::replica_address() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return replica_;
 }
 
 void SystemRegistry::EraseLocked(std::map<std::string, std::shared_ptr<Entry>>::iterator it,
@@ -108,7 +121,7 @@ absl::StatusOr<std::shared_ptr<SystemRegistry::Entry>> SystemRegistry::Add(
   // The prepared system may hold more than the estimate Reserve made room for.
   if (auto st = Reserve(identity, e->bytes); !st.ok()) return st;
   std::lock_guard<std::mutex> lock(mu_);
-  do e->handle = NewHandle();
+  do e->handle = NewHandle(replica_);
   while (by_handle_.count(e->handle) > 0);
   by_handle_[e->handle] = e;
   bytes_ += e->bytes;

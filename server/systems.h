@@ -66,6 +66,10 @@ class SystemRegistry {
   ~SystemRegistry();
 
   const SystemLimits& limits() const { return limits_; }
+  // Handles made from now on end with "@" + address (empty: nothing): the replica a client
+  // balancing over several servers sends the handle's calls back to.
+  void SetReplicaAddress(std::string address);
+  std::string replica_address() const;
 
   // Makes room for a new system of about `bytes` for `identity`: RESOURCE_EXHAUSTED over the
   // identity's cap, or when the system alone exceeds the byte cap; evicts the least recently
@@ -107,6 +111,7 @@ class SystemRegistry {
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<Entry>> by_handle_;
   int64_t bytes_ = 0;
+  std::string replica_;
   std::condition_variable stop_cv_;
   bool stop_ = false;
   std::thread sweeper_;

@@ -67,6 +67,7 @@ class ServerProcess {
     return b != nullptr && *b != 0 ? b : TRISOLVE_CLI_BIN;
   }
   int port() const { return port_; }
+  pid_t pid() const { return pid_; }
   std::string target() const { return "127.0.0.1:" + std::to_string(port_); }
   std::string Log() const {
     std::ifstream in(log_);

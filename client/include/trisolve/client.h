@@ -96,6 +96,7 @@ struct ServerInfoSummary {
   int64_t jobs_in_flight = 0, jobs_queued = 0, jobs_done = 0;
   int64_t systems = 0, system_bytes = 0;
   double uptime_s = 0;
+  std::string replica;  // the address the server advertises, which its handles end with
 };
 
 // A persistent system on the server (CreateSystem): solves send only right-hand sides.
@@ -150,6 +151,11 @@ absl::StatusOr<Transport> ParseTransport(absl::string_view name);  // auto, shm,
 class Client {
  public:
   struct Options {
+    // HOST:PORT of one server (gRPC's default pick_first: one connection); or replicas behind gRPC's round_robin with health checks: several addresses
+    // "HOST:PORT,HOST:PORT" (resolved once, here), or "dns:///NAME:PORT" (every address of the
+    // name, re-resolved by gRPC). There, calls that hold no state on a replica go to any serving
+    // one and are retried on another on UNAVAILABLE; calls by handle go to the replica the
+    // handle names (its server's --advertise-address), and are NOT_FOUND when it is gone.
     std::string target = "127.0.0.1:50051";
     // Jobs whose arrays exceed this go through SolveStream (gRPC's default limit is 4 MiB).
     int64_t stream_threshold_bytes = (int64_t{4} << 20) - (int64_t{64} << 10);
@@ -167,6 +173,12 @@ class Client {
     int64_t shm_min_bytes = int64_t{1} << 20;
     int64_t streams_min_bytes = int64_t{32} << 20;
     int parallel_streams = 8;  // connections a large job's bytes are spread over
+    // Replicas (a list or dns: target): while a call is open, each connection is pinged after
+    // this many seconds without traffic and dropped when no answer comes within the timeout, so
+    // that a replica gone without closing its connections (a deleted pod, a stopped process)
+    // fails its calls over (or makes its handles NOT_FOUND) instead of leaving them waiting
+    // for TCP (0: off). The server accepts pings 1 s apart and more.
+    double keepalive_s = 30, keepalive_timeout_s = 10;
   };
   // Whether the options ask for TLS.
   static bool UsesTls(const Options& o) { return !o.tls_ca_file.empty() || !o.tls_cert_file.empty(); }

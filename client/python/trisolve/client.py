@@ -17,10 +17,10 @@ from typing import (TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional,
 import grpc
 import numpy as np
 
-from . import _arrays
+from . import _arrays, _replicas
 from ._arrays import DTypeLike, LayoutLike
 from ._proto import pb, pb_grpc
-from .errors import DataLoss, from_rpc_error
+from .errors import DataLoss, NotFound, TrisolveError, Unavailable, from_rpc_error
 from .results import Result, Summary, SystemInfo, numpy_dtype, proto_dtype
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -157,7 +157,13 @@ class Client:
     """A connection to a trisolve server.
 
     Args:
-        target: ``HOST:PORT`` of ``trisolved``.
+        target: ``HOST:PORT`` of ``trisolved``; or replicas: ``"HOST:PORT,HOST:PORT"``
+            (resolved once, here) or ``"dns:///NAME:PORT"`` (every address of the name). Calls
+            are then balanced by gRPC's ``round_robin`` over the replicas whose
+            ``grpc.health.v1`` status is SERVING; those that hold no state on a replica are
+            retried on another on UNAVAILABLE; a system's calls go to the replica its handle
+            names (the server's ``--advertise-address``) and raise ``NotFound`` once it is gone.
+            A malformed list raises ``ValueError``.
         token: a bearer token, sent as ``authorization: Bearer <token>`` on every call but the
             health check (servers started with ``--token-file``).
         tls: ``None`` (plaintext), ``True`` (TLS with the system's roots), a :class:`TLS`, a
@@ -188,23 +194,40 @@ class Client:
             ("grpc.http2.lookahead_bytes", 64 << 20),
         ]
         t = _tls(tls)
-        if t is None:
-            self._channel = grpc.insecure_channel(target, options=options)
-        else:
+        creds = None
+        if t is not None:
             creds = grpc.ssl_channel_credentials(
                 root_certificates=_pem(t.ca, "CA"), private_key=_pem(t.key, "key"),
                 certificate_chain=_pem(t.cert, "certificate"))
             if t.server_name:
                 options.append(("grpc.ssl_target_name_override", t.server_name))
-            self._channel = grpc.secure_channel(target, creds, options=options)
-        self._stub = pb_grpc.SolverStub(self._channel)
+        spec = _replicas.parse_target(target)
+
+        def make(dial: str, balanced: bool) -> Tuple[grpc.Channel, Any]:
+            opts = list(options)
+            if spec.balanced:  # the balanced channel and each handle's replica's
+                opts += _replicas.KEEPALIVE_OPTIONS
+            if balanced:
+                opts += [("grpc.service_config", _replicas.service_config_json()),
+                         ("grpc.per_rpc_retry_buffer_size", _replicas.RETRY_BUFFER_BYTES)]
+            # Addresses dialled: the certificate names the service, not each address.
+            if t is not None and not t.server_name and spec.tls_name and (
+                    not balanced or not spec.dns_host):
+                opts.append(("grpc.ssl_target_name_override", spec.tls_name))
+            ch = (grpc.insecure_channel(dial, options=opts) if creds is None
+                  else grpc.secure_channel(dial, creds, options=opts))
+            return ch, pb_grpc.SolverStub(ch)
+
+        self._channel, self._stub = make(spec.dial, spec.balanced)
+        self._replicas = _replicas.Replicas(spec, make)
         self._health = self._channel.unary_unary(
             "/grpc.health.v1.Health/Check", request_serializer=_health_request,
             response_deserializer=_health_response)
 
     # ---- plumbing ------------------------------------------------------------------------
     def close(self) -> None:
-        """Closes the channel."""
+        """Closes the channel (and those of the replicas handles named)."""
+        self._replicas.close()
         self._channel.close()
 
     def __enter__(self) -> "Client":
@@ -234,6 +257,35 @@ class Client:
                                             metadata=self._metadata(request_id))
         except grpc.RpcError as e:
             raise from_rpc_error(e) from None
+
+    def _by_handle(self, handle: str) -> Tuple[Any, bool]:
+        """The stub for a handle's calls, and whether it is the handle's own replica's."""
+        try:
+            routed = self._replicas.for_handle(handle)
+        except LookupError as e:
+            raise NotFound(grpc.StatusCode.NOT_FOUND, str(e)) from None
+        except ConnectionError as e:
+            raise Unavailable(grpc.StatusCode.UNAVAILABLE, str(e)) from None
+        return (self._stub, False) if routed is None else (routed[1], True)
+
+    @staticmethod
+    def _handle_error(e: grpc.RpcError, handle: str, routed: bool) -> TrisolveError:
+        """UNAVAILABLE from the replica that held the system: it is gone with it (NotFound)."""
+        err = from_rpc_error(e)
+        if routed and err.code == grpc.StatusCode.UNAVAILABLE:
+            return NotFound(grpc.StatusCode.NOT_FOUND,
+                            f"system {handle}: its replica {_replicas.replica_of(handle)} is "
+                            f"unavailable and its systems with it ({err.message})")
+        return err
+
+    def _handle_unary(self, rpc: str, handle: str, request: Any,
+                      timeout: Optional[float] = None) -> Any:
+        stub, routed = self._by_handle(handle)
+        try:
+            return getattr(stub, rpc)(request, timeout=self._timeout(timeout),
+                                      metadata=self._metadata())
+        except grpc.RpcError as e:
+            raise self._handle_error(e, handle, routed) from None
 
     # ---- service -------------------------------------------------------------------------
     def health(self, service: str = "", timeout: float = 5.0) -> str:
@@ -472,9 +524,25 @@ class Client:
         return System(self, info, dt)
 
     def list_systems(self, timeout: Optional[float] = None) -> List[SystemInfo]:
-        """This identity's persistent systems on the server."""
-        resp = self._unary("ListSystems", pb.ListSystemsRequest(), timeout)
-        return [SystemInfo.from_proto(s) for s in resp.systems]
+        """This identity's persistent systems on the server (on every replica, for several)."""
+        if not self._replicas.spec.balanced:
+            resp = self._unary("ListSystems", pb.ListSystemsRequest(), timeout)
+            return [SystemInfo.from_proto(s) for s in resp.systems]
+        try:
+            replicas = self._replicas.all()
+        except OSError as e:  # the target's name cannot be resolved now
+            raise Unavailable(grpc.StatusCode.UNAVAILABLE, f"cannot list the replicas: {e}") from None
+        out = []
+        for _, (_, stub) in replicas:
+            try:
+                resp = stub.ListSystems(pb.ListSystemsRequest(), timeout=self._timeout(timeout),
+                                        metadata=self._metadata())
+            except grpc.RpcError as e:
+                if e.code() == grpc.StatusCode.UNAVAILABLE:  # gone: it holds no system now
+                    continue
+                raise from_rpc_error(e) from None
+            out += [SystemInfo.from_proto(s) for s in resp.systems]
+        return out
 
     def system(self, handle: str, timeout: Optional[float] = None) -> "System":
         """A :class:`System` for an existing handle (``NotFound`` when it is gone)."""

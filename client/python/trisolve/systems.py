@@ -17,7 +17,7 @@ import numpy as np
 from . import _arrays
 from ._arrays import DTypeLike, LayoutLike
 from ._proto import pb
-from .errors import NotFound, TrisolveError, from_rpc_error
+from .errors import NotFound, TrisolveError
 from .results import Result, SystemInfo, proto_dtype
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -157,7 +157,8 @@ class System:
         t0 = time.perf_counter()
         from .client import _result
 
-        resp = self.client._unary("SolveSystem", self.request(rhs, update, skip_residual), timeout)
+        resp = self.client._handle_unary("SolveSystem", self.handle,
+                                         self.request(rhs, update, skip_residual), timeout)
         result = _result(resp)
         result.summary.timings.client_total_us = (time.perf_counter() - t0) * 1e6
         return result
@@ -167,7 +168,8 @@ class System:
         if not arrays:
             raise ValueError("update: no arrays given")
         req = pb.UpdateSystemRequest(handle=self.handle, update=self._updates(arrays))
-        self.last_info = SystemInfo.from_proto(self.client._unary("UpdateSystem", req, timeout))
+        self.last_info = SystemInfo.from_proto(
+            self.client._handle_unary("UpdateSystem", self.handle, req, timeout))
         return self.last_info
 
     def info(self, timeout: Optional[float] = None) -> SystemInfo:
@@ -180,8 +182,8 @@ class System:
 
     def release(self, timeout: Optional[float] = None) -> SystemInfo:
         """Frees the system on the server; the handle is NOT_FOUND afterwards."""
-        info = SystemInfo.from_proto(self.client._unary(
-            "ReleaseSystem", pb.SystemRequest(handle=self.handle), timeout))
+        info = SystemInfo.from_proto(self.client._handle_unary(
+            "ReleaseSystem", self.handle, pb.SystemRequest(handle=self.handle), timeout))
         self.released = True
         self.last_info = info
         return info
@@ -224,7 +226,8 @@ class SystemStream:
         self._closed = False
         self._error: Optional[TrisolveError] = None
         client = system.client
-        self._call = client._stub.SolveSystemStream(
+        stub, self._routed = client._by_handle(system.handle)
+        self._call = stub.SolveSystemStream(
             self._requests(), timeout=timeout, metadata=client._metadata())
         self._sent_at: "queue.Queue[float]" = queue.Queue()
 
@@ -262,7 +265,7 @@ class SystemStream:
         try:
             resp = next(self._call)
         except grpc.RpcError as e:
-            self._error = from_rpc_error(e)
+            self._error = self.system.client._handle_error(e, self.system.handle, self._routed)
             raise self._error from None
         except StopIteration:
             self._error = TrisolveError(grpc.StatusCode.DATA_LOSS,
@@ -293,7 +296,7 @@ class SystemStream:
             for _ in self._call:
                 self._pending -= 1
         except grpc.RpcError as e:
-            self._error = from_rpc_error(e)
+            self._error = self.system.client._handle_error(e, self.system.handle, self._routed)
             raise self._error from None
 
     def cancel(self) -> None:
