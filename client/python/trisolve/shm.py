@@ -46,12 +46,14 @@ ALIGN = 64
 _SHM_DIR = "/dev/shm"  # where Linux keeps POSIX shared-memory objects (shm_overview(7))
 
 
-def _release(shm: shared_memory.SharedMemory, mapping: mmap.mmap) -> None:
-    """Unlinks the object and drops this process's mapping (kept while arrays still use it)."""
-    try:
-        shm.unlink()  # also unregisters it from the resource tracker
-    except FileNotFoundError:
-        pass
+def _release(shm: shared_memory.SharedMemory, mapping: mmap.mmap, owner_pid: int) -> None:
+    """Unlinks the object and drops this process's mapping (kept while arrays still use it).
+    Only the process that created it unlinks it: a forked child exiting leaves it alone."""
+    if os.getpid() == owner_pid:
+        try:
+            shm.unlink()  # also unregisters it from the resource tracker
+        except FileNotFoundError:
+            pass
     try:
         mapping.close()
     except BufferError:
@@ -114,7 +116,7 @@ class SharedMemory:
         self._base: Optional[np.ndarray] = np.frombuffer(mapping, dtype=np.uint8)
         self._address = int(self._base.__array_interface__["data"][0])
         # Unlinks at close(), when this object is collected, or at exit (whichever comes first).
-        self._finalizer = weakref.finalize(self, _release, shm, mapping)
+        self._finalizer = weakref.finalize(self, _release, shm, mapping, os.getpid())
 
     # ---- what it is ------------------------------------------------------------------------
     @property
