@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import grpc
@@ -281,6 +282,28 @@ def test_auto_stages_large_jobs_through_one_reused_region(client, server):
     assert not on_dev_shm(key[1:])
     with trisolve.Client(server.target, timeout=30) as other:  # the same (anonymous) identity
         assert key not in [m.key for m in other.list_memory()]
+
+
+def test_auto_replaces_a_staging_region_the_server_dropped(client):
+    """A staging region idle past its time-to-live is gone on the server: the next staged job
+    registers a new one instead of sending a reference the server no longer knows."""
+    s = ServerProcess("--region-ttl", "0.3")
+    try:
+        a, b, c, d = big_job()
+        want = client.solve_tridiagonal(a, b, c, d)
+        with trisolve.Client(s.target, timeout=60) as auto:
+            assert auto.solve_tridiagonal(a, b, c, d).summary.transport == "shared-memory"
+            first = [m.key for m in auto.list_memory()]
+            assert len(first) == 1
+            deadline = time.monotonic() + 30
+            while auto.list_memory() and time.monotonic() < deadline:  # until the server drops it
+                time.sleep(0.05)
+            assert auto.list_memory() == []
+            r = auto.solve_tridiagonal(a, b, c, d)
+            assert r.summary.transport == "shared-memory" and r.x.tobytes() == want.x.tobytes()
+            assert not on_dev_shm(first[0][1:])  # the old one was unlinked
+    finally:
+        s.stop()
 
 
 def test_auto_falls_back_to_grpc_for_good_where_refused(client, refusing):

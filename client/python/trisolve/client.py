@@ -250,6 +250,9 @@ class Client:
         self._regions: List[_Region] = []
         self._shm_state = "untried"   # "shared-memory" once staging worked, "grpc" once refused
         self._idle_arenas: List[SharedMemory] = []
+        # Each staging region's time-to-live on the server and when it was last used here: one
+        # idle for half of it is replaced rather than sent (the server may have dropped it).
+        self._arena_life: Dict[SharedMemory, Tuple[float, float]] = {}
         self._arenas = 0
         self._next_arena = 0
         self._closed = False
@@ -491,24 +494,34 @@ class Client:
                 raise ValueError("the client is closed")
             if self._shm_state == "grpc" and not insist:
                 return None
+            now = time.monotonic()
+            stale = [a for a in self._idle_arenas
+                     if now - self._arena_life[a][1] > 0.5 * self._arena_life[a][0]]
+            for a in stale:
+                self._idle_arenas.remove(a)
+                self._arenas -= 1
             fits = [a for a in self._idle_arenas if a.size >= need]
             if fits:
                 best = min(fits, key=lambda a: a.size)
                 self._idle_arenas.remove(best)
-                return best
-            if self._arenas >= _MAX_ARENAS and self._idle_arenas:
+            elif self._arenas >= _MAX_ARENAS and self._idle_arenas:
                 gone = min(self._idle_arenas, key=lambda a: a.size)  # trade it for a larger one
                 self._idle_arenas.remove(gone)
                 self._arenas -= 1
-            if self._arenas >= _MAX_ARENAS:
+            if not fits and self._arenas >= _MAX_ARENAS:
                 if insist:
                     from .errors import ResourceExhausted
                     raise ResourceExhausted(grpc.StatusCode.RESOURCE_EXHAUSTED,
                                             "every staging region of this client is in use")
                 return None
-            self._arenas += 1
-            arena_id = self._next_arena
-            self._next_arena += 1
+            if not fits:
+                self._arenas += 1
+                arena_id = self._next_arena
+                self._next_arena += 1
+        for a in stale:
+            self._retire_arena(a)
+        if fits:
+            return best
         if gone is not None:
             self._retire_arena(gone)
         size = _MIN_ARENA
@@ -517,8 +530,8 @@ class Client:
         arena: Optional[SharedMemory] = None
         try:
             arena = SharedMemory(size)
-            self._register(arena, f"staging-{arena_id}-{arena.name[9:17]}", 0.0, None,
-                           staging=True)
+            info = self._register(arena, f"staging-{arena_id}-{arena.name[9:17]}", 0.0, None,
+                                  staging=True)
         except (OSError, TrisolveError) as e:
             if arena is not None:
                 arena.close()
@@ -532,9 +545,13 @@ class Client:
             return None
         with self._shm_lock:
             self._shm_state = "shared-memory"
+            self._arena_life[arena] = (info.ttl_s if info.ttl_s > 0 else float("inf"),
+                                       time.monotonic())
         return arena
 
     def _retire_arena(self, arena: SharedMemory) -> None:
+        with self._shm_lock:
+            self._arena_life.pop(arena, None)
         region = self._take_region(arena)
         if region is not None:
             self._unregister_quietly(region.name)
@@ -547,6 +564,7 @@ class Client:
         arena.reset()
         with self._shm_lock:
             if not self._closed:
+                self._arena_life[arena] = (self._arena_life[arena][0], time.monotonic())
                 self._idle_arenas.append(arena)
                 return
             self._arenas -= 1
