@@ -376,6 +376,10 @@ def test_bad_references_raise_their_own_exceptions(tmp_path):
             assert r.summary.transport == "shared-memory" and r.ok
             with pytest.raises(ValueError, match="already"):
                 alice.register_memory(shm, "again")
+            with trisolve.Client(s.target, token="alice-token", timeout=30) as alice2:
+                with pytest.raises(trisolve.AlreadyExists) as e:  # the same token, the same name
+                    alice2.register_memory(shm, "r")
+                assert e.value.code == grpc.StatusCode.ALREADY_EXISTS
 
             # Another token's region is not there for bob, by name or in his list.
             with pytest.raises(trisolve.NotFound) as e:
@@ -419,3 +423,23 @@ def test_bad_references_raise_their_own_exceptions(tmp_path):
                     anonymous.register_memory(shm)
     finally:
         s.stop()
+
+
+def test_threads_sharing_an_auto_client_each_stage_through_their_own_region(client, server):
+    """Staging regions are held by one call at a time: concurrent calls of one client take
+    different ones (never more than 16), every answer its own."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    jobs = [big_job(seed) for seed in range(6)]
+    want = [client.solve_tridiagonal(*job).x for job in jobs]
+    with trisolve.Client(server.target, timeout=120) as auto:
+        def solve(i):
+            r = auto.solve_tridiagonal(*jobs[i % 6])
+            return i, r.summary.transport, r.x
+
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            results = list(pool.map(solve, range(24)))
+        for i, transport, x in results:
+            assert transport == "shared-memory"
+            assert x.tobytes() == want[i % 6].tobytes(), i
+        assert 1 <= len(auto._idle_arenas) <= 4  # at most one a call in flight

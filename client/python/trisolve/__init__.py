@@ -21,8 +21,8 @@ Server errors raise :class:`TrisolveError` subclasses carrying ``.code`` and ``.
 from __future__ import annotations
 
 from .client import DEFAULT_TARGET, TLS, Client
-from .errors import (Cancelled, DataLoss, DeadlineExceeded, FailedPrecondition, Internal,
-                     InvalidArgument, NotFound, PermissionDenied, ResourceExhausted,
+from .errors import (AlreadyExists, Cancelled, DataLoss, DeadlineExceeded, FailedPrecondition,
+                     Internal, InvalidArgument, NotFound, PermissionDenied, ResourceExhausted,
                      TrisolveError, Unauthenticated, Unavailable, Unimplemented)
 from .results import Layout, MemoryRegion, Result, Summary, SystemInfo, SystemStatus, Timings
 from .shm import SharedMemory
@@ -34,6 +34,7 @@ __all__ = [
     "Client", "TLS", "DEFAULT_TARGET", "System", "SystemStream", "Result", "Summary", "Timings",
     "SystemInfo", "Layout", "SystemStatus", "TrisolveError", "InvalidArgument", "NotFound",
     "ResourceExhausted", "Unavailable", "DeadlineExceeded", "Unauthenticated", "PermissionDenied",
-    "Unimplemented", "Cancelled", "FailedPrecondition", "Internal", "DataLoss", "SharedMemory",
+    "Unimplemented", "Cancelled", "FailedPrecondition", "AlreadyExists", "Internal", "DataLoss",
+    "SharedMemory",
     "MemoryRegion", "__version__",
 ]

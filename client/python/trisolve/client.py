@@ -359,8 +359,10 @@ class Client:
             ttl_s: idle seconds after which the server drops the registration (0: its default).
 
         Raises:
-            FailedPrecondition: the server cannot map it (another host or IPC namespace, or
-                started with ``--no-shared-memory``).
+            FailedPrecondition: the server cannot map it (another host or IPC namespace, another
+                user, or started with ``--no-shared-memory``).
+            AlreadyExists: this token has a region of that name already (e.g. the same memory
+                registered through another client: give it another ``name``).
             ResourceExhausted: over the server's regions or bytes per identity.
             ValueError: ``shm`` is closed, or already registered with this client.
         """
