@@ -192,6 +192,25 @@ def test_out_anywhere_and_its_checks(client, region):
     r = shm_client.solve_tridiagonal(*args, shm.copy(d), out=strided)
     assert r.x is strided
     np.testing.assert_allclose(strided, [1.0, 2.0, 3.0], rtol=1e-14)
+    # x on top of d (LAPACK's habit): the server may not write over what it reads, so x comes
+    # back and is copied over d.
+    d_shm = shm.copy(d)
+    r = shm_client.solve_tridiagonal(*args, d_shm, out=d_shm)
+    assert r.x is d_shm
+    np.testing.assert_allclose(d_shm, [1.0, 2.0, 3.0], rtol=1e-14)
+    with shm_client.create_system("tridiagonal", a=args[0], b=args[1], c=args[2]) as system:
+        d_shm[:] = d
+        assert system.solve(d_shm, out=d_shm).x is d_shm
+        np.testing.assert_allclose(d_shm, [1.0, 2.0, 3.0], rtol=1e-14)
+        b_shm = shm.copy(args[1])  # x over an update the same step reads
+        d_shm[:] = d
+        r = system.solve(d_shm, update={"b": b_shm}, out=b_shm)
+        assert r.x is b_shm
+        np.testing.assert_allclose(b_shm, [1.0, 2.0, 3.0], rtol=1e-14)
+        with system.stream() as st:
+            d_shm[:] = d
+            st.solve(d_shm, update={"b": args[1]}, out=d_shm)
+        np.testing.assert_allclose(d_shm, [1.0, 2.0, 3.0], rtol=1e-14)
     with pytest.raises(ValueError, match="shape"):
         client.solve_tridiagonal(*args, d, out=np.zeros(4))
     with pytest.raises(TypeError, match="dtype"):

@@ -174,6 +174,18 @@ class _Placement:
         return self.x_ref is not None or any(r is not None for r in self.refs.values())
 
 
+def overlaps(out: np.ndarray, arrays: Sequence[np.ndarray]) -> bool:
+    """Whether ``out``'s memory overlaps any of ``arrays`` (x may not be written by the server
+    on top of an array it reads: such an x comes back and is copied into ``out``)."""
+    lo, hi = np.byte_bounds(out)
+    for a in arrays:
+        if a.nbytes and out.nbytes:
+            alo, ahi = np.byte_bounds(a)
+            if alo < hi and lo < ahi:
+                return True
+    return False
+
+
 def check_out(out: Any, shape: Tuple[int, ...], dt: np.dtype) -> np.ndarray:
     """``out=`` must be a writable ndarray of x's shape and the job's dtype (never converted)."""
     if not isinstance(out, np.ndarray):
@@ -447,9 +459,11 @@ class Client:
         return None
 
     def _place(self, arrays: Mapping[str, np.ndarray], out: Optional[np.ndarray],
-               x_shape: Optional[Tuple[int, ...]], dt: np.dtype) -> _Placement:
+               x_shape: Optional[Tuple[int, ...]], dt: np.dtype,
+               also_read: Sequence[np.ndarray] = ()) -> _Placement:
         """Which arrays go by reference; stages the others (and x) into a staging region when
-        the transport says so. Release the placement (``_release``) after the call."""
+        the transport says so (``also_read``: other arrays of the request, never staged, that
+        ``out`` must not overlap). Release the placement (``_release``) after the call."""
         pl = _Placement(refs={})
         need = 0
         for field, arr in arrays.items():
@@ -461,7 +475,7 @@ class Client:
         x_bytes = 0
         if x_shape is not None:
             x_bytes = math.prod(x_shape) * np.dtype(dt).itemsize
-            if out is not None:
+            if out is not None and not overlaps(out, [*arrays.values(), *also_read]):
                 pl.x_ref = self._ref_of(out)
             if pl.x_ref is None:
                 need += -(-x_bytes // ALIGN) * ALIGN

@@ -135,30 +135,39 @@ class System:
     def _rhs_array(self, rhs: Any) -> np.ndarray:
         return _same_or_wider("rhs", _arrays.float_array("rhs", rhs), self.dtype)
 
-    def _updates(self, update: Optional[Mapping[str, Any]]) -> List["pb.NamedArray"]:
+    def _update_arrays(self, update: Optional[Mapping[str, Any]]) -> List[Tuple[str, np.ndarray]]:
         out = []
         for name, value in (update or {}).items():
             if name == "parent":
                 arr = _arrays.parent_array(value)
             else:
                 arr = _same_or_wider(name, _arrays.float_array(name, value), self.dtype)
-            out.append(pb.NamedArray(name=name, array=self._message(arr)))
+            out.append((name, arr))
         return out
+
+    def _updates(self, update: Optional[Mapping[str, Any]]) -> List["pb.NamedArray"]:
+        return [pb.NamedArray(name=name, array=self._message(arr))
+                for name, arr in self._update_arrays(update)]
 
     def request(self, rhs: Any, update: Optional[Mapping[str, Any]] = None,
                 skip_residual: bool = False,
                 out: Optional[np.ndarray] = None) -> "pb.SolveSystemRequest":
         """The ``SolveSystemRequest`` for one solve (what the stream sends): arrays in registered
         shared memory by reference, and ``x_region`` when ``out`` lies in it."""
-        from .client import check_out
+        from .client import check_out, overlaps
 
         arr = self._rhs_array(rhs)
-        req = pb.SolveSystemRequest(handle=self.handle, rhs=self._message(arr),
-                                    update=self._updates(update), skip_residual=skip_residual)
+        updates = self._update_arrays(update)
+        req = pb.SolveSystemRequest(
+            handle=self.handle, rhs=self._message(arr),
+            update=[pb.NamedArray(name=k, array=self._message(v)) for k, v in updates],
+            skip_residual=skip_residual)
         if out is not None:
-            ref = self.client._ref_of(check_out(out, arr.shape, self.dtype))
-            if ref is not None:
-                req.x_region.CopyFrom(ref)
+            check_out(out, arr.shape, self.dtype)
+            if not overlaps(out, [arr] + [v for _, v in updates]):
+                ref = self.client._ref_of(out)
+                if ref is not None:
+                    req.x_region.CopyFrom(ref)
         return req
 
     # ---- calls ---------------------------------------------------------------------------
@@ -186,12 +195,16 @@ class System:
         t0 = time.perf_counter()
         client = self.client
         arr = self._rhs_array(rhs)
+        updates = self._update_arrays(update)
         if out is not None:
             check_out(out, arr.shape, self.dtype)
-        pl = client._place({"rhs": arr}, out, tuple(arr.shape), self.dtype)
+        pl = client._place({"rhs": arr}, out, tuple(arr.shape), self.dtype,
+                           also_read=[v for _, v in updates])
         try:
-            req = pb.SolveSystemRequest(handle=self.handle, rhs=self._message(arr, pl.refs["rhs"]),
-                                        update=self._updates(update), skip_residual=skip_residual)
+            req = pb.SolveSystemRequest(
+                handle=self.handle, rhs=self._message(arr, pl.refs["rhs"]),
+                update=[pb.NamedArray(name=k, array=self._message(v)) for k, v in updates],
+                skip_residual=skip_residual)
             if pl.x_ref is not None:
                 req.x_region.CopyFrom(pl.x_ref)
             result = client._deliver(pl, client._unary("SolveSystem", req, timeout), out)
