@@ -431,7 +431,7 @@ class Client:
 
     def _unregister_quietly(self, name: str) -> None:
         try:
-            self._unary("UnregisterMemory", pb.UnregisterMemoryRequest(name=name), 10.0)
+            self._unary("UnregisterMemory", pb.UnregisterMemoryRequest(name=name), 5.0)
         except (TrisolveError, ValueError):
             pass  # the server is gone, or dropped it already: its time-to-live ends it anyway
 
