@@ -10,9 +10,11 @@ The matrix keeps its off-diagonal (axial) entries; the diagonal changes every st
 membrane conductance g_m(t) (a synapse opening and closing). So the system is created once by
 handle, and each step sends only the new diagonal and right-hand side over the time-step stream.
 If the server answers UNIMPLEMENTED for handles, the loop says so and sends the whole system
-each step instead.
+each step instead. With --shm (a client on the server's host), diag and rhs are written into
+registered shared memory and the server writes V there too: no array crosses the socket.
 
     python3 client/python/examples/cable_time_loop.py --server 127.0.0.1:50051 --steps 200
+    python3 client/python/examples/cable_time_loop.py --shm
 
 Prints the server's residual (normwise backward error) and the steps per second.
 """
@@ -59,6 +61,8 @@ def main() -> int:
     p.add_argument("--dtype", choices=["float64", "float32"], default="float64")
     p.add_argument("--no-handles", action="store_true",
                    help="send the whole system each step (what the fallback does)")
+    p.add_argument("--shm", action="store_true",
+                   help="diag, rhs and V in registered shared memory (client on the server's host)")
     args = p.parse_args()
 
     dt_np = np.dtype(args.dtype)
@@ -78,7 +82,7 @@ def main() -> int:
     E_syn = 0.0                                      # mV, an excitatory synapse's reversal
     cell = np.arange(cells)
 
-    def step_arrays(k: int, V: np.ndarray):
+    def step_arrays(k: int, V: np.ndarray, into=None):
         t = k * args.dt
         g_syn = 2.0 * np.exp(-(((t % 5.0) - 1.0) / 0.5) ** 2)  # opens every 5 ms
         g_m = np.full((cells, n), g_leak)
@@ -88,12 +92,30 @@ def main() -> int:
         diag = C / args.dt + g_m + axial
         rhs = C / args.dt * V + g_leak * E_L + I
         rhs[cell, synapse] += g_syn * E_syn
+        if into is not None:  # written in place (shared memory the server reads)
+            into[0][:] = diag
+            into[1][:] = rhs
+            return into
         return diag.astype(dt_np), rhs.astype(dt_np)
 
     V = np.full((cells, n), E_L)
     client = trisolve.Client(args.server, token=args.token, timeout=60)
     print(f"cable time loop: {cells} cells x {n} nodes ({args.dendrites} dendrites), "
           f"{args.steps} steps of {args.dt} ms, {args.dtype}, server {args.server}")
+
+    shm, step_in, V_out = None, None, None
+    if args.shm:
+        shm = trisolve.SharedMemory(3 * cells * n * dt_np.itemsize + 3 * 64)
+        try:
+            client.register_memory(shm)
+            step_in = (shm.array((cells, n), dt_np), shm.array((cells, n), dt_np))
+            V_out = shm.array((cells, n), dt_np)
+            print(f"diag, rhs and V in shared memory {shm.key} ({shm.size} bytes)")
+        except trisolve.FailedPrecondition as e:
+            print(f"the server cannot map this process's memory ({e.message}): "
+                  "sending the arrays over the socket instead")
+            shm.close()
+            shm = None
 
     system = None
     if not args.no_handles:
@@ -112,19 +134,21 @@ def main() -> int:
     if system is not None:
         with system, system.stream() as stream:
             for k in range(args.steps):
-                diag, rhs = step_arrays(k, V)
-                last = stream.solve(rhs, update={"diag": diag})
+                diag, rhs = step_arrays(k, V, step_in)
+                last = stream.solve(rhs, update={"diag": diag}, out=V_out)
                 V = last.x.astype(np.float64)
                 worst = max(worst, last.summary.residual)
     else:
         lo, up = lower.astype(dt_np), upper.astype(dt_np)
         for k in range(args.steps):
-            diag, rhs = step_arrays(k, V)
-            last = client.solve_tree(parent, lo, up, diag, rhs)
+            diag, rhs = step_arrays(k, V, step_in)
+            last = client.solve_tree(parent, lo, up, diag, rhs, out=V_out)
             V = last.x.astype(np.float64)
             worst = max(worst, last.summary.residual)
     elapsed = time.perf_counter() - t0
     client.close()
+    if shm is not None:
+        shm.close()
 
     assert last is not None
     if not last.ok or not np.all(np.isfinite(V)):
@@ -133,6 +157,7 @@ def main() -> int:
     print(f"soma V after {args.steps * args.dt:.2f} ms: {V[:, 0].mean():.3f} mV (cell mean); "
           f"method {last.summary.method}, backend {last.summary.backend}")
     print(f"residual (backward error): last {last.summary.residual:.3e}, worst {worst:.3e}")
+    print(f"arrays by {last.summary.transport}")
     print(f"{args.steps / elapsed:.1f} steps/s ({elapsed / args.steps * 1e3:.3f} ms a step, "
           f"{cells * n * args.steps / elapsed / 1e6:.2f} M node-updates/s)")
     limit = 1e-12 if dt_np == np.float64 else 1e-5

@@ -77,7 +77,8 @@ def server() -> Iterator[ServerProcess]:
 
 @pytest.fixture(scope="session")
 def client(server: ServerProcess) -> Iterator[trisolve.Client]:
-    with trisolve.Client(server.target, timeout=120) as c:
+    """The socket path (transport="grpc": no staging through shared memory)."""
+    with trisolve.Client(server.target, timeout=120, transport="grpc") as c:
         yield c
 
 
@@ -85,7 +86,7 @@ def client(server: ServerProcess) -> Iterator[trisolve.Client]:
 def stream_client(server: ServerProcess) -> Iterator[trisolve.Client]:
     """Sends every job through SolveStream, in chunks of 1 KiB (several chunks an array)."""
     with trisolve.Client(server.target, timeout=120, stream_threshold_bytes=0,
-                         chunk_bytes=1024) as c:
+                         chunk_bytes=1024, transport="grpc") as c:
         yield c
 
 

@@ -349,11 +349,13 @@ def test_message_limit_resource_exhausted_and_streaming_past_it():
     try:
         rng = np.random.default_rng(14)
         a, b, c, d = random_tridiagonal(rng, 200, 400)  # 4 x 640 KB
-        with trisolve.Client(s.target, timeout=60, stream_threshold_bytes=1 << 40) as unary:
+        with trisolve.Client(s.target, timeout=60, stream_threshold_bytes=1 << 40,
+                             transport="grpc") as unary:
             with pytest.raises(trisolve.ResourceExhausted) as e:
                 unary.solve_tridiagonal(a, b, c, d)
             assert e.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
-        with trisolve.Client(s.target, timeout=60, stream_threshold_bytes=512 << 10) as streaming:
+        with trisolve.Client(s.target, timeout=60, stream_threshold_bytes=512 << 10,
+                             transport="grpc") as streaming:
             r = streaming.solve_tridiagonal(a, b, c, d)
             assert r.summary.streamed
             assert rel_err(r.x, thomas_batch(a, b, c, d)) < F64_TOL
@@ -393,7 +395,7 @@ def test_token_auth(tmp_path):
         with trisolve.Client(s.target, token="wrong", timeout=30) as wrong:
             with pytest.raises(trisolve.Unauthenticated):
                 wrong.server_info()
-        with trisolve.Client(s.target, token="s3cret-token", timeout=30) as good:
+        with trisolve.Client(s.target, token="s3cret-token", timeout=30, transport="grpc") as good:
             r = good.solve_tridiagonal([0.0, 1.0], [2.0, 2.0], [1.0, 0.0], [3.0, 3.0])
             np.testing.assert_allclose(r.x, [1.0, 1.0])
             big = np.ones((1000, 300))  # streamed calls carry the token too

@@ -12,7 +12,8 @@ import pytest
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "cable_time_loop.py"
 
 
-@pytest.mark.parametrize("extra", [[], ["--no-handles"], ["--dtype", "float32"]])
+@pytest.mark.parametrize("extra", [[], ["--no-handles"], ["--dtype", "float32"], ["--shm"],
+                                   ["--shm", "--no-handles", "--dtype", "float32"]])
 def test_cable_time_loop(server, extra):
     out = subprocess.run(
         [sys.executable, str(EXAMPLE), "--server", server.target, "--cells", "16", "--steps", "40",
@@ -24,6 +25,11 @@ def test_cable_time_loop(server, extra):
     limit = 1e-5 if "float32" in extra else 1e-12
     assert float(m.group(2)) <= limit
     assert re.search(r"[0-9.]+ steps/s", out.stdout)
+    if "--shm" in extra:  # the server is on this host and accepts shared memory
+        assert "in shared memory /trisolve-" in out.stdout
+        assert "arrays by shared-memory" in out.stdout
+    else:
+        assert "arrays by grpc" in out.stdout
     if "--no-handles" in extra:
         assert "kept on the server" not in out.stdout
     else:

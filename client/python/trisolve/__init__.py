@@ -8,7 +8,9 @@
 Families: :meth:`Client.solve_tridiagonal`, :meth:`Client.solve_tree` (Hines),
 :meth:`Client.solve_block_tridiagonal`, :meth:`Client.solve_dense`; persistent systems with
 :meth:`Client.create_system` (handles, updates, a time-step stream). Jobs over ~4 MiB go through
-the streaming RPC on their own.
+the streaming RPC on their own. On the server's host, :class:`SharedMemory` regions
+(:meth:`Client.register_memory`) carry arrays and ``x`` (``out=``) without crossing the socket;
+``Client(transport="auto")`` stages large jobs through one of its own.
 
 Array rules (see ``trisolve._arrays``): float32 or float64 only (``TypeError`` naming the array
 otherwise); a float32/float64 mix travels as float64 unless ``dtype=`` says otherwise;
@@ -19,10 +21,11 @@ Server errors raise :class:`TrisolveError` subclasses carrying ``.code`` and ``.
 from __future__ import annotations
 
 from .client import DEFAULT_TARGET, TLS, Client
-from .errors import (Cancelled, DataLoss, DeadlineExceeded, FailedPrecondition, Internal,
-                     InvalidArgument, NotFound, PermissionDenied, ResourceExhausted,
+from .errors import (AlreadyExists, Cancelled, DataLoss, DeadlineExceeded, FailedPrecondition,
+                     Internal, InvalidArgument, NotFound, PermissionDenied, ResourceExhausted,
                      TrisolveError, Unauthenticated, Unavailable, Unimplemented)
-from .results import Layout, Result, Summary, SystemInfo, SystemStatus, Timings
+from .results import Layout, MemoryRegion, Result, Summary, SystemInfo, SystemStatus, Timings
+from .shm import SharedMemory
 from .systems import System, SystemStream
 
 __version__ = "0.1.0"
@@ -31,5 +34,7 @@ __all__ = [
     "Client", "TLS", "DEFAULT_TARGET", "System", "SystemStream", "Result", "Summary", "Timings",
     "SystemInfo", "Layout", "SystemStatus", "TrisolveError", "InvalidArgument", "NotFound",
     "ResourceExhausted", "Unavailable", "DeadlineExceeded", "Unauthenticated", "PermissionDenied",
-    "Unimplemented", "Cancelled", "FailedPrecondition", "Internal", "DataLoss", "__version__",
+    "Unimplemented", "Cancelled", "FailedPrecondition", "AlreadyExists", "Internal", "DataLoss",
+    "SharedMemory",
+    "MemoryRegion", "__version__",
 ]

@@ -5,10 +5,18 @@ Small jobs go in one message (the family's unary RPC); a job whose arrays add up
 goes through ``SolveStream``: a header with the shapes, then the arrays in chunks of
 ``chunk_bytes`` (2 MiB), the answer coming back in chunks too. Only the server's job limits bound
 a streamed job.
+
+On the server's host, arrays in registered shared memory (:class:`trisolve.SharedMemory`,
+:meth:`Client.register_memory`) travel as region references and ``x`` can be written into
+it (``out=``); with ``transport="auto"`` (the default) jobs of ``shm_min_bytes`` (1 MiB) or more
+are copied into a staging region of the client's and sent that way, falling back to gRPC for
+good when the server cannot map this process's memory.
 """
 from __future__ import annotations
 
+import math
 import os
+import threading
 import time
 from dataclasses import dataclass
 from typing import (TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Sequence,
@@ -20,15 +28,20 @@ import numpy as np
 from . import _arrays, _replicas
 from ._arrays import DTypeLike, LayoutLike
 from ._proto import pb, pb_grpc
-from .errors import DataLoss, NotFound, TrisolveError, Unavailable, from_rpc_error
-from .results import Result, Summary, SystemInfo, numpy_dtype, proto_dtype
+from .errors import (DataLoss, FailedPrecondition, NotFound, TrisolveError, Unavailable,
+                     from_rpc_error)
+from .results import MemoryRegion, Result, Summary, SystemInfo, numpy_dtype, proto_dtype
+from .shm import ALIGN, SharedMemory
 
 if TYPE_CHECKING:  # pragma: no cover
     from .systems import System
 
-__all__ = ["Client", "TLS", "DEFAULT_TARGET"]
+__all__ = ["Client", "TLS", "DEFAULT_TARGET", "TRANSPORTS"]
 
 DEFAULT_TARGET = "127.0.0.1:50051"
+TRANSPORTS = ("auto", "shm", "grpc")
+_MAX_ARENAS = 16             # staging regions a client keeps at most (as the C++ client)
+_MIN_ARENA = 16 << 20        # the smallest staging region; larger ones double from there
 PathOrPem = Union[str, bytes, "os.PathLike[str]", None]
 
 
@@ -129,6 +142,65 @@ def _health_request(service: str) -> bytes:
     return bytes(out) + data
 
 
+def _parse_transport(transport: str) -> str:
+    t = str(transport).strip().lower()
+    if t == "shared-memory":
+        t = "shm"
+    if t not in TRANSPORTS:
+        raise ValueError(f"transport={transport!r}: expected 'auto', 'shm' or 'grpc'")
+    return t
+
+
+@dataclass
+class _Region:
+    """A region this client registered: the mapping's address range in this process."""
+    shm: SharedMemory
+    name: str
+    start: int
+    stop: int
+    staging: bool = False
+
+
+@dataclass
+class _Placement:
+    """How a call's arrays travel: by reference (refs[field]) or inline (None); where x goes."""
+    refs: Dict[str, Optional[Any]]
+    x_ref: Optional[Any] = None
+    x_staged: Optional[np.ndarray] = None    # x in a staging region, copied out after the call
+    arena: Optional[SharedMemory] = None     # the staging region held for this call
+    inline_bytes: int = 0
+
+    @property
+    def by_reference(self) -> bool:
+        return self.x_ref is not None or any(r is not None for r in self.refs.values())
+
+
+def overlaps(out: np.ndarray, arrays: Sequence[np.ndarray]) -> bool:
+    """Whether ``out``'s memory overlaps any of ``arrays`` (x may not be written by the server
+    on top of an array it reads: such an x comes back and is copied into ``out``)."""
+    lo, hi = np.byte_bounds(out)
+    for a in arrays:
+        if a.nbytes and out.nbytes:
+            alo, ahi = np.byte_bounds(a)
+            if alo < hi and lo < ahi:
+                return True
+    return False
+
+
+def check_out(out: Any, shape: Tuple[int, ...], dt: np.dtype) -> np.ndarray:
+    """``out=`` must be a writable ndarray of x's shape and the job's dtype (never converted)."""
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"out must be a numpy.ndarray, not {type(out).__name__}")
+    if out.dtype != np.dtype(dt).newbyteorder("="):
+        raise TypeError(f"out has dtype {out.dtype}, but x comes back as {np.dtype(dt).newbyteorder('=')}")
+    if tuple(out.shape) != tuple(shape):
+        raise ValueError(f"out has shape {list(out.shape)}, but x has the right-hand side's "
+                         f"shape {list(shape)}")
+    if not out.flags.writeable:
+        raise ValueError("out is read-only")
+    return out
+
+
 _HEALTH = {0: "UNKNOWN", 1: "SERVING", 2: "NOT_SERVING", 3: "SERVICE_UNKNOWN"}
 
 
@@ -173,6 +245,15 @@ class Client:
             stream of a persistent system takes only the timeout given to ``System.stream``.
         stream_threshold_bytes: jobs whose arrays add up to more go through ``SolveStream``.
         chunk_bytes: the size of each streamed chunk (at least 1024).
+        transport: how arrays travel. Arrays (and ``out=``) in shared memory registered with
+            :meth:`register_memory` always go by reference. ``"auto"``: besides, jobs whose
+            arrays and x reach ``shm_min_bytes`` are copied into a staging region of this
+            client's and go by reference too, unless the server cannot map this process's
+            memory (another host, another IPC namespace, ``--no-shared-memory``): then gRPC,
+            for good. ``"shm"``: every one-shot solve, ``create_system`` and ``System.solve``
+            goes through shared memory, raising the server's ``FailedPrecondition`` where it
+            cannot. ``"grpc"``: no staging.
+        shm_min_bytes: the size from which ``"auto"`` stages a job (1 MiB).
 
     Use it as a context manager, or call :meth:`close`, to close the channel.
     """
@@ -180,7 +261,20 @@ class Client:
     def __init__(self, target: str = DEFAULT_TARGET, token: Optional[str] = None,
                  tls: Any = None, timeout: Optional[float] = None, *,
                  stream_threshold_bytes: int = (4 << 20) - (64 << 10),
-                 chunk_bytes: int = 2 << 20) -> None:
+                 chunk_bytes: int = 2 << 20, transport: str = "auto",
+                 shm_min_bytes: int = 1 << 20) -> None:
+        self.transport = _parse_transport(transport)
+        self.shm_min_bytes = int(shm_min_bytes)
+        self._shm_lock = threading.Lock()
+        self._regions: List[_Region] = []
+        self._shm_state = "untried"   # "shared-memory" once staging worked, "grpc" once refused
+        self._idle_arenas: List[SharedMemory] = []
+        # Each staging region's time-to-live on the server and when it was last used here: one
+        # idle for half of it is replaced rather than sent (the server may have dropped it).
+        self._arena_life: Dict[SharedMemory, Tuple[float, float]] = {}
+        self._arenas = 0
+        self._next_arena = 0
+        self._closed = False
         self.target = target
         self.token = token
         self.timeout = timeout
@@ -226,7 +320,21 @@ class Client:
 
     # ---- plumbing ------------------------------------------------------------------------
     def close(self) -> None:
-        """Closes the channel (and those of the replicas handles named)."""
+        """Unregisters the shared memory registered through this client (best effort), closes
+        its staging regions and the channel."""
+        with self._shm_lock:
+            if self._closed:
+                return
+            self._closed = True
+            regions, self._regions = self._regions, []
+            idle, self._idle_arenas = self._idle_arenas, []
+        for r in regions:
+            r.shm._clients.discard(self)
+            self._unregister_quietly(r.name)
+            if r.staging:
+                r.shm.close()
+        for a in idle:
+            a.close()
         self._replicas.close()
         self._channel.close()
 
@@ -302,11 +410,283 @@ class Client:
         ``.cpu_threads``, ``.devices``, ``.limits.max_message_bytes``, ``.jobs_done``, ...)."""
         return self._unary("GetServerInfo", pb.GetServerInfoRequest(), timeout)
 
+    # ---- shared memory --------------------------------------------------------------------
+    def register_memory(self, shm: SharedMemory, name: Optional[str] = None, *,
+                        ttl_s: float = 0.0, timeout: Optional[float] = None) -> MemoryRegion:
+        """Registers ``shm`` with the server, which maps it once: from then on arrays that lie in
+        it (C-contiguous, in the dtype they travel in) go by reference, and an ``out=`` in it
+        gets x written by the server.
+
+        Args:
+            shm: a :class:`trisolve.SharedMemory`.
+            name: the region's name on the server (``[A-Za-z0-9._-]``, at most 64 characters,
+                unique for this token); default: ``shm.name``.
+            ttl_s: idle seconds after which the server drops the registration (0: its default).
+
+        Raises:
+            FailedPrecondition: the server cannot map it (another host or IPC namespace, another
+                user, or started with ``--no-shared-memory``).
+            AlreadyExists: this token has a region of that name already (e.g. the same memory
+                registered through another client: give it another ``name``).
+            ResourceExhausted: over the server's regions or bytes per identity.
+            ValueError: ``shm`` is closed, or already registered with this client.
+        """
+        return self._register(shm, name or shm.name, ttl_s, timeout, staging=False)
+
+    def _register(self, shm: SharedMemory, name: str, ttl_s: float, timeout: Optional[float],
+                  staging: bool) -> MemoryRegion:
+        if shm.closed:
+            raise ValueError(f"{shm!r} is closed")
+        if self._replicas.spec.balanced:
+            # A region lives on one replica; the balanced channel sends calls to any of them.
+            raise FailedPrecondition(
+                "shared memory needs a client of one server: this one balances over replicas")
+        with self._shm_lock:
+            for r in self._regions:
+                if r.shm is shm:
+                    raise ValueError(f"{shm!r} is registered with this client already (as {r.name!r})")
+        req = pb.RegisterSharedMemoryRequest(name=name, key=shm.key, offset=0, bytes=shm.size,
+                                             ttl_s=float(ttl_s))
+        info = MemoryRegion.from_proto(self._unary("RegisterSharedMemory", req, timeout))
+        with self._shm_lock:
+            self._regions.append(_Region(shm, name, shm.address, shm.address + shm.size, staging))
+        shm._clients.add(self)
+        return info
+
+    def unregister_memory(self, shm: SharedMemory, timeout: Optional[float] = None) -> MemoryRegion:
+        """Unregisters ``shm`` (its arrays travel as bytes again); the server unmaps it.
+        ``ValueError`` when it is not registered with this client."""
+        region = self._take_region(shm)
+        if region is None:
+            raise ValueError(f"{shm!r} is not registered with this client")
+        return MemoryRegion.from_proto(self._unary(
+            "UnregisterMemory", pb.UnregisterMemoryRequest(name=region.name), timeout))
+
+    def list_memory(self, timeout: Optional[float] = None) -> List[MemoryRegion]:
+        """The regions this identity (token) has registered on the server."""
+        resp = self._unary("ListMemory", pb.ListMemoryRequest(), timeout)
+        return [MemoryRegion.from_proto(r) for r in resp.regions]
+
+    @property
+    def shared_memory_state(self) -> str:
+        """``"shared-memory"`` once a staging region was registered, ``"grpc"`` when the
+        transport is grpc or auto found the server cannot map this process's memory,
+        ``"untried"`` before."""
+        with self._shm_lock:
+            if self.transport == "grpc":
+                return "grpc"
+            return self._shm_state
+
+    def _take_region(self, shm: SharedMemory) -> Optional[_Region]:
+        with self._shm_lock:
+            for i, r in enumerate(self._regions):
+                if r.shm is shm:
+                    del self._regions[i]
+                    shm._clients.discard(self)
+                    return r
+        return None
+
+    def _unregister_quietly(self, name: str) -> None:
+        try:
+            self._unary("UnregisterMemory", pb.UnregisterMemoryRequest(name=name), 5.0)
+        except (TrisolveError, ValueError):
+            pass  # the server is gone, or dropped it already: its time-to-live ends it anyway
+
+    def _forget_memory(self, shm: SharedMemory) -> None:
+        """``shm`` is closing: no reference to it may be sent again."""
+        region = self._take_region(shm)
+        if region is not None and not self._closed:
+            self._unregister_quietly(region.name)
+
+    def _ref_of(self, arr: Optional[np.ndarray]) -> Optional[Any]:
+        """The RegionRef of ``arr`` when it lies in registered memory, is C-contiguous, little-
+        endian and aligned for its type; None otherwise (it travels as bytes)."""
+        if arr is None or not self._regions or arr.nbytes == 0:
+            return None
+        if not arr.flags.c_contiguous or arr.dtype.byteorder == ">":
+            return None
+        start = int(arr.__array_interface__["data"][0])
+        if start % arr.dtype.itemsize:
+            return None
+        stop = start + arr.nbytes
+        with self._shm_lock:
+            for r in self._regions:
+                if r.start <= start and stop <= r.stop and not r.shm.closed:
+                    return pb.RegionRef(region=r.name, offset=start - r.start, bytes=arr.nbytes)
+        return None
+
+    def _place(self, arrays: Mapping[str, np.ndarray], out: Optional[np.ndarray],
+               x_shape: Optional[Tuple[int, ...]], dt: np.dtype,
+               also_read: Sequence[np.ndarray] = ()) -> _Placement:
+        """Which arrays go by reference; stages the others (and x) into a staging region when
+        the transport says so (``also_read``: other arrays of the request, never staged, that
+        ``out`` must not overlap). Release the placement (``_release``) after the call."""
+        pl = _Placement(refs={})
+        need = 0
+        for field, arr in arrays.items():
+            ref = self._ref_of(arr)
+            pl.refs[field] = ref
+            if ref is None:
+                pl.inline_bytes += arr.nbytes
+                need += -(-arr.nbytes // ALIGN) * ALIGN
+        x_bytes = 0
+        if x_shape is not None:
+            x_bytes = math.prod(x_shape) * np.dtype(dt).itemsize
+            if out is not None and not overlaps(out, [*arrays.values(), *also_read]):
+                pl.x_ref = self._ref_of(out)
+            if pl.x_ref is None:
+                need += -(-x_bytes // ALIGN) * ALIGN
+        stage = need > 0 and (self.transport == "shm" or (
+            self.transport == "auto" and pl.inline_bytes + x_bytes >= self.shm_min_bytes))
+        if stage and self._replicas.spec.balanced:
+            if self.transport == "shm":
+                raise FailedPrecondition("shared memory needs a client of one server: this one "
+                                         "balances over replicas (use transport auto or grpc)")
+            stage = False
+        if not stage:
+            return pl
+        arena = self._acquire_arena(need)
+        if arena is None:
+            return pl  # auto: over gRPC
+        pl.arena = arena
+        try:
+            for field, arr in arrays.items():
+                if pl.refs[field] is None and arr.nbytes:
+                    pl.refs[field] = self._ref_of(arena.copy(arr))
+            if x_shape is not None and pl.x_ref is None and x_bytes:
+                pl.x_staged = arena.array(x_shape, np.dtype(dt).newbyteorder("="))
+                pl.x_ref = self._ref_of(pl.x_staged)
+        except BaseException:
+            self._release(pl)
+            raise
+        pl.inline_bytes = sum(a.nbytes for f, a in arrays.items() if pl.refs[f] is None)
+        return pl
+
+    def _acquire_arena(self, need: int) -> Optional[SharedMemory]:
+        """A registered staging region of at least ``need`` bytes; None where auto falls back
+        to gRPC; raises where transport="shm" cannot have one."""
+        insist = self.transport == "shm"
+        gone: Optional[SharedMemory] = None
+        with self._shm_lock:
+            if self._closed:
+                raise ValueError("the client is closed")
+            if self._shm_state == "grpc" and not insist:
+                return None
+            now = time.monotonic()
+            stale = [a for a in self._idle_arenas
+                     if now - self._arena_life[a][1] > 0.5 * self._arena_life[a][0]]
+            for a in stale:
+                self._idle_arenas.remove(a)
+                self._arenas -= 1
+            fits = [a for a in self._idle_arenas if a.size >= need]
+            if fits:
+                best = min(fits, key=lambda a: a.size)
+                self._idle_arenas.remove(best)
+            elif self._arenas >= _MAX_ARENAS and self._idle_arenas:
+                gone = min(self._idle_arenas, key=lambda a: a.size)  # trade it for a larger one
+                self._idle_arenas.remove(gone)
+                self._arenas -= 1
+            if not fits and self._arenas >= _MAX_ARENAS:
+                if insist:
+                    from .errors import ResourceExhausted
+                    raise ResourceExhausted(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                            "every staging region of this client is in use")
+                return None
+            if not fits:
+                self._arenas += 1
+                arena_id = self._next_arena
+                self._next_arena += 1
+        for a in stale:
+            self._retire_arena(a)
+        if fits:
+            return best
+        if gone is not None:
+            self._retire_arena(gone)
+        size = _MIN_ARENA
+        while size < need:
+            size *= 2
+        arena: Optional[SharedMemory] = None
+        try:
+            arena = SharedMemory(size)
+            info = self._register(arena, f"staging-{arena_id}-{arena.name[9:17]}", 0.0, None,
+                                  staging=True)
+        except (OSError, TrisolveError) as e:
+            if arena is not None:
+                arena.close()
+            with self._shm_lock:
+                self._arenas -= 1
+                if isinstance(e, TrisolveError) and e.code in (
+                        grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.UNIMPLEMENTED):
+                    self._shm_state = "grpc"
+            if insist:
+                raise
+            return None
+        with self._shm_lock:
+            self._shm_state = "shared-memory"
+            self._arena_life[arena] = (info.ttl_s if info.ttl_s > 0 else float("inf"),
+                                       time.monotonic())
+        return arena
+
+    def _retire_arena(self, arena: SharedMemory) -> None:
+        with self._shm_lock:
+            self._arena_life.pop(arena, None)
+        region = self._take_region(arena)
+        if region is not None:
+            self._unregister_quietly(region.name)
+        arena.close()
+
+    def _release(self, pl: _Placement) -> None:
+        arena, pl.arena = pl.arena, None
+        if arena is None:
+            return
+        arena.reset()
+        with self._shm_lock:
+            if not self._closed:
+                self._arena_life[arena] = (self._arena_life[arena][0], time.monotonic())
+                self._idle_arenas.append(arena)
+                return
+            self._arenas -= 1
+        self._retire_arena(arena)
+
+    @staticmethod
+    def _deliver(pl: _Placement, resp: Any, out: Optional[np.ndarray], streamed: bool = False,
+                 result: Optional[Result] = None) -> Result:
+        """The Result of a call placed as ``pl``: x from the response, the staging region or
+        ``out`` (where the server wrote it), and into ``out`` when one was given."""
+        if result is None:
+            dt = numpy_dtype(resp.dtype)
+            if pl.x_ref is not None:
+                x = pl.x_staged if pl.x_staged is not None else out
+                assert x is not None
+                if tuple(resp.x.shape) != tuple(x.shape) or resp.x.data:
+                    raise DataLoss(grpc.StatusCode.DATA_LOSS,
+                                   f"x written into shared memory, but the answer says shape "
+                                   f"{list(resp.x.shape)} with {len(resp.x.data)} bytes of data")
+                if x.dtype != dt.newbyteorder("="):
+                    raise DataLoss(grpc.StatusCode.DATA_LOSS,
+                                   f"the server answered in {dt}, x in shared memory is {x.dtype}")
+            else:
+                x = _arrays.decode(resp.x.data, tuple(resp.x.shape), dt)
+            result = Result(x=x, status=np.asarray(resp.status, dtype=np.int8),
+                            summary=Summary.from_proto(
+                                resp.summary, transport="shared-memory" if pl.by_reference else "grpc"))
+        if pl.x_staged is not None:
+            if out is not None:
+                np.copyto(out, pl.x_staged)
+                result.x = out
+            else:
+                result.x = pl.x_staged.copy()  # the staging region is reused by the next call
+        elif out is not None and result.x is not out:
+            np.copyto(out, result.x)
+            result.x = out
+        return result
+
     # ---- one-shot solves ------------------------------------------------------------------
     def solve_tridiagonal(self, a: Any, b: Any, c: Any, d: Any, layout: LayoutLike = "flat",
                           method: str = "auto", skip_residual: bool = False, *,
                           dtype: DTypeLike = None, timeout: Optional[float] = None,
-                          request_id: Optional[str] = None) -> Result:
+                          request_id: Optional[str] = None,
+                          out: Optional[np.ndarray] = None) -> Result:
         """Solves ``a[k] x[k-1] + b[k] x[k] + c[k] x[k+1] = d[k]`` for each system of a batch.
 
         Args:
@@ -323,6 +703,9 @@ class Client:
                 else float64 (a float32/float64 mix is never narrowed to float32).
             timeout: this call's deadline in seconds (default: the client's).
             request_id: sent as ``x-request-id``; the server's log lines carry it.
+            out: an array for x (``d``'s shape, the job's dtype, writable): in registered shared
+                memory the server writes x straight into it; elsewhere the client copies x
+                into it. The Result's ``x`` is then ``out``.
 
         Returns:
             a :class:`Result` (``x`` in ``d``'s shape and layout).
@@ -334,12 +717,12 @@ class Client:
         dt, arrays = _arrays.prepare({"d": d, "a": a, "b": b, "c": c}, dtype)
         req = pb.TridiagonalRequest(dtype=proto_dtype(dt), layout=int(_arrays.parse_layout(layout)),
                                     method=method, skip_residual=skip_residual)
-        return self._solve(_TRIDIAGONAL, req, arrays, dt, timeout, request_id)
+        return self._solve(_TRIDIAGONAL, req, arrays, dt, timeout, request_id, out)
 
     def solve_tree(self, parent: Any, lower: Any, upper: Any, diag: Any, rhs: Any,
                    layout: LayoutLike = "flat", method: str = "auto", skip_residual: bool = False,
                    *, dtype: DTypeLike = None, timeout: Optional[float] = None,
-                   request_id: Optional[str] = None) -> Result:
+                   request_id: Optional[str] = None, out: Optional[np.ndarray] = None) -> Result:
         """Solves Hines (tree) systems: ``A[i][i] = diag[i]``, ``A[i][parent[i]] = lower[i]``,
         ``A[parent[i]][i] = upper[i]``.
 
@@ -349,7 +732,8 @@ class Client:
                 ``parent[i] < i``); int64 is accepted when every value fits int32.
             lower, upper, diag, rhs: ``batch x n`` (flat) or ``n x batch`` (interleaved), or 1-D.
                 Converted to C order as in :meth:`solve_tridiagonal`.
-            layout, skip_residual, dtype, timeout, request_id: as in :meth:`solve_tridiagonal`.
+            layout, skip_residual, dtype, timeout, request_id, out: as in
+                :meth:`solve_tridiagonal`.
             method: ``"auto"``, ``"hines"``, ``"cables"``, ``"contraction"``.
         """
         dt, arrays = _arrays.prepare({"rhs": rhs, "lower": lower, "upper": upper, "diag": diag},
@@ -357,14 +741,15 @@ class Client:
         arrays["parent"] = _arrays.parent_array(parent)
         req = pb.TreeRequest(dtype=proto_dtype(dt), layout=int(_arrays.parse_layout(layout)),
                              method=method, skip_residual=skip_residual)
-        return self._solve(_TREE, req, arrays, dt, timeout, request_id)
+        return self._solve(_TREE, req, arrays, dt, timeout, request_id, out)
 
     def solve_block_tridiagonal(self, aC: Any, cC: Any, bC: Any, cA: Any, cB: Any, f: Any,
                                 y0: Any = None, method: str = "auto",
                                 max_iterations: Optional[int] = None,
                                 tol: Optional[float] = None, scale_rows: bool = False, *,
                                 dtype: DTypeLike = None, timeout: Optional[float] = None,
-                                request_id: Optional[str] = None) -> Result:
+                                request_id: Optional[str] = None,
+                                out: Optional[np.ndarray] = None) -> Result:
         """Solves the block-tridiagonal (hemodynamics) system iteratively.
 
         N block rows of order M, every array ``N x M``: block row i is
@@ -380,7 +765,8 @@ class Client:
             tol: stop at ``||f - A y||_2 / ||f||_2 <= tol``; 0 runs exactly ``max_iterations``
                 (server default 1e-10 in float64, 1e-5 in float32).
             scale_rows: the thesis' Jacobi row scaling before iterating.
-            dtype, timeout, request_id: as in :meth:`solve_tridiagonal`.
+            dtype, timeout, request_id, out: as in :meth:`solve_tridiagonal` (``out``: ``f``'s
+                shape).
 
         Returns:
             a :class:`Result`; ``summary.iterations`` and ``summary.residual`` say how far it
@@ -397,11 +783,11 @@ class Client:
             req.max_iterations = int(max_iterations)
         if tol is not None:
             req.tol = float(tol)
-        return self._solve(_BLOCK, req, arrays, dt, timeout, request_id)
+        return self._solve(_BLOCK, req, arrays, dt, timeout, request_id, out)
 
     def solve_dense(self, A: Any, b: Any, method: str = "auto", skip_residual: bool = False, *,
                     dtype: DTypeLike = None, timeout: Optional[float] = None,
-                    request_id: Optional[str] = None) -> Result:
+                    request_id: Optional[str] = None, out: Optional[np.ndarray] = None) -> Result:
         """Solves dense systems ``A x = b``.
 
         Args:
@@ -410,29 +796,43 @@ class Client:
                 its meaning.
             b: ``batch x n`` or ``n``.
             method: ``"auto"``, ``"gauss-jordan"``, ``"lu"``, ``"householder-pcr"`` (symmetric A).
-            skip_residual, dtype, timeout, request_id: as in :meth:`solve_tridiagonal`.
+            skip_residual, dtype, timeout, request_id, out: as in :meth:`solve_tridiagonal`
+                (``out``: ``b``'s shape).
         """
         dt, named = _arrays.prepare({"b": b, "A": A}, dtype)
         arrays = {"b": named["b"], "a": named["A"]}
         req = pb.DenseRequest(dtype=proto_dtype(dt), method=method, skip_residual=skip_residual)
-        return self._solve(_DENSE, req, arrays, dt, timeout, request_id)
+        return self._solve(_DENSE, req, arrays, dt, timeout, request_id, out)
 
     def _solve(self, fam: _Family, req: Any, arrays: Dict[str, np.ndarray], dt: np.dtype,
-               timeout: Optional[float], request_id: Optional[str]) -> Result:
+               timeout: Optional[float], request_id: Optional[str],
+               out: Optional[np.ndarray] = None) -> Result:
         t0 = time.perf_counter()
         # Arrays in the family's order (the right-hand side first), as the C++ client sends them.
         order = [field for _, field in fam.fields if field in arrays]
+        x_shape = tuple(arrays[fam.fields[0][1]].shape)
+        if out is not None:
+            check_out(out, x_shape, dt)
         for field in order:
             getattr(req, field).shape.extend(arrays[field].shape)
-        total = sum(arrays[f].nbytes for f in order)
-        if total <= self.stream_threshold_bytes:
-            for field in order:
-                getattr(req, field).data = arrays[field].tobytes()
-            resp = self._unary(fam.rpc, req, timeout, request_id)
-            result = _result(resp)
-        else:
-            result = self._solve_stream(fam, req, [(f, arrays[f]) for f in order], timeout,
-                                        request_id)
+        pl = self._place({f: arrays[f] for f in order}, out, x_shape, dt)
+        try:
+            if pl.inline_bytes <= self.stream_threshold_bytes:
+                for field in order:
+                    if pl.refs[field] is not None:
+                        getattr(req, field).region.CopyFrom(pl.refs[field])
+                    else:
+                        getattr(req, field).data = arrays[field].tobytes()
+                if pl.x_ref is not None:
+                    req.x_region.CopyFrom(pl.x_ref)
+                result = self._deliver(pl, self._unary(fam.rpc, req, timeout, request_id), out)
+            else:  # every array in chunks (references are for unary requests), x back in chunks
+                pl.x_ref = None
+                result = self._solve_stream(fam, req, [(f, arrays[f]) for f in order], timeout,
+                                            request_id)
+                result = self._deliver(pl, None, out, result=result)
+        finally:
+            self._release(pl)
         result.summary.timings.client_total_us = (time.perf_counter() - t0) * 1e6
         return result
 
@@ -516,11 +916,21 @@ class Client:
         """
         from .systems import System, build_create_request
 
-        req, dt = build_create_request(self, family, arrays, layout=layout, method=method,
-                                       dtype=dtype, ttl_s=ttl_s, label=label,
-                                       max_iterations=max_iterations, tol=tol,
-                                       scale_rows=scale_rows)
-        info = SystemInfo.from_proto(self._unary("CreateSystem", req, timeout))
+        req, dt, by_field = build_create_request(self, family, arrays, layout=layout,
+                                                 method=method, dtype=dtype, ttl_s=ttl_s,
+                                                 label=label, max_iterations=max_iterations,
+                                                 tol=tol, scale_rows=scale_rows)
+        inner = getattr(req, req.WhichOneof("system"))
+        pl = self._place(by_field, None, None, dt)
+        try:
+            for field, arr in by_field.items():
+                if pl.refs[field] is not None:
+                    getattr(inner, field).region.CopyFrom(pl.refs[field])
+                else:
+                    getattr(inner, field).data = arr.tobytes()
+            info = SystemInfo.from_proto(self._unary("CreateSystem", req, timeout))
+        finally:
+            self._release(pl)
         return System(self, info, dt)
 
     def list_systems(self, timeout: Optional[float] = None) -> List[SystemInfo]:
@@ -554,9 +964,3 @@ class Client:
                 return System(self, info, info.dtype or np.dtype(np.float64))
         raise NotFound(grpc.StatusCode.NOT_FOUND, f"system {handle} not found")
 
-
-def _result(resp: "pb.SolveResponse", streamed: bool = False) -> Result:
-    dt = numpy_dtype(resp.dtype)
-    x = _arrays.decode(resp.x.data, tuple(resp.x.shape), dt)
-    return Result(x=x, status=np.asarray(resp.status, dtype=np.int8),
-                  summary=Summary.from_proto(resp.summary, streamed))

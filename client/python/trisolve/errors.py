@@ -21,7 +21,7 @@ import grpc
 __all__ = [
     "TrisolveError", "InvalidArgument", "NotFound", "ResourceExhausted", "Unavailable",
     "DeadlineExceeded", "Unauthenticated", "PermissionDenied", "Unimplemented", "Cancelled",
-    "FailedPrecondition", "Internal", "DataLoss", "from_rpc_error",
+    "FailedPrecondition", "AlreadyExists", "Internal", "DataLoss", "from_rpc_error",
 ]
 
 
@@ -44,7 +44,8 @@ class InvalidArgument(TrisolveError):
 
 
 class NotFound(TrisolveError):
-    """NOT_FOUND: a system handle that is unknown, released, expired or another identity's."""
+    """NOT_FOUND: a system handle or shared-memory region that is unknown, released, expired or
+    another identity's."""
 
 
 class ResourceExhausted(TrisolveError):
@@ -76,7 +77,12 @@ class Cancelled(TrisolveError):
 
 
 class FailedPrecondition(TrisolveError):
-    """FAILED_PRECONDITION."""
+    """FAILED_PRECONDITION: shared memory the server cannot map (another host or IPC namespace,
+    another user, a server started with ``--no-shared-memory``), or a region that shrank."""
+
+
+class AlreadyExists(TrisolveError):
+    """ALREADY_EXISTS: a shared-memory region of that name is registered already (this token)."""
 
 
 class Internal(TrisolveError):
@@ -98,6 +104,7 @@ _BY_CODE: Dict[grpc.StatusCode, Type[TrisolveError]] = {
     grpc.StatusCode.UNIMPLEMENTED: Unimplemented,
     grpc.StatusCode.CANCELLED: Cancelled,
     grpc.StatusCode.FAILED_PRECONDITION: FailedPrecondition,
+    grpc.StatusCode.ALREADY_EXISTS: AlreadyExists,
     grpc.StatusCode.INTERNAL: Internal,
     grpc.StatusCode.DATA_LOSS: DataLoss,
 }

@@ -9,7 +9,7 @@ import numpy as np
 
 from ._proto import pb
 
-__all__ = ["Layout", "SystemStatus", "Timings", "Summary", "Result", "SystemInfo"]
+__all__ = ["Layout", "SystemStatus", "Timings", "Summary", "Result", "SystemInfo", "MemoryRegion"]
 
 
 class Layout(enum.IntEnum):
@@ -69,9 +69,13 @@ class Summary:
     right_hand_sides: int = 0
     handle: str = ""
     streamed: bool = False  # the job went through SolveStream in chunks
+    # How the arrays travelled: "grpc" (bytes in one message), "grpc-stream" (SolveStream's
+    # chunks) or "shared-memory" (some array or x by reference to a registered region).
+    transport: str = "grpc"
 
     @classmethod
-    def from_proto(cls, s: "pb.SolveSummary", streamed: bool = False) -> "Summary":
+    def from_proto(cls, s: "pb.SolveSummary", streamed: bool = False,
+                   transport: str = "grpc") -> "Summary":
         t = s.timings
         return cls(
             method=s.method, backend=s.backend, systems=s.systems, ok=s.ok, singular=s.singular,
@@ -81,7 +85,8 @@ class Summary:
                             compute_us=t.compute_us, d2h_us=t.d2h_us, residual_us=t.residual_us,
                             total_us=t.total_us),
             request_id=s.request_id, batched_with=s.batched_with,
-            right_hand_sides=s.right_hand_sides, handle=s.handle, streamed=streamed)
+            right_hand_sides=s.right_hand_sides, handle=s.handle, streamed=streamed,
+            transport="grpc-stream" if streamed else transport)
 
 
 @dataclass
@@ -90,7 +95,9 @@ class Result:
 
     Attributes:
         x: the solution, a new writable NumPy array with the right-hand side's shape and layout,
-            in the dtype the request travelled in (see the dtype rule in :mod:`trisolve`).
+            in the dtype the request travelled in (see the dtype rule in :mod:`trisolve`); with
+            ``out=``, that array itself (the server wrote into it when it lies in registered
+            shared memory, the client copied into it otherwise).
         status: one :class:`SystemStatus` value a system, as an ``int8`` array (compare with
             ``SystemStatus.OK``).
         summary: the server's :class:`Summary`.
@@ -145,3 +152,22 @@ class SystemInfo:
                    dtype=_DTYPES.get(s.dtype), layout=Layout(s.layout), method=s.method,
                    prepared=s.prepared, rhs_shape=tuple(s.rhs_shape), bytes=s.bytes,
                    ttl_s=s.ttl_s, idle_s=s.idle_s, solves=s.solves, updates=s.updates)
+
+
+@dataclass
+class MemoryRegion:
+    """A registered shared-memory region as the server describes it (the proto's
+    ``MemoryRegion``)."""
+
+    name: str
+    key: str
+    bytes: int
+    pinned: bool   # page-locked for the device's copies
+    ttl_s: float
+    idle_s: float
+    uses: int      # requests that read or wrote it
+
+    @classmethod
+    def from_proto(cls, r: "pb.MemoryRegion") -> "MemoryRegion":
+        return cls(name=r.name, key=r.key, bytes=r.bytes, pinned=r.pinned, ttl_s=r.ttl_s,
+                   idle_s=r.idle_s, uses=r.uses)

@@ -7,9 +7,10 @@ one call (:meth:`System.stream`), the next step travelling while the current one
 """
 from __future__ import annotations
 
+import collections
 import queue
 import time
-from typing import TYPE_CHECKING, Any, Iterator, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Deque, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import grpc
 import numpy as np
@@ -34,8 +35,10 @@ def _coefficient_names(fam: Any) -> Tuple[str, List[str]]:
 def build_create_request(client: "Client", family_name: str, arrays: Mapping[str, Any], *,
                          layout: LayoutLike, method: str, dtype: DTypeLike, ttl_s: float,
                          label: str, max_iterations: Optional[int], tol: Optional[float],
-                         scale_rows: bool) -> Tuple["pb.CreateSystemRequest", np.dtype]:
-    """The CreateSystemRequest for :meth:`Client.create_system`, and the system's dtype."""
+                         scale_rows: bool
+                         ) -> Tuple["pb.CreateSystemRequest", np.dtype, Dict[str, np.ndarray]]:
+    """The CreateSystemRequest for :meth:`Client.create_system` (shapes set, no data yet), the
+    system's dtype, and its arrays by proto field, ready for the wire."""
     from .client import family
 
     fam = family(family_name)
@@ -65,13 +68,12 @@ def build_create_request(client: "Client", family_name: str, arrays: Mapping[str
         if tol is not None:
             inner.tol = float(tol)
     field_of = dict(fam.fields)
-    for user, arr in named.items():
-        target = getattr(inner, field_of[user])
-        target.shape.extend(arr.shape)
-        target.data = arr.tobytes()
+    by_field = {field_of[user]: arr for user, arr in named.items()}
+    for field, arr in by_field.items():
+        getattr(inner, field).shape.extend(arr.shape)
     req = pb.CreateSystemRequest(ttl_s=float(ttl_s), label=label)
     getattr(req, fam.oneof).CopyFrom(inner)
-    return req, dt
+    return req, dt, by_field
 
 
 def _same_or_wider(name: str, arr: np.ndarray, dt: np.dtype) -> np.ndarray:
@@ -122,29 +124,56 @@ class System:
                 raise  # otherwise keep the exception that is already on its way
 
     # ---- requests ------------------------------------------------------------------------
-    def _rhs(self, rhs: Any) -> "pb.Array":
-        arr = _same_or_wider("rhs", _arrays.float_array("rhs", rhs), self.dtype)
+    def _message(self, arr: np.ndarray, ref: Any = None) -> "pb.Array":
+        """An array by reference when it lies in registered shared memory, as bytes otherwise."""
+        if ref is None:
+            ref = self.client._ref_of(arr)
+        if ref is not None:
+            return pb.Array(shape=arr.shape, region=ref)
         return pb.Array(shape=arr.shape, data=arr.tobytes())
 
-    def _updates(self, update: Optional[Mapping[str, Any]]) -> List["pb.NamedArray"]:
+    def _rhs_array(self, rhs: Any) -> np.ndarray:
+        return _same_or_wider("rhs", _arrays.float_array("rhs", rhs), self.dtype)
+
+    def _update_arrays(self, update: Optional[Mapping[str, Any]]) -> List[Tuple[str, np.ndarray]]:
         out = []
         for name, value in (update or {}).items():
             if name == "parent":
                 arr = _arrays.parent_array(value)
             else:
                 arr = _same_or_wider(name, _arrays.float_array(name, value), self.dtype)
-            out.append(pb.NamedArray(name=name, array=pb.Array(shape=arr.shape, data=arr.tobytes())))
+            out.append((name, arr))
         return out
 
+    def _updates(self, update: Optional[Mapping[str, Any]]) -> List["pb.NamedArray"]:
+        return [pb.NamedArray(name=name, array=self._message(arr))
+                for name, arr in self._update_arrays(update)]
+
     def request(self, rhs: Any, update: Optional[Mapping[str, Any]] = None,
-                skip_residual: bool = False) -> "pb.SolveSystemRequest":
-        """The ``SolveSystemRequest`` for one solve (what :meth:`solve` and the stream send)."""
-        return pb.SolveSystemRequest(handle=self.handle, rhs=self._rhs(rhs),
-                                     update=self._updates(update), skip_residual=skip_residual)
+                skip_residual: bool = False,
+                out: Optional[np.ndarray] = None) -> "pb.SolveSystemRequest":
+        """The ``SolveSystemRequest`` for one solve (what the stream sends): arrays in registered
+        shared memory by reference, and ``x_region`` when ``out`` lies in it."""
+        from .client import check_out, overlaps
+
+        arr = self._rhs_array(rhs)
+        updates = self._update_arrays(update)
+        req = pb.SolveSystemRequest(
+            handle=self.handle, rhs=self._message(arr),
+            update=[pb.NamedArray(name=k, array=self._message(v)) for k, v in updates],
+            skip_residual=skip_residual)
+        if out is not None:
+            check_out(out, arr.shape, self.dtype)
+            if not overlaps(out, [arr] + [v for _, v in updates]):
+                ref = self.client._ref_of(out)
+                if ref is not None:
+                    req.x_region.CopyFrom(ref)
+        return req
 
     # ---- calls ---------------------------------------------------------------------------
     def solve(self, rhs: Any, update: Optional[Mapping[str, Any]] = None,
-              skip_residual: bool = False, timeout: Optional[float] = None) -> Result:
+              skip_residual: bool = False, timeout: Optional[float] = None,
+              out: Optional[np.ndarray] = None) -> Result:
         """Solves the kept system for ``rhs``.
 
         Args:
@@ -153,13 +182,35 @@ class System:
                 ``np.ascontiguousarray``.
             update: coefficient arrays (by name: ``"b"``, ``"diag"``, ``"cC"``, ``"A"``, ...) to
                 replace before this solve, as :meth:`update` would.
-        """
-        t0 = time.perf_counter()
-        from .client import _result
+            out: an array for x (``rhs``'s shape, the system's dtype): in registered shared
+                memory the server writes x into it, elsewhere the client copies x there; the
+                Result's ``x`` is then ``out``.
 
-        resp = self.client._handle_unary("SolveSystem", self.handle,
-                                         self.request(rhs, update, skip_residual), timeout)
-        result = _result(resp)
+        With the client's transport ``"auto"`` (large right-hand sides) or ``"shm"``, ``rhs``
+        and x go through a staging region when they do not lie in registered memory already;
+        arrays in ``update`` go by reference when they lie in registered memory.
+        """
+        from .client import check_out
+
+        t0 = time.perf_counter()
+        client = self.client
+        arr = self._rhs_array(rhs)
+        updates = self._update_arrays(update)
+        if out is not None:
+            check_out(out, arr.shape, self.dtype)
+        pl = client._place({"rhs": arr}, out, tuple(arr.shape), self.dtype,
+                           also_read=[v for _, v in updates])
+        try:
+            req = pb.SolveSystemRequest(
+                handle=self.handle, rhs=self._message(arr, pl.refs["rhs"]),
+                update=[pb.NamedArray(name=k, array=self._message(v)) for k, v in updates],
+                skip_residual=skip_residual)
+            if pl.x_ref is not None:
+                req.x_region.CopyFrom(pl.x_ref)
+            result = client._deliver(pl, client._handle_unary("SolveSystem", self.handle, req, timeout),
+                                         out)
+        finally:
+            client._release(pl)
         result.summary.timings.client_total_us = (time.perf_counter() - t0) * 1e6
         return result
 
@@ -230,6 +281,9 @@ class SystemStream:
         self._call = stub.SolveSystemStream(
             self._requests(), timeout=timeout, metadata=client._metadata())
         self._sent_at: "queue.Queue[float]" = queue.Queue()
+        # Each unanswered step's out, whether x goes into it in shared memory, whether any of
+        # its arrays went by reference.
+        self._outs: Deque[Tuple[Optional[np.ndarray], bool, bool]] = collections.deque()
 
     def _requests(self) -> Iterator["pb.SolveSystemRequest"]:
         while True:
@@ -243,21 +297,27 @@ class SystemStream:
         """Steps sent whose answers have not been received."""
         return self._pending
 
-    def send(self, rhs: Any, update: Optional[Mapping[str, Any]] = None) -> None:
-        """Queues one step; never blocks (keep at most a few steps ahead of :meth:`recv`)."""
+    def send(self, rhs: Any, update: Optional[Mapping[str, Any]] = None,
+             out: Optional[np.ndarray] = None) -> None:
+        """Queues one step; never blocks (keep at most a few steps ahead of :meth:`recv`).
+
+        Arrays that lie in registered shared memory go by reference (they must not change until
+        the step is answered); ``out``: where this step's x goes, as in :meth:`System.solve`
+        (written by the server when it lies in registered memory)."""
         if self._closed:
             raise ValueError("send on a closed stream")
         if self._error is not None:
             raise self._error
-        req = self.system.request(rhs, update, self.skip_residual)
+        req = self.system.request(rhs, update, self.skip_residual, out)
+        by_ref = (req.HasField("x_region") or req.rhs.HasField("region")
+                  or any(u.array.HasField("region") for u in req.update))
+        self._outs.append((out, req.HasField("x_region"), by_ref))
         self._sent_at.put(time.perf_counter())
         self._queue.put(req)
         self._pending += 1
 
     def recv(self) -> Result:
         """The answer to the oldest step not yet received."""
-        from .client import _result
-
         if self._error is not None:
             raise self._error
         if self._pending == 0:
@@ -272,15 +332,17 @@ class SystemStream:
                                         "the stream ended before every step was answered")
             raise self._error from None
         self._pending -= 1
-        result = _result(resp)
+        out, in_region, by_ref = self._outs.popleft()
+        result = _step_result(resp, out, in_region, by_ref)
         result.summary.timings.client_total_us = (time.perf_counter() - self._sent_at.get()) * 1e6
         return result
 
-    def solve(self, rhs: Any, update: Optional[Mapping[str, Any]] = None) -> Result:
+    def solve(self, rhs: Any, update: Optional[Mapping[str, Any]] = None,
+              out: Optional[np.ndarray] = None) -> Result:
         """One step, waited for: :meth:`send` then :meth:`recv` (needs no step in flight)."""
         if self._pending:
             raise ValueError(f"solve with {self._pending} step(s) in flight: recv them first")
-        self.send(rhs, update)
+        self.send(rhs, update, out)
         return self.recv()
 
     def close(self) -> None:
@@ -313,3 +375,12 @@ class SystemStream:
             self.cancel()
         else:
             self.close()
+
+
+def _step_result(resp: "pb.SolveResponse", out: Optional[np.ndarray], in_region: bool,
+                 by_ref: bool) -> Result:
+    from .client import Client, _Placement
+
+    pl = _Placement(refs={"rhs": pb.RegionRef() if by_ref else None},
+                    x_ref=pb.RegionRef() if in_region else None)
+    return Client._deliver(pl, resp, out)
