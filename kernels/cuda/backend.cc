@@ -93,6 +93,7 @@ class CudaBackend final : public Backend {
     d.compute_capability_major = prop_.major;
     d.compute_capability_minor = prop_.minor;
     d.multiprocessors = prop_.multiProcessorCount;
+    d.ordinal = options_.device;
     info.devices.push_back(d);
     for (auto [name, pool] : {std::pair{"device", &device_pool_}, {"pinned-host", &pinned_pool_}}) {
       const cuda::PoolStats s = pool->Stats();
@@ -105,44 +106,53 @@ class CudaBackend final : public Backend {
   absl::StatusOr<SolveInfo> Solve(const TridiagonalProblem<double>& p, TridiagonalMethod m,
                                   TridiagonalOutput<double> out, const SolveControl& c) override {
     if (OnHost(m == TridiagonalMethod::kAuto, p.batch * p.n)) return Host(cpu_->Solve(p, m, out, c));
+    UseDevice();
     return SolveTri(p, m, out, c);
   }
   absl::StatusOr<SolveInfo> Solve(const TridiagonalProblem<float>& p, TridiagonalMethod m,
                                   TridiagonalOutput<float> out, const SolveControl& c) override {
     if (OnHost(m == TridiagonalMethod::kAuto, p.batch * p.n)) return Host(cpu_->Solve(p, m, out, c));
+    UseDevice();
     return SolveTri(p, m, out, c);
   }
 
   absl::StatusOr<SolveInfo> Solve(const DenseProblem<double>& p, DenseMethod m,
                                   DenseOutput<double> out, const SolveControl& c) override {
+    UseDevice();
     return SolveDenseOnDevice(p, m, out, c);
   }
   absl::StatusOr<SolveInfo> Solve(const DenseProblem<float>& p, DenseMethod m,
                                   DenseOutput<float> out, const SolveControl& c) override {
+    UseDevice();
     return SolveDenseOnDevice(p, m, out, c);
   }
   absl::StatusOr<SolveInfo> Solve(const TreeProblem<double>& p, TreeMethod m,
                                   TreeOutput<double> out, const SolveControl& c) override {
     if (OnHost(m == TreeMethod::kAuto, p.batch * p.n)) return Host(cpu_->Solve(p, m, out, c));
+    UseDevice();
     return SolveTreeOnDevice(p, m, out, c);
   }
   absl::StatusOr<SolveInfo> Solve(const TreeProblem<float>& p, TreeMethod m,
                                   TreeOutput<float> out, const SolveControl& c) override {
     if (OnHost(m == TreeMethod::kAuto, p.batch * p.n)) return Host(cpu_->Solve(p, m, out, c));
+    UseDevice();
     return SolveTreeOnDevice(p, m, out, c);
   }
   absl::StatusOr<SolveInfo> Solve(const BlockTridiagonalProblem<double>& p, BlockMethod m,
                                   const BlockOptions& o, BlockOutput<double> out,
                                   const SolveControl& c) override {
+    UseDevice();
     return SolveBlockOnDevice(p, m, o, out, c);
   }
   absl::StatusOr<SolveInfo> Solve(const BlockTridiagonalProblem<float>& p, BlockMethod m,
                                   const BlockOptions& o, BlockOutput<float> out,
                                   const SolveControl& c) override {
+    UseDevice();
     return SolveBlockOnDevice(p, m, o, out, c);
   }
 
   absl::StatusOr<std::unique_ptr<PreparedSystem>> Prepare(const SystemSpec& spec) override {
+    UseDevice();
     auto system = std::make_unique<DevicePrepared>(spec, this);
     const SystemSpec& s = system->spec();
     int64_t total = 0;
@@ -159,14 +169,19 @@ class CudaBackend final : public Backend {
   }
   absl::StatusOr<SolveInfo> SolvePrepared(PreparedSystem& system, RhsBlock<double> rhs, double* x,
                                           SystemStatus* status, const SolveControl& c) override {
+    UseDevice();
     return SolvePreparedOnDevice(system, rhs, x, status, c);
   }
   absl::StatusOr<SolveInfo> SolvePrepared(PreparedSystem& system, RhsBlock<float> rhs, float* x,
                                           SystemStatus* status, const SolveControl& c) override {
+    UseDevice();
     return SolvePreparedOnDevice(system, rhs, x, status, c);
   }
 
  private:
+  // Every call starts on this backend's device, whichever device the calling thread used last:
+  // the kernels, the cable plans and the cuBLAS handles use the current device.
+  void UseDevice() const { cudaSetDevice(options_.device); }
   static bool IsTreeParent(const SystemSpec& s, int i) { return s.family == Family::kTree && i == 3; }
   static int64_t RoundUp(int64_t bytes) { return (bytes + 255) / 256 * 256; }
 
@@ -181,7 +196,10 @@ class CudaBackend final : public Backend {
     int64_t bytes() const override {
       return PreparedSystem::bytes() + device.size() + replicated.size();
     }
-    std::string prepared() const override { return "coefficients on the device"; }
+    std::string prepared() const override {
+      return absl::StrCat("coefficients on CUDA device ", backend_->options_.device);
+    }
+    const Backend* holder() const override { return backend_; }
     absl::Status Update(int i, const void* values) override {
       if (auto st = PreparedSystem::Update(i, values); !st.ok()) return st;
       replicated.Release();
@@ -303,6 +321,9 @@ class CudaBackend final : public Backend {
   absl::StatusOr<SolveInfo> SolvePreparedOnDevice(PreparedSystem& system, RhsBlock<T> rhs, T* x,
                                                   SystemStatus* status, const SolveControl& c) {
     auto* dp = dynamic_cast<DevicePrepared*>(&system);
+    if (system.holder() != nullptr && system.holder() != this)
+      return absl::FailedPreconditionError(
+          "the system was prepared by another backend: its coefficients are on another device");
     const SystemSpec& s = system.spec();
     // The smallest by handle go where the one-shot calls send them (Solve: the host for auto).
     const bool small = s.method == 0 && rhs.k * s.rhs_values() < options_.host_below_unknowns &&
@@ -812,6 +833,15 @@ class CudaBackend final : public Backend {
 }  // namespace
 
 bool CudaBackendCompiledIn() { return true; }
+
+int CudaDeviceCount() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
 
 absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const CudaOptions& o) {
   // Read when CUDA initializes, which the calls below do if nothing in the process has yet.

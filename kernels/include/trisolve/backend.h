@@ -25,10 +25,15 @@ struct DeviceInfo {
   int compute_capability_major = 0;
   int compute_capability_minor = 0;
   int multiprocessors = 0;
+  int ordinal = -1;  // the CUDA device number
+  // Calls placed on it (solves, prepared solves): counted by the multi-device backend, -1 where
+  // the backend does not count them.
+  int64_t jobs = -1;
+  int64_t jobs_in_flight = -1;
 };
 
 struct MemoryPoolInfo {
-  std::string name;  // "device", "pinned-host"
+  std::string name;  // "device", "pinned-host"; several devices: "device:1", "pinned-host:1"
   int64_t cap_bytes = 0, cached_bytes = 0, in_use_bytes = 0, peak_bytes = 0;
   int64_t hits = 0, misses = 0, evictions = 0;
 };
@@ -109,5 +114,18 @@ struct CudaOptions {
 // message says which).
 absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const CudaOptions& options = {});
 bool CudaBackendCompiledIn();
+// The CUDA devices present (0 without CUDA, a driver or a device).
+int CudaDeviceCount();
+
+// Every listed device behind one Backend: a CUDA backend a device (its own pools, streams and
+// host threads, options as given but for the device). A call goes to the device with the fewest
+// calls in flight, among those with the memory for it, the one with more free memory at equal
+// queues; a prepared system stays on the device that prepared it (the one with the most memory
+// to spare then) and its solves go there. A device listed twice is two workers sharing it (the
+// device pool's cap split between them): a testing aid, to exercise the placement on one GPU.
+// INVALID_ARGUMENT for an empty list or a device that does not exist; UNAVAILABLE as
+// MakeCudaBackend.
+absl::StatusOr<std::unique_ptr<Backend>> MakeMultiDeviceCudaBackend(std::vector<int> devices,
+                                                                    const CudaOptions& options = {});
 
 }  // namespace trisolve

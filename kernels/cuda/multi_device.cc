@@ -1,0 +1,283 @@
+// Every GPU of a node behind one Backend: a CUDA backend a listed device, each with its own
+// pools, streams and host threads, and a placement in front of them. A call goes to the worker
+// with the fewest calls in flight among those with room for it (free memory, refreshed every few
+// milliseconds), the one with a GiB more to spare at equal queues, else the next in turn; a
+// prepared system stays where it was prepared, and its solves and updates go there.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "check.h"
+#include "trisolve/backend.h"
+
+namespace trisolve {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Free memory is read again at most this often for the unary calls' placement (cudaMemGetInfo
+// takes the driver's lock): the queue lengths, exact at every call, decide between devices with
+// room; memory only decides whether a job fits and breaks ties.
+constexpr auto kMemoryRefresh = std::chrono::milliseconds(10);
+// Devices whose memory to spare differs by less than this count as equal for the unary calls
+// (the next in turn takes the job): a few pooled buffers must not send every job to one device.
+constexpr int64_t kMemoryGrain = int64_t{1} << 30;
+
+class MultiDeviceBackend final : public Backend {
+ public:
+  struct Worker {
+    std::string tag;  // "0", or "0/2" for the second worker of a device listed twice
+    std::unique_ptr<Backend> backend;
+    std::atomic<int64_t> in_flight{0};
+    std::atomic<int64_t> jobs{0};
+    // Bytes it can still take: min(pool cap - pool in use, device free + pool idle).
+    std::atomic<int64_t> room{0};
+  };
+
+  explicit MultiDeviceBackend(std::vector<std::unique_ptr<Worker>> workers)
+      : workers_(std::move(workers)) {
+    Refresh();
+  }
+
+  BackendInfo Info() const override {
+    BackendInfo info;
+    info.name = "cuda";
+    for (const auto& w : workers_) {
+      BackendInfo one = w->backend->Info();
+      info.threads = std::max(info.threads, one.threads);
+      for (DeviceInfo d : one.devices) {
+        d.jobs = w->jobs.load();
+        d.jobs_in_flight = w->in_flight.load();
+        info.devices.push_back(std::move(d));
+      }
+      for (MemoryPoolInfo p : one.pools) {
+        p.name = absl::StrCat(p.name, ":", w->tag);
+        info.pools.push_back(std::move(p));
+      }
+    }
+    return info;
+  }
+
+  absl::StatusOr<SolveInfo> Solve(const TridiagonalProblem<double>& p, TridiagonalMethod m,
+                                  TridiagonalOutput<double> out, const SolveControl& c) override {
+    return OnPlaced(TridiagonalBytes(p), [&](Backend& b) { return b.Solve(p, m, out, c); });
+  }
+  absl::StatusOr<SolveInfo> Solve(const TridiagonalProblem<float>& p, TridiagonalMethod m,
+                                  TridiagonalOutput<float> out, const SolveControl& c) override {
+    return OnPlaced(TridiagonalBytes(p), [&](Backend& b) { return b.Solve(p, m, out, c); });
+  }
+  absl::StatusOr<SolveInfo> Solve(const TreeProblem<double>& p, TreeMethod m,
+                                  TreeOutput<double> out, const SolveControl& c) override {
+    return OnPlaced(TreeBytes(p), [&](Backend& b) { return b.Solve(p, m, out, c); });
+  }
+  absl::StatusOr<SolveInfo> Solve(const TreeProblem<float>& p, TreeMethod m, TreeOutput<float> out,
+                                  const SolveControl& c) override {
+    return OnPlaced(TreeBytes(p), [&](Backend& b) { return b.Solve(p, m, out, c); });
+  }
+  absl::StatusOr<SolveInfo> Solve(const BlockTridiagonalProblem<double>& p, BlockMethod m,
+                                  const BlockOptions& o, BlockOutput<double> out,
+                                  const SolveControl& c) override {
+    return OnPlaced(BlockBytes(p), [&](Backend& b) { return b.Solve(p, m, o, out, c); });
+  }
+  absl::StatusOr<SolveInfo> Solve(const BlockTridiagonalProblem<float>& p, BlockMethod m,
+                                  const BlockOptions& o, BlockOutput<float> out,
+                                  const SolveControl& c) override {
+    return OnPlaced(BlockBytes(p), [&](Backend& b) { return b.Solve(p, m, o, out, c); });
+  }
+  absl::StatusOr<SolveInfo> Solve(const DenseProblem<double>& p, DenseMethod m,
+                                  DenseOutput<double> out, const SolveControl& c) override {
+    return OnPlaced(DenseBytes(p), [&](Backend& b) { return b.Solve(p, m, out, c); });
+  }
+  absl::StatusOr<SolveInfo> Solve(const DenseProblem<float>& p, DenseMethod m,
+                                  DenseOutput<float> out, const SolveControl& c) override {
+    return OnPlaced(DenseBytes(p), [&](Backend& b) { return b.Solve(p, m, out, c); });
+  }
+
+  // The device with the most memory to spare keeps the system (a system lives as long as its
+  // client wants: memory, not the queue of the moment, is what it takes from a device); the
+  // figures are read now, so that systems made one after another spread.
+  absl::StatusOr<std::unique_ptr<PreparedSystem>> Prepare(const SystemSpec& spec) override {
+    Refresh();
+    const size_t n = workers_.size(), start = next_.fetch_add(1) % n;
+    Worker* best = workers_[start].get();
+    for (size_t k = 1; k < n; ++k) {
+      Worker* w = workers_[(start + k) % n].get();
+      if (w->room.load() > best->room.load() ||
+          (w->room.load() == best->room.load() && w->in_flight.load() < best->in_flight.load()))
+        best = w;
+    }
+    const InFlight busy(*best, /*count_job=*/false);
+    auto system = best->backend->Prepare(spec);
+    last_refresh_.store(0);  // its memory is taken: read again before the next placement
+    return system;
+  }
+  absl::StatusOr<SolveInfo> SolvePrepared(PreparedSystem& system, RhsBlock<double> rhs, double* x,
+                                          SystemStatus* status, const SolveControl& c) override {
+    return OnHolder(system, rhs.k * system.spec().rhs_values() * 16,
+                    [&](Backend& b) { return b.SolvePrepared(system, rhs, x, status, c); });
+  }
+  absl::StatusOr<SolveInfo> SolvePrepared(PreparedSystem& system, RhsBlock<float> rhs, float* x,
+                                          SystemStatus* status, const SolveControl& c) override {
+    return OnHolder(system, rhs.k * system.spec().rhs_values() * 8,
+                    [&](Backend& b) { return b.SolvePrepared(system, rhs, x, status, c); });
+  }
+
+ private:
+  // A call counted on its worker while it runs.
+  class InFlight {
+   public:
+    InFlight(Worker& w, bool count_job) : w_(w) {
+      w_.in_flight.fetch_add(1);
+      if (count_job) w_.jobs.fetch_add(1);
+    }
+    InFlight(const InFlight&) = delete;
+    InFlight& operator=(const InFlight&) = delete;
+    ~InFlight() { w_.in_flight.fetch_sub(1); }
+
+   private:
+    Worker& w_;
+  };
+
+  // Device bytes a one-shot call takes: its arrays in and x out (what Staged allocates).
+  template <typename T>
+  static int64_t TridiagonalBytes(const TridiagonalProblem<T>& p) {
+    return 5 * p.batch * p.n * int64_t(sizeof(T));
+  }
+  template <typename T>
+  static int64_t TreeBytes(const TreeProblem<T>& p) {
+    return 5 * p.batch * p.n * int64_t(sizeof(T)) + p.n * 5;
+  }
+  template <typename T>
+  static int64_t BlockBytes(const BlockTridiagonalProblem<T>& p) {
+    return 8 * p.N * p.M * int64_t(sizeof(T));
+  }
+  template <typename T>
+  static int64_t DenseBytes(const DenseProblem<T>& p) {
+    return (p.n + 2) * p.batch * p.n * int64_t(sizeof(T));
+  }
+
+  // Reads every worker's memory to spare. Pooled idle buffers count as free: the pool reuses
+  // them or evicts them for a new size.
+  void Refresh() const {
+    for (const auto& w : workers_) {
+      const BackendInfo info = w->backend->Info();
+      int64_t room = 0;
+      if (!info.devices.empty() && !info.pools.empty()) {
+        const MemoryPoolInfo& pool = info.pools.front();  // "device"
+        room = std::min(pool.cap_bytes - pool.in_use_bytes,
+                        info.devices.front().free_memory_bytes + pool.cached_bytes);
+      }
+      w->room.store(std::max<int64_t>(room, 0));
+    }
+    last_refresh_.store(Clock::now().time_since_epoch().count());
+  }
+  void MaybeRefresh() const {
+    const auto now = Clock::now().time_since_epoch().count();
+    if (now - last_refresh_.load() < Clock::duration(kMemoryRefresh).count()) return;
+    std::unique_lock<std::mutex> lock(refresh_mu_, std::try_to_lock);
+    if (lock.owns_lock()) Refresh();  // one thread reads; the others place by the last figures
+  }
+
+  // The worker for a call of `bytes`: the fewest calls in flight among those with room for it
+  // (every worker, where none has), then kMemoryGrain more memory to spare, then the next in
+  // turn.
+  Worker& Place(int64_t bytes) {
+    MaybeRefresh();
+    const size_t n = workers_.size(), start = next_.fetch_add(1) % n;
+    Worker* best = workers_[start].get();
+    bool best_fits = best->room.load() >= bytes;
+    for (size_t k = 1; k < n; ++k) {
+      Worker* w = workers_[(start + k) % n].get();
+      const bool fits = w->room.load() >= bytes;
+      if (fits != best_fits) {
+        if (fits) best = w, best_fits = true;
+        continue;
+      }
+      const int64_t q = w->in_flight.load(), bq = best->in_flight.load();
+      if (q < bq || (q == bq && w->room.load() > best->room.load() + kMemoryGrain)) best = w;
+    }
+    return *best;
+  }
+
+  template <typename Call>
+  absl::StatusOr<SolveInfo> OnPlaced(int64_t bytes, Call call) {
+    Worker& w = Place(bytes);
+    const InFlight busy(w, /*count_job=*/true);
+    return call(*w.backend);
+  }
+
+  // A prepared system's solve on the worker that holds it; a system holding nothing on a
+  // device (the host copy only) goes where a one-shot call would.
+  template <typename Call>
+  absl::StatusOr<SolveInfo> OnHolder(const PreparedSystem& system, int64_t bytes, Call call) {
+    const Backend* holder = system.holder();
+    if (holder == nullptr) return OnPlaced(bytes, call);
+    for (const auto& w : workers_)
+      if (w->backend.get() == holder) {
+        const InFlight busy(*w, /*count_job=*/true);
+        return call(*w->backend);
+      }
+    return absl::FailedPreconditionError(
+        "the system was prepared by another backend: its coefficients are on no device of this "
+        "one");
+  }
+
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::atomic<size_t> next_{0};
+  mutable std::mutex refresh_mu_;
+  mutable std::atomic<Clock::rep> last_refresh_{0};
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Backend>> MakeMultiDeviceCudaBackend(std::vector<int> devices,
+                                                                    const CudaOptions& options) {
+  if (devices.empty()) return absl::InvalidArgumentError("no CUDA device listed");
+  // Read when CUDA initializes, which cudaGetDeviceCount does if nothing in the process has yet.
+  if (options.load_eagerly) setenv("CUDA_MODULE_LOADING", "EAGER", /*overwrite=*/0);
+  const int count = CudaDeviceCount();
+  if (count == 0) return MakeCudaBackend(options);  // says why there is none
+  std::map<int, int> listed;                        // device -> workers on it
+  for (int d : devices) {
+    if (d < 0 || d >= count)
+      return absl::InvalidArgumentError(
+          absl::StrCat("CUDA device ", d, " does not exist (", count, " present)"));
+    ++listed[d];
+  }
+  std::map<int, int> made;
+  std::vector<std::unique_ptr<MultiDeviceBackend::Worker>> workers;
+  for (int d : devices) {
+    CudaOptions o = options;
+    o.device = d;
+    // Workers sharing a device share its memory: the pool cap (given or 80% of the device) is
+    // split between them.
+    if (listed[d] > 1) {
+      cudaDeviceProp prop;
+      if (auto st = cuda::CudaStatus(cudaGetDeviceProperties(&prop, d), "cudaGetDeviceProperties");
+          !st.ok())
+        return st;
+      const int64_t cap = options.device_pool_cap_bytes > 0
+                              ? options.device_pool_cap_bytes
+                              : int64_t(double(prop.totalGlobalMem) * 0.8);
+      o.device_pool_cap_bytes = cap / listed[d];
+    }
+    auto backend = MakeCudaBackend(o);
+    if (!backend.ok()) return backend.status();
+    auto w = std::make_unique<MultiDeviceBackend::Worker>();
+    const int nth = ++made[d];
+    w->tag = nth == 1 ? absl::StrCat(d) : absl::StrCat(d, "/", nth);
+    w->backend = *std::move(backend);
+    workers.push_back(std::move(w));
+  }
+  return std::unique_ptr<Backend>(new MultiDeviceBackend(std::move(workers)));
+}
+
+}  // namespace trisolve
