@@ -407,6 +407,56 @@ TEST_P(MultiDevice, ACallGoesWhereItFits) {
       << "a call went to the worker without room for it";
 }
 
+// A batch too large for any one worker's memory but not for the workers' together is split by
+// systems, its parts solved at once, one a worker; a worker alone cannot solve it.
+TEST_P(MultiDevice, ABatchLargerThanOneWorkerIsSplitBySystems) {
+  if (workers() < 2) GTEST_SKIP() << "one worker: nothing to split over";
+  const int64_t per_worker = int64_t{32} << 20;
+  auto backend = Make(per_worker * std::count(devices_.begin(), devices_.end(), devices_[0]));
+  ASSERT_NE(backend, nullptr);
+  // 64 x 16384 unknowns: 40 MB on the device (a, b, c, d, x), over one worker's 32 MiB.
+  for (Layout layout : {Layout::kFlat, Layout::kInterleaved}) {
+    const auto t = MakeTri<double>(64, 16384, layout, 11);
+    std::vector<double> x(t.a.size()), want(t.a.size());
+    std::vector<SystemStatus> st(64), wst(64);
+    ASSERT_TRUE(Cpu().Solve(t.P(), TridiagonalMethod::kAuto, {want.data(), wst.data()}, {}).ok());
+    const auto before = JobsByWorker(*backend);
+    auto got = backend->Solve(t.P(), TridiagonalMethod::kAuto, {x.data(), st.data()}, {});
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_NE(got->method.find("(split over"), std::string::npos) << got->method;
+    EXPECT_EQ(st, wst);
+    EXPECT_LE(Distance(x, want), 1e-12) << (layout == Layout::kFlat ? "flat" : "interleaved");
+    const auto done = Minus(JobsByWorker(*backend), before);
+    EXPECT_EQ(std::count(done.begin(), done.end(), 1), 2) << "two workers, a part each";
+  }
+  {  // 2000 cells of 600 nodes: 48 MB
+    const TreeSys t = MakeTree(2000, 600, 12);
+    std::vector<double> x(t.rhs.size()), want(t.rhs.size());
+    std::vector<SystemStatus> st(2000), wst(2000);
+    ASSERT_TRUE(
+        Cpu()
+            .Solve(t.P(), TreeMethod::kAuto, TreeOutput<double>{want.data(), wst.data()}, {})
+            .ok());
+    auto got =
+        backend->Solve(t.P(), TreeMethod::kAuto, TreeOutput<double>{x.data(), st.data()}, {});
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_NE(got->method.find("(split over"), std::string::npos) << got->method;
+    EXPECT_EQ(st, wst);
+    EXPECT_LE(Distance(x, want), 1e-11);
+  }
+  // The same batch on one worker of the same memory: refused, so the split is what solved it.
+  std::vector<int> one = {devices_[0]};
+  CudaOptions o;
+  o.host_below_unknowns = 0;
+  o.device_pool_cap_bytes = per_worker;
+  auto single = MakeMultiDeviceCudaBackend(one, o);
+  ASSERT_TRUE(single.ok()) << single.status();
+  const auto t = MakeTri<double>(64, 16384, Layout::kFlat, 11);
+  std::vector<double> x(t.a.size());
+  std::vector<SystemStatus> st(64);
+  EXPECT_FALSE((*single)->Solve(t.P(), TridiagonalMethod::kAuto, {x.data(), st.data()}, {}).ok());
+}
+
 INSTANTIATE_TEST_SUITE_P(Devices, MultiDevice, ::testing::Values("all", "0,0", "0,1"),
                          [](const auto& param_info) {
                            std::string name = param_info.param;

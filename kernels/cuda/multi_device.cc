@@ -2,16 +2,20 @@
 // pools, streams and host threads, and a placement in front of them. A call goes to the worker
 // with the fewest calls in flight among those with room for it (free memory, refreshed every few
 // milliseconds), the one with a GiB more to spare at equal queues, else the next in turn; a
-// prepared system stays where it was prepared, and its solves and updates go there.
+// prepared system stays where it was prepared, and its solves and updates go there; a
+// tridiagonal or tree batch too large for any one worker is split by systems over them.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -30,6 +34,41 @@ constexpr auto kMemoryRefresh = std::chrono::milliseconds(10);
 // Devices whose memory to spare differs by less than this count as equal for the unary calls
 // (the next in turn takes the job): a few pooled buffers must not send every job to one device.
 constexpr int64_t kMemoryGrain = int64_t{1} << 30;
+
+// A part of a batch of tridiagonal or tree systems, systems [s0, s0 + count): flat, its arrays
+// where they are; interleaved, gathered into arrays of their own ([n, count]) and x scattered
+// back after the solve.
+template <typename T>
+class PartView {
+ public:
+  PartView(Layout layout, int64_t batch, int64_t n, int64_t s0, int64_t count)
+      : layout_(layout), batch_(batch), n_(n), s0_(s0), count_(count) {}
+  const T* In(const T* whole) {
+    if (whole == nullptr || layout_ == Layout::kFlat) return whole ? whole + s0_ * n_ : nullptr;
+    std::vector<T>& v = copies_.emplace_back(static_cast<size_t>(count_ * n_));
+    for (int64_t k = 0; k < n_; ++k)
+      std::memcpy(v.data() + k * count_, whole + k * batch_ + s0_, size_t(count_) * sizeof(T));
+    return v.data();
+  }
+  T* Out(T* whole) {
+    whole_x_ = whole;
+    if (layout_ == Layout::kFlat) return whole + s0_ * n_;
+    x_.resize(size_t(count_ * n_));
+    return x_.data();
+  }
+  void Scatter() const {
+    if (layout_ == Layout::kFlat) return;
+    for (int64_t k = 0; k < n_; ++k)
+      std::memcpy(whole_x_ + k * batch_ + s0_, x_.data() + k * count_, size_t(count_) * sizeof(T));
+  }
+
+ private:
+  const Layout layout_;
+  const int64_t batch_, n_, s0_, count_;
+  std::vector<std::vector<T>> copies_;
+  std::vector<T> x_;
+  T* whole_x_ = nullptr;
+};
 
 class MultiDeviceBackend final : public Backend {
  public:
@@ -68,19 +107,19 @@ class MultiDeviceBackend final : public Backend {
 
   absl::StatusOr<SolveInfo> Solve(const TridiagonalProblem<double>& p, TridiagonalMethod m,
                                   TridiagonalOutput<double> out, const SolveControl& c) override {
-    return OnPlaced(TridiagonalBytes(p), [&](Backend& b) { return b.Solve(p, m, out, c); });
+    return SolveTridiagonal(p, m, out, c);
   }
   absl::StatusOr<SolveInfo> Solve(const TridiagonalProblem<float>& p, TridiagonalMethod m,
                                   TridiagonalOutput<float> out, const SolveControl& c) override {
-    return OnPlaced(TridiagonalBytes(p), [&](Backend& b) { return b.Solve(p, m, out, c); });
+    return SolveTridiagonal(p, m, out, c);
   }
   absl::StatusOr<SolveInfo> Solve(const TreeProblem<double>& p, TreeMethod m,
                                   TreeOutput<double> out, const SolveControl& c) override {
-    return OnPlaced(TreeBytes(p), [&](Backend& b) { return b.Solve(p, m, out, c); });
+    return SolveTree(p, m, out, c);
   }
   absl::StatusOr<SolveInfo> Solve(const TreeProblem<float>& p, TreeMethod m, TreeOutput<float> out,
                                   const SolveControl& c) override {
-    return OnPlaced(TreeBytes(p), [&](Backend& b) { return b.Solve(p, m, out, c); });
+    return SolveTree(p, m, out, c);
   }
   absl::StatusOr<SolveInfo> Solve(const BlockTridiagonalProblem<double>& p, BlockMethod m,
                                   const BlockOptions& o, BlockOutput<double> out,
@@ -228,6 +267,110 @@ class MultiDeviceBackend final : public Backend {
     return absl::FailedPreconditionError(
         "the system was prepared by another backend: its coefficients are on no device of this "
         "one");
+  }
+
+  // A batch that fits no one worker's memory to spare but the workers' together is split by
+  // systems, in proportion to their room, and its parts solved at once, each on its worker.
+  struct Part {
+    Worker* worker;
+    int64_t s0, count;  // systems [s0, s0 + count)
+  };
+  // The parts for a batch of `bytes`; empty where one worker takes it (it fits one, or it fits
+  // not even all of them together: the placement's call then says why).
+  std::vector<Part> SplitParts(int64_t batch, int64_t bytes) {
+    if (workers_.size() < 2 || batch < 2) return {};
+    MaybeRefresh();
+    int64_t total = 0, most = 0;
+    for (const auto& w : workers_) {
+      total += w->room.load();
+      most = std::max(most, w->room.load());
+    }
+    if (bytes <= most || bytes > total) return {};
+    std::vector<Part> parts;
+    int64_t s0 = 0;
+    for (size_t i = 0; i < workers_.size() && s0 < batch; ++i) {
+      const double share = double(workers_[i]->room.load()) / double(total);
+      const int64_t count = i + 1 == workers_.size()
+                                ? batch - s0
+                                : std::min(batch - s0, int64_t(std::floor(share * double(batch))));
+      if (count > 0) parts.push_back({workers_[i].get(), s0, count});
+      s0 += count;
+    }
+    return parts;
+  }
+
+  // Runs `solve(part)` for every part at once (the first on the calling thread), each counted on
+  // its worker; the first error, else one report: the method (" (split over N devices)"), the
+  // worst iterations and residual, the longest times (the parts overlap).
+  template <typename SolvePart>
+  absl::StatusOr<SolveInfo> RunParts(const std::vector<Part>& parts, SolvePart solve) {
+    std::vector<absl::StatusOr<SolveInfo>> results(parts.size(),
+                                                   absl::InternalError("part not solved"));
+    auto run = [&](size_t i) {
+      const InFlight busy(*parts[i].worker, /*count_job=*/true);
+      results[i] = solve(parts[i]);
+    };
+    std::vector<std::thread> threads;
+    for (size_t i = 1; i < parts.size(); ++i) threads.emplace_back(run, i);
+    run(0);
+    for (auto& t : threads) t.join();
+    SolveInfo total;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      if (!results[i].ok()) return results[i].status();
+      const SolveInfo& r = *results[i];
+      if (i == 0) {
+        total = r;
+        continue;
+      }
+      if (total.method.find(r.method) == std::string::npos)
+        absl::StrAppend(&total.method, " + ", r.method);
+      total.iterations = std::max(total.iterations, r.iterations);
+      if (!(r.residual <= total.residual)) total.residual = r.residual;  // NaN stays
+      total.h2d_us = std::max(total.h2d_us, r.h2d_us);
+      total.kernel_us = std::max(total.kernel_us, r.kernel_us);
+      total.d2h_us = std::max(total.d2h_us, r.d2h_us);
+    }
+    absl::StrAppend(&total.method, " (split over ", parts.size(), " devices)");
+    return total;
+  }
+
+  template <typename T>
+  absl::StatusOr<SolveInfo> SolveTridiagonal(const TridiagonalProblem<T>& p, TridiagonalMethod m,
+                                             TridiagonalOutput<T> out, const SolveControl& c) {
+    const int64_t bytes = TridiagonalBytes(p);
+    const std::vector<Part> parts = SplitParts(p.batch, bytes);
+    if (parts.empty()) return OnPlaced(bytes, [&](Backend& b) { return b.Solve(p, m, out, c); });
+    return RunParts(parts, [&](const Part& part) -> absl::StatusOr<SolveInfo> {
+      PartView<T> v(p.layout, p.batch, p.n, part.s0, part.count);
+      const TridiagonalProblem<T> sub{part.count, p.n,       p.layout, v.In(p.a),
+                                      v.In(p.b),  v.In(p.c), v.In(p.d)};
+      auto r = part.worker->backend->Solve(
+          sub, m, TridiagonalOutput<T>{v.Out(out.x), out.status + part.s0}, c);
+      if (r.ok()) v.Scatter();
+      return r;
+    });
+  }
+  template <typename T>
+  absl::StatusOr<SolveInfo> SolveTree(const TreeProblem<T>& p, TreeMethod m, TreeOutput<T> out,
+                                      const SolveControl& c) {
+    const int64_t bytes = TreeBytes(p);
+    const std::vector<Part> parts = SplitParts(p.batch, bytes);
+    if (parts.empty()) return OnPlaced(bytes, [&](Backend& b) { return b.Solve(p, m, out, c); });
+    return RunParts(parts, [&](const Part& part) -> absl::StatusOr<SolveInfo> {
+      PartView<T> v(p.layout, p.batch, p.n, part.s0, part.count);
+      TreeProblem<T> sub = p;
+      sub.batch = part.count;
+      // Per-system parent arrays are always flat.
+      if (p.parent_per_system) sub.parent = p.parent + part.s0 * p.n;
+      sub.lower = v.In(p.lower);
+      sub.upper = v.In(p.upper);
+      sub.diag = v.In(p.diag);
+      sub.rhs = v.In(p.rhs);
+      auto r =
+          part.worker->backend->Solve(sub, m, TreeOutput<T>{v.Out(out.x), out.status + part.s0}, c);
+      if (r.ok()) v.Scatter();
+      return r;
+    });
   }
 
   std::vector<std::unique_ptr<Worker>> workers_;

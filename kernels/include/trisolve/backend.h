@@ -121,8 +121,10 @@ int CudaDeviceCount();
 // host threads, options as given but for the device). A call goes to the device with the fewest
 // calls in flight, among those with the memory for it, the one with more free memory at equal
 // queues; a prepared system stays on the device that prepared it (the one with the most memory
-// to spare then) and its solves go there. A device listed twice is two workers sharing it (the
-// device pool's cap split between them): a testing aid, to exercise the placement on one GPU.
+// to spare then) and its solves go there. A tridiagonal or tree batch that fits no one device
+// but fits them together is split by systems, its parts solved at once. A device listed twice
+// is two workers sharing it (the device pool's cap split between them): a testing aid, to
+// exercise the placement on one GPU.
 // INVALID_ARGUMENT for an empty list or a device that does not exist; UNAVAILABLE as
 // MakeCudaBackend.
 absl::StatusOr<std::unique_ptr<Backend>> MakeMultiDeviceCudaBackend(std::vector<int> devices,
