@@ -7,7 +7,7 @@
 # whole system each time), and the scaling table: requests/s with D devices against D times
 # those with one (the target of issue 38: >= 0.9).
 #   here:   ../shared/gpu/bundle.sh .gpu build/server/trisolved build/client/trisolve \
-#               build/tests/test_cuda_multi build/tests/bench_multi_device
+#               build/tests/test_cuda_multi build/tests/bench_multi_device build/tests/test_ops
 #           strip .gpu/bin/*; tar -cf - .gpu | xz -9 -T2 > .gpu.tar.xz
 #   there:  bash tests/bench/run_multi_gpu.sh          (logs under $OUT)
 # PARTS picks what runs (default all): tests backend bench. DEVICES: the device counts to compare
@@ -28,8 +28,12 @@ echo "host: $(nproc) cores; $gpus GPUs" | tee -a "$out/device.txt"
 if want tests; then
   echo "=== test_cuda_multi (every device present, device 0 twice, devices 0 and 1)"
   $run test_cuda_multi --gtest_brief=0 >"$out/test_cuda_multi.log" 2>&1
-  echo "test_cuda_multi: exit $? $(grep -E '^\[  (PASSED|FAILED|SKIPPED)  \]' "$out/test_cuda_multi.log" | tr '\n' ' ')"
-  grep -E '^\[  (FAILED|  SKIPPED) ' "$out/test_cuda_multi.log" | head -20
+  echo "test_cuda_multi: exit $? $(grep -E '^\[  (PASSED  |FAILED  |SKIPPED )\]' "$out/test_cuda_multi.log" | tr '\n' ' ')"
+  grep -E '^\[  (FAILED|SKIPPED) ' "$out/test_cuda_multi.log" | head -30
+  echo "=== test_ops DevicesFlag (trisolved --devices 0,0 on a GPU)"
+  TRISOLVED_BIN=$PWD/.gpu/bin/trisolved TRISOLVE_CLI_BIN=$PWD/.gpu/bin/trisolve \
+    $run test_ops --gtest_filter=Ops.DevicesFlag >"$out/test_ops_devices.log" 2>&1
+  echo "test_ops DevicesFlag: exit $? $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/test_ops_devices.log" | tr '\n' ' ')"
 fi
 
 if want backend; then
@@ -41,6 +45,7 @@ fi
 start() {  # start PORT DEVICES: a server in the background, waits until it serves
   $run trisolved --backend cuda --listen "127.0.0.1:$1" --devices "$2" --max-queued-jobs 4096 \
     --max-message-bytes 1073741824 --max-systems-per-identity 4096 \
+    --max-system-bytes $((64 << 30)) \
     >"$out/trisolved_$1.log" 2>&1 &
   srv=$!
   for _ in $(seq 300); do
@@ -76,6 +81,9 @@ if want bench; then
           [ $mode = unary ] && r=$((r / 2))
           line=$($run trisolve --server 127.0.0.1:$port bench --clients $c --requests $r \
                    --batch $1 --n $2 --mode $mode --json | tee -a "$out/bench_$d.log" | grep '^{')
+          if [ -z "$line" ]; then
+            echo "bench $mode $1x$2 $c clients, $d devices: no result (bench_$d.log)"; continue
+          fi
           echo "{\"devices\":$d,${line#\{}" | tee -a "$results"
         done
       done
