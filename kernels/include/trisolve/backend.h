@@ -130,4 +130,13 @@ int CudaDeviceCount();
 absl::StatusOr<std::unique_ptr<Backend>> MakeMultiDeviceCudaBackend(std::vector<int> devices,
                                                                     const CudaOptions& options = {});
 
+// The placement MakeMultiDeviceCudaBackend puts in front of its CUDA backends, over any
+// backends, one a device: each worker's memory to spare is read from its Info() (its first
+// pool's cap less what is in use, at most its first device's free memory plus the pool's idle
+// buffers; none without a device), a prepared system routed by PreparedSystem::holder(). `tags`
+// name the workers in the pool names ("device:<tag>"). nullptr for no worker. For the tests,
+// with stand-in workers.
+std::unique_ptr<Backend> MakePlacedBackend(std::vector<std::unique_ptr<Backend>> workers,
+                                           std::vector<std::string> tags);
+
 }  // namespace trisolve
