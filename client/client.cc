@@ -766,9 +766,13 @@ absl::StatusOr<ServerInfoSummary> Client::Info(double timeout_s) {
   s.backend = info.backend();
   s.cpu_threads = info.cpu_threads();
   for (const auto& d : info.devices())
-    s.devices.push_back(absl::StrCat(d.name(), " (", d.total_memory_bytes() >> 20, " MiB total, ",
-                                     d.free_memory_bytes() >> 20, " MiB free, sm ",
-                                     d.compute_capability(), ", ", d.multiprocessors(), " SMs)"));
+    s.devices.push_back(absl::StrCat(
+        "cuda:", d.ordinal(), " ", d.name(), " (", d.total_memory_bytes() >> 20, " MiB total, ",
+        d.free_memory_bytes() >> 20, " MiB free, sm ", d.compute_capability(), ", ",
+        d.multiprocessors(), " SMs", d.has_jobs() ? absl::StrCat("; ", d.jobs(), " jobs, ",
+                                                                 d.jobs_in_flight(), " running")
+                                                   : std::string(),
+        ")"));
   for (const auto& p : info.pools())
     s.pools.push_back(absl::StrCat(p.name(), ": ", p.in_use_bytes() >> 20, " MiB in use, ",
                                    p.cached_bytes() >> 20, " MiB cached, peak ",

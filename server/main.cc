@@ -6,14 +6,20 @@
 
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <fstream>
 #include <sstream>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "metrics.h"
 #include "service.h"
 #include "spdlog/pattern_formatter.h"
@@ -22,14 +28,37 @@
 
 namespace {
 
+// --devices: "all" (every device present; none is an empty list) or "0,1,...".
+absl::StatusOr<std::vector<int>> ParseDevices(const std::string& text) {
+  std::vector<int> devices;
+  if (text == "all") {
+    for (int d = 0; d < trisolve::CudaDeviceCount(); ++d) devices.push_back(d);
+    return devices;
+  }
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    int d = 0;
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &d) || d < 0)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--devices '", text, "': expected all or device numbers separated by commas"));
+    devices.push_back(d);
+  }
+  return devices;
+}
+
+// One device (--device), or several behind the multi-device backend (--devices).
 absl::StatusOr<std::unique_ptr<trisolve::Backend>> ChooseBackend(
-    const std::string& which, const trisolve::CudaOptions& cuda_options, int threads) {
+    const std::string& which, const trisolve::CudaOptions& cuda_options, int threads,
+    const std::optional<std::vector<int>>& devices) {
   if (which == "cpu") return trisolve::MakeCpuBackend(threads);
-  auto cuda = trisolve::MakeCudaBackend(cuda_options);
-  const int device = cuda_options.device;
+  absl::StatusOr<std::unique_ptr<trisolve::Backend>> cuda =
+      devices ? (devices->empty() ? absl::UnavailableError("--devices all: no CUDA device present")
+                                  : trisolve::MakeMultiDeviceCudaBackend(*devices, cuda_options))
+              : trisolve::MakeCudaBackend(cuda_options);
   if (which == "cuda") return cuda;
   if (cuda.ok()) {
-    spdlog::info("backend auto: CUDA device {} found, using the cuda backend", device);
+    spdlog::info("backend auto: CUDA device{} {} found, using the cuda backend",
+                 devices && devices->size() > 1 ? "s" : "",
+                 devices ? absl::StrJoin(*devices, ",") : absl::StrCat(cuda_options.device));
     return cuda;
   }
   spdlog::info("backend auto: {}; using the cpu backend", std::string(cuda.status().message()));
@@ -129,7 +158,7 @@ int main(int argc, char** argv) {
   std::string listen = "127.0.0.1:50051";
   std::string backend = "auto";
   std::string log_level = "info", log_format = "text", metrics_listen;
-  std::string tls_cert, tls_key, tls_client_ca, token_file, advertise;
+  std::string tls_cert, tls_key, tls_client_ca, token_file, advertise, devices_text;
   int device = 0, threads = 0;
   trisolve::CudaOptions cuda_options;
   trisolve::server::ServiceOptions opt;
@@ -143,8 +172,12 @@ int main(int argc, char** argv) {
   app.add_option("--backend", backend, "auto (CUDA where a device is present, else CPU), cpu, cuda")
       ->envname("TRISOLVE_BACKEND")->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
-  app.add_option("--device", device, "CUDA device to use")->envname("TRISOLVE_DEVICE")
-      ->capture_default_str();
+  auto* device_flag = app.add_option("--device", device, "the one CUDA device to use")
+      ->envname("TRISOLVE_DEVICE")->capture_default_str();
+  app.add_option("--devices", devices_text,
+                 "CUDA devices to use, each with its own pools and streams: all, or 0,1,... "
+                 "(a device listed twice is two workers on it: a testing aid)")
+      ->envname("TRISOLVE_DEVICES")->excludes(device_flag);
   app.add_option("--pool-cap-bytes", cuda_options.device_pool_cap_bytes,
                  "cap on pooled device memory (0: 80% of the device)")
       ->envname("TRISOLVE_POOL_CAP_BYTES")->capture_default_str();
@@ -166,7 +199,8 @@ int main(int argc, char** argv) {
       ->envname("TRISOLVE_MAX_JOB_BYTES")->capture_default_str();
   app.add_option("--max-job-unknowns", opt.limits.max_job_unknowns, "largest job, unknowns")
       ->envname("TRISOLVE_MAX_JOB_UNKNOWNS")->capture_default_str();
-  app.add_option("--max-concurrent-jobs", opt.max_concurrent_jobs, "jobs solved at once")
+  auto* concurrent_flag = app.add_option("--max-concurrent-jobs", opt.max_concurrent_jobs,
+                 "jobs solved at once (default: 2 a device with --devices)")
       ->envname("TRISOLVE_MAX_CONCURRENT_JOBS")->check(CLI::Range(1, 1024))->capture_default_str();
   app.add_option("--max-queued-jobs", opt.max_queued_jobs, "jobs waiting for a slot")
       ->envname("TRISOLVE_MAX_QUEUED_JOBS")->check(CLI::Range(0, 1 << 20))->capture_default_str();
@@ -302,17 +336,30 @@ int main(int argc, char** argv) {
 
   cuda_options.device = device;
   cuda_options.cpu_threads = threads;
-  auto be = ChooseBackend(backend, cuda_options, threads);
+  std::optional<std::vector<int>> devices;
+  if (!devices_text.empty() && backend != "cpu") {
+    auto parsed = ParseDevices(devices_text);
+    if (!parsed.ok()) {
+      spdlog::error("{}", std::string(parsed.status().message()));
+      return 2;
+    }
+    devices = *std::move(parsed);
+  }
+  auto be = ChooseBackend(backend, cuda_options, threads, devices);
   if (!be.ok()) {
     spdlog::error("backend {}: {}", backend, std::string(be.status().message()));
     return 1;
   }
+  // The default of 2 large jobs at once is one device's: each device solves its own.
+  if (const size_t n = (*be)->Info().devices.size(); n > 1 && concurrent_flag->count() == 0)
+    opt.max_concurrent_jobs = std::min<int>(1024, opt.max_concurrent_jobs * int(n));
   auto service = std::make_unique<trisolve::server::SolverService>(*std::move(be), opt);
   const auto& info = service->backend_info();
   spdlog::info("trisolved {} backend={} cpu_threads={}", TRISOLVE_VERSION, info.name, info.threads);
   for (const auto& d : info.devices)
-    spdlog::info("device {} ({} MiB, {} SMs, sm_{}{})", d.name, d.total_memory_bytes >> 20,
-                 d.multiprocessors, d.compute_capability_major, d.compute_capability_minor);
+    spdlog::info("device cuda:{} {} ({} MiB, {} SMs, sm_{}{})", d.ordinal, d.name,
+                 d.total_memory_bytes >> 20, d.multiprocessors, d.compute_capability_major,
+                 d.compute_capability_minor);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -2,6 +2,8 @@
 
 #include <httplib.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -117,6 +119,20 @@ std::string Metrics::Render(const BackendInfo& backend, int64_t in_flight, int64
     absl::StrAppend(&out, "trisolve_device_memory_used_bytes{device=\"", i, "\"} ",
                     backend.devices[i].total_memory_bytes - backend.devices[i].free_memory_bytes,
                     "\n");
+  // Per device where the backend counts its calls (several devices: --devices).
+  bool counted = false;
+  for (const auto& d : backend.devices) counted |= d.jobs >= 0;
+  if (counted) {
+    Header(out, "trisolve_device_jobs_total", "counter",
+           "Solves placed on each device (position in --devices).");
+    for (size_t i = 0; i < backend.devices.size(); ++i)
+      absl::StrAppend(&out, "trisolve_device_jobs_total{device=\"", i, "\"} ",
+                      std::max<int64_t>(backend.devices[i].jobs, 0), "\n");
+    Header(out, "trisolve_device_jobs_in_flight", "gauge", "Solves running on each device now.");
+    for (size_t i = 0; i < backend.devices.size(); ++i)
+      absl::StrAppend(&out, "trisolve_device_jobs_in_flight{device=\"", i, "\"} ",
+                      std::max<int64_t>(backend.devices[i].jobs_in_flight, 0), "\n");
+  }
   return out;
 }
 

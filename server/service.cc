@@ -404,6 +404,9 @@ grpc::Status SolverService::GetServerInfo(grpc::ServerContext* ctx, const v1::Ge
     dev->set_compute_capability(
         absl::StrCat(d.compute_capability_major, ".", d.compute_capability_minor));
     dev->set_multiprocessors(d.multiprocessors);
+    dev->set_ordinal(d.ordinal);
+    if (d.jobs >= 0) dev->set_jobs(d.jobs);
+    if (d.jobs_in_flight >= 0) dev->set_jobs_in_flight(d.jobs_in_flight);
   }
   for (const MemoryPoolInfo& p : info.pools) {
     v1::MemoryPool* mp = resp->add_pools();

@@ -29,3 +29,8 @@ inline Backend* Cuda() {
 
 #define REQUIRE_GPU()                                   \
   if (::trisolve::testing::Cuda() == nullptr) GTEST_SKIP() << "no CUDA device: GPU test skipped"
+
+// Skips, saying so, where fewer than k devices are present.
+#define REQUIRE_GPUS(k)                                                                   \
+  if (const int present_ = ::trisolve::CudaDeviceCount(); present_ < (k))                 \
+  GTEST_SKIP() << "needs " << (k) << " CUDA devices, " << present_ << " present: skipped"

@@ -261,5 +261,59 @@ TEST(Ops, EveryFlagAlsoFromTheEnvironment) {
   EXPECT_EQ(s.Log().rfind("{\"time\"", 0), 0u) << s.Log();
 }
 
+// --devices: device 0 listed twice (two workers on one GPU) where CUDA is, the CPU backend
+// otherwise (auto); the default of concurrent jobs is 2 a device; each device's solves show in
+// the metrics. A malformed list, and --device beside --devices, stop the server at start.
+TEST(Ops, DevicesFlag) {
+  {
+    ServerProcess s({"--devices", "0,0", "--metrics-listen", "127.0.0.1:0"}, "auto");
+    ASSERT_GT(s.port(), 0) << s.Log();
+    auto info = Client(To(s)).Info();
+    ASSERT_TRUE(info.ok()) << info.status();
+    examples::Arrays keep = examples::RandomTridiagonal(64, 1024, false, 3);
+    Job job;
+    job.kind = Kind::kTridiagonal;
+    for (auto& [k, a] : keep) job.arrays[k] = a.view();
+    for (int i = 0; i < 4; ++i) {
+      auto r = Client(To(s)).Solve(job);
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_LT(r->summary.residual, 1e-12);
+    }
+    std::smatch m;
+    const std::string log = LogWith(s, "metrics on http");
+    ASSERT_TRUE(std::regex_search(log, m, std::regex("metrics on http://127.0.0.1:([0-9]+)/metrics")))
+        << log;
+    auto metrics = httplib::Client("127.0.0.1", std::stoi(m[1])).Get("/metrics");
+    ASSERT_TRUE(metrics);
+    if (info->backend == "cuda") {
+      ASSERT_EQ(info->devices.size(), 2u);
+      EXPECT_EQ(info->max_concurrent_jobs, 4);
+      EXPECT_NE(info->devices[1].find("cuda:0 "), std::string::npos) << info->devices[1];
+      EXPECT_EQ(info->pools.size(), 4u);
+      // Four solves one after another: the two workers in turn.
+      EXPECT_EQ(Series(metrics->body, R"(trisolve_device_jobs_total{device="0"})"), 2)
+          << metrics->body;
+      EXPECT_EQ(Series(metrics->body, R"(trisolve_device_jobs_total{device="1"})"), 2);
+    } else {
+      EXPECT_TRUE(info->devices.empty());
+      EXPECT_EQ(info->max_concurrent_jobs, 2);
+      EXPECT_NE(s.Log().find("using the cpu backend"), std::string::npos) << s.Log();
+      EXPECT_EQ(metrics->body.find("trisolve_device_jobs_total"), std::string::npos);
+    }
+  }
+  {
+    ServerProcess bad({"--devices", "0,x"}, "auto");
+    EXPECT_EQ(bad.Wait(10), 2) << bad.Log();
+    EXPECT_NE(bad.Log().find("expected all or device numbers"), std::string::npos) << bad.Log();
+  }
+  {
+    ServerProcess both({"--device", "0", "--devices", "0"}, "auto");
+    const int code = both.Wait(10);
+    EXPECT_NE(code, 0);
+    EXPECT_NE(code, -1);
+    EXPECT_NE(both.Log().find("excludes"), std::string::npos) << both.Log();
+  }
+}
+
 }  // namespace
 }  // namespace trisolve

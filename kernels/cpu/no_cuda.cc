@@ -10,4 +10,11 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const CudaOptions&) {
       "the CUDA backend is not compiled into this build (no CUDA toolkit at build time)");
 }
 
+int CudaDeviceCount() { return 0; }
+
+absl::StatusOr<std::unique_ptr<Backend>> MakeMultiDeviceCudaBackend(std::vector<int>,
+                                                                    const CudaOptions& options) {
+  return MakeCudaBackend(options);
+}
+
 }  // namespace trisolve

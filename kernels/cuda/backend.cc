@@ -95,6 +95,7 @@ class CudaBackend final : public Backend {
     d.compute_capability_major = prop_.major;
     d.compute_capability_minor = prop_.minor;
     d.multiprocessors = prop_.multiProcessorCount;
+    d.ordinal = options_.device;
     info.devices.push_back(d);
     for (auto [name, pool] : {std::pair{"device", &device_pool_}, {"pinned-host", &pinned_pool_}}) {
       const cuda::PoolStats s = pool->Stats();
@@ -107,60 +108,75 @@ class CudaBackend final : public Backend {
   absl::StatusOr<SolveInfo> Solve(const TridiagonalProblem<double>& p, TridiagonalMethod m,
                                   TridiagonalOutput<double> out, const SolveControl& c) override {
     if (OnHost(m == TridiagonalMethod::kAuto, p.batch * p.n)) return Host(cpu_->Solve(p, m, out, c));
+    UseDevice();
     return SolveTri(p, m, out, c);
   }
   absl::StatusOr<SolveInfo> Solve(const TridiagonalProblem<float>& p, TridiagonalMethod m,
                                   TridiagonalOutput<float> out, const SolveControl& c) override {
     if (OnHost(m == TridiagonalMethod::kAuto, p.batch * p.n)) return Host(cpu_->Solve(p, m, out, c));
+    UseDevice();
     return SolveTri(p, m, out, c);
   }
 
   absl::StatusOr<SolveInfo> Solve(const DenseProblem<double>& p, DenseMethod m,
                                   DenseOutput<double> out, const SolveControl& c) override {
+    UseDevice();
     return SolveDenseOnDevice(p, m, out, c);
   }
   absl::StatusOr<SolveInfo> Solve(const DenseProblem<float>& p, DenseMethod m,
                                   DenseOutput<float> out, const SolveControl& c) override {
+    UseDevice();
     return SolveDenseOnDevice(p, m, out, c);
   }
   absl::StatusOr<SolveInfo> Solve(const TreeProblem<double>& p, TreeMethod m,
                                   TreeOutput<double> out, const SolveControl& c) override {
     if (OnHost(m == TreeMethod::kAuto, p.batch * p.n)) return Host(cpu_->Solve(p, m, out, c));
+    UseDevice();
     return SolveTreeOnDevice(p, m, out, c);
   }
   absl::StatusOr<SolveInfo> Solve(const TreeProblem<float>& p, TreeMethod m,
                                   TreeOutput<float> out, const SolveControl& c) override {
     if (OnHost(m == TreeMethod::kAuto, p.batch * p.n)) return Host(cpu_->Solve(p, m, out, c));
+    UseDevice();
     return SolveTreeOnDevice(p, m, out, c);
   }
   absl::StatusOr<SolveInfo> Solve(const BlockTridiagonalProblem<double>& p, BlockMethod m,
                                   const BlockOptions& o, BlockOutput<double> out,
                                   const SolveControl& c) override {
+    UseDevice();
     return SolveBlockOnDevice(p, m, o, out, c);
   }
   absl::StatusOr<SolveInfo> Solve(const BlockTridiagonalProblem<float>& p, BlockMethod m,
                                   const BlockOptions& o, BlockOutput<float> out,
                                   const SolveControl& c) override {
+    UseDevice();
     return SolveBlockOnDevice(p, m, o, out, c);
   }
 
   absl::StatusOr<bool> PinHostMemory(void* p, int64_t bytes) override {
     cudaSetDevice(options_.device);
     const cudaError_t e = cudaHostRegister(p, size_t(bytes), cudaHostRegisterPortable);
-    if (e != cudaSuccess) {
+    // Registered already, portably, by another device's backend of this process: usable here.
+    const bool owner = e == cudaSuccess;
+    if (e == cudaErrorHostMemoryAlreadyRegistered) (void)cudaGetLastError();
+    if (e != cudaSuccess && e != cudaErrorHostMemoryAlreadyRegistered) {
       (void)cudaGetLastError();
       return absl::ResourceExhaustedError(
           absl::StrCat("cudaHostRegister of ", bytes, " bytes: ", cudaGetErrorString(e)));
     }
     std::unique_lock<std::shared_mutex> lock(pinned_mu_);
-    pinned_ranges_[static_cast<const std::byte*>(p)] = bytes;
+    pinned_ranges_[static_cast<const std::byte*>(p)] = {bytes, owner};
     return true;
   }
 
   void UnpinHostMemory(void* p) override {
     {
       std::unique_lock<std::shared_mutex> lock(pinned_mu_);
-      if (pinned_ranges_.erase(static_cast<const std::byte*>(p)) == 0) return;
+      auto it = pinned_ranges_.find(static_cast<const std::byte*>(p));
+      if (it == pinned_ranges_.end()) return;
+      const bool owner = it->second.second;
+      pinned_ranges_.erase(it);
+      if (!owner) return;
     }
     cudaSetDevice(options_.device);
     if (cudaHostUnregister(p) != cudaSuccess) (void)cudaGetLastError();
@@ -174,10 +190,11 @@ class CudaBackend final : public Backend {
     auto it = pinned_ranges_.upper_bound(b);
     if (it == pinned_ranges_.begin()) return false;
     --it;
-    return b >= it->first && b + bytes <= it->first + it->second;
+    return b >= it->first && b + bytes <= it->first + it->second.first;
   }
 
   absl::StatusOr<std::unique_ptr<PreparedSystem>> Prepare(const SystemSpec& spec) override {
+    UseDevice();
     auto system = std::make_unique<DevicePrepared>(spec, this);
     const SystemSpec& s = system->spec();
     int64_t total = 0;
@@ -194,14 +211,19 @@ class CudaBackend final : public Backend {
   }
   absl::StatusOr<SolveInfo> SolvePrepared(PreparedSystem& system, RhsBlock<double> rhs, double* x,
                                           SystemStatus* status, const SolveControl& c) override {
+    UseDevice();
     return SolvePreparedOnDevice(system, rhs, x, status, c);
   }
   absl::StatusOr<SolveInfo> SolvePrepared(PreparedSystem& system, RhsBlock<float> rhs, float* x,
                                           SystemStatus* status, const SolveControl& c) override {
+    UseDevice();
     return SolvePreparedOnDevice(system, rhs, x, status, c);
   }
 
  private:
+  // Every call starts on this backend's device, whichever device the calling thread used last:
+  // the kernels, the cable plans and the cuBLAS handles use the current device.
+  void UseDevice() const { cudaSetDevice(options_.device); }
   static bool IsTreeParent(const SystemSpec& s, int i) { return s.family == Family::kTree && i == 3; }
   static int64_t RoundUp(int64_t bytes) { return (bytes + 255) / 256 * 256; }
 
@@ -216,7 +238,10 @@ class CudaBackend final : public Backend {
     int64_t bytes() const override {
       return PreparedSystem::bytes() + device.size() + replicated.size();
     }
-    std::string prepared() const override { return "coefficients on the device"; }
+    std::string prepared() const override {
+      return absl::StrCat("coefficients on CUDA device ", backend_->options_.device);
+    }
+    const Backend* holder() const override { return backend_; }
     absl::Status Update(int i, const void* values) override {
       if (auto st = PreparedSystem::Update(i, values); !st.ok()) return st;
       replicated.Release();
@@ -338,6 +363,9 @@ class CudaBackend final : public Backend {
   absl::StatusOr<SolveInfo> SolvePreparedOnDevice(PreparedSystem& system, RhsBlock<T> rhs, T* x,
                                                   SystemStatus* status, const SolveControl& c) {
     auto* dp = dynamic_cast<DevicePrepared*>(&system);
+    if (system.holder() != nullptr && system.holder() != this)
+      return absl::FailedPreconditionError(
+          "the system was prepared by another backend: its coefficients are on another device");
     const SystemSpec& s = system.spec();
     // The smallest by handle go where the one-shot calls send them (Solve: the host for auto).
     const bool small = s.method == 0 && rhs.k * s.rhs_values() < options_.host_below_unknowns &&
@@ -858,12 +886,22 @@ class CudaBackend final : public Backend {
   std::mutex plans_mu_;
   std::list<std::pair<std::vector<int32_t>, std::shared_ptr<const cuda::TreeCablesPlan>>> plans_;
   mutable std::shared_mutex pinned_mu_;
-  std::map<const std::byte*, int64_t> pinned_ranges_;  // PinHostMemory's: start -> bytes
+  // PinHostMemory's: start -> (bytes, whether this backend registered it and unregisters it).
+  std::map<const std::byte*, std::pair<int64_t, bool>> pinned_ranges_;
 };
 
 }  // namespace
 
 bool CudaBackendCompiledIn() { return true; }
+
+int CudaDeviceCount() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
 
 absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const CudaOptions& o) {
   // Read when CUDA initializes, which the calls below do if nothing in the process has yet.

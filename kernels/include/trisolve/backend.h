@@ -25,10 +25,15 @@ struct DeviceInfo {
   int compute_capability_major = 0;
   int compute_capability_minor = 0;
   int multiprocessors = 0;
+  int ordinal = -1;  // the CUDA device number
+  // Calls placed on it (solves, prepared solves): counted by the multi-device backend, -1 where
+  // the backend does not count them.
+  int64_t jobs = -1;
+  int64_t jobs_in_flight = -1;
 };
 
 struct MemoryPoolInfo {
-  std::string name;  // "device", "pinned-host"
+  std::string name;  // "device", "pinned-host"; several devices: "device:1", "pinned-host:1"
   int64_t cap_bytes = 0, cached_bytes = 0, in_use_bytes = 0, peak_bytes = 0;
   int64_t hits = 0, misses = 0, evictions = 0;
 };
@@ -116,5 +121,29 @@ struct CudaOptions {
 // message says which).
 absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const CudaOptions& options = {});
 bool CudaBackendCompiledIn();
+// The CUDA devices present (0 without CUDA, a driver or a device).
+int CudaDeviceCount();
+
+// Every listed device behind one Backend: a CUDA backend a device (its own pools, streams and
+// host threads, options as given but for the device). A call goes to the device with the fewest
+// calls in flight, among those with the memory for it, the one with more free memory at equal
+// queues; a prepared system stays on the device that prepared it (the one with the most memory
+// to spare then) and its solves go there. A tridiagonal or tree batch that fits no one device
+// but fits them together is split by systems, its parts solved at once. A device listed twice
+// is two workers sharing it (the device pool's cap split between them): a testing aid, to
+// exercise the placement on one GPU.
+// INVALID_ARGUMENT for an empty list or a device that does not exist; UNAVAILABLE as
+// MakeCudaBackend.
+absl::StatusOr<std::unique_ptr<Backend>> MakeMultiDeviceCudaBackend(std::vector<int> devices,
+                                                                    const CudaOptions& options = {});
+
+// The placement MakeMultiDeviceCudaBackend puts in front of its CUDA backends, over any
+// backends, one a device: each worker's memory to spare is read from its Info() (its first
+// pool's cap less what is in use, at most its first device's free memory plus the pool's idle
+// buffers; none without a device), a prepared system routed by PreparedSystem::holder(). `tags`
+// name the workers in the pool names ("device:<tag>"). nullptr for no worker. For the tests,
+// with stand-in workers.
+std::unique_ptr<Backend> MakePlacedBackend(std::vector<std::unique_ptr<Backend>> workers,
+                                           std::vector<std::string> tags);
 
 }  // namespace trisolve

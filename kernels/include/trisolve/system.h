@@ -96,6 +96,8 @@ struct RhsBlock {
   Layout layout = Layout::kFlat;
 };
 
+class Backend;
+
 // A system kept between solves. The base keeps a host copy of the coefficients (the residual and
 // the host fall-backs read it); a backend's subclass keeps what it prepared from them (device
 // copies, factors). Solves and updates of one system must not run at once: the caller orders
@@ -113,6 +115,9 @@ class PreparedSystem {
   virtual int64_t bytes() const;
   // What the backend prepared and keeps, for the user ("coefficients on the device", ...).
   virtual std::string prepared() const { return "coefficients on the host"; }
+  // The backend whose device holds what was prepared, which alone can solve it (nullptr: the
+  // host copy only, which any backend can solve). The multi-device backend routes by it.
+  virtual const Backend* holder() const { return nullptr; }
 
   // Replaces coefficient i (spec().coefficient_values(i) values) in the host copy and drops
   // whatever was derived from the old values.
@@ -132,8 +137,6 @@ class PreparedSystem {
   Layout replicated_layout_ = Layout::kFlat;
   std::vector<std::vector<std::byte>> replicated_host_;
 };
-
-class Backend;
 
 // The family's method name for spec.method ("auto", "thomas", ...).
 absl::string_view SpecMethodName(const SystemSpec& spec);

@@ -1,0 +1,418 @@
+// The multi-device backend's placement, over any backends, one a device (what
+// MakeMultiDeviceCudaBackend builds; the tests give it stand-in workers). A call goes to the worker
+// with the fewest calls in flight among those with room for it (free memory, refreshed every few
+// milliseconds), the one with a GiB more to spare at equal queues, else the next in turn; a
+// prepared system stays where it was prepared, and its solves go there; a tridiagonal or tree
+// batch too large for any one worker is split by systems over them. A worker's room is read
+// from its Info(): its first pool's cap less what is in use, at most its first device's free
+// memory plus the pool's idle buffers.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "trisolve/backend.h"
+
+namespace trisolve {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Free memory is read again at most this often for the unary calls' placement (cudaMemGetInfo
+// takes the driver's lock): the queue lengths, exact at every call, decide between devices with
+// room; memory only decides whether a job fits and breaks ties.
+constexpr auto kMemoryRefresh = std::chrono::milliseconds(10);
+// Devices whose memory to spare differs by less than this count as equal for the unary calls
+// (the next in turn takes the job): a few pooled buffers must not send every job to one device.
+constexpr int64_t kMemoryGrain = int64_t{1} << 30;
+
+// A part of a batch of tridiagonal or tree systems, systems [s0, s0 + count): flat, its arrays
+// where they are; interleaved, gathered into arrays of their own ([n, count]) and x scattered
+// back after the solve.
+template <typename T>
+class PartView {
+ public:
+  PartView(Layout layout, int64_t batch, int64_t n, int64_t s0, int64_t count)
+      : layout_(layout), batch_(batch), n_(n), s0_(s0), count_(count) {}
+  const T* In(const T* whole) {
+    if (whole == nullptr || layout_ == Layout::kFlat) return whole ? whole + s0_ * n_ : nullptr;
+    std::vector<T>& v = copies_.emplace_back(static_cast<size_t>(count_ * n_));
+    for (int64_t k = 0; k < n_; ++k)
+      std::memcpy(v.data() + k * count_, whole + k * batch_ + s0_, size_t(count_) * sizeof(T));
+    return v.data();
+  }
+  T* Out(T* whole) {
+    whole_x_ = whole;
+    if (layout_ == Layout::kFlat) return whole + s0_ * n_;
+    x_.resize(size_t(count_ * n_));
+    return x_.data();
+  }
+  void Scatter() const {
+    if (layout_ == Layout::kFlat) return;
+    for (int64_t k = 0; k < n_; ++k)
+      std::memcpy(whole_x_ + k * batch_ + s0_, x_.data() + k * count_, size_t(count_) * sizeof(T));
+  }
+
+ private:
+  const Layout layout_;
+  const int64_t batch_, n_, s0_, count_;
+  std::vector<std::vector<T>> copies_;
+  std::vector<T> x_;
+  T* whole_x_ = nullptr;
+};
+
+class MultiDeviceBackend final : public Backend {
+ public:
+  struct Worker {
+    std::string tag;  // in pool names: "0", or "0/2" for a device's second worker
+    std::unique_ptr<Backend> backend;
+    std::atomic<int64_t> in_flight{0};
+    std::atomic<int64_t> jobs{0};
+    // Bytes it can still take: min(pool cap - pool in use, device free + pool idle).
+    std::atomic<int64_t> room{0};
+  };
+
+  explicit MultiDeviceBackend(std::vector<std::unique_ptr<Worker>> workers)
+      : workers_(std::move(workers)) {
+    Refresh();
+  }
+  static std::vector<std::unique_ptr<Worker>> Workers(std::vector<std::unique_ptr<Backend>> b,
+                                                      std::vector<std::string> tags) {
+    std::vector<std::unique_ptr<Worker>> workers;
+    for (size_t i = 0; i < b.size(); ++i) {
+      auto w = std::make_unique<Worker>();
+      w->tag = i < tags.size() ? tags[i] : std::to_string(i);
+      w->backend = std::move(b[i]);
+      workers.push_back(std::move(w));
+    }
+    return workers;
+  }
+
+  BackendInfo Info() const override {
+    BackendInfo info;
+    for (const auto& w : workers_) {
+      BackendInfo one = w->backend->Info();
+      info.name = one.name;
+      info.threads = std::max(info.threads, one.threads);
+      for (DeviceInfo d : one.devices) {
+        d.jobs = w->jobs.load();
+        d.jobs_in_flight = w->in_flight.load();
+        info.devices.push_back(std::move(d));
+      }
+      for (MemoryPoolInfo p : one.pools) {
+        p.name = absl::StrCat(p.name, ":", w->tag);
+        info.pools.push_back(std::move(p));
+      }
+    }
+    return info;
+  }
+
+  absl::StatusOr<SolveInfo> Solve(const TridiagonalProblem<double>& p, TridiagonalMethod m,
+                                  TridiagonalOutput<double> out, const SolveControl& c) override {
+    return SolveTridiagonal(p, m, out, c);
+  }
+  absl::StatusOr<SolveInfo> Solve(const TridiagonalProblem<float>& p, TridiagonalMethod m,
+                                  TridiagonalOutput<float> out, const SolveControl& c) override {
+    return SolveTridiagonal(p, m, out, c);
+  }
+  absl::StatusOr<SolveInfo> Solve(const TreeProblem<double>& p, TreeMethod m,
+                                  TreeOutput<double> out, const SolveControl& c) override {
+    return SolveTree(p, m, out, c);
+  }
+  absl::StatusOr<SolveInfo> Solve(const TreeProblem<float>& p, TreeMethod m, TreeOutput<float> out,
+                                  const SolveControl& c) override {
+    return SolveTree(p, m, out, c);
+  }
+  absl::StatusOr<SolveInfo> Solve(const BlockTridiagonalProblem<double>& p, BlockMethod m,
+                                  const BlockOptions& o, BlockOutput<double> out,
+                                  const SolveControl& c) override {
+    return OnPlaced(BlockBytes(p), [&](Backend& b) { return b.Solve(p, m, o, out, c); });
+  }
+  absl::StatusOr<SolveInfo> Solve(const BlockTridiagonalProblem<float>& p, BlockMethod m,
+                                  const BlockOptions& o, BlockOutput<float> out,
+                                  const SolveControl& c) override {
+    return OnPlaced(BlockBytes(p), [&](Backend& b) { return b.Solve(p, m, o, out, c); });
+  }
+  absl::StatusOr<SolveInfo> Solve(const DenseProblem<double>& p, DenseMethod m,
+                                  DenseOutput<double> out, const SolveControl& c) override {
+    return OnPlaced(DenseBytes(p), [&](Backend& b) { return b.Solve(p, m, out, c); });
+  }
+  absl::StatusOr<SolveInfo> Solve(const DenseProblem<float>& p, DenseMethod m,
+                                  DenseOutput<float> out, const SolveControl& c) override {
+    return OnPlaced(DenseBytes(p), [&](Backend& b) { return b.Solve(p, m, out, c); });
+  }
+
+  // The device with the most memory to spare keeps the system (a system lives as long as its
+  // client wants: memory, not the queue of the moment, is what it takes from a device); the
+  // figures are read now, so that systems made one after another spread.
+  absl::StatusOr<std::unique_ptr<PreparedSystem>> Prepare(const SystemSpec& spec) override {
+    Refresh();
+    const size_t n = workers_.size(), start = next_.fetch_add(1) % n;
+    Worker* best = workers_[start].get();
+    for (size_t k = 1; k < n; ++k) {
+      Worker* w = workers_[(start + k) % n].get();
+      if (w->room.load() > best->room.load() ||
+          (w->room.load() == best->room.load() && w->in_flight.load() < best->in_flight.load()))
+        best = w;
+    }
+    const InFlight busy(*best, /*count_job=*/false);
+    auto system = best->backend->Prepare(spec);
+    last_refresh_.store(0);  // its memory is taken: read again before the next placement
+    return system;
+  }
+  absl::StatusOr<SolveInfo> SolvePrepared(PreparedSystem& system, RhsBlock<double> rhs, double* x,
+                                          SystemStatus* status, const SolveControl& c) override {
+    return OnHolder(system, rhs.k * system.spec().rhs_values() * 16,
+                    [&](Backend& b) { return b.SolvePrepared(system, rhs, x, status, c); });
+  }
+  absl::StatusOr<SolveInfo> SolvePrepared(PreparedSystem& system, RhsBlock<float> rhs, float* x,
+                                          SystemStatus* status, const SolveControl& c) override {
+    return OnHolder(system, rhs.k * system.spec().rhs_values() * 8,
+                    [&](Backend& b) { return b.SolvePrepared(system, rhs, x, status, c); });
+  }
+
+  // Memory a client shares is read by whichever worker a call lands on: every worker knows it
+  // (a CUDA worker after the first finds it page-locked already, portably, and records it).
+  absl::StatusOr<bool> PinHostMemory(void* p, int64_t bytes) override {
+    bool any = false;
+    for (const auto& w : workers_) {
+      auto pinned = w->backend->PinHostMemory(p, bytes);
+      if (!pinned.ok()) {
+        UnpinHostMemory(p);
+        return pinned.status();
+      }
+      any |= *pinned;
+    }
+    return any;
+  }
+  void UnpinHostMemory(void* p) override {
+    for (const auto& w : workers_) w->backend->UnpinHostMemory(p);
+  }
+
+ private:
+  // A call counted on its worker while it runs.
+  class InFlight {
+   public:
+    InFlight(Worker& w, bool count_job) : w_(w) {
+      w_.in_flight.fetch_add(1);
+      if (count_job) w_.jobs.fetch_add(1);
+    }
+    InFlight(const InFlight&) = delete;
+    InFlight& operator=(const InFlight&) = delete;
+    ~InFlight() { w_.in_flight.fetch_sub(1); }
+
+   private:
+    Worker& w_;
+  };
+
+  // Device bytes a one-shot call takes: its arrays in and x out (what Staged allocates).
+  template <typename T>
+  static int64_t TridiagonalBytes(const TridiagonalProblem<T>& p) {
+    return 5 * p.batch * p.n * int64_t(sizeof(T));
+  }
+  template <typename T>
+  static int64_t TreeBytes(const TreeProblem<T>& p) {
+    return 5 * p.batch * p.n * int64_t(sizeof(T)) + p.n * 5;
+  }
+  template <typename T>
+  static int64_t BlockBytes(const BlockTridiagonalProblem<T>& p) {
+    return 8 * p.N * p.M * int64_t(sizeof(T));
+  }
+  template <typename T>
+  static int64_t DenseBytes(const DenseProblem<T>& p) {
+    return (p.n + 2) * p.batch * p.n * int64_t(sizeof(T));
+  }
+
+  // Reads every worker's memory to spare. Pooled idle buffers count as free: the pool reuses
+  // them or evicts them for a new size.
+  void Refresh() const {
+    for (const auto& w : workers_) {
+      const BackendInfo info = w->backend->Info();
+      int64_t room = 0;
+      if (!info.devices.empty() && !info.pools.empty()) {
+        const MemoryPoolInfo& pool = info.pools.front();  // "device"
+        room = std::min(pool.cap_bytes - pool.in_use_bytes,
+                        info.devices.front().free_memory_bytes + pool.cached_bytes);
+      }
+      w->room.store(std::max<int64_t>(room, 0));
+    }
+    last_refresh_.store(Clock::now().time_since_epoch().count());
+  }
+  void MaybeRefresh() const {
+    const auto now = Clock::now().time_since_epoch().count();
+    if (now - last_refresh_.load() < Clock::duration(kMemoryRefresh).count()) return;
+    std::unique_lock<std::mutex> lock(refresh_mu_, std::try_to_lock);
+    if (lock.owns_lock()) Refresh();  // one thread reads; the others place by the last figures
+  }
+
+  // The worker for a call of `bytes`: the fewest calls in flight among those with room for it
+  // (every worker, where none has), then kMemoryGrain more memory to spare, then the next in
+  // turn.
+  Worker& Place(int64_t bytes) {
+    MaybeRefresh();
+    const size_t n = workers_.size(), start = next_.fetch_add(1) % n;
+    Worker* best = workers_[start].get();
+    bool best_fits = best->room.load() >= bytes;
+    for (size_t k = 1; k < n; ++k) {
+      Worker* w = workers_[(start + k) % n].get();
+      const bool fits = w->room.load() >= bytes;
+      if (fits != best_fits) {
+        if (fits) best = w, best_fits = true;
+        continue;
+      }
+      const int64_t q = w->in_flight.load(), bq = best->in_flight.load();
+      if (q < bq || (q == bq && w->room.load() > best->room.load() + kMemoryGrain)) best = w;
+    }
+    return *best;
+  }
+
+  template <typename Call>
+  absl::StatusOr<SolveInfo> OnPlaced(int64_t bytes, Call call) {
+    Worker& w = Place(bytes);
+    const InFlight busy(w, /*count_job=*/true);
+    return call(*w.backend);
+  }
+
+  // A prepared system's solve on the worker that holds it; a system holding nothing on a
+  // device (the host copy only) goes where a one-shot call would.
+  template <typename Call>
+  absl::StatusOr<SolveInfo> OnHolder(const PreparedSystem& system, int64_t bytes, Call call) {
+    const Backend* holder = system.holder();
+    if (holder == nullptr) return OnPlaced(bytes, call);
+    for (const auto& w : workers_)
+      if (w->backend.get() == holder) {
+        const InFlight busy(*w, /*count_job=*/true);
+        return call(*w->backend);
+      }
+    return absl::FailedPreconditionError(
+        "the system was prepared by another backend: its coefficients are on no device of this "
+        "one");
+  }
+
+  // A batch that fits no one worker's memory to spare but the workers' together is split by
+  // systems, in proportion to their room, and its parts solved at once, each on its worker.
+  struct Part {
+    Worker* worker;
+    int64_t s0, count;  // systems [s0, s0 + count)
+  };
+  // The parts for a batch of `bytes`; empty where one worker takes it (it fits one, or it fits
+  // not even all of them together: the placement's call then says why).
+  std::vector<Part> SplitParts(int64_t batch, int64_t bytes) {
+    if (workers_.size() < 2 || batch < 2) return {};
+    MaybeRefresh();
+    int64_t total = 0, most = 0;
+    for (const auto& w : workers_) {
+      total += w->room.load();
+      most = std::max(most, w->room.load());
+    }
+    if (bytes <= most || bytes > total) return {};
+    std::vector<Part> parts;
+    int64_t s0 = 0;
+    for (size_t i = 0; i < workers_.size() && s0 < batch; ++i) {
+      // (exact while batch * room < 2^53; beyond, off by a system at most)
+      const int64_t share =
+          int64_t(std::floor(double(batch) * double(workers_[i]->room.load()) / double(total)));
+      const int64_t count = i + 1 == workers_.size() ? batch - s0 : std::min(batch - s0, share);
+      if (count > 0) parts.push_back({workers_[i].get(), s0, count});
+      s0 += count;
+    }
+    return parts;
+  }
+
+  // Runs `solve(part)` for every part at once (the first on the calling thread), each counted on
+  // its worker; the first error, else one report: the method (" (split over N devices)"), the
+  // worst iterations and residual, the longest times (the parts overlap).
+  template <typename SolvePart>
+  absl::StatusOr<SolveInfo> RunParts(const std::vector<Part>& parts, SolvePart solve) {
+    std::vector<absl::StatusOr<SolveInfo>> results(parts.size(),
+                                                   absl::InternalError("part not solved"));
+    auto run = [&](size_t i) {
+      const InFlight busy(*parts[i].worker, /*count_job=*/true);
+      results[i] = solve(parts[i]);
+    };
+    std::vector<std::thread> threads;
+    for (size_t i = 1; i < parts.size(); ++i) threads.emplace_back(run, i);
+    run(0);
+    for (auto& t : threads) t.join();
+    SolveInfo total;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      if (!results[i].ok()) return results[i].status();
+      const SolveInfo& r = *results[i];
+      if (i == 0) {
+        total = r;
+        continue;
+      }
+      if (total.method.find(r.method) == std::string::npos)
+        absl::StrAppend(&total.method, " + ", r.method);
+      total.iterations = std::max(total.iterations, r.iterations);
+      if (!(r.residual <= total.residual)) total.residual = r.residual;  // NaN stays
+      total.h2d_us = std::max(total.h2d_us, r.h2d_us);
+      total.kernel_us = std::max(total.kernel_us, r.kernel_us);
+      total.d2h_us = std::max(total.d2h_us, r.d2h_us);
+    }
+    absl::StrAppend(&total.method, " (split over ", parts.size(), " devices)");
+    return total;
+  }
+
+  template <typename T>
+  absl::StatusOr<SolveInfo> SolveTridiagonal(const TridiagonalProblem<T>& p, TridiagonalMethod m,
+                                             TridiagonalOutput<T> out, const SolveControl& c) {
+    const int64_t bytes = TridiagonalBytes(p);
+    const std::vector<Part> parts = SplitParts(p.batch, bytes);
+    if (parts.empty()) return OnPlaced(bytes, [&](Backend& b) { return b.Solve(p, m, out, c); });
+    return RunParts(parts, [&](const Part& part) -> absl::StatusOr<SolveInfo> {
+      PartView<T> v(p.layout, p.batch, p.n, part.s0, part.count);
+      const TridiagonalProblem<T> sub{part.count, p.n,       p.layout, v.In(p.a),
+                                      v.In(p.b),  v.In(p.c), v.In(p.d)};
+      auto r = part.worker->backend->Solve(
+          sub, m, TridiagonalOutput<T>{v.Out(out.x), out.status + part.s0}, c);
+      if (r.ok()) v.Scatter();
+      return r;
+    });
+  }
+  template <typename T>
+  absl::StatusOr<SolveInfo> SolveTree(const TreeProblem<T>& p, TreeMethod m, TreeOutput<T> out,
+                                      const SolveControl& c) {
+    const int64_t bytes = TreeBytes(p);
+    const std::vector<Part> parts = SplitParts(p.batch, bytes);
+    if (parts.empty()) return OnPlaced(bytes, [&](Backend& b) { return b.Solve(p, m, out, c); });
+    return RunParts(parts, [&](const Part& part) -> absl::StatusOr<SolveInfo> {
+      PartView<T> v(p.layout, p.batch, p.n, part.s0, part.count);
+      TreeProblem<T> sub = p;
+      sub.batch = part.count;
+      // Per-system parent arrays are always flat.
+      if (p.parent_per_system) sub.parent = p.parent + part.s0 * p.n;
+      sub.lower = v.In(p.lower);
+      sub.upper = v.In(p.upper);
+      sub.diag = v.In(p.diag);
+      sub.rhs = v.In(p.rhs);
+      auto r =
+          part.worker->backend->Solve(sub, m, TreeOutput<T>{v.Out(out.x), out.status + part.s0}, c);
+      if (r.ok()) v.Scatter();
+      return r;
+    });
+  }
+
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::atomic<size_t> next_{0};
+  mutable std::mutex refresh_mu_;
+  mutable std::atomic<Clock::rep> last_refresh_{0};
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> MakePlacedBackend(std::vector<std::unique_ptr<Backend>> workers,
+                                           std::vector<std::string> tags) {
+  if (workers.empty()) return nullptr;
+  return std::make_unique<MultiDeviceBackend>(
+      MultiDeviceBackend::Workers(std::move(workers), std::move(tags)));
+}
+
+}  // namespace trisolve

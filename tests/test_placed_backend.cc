@@ -1,0 +1,412 @@
+// The multi-device backend's placement (MakePlacedBackend) over stand-in devices: each the CPU
+// reference behind a memory to spare it reports, its calls counted and, on demand, held. Runs
+// everywhere (no GPU): calls taken in turn, a call where it fits, a busy device passed over,
+// prepared systems kept and routed to their device, and batches too large for one device split
+// by systems (flat, interleaved, trees with one or many morphologies) against the reference.
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "trisolve/backend.h"
+
+namespace trisolve {
+namespace {
+
+constexpr int64_t kMiB = int64_t{1} << 20;
+
+// A stand-in device: the CPU reference, a memory to spare it reports through Info(), the
+// batches of the calls it took, and a gate that holds its calls while closed.
+class FakeDevice final : public Backend {
+ public:
+  explicit FakeDevice(int64_t room) : room_(room), cpu_(MakeCpuBackend(1)) {}
+
+  BackendInfo Info() const override {
+    BackendInfo info;
+    info.name = "fake";
+    info.threads = 1;
+    DeviceInfo d;
+    d.name = "fake";
+    d.total_memory_bytes = d.free_memory_bytes = room_;
+    info.devices.push_back(d);
+    MemoryPoolInfo device, pinned;
+    device.name = "device";
+    device.cap_bytes = room_;
+    pinned.name = "pinned-host";
+    info.pools = {device, pinned};
+    return info;
+  }
+
+  absl::StatusOr<SolveInfo> Solve(const TridiagonalProblem<double>& p, TridiagonalMethod m,
+                                  TridiagonalOutput<double> out, const SolveControl& c) override {
+    Enter(p.batch);
+    return cpu_->Solve(p, m, out, c);
+  }
+  absl::StatusOr<SolveInfo> Solve(const TridiagonalProblem<float>& p, TridiagonalMethod m,
+                                  TridiagonalOutput<float> out, const SolveControl& c) override {
+    Enter(p.batch);
+    return cpu_->Solve(p, m, out, c);
+  }
+  absl::StatusOr<SolveInfo> Solve(const TreeProblem<double>& p, TreeMethod m,
+                                  TreeOutput<double> out, const SolveControl& c) override {
+    Enter(p.batch);
+    return cpu_->Solve(p, m, out, c);
+  }
+  absl::StatusOr<SolveInfo> Solve(const TreeProblem<float>& p, TreeMethod m, TreeOutput<float> out,
+                                  const SolveControl& c) override {
+    Enter(p.batch);
+    return cpu_->Solve(p, m, out, c);
+  }
+  absl::StatusOr<SolveInfo> Solve(const BlockTridiagonalProblem<double>& p, BlockMethod m,
+                                  const BlockOptions& o, BlockOutput<double> out,
+                                  const SolveControl& c) override {
+    Enter(1);
+    return cpu_->Solve(p, m, o, out, c);
+  }
+  absl::StatusOr<SolveInfo> Solve(const BlockTridiagonalProblem<float>& p, BlockMethod m,
+                                  const BlockOptions& o, BlockOutput<float> out,
+                                  const SolveControl& c) override {
+    Enter(1);
+    return cpu_->Solve(p, m, o, out, c);
+  }
+  absl::StatusOr<SolveInfo> Solve(const DenseProblem<double>& p, DenseMethod m,
+                                  DenseOutput<double> out, const SolveControl& c) override {
+    Enter(p.batch);
+    return cpu_->Solve(p, m, out, c);
+  }
+  absl::StatusOr<SolveInfo> Solve(const DenseProblem<float>& p, DenseMethod m,
+                                  DenseOutput<float> out, const SolveControl& c) override {
+    Enter(p.batch);
+    return cpu_->Solve(p, m, out, c);
+  }
+
+  // A system it holds (as a device backend's would be): only it solves it.
+  class Held final : public PreparedSystem {
+   public:
+    Held(const SystemSpec& spec, const Backend* holder) : PreparedSystem(spec), holder_(holder) {}
+    const Backend* holder() const override { return holder_; }
+
+   private:
+    const Backend* holder_;
+  };
+  absl::StatusOr<std::unique_ptr<PreparedSystem>> Prepare(const SystemSpec& spec) override {
+    ++prepared;
+    return std::unique_ptr<PreparedSystem>(new Held(spec, this));
+  }
+  absl::StatusOr<SolveInfo> SolvePrepared(PreparedSystem& system, RhsBlock<double> rhs, double* x,
+                                          SystemStatus* status, const SolveControl& c) override {
+    if (system.holder() != nullptr && system.holder() != this)
+      return absl::FailedPreconditionError("not mine");
+    Enter(rhs.k);
+    return SolveThroughBackend(*cpu_, system, rhs, x, status, c);
+  }
+  absl::StatusOr<SolveInfo> SolvePrepared(PreparedSystem& system, RhsBlock<float> rhs, float* x,
+                                          SystemStatus* status, const SolveControl& c) override {
+    if (system.holder() != nullptr && system.holder() != this)
+      return absl::FailedPreconditionError("not mine");
+    Enter(rhs.k);
+    return SolveThroughBackend(*cpu_, system, rhs, x, status, c);
+  }
+
+  void Hold(bool closed) {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = closed;
+    cv_.notify_all();
+  }
+  int entered() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return int(batches_.size());
+  }
+  std::vector<int64_t> batches() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return batches_;
+  }
+  // Waits (up to 10 s) until `calls` calls have entered.
+  bool WaitEntered(int calls) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(10),
+                        [&] { return int(batches_.size()) >= calls; });
+  }
+  std::atomic<int> prepared{0};
+
+ private:
+  void Enter(int64_t batch) {
+    std::unique_lock<std::mutex> lock(mu_);
+    batches_.push_back(batch);
+    cv_.notify_all();
+    // (Held 10 s at most: a call placed on a held device then fails the test, not hangs it.)
+    cv_.wait_for(lock, std::chrono::seconds(10), [&] { return !closed_; });
+  }
+  const int64_t room_;
+  std::unique_ptr<Backend> cpu_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool closed_ = false;
+  std::vector<int64_t> batches_;
+};
+
+// The placed backend over stand-ins of the given rooms; `dev` keeps pointers to them.
+std::unique_ptr<Backend> Placed(const std::vector<int64_t>& rooms, std::vector<FakeDevice*>* dev) {
+  std::vector<std::unique_ptr<Backend>> workers;
+  std::vector<std::string> tags;
+  for (size_t i = 0; i < rooms.size(); ++i) {
+    auto f = std::make_unique<FakeDevice>(rooms[i]);
+    dev->push_back(f.get());
+    workers.push_back(std::move(f));
+    tags.push_back(std::string(1, char('a' + i)));
+  }
+  return MakePlacedBackend(std::move(workers), std::move(tags));
+}
+
+Backend& Cpu() {
+  static std::unique_ptr<Backend> cpu = MakeCpuBackend(1);
+  return *cpu;
+}
+
+template <typename T>
+double Distance(const std::vector<T>& got, const std::vector<T>& want) {
+  double d = 0, m = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (!std::isfinite(double(got[i]))) return INFINITY;
+    d = std::max(d, std::abs(double(got[i]) - double(want[i])));
+    m = std::max(m, std::abs(double(want[i])));
+  }
+  return d / std::max(m, 1e-300);
+}
+
+struct Tri {
+  int64_t batch, n;
+  Layout layout;
+  std::vector<double> a, b, c, d;
+  TridiagonalProblem<double> P() const {
+    return {batch, n, layout, a.data(), b.data(), c.data(), d.data()};
+  }
+};
+Tri MakeTri(int64_t batch, int64_t n, Layout layout, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(-1, 1);
+  Tri t{batch, n, layout, {}, {}, {}, {}};
+  for (int64_t i = 0; i < batch * n; ++i) {
+    t.a.push_back(u(rng));
+    t.c.push_back(u(rng));
+    t.b.push_back(3 + u(rng));
+    t.d.push_back(u(rng));
+  }
+  // A singular system among them: its status and zeros must land in its own place.
+  for (int64_t k = 0; batch >= 3 && k < n; ++k) {
+    const int64_t e = ElementIndex(layout, batch, n, batch / 2 + 1, k);
+    t.a[size_t(e)] = t.b[size_t(e)] = t.c[size_t(e)] = 0;
+  }
+  return t;
+}
+
+// Solves t through `be` and the reference; the answers and statuses must agree.
+void ExpectTriLikeReference(Backend& be, const Tri& t, const char* what) {
+  std::vector<double> x(t.a.size(), NAN), want(t.a.size());
+  std::vector<SystemStatus> st(size_t(t.batch)), wst(size_t(t.batch));
+  auto got = be.Solve(t.P(), TridiagonalMethod::kThomas, {x.data(), st.data()}, {});
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_TRUE(Cpu().Solve(t.P(), TridiagonalMethod::kThomas, {want.data(), wst.data()}, {}).ok());
+  EXPECT_EQ(st, wst) << what;
+  EXPECT_EQ(Distance(x, want), 0) << what;
+  if (t.batch >= 3) {
+    EXPECT_EQ(st[size_t(t.batch / 2 + 1)], SystemStatus::kSingular) << what;
+  }
+}
+
+int64_t Sum(const std::vector<int64_t>& v) {
+  int64_t s = 0;
+  for (int64_t x : v) s += x;
+  return s;
+}
+
+TEST(PlacedBackend, CallsTakeTheDevicesInTurnAndInfoNamesThem) {
+  std::vector<FakeDevice*> dev;
+  auto be = Placed({kMiB << 10, kMiB << 10, kMiB << 10}, &dev);
+  const Tri t = MakeTri(4, 16, Layout::kFlat, 1);
+  for (int q = 0; q < 6; ++q) ExpectTriLikeReference(*be, t, "small");
+  for (FakeDevice* d : dev) EXPECT_EQ(d->entered(), 2);
+  const BackendInfo info = be->Info();
+  EXPECT_EQ(info.name, "fake");
+  ASSERT_EQ(info.devices.size(), 3u);
+  ASSERT_EQ(info.pools.size(), 6u);
+  EXPECT_EQ(info.pools[2].name, "device:b");
+  EXPECT_EQ(info.pools[3].name, "pinned-host:b");
+  for (const DeviceInfo& d : info.devices) {
+    EXPECT_EQ(d.jobs, 2);
+    EXPECT_EQ(d.jobs_in_flight, 0);
+  }
+}
+
+TEST(PlacedBackend, ACallGoesWhereItFits) {
+  std::vector<FakeDevice*> dev;
+  auto be = Placed({1 * kMiB, 64 * kMiB}, &dev);
+  const Tri big = MakeTri(64, 1024, Layout::kFlat, 2);  // 2.6 MB: only the second
+  for (int q = 0; q < 4; ++q) ExpectTriLikeReference(*be, big, "fits one");
+  EXPECT_EQ(dev[0]->entered(), 0);
+  EXPECT_EQ(dev[1]->entered(), 4);
+  const Tri small = MakeTri(4, 16, Layout::kFlat, 3);  // fits both: in turn
+  for (int q = 0; q < 4; ++q) ExpectTriLikeReference(*be, small, "fits both");
+  EXPECT_EQ(dev[0]->entered(), 2);
+}
+
+TEST(PlacedBackend, ABusyDeviceIsPassedOver) {
+  std::vector<FakeDevice*> dev;
+  auto be = Placed({kMiB << 10, kMiB << 10}, &dev);
+  const Tri t = MakeTri(4, 16, Layout::kFlat, 4);
+  for (FakeDevice* d : dev) d->Hold(true);
+  std::thread held([&] { ExpectTriLikeReference(*be, t, "held"); });
+  // The held call is in flight on one device; the others go to the other.
+  for (int spin = 0; spin < 1000 && dev[0]->entered() + dev[1]->entered() == 0; ++spin)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const int busy = dev[0]->entered() == 1 ? 0 : 1;
+  ASSERT_EQ(dev[size_t(busy)]->entered(), 1);
+  dev[size_t(1 - busy)]->Hold(false);
+  for (int q = 0; q < 3; ++q) ExpectTriLikeReference(*be, t, "beside the held one");
+  EXPECT_EQ(dev[size_t(1 - busy)]->entered(), 3);
+  EXPECT_EQ(be->Info().devices[size_t(busy)].jobs_in_flight, 1);
+  dev[size_t(busy)]->Hold(false);
+  held.join();
+  EXPECT_EQ(dev[size_t(busy)]->entered(), 1);
+}
+
+TEST(PlacedBackend, PreparedSystemsStayOnTheirDevice) {
+  std::vector<FakeDevice*> dev;
+  auto be = Placed({32 * kMiB, 64 * kMiB}, &dev);
+  const Tri t = MakeTri(1, 200, Layout::kFlat, 5);
+  SystemSpec spec;
+  spec.family = Family::kTridiagonal;
+  spec.n = 200;
+  spec.coefficients = {t.a.data(), t.b.data(), t.c.data()};
+  // The device with more memory to spare takes them.
+  std::vector<std::unique_ptr<PreparedSystem>> systems;
+  for (int s = 0; s < 3; ++s) {
+    auto made = be->Prepare(spec);
+    ASSERT_TRUE(made.ok()) << made.status();
+    EXPECT_EQ((*made)->holder(), dev[1]);
+    systems.push_back(*std::move(made));
+  }
+  EXPECT_EQ(dev[1]->prepared, 3);
+  // Its solves go there, even while that device is busy and the other idle.
+  std::vector<double> d(600), x(600), want(600);
+  std::mt19937_64 rng(6);
+  for (double& v : d) v = std::uniform_real_distribution<double>(-1, 1)(rng);
+  std::vector<SystemStatus> st(3), wst(3);
+  dev[1]->Hold(true);
+  std::thread solve([&] {
+    auto r = be->SolvePrepared(*systems[0], RhsBlock<double>{d.data(), 3}, x.data(), st.data(), {});
+    EXPECT_TRUE(r.ok()) << r.status();
+  });
+  ASSERT_TRUE(dev[1]->WaitEntered(1));
+  dev[1]->Hold(false);
+  solve.join();
+  EXPECT_EQ(dev[0]->entered(), 0);
+  Tri rep = MakeTri(3, 200, Layout::kFlat, 0);
+  for (int64_t j = 0; j < 3; ++j)
+    for (int64_t k = 0; k < 200; ++k) {
+      rep.a[size_t(j * 200 + k)] = t.a[size_t(k)];
+      rep.b[size_t(j * 200 + k)] = t.b[size_t(k)];
+      rep.c[size_t(j * 200 + k)] = t.c[size_t(k)];
+      rep.d[size_t(j * 200 + k)] = d[size_t(j * 200 + k)];
+    }
+  ASSERT_TRUE(Cpu().Solve(rep.P(), TridiagonalMethod::kAuto, {want.data(), wst.data()}, {}).ok());
+  EXPECT_EQ(st, wst);
+  EXPECT_LE(Distance(x, want), 1e-14);
+  // A system held by a backend outside it is refused; one held by none (the host copy) solved.
+  FakeDevice other(kMiB);
+  auto foreign = other.Prepare(spec);
+  ASSERT_TRUE(foreign.ok());
+  auto r = be->SolvePrepared(**foreign, RhsBlock<double>{d.data()}, x.data(), st.data(), {});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+  auto host = Cpu().Prepare(spec);
+  ASSERT_TRUE(host.ok());
+  r = be->SolvePrepared(**host, RhsBlock<double>{d.data()}, x.data(), st.data(), {});
+  EXPECT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(dev[0]->entered() + dev[1]->entered(), 2);
+}
+
+TEST(PlacedBackend, ABatchTooLargeForOneDeviceIsSplitBySystems) {
+  // 100 systems of 1000 unknowns: 4 MB (a, b, c, d, x), over either device's room, not both's.
+  for (Layout layout : {Layout::kFlat, Layout::kInterleaved}) {
+    std::vector<FakeDevice*> dev;
+    auto be = Placed({3 * 1000 * 1000, 2 * 1000 * 1000}, &dev);
+    const Tri t = MakeTri(100, 1000, layout, 7);
+    ExpectTriLikeReference(*be, t, layout == Layout::kFlat ? "flat" : "interleaved");
+    EXPECT_EQ(dev[0]->batches(), std::vector<int64_t>{60});  // in proportion to the rooms
+    EXPECT_EQ(dev[1]->batches(), std::vector<int64_t>{40});
+    std::vector<double> x(t.a.size());
+    std::vector<SystemStatus> st(100);
+    auto info = be->Solve(t.P(), TridiagonalMethod::kThomas, {x.data(), st.data()}, {});
+    ASSERT_TRUE(info.ok());
+    EXPECT_EQ(info->method, "thomas (split over 2 devices)");
+  }
+  // Trees: one morphology and one a cell, both layouts.
+  for (bool per_cell : {false, true})
+    for (Layout layout : {Layout::kFlat, Layout::kInterleaved}) {
+      std::vector<FakeDevice*> dev;
+      auto be = Placed({3 * 1000 * 1000, 2 * 1000 * 1000}, &dev);
+      const int64_t batch = 100, n = 1000;
+      std::mt19937_64 rng(8);
+      std::uniform_real_distribution<double> u(-1, 1);
+      std::vector<int32_t> parent(size_t(per_cell ? batch * n : n));
+      for (size_t i = 0; i < parent.size(); ++i)
+        parent[i] = i % size_t(n) == 0 ? -1 : int32_t(rng() % (i % size_t(n)));
+      std::vector<double> lower(size_t(batch * n)), upper(lower.size()), diag(lower.size()),
+          rhs(lower.size());
+      for (size_t i = 0; i < lower.size(); ++i) {
+        lower[i] = u(rng);
+        upper[i] = u(rng);
+        diag[i] = 2 * n + u(rng);  // dominant whatever the degrees
+        rhs[i] = u(rng);
+      }
+      TreeProblem<double> p;
+      p.batch = batch;
+      p.n = n;
+      p.layout = layout;
+      p.parent = parent.data();
+      p.parent_per_system = per_cell;
+      p.lower = lower.data();
+      p.upper = upper.data();
+      p.diag = diag.data();
+      p.rhs = rhs.data();
+      std::vector<double> x(lower.size(), NAN), want(lower.size());
+      std::vector<SystemStatus> st(static_cast<size_t>(batch)), wst(st.size());
+      auto got = be->Solve(p, TreeMethod::kHines, TreeOutput<double>{x.data(), st.data()}, {});
+      ASSERT_TRUE(got.ok()) << got.status();
+      ASSERT_TRUE(
+          Cpu().Solve(p, TreeMethod::kHines, TreeOutput<double>{want.data(), wst.data()}, {}).ok());
+      EXPECT_EQ(st, wst);
+      EXPECT_EQ(Distance(x, want), 0) << "tree per_cell=" << per_cell << " layout=" << int(layout);
+      EXPECT_EQ(Sum(dev[0]->batches()) + Sum(dev[1]->batches()), batch);
+      EXPECT_EQ(dev[0]->batches().size(), 1u);
+      EXPECT_EQ(dev[1]->batches().size(), 1u);
+    }
+}
+
+TEST(PlacedBackend, ABatchIsSplitOnlyWhereNoOneDeviceHoldsIt) {
+  const Tri t = MakeTri(100, 1000, Layout::kFlat, 9);  // 4 MB
+  {
+    std::vector<FakeDevice*> dev;
+    auto be = Placed({8 * 1000 * 1000, 2 * 1000 * 1000}, &dev);  // the first holds it
+    ExpectTriLikeReference(*be, t, "fits one");
+    EXPECT_EQ(dev[0]->batches(), std::vector<int64_t>{100});
+    EXPECT_EQ(dev[1]->entered(), 0);
+  }
+  {
+    std::vector<FakeDevice*> dev;
+    auto be = Placed({1000 * 1000, 1000 * 1000}, &dev);  // not even both: one takes it whole
+    ExpectTriLikeReference(*be, t, "fits none");
+    EXPECT_EQ(Sum(dev[0]->batches()) + Sum(dev[1]->batches()), 100);
+    EXPECT_EQ(dev[0]->entered() + dev[1]->entered(), 1);
+  }
+}
+
+}  // namespace
+}  // namespace trisolve
