@@ -10,6 +10,7 @@
 
 #include <cuda_runtime.h>
 
+#include <map>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -20,17 +21,21 @@
 namespace trisolve::cuda {
 
 // Pages of 256 words are allocated as calls in flight need them and kept for the process (a few
-// KB of each memory); a word goes back when its holder is destroyed.
+// KB of each memory); a word goes back when its holder is destroyed. Words are the current
+// device's: their scratch is that device's memory (a word of another device's, used by a kernel
+// on this one, failed its launch on a machine of two GPUs).
 class PinnedWord {
  public:
   static absl::StatusOr<PinnedWord> Take() {
+    int device = 0;
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
     std::lock_guard<std::mutex> lock(Mu());
-    auto& free = Free();
+    auto& free = Free()[device];
     if (free.empty()) {
       constexpr int kWords = 256;
       void* page = nullptr;
-      TRISOLVE_CUDA_RETURN_IF_ERROR(
-          cudaHostAlloc(&page, kWords * 2 * sizeof(int), cudaHostAllocMapped));
+      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaHostAlloc(&page, kWords * 2 * sizeof(int),
+                                                  cudaHostAllocMapped | cudaHostAllocPortable));
       void* mapped = nullptr;
       TRISOLVE_CUDA_RETURN_IF_ERROR(cudaHostGetDevicePointer(&mapped, page, 0));
       void* scratch = nullptr;
@@ -38,7 +43,7 @@ class PinnedWord {
       TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemset(scratch, 0, kWords * 4 * sizeof(int)));
       for (int i = 0; i < kWords; ++i)
         free.push_back({static_cast<int*>(page) + 2 * i, static_cast<int*>(mapped) + 2 * i,
-                        static_cast<int*>(scratch) + 4 * i});
+                        static_cast<int*>(scratch) + 4 * i, device});
     }
     PinnedWord w;
     w.p_ = free.back();
@@ -65,19 +70,21 @@ class PinnedWord {
     int* host = nullptr;
     int* mapped = nullptr;
     int* scratch = nullptr;
+    int device = 0;
   };
   static std::mutex& Mu() {
     static std::mutex mu;
     return mu;
   }
-  static std::vector<Ptrs>& Free() {
-    static std::vector<Ptrs> free;
+  static std::map<int, std::vector<Ptrs>>& Free() {  // by device
+    static std::map<int, std::vector<Ptrs>> free;
     return free;
   }
   void Release() {
     if (p_.host == nullptr) return;
     std::lock_guard<std::mutex> lock(Mu());
-    Free().push_back(std::exchange(p_, Ptrs{}));
+    const int device = p_.device;
+    Free()[device].push_back(std::exchange(p_, Ptrs{}));
   }
   Ptrs p_;
 };

@@ -64,8 +64,8 @@ if want large; then
   start cuda 50162 --max-message-bytes 1073741824
   # 2^24 unknowns: the whole system each time, then by handle (right-hand side only), over
   # the socket (grpc), through the client's staging region (auto) and zero-copy (shm).
-  for tr in grpc auto shm; do
-    rq=$([ $tr = grpc ] && echo 3 || echo 20)
+  for tr in grpc streams auto shm; do
+    rq=$(case $tr in grpc) echo 3;; streams) echo 6;; *) echo 20;; esac)
     bench 127.0.0.1:50162 --transport $tr --clients 1 --requests $rq --batch 65536 --n 256 --mode unary | tee -a "$out/large_cuda.log"
     bench 127.0.0.1:50162 --transport $tr --clients 1 --requests $((rq * 2)) --batch 65536 --n 256 --mode handle | tee -a "$out/large_cuda.log"
     bench 127.0.0.1:50162 --transport $tr --clients 1 --requests $rq --batch 64 --n 65536 --mode unary | tee -a "$out/large_cuda.log"
