@@ -1583,7 +1583,8 @@ absl::Status LaunchFusedStreamKernel(SweepArgs<T> g, const StreamMaps& maps,
   // The shared-memory attribute and the blocks (clusters) that run at once: asked once a
   // kernel, not at every launch (a solve to a tolerance launches one sweep at a time). One
   // device a process, as ClustersAvailable assumes.
-  static const absl::StatusOr<int64_t> groups = ResidentGroups(kernel, launch);
+  static PerDevice asked;  // (once a device: the attribute is the current device's)
+  const absl::StatusOr<int64_t> groups = asked.Get([&] { return ResidentGroups(kernel, launch); });
   if (!groups.ok()) return groups.status();
   if (!g.uncoupled)
     TRISOLVE_CUDA_RETURN_IF_ERROR(

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
+#include <mutex>
 
 #include "absl/status/statusor.h"
 #include "check.h"
@@ -60,5 +62,26 @@ absl::StatusOr<int64_t> ResidentGroups(void (*kernel)(Params...), LaunchConfig& 
       &per_sm, kernel, int(launch.cfg.blockDim.x), launch.cfg.dynamicSmemBytes));
   return int64_t(sms) * per_sm;
 }
+
+// A kernel's ResidentGroups, asked once a device (not at every launch: a solve to a tolerance
+// launches one sweep at a time): the shared-memory attribute it sets is the current device's,
+// and a kernel launched on a device that was never asked fails (cudaErrorInvalidValue, as the
+// windows did on device 1 of the lent 2 x H100 machine). `f` computes it; one cache a kernel.
+class PerDevice {
+ public:
+  template <typename F>
+  absl::StatusOr<int64_t> Get(F f) {
+    int device = 0;
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = by_device_.find(device);
+    if (it == by_device_.end()) it = by_device_.emplace(device, f()).first;
+    return it->second;
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<int, absl::StatusOr<int64_t>> by_device_;
+};
 
 }  // namespace trisolve::cuda

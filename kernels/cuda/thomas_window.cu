@@ -720,12 +720,12 @@ absl::StatusOr<int> LaunchThomasWindow(const TridiagonalProblem<T>& p, T* x, uin
   Maps chain1{}, chain2{};  // one system: its parts' maps (PlanChain)
   auto kernel = ThomasWindowKernel<T, kRing, kSys, kStages, kFlat>;
   const size_t smem = sizeof(Smem<T, kRing, kSys, kStages, kFlat>) + 512;
-  // The shared-memory attribute and the blocks that run at once: asked once (one device a
-  // process, as ClustersAvailable assumes).
-  static const absl::StatusOr<int64_t> resident = [&] {
+  // The shared-memory attribute and the blocks that run at once: asked once a device.
+  static PerDevice asked;
+  const absl::StatusOr<int64_t> resident = asked.Get([&] {
     LaunchConfig launch(0, kLanes, smem, nullptr);
     return ResidentGroups(kernel, launch);
-  }();
+  });
   if (!resident.ok()) return resident.status();
   if (*resident < 1) return kFailRows;
   halo = (halo + StageRows<T>() - 1) / StageRows<T>() * StageRows<T>();

@@ -798,12 +798,12 @@ absl::StatusOr<bool> SolveWindowed(const TridiagonalProblem<T>& p, T* x, uint8_t
   const int64_t groups = plan.per_system * p.batch;
   if (groups >= (int64_t(1) << 31)) return false;  // WindowOf's 32-bit division
   auto kernel = PartitionedStreamKernel<M, T, false, true>;
-  // The shared-memory attribute and the blocks that run at once: asked once (one device a
-  // process, as ClustersAvailable assumes).
-  static const absl::StatusOr<int64_t> resident = [&] {
+  // The shared-memory attribute and the blocks that run at once: asked once a device.
+  static PerDevice asked;
+  const absl::StatusOr<int64_t> resident = asked.Get([&] {
     LaunchConfig launch(0, P, smem, nullptr);
     return ResidentGroups(kernel, launch);
-  }();
+  });
   if (!resident.ok()) return resident.status();
   if (*resident < 1) return false;
   kernel<<<unsigned(std::min(groups, *resident)), P, smem, stream>>>(p, x, flags, P, 1, groups,
