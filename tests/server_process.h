@@ -67,6 +67,14 @@ class ServerProcess {
     return b != nullptr && *b != 0 ? b : TRISOLVE_CLI_BIN;
   }
   int port() const { return port_; }
+  pid_t pid() const { return pid_; }
+  // A line of /proc/<pid>/status in bytes ("VmRSS": resident now, "VmHWM": the peak), or -1.
+  int64_t StatusBytes(const std::string& field) const {
+    std::ifstream in("/proc/" + std::to_string(pid_) + "/status");
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind(field + ":", 0) == 0) return std::stoll(line.substr(field.size() + 1)) * 1024;
+    return -1;
+  }
   std::string target() const { return "127.0.0.1:" + std::to_string(port_); }
   std::string Log() const {
     std::ifstream in(log_);
