@@ -6,6 +6,8 @@
 #include <cstring>
 #include <filesystem>
 #include <future>
+#include <limits>
+#include <random>
 #include <thread>
 
 #include "gtest/gtest.h"
@@ -175,6 +177,188 @@ TEST_F(Service, DenseEveryMethod) {
     // Householder + PCR: PCR pivots without exchanges on an indefinite T, so its backward
     // error is a little above Gauss-Jordan's.
     EXPECT_LT(r->summary.residual, std::string(m) == "householder-pcr" ? 1e-12 : 1e-15);
+  }
+}
+
+// ---- answers compared with an independent solve, on data that are not symmetric ----------
+
+// x of A x = b for a dense n x n A (row-major), by Gaussian elimination with partial pivoting in
+// long double: no code of the kernels, so a wrong answer over the wire cannot agree with it.
+std::vector<long double> LocalDenseSolve(std::vector<long double> A, std::vector<long double> b) {
+  const size_t n = b.size();
+  for (size_t k = 0; k < n; ++k) {
+    size_t piv = k;
+    for (size_t i = k + 1; i < n; ++i)
+      if (std::fabs(A[i * n + k]) > std::fabs(A[piv * n + k])) piv = i;
+    for (size_t j = 0; j < n; ++j) std::swap(A[k * n + j], A[piv * n + j]);
+    std::swap(b[k], b[piv]);
+    for (size_t i = k + 1; i < n; ++i) {
+      const long double f = A[i * n + k] / A[k * n + k];
+      for (size_t j = k; j < n; ++j) A[i * n + j] -= f * A[k * n + j];
+      b[i] -= f * b[k];
+    }
+  }
+  std::vector<long double> x(n);
+  for (size_t i = n; i-- > 0;) {
+    long double s = b[i];
+    for (size_t j = i + 1; j < n; ++j) s -= A[i * n + j] * x[j];
+    x[i] = s / A[i * n + i];
+  }
+  return x;
+}
+
+// max |x - ref| / max |ref| over one system; NaN or Inf in x is infinite.
+double RelativeError(const double* x, const std::vector<long double>& ref) {
+  long double err = 0, xm = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (!std::isfinite(x[i])) return std::numeric_limits<double>::infinity();
+    err = std::max(err, std::fabs(x[i] - ref[i]));
+    xm = std::max(xm, std::fabs(ref[i]));
+  }
+  return double(err / xm);
+}
+
+// The answer's values as float64, whatever type came back.
+std::vector<double> AsDoubles(const NdArray& a) {
+  std::vector<double> v(size_t(a.elements()));
+  for (size_t i = 0; i < v.size(); ++i)
+    v[i] = a.dtype == DType::kFloat32 ? double(a.as<float>()[i]) : a.as<double>()[i];
+  return v;
+}
+
+NdArray Typed(DType t, std::vector<int64_t> shape, const std::vector<double>& v) {
+  if (t == DType::kFloat64) return NdArray::From<double>(std::move(shape), v);
+  return NdArray::From<float>(std::move(shape), std::vector<float>(v.begin(), v.end()));
+}
+
+// Tree systems with lower != upper (a swapped lower/upper, or diag read as the right-hand side,
+// changes x), every method, float64 and float32: x against the dense solve of each system.
+TEST_F(Service, TreeAnswersMatchAnIndependentSolveOnNonSymmetricData) {
+  const int64_t batch = 3, n = 40;
+  std::mt19937_64 rng(35);
+  std::uniform_real_distribution<double> u(-1, 1);
+  std::vector<int32_t> parent(n, -1);
+  for (int64_t i = 1; i < n; ++i) parent[size_t(i)] = int32_t(rng() % uint64_t(i));
+  std::vector<double> lower(batch * n), upper(batch * n), diag(batch * n), rhs(batch * n);
+  for (int64_t e = 0; e < batch * n; ++e) {
+    lower[size_t(e)] = u(rng);
+    upper[size_t(e)] = 2 * u(rng) + 0.5;
+    rhs[size_t(e)] = 10 * u(rng);
+  }
+  for (int64_t s = 0; s < batch; ++s)  // diagonally dominant by rows: well conditioned
+    for (int64_t i = 0; i < n; ++i) {
+      double off = i > 0 ? std::abs(lower[size_t(s * n + i)]) : 0;
+      for (int64_t j = 1; j < n; ++j)
+        if (parent[size_t(j)] == i) off += std::abs(upper[size_t(s * n + j)]);
+      diag[size_t(s * n + i)] = (u(rng) < 0 ? -1 : 1) * (off + 1 + std::abs(u(rng)));
+    }
+  std::vector<std::vector<long double>> ref(batch);
+  for (int64_t s = 0; s < batch; ++s) {
+    std::vector<long double> A(static_cast<size_t>(n * n), 0), b(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      const size_t e = size_t(s * n + i);
+      A[size_t(i * n + i)] = diag[e];
+      if (i > 0) {
+        A[size_t(i * n + parent[size_t(i)])] = lower[e];
+        A[size_t(parent[size_t(i)] * n + i)] = upper[e];
+      }
+      b[size_t(i)] = rhs[e];
+    }
+    ref[size_t(s)] = LocalDenseSolve(A, b);
+  }
+  Client c = MakeClient();
+  for (DType t : {DType::kFloat64, DType::kFloat32}) {
+    examples::Arrays ar;
+    ar["parent"] = NdArray::From<int32_t>({n}, parent);
+    ar["lower"] = Typed(t, {batch, n}, lower);
+    ar["upper"] = Typed(t, {batch, n}, upper);
+    ar["diag"] = Typed(t, {batch, n}, diag);
+    ar["rhs"] = Typed(t, {batch, n}, rhs);
+    for (const char* m : {"", "hines", "cables"}) {
+      SCOPED_TRACE(std::string(DTypeName(t)) + " method '" + m + "'");
+      Job job = MakeJob(Kind::kTree, ar);
+      job.options.method = m;
+      auto r = c.Solve(job);
+      ASSERT_TRUE(r.ok()) << r.status();
+      ASSERT_EQ(r->summary.ok, batch);
+      EXPECT_EQ(r->x.dtype, t);
+      const auto x = AsDoubles(r->x);
+      for (int64_t s = 0; s < batch; ++s)
+        EXPECT_LE(RelativeError(x.data() + s * n, ref[size_t(s)]),
+                  t == DType::kFloat64 ? 1e-13 : 2e-6)
+            << "system " << s;
+    }
+  }
+}
+
+// Dense systems that are not symmetric (a transposed A changes x), float64 and float32, one
+// matrix per system and one matrix for many right-hand sides.
+TEST_F(Service, DenseAnswersMatchAnIndependentSolveOnNonSymmetricData) {
+  const int64_t batch = 4, n = 12;
+  std::mt19937_64 rng(36);
+  std::uniform_real_distribution<double> u(-1, 1);
+  std::vector<double> A(batch * n * n), b(batch * n);
+  for (double& v : A) v = u(rng);
+  for (int64_t s = 0; s < batch; ++s)
+    for (int64_t i = 0; i < n; ++i) A[size_t(s * n * n + i * n + i)] += 4;  // conditioned
+  for (double& v : b) v = 5 * u(rng);
+  auto reference = [&](int64_t matrix, int64_t s) {
+    std::vector<long double> M(A.begin() + matrix * n * n, A.begin() + (matrix + 1) * n * n);
+    return LocalDenseSolve(M, std::vector<long double>(b.begin() + s * n, b.begin() + (s + 1) * n));
+  };
+  Client c = MakeClient();
+  for (DType t : {DType::kFloat64, DType::kFloat32}) {
+    const double tol = t == DType::kFloat64 ? 1e-13 : 5e-6;
+    for (const char* m : {"", "gauss-jordan", "lu"}) {
+      SCOPED_TRACE(std::string(DTypeName(t)) + " method '" + m + "'");
+      examples::Arrays ar;
+      ar["a"] = Typed(t, {batch, n, n}, A);
+      ar["b"] = Typed(t, {batch, n}, b);
+      Job job = MakeJob(Kind::kDense, ar);
+      job.options.method = m;
+      auto r = c.Solve(job);
+      ASSERT_TRUE(r.ok()) << r.status();
+      ASSERT_EQ(r->summary.ok, batch);
+      const auto x = AsDoubles(r->x);
+      for (int64_t s = 0; s < batch; ++s)
+        EXPECT_LE(RelativeError(x.data() + s * n, reference(s, s)), tol) << "system " << s;
+      // One matrix (the first), every right-hand side.
+      examples::Arrays shared;
+      shared["a"] = Typed(t, {n, n}, std::vector<double>(A.begin(), A.begin() + n * n));
+      shared["b"] = Typed(t, {batch, n}, b);
+      Job sj = MakeJob(Kind::kDense, shared);
+      sj.options.method = m;
+      auto rs = c.Solve(sj);
+      ASSERT_TRUE(rs.ok()) << rs.status();
+      const auto xs = AsDoubles(rs->x);
+      for (int64_t s = 0; s < batch; ++s)
+        EXPECT_LE(RelativeError(xs.data() + s * n, reference(0, s)), tol) << "rhs " << s;
+    }
+  }
+}
+
+// Tridiagonal float32 with a != c: x against the float64 answer of the same (rounded) values.
+TEST_F(Service, Float32TridiagonalAnswerMatchesAnIndependentSolve) {
+  const int64_t batch = 5, n = 30;
+  auto ar32 = examples::RandomTridiagonal(batch, n, false, 8, DType::kFloat32);
+  auto r = MakeClient().Solve(MakeJob(Kind::kTridiagonal, ar32));
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->summary.ok, batch);
+  ASSERT_EQ(r->x.dtype, DType::kFloat32);
+  const auto x = AsDoubles(r->x);
+  for (int64_t s = 0; s < batch; ++s) {
+    std::vector<long double> A(static_cast<size_t>(n * n), 0), d(static_cast<size_t>(n));
+    bool symmetric = true;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t e = s * n + i;
+      A[size_t(i * n + i)] = ar32.at("b").as<float>()[e];
+      if (i > 0) A[size_t(i * n + i - 1)] = ar32.at("a").as<float>()[e];
+      if (i + 1 < n) A[size_t(i * n + i + 1)] = ar32.at("c").as<float>()[e];
+      if (i > 0) symmetric &= ar32.at("a").as<float>()[e] == ar32.at("c").as<float>()[e - 1];
+      d[size_t(i)] = ar32.at("d").as<float>()[e];
+    }
+    EXPECT_FALSE(symmetric) << "the test needs a != c to see a transposed matrix";
+    EXPECT_LE(RelativeError(x.data() + s * n, LocalDenseSolve(A, d)), 1e-5) << "system " << s;
   }
 }
 
