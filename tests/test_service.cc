@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <limits>
 #include <random>
@@ -53,6 +54,16 @@ class Service : public ::testing::Test {
   static ServerProcess* server_;
 };
 ServerProcess* Service::server_ = nullptr;
+
+// Polls the server's info (every 10 ms, up to 20 s) until `want` holds.
+bool WaitForServer(Client& c, const std::function<bool(const ServerInfoSummary&)>& want) {
+  for (int i = 0; i < 2000; ++i) {
+    auto info = c.Info();
+    if (info.ok() && want(*info)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
 
 Job MakeJob(Kind k, const examples::Arrays& arrays) {
   Job job;
@@ -591,15 +602,19 @@ TEST_F(Service, ExpiredDeadlinesAndQueueLimits) {
   // deadline passes while it waits takes the last place; one more is RESOURCE_EXHAUSTED.
   slow.options.timeout_s = 3;
   std::vector<std::future<absl::StatusOr<Result>>> running;
+  // Each call is seen by the server (running or queued) before the next is sent: ordered by the
+  // server's own counts, not by sleeps.
   for (int i = 0; i < 5; ++i) {
     running.push_back(std::async(std::launch::async, [&] { return MakeClient().Solve(slow); }));
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ASSERT_TRUE(WaitForServer(c, [i](const ServerInfoSummary& s) {
+      return s.jobs_in_flight + s.jobs_queued == i + 1;
+    })) << "job " << i;
   }
   Job expiring = MakeJob(Kind::kTridiagonal, small);
   expiring.options.timeout_s = 0.3;
   expiring.options.request_id = "expires-in-queue";
   auto expired = std::async(std::launch::async, [&] { return MakeClient().Solve(expiring); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(WaitForServer(c, [](const ServerInfoSummary& s) { return s.jobs_queued == 4; }));
   auto over = c.Solve(MakeJob(Kind::kTridiagonal, small));
   EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted) << over.status();
   EXPECT_NE(over.status().message().find("max_queued_jobs = 4"), absl::string_view::npos);
@@ -685,9 +700,15 @@ TEST(Shutdown, SigtermLetsRunningJobsFinishThenExitsZero) {
   job.options.max_iterations = 60000;
   job.options.tol = 0;
   auto running = std::async(std::launch::async, [&] { return Client(o).Solve(job); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // The signal once the job runs, the next call once the server is draining: both read from
+  // the server, not guessed with sleeps.
+  Client watcher(o);
+  ASSERT_TRUE(
+      WaitForServer(watcher, [](const ServerInfoSummary& i) { return i.jobs_in_flight == 1; }));
   s.Signal(SIGTERM);
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (int i = 0; i < 2000 && s.Log().find("draining") == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_NE(s.Log().find("draining"), std::string::npos) << s.Log();
   // New work is refused while the running job finishes.
   auto small = examples::RandomTridiagonal(2, 4, false, 1);
   auto refused = Client(o).Solve(MakeJob(Kind::kTridiagonal, small));
