@@ -373,6 +373,90 @@ TEST_F(Service, Float32TridiagonalAnswerMatchesAnIndependentSolve) {
   }
 }
 
+// Issue 35 item 8: streaming was tested with well-formed tridiagonal jobs only. Tree, dense and
+// block jobs through SolveStream (small chunks, so every array spans several) give the unary
+// call's answer, bit for bit.
+TEST_F(Service, StreamedTreeDenseAndBlockJobsGiveTheUnaryAnswer) {
+  Client::Options so;
+  so.target = server_->target();
+  so.stream_threshold_bytes = 0;  // every job streamed
+  so.chunk_bytes = 1000;          // arrays in several chunks, split inside values
+  Client streamed(so);
+  Client unary = MakeClient();
+  auto m = ReadSwc(std::string(TRISOLVE_TEST_DATA) + "/neuron_10-2012-02-09-001.CNG.swc");
+  ASSERT_TRUE(m.ok());
+  std::vector<std::pair<Kind, examples::Arrays>> jobs;
+  jobs.emplace_back(Kind::kTree, examples::CableTree(*m, 3, 7));
+  jobs.emplace_back(Kind::kDense, examples::RandomDense(3, 20, false, 5));
+  jobs.emplace_back(Kind::kBlockTridiagonal, examples::ThesisExperiment1(12, 10));
+  for (auto& [kind, ar] : jobs) {
+    Job job = MakeJob(kind, ar);
+    if (kind == Kind::kBlockTridiagonal) job.options.tol = 1e-12;
+    auto rs = streamed.Solve(job);
+    auto ru = unary.Solve(job);
+    ASSERT_TRUE(rs.ok()) << rs.status();
+    ASSERT_TRUE(ru.ok()) << ru.status();
+    EXPECT_TRUE(rs->summary.streamed);
+    EXPECT_FALSE(ru->summary.streamed);
+    EXPECT_EQ(rs->x.shape, ru->x.shape);
+    ASSERT_EQ(rs->x.data.size(), ru->x.data.size());
+    EXPECT_EQ(std::memcmp(rs->x.data.data(), ru->x.data.data(), rs->x.data.size()), 0)
+        << "kind " << int(kind);
+    EXPECT_EQ(rs->status, ru->status);
+  }
+}
+
+// Every way a stream's chunks can be wrong is refused INVALID_ARGUMENT, naming the fault.
+TEST_F(Service, StreamChunkRefusalsNameTheFault) {
+  auto header = [] {
+    v1::StreamRequest h;
+    auto* r = h.mutable_tree();
+    r->set_dtype(v1::FLOAT64);
+    for (auto* a : {r->mutable_parent(), r->mutable_lower(), r->mutable_upper(), r->mutable_diag(),
+                    r->mutable_rhs()})
+      a->add_shape(3);
+    return h;
+  };
+  auto chunk = [](const std::string& name, int64_t offset, size_t bytes) {
+    v1::StreamRequest c;
+    c.mutable_chunk()->set_array(name);
+    c.mutable_chunk()->set_offset(offset);
+    c.mutable_chunk()->set_data(std::string(bytes, '\0'));
+    return c;
+  };
+  const std::string long_name(10000, 'q');
+  struct Case {
+    const char* what;
+    std::vector<v1::StreamRequest> msgs;
+    const char* expect;
+  };
+  std::vector<Case> cases = {
+      {"a chunk first", {chunk("rhs", 0, 24)}, "must be a header"},
+      {"an unknown array", {header(), chunk("nope", 0, 8)}, "'nope' is not an array of this tree job"},
+      {"a long unknown name, bounded", {header(), chunk(long_name, 0, 8)}, "qqq..."},
+      {"out of order", {header(), chunk("rhs", 8, 8)}, "chunks must arrive in order"},
+      {"too many bytes", {header(), chunk("rhs", 0, 32)}, "more than its shape's 24"},
+      {"a second header", {header(), header()}, "only chunks may follow the header"},
+      {"an array never sent", {header(), chunk("rhs", 0, 24)}, "bytes of data, expected"},
+  };
+  auto stub = Stub();
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    auto rw = stub->SolveStream(&ctx);
+    for (const auto& m : c.msgs) rw->Write(m);
+    rw->WritesDone();
+    v1::StreamResponse resp;
+    while (rw->Read(&resp)) {
+    }
+    const grpc::Status st = rw->Finish();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+    EXPECT_NE(st.error_message().find(c.expect), std::string::npos) << st.error_message();
+    EXPECT_LT(st.error_message().size(), 400u) << "a client's name echoed unbounded";
+  }
+}
+
 TEST_F(Service, SingularSystemsComeBackFlaggedNotNaN) {
   auto ar = examples::RandomTridiagonal(4, 8, false, 1);
   // System 1's first row all zero: singular whatever the method (a zero pivot alone is not:
