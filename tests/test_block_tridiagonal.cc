@@ -1,5 +1,6 @@
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <string>
 #include <random>
@@ -113,6 +114,28 @@ struct System {
     return m;
   }
 };
+
+// ||f - A y||_2 / ||f||_2 in long double, written here from the block equations: not
+// BlockRelativeResidual, which the solvers use to decide when to stop (a bug there would pass
+// its own check). NaN or Inf in y is infinite.
+double IndependentResidual(const System& s, const std::vector<double>& y) {
+  const int64_t N = s.N, M = s.M;
+  long double rr = 0, ff = 0;
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t k = 0; k < M; ++k) {
+      const int64_t e = i * M + k;
+      if (!std::isfinite(y[size_t(e)])) return std::numeric_limits<double>::infinity();
+      long double ay = (long double)s.p("cC")[e] * y[size_t(e)];
+      if (k > 0) ay += (long double)s.p("aC")[e] * y[size_t(e - 1)];
+      if (k + 1 < M) ay += (long double)s.p("bC")[e] * y[size_t(e + 1)];
+      if (i > 0) ay += (long double)s.p("cA")[e] * y[size_t(e - M)];
+      if (i + 1 < N) ay += (long double)s.p("cB")[e] * y[size_t(e + M)];
+      const long double r = s.p("f")[e] - ay;
+      rr += r * r;
+      ff += (long double)s.p("f")[e] * s.p("f")[e];
+    }
+  return double(ff > 0 ? std::sqrt(rr / ff) : std::sqrt(rr));
+}
 
 System Experiment(int which, int64_t N, int64_t M) {
   return {N, M, which == 1 ? examples::ThesisExperiment1(N, M) : examples::ThesisExperiment2(N, M)};
@@ -265,7 +288,7 @@ TEST(BlockTridiagonal, MultigridCgOnRandomSymmetricDominantSystems) {
     ASSERT_TRUE(IsSymmetric(s.problem()));
     BlockRun r = Solve(s, BlockMethod::kMultigridCg, {500, 1e-12, false});
     EXPECT_EQ(r.status, SystemStatus::kOk) << N << " x " << M;
-    EXPECT_LE(BlockRelativeResidual(s.problem(), r.y.data()), 1e-12);
+    EXPECT_LE(IndependentResidual(s, r.y), 1e-12);
     // One negative diagonal (the matrix is no longer definite, though nonsingular):
     // multigrid-cg by name does not run and says why -- NOT_CONVERGED with the initial guess,
     // never SINGULAR; auto falls back to BiCGStab and converges.
@@ -314,7 +337,7 @@ TEST(BlockTridiagonal, MultigridBicgstabOnNonsymmetricSystems) {
     ASSERT_FALSE(IsSymmetric(s.problem()));
     BlockRun r = Solve(s, BlockMethod::kMultigridBicgstab, {200, 1e-10, false});
     EXPECT_EQ(r.status, SystemStatus::kOk) << n;
-    EXPECT_LE(BlockRelativeResidual(s.problem(), r.y.data()), 1e-10) << n;
+    EXPECT_LE(IndependentResidual(s, r.y), 1e-10) << n;
     std::printf("multigrid-bicgstab, convection-diffusion %lld^2: %lld iterations\n",
                 (long long)n, (long long)r.info.iterations);
     its.push_back(r.info.iterations);
@@ -331,7 +354,7 @@ TEST(BlockTridiagonal, MultigridBicgstabOnNonsymmetricSystems) {
   bad.arrays["cC"].as<double>()[10] = -4;
   BlockRun rb = Solve(bad, BlockMethod::kMultigridBicgstab, {200, 1e-10, false});
   EXPECT_EQ(rb.status, SystemStatus::kOk);
-  EXPECT_LE(BlockRelativeResidual(bad.problem(), rb.y.data()), 1e-10);
+  EXPECT_LE(IndependentResidual(bad, rb.y), 1e-10);
   // A zero diagonal on the fine level: the V-cycle cannot run; said so, NOT_CONVERGED.
   bad.arrays["cC"].as<double>()[10] = 0;
   rb = Solve(bad, BlockMethod::kMultigridBicgstab, {200, 1e-10, false});
@@ -369,7 +392,7 @@ TEST(BlockTridiagonal, NegativeDefiniteExperiment2ThroughAutoWithATolerance) {
     EXPECT_EQ(rn.info.iterations, rp.info.iterations) << N << " x " << M;
     EXPECT_GT(rn.info.iterations, 0);
     EXPECT_LE(rn.info.residual, 1e-10);
-    EXPECT_LE(BlockRelativeResidual(neg.problem(), rn.y.data()), 1e-10);
+    EXPECT_LE(IndependentResidual(neg, rn.y), 1e-10);
     for (double v : rn.y) ASSERT_NEAR(v, 1.0, 1e-6) << N << " x " << M;
     // The other methods the issue saw fail: cg and multigrid-bicgstab, and the thesis' own.
     for (auto m : {BlockMethod::kCg, BlockMethod::kMultigridCg, BlockMethod::kMultigridBicgstab,
@@ -377,7 +400,7 @@ TEST(BlockTridiagonal, NegativeDefiniteExperiment2ThroughAutoWithATolerance) {
       if (m == BlockMethod::kRedBlack && N > 32) continue;  // thousands of sweeps
       BlockRun r = Solve(neg, m, {5000, 1e-9, false});
       EXPECT_EQ(r.status, SystemStatus::kOk) << MethodName(m) << " " << N << " x " << M;
-      EXPECT_LE(BlockRelativeResidual(neg.problem(), r.y.data()), 1e-9) << MethodName(m);
+      EXPECT_LE(IndependentResidual(neg, r.y), 1e-9) << MethodName(m);
       if (m == BlockMethod::kCg) {
         EXPECT_EQ(r.info.method, "cg (negated: negative definite)");
       }
@@ -424,7 +447,7 @@ TEST(BlockTridiagonal, IndefiniteSymmetricSystemsAreNeverCalledSingular) {
     EXPECT_NE(r.info.method.find("bicgstab"), std::string::npos) << r.info.method;
     EXPECT_NE(r.info.method.find("->"), std::string::npos) << r.info.method;
     if (r.status == SystemStatus::kOk) {
-      EXPECT_LE(BlockRelativeResidual(s.problem(), r.y.data()), 1e-8);
+      EXPECT_LE(IndependentResidual(s, r.y), 1e-8);
       for (double v : r.y) ASSERT_NEAR(v, 1.0, 1e-4);
     } else {
       EXPECT_EQ(r.status, SystemStatus::kNotConverged) << r.info.method;
@@ -468,7 +491,7 @@ TEST(BlockTridiagonal, AutoFallsBackWhereTheLineSolvesCannotRun) {
   EXPECT_NE(r.status, SystemStatus::kSingular) << r.info.method;
   EXPECT_EQ(r.info.method.rfind("gauss-seidel skipped -> ", 0), 0u) << r.info.method;
   if (r.status == SystemStatus::kOk) {
-    EXPECT_LE(BlockRelativeResidual(s.problem(), r.y.data()), 1e-10);
+    EXPECT_LE(IndependentResidual(s, r.y), 1e-10);
   }
 }
 
