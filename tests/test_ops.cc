@@ -162,7 +162,7 @@ TEST(Ops, BearerTokensAcceptedAndRefusedHealthStaysOpen) {
 TEST(Ops, UnauthenticatedLargeRequestsAreRefusedBeforeTheirBytesAreRead) {
   const std::string file = "/tmp/trisolve_tokens_large_" + std::to_string(getpid());
   std::ofstream(file) << "the-token\n";
-  ServerProcess s({"--token-file", file});
+  ServerProcess s({"--token-file", file, "--metrics-listen", "127.0.0.1:0"});
   ASSERT_GT(s.port(), 0) << s.Log();
   // One authenticated call first: what a first call allocates is in the baseline.
   examples::Arrays keep;
@@ -213,6 +213,16 @@ TEST(Ops, UnauthenticatedLargeRequestsAreRefusedBeforeTheirBytesAreRead) {
                 "UNAUTHENTICATED missing bearer token"),
             std::string::npos)
       << s.Log();
+  std::smatch m;
+  const std::string log = LogWith(s, "metrics on http");
+  ASSERT_TRUE(std::regex_search(log, m, std::regex("metrics on http://127.0.0.1:([0-9]+)/metrics")))
+      << log;
+  auto scraped = httplib::Client("127.0.0.1", std::stoi(m[1])).Get("/metrics");
+  ASSERT_TRUE(scraped);
+  EXPECT_EQ(Series(scraped->body, "trisolve_requests_total{rpc=\"SolveTridiagonal\",family=\"-\","
+                                  "method=\"-\",code=\"UNAUTHENTICATED\"}"),
+            kCalls)
+      << scraped->body;
   std::remove(file.c_str());
 }
 
