@@ -35,7 +35,7 @@ for t in "${targets[@]}"; do
   if (cd "$build" && ASAN_OPTIONS=detect_leaks=1 \
         UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
         "./tests/fuzz/$t" -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=2048 \
-        -timeout=20 -max_len=65536 -print_final_stats=1 "$corpus" "$seeds" \
+        -timeout=60 -max_len=65536 -print_final_stats=1 "$corpus" "$seeds" \
         >"$build/$t.log" 2>&1); then
     grep -E "^stat::number_of_executed_units|^stat::peak_rss_mb|^stat::new_units_added" \
       "$build/$t.log" | sed "s/^/  $t /"
