@@ -21,7 +21,7 @@ ARG TRISOLVE_CUDA=ON
 ENV DEBIAN_FRONTEND=noninteractive
 WORKDIR /src
 COPY deploy/packages.txt deploy/install-deps.sh deploy/
-RUN bash deploy/install-deps.sh && rm -rf /var/lib/apt/lists/*
+RUN TRISOLVE_DEPS_SKIP=fuzz bash deploy/install-deps.sh && rm -rf /var/lib/apt/lists/*
 COPY . .
 # ccache (a package of the list) keeps its cache in /root/.cache/ccache: a build that mounts a
 # kept folder there (podman build --volume, as container-test.sh does) recompiles only what changed.

@@ -1,5 +1,7 @@
 #include <cstring>
+#include <algorithm>
 #include <fstream>
+#include <istream>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -90,6 +92,17 @@ absl::StatusOr<NdArray> NdArray::ConvertTo(DType t) const {
 
 namespace {
 
+// A header excerpt for a message: printable, at most 40 characters.
+std::string Shown(absl::string_view v) {
+  std::string out;
+  for (char ch : v.substr(0, 40)) out.push_back(ch >= 0x20 && ch < 0x7f ? ch : '?');
+  if (v.size() > 40) out += "...";
+  return out;
+}
+
+// More dimensions than any family takes (block: 3), with room for NumPy's own limit (32).
+constexpr size_t kMaxRank = 32;
+
 absl::Status Bad(const std::string& path, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", why));
 }
@@ -114,6 +127,10 @@ absl::string_view DictValue(absl::string_view header, absl::string_view key) {
 absl::StatusOr<NdArray> ReadNpy(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  return ReadNpy(in, path);
+}
+
+absl::StatusOr<NdArray> ReadNpy(std::istream& in, const std::string& path) {
   char magic[8];
   if (!in.read(magic, 8) || std::memcmp(magic, "\x93NUMPY", 6) != 0)
     return Bad(path, "not a .npy file (bad magic)");
@@ -141,7 +158,7 @@ absl::StatusOr<NdArray> ReadNpy(const std::string& path) {
   else if (descr == "'<i4'") a.dtype = DType::kInt32;
   else if (descr == "'<i8'") a.dtype = DType::kInt64;
   else
-    return Bad(path, absl::StrCat("dtype ", descr.empty() ? "?" : descr,
+    return Bad(path, absl::StrCat("dtype ", descr.empty() ? "?" : Shown(descr),
                                   " is not supported (float64, float32, int32, int64, "
                                   "little-endian)"));
   if (header.find("'fortran_order': True") != std::string::npos)
@@ -150,17 +167,40 @@ absl::StatusOr<NdArray> ReadNpy(const std::string& path) {
   if (shape.size() < 2 || shape.front() != '(')
     return Bad(path, "header has no shape");
   shape = shape.substr(1, shape.size() - 2);
+  // The byte count, overflow-checked: a crafted header must give an error, never a huge or
+  // negative allocation (std::bad_alloc / std::length_error aborted the CLI).
+  int64_t bytes = DTypeSize(a.dtype);
   for (absl::string_view part : absl::StrSplit(shape, ',', absl::SkipWhitespace())) {
     int64_t d;
     if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &d) || d < 0)
-      return Bad(path, absl::StrCat("bad shape entry '", part, "'"));
+      return Bad(path, absl::StrCat("bad shape entry '", Shown(part), "'"));
+    if (a.shape.size() >= kMaxRank)
+      return Bad(path, absl::StrCat("shape has more than ", kMaxRank, " dimensions"));
+    if (__builtin_mul_overflow(bytes, d, &bytes))
+      return Bad(path, "the shape's byte count overflows");
     a.shape.push_back(d);
   }
   if (a.shape.empty()) a.shape.push_back(1);  // a 0-d array: one value
-  const int64_t bytes = a.elements() * DTypeSize(a.dtype);
-  a.data.resize(static_cast<size_t>(bytes));
-  if (!in.read(reinterpret_cast<char*>(a.data.data()), bytes))
+  // Memory is taken only for bytes the file holds: at once where its size is known, else as
+  // they are read.
+  const std::streamoff at = in.tellg();
+  std::streamoff left = -1;
+  if (at >= 0 && in.seekg(0, std::ios::end)) {
+    left = in.tellg() - at;
+    in.seekg(at);
+  }
+  in.clear();
+  const auto short_of = [&] {
     return Bad(path, absl::StrCat("holds fewer than the ", bytes, " bytes its shape needs"));
+  };
+  if (left >= 0 && left < bytes) return short_of();
+  constexpr int64_t kStep = int64_t{64} << 20;
+  for (int64_t done = 0; done < bytes;) {
+    const int64_t step = left >= 0 ? bytes : std::min(kStep, bytes - done);
+    a.data.resize(static_cast<size_t>(done + step));
+    if (!in.read(reinterpret_cast<char*>(a.data.data()) + done, step)) return short_of();
+    done += step;
+  }
   return a;
 }
 

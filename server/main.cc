@@ -20,6 +20,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "auth.h"
 #include "metrics.h"
 #include "service.h"
 #include "spdlog/pattern_formatter.h"
@@ -314,7 +315,7 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
+  std::optional<grpc::SslServerCredentialsOptions> tls;
   if (!tls_cert.empty() || !tls_key.empty()) {
     auto cert = ReadFile(tls_cert, "--tls-cert");
     auto key = ReadFile(tls_key, "--tls-key");
@@ -335,7 +336,7 @@ int main(int argc, char** argv) {
       ssl.client_certificate_request =
           GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
     }
-    creds = grpc::SslServerCredentials(ssl);
+    tls = std::move(ssl);
   }
 
 
@@ -370,6 +371,14 @@ int main(int argc, char** argv) {
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
+  // With tokens, a call without a valid one is refused on its initial metadata, before gRPC
+  // reads its message (auth.h); the health service stays open.
+  trisolve::server::SolverService* svc = service.get();
+  auto creds = trisolve::server::MakeServerCredentials(
+      tls ? &*tls : nullptr, service->tokens(),
+      [svc](absl::string_view path, absl::string_view message) {
+        svc->RecordUnauthenticated(path, message);
+      });
   builder.AddListeningPort(listen, creds, &port);
   builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<int64_t>(opt.max_message_bytes, INT32_MAX)));
   builder.SetMaxSendMessageSize(-1);

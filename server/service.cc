@@ -6,8 +6,10 @@
 #include <cstring>
 #include <future>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "google/protobuf/descriptor.h"
 #include "spdlog/spdlog.h"
 
 #ifndef TRISOLVE_VERSION
@@ -44,6 +46,7 @@ SolverService::SolverService(std::unique_ptr<Backend> backend, ServiceOptions op
     : backend_(std::move(backend)),
       backend_info_(backend_->Info()),
       options_(options),
+      tokens_(std::make_shared<const BearerTokens>(options.tokens)),
       admission_(options.max_concurrent_jobs, options.max_queued_jobs),
       small_admission_(std::max(1, options.max_concurrent_small_jobs), options.max_queued_jobs),
       receiving_(options.max_receiving_bytes, std::max(1, options.max_receiving_streams)),
@@ -58,28 +61,32 @@ absl::StatusOr<std::string> SolverService::Authenticate(grpc::ServerContext* ctx
     for (const auto& id : auth->GetPeerIdentity())
       cert = absl::StrCat("cert:", absl::string_view(id.data(), id.size()));
   }
-  if (options_.tokens.empty()) return cert.empty() ? std::string("shared") : cert;
+  if (tokens_->empty()) return cert.empty() ? std::string("shared") : cert;
+  // The credentials refused a call without a valid token before its message was read; the
+  // identity is derived here again from the same metadata.
   const auto& md = ctx->client_metadata();
   auto it = md.find("authorization");
-  if (it == md.end())
-    return absl::UnauthenticatedError(
-        "missing bearer token (metadata 'authorization: Bearer <token>')");
-  const std::string value(it->second.data(), it->second.size());
-  constexpr absl::string_view kBearer = "Bearer ";
-  if (value.size() <= kBearer.size() || value.compare(0, kBearer.size(), kBearer.data()) != 0)
-    return absl::UnauthenticatedError("the authorization metadata is not 'Bearer <token>'");
-  const std::string token = value.substr(kBearer.size());
-  // Compare against every token, each in time independent of where they differ.
-  int match = -1;
-  for (size_t k = 0; k < options_.tokens.size(); ++k) {
-    const std::string& t = options_.tokens[k];
-    unsigned diff = t.size() != token.size();
-    for (size_t i = 0; i < t.size(); ++i) diff |= unsigned(t[i] ^ (i < token.size() ? token[i] : 0));
-    if (diff == 0) match = int(k);
-  }
-  if (match < 0) return absl::UnauthenticatedError("invalid bearer token");
-  // The token's line in the token file names the identity: the token itself is never kept.
-  return absl::StrCat("token:", match + 1);
+  return tokens_->Check(it == md.end() ? std::nullopt
+                                       : std::optional<absl::string_view>(absl::string_view(
+                                             it->second.data(), it->second.size())));
+}
+
+void SolverService::RecordUnauthenticated(absl::string_view path, absl::string_view message) {
+  // The path is the client's: a metrics label only when it names a method of the service.
+  CallSample sample;
+  const absl::string_view prefix = "/trisolve.v1.Solver/";
+  static const google::protobuf::ServiceDescriptor* service =
+      google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
+          v1::Solver::service_full_name());
+  sample.rpc = "unknown";
+  if (absl::StartsWith(path, prefix) && service != nullptr &&
+      service->FindMethodByName(std::string(path.substr(prefix.size()))) != nullptr)
+    sample.rpc = std::string(path.substr(prefix.size()));
+  sample.family = sample.method = "-";
+  sample.code = absl::StatusCodeToString(absl::StatusCode::kUnauthenticated);
+  metrics_.Record(sample);
+  spdlog::warn("[req -] {} rejected before its message was read: UNAUTHENTICATED {}",
+               Sanitized(path), std::string(message));
 }
 
 grpc::Status SolverService::Finish(Call& call, CallSample& sample, const absl::Status& st) {

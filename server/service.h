@@ -7,6 +7,7 @@
 #include <string>
 
 #include "admission.h"
+#include "auth.h"
 #include "job.h"
 #include "memory.h"
 #include "translate.h"
@@ -99,6 +100,10 @@ class SolverService final : public v1::Solver::Service {
   SystemRegistry& systems() { return systems_; }
   // The Prometheus exposition of everything so far.
   std::string RenderMetrics() const;
+  // The accepted bearer tokens (options.tokens), for the server's credentials, which refuse a
+  // call without a valid one before its message is read; and their hook for such a call.
+  std::shared_ptr<const BearerTokens> tokens() const { return tokens_; }
+  void RecordUnauthenticated(absl::string_view path, absl::string_view message);
 
  private:
   struct Call;
@@ -128,6 +133,7 @@ class SolverService final : public v1::Solver::Service {
   std::unique_ptr<Backend> backend_;
   BackendInfo backend_info_;
   ServiceOptions options_;
+  std::shared_ptr<const BearerTokens> tokens_;
   Admission admission_;
   Admission small_admission_;
   ReceiveBudget receiving_;

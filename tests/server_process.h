@@ -44,11 +44,17 @@ class ServerProcess {
     posix_spawn_file_actions_destroy(&fa);
     // The server logs "listening on ... (port N)" once it accepts calls.
     const std::regex re("\\(port ([0-9]+)\\)");
-    for (int i = 0; i < 200 && pid_ > 0 && port_ == 0; ++i) {
+    for (int i = 0; i < 200 && pid_ > 0 && port_ == 0 && !exited_; ++i) {
       std::smatch m;
       const std::string text = Log();
-      if (std::regex_search(text, m, re)) port_ = std::stoi(m[1]);
-      else std::this_thread::sleep_for(std::chrono::milliseconds(25));
+      if (std::regex_search(text, m, re)) {
+        port_ = std::stoi(m[1]);
+      } else if (int status = 0; waitpid(pid_, &status, WNOHANG) == pid_) {
+        exited_ = true;  // it could not start (a bad flag, no such backend): no port
+        exit_status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(25));
+      }
     }
   }
   ~ServerProcess() {
@@ -68,6 +74,13 @@ class ServerProcess {
   }
   int port() const { return port_; }
   pid_t pid() const { return pid_; }
+  // A line of /proc/<pid>/status in bytes ("VmRSS": resident now, "VmHWM": the peak), or -1.
+  int64_t StatusBytes(const std::string& field) const {
+    std::ifstream in("/proc/" + std::to_string(pid_) + "/status");
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind(field + ":", 0) == 0) return std::stoll(line.substr(field.size() + 1)) * 1024;
+    return -1;
+  }
   std::string target() const { return "127.0.0.1:" + std::to_string(port_); }
   std::string Log() const {
     std::ifstream in(log_);
@@ -78,12 +91,14 @@ class ServerProcess {
   void Signal(int sig) { kill(pid_, sig); }
   // The exit status, or -1 if it did not exit in time.
   int Wait(double seconds) {
+    if (exited_) return exit_status_;
     const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
     while (std::chrono::steady_clock::now() < end) {
       int status = 0;
       if (waitpid(pid_, &status, WNOHANG) == pid_) {
         exited_ = true;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        exit_status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        return exit_status_;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
@@ -94,6 +109,7 @@ class ServerProcess {
   pid_t pid_ = -1;
   int port_ = 0;
   bool exited_ = false;
+  int exit_status_ = -1;
   std::string log_;
 };
 

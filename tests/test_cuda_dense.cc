@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "error_measure.h"
 #include "gtest/gtest.h"
 #include "trisolve/backend.h"
 #include "trisolve/dense.h"
@@ -54,10 +55,10 @@ void Check(int64_t n, int64_t batch, double tol_x, double tol_be) {
     if (s == 0 && hilbert) continue;  // Hilbert: judged by backward error only
     double dm = 0, xm = 0;
     for (int64_t i = 0; i < n; ++i) {
-      dm = std::max(dm, std::abs(double(xg[s * n + i]) - double(xc[s * n + i])));
-      xm = std::max(xm, std::abs(double(xc[s * n + i])));
+      dm = testing::WorseOf(dm, std::abs(double(xg[s * n + i]) - double(xc[s * n + i])));
+      xm = testing::WorseOf(xm, std::abs(double(xc[s * n + i])));
     }
-    worst = std::max(worst, dm / xm);
+    worst = testing::WorseOf(worst, dm / xm);
   }
   EXPECT_LE(worst, tol_x) << "n = " << n;
   EXPECT_LE(DenseBackwardError(p, xg.data(), sg.data()), tol_be) << "n = " << n;

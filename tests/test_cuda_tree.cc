@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "error_measure.h"
 #include "gtest/gtest.h"
 #include "trisolve/backend.h"
 #include "trisolve/examples.h"
@@ -128,10 +129,10 @@ void Compare(const std::vector<int32_t>& parent, int64_t batch, Layout layout, b
         ASSERT_EQ(xg[e], T(0));
         continue;
       }
-      dm = std::max(dm, std::abs(double(xg[e]) - double(xc[e])));
-      xm = std::max(xm, std::abs(double(xc[e])));
+      dm = testing::WorseOf(dm, std::abs(double(xg[e]) - double(xc[e])));
+      xm = testing::WorseOf(xm, std::abs(double(xc[e])));
     }
-    if (xm > 0) worst = std::max(worst, dm / xm);
+    worst = testing::WorseOf(worst, xm > 0 ? dm / xm : dm);
   }
   EXPECT_LE(worst, tol);
   EXPECT_LE(TreeBackwardError(p, xg.data(), sg.data()), sizeof(T) == 8 ? 1e-15 : 1e-6);

@@ -11,6 +11,7 @@
 
 #include "block_cuda.h"
 #include "cuda_test_util.h"
+#include "error_measure.h"
 #include "gtest/gtest.h"
 #include "tridiagonal_cuda.h"
 #include "trisolve/backend.h"
@@ -118,10 +119,10 @@ std::string Compare(const Case& k, Layout layout, TridiagonalMethod m, double to
     double dmax = 0, xmax = 0;
     for (int64_t i = 0; i < k.n; ++i) {
       const int64_t e = ElementIndex(layout, k.batch, k.n, s, i);
-      dmax = std::max(dmax, std::abs(double(xg[e]) - double(xc[e])));
-      xmax = std::max(xmax, std::abs(double(xc[e])));
+      dmax = testing::WorseOf(dmax, std::abs(double(xg[e]) - double(xc[e])));
+      xmax = testing::WorseOf(xmax, std::abs(double(xc[e])));
     }
-    worst = std::max(worst, dmax / xmax);
+    worst = testing::WorseOf(worst, dmax / xmax);
   }
   EXPECT_EQ(mismatched, 0) << "systems whose status differs from the CPU reference";
   EXPECT_LE(worst, tol_x) << "method " << info->method;

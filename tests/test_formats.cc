@@ -1,6 +1,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
+#include <unistd.h>
 
 #include "gtest/gtest.h"
 #include "trisolve/ndarray.h"
@@ -9,8 +11,21 @@
 namespace trisolve {
 namespace {
 
+// Per process: ctest -j may run this suite's tests at once.
 std::string Tmp(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("trisolve_test_" + name)).string();
+  return (std::filesystem::temp_directory_path() /
+          ("trisolve_test_" + std::to_string(getpid()) + "_" + name))
+      .string();
+}
+
+// A version 1 .npy: the header dict padded as numpy pads it, then `body`.
+std::string NpyBytes(std::string dict, const std::string& body) {
+  dict.append(64 - (10 + dict.size() + 1) % 64, ' ');
+  dict.push_back('\n');
+  std::string out("\x93NUMPY\x01\x00", 8);
+  out.push_back(char(dict.size() & 0xff));
+  out.push_back(char(dict.size() >> 8));
+  return out + dict + body;
 }
 
 TEST(Npy, RoundTripEveryType) {
@@ -33,6 +48,35 @@ TEST(Npy, RoundTripEveryType) {
   auto f = d.ConvertTo(DType::kFloat32);
   ASSERT_TRUE(WriteNpy(Tmp("f.npy"), f->view()).ok());
   EXPECT_EQ(ReadNpy(Tmp("f.npy"))->dtype, DType::kFloat32);
+}
+
+// Found by fuzzing the reader (tests/fuzz/fuzz_npy.cc): a shape whose byte count is huge or
+// overflows made the CLI abort (std::bad_alloc / std::length_error from the allocation).
+TEST(Npy, CraftedHeadersGiveErrorsNotAborts) {
+  const std::string body(64, '\0');
+  for (const std::string shape :
+       {"(1000000000000,)", "(3037000500, 3037000500)", "(4611686018427387904, 4)",
+        "(2305843009213693952,)", "(-1,)", "(9223372036854775808,)", "(9,)",
+        "(1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, "
+        "1, 1, 1, 1,)"}) {
+    std::istringstream in(NpyBytes("{'descr': '<f8', 'fortran_order': False, 'shape': " + shape +
+                                       ", }",
+                                   body));
+    auto r = ReadNpy(in, "crafted.npy");
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << shape;
+  }
+  // The same reader on good bytes in memory: 8 float64 values, 64 bytes.
+  std::istringstream good(NpyBytes("{'descr': '<f8', 'fortran_order': False, 'shape': (2, 4), }",
+                                   body));
+  auto r = ReadNpy(good, "good.npy");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->shape, (std::vector<int64_t>{2, 4}));
+  EXPECT_EQ(r->data.size(), 64u);
+  // A client-supplied dtype is shown bounded in the message.
+  std::istringstream long_descr(NpyBytes("{'descr': '" + std::string(5000, 'x') + "', }", ""));
+  auto st = ReadNpy(long_descr, "descr.npy").status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_LT(st.message().size(), 200u) << st;
 }
 
 TEST(Npy, RejectsWhatItCannotRead) {

@@ -13,6 +13,8 @@
 #include "server_process.h"
 #include "trisolve/client.h"
 #include "trisolve/examples.h"
+#include "trisolve/v1/trisolve.grpc.pb.h"
+#include <grpcpp/grpcpp.h>
 
 namespace trisolve {
 namespace {
@@ -154,6 +156,76 @@ TEST(Ops, BearerTokensAcceptedAndRefusedHealthStaysOpen) {
   EXPECT_NE(out.find("UNAUTHENTICATED"), std::string::npos) << out;
 }
 
+// Twelve 32 MiB requests without a token, at once: each is refused UNAUTHENTICATED on its
+// headers, before gRPC reads its message, so the server's peak resident memory does not grow by
+// the payloads (it grew by all of them, 211 -> 535 MB for 12 x 64 MB, when the handler checked).
+TEST(Ops, UnauthenticatedLargeRequestsAreRefusedBeforeTheirBytesAreRead) {
+  const std::string file = "/tmp/trisolve_tokens_large_" + std::to_string(getpid());
+  std::ofstream(file) << "the-token\n";
+  ServerProcess s({"--token-file", file, "--metrics-listen", "127.0.0.1:0"});
+  ASSERT_GT(s.port(), 0) << s.Log();
+  // One authenticated call first: what a first call allocates is in the baseline.
+  examples::Arrays keep;
+  Client::Options o = To(s);
+  o.token = "the-token";
+  ASSERT_TRUE(Client(o).Solve(SmallJob(keep)).ok());
+
+  constexpr int64_t kN = int64_t{4} << 20;  // float64 values of d: 32 MiB
+  v1::TridiagonalRequest req;
+  req.set_dtype(v1::FLOAT64);
+  for (auto* a : {req.mutable_a(), req.mutable_b(), req.mutable_c()}) {
+    a->add_shape(kN);
+  }
+  req.mutable_d()->add_shape(kN);
+  req.mutable_d()->mutable_data()->assign(size_t(kN) * 8, '\0');
+  const int64_t payload = int64_t(req.ByteSizeLong());
+  const int64_t peak_before = s.StatusBytes("VmHWM");
+  ASSERT_GT(peak_before, 0);
+
+  constexpr int kCalls = 12;
+  std::vector<grpc::Status> got(kCalls);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kCalls; ++i)
+    threads.emplace_back([&, i] {
+      // A channel each: twelve connections, as twelve clients.
+      grpc::ChannelArguments args;
+      args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+      args.SetMaxSendMessageSize(-1);
+      auto stub = v1::Solver::NewStub(
+          grpc::CreateCustomChannel(s.target(), grpc::InsecureChannelCredentials(), args));
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+      v1::SolveResponse resp;
+      got[size_t(i)] = stub->SolveTridiagonal(&ctx, req, &resp);
+    });
+  for (auto& t : threads) t.join();
+  for (const grpc::Status& st : got) {
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED) << st.error_message();
+    EXPECT_NE(st.error_message().find("missing bearer token"), std::string::npos)
+        << st.error_message();
+  }
+  const int64_t grown = s.StatusBytes("VmHWM") - peak_before;
+  EXPECT_LT(grown, payload) << "peak resident memory grew by " << grown << " bytes for " << kCalls
+                            << " refused requests of " << payload << " bytes";
+  // Counted and logged (by the method's name, never the client's free text).
+  EXPECT_NE(LogWith(s, "rejected before its message was read").find(
+                "/trisolve.v1.Solver/SolveTridiagonal rejected before its message was read: "
+                "UNAUTHENTICATED missing bearer token"),
+            std::string::npos)
+      << s.Log();
+  std::smatch m;
+  const std::string log = LogWith(s, "metrics on http");
+  ASSERT_TRUE(std::regex_search(log, m, std::regex("metrics on http://127.0.0.1:([0-9]+)/metrics")))
+      << log;
+  auto scraped = httplib::Client("127.0.0.1", std::stoi(m[1])).Get("/metrics");
+  ASSERT_TRUE(scraped);
+  EXPECT_EQ(Series(scraped->body, "trisolve_requests_total{rpc=\"SolveTridiagonal\",family=\"-\","
+                                  "method=\"-\",code=\"UNAUTHENTICATED\"}"),
+            kCalls)
+      << scraped->body;
+  std::remove(file.c_str());
+}
+
 // A CA, a server certificate for localhost / 127.0.0.1 and a client certificate.
 std::string MakeCertificates() {
   const std::string d = "/tmp/trisolve_tls_" + std::to_string(getpid());
@@ -201,6 +273,23 @@ TEST(Ops, TlsAndMutualTls) {
         << "a client without a certificate must be refused";
     o.tls_cert_file = d + "/client.pem";
     o.tls_key_file = d + "/client.key";
+    auto r = Client(o).Solve(job);
+    EXPECT_TRUE(r.ok()) << r.status();
+  }
+  {
+    // Mutual TLS and tokens together: the token is checked on the headers, over TLS too.
+    const std::string tokens = d + "/tokens";
+    std::ofstream(tokens) << "tls-token\n";
+    ServerProcess s({"--tls-cert", d + "/server.pem", "--tls-key", d + "/server.key",
+                     "--tls-client-ca", d + "/ca.pem", "--token-file", tokens});
+    ASSERT_GT(s.port(), 0) << s.Log();
+    Client::Options o = To(s);
+    o.tls_ca_file = d + "/ca.pem";
+    o.tls_cert_file = d + "/client.pem";
+    o.tls_key_file = d + "/client.key";
+    EXPECT_EQ(Client(o).Solve(job).status().code(), absl::StatusCode::kUnauthenticated);
+    EXPECT_EQ(*Client(o).Health(), "SERVING");
+    o.token = "tls-token";
     auto r = Client(o).Solve(job);
     EXPECT_TRUE(r.ok()) << r.status();
   }

@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "error_measure.h"
 #include "gtest/gtest.h"
 #include "trisolve/examples.h"
 #include "trisolve/swc.h"
@@ -57,12 +58,12 @@ struct Trees {
       }
       double r = 0, an = 0, xn = 0, bn = 0;
       for (int64_t i = 0; i < n; ++i) {
-        r = std::max(r, std::abs(at(rhs, i) - ax[i]));
-        an = std::max(an, row[i]);
-        xn = std::max(xn, std::abs(at(x, i)));
-        bn = std::max(bn, std::abs(at(rhs, i)));
+        r = testing::WorseOf(r, std::abs(at(rhs, i) - ax[i]));
+        an = testing::WorseOf(an, row[i]);
+        xn = testing::WorseOf(xn, std::abs(at(x, i)));
+        bn = testing::WorseOf(bn, std::abs(at(rhs, i)));
       }
-      worst = std::max(worst, r / (an * xn + bn));
+      worst = testing::WorseOf(worst, r / (an * xn + bn));
     }
     return worst;
   }

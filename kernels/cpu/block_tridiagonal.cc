@@ -646,8 +646,10 @@ absl::StatusOr<SolveInfo> SolveBlockTridiagonal(const BlockTridiagonalProblem<T>
   if (method == BlockMethod::kJacobi) yalt.resize(size);
   const int64_t L = options.max_iterations;
   double residual = BlockRelativeResidual(p0, y);
+  const double initial_residual = residual;
+  bool diverged = false;
   int64_t it = 0;
-  for (; it < L; ++it) {
+  for (; it < L && !diverged; ++it) {
     if (options.tol > 0 && residual <= options.tol) break;
     if (control.Cancelled()) return absl::CancelledError("solve cancelled");
     switch (method) {
@@ -685,12 +687,16 @@ absl::StatusOr<SolveInfo> SolveBlockTridiagonal(const BlockTridiagonalProblem<T>
       case BlockMethod::kMultigridBicgstab:
         break;
     }
-    if (options.tol > 0) residual = BlockRelativeResidual(p0, y);
+    if (options.tol > 0 || (it + 1) % kBlockDivergenceCheckSweeps == 0) {
+      residual = BlockRelativeResidual(p0, y);
+      diverged = BlockResidualDiverged(residual, initial_residual);
+    }
   }
-  if (options.tol <= 0) residual = BlockRelativeResidual(p0, y);
+  if (options.tol <= 0 && !diverged) residual = BlockRelativeResidual(p0, y);
   info.iterations = it;
   info.residual = residual;
-  if (!std::isfinite(residual) || !AllFinite(size, 1, y)) {
+  if (diverged) info.method += " (stopped: diverged)";
+  if (diverged || !std::isfinite(residual) || !AllFinite(size, 1, y)) {
     std::fill(y, y + size, T(0));
     out.status[0] = SystemStatus::kDiverged;
   } else if (options.tol > 0 && residual > options.tol) {

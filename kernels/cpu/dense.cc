@@ -255,7 +255,11 @@ double DenseBackwardError(const DenseProblem<T>& p, const T* x, const SystemStat
       bmax = std::max(bmax, std::abs(double(b[i])));
     }
     const double denom = amax * xmax + bmax;
-    worst = std::max(worst, denom > 0 ? rmax / denom : 0.0);
+    // A non-finite x is the worst error there is (std::max would drop a NaN).
+    const double e = !cpu::AllFinite(n, 1, xs) ? std::numeric_limits<double>::infinity()
+                     : denom > 0               ? rmax / denom
+                                               : 0.0;
+    worst = std::max(worst, e);
   }
   return worst;
 }

@@ -382,7 +382,11 @@ double TreeBackwardError(const TreeProblem<T>& p, const T* x, const SystemStatus
         amax = std::max(amax, rowabs[i]);
       }
       const double denom = amax * xmax + bmax;
-      worst = std::max(worst, denom > 0 ? rmax / denom : 0.0);
+      // A non-finite x is the worst error there is (std::max would drop a NaN).
+      const double e = !cpu::AllFinite(p.n, st, x + off) ? std::numeric_limits<double>::infinity()
+                       : denom > 0                        ? rmax / denom
+                                                          : 0.0;
+      worst = std::max(worst, e);
     }
   }
   return worst;

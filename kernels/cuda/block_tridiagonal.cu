@@ -1831,12 +1831,27 @@ absl::StatusOr<SolveInfo> SolveBlockTridiagonalDevice(const BlockTridiagonalProb
 
   SolveInfo info;
   info.method = std::string(MethodName(method)) + (sc ? "+scaled" : "");
-  double res = 0;
-  if (o.tol > 0) {
+  // The initial residual: the tolerance's first test, and the base of the divergence check
+  // (BlockResidualDiverged: after every sweep with a tolerance; without one, every 1024 sweeps
+  // here, not the host's 64: each check synchronises the stream, which the fused launches
+  // otherwise never do, and 1024 sweeps make that bubble negligible).
+  constexpr int64_t kDeviceDivergenceCheckSweeps = 16 * kBlockDivergenceCheckSweeps;
+  auto r0 = residual(Y);
+  if (!r0.ok()) return r0.status();
+  const double initial_res = *r0;
+  double res = initial_res;
+  bool diverged = false;
+  int64_t checked_at = 0;
+  auto check = [&](int64_t sweeps_done) -> absl::Status {
+    if (o.tol <= 0 && sweeps_done - checked_at < kDeviceDivergenceCheckSweeps)
+      return absl::OkStatus();
     auto r = residual(Y);
     if (!r.ok()) return r.status();
     res = *r;
-  }
+    checked_at = sweeps_done;
+    diverged = BlockResidualDiverged(res, initial_res);
+    return absl::OkStatus();
+  };
   int64_t it = 0;
   // The fused path: `sweeps` sweeps a launch (one when a tolerance is checked after each).
   std::vector<int> starts;  // gauss-seidel's diagonal table of the last upload
@@ -1872,21 +1887,17 @@ absl::StatusOr<SolveInfo> SolveBlockTridiagonalDevice(const BlockTridiagonalProb
     info.method += form.win.per_system > 1
                        ? "+fused+windows(halo " + std::to_string(form.win.halo) + ")"
                        : "+fused";
-    while (it < o.max_iterations) {
+    while (it < o.max_iterations && !diverged) {
       if (o.tol > 0 && res <= o.tol) break;
       if (control.Cancelled()) return absl::CancelledError("solve cancelled");
       const int sweeps =
           o.tol > 0 ? 1 : int(std::min<int64_t>(per_launch, o.max_iterations - it));
       if (auto st = fused_sweeps(sweeps); !st.ok()) return st;
       it += sweeps;
-      if (o.tol > 0) {
-        auto r = residual(Y);
-        if (!r.ok()) return r.status();
-        res = *r;
-      }
+      if (auto st = check(it); !st.ok()) return st;
     }
   }
-  for (; chunk == 0 && it < o.max_iterations; ++it) {
+  for (; chunk == 0 && it < o.max_iterations && !diverged; ++it) {
     if (o.tol > 0 && res <= o.tol) break;
     if (control.Cancelled()) return absl::CancelledError("solve cancelled");
     switch (method) {
@@ -1915,17 +1926,14 @@ absl::StatusOr<SolveInfo> SolveBlockTridiagonalDevice(const BlockTridiagonalProb
       case BlockMethod::kMultigridBicgstab:
         break;
     }
-    if (o.tol > 0) {
-      auto r = residual(Y);
-      if (!r.ok()) return r.status();
-      res = *r;
-    }
+    if (auto st = check(it + 1); !st.ok()) return st;
   }
-  if (o.tol <= 0) {
+  if (o.tol <= 0 && !diverged && checked_at != it) {
     auto r = residual(Y);
     if (!r.ok()) return r.status();
     res = *r;
   }
+  if (diverged) info.method += " (stopped: diverged)";
   UnpermuteKernel<T><<<Blocks(size), kThreads, 0, stream>>>(N, M, Y, y);
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   std::vector<uint8_t> hf(static_cast<size_t>(N));
@@ -1938,7 +1946,7 @@ absl::StatusOr<SolveInfo> SolveBlockTridiagonalDevice(const BlockTridiagonalProb
   info.residual = res;
   if (singular)
     *status = SystemStatus::kSingular;
-  else if (!std::isfinite(res))
+  else if (diverged || !std::isfinite(res))
     *status = SystemStatus::kDiverged;
   else if (o.tol > 0 && res > o.tol)
     *status = SystemStatus::kNotConverged;

@@ -4,6 +4,7 @@
 #include "absl/strings/string_view.h"
 #include <cstddef>
 #include <cstdint>
+#include <iosfwd>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,8 @@ struct NdArray {
 };
 
 absl::StatusOr<NdArray> ReadNpy(const std::string& path);
+// The same from a stream (a file's, or bytes in memory); `origin` names it in errors.
+absl::StatusOr<NdArray> ReadNpy(std::istream& in, const std::string& origin);
 absl::Status WriteNpy(const std::string& path, const ArrayView& a);
 
 }  // namespace trisolve

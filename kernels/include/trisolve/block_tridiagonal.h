@@ -79,6 +79,20 @@ struct BlockOptions {
   bool scale_rows = false;        // the thesis' Jacobi row scaling before iterating
 };
 
+// The line iterations (gauss-seidel, red-black, jacobi) stop at once, DIVERGED, when the
+// relative residual is not finite or has grown past kBlockDivergedGrowth times the initial one
+// (at least 1): a residual 1e8 times the right-hand side's is no iterate on its way anywhere,
+// and running the sweeps left (up to 10^8 of them) only burns the slot. Checked after every
+// sweep with a tolerance (the residual is computed anyway), every kBlockDivergenceCheckSweeps
+// sweeps without one (tol = 0, the thesis' fixed sweep counts: one residual pass per 64
+// sweeps on the host; the CUDA backend, where each check synchronises its stream, every 1024).
+inline constexpr double kBlockDivergedGrowth = 1e8;
+inline constexpr int64_t kBlockDivergenceCheckSweeps = 64;
+inline bool BlockResidualDiverged(double residual, double initial_residual) {
+  const double base = initial_residual > 1 ? initial_residual : 1;
+  return !(residual <= kBlockDivergedGrowth * base);  // NaN and Inf included
+}
+
 template <typename T>
 struct BlockOutput {
   T* y = nullptr;                  // N * M
