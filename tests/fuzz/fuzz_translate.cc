@@ -42,15 +42,22 @@ void System(const trisolve::fuzz::TranslateInput& in) {
   const auto rhs_shape = job->SystemRhsShape();
   for (const trisolve::v1::SolveSystemRequest& step : in.steps()) {
     std::string scratch;
+    const trisolve::SystemSpec& spec = (*system)->spec();
     for (const trisolve::v1::NamedArray& u : step.update()) {
-      auto checked = ts::CheckUpdate((*system)->spec(), shapes, u.name(),
-                                     ts::ArrayFromProto(u.array(), &scratch));
+      // Region references are refused here (no registry): their error path is what runs.
+      const int eb = spec.family == trisolve::Family::kTree && u.name() == "parent"
+                         ? 4
+                         : spec.elem_bytes();
+      auto in_array = ts::ArrayFromProto(u.array(), &scratch, nullptr, "update", eb);
+      if (!in_array.ok()) return;
+      auto checked = ts::CheckUpdate(spec, shapes, u.name(), *in_array);
       if (!checked.ok()) return;
       if (!(*system)->Update(checked->index, checked->data).ok()) return;
     }
     std::string rhs_scratch;
-    auto rhs = ts::CheckRhs((*system)->spec(), rhs_shape,
-                            ts::ArrayFromProto(step.rhs(), &rhs_scratch), kLimits);
+    auto rhs_in = ts::ArrayFromProto(step.rhs(), &rhs_scratch, nullptr, "rhs", spec.elem_bytes());
+    if (!rhs_in.ok()) continue;
+    auto rhs = ts::CheckRhs(spec, rhs_shape, *rhs_in, kLimits);
     if (!rhs.ok()) continue;
     trisolve::SolveControl control;
     (void)ts::RunPrepared(Cpu(), **system, rhs->data, rhs->k, trisolve::Layout::kFlat,
