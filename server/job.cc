@@ -351,13 +351,8 @@ absl::StatusOr<CheckedUpdate> CheckUpdate(const SystemSpec& spec,
   return u;
 }
 
-absl::Status CheckRhsValues(const SystemSpec& spec, const CheckedRhs& rhs) {
-  return CheckFiniteValues("rhs", spec.precision, rhs.data, rhs.shape, rhs.k * spec.rhs_values());
-}
-
 absl::StatusOr<CheckedRhs> CheckRhs(const SystemSpec& spec, const std::vector<int64_t>& rhs_shape,
-                                    const ArrayIn& rhs, const JobLimits& limits,
-                                    bool check_values) {
+                                    const ArrayIn& rhs, const JobLimits& limits) {
   const std::string name(RhsName(spec.family));
   CheckedRhs r;
   r.shape = rhs.shape;
@@ -381,9 +376,8 @@ absl::StatusOr<CheckedRhs> CheckRhs(const SystemSpec& spec, const std::vector<in
                                                    " bytes of data, expected ", bytes, " (shape ",
                                                    ShapeStr(r.shape), ")"));
   r.data = rhs.data;
-  if (check_values)
-    if (auto st = CheckFiniteValues("rhs", spec.precision, r.data, r.shape, values); !st.ok())
-      return st;
+  if (auto st = CheckFiniteValues("rhs", spec.precision, r.data, r.shape, values); !st.ok())
+    return st;
   return r;
 }
 

@@ -72,9 +72,6 @@ struct Job {
   bool rhs_optional = false;
   // Where x goes when the caller asked for it in its own memory (x_region); else JobResult.x.
   std::byte* x_out = nullptr;
-  // The finiteness of the values is still to check (CheckValues): translation left it to run
-  // beside the solve (DeclareOptions::defer_value_check_from).
-  bool values_unchecked = false;
   int64_t unknowns() const { return batch * n; }
   int64_t total_bytes() const;
   // The system the coefficients describe (batch 1 when shared_matrix), pointing into the job.
@@ -121,11 +118,8 @@ struct CheckedRhs {
   const void* data = nullptr;
   std::vector<int64_t> shape;
 };
-// check_values false leaves the finiteness of the values to CheckRhsValues.
 absl::StatusOr<CheckedRhs> CheckRhs(const SystemSpec& spec, const std::vector<int64_t>& rhs_shape,
-                                    const ArrayIn& rhs, const JobLimits& limits,
-                                    bool check_values = true);
-absl::Status CheckRhsValues(const SystemSpec& spec, const CheckedRhs& rhs);
+                                    const ArrayIn& rhs, const JobLimits& limits);
 // A client-supplied name made safe for a message or a log line: printable ASCII, at most 64
 // characters (longer ones end in "...").
 std::string Sanitized(absl::string_view name);

@@ -236,11 +236,6 @@ int main(int argc, char** argv) {
   app.add_option("--max-system-ttl", opt.systems.max_ttl_s,
                  "cap on the time-to-live a client may ask for, seconds")
       ->envname("TRISOLVE_MAX_SYSTEM_TTL")->check(CLI::Range(0.001, 1e9))->capture_default_str();
-  app.add_option("--overlap-value-check-from", opt.overlap_value_check_from,
-                 "requests of at least this many values have their finiteness checked beside "
-                 "the solve instead of before it (0: always before)")
-      ->envname("TRISOLVE_OVERLAP_VALUE_CHECK_FROM")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 50))->capture_default_str();
   bool no_shared_memory = false;
   app.add_flag("--no-shared-memory", no_shared_memory,
                "refuse RegisterSharedMemory (clients on this host then send their arrays over "

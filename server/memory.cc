@@ -70,29 +70,11 @@ absl::Status Region::StillMapped(absl::string_view field) const {
 }
 
 MemoryRegistry::MemoryRegistry(MemoryLimits limits, Backend* backend)
-    : limits_(limits), backend_(backend) {
-  sweeper_ = std::thread([this] { Sweep(); });
-}
+    : limits_(limits),
+      backend_(backend),
+      sweeper_(std::chrono::seconds(1), [this] { ExpireIdle(); }) {}
 
-MemoryRegistry::~MemoryRegistry() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
-  stop_cv_.notify_all();
-  sweeper_.join();
-}
-
-void MemoryRegistry::Sweep() {
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!stop_) {
-    stop_cv_.wait_for(lock, std::chrono::seconds(1));
-    if (stop_) break;
-    lock.unlock();
-    ExpireIdle();
-    lock.lock();
-  }
-}
+MemoryRegistry::~MemoryRegistry() = default;
 
 RegionInfo MemoryRegistry::InfoLocked(const Entry& e) const {
   RegionInfo info;

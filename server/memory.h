@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "sweeper.h"
 #include "job.h"
 #include "trisolve/backend.h"
 
@@ -112,16 +113,13 @@ class MemoryRegistry {
   absl::Status CheckRoomLocked(const std::string& identity, const std::string& name,
                                int64_t bytes) const;
   absl::StatusOr<RegionInfo> Keep(const std::string& identity, std::shared_ptr<Region> region);
-  void Sweep();
 
   const MemoryLimits limits_;
   Backend* const backend_;
   mutable std::mutex mu_;
   std::map<Key, Entry> regions_;
   int64_t bytes_ = 0;
-  std::condition_variable stop_cv_;
-  bool stop_ = false;
-  std::thread sweeper_;
+  Sweeper sweeper_;  // last: stops first
 };
 
 // Resolves the region references of one request for its caller: checks each against its

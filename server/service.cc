@@ -4,7 +4,6 @@
 #include <cctype>
 #include <cmath>
 #include <cstring>
-#include <future>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -259,19 +258,11 @@ grpc::Status SolverService::HandleUnary(grpc::ServerContext* ctx, const char* rp
   auto identity = Authenticate(ctx);
   if (!identity.ok()) return Finish(call, sample, identity.status());
   RequestRegions regions(&memory_, *identity);
-  auto job = JobFromRequest(req, options_.limits,
-                            DeclareOptions{.regions = &regions,
-                                           .defer_value_check_from = options_.overlap_value_check_from});
+  auto job = JobFromRequest(req, options_.limits, DeclareOptions{.regions = &regions});
   call.receive_us = Micros(Clock::now() - call.start);
   if (!job.ok()) return Finish(call, sample, job.status());
   sample.bytes_in = job->total_bytes();
-  // A large job's values are checked while it is copied and solved; its answer waits for them.
-  std::future<absl::Status> values;
-  if (job->values_unchecked)
-    values = std::async(std::launch::async, [&job] { return CheckValues(*job); });
   auto res = Admit(call, *job);
-  if (values.valid())
-    if (absl::Status st = values.get(); !st.ok()) return Finish(call, sample, st);
   if (!res.ok()) return Finish(call, sample, res.status());
   resp->set_dtype(job->precision == Precision::kFloat64 ? v1::FLOAT64 : v1::FLOAT32);
   for (int64_t d : job->arrays.at(job->x_field).shape) resp->mutable_x()->add_shape(d);
@@ -555,10 +546,7 @@ absl::Status SolverService::SolveStep(Call& call, const std::string& identity,
   std::string rhs_scratch;
   auto rhs_in = ArrayFromProto(req.rhs(), &rhs_scratch, &regions, "rhs", spec.elem_bytes());
   if (!rhs_in.ok()) return rhs_in.status();
-  const int64_t rhs_values = rhs_in->bytes / spec.elem_bytes();
-  const bool overlap =
-      options_.overlap_value_check_from > 0 && rhs_values >= options_.overlap_value_check_from;
-  auto rhs = CheckRhs(spec, e.rhs_shape, *rhs_in, options_.limits, /*check_values=*/!overlap);
+  auto rhs = CheckRhs(spec, e.rhs_shape, *rhs_in, options_.limits);
   if (!rhs.ok()) return rhs.status();
   sample.bytes_in += rhs_in->bytes;
   std::byte* x_out = nullptr;
@@ -573,15 +561,10 @@ absl::Status SolverService::SolveStep(Call& call, const std::string& identity,
   }
   call.receive_us = Micros(Clock::now() - call.start);
   const int64_t unknowns = rhs->k * spec.rhs_values();
-  std::future<absl::Status> values;
-  if (overlap)
-    values = std::async(std::launch::async, [&] { return CheckRhsValues(spec, *rhs); });
   auto res = Admit(call, unknowns, [&](const SolveControl& control) {
     return RunPrepared(*backend_, system, rhs->data, rhs->k, Layout::kFlat, req.skip_residual(),
                        control, x_out);
   });
-  if (values.valid())
-    if (absl::Status st = values.get(); !st.ok()) return st;
   if (!res.ok()) return res.status();
   systems_.Touch(e, true, false);
   FillSample(unknowns, *res, call.receive_us, call.queue_us, &sample);

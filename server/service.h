@@ -42,11 +42,6 @@ struct ServiceOptions {
   int max_receiving_streams = 16;
   // Shared-memory regions of clients on this host.
   MemoryLimits memory;
-  // Requests of at least this many values have their finiteness checked beside the solve
-  // instead of before it (the answer is withheld, INVALID_ARGUMENT, where a value is not
-  // finite); 0: always before. Off by default: on the lent 2 x H100 host a 2^24-unknown job
-  // through shared memory took 41.6 ms with the check beside the copies, 22.9 ms before them.
-  int64_t overlap_value_check_from = 0;
 };
 
 class SolverService final : public v1::Solver::Service {

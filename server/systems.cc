@@ -33,29 +33,10 @@ SystemRegistry::Use::~Use() {
   if (r_ != nullptr && e_) r_->Release(*e_);
 }
 
-SystemRegistry::SystemRegistry(SystemLimits limits) : limits_(limits) {
-  sweeper_ = std::thread([this] { Sweep(); });
-}
+SystemRegistry::SystemRegistry(SystemLimits limits)
+    : limits_(limits), sweeper_(std::chrono::seconds(1), [this] { ExpireIdle(); }) {}
 
-SystemRegistry::~SystemRegistry() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
-  stop_cv_.notify_all();
-  sweeper_.join();
-}
-
-void SystemRegistry::Sweep() {
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!stop_) {
-    stop_cv_.wait_for(lock, std::chrono::seconds(1));
-    if (stop_) break;
-    lock.unlock();
-    ExpireIdle();
-    lock.lock();
-  }
-}
+SystemRegistry::~SystemRegistry() = default;
 
 void SystemRegistry::SetReplicaAddress(std::string address) {
   std::lock_guard<std::mutex> lock(mu_);

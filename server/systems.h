@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "sweeper.h"
 #include "trisolve/system.h"
 
 namespace trisolve::server {
@@ -105,16 +106,13 @@ class SystemRegistry {
  private:
   void EraseLocked(std::map<std::string, std::shared_ptr<Entry>>::iterator it, const char* why);
   void Release(Entry& e);
-  void Sweep();
 
   const SystemLimits limits_;
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<Entry>> by_handle_;
   int64_t bytes_ = 0;
   std::string replica_;
-  std::condition_variable stop_cv_;
-  bool stop_ = false;
-  std::thread sweeper_;
+  Sweeper sweeper_;  // last: stops first
 };
 
 }  // namespace trisolve::server

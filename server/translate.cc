@@ -411,12 +411,7 @@ absl::StatusOr<Job> FromUnary(const Req& r, const JobLimits& l, DeclareOptions o
     if (auto st = CheckNoOverlap(job, *x, xa.expected_bytes); !st.ok()) return st;
     job.x_out = *x;
   }
-  int64_t values = 0;
-  for (const auto& [name, a] : job.arrays) values += a.absent ? 0 : a.elements;
-  job.values_unchecked = o.defer_value_check_from > 0 && values >= o.defer_value_check_from &&
-                         job.family != Family::kDense;
-  if (auto st = job.values_unchecked ? CheckStructure(job) : CheckContents(job); !st.ok())
-    return st;
+  if (auto st = CheckContents(job); !st.ok()) return st;
   return job;
 }
 

@@ -15,10 +15,6 @@ struct DeclareOptions {
   // Resolves arrays given as regions of the caller's registered memory (Array.region) and
   // x_region; null: regions are refused (INVALID_ARGUMENT naming the field).
   RegionResolver* regions = nullptr;
-  // Jobs of at least this many values (0: none) leave the finiteness check (CheckValues) to the
-  // caller, which runs it beside the solve: on a 2^24-unknown job it took as long as the copies.
-  // Dense jobs are checked here whatever their size (their symmetry check reads the values).
-  int64_t defer_value_check_from = 0;
 };
 
 // Unary form: the job borrows the request's bytes (the request must outlive the job).

@@ -421,13 +421,13 @@ TEST(SharedMemory, AKilledClientsRegionExpiresAndTheServerCarriesOn) {
 namespace trisolve {
 namespace {
 
-// Large jobs whose values are checked beside the solve (--overlap-value-check-from): a NaN is
-// still refused, by position, and no answer is given.
+// A large job's non-finite value is refused by position (the check threaded over blocks), and no
+// answer is given.
 TEST(SharedMemory, ALargeJobsNonFiniteValueIsRefusedByPosition) {
-  ServerProcess server({"--overlap-value-check-from", std::to_string(1 << 22)});
+  ServerProcess server({});
   ASSERT_GT(server.port(), 0) << server.Log();
   Client client(Opts(server, Transport::kSharedMemory));
-  const int64_t batch = 2048, n = 1024;  // 2^21 unknowns, 2^23 values: checked beside the solve
+  const int64_t batch = 2048, n = 1024;  // 2^21 unknowns, 2^23 values: the threaded check
   auto arrays = examples::RandomTridiagonal(batch, n, false, 51);
   auto shm = SharedMemory::Create(10 * batch * n * 8 + 4096);
   ASSERT_TRUE(shm.ok());
@@ -449,7 +449,7 @@ TEST(SharedMemory, ALargeJobsNonFiniteValueIsRefusedByPosition) {
   for (const char* name : {"a", "b", "c"}) create.arrays[name] = job.arrays[name];
   auto sys = client.CreateSystem(create);
   ASSERT_TRUE(sys.ok()) << sys.status();
-  // Two right-hand sides (2^22 values: checked beside the solve).
+  // Two right-hand sides (2^22 values).
   auto* d2 = *(*shm)->Allocate<double>(2 * batch * n);
   auto* x2 = *(*shm)->Allocate<double>(2 * batch * n);
   for (int k = 0; k < 2; ++k)
