@@ -1,9 +1,15 @@
 // libtrisolve: the C API (include/trisolve/trisolve.h) over libtrisolve_client.
+//
+// Every family goes through one description of its arrays (Geometry below): the public entry
+// points only name the family, the element type and the caller's pointers, so the checks, the
+// shapes sent and the layout conversions are written once.
 #include "trisolve/trisolve.h"
 
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -13,6 +19,77 @@
 
 #include "absl/status/status.h"
 #include "trisolve/client.h"
+
+namespace {
+
+using trisolve::DType;
+using trisolve::Kind;
+
+// The arrays of one family at one size: what each is called, its shape on the wire, and
+// whether the caller's layout has to be rearranged first (dense column-major matrices).
+struct Geometry {
+  Kind kind = Kind::kTridiagonal;
+  DType dtype = DType::kFloat64;
+  int64_t n = 0, batch = 1;    // block: n = N block rows, batch = M unknowns a block row
+  int layout = TRISOLVE_FLAT;  // tridiagonal and tree: FLAT / INTERLEAVED; dense: ROW / COL_MAJOR
+  int64_t parent_systems = 1;  // tree: 1 (one morphology) or batch (one per system)
+
+  // One right-hand side (and one x).
+  std::vector<int64_t> RhsShape() const {
+    switch (kind) {
+      case Kind::kTridiagonal:
+      case Kind::kTree:
+        return layout == TRISOLVE_INTERLEAVED ? std::vector<int64_t>{n, batch}
+                                              : std::vector<int64_t>{batch, n};
+      case Kind::kBlockTridiagonal: return {n, batch};
+      case Kind::kDense: return {batch, n};
+    }
+    return {};
+  }
+  std::vector<int64_t> Shape(const std::string& name) const {
+    if (kind == Kind::kTree && name == "parent") {
+      return parent_systems == 1 ? std::vector<int64_t>{n} : std::vector<int64_t>{batch, n};
+    }
+    if (kind == Kind::kDense && name == "A") return {batch, n, n};
+    return RhsShape();
+  }
+  static int64_t Elements(const std::vector<int64_t>& s) {
+    int64_t e = 1;
+    for (int64_t v : s) e *= v;
+    return e;
+  }
+  // Statuses a right-hand side answers with.
+  int64_t SystemsPerRhs() const { return kind == Kind::kBlockTridiagonal ? 1 : batch; }
+  bool Transposed(const std::string& name) const {
+    return kind == Kind::kDense && name == "A" && layout == TRISOLVE_COL_MAJOR;
+  }
+  const std::vector<std::string>& Coefficients() const {
+    static const std::vector<std::string> tri = {"a", "b", "c"};
+    static const std::vector<std::string> tree = {"lower", "upper", "diag"};
+    static const std::vector<std::string> block = {"aC", "cC", "bC", "cA", "cB"};
+    static const std::vector<std::string> dense = {"A"};
+    switch (kind) {
+      case Kind::kTridiagonal: return tri;
+      case Kind::kTree: return tree;
+      case Kind::kBlockTridiagonal: return block;
+      case Kind::kDense: return dense;
+    }
+    return tri;
+  }
+  const char* RhsName() const {
+    switch (kind) {
+      case Kind::kTridiagonal: return "d";
+      case Kind::kTree: return "rhs";
+      case Kind::kBlockTridiagonal: return "f";
+      case Kind::kDense: return "b";
+    }
+    return "d";
+  }
+};
+
+const char* TypeName(DType t) { return t == DType::kFloat32 ? "float32" : "float64"; }
+
+}  // namespace
 
 struct trisolve_context {
   std::unique_ptr<trisolve::Client> client;
@@ -24,13 +101,22 @@ struct trisolve_context {
 struct trisolve_system {
   trisolve_context* ctx = nullptr;
   std::string handle;
-  bool block = false;
-  bool interleaved = false;
+  Geometry g;
   bool released = false;
-  int64_t n = 0, batch = 1;  // tridiagonal: order and batch; block: N and M
   std::string method;
   double residual = 0;
   int64_t iterations = 0;
+};
+
+struct trisolve_stream {
+  trisolve_system* sys = nullptr;
+  std::unique_ptr<trisolve::StepStream> stream;
+  std::deque<int64_t> pending;  // k of each step sent and not yet received
+  // Updates staged for the next step, copied (and a dense column-major A transposed).
+  std::vector<std::pair<std::string, std::vector<std::byte>>> staged;
+  // The status that ended the stream, once a receive has met it (the C++ stream then has none
+  // left for Finish to return).
+  absl::Status ended;
 };
 
 namespace {
@@ -81,9 +167,296 @@ int Statuses(trisolve_context* ctx, const trisolve::Result& r, int64_t expected,
 
 bool Positive(int64_t v) { return v > 0; }
 
+// The sizes and layout of a family's call, checked before anything is read.
+int CheckGeometry(trisolve_context* ctx, const Geometry& g) {
+  const bool block = g.kind == Kind::kBlockTridiagonal;
+  if (!Positive(g.n) || !Positive(g.batch)) {
+    return Fail(ctx, TRISOLVE_INVALID_ARGUMENT,
+                std::string(block ? "N and M" : "n and batch") + " must be positive (" +
+                    std::to_string(g.n) + ", " + std::to_string(g.batch) + ")");
+  }
+  // The largest array (dense A: batch * n * n) must be countable in int64 bytes.
+  const int64_t limit = INT64_MAX / 8;
+  if (g.n > limit / g.batch || (g.kind == Kind::kDense && g.n * g.batch > limit / g.n)) {
+    return Fail(ctx, TRISOLVE_INVALID_ARGUMENT, "the arrays' sizes overflow int64");
+  }
+  switch (g.kind) {
+    case Kind::kTridiagonal:
+    case Kind::kTree:
+      if (g.layout != TRISOLVE_FLAT && g.layout != TRISOLVE_INTERLEAVED) {
+        return Fail(ctx, TRISOLVE_INVALID_ARGUMENT,
+                    "layout must be TRISOLVE_FLAT (0) or TRISOLVE_INTERLEAVED (1), not " +
+                        std::to_string(g.layout));
+      }
+      break;
+    case Kind::kDense:
+      if (g.layout != TRISOLVE_ROW_MAJOR && g.layout != TRISOLVE_COL_MAJOR) {
+        return Fail(ctx, TRISOLVE_INVALID_ARGUMENT,
+                    "layout must be TRISOLVE_ROW_MAJOR (2) or TRISOLVE_COL_MAJOR (3), not " +
+                        std::to_string(g.layout));
+      }
+      break;
+    case Kind::kBlockTridiagonal: break;
+  }
+  if (g.kind == Kind::kTree && g.parent_systems != 1 && g.parent_systems != g.batch) {
+    return Fail(ctx, TRISOLVE_INVALID_ARGUMENT,
+                "parent_systems must be 1 (one tree for the batch) or batch (" +
+                    std::to_string(g.batch) + "), not " + std::to_string(g.parent_systems));
+  }
+  return TRISOLVE_OK;
+}
+
+// Column-major n x n matrices (Fortran A(n, n, batch)) to the row-major ones the server takes.
+std::vector<std::byte> Transpose(const void* src, int64_t n, int64_t batch, DType t) {
+  const size_t es = t == DType::kFloat32 ? 4 : 8;
+  std::vector<std::byte> out(static_cast<size_t>(n * n * batch) * es);
+  const auto* in = static_cast<const std::byte*>(src);
+  for (int64_t s = 0; s < batch; ++s) {
+    const int64_t o = s * n * n;
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        std::memcpy(out.data() + (o + i * n + j) * es, in + (o + j * n + i) * es, es);
+      }
+    }
+  }
+  return out;
+}
+
+// A job's arrays as the server takes them, and the buffers that rearranged ones live in.
+struct Arrays {
+  std::map<std::string, trisolve::ArrayView> views;
+  std::deque<std::vector<std::byte>> owned;
+
+  void Add(const Geometry& g, const std::string& name, const void* p) {
+    const DType t = name == "parent" ? DType::kInt32 : g.dtype;
+    if (g.Transposed(name)) {
+      owned.push_back(Transpose(p, g.n, g.batch, g.dtype));
+      p = owned.back().data();
+    }
+    views[name] = trisolve::ArrayView{t, g.Shape(name), p};
+  }
+};
+
+// Checks the pointers (NULL names the array) and fills the views.
+int Collect(trisolve_context* ctx, const Geometry& g,
+            const std::vector<std::pair<std::string, const void*>>& given, Arrays* arrays) {
+  for (const auto& [name, p] : given) {
+    if (p == nullptr) return Fail(ctx, TRISOLVE_INVALID_ARGUMENT, name + " is NULL");
+  }
+  for (const auto& [name, p] : given) arrays->Add(g, name, p);
+  return TRISOLVE_OK;
+}
+
+// The coefficient arrays in the family's order, with the tree's parent first.
+std::vector<std::pair<std::string, const void*>> Named(const Geometry& g,
+                                                       std::initializer_list<const void*> ptrs) {
+  std::vector<std::pair<std::string, const void*>> out;
+  auto it = ptrs.begin();
+  if (g.kind == Kind::kTree) out.emplace_back("parent", *it++);
+  for (const auto& name : g.Coefficients()) out.emplace_back(name, *it++);
+  return out;
+}
+
+// x from a Result written into the caller's memory (x_out) is checked for shape and type.
+int CheckX(trisolve_context* ctx, const trisolve::Result& r, DType t, int64_t elements) {
+  if (r.x.dtype != t || r.x.elements() != elements) {
+    return Fail(ctx, TRISOLVE_INTERNAL, "the server's x has an unexpected type or size");
+  }
+  return TRISOLVE_OK;
+}
+
+void SetIterative(trisolve::JobOptions* o, double tol, int64_t max_iterations) {
+  if (tol >= 0) o->tol = tol;
+  if (max_iterations > 0) o->max_iterations = max_iterations;
+}
+
+// One-shot solve of a family: coefficients and right-hand side in, x and statuses out.
+int SolveOnce(trisolve_context* ctx, const Geometry& g, std::initializer_list<const void*> coef,
+              const void* rhs, void* x, int* status_out, double tol = -1,
+              int64_t max_iterations = 0) {
+  if (ctx == nullptr) return Fail(nullptr, TRISOLVE_INVALID_ARGUMENT, "ctx is NULL");
+  if (int rc = CheckGeometry(ctx, g); rc != TRISOLVE_OK) return rc;
+  auto named = Named(g, coef);
+  named.emplace_back(g.RhsName(), rhs);
+  Arrays arrays;
+  if (int rc = Collect(ctx, g, named, &arrays); rc != TRISOLVE_OK) return rc;
+  if (x == nullptr) return Fail(ctx, TRISOLVE_INVALID_ARGUMENT, "x is NULL");
+  trisolve::Job job{g.kind};
+  job.arrays = std::move(arrays.views);
+  job.options = Options(ctx);
+  job.options.interleaved = g.layout == TRISOLVE_INTERLEAVED;
+  SetIterative(&job.options, tol, max_iterations);
+  job.options.x_out = x;
+  auto r = ctx->client->Solve(job);
+  if (!r.ok()) return FromStatus(ctx, r.status());
+  if (int rc = CheckX(ctx, *r, g.dtype, Geometry::Elements(g.RhsShape())); rc != TRISOLVE_OK)
+    return rc;
+  return Statuses(ctx, *r, g.SystemsPerRhs(), status_out);
+}
+
+int CreateSystem(trisolve_context* ctx, const Geometry& g, std::initializer_list<const void*> coef,
+                 trisolve_system** out, double tol = -1, int64_t max_iterations = 0) {
+  if (ctx == nullptr) return Fail(nullptr, TRISOLVE_INVALID_ARGUMENT, "ctx is NULL");
+  if (out == nullptr) return Fail(ctx, TRISOLVE_INVALID_ARGUMENT, "out is NULL");
+  *out = nullptr;
+  if (int rc = CheckGeometry(ctx, g); rc != TRISOLVE_OK) return rc;
+  Arrays arrays;
+  if (int rc = Collect(ctx, g, Named(g, coef), &arrays); rc != TRISOLVE_OK) return rc;
+  trisolve::Job job{g.kind};
+  job.arrays = std::move(arrays.views);
+  job.options = Options(ctx);
+  job.options.interleaved = g.layout == TRISOLVE_INTERLEAVED;
+  SetIterative(&job.options, tol, max_iterations);
+  auto info = ctx->client->CreateSystem(job);
+  if (!info.ok()) return FromStatus(ctx, info.status());
+  auto* sys = new (std::nothrow) trisolve_system;
+  if (sys == nullptr) {
+    (void)ctx->client->ReleaseSystem(info->handle, Options(ctx));
+    return Fail(ctx, TRISOLVE_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  sys->ctx = ctx;
+  sys->handle = info->handle;
+  sys->method = info->method;
+  sys->g = g;
+  *out = sys;
+  return TRISOLVE_OK;
+}
+
+int CheckType(trisolve_context* ctx, const trisolve_system* sys, DType t, const char* call) {
+  if (sys->g.dtype == t) return TRISOLVE_OK;
+  return Fail(ctx, TRISOLVE_INVALID_ARGUMENT,
+              std::string("the system is ") + TypeName(sys->g.dtype) + " and " + call +
+                  " takes " + TypeName(t) + ": use " + call +
+                  (t == DType::kFloat64 ? "_f32" : " without _f32"));
+}
+
+// The right-hand side view of k right-hand sides of a system.
+trisolve::ArrayView RhsView(const Geometry& g, int64_t k, const void* rhs) {
+  std::vector<int64_t> shape = g.RhsShape();
+  if (k > 1) shape.insert(shape.begin(), k);
+  return trisolve::ArrayView{g.dtype, shape, rhs};
+}
+
+int SystemSolve(trisolve_system* sys, DType t, const void* rhs, int64_t k, void* x,
+                int* status_out, const char* call) {
+  if (sys == nullptr) return Fail(nullptr, TRISOLVE_INVALID_ARGUMENT, "sys is NULL");
+  trisolve_context* ctx = sys->ctx;
+  if (int rc = CheckType(ctx, sys, t, call); rc != TRISOLVE_OK) return rc;
+  if (!Positive(k)) return Fail(ctx, TRISOLVE_INVALID_ARGUMENT, "k must be positive");
+  if (rhs == nullptr || x == nullptr) {
+    return Fail(ctx, TRISOLVE_INVALID_ARGUMENT, "rhs and x must not be NULL");
+  }
+  const trisolve::ArrayView view = RhsView(sys->g, k, rhs);
+  trisolve::JobOptions o = Options(ctx);
+  // x may be rhs itself: the client has sent rhs before it writes x.
+  o.x_out = x;
+  auto r = ctx->client->SolveSystem(sys->handle, view, {}, o);
+  if (!r.ok()) return FromStatus(ctx, r.status());
+  if (int rc = CheckX(ctx, *r, t, view.elements()); rc != TRISOLVE_OK) return rc;
+  sys->residual = r->summary.residual;
+  sys->iterations = r->summary.iterations;
+  sys->method = r->summary.method;
+  return Statuses(ctx, *r, k * sys->g.SystemsPerRhs(), status_out);
+}
+
+// A coefficient array's name for this system, or the error naming the ones it has.
+int CheckName(trisolve_context* ctx, const Geometry& g, const char* name) {
+  if (name == nullptr) return Fail(ctx, TRISOLVE_INVALID_ARGUMENT, "name is NULL");
+  for (const auto& c : g.Coefficients()) {
+    if (c == name) return TRISOLVE_OK;
+  }
+  std::string names;
+  for (const auto& c : g.Coefficients()) names += (names.empty() ? "" : ", ") + c;
+  // The caller's string is bounded before it is quoted back.
+  return Fail(ctx, TRISOLVE_INVALID_ARGUMENT,
+              "unknown coefficient array '" + std::string(name).substr(0, 32) + "' (this " +
+                  std::string(trisolve::KindName(g.kind)) + " system has " + names + ")");
+}
+
+int SystemUpdate(trisolve_system* sys, DType t, const char* name, const void* values,
+                 const char* call) {
+  if (sys == nullptr) return Fail(nullptr, TRISOLVE_INVALID_ARGUMENT, "sys is NULL");
+  trisolve_context* ctx = sys->ctx;
+  if (int rc = CheckType(ctx, sys, t, call); rc != TRISOLVE_OK) return rc;
+  if (int rc = CheckName(ctx, sys->g, name); rc != TRISOLVE_OK) return rc;
+  Arrays arrays;
+  if (int rc = Collect(ctx, sys->g, {{name, values}}, &arrays); rc != TRISOLVE_OK) return rc;
+  auto info = ctx->client->UpdateSystem(sys->handle, arrays.views, Options(ctx));
+  return FromStatus(ctx, info.status());
+}
+
+int StreamUpdate(trisolve_stream* st, DType t, const char* name, const void* values,
+                 const char* call) {
+  if (st == nullptr) return Fail(nullptr, TRISOLVE_INVALID_ARGUMENT, "stream is NULL");
+  trisolve_system* sys = st->sys;
+  trisolve_context* ctx = sys->ctx;
+  if (int rc = CheckType(ctx, sys, t, call); rc != TRISOLVE_OK) return rc;
+  if (int rc = CheckName(ctx, sys->g, name); rc != TRISOLVE_OK) return rc;
+  if (values == nullptr) return Fail(ctx, TRISOLVE_INVALID_ARGUMENT, "values is NULL");
+  const Geometry& g = sys->g;
+  std::vector<std::byte> copy;
+  if (g.Transposed(name)) {
+    copy = Transpose(values, g.n, g.batch, g.dtype);
+  } else {
+    const auto* p = static_cast<const std::byte*>(values);
+    copy.assign(p, p + Geometry::Elements(g.Shape(name)) * (t == DType::kFloat32 ? 4 : 8));
+  }
+  for (auto& [staged_name, bytes] : st->staged) {
+    if (staged_name == name) {
+      bytes = std::move(copy);
+      return TRISOLVE_OK;
+    }
+  }
+  st->staged.emplace_back(name, std::move(copy));
+  return TRISOLVE_OK;
+}
+
+int StreamSend(trisolve_stream* st, DType t, const void* rhs, int64_t k, const char* call) {
+  if (st == nullptr) return Fail(nullptr, TRISOLVE_INVALID_ARGUMENT, "stream is NULL");
+  trisolve_system* sys = st->sys;
+  trisolve_context* ctx = sys->ctx;
+  if (int rc = CheckType(ctx, sys, t, call); rc != TRISOLVE_OK) return rc;
+  if (!Positive(k)) return Fail(ctx, TRISOLVE_INVALID_ARGUMENT, "k must be positive");
+  if (rhs == nullptr) return Fail(ctx, TRISOLVE_INVALID_ARGUMENT, "rhs is NULL");
+  trisolve::Updates updates;
+  for (const auto& [name, bytes] : st->staged) {
+    updates[name] = trisolve::ArrayView{sys->g.dtype, sys->g.Shape(name), bytes.data()};
+  }
+  const absl::Status s = st->stream->Send(RhsView(sys->g, k, rhs), updates);
+  st->staged.clear();
+  if (!s.ok()) return FromStatus(ctx, s);
+  st->pending.push_back(k);
+  return TRISOLVE_OK;
+}
+
+int StreamReceive(trisolve_stream* st, DType t, void* x, int* status_out, const char* call) {
+  if (st == nullptr) return Fail(nullptr, TRISOLVE_INVALID_ARGUMENT, "stream is NULL");
+  trisolve_system* sys = st->sys;
+  trisolve_context* ctx = sys->ctx;
+  if (int rc = CheckType(ctx, sys, t, call); rc != TRISOLVE_OK) return rc;
+  if (x == nullptr) return Fail(ctx, TRISOLVE_INVALID_ARGUMENT, "x is NULL");
+  if (st->pending.empty()) {
+    return Fail(ctx, TRISOLVE_FAILED_PRECONDITION, "no step is waiting for its answer");
+  }
+  const int64_t k = st->pending.front();
+  st->pending.pop_front();
+  auto r = st->stream->Receive();
+  if (!r.ok()) {
+    st->ended = r.status();
+    return FromStatus(ctx, r.status());
+  }
+  const int64_t elements = k * Geometry::Elements(sys->g.RhsShape());
+  if (int rc = CheckX(ctx, *r, t, elements); rc != TRISOLVE_OK) return rc;
+  std::memcpy(x, r->x.data.data(), r->x.data.size());
+  sys->residual = r->summary.residual;
+  sys->iterations = r->summary.iterations;
+  sys->method = r->summary.method;
+  return Statuses(ctx, *r, k * sys->g.SystemsPerRhs(), status_out);
+}
+
 template <typename T>
 int Gtsv(trisolve_context* ctx, int64_t m, const T* dl, const T* d, const T* du, T* x,
-         int64_t batch, int64_t stride, int* status_out, trisolve::DType dtype) {
+         int64_t batch, int64_t stride, int* status_out, DType dtype) {
   if (ctx == nullptr) return Fail(nullptr, TRISOLVE_INVALID_ARGUMENT, "ctx is NULL");
   if (!Positive(m) || !Positive(batch)) {
     return Fail(ctx, TRISOLVE_INVALID_ARGUMENT,
@@ -98,7 +471,7 @@ int Gtsv(trisolve_context* ctx, int64_t m, const T* dl, const T* d, const T* du,
   if (dl == nullptr || d == nullptr || du == nullptr || x == nullptr) {
     return Fail(ctx, TRISOLVE_INVALID_ARGUMENT, "dl, d, du and x must not be NULL");
   }
-  if (m > INT64_MAX / batch) return Fail(ctx, TRISOLVE_INVALID_ARGUMENT, "m * batch overflows");
+  if (m > INT64_MAX / 8 / batch) return Fail(ctx, TRISOLVE_INVALID_ARGUMENT, "m * batch overflows");
   const int64_t total = m * batch;
   // Gathered contiguously (flat layout), with dl[0] and du[m-1] set to 0: cuSPARSE leaves them
   // unread, and the server rejects NaN or Inf anywhere.
@@ -113,7 +486,7 @@ int Gtsv(trisolve_context* ctx, int64_t m, const T* dl, const T* d, const T* du,
     c[to + m - 1] = T(0);
   }
   const std::vector<int64_t> shape{batch, m};
-  trisolve::Job job{trisolve::Kind::kTridiagonal};
+  trisolve::Job job{Kind::kTridiagonal};
   job.arrays = {{"a", {dtype, shape, a.data()}},
                 {"b", {dtype, shape, b.data()}},
                 {"c", {dtype, shape, c.data()}},
@@ -121,29 +494,43 @@ int Gtsv(trisolve_context* ctx, int64_t m, const T* dl, const T* d, const T* du,
   job.options = Options(ctx);
   auto r = ctx->client->Solve(job);
   if (!r.ok()) return FromStatus(ctx, r.status());
-  if (r->x.dtype != dtype || r->x.elements() != total) {
-    return Fail(ctx, TRISOLVE_INTERNAL, "the server's x has an unexpected type or size");
-  }
+  if (int rc = CheckX(ctx, *r, dtype, total); rc != TRISOLVE_OK) return rc;
   const T* sol = r->x.template as<T>();
   for (int64_t s = 0; s < batch; ++s) std::memcpy(x + s * stride, sol + s * m, sizeof(T) * m);
   return Statuses(ctx, *r, batch, status_out);
 }
 
-int CreateSystem(trisolve_context* ctx, const trisolve::Job& job, trisolve_system* proto,
-                 trisolve_system** out) {
-  auto info = ctx->client->CreateSystem(job);
-  if (!info.ok()) return FromStatus(ctx, info.status());
-  auto* sys = new (std::nothrow) trisolve_system(*proto);
-  if (sys == nullptr) {
-    (void)ctx->client->ReleaseSystem(info->handle, Options(ctx));
-    return Fail(ctx, TRISOLVE_RESOURCE_EXHAUSTED, "out of memory");
-  }
-  sys->ctx = ctx;
-  sys->handle = info->handle;
-  sys->method = info->method;
-  *out = sys;
-  return TRISOLVE_OK;
+Geometry Tri(DType t, int64_t n, int64_t batch, int layout) {
+  Geometry g;
+  g.kind = Kind::kTridiagonal;
+  g.dtype = t;
+  g.n = n;
+  g.batch = batch;
+  g.layout = layout;
+  return g;
 }
+
+Geometry Tree(DType t, int64_t n, int64_t batch, int64_t parent_systems, int layout) {
+  Geometry g = Tri(t, n, batch, layout);
+  g.kind = Kind::kTree;
+  g.parent_systems = parent_systems;
+  return g;
+}
+
+Geometry Block(DType t, int64_t N, int64_t M) {
+  Geometry g = Tri(t, N, M, TRISOLVE_FLAT);
+  g.kind = Kind::kBlockTridiagonal;
+  return g;
+}
+
+Geometry Dense(DType t, int64_t n, int64_t batch, int layout) {
+  Geometry g = Tri(t, n, batch, layout);
+  g.kind = Kind::kDense;
+  return g;
+}
+
+constexpr DType F64 = DType::kFloat64;
+constexpr DType F32 = DType::kFloat32;
 
 }  // namespace
 
@@ -210,122 +597,131 @@ int trisolve_set_timeout(trisolve_context* ctx, double seconds) {
 int trisolve_gtsv_strided_batch(trisolve_context* ctx, int64_t m, const double* dl,
                                 const double* d, const double* du, double* x, int64_t batch,
                                 int64_t batch_stride, int* status_out) {
-  return Gtsv<double>(ctx, m, dl, d, du, x, batch, batch_stride, status_out,
-                      trisolve::DType::kFloat64);
+  return Gtsv<double>(ctx, m, dl, d, du, x, batch, batch_stride, status_out, F64);
 }
 
 int trisolve_sgtsv_strided_batch(trisolve_context* ctx, int64_t m, const float* dl,
                                  const float* d, const float* du, float* x, int64_t batch,
                                  int64_t batch_stride, int* status_out) {
-  return Gtsv<float>(ctx, m, dl, d, du, x, batch, batch_stride, status_out,
-                     trisolve::DType::kFloat32);
+  return Gtsv<float>(ctx, m, dl, d, du, x, batch, batch_stride, status_out, F32);
 }
+
+// ---- One-shot solves ----
+
+int trisolve_solve_tridiagonal(trisolve_context* ctx, int64_t n, int64_t batch, const double* a,
+                               const double* b, const double* c, const double* d, double* x,
+                               int layout, int* status_out) {
+  return SolveOnce(ctx, Tri(F64, n, batch, layout), {a, b, c}, d, x, status_out);
+}
+int trisolve_solve_tridiagonal_f32(trisolve_context* ctx, int64_t n, int64_t batch,
+                                   const float* a, const float* b, const float* c,
+                                   const float* d, float* x, int layout, int* status_out) {
+  return SolveOnce(ctx, Tri(F32, n, batch, layout), {a, b, c}, d, x, status_out);
+}
+
+int trisolve_solve_tree(trisolve_context* ctx, int64_t n, int64_t batch, const int32_t* parent,
+                        int64_t parent_systems, const double* lower, const double* upper,
+                        const double* diag, const double* rhs, double* x, int layout,
+                        int* status_out) {
+  return SolveOnce(ctx, Tree(F64, n, batch, parent_systems, layout), {parent, lower, upper, diag},
+                   rhs, x, status_out);
+}
+int trisolve_solve_tree_f32(trisolve_context* ctx, int64_t n, int64_t batch,
+                            const int32_t* parent, int64_t parent_systems, const float* lower,
+                            const float* upper, const float* diag, const float* rhs, float* x,
+                            int layout, int* status_out) {
+  return SolveOnce(ctx, Tree(F32, n, batch, parent_systems, layout), {parent, lower, upper, diag},
+                   rhs, x, status_out);
+}
+
+int trisolve_solve_block(trisolve_context* ctx, int64_t N, int64_t M, const double* aC,
+                         const double* cC, const double* bC, const double* cA, const double* cB,
+                         const double* f, double* y, double tol, int64_t max_iterations,
+                         int* status_out) {
+  return SolveOnce(ctx, Block(F64, N, M), {aC, cC, bC, cA, cB}, f, y, status_out, tol,
+                   max_iterations);
+}
+int trisolve_solve_block_f32(trisolve_context* ctx, int64_t N, int64_t M, const float* aC,
+                             const float* cC, const float* bC, const float* cA, const float* cB,
+                             const float* f, float* y, double tol, int64_t max_iterations,
+                             int* status_out) {
+  return SolveOnce(ctx, Block(F32, N, M), {aC, cC, bC, cA, cB}, f, y, status_out, tol,
+                   max_iterations);
+}
+
+int trisolve_solve_dense(trisolve_context* ctx, int64_t n, int64_t batch, const double* A,
+                         const double* b, double* x, int layout, int* status_out) {
+  return SolveOnce(ctx, Dense(F64, n, batch, layout), {A}, b, x, status_out);
+}
+int trisolve_solve_dense_f32(trisolve_context* ctx, int64_t n, int64_t batch, const float* A,
+                             const float* b, float* x, int layout, int* status_out) {
+  return SolveOnce(ctx, Dense(F32, n, batch, layout), {A}, b, x, status_out);
+}
+
+// ---- Persistent systems ----
 
 int trisolve_system_create_tridiagonal(trisolve_context* ctx, int64_t n, int64_t batch,
                                        const double* a, const double* b, const double* c,
                                        int layout, trisolve_system** out) {
-  if (ctx == nullptr) return Fail(nullptr, TRISOLVE_INVALID_ARGUMENT, "ctx is NULL");
-  if (out == nullptr) return Fail(ctx, TRISOLVE_INVALID_ARGUMENT, "out is NULL");
-  *out = nullptr;
-  if (!Positive(n) || !Positive(batch)) {
-    return Fail(ctx, TRISOLVE_INVALID_ARGUMENT, "n and batch must be positive");
-  }
-  if (layout != TRISOLVE_FLAT && layout != TRISOLVE_INTERLEAVED) {
-    return Fail(ctx, TRISOLVE_INVALID_ARGUMENT,
-                "layout must be TRISOLVE_FLAT (0) or TRISOLVE_INTERLEAVED (1), not " +
-                    std::to_string(layout));
-  }
-  if (a == nullptr || b == nullptr || c == nullptr) {
-    return Fail(ctx, TRISOLVE_INVALID_ARGUMENT, "a, b and c must not be NULL");
-  }
-  const bool inter = layout == TRISOLVE_INTERLEAVED;
-  const std::vector<int64_t> shape =
-      inter ? std::vector<int64_t>{n, batch} : std::vector<int64_t>{batch, n};
-  const auto f64 = trisolve::DType::kFloat64;
-  trisolve::Job job{trisolve::Kind::kTridiagonal};
-  job.arrays = {{"a", {f64, shape, a}}, {"b", {f64, shape, b}}, {"c", {f64, shape, c}}};
-  job.options = Options(ctx);
-  job.options.interleaved = inter;
-  trisolve_system proto;
-  proto.interleaved = inter;
-  proto.n = n;
-  proto.batch = batch;
-  return CreateSystem(ctx, job, &proto, out);
+  return CreateSystem(ctx, Tri(F64, n, batch, layout), {a, b, c}, out);
+}
+int trisolve_system_create_tridiagonal_f32(trisolve_context* ctx, int64_t n, int64_t batch,
+                                           const float* a, const float* b, const float* c,
+                                           int layout, trisolve_system** out) {
+  return CreateSystem(ctx, Tri(F32, n, batch, layout), {a, b, c}, out);
+}
+
+int trisolve_system_create_tree(trisolve_context* ctx, int64_t n, int64_t batch,
+                                const int32_t* parent, int64_t parent_systems,
+                                const double* lower, const double* upper, const double* diag,
+                                int layout, trisolve_system** out) {
+  return CreateSystem(ctx, Tree(F64, n, batch, parent_systems, layout),
+                      {parent, lower, upper, diag}, out);
+}
+int trisolve_system_create_tree_f32(trisolve_context* ctx, int64_t n, int64_t batch,
+                                    const int32_t* parent, int64_t parent_systems,
+                                    const float* lower, const float* upper, const float* diag,
+                                    int layout, trisolve_system** out) {
+  return CreateSystem(ctx, Tree(F32, n, batch, parent_systems, layout),
+                      {parent, lower, upper, diag}, out);
 }
 
 int trisolve_system_create_block(trisolve_context* ctx, int64_t N, int64_t M, const double* aC,
                                  const double* cC, const double* bC, const double* cA,
                                  const double* cB, double tol, int64_t max_iterations,
                                  trisolve_system** out) {
-  if (ctx == nullptr) return Fail(nullptr, TRISOLVE_INVALID_ARGUMENT, "ctx is NULL");
-  if (out == nullptr) return Fail(ctx, TRISOLVE_INVALID_ARGUMENT, "out is NULL");
-  *out = nullptr;
-  if (!Positive(N) || !Positive(M)) {
-    return Fail(ctx, TRISOLVE_INVALID_ARGUMENT, "N and M must be positive");
-  }
-  if (aC == nullptr || cC == nullptr || bC == nullptr || cA == nullptr || cB == nullptr) {
-    return Fail(ctx, TRISOLVE_INVALID_ARGUMENT, "aC, cC, bC, cA and cB must not be NULL");
-  }
-  const std::vector<int64_t> shape{N, M};
-  const auto f64 = trisolve::DType::kFloat64;
-  trisolve::Job job{trisolve::Kind::kBlockTridiagonal};
-  job.arrays = {{"aC", {f64, shape, aC}}, {"cC", {f64, shape, cC}}, {"bC", {f64, shape, bC}},
-                {"cA", {f64, shape, cA}}, {"cB", {f64, shape, cB}}};
-  job.options = Options(ctx);
-  if (tol >= 0) job.options.tol = tol;
-  if (max_iterations > 0) job.options.max_iterations = max_iterations;
-  trisolve_system proto;
-  proto.block = true;
-  proto.n = N;
-  proto.batch = M;
-  return CreateSystem(ctx, job, &proto, out);
+  return CreateSystem(ctx, Block(F64, N, M), {aC, cC, bC, cA, cB}, out, tol, max_iterations);
+}
+int trisolve_system_create_block_f32(trisolve_context* ctx, int64_t N, int64_t M,
+                                     const float* aC, const float* cC, const float* bC,
+                                     const float* cA, const float* cB, double tol,
+                                     int64_t max_iterations, trisolve_system** out) {
+  return CreateSystem(ctx, Block(F32, N, M), {aC, cC, bC, cA, cB}, out, tol, max_iterations);
+}
+
+int trisolve_system_create_dense(trisolve_context* ctx, int64_t n, int64_t batch,
+                                 const double* A, int layout, trisolve_system** out) {
+  return CreateSystem(ctx, Dense(F64, n, batch, layout), {A}, out);
+}
+int trisolve_system_create_dense_f32(trisolve_context* ctx, int64_t n, int64_t batch,
+                                     const float* A, int layout, trisolve_system** out) {
+  return CreateSystem(ctx, Dense(F32, n, batch, layout), {A}, out);
 }
 
 int trisolve_system_solve(trisolve_system* sys, const double* rhs, int64_t k, double* x,
                           int* status_out) {
-  if (sys == nullptr) return Fail(nullptr, TRISOLVE_INVALID_ARGUMENT, "sys is NULL");
-  trisolve_context* ctx = sys->ctx;
-  if (!Positive(k)) return Fail(ctx, TRISOLVE_INVALID_ARGUMENT, "k must be positive");
-  if (rhs == nullptr || x == nullptr) {
-    return Fail(ctx, TRISOLVE_INVALID_ARGUMENT, "rhs and x must not be NULL");
-  }
-  std::vector<int64_t> shape;
-  if (sys->block) {
-    shape = {sys->n, sys->batch};
-  } else {
-    shape = sys->interleaved ? std::vector<int64_t>{sys->n, sys->batch}
-                             : std::vector<int64_t>{sys->batch, sys->n};
-  }
-  if (k > 1) shape.insert(shape.begin(), k);
-  const trisolve::ArrayView view{trisolve::DType::kFloat64, shape, rhs};
-  auto r = ctx->client->SolveSystem(sys->handle, view, {}, Options(ctx));
-  if (!r.ok()) return FromStatus(ctx, r.status());
-  const int64_t total = view.elements();
-  if (r->x.dtype != trisolve::DType::kFloat64 || r->x.elements() != total) {
-    return Fail(ctx, TRISOLVE_INTERNAL, "the server's x has an unexpected type or size");
-  }
-  std::memmove(x, r->x.as<double>(), sizeof(double) * total);
-  sys->residual = r->summary.residual;
-  sys->iterations = r->summary.iterations;
-  sys->method = r->summary.method;
-  return Statuses(ctx, *r, sys->block ? k : k * sys->batch, status_out);
+  return SystemSolve(sys, F64, rhs, k, x, status_out, "trisolve_system_solve");
+}
+int trisolve_system_solve_f32(trisolve_system* sys, const float* rhs, int64_t k, float* x,
+                              int* status_out) {
+  return SystemSolve(sys, F32, rhs, k, x, status_out, "trisolve_system_solve_f32");
 }
 
 int trisolve_system_update(trisolve_system* sys, const char* name, const double* values) {
-  if (sys == nullptr) return Fail(nullptr, TRISOLVE_INVALID_ARGUMENT, "sys is NULL");
-  trisolve_context* ctx = sys->ctx;
-  if (name == nullptr || values == nullptr) {
-    return Fail(ctx, TRISOLVE_INVALID_ARGUMENT, "name and values must not be NULL");
-  }
-  std::vector<int64_t> shape;
-  if (sys->block || sys->interleaved) {
-    shape = {sys->n, sys->batch};
-  } else {
-    shape = {sys->batch, sys->n};
-  }
-  trisolve::Updates u{{name, {trisolve::DType::kFloat64, shape, values}}};
-  auto info = ctx->client->UpdateSystem(sys->handle, u, Options(ctx));
-  return FromStatus(ctx, info.status());
+  return SystemUpdate(sys, F64, name, values, "trisolve_system_update");
+}
+int trisolve_system_update_f32(trisolve_system* sys, const char* name, const float* values) {
+  return SystemUpdate(sys, F32, name, values, "trisolve_system_update_f32");
 }
 
 int trisolve_system_release(trisolve_system* sys) {
@@ -345,6 +741,10 @@ const char* trisolve_system_handle(const trisolve_system* sys) {
   return sys == nullptr ? "" : sys->handle.c_str();
 }
 
+int trisolve_system_is_f32(const trisolve_system* sys) {
+  return sys != nullptr && sys->g.dtype == F32 ? 1 : 0;
+}
+
 int trisolve_system_last_summary(const trisolve_system* sys, double* residual,
                                  int64_t* iterations, const char** method) {
   if (sys == nullptr) return TRISOLVE_INVALID_ARGUMENT;
@@ -352,6 +752,53 @@ int trisolve_system_last_summary(const trisolve_system* sys, double* residual,
   if (iterations != nullptr) *iterations = sys->iterations;
   if (method != nullptr) *method = sys->method.c_str();
   return TRISOLVE_OK;
+}
+
+// ---- The time-step stream ----
+
+int trisolve_stream_open(trisolve_system* sys, trisolve_stream** out) {
+  if (sys == nullptr) return Fail(nullptr, TRISOLVE_INVALID_ARGUMENT, "sys is NULL");
+  trisolve_context* ctx = sys->ctx;
+  if (out == nullptr) return Fail(ctx, TRISOLVE_INVALID_ARGUMENT, "out is NULL");
+  *out = nullptr;
+  auto s = ctx->client->OpenStepStream(sys->handle, Options(ctx));
+  if (!s.ok()) return FromStatus(ctx, s.status());
+  auto* st = new (std::nothrow) trisolve_stream;
+  if (st == nullptr) return Fail(ctx, TRISOLVE_RESOURCE_EXHAUSTED, "out of memory");
+  st->sys = sys;
+  st->stream = std::move(*s);
+  *out = st;
+  return TRISOLVE_OK;
+}
+
+int trisolve_stream_update(trisolve_stream* st, const char* name, const double* values) {
+  return StreamUpdate(st, F64, name, values, "trisolve_stream_update");
+}
+int trisolve_stream_update_f32(trisolve_stream* st, const char* name, const float* values) {
+  return StreamUpdate(st, F32, name, values, "trisolve_stream_update_f32");
+}
+
+int trisolve_stream_send(trisolve_stream* st, const double* rhs, int64_t k) {
+  return StreamSend(st, F64, rhs, k, "trisolve_stream_send");
+}
+int trisolve_stream_send_f32(trisolve_stream* st, const float* rhs, int64_t k) {
+  return StreamSend(st, F32, rhs, k, "trisolve_stream_send_f32");
+}
+
+int trisolve_stream_receive(trisolve_stream* st, double* x, int* status_out) {
+  return StreamReceive(st, F64, x, status_out, "trisolve_stream_receive");
+}
+int trisolve_stream_receive_f32(trisolve_stream* st, float* x, int* status_out) {
+  return StreamReceive(st, F32, x, status_out, "trisolve_stream_receive_f32");
+}
+
+int trisolve_stream_close(trisolve_stream* st) {
+  if (st == nullptr) return TRISOLVE_OK;
+  trisolve_context* ctx = st->sys->ctx;
+  absl::Status s = st->stream->Finish();
+  if (s.ok()) s = st->ended;
+  delete st;
+  return FromStatus(ctx, s);
 }
 
 }  // extern "C"

@@ -3,9 +3,13 @@
 !   use trisolve
 !   type(trisolve_context) :: ctx
 !   type(trisolve_system)  :: sys
+!   type(trisolve_stream)  :: st
 !   rc = trisolve_create(ctx, '127.0.0.1:50051')          ! or no target: $TRISOLVE_SERVER
 !   rc = trisolve_system_create_block(ctx, n, m, aC, cC, bC, cA, cB, sys, tol=1d-10)
-!   rc = trisolve_system_solve(sys, f, p)                  ! f, p: real(8) (m, n)
+!   rc = trisolve_system_solve(sys, f, p)                  ! f, p: (m, n)
+!   rc = trisolve_stream_open(sys, st)                     ! or step by step over one stream:
+!   rc = trisolve_stream_update(st, 'cC', cC); rc = trisolve_stream_send(st, f)
+!   rc = trisolve_stream_receive(st, p);       rc = trisolve_stream_close(st)
 !   if (rc /= TRISOLVE_OK) print *, trisolve_last_error(ctx)
 !
 ! Every function returns an integer code: TRISOLVE_OK (0), or the gRPC code of the failure
@@ -13,10 +17,19 @@
 ! a system was not solved (see the optional status argument). trisolve_last_error(ctx) is the
 ! message, as a Fortran string.
 !
-! Layouts, column-major callers first:
-!  - tridiagonal batches: a Fortran array x(n, nbatch) (each system a column, contiguous) is
-!    TRISOLVE_FLAT; x(nbatch, n) is TRISOLVE_INTERLEAVED. The layout is an argument, never
-!    guessed: the server cannot tell the two apart.
+! Types and ranks: every call that takes values is generic over real(8) and real(4) (solved in
+! that precision on the server; a system keeps the kind it was created with, and a call of the
+! other kind is refused), and its arrays may have any rank (they are assumed-rank and contiguous:
+! x(n, nbatch), x(n*nbatch), sections, which are copied in and out). Each kind-specific procedure
+! is one statement, c_loc of its arrays to its kind's C entry point (a float64 entry point and its
+! float32 twin share one interface); defaults and the optional status are handled once, below.
+!
+! Layouts, column-major callers first (the server cannot tell them apart, so each call says):
+!  - tridiagonal and tree batches: x(n, nbatch) (each system a column) is TRISOLVE_FLAT;
+!    x(nbatch, n) is TRISOLVE_INTERLEAVED. A tree's parent is parent(n) (one morphology) or
+!    parent(n, nbatch) (one per system), integer(c_int32_t), 0-based as the C API's.
+!  - dense: A(n, n, nbatch) is TRISOLVE_COL_MAJOR (transposed by the library); TRISOLVE_ROW_MAJOR
+!    takes A(j, i, s) = A_s[i][j]. Right-hand sides and x are b(n, nbatch) either way.
 !  - block-tridiagonal: every array is X(M, N) (M unknowns of a block row down a column, N block
 !    rows), which is the C API's N x M row-major layout. X(k, i) is unknown k of block row i.
 !  - gtsv (cuSPARSE gtsv2StridedBatch): system i starts at element i*batch_stride + 1; with
@@ -38,7 +51,8 @@ module trisolve
     TRISOLVE_NOT_SOLVED = 100
   integer, parameter, public :: TRISOLVE_SYSTEM_OK = 0, TRISOLVE_SYSTEM_SINGULAR = 1, &
     TRISOLVE_SYSTEM_NOT_CONVERGED = 2, TRISOLVE_SYSTEM_DIVERGED = 3
-  integer, parameter, public :: TRISOLVE_FLAT = 0, TRISOLVE_INTERLEAVED = 1
+  integer, parameter, public :: TRISOLVE_FLAT = 0, TRISOLVE_INTERLEAVED = 1, &
+    TRISOLVE_ROW_MAJOR = 2, TRISOLVE_COL_MAJOR = 3
 
   ! A connection to one server (trisolve_create / trisolve_destroy).
   type, public :: trisolve_context
@@ -48,19 +62,184 @@ module trisolve
   type, public :: trisolve_system
     type(c_ptr) :: ptr = c_null_ptr
   end type
+  ! The time-step stream of one system (trisolve_stream_open / trisolve_stream_close).
+  type, public :: trisolve_stream
+    type(c_ptr) :: ptr = c_null_ptr
+  end type
 
   public :: trisolve_create, trisolve_destroy, trisolve_last_error, trisolve_code_name, &
     trisolve_set_timeout, trisolve_gtsv_strided_batch, trisolve_dgtsv_strided_batch, &
-    trisolve_sgtsv_strided_batch, trisolve_system_create_tridiagonal, &
-    trisolve_system_create_block, trisolve_system_solve, trisolve_system_update, &
-    trisolve_system_release, trisolve_system_destroy, trisolve_system_handle, &
-    trisolve_system_last_summary
+    trisolve_sgtsv_strided_batch, trisolve_solve_tridiagonal, trisolve_solve_tree, &
+    trisolve_solve_block, trisolve_solve_dense, trisolve_system_create_tridiagonal, &
+    trisolve_system_create_tree, trisolve_system_create_block, trisolve_system_create_dense, &
+    trisolve_system_solve, trisolve_system_update, trisolve_system_release, &
+    trisolve_system_destroy, trisolve_system_handle, trisolve_system_last_summary, &
+    trisolve_stream_open, trisolve_stream_update, trisolve_stream_send, &
+    trisolve_stream_receive, trisolve_stream_close
 
-  ! real(8) and real(4), arrays of rank 1 (dl(*)) or 2 (dl(batch_stride, *)), under one name.
+  ! ---- The generic names: one specific procedure per kind, any rank ----
   interface trisolve_gtsv_strided_batch
-    module procedure trisolve_dgtsv_strided_batch, trisolve_sgtsv_strided_batch, &
-      dgtsv_rank2, sgtsv_rank2
+    module procedure trisolve_dgtsv_strided_batch, trisolve_sgtsv_strided_batch
   end interface
+  interface trisolve_solve_tridiagonal
+    module procedure solve_tridiagonal_r8, solve_tridiagonal_r4
+  end interface
+  interface trisolve_solve_tree
+    module procedure solve_tree_r8, solve_tree_r4
+  end interface
+  interface trisolve_solve_block
+    module procedure solve_block_r8, solve_block_r4
+  end interface
+  interface trisolve_solve_dense
+    module procedure solve_dense_r8, solve_dense_r4
+  end interface
+  interface trisolve_system_create_tridiagonal
+    module procedure create_tridiagonal_r8, create_tridiagonal_r4
+  end interface
+  interface trisolve_system_create_tree
+    module procedure create_tree_r8, create_tree_r4
+  end interface
+  interface trisolve_system_create_block
+    module procedure create_block_r8, create_block_r4
+  end interface
+  interface trisolve_system_create_dense
+    module procedure create_dense_r8, create_dense_r4
+  end interface
+  interface trisolve_system_solve
+    module procedure system_solve_r8, system_solve_r4
+  end interface
+  interface trisolve_system_update
+    module procedure system_update_r8, system_update_r4
+  end interface
+  interface trisolve_stream_update
+    module procedure stream_update_r8, stream_update_r4
+  end interface
+  interface trisolve_stream_send
+    module procedure stream_send_r8, stream_send_r4
+  end interface
+  interface trisolve_stream_receive
+    module procedure stream_receive_r8, stream_receive_r4
+  end interface
+
+  ! ---- The C API. Arrays travel as c_loc addresses, so a float64 entry point and its float32
+  ! twin share one interface; the kind-agnostic bodies below pick the entry point. ----
+  abstract interface
+    integer(c_int) function gtsv_fn(ctx, m, dl, d, du, x, batch, stride, status) bind(c)
+      import :: c_ptr, c_int, c_int64_t
+      type(c_ptr), value :: ctx, dl, d, du, x, status
+      integer(c_int64_t), value :: m, batch, stride
+    end function
+    integer(c_int) function solve_tridiagonal_fn(ctx, n, batch, a, b, c, d, x, layout, &
+                                                 status) bind(c)
+      import :: c_ptr, c_int, c_int64_t
+      type(c_ptr), value :: ctx, a, b, c, d, x, status
+      integer(c_int64_t), value :: n, batch
+      integer(c_int), value :: layout
+    end function
+    integer(c_int) function solve_tree_fn(ctx, n, batch, parent, parent_systems, lower, upper, &
+                                          diag, rhs, x, layout, status) bind(c)
+      import :: c_ptr, c_int, c_int64_t
+      type(c_ptr), value :: ctx, parent, lower, upper, diag, rhs, x, status
+      integer(c_int64_t), value :: n, batch, parent_systems
+      integer(c_int), value :: layout
+    end function
+    integer(c_int) function solve_block_fn(ctx, nn, mm, aC, cC, bC, cA, cB, f, y, tol, max_it, &
+                                           status) bind(c)
+      import :: c_ptr, c_int, c_int64_t, c_double
+      type(c_ptr), value :: ctx, aC, cC, bC, cA, cB, f, y, status
+      integer(c_int64_t), value :: nn, mm, max_it
+      real(c_double), value :: tol
+    end function
+    integer(c_int) function solve_dense_fn(ctx, n, batch, A, b, x, layout, status) bind(c)
+      import :: c_ptr, c_int, c_int64_t
+      type(c_ptr), value :: ctx, A, b, x, status
+      integer(c_int64_t), value :: n, batch
+      integer(c_int), value :: layout
+    end function
+    integer(c_int) function create_tridiagonal_fn(ctx, n, batch, a, b, c, layout, out) bind(c)
+      import :: c_ptr, c_int, c_int64_t
+      type(c_ptr), value :: ctx, a, b, c
+      integer(c_int64_t), value :: n, batch
+      integer(c_int), value :: layout
+      type(c_ptr), intent(out) :: out
+    end function
+    integer(c_int) function create_tree_fn(ctx, n, batch, parent, parent_systems, lower, upper, &
+                                           diag, layout, out) bind(c)
+      import :: c_ptr, c_int, c_int64_t
+      type(c_ptr), value :: ctx, parent, lower, upper, diag
+      integer(c_int64_t), value :: n, batch, parent_systems
+      integer(c_int), value :: layout
+      type(c_ptr), intent(out) :: out
+    end function
+    integer(c_int) function create_block_fn(ctx, nn, mm, aC, cC, bC, cA, cB, tol, max_it, out) &
+        bind(c)
+      import :: c_ptr, c_int, c_int64_t, c_double
+      type(c_ptr), value :: ctx, aC, cC, bC, cA, cB
+      integer(c_int64_t), value :: nn, mm, max_it
+      real(c_double), value :: tol
+      type(c_ptr), intent(out) :: out
+    end function
+    integer(c_int) function create_dense_fn(ctx, n, batch, A, layout, out) bind(c)
+      import :: c_ptr, c_int, c_int64_t
+      type(c_ptr), value :: ctx, A
+      integer(c_int64_t), value :: n, batch
+      integer(c_int), value :: layout
+      type(c_ptr), intent(out) :: out
+    end function
+    integer(c_int) function solve_fn(sys, rhs, k, x, status) bind(c)
+      import :: c_ptr, c_int, c_int64_t
+      type(c_ptr), value :: sys, rhs, x, status
+      integer(c_int64_t), value :: k
+    end function
+    integer(c_int) function update_fn(obj, name, values) bind(c)
+      import :: c_ptr, c_int, c_char
+      type(c_ptr), value :: obj, values
+      character(kind=c_char), dimension(*), intent(in) :: name
+    end function
+    integer(c_int) function send_fn(st, rhs, k) bind(c)
+      import :: c_ptr, c_int, c_int64_t
+      type(c_ptr), value :: st, rhs
+      integer(c_int64_t), value :: k
+    end function
+    integer(c_int) function receive_fn(st, x, status) bind(c)
+      import :: c_ptr, c_int
+      type(c_ptr), value :: st, x, status
+    end function
+  end interface
+
+  procedure(gtsv_fn), bind(c, name='trisolve_gtsv_strided_batch') :: c_gtsv
+  procedure(gtsv_fn), bind(c, name='trisolve_sgtsv_strided_batch') :: c_sgtsv
+  procedure(solve_tridiagonal_fn), bind(c, name='trisolve_solve_tridiagonal') :: c_solve_tri
+  procedure(solve_tridiagonal_fn), bind(c, name='trisolve_solve_tridiagonal_f32') :: &
+    c_solve_tri_f32
+  procedure(solve_tree_fn), bind(c, name='trisolve_solve_tree') :: c_solve_tree
+  procedure(solve_tree_fn), bind(c, name='trisolve_solve_tree_f32') :: c_solve_tree_f32
+  procedure(solve_block_fn), bind(c, name='trisolve_solve_block') :: c_solve_block
+  procedure(solve_block_fn), bind(c, name='trisolve_solve_block_f32') :: c_solve_block_f32
+  procedure(solve_dense_fn), bind(c, name='trisolve_solve_dense') :: c_solve_dense
+  procedure(solve_dense_fn), bind(c, name='trisolve_solve_dense_f32') :: c_solve_dense_f32
+  procedure(create_tridiagonal_fn), bind(c, name='trisolve_system_create_tridiagonal') :: &
+    c_create_tri
+  procedure(create_tridiagonal_fn), bind(c, name='trisolve_system_create_tridiagonal_f32') :: &
+    c_create_tri_f32
+  procedure(create_tree_fn), bind(c, name='trisolve_system_create_tree') :: c_create_tree
+  procedure(create_tree_fn), bind(c, name='trisolve_system_create_tree_f32') :: c_create_tree_f32
+  procedure(create_block_fn), bind(c, name='trisolve_system_create_block') :: c_create_block
+  procedure(create_block_fn), bind(c, name='trisolve_system_create_block_f32') :: &
+    c_create_block_f32
+  procedure(create_dense_fn), bind(c, name='trisolve_system_create_dense') :: c_create_dense
+  procedure(create_dense_fn), bind(c, name='trisolve_system_create_dense_f32') :: &
+    c_create_dense_f32
+  procedure(solve_fn), bind(c, name='trisolve_system_solve') :: c_system_solve
+  procedure(solve_fn), bind(c, name='trisolve_system_solve_f32') :: c_system_solve_f32
+  procedure(update_fn), bind(c, name='trisolve_system_update') :: c_system_update
+  procedure(update_fn), bind(c, name='trisolve_system_update_f32') :: c_system_update_f32
+  procedure(update_fn), bind(c, name='trisolve_stream_update') :: c_stream_update
+  procedure(update_fn), bind(c, name='trisolve_stream_update_f32') :: c_stream_update_f32
+  procedure(send_fn), bind(c, name='trisolve_stream_send') :: c_stream_send
+  procedure(send_fn), bind(c, name='trisolve_stream_send_f32') :: c_stream_send_f32
+  procedure(receive_fn), bind(c, name='trisolve_stream_receive') :: c_stream_receive
+  procedure(receive_fn), bind(c, name='trisolve_stream_receive_f32') :: c_stream_receive_f32
 
   interface
     integer(c_int) function c_create(target, token, out) bind(c, name='trisolve_create')
@@ -85,53 +264,6 @@ module trisolve
       type(c_ptr), value :: ctx
       real(c_double), value :: seconds
     end function
-    integer(c_int) function c_gtsv(ctx, m, dl, d, du, x, batch, stride, status) &
-        bind(c, name='trisolve_gtsv_strided_batch')
-      import :: c_ptr, c_int, c_int64_t, c_double
-      type(c_ptr), value :: ctx, status
-      integer(c_int64_t), value :: m, batch, stride
-      real(c_double), intent(in) :: dl(*), d(*), du(*)
-      real(c_double), intent(inout) :: x(*)
-    end function
-    integer(c_int) function c_sgtsv(ctx, m, dl, d, du, x, batch, stride, status) &
-        bind(c, name='trisolve_sgtsv_strided_batch')
-      import :: c_ptr, c_int, c_int64_t, c_float
-      type(c_ptr), value :: ctx, status
-      integer(c_int64_t), value :: m, batch, stride
-      real(c_float), intent(in) :: dl(*), d(*), du(*)
-      real(c_float), intent(inout) :: x(*)
-    end function
-    integer(c_int) function c_create_tridiagonal(ctx, n, batch, a, b, c, layout, out) &
-        bind(c, name='trisolve_system_create_tridiagonal')
-      import :: c_ptr, c_int, c_int64_t, c_double
-      type(c_ptr), value :: ctx
-      integer(c_int64_t), value :: n, batch
-      real(c_double), intent(in) :: a(*), b(*), c(*)
-      integer(c_int), value :: layout
-      type(c_ptr), intent(out) :: out
-    end function
-    integer(c_int) function c_create_block(ctx, nn, mm, aC, cC, bC, cA, cB, tol, max_it, out) &
-        bind(c, name='trisolve_system_create_block')
-      import :: c_ptr, c_int, c_int64_t, c_double
-      type(c_ptr), value :: ctx
-      integer(c_int64_t), value :: nn, mm, max_it
-      real(c_double), intent(in) :: aC(*), cC(*), bC(*), cA(*), cB(*)
-      real(c_double), value :: tol
-      type(c_ptr), intent(out) :: out
-    end function
-    integer(c_int) function c_solve(sys, rhs, k, x, status) bind(c, name='trisolve_system_solve')
-      import :: c_ptr, c_int, c_int64_t, c_double
-      type(c_ptr), value :: sys, status
-      real(c_double), intent(in) :: rhs(*)
-      integer(c_int64_t), value :: k
-      real(c_double), intent(inout) :: x(*)
-    end function
-    integer(c_int) function c_update(sys, name, values) bind(c, name='trisolve_system_update')
-      import :: c_ptr, c_int, c_char, c_double
-      type(c_ptr), value :: sys
-      character(kind=c_char), dimension(*), intent(in) :: name
-      real(c_double), intent(in) :: values(*)
-    end function
     integer(c_int) function c_release(sys) bind(c, name='trisolve_system_release')
       import :: c_ptr, c_int
       type(c_ptr), value :: sys
@@ -152,6 +284,15 @@ module trisolve
       integer(c_int64_t), intent(out) :: iterations
       type(c_ptr), value :: method
     end function
+    integer(c_int) function c_stream_open(sys, out) bind(c, name='trisolve_stream_open')
+      import :: c_ptr, c_int
+      type(c_ptr), value :: sys
+      type(c_ptr), intent(out) :: out
+    end function
+    integer(c_int) function c_stream_close(st) bind(c, name='trisolve_stream_close')
+      import :: c_ptr, c_int
+      type(c_ptr), value :: st
+    end function
     integer(c_size_t) function c_strlen(s) bind(c, name='strlen')
       import :: c_ptr, c_size_t
       type(c_ptr), value :: s
@@ -159,6 +300,8 @@ module trisolve
   end interface
 
 contains
+
+  ! ---- Helpers ----
 
   ! A C string (NUL-terminated, owned by the library) as a Fortran string.
   function from_c(p) result(s)
@@ -177,6 +320,27 @@ contains
       s(i:i) = chars(i)
     end do
   end function
+
+  ! The address of an optional status array, or NULL.
+  type(c_ptr) function status_ptr(status)
+    integer(c_int), intent(in), optional, target, contiguous :: status(..)
+    status_ptr = c_null_ptr
+    if (present(status)) status_ptr = c_loc(status)
+  end function
+
+  ! One morphology (size(parent) = n) or one per system (n*nbatch): the C API's parent_systems.
+  integer(c_int64_t) function parent_systems(parent, n)
+    integer(c_int32_t), intent(in) :: parent(..)
+    integer, intent(in) :: n
+    parent_systems = int(size(parent), c_int64_t) / max(int(n, c_int64_t), 1_c_int64_t)
+  end function
+
+  integer(c_int64_t) function i64(v)
+    integer, intent(in) :: v
+    i64 = int(v, c_int64_t)
+  end function
+
+  ! ---- Contexts ----
 
   ! Connects to target ("host:port"; absent or blank: $TRISOLVE_SERVER, else 127.0.0.1:50051),
   ! with an optional bearer token. Lazily: an unreachable server shows at the first call.
@@ -222,125 +386,271 @@ contains
     rc = int(c_set_timeout(ctx%ptr, seconds))
   end function
 
-  ! cuSPARSE gtsv2StridedBatch: nbatch systems of order m, system i at element i*batch_stride + 1
-  ! of dl, d, du, x (batch_stride >= m); dl(1) and du(m) of each system are not used. x: in, the
-  ! right-hand sides; out, the solutions. status: optional, nbatch per-system statuses.
+  ! ---- cuSPARSE gtsv2StridedBatch: nbatch systems of order m, system i at element
+  ! i*batch_stride + 1 of dl, d, du, x (batch_stride >= m); dl(1) and du(m) of each system are
+  ! not used. x: in, the right-hand sides; out, the solutions. status: nbatch statuses. ----
+
   integer function trisolve_dgtsv_strided_batch(ctx, m, dl, d, du, x, nbatch, batch_stride, &
                                                 status) result(rc)
     type(trisolve_context), intent(in) :: ctx
     integer, intent(in) :: m, nbatch, batch_stride
-    real(c_double), intent(in) :: dl(*), d(*), du(*)
-    real(c_double), intent(inout) :: x(*)
-    integer(c_int), intent(out), optional, target :: status(*)
-    type(c_ptr) :: sp
-    sp = c_null_ptr
-    if (present(status)) sp = c_loc(status(1))
-    rc = int(c_gtsv(ctx%ptr, int(m, c_int64_t), dl, d, du, x, int(nbatch, c_int64_t), &
-                    int(batch_stride, c_int64_t), sp))
+    real(c_double), intent(in), target, contiguous :: dl(..), d(..), du(..)
+    real(c_double), intent(inout), target, contiguous :: x(..)
+    integer(c_int), intent(out), optional, target, contiguous :: status(..)
+    rc = c_gtsv(ctx%ptr, i64(m), c_loc(dl), c_loc(d), c_loc(du), c_loc(x), i64(nbatch), &
+                i64(batch_stride), status_ptr(status))
   end function
-
   integer function trisolve_sgtsv_strided_batch(ctx, m, dl, d, du, x, nbatch, batch_stride, &
                                                 status) result(rc)
     type(trisolve_context), intent(in) :: ctx
     integer, intent(in) :: m, nbatch, batch_stride
-    real(c_float), intent(in) :: dl(*), d(*), du(*)
-    real(c_float), intent(inout) :: x(*)
-    integer(c_int), intent(out), optional, target :: status(*)
-    type(c_ptr) :: sp
-    sp = c_null_ptr
-    if (present(status)) sp = c_loc(status(1))
-    rc = int(c_sgtsv(ctx%ptr, int(m, c_int64_t), dl, d, du, x, int(nbatch, c_int64_t), &
-                     int(batch_stride, c_int64_t), sp))
+    real(c_float), intent(in), target, contiguous :: dl(..), d(..), du(..)
+    real(c_float), intent(inout), target, contiguous :: x(..)
+    integer(c_int), intent(out), optional, target, contiguous :: status(..)
+    rc = c_sgtsv(ctx%ptr, i64(m), c_loc(dl), c_loc(d), c_loc(du), c_loc(x), i64(nbatch), &
+                 i64(batch_stride), status_ptr(status))
   end function
 
-  ! The same with arrays x(batch_stride, nbatch).
-  integer function dgtsv_rank2(ctx, m, dl, d, du, x, nbatch, batch_stride, status) result(rc)
+  ! ---- One-shot solves. x has the right-hand side's shape; status: nbatch statuses (1 for
+  ! the block family). ----
+
+  ! nbatch tridiagonal systems of order n: a (sub), b (main), c (super diagonal), d and x in
+  ! `layout` (TRISOLVE_FLAT: (n, nbatch); TRISOLVE_INTERLEAVED: (nbatch, n)).
+  integer function solve_tridiagonal_r8(ctx, n, nbatch, a, b, c, d, x, layout, status) result(rc)
     type(trisolve_context), intent(in) :: ctx
-    integer, intent(in) :: m, nbatch, batch_stride
-    real(c_double), intent(in) :: dl(batch_stride, *), d(batch_stride, *), du(batch_stride, *)
-    real(c_double), intent(inout) :: x(batch_stride, *)
-    integer(c_int), intent(out), optional, target :: status(*)
-    type(c_ptr) :: sp
-    sp = c_null_ptr
-    if (present(status)) sp = c_loc(status(1))
-    rc = int(c_gtsv(ctx%ptr, int(m, c_int64_t), dl, d, du, x, int(nbatch, c_int64_t), &
-                    int(batch_stride, c_int64_t), sp))
+    integer, intent(in) :: n, nbatch, layout
+    real(c_double), intent(in), target, contiguous :: a(..), b(..), c(..), d(..)
+    real(c_double), intent(inout), target, contiguous :: x(..)
+    integer(c_int), intent(out), optional, target, contiguous :: status(..)
+    rc = c_solve_tri(ctx%ptr, i64(n), i64(nbatch), c_loc(a), c_loc(b), c_loc(c), c_loc(d), &
+                     c_loc(x), int(layout, c_int), status_ptr(status))
   end function
-
-  integer function sgtsv_rank2(ctx, m, dl, d, du, x, nbatch, batch_stride, status) result(rc)
+  integer function solve_tridiagonal_r4(ctx, n, nbatch, a, b, c, d, x, layout, status) result(rc)
     type(trisolve_context), intent(in) :: ctx
-    integer, intent(in) :: m, nbatch, batch_stride
-    real(c_float), intent(in) :: dl(batch_stride, *), d(batch_stride, *), du(batch_stride, *)
-    real(c_float), intent(inout) :: x(batch_stride, *)
-    integer(c_int), intent(out), optional, target :: status(*)
-    type(c_ptr) :: sp
-    sp = c_null_ptr
-    if (present(status)) sp = c_loc(status(1))
-    rc = int(c_sgtsv(ctx%ptr, int(m, c_int64_t), dl, d, du, x, int(nbatch, c_int64_t), &
-                     int(batch_stride, c_int64_t), sp))
+    integer, intent(in) :: n, nbatch, layout
+    real(c_float), intent(in), target, contiguous :: a(..), b(..), c(..), d(..)
+    real(c_float), intent(inout), target, contiguous :: x(..)
+    integer(c_int), intent(out), optional, target, contiguous :: status(..)
+    rc = c_solve_tri_f32(ctx%ptr, i64(n), i64(nbatch), c_loc(a), c_loc(b), c_loc(c), c_loc(d), &
+                         c_loc(x), int(layout, c_int), status_ptr(status))
   end function
 
-  ! nbatch tridiagonal systems of order n kept on the server: a (sub), b (main), c (super
-  ! diagonal), n*nbatch values in layout TRISOLVE_FLAT (arrays (n, nbatch)) or
-  ! TRISOLVE_INTERLEAVED (arrays (nbatch, n)).
-  integer function trisolve_system_create_tridiagonal(ctx, n, nbatch, a, b, c, layout, sys) &
+  ! nbatch tree (Hines) systems of n nodes: parent(n) or parent(n, nbatch), 0-based, -1 at the
+  ! root; lower, upper, diag, rhs, x in `layout`.
+  integer function solve_tree_r8(ctx, n, nbatch, parent, lower, upper, diag, rhs, x, layout, &
+                                 status) result(rc)
+    type(trisolve_context), intent(in) :: ctx
+    integer, intent(in) :: n, nbatch, layout
+    integer(c_int32_t), intent(in), target, contiguous :: parent(..)
+    real(c_double), intent(in), target, contiguous :: lower(..), upper(..), diag(..), rhs(..)
+    real(c_double), intent(inout), target, contiguous :: x(..)
+    integer(c_int), intent(out), optional, target, contiguous :: status(..)
+    rc = c_solve_tree(ctx%ptr, i64(n), i64(nbatch), c_loc(parent), parent_systems(parent, n), &
+                      c_loc(lower), c_loc(upper), c_loc(diag), c_loc(rhs), c_loc(x), &
+                      int(layout, c_int), status_ptr(status))
+  end function
+  integer function solve_tree_r4(ctx, n, nbatch, parent, lower, upper, diag, rhs, x, layout, &
+                                 status) result(rc)
+    type(trisolve_context), intent(in) :: ctx
+    integer, intent(in) :: n, nbatch, layout
+    integer(c_int32_t), intent(in), target, contiguous :: parent(..)
+    real(c_float), intent(in), target, contiguous :: lower(..), upper(..), diag(..), rhs(..)
+    real(c_float), intent(inout), target, contiguous :: x(..)
+    integer(c_int), intent(out), optional, target, contiguous :: status(..)
+    rc = c_solve_tree_f32(ctx%ptr, i64(n), i64(nbatch), c_loc(parent), parent_systems(parent, n), &
+                          c_loc(lower), c_loc(upper), c_loc(diag), c_loc(rhs), c_loc(x), &
+                          int(layout, c_int), status_ptr(status))
+  end function
+
+  ! A block-tridiagonal system (arrays (m, nblocks), as trisolve_system_create_block) with its
+  ! right-hand side f, solved into y.
+  integer function solve_block_r8(ctx, nblocks, m, aC, cC, bC, cA, cB, f, y, status, tol, &
+                                  max_iterations) result(rc)
+    type(trisolve_context), intent(in) :: ctx
+    integer, intent(in) :: nblocks, m
+    real(c_double), intent(in), target, contiguous :: aC(..), cC(..), bC(..), cA(..), cB(..), f(..)
+    real(c_double), intent(inout), target, contiguous :: y(..)
+    integer(c_int), intent(out), optional, target, contiguous :: status(..)
+    real(c_double), intent(in), optional :: tol
+    integer, intent(in), optional :: max_iterations
+    rc = c_solve_block(ctx%ptr, i64(nblocks), i64(m), c_loc(aC), c_loc(cC), c_loc(bC), &
+                       c_loc(cA), c_loc(cB), c_loc(f), c_loc(y), tol_or_default(tol), &
+                       iterations_or_default(max_iterations), status_ptr(status))
+  end function
+  integer function solve_block_r4(ctx, nblocks, m, aC, cC, bC, cA, cB, f, y, status, tol, &
+                                  max_iterations) result(rc)
+    type(trisolve_context), intent(in) :: ctx
+    integer, intent(in) :: nblocks, m
+    real(c_float), intent(in), target, contiguous :: aC(..), cC(..), bC(..), cA(..), cB(..), f(..)
+    real(c_float), intent(inout), target, contiguous :: y(..)
+    integer(c_int), intent(out), optional, target, contiguous :: status(..)
+    real(c_double), intent(in), optional :: tol
+    integer, intent(in), optional :: max_iterations
+    rc = c_solve_block_f32(ctx%ptr, i64(nblocks), i64(m), c_loc(aC), c_loc(cC), c_loc(bC), &
+                           c_loc(cA), c_loc(cB), c_loc(f), c_loc(y), tol_or_default(tol), &
+                           iterations_or_default(max_iterations), status_ptr(status))
+  end function
+
+  ! nbatch dense systems A x = b of order n: A(n, n, nbatch) with TRISOLVE_COL_MAJOR (or the
+  ! transposes with TRISOLVE_ROW_MAJOR), b and x (n, nbatch).
+  integer function solve_dense_r8(ctx, n, nbatch, A, b, x, layout, status) result(rc)
+    type(trisolve_context), intent(in) :: ctx
+    integer, intent(in) :: n, nbatch, layout
+    real(c_double), intent(in), target, contiguous :: A(..), b(..)
+    real(c_double), intent(inout), target, contiguous :: x(..)
+    integer(c_int), intent(out), optional, target, contiguous :: status(..)
+    rc = c_solve_dense(ctx%ptr, i64(n), i64(nbatch), c_loc(A), c_loc(b), c_loc(x), &
+                       int(layout, c_int), status_ptr(status))
+  end function
+  integer function solve_dense_r4(ctx, n, nbatch, A, b, x, layout, status) result(rc)
+    type(trisolve_context), intent(in) :: ctx
+    integer, intent(in) :: n, nbatch, layout
+    real(c_float), intent(in), target, contiguous :: A(..), b(..)
+    real(c_float), intent(inout), target, contiguous :: x(..)
+    integer(c_int), intent(out), optional, target, contiguous :: status(..)
+    rc = c_solve_dense_f32(ctx%ptr, i64(n), i64(nbatch), c_loc(A), c_loc(b), c_loc(x), &
+                           int(layout, c_int), status_ptr(status))
+  end function
+
+  ! ---- Persistent systems: the coefficients once, then right-hand sides by handle ----
+
+  ! nbatch tridiagonal systems of order n, arrays in `layout` as trisolve_solve_tridiagonal.
+  integer function create_tridiagonal_r8(ctx, n, nbatch, a, b, c, layout, sys) result(rc)
+    type(trisolve_context), intent(in) :: ctx
+    integer, intent(in) :: n, nbatch, layout
+    real(c_double), intent(in), target, contiguous :: a(..), b(..), c(..)
+    type(trisolve_system), intent(out) :: sys
+    rc = c_create_tri(ctx%ptr, i64(n), i64(nbatch), c_loc(a), c_loc(b), c_loc(c), &
+                      int(layout, c_int), sys%ptr)
+  end function
+  integer function create_tridiagonal_r4(ctx, n, nbatch, a, b, c, layout, sys) result(rc)
+    type(trisolve_context), intent(in) :: ctx
+    integer, intent(in) :: n, nbatch, layout
+    real(c_float), intent(in), target, contiguous :: a(..), b(..), c(..)
+    type(trisolve_system), intent(out) :: sys
+    rc = c_create_tri_f32(ctx%ptr, i64(n), i64(nbatch), c_loc(a), c_loc(b), c_loc(c), &
+                          int(layout, c_int), sys%ptr)
+  end function
+
+  ! nbatch tree systems, arrays as trisolve_solve_tree (the parent array cannot be updated).
+  integer function create_tree_r8(ctx, n, nbatch, parent, lower, upper, diag, layout, sys) &
       result(rc)
     type(trisolve_context), intent(in) :: ctx
     integer, intent(in) :: n, nbatch, layout
-    real(c_double), intent(in) :: a(*), b(*), c(*)
+    integer(c_int32_t), intent(in), target, contiguous :: parent(..)
+    real(c_double), intent(in), target, contiguous :: lower(..), upper(..), diag(..)
     type(trisolve_system), intent(out) :: sys
-    rc = int(c_create_tridiagonal(ctx%ptr, int(n, c_int64_t), int(nbatch, c_int64_t), a, b, c, &
-                                  int(layout, c_int), sys%ptr))
+    rc = c_create_tree(ctx%ptr, i64(n), i64(nbatch), c_loc(parent), parent_systems(parent, n), &
+                       c_loc(lower), c_loc(upper), c_loc(diag), int(layout, c_int), sys%ptr)
+  end function
+  integer function create_tree_r4(ctx, n, nbatch, parent, lower, upper, diag, layout, sys) &
+      result(rc)
+    type(trisolve_context), intent(in) :: ctx
+    integer, intent(in) :: n, nbatch, layout
+    integer(c_int32_t), intent(in), target, contiguous :: parent(..)
+    real(c_float), intent(in), target, contiguous :: lower(..), upper(..), diag(..)
+    type(trisolve_system), intent(out) :: sys
+    rc = c_create_tree_f32(ctx%ptr, i64(n), i64(nbatch), c_loc(parent), &
+                           parent_systems(parent, n), c_loc(lower), c_loc(upper), c_loc(diag), &
+                           int(layout, c_int), sys%ptr)
   end function
 
-  ! A block-tridiagonal system kept on the server: nblocks block rows of order m, every array
-  ! (m, nblocks). Block row i: diag(cA(:,i)) Y(:,i-1) + C_i Y(:,i) + diag(cB(:,i)) Y(:,i+1) =
-  ! F(:,i), C_i tridiagonal with aC(:,i) below, cC(:,i) on and bC(:,i) above the diagonal.
-  ! tol: relative residual to reach (absent: the server's default 1e-10; 0: exactly
-  ! max_iterations sweeps); max_iterations: absent for the server's default (1000).
-  integer function trisolve_system_create_block(ctx, nblocks, m, aC, cC, bC, cA, cB, sys, tol, &
-                                                max_iterations) result(rc)
+  ! A block-tridiagonal system: nblocks block rows of order m, every array (m, nblocks). Block
+  ! row i: diag(cA(:,i)) Y(:,i-1) + C_i Y(:,i) + diag(cB(:,i)) Y(:,i+1) = F(:,i), C_i
+  ! tridiagonal with aC(:,i) below, cC(:,i) on and bC(:,i) above the diagonal. tol: relative
+  ! residual to reach (absent: the server's default, 1e-10 in real(8), 1e-5 in real(4); 0:
+  ! exactly max_iterations sweeps); max_iterations: absent for the server's default (1000).
+  integer function create_block_r8(ctx, nblocks, m, aC, cC, bC, cA, cB, sys, tol, &
+                                   max_iterations) result(rc)
     type(trisolve_context), intent(in) :: ctx
     integer, intent(in) :: nblocks, m
-    real(c_double), intent(in) :: aC(*), cC(*), bC(*), cA(*), cB(*)
+    real(c_double), intent(in), target, contiguous :: aC(..), cC(..), bC(..), cA(..), cB(..)
     type(trisolve_system), intent(out) :: sys
     real(c_double), intent(in), optional :: tol
     integer, intent(in), optional :: max_iterations
-    real(c_double) :: t
-    integer(c_int64_t) :: it
-    t = -1
-    it = 0
-    if (present(tol)) t = tol
-    if (present(max_iterations)) it = int(max_iterations, c_int64_t)
-    rc = int(c_create_block(ctx%ptr, int(nblocks, c_int64_t), int(m, c_int64_t), aC, cC, bC, &
-                            cA, cB, t, it, sys%ptr))
+    rc = c_create_block(ctx%ptr, i64(nblocks), i64(m), c_loc(aC), c_loc(cC), c_loc(bC), &
+                        c_loc(cA), c_loc(cB), tol_or_default(tol), &
+                        iterations_or_default(max_iterations), sys%ptr)
+  end function
+  integer function create_block_r4(ctx, nblocks, m, aC, cC, bC, cA, cB, sys, tol, &
+                                   max_iterations) result(rc)
+    type(trisolve_context), intent(in) :: ctx
+    integer, intent(in) :: nblocks, m
+    real(c_float), intent(in), target, contiguous :: aC(..), cC(..), bC(..), cA(..), cB(..)
+    type(trisolve_system), intent(out) :: sys
+    real(c_double), intent(in), optional :: tol
+    integer, intent(in), optional :: max_iterations
+    rc = c_create_block_f32(ctx%ptr, i64(nblocks), i64(m), c_loc(aC), c_loc(cC), c_loc(bC), &
+                            c_loc(cA), c_loc(cB), tol_or_default(tol), &
+                            iterations_or_default(max_iterations), sys%ptr)
+  end function
+
+  real(c_double) function tol_or_default(tol)
+    real(c_double), intent(in), optional :: tol
+    tol_or_default = -1
+    if (present(tol)) tol_or_default = tol
+  end function
+  integer(c_int64_t) function iterations_or_default(max_iterations)
+    integer, intent(in), optional :: max_iterations
+    iterations_or_default = 0
+    if (present(max_iterations)) iterations_or_default = i64(max_iterations)
+  end function
+
+  ! nbatch dense matrices of order n, A(n, n, nbatch) in `layout` as trisolve_solve_dense.
+  integer function create_dense_r8(ctx, n, nbatch, A, layout, sys) result(rc)
+    type(trisolve_context), intent(in) :: ctx
+    integer, intent(in) :: n, nbatch, layout
+    real(c_double), intent(in), target, contiguous :: A(..)
+    type(trisolve_system), intent(out) :: sys
+    rc = c_create_dense(ctx%ptr, i64(n), i64(nbatch), c_loc(A), int(layout, c_int), sys%ptr)
+  end function
+  integer function create_dense_r4(ctx, n, nbatch, A, layout, sys) result(rc)
+    type(trisolve_context), intent(in) :: ctx
+    integer, intent(in) :: n, nbatch, layout
+    real(c_float), intent(in), target, contiguous :: A(..)
+    type(trisolve_system), intent(out) :: sys
+    rc = c_create_dense_f32(ctx%ptr, i64(n), i64(nbatch), c_loc(A), int(layout, c_int), sys%ptr)
   end function
 
   ! Solves k right-hand sides (default 1) stored one after the other in rhs, each in the
-  ! system's shape, into x (the same shape; x may not alias rhs in Fortran). status: optional,
-  ! k*nbatch (tridiagonal) or k (block) statuses.
-  integer function trisolve_system_solve(sys, rhs, x, k, status) result(rc)
+  ! system's shape, into x (the same shape; x may not alias rhs in Fortran). status: k*nbatch
+  ! (k for the block family) statuses.
+  integer function system_solve_r8(sys, rhs, x, k, status) result(rc)
     type(trisolve_system), intent(in) :: sys
-    real(c_double), intent(in) :: rhs(*)
-    real(c_double), intent(inout) :: x(*)
+    real(c_double), intent(in), target, contiguous :: rhs(..)
+    real(c_double), intent(inout), target, contiguous :: x(..)
     integer, intent(in), optional :: k
-    integer(c_int), intent(out), optional, target :: status(*)
-    type(c_ptr) :: sp
-    integer(c_int64_t) :: kk
-    sp = c_null_ptr
-    kk = 1
-    if (present(status)) sp = c_loc(status(1))
-    if (present(k)) kk = int(k, c_int64_t)
-    rc = int(c_solve(sys%ptr, rhs, kk, x, sp))
+    integer(c_int), intent(out), optional, target, contiguous :: status(..)
+    rc = c_system_solve(sys%ptr, c_loc(rhs), count_or_one(k), c_loc(x), status_ptr(status))
+  end function
+  integer function system_solve_r4(sys, rhs, x, k, status) result(rc)
+    type(trisolve_system), intent(in) :: sys
+    real(c_float), intent(in), target, contiguous :: rhs(..)
+    real(c_float), intent(inout), target, contiguous :: x(..)
+    integer, intent(in), optional :: k
+    integer(c_int), intent(out), optional, target, contiguous :: status(..)
+    rc = c_system_solve_f32(sys%ptr, c_loc(rhs), count_or_one(k), c_loc(x), status_ptr(status))
   end function
 
-  ! Replaces one coefficient array by name ('a', 'b', 'c'; 'aC', 'cC', 'bC', 'cA', 'cB'), in the
-  ! system's shape and layout.
-  integer function trisolve_system_update(sys, name, values) result(rc)
+  integer(c_int64_t) function count_or_one(k)
+    integer, intent(in), optional :: k
+    count_or_one = 1
+    if (present(k)) count_or_one = i64(k)
+  end function
+
+  ! Replaces one coefficient array by name ('a', 'b', 'c'; 'lower', 'upper', 'diag'; 'A';
+  ! 'aC', 'cC', 'bC', 'cA', 'cB'), in the system's shape and layout.
+  integer function system_update_r8(sys, name, values) result(rc)
     type(trisolve_system), intent(in) :: sys
     character(len=*), intent(in) :: name
-    real(c_double), intent(in) :: values(*)
-    rc = int(c_update(sys%ptr, trim(name) // c_null_char, values))
+    real(c_double), intent(in), target, contiguous :: values(..)
+    rc = c_system_update(sys%ptr, trim(name) // c_null_char, c_loc(values))
+  end function
+  integer function system_update_r4(sys, name, values) result(rc)
+    type(trisolve_system), intent(in) :: sys
+    character(len=*), intent(in) :: name
+    real(c_float), intent(in), target, contiguous :: values(..)
+    rc = c_system_update_f32(sys%ptr, trim(name) // c_null_char, c_loc(values))
   end function
 
   ! Frees the system on the server; later solves give TRISOLVE_NOT_FOUND. sys stays allocated
@@ -371,6 +681,63 @@ contains
     integer(c_int64_t) :: it
     rc = int(c_last_summary(sys%ptr, residual, it, c_null_ptr))
     if (present(iterations)) iterations = int(it)
+  end function
+
+  ! ---- The time-step stream: steps sent (ahead if wished), answers received in order ----
+
+  integer function trisolve_stream_open(sys, st) result(rc)
+    type(trisolve_system), intent(in) :: sys
+    type(trisolve_stream), intent(out) :: st
+    rc = c_stream_open(sys%ptr, st%ptr)
+  end function
+
+  ! Stages a coefficient array for the next step (copied now; kept by the system after it).
+  integer function stream_update_r8(st, name, values) result(rc)
+    type(trisolve_stream), intent(in) :: st
+    character(len=*), intent(in) :: name
+    real(c_double), intent(in), target, contiguous :: values(..)
+    rc = c_stream_update(st%ptr, trim(name) // c_null_char, c_loc(values))
+  end function
+  integer function stream_update_r4(st, name, values) result(rc)
+    type(trisolve_stream), intent(in) :: st
+    character(len=*), intent(in) :: name
+    real(c_float), intent(in), target, contiguous :: values(..)
+    rc = c_stream_update_f32(st%ptr, trim(name) // c_null_char, c_loc(values))
+  end function
+
+  ! Sends a step of k right-hand sides (default 1) with the staged updates.
+  integer function stream_send_r8(st, rhs, k) result(rc)
+    type(trisolve_stream), intent(in) :: st
+    real(c_double), intent(in), target, contiguous :: rhs(..)
+    integer, intent(in), optional :: k
+    rc = c_stream_send(st%ptr, c_loc(rhs), count_or_one(k))
+  end function
+  integer function stream_send_r4(st, rhs, k) result(rc)
+    type(trisolve_stream), intent(in) :: st
+    real(c_float), intent(in), target, contiguous :: rhs(..)
+    integer, intent(in), optional :: k
+    rc = c_stream_send_f32(st%ptr, c_loc(rhs), count_or_one(k))
+  end function
+
+  ! The answer of the oldest step not yet received.
+  integer function stream_receive_r8(st, x, status) result(rc)
+    type(trisolve_stream), intent(in) :: st
+    real(c_double), intent(inout), target, contiguous :: x(..)
+    integer(c_int), intent(out), optional, target, contiguous :: status(..)
+    rc = c_stream_receive(st%ptr, c_loc(x), status_ptr(status))
+  end function
+  integer function stream_receive_r4(st, x, status) result(rc)
+    type(trisolve_stream), intent(in) :: st
+    real(c_float), intent(inout), target, contiguous :: x(..)
+    integer(c_int), intent(out), optional, target, contiguous :: status(..)
+    rc = c_stream_receive_f32(st%ptr, c_loc(x), status_ptr(status))
+  end function
+
+  ! Ends the stream and frees it: the server's final status.
+  integer function trisolve_stream_close(st) result(rc)
+    type(trisolve_stream), intent(inout) :: st
+    rc = c_stream_close(st%ptr)
+    st%ptr = c_null_ptr
   end function
 
 end module trisolve

@@ -10,7 +10,10 @@ Families: :meth:`Client.solve_tridiagonal`, :meth:`Client.solve_tree` (Hines),
 :meth:`Client.create_system` (handles, updates, a time-step stream). Jobs over ~4 MiB go through
 the streaming RPC on their own. On the server's host, :class:`SharedMemory` regions
 (:meth:`Client.register_memory`) carry arrays and ``x`` (``out=``) without crossing the socket;
-``Client(transport="auto")`` stages large jobs through one of its own.
+``Client(transport="auto")`` stages large jobs through one of its own; to a server on another
+host it writes jobs of 32 MiB or more into the server's memory over parallel connections
+(``transport="streams"`` for every job). ``python3 -m trisolve plot`` (:mod:`trisolve.plot`,
+with matplotlib) draws block solutions as heat maps and the benchmark CSVs as plots.
 
 Array rules (see ``trisolve._arrays``): float32 or float64 only (``TypeError`` naming the array
 otherwise); a float32/float64 mix travels as float64 unless ``dtype=`` says otherwise;

@@ -10,7 +10,10 @@ On the server's host, arrays in registered shared memory (:class:`trisolve.Share
 :meth:`Client.register_memory`) travel as region references and ``x`` can be written into
 it (``out=``); with ``transport="auto"`` (the default) jobs of ``shm_min_bytes`` (1 MiB) or more
 are copied into a staging region of the client's and sent that way, falling back to gRPC for
-good when the server cannot map this process's memory.
+good when the server cannot map this process's memory. To a server elsewhere, jobs of
+``streams_min_bytes`` (32 MiB) or more are written into the server's own memory over
+``parallel_streams`` (8) connections at once and x is read back the same way
+(``transport="streams"`` for every job; see ``trisolve._streams``).
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ from typing import (TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional,
 import grpc
 import numpy as np
 
-from . import _arrays, _replicas
+from . import _arrays, _replicas, _streams
 from ._arrays import DTypeLike, LayoutLike
 from ._proto import pb, pb_grpc
 from .errors import (DataLoss, FailedPrecondition, NotFound, TrisolveError, Unavailable,
@@ -39,7 +42,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["Client", "TLS", "DEFAULT_TARGET", "TRANSPORTS"]
 
 DEFAULT_TARGET = "127.0.0.1:50051"
-TRANSPORTS = ("auto", "shm", "grpc")
+TRANSPORTS = ("auto", "shm", "streams", "grpc")
 _MAX_ARENAS = 16             # staging regions a client keeps at most (as the C++ client)
 _MIN_ARENA = 16 << 20        # the smallest staging region; larger ones double from there
 PathOrPem = Union[str, bytes, "os.PathLike[str]", None]
@@ -147,7 +150,7 @@ def _parse_transport(transport: str) -> str:
     if t == "shared-memory":
         t = "shm"
     if t not in TRANSPORTS:
-        raise ValueError(f"transport={transport!r}: expected 'auto', 'shm' or 'grpc'")
+        raise ValueError(f"transport={transport!r}: expected 'auto', 'shm', 'streams' or 'grpc'")
     return t
 
 
@@ -169,10 +172,19 @@ class _Placement:
     x_staged: Optional[np.ndarray] = None    # x in a staging region, copied out after the call
     arena: Optional[SharedMemory] = None     # the staging region held for this call
     inline_bytes: int = 0
+    remote: Optional[_streams.Remote] = None  # the server's memory the arrays were written to
+    # Reads x from the server's memory into the given array (parallel streams).
+    fetch: Optional[Any] = None
 
     @property
     def by_reference(self) -> bool:
         return self.x_ref is not None or any(r is not None for r in self.refs.values())
+
+    @property
+    def transport(self) -> str:
+        if self.remote is not None:
+            return "streams"
+        return "shared-memory" if self.by_reference else "grpc"
 
 
 def overlaps(out: np.ndarray, arrays: Sequence[np.ndarray]) -> bool:
@@ -252,8 +264,15 @@ class Client:
             memory (another host, another IPC namespace, ``--no-shared-memory``): then gRPC,
             for good. ``"shm"``: every one-shot solve, ``create_system`` and ``System.solve``
             goes through shared memory, raising the server's ``FailedPrecondition`` where it
-            cannot. ``"grpc"``: no staging.
+            cannot. ``"streams"``: every such call's arrays are written into the server's own
+            memory over several connections at once and x is read back the same way (for
+            large jobs to a server on another host). ``"auto"`` does that too for jobs of
+            ``streams_min_bytes`` or more where shared memory is not possible. ``"grpc"``: in
+            the messages.
         shm_min_bytes: the size from which ``"auto"`` stages a job (1 MiB).
+        streams_min_bytes: the size from which ``"auto"`` uses parallel streams (32 MiB).
+        parallel_streams: the connections a large job's bytes are spread over (8; one for
+            every 8 MiB up to that).
 
     Use it as a context manager, or call :meth:`close`, to close the channel.
     """
@@ -262,9 +281,11 @@ class Client:
                  tls: Any = None, timeout: Optional[float] = None, *,
                  stream_threshold_bytes: int = (4 << 20) - (64 << 10),
                  chunk_bytes: int = 2 << 20, transport: str = "auto",
-                 shm_min_bytes: int = 1 << 20) -> None:
+                 shm_min_bytes: int = 1 << 20, streams_min_bytes: int = 32 << 20,
+                 parallel_streams: int = 8) -> None:
         self.transport = _parse_transport(transport)
         self.shm_min_bytes = int(shm_min_bytes)
+        self.streams_min_bytes = int(streams_min_bytes)
         self._shm_lock = threading.Lock()
         self._regions: List[_Region] = []
         self._shm_state = "untried"   # "shared-memory" once staging worked, "grpc" once refused
@@ -297,8 +318,10 @@ class Client:
                 options.append(("grpc.ssl_target_name_override", t.server_name))
         spec = _replicas.parse_target(target)
 
-        def make(dial: str, balanced: bool) -> Tuple[grpc.Channel, Any]:
+        def make(dial: str, balanced: bool, own: bool = False) -> Tuple[grpc.Channel, Any]:
             opts = list(options)
+            if own:  # a connection of its own, not the one the default channel shares
+                opts.append(("grpc.use_local_subchannel_pool", 1))
             if spec.balanced:  # the balanced channel and each handle's replica's
                 opts += _replicas.KEEPALIVE_OPTIONS
             if balanced:
@@ -314,6 +337,8 @@ class Client:
 
         self._channel, self._stub = make(spec.dial, spec.balanced)
         self._replicas = _replicas.Replicas(spec, make)
+        self._streams = _streams.Streams(lambda: make(spec.dial, False, True), self._stub,
+                                         self._metadata, parallel_streams)
         self._health = self._channel.unary_unary(
             "/grpc.health.v1.Health/Check", request_serializer=_health_request,
             response_deserializer=_health_response)
@@ -335,6 +360,7 @@ class Client:
                 r.shm.close()
         for a in idle:
             a.close()
+        self._streams.close(self._unregister_quietly)
         self._replicas.close()
         self._channel.close()
 
@@ -440,6 +466,7 @@ class Client:
         if self._replicas.spec.balanced:
             # A region lives on one replica; the balanced channel sends calls to any of them.
             raise FailedPrecondition(
+                grpc.StatusCode.FAILED_PRECONDITION,
                 "shared memory needs a client of one server: this one balances over replicas")
         with self._shm_lock:
             for r in self._regions:
@@ -536,18 +563,43 @@ class Client:
                 pl.x_ref = self._ref_of(out)
             if pl.x_ref is None:
                 need += -(-x_bytes // ALIGN) * ALIGN
-        stage = need > 0 and (self.transport == "shm" or (
-            self.transport == "auto" and pl.inline_bytes + x_bytes >= self.shm_min_bytes))
-        if stage and self._replicas.spec.balanced:
-            if self.transport == "shm":
-                raise FailedPrecondition("shared memory needs a client of one server: this one "
-                                         "balances over replicas (use transport auto or grpc)")
-            stage = False
-        if not stage:
+        moved = pl.inline_bytes + (x_bytes if pl.x_ref is None else 0)
+        tr = self.transport
+        if need == 0 or tr == "grpc":
             return pl
-        arena = self._acquire_arena(need)
-        if arena is None:
-            return pl  # auto: over gRPC
+        if self._replicas.spec.balanced:
+            if tr == "auto":
+                return pl
+            # A region lives on one replica; the balanced channel sends calls to any of them.
+            raise FailedPrecondition(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                "shared memory and parallel streams need a client of one server: this one "
+                "balances over replicas (use transport auto or grpc)")
+        if tr == "shm" or (tr == "auto" and moved >= self.shm_min_bytes):
+            arena = self._acquire_arena(need)  # raises where transport="shm" cannot have one
+            if arena is not None:
+                self._stage_shared(pl, arena, arrays, x_shape, x_bytes, dt)
+                return pl
+        if tr == "streams" or (tr == "auto" and moved >= self.streams_min_bytes):
+            try:
+                self._stage_remote(pl, arrays, x_shape, x_bytes, dt, need)
+            except TrisolveError:
+                self._release(pl)
+                if tr == "streams":
+                    raise
+                # auto: in the messages after all (the references of a failed upload dropped).
+                plain = _Placement(refs={f: self._ref_of(a) for f, a in arrays.items()})
+                if x_shape is not None and out is not None and not overlaps(
+                        out, [*arrays.values(), *also_read]):
+                    plain.x_ref = self._ref_of(out)
+                plain.inline_bytes = sum(a.nbytes for f, a in arrays.items()
+                                         if plain.refs[f] is None)
+                return plain
+        return pl
+
+    def _stage_shared(self, pl: _Placement, arena: SharedMemory,
+                      arrays: Mapping[str, np.ndarray], x_shape: Optional[Tuple[int, ...]],
+                      x_bytes: int, dt: np.dtype) -> None:
         pl.arena = arena
         try:
             for field, arr in arrays.items():
@@ -560,7 +612,33 @@ class Client:
             self._release(pl)
             raise
         pl.inline_bytes = sum(a.nbytes for f, a in arrays.items() if pl.refs[f] is None)
-        return pl
+
+    def _stage_remote(self, pl: _Placement, arrays: Mapping[str, np.ndarray],
+                      x_shape: Optional[Tuple[int, ...]], x_bytes: int, dt: np.dtype,
+                      need: int) -> None:
+        """Writes the arrays not already by reference into server memory, over parallel
+        streams, and places x there; ``pl.fetch`` reads x back."""
+        timeout = self._timeout(None)
+        remote = self._streams.acquire(need, timeout)
+        pl.remote = remote
+        pieces: List[Tuple[memoryview, int]] = []
+        at = 0
+        for field, arr in arrays.items():
+            if pl.refs[field] is None and arr.nbytes:
+                src = np.ascontiguousarray(arr)
+                pieces.append((_streams.raw(src), at))
+                pl.refs[field] = pb.RegionRef(region=remote.name, offset=at, bytes=arr.nbytes)
+                at += -(-arr.nbytes // _streams.ALIGN) * _streams.ALIGN
+        if x_shape is not None and pl.x_ref is None and x_bytes:
+            x_at = at
+            pl.x_ref = pb.RegionRef(region=remote.name, offset=x_at, bytes=x_bytes)
+
+            def fetch(x: np.ndarray) -> None:
+                self._streams.download(remote.name, x_at, _streams.raw(x), timeout)
+
+            pl.fetch = fetch
+        self._streams.upload(remote.name, pieces, timeout)
+        pl.inline_bytes = sum(a.nbytes for f, a in arrays.items() if pl.refs[f] is None)
 
     def _acquire_arena(self, need: int) -> Optional[SharedMemory]:
         """A registered staging region of at least ``need`` bytes; None where auto falls back
@@ -636,6 +714,9 @@ class Client:
         arena.close()
 
     def _release(self, pl: _Placement) -> None:
+        remote, pl.remote = pl.remote, None
+        if remote is not None:
+            self._streams.release(remote)
         arena, pl.arena = pl.arena, None
         if arena is None:
             return
@@ -655,7 +736,15 @@ class Client:
         ``out`` (where the server wrote it), and into ``out`` when one was given."""
         if result is None:
             dt = numpy_dtype(resp.dtype)
-            if pl.x_ref is not None:
+            if pl.fetch is not None:  # x in the server's memory: read back over the lanes
+                x = out if out is not None and out.flags.c_contiguous else np.empty(
+                    tuple(resp.x.shape), dtype=dt.newbyteorder("="))
+                if tuple(resp.x.shape) != tuple(x.shape) or resp.x.data or x.dtype != dt.newbyteorder("="):
+                    raise DataLoss(grpc.StatusCode.DATA_LOSS,
+                                   f"x written into server memory, but the answer says shape "
+                                   f"{list(resp.x.shape)}, {dt}, {len(resp.x.data)} bytes of data")
+                pl.fetch(x)
+            elif pl.x_ref is not None:
                 x = pl.x_staged if pl.x_staged is not None else out
                 assert x is not None
                 if tuple(resp.x.shape) != tuple(x.shape) or resp.x.data:
@@ -668,8 +757,7 @@ class Client:
             else:
                 x = _arrays.decode(resp.x.data, tuple(resp.x.shape), dt)
             result = Result(x=x, status=np.asarray(resp.status, dtype=np.int8),
-                            summary=Summary.from_proto(
-                                resp.summary, transport="shared-memory" if pl.by_reference else "grpc"))
+                            summary=Summary.from_proto(resp.summary, transport=pl.transport))
         if pl.x_staged is not None:
             if out is not None:
                 np.copyto(out, pl.x_staged)

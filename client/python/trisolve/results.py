@@ -70,7 +70,8 @@ class Summary:
     handle: str = ""
     streamed: bool = False  # the job went through SolveStream in chunks
     # How the arrays travelled: "grpc" (bytes in one message), "grpc-stream" (SolveStream's
-    # chunks) or "shared-memory" (some array or x by reference to a registered region).
+    # chunks), "shared-memory" (some array or x by reference to a registered region) or
+    # "streams" (written into the server's memory over parallel connections, x read back).
     transport: str = "grpc"
 
     @classmethod
@@ -156,8 +157,8 @@ class SystemInfo:
 
 @dataclass
 class MemoryRegion:
-    """A registered shared-memory region as the server describes it (the proto's
-    ``MemoryRegion``)."""
+    """A registered shared-memory region, or server memory allocated for parallel streams, as
+    the server describes it (the proto's ``MemoryRegion``)."""
 
     name: str
     key: str
@@ -166,8 +167,9 @@ class MemoryRegion:
     ttl_s: float
     idle_s: float
     uses: int      # requests that read or wrote it
+    server_owned: bool = False  # the server's own memory (parallel streams' upload regions)
 
     @classmethod
     def from_proto(cls, r: "pb.MemoryRegion") -> "MemoryRegion":
         return cls(name=r.name, key=r.key, bytes=r.bytes, pinned=r.pinned, ttl_s=r.ttl_s,
-                   idle_s=r.idle_s, uses=r.uses)
+                   idle_s=r.idle_s, uses=r.uses, server_owned=r.server_owned)

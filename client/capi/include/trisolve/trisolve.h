@@ -14,11 +14,20 @@
  *    call only and keeps no pointer after it returns; outputs are written before it returns.
  *  - The memory layout is stated in every call, never guessed:
  *      * the gtsv calls follow cuSPARSE gtsv2StridedBatch: system i at p + i*batch_stride;
- *      * tridiagonal systems take TRISOLVE_FLAT (each system contiguous: element k of system s
- *        at s*n + k; a Fortran array x(n, batch) is exactly this) or TRISOLVE_INTERLEAVED
- *        (element k of system s at k*batch + s; a Fortran array x(batch, n));
+ *      * tridiagonal and tree systems take TRISOLVE_FLAT (each system contiguous: element k of
+ *        system s at s*n + k; a Fortran array x(n, batch) is exactly this) or
+ *        TRISOLVE_INTERLEAVED (element k of system s at k*batch + s; a Fortran array x(batch, n));
+ *      * dense matrices take TRISOLVE_ROW_MAJOR (C A[batch][n][n]: A[s][i][j] at s*n*n + i*n + j)
+ *        or TRISOLVE_COL_MAJOR (Fortran A(n, n, batch): A(i, j, s) at s*n*n + j*n + i); their
+ *        right-hand sides and x are b[batch][n] = Fortran b(n, batch) either way;
  *      * block-tridiagonal arrays are N x M row-major (element (i, k) at i*M + k); a Fortran
  *        array X(M, N) is exactly this layout: X(k+1, i+1) is block row i, unknown k.
+ *    The layout values of the families differ (0, 1 against 2, 3), so one passed to the wrong
+ *    family is refused with TRISOLVE_INVALID_ARGUMENT.
+ *  - Element types: every call on double has a float twin named ..._f32 (the gtsv pair follows
+ *    cuSPARSE's D/S naming instead: trisolve_gtsv_strided_batch / trisolve_sgtsv_strided_batch).
+ *    float32 arrays are solved in float32 on the server. A system or stream keeps the type it
+ *    was created with; a call of the other type is refused (TRISOLVE_INVALID_ARGUMENT).
  *  - Per-system statuses (status_out, optional: NULL to skip) are TRISOLVE_SYSTEM_OK (0),
  *    TRISOLVE_SYSTEM_SINGULAR (1), TRISOLVE_SYSTEM_NOT_CONVERGED (2), TRISOLVE_SYSTEM_DIVERGED
  *    (3); a system that is not OK has x = 0 (never NaN).
@@ -74,14 +83,21 @@ enum {
   TRISOLVE_SYSTEM_DIVERGED = 3
 };
 
-/* Layouts of a batch of tridiagonal systems. */
+/* Layouts of a batch of tridiagonal or tree systems. */
 enum {
   TRISOLVE_FLAT = 0,        /* element k of system s at s*n + k: C x[batch][n], Fortran x(n, batch) */
   TRISOLVE_INTERLEAVED = 1  /* element k of system s at k*batch + s: C x[n][batch], Fortran x(batch, n) */
 };
 
+/* Layouts of a batch of dense matrices. */
+enum {
+  TRISOLVE_ROW_MAJOR = 2, /* A[s][i][j] at s*n*n + i*n + j: C A[batch][n][n] */
+  TRISOLVE_COL_MAJOR = 3  /* A(i, j, s) at s*n*n + j*n + i: Fortran A(n, n, batch) */
+};
+
 typedef struct trisolve_context trisolve_context; /* a connection to one server */
 typedef struct trisolve_system trisolve_system;   /* a persistent system on the server */
+typedef struct trisolve_stream trisolve_stream;   /* a time-step stream of one system */
 
 /* The name of a code ("OK", "INVALID_ARGUMENT", ..., "NOT_SOLVED"); a static string. */
 TRISOLVE_API const char* trisolve_code_name(int code);
@@ -120,7 +136,58 @@ TRISOLVE_API int trisolve_sgtsv_strided_batch(trisolve_context* ctx, int64_t m, 
                                               int64_t batch, int64_t batch_stride,
                                               int* status_out);
 
-/* ---- Persistent systems (float64) ----------------------------------------------------------
+
+/* ---- One-shot solves of every family (coefficients and right-hand sides in one call) --------
+ * x has the right-hand side's size and layout (x may equal the right-hand side); status_out:
+ * NULL or one int per system (batch; 1 for the block family). */
+
+/* Tridiagonal: batch systems of order n in `layout`; row k: a[k] x[k-1] + b[k] x[k] +
+ * c[k] x[k+1] = d[k]; a[0] and c[n-1] of each system are not used (pass 0). */
+TRISOLVE_API int trisolve_solve_tridiagonal(trisolve_context* ctx, int64_t n, int64_t batch,
+                                            const double* a, const double* b, const double* c,
+                                            const double* d, double* x, int layout,
+                                            int* status_out);
+TRISOLVE_API int trisolve_solve_tridiagonal_f32(trisolve_context* ctx, int64_t n, int64_t batch,
+                                                const float* a, const float* b, const float* c,
+                                                const float* d, float* x, int layout,
+                                                int* status_out);
+/* Tree (Hines): nodes numbered depth-first from the root 0, parent[0] = -1, parent[i] < i;
+ * A[i][i] = diag[i], A[i][parent[i]] = lower[i], A[parent[i]][i] = upper[i]. lower, upper,
+ * diag, rhs and x are n*batch values in `layout`; parent is n values (parent_systems = 1: one
+ * morphology for the batch) or batch*n values, system by system whatever the layout
+ * (parent_systems = batch; Fortran parent(n, batch)). */
+TRISOLVE_API int trisolve_solve_tree(trisolve_context* ctx, int64_t n, int64_t batch,
+                                     const int32_t* parent, int64_t parent_systems,
+                                     const double* lower, const double* upper,
+                                     const double* diag, const double* rhs, double* x,
+                                     int layout, int* status_out);
+TRISOLVE_API int trisolve_solve_tree_f32(trisolve_context* ctx, int64_t n, int64_t batch,
+                                         const int32_t* parent, int64_t parent_systems,
+                                         const float* lower, const float* upper,
+                                         const float* diag, const float* rhs, float* x,
+                                         int layout, int* status_out);
+/* Block-tridiagonal: as trisolve_system_create_block below, with the right-hand side f and the
+ * solution y (N x M row-major). */
+TRISOLVE_API int trisolve_solve_block(trisolve_context* ctx, int64_t N, int64_t M,
+                                      const double* aC, const double* cC, const double* bC,
+                                      const double* cA, const double* cB, const double* f,
+                                      double* y, double tol, int64_t max_iterations,
+                                      int* status_out);
+TRISOLVE_API int trisolve_solve_block_f32(trisolve_context* ctx, int64_t N, int64_t M,
+                                          const float* aC, const float* cC, const float* bC,
+                                          const float* cA, const float* cB, const float* f,
+                                          float* y, double tol, int64_t max_iterations,
+                                          int* status_out);
+/* Dense: batch systems A x = b of order n; A is batch n x n matrices in `layout`
+ * (TRISOLVE_ROW_MAJOR or TRISOLVE_COL_MAJOR), b and x are batch*n values, system by system. */
+TRISOLVE_API int trisolve_solve_dense(trisolve_context* ctx, int64_t n, int64_t batch,
+                                      const double* A, const double* b, double* x, int layout,
+                                      int* status_out);
+TRISOLVE_API int trisolve_solve_dense_f32(trisolve_context* ctx, int64_t n, int64_t batch,
+                                          const float* A, const float* b, float* x, int layout,
+                                          int* status_out);
+
+/* ---- Persistent systems --------------------------------------------------------------------
  * The coefficients are sent once; each solve sends only right-hand sides. A system lives on the
  * server until trisolve_system_release, or until idle for the server's TTL (600 s by default).
  *
@@ -131,12 +198,34 @@ TRISOLVE_API int trisolve_system_create_tridiagonal(trisolve_context* ctx, int64
                                                     int64_t batch, const double* a,
                                                     const double* b, const double* c, int layout,
                                                     trisolve_system** out);
+TRISOLVE_API int trisolve_system_create_tridiagonal_f32(trisolve_context* ctx, int64_t n,
+                                                        int64_t batch, const float* a,
+                                                        const float* b, const float* c,
+                                                        int layout, trisolve_system** out);
+/* Tree (Hines): the arrays of trisolve_solve_tree, without the right-hand side. */
+TRISOLVE_API int trisolve_system_create_tree(trisolve_context* ctx, int64_t n, int64_t batch,
+                                             const int32_t* parent, int64_t parent_systems,
+                                             const double* lower, const double* upper,
+                                             const double* diag, int layout,
+                                             trisolve_system** out);
+TRISOLVE_API int trisolve_system_create_tree_f32(trisolve_context* ctx, int64_t n, int64_t batch,
+                                                 const int32_t* parent, int64_t parent_systems,
+                                                 const float* lower, const float* upper,
+                                                 const float* diag, int layout,
+                                                 trisolve_system** out);
+/* Dense: batch matrices of order n in `layout` (TRISOLVE_ROW_MAJOR or TRISOLVE_COL_MAJOR). */
+TRISOLVE_API int trisolve_system_create_dense(trisolve_context* ctx, int64_t n, int64_t batch,
+                                              const double* A, int layout,
+                                              trisolve_system** out);
+TRISOLVE_API int trisolve_system_create_dense_f32(trisolve_context* ctx, int64_t n,
+                                                  int64_t batch, const float* A, int layout,
+                                                  trisolve_system** out);
 /* Block-tridiagonal (the 2D pressure / hemodynamics family): N block rows of order M. Block
  * row i: diag(cA[i]) Y[i-1] + C_i Y[i] + diag(cB[i]) Y[i+1] = F[i], C_i tridiagonal with aC[i]
  * (sub), cC[i] (main), bC[i] (super diagonal). Every array is N x M ROW-MAJOR (element (i, k)
  * at i*M + k) = a Fortran array X(M, N). aC[i][0], bC[i][M-1], cA[0][*], cB[N-1][*] are not
  * used (pass 0). tol: the relative residual ||F - AY||_2 / ||F||_2 to stop at; < 0 for the
- * server's default (1e-10), 0 for exactly max_iterations sweeps (as the thesis' experiments);
+ * server's default (1e-10 in float64, 1e-5 in float32), 0 for exactly max_iterations sweeps (as the thesis' experiments);
  * max_iterations: <= 0 for the server's default (1000). The method is the server's
  * auto (multigrid-cg for symmetric systems, else gauss-seidel / red-black). */
 TRISOLVE_API int trisolve_system_create_block(trisolve_context* ctx, int64_t N, int64_t M,
@@ -144,16 +233,28 @@ TRISOLVE_API int trisolve_system_create_block(trisolve_context* ctx, int64_t N, 
                                               const double* bC, const double* cA,
                                               const double* cB, double tol,
                                               int64_t max_iterations, trisolve_system** out);
+TRISOLVE_API int trisolve_system_create_block_f32(trisolve_context* ctx, int64_t N, int64_t M,
+                                                  const float* aC, const float* cC,
+                                                  const float* bC, const float* cA,
+                                                  const float* cB, double tol,
+                                                  int64_t max_iterations, trisolve_system** out);
 /* Solves k >= 1 right-hand sides, one after the other in rhs (each in the system's shape and
- * layout: n*batch values for tridiagonal, N*M for block), writing k solutions to x likewise
- * (x may equal rhs). status_out: NULL or k*batch ints (k for block systems), right-hand side
- * by right-hand side. Returns TRISOLVE_NOT_FOUND once the system is released or expired. */
+ * layout: n*batch values for tridiagonal, tree and dense, N*M for block), writing k solutions
+ * to x likewise (x may equal rhs). status_out: NULL or k*batch ints (k for block systems),
+ * right-hand side by right-hand side. Returns TRISOLVE_NOT_FOUND once the system is released
+ * or expired. */
 TRISOLVE_API int trisolve_system_solve(trisolve_system* sys, const double* rhs, int64_t k,
                                        double* x, int* status_out);
-/* Replaces one coefficient array by name: "a", "b", "c" (tridiagonal, in the system's layout)
- * or "aC", "cC", "bC", "cA", "cB" (block, N x M row-major); values has the system's size. */
+TRISOLVE_API int trisolve_system_solve_f32(trisolve_system* sys, const float* rhs, int64_t k,
+                                           float* x, int* status_out);
+/* Replaces one coefficient array by name, in the layout the system was created with: "a",
+ * "b", "c" (tridiagonal), "lower", "upper", "diag" (tree; the parent array is fixed), "A"
+ * (dense), "aC", "cC", "bC", "cA", "cB" (block); values has that array's size. A failed
+ * update leaves the system as it was. */
 TRISOLVE_API int trisolve_system_update(trisolve_system* sys, const char* name,
                                         const double* values);
+TRISOLVE_API int trisolve_system_update_f32(trisolve_system* sys, const char* name,
+                                            const float* values);
 /* Frees the system on the server. The trisolve_system stays valid (later solves give
  * TRISOLVE_NOT_FOUND) until trisolve_system_destroy. */
 TRISOLVE_API int trisolve_system_release(trisolve_system* sys);
@@ -162,11 +263,45 @@ TRISOLVE_API int trisolve_system_release(trisolve_system* sys);
 TRISOLVE_API void trisolve_system_destroy(trisolve_system* sys);
 /* The server's handle of the system (a static string owned by sys). */
 TRISOLVE_API const char* trisolve_system_handle(const trisolve_system* sys);
+/* 1 if the system was created from float arrays (use the _f32 calls), else 0. */
+TRISOLVE_API int trisolve_system_is_f32(const trisolve_system* sys);
 /* The summary of the last successful solve on this system: the relative residual the server
  * computed, the iterations (block family) and the server's method name (owned by sys). Any
  * pointer may be NULL. */
 TRISOLVE_API int trisolve_system_last_summary(const trisolve_system* sys, double* residual,
                                               int64_t* iterations, const char** method);
+
+/* ---- The time-step stream of a persistent system -------------------------------------------
+ * One open call (gRPC bidirectional stream) carries every step: send a step's right-hand sides
+ * (with coefficient updates staged before it), receive its answer; answers come in the order of
+ * the steps, and steps may be sent ahead of their answers (a window of a few keeps the server
+ * busy while the caller prepares the next). A step that fails ends the stream: its receive
+ * returns the server's code and message.
+ *
+ *   trisolve_stream_open(sys, &st);
+ *   for each step:  trisolve_stream_update(st, "b", b);   (optional, any number of arrays)
+ *                   trisolve_stream_send(st, rhs, 1);
+ *                   trisolve_stream_receive(st, x, status);
+ *   trisolve_stream_close(st);
+ *
+ * A stream belongs to its system: close it before destroying the system. */
+TRISOLVE_API int trisolve_stream_open(trisolve_system* sys, trisolve_stream** out);
+/* Stages a new coefficient array (names as trisolve_system_update) for the next step: the
+ * values are copied here, applied on the server before that step's solve and kept after it. */
+TRISOLVE_API int trisolve_stream_update(trisolve_stream* st, const char* name,
+                                        const double* values);
+TRISOLVE_API int trisolve_stream_update_f32(trisolve_stream* st, const char* name,
+                                            const float* values);
+/* Sends one step: k >= 1 right-hand sides as in trisolve_system_solve, with the staged updates. */
+TRISOLVE_API int trisolve_stream_send(trisolve_stream* st, const double* rhs, int64_t k);
+TRISOLVE_API int trisolve_stream_send_f32(trisolve_stream* st, const float* rhs, int64_t k);
+/* Receives the answer of the oldest step not yet received: its k solutions into x, statuses
+ * into status_out (NULL, or k*batch ints; k for block systems). */
+TRISOLVE_API int trisolve_stream_receive(trisolve_stream* st, double* x, int* status_out);
+TRISOLVE_API int trisolve_stream_receive_f32(trisolve_stream* st, float* x, int* status_out);
+/* Ends the stream (answers not received are dropped) and frees it (NULL is fine); the
+ * server's final status: TRISOLVE_OK, or the code of the step that ended the stream. */
+TRISOLVE_API int trisolve_stream_close(trisolve_stream* st);
 
 #ifdef __cplusplus
 }
