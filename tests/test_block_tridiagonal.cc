@@ -9,6 +9,7 @@
 #include "gtest/gtest.h"
 #include "trisolve/block_tridiagonal.h"
 #include "trisolve/examples.h"
+#include "trisolve/reference/block_tridiagonal.h"
 
 namespace trisolve {
 namespace {

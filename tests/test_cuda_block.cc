@@ -6,11 +6,12 @@
 #include <string>
 #include <vector>
 
-#include "block_cuda.h"
+#include "block/block.h"
 #include "cuda_test_util.h"
 #include "gtest/gtest.h"
 #include "trisolve/block_tridiagonal.h"
 #include "trisolve/examples.h"
+#include "trisolve/reference/block_tridiagonal.h"
 
 namespace trisolve {
 namespace {

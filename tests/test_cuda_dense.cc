@@ -12,6 +12,7 @@
 #include "trisolve/backend.h"
 #include "trisolve/dense.h"
 #include "trisolve/examples.h"
+#include "trisolve/reference/dense.h"
 
 namespace trisolve {
 namespace {

@@ -10,10 +10,11 @@
 #include "gtest/gtest.h"
 #include "trisolve/backend.h"
 #include "trisolve/examples.h"
+#include "trisolve/reference/tree.h"
 #include "trisolve/swc.h"
 #include "trisolve/tree.h"
-#include "tree_cuda.h"
-#include "memory_pool.h"
+#include "tree/tree.h"
+#include "runtime/memory_pool.h"
 
 namespace trisolve {
 namespace {

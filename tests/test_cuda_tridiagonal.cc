@@ -9,12 +9,13 @@
 #include <string>
 #include <vector>
 
-#include "block_cuda.h"
+#include "block/block.h"
 #include "cuda_test_util.h"
 #include "error_measure.h"
 #include "gtest/gtest.h"
-#include "tridiagonal_cuda.h"
+#include "tridiagonal/tridiagonal.h"
 #include "trisolve/backend.h"
+#include "trisolve/reference/tridiagonal.h"
 #include "trisolve/tridiagonal.h"
 
 namespace trisolve {

@@ -8,6 +8,7 @@
 #include "gtest/gtest.h"
 #include "trisolve/dense.h"
 #include "trisolve/examples.h"
+#include "trisolve/reference/dense.h"
 
 namespace trisolve {
 namespace {

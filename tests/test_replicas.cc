@@ -22,6 +22,7 @@
 #include "server_process.h"
 #include "trisolve/backend.h"
 #include "trisolve/client.h"
+#include "trisolve/reference/tridiagonal.h"
 
 namespace trisolve {
 namespace {

@@ -17,6 +17,8 @@
 #include "server_process.h"
 #include "trisolve/client.h"
 #include "trisolve/examples.h"
+#include "trisolve/reference/tree.h"
+#include "trisolve/reference/tridiagonal.h"
 #include "trisolve/tree.h"
 #include "trisolve/tridiagonal.h"
 #include "trisolve/v1/trisolve.grpc.pb.h"

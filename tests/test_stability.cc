@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "trisolve/reference/tridiagonal.h"
 #include "trisolve/tridiagonal.h"
 
 namespace trisolve {

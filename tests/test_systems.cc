@@ -15,6 +15,7 @@
 #include "trisolve/backend.h"
 #include "trisolve/client.h"
 #include "trisolve/examples.h"
+#include "trisolve/reference/tridiagonal.h"
 #include "trisolve/v1/trisolve.grpc.pb.h"
 
 namespace trisolve {

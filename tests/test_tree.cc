@@ -6,6 +6,8 @@
 #include "error_measure.h"
 #include "gtest/gtest.h"
 #include "trisolve/examples.h"
+#include "trisolve/reference/tree.h"
+#include "trisolve/reference/tridiagonal.h"
 #include "trisolve/swc.h"
 #include "trisolve/tree.h"
 #include "trisolve/tridiagonal.h"

@@ -6,6 +6,7 @@
 
 #include "error_measure.h"
 #include "gtest/gtest.h"
+#include "trisolve/reference/tridiagonal.h"
 #include "trisolve/tridiagonal.h"
 #include "trisolve/windows.h"
 

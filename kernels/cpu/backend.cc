@@ -6,6 +6,10 @@
 #include <thread>
 
 #include "trisolve/backend.h"
+#include "trisolve/reference/block_tridiagonal.h"
+#include "trisolve/reference/dense.h"
+#include "trisolve/reference/tree.h"
+#include "trisolve/reference/tridiagonal.h"
 
 namespace trisolve {
 namespace {

@@ -11,6 +11,8 @@
 
 #include "absl/status/status.h"
 #include "common.h"
+#include "trisolve/reference/block_tridiagonal.h"
+#include "trisolve/reference/tridiagonal.h"
 #include "trisolve/tridiagonal.h"
 
 namespace trisolve {

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "common.h"
+#include "trisolve/reference/dense.h"
+#include "trisolve/reference/tridiagonal.h"
 #include "trisolve/tridiagonal.h"
 
 namespace trisolve {

@@ -19,6 +19,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "trisolve/backend.h"
+#include "trisolve/reference/tree.h"
+#include "trisolve/reference/tridiagonal.h"
 
 namespace trisolve {
 namespace {

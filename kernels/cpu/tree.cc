@@ -1,5 +1,6 @@
 // CPU reference for tree (Hines) systems: the backward sweep (leaves to root) eliminates
 // each node's coupling into its parent, the forward sweep (root to leaves) substitutes back.
+#include "trisolve/reference/tree.h"
 #include "trisolve/tree.h"
 
 #include <algorithm>

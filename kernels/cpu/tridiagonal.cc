@@ -1,5 +1,6 @@
 // CPU reference for batched tridiagonal systems: Thomas, parallel cyclic reduction, the
 // partitioned method and partial pivoting (dgtsv).
+#include "trisolve/reference/tridiagonal.h"
 #include "trisolve/tridiagonal.h"
 
 #include <algorithm>

@@ -18,13 +18,19 @@
 #include <thread>
 #include <vector>
 
-#include "check.h"
-#include "memory_pool.h"
+#include "block/block.h"
+#include "dense/dense.h"
+#include "dense/dispatch.h"
+#include "runtime/check.h"
+#include "runtime/memory_pool.h"
+#include "tree/dispatch.h"
+#include "tree/tree.h"
+#include "tridiagonal/tridiagonal.h"
 #include "trisolve/backend.h"
-#include "block_cuda.h"
-#include "dense_cuda.h"
-#include "tree_cuda.h"
-#include "tridiagonal_cuda.h"
+#include "trisolve/reference/block_tridiagonal.h"
+#include "trisolve/reference/dense.h"
+#include "trisolve/reference/tree.h"
+#include "trisolve/reference/tridiagonal.h"
 
 namespace trisolve {
 namespace {
@@ -643,10 +649,8 @@ class CudaBackend final : public Backend {
                                                const SolveControl& c,
                                                const Resident<T>* resident = nullptr) {
     const int64_t size = p.N * p.M;
-    // auto: multigrid-preconditioned conjugate gradients for a symmetric system solved to a
-    // tolerance (either sign of definite matrix: CgDevice folds the sign in).
     const bool automatic = m == BlockMethod::kAuto;
-    if (m == BlockMethod::kAuto && o.tol > 0 && IsSymmetric(p)) m = BlockMethod::kMultigridCg;
+    m = cuda::ResolveBlockMethod(p, m, o);  // block/dispatch.cu
     std::vector<Input<T>> in = {{p.aC, size}, {p.cC, size}, {p.bC, size},
                                 {p.cA, size}, {p.cB, size}, {p.f, size}};
     if (p.y0) in.push_back({p.y0, size});
@@ -698,12 +702,7 @@ class CudaBackend final : public Backend {
   absl::StatusOr<SolveInfo> SolveDenseOnDevice(const DenseProblem<T>& p, DenseMethod m,
                                                DenseOutput<T> out, const SolveControl& c,
                                                const Resident<T>* resident = nullptr) {
-    // Small systems (n <= 128): Gauss-Jordan, a warp, two warps or a block a system. Larger n:
-    // LU through cuBLAS/cuSOLVER (auto, lu: 2n^3/3 flops), or blocked Gauss-Jordan when asked
-    // for by name (n^3).
-    // householder-pcr: one block a system up to n = 64, cuSOLVER's sytrd and the tridiagonal
-    // kernels above.
-    const bool small = p.n <= cuda::kDenseGpuMaxN;
+    const cuda::DensePath path = cuda::ChooseDensePath(p.n, m);  // dense/dispatch.cc
     std::vector<Input<T>> in = {{p.A, p.batch * p.n * p.n}, {p.b, p.batch * p.n}};
     MarkResident(in, resident);
     return Staged<T>(in, p.batch, p.n,
@@ -711,25 +710,24 @@ class CudaBackend final : public Backend {
                      [&](const std::vector<T*>& d, T* dx, uint8_t* flags,
                          cudaStream_t stream) -> absl::StatusOr<std::string> {
                        DenseProblem<T> dp{p.batch, p.n, d[0], d[1]};
-                       if (m == DenseMethod::kHouseholderPcr &&
-                           p.n <= cuda::kHouseholderBlockMaxN) {
+                       if (path == cuda::DensePath::kHouseholderPcrBlock) {
                          auto st = cuda::SolveDenseHouseholderPcrBlockDevice(dp, dx, flags, stream);
                          if (!st.ok()) return st;
                          return std::string("householder-pcr-block");
                        }
-                       if (m == DenseMethod::kHouseholderPcr) {
+                       if (path == cuda::DensePath::kHouseholderPcr) {
                          auto st = cuda::SolveDenseHouseholderPcrDevice(dp, dx, flags, dense_libs_,
                                                                         device_pool_, stream);
                          if (!st.ok()) return st;
                          return std::string("householder-pcr (cusolver sytrd)");
                        }
-                       if (m == DenseMethod::kGaussJordan && !small) {
+                       if (path == cuda::DensePath::kGaussJordanBlocked) {
                          auto st = cuda::SolveDenseGaussJordanBlockedDevice(
                              dp, dx, flags, dense_libs_, device_pool_, stream);
                          if (!st.ok()) return st;
                          return std::string("gauss-jordan-blocked");
                        }
-                       if (m == DenseMethod::kLu || !small)
+                       if (path == cuda::DensePath::kLu)
                          return cuda::SolveDenseLuDevice(dp, dx, flags, dense_libs_, device_pool_,
                                                          stream);
                        auto st = cuda::SolveDenseWarpDevice(dp, dx, flags, stream);
@@ -769,38 +767,18 @@ class CudaBackend final : public Backend {
                                               TreeOutput<T> out, const SolveControl& c,
                                               const Resident<T>* resident = nullptr) {
     const bool per_cell = p.parent_per_system && p.batch > 1;
-    // Cells of their own morphologies: one thread a cell (hines-batch reading each cell's
-    // parent array). The cable and contraction plans are per morphology, so "cables" and
-    // "contraction" for them run on the host.
-    if (per_cell && (m == TreeMethod::kCables || m == TreeMethod::kContraction))
-      return Host(cpu_->Solve(p, m, out, c));
-    // One morphology: its plan (cached). Cells that fit in shared memory (n <= ~7,200 in
-    // float64) run one block a cell: auto takes the tree contraction (contraction-block: the
-    // fastest path for cells at every batch measured in the flat layout, and below
-    // kContractionBelowBatch cells in the interleaved one, bench_tree); larger interleaved
-    // batches take hines-batch (one thread a cell: the interleaved layout's strided rows cost
-    // the block kernels 4x their sectors); larger trees or few cells the cables.
+    // One morphology: its plan (cached), which the choice reads (tree/dispatch.cc).
     std::shared_ptr<const cuda::TreeCablesPlan> plan;
-    if (!per_cell && m != TreeMethod::kHines) {
+    if (cuda::TreeWantsPlan(p, m)) {
       auto made = CablesPlan(p.parent, p.n, nullptr);
       if (!made.ok()) return made.status();
       plan = *made;
     }
-    const bool il = p.layout == Layout::kInterleaved;
-    const bool contraction_fits = plan && cuda::ContractionBlockFits(p, *plan);
-    if (m == TreeMethod::kContraction && !contraction_fits)
-      return Host(cpu_->Solve(p, m, out, c));
-    const bool contraction =
-        contraction_fits && (m == TreeMethod::kContraction ||
-                             (m == TreeMethod::kAuto &&
-                              (!il || p.batch < kContractionBelowBatch ||
-                               p.n > cuda::MaxTreeNodesOnChip())));
-    const bool block =
-        !contraction && m == TreeMethod::kCables && cuda::CablesBlockFits(p, *plan);
-    const bool cables =
-        plan && !contraction &&
-        (m == TreeMethod::kCables || p.batch < kCablesBelowBatch ||
-         p.n > cuda::MaxTreeNodesOnChip());
+    const cuda::TreePath path = cuda::ChooseTreePath(p, m, plan.get());
+    if (path == cuda::TreePath::kHost) return Host(cpu_->Solve(p, m, out, c));
+    const bool contraction = path == cuda::TreePath::kContractionBlock;
+    const bool block = path == cuda::TreePath::kCablesBlock;
+    const bool cables = block || path == cuda::TreePath::kCables;
     const int64_t e = p.batch * p.n;
     std::vector<Input<T>> in = {{p.lower, e}, {p.upper, e}, {p.diag, e}, {p.rhs, e}};
     MarkResident(in, resident);
@@ -865,13 +843,6 @@ class CudaBackend final : public Backend {
   }
 
   static constexpr size_t kPlansKept = 4;
-  // Below this many cells of one morphology the cables beat one thread a cell (bench_tree,
-  // H100: 1 cell 0.25 vs 0.94 ms, 1024 cells 0.70-1.07 vs 1.14-1.42 ms, 10,240: 1.39 vs 5.1).
-  static constexpr int64_t kCablesBelowBatch = 2048;
-  // Below this many cells of one morphology in the interleaved layout, contraction-block beats
-  // hines-batch (bench_tree, H100, 3,187-node cell: 1,024 cells 0.30 vs 1.16 ms, 4,096 cells
-  // 1.17 vs 1.23 ms, 10,240 cells 3.03 vs 1.38 ms: even near 4,400).
-  static constexpr int64_t kContractionBelowBatch = 4608;
 
   const CudaOptions options_;
   const cudaDeviceProp prop_;

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "check.h"
+#include "runtime/check.h"
 #include "trisolve/backend.h"
 
 namespace trisolve {

@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "bench_util.h"
-#include "block_cuda.h"
-#include "memory_pool.h"
-#include "tridiagonal_cuda.h"
+#include "block/block.h"
+#include "runtime/memory_pool.h"
+#include "tridiagonal/tridiagonal.h"
 #include "trisolve/examples.h"
 
 namespace {

@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "bench_util.h"
-#include "dense_cuda.h"
-#include "memory_pool.h"
+#include "dense/dense.h"
+#include "runtime/memory_pool.h"
 
 #define CB(x)                                                                            \
   do {                                                                                   \

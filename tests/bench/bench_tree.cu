@@ -23,9 +23,10 @@
 #include <vector>
 
 #include "bench_util.h"
-#include "memory_pool.h"
-#include "tree_cuda.h"
+#include "runtime/memory_pool.h"
+#include "tree/tree.h"
 #include "trisolve/examples.h"
+#include "trisolve/reference/tree.h"
 #include "trisolve/swc.h"
 #include "trisolve/tree.h"
 

@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "bench_util.h"
-#include "memory_pool.h"
-#include "tridiagonal_cuda.h"
+#include "runtime/memory_pool.h"
+#include "tridiagonal/tridiagonal.h"
 
 namespace {
 

@@ -16,6 +16,8 @@ mkdir -p "$out"
 parts=" ${PARTS:-tests tridiagonal tree dense block e2e} "
 want() { [[ $parts == *" $1 "* ]]; }
 run=.gpu/run
+# The GPU tests' data (test_cuda_tree's morphology): this tree's, not the build machine's path.
+export TRISOLVE_TEST_DATA=${TRISOLVE_TEST_DATA:-$PWD/tests/data}
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv | tee "$out/device.txt"
 
 if want tests; then

@@ -35,11 +35,6 @@ struct DenseOutput {
 template <typename T>
 int64_t FirstNonSymmetric(const DenseProblem<T>& p);
 
-namespace cpu {
-template <typename T>
-SolveInfo SolveDense(const DenseProblem<T>& p, DenseMethod method, DenseOutput<T> out);
-}  // namespace cpu
-
 // max_s ||b - A x||_inf / (||A||_inf ||x||_inf + ||b||_inf) over systems with status kOk.
 template <typename T>
 double DenseBackwardError(const DenseProblem<T>& p, const T* x, const SystemStatus* status);

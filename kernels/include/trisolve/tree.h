@@ -112,11 +112,6 @@ struct TreeContraction {
 // parent must be valid (ValidateParents).
 TreeContraction BuildTreeContraction(const int32_t* parent, int64_t n);
 
-namespace cpu {
-template <typename T>
-SolveInfo SolveTree(const TreeProblem<T>& p, TreeMethod method, TreeOutput<T> out);
-}  // namespace cpu
-
 template <typename T>
 double TreeBackwardError(const TreeProblem<T>& p, const T* x, const SystemStatus* status);
 

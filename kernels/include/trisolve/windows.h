@@ -1,5 +1,5 @@
 // Overlapping windows of long tridiagonal systems: the plan and the accuracy bound of the CUDA
-// backend's "partitioned-window" kernel (kernels/cuda/tridiagonal.cu), here so that the CPU
+// backend's "partitioned-window" kernel (kernels/cuda/tridiagonal/tridiagonal.cu), here so that the CPU
 // tests check them.
 //
 // A system of n rows is cut into windows of at most `rows` rows. Window w solves for its core,
@@ -72,7 +72,7 @@ TRISOLVE_HD inline WindowRows WindowAt(const WindowPlan& w, int64_t n, int64_t k
 }
 
 // One long system as a chain of windows, `lanes` consecutive windows a warp (the CUDA
-// backend's thomas-window, kernels/cuda/thomas_window.cu): each warp a task, `warps` of them at
+// backend's thomas-window, kernels/cuda/tridiagonal/thomas_window.cu): each warp a task, `warps` of them at
 // once. The cores tile the system in at most two parts, each of equal cores (a tensor map views
 // a part as windows x core): the first part's cores `core` rows, the second's `core + align`,
 // so that the largest core, which sets how long the slowest task takes, is as short as `warps`

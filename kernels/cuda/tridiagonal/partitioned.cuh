@@ -1,10 +1,10 @@
 // The partitioned tridiagonal solve's device parts, shared by the batched tridiagonal kernels
-// (tridiagonal.cu) and the block-tridiagonal sweeps (block_tridiagonal.cu): each thread reduces M
-// consecutive rows in registers to two (modified Thomas), the reduced system of a block is
-// solved by PCR in shared memory, and each thread substitutes back.
+// (partitioned_kernels.cuh) and the fused sweeps (row_sweep_kernels.cuh, row_stream_kernel.cuh):
+// each thread reduces M consecutive rows in registers to two (modified Thomas), the reduced
+// system of a block is solved by PCR in shared memory, and each thread substitutes back.
 #pragma once
 
-#include "numerics.cuh"
+#include "common/numerics.cuh"
 #include "trisolve/tridiagonal.h"
 
 namespace trisolve::cuda {

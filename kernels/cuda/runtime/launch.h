@@ -10,7 +10,7 @@
 #include <mutex>
 
 #include "absl/status/statusor.h"
-#include "check.h"
+#include "runtime/check.h"
 
 namespace trisolve::cuda {
 

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "check.h"
+#include "runtime/check.h"
 
 namespace trisolve::cuda {
 

@@ -1,8 +1,8 @@
 // Batched Hines solves: one thread per cell of a shared morphology.
 #include <cfloat>
 
-#include "check.h"
-#include "tree_cuda.h"
+#include "runtime/check.h"
+#include "tree/tree.h"
 
 namespace trisolve::cuda {
 namespace {

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "memory_pool.h"
+#include "runtime/memory_pool.h"
 #include "trisolve/tree.h"
 
 namespace trisolve::cuda {

@@ -1,6 +1,7 @@
 // The copy engine's bulk tensor copies (sm_90): global memory to shared memory in 2D boxes
 // described by a tensor map, counted on an mbarrier. Shared by the block sweeps' streamed
-// kernel (block_tridiagonal.cu) and the interleaved Thomas windows (thomas_window.cu).
+// kernel (tridiagonal/row_stream_kernel.cuh) and the interleaved Thomas windows
+// (tridiagonal/thomas_window_kernel.cuh).
 #pragma once
 
 #include <cuda.h>

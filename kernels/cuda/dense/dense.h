@@ -51,7 +51,7 @@ absl::Status SolveDenseHouseholderPcrBlockDevice(const DenseProblem<T>& p, T* x,
 #include <cublas_v2.h>
 #include <cusolverDn.h>
 
-#include "memory_pool.h"
+#include "runtime/memory_pool.h"
 
 namespace trisolve::cuda {
 

@@ -1,8 +1,8 @@
-#include "memory_pool.h"
+#include "runtime/memory_pool.h"
 
 #include <cuda_runtime.h>
 
-#include "check.h"
+#include "runtime/check.h"
 
 namespace trisolve::cuda {
 

@@ -1,9 +1,9 @@
 // Batched small dense systems: Gauss-Jordan with partial pivoting, one warp a system.
 #include <cfloat>
 
-#include "check.h"
-#include "numerics.cuh"
-#include "dense_cuda.h"
+#include "runtime/check.h"
+#include "common/numerics.cuh"
+#include "dense/dense.h"
 
 namespace trisolve::cuda {
 namespace {

@@ -5,10 +5,10 @@
 #include <limits>
 #include <vector>
 
-#include "check.h"
-#include "numerics.cuh"
-#include "dense_cuda.h"
-#include "tridiagonal_cuda.h"
+#include "runtime/check.h"
+#include "common/numerics.cuh"
+#include "dense/dense.h"
+#include "tridiagonal/tridiagonal.h"
 
 namespace trisolve::cuda {
 namespace {

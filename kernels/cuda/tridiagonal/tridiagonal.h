@@ -59,7 +59,7 @@
 
 #include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
-#include "memory_pool.h"
+#include "runtime/memory_pool.h"
 #include "trisolve/tridiagonal.h"
 
 namespace trisolve::cuda {
@@ -131,7 +131,7 @@ TridiagonalKernel ChooseTridiagonalKernel(TridiagonalMethod m, int64_t n, int64_
 const char* KernelName(TridiagonalKernel k);
 
 // Flat float64 systems of n rows, one a task of the block sweeps' streamed kernel
-// (block_tridiagonal.cu: persistent blocks, or clusters of 2-8 blocks on sm_90, copying their
+// (row_sweeps.cu: persistent blocks, or clusters of 2-8 blocks on sm_90, copying their
 // next system into shared memory while they solve the current one), where that kernel takes
 // n (RowsStreamCapacity: the rows its blocks hold, 0 where it does not take n; 2048 < n <=
 // 16384, n > 4096 on clusters). Returns false (nothing launched) where it does not. Waits for

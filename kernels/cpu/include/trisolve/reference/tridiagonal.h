@@ -1,0 +1,43 @@
+// The CPU reference for batched tridiagonal systems
+// (kernels/cpu/tridiagonal.cc): the solvers the CPU backend runs, the GPU tests compare with and
+// the CUDA backend falls back on. Not part of the public API (trisolve/tridiagonal.h); reached
+// through the trisolve_reference target.
+#pragma once
+
+#include "trisolve/tridiagonal.h"
+
+namespace trisolve {
+
+namespace cpu {
+// The CPU reference: multithreaded over the systems of the batch.
+template <typename T>
+SolveInfo SolveTridiagonal(const TridiagonalProblem<T>& p, TridiagonalMethod method,
+                           TridiagonalOutput<T> out);
+// One system, in the seed's forms (used by the batch solver and by other families).
+// x may alias nothing; work needs n values. Returns false when a pivot vanishes.
+template <typename T>
+bool ThomasStrided(int64_t n, int64_t stride, const T* a, const T* b, const T* c,
+                   const T* d, T* x, T* work);
+// Partitioned (chunks of `chunk` rows, chunk >= 2); work needs 7 * n + 16 values.
+template <typename T>
+bool PartitionedStrided(int64_t n, int64_t stride, int chunk, const T* a, const T* b,
+                        const T* c, const T* d, T* x, T* work);
+template <typename T>
+bool PcrStrided(int64_t n, int64_t stride, const T* a, const T* b, const T* c, const T* d,
+                T* x, T* work);  // work needs 8 * n values
+// Partial pivoting (dgtsv); work needs 3 * n values. False only where a pivot is exactly zero
+// or not finite after pivoting (the matrix is singular to working precision) or x overflows.
+template <typename T>
+bool PivotingStrided(int64_t n, int64_t stride, const T* a, const T* b, const T* c,
+                     const T* d, T* x, T* work);
+// Solves again, by partial pivoting from the original arrays, every system of `out` whose
+// status is kSingular (a fast path's pivot vanished), patching x and status in place: a
+// nonsingular system never stays SINGULAR. Appends " + pivoting (k systems)" to info->method
+// when k > 0 (info may be null). Returns k. The CUDA backend calls it after auto's device
+// solve, on the host arrays.
+template <typename T>
+int64_t ResolveSingularWithPivoting(const TridiagonalProblem<T>& p, TridiagonalOutput<T> out,
+                                    SolveInfo* info);
+}  // namespace cpu
+
+}  // namespace trisolve

@@ -1,0 +1,53 @@
+// The thesis' block iterations on the GPU, on device arrays.
+//
+// Rows are kept colour-major on the device (block rows 0, 2, 4, ... then 1, 3, 5, ...). Where a
+// row fits one thread block (M <= 4096) or, on sm_90, the 2 or 4 blocks of a thread-block
+// cluster (M <= 16384), red-black, jacobi and gauss-seidel run as fused sweeps: one kernel
+// launch for up to 64 sweeps, a thread block (cluster) a row and sweep, each row's right-hand
+// side F_i - A_i Y_{i-1} - B_i Y_{i+1} formed as the row is loaded (into registers, or staged
+// through shared memory for rows over 2048) and the row solved on chip by the partitioned
+// method; rows wait on per-row sweep counters for exactly the neighbours the method reads, so
+// half-sweeps and sweeps overlap (gauss-seidel, sequential over rows within a
+// sweep, runs its sweeps as a wavefront). Red-black and jacobi on float64 rows of 2049-16384
+// run streamed: persistent blocks copy their next row into shared memory (by bulk tensor copies
+// where the row is a multiple of 16 values, else cp.async) while they solve the current one.
+// Longer rows (over 16384): per half-sweep one kernel forming the right-hand sides of a
+// contiguous batch of rows and one batched tridiagonal solve (the partitioned kernel); Jacobi
+// into a second buffer; Gauss-Seidel one row at a time. The method
+// reported ends in "+fused" when the fused sweeps ran. The relative residual is computed on the
+// device from the original arrays, its sums added in a fixed order. cg: conjugate gradients
+// preconditioned by the line solves, one batched partitioned tridiagonal solve over every block
+// row.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "runtime/memory_pool.h"
+#include "tridiagonal/row_sweeps.h"
+#include "trisolve/block_tridiagonal.h"
+
+namespace trisolve::cuda {
+
+
+// The method that runs `method` on p (host arrays), the one place auto is resolved for the
+// device: multigrid-preconditioned conjugate gradients for a symmetric system solved to a
+// tolerance (either sign of definite matrix: CgDevice folds the sign in), else red-black.
+template <typename T>
+BlockMethod ResolveBlockMethod(const BlockTridiagonalProblem<T>& p, BlockMethod method,
+                               const BlockOptions& options);
+
+// p's arrays and y (in: the initial guess, out: the iterate) are device arrays in the natural
+// layout (row i at i * M). Fills status like the CPU reference. auto here is red-black (the
+// backend resolves it first, ResolveBlockMethod).
+template <typename T>
+absl::StatusOr<SolveInfo> SolveBlockTridiagonalDevice(const BlockTridiagonalProblem<T>& p,
+                                                      BlockMethod method,
+                                                      const BlockOptions& options, T* y,
+                                                      SystemStatus* status, Pool& pool,
+                                                      const SolveControl& control,
+                                                      cudaStream_t stream);
+
+}  // namespace trisolve::cuda

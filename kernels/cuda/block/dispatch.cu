@@ -1,0 +1,43 @@
+// The block family's dispatch on the device: the one place where a BlockMethod (auto included)
+// becomes the solver that runs it (krylov.cu, sweeps.cu).
+#include "block/block.h"
+#include "block/internal.h"
+
+namespace trisolve::cuda {
+
+template <typename T>
+BlockMethod ResolveBlockMethod(const BlockTridiagonalProblem<T>& p, BlockMethod method,
+                               const BlockOptions& o) {
+  if (method == BlockMethod::kAuto && o.tol > 0 && IsSymmetric(p))
+    return BlockMethod::kMultigridCg;
+  return method;
+}
+
+template <typename T>
+absl::StatusOr<SolveInfo> SolveBlockTridiagonalDevice(const BlockTridiagonalProblem<T>& p,
+                                                      BlockMethod method,
+                                                      const BlockOptions& o, T* y,
+                                                      SystemStatus* status, Pool& pool,
+                                                      const SolveControl& control,
+                                                      cudaStream_t stream) {
+  if (method == BlockMethod::kAuto) method = BlockMethod::kRedBlack;  // (ResolveBlockMethod: cg)
+  if (method == BlockMethod::kMultigridBicgstab)
+    return BicgstabDevice(p, o, y, status, pool, control, stream);
+  if (method == BlockMethod::kCg || method == BlockMethod::kMultigridCg)
+    return CgDevice(p, o, y, status, pool, control, stream,
+                    method == BlockMethod::kMultigridCg);
+  return SweepsDevice(p, method, o, y, status, pool, control, stream);
+}
+
+template BlockMethod ResolveBlockMethod(const BlockTridiagonalProblem<double>&, BlockMethod,
+                                        const BlockOptions&);
+template BlockMethod ResolveBlockMethod(const BlockTridiagonalProblem<float>&, BlockMethod,
+                                        const BlockOptions&);
+template absl::StatusOr<SolveInfo> SolveBlockTridiagonalDevice(
+    const BlockTridiagonalProblem<double>&, BlockMethod, const BlockOptions&, double*,
+    SystemStatus*, Pool&, const SolveControl&, cudaStream_t);
+template absl::StatusOr<SolveInfo> SolveBlockTridiagonalDevice(
+    const BlockTridiagonalProblem<float>&, BlockMethod, const BlockOptions&, float*,
+    SystemStatus*, Pool&, const SolveControl&, cudaStream_t);
+
+}  // namespace trisolve::cuda

@@ -1,0 +1,60 @@
+#include "tree/dispatch.h"
+
+namespace trisolve::cuda {
+namespace {
+
+// Below this many cells of one morphology the cables beat one thread a cell (bench_tree,
+// H100: 1 cell 0.25 vs 0.94 ms, 1024 cells 0.70-1.07 vs 1.14-1.42 ms, 10,240: 1.39 vs 5.1).
+constexpr int64_t kCablesBelowBatch = 2048;
+// Below this many cells of one morphology in the interleaved layout, contraction-block beats
+// hines-batch (bench_tree, H100, 3,187-node cell: 1,024 cells 0.30 vs 1.16 ms, 4,096 cells
+// 1.17 vs 1.23 ms, 10,240 cells 3.03 vs 1.38 ms: even near 4,400).
+constexpr int64_t kContractionBelowBatch = 4608;
+
+template <typename T>
+bool PerCell(const TreeProblem<T>& p) {
+  return p.parent_per_system && p.batch > 1;
+}
+
+}  // namespace
+
+template <typename T>
+bool TreeWantsPlan(const TreeProblem<T>& p, TreeMethod m) {
+  return !PerCell(p) && m != TreeMethod::kHines;
+}
+
+// Cells of their own morphologies: one thread a cell (hines-batch reading each cell's parent
+// array); the cable and contraction plans are per morphology, so "cables" and "contraction"
+// for them run on the host. One morphology: cells that fit in shared memory (n <= ~7,200 in
+// float64) run one block a cell: auto takes the tree contraction (contraction-block: the
+// fastest path for cells at every batch measured in the flat layout, and below
+// kContractionBelowBatch cells in the interleaved one, bench_tree); larger interleaved batches
+// take hines-batch (one thread a cell: the interleaved layout's strided rows cost the block
+// kernels 4x their sectors); larger trees or few cells the cables.
+template <typename T>
+TreePath ChooseTreePath(const TreeProblem<T>& p, TreeMethod m, const TreeCablesPlan* plan) {
+  if (PerCell(p) && (m == TreeMethod::kCables || m == TreeMethod::kContraction))
+    return TreePath::kHost;
+  const bool il = p.layout == Layout::kInterleaved;
+  const bool contraction_fits = plan != nullptr && ContractionBlockFits(p, *plan);
+  if (m == TreeMethod::kContraction && !contraction_fits) return TreePath::kHost;
+  const bool contraction =
+      contraction_fits && (m == TreeMethod::kContraction ||
+                           (m == TreeMethod::kAuto &&
+                            (!il || p.batch < kContractionBelowBatch ||
+                             p.n > MaxTreeNodesOnChip())));
+  if (contraction) return TreePath::kContractionBlock;
+  const bool block = m == TreeMethod::kCables && CablesBlockFits(p, *plan);
+  const bool cables = plan != nullptr && (m == TreeMethod::kCables ||
+                                          p.batch < kCablesBelowBatch ||
+                                          p.n > MaxTreeNodesOnChip());
+  if (cables) return block ? TreePath::kCablesBlock : TreePath::kCables;
+  return TreePath::kHinesBatch;
+}
+
+template bool TreeWantsPlan(const TreeProblem<double>&, TreeMethod);
+template bool TreeWantsPlan(const TreeProblem<float>&, TreeMethod);
+template TreePath ChooseTreePath(const TreeProblem<double>&, TreeMethod, const TreeCablesPlan*);
+template TreePath ChooseTreePath(const TreeProblem<float>&, TreeMethod, const TreeCablesPlan*);
+
+}  // namespace trisolve::cuda
