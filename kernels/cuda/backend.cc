@@ -19,8 +19,11 @@
 #include <vector>
 
 #include "check.h"
+#include "device_health.h"
+#include "fault_injection_cuda.h"
 #include "memory_pool.h"
 #include "trisolve/backend.h"
+#include "trisolve/fault_injection.h"
 #include "block_cuda.h"
 #include "dense_cuda.h"
 #include "tree_cuda.h"
@@ -104,6 +107,8 @@ class CudaBackend final : public Backend {
     }
     return info;
   }
+
+  absl::Status Health() const override { return cuda::ProbeDevice(options_.device); }
 
   absl::StatusOr<SolveInfo> Solve(const TridiagonalProblem<double>& p, TridiagonalMethod m,
                                   TridiagonalOutput<double> out, const SolveControl& c) override {
@@ -495,6 +500,7 @@ class CudaBackend final : public Backend {
                                    SystemStatus* out_status, Launch launch,
                                    cuda::LaterAnswer* later = nullptr) {
     cudaSetDevice(options_.device);
+    const bool trap = FaultInjection::Process().NextSolveIsSticky();  // test-only
     const int64_t elems = batch * n, bytes = elems * int64_t(sizeof(T));
     const int64_t k = int64_t(inputs.size());
     int64_t in_values = 0;  // those to stage: resident inputs are on the device already
@@ -565,6 +571,8 @@ class CudaBackend final : public Backend {
     } settle{later};
     absl::StatusOr<std::string> method = launch(din, dx, flags, l.stream);
     if (!method.ok()) return method.status();
+    if (trap)
+      if (auto st = cuda::LaunchTrap(l.stream); !st.ok()) return st;
     std::vector<uint8_t> f(static_cast<size_t>(batch));
     auto copy_back = [&]() -> absl::Status {
       TRISOLVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.e2, l.stream));
@@ -906,6 +914,7 @@ int CudaDeviceCount() {
 absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const CudaOptions& o) {
   // Read when CUDA initializes, which the calls below do if nothing in the process has yet.
   if (o.load_eagerly) setenv("CUDA_MODULE_LOADING", "EAGER", /*overwrite=*/0);
+  if (auto st = FaultInjection::ProcessStatus(); !st.ok()) return st;
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0)
