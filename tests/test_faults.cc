@@ -155,7 +155,9 @@ TEST_P(Faults, AnAllocationFailureFailsThatRequestOnly) {
     if (!skip_.empty()) GTEST_SKIP() << skip_;
     ASSERT_GT(probe->port(), 0) << probe->Log();
     for (size_t k = 0; k < gets.size(); ++k) {
-      if (k > 0) ASSERT_TRUE(Client(To(*probe)).Solve(job).ok());
+      if (k > 0) {
+        ASSERT_TRUE(Client(To(*probe)).Solve(job).ok());
+      }
       auto info = RawInfo(*probe);
       ASSERT_TRUE(info.ok()) << info.status();
       if (const v1::MemoryPool* p = DevicePool(*info); p != nullptr)
@@ -215,7 +217,8 @@ TEST_P(Faults, AStickyErrorTurnsHealthNotServingAndTheServerExits69) {
   // Solves counted: the stream's first step (1), two long jobs running (2, 3), then a small
   // job in the small jobs' pool while a third long job waits for a slot: the fourth solve.
   auto s = Start("sticky:4", {"--max-concurrent-jobs", "2", "--max-queued-jobs", "4",
-                              "--small-job-unknowns", "1000", "--grace", "30"});
+                              "--small-job-unknowns", "1000", "--grace", "30",
+                              "--metrics-listen", "127.0.0.1:0"});
   if (!skip_.empty()) GTEST_SKIP() << skip_;
   ASSERT_GT(s->port(), 0) << s->Log();
   const Client::Options o = To(*s);
@@ -261,11 +264,29 @@ TEST_P(Faults, AStickyErrorTurnsHealthNotServingAndTheServerExits69) {
     auto r = long_jobs[i].get();
     EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable)
         << (i < 2 ? "running" : "queued") << " job: " << r.status();
+    // The queued one never reached the backend: the server refused it.
+    if (i == 2) {
+      EXPECT_NE(r.status().message().find("shutting down"), absl::string_view::npos);
+    }
   }
   ASSERT_TRUE(watch->Read(&seen));
   EXPECT_EQ(seen.status(), grpc::health::v1::HealthCheckResponse::NOT_SERVING);
   auto refused = Client(o).Solve(MakeJob(Kind::kTridiagonal, small));
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable) << refused.status();
+  EXPECT_NE(refused.status().message().find("shutting down"), absl::string_view::npos);
+  // While the stream below is open the server still answers: its metrics say it is down.
+  std::smatch m;
+  const std::string log_now = s->Log();
+  ASSERT_TRUE(
+      std::regex_search(log_now, m, std::regex("metrics on http://127.0.0.1:([0-9]+)/metrics")));
+  httplib::Client http("127.0.0.1", std::stoi(m[1]));
+  auto scraped = http.Get("/metrics");
+  ASSERT_TRUE(scraped);
+  EXPECT_NE(scraped->body.find("trisolve_backend_up 0\n"), std::string::npos) << scraped->body;
+  EXPECT_NE(scraped->body.find(R"(trisolve_requests_total{rpc="SolveBlockTridiagonal",)"
+                               R"(family="block-tridiagonal",method="auto",code="UNAVAILABLE"} 3)"),
+            std::string::npos)
+      << scraped->body;
   // The time-step stream opened before is refused at its next step.
   absl::Status next = (*steps)->Send(small.at("d").view());
   if (next.ok()) next = (*steps)->Receive().status();
