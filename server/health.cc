@@ -26,6 +26,7 @@ absl::Status BackendHealth::Check(const absl::Status& failure) {
                 absl::StatusCodeToString(failure.code()), std::string(health.message()),
                 kExitBackendLost);
   for (auto& h : hooks) h();
+  stop_running_.store(true, std::memory_order_release);
   return status();
 }
 

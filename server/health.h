@@ -28,6 +28,9 @@ class BackendHealth {
   // UNAVAILABLE (the first time: logged, counted, the hooks run), otherwise `failure` as it is.
   absl::Status Check(const absl::Status& failure);
   bool lost() const { return lost_.load(std::memory_order_acquire); }
+  // Whether running calls are to stop: once lost, after the hooks ran (so that a slot a
+  // stopped call frees goes to no queued call: the hooks refuse those first).
+  bool stop_running() const { return stop_running_.load(std::memory_order_acquire); }
   // OK, or the UNAVAILABLE that says why the backend is lost.
   absl::Status status() const;
   // Runs `hook` once the backend is found lost (at once if it is already).
@@ -37,7 +40,7 @@ class BackendHealth {
 
  private:
   const Backend* backend_;
-  std::atomic<bool> lost_{false};
+  std::atomic<bool> lost_{false}, stop_running_{false};
   mutable std::mutex mu_;
   absl::Status status_;
   std::vector<std::function<void()>> hooks_;

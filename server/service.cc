@@ -153,11 +153,11 @@ absl::StatusOr<JobResult> SolverService::Admit(
   SolveControl control;
   BackendHealth* health = &health_;  // a lost backend's running calls stop (health.h)
   control.cancelled = [ctx, deadline, health] {
-    return ctx->IsCancelled() || std::chrono::system_clock::now() >= deadline || health->lost();
+    return ctx->IsCancelled() || std::chrono::system_clock::now() >= deadline ||
+           health->stop_running();
   };
   auto res = run(control);
-  if (!res.ok())
-    if (absl::Status lost = health_.Check(res.status()); health_.lost()) return lost;
+  if (!res.ok()) res = health_.Check(res.status());  // UNAVAILABLE where the backend is lost
   if (!res.ok() && res.status().code() == absl::StatusCode::kCancelled &&
       std::chrono::system_clock::now() + Admission::kDeadlineSkew >= deadline)
     return absl::DeadlineExceededError("the deadline passed while the job was running");
