@@ -3,7 +3,11 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <signal.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <optional>
@@ -21,7 +25,9 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "auth.h"
+#include "health.h"
 #include "metrics.h"
+#include "reflection.h"
 #include "service.h"
 #include "spdlog/pattern_formatter.h"
 #include "spdlog/spdlog.h"
@@ -50,7 +56,7 @@ absl::StatusOr<std::vector<int>> ParseDevices(const std::string& text) {
 absl::StatusOr<std::unique_ptr<trisolve::Backend>> ChooseBackend(
     const std::string& which, const trisolve::CudaOptions& cuda_options, int threads,
     const std::optional<std::vector<int>>& devices) {
-  if (which == "cpu") return trisolve::MakeCpuBackend(threads);
+  if (which == "cpu") return trisolve::MakeServedCpuBackend(threads);
   absl::StatusOr<std::unique_ptr<trisolve::Backend>> cuda =
       devices ? (devices->empty() ? absl::UnavailableError("--devices all: no CUDA device present")
                                   : trisolve::MakeMultiDeviceCudaBackend(*devices, cuda_options))
@@ -63,7 +69,7 @@ absl::StatusOr<std::unique_ptr<trisolve::Backend>> ChooseBackend(
     return cuda;
   }
   spdlog::info("backend auto: {}; using the cpu backend", std::string(cuda.status().message()));
-  return trisolve::MakeCpuBackend(threads);
+  return trisolve::MakeServedCpuBackend(threads);
 }
 
 // JSON log lines: {"time", "level", "request_id" (when the line is about a request), "msg"}.
@@ -154,6 +160,7 @@ int main(int argc, char** argv) {
   sigemptyset(&sigs);
   sigaddset(&sigs, SIGINT);
   sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGUSR2);  // the backend is lost: sent by this process (health.h)
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   CLI::App app{"trisolved: solves batches of structured linear systems over gRPC"};
   std::string listen = "127.0.0.1:50051";
@@ -236,6 +243,11 @@ int main(int argc, char** argv) {
   app.add_option("--max-system-ttl", opt.systems.max_ttl_s,
                  "cap on the time-to-live a client may ask for, seconds")
       ->envname("TRISOLVE_MAX_SYSTEM_TTL")->check(CLI::Range(0.001, 1e9))->capture_default_str();
+  bool reflection = true;
+  app.add_flag("--reflection,!--no-reflection", reflection,
+               "serve gRPC server reflection (grpcurl list/describe); --no-reflection or "
+               "--reflection=false: off")
+      ->envname("TRISOLVE_REFLECTION")->capture_default_str();
   bool no_shared_memory = false;
   app.add_flag("--no-shared-memory", no_shared_memory,
                "refuse RegisterSharedMemory (clients on this host then send their arrays over "
@@ -365,6 +377,7 @@ int main(int argc, char** argv) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  if (!reflection) builder.SetOption(std::make_unique<trisolve::server::WithoutReflection>());
   int port = 0;
   // With tokens, a call without a valid one is refused on its initial metadata, before gRPC
   // reads its message (auth.h); the health service stays open.
@@ -414,6 +427,7 @@ int main(int argc, char** argv) {
                listen, port, opt.max_message_bytes, opt.limits.max_job_bytes,
                opt.limits.max_job_unknowns, opt.max_concurrent_jobs, opt.max_queued_jobs);
 
+  if (!reflection) spdlog::info("server reflection off");
   spdlog::info("security: {}{}", tls_cert.empty() ? "plaintext" : (tls_client_ca.empty() ? "TLS" : "mutual TLS"),
                opt.tokens.empty() ? ", no authentication" : ", bearer tokens");
   trisolve::server::MetricsServer metrics;
@@ -427,14 +441,37 @@ int main(int argc, char** argv) {
                  *mport);
   }
 
+  // A lost backend (health.h) stops the server as a signal does, and its exit status asks the
+  // supervisor for a restart.
+  service->health().OnLost([] { kill(getpid(), SIGUSR2); });
   int sig = 0;
-  sigwait(&sigs, &sig);
-  spdlog::info("signal {}: draining (grace {} s): health NOT_SERVING, new calls UNAVAILABLE",
-               sig == SIGTERM ? "SIGTERM" : "SIGINT", grace_s);
+  do sigwait(&sigs, &sig); while (sig == SIGUSR2 && !service->health().lost());
+  if (sig == SIGUSR2)
+    spdlog::error("backend lost: draining (grace {} s): health NOT_SERVING, calls UNAVAILABLE; "
+                  "then exit {}", grace_s, trisolve::server::kExitBackendLost);
+  else
+    spdlog::info("signal {}: draining (grace {} s): health NOT_SERVING, new calls UNAVAILABLE",
+                 sig == SIGTERM ? "SIGTERM" : "SIGINT", grace_s);
   health->SetServingStatus(false);
   const auto deadline = std::chrono::system_clock::now() +
                         std::chrono::milliseconds(int64_t(grace_s * 1000));
   const bool idle = service->Drain(deadline);
+  if (service->health().lost()) {
+    // Running and queued calls are answered. Calls still open (time-step streams) are refused
+    // at their next message: while they last, new calls too are answered (UNAVAILABLE), where
+    // a server shutting down leaves them unanswered until its deadline.
+    while (service->open_calls() > 0 && std::chrono::system_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    server->Shutdown(std::min(deadline, std::chrono::system_clock::now() + std::chrono::seconds(1)));
+    metrics.Stop();
+    spdlog::error("{}; exiting {} for a restart", service->open_calls() == 0 && idle
+                  ? "every call answered" : "grace period over", trisolve::server::kExitBackendLost);
+    spdlog::default_logger()->flush();
+    std::fflush(nullptr);
+    // Not the destructors: they would release streams, events and memory of a context that is
+    // gone, where the driver's calls are not known to return.
+    std::_Exit(trisolve::server::kExitBackendLost);
+  }
   server->Shutdown(deadline);
   metrics.Stop();
   spdlog::info("{}; exiting", idle ? "all jobs finished" : "grace period over");

@@ -30,9 +30,20 @@ v1::SystemStatus ToProto(SystemStatus s) { return static_cast<v1::SystemStatus>(
 
 }  // namespace
 
+namespace {
+std::atomic<int64_t> live_calls{0};  // Calls alive: a process has one service
+}  // namespace
+
+int64_t SolverService::open_calls() const { return live_calls.load(); }
+
 struct SolverService::Call {
   Call(std::string id_, const char* rpc_, grpc::ServerContext* ctx_)
-      : id(std::move(id_)), rpc(rpc_), ctx(ctx_) {}
+      : id(std::move(id_)), rpc(rpc_), ctx(ctx_) {
+    live_calls.fetch_add(1);
+  }
+  ~Call() { live_calls.fetch_sub(1); }
+  Call(const Call&) = delete;
+  Call& operator=(const Call&) = delete;
   std::string id;
   const char* rpc;
   grpc::ServerContext* ctx;
@@ -44,6 +55,7 @@ struct SolverService::Call {
 SolverService::SolverService(std::unique_ptr<Backend> backend, ServiceOptions options)
     : backend_(std::move(backend)),
       backend_info_(backend_->Info()),
+      health_(backend_.get()),
       options_(options),
       tokens_(std::make_shared<const BearerTokens>(options.tokens)),
       admission_(options.max_concurrent_jobs, options.max_queued_jobs),
@@ -51,7 +63,13 @@ SolverService::SolverService(std::unique_ptr<Backend> backend, ServiceOptions op
       receiving_(options.max_receiving_bytes, std::max(1, options.max_receiving_streams)),
       systems_(options.systems),
       memory_(options.memory, backend_.get()),
-      started_(Clock::now()) {}
+      started_(Clock::now()) {
+  // A lost backend: queued calls are refused, new ones too (health.h).
+  health_.OnLost([this] {
+    admission_.Shutdown();
+    small_admission_.Shutdown();
+  });
+}
 
 absl::StatusOr<std::string> SolverService::Authenticate(grpc::ServerContext* ctx) const {
   // A client certificate (mutual TLS) names its holder.
@@ -110,6 +128,7 @@ std::string SolverService::RenderMetrics() const {
                   "# HELP trisolve_system_bytes Memory the persistent systems hold.\n"
                   "# TYPE trisolve_system_bytes gauge\ntrisolve_system_bytes ", systems_.bytes(),
                   "\n");
+  out += health_.RenderMetrics();
   return out;
 }
 
@@ -132,10 +151,13 @@ absl::StatusOr<JobResult> SolverService::Admit(
   if (!st.ok()) return st;
   const auto deadline = call.deadline;
   SolveControl control;
-  control.cancelled = [ctx, deadline] {
-    return ctx->IsCancelled() || std::chrono::system_clock::now() >= deadline;
+  BackendHealth* health = &health_;  // a lost backend's running calls stop (health.h)
+  control.cancelled = [ctx, deadline, health] {
+    return ctx->IsCancelled() || std::chrono::system_clock::now() >= deadline ||
+           health->stop_running();
   };
   auto res = run(control);
+  if (!res.ok()) res = health_.Check(res.status());  // UNAVAILABLE where the backend is lost
   if (!res.ok() && res.status().code() == absl::StatusCode::kCancelled &&
       std::chrono::system_clock::now() + Admission::kDeadlineSkew >= deadline)
     return absl::DeadlineExceededError("the deadline passed while the job was running");
@@ -595,7 +617,8 @@ absl::Status SolverService::ApplyUpdates(
     if (!in.ok()) return in.status();
     auto checked = CheckUpdate(spec, e.coefficient_shapes, u.name(), *in);
     if (!checked.ok()) return checked.status();
-    if (auto st = e.system->Update(checked->index, checked->data); !st.ok()) return st;
+    if (auto st = e.system->Update(checked->index, checked->data); !st.ok())
+      return health_.Check(st);
     sample.bytes_in += in->bytes;
   }
   if (!update.empty()) systems_.Touch(e, false, true);

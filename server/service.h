@@ -8,6 +8,7 @@
 
 #include "admission.h"
 #include "auth.h"
+#include "health.h"
 #include "job.h"
 #include "memory.h"
 #include "translate.h"
@@ -93,6 +94,10 @@ class SolverService final : public v1::Solver::Service {
   bool Drain(std::chrono::system_clock::time_point deadline);
   const BackendInfo& backend_info() const { return backend_info_; }
   SystemRegistry& systems() { return systems_; }
+  // Lost (a sticky device error): the server refuses work and trisolved exits (health.h).
+  BackendHealth& health() { return health_; }
+  // Calls of this service whose handlers have not returned (open streams among them).
+  int64_t open_calls() const;
   // The Prometheus exposition of everything so far.
   std::string RenderMetrics() const;
   // The accepted bearer tokens (options.tokens), for the server's credentials, which refuse a
@@ -127,6 +132,7 @@ class SolverService final : public v1::Solver::Service {
 
   std::unique_ptr<Backend> backend_;
   BackendInfo backend_info_;
+  BackendHealth health_;
   ServiceOptions options_;
   std::shared_ptr<const BearerTokens> tokens_;
   Admission admission_;

@@ -116,6 +116,15 @@ class MultiDeviceBackend final : public Backend {
     return info;
   }
 
+  // One device lost is the process's loss: its context cannot come back without a restart,
+  // and the systems it held are gone.
+  absl::Status Health() const override {
+    for (const auto& w : workers_)
+      if (absl::Status st = w->backend->Health(); !st.ok())
+        return absl::Status(st.code(), absl::StrCat("device ", w->tag, ": ", st.message()));
+    return absl::OkStatus();
+  }
+
   absl::StatusOr<SolveInfo> Solve(const TridiagonalProblem<double>& p, TridiagonalMethod m,
                                   TridiagonalOutput<double> out, const SolveControl& c) override {
     return SolveTridiagonal(p, m, out, c);

@@ -22,11 +22,14 @@
 #include "dense/dense.h"
 #include "dense/dispatch.h"
 #include "runtime/check.h"
+#include "runtime/device_health.h"
+#include "runtime/fault_injection.h"
 #include "runtime/memory_pool.h"
 #include "tree/dispatch.h"
 #include "tree/tree.h"
 #include "tridiagonal/tridiagonal.h"
 #include "trisolve/backend.h"
+#include "trisolve/fault_injection.h"
 #include "trisolve/reference/block_tridiagonal.h"
 #include "trisolve/reference/dense.h"
 #include "trisolve/reference/tree.h"
@@ -110,6 +113,8 @@ class CudaBackend final : public Backend {
     }
     return info;
   }
+
+  absl::Status Health() const override { return cuda::ProbeDevice(options_.device); }
 
   absl::StatusOr<SolveInfo> Solve(const TridiagonalProblem<double>& p, TridiagonalMethod m,
                                   TridiagonalOutput<double> out, const SolveControl& c) override {
@@ -501,6 +506,7 @@ class CudaBackend final : public Backend {
                                    SystemStatus* out_status, Launch launch,
                                    cuda::LaterAnswer* later = nullptr) {
     cudaSetDevice(options_.device);
+    const bool trap = FaultInjection::Process().NextSolveIsSticky();  // test-only
     const int64_t elems = batch * n, bytes = elems * int64_t(sizeof(T));
     const int64_t k = int64_t(inputs.size());
     int64_t in_values = 0;  // those to stage: resident inputs are on the device already
@@ -571,6 +577,8 @@ class CudaBackend final : public Backend {
     } settle{later};
     absl::StatusOr<std::string> method = launch(din, dx, flags, l.stream);
     if (!method.ok()) return method.status();
+    if (trap)
+      if (auto st = cuda::LaunchTrap(l.stream); !st.ok()) return st;
     std::vector<uint8_t> f(static_cast<size_t>(batch));
     auto copy_back = [&]() -> absl::Status {
       TRISOLVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.e2, l.stream));
@@ -877,6 +885,7 @@ int CudaDeviceCount() {
 absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const CudaOptions& o) {
   // Read when CUDA initializes, which the calls below do if nothing in the process has yet.
   if (o.load_eagerly) setenv("CUDA_MODULE_LOADING", "EAGER", /*overwrite=*/0);
+  if (auto st = FaultInjection::ProcessStatus(); !st.ok()) return st;
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0)

@@ -5,12 +5,17 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/device_health.h"
 
 namespace trisolve::cuda {
 
 inline absl::Status CudaStatus(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return absl::OkStatus();
+  // A sticky error: the device is lost to the process (device_health.h), UNAVAILABLE.
+  const bool sticky = IsStickyError(e);
+  if (sticky) NoteStickyError(e, what);
   const auto code = e == cudaErrorMemoryAllocation ? absl::StatusCode::kResourceExhausted
+                    : sticky                       ? absl::StatusCode::kUnavailable
                                                    : absl::StatusCode::kInternal;
   return absl::Status(code, absl::StrCat(what, ": ", cudaGetErrorName(e), " (",
                                          cudaGetErrorString(e), ")"));

@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include "runtime/check.h"
+#include "trisolve/fault_injection.h"
 
 namespace trisolve::cuda {
 
@@ -49,12 +50,14 @@ void Pool::EvictLocked(int64_t need) {
 
 absl::StatusOr<Pool::Buffer> Pool::Get(int64_t bytes) {
   const int64_t size = SizeClass(std::max<int64_t>(bytes, 1));
+  // Test-only (fault_injection.h): this request goes the way of a cudaMalloc that fails.
+  const bool inject = kind_ == Kind::kDevice && FaultInjection::Process().NextAllocationFails();
   Buffer b;
   b.pool_ = this;
   b.size_ = size;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = idle_.find(size);
+    auto it = inject ? idle_.end() : idle_.find(size);
     if (it != idle_.end()) {
       b.ptr_ = it->second;
       idle_.erase(it);
@@ -72,12 +75,13 @@ absl::StatusOr<Pool::Buffer> Pool::Get(int64_t bytes) {
     stats_.in_use_bytes += size;  // reserved before allocating outside the lock
   }
   void* p = nullptr;
-  absl::Status st = Allocate(size, &p);
+  absl::Status st = inject ? CudaStatus(cudaErrorMemoryAllocation, "cudaMalloc (fault injection)")
+                           : Allocate(size, &p);
   if (!st.ok()) {
     // The device may be short because of our own idle buffers: free them and try once more.
     std::lock_guard<std::mutex> lock(mu_);
     EvictLocked(cap_);
-    st = Allocate(size, &p);
+    if (!inject) st = Allocate(size, &p);
     if (!st.ok()) {
       stats_.in_use_bytes -= size;
       return st;

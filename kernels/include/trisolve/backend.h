@@ -49,6 +49,11 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual BackendInfo Info() const = 0;
+  // OK while the backend can serve. UNAVAILABLE, for good, once its device is lost to this
+  // process (a sticky CUDA error: an illegal address, a kernel's trap, an uncorrectable ECC
+  // error): calls fail from then on, and only a new process can use the device again. Calls
+  // that fail because of it fail UNAVAILABLE. The server asks when a call has failed.
+  virtual absl::Status Health() const { return absl::OkStatus(); }
 
   // Each call solves one request. Inputs were validated by the caller (shapes, finiteness,
   // parent arrays); a vanishing pivot is reported in out.status, never as an error.
@@ -101,6 +106,10 @@ class Backend {
 
 // The CPU reference backend; threads <= 0 means one per hardware thread.
 std::unique_ptr<Backend> MakeCpuBackend(int threads = 0);
+// The CPU backend as trisolved runs it: MakeCpuBackend behind the test-only faults that
+// TRISOLVE_FAULT_INJECTION asks for (trisolve/fault_injection.h), MakeCpuBackend's own where the
+// variable is unset. INVALID_ARGUMENT for a malformed value.
+absl::StatusOr<std::unique_ptr<Backend>> MakeServedCpuBackend(int threads = 0);
 
 struct CudaOptions {
   int device = 0;
@@ -118,7 +127,8 @@ struct CudaOptions {
 };
 
 // The CUDA backend; UNAVAILABLE when built without CUDA or when no device is present (the
-// message says which).
+// message says which); INVALID_ARGUMENT for a malformed TRISOLVE_FAULT_INJECTION, whose faults
+// it injects (trisolve/fault_injection.h).
 absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const CudaOptions& options = {});
 bool CudaBackendCompiledIn();
 // The CUDA devices present (0 without CUDA, a driver or a device).

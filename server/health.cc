@@ -1,0 +1,57 @@
+#include "health.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+
+namespace trisolve::server {
+
+absl::Status BackendHealth::Check(const absl::Status& failure) {
+  if (lost()) return status();
+  absl::Status health = backend_->Health();
+  if (health.ok()) return failure;
+  std::vector<std::function<void()>> hooks;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (lost_.load()) return status_;
+    status_ = health.code() == absl::StatusCode::kUnavailable
+                  ? health
+                  : absl::UnavailableError(health.message());
+    lost_.store(true, std::memory_order_release);
+    hooks.swap(hooks_);
+  }
+  spdlog::error("backend lost ({} failed): {}; health NOT_SERVING, every call UNAVAILABLE, then "
+                "exit {} for a restart",
+                absl::StatusCodeToString(failure.code()), std::string(health.message()),
+                kExitBackendLost);
+  for (auto& h : hooks) h();
+  stop_running_.store(true, std::memory_order_release);
+  return status();
+}
+
+absl::Status BackendHealth::status() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return status_;
+}
+
+void BackendHealth::OnLost(std::function<void()> hook) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!lost_.load()) {
+      hooks_.push_back(std::move(hook));
+      return;
+    }
+  }
+  hook();
+}
+
+std::string BackendHealth::RenderMetrics() const {
+  return absl::StrCat(
+      "# HELP trisolve_backend_up 1 while the backend serves; 0 once its device is lost to the "
+      "process (the server then drains and exits for a restart).\n"
+      "# TYPE trisolve_backend_up gauge\ntrisolve_backend_up ",
+      lost() ? 0 : 1, "\n");
+}
+
+}  // namespace trisolve::server
