@@ -50,8 +50,8 @@ struct JobOptions {
 struct Job {
   Kind kind = Kind::kTridiagonal;
   // By name: tridiagonal a b c d; tree parent lower upper diag rhs; block-tridiagonal
-  // aC cC bC cA cB f [y0]; dense A (or a) b. Coefficients float64 or float32 (converted to
-  // the right-hand side's type), parent int32 or int64.
+  // aC cC bC cA cB f [y0]; dense A (or a) b. Values float64 or float32: the job is float32
+  // only when every one is, float64 otherwise (never narrowed); parent int32 or int64.
   std::map<std::string, ArrayView> arrays;
   JobOptions options;
 };
