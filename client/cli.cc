@@ -144,7 +144,7 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseInputs(
   return out;
 }
 
-// The files read (parent=FILE.swc for a tree). Integer values arrays become float64 -- NumPy's
+// The files read (parent=FILE.swc for a tree). Integer arrays become float64 -- NumPy's
 // own promotion, exact to 2^53 and refused beyond -- so np.save of an integer array works;
 // `parent` must hold integers. `read_as` records each array's type in its file.
 absl::Status ReadArrays(const std::vector<std::pair<std::string, std::string>>& inputs,
