@@ -10,9 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "server_process.h"
+#include "trisolve/client.h"
 #include "trisolve/examples.h"
 #include "trisolve/ndarray.h"
 
@@ -300,6 +302,53 @@ TEST_F(Cli, UsageErrorsExitTwoAsTheReadmeStates) {
   auto [rc3, out3] = Run("solve dense A=" + Path("nope.npy") + " b=" + Path("nope.npy"));
   EXPECT_EQ(rc3, 1) << out3;
   EXPECT_TRUE(Has(out3, "nope.npy: cannot open")) << out3;
+}
+
+// The client library refuses the same options rather than drop them (SetOptions sends tol and
+// max_iterations for block jobs only, the layout for tridiagonal and tree only).
+TEST_F(Cli, TheLibraryRefusesOptionsAFamilyIgnores) {
+  Client::Options co;
+  co.target = server_->target();
+  Client client(co);
+  auto tri = examples::RandomTridiagonal(3, 5, false, 1);
+  auto dense = examples::RandomDense(2, 4, false, 1);
+  auto block = examples::ThesisExperiment1(8, 8);
+  auto job_of = [](Kind k, const examples::Arrays& arrays) {
+    Job job{k};
+    for (const auto& [name, a] : arrays) job.arrays[name] = a.view();
+    return job;
+  };
+  struct Case {
+    Job job;
+    const char* field;
+  };
+  std::vector<Case> cases;
+  cases.push_back({job_of(Kind::kTridiagonal, tri), "tol"});
+  cases.back().job.options.tol = 1e-3;
+  cases.push_back({job_of(Kind::kDense, dense), "max_iterations"});
+  cases.back().job.options.max_iterations = 5;
+  cases.push_back({job_of(Kind::kTridiagonal, tri), "scale_rows"});
+  cases.back().job.options.scale_rows = true;
+  cases.push_back({job_of(Kind::kDense, dense), "interleaved"});
+  cases.back().job.options.interleaved = true;
+  cases.push_back({job_of(Kind::kBlockTridiagonal, block), "interleaved"});
+  cases.back().job.options.interleaved = true;
+  cases.push_back({job_of(Kind::kBlockTridiagonal, block), "skip_residual"});
+  cases.back().job.options.skip_residual = true;
+  for (const Case& c : cases) {
+    auto r = client.Solve(c.job);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << c.field;
+    EXPECT_TRUE(absl::StartsWith(r.status().message(), c.field)) << r.status();
+    auto made = client.CreateSystem(c.job);
+    EXPECT_EQ(made.status().code(), absl::StatusCode::kInvalidArgument) << c.field;
+  }
+  // Where they apply, they are taken.
+  Job ok = job_of(Kind::kBlockTridiagonal, block);
+  ok.options.tol = 1e-8;
+  ok.options.max_iterations = 400;
+  auto r = client.Solve(ok);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->summary.ok, 1);
 }
 
 // ---- item 6: what the README says -----------------------------------------------------------

@@ -32,6 +32,8 @@ absl::string_view KindName(Kind k);
 // The array names each kind takes, the right-hand side first.
 const std::vector<std::string>& ArrayNames(Kind k);
 
+// An option the job's family does not take (tol on a tridiagonal job, interleaved on a dense
+// one, skip_residual on a block one, ...) is refused with INVALID_ARGUMENT naming it.
 struct JobOptions {
   std::string method;          // "" or "auto" lets the server choose
   bool interleaved = false;    // tridiagonal and tree: arrays are n x batch
