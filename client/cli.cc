@@ -7,12 +7,15 @@
 //   trisolve bench [--clients C] [--requests R] [--batch B] [--n N] [--mode unary|handle|stream]
 // Exit status: 0 solved (every system ok), 3 solved but some system was not ok, 1 error
 // (the server's status is printed), 2 usage.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -79,27 +82,169 @@ int MakeExample(const std::string& kind_name, const std::string& dir, int64_t ba
   return 0;
 }
 
-// NAME=FILE.npy arguments (parent=FILE.swc for a tree) into arrays.
-absl::Status ReadArrays(const std::vector<std::string>& inputs,
-                        std::map<std::string, trisolve::NdArray>* arrays) {
+// A usage error: the command line itself is wrong (what --help would have told). Exit 2.
+constexpr int kUsageExit = 2;
+int Usage(absl::string_view why) {
+  std::cerr << "usage: " << why << "\nRun with --help for more information.\n";
+  return kUsageExit;
+}
+
+// One spelling per array: dense `a` is `A`; the block family's proto names are the thesis'.
+std::string CanonicalName(std::optional<trisolve::Kind> kind, const std::string& name) {
+  if (kind == trisolve::Kind::kDense && name == "a") return "A";
+  if (kind == trisolve::Kind::kBlockTridiagonal) {
+    static const std::map<std::string, std::string> proto = {
+        {"a_c", "aC"}, {"c_c", "cC"}, {"b_c", "bC"}, {"c_a", "cA"}, {"c_b", "cB"}};
+    if (auto it = proto.find(name); it != proto.end()) return it->second;
+  }
+  return name;
+}
+
+// What the NAME=FILE arguments must name.
+enum class Names {
+  kJob,           // solve KIND: every array of the family (y0 optional)
+  kCoefficients,  // system create KIND: every coefficient array, the right-hand side optional
+  kAny,           // system solve / update: the server knows the system's family
+};
+
+// NAME=FILE arguments checked against the family: malformed, repeated, unknown and missing
+// names are usage errors (exit 2) -- found before any file is read or call made.
+absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseInputs(
+    const std::vector<std::string>& inputs, std::optional<trisolve::Kind> kind, Names names) {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::map<std::string, std::string> given;  // canonical name -> as written
   for (const std::string& arg : inputs) {
     const size_t eq = arg.find('=');
-    if (eq == std::string::npos || eq == 0)
+    if (eq == std::string::npos || eq == 0 || eq + 1 == arg.size())
       return absl::InvalidArgumentError(absl::StrCat("'", arg, "': expected NAME=FILE"));
-    const std::string name = arg.substr(0, eq), path = arg.substr(eq + 1);
-    if (arrays->count(name) > 0)
-      return absl::InvalidArgumentError(absl::StrCat("'", name, "' is given twice"));
+    const std::string name = CanonicalName(kind, arg.substr(0, eq));
+    if (auto [it, fresh] = given.emplace(name, arg.substr(0, eq)); !fresh)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "array '", name, "' is given twice (", it->second, "=... and ", arg.substr(0, eq),
+          "=...); name each array once"));
+    out.emplace_back(name, arg.substr(eq + 1));
+  }
+  if (names == Names::kAny || !kind) return out;
+  const auto& family = trisolve::ArrayNames(*kind);
+  const std::string family_list = absl::StrJoin(family, ", ");
+  for (const auto& [name, path] : out)
+    if (std::find(family.begin(), family.end(), name) == family.end())
+      return absl::InvalidArgumentError(absl::StrCat("'", name, "' is not an array of a ",
+                                                     trisolve::KindName(*kind), " job (",
+                                                     family_list, ")"));
+  std::vector<std::string> missing;
+  for (size_t i = 0; i < family.size(); ++i) {
+    const bool optional = family[i] == "y0" || (names == Names::kCoefficients && i == 0);
+    if (!optional && given.count(family[i]) == 0) missing.push_back(family[i] + "=FILE");
+  }
+  if (!missing.empty())
+    return absl::InvalidArgumentError(absl::StrCat("a ", trisolve::KindName(*kind),
+                                                   names == Names::kJob ? " solve" : " system",
+                                                   " needs ", absl::StrJoin(missing, " ")));
+  return out;
+}
+
+// The files read (parent=FILE.swc for a tree). Integer arrays become float64 -- NumPy's
+// own promotion, exact to 2^53 and refused beyond -- so np.save of an integer array works;
+// `parent` must hold integers. `read_as` records each array's type in its file.
+absl::Status ReadArrays(const std::vector<std::pair<std::string, std::string>>& inputs,
+                        std::map<std::string, trisolve::NdArray>* arrays,
+                        std::map<std::string, trisolve::DType>* read_as) {
+  for (const auto& [name, path] : inputs) {
+    trisolve::NdArray a;
     if (name == "parent" && absl::EndsWithIgnoreCase(path, ".swc")) {
       auto m = trisolve::ReadSwc(path);
       if (!m.ok()) return m.status();
-      (*arrays)[name] = trisolve::NdArray::From<int32_t>({m->size()}, m->parent);
-      continue;
+      a = trisolve::NdArray::From<int32_t>({m->size()}, m->parent);
+    } else {
+      auto r = trisolve::ReadNpy(path);
+      if (!r.ok()) return r.status();
+      a = *std::move(r);
     }
-    auto a = trisolve::ReadNpy(path);
-    if (!a.ok()) return a.status();
-    (*arrays)[name] = *std::move(a);
+    (*read_as)[name] = a.dtype;
+    const bool integer = a.dtype == trisolve::DType::kInt32 || a.dtype == trisolve::DType::kInt64;
+    if (name == "parent" && !integer)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parent (", path, ") is ", trisolve::DTypeName(a.dtype),
+          ": node indices must be an integer array (int32 or int64)"));
+    if (name != "parent" && integer) {
+      trisolve::NdArray f = trisolve::NdArray::Zeros(trisolve::DType::kFloat64, a.shape);
+      constexpr int64_t kExact = int64_t{1} << 53;
+      for (int64_t i = 0; i < a.elements(); ++i) {
+        const int64_t v = a.dtype == trisolve::DType::kInt32 ? a.as<int32_t>()[i]
+                                                             : a.as<int64_t>()[i];
+        if (v > kExact || v < -kExact)
+          return absl::InvalidArgumentError(absl::StrCat(
+              name, " (", path, ") is ", trisolve::DTypeName(a.dtype), " and its value ", v,
+              " at ", i, " has no exact float64; save it as floating point"));
+        f.as<double>()[i] = static_cast<double>(v);
+      }
+      a = std::move(f);
+    }
+    (*arrays)[name] = std::move(a);
   }
   return absl::OkStatus();
+}
+
+// "float64" and, for arrays that arrived in another type, "(converted: b int64, d float32)":
+// the type the job ran in is the answer's (float32 only when every array is float32).
+std::string DTypeUsed(trisolve::DType used, const std::map<std::string, trisolve::DType>& read_as) {
+  std::vector<std::string> converted;
+  for (const auto& [name, t] : read_as)
+    if (name != "parent" && t != used) converted.push_back(absl::StrCat(name, " ", trisolve::DTypeName(t)));
+  std::string out(trisolve::DTypeName(used));
+  if (!converted.empty()) absl::StrAppend(&out, " (converted: ", absl::StrJoin(converted, ", "), ")");
+  return out;
+}
+
+// A dense right-hand side as NumPy's solve takes one column: b [n, 1] beside A [n, n] (or
+// [batch, n, 1] beside [batch, n, n]) is one right-hand side, sent as [n] ([batch, n]); x is
+// written back in b's shape. Right-hand sides here are rows ([k, n] for k of them), so b
+// [n, k] beside A [n, n], k > 1 and k != n, is refused naming b. Returns b's shape as given.
+absl::StatusOr<std::vector<int64_t>> DenseColumns(std::map<std::string, trisolve::NdArray>* arrays) {
+  auto A = arrays->find("A"), b = arrays->find("b");
+  if (A == arrays->end() || b == arrays->end()) return std::vector<int64_t>{};
+  const std::vector<int64_t> as = A->second.shape, given = b->second.shape;
+  const size_t r = as.size();
+  if (r < 2 || as[r - 1] != as[r - 2] || given.size() != r) return given;
+  const int64_t n = as[r - 1];
+  if (!std::equal(as.begin(), as.end() - 1, given.begin()) || given.back() == n) return given;
+  if (given.back() != 1)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "b has shape [", absl::StrJoin(given, ", "), "] beside A [", absl::StrJoin(as, ", "),
+        "]: right-hand sides are the rows of b ([k, ", n, "] for k of them beside one matrix; "
+        "NumPy's columns: save b.T)"));
+  b->second.shape.pop_back();  // the column, as a vector (given.back() is 1, n is not)
+  return given;
+}
+
+bool Given(const CLI::App* cmd, const std::string& name) {
+  const CLI::Option* o = cmd->get_option_no_throw(name);
+  return o != nullptr && o->count() > 0;
+}
+
+// What is wrong with a solve's or system create's options for KIND, or "" when nothing is:
+// an option the family ignores, or a value out of its range.
+std::string JobOptionsFault(const CLI::App* cmd, trisolve::Kind kind, int64_t iterations,
+                            double tol) {
+  const bool block = kind == trisolve::Kind::kBlockTridiagonal;
+  const std::string family(trisolve::KindName(kind));
+  for (const char* name : {"--iterations", "--tol", "--scale-rows"})
+    if (!block && Given(cmd, name))
+      return absl::StrCat(name, " applies to block-tridiagonal only: a ", family,
+                          " solve is direct and would ignore it");
+  if ((block || kind == trisolve::Kind::kDense) && Given(cmd, "--layout"))
+    return absl::StrCat("--layout applies to tridiagonal and tree only: ", family,
+                        " arrays have one layout");
+  if (block && Given(cmd, "--skip-residual"))
+    return "--skip-residual does not apply to block-tridiagonal: the residual decides when "
+           "the iteration stops, and is always computed";
+  if (Given(cmd, "--iterations") && iterations < 1)
+    return absl::StrCat("--iterations is ", iterations, ", expected at least 1");
+  if (Given(cmd, "--tol") && !(tol >= 0 && tol < 1))
+    return absl::StrCat("--tol is ", tol, ", expected 0 <= tol < 1 (0: exactly --iterations "
+                        "sweeps)");
+  return "";
 }
 
 void PrintSystem(const trisolve::SystemInfo& s) {
@@ -174,7 +319,8 @@ int main(int argc, char** argv) {
   auto* example = app.add_subcommand("make-example", "write an example input of KIND into DIR");
   std::string ex_kind, ex_dir, ex_swc;
   int64_t ex_batch = 0, ex_n = 0;
-  example->add_option("kind", ex_kind, "tridiagonal, tree, block-tridiagonal, dense")->required();
+  example->add_option("kind", ex_kind, "tridiagonal, tree, block-tridiagonal, dense")
+      ->required()->check(CLI::IsMember({"tridiagonal", "tree", "block-tridiagonal", "dense"}));
   example->add_option("dir", ex_dir, "output folder")->required();
   example->add_option("--batch", ex_batch, "systems (block-tridiagonal: N)");
   example->add_option("--n", ex_n, "unknowns per system (block-tridiagonal: M)");
@@ -215,10 +361,14 @@ int main(int argc, char** argv) {
   auto* bench = app.add_subcommand("bench", "load the server with checked tridiagonal solves, "
                                             "beside one local core");
   trisolve::BenchOptions bo;
-  bench->add_option("--clients", bo.clients, "concurrent clients (threads)")->capture_default_str();
-  bench->add_option("--requests", bo.requests, "requests a client")->capture_default_str();
-  bench->add_option("--batch", bo.batch, "systems a request")->capture_default_str();
-  bench->add_option("--n", bo.n, "unknowns a system")->capture_default_str();
+  bench->add_option("--clients", bo.clients, "concurrent clients (threads)")
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()))->capture_default_str();
+  bench->add_option("--requests", bo.requests, "requests a client")
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()))->capture_default_str();
+  bench->add_option("--batch", bo.batch, "systems a request")
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()))->capture_default_str();
+  bench->add_option("--n", bo.n, "unknowns a system")
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()))->capture_default_str();
   bench->add_option("--mode", bo.mode, "unary (whole system), handle (rhs only), stream")
       ->check(CLI::IsMember({"unary", "handle", "stream"}))->capture_default_str();
   bench->add_option("--transport", bo.transport,
@@ -228,9 +378,51 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"grpc", "auto", "shm", "streams"}))->capture_default_str();
   bench->add_flag("--json", bo.json, "print a JSON summary as the last line");
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // CLI11's own codes (105, 106, 109, ...) would contradict the documented 2; --help is 0.
+    return app.exit(e) == 0 ? 0 : kUsageExit;
+  }
+  // Options a family ignores, and values out of range, are refused, never silently dropped or
+  // defaulted: the answer must be the one the command line asked for.
+  if (!std::isfinite(timeout) || timeout < 0)
+    return Usage(absl::StrCat("--timeout is ", timeout, ", expected seconds >= 0 (0: none)"));
 
-  if (*example) return MakeExample(ex_kind, ex_dir, ex_batch, ex_n, ex_swc);
+  if (*example) {
+    for (const char* name : {"--batch", "--n"})
+      if (Given(example, name) && (name[2] == 'b' ? ex_batch : ex_n) < 1)
+        return Usage(absl::StrCat(name, " is ", name[2] == 'b' ? ex_batch : ex_n,
+                                  ", expected at least 1"));
+    if (ex_kind == "tree" && Given(example, "--n"))
+      return Usage("--n does not apply to a tree example: the morphology (--swc) sets n");
+    if (ex_kind != "tree" && Given(example, "--swc"))
+      return Usage("--swc applies to tree examples only");
+    return MakeExample(ex_kind, ex_dir, ex_batch, ex_n, ex_swc);
+  }
+  // The command line checked whole before a file is read or a call made.
+  std::optional<trisolve::Kind> kind;
+  const CLI::App* job_cmd = *solve ? solve : *sys_create ? sys_create : nullptr;
+  if (job_cmd != nullptr) {
+    kind = *trisolve::ParseKind(*solve ? kind_name : sys_kind);  // CLI11 checked the name
+    if (std::string fault = JobOptionsFault(job_cmd, *kind, iterations, tol); !fault.empty())
+      return Usage(fault);
+  }
+  if (*sys_create && (!std::isfinite(sys_ttl) || sys_ttl < 0))
+    return Usage(absl::StrCat("--ttl is ", sys_ttl, ", expected seconds >= 0 (0: the server's default)"));
+  std::vector<std::pair<std::string, std::string>> named;
+  if (*solve || *sys_create || *sys_solve || *sys_update) {
+    auto parsed = ParseInputs(*solve ? inputs : sys_inputs, kind,
+                              *solve ? Names::kJob : *sys_create ? Names::kCoefficients : Names::kAny);
+    if (!parsed.ok()) return Usage(parsed.status().message());
+    named = *std::move(parsed);
+    if (*sys_solve && std::none_of(named.begin(), named.end(),
+                                   [](const auto& e) { return e.first == "rhs"; }))
+      return Usage("system solve needs rhs=FILE.npy (the right-hand sides)");
+  }
+  std::map<std::string, trisolve::NdArray> arrays;
+  std::map<std::string, trisolve::DType> read_as;
+  if (auto st = ReadArrays(named, &arrays, &read_as); !st.ok()) return Fail(st);
 
   copt.target = server;
   copt.transport = *trisolve::ParseTransport(transport);
@@ -250,19 +442,15 @@ int main(int argc, char** argv) {
   if (*system) {
     trisolve::JobOptions jo;
     if (timeout > 0) jo.timeout_s = timeout;
-    std::map<std::string, trisolve::NdArray> arrays;
-    if (auto st = ReadArrays(sys_inputs, &arrays); !st.ok()) return Fail(st);
     if (*sys_create) {
-      auto kind = trisolve::ParseKind(sys_kind);
-      if (!kind.ok()) return Fail(kind.status());
       trisolve::Job job;
       job.kind = *kind;
       for (const auto& [name, a] : arrays) job.arrays[name] = a.view();
       job.options = jo;
       job.options.method = method;
       job.options.interleaved = layout == "interleaved";
-      if (iterations > 0) job.options.max_iterations = iterations;
-      if (tol >= 0) job.options.tol = tol;
+      if (Given(sys_create, "--iterations")) job.options.max_iterations = iterations;
+      if (Given(sys_create, "--tol")) job.options.tol = tol;
       auto made = client.CreateSystem(job, {.ttl_s = sys_ttl, .label = sys_label});
       if (!made.ok()) return Fail(made.status());
       PrintSystem(*made);
@@ -272,15 +460,11 @@ int main(int argc, char** argv) {
       const trisolve::NdArray* rhs = nullptr;
       trisolve::Updates update;
       for (const auto& [name, a] : arrays) {
-        if (name == "rhs") {
-          if (rhs != nullptr)
-            return Fail(absl::InvalidArgumentError("give the right-hand side once (rhs=FILE.npy)"));
+        if (name == "rhs")
           rhs = &a;
-        } else {
+        else
           update[name] = a.view();
-        }
       }
-      if (rhs == nullptr) return Fail(absl::InvalidArgumentError("missing rhs=FILE.npy"));
       jo.skip_residual = skip_residual;
       auto res = client.SolveSystem(sys_handle, rhs->view(), update, jo);
       if (!res.ok()) return Fail(res.status());
@@ -288,7 +472,8 @@ int main(int argc, char** argv) {
       if (!out_path.empty())
         if (auto st = trisolve::WriteNpy(out_path, res->x.view()); !st.ok()) return Fail(st);
       std::cout << sm.handle << ": " << sm.right_hand_sides << " right-hand side"
-                << (sm.right_hand_sides == 1 ? "" : "s") << ", " << sm.systems << " systems, method "
+                << (sm.right_hand_sides == 1 ? "" : "s") << ", " << sm.systems << " systems, "
+                << DTypeUsed(res->x.dtype, read_as) << ", method "
                 << sm.method << ", backend " << sm.backend << "\n"
                 << "residual " << (std::isnan(sm.residual) ? std::string("not computed")
                                                           : absl::StrFormat("%.3e", sm.residual))
@@ -346,17 +531,19 @@ int main(int argc, char** argv) {
   }
 
   // solve
-  auto kind = trisolve::ParseKind(kind_name);
-  if (!kind.ok()) return Fail(kind.status());
   trisolve::Job job;
   job.kind = *kind;
-  std::map<std::string, trisolve::NdArray> arrays;
-  if (auto st = ReadArrays(inputs, &arrays); !st.ok()) return Fail(st);
+  std::vector<int64_t> b_shape;  // dense: b as given, x written in it
+  if (job.kind == trisolve::Kind::kDense) {
+    auto given = DenseColumns(&arrays);
+    if (!given.ok()) return Fail(given.status());
+    b_shape = *given;
+  }
   for (const auto& [name, a] : arrays) job.arrays[name] = a.view();
   job.options.method = method;
   job.options.interleaved = layout == "interleaved";
-  if (iterations > 0) job.options.max_iterations = iterations;
-  if (tol >= 0) job.options.tol = tol;
+  if (Given(solve, "--iterations")) job.options.max_iterations = iterations;
+  if (Given(solve, "--tol")) job.options.tol = tol;
   job.options.scale_rows = scale_rows;
   job.options.skip_residual = skip_residual;
   if (timeout > 0) job.options.timeout_s = timeout;
@@ -364,6 +551,8 @@ int main(int argc, char** argv) {
   auto res = client.Solve(job);
   if (!res.ok()) return Fail(res.status());
   const auto& s = res->summary;
+  if (!b_shape.empty() && res->x.elements() == trisolve::ArrayView{{}, b_shape, nullptr}.elements())
+    res->x.shape = b_shape;
   if (!out_path.empty())
     if (auto st = trisolve::WriteNpy(out_path, res->x.view()); !st.ok()) return Fail(st);
   if (!status_path.empty()) {
@@ -374,8 +563,8 @@ int main(int argc, char** argv) {
   }
   const bool iterative = job.kind == trisolve::Kind::kBlockTridiagonal;
   std::cout << kind_name << ": " << s.systems << (s.systems == 1 ? " system" : " systems")
-            << ", x " << absl::StrCat("[", absl::StrJoin(res->x.shape, ", "), "]") << " "
-            << trisolve::DTypeName(res->x.dtype) << ", backend " << s.backend << ", method "
+            << ", " << DTypeUsed(res->x.dtype, read_as) << ", x "
+            << absl::StrCat("[", absl::StrJoin(res->x.shape, ", "), "]") << ", backend " << s.backend << ", method "
             << s.method << (s.streamed ? " (streamed)" : "") << "\n";
   if (iterative)
     std::cout << "iterations " << s.iterations << ", relative residual ||f - Ay|| / ||f|| = "
@@ -398,6 +587,10 @@ int main(int argc, char** argv) {
     nlohmann::json j;
     j["kind"] = kind_name;
     j["method"] = s.method;
+    j["dtype"] = trisolve::DTypeName(res->x.dtype);
+    j["converted"] = nlohmann::json::object();
+    for (const auto& [name, type] : read_as)
+      if (name != "parent" && type != res->x.dtype) j["converted"][name] = trisolve::DTypeName(type);
     j["backend"] = s.backend;
     j["request_id"] = s.request_id;
     j["systems"] = s.systems;

@@ -333,6 +333,18 @@ SystemInfo ReadSystemInfo(const v1::SystemInfo& i) {
 absl::Status Marshal(const Job& job, bool rhs_optional, DType* dtype,
                      std::vector<std::pair<std::string, ArrayView>>* send,
                      std::vector<NdArray>* converted) {
+  // Options the family would ignore are refused, never silently dropped.
+  const JobOptions& o = job.options;
+  const bool block = job.kind == Kind::kBlockTridiagonal;
+  const char* ignored = !block && o.tol                                       ? "tol"
+                        : !block && o.max_iterations                          ? "max_iterations"
+                        : !block && o.scale_rows                              ? "scale_rows"
+                        : block && o.skip_residual                            ? "skip_residual"
+                        : (block || job.kind == Kind::kDense) && o.interleaved ? "interleaved"
+                                                                              : nullptr;
+  if (ignored != nullptr)
+    return absl::InvalidArgumentError(absl::StrCat(ignored, ": a ", KindName(job.kind),
+                                                   " job does not take this option"));
   const auto& names = ArrayNames(job.kind);
   const std::string& rhs_name = names[0];
   auto rhs_it = job.arrays.find(rhs_name);

@@ -4,6 +4,7 @@
 #include <istream>
 #include <limits>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -107,6 +108,16 @@ absl::Status Bad(const std::string& path, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", why));
 }
 
+// The header's text after "'key':", leading blanks dropped; empty without the key.
+absl::string_view AfterKey(absl::string_view header, absl::string_view key) {
+  const std::string k = absl::StrCat("'", key, "'");
+  size_t p = header.find(k);
+  if (p == absl::string_view::npos) return {};
+  p = header.find(':', p + k.size());
+  if (p == absl::string_view::npos) return {};
+  return absl::StripLeadingAsciiWhitespace(header.substr(p + 1));
+}
+
 // The value of 'key' in the header's Python dict literal.
 absl::string_view DictValue(absl::string_view header, absl::string_view key) {
   const std::string k = absl::StrCat("'", key, "'");
@@ -120,6 +131,28 @@ absl::string_view DictValue(absl::string_view header, absl::string_view key) {
   size_t end = rest.find(close, 1);
   if (end == absl::string_view::npos) return {};
   return rest.substr(0, close == ',' ? end : end + 1);
+}
+
+// Column-major values of `shape` reordered row-major: C-order element k gathers the
+// Fortran-order element at the same multi-index.
+std::vector<std::byte> ToCOrder(const std::vector<int64_t>& shape, int size,
+                                const std::vector<std::byte>& f) {
+  const size_t rank = shape.size();
+  std::vector<int64_t> stride(rank, 1);  // Fortran strides, in elements
+  for (size_t j = 1; j < rank; ++j) stride[j] = stride[j - 1] * shape[j - 1];
+  std::vector<std::byte> c(f.size());
+  std::vector<int64_t> index(rank, 0);
+  int64_t from = 0;
+  for (size_t k = 0; k * size < c.size(); ++k) {
+    std::memcpy(c.data() + k * size, f.data() + from * size, size);
+    for (size_t j = rank; j-- > 0;) {  // next C-order index: the last dimension fastest
+      from += stride[j];
+      if (++index[j] < shape[j]) break;
+      from -= stride[j] * shape[j];
+      index[j] = 0;
+    }
+  }
+  return c;
 }
 
 }  // namespace
@@ -151,18 +184,29 @@ absl::StatusOr<NdArray> ReadNpy(std::istream& in, const std::string& path) {
   std::string header(hlen, '\0');
   if (!in.read(header.data(), hlen)) return Bad(path, "truncated header");
 
+  // descr: byte order ('<' little, '>' big, '=' native: little on every host this builds
+  // for), kind and size. Big-endian values are swapped, never reinterpreted.
   const absl::string_view descr = DictValue(header, "descr");
   NdArray a;
-  if (descr == "'<f8'") a.dtype = DType::kFloat64;
-  else if (descr == "'<f4'") a.dtype = DType::kFloat32;
-  else if (descr == "'<i4'") a.dtype = DType::kInt32;
-  else if (descr == "'<i8'") a.dtype = DType::kInt64;
-  else
+  bool known = descr.size() == 5 && descr.front() == '\'' && descr.back() == '\'' &&
+               (descr[1] == '<' || descr[1] == '>' || descr[1] == '=');
+  const bool swap = known && descr[1] == '>';
+  const absl::string_view type = known ? descr.substr(2, 2) : absl::string_view();
+  if (type == "f8") a.dtype = DType::kFloat64;
+  else if (type == "f4") a.dtype = DType::kFloat32;
+  else if (type == "i4") a.dtype = DType::kInt32;
+  else if (type == "i8") a.dtype = DType::kInt64;
+  else known = false;
+  if (!known)
     return Bad(path, absl::StrCat("dtype ", descr.empty() ? "?" : Shown(descr),
-                                  " is not supported (float64, float32, int32, int64, "
-                                  "little-endian)"));
-  if (header.find("'fortran_order': True") != std::string::npos)
-    return Bad(path, "Fortran order is not supported; save a C-order array (np.ascontiguousarray)");
+                                  " is not supported (float64, float32, int32 or int64; "
+                                  "convert it first, e.g. x.astype(np.float64))"));
+  // Fortran order (column-major: what np.save writes for a transposed array) is reordered into
+  // C order below, so the array holds what NumPy means by it.
+  const absl::string_view order = AfterKey(header, "fortran_order");
+  const bool fortran = absl::StartsWith(order, "True");
+  if (!fortran && !absl::StartsWith(order, "False"))
+    return Bad(path, "header has no fortran_order True or False");
   absl::string_view shape = DictValue(header, "shape");
   if (shape.size() < 2 || shape.front() != '(')
     return Bad(path, "header has no shape");
@@ -201,6 +245,11 @@ absl::StatusOr<NdArray> ReadNpy(std::istream& in, const std::string& path) {
     if (!in.read(reinterpret_cast<char*>(a.data.data()) + done, step)) return short_of();
     done += step;
   }
+  const int size = DTypeSize(a.dtype);
+  if (swap)
+    for (std::byte* v = a.data.data(); v < a.data.data() + a.data.size(); v += size)
+      std::reverse(v, v + size);
+  if (fortran && a.shape.size() > 1) a.data = ToCOrder(a.shape, size, a.data);
   return a;
 }
 

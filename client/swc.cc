@@ -40,8 +40,8 @@ absl::StatusOr<Morphology> ParseSwc(const std::string& text, const std::string& 
       auto it = index.find(parent);
       if (it == index.end())
         return bad(absl::StrCat("parent ", parent, " of sample ", id,
-                                " does not come before it (samples must be in depth-first "
-                                "order, every parent before its children)"));
+                                " does not come before it (every parent must come before its "
+                                "children)"));
       p = it->second;
     }
     if (m.size() == 0 && parent != -1)

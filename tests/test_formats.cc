@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -86,22 +87,73 @@ TEST(Npy, RejectsWhatItCannotRead) {
   }
   EXPECT_EQ(ReadNpy(Tmp("bad.npy")).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ReadNpy(Tmp("missing.npy")).status().code(), absl::StatusCode::kNotFound);
-  // A Fortran-order header, hand-written as numpy would.
-  {
-    std::string h = "{'descr': '<f8', 'fortran_order': True, 'shape': (2, 2), }";
-    h.append(64 - (10 + h.size() + 1) % 64, ' ');
-    h.push_back('\n');
-    std::ofstream o(Tmp("fortran.npy"), std::ios::binary);
-    o.write("\x93NUMPY\x01\x00", 8);
-    const char l[2] = {char(h.size() & 0xff), char(h.size() >> 8)};
-    o.write(l, 2);
-    o << h;
-    const double v[4] = {1, 2, 3, 4};
-    o.write(reinterpret_cast<const char*>(v), sizeof v);
-  }
-  auto st = ReadNpy(Tmp("fortran.npy")).status();
-  EXPECT_NE(st.message().find("Fortran"), absl::string_view::npos) << st;
+  // A type it does not take: the message names it and says how to convert.
+  std::istringstream i16(NpyBytes("{'descr': '<i2', 'fortran_order': False, 'shape': (2,), }",
+                                  std::string(4, '\0')));
+  auto st = ReadNpy(i16, "i16.npy").status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("'<i2' is not supported"), absl::string_view::npos) << st;
+  EXPECT_NE(st.message().find("astype"), absl::string_view::npos) << st;
+  std::istringstream no_order(NpyBytes("{'descr': '<f8', 'shape': (1,), }", std::string(8, '\0')));
+  EXPECT_EQ(ReadNpy(no_order, "o.npy").status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_FALSE(NdArray::From<int64_t>({1}, {int64_t{1} << 40}).ConvertTo(DType::kInt32).ok());
+}
+
+std::string Bytes(const void* p, size_t n) { return std::string(static_cast<const char*>(p), n); }
+
+// np.save(f, x.T) writes Fortran order: the values column by column. Read back, the array is
+// the one NumPy meant (C order), for 2-D and 3-D shapes and every type.
+TEST(Npy, FortranOrderIsReadIntoCOrder) {
+  // x = [[1, 2, 3], [4, 5, 6]] stored column-major: 1 4 2 5 3 6.
+  const double f2[6] = {1, 4, 2, 5, 3, 6};
+  std::istringstream in2(NpyBytes("{'descr': '<f8', 'fortran_order': True, 'shape': (2, 3), }",
+                                  Bytes(f2, sizeof f2)));
+  auto r2 = ReadNpy(in2, "f2.npy");
+  ASSERT_TRUE(r2.ok()) << r2.status();
+  EXPECT_EQ(r2->shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(std::vector<double>(r2->as<double>(), r2->as<double>() + 6),
+            (std::vector<double>{1, 2, 3, 4, 5, 6}));
+  // Shape (2, 3, 4), x[i][j][k] = 100 i + 10 j + k, column-major (i fastest).
+  std::vector<int32_t> f3;
+  for (int k = 0; k < 4; ++k)
+    for (int j = 0; j < 3; ++j)
+      for (int i = 0; i < 2; ++i) f3.push_back(100 * i + 10 * j + k);
+  std::istringstream in3(NpyBytes("{'descr': '<i4', 'fortran_order': True, 'shape': (2, 3, 4), }",
+                                  Bytes(f3.data(), f3.size() * 4)));
+  auto r3 = ReadNpy(in3, "f3.npy");
+  ASSERT_TRUE(r3.ok()) << r3.status();
+  EXPECT_EQ(r3->dtype, DType::kInt32);
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j)
+      for (int k = 0; k < 4; ++k)
+        EXPECT_EQ(r3->as<int32_t>()[(i * 3 + j) * 4 + k], 100 * i + 10 * j + k) << i << j << k;
+  // A 1-D Fortran-order array is the same bytes as a C-order one.
+  const float f1[3] = {1, 2, 3};
+  std::istringstream in1(NpyBytes("{'descr': '<f4', 'fortran_order': True, 'shape': (3,), }",
+                                  Bytes(f1, sizeof f1)));
+  auto r1 = ReadNpy(in1, "f1.npy");
+  ASSERT_TRUE(r1.ok()) << r1.status();
+  EXPECT_EQ(r1->as<float>()[2], 3.0f);
+}
+
+// '>f8' and friends: the values are swapped, not reinterpreted.
+TEST(Npy, BigEndianValuesAreSwapped) {
+  const double v[2] = {1.5, -2.25};
+  std::string be = Bytes(v, sizeof v);
+  std::reverse(be.begin(), be.begin() + 8);
+  std::reverse(be.begin() + 8, be.end());
+  std::istringstream in(NpyBytes("{'descr': '>f8', 'fortran_order': False, 'shape': (2,), }", be));
+  auto r = ReadNpy(in, "be.npy");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->as<double>()[0], 1.5);
+  EXPECT_EQ(r->as<double>()[1], -2.25);
+  const int64_t w = 258;  // 0x0102
+  std::string bi = Bytes(&w, 8);
+  std::reverse(bi.begin(), bi.end());
+  std::istringstream in_i(NpyBytes("{'descr': '>i8', 'fortran_order': False, 'shape': (), }", bi));
+  auto ri = ReadNpy(in_i, "bi.npy");
+  ASSERT_TRUE(ri.ok()) << ri.status();
+  EXPECT_EQ(ri->as<int64_t>()[0], 258);
 }
 
 TEST(Swc, ParsesAndRenumbers) {

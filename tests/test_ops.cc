@@ -75,8 +75,6 @@ TEST(Ops, MetricsCountersMoveAsExpected) {
     EXPECT_NE(r->get_header_value("Content-Type").find("text/plain"), std::string::npos);
     return r->body;
   };
-  const std::string ok_series =
-      R"(trisolve_requests_total{rpc="SolveTridiagonal",family="tridiagonal",method="thomas",code="OK"})";  // the method run
   const std::string bad_series =
       R"(trisolve_requests_total{rpc="SolveTridiagonal",family="tridiagonal",method="invalid",code="INVALID_ARGUMENT"})";
   const std::string unknowns = R"(trisolve_unknowns_solved_total{family="tridiagonal"})";
@@ -85,8 +83,13 @@ TEST(Ops, MetricsCountersMoveAsExpected) {
   Client c(To(s));
   examples::Arrays keep;
   Job job = SmallJob(keep);
+  auto first = c.Solve(job);
+  ASSERT_TRUE(first.ok()) << first.status();
   ASSERT_TRUE(c.Solve(job).ok());
-  ASSERT_TRUE(c.Solve(job).ok());
+  // Labelled by the method run: the backend's name for it ("thomas" on the CPU, a kernel's
+  // name behind CUDA), as the answer reports it.
+  const std::string ok_series = R"(trisolve_requests_total{rpc="SolveTridiagonal",family="tridiagonal",method=")" +
+                                first->summary.method + R"(",code="OK"})";
   job.options.method = "cholesky";
   EXPECT_EQ(c.Solve(job).status().code(), absl::StatusCode::kInvalidArgument);
   const std::string after = scrape();
@@ -118,6 +121,19 @@ TEST(Ops, MetricsCountersMoveAsExpected) {
   const std::string last = scrape();
   EXPECT_EQ(Series(last, singular_systems) - Series(after, singular_systems), 1) << last;
   EXPECT_EQ(Series(last, ok_systems) - Series(after, ok_systems), 1);
+  // An iteration stopped short of its tolerance: a successful call, a not_converged system.
+  examples::Arrays block = examples::ThesisExperiment1(8, 8);
+  Job short_of{Kind::kBlockTridiagonal};
+  for (const auto& [name, a] : block) short_of.arrays[name] = a.view();
+  short_of.options.method = "jacobi";
+  short_of.options.max_iterations = 2;
+  short_of.options.tol = 1e-12;
+  auto rn = c.Solve(short_of);
+  ASSERT_TRUE(rn.ok()) << rn.status();
+  EXPECT_EQ(rn->summary.not_converged, 1);
+  const std::string not_converged =
+      R"(trisolve_systems_total{family="block-tridiagonal",outcome="not_converged"})";
+  EXPECT_EQ(Series(scrape(), not_converged) - Series(last, not_converged), 1);
 }
 
 TEST(Ops, BearerTokensAcceptedAndRefusedHealthStaysOpen) {
@@ -148,7 +164,7 @@ TEST(Ops, BearerTokensAcceptedAndRefusedHealthStaysOpen) {
   ASSERT_TRUE(streamed.ok()) << streamed.status();
   EXPECT_TRUE(streamed->summary.streamed);
   // The CLI: --token-file, and without.
-  const std::string cli = std::string(TRISOLVE_CLI_BIN) + " --server " + s.target();
+  const std::string cli = ServerProcess::CliBin() + " --server " + s.target();
   std::ofstream(file + ".client") << "first-token\n";
   EXPECT_EQ(Shell(cli + " --token-file " + file + ".client info").first, 0);
   auto [rc, out] = Shell(cli + " info");
@@ -258,7 +274,7 @@ TEST(Ops, TlsAndMutualTls) {
     // A plaintext client gets no answer.
     EXPECT_EQ(Client(To(s)).Solve(job).status().code(), absl::StatusCode::kUnavailable);
     // The CLI with the CA.
-    auto [rc, out] = Shell(std::string(TRISOLVE_CLI_BIN) + " --server " + s.target() +
+    auto [rc, out] = Shell(ServerProcess::CliBin() + " --server " + s.target() +
                            " --tls-ca " + d + "/ca.pem --timeout 5 health");
     EXPECT_EQ(rc, 0) << out;
   }

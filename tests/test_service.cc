@@ -843,7 +843,7 @@ TEST_F(Service, CliSolvesEveryFamilyAndReportsErrors) {
   EXPECT_EQ(rc4, 1);
   EXPECT_NE(out4.find("INVALID_ARGUMENT"), std::string::npos) << out4;
   EXPECT_NE(out4.find("method"), std::string::npos) << out4;
-  auto [rc5, out5] = Shell(cli + " solve tridiagonal a=" + dir + "/nope.npy");
+  auto [rc5, out5] = Shell(cli + " solve tridiagonal a=" + dir + "/nope.npy" + args.substr(args.find(" b=")));
   EXPECT_EQ(rc5, 1);
   EXPECT_NE(out5.find("cannot open"), std::string::npos) << out5;
   auto [rc6, out6] = Shell(cli + " health");

@@ -32,6 +32,8 @@ absl::string_view KindName(Kind k);
 // The array names each kind takes, the right-hand side first.
 const std::vector<std::string>& ArrayNames(Kind k);
 
+// An option the job's family does not take (tol on a tridiagonal job, interleaved on a dense
+// one, skip_residual on a block one, ...) is refused with INVALID_ARGUMENT naming it.
 struct JobOptions {
   std::string method;          // "" or "auto" lets the server choose
   bool interleaved = false;    // tridiagonal and tree: arrays are n x batch
@@ -50,8 +52,8 @@ struct JobOptions {
 struct Job {
   Kind kind = Kind::kTridiagonal;
   // By name: tridiagonal a b c d; tree parent lower upper diag rhs; block-tridiagonal
-  // aC cC bC cA cB f [y0]; dense A (or a) b. Coefficients float64 or float32 (converted to
-  // the right-hand side's type), parent int32 or int64.
+  // aC cC bC cA cB f [y0]; dense A (or a) b. Values float64 or float32: the job is float32
+  // only when every one is, float64 otherwise (never narrowed); parent int32 or int64.
   std::map<std::string, ArrayView> arrays;
   JobOptions options;
 };

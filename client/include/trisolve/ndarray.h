@@ -1,4 +1,5 @@
-// Arrays on the client side, and NumPy's .npy format (versions 1-3, little-endian, C order).
+// Arrays on the client side, and NumPy's .npy format (versions 1-3; read in C or Fortran
+// order, little- or big-endian, into C order and this host's byte order; written C order).
 #pragma once
 
 #include "absl/strings/string_view.h"
