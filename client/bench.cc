@@ -132,6 +132,7 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
   std::map<std::string, int64_t> errors;  // by status code
   std::atomic<int64_t> ok{0}, wrong{0}, lost{0};
   double worst_error = 0;
+  int64_t batched = 0, batched_with = 0;  // answers the server solved with others, and with how many
   std::atomic<bool> failed_setup{false};
 
   auto client_loop = [&](int id) {
@@ -204,6 +205,7 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
     Timings local_server;
     std::map<std::string, int64_t> local_err;
     double local_worst = 0;
+    int64_t local_batched = 0, local_batched_with = 0;
     auto check = [&](const absl::StatusOr<Result>& r, int which, double us,
                      const double* x_in_shm) {
       if (!r.ok()) {
@@ -224,6 +226,10 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
       }
       ++ok;
       local_lat.push_back(us);
+      if (r->summary.batched_with > 1) {
+        ++local_batched;
+        local_batched_with += r->summary.batched_with;
+      }
       const Timings& t = r->summary.timings;
       local_server.receive_us += t.receive_us;
       local_server.queue_us += t.queue_us;
@@ -284,6 +290,8 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
     server_sum.d2h_us += local_server.d2h_us;
     server_sum.server_total_us += local_server.server_total_us;
     for (auto& [k, v] : local_err) errors[k] += v;
+    batched += local_batched;
+    batched_with += local_batched_with;
     worst_error = std::max(worst_error, local_worst);
   };
 
@@ -328,6 +336,12 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
         server_sum.receive_us / k, server_sum.queue_us / k, server_sum.h2d_us / k,
         server_sum.compute_us / k, server_sum.d2h_us / k, server_sum.server_total_us / k);
   }
+  if (batched > 0)
+    std::cout << absl::StrFormat(
+        "  batched by the server: %d of %d answers (%.1f%%), in backend calls of %.1f requests "
+        "on average\n",
+        batched, int64_t(ok), 100.0 * double(batched) / double(std::max<int64_t>(1, ok)),
+        double(batched_with) / double(batched));
   std::cout << absl::StrFormat(
       "  answers: %d ok, %d wrong, %d malformed, %d errors, %d not answered of %d; worst "
       "backward error %.2e\n",
@@ -339,11 +353,11 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
         "{\"mode\":\"%s\",\"transport\":\"%s\",\"clients\":%d,\"requests\":%d,\"batch\":%d,\"n\":%d,\"ok\":%d,"
         "\"wrong\":%d,\"errors\":%d,\"requests_per_s\":%.3f,\"p50_ms\":%.4f,\"p90_ms\":%.4f,"
         "\"p99_ms\":%.4f,\"payload_gb_s\":%.4f,\"local_ms\":%.4f,\"local_per_s\":%.3f,"
-        "\"worst_backward_error\":%.3e}\n",
+        "\"worst_backward_error\":%.3e,\"batched\":%d}\n",
         o.mode, o.transport, o.clients, o.requests, o.batch, o.n, int64_t(ok), int64_t(wrong),
         errs,
         double(ok) / wall, p50 / 1e3, p90 / 1e3, p99 / 1e3, double(ok) * bytes_per / wall / 1e9,
-        local_s * 1e3, 1 / local_s, worst_error);
+        local_s * 1e3, 1 / local_s, worst_error, batched);
   }
   if (failed_setup) return 1;
   return ok == total ? 0 : 1;
