@@ -17,7 +17,7 @@ swc=${SWC:-tests/data/neuron_10-2012-02-09-001.CNG.swc}
 cells=${CELLS:-10240} steps=${STEPS:-5}
 out=${OUT:-tests/bench/results/tree-loop-$backend-$(date -u +%Y-%m-%d)}
 mkdir -p "$out"
-{ uname -n; nproc; grep -m1 "model name" /proc/cpuinfo; date -u +%Y-%m-%dT%H:%MZ; uptime; } | tee "$out/machine.txt"
+{ uname -n; nproc; grep -m1 "model name" /proc/cpuinfo; date -u +%Y-%m-%dT%H:%MZ; uptime; } | tee -a "$out/machine.txt"
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version --format=csv | tee -a "$out/machine.txt"
 port=${PORT:-50181}
 # shellcheck disable=SC2086
