@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "trisolve/client.h"
+#include "trisolve/swc.h"
 
 namespace trisolve {
 namespace {
@@ -103,9 +104,321 @@ double Percentile(std::vector<double>& v, double p) {
   return v[i];
 }
 
+// ---- the time-step loop of many cells of one morphology (tree family, by handle) -----------
+
+// Hines systems of `cells` cells of one morphology, flat [cells, n]: a cable equation's implicit
+// step, couplings from the radii, each cell's scaled a little so that no two cells are alike.
+struct Cells {
+  int64_t cells = 0, n = 0;
+  std::vector<int32_t> parent;
+  std::vector<double> lower, upper, diag0;
+};
+
+Cells MakeCells(const Morphology& m, int64_t cells, uint64_t seed) {
+  Cells c;
+  c.cells = cells;
+  c.n = m.size();
+  c.parent = m.parent;
+  const size_t e = size_t(cells * c.n);
+  c.lower.resize(e);
+  c.upper.resize(e);
+  c.diag0.assign(e, 0);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(0.8, 1.25);
+  for (int64_t s = 0; s < cells; ++s) {
+    const double scale = u(rng);
+    const size_t o = size_t(s * c.n);
+    c.diag0[o] = 1.0;  // the capacitance term over the step, every node
+    for (int64_t i = 1; i < c.n; ++i) {
+      const int32_t p = c.parent[size_t(i)];
+      const double r = std::max(0.05, 0.5 * (m.radius[size_t(i)] + m.radius[size_t(p)]));
+      const double g = scale * r * r;  // axial conductance ~ cross-section
+      c.lower[o + size_t(i)] = -g;
+      c.upper[o + size_t(i)] = -1.1 * g;  // not symmetric: a swapped lower/upper shows
+      c.diag0[o + size_t(i)] += 1.0 + 1.1 * g;
+      c.diag0[o + size_t(p)] += g;
+    }
+  }
+  return c;
+}
+
+// Hines elimination on one core (what a simulator does locally).
+void Hines(const Cells& c, const double* diag, const double* rhs, double* x,
+           std::vector<double>& d, std::vector<double>& f) {
+  const int64_t n = c.n;
+  d.resize(size_t(n));
+  f.resize(size_t(n));
+  for (int64_t s = 0; s < c.cells; ++s) {
+    const size_t o = size_t(s * n);
+    std::memcpy(d.data(), diag + o, size_t(n) * 8);
+    std::memcpy(f.data(), rhs + o, size_t(n) * 8);
+    for (int64_t i = n - 1; i >= 1; --i) {
+      const size_t p = size_t(c.parent[size_t(i)]);
+      const double k = c.upper[o + size_t(i)] / d[size_t(i)];
+      d[p] -= k * c.lower[o + size_t(i)];
+      f[p] -= k * f[size_t(i)];
+    }
+    x[o] = f[0] / d[0];
+    for (int64_t i = 1; i < n; ++i)
+      x[o + size_t(i)] =
+          (f[size_t(i)] - c.lower[o + size_t(i)] * x[o + size_t(c.parent[size_t(i)])]) / d[size_t(i)];
+  }
+}
+
+// The worst cell's ||rhs - A x||_inf / (||A||_inf ||x||_inf + ||rhs||_inf); a non-finite x is
+// infinitely wrong.
+double TreeError(const Cells& c, const double* diag, const double* rhs, const double* x) {
+  const int64_t n = c.n;
+  std::vector<double> ax(static_cast<size_t>(n)), row(static_cast<size_t>(n));
+  double worst = 0;
+  for (int64_t s = 0; s < c.cells; ++s) {
+    const size_t o = size_t(s * n);
+    double xn = 0, fn = 0, an = 0, r = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      if (!std::isfinite(x[o + size_t(i)])) return INFINITY;
+      ax[size_t(i)] = diag[o + size_t(i)] * x[o + size_t(i)];
+      row[size_t(i)] = std::abs(diag[o + size_t(i)]);
+    }
+    for (int64_t i = 1; i < n; ++i) {
+      const size_t p = size_t(c.parent[size_t(i)]);
+      ax[size_t(i)] += c.lower[o + size_t(i)] * x[o + p];
+      row[size_t(i)] += std::abs(c.lower[o + size_t(i)]);
+      ax[p] += c.upper[o + size_t(i)] * x[o + size_t(i)];
+      row[p] += std::abs(c.upper[o + size_t(i)]);
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      r = std::max(r, std::abs(rhs[o + size_t(i)] - ax[size_t(i)]));
+      an = std::max(an, row[size_t(i)]);
+      xn = std::max(xn, std::abs(x[o + size_t(i)]));
+      fn = std::max(fn, std::abs(rhs[o + size_t(i)]));
+    }
+    worst = std::max(worst, r / (an * xn + fn));
+  }
+  return worst;
+}
+
+int RunTreeLoop(const Client::Options& client_options, const BenchOptions& o) {
+  if (o.transport == "shm") {
+    std::cerr << "bench --swc: --transport grpc, auto or streams\n";
+    return 2;
+  }
+  auto morph = ReadSwc(o.swc);
+  if (!morph.ok()) {
+    std::cerr << "bench: " << morph.status() << "\n";
+    return 1;
+  }
+  const Cells cells = MakeCells(*morph, o.batch, 11);
+  const int64_t values = cells.cells * cells.n;
+  // Each step brings a new diagonal (the membrane's conductances) and a new right-hand side:
+  // a few of each, the pair a step takes differing from client to client, so that an answer to
+  // another step or another client's system shows as a large residual.
+  constexpr int kDiag = 2, kRhs = 3;
+  std::vector<std::vector<double>> diag(kDiag), rhs(kRhs);
+  for (int k = 0; k < kDiag; ++k) {
+    std::mt19937_64 rng(200 + uint64_t(k));
+    std::uniform_real_distribution<double> u(0, 0.5);
+    diag[size_t(k)] = cells.diag0;
+    for (double& v : diag[size_t(k)]) v += u(rng);
+  }
+  for (int k = 0; k < kRhs; ++k) {
+    std::mt19937_64 rng(300 + uint64_t(k));
+    std::uniform_real_distribution<double> u(-1, 1);
+    rhs[size_t(k)].resize(size_t(values));
+    for (double& v : rhs[size_t(k)]) v = u(rng);
+  }
+  const std::vector<int64_t> shape = {cells.cells, cells.n};
+  auto view = [&](const double* p) { return ArrayView{DType::kFloat64, shape, p}; };
+  const ArrayView parent{DType::kInt32, {cells.n}, cells.parent.data()};
+
+  std::mutex mu;
+  std::vector<double> latency_us;
+  std::map<std::string, int64_t> errors;
+  std::map<std::string, std::string> first_error;  // by status code: its first message
+  std::atomic<int64_t> ok{0}, wrong{0}, lost{0};
+  std::atomic<bool> failed_setup{false};
+  double worst_error = 0;
+  // The stream keeps two steps in flight while a step fits the HTTP/2 window; a larger one
+  // waits for its answer first (two in flight stopped the stream: docs/serving.md).
+  const bool pipelined = values * 16 <= (int64_t{32} << 20);
+  auto client_loop = [&](int id) {
+    Client::Options co = client_options;
+    co.own_connection = true;
+    co.transport = o.transport == "grpc"      ? Transport::kGrpc
+                   : o.transport == "streams" ? Transport::kStreams
+                                              : Transport::kAuto;
+    Client client(co);
+    JobOptions jo;
+    jo.skip_residual = true;  // checked here
+    // x into the client's own array (as a simulator keeps its state): under --transport auto the
+    // answer then comes back through the staging region too, not in a message.
+    std::vector<double> xbuf;
+    if (o.mode != "stream") {
+      xbuf.resize(size_t(values));
+      jo.x_out = xbuf.data();
+    }
+    std::string handle;
+    std::unique_ptr<StepStream> stream;
+    if (o.mode != "unary") {
+      Job job{Kind::kTree};
+      job.arrays = {{"parent", parent}, {"lower", view(cells.lower.data())},
+                    {"upper", view(cells.upper.data())}, {"diag", view(diag[0].data())}};
+      auto made = client.CreateSystem(job, {.ttl_s = 600, .label = absl::StrCat("cells-", id)});
+      if (!made.ok()) {
+        std::lock_guard<std::mutex> lock(mu);
+        std::cerr << "bench: CreateSystem: " << made.status() << "\n";
+        failed_setup = true;
+        return;
+      }
+      handle = made->handle;
+      if (o.mode == "stream") {
+        auto st = client.OpenStepStream(handle, jo);
+        if (!st.ok()) {
+          failed_setup = true;
+          return;
+        }
+        stream = *std::move(st);
+      }
+    }
+    std::vector<double> local_lat;
+    std::map<std::string, int64_t> local_err;
+    std::map<std::string, std::string> local_first;
+    double local_worst = 0;
+    auto step_of = [&](int64_t q) { return std::make_pair(int(q % kDiag), int((q + id) % kRhs)); };
+    auto check = [&](const absl::StatusOr<Result>& r, int64_t q, double us) {
+      if (!r.ok()) {
+        const std::string code(absl::StatusCodeToString(r.status().code()));
+        local_err[code]++;
+        local_first.emplace(code, std::string(r.status().message().substr(0, 200)));
+        return;
+      }
+      const bool own = jo.x_out != nullptr;
+      if (r->x.elements() != values || r->x.dtype != DType::kFloat64 ||
+          (!own && int64_t(r->x.data.size()) != values * 8)) {
+        ++lost;
+        return;
+      }
+      const auto [dk, rk] = step_of(q);
+      const double e = TreeError(cells, diag[size_t(dk)].data(), rhs[size_t(rk)].data(),
+                                 own ? xbuf.data() : r->x.as<double>());
+      local_worst = std::max(local_worst, e);
+      if (!(e <= 1e-12)) {
+        ++wrong;
+        return;
+      }
+      ++ok;
+      local_lat.push_back(us);
+    };
+    for (int64_t q = 0; q < o.requests; ++q) {
+      const auto [dk, rk] = step_of(q);
+      const Updates update = {{"diag", view(diag[size_t(dk)].data())}};
+      const auto t0 = Clock::now();
+      if (o.mode == "unary") {
+        Job job{Kind::kTree};
+        job.arrays = {{"parent", parent}, {"lower", view(cells.lower.data())},
+                      {"upper", view(cells.upper.data())}, {"diag", view(diag[size_t(dk)].data())},
+                      {"rhs", view(rhs[size_t(rk)].data())}};
+        job.options = jo;
+        auto r = client.Solve(job);
+        check(r, q, std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+      } else if (o.mode == "handle") {
+        auto r = client.SolveSystem(handle, view(rhs[size_t(rk)].data()), update, jo);
+        check(r, q, std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+      } else {
+        if (auto st = stream->Send(view(rhs[size_t(rk)].data()), update); !st.ok()) {
+          local_err["UNAVAILABLE"]++;
+          break;
+        }
+        if (!pipelined) {
+          auto r = stream->Receive();
+          check(r, q, std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+        } else if (q >= 1) {
+          auto r = stream->Receive();
+          check(r, q - 1, r.ok() ? r->summary.timings.client_total_us : 0);
+        }
+      }
+    }
+    if (stream && pipelined) {
+      auto r = stream->Receive();
+      check(r, o.requests - 1, r.ok() ? r->summary.timings.client_total_us : 0);
+    }
+    if (stream) {
+      if (auto st = stream->Finish(); !st.ok())
+        local_err[std::string(absl::StatusCodeToString(st.code()))]++;
+    }
+    if (!handle.empty()) (void)client.ReleaseSystem(handle);
+    std::lock_guard<std::mutex> lock(mu);
+    latency_us.insert(latency_us.end(), local_lat.begin(), local_lat.end());
+    for (auto& [k, v] : local_err) errors[k] += v;
+    for (auto& [k, v] : local_first) first_error.emplace(k, v);
+    worst_error = std::max(worst_error, local_worst);
+  };
+  const auto t0 = Clock::now();
+  std::vector<std::thread> threads;
+  for (int i = 0; i < o.clients; ++i) threads.emplace_back(client_loop, i);
+  for (auto& t : threads) t.join();
+  const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+
+  // One local core: the same steps, Hines over every cell.
+  std::vector<double> x(static_cast<size_t>(values)), d, f;
+  const int64_t local_steps = std::max<int64_t>(1, std::min<int64_t>(o.requests, 20));
+  const auto l0 = Clock::now();
+  for (int64_t q = 0; q < local_steps; ++q)
+    Hines(cells, diag[size_t(q % kDiag)].data(), rhs[size_t(q % kRhs)].data(), x.data(), d, f);
+  const double local_s =
+      std::chrono::duration<double>(Clock::now() - l0).count() / double(local_steps);
+  const double local_error = TreeError(cells, diag[size_t((local_steps - 1) % kDiag)].data(),
+                                       rhs[size_t((local_steps - 1) % kRhs)].data(), x.data());
+
+  const int64_t total = int64_t(o.clients) * o.requests;
+  int64_t errs = 0;
+  for (auto& [k, v] : errors) errs += v;
+  const int64_t answered = ok + wrong + lost;
+  std::vector<double> lat = latency_us;
+  const double p50 = Percentile(lat, 0.5), p90 = Percentile(lat, 0.9), p99 = Percentile(lat, 0.99);
+  // A step moves the diagonal and the right-hand side in and x out (unary: every array).
+  const double bytes_per = double(values) * 8 * (o.mode == "unary" ? 6 : 3);
+  std::cout << absl::StrFormat(
+      "bench tree time steps %s over %s: %d clients x %d steps, %d cells of %s (%d "
+      "compartments each, %d unknowns a step; %.1f MB a step)\n",
+      o.mode, o.transport, o.clients, o.requests, cells.cells, o.swc, cells.n, values,
+      bytes_per / 1e6);
+  std::cout << absl::StrFormat("  %-24s %12s %10s %10s %10s %10s\n", "", "steps/s", "p50 ms",
+                               "p90 ms", "p99 ms", "GB/s");
+  std::cout << absl::StrFormat("  %-24s %12.2f %10.3f %10.3f %10.3f %10.3f\n", "trisolve",
+                               double(ok) / wall, p50 / 1e3, p90 / 1e3, p99 / 1e3,
+                               double(ok) * bytes_per / wall / 1e9);
+  std::cout << absl::StrFormat("  %-24s %12.2f %10.3f %10s %10s %10s\n", "one local core (Hines)",
+                               1 / local_s, local_s * 1e3, "-", "-", "-");
+  std::cout << absl::StrFormat(
+      "  answers: %d ok, %d wrong, %d malformed, %d errors, %d not answered of %d; worst "
+      "backward error %.2e (local %.2e)\n",
+      int64_t(ok), int64_t(wrong), int64_t(lost), errs, total - answered - errs, total,
+      worst_error, local_error);
+  for (auto& [k, v] : errors)
+    std::cout << "  error " << k << ": " << v << " (the first: " << first_error[k] << ")\n";
+  if (o.json)
+    std::cout << absl::StrFormat(
+        "{\"family\":\"tree\",\"mode\":\"%s\",\"transport\":\"%s\",\"clients\":%d,"
+        "\"steps\":%d,\"cells\":%d,\"n\":%d,\"ok\":%d,\"wrong\":%d,\"errors\":%d,"
+        "\"steps_per_s\":%.3f,\"p50_ms\":%.4f,\"p90_ms\":%.4f,\"p99_ms\":%.4f,"
+        "\"local_ms\":%.4f,\"local_steps_per_s\":%.3f,\"worst_backward_error\":%.3e}\n",
+        o.mode, o.transport, o.clients, o.requests, cells.cells, cells.n, int64_t(ok),
+        int64_t(wrong), errs, double(ok) / wall, p50 / 1e3, p90 / 1e3, p99 / 1e3, local_s * 1e3,
+        1 / local_s, worst_error);
+  if (failed_setup) return 1;
+  return ok == total ? 0 : 1;
+}
+
 }  // namespace
 
 int RunBench(const Client::Options& client_options, const BenchOptions& o) {
+  if (!o.swc.empty()) {
+    if (o.clients < 1 || o.requests < 1 || o.batch < 1) {
+      std::cerr << "bench: --clients, --requests, --batch >= 1\n";
+      return 2;
+    }
+    return RunTreeLoop(client_options, o);
+  }
   if (o.clients < 1 || o.requests < 1 || o.batch < 1 || o.n < 2) {
     std::cerr << "bench: --clients, --requests, --batch >= 1 and --n >= 2\n";
     return 2;
@@ -132,6 +445,7 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
   std::map<std::string, int64_t> errors;  // by status code
   std::atomic<int64_t> ok{0}, wrong{0}, lost{0};
   double worst_error = 0;
+  int64_t batched = 0, batched_with = 0;  // answers the server solved with others, and with how many
   std::atomic<bool> failed_setup{false};
 
   auto client_loop = [&](int id) {
@@ -204,6 +518,7 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
     Timings local_server;
     std::map<std::string, int64_t> local_err;
     double local_worst = 0;
+    int64_t local_batched = 0, local_batched_with = 0;
     auto check = [&](const absl::StatusOr<Result>& r, int which, double us,
                      const double* x_in_shm) {
       if (!r.ok()) {
@@ -224,6 +539,10 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
       }
       ++ok;
       local_lat.push_back(us);
+      if (r->summary.batched_with > 1) {
+        ++local_batched;
+        local_batched_with += r->summary.batched_with;
+      }
       const Timings& t = r->summary.timings;
       local_server.receive_us += t.receive_us;
       local_server.queue_us += t.queue_us;
@@ -284,6 +603,8 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
     server_sum.d2h_us += local_server.d2h_us;
     server_sum.server_total_us += local_server.server_total_us;
     for (auto& [k, v] : local_err) errors[k] += v;
+    batched += local_batched;
+    batched_with += local_batched_with;
     worst_error = std::max(worst_error, local_worst);
   };
 
@@ -328,6 +649,12 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
         server_sum.receive_us / k, server_sum.queue_us / k, server_sum.h2d_us / k,
         server_sum.compute_us / k, server_sum.d2h_us / k, server_sum.server_total_us / k);
   }
+  if (batched > 0)
+    std::cout << absl::StrFormat(
+        "  batched by the server: %d of %d answers (%.1f%%), in backend calls of %.1f requests "
+        "on average\n",
+        batched, int64_t(ok), 100.0 * double(batched) / double(std::max<int64_t>(1, ok)),
+        double(batched_with) / double(batched));
   std::cout << absl::StrFormat(
       "  answers: %d ok, %d wrong, %d malformed, %d errors, %d not answered of %d; worst "
       "backward error %.2e\n",
@@ -339,11 +666,11 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
         "{\"mode\":\"%s\",\"transport\":\"%s\",\"clients\":%d,\"requests\":%d,\"batch\":%d,\"n\":%d,\"ok\":%d,"
         "\"wrong\":%d,\"errors\":%d,\"requests_per_s\":%.3f,\"p50_ms\":%.4f,\"p90_ms\":%.4f,"
         "\"p99_ms\":%.4f,\"payload_gb_s\":%.4f,\"local_ms\":%.4f,\"local_per_s\":%.3f,"
-        "\"worst_backward_error\":%.3e}\n",
+        "\"worst_backward_error\":%.3e,\"batched\":%d}\n",
         o.mode, o.transport, o.clients, o.requests, o.batch, o.n, int64_t(ok), int64_t(wrong),
         errs,
         double(ok) / wall, p50 / 1e3, p90 / 1e3, p99 / 1e3, double(ok) * bytes_per / wall / 1e9,
-        local_s * 1e3, 1 / local_s, worst_error);
+        local_s * 1e3, 1 / local_s, worst_error, batched);
   }
   if (failed_setup) return 1;
   return ok == total ? 0 : 1;

@@ -377,6 +377,10 @@ int main(int argc, char** argv) {
                     "memory)")
       ->check(CLI::IsMember({"grpc", "auto", "shm", "streams"}))->capture_default_str();
   bench->add_flag("--json", bo.json, "print a JSON summary as the last line");
+  bench->add_option("--swc", bo.swc,
+                    "a morphology: time steps of --batch cells of it (tree family; diagonal and "
+                    "right-hand side new each step) instead of tridiagonal requests")
+      ->check(CLI::ExistingFile);
 
   try {
     app.parse(argc, argv);

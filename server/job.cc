@@ -381,6 +381,38 @@ absl::StatusOr<CheckedRhs> CheckRhs(const SystemSpec& spec, const std::vector<in
   return r;
 }
 
+absl::StatusOr<std::byte*> ResolveRegionRef(absl::string_view field, const RegionRef& ref,
+                                            int64_t expected_bytes, int align,
+                                            RegionResolver* regions) {
+  if (regions == nullptr)
+    return Invalid(field, "arrays in shared-memory regions are taken by the unary calls, "
+                          "SolveSystem and SolveSystemStream only");
+  return regions->Resolve(field, ref.region, ref.offset, ref.bytes, expected_bytes, align);
+}
+
+absl::StatusOr<ArrayIn> ResolveArray(const ArrayArg& a, RegionResolver* regions,
+                                     absl::string_view field, int elem_bytes) {
+  if (!a.error.ok()) return a.error;
+  ArrayIn in;
+  in.shape = a.shape;
+  if (!a.in_region) {
+    in.data = a.data;
+    in.bytes = a.bytes;
+    return in;
+  }
+  int64_t elements = 1;
+  for (int64_t d : in.shape)
+    if (d < 0 || __builtin_mul_overflow(elements, d, &elements) ||
+        elements > std::numeric_limits<int64_t>::max() / 8)
+      return Invalid(field, absl::StrCat("shape ", ShapeStr(in.shape), " is not a valid shape"));
+  in.bytes = elements * elem_bytes;
+  auto p = ResolveRegionRef(absl::StrCat(field, ".region"), a.region, in.bytes, elem_bytes,
+                            regions);
+  if (!p.ok()) return p.status();
+  in.data = *p;
+  return in;
+}
+
 absl::StatusOr<JobResult> RunPrepared(Backend& backend, PreparedSystem& system, const void* rhs,
                                       int64_t k, Layout rhs_layout, bool skip_residual,
                                       const SolveControl& control, void* x_out) {

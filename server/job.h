@@ -52,6 +52,18 @@ class RegionResolver {
                                              int64_t expected_bytes, int align) = 0;
 };
 
+// A reference to bytes in a caller's registered memory, as a request names them.
+struct RegionRef {
+  std::string region;
+  int64_t offset = 0;
+  int64_t bytes = 0;  // 0: the size the shape gives
+};
+
+// Resolves `ref` for `expected_bytes` at `align` (null `regions`: refused, naming `field`).
+absl::StatusOr<std::byte*> ResolveRegionRef(absl::string_view field, const RegionRef& ref,
+                                            int64_t expected_bytes, int align,
+                                            RegionResolver* regions);
+
 struct Job {
   Family family = Family::kTridiagonal;
   Precision precision = Precision::kFloat64;
@@ -101,6 +113,21 @@ struct ArrayIn {
   int64_t bytes = 0;
 };
 
+// An array as a request names it, before its region (if any) is resolved: its bytes in the
+// message (aligned for any element type) or a reference into the caller's registered memory.
+struct ArrayArg {
+  std::vector<int64_t> shape;
+  const void* data = nullptr;
+  int64_t bytes = 0;
+  bool in_region = false;
+  RegionRef region;
+  absl::Status error;  // a malformed array, reported where it is read
+};
+// The array as the checks take it: a region resolved through `regions` (null: refused), its
+// size taken from its shape at `elem_bytes` a value; `field` names it in errors.
+absl::StatusOr<ArrayIn> ResolveArray(const ArrayArg& a, RegionResolver* regions,
+                                     absl::string_view field, int elem_bytes);
+
 // Checks `values` against coefficient `name` of a system: its shape and byte count must be the
 // system's, every value finite (parent: a valid tree). Returns the coefficient's index and the
 // bytes to copy.
@@ -133,6 +160,10 @@ struct JobResult {
   double backward_error = 0;  // direct methods (NaN when skipped)
   double compute_us = 0;
   double residual_us = 0;
+  // Dynamic batching: the requests solved in the same backend call as this one (1: alone), and
+  // the systems of that call.
+  int batched_with = 1;
+  int64_t batch_systems = 0;
 };
 
 absl::StatusOr<JobResult> RunJob(Backend& backend, const Job& job,

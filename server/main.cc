@@ -220,6 +220,24 @@ int main(int argc, char** argv) {
                  "jobs of at most this many unknowns take the small jobs' slots (0: none)")
       ->envname("TRISOLVE_SMALL_JOB_UNKNOWNS")->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
       ->capture_default_str();
+  app.add_option("--batch-window-us", opt.batching.window_us,
+                 "microseconds a forming batch of small unary requests may wait for more while "
+                 "one of its kind is being solved (0: natural batching only; a request with "
+                 "nothing of its kind running never waits)")
+      ->envname("TRISOLVE_BATCH_WINDOW_US")->check(CLI::Range(0.0, 1e6))->capture_default_str();
+  app.add_option("--max-batch-systems", opt.batching.max_systems,
+                 "systems solved in one batched backend call (1: no batching)")
+      ->envname("TRISOLVE_MAX_BATCH_SYSTEMS")->check(CLI::Range(int64_t{1}, int64_t{1} << 24))
+      ->capture_default_str();
+  app.add_option("--max-batch-bytes", opt.batching.max_bytes,
+                 "bytes of arrays in one batched backend call")
+      ->envname("TRISOLVE_MAX_BATCH_BYTES")->check(CLI::Range(int64_t{1}, int64_t{1} << 40))
+      ->capture_default_str();
+  app.add_option("--max-batches-in-flight", opt.batching.max_in_flight,
+                 "batched calls of one kind (family, dtype, size, method) solved at once; more "
+                 "requests of that kind join the batch forming behind them")
+      ->envname("TRISOLVE_MAX_BATCHES_IN_FLIGHT")->check(CLI::Range(1, 1024))
+      ->capture_default_str();
   app.add_option("--max-receiving-bytes", opt.max_receiving_bytes,
                  "bytes the streamed requests being received may declare, together")
       ->envname("TRISOLVE_MAX_RECEIVING_BYTES")->check(CLI::Range(int64_t{1}, int64_t{1} << 50))

@@ -53,6 +53,16 @@ void Metrics::Record(const CallSample& s) {
   }
 }
 
+void Metrics::ObserveBatch(const std::string& family, int requests, int64_t systems) {
+  std::lock_guard<std::mutex> lock(mu_);
+  BatchHistogram& h = batches_[family];
+  for (size_t i = 0; i < kBatchBuckets.size(); ++i)
+    if (requests <= kBatchBuckets[i]) ++h.counts[i];
+  ++h.count;
+  h.requests += requests;
+  h.systems += systems;
+}
+
 std::string Metrics::Render(const BackendInfo& backend, int64_t in_flight, int64_t queued) const {
   std::string out;
   std::lock_guard<std::mutex> lock(mu_);
@@ -81,6 +91,23 @@ std::string Metrics::Render(const BackendInfo& backend, int64_t in_flight, int64
        "Time moving a job's arrays: receiving and checking the request, host-device copies.",
        transfer_);
   hist("trisolve_compute_seconds", "Time solving (kernels, or the CPU reference).", compute_);
+  Header(out, "trisolve_batch_requests", "histogram",
+         "Requests solved in one backend call by the batcher of small unary requests (1: alone).");
+  for (const auto& [family, h] : batches_) {
+    for (size_t i = 0; i < kBatchBuckets.size(); ++i)
+      absl::StrAppend(&out, "trisolve_batch_requests_bucket{family=\"", Escape(family),
+                      "\",le=\"", Num(kBatchBuckets[i]), "\"} ", h.counts[i], "\n");
+    absl::StrAppend(&out, "trisolve_batch_requests_bucket{family=\"", Escape(family),
+                    "\",le=\"+Inf\"} ", h.count, "\n", "trisolve_batch_requests_sum{family=\"",
+                    Escape(family), "\"} ", h.requests, "\n",
+                    "trisolve_batch_requests_count{family=\"", Escape(family), "\"} ", h.count,
+                    "\n");
+  }
+  Header(out, "trisolve_batch_systems_total", "counter",
+         "Systems solved through the batcher, by family.");
+  for (const auto& [family, h] : batches_)
+    absl::StrAppend(&out, "trisolve_batch_systems_total{family=\"", Escape(family), "\"} ",
+                    h.systems, "\n");
   Header(out, "trisolve_unknowns_solved_total", "counter", "Unknowns of solved jobs, by family.");
   for (const auto& [family, v] : unknowns_)
     absl::StrAppend(&out, "trisolve_unknowns_solved_total{family=\"", Escape(family), "\"} ", v,

@@ -35,6 +35,10 @@ class Metrics {
   static constexpr std::array<double, 14> kBuckets = {1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2,
                                                        5e-2, 0.1,  0.5,  1,    5,    10,   60};
   void Record(const CallSample& s);
+  // One backend call of the batcher: how many requests it solved, and their systems.
+  void ObserveBatch(const std::string& family, int requests, int64_t systems);
+  static constexpr std::array<double, 11> kBatchBuckets = {1, 2, 4, 8, 16, 32, 64, 128, 256,
+                                                           512, 1024};
   // The exposition: counters and histograms, plus gauges read now (jobs, pools, device memory).
   std::string Render(const BackendInfo& backend, int64_t in_flight, int64_t queued) const;
 
@@ -50,6 +54,11 @@ class Metrics {
   std::map<std::tuple<std::string, std::string, std::string, std::string>, int64_t> requests_;
   std::map<std::string, Histogram> queue_, transfer_, compute_;  // by family
   std::map<std::string, int64_t> unknowns_;                      // by family
+  struct BatchHistogram {
+    std::array<int64_t, kBatchBuckets.size()> counts{};
+    int64_t count = 0, requests = 0, systems = 0;
+  };
+  std::map<std::string, BatchHistogram> batches_;  // by family
   std::map<std::pair<std::string, int>, int64_t> outcomes_;      // (family, outcome) -> systems
   int64_t bytes_in_ = 0, bytes_out_ = 0;
 };

@@ -1,4 +1,5 @@
-// The gRPC frontend: translates protobuf to Jobs and back, admits, runs, answers, logs.
+// The gRPC transport: authenticates each call, translates protobuf into the core's plain
+// requests and the answers back (translate.h); the core (core.h) does the rest.
 #pragma once
 
 #include <atomic>
@@ -8,41 +9,20 @@
 
 #include "admission.h"
 #include "auth.h"
-#include "health.h"
-#include "job.h"
-#include "memory.h"
+#include "core.h"
 #include "translate.h"
-#include "metrics.h"
-#include "systems.h"
 #include "trisolve/backend.h"
 #include "trisolve/v1/trisolve.grpc.pb.h"
 
 namespace trisolve::server {
 
-struct ServiceOptions {
-  JobLimits limits;
+// The core's options and the gRPC transport's own.
+struct ServiceOptions : CoreOptions {
   int64_t max_message_bytes = int64_t{64} << 20;
-  int max_concurrent_jobs = 2;
-  int max_queued_jobs = 64;
-  // Applied to calls that carry no deadline (0: none), and the cap on any deadline (0: none).
-  double default_deadline_s = 0;
-  double max_deadline_s = 0;
   int64_t stream_chunk_bytes = int64_t{2} << 20;
   // Bearer tokens accepted (metadata "authorization: Bearer <token>"); empty: no authentication.
   // The health service stays open either way.
   std::vector<std::string> tokens;
-  // Persistent systems: caps and time-to-live.
-  SystemLimits systems;
-  // Jobs of at most this many unknowns take a slot of their own pool (max_concurrent_small_jobs),
-  // so that small requests are not queued behind two large ones (0: every job shares one pool).
-  int64_t small_job_unknowns = 1 << 16;
-  int max_concurrent_small_jobs = 64;
-  // Streamed requests being received: the bytes their headers declare, together, and how many
-  // at once (admitted at the header; memory is taken as chunks arrive).
-  int64_t max_receiving_bytes = int64_t{16} << 30;
-  int max_receiving_streams = 16;
-  // Shared-memory regions of clients on this host.
-  MemoryLimits memory;
 };
 
 class SolverService final : public v1::Solver::Service {
@@ -91,59 +71,39 @@ class SolverService final : public v1::Solver::Service {
                           grpc::ServerWriter<v1::MemoryChunk>* writer) override;
 
   // Refuse new work (UNAVAILABLE) and wait up to `grace` for running jobs to finish.
-  bool Drain(std::chrono::system_clock::time_point deadline);
-  const BackendInfo& backend_info() const { return backend_info_; }
-  SystemRegistry& systems() { return systems_; }
+  bool Drain(std::chrono::system_clock::time_point deadline) { return core_.Drain(deadline); }
+  const BackendInfo& backend_info() const { return core_.backend_info(); }
+  SystemRegistry& systems() { return core_.systems(); }
+  Core& core() { return core_; }
   // Lost (a sticky device error): the server refuses work and trisolved exits (health.h).
-  BackendHealth& health() { return health_; }
-  // Calls of this service whose handlers have not returned (open streams among them).
-  int64_t open_calls() const;
+  BackendHealth& health() { return core_.health(); }
+  // Calls whose handlers have not returned (open streams among them).
+  int64_t open_calls() const { return Core::open_calls(); }
   // The Prometheus exposition of everything so far.
-  std::string RenderMetrics() const;
+  std::string RenderMetrics() const { return core_.RenderMetrics(); }
   // The accepted bearer tokens (options.tokens), for the server's credentials, which refuse a
   // call without a valid one before its message is read; and their hook for such a call.
   std::shared_ptr<const BearerTokens> tokens() const { return tokens_; }
   void RecordUnauthenticated(absl::string_view path, absl::string_view message);
 
  private:
-  struct Call;
   template <typename Req>
   grpc::Status HandleUnary(grpc::ServerContext* ctx, const char* rpc, Family family,
                            const Req& req, v1::SolveResponse* resp);
-  // Runs `run` once a slot of the pool for `unknowns` is free (deadline, cancellation and
-  // shutdown as Admission says).
-  absl::StatusOr<JobResult> Admit(Call& call, int64_t unknowns,
-                                  const std::function<absl::StatusOr<JobResult>(const SolveControl&)>& run);
-  absl::StatusOr<JobResult> Admit(Call& call, const Job& job);
-  // A persistent-system call's start: its deadline and metrics labels set, UNAVAILABLE while
-  // draining (where asked), then the caller's identity or UNAUTHENTICATED.
-  absl::StatusOr<std::string> Open(Call& call, CallSample& sample, bool refuse_when_draining);
+  // A call's start: its id, deadline and cancellation from the context.
+  Call Begin(grpc::ServerContext* ctx, const char* rpc);
+  // A call's opening: metrics labels set, UNAVAILABLE while draining (where asked), then the
+  // caller's identity into call.identity, or UNAUTHENTICATED.
+  absl::Status Open(grpc::ServerContext* ctx, Call& call, bool refuse_when_draining);
   // The caller's identity ("token:N", "cert:SUBJECT" or "shared"), or UNAUTHENTICATED.
   absl::StatusOr<std::string> Authenticate(grpc::ServerContext* ctx) const;
-  // One step of a persistent system: updates, then the right-hand sides; the answer in *resp.
-  absl::Status SolveStep(Call& call, const std::string& identity, const v1::SolveSystemRequest& req,
-                         const std::string& handle, CallSample& sample, v1::SolveResponse* resp);
-  // A system's coefficient updates, each checked, applied in order.
-  absl::Status ApplyUpdates(SystemRegistry::Entry& e,
-                            const google::protobuf::RepeatedPtrField<v1::NamedArray>& update,
-                            RegionResolver* regions, CallSample& sample);
-  void FillSystemInfo(const SystemRegistry::Entry& e, v1::SystemInfo* info) const;
-  grpc::Status Finish(Call& call, CallSample& sample, const absl::Status& st);
+  grpc::Status Finish(Call& call, const absl::Status& st);
 
-  std::unique_ptr<Backend> backend_;
-  BackendInfo backend_info_;
-  BackendHealth health_;
   ServiceOptions options_;
   std::shared_ptr<const BearerTokens> tokens_;
-  Admission admission_;
-  Admission small_admission_;
-  ReceiveBudget receiving_;
+  Core core_;
   DeadlineWatch deadline_watch_;
-  SystemRegistry systems_;
-  MemoryRegistry memory_;  // after the backend, which unpins its regions
   std::atomic<int64_t> next_id_{1};
-  Metrics metrics_;
-  const std::chrono::steady_clock::time_point started_;
 };
 
 }  // namespace trisolve::server

@@ -74,14 +74,12 @@ absl::Status SameShape(const Job& job, absl::string_view name, absl::string_view
   return absl::OkStatus();
 }
 
+RegionRef Plain(const v1::RegionRef& ref) { return {ref.region(), ref.offset(), ref.bytes()}; }
+
 absl::StatusOr<std::byte*> ResolveRef(absl::string_view field, const v1::RegionRef& ref,
                                       int64_t expected_bytes, int elem_bytes,
                                       RegionResolver* regions) {
-  if (regions == nullptr)
-    return Invalid(field, "arrays in shared-memory regions are taken by the unary calls, "
-                          "SolveSystem and SolveSystemStream only");
-  return regions->Resolve(field, ref.region(), ref.offset(), ref.bytes(), expected_bytes,
-                          elem_bytes);
+  return ResolveRegionRef(field, Plain(ref), expected_bytes, elem_bytes, regions);
 }
 
 // Borrows the request's bytes for `name`, checking their length (or resolves its region).
@@ -547,33 +545,123 @@ absl::StatusOr<std::byte*> ResolveXRegion(const v1::RegionRef& ref, int64_t byte
   return ResolveRef("x_region", ref, bytes, elem_bytes, regions);
 }
 
+absl::StatusOr<ArrayArg> ArrayArgFromProto(const v1::Array& a, std::string* scratch,
+                                           absl::string_view field) {
+  ArrayArg out;
+  out.shape.assign(a.shape().begin(), a.shape().end());
+  if (a.has_region()) {
+    if (!a.data().empty()) return Invalid(field, "has both data and a region: give one");
+    out.in_region = true;
+    out.region = Plain(a.region());
+    return out;
+  }
+  out.bytes = int64_t(a.data().size());
+  // Aligned for any element type (a copy in *scratch when the message's bytes are not).
+  if (reinterpret_cast<uintptr_t>(a.data().data()) % 8 == 0) {
+    out.data = a.data().data();
+  } else {
+    scratch->assign(a.data());
+    out.data = scratch->data();
+  }
+  return out;
+}
+
 absl::StatusOr<ArrayIn> ArrayFromProto(const v1::Array& a, std::string* scratch,
                                        RegionResolver* regions, absl::string_view field,
                                        int elem_bytes) {
-  ArrayIn in;
-  in.shape.assign(a.shape().begin(), a.shape().end());
-  if (a.has_region()) {
-    if (!a.data().empty()) return Invalid(field, "has both data and a region: give one");
-    int64_t elements = 1;
-    for (int64_t d : in.shape)
-      if (d < 0 || __builtin_mul_overflow(elements, d, &elements) ||
-          elements > std::numeric_limits<int64_t>::max() / 8)
-        return Invalid(field, absl::StrCat("shape ", ShapeStr(in.shape), " is not a valid shape"));
-    in.bytes = elements * elem_bytes;
-    auto p = ResolveRef(absl::StrCat(field, ".region"), a.region(), in.bytes, elem_bytes, regions);
-    if (!p.ok()) return p.status();
-    in.data = *p;
-    return in;
+  auto arg = ArrayArgFromProto(a, scratch, field);
+  if (!arg.ok()) return arg.status();
+  return ResolveArray(*arg, regions, field, elem_bytes);
+}
+
+// A message's array as the core takes it; a malformed one carries its error, reported where
+// the array is read (after the handle is found and the updates before it applied).
+ArrayArg ArgOrError(const v1::Array& a, std::string* scratch, absl::string_view field) {
+  auto arg = ArrayArgFromProto(a, scratch, field);
+  if (arg.ok()) return *std::move(arg);
+  ArrayArg bad;
+  bad.error = arg.status();
+  return bad;
+}
+
+void UpdatesFromProto(const google::protobuf::RepeatedPtrField<v1::NamedArray>& update,
+                      StepRequest* step) {
+  for (const v1::NamedArray& u : update)
+    step->updates.push_back({u.name(), ArgOrError(u.array(), &step->scratch.emplace_back(),
+                                                  "update")});
+}
+
+void StepFromProto(const v1::SolveSystemRequest& r, StepRequest* step) {
+  step->handle = r.handle();
+  step->skip_residual = r.skip_residual();
+  UpdatesFromProto(r.update(), step);
+  step->rhs = ArgOrError(r.rhs(), &step->scratch.emplace_back(), "rhs");
+  if (r.has_x_region()) {
+    step->has_x_region = true;
+    step->x_region = Plain(r.x_region());
   }
-  in.bytes = int64_t(a.data().size());
-  // Aligned for any element type (a copy in *scratch when the message's bytes are not).
-  if (reinterpret_cast<uintptr_t>(a.data().data()) % 8 == 0) {
-    in.data = a.data().data();
-  } else {
-    scratch->assign(a.data());
-    in.data = scratch->data();
-  }
-  return in;
+}
+
+void SummaryToProto(const AnswerSummary& a, v1::SolveSummary* s) {
+  s->set_method(a.method);
+  s->set_backend(a.backend);
+  s->set_systems(a.systems);
+  s->set_ok(a.outcomes[0]);
+  s->set_singular(a.outcomes[1]);
+  s->set_not_converged(a.outcomes[2]);
+  s->set_diverged(a.outcomes[3]);
+  s->set_iterations(a.iterations);
+  s->set_residual(a.residual);
+  s->set_request_id(a.request_id);
+  v1::Timings* t = s->mutable_timings();
+  t->set_receive_us(a.receive_us);
+  t->set_queue_us(a.queue_us);
+  t->set_h2d_us(a.h2d_us);
+  t->set_compute_us(a.compute_us);
+  t->set_d2h_us(a.d2h_us);
+  t->set_residual_us(a.residual_us);
+  t->set_total_us(a.total_us);
+  if (a.batched_with > 0) s->set_batched_with(a.batched_with);
+  if (a.batch_systems > 0) s->set_batch_systems(a.batch_systems);
+  if (!a.handle.empty()) s->set_handle(a.handle);
+  if (a.right_hand_sides > 0) s->set_right_hand_sides(a.right_hand_sides);
+}
+
+void AnswerToProto(Answer& a, v1::SolveResponse* resp) {
+  resp->set_dtype(a.precision == Precision::kFloat64 ? v1::FLOAT64 : v1::FLOAT32);
+  for (int64_t d : a.x_shape) resp->mutable_x()->add_shape(d);
+  resp->mutable_x()->mutable_data()->swap(a.result.x);
+  resp->mutable_status()->Reserve(static_cast<int>(a.result.status.size()));
+  for (SystemStatus st : a.result.status)
+    resp->add_status(static_cast<v1::SystemStatus>(st));
+  SummaryToProto(a.summary, resp->mutable_summary());
+}
+
+void SystemInfoToProto(const SystemView& v, v1::SystemInfo* info) {
+  info->set_handle(v.handle);
+  info->set_label(v.label);
+  info->set_family(std::string(FamilyName(v.family)));
+  info->set_dtype(v.precision == Precision::kFloat64 ? v1::FLOAT64 : v1::FLOAT32);
+  info->set_layout(v.layout == Layout::kFlat ? v1::FLAT : v1::INTERLEAVED);
+  info->set_method(v.method);
+  info->set_prepared(v.prepared);
+  for (int64_t d : v.rhs_shape) info->add_rhs_shape(d);
+  info->set_bytes(v.bytes);
+  info->set_ttl_s(v.ttl_s);
+  info->set_idle_s(v.idle_s);
+  info->set_solves(v.solves);
+  info->set_updates(v.updates);
+}
+
+void RegionToProto(const RegionInfo& r, v1::MemoryRegion* out) {
+  out->set_name(r.name);
+  out->set_key(r.key);
+  out->set_bytes(r.bytes);
+  out->set_pinned(r.pinned);
+  out->set_ttl_s(r.ttl_s);
+  out->set_idle_s(r.idle_s);
+  out->set_uses(r.uses);
+  out->set_server_owned(r.server_owned);
 }
 
 }  // namespace trisolve::server

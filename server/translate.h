@@ -1,9 +1,11 @@
-// The gRPC transport's half of a job: protobuf requests into checked, plain Jobs (job.h).
+// The gRPC transport's half of a call: protobuf requests into checked, plain Jobs (job.h) and
+// the core's plain requests (core.h), and the core's answers back into protobuf.
 #pragma once
 
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "core.h"
 #include "job.h"
 #include "trisolve/v1/trisolve.pb.h"
 
@@ -42,6 +44,21 @@ absl::Status FinishStreamedJob(Job& job);
 absl::StatusOr<ArrayIn> ArrayFromProto(const v1::Array& a, std::string* scratch,
                                        RegionResolver* regions, absl::string_view field,
                                        int elem_bytes);
+// The same before resolution: a region reference kept as such (the core resolves it).
+absl::StatusOr<ArrayArg> ArrayArgFromProto(const v1::Array& a, std::string* scratch,
+                                           absl::string_view field);
+// A time step of a persistent system (SolveSystem), and the updates of UpdateSystem: a
+// malformed array keeps its error in its ArrayArg, reported where the core reads it.
+void StepFromProto(const v1::SolveSystemRequest& r, StepRequest* step);
+void UpdatesFromProto(const google::protobuf::RepeatedPtrField<v1::NamedArray>& update,
+                      StepRequest* step);
+
+// The core's answers as messages (AnswerToProto moves x out of the answer).
+void SummaryToProto(const AnswerSummary& a, v1::SolveSummary* s);
+void AnswerToProto(Answer& a, v1::SolveResponse* resp);
+void SystemInfoToProto(const SystemView& v, v1::SystemInfo* info);
+void RegionToProto(const RegionInfo& r, v1::MemoryRegion* out);
+
 // Resolves an x_region for an answer of `bytes` bytes.
 absl::StatusOr<std::byte*> ResolveXRegion(const v1::RegionRef& ref, int64_t bytes, int elem_bytes,
                                           RegionResolver* regions);

@@ -20,6 +20,10 @@ struct BenchOptions {
   // the bytes written into the server's memory over parallel connections (remote clients).
   std::string transport = "auto";
   bool json = false;
+  // A morphology (SWC file): the bench is then a time-step loop of `batch` cells of it (tree
+  // family, Hines systems), the diagonal and the right-hand side new each step (by handle: sent
+  // as an update and a right-hand side), beside Hines over the same cells on one local core.
+  std::string swc;
 };
 
 // Prints requests/s, latency percentiles, payload GB/s, answers by outcome and the local

@@ -1,0 +1,410 @@
+#include "core.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+
+namespace trisolve::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Micros(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
+
+// Labels name systems in listings and logs: short and plain.
+absl::Status CheckLabel(const std::string& label) {
+  if (label.size() > 64)
+    return absl::InvalidArgumentError(absl::StrCat("label has ", label.size(),
+                                                   " characters, at most 64"));
+  for (char ch : label)
+    if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '.' || ch == '_' || ch == '-'))
+      return absl::InvalidArgumentError("label: only letters, digits, '.', '_' and '-'");
+  return absl::OkStatus();
+}
+
+void FillSample(int64_t unknowns, const JobResult& r, double receive_us, double queue_us,
+                CallSample* sample) {
+  sample->solved = true;
+  sample->method = r.info.method;
+  sample->queue_s = queue_us * 1e-6;
+  sample->transfer_s = (receive_us + r.info.h2d_us + r.info.d2h_us) * 1e-6;
+  sample->compute_s = (r.info.kernel_us > 0 ? r.info.kernel_us : r.compute_us) * 1e-6;
+  sample->bytes_out = int64_t(r.x.size());
+  sample->unknowns = unknowns;
+  for (SystemStatus st : r.status) ++sample->outcomes[static_cast<size_t>(st)];
+}
+
+void LogDone(const std::string& id, const char* rpc, const Job& job, const AnswerSummary& s) {
+  spdlog::info(
+      "[req {}] {} {} {} batch={} n={} method={} -> ok={} singular={} not_converged={} "
+      "diverged={} iterations={} residual={} total={:.3f} ms (queue {:.3f}, compute {:.3f}){}",
+      id, rpc, std::string(FamilyName(job.family)),
+      job.precision == Precision::kFloat64 ? "float64" : "float32", job.batch,
+      job.family == Family::kBlockTridiagonal ? absl::StrCat(job.block_N, "x", job.block_M)
+                                              : std::to_string(job.n),
+      s.method, s.outcomes[0], s.outcomes[1], s.outcomes[2], s.outcomes[3], s.iterations,
+      // NaN: the client asked for no residual (skip_residual), or no system was OK.
+      std::isnan(s.residual) ? std::string("not computed") : fmt::format("{:.3g}", s.residual),
+      s.total_us / 1e3, s.queue_us / 1e3, s.compute_us / 1e3,
+      s.batched_with > 1 ? fmt::format(" batched with {} ({} systems)", s.batched_with,
+                                       s.batch_systems)
+                         : std::string());
+}
+
+}  // namespace
+
+std::string MethodLabel(Family f, const std::string& m) {
+  if (m.empty()) return "auto";
+  bool known = false;
+  switch (f) {
+    case Family::kTridiagonal: known = ParseTridiagonalMethod(m).ok(); break;
+    case Family::kTree: known = ParseTreeMethod(m).ok(); break;
+    case Family::kBlockTridiagonal: known = ParseBlockMethod(m).ok(); break;
+    case Family::kDense: known = ParseDenseMethod(m).ok(); break;
+  }
+  return known ? m : "invalid";
+}
+
+Core::Core(std::unique_ptr<Backend> backend, CoreOptions options)
+    : backend_(std::move(backend)),
+      backend_info_(backend_->Info()),
+      health_(backend_.get()),
+      options_(std::move(options)),
+      admission_(options_.max_concurrent_jobs, options_.max_queued_jobs),
+      small_admission_(std::max(1, options_.max_concurrent_small_jobs), options_.max_queued_jobs),
+      receiving_(options_.max_receiving_bytes, std::max(1, options_.max_receiving_streams)),
+      systems_(options_.systems),
+      memory_(options_.memory, backend_.get()),
+      started_(Clock::now()) {
+  // A lost backend: queued calls are refused, new ones too (health.h).
+  health_.OnLost([this] {
+    admission_.Shutdown();
+    small_admission_.Shutdown();
+  });
+  if (options_.batching.max_systems > 1)
+    batcher_ = std::make_unique<Batcher>(
+        options_.batching,
+        [this](const Job& job, const SolveControl& control) {
+          return RunJob(*backend_, job, control);
+        },
+        &metrics_);
+}
+
+Core::~Core() = default;
+
+std::atomic<int64_t>& LiveCall::count() {
+  static std::atomic<int64_t> live{0};
+  return live;
+}
+
+CoreStatus Core::Status() const {
+  CoreStatus s;
+  s.backend = backend_->Info();  // fresh: free device memory changes
+  s.jobs_in_flight = admission_.running() + small_admission_.running();
+  s.jobs_queued = admission_.queued() + small_admission_.queued();
+  s.jobs_done = admission_.done() + small_admission_.done();
+  s.systems = systems_.count();
+  s.system_bytes = systems_.bytes();
+  s.memory_regions = memory_.count();
+  s.memory_region_bytes = memory_.bytes();
+  s.replica = systems_.replica_address();
+  s.uptime_s = std::chrono::duration<double>(Clock::now() - started_).count();
+  return s;
+}
+
+std::chrono::system_clock::time_point Core::EffectiveDeadline(
+    std::chrono::system_clock::time_point d) const {
+  const auto now = std::chrono::system_clock::now();
+  auto after = [&](double s) { return now + std::chrono::microseconds(int64_t(s * 1e6)); };
+  if (options_.default_deadline_s > 0 && d == std::chrono::system_clock::time_point::max())
+    d = after(options_.default_deadline_s);
+  if (options_.max_deadline_s > 0) d = std::min(d, after(options_.max_deadline_s));
+  return d;
+}
+
+bool Core::Drain(std::chrono::system_clock::time_point deadline) {
+  admission_.Shutdown();
+  small_admission_.Shutdown();
+  const bool big = admission_.WaitIdle(deadline);
+  return small_admission_.WaitIdle(deadline) && big;
+}
+
+absl::Status Core::Finish(Call& call, const absl::Status& st) {
+  call.sample.code = absl::StatusCodeToString(st.code());
+  metrics_.Record(call.sample);
+  if (!st.ok())
+    spdlog::warn("[req {}] {} {}: {} {}", call.id, call.rpc,
+                 st.code() == absl::StatusCode::kInvalidArgument ||
+                         st.code() == absl::StatusCode::kUnauthenticated
+                     ? "rejected"
+                     : "failed",
+                 absl::StatusCodeToString(st.code()), std::string(st.message()));
+  return st;
+}
+
+std::string Core::RenderMetrics() const {
+  std::string out = metrics_.Render(backend_->Info(), admission_.running() + small_admission_.running(),
+                                    admission_.queued() + small_admission_.queued());
+  absl::StrAppend(&out,
+                  "# HELP trisolve_systems Persistent systems held (every identity).\n"
+                  "# TYPE trisolve_systems gauge\ntrisolve_systems ", systems_.count(), "\n",
+                  "# HELP trisolve_system_bytes Memory the persistent systems hold.\n"
+                  "# TYPE trisolve_system_bytes gauge\ntrisolve_system_bytes ", systems_.bytes(),
+                  "\n");
+  out += health_.RenderMetrics();
+  return out;
+}
+
+absl::StatusOr<JobResult> Core::Admit(
+    Call& call, int64_t unknowns,
+    const std::function<absl::StatusOr<JobResult>(const SolveControl&)>& run) {
+  const auto t0 = Clock::now();
+  Admission::Slot slot;
+  Admission& pool = unknowns <= options_.small_job_unknowns ? small_admission_ : admission_;
+  absl::Status st = pool.Acquire(call.deadline, call.cancelled, &slot);
+  call.queue_us = Micros(Clock::now() - t0);
+  if (!st.ok()) return st;
+  const auto deadline = call.deadline;
+  SolveControl control;
+  const BackendHealth* health = &health_;  // a lost backend's running calls stop (health.h)
+  control.cancelled = [cancelled = call.cancelled, deadline, health] {
+    return (cancelled && cancelled()) || std::chrono::system_clock::now() >= deadline ||
+           health->stop_running();
+  };
+  auto res = run(control);
+  if (!res.ok()) res = health_.Check(res.status());  // UNAVAILABLE where the backend is lost
+  if (!res.ok() && res.status().code() == absl::StatusCode::kCancelled &&
+      std::chrono::system_clock::now() + Admission::kDeadlineSkew >= deadline)
+    return absl::DeadlineExceededError("the deadline passed while the job was running");
+  return res;
+}
+
+AnswerSummary Core::Summarize(const Call& call, Family family, int64_t systems,
+                              const JobResult& r) const {
+  AnswerSummary s;
+  s.method = r.info.method;
+  s.backend = backend_info_.name;
+  s.systems = systems;
+  for (SystemStatus st : r.status) ++s.outcomes[static_cast<size_t>(st)];
+  s.iterations = r.info.iterations;
+  s.residual = family == Family::kBlockTridiagonal ? r.info.residual : r.backward_error;
+  s.request_id = call.id;
+  s.receive_us = call.receive_us;
+  s.queue_us = call.queue_us;
+  s.h2d_us = r.info.h2d_us;
+  s.compute_us = r.info.kernel_us > 0 ? r.info.kernel_us : r.compute_us;
+  s.d2h_us = r.info.d2h_us;
+  s.residual_us = r.residual_us;
+  s.total_us = Micros(Clock::now() - call.start);
+  return s;
+}
+
+absl::StatusOr<Answer> Core::Solve(Call& call, const Job& job) {
+  call.sample.family = std::string(FamilyName(job.family));
+  call.sample.method = MethodLabel(job.family, job.method);
+  call.sample.bytes_in = job.total_bytes();
+  const bool batch = batcher_ != nullptr && job.unknowns() <= options_.small_job_unknowns &&
+                     batcher_->Eligible(job);
+  auto res = Admit(call, job.unknowns(), [&](const SolveControl& control) {
+    if (batch) return batcher_->Solve(job, call.deadline, control.cancelled);
+    return RunJob(*backend_, job, control);
+  });
+  if (!res.ok()) return res.status();
+  FillSample(job.unknowns(), *res, call.receive_us, call.queue_us, &call.sample);
+  Answer a;
+  a.precision = job.precision;
+  a.x_shape = job.arrays.at(job.x_field).shape;
+  a.summary = Summarize(call, job.family, job.batch, *res);
+  if (job.shared_matrix) a.summary.right_hand_sides = job.batch;
+  if (batch) {
+    a.summary.batched_with = res->batched_with;
+    if (res->batched_with > 1) a.summary.batch_systems = res->batch_systems;
+  }
+  a.result = *std::move(res);
+  LogDone(call.id, call.rpc, job, a.summary);
+  return a;
+}
+
+// ---- persistent systems ----------------------------------------------------------------------
+
+// The caller holds e.mu (e.system is there, and stays).
+SystemView Core::ViewOf(const SystemRegistry::Entry& e) const {
+  const SystemSpec& s = e.system->spec();
+  SystemView v;
+  v.handle = e.handle;
+  v.label = e.label;
+  v.family = s.family;
+  v.precision = s.precision;
+  v.layout = s.layout;
+  v.method = std::string(SpecMethodName(s));
+  v.prepared = e.system->prepared();
+  v.rhs_shape = e.rhs_shape;
+  const SystemRegistry::Usage u = systems_.UsageOf(e);
+  v.bytes = u.bytes;
+  v.ttl_s = e.ttl_s;
+  v.idle_s = u.idle_s;
+  v.solves = u.solves;
+  v.updates = u.updates;
+  return v;
+}
+
+absl::StatusOr<SystemView> Core::CreateSystem(Call& call, const Job& job,
+                                              const std::string& label, double ttl_s) {
+  call.sample.family = std::string(FamilyName(job.family));
+  if (!std::isfinite(ttl_s) || ttl_s < 0)
+    return absl::InvalidArgumentError(
+        absl::StrCat("ttl_s is ", ttl_s, ", expected >= 0 (0: the default)"));
+  if (auto st = CheckLabel(label); !st.ok()) return st;
+  if (auto st = systems_.Reserve(call.identity, job.total_bytes()); !st.ok()) return st;
+  call.sample.bytes_in = job.total_bytes();
+  std::unique_ptr<PreparedSystem> prepared;
+  auto res = Admit(call, job.unknowns(), [&](const SolveControl&) -> absl::StatusOr<JobResult> {
+    auto p = backend_->Prepare(job.Spec());
+    if (!p.ok()) return p.status();
+    prepared = *std::move(p);
+    return JobResult{};
+  });
+  if (!res.ok()) return res.status();
+  call.sample.method = std::string(SpecMethodName(prepared->spec()));
+  auto entry = systems_.Add(call.identity, label, ttl_s, std::move(prepared),
+                            job.CoefficientShapes(), job.SystemRhsShape());
+  if (!entry.ok()) return entry.status();
+  SystemView v;
+  {
+    std::lock_guard<std::mutex> order((*entry)->mu);
+    v = ViewOf(**entry);
+  }
+  spdlog::info("[req {}] CreateSystem {} {} {} ({}): {} bytes, {}", call.id, v.handle,
+               std::string(FamilyName(v.family)), v.label.empty() ? "-" : v.label, v.method,
+               v.bytes, v.prepared);
+  return v;
+}
+
+absl::Status Core::ApplyUpdates(SystemRegistry::Entry& e, const StepRequest& step,
+                                RegionResolver* regions, CallSample& sample) {
+  const SystemSpec& spec = e.system->spec();
+  for (const auto& [name, arg] : step.updates) {
+    const int eb = spec.family == Family::kTree && name == "parent" ? 4 : spec.elem_bytes();
+    auto in = ResolveArray(arg, regions, "update", eb);
+    if (!in.ok()) return in.status();
+    auto checked = CheckUpdate(spec, e.coefficient_shapes, name, *in);
+    if (!checked.ok()) return checked.status();
+    if (auto st = e.system->Update(checked->index, checked->data); !st.ok())
+      return health_.Check(st);
+    sample.bytes_in += in->bytes;
+  }
+  if (!step.updates.empty()) systems_.Touch(e, false, true);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Answer> Core::SolveSystem(Call& call, const StepRequest& step) {
+  CallSample& sample = call.sample;
+  auto use = systems_.Acquire(call.identity, step.handle);
+  if (!use.ok()) return use.status();
+  SystemRegistry::Entry& e = **use;
+  std::lock_guard<std::mutex> order(e.mu);  // this system's calls, one at a time, in order
+  if (e.gone) return absl::NotFoundError("the system was released, expired or evicted");
+  PreparedSystem& system = *e.system;
+  const SystemSpec& spec = system.spec();
+  sample.family = std::string(FamilyName(spec.family));
+  sample.method = std::string(SpecMethodName(spec));
+  RequestRegions regions(&memory_, call.identity);
+  if (auto st = ApplyUpdates(e, step, &regions, sample); !st.ok()) return st;
+  auto rhs_in = ResolveArray(step.rhs, &regions, "rhs", int(spec.elem_bytes()));
+  if (!rhs_in.ok()) return rhs_in.status();
+  auto rhs = CheckRhs(spec, e.rhs_shape, *rhs_in, options_.limits);
+  if (!rhs.ok()) return rhs.status();
+  sample.bytes_in += rhs_in->bytes;
+  std::byte* x_out = nullptr;
+  const int64_t x_bytes = rhs_in->bytes;
+  if (step.has_x_region) {
+    auto x = ResolveRegionRef("x_region", step.x_region, x_bytes, int(spec.elem_bytes()),
+                              &regions);
+    if (!x.ok()) return x.status();
+    const auto* r = static_cast<const std::byte*>(rhs->data);
+    if (*x < r + x_bytes && r < *x + x_bytes)
+      return absl::InvalidArgumentError("x_region: overlaps rhs (x needs memory of its own)");
+    x_out = *x;
+  }
+  call.receive_us = Micros(Clock::now() - call.start);
+  const int64_t unknowns = rhs->k * spec.rhs_values();
+  auto res = Admit(call, unknowns, [&](const SolveControl& control) {
+    return RunPrepared(*backend_, system, rhs->data, rhs->k, Layout::kFlat, step.skip_residual,
+                       control, x_out);
+  });
+  if (!res.ok()) return res.status();
+  systems_.Touch(e, true, false);
+  FillSample(unknowns, *res, call.receive_us, call.queue_us, &sample);
+  Answer a;
+  a.precision = spec.precision;
+  a.x_shape = rhs->shape;
+  a.summary = Summarize(call, spec.family, rhs->k * spec.batch, *res);
+  a.summary.handle = e.handle;
+  a.summary.right_hand_sides = rhs->k;
+  a.result = *std::move(res);
+  spdlog::debug("[req {}] {} {} k={} -> ok={}/{} residual={:.3g} total={:.3f} ms", call.id,
+                call.rpc, e.handle, rhs->k, a.summary.outcomes[0], a.summary.systems,
+                a.summary.residual, a.summary.total_us / 1e3);
+  return a;
+}
+
+absl::StatusOr<SystemView> Core::UpdateSystem(Call& call, const std::string& handle,
+                                              const StepRequest& updates) {
+  auto use = systems_.Acquire(call.identity, handle);
+  if (!use.ok()) return use.status();
+  SystemRegistry::Entry& e = **use;
+  std::lock_guard<std::mutex> order(e.mu);
+  if (e.gone) return absl::NotFoundError("the system was released, expired or evicted");
+  call.sample.family = std::string(FamilyName(e.system->spec().family));
+  RequestRegions regions(&memory_, call.identity);
+  if (auto st = ApplyUpdates(e, updates, &regions, call.sample); !st.ok()) return st;
+  if (updates.updates.empty()) systems_.Touch(e, false, true);
+  return ViewOf(e);
+}
+
+absl::StatusOr<SystemView> Core::ReleaseSystem(Call& call, const std::string& handle) {
+  auto e = systems_.Remove(call.identity, handle);
+  if (!e.ok()) return e.status();
+  std::lock_guard<std::mutex> order((*e)->mu);  // after the calls in flight on it
+  SystemView v = ViewOf(**e);
+  (*e)->system.reset();  // the memory goes back now, not when the last reference does
+  return v;
+}
+
+std::vector<SystemView> Core::ListSystems(Call& call) {
+  std::vector<SystemView> out;
+  for (const auto& e : systems_.List(call.identity)) {
+    std::lock_guard<std::mutex> order(e->mu);  // after the call in flight on it, if any
+    if (e->system) out.push_back(ViewOf(*e));
+  }
+  return out;
+}
+
+// ---- registered memory -----------------------------------------------------------------------
+
+absl::StatusOr<RegionInfo> Core::RegisterMemory(Call& call, const std::string& name,
+                                                const std::string& key, int64_t offset,
+                                                int64_t bytes, double ttl_s) {
+  return memory_.Register(call.identity, name, key, offset, bytes, ttl_s);
+}
+
+absl::StatusOr<RegionInfo> Core::AllocateMemory(Call& call, const std::string& name,
+                                                int64_t bytes, double ttl_s) {
+  return memory_.Allocate(call.identity, name, bytes, ttl_s);
+}
+
+absl::StatusOr<RegionInfo> Core::UnregisterMemory(Call& call, const std::string& name) {
+  return memory_.Unregister(call.identity, name);
+}
+
+std::vector<RegionInfo> Core::ListMemory(Call& call) { return memory_.List(call.identity); }
+
+absl::StatusOr<std::shared_ptr<Region>> Core::FindRegion(Call& call, const std::string& name) {
+  return memory_.Find(call.identity, name, "region");
+}
+
+}  // namespace trisolve::server
