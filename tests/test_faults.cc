@@ -22,7 +22,7 @@
 #include "trisolve/client.h"
 #include "trisolve/examples.h"
 #include "trisolve/fault_injection.h"
-#include "trisolve/tridiagonal.h"
+#include "trisolve/reference/tridiagonal.h"
 #include "trisolve/v1/trisolve.grpc.pb.h"
 
 namespace trisolve {
