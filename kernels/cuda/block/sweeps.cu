@@ -19,21 +19,17 @@
 namespace trisolve::cuda {
 namespace {
 
-// [[maybe_unused]]: read by SweepsDevice, a host template, which nvcc's device pass does not
-// see instantiated (it warned "declared but never referenced").
-[[maybe_unused]] constexpr int kSweepsPerLaunch = 64;
+constexpr int kSweepsPerLaunch = 64;
 
 // The windowed form's tile (one streamed block of 256 threads x 16 rows) and the halos it may
 // read: multiples of 16 rows (the bulk copies' boxes stay aligned), the least the rows allow.
 constexpr int64_t kSweepWindowRows = int64_t(kStreamThreads) * 16;
-// Halos of 16, 32, ..., 256 rows.
-[[maybe_unused]] constexpr int kSweepHaloStep = 16, kSweepHaloLevels = 16;
+constexpr int kSweepHaloStep = 16, kSweepHaloLevels = 16;  // halos of 16, 32, ..., 256 rows
 
 // Whether the sweeps may run windowed (before the rows' check): the tuning's (window 1: any
 // row over one window, -1 never), else red-black and jacobi in float64 where no other fused
 // form holds the row (M over 16384). Gauss-seidel never: its tasks are taken by diagonals.
-[[maybe_unused]] bool SweepWindowsWanted(int64_t M, bool float64, SweepKind kind,
-                                         bool fused_form) {
+bool SweepWindowsWanted(int64_t M, bool float64, SweepKind kind, bool fused_form) {
   const SweepTuning g_sweep = GetSweepTuning();
   if (!g_sweep.fused || g_sweep.window < 0 || kind == SweepKind::kGaussSeidel ||
       M <= kSweepWindowRows)
@@ -105,7 +101,7 @@ absl::StatusOr<int64_t> SweepWindowHalo(const BlockTridiagonalProblem<T>& p,
 }
 
 // Tasks before each diagonal d = i + 2s of `sweeps` gauss-seidel sweeps over N rows.
-[[maybe_unused]] std::vector<int> DiagonalStarts(int64_t N, int sweeps) {
+std::vector<int> DiagonalStarts(int64_t N, int sweeps) {
   const int64_t nd = (N - 1) + 2 * int64_t(sweeps - 1) + 1;
   std::vector<int> start(size_t(nd + 1), 0);
   for (int64_t d = 0; d < nd; ++d) {
@@ -326,5 +322,13 @@ absl::StatusOr<SolveInfo> SweepsDevice(const BlockTridiagonalProblem<T>& p, Bloc
   return info;
 }
 
+template absl::StatusOr<SolveInfo> SweepsDevice(const BlockTridiagonalProblem<double>&,
+                                                BlockMethod, const BlockOptions&, double*,
+                                                SystemStatus*, Pool&, const SolveControl&,
+                                                cudaStream_t);
+template absl::StatusOr<SolveInfo> SweepsDevice(const BlockTridiagonalProblem<float>&,
+                                                BlockMethod, const BlockOptions&, float*,
+                                                SystemStatus*, Pool&, const SolveControl&,
+                                                cudaStream_t);
 
 }  // namespace trisolve::cuda
