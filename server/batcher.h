@@ -28,8 +28,10 @@ struct BatchOptions {
   // batch of its kind is being solved (0: it runs as soon as a lane is free: natural batching
   // only). A request that finds nothing of its kind running never waits.
   double window_us = 0;
-  // A backend call's largest batch: systems and bytes of arrays (max_systems <= 1: off).
-  int64_t max_systems = 256;
+  // A backend call's largest batch: systems and bytes of arrays (max_systems <= 1: off, the
+  // default: on the H100 batching measured no faster than solving each request alone, since
+  // gRPC's per-request cost, not the solve, bounds small requests; docs/serving.md).
+  int64_t max_systems = 1;
   int64_t max_bytes = int64_t{4} << 20;
   // Batches of one kind solved at once; a request that finds all of them busy joins the batch
   // forming behind them.

@@ -226,7 +226,7 @@ int main(int argc, char** argv) {
                  "nothing of its kind running never waits)")
       ->envname("TRISOLVE_BATCH_WINDOW_US")->check(CLI::Range(0.0, 1e6))->capture_default_str();
   app.add_option("--max-batch-systems", opt.batching.max_systems,
-                 "systems solved in one batched backend call (1: no batching)")
+                 "systems solved in one batched backend call (1: no batching; try 256)")
       ->envname("TRISOLVE_MAX_BATCH_SYSTEMS")->check(CLI::Range(int64_t{1}, int64_t{1} << 24))
       ->capture_default_str();
   app.add_option("--max-batch-bytes", opt.batching.max_bytes,

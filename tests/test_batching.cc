@@ -6,6 +6,7 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cmath>
 #include <random>
 #include <regex>
@@ -178,7 +179,7 @@ int64_t JobsInFlight(v1::Solver::Stub& stub) {
 
 TEST(Batching, ManyConcurrentCallersEachGetTheirOwnAnswer) {
   ServerProcess server({"--metrics-listen", "127.0.0.1:0", "--batch-window-us", "2000",
-                        "--max-batches-in-flight", "1"});
+                        "--max-batches-in-flight", "1", "--max-batch-systems", "256"});
   ASSERT_GT(server.port(), 0) << server.Log();
   constexpr int kClients = 24, kRequests = 30;
   std::atomic<int> ok{0}, wrong{0}, failed{0}, most{0};
@@ -219,16 +220,18 @@ TEST(Batching, ManyConcurrentCallersEachGetTheirOwnAnswer) {
   EXPECT_EQ(ok, kClients * kRequests);
   EXPECT_EQ(wrong, 0);
   EXPECT_EQ(failed, 0);
-  EXPECT_GT(most, 1) << "no request was solved in a batch with another";
-  // The histogram of batch sizes: every request counted once, some calls with more than one.
+  // Whether a batch forms here depends on timing (in about 1 run of 24 under load none did);
+  // HeldLane makes one certain and checks it. Here: every request counted once.
+  std::printf("largest batch seen: %d requests\n", most.load());
   const std::string text = Metrics(server);
   const double calls = Sample(text, "trisolve_batch_requests_count{family=\"tridiagonal\"}");
   const double requests = Sample(text, "trisolve_batch_requests_sum{family=\"tridiagonal\"}");
   const double alone = Sample(text, "trisolve_batch_requests_bucket{family=\"tridiagonal\",le=\"1\"}");
   EXPECT_EQ(requests, kClients * kRequests) << text;
   EXPECT_GT(calls, 0) << text;
-  EXPECT_LT(calls, requests) << text;
-  EXPECT_LT(alone, calls) << text;
+  EXPECT_LE(calls, requests) << text;
+  EXPECT_LE(alone, calls) << text;
+  EXPECT_EQ(calls == requests, most.load() == 1) << text;
 }
 
 // A large job of the same kind holds the one lane, so that the requests sent meanwhile meet in
@@ -381,7 +384,7 @@ TEST_F(HeldLane, CallersThatLeaveDoNotHurtTheBatch) {
 
 TEST(Batching, ALoneClientIsNeverHeld) {
   // A long window: a request that finds nothing of its kind running must not wait it out.
-  ServerProcess server({"--batch-window-us", "500000"});
+  ServerProcess server({"--batch-window-us", "500000", "--max-batch-systems", "256"});
   ASSERT_GT(server.port(), 0) << server.Log();
   auto stub = Stub(server);
   const TriCase tc(1, 64, 5);

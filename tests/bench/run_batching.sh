@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Dynamic batching of small unary requests, before and after, with `trisolve bench` (every answer
 # checked on the client, one local core beside it): one tridiagonal system of n = 64 a request,
-# 1 / 16 / 64 clients, against trisolved with batching off (--max-batch-systems 1: the code
+# 1 / 16 / 64 clients, against trisolved with batching off (--max-batch-systems 1: the default and the code
 # before), with the defaults (natural batching), with a window, and with one lane a kind and a
 # window. Runs from a build tree or from the GPU bundle; EXTRA adds server flags to every
 # configuration (on the GPU: EXTRA="--gpu-min-unknowns 0" keeps every solve on the device).
@@ -48,7 +48,8 @@ config() {  # config NAME [trisolved flags]
   sweep $port "$1"
   kill $srv; wait $srv 2>/dev/null
 }
-config off --max-batch-systems 1                     # batching off: the code before
-config natural                                       # the defaults: natural batching, 2 lanes
-config window --batch-window-us "${WINDOW:-100}"    # a window for batches with company
-config lane --max-batches-in-flight 1 --batch-window-us "${WINDOW:-100}"  # one lane a kind
+on="--max-batch-systems 256"
+config off --max-batch-systems 1                     # batching off: the default
+config natural $on                                   # natural batching, 2 lanes
+config window $on --batch-window-us "${WINDOW:-100}"    # a window for batches with company
+config lane $on --max-batches-in-flight 1 --batch-window-us "${WINDOW:-100}"  # one lane a kind

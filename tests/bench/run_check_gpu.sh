@@ -10,11 +10,11 @@
 #           tar -cf - .gpu .gpu-base | xz -9 -T2 > .gpu.tar.xz
 #   there:  PARTS="suites e2e" bash tests/bench/run_check_gpu.sh     (logs under $OUT)
 #           PARTS="kernels" bash tests/bench/run_check_gpu.sh
-# PARTS (default all): suites e2e kernels.
+# PARTS (default all): suites e2e kernels; BUNDLES (default "base new"): which benchmarks run.
 set -uo pipefail
 out=${OUT:-/tmp/trisolve-check}
 mkdir -p "$out"
-[ -d .gpu ] || tar -xJf .gpu.tar.xz
+{ [ -d .gpu ] && [ -d .gpu-base ]; } || tar -xJf .gpu.tar.xz
 parts=" ${PARTS:-suites e2e kernels} "
 want() { [[ $parts == *" $1 "* ]]; }
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; date -u +%Y-%m-%dT%H:%MZ; } |
@@ -47,7 +47,7 @@ fi
 if want kernels; then
   echo "=== kernel benchmarks: baseline (.gpu-base) then this tree (.gpu), same card"
   swc=tests/data/neuron_10-2012-02-09-001.CNG.swc
-  for b in base new; do
+  for b in ${BUNDLES:-base new}; do
     dir=.gpu
     [ "$b" = base ] && dir=.gpu-base
     [ -d "$dir" ] || { echo "no $dir: skipped"; continue; }
