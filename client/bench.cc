@@ -237,9 +237,6 @@ int RunTreeLoop(const Client::Options& client_options, const BenchOptions& o) {
   std::atomic<int64_t> ok{0}, wrong{0}, lost{0};
   std::atomic<bool> failed_setup{false};
   double worst_error = 0;
-  // The stream keeps two steps in flight while a step fits the HTTP/2 window; a larger one
-  // waits for its answer first (two in flight stopped the stream: docs/serving.md).
-  const bool pipelined = values * 16 <= (int64_t{32} << 20);
   auto client_loop = [&](int id) {
     Client::Options co = client_options;
     co.own_connection = true;
@@ -328,16 +325,14 @@ int RunTreeLoop(const Client::Options& client_options, const BenchOptions& o) {
           local_err["UNAVAILABLE"]++;
           break;
         }
-        if (!pipelined) {
-          auto r = stream->Receive();
-          check(r, q, std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
-        } else if (q >= 1) {
+        // Two steps in flight: the next is on its way while one is solved.
+        if (q >= 1) {
           auto r = stream->Receive();
           check(r, q - 1, r.ok() ? r->summary.timings.client_total_us : 0);
         }
       }
     }
-    if (stream && pipelined) {
+    if (stream && o.requests > 0) {
       auto r = stream->Receive();
       check(r, o.requests - 1, r.ok() ? r->summary.timings.client_total_us : 0);
     }

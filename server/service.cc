@@ -3,7 +3,11 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
+#include <optional>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -355,14 +359,50 @@ grpc::Status SolverService::SolveSystemStream(
   Call call = Begin(ctx, "SolveSystemStream");
   if (auto st = Open(ctx, call, /*refuse_when_draining=*/true); !st.ok())
     return Finish(call, st);
-  // One thread reads, solves and writes, in turn: a client that sends step i + 1 before answer
-  // i arrives has it carried by the transport meanwhile (HTTP/2 flow control holds back one that
-  // runs further ahead), and an error ends the stream with its own status, not a cancellation.
+  // Step k + 1 is read on a second thread while answer k is written: a client that writes a
+  // step while it waits for an answer would otherwise block against a server that is blocked
+  // writing that answer, once the two exceed HTTP/2's flow-control window, and neither moves.
+  // Only one step is read ahead, held against the receive budget (back-pressure: the transport
+  // holds back the rest), and only during a write, so a bad step or a solve that fails never
+  // leaves a read outstanding and still ends the stream with its own status.
+  struct ReadAhead {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool want = false, done = false, ok = false, quit = false;
+  } ra;
+  v1::SolveSystemRequest next;
+  std::thread reader([&] {
+    std::unique_lock<std::mutex> lock(ra.mu);
+    for (;;) {
+      ra.cv.wait(lock, [&] { return ra.want || ra.quit; });
+      if (ra.quit) return;
+      lock.unlock();
+      const bool ok = stream->Read(&next);
+      lock.lock();
+      ra.want = false;
+      ra.ok = ok;
+      ra.done = true;
+      ra.cv.notify_all();
+    }
+  });
+  auto start_read = [&] {
+    std::lock_guard<std::mutex> lock(ra.mu);
+    ra.want = true;
+    ra.done = false;
+    ra.cv.notify_all();
+  };
+  auto wait_read = [&] {
+    std::unique_lock<std::mutex> lock(ra.mu);
+    ra.cv.wait(lock, [&] { return ra.done; });
+    return ra.ok;
+  };
   std::string handle;
   int64_t steps = 0;
   absl::Status st;
   v1::SolveSystemRequest msg;
-  while (stream->Read(&msg)) {
+  bool have = stream->Read(&msg);
+  std::optional<ReceiveBudget::Hold> held;
+  while (have) {
     if (steps == 0) {
       handle = msg.handle();
       if (handle.empty()) {
@@ -391,11 +431,31 @@ grpc::Status SolverService::SolveSystemStream(
     ++steps;
     v1::SolveResponse resp;
     AnswerToProto(*answer, &resp);
-    if (!stream->Write(resp)) {
+    held.reset();
+    start_read();
+    const bool wrote = stream->Write(resp);
+    // A failed write means the call is over, so the outstanding read returns too.
+    have = wait_read();
+    if (!wrote) {
       st = absl::CancelledError("the client went away");
       break;
     }
+    if (!have) break;
+    msg.Swap(&next);
+    next.Clear();
+    held.emplace();
+    if (auto r = core_.ReserveReceive(static_cast<int64_t>(msg.ByteSizeLong()), &*held);
+        !r.ok()) {
+      st = r;
+      break;
+    }
   }
+  {
+    std::lock_guard<std::mutex> lock(ra.mu);
+    ra.quit = true;
+    ra.cv.notify_all();
+  }
+  reader.join();
   if (st.ok() && ctx->IsCancelled()) st = absl::CancelledError("the client cancelled the call");
   if (st.ok())
     spdlog::info("[req {}] SolveSystemStream {}: {} steps", call.id, handle.empty() ? "-" : handle,

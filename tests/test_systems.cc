@@ -300,6 +300,33 @@ TEST_F(Systems, BadUpdatesAndRightHandSidesNameTheArray) {
   EXPECT_TRUE(cl.ReleaseSystem(info->handle).ok());
 }
 
+// Steps larger than HTTP/2's 64 MiB flow-control window with two in flight: the
+// client writes step k + 1 while the server writes answer k. A server that reads only between
+// its writes blocks against such a client for good; the deadline turns that into a failure.
+TEST_F(Systems, TimeStepStreamKeepsMovingWithStepsOverTheWindow) {
+  Client cl = MakeClient();
+  constexpr int64_t kN = 5'000'000;  // a float64 rhs of 40 MB per step
+  const Tri t(1, kN, 61);
+  auto info = cl.CreateSystem(t.AsJob());
+  ASSERT_TRUE(info.ok()) << info.status();
+  for (int in_flight : {2}) {
+    auto stream = cl.OpenStepStream(info->handle, {.timeout_s = 60});
+    ASSERT_TRUE(stream.ok()) << stream.status();
+    std::vector<NdArray> d;
+    for (int s = 0; s < in_flight; ++s) d.push_back(Random({kN}, 7000 + s));
+    for (int s = 0; s < in_flight; ++s)
+      ASSERT_TRUE((*stream)->Send(d[s].view()).ok()) << "step " << s;
+    for (int s = 0; s < in_flight; ++s) {
+      auto r = (*stream)->Receive();
+      ASSERT_TRUE(r.ok()) << "in flight " << in_flight << ", step " << s << ": " << r.status();
+      EXPECT_LT(RelDiff(r->x, LocalTri(t.a, t.b, t.c, d[s].as<double>(), 1, kN)), 1e-12)
+          << "step " << s;
+    }
+    EXPECT_TRUE((*stream)->Finish().ok());
+  }
+  EXPECT_TRUE(cl.ReleaseSystem(info->handle).ok());
+}
+
 TEST_F(Systems, TimeStepStreamAnswersInOrderWithUpdates) {
   Client cl = MakeClient();
   const Tri t(4, 64, 51);
