@@ -18,6 +18,7 @@
 
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
+#include "client_test_util.h"
 #include "server_process.h"
 #include "trisolve/client.h"
 #include "trisolve/examples.h"
@@ -68,22 +69,8 @@ const v1::MemoryPool* DevicePool(const v1::ServerInfo& info) {
   return nullptr;
 }
 
-// Polls the server's info (every 10 ms, up to 20 s) until `want` holds.
-bool WaitForServer(Client& c, const std::function<bool(const ServerInfoSummary&)>& want) {
-  for (int i = 0; i < 2000; ++i) {
-    auto info = c.Info();
-    if (info.ok() && want(*info)) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return false;
-}
-
-Job MakeJob(Kind k, const examples::Arrays& arrays) {
-  Job job;
-  job.kind = k;
-  for (const auto& [name, a] : arrays) job.arrays[name] = a.view();
-  return job;
-}
+using testing::MakeJob;
+using testing::WaitForServer;
 
 // The largest relative difference between the server's x and the CPU reference's.
 double TridiagonalError(const examples::Arrays& ar, int64_t batch, int64_t n, const Result& r) {

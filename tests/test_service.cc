@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "error_measure.h"
+#include "client_test_util.h"
 #include "server_process.h"
 #include "trisolve/client.h"
 #include "trisolve/examples.h"
@@ -61,22 +62,8 @@ class Service : public ::testing::Test {
 };
 ServerProcess* Service::server_ = nullptr;
 
-// Polls the server's info (every 10 ms, up to 20 s) until `want` holds.
-bool WaitForServer(Client& c, const std::function<bool(const ServerInfoSummary&)>& want) {
-  for (int i = 0; i < 2000; ++i) {
-    auto info = c.Info();
-    if (info.ok() && want(*info)) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return false;
-}
-
-Job MakeJob(Kind k, const examples::Arrays& arrays) {
-  Job job;
-  job.kind = k;
-  for (const auto& [name, a] : arrays) job.arrays[name] = a.view();
-  return job;
-}
+using testing::MakeJob;
+using testing::WaitForServer;
 
 // The CPU backend's method names; the CUDA backend names its kernels ("thomas-window", ...),
 // so behind it only the answers are compared.
