@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -405,6 +406,163 @@ TEST(PlacedBackend, ABatchIsSplitOnlyWhereNoOneDeviceHoldsIt) {
     ExpectTriLikeReference(*be, t, "fits none");
     EXPECT_EQ(Sum(dev[0]->batches()) + Sum(dev[1]->batches()), 100);
     EXPECT_EQ(dev[0]->entered() + dev[1]->entered(), 1);
+  }
+}
+
+// One system split by rows (kernels/cpu/split_system.h) ------------------------------------
+
+std::unique_ptr<Backend> PlacedWith(const std::vector<int64_t>& rooms,
+                                    std::vector<FakeDevice*>* dev, PlacementOptions options) {
+  std::vector<std::unique_ptr<Backend>> workers;
+  std::vector<std::string> tags;
+  for (size_t i = 0; i < rooms.size(); ++i) {
+    auto f = std::make_unique<FakeDevice>(rooms[i]);
+    dev->push_back(f.get());
+    workers.push_back(std::move(f));
+    tags.push_back(std::string(1, char('a' + i)));
+  }
+  return MakePlacedBackend(std::move(workers), std::move(tags), options);
+}
+
+enum class Rows { kDominant, kHeat, kRandom, kZeroDiagonal };
+
+template <typename T>
+struct One {
+  int64_t n;
+  std::vector<T> a, b, c, d;
+  TridiagonalProblem<T> P() const {
+    return {1, n, Layout::kFlat, a.data(), b.data(), c.data(), d.data()};
+  }
+};
+template <typename T>
+One<T> MakeOne(int64_t n, Rows rows, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(-1, 1);
+  One<T> o{n, {}, {}, {}, {}};
+  for (int64_t i = 0; i < n; ++i) {
+    double a = u(rng), b = 4 + u(rng), c = u(rng);
+    if (rows == Rows::kHeat) a = c = -1e5, b = 1 + 2e5;  // implicit heat step, r = 1e5
+    if (rows == Rows::kRandom) b = u(rng);
+    if (rows == Rows::kZeroDiagonal) a = c = 1, b = 0;
+    o.a.push_back(T(a));
+    o.b.push_back(T(b));
+    o.c.push_back(T(c));
+    // kHeat: a source at the middle rows (the separators' of two parts) alone, so that x
+    // decays from there as the couplings do, and a window cut short shows in x.
+    const double source = std::abs(double(i - n / 2)) <= 2 ? 1.0 : 0.0;
+    o.d.push_back(T(rows == Rows::kHeat ? source : u(rng)));
+  }
+  return o;
+}
+
+// Solves o through `be` (auto) and by partial pivoting on the CPU: OK, backward error at the
+// rounding level, the same x as the reference within `forward`. Returns the method.
+template <typename T>
+std::string ExpectSplitLikeReference(Backend& be, const One<T>& o, double forward,
+                                     const std::string& what) {
+  std::vector<T> x(size_t(o.n), T(NAN)), want(size_t(o.n));
+  SystemStatus st = SystemStatus::kSingular, wst;
+  auto got = be.Solve(o.P(), TridiagonalMethod::kAuto, {x.data(), &st}, {});
+  EXPECT_TRUE(got.ok()) << what << ": " << got.status();
+  if (!got.ok()) return "";
+  EXPECT_EQ(st, SystemStatus::kOk) << what;
+  EXPECT_TRUE(
+      Cpu().Solve(o.P(), TridiagonalMethod::kPivoting, {want.data(), &wst}, {}).ok());
+  const double eps = std::numeric_limits<T>::epsilon();
+  const double be_got = TridiagonalBackwardError(o.P(), x.data(), &st);
+  const double be_want = TridiagonalBackwardError(o.P(), want.data(), &wst);
+  EXPECT_LE(be_got, std::max(10 * be_want, 4 * eps)) << what << " (" << got->method << ")";
+  EXPECT_LE(Distance(x, want), forward) << what << " (" << got->method << ")";
+  return got->method;
+}
+
+TEST(PlacedBackend, OneLargeSystemIsSplitByRowsOverIdleDevices) {
+  PlacementOptions options;
+  options.split_system_unknowns = 100000;
+  for (int devices : {2, 3}) {
+    std::vector<FakeDevice*> dev;
+    auto be = PlacedWith(std::vector<int64_t>(size_t(devices), int64_t{1} << 30), &dev, options);
+    const std::string method = ExpectSplitLikeReference(
+        *be, MakeOne<double>(300001, Rows::kDominant, 1), 1e-13, "dominant");
+    EXPECT_NE(method.find("split over " + std::to_string(devices) + " devices"),
+              std::string::npos)
+        << method;
+    for (FakeDevice* d : dev) EXPECT_EQ(d->batches(), std::vector<int64_t>{1});
+  }
+  {  // under the threshold: whole, on one device
+    std::vector<FakeDevice*> dev;
+    auto be = PlacedWith({int64_t{1} << 30, int64_t{1} << 30}, &dev, options);
+    const std::string method = ExpectSplitLikeReference(
+        *be, MakeOne<double>(99999, Rows::kDominant, 2), 1e-13, "small");
+    EXPECT_EQ(method.find("split"), std::string::npos) << method;
+    EXPECT_EQ(dev[0]->entered() + dev[1]->entered(), 1);
+  }
+}
+
+TEST(PlacedBackend, OneSystemTooLargeForAnyDeviceIsSplitByRows) {
+  PlacementOptions never;
+  never.split_system_unknowns = 0;  // by memory only
+  const One<double> o = MakeOne<double>(100000, Rows::kDominant, 3);  // 4 MB with x
+  const One<float> f = MakeOne<float>(100000, Rows::kDominant, 4);    // 2 MB
+  for (const auto& rooms : std::vector<std::vector<int64_t>>{
+           {3 * kMiB, 2 * kMiB}, {2 * kMiB, 2 * kMiB, kMiB}}) {
+    std::vector<FakeDevice*> dev;
+    auto be = PlacedWith(rooms, &dev, never);
+    const std::string method = ExpectSplitLikeReference(*be, o, 1e-13, "float64");
+    EXPECT_NE(method.find("split over " + std::to_string(rooms.size())), std::string::npos)
+        << method;
+    std::vector<FakeDevice*> dev32;
+    std::vector<int64_t> half;
+    for (int64_t r : rooms) half.push_back(r / 2);
+    auto be32 = PlacedWith(half, &dev32, never);
+    const std::string m32 = ExpectSplitLikeReference(*be32, f, 1e-5, "float32");
+    EXPECT_NE(m32.find("split over"), std::string::npos) << m32;
+  }
+}
+
+TEST(PlacedBackend, ASplitWhoseCouplingsDecaySlowlyWidensItsWindows) {
+  // Rows of an implicit heat step with r = 1e5: a coupling decays by e every sqrt(r) ~ 316
+  // rows, so the first windows (8192 rows: e^-26) leave a residual above the rounding level
+  // and grow (65,536 rows: e^-207). x decays the same way from the source in the middle: with
+  // the first windows kept, the backward error is ~1e-12.
+  PlacementOptions options;
+  options.split_system_unknowns = 1000;
+  std::vector<FakeDevice*> dev;
+  auto be = PlacedWith({int64_t{1} << 30, int64_t{1} << 30}, &dev, options);
+  const std::string method =
+      ExpectSplitLikeReference(*be, MakeOne<double>(1 << 20, Rows::kHeat, 5), 1e-9, "heat");
+  EXPECT_NE(method.find("split over 2"), std::string::npos) << method;
+}
+
+TEST(PlacedBackend, ASplitOfANonDominantSystemIsBackwardStable) {
+  PlacementOptions options;
+  options.split_system_unknowns = 1000;
+  std::vector<FakeDevice*> dev;
+  auto be = PlacedWith({int64_t{1} << 30, int64_t{1} << 30, int64_t{1} << 30}, &dev, options);
+  // The forward error is whatever the conditioning allows; the backward error is the test.
+  const std::string method =
+      ExpectSplitLikeReference(*be, MakeOne<double>(30000, Rows::kRandom, 6), 1e-3, "random");
+  EXPECT_NE(method.find("split over 3"), std::string::npos) << method;
+}
+
+TEST(PlacedBackend, ASplitWithASingularPartIsSolvedAnotherWayNotCalledSingular) {
+  // tridiag(1, 0, 1) of even order is nonsingular (condition ~n), but a part of odd order is
+  // singular: the split cannot join, and the system is solved whole -- on a device where one
+  // holds it, else on the host.
+  const One<double> o = MakeOne<double>(40000, Rows::kZeroDiagonal, 7);  // 1.6 MB with x
+  PlacementOptions options;
+  options.split_system_unknowns = 1000;
+  {
+    std::vector<FakeDevice*> dev;
+    auto be = PlacedWith({int64_t{1} << 30, int64_t{1} << 30}, &dev, options);
+    const std::string method = ExpectSplitLikeReference(*be, o, 1e-12, "fits one");
+    EXPECT_NE(method.find("not split: part 0"), std::string::npos) << method;
+  }
+  {
+    std::vector<FakeDevice*> dev;
+    auto be = PlacedWith({kMiB, kMiB}, &dev, options);
+    const std::string method = ExpectSplitLikeReference(*be, o, 1e-12, "fits none");
+    EXPECT_NE(method.find("on the host (not split: part 0"), std::string::npos) << method;
   }
 }
 

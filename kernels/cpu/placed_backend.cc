@@ -13,6 +13,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "trisolve/backend.h"
 #include "trisolve/reference/tree.h"
 #include "trisolve/reference/tridiagonal.h"
+#include "split_system.h"
 
 namespace trisolve {
 namespace {
@@ -81,8 +83,8 @@ class MultiDeviceBackend final : public Backend {
     std::atomic<int64_t> room{0};
   };
 
-  explicit MultiDeviceBackend(std::vector<std::unique_ptr<Worker>> workers)
-      : workers_(std::move(workers)) {
+  MultiDeviceBackend(std::vector<std::unique_ptr<Worker>> workers, const PlacementOptions& options)
+      : workers_(std::move(workers)), options_(options) {
     Refresh();
   }
   static std::vector<std::unique_ptr<Worker>> Workers(std::vector<std::unique_ptr<Backend>> b,
@@ -372,10 +374,95 @@ class MultiDeviceBackend final : public Backend {
     return total;
   }
 
+  // The workers one system of `bytes` is split over, and their shares; empty for no split
+  // (PlacementOptions).
+  struct RowSplit {
+    std::vector<Worker*> workers;
+    std::vector<double> weights;
+  };
+  RowSplit SplitSystem(int64_t n, int64_t bytes, TridiagonalMethod m) {
+    RowSplit split;
+    if (workers_.size() < 2) return split;
+    MaybeRefresh();
+    int64_t total = 0, most = 0;
+    for (const auto& w : workers_) {
+      total += w->room.load();
+      most = std::max(most, w->room.load());
+    }
+    if (bytes > most) {  // by memory: every worker with room, in proportion to it
+      if (bytes > total) return split;
+      for (const auto& w : workers_)
+        if (w->room.load() > 0) {
+          split.workers.push_back(w.get());
+          split.weights.push_back(double(w->room.load()));
+        }
+      return split;
+    }
+    if (options_.split_system_unknowns <= 0 || n < options_.split_system_unknowns ||
+        m != TridiagonalMethod::kAuto)
+      return split;
+    // For speed: the idle workers, as many as have room for an equal part.
+    std::vector<Worker*> idle;
+    for (const auto& w : workers_)
+      if (w->in_flight.load() == 0) idle.push_back(w.get());
+    std::sort(idle.begin(), idle.end(),
+              [](const Worker* x, const Worker* y) { return x->room.load() > y->room.load(); });
+    while (idle.size() >= 2 && double(idle.back()->room.load()) < 1.05 * double(bytes) /
+                                                                      double(idle.size()))
+      idle.pop_back();
+    if (idle.size() < 2) return split;
+    split.workers = idle;
+    split.weights.assign(idle.size(), 1.0);
+    return split;
+  }
+
+  // One system over split.workers; nullopt where the rows cannot be cut (parts too small).
+  template <typename T>
+  absl::StatusOr<std::optional<SolveInfo>> SolveSplit(const TridiagonalProblem<T>& p,
+                                                      TridiagonalMethod m,
+                                                      TridiagonalOutput<T> out,
+                                                      const SolveControl& c, const RowSplit& split,
+                                                      int64_t bytes, bool fits_one) {
+    const std::vector<int64_t> rows = SplitRows(p.n, split.weights);
+    if (rows.empty()) return std::optional<SolveInfo>();
+    auto outcome = SolveSystemSplit<T>(
+        p, rows,
+        [&](size_t k, const TridiagonalProblem<T>& part, TridiagonalOutput<T> o) {
+          const InFlight busy(*split.workers[k], /*count_job=*/true);
+          return split.workers[k]->backend->Solve(part, m, o, c);
+        },
+        out.x);
+    if (!outcome.ok()) return outcome.status();
+    if (outcome->solved) {
+      out.status[0] = SystemStatus::kOk;
+      return std::optional<SolveInfo>(outcome->info);
+    }
+    const std::string why = absl::StrCat(" (not split: ", outcome->why, ")");
+    if (fits_one) {
+      auto whole = OnPlaced(bytes, [&](Backend& b) { return b.Solve(p, m, out, c); });
+      if (!whole.ok()) return whole.status();
+      whole->method += why;
+      return std::optional<SolveInfo>(*whole);
+    }
+    SolveInfo host = cpu::SolveTridiagonal(p, m, out);
+    host.method = absl::StrCat(host.method, " on the host", why);
+    return std::optional<SolveInfo>(host);
+  }
+
   template <typename T>
   absl::StatusOr<SolveInfo> SolveTridiagonal(const TridiagonalProblem<T>& p, TridiagonalMethod m,
                                              TridiagonalOutput<T> out, const SolveControl& c) {
     const int64_t bytes = TridiagonalBytes(p);
+    if (p.batch == 1) {
+      const RowSplit split = SplitSystem(p.n, bytes, m);
+      if (!split.workers.empty()) {
+        int64_t most = 0;
+        for (const auto& w : workers_) most = std::max(most, w->room.load());
+        auto r = SolveSplit(p, m, out, c, split, bytes, bytes <= most);
+        if (!r.ok()) return r.status();
+        if (r->has_value()) return **r;
+      }
+    }
     const std::vector<Part> parts = SplitParts(p.batch, bytes);
     if (parts.empty()) return OnPlaced(bytes, [&](Backend& b) { return b.Solve(p, m, out, c); });
     return RunParts(parts, [&](const Part& part) -> absl::StatusOr<SolveInfo> {
@@ -412,6 +499,7 @@ class MultiDeviceBackend final : public Backend {
   }
 
   std::vector<std::unique_ptr<Worker>> workers_;
+  const PlacementOptions options_;
   std::atomic<size_t> next_{0};
   mutable std::mutex refresh_mu_;
   mutable std::atomic<Clock::rep> last_refresh_{0};
@@ -420,10 +508,11 @@ class MultiDeviceBackend final : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> MakePlacedBackend(std::vector<std::unique_ptr<Backend>> workers,
-                                           std::vector<std::string> tags) {
+                                           std::vector<std::string> tags,
+                                           const PlacementOptions& options) {
   if (workers.empty()) return nullptr;
   return std::make_unique<MultiDeviceBackend>(
-      MultiDeviceBackend::Workers(std::move(workers), std::move(tags)));
+      MultiDeviceBackend::Workers(std::move(workers), std::move(tags)), options);
 }
 
 }  // namespace trisolve

@@ -153,7 +153,18 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeMultiDeviceCudaBackend(std::vector<
 // buffers; none without a device), a prepared system routed by PreparedSystem::holder(). `tags`
 // name the workers in the pool names ("device:<tag>"). nullptr for no worker. For the tests,
 // with stand-in workers.
+// One tridiagonal system (batch 1) that fits no one worker but fits them together is split
+// over them by rows (kernels/cpu/split_system.h: the parts solved at once, joined through one
+// separator row between neighbours); so is one of at least `split_system_unknowns` unknowns
+// under `auto`, over the workers with nothing in flight and room for an equal part, where two
+// or more have (0: never for speed). A split whose parts cannot be joined (a part singular on
+// its own, couplings that do not decay within the host's windows) is solved whole on one
+// worker where it fits, else by the CPU reference on the host; the method string says which.
+struct PlacementOptions {
+  int64_t split_system_unknowns = int64_t{1} << 22;
+};
 std::unique_ptr<Backend> MakePlacedBackend(std::vector<std::unique_ptr<Backend>> workers,
-                                           std::vector<std::string> tags);
+                                           std::vector<std::string> tags,
+                                           const PlacementOptions& options = {});
 
 }  // namespace trisolve
