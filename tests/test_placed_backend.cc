@@ -447,7 +447,7 @@ One<T> MakeOne(int64_t n, Rows rows, uint64_t seed) {
     o.a.push_back(T(a));
     o.b.push_back(T(b));
     o.c.push_back(T(c));
-    // kHeat: a source at the middle rows (the separators' of two parts) alone, so that x
+    // kHeat: a source at the middle rows (the interface of two parts) alone, so that x
     // decays from there as the couplings do, and a window cut short shows in x.
     const double source = std::abs(double(i - n / 2)) <= 2 ? 1.0 : 0.0;
     o.d.push_back(T(rows == Rows::kHeat ? source : u(rng)));
@@ -546,10 +546,10 @@ TEST(PlacedBackend, ASplitOfANonDominantSystemIsBackwardStable) {
 }
 
 TEST(PlacedBackend, ASplitWithASingularPartIsSolvedAnotherWayNotCalledSingular) {
-  // tridiag(1, 0, 1) of even order is nonsingular (condition ~n), but a part of odd order is
-  // singular: the split cannot join, and the system is solved whole -- on a device where one
-  // holds it, else on the host.
-  const One<double> o = MakeOne<double>(40000, Rows::kZeroDiagonal, 7);  // 1.6 MB with x
+  // tridiag(1, 0, 1) of even order is nonsingular (condition ~n), but of odd order singular:
+  // cut in two parts of 999 rows, the split cannot join, and the system is solved whole -- on
+  // a device where one holds it, else on the host.
+  const One<double> o = MakeOne<double>(1998, Rows::kZeroDiagonal, 7);  // 80 kB with x
   PlacementOptions options;
   options.split_system_unknowns = 1000;
   {
@@ -560,7 +560,7 @@ TEST(PlacedBackend, ASplitWithASingularPartIsSolvedAnotherWayNotCalledSingular) 
   }
   {
     std::vector<FakeDevice*> dev;
-    auto be = PlacedWith({kMiB, kMiB}, &dev, options);
+    auto be = PlacedWith({48000, 48000}, &dev, options);
     const std::string method = ExpectSplitLikeReference(*be, o, 1e-12, "fits none");
     EXPECT_NE(method.find("on the host (not split: part 0"), std::string::npos) << method;
   }

@@ -71,16 +71,16 @@ bool SolveSmallDense(int q, std::vector<long double>& A, std::vector<long double
 std::vector<int64_t> SplitRows(int64_t n, const std::vector<double>& weights) {
   const size_t parts = weights.size();
   if (parts < 2) return {};
-  const int64_t rows = n - int64_t(parts - 1);
   double total = 0;
   for (double w : weights) total += std::max(w, 0.0);
   if (!(total > 0)) return {};
   std::vector<int64_t> out;
   int64_t given = 0;
   for (size_t k = 0; k < parts; ++k) {
-    const int64_t m = k + 1 == parts
-                          ? rows - given
-                          : int64_t(std::floor(double(rows) * std::max(weights[k], 0.0) / total));
+    int64_t m = int64_t(std::floor(double(n) * std::max(weights[k], 0.0) / total));
+    // Whole 16-row groups (the one-system kernels' unit) where that leaves a part of some size.
+    if (m >= 1024) m -= m % 16;
+    if (k + 1 == parts) m = n - given;
     if (m < 2) return {};
     out.push_back(m);
     given += m;
@@ -98,10 +98,9 @@ absl::StatusOr<SplitOutcome> SolveSystemSplit(const TridiagonalProblem<T>& p,
   int64_t at = 0;
   for (size_t k = 0; k < P; ++k) {
     s[k] = at;
-    e[k] = at + rows[k];
-    at = e[k] + 1;  // the separator row e[k] lies between part k and part k + 1
+    e[k] = at += rows[k];
   }
-  if (e[P - 1] != p.n) return absl::InternalError("SolveSystemSplit: rows do not add up to n");
+  if (at != p.n) return absl::InternalError("SolveSystemSplit: rows do not add up to n");
 
   // Pass 1: y of every part, at once, straight into x.
   std::vector<absl::StatusOr<SolveInfo>> solved(P, absl::InternalError("part not solved"));
@@ -138,7 +137,7 @@ absl::StatusOr<SplitOutcome> SolveSystemSplit(const TridiagonalProblem<T>& p,
   }
   absl::StrAppend(&outcome.info.method, " (one system split over ", P, " devices)");
 
-  // The windows, the separators and the corrections; K grows where a window's dropped tail
+  // The windows, the interfaces and the corrections; K grows where a window's dropped tail
   // shows in its row's residual.
   const double u = std::numeric_limits<T>::epsilon();
   const int q = int(P - 1);
@@ -174,30 +173,35 @@ absl::StatusOr<SplitOutcome> SolveSystemSplit(const TridiagonalProblem<T>& p,
     }
     if (std::any_of(stale.begin(), stale.end(), [](bool b) { return b; })) continue;
 
-    // The separators' system: row j is separator row e[j], between part j and part j + 1.
-    std::vector<long double> A(static_cast<size_t>(q * q), 0.0L), R(static_cast<size_t>(q));
+    // The interfaces' system: interface j (between parts j and j + 1) has two unknowns,
+    // L_j = x[e_j - 1] (unknown 2j) and F_j = x[s_{j+1}] (unknown 2j + 1):
+    //   L_j + alpha_j v_j[m-1] L_{j-1} + gamma_j w_j[m-1] F_j = y_j[m-1]
+    //   F_j + alpha_{j+1} v_{j+1}[0] L_j + gamma_{j+1} w_{j+1}[0] F_{j+1} = y_{j+1}[0]
+    // with v at the far end of its part, and w at its near end, zero where the window is not
+    // the whole part.
+    const int dim = 2 * q;
+    std::vector<long double> A(static_cast<size_t>(dim * dim), 0.0L);
+    std::vector<long double> R(static_cast<size_t>(dim));
+    auto at2 = [&](int i, int j) -> long double& { return A[size_t(i * dim + j)]; };
     for (int j = 0; j < q; ++j) {
       const size_t l = size_t(j), r = size_t(j + 1);
-      const int64_t row = e[l];
-      const long double ar = p.a[row], br = p.b[row], cr = p.c[row], dr = p.d[row];
-      const long double alpha_l = p.a[s[l]], gamma_l = p.c[e[l] - 1];
-      const long double alpha_r = p.a[s[r]], gamma_r = p.c[e[r] - 1];
-      // v_l at the last row of part l (only where its window is the whole part), w_l there
-      // (the bottom window's last); v_r at part r's first row, w_r there (whole part only).
-      const long double v_l_last = l > 0 && full(l) ? top[l].z.back() : 0.0L;
-      const long double w_l_last = bottom[l].z.back();
-      const long double v_r_first = top[r].z.front();
-      const long double w_r_first = r + 1 < P && full(r) ? bottom[r].z.front() : 0.0L;
-      if (j > 0) A[size_t(j * q + j - 1)] = -ar * alpha_l * v_l_last;
-      A[size_t(j * q + j)] = br - ar * gamma_l * w_l_last - cr * alpha_r * v_r_first;
-      if (j + 1 < q) A[size_t(j * q + j + 1)] = -cr * gamma_r * w_r_first;
-      R[size_t(j)] = dr - ar * y(e[l] - 1) - cr * y(s[r]);
+      const int iL = 2 * j, iF = 2 * j + 1;
+      at2(iL, iL) = 1;
+      if (l > 0 && full(l)) at2(iL, iL - 2) = (long double)p.a[s[l]] * top[l].z.back();
+      at2(iL, iF) = (long double)p.c[e[l] - 1] * bottom[l].z.back();
+      R[size_t(iL)] = y(e[l] - 1);
+      at2(iF, iF) = 1;
+      at2(iF, iL) = (long double)p.a[s[r]] * top[r].z.front();
+      if (r + 1 < P && full(r)) at2(iF, iF + 2) = (long double)p.c[e[r] - 1] * bottom[r].z.front();
+      R[size_t(iF)] = y(s[r]);
     }
     X = R;
-    if (!SolveSmallDense(q, A, X)) {
-      outcome.why = "the separators' system is singular";
+    if (!SolveSmallDense(dim, A, X)) {
+      outcome.why = "the interfaces' system is singular";
       return outcome;
     }
+    auto L = [&](size_t j) { return double(X[2 * j]); };
+    auto F = [&](size_t j) { return double(X[2 * j + 1]); };
 
     // Each truncated window's residual: one row past it, exactly a * (the last correction).
     bool grown = false;
@@ -212,12 +216,12 @@ absl::StatusOr<SplitOutcome> SolveSystemSplit(const TridiagonalProblem<T>& p,
       };
       bool fail = false;
       if (k > 0) {  // top: correction -alpha X_{k-1} v on rows s..s+K-1; residual at row s+K
-        const double delta = -double(p.a[s[k]]) * double(X[k - 1]) * top[k].z.back();
+        const double delta = -double(p.a[s[k]]) * L(k - 1) * top[k].z.back();
         const int64_t row = s[k] + K[k];
         fail |= fails(row, double(p.a[row]) * delta, y(row - 1) + delta, y(row), y(row + 1));
       }
       if (k + 1 < P) {  // bottom: -gamma X_k w on rows e-K..e-1; residual at row e-K-1
-        const double delta = -double(p.c[e[k] - 1]) * double(X[k]) * bottom[k].z.front();
+        const double delta = -double(p.c[e[k] - 1]) * F(k) * bottom[k].z.front();
         const int64_t row = e[k] - K[k] - 1;
         fail |= fails(row, double(p.c[row]) * delta, y(row - 1), y(row), y(row + 1) + delta);
       }
@@ -229,21 +233,22 @@ absl::StatusOr<SplitOutcome> SolveSystemSplit(const TridiagonalProblem<T>& p,
     if (!grown) break;
   }
 
-  // Write: the corrections onto pass 1's y, then the separators.
+  // Write: the corrections onto pass 1's y.
+  auto L = [&](size_t j) { return double(X[2 * j]); };
+  auto F = [&](size_t j) { return double(X[2 * j + 1]); };
   for (size_t k = 0; k < P; ++k) {
     if (k > 0) {
-      const double f = -double(p.a[s[k]]) * double(X[k - 1]);
+      const double f = -double(p.a[s[k]]) * L(k - 1);
       const std::vector<double>& v = top[k].z;
       for (size_t i = 0; i < v.size(); ++i) x[s[k] + int64_t(i)] += T(f * v[i]);
     }
     if (k + 1 < P) {
-      const double f = -double(p.c[e[k] - 1]) * double(X[k]);
+      const double f = -double(p.c[e[k] - 1]) * F(k);
       const std::vector<double>& w = bottom[k].z;
       const int64_t row0 = bottom[k].row0;
       for (size_t i = 0; i < w.size(); ++i) x[row0 + int64_t(i)] += T(f * w[i]);
     }
   }
-  for (int j = 0; j < q; ++j) x[e[size_t(j)]] = T(X[size_t(j)]);
   outcome.solved = true;
   return outcome;
 }

@@ -1,20 +1,19 @@
 // One tridiagonal system solved in parts, each part by a backend of its own (the devices of the
-// multi-device backend): the parts are solved at once, then joined through the rows between
-// them. Internal to trisolve_kernels (placed_backend.cc); the tests reach it through
+// multi-device backend): the parts are solved at once, then joined at their interfaces on the
+// host. Internal to trisolve_kernels (placed_backend.cc); the tests reach it through
 // MakePlacedBackend.
 //
-// The rows are cut into P parts with one separator row between neighbours. Part k (rows
-// [s, e), m = e - s, matrix T, couplings alpha = a[s] to the separator on its left and
-// gamma = c[e-1] to the one on its right) has
-//   x_k = y - alpha X_left v - gamma X_right w,   T y = d_k,  T v = e_1,  T w = e_m,
-// and each separator row, with these substituted, is one row of a tridiagonal system of P - 1
-// unknowns (the Schur complement of the parts): if A and every part are nonsingular, so is it
-// (det A = det T_0 ... det T_{P-1} det S). y is the backends' solve of the part; v and w are
-// solved on the host in windows of the part's first and last K rows. Where K < m the windows
-// drop what v and w hold past them, and the answer is then the exact solution of A x = d + r
-// with r nonzero in one row per window: r = a[s+K] * (the correction at s+K-1), known exactly.
-// Each such r must be within the unit roundoff of its row's terms (a backward error no solve
-// does better than); where it is not, K grows (x8) until it is or the window is the part.
+// The rows are cut into P consecutive parts (SPIKE's form). Part k (rows [s, e), m = e - s,
+// matrix T, couplings alpha = a[s] to the row before it and gamma = c[e-1] to the row after) has
+//   x_k = y - alpha x[s-1] v - gamma x[e] w,   T y = d_k,  T v = e_1,  T w = e_m,
+// so the values on either side of each interface (x[e-1] and x[e]) solve a system of 2(P-1)
+// unknowns, nonsingular where A and every part are. y is the backends' solve of the part; v
+// and w are solved on the host (partial pivoting, double) in windows of the part's first and
+// last K rows, and the interfaces' system in long double. Where K < m the windows drop what v
+// and w hold past them, and the answer is then the exact solution of A x = d + r with r
+// nonzero in one row per window: r = a[s+K] * (the correction at s+K-1), known exactly. Each
+// such r must be within the unit roundoff of its row's terms (a backward error no solve does
+// better than); where it is not, K grows (x8) until it is or the window is the part.
 #pragma once
 
 #include <cstdint>
@@ -44,9 +43,9 @@ struct SplitOutcome {
 constexpr int64_t kSplitMaxWindow = int64_t{1} << 24;
 constexpr int64_t kSplitFirstWindow = 8192;
 
-// The rows of each part for a system of n rows over parts in proportion to `weights`
-// (n - (P - 1) rows in all: one separator between neighbours). Empty where a part would hold
-// fewer than 2 rows.
+// The rows of each part for a system of n rows over parts in proportion to `weights` (whole
+// 16-row groups but the last, where parts hold 1024 rows or more). Empty where a part would
+// hold fewer than 2 rows.
 std::vector<int64_t> SplitRows(int64_t n, const std::vector<double>& weights);
 
 // p: one system (batch 1). rows: from SplitRows. Runs solve_part for every part at once (part 0

@@ -154,8 +154,8 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeMultiDeviceCudaBackend(std::vector<
 // name the workers in the pool names ("device:<tag>"). nullptr for no worker. For the tests,
 // with stand-in workers.
 // One tridiagonal system (batch 1) that fits no one worker but fits them together is split
-// over them by rows (kernels/cpu/split_system.h: the parts solved at once, joined through one
-// separator row between neighbours); so is one of at least `split_system_unknowns` unknowns
+// over them by rows (kernels/cpu/split_system.h: the parts solved at once, joined at their
+// interfaces on the host); so is one of at least `split_system_unknowns` unknowns
 // under `auto`, over the workers with nothing in flight and room for an equal part, where two
 // or more have (0: never for speed). A split whose parts cannot be joined (a part singular on
 // its own, couplings that do not decay within the host's windows) is solved whole on one
