@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <memory>
 #include <random>
@@ -455,6 +456,46 @@ TEST_P(MultiDevice, ABatchLargerThanOneWorkerIsSplitBySystems) {
   std::vector<double> x(t.a.size());
   std::vector<SystemStatus> st(64);
   EXPECT_FALSE((*single)->Solve(t.P(), TridiagonalMethod::kAuto, {x.data(), st.data()}, {}).ok());
+}
+
+// One system over the workers by rows (kernels/cpu/split_system.h): against partial pivoting on
+// the CPU, by backward error (the rounding level) and forward error.
+template <typename T>
+void ExpectOneSystemLikeReference(Backend& backend, const Tri<T>& t, size_t parts) {
+  std::vector<T> x(t.a.size(), T(NAN)), want(t.a.size());
+  SystemStatus st = SystemStatus::kSingular, wst;
+  ASSERT_TRUE(Cpu().Solve(t.P(), TridiagonalMethod::kPivoting, {want.data(), &wst}, {}).ok());
+  auto got = backend.Solve(t.P(), TridiagonalMethod::kAuto, {x.data(), &st}, {});
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_NE(got->method.find("(one system split over " + std::to_string(parts) + " devices)"),
+            std::string::npos)
+      << got->method;
+  EXPECT_EQ(st, SystemStatus::kOk);
+  const double eps = std::numeric_limits<T>::epsilon();
+  EXPECT_LE(TridiagonalBackwardError(t.P(), x.data(), &st), 8 * eps) << got->method;
+  EXPECT_LE(Distance(x, want), 100 * eps) << got->method;
+}
+
+TEST_P(MultiDevice, OneSystemLargerThanOneWorkerIsSplitByRows) {
+  if (workers() < 2) GTEST_SKIP() << "one worker: nothing to split over";
+  const int64_t per_worker = int64_t{32} << 20;
+  auto backend = Make(per_worker * std::count(devices_.begin(), devices_.end(), devices_[0]));
+  ASSERT_NE(backend, nullptr);
+  // 2^20 + 5 unknowns: 40 MB on the device with x, over one worker's 32 MiB.
+  for (Layout layout : {Layout::kFlat, Layout::kInterleaved})  // (one system: the same array)
+    ExpectOneSystemLikeReference(*backend, MakeTri<double>(1, (1 << 20) + 5, layout, 21),
+                                 workers());
+  ExpectOneSystemLikeReference(*backend, MakeTri<float>(1, (1 << 21) + 3, Layout::kFlat, 22),
+                               workers());
+}
+
+TEST_P(MultiDevice, OneLargeSystemIsSplitByRowsOverIdleWorkers) {
+  if (workers() < 2) GTEST_SKIP() << "one worker: nothing to split over";
+  // auto from 2^22 unknowns (PlacementOptions' default), every worker idle.
+  ExpectOneSystemLikeReference(*backend_, MakeTri<double>(1, (1 << 22) + 16 * 7, Layout::kFlat, 23),
+                               workers());
+  ExpectOneSystemLikeReference(*backend_, MakeTri<float>(1, 1 << 23, Layout::kFlat, 24),
+                               workers());
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, MultiDevice, ::testing::Values("all", "0,0", "0,1"),

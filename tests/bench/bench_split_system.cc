@@ -1,0 +1,222 @@
+// One tridiagonal system through the CUDA backend on one device, and through the multi-device
+// backend split by rows over D devices (kernels/cpu/split_system.h), end to end from host memory
+// (the arrays in, x out: what the server's backend call does), float64, diagonally dominant
+// rows. Every answer's backward error is computed from the original arrays, and the two answers
+// are compared. --huge solves one system larger than one device over the devices (and says
+// what one device answers).
+//   bench_split_system [--log2n 24,26,28] [--reps 5] [--devices D] [--huge LOG2N]
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "trisolve/backend.h"
+
+namespace {
+
+using namespace trisolve;
+using Clock = std::chrono::steady_clock;
+
+int Threads() { return int(std::max(1u, std::thread::hardware_concurrency())); }
+
+template <typename F>
+void ParallelFor(int64_t n, F f) {  // f(begin, end, thread)
+  const int t = Threads();
+  std::vector<std::thread> pool;
+  for (int k = 0; k < t; ++k)
+    pool.emplace_back([=] { f(n * k / t, n * (k + 1) / t, k); });
+  for (auto& th : pool) th.join();
+}
+
+struct System {
+  int64_t n;
+  std::unique_ptr<double[]> a, b, c, d;
+  TridiagonalProblem<double> P() const {
+    return {1, n, Layout::kFlat, a.get(), b.get(), c.get(), d.get()};
+  }
+};
+
+System Make(int64_t n) {
+  System s{n, std::unique_ptr<double[]>(new double[size_t(n)]),
+           std::unique_ptr<double[]>(new double[size_t(n)]),
+           std::unique_ptr<double[]>(new double[size_t(n)]),
+           std::unique_ptr<double[]>(new double[size_t(n)])};
+  ParallelFor(n, [&](int64_t i0, int64_t i1, int k) {
+    std::mt19937_64 rng(uint64_t(k) * 7919 + uint64_t(n));
+    std::uniform_real_distribution<double> u(-1, 1);
+    for (int64_t i = i0; i < i1; ++i) {
+      s.a[i] = u(rng);
+      s.b[i] = 4 + u(rng);
+      s.c[i] = u(rng);
+      s.d[i] = u(rng);
+    }
+  });
+  return s;
+}
+
+// ||d - A x||_inf / (||A||_inf ||x||_inf + ||d||_inf), threaded.
+double BackwardError(const System& s, const double* x) {
+  const int t = Threads();
+  std::vector<double> r(size_t(t), 0), an(size_t(t), 0), xn(size_t(t), 0), dn(size_t(t), 0);
+  ParallelFor(s.n, [&](int64_t i0, int64_t i1, int k) {
+    for (int64_t i = i0; i < i1; ++i) {
+      double ax = s.b[i] * x[i], row = std::abs(s.b[i]);
+      if (i > 0) ax += s.a[i] * x[i - 1], row += std::abs(s.a[i]);
+      if (i + 1 < s.n) ax += s.c[i] * x[i + 1], row += std::abs(s.c[i]);
+      const double res = std::abs(s.d[i] - ax);
+      r[size_t(k)] = std::max(r[size_t(k)], std::isfinite(res) ? res : INFINITY);
+      an[size_t(k)] = std::max(an[size_t(k)], row);
+      xn[size_t(k)] = std::max(xn[size_t(k)], std::abs(x[i]));
+      dn[size_t(k)] = std::max(dn[size_t(k)], std::abs(s.d[i]));
+    }
+  });
+  auto mx = [](const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); };
+  return mx(r) / (mx(an) * mx(xn) + mx(dn));
+}
+
+double Distance(int64_t n, const double* x, const double* y) {
+  double d = 0, m = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(x[i]) || !std::isfinite(y[i])) return INFINITY;
+    d = std::max(d, std::abs(x[i] - y[i]));
+    m = std::max(m, std::abs(y[i]));
+  }
+  return d / m;
+}
+
+struct Timed {
+  bool ok = false;
+  std::string what;  // method, or the error
+  double median_ms = 0;
+};
+
+Timed Time(Backend& be, const System& s, double* x, int reps) {
+  Timed t;
+  SystemStatus st;
+  std::vector<double> ms;
+  for (int r = 0; r <= reps; ++r) {  // the first warms pools and staging
+    const auto t0 = Clock::now();
+    auto got = be.Solve(s.P(), TridiagonalMethod::kAuto, {x, &st}, {});
+    const double dt = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    if (!got.ok()) {
+      t.what = std::string(got.status().message()).substr(0, 200);
+      return t;
+    }
+    if (st != SystemStatus::kOk) {
+      t.what = "status not OK";
+      return t;
+    }
+    t.what = got->method;
+    if (r > 0) ms.push_back(dt);
+  }
+  std::sort(ms.begin(), ms.end());
+  t.ok = true;
+  t.median_ms = ms.empty() ? 0 : ms[ms.size() / 2];
+  return t;
+}
+
+std::string Cell(const Timed& t) {
+  if (!t.ok) return t.what;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f ms", t.median_ms);
+  return buf;
+}
+
+std::vector<int> Ints(const char* s) {
+  std::vector<int> out;
+  for (const char* p = s; *p;) {
+    out.push_back(std::atoi(p));
+    while (*p && *p != ',') ++p;
+    if (*p == ',') ++p;
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<int> log2n = {24, 26, 28};
+  int reps = 5, devices = CudaDeviceCount(), huge = 0;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i];
+    if (k == "--log2n") log2n = Ints(argv[i + 1]);
+    else if (k == "--reps") reps = std::atoi(argv[i + 1]);
+    else if (k == "--devices") devices = std::atoi(argv[i + 1]);
+    else if (k == "--huge") huge = std::atoi(argv[i + 1]);
+    else {
+      std::fprintf(stderr, "unknown option %s\n", k.c_str());
+      return 2;
+    }
+  }
+  if (devices < 2) {
+    std::printf("bench_split_system: %d CUDA device(s); two or more are needed: skipped\n",
+                devices);
+    return 0;
+  }
+  std::vector<int> list;
+  for (int d = 0; d < devices; ++d) list.push_back(d);
+  auto one = MakeCudaBackend();
+  auto many = MakeMultiDeviceCudaBackend(list);
+  if (!one.ok() || !many.ok()) {
+    std::fprintf(stderr, "backends: %s / %s\n", std::string(one.status().message()).c_str(),
+                 std::string(many.status().message()).c_str());
+    return 1;
+  }
+  const BackendInfo info = (*one)->Info();
+  std::printf("%s x %d, %d host threads; float64, one system, diagonally dominant rows; end to "
+              "end from pageable host memory (arrays in, x out), median of %d after a warm-up\n\n",
+              info.devices.empty() ? "?" : info.devices[0].name.c_str(), devices, Threads(), reps);
+  std::printf("| n | GB (a,b,c,d,x) | 1 device | %d devices | speed-up | backward error 1 / %d | "
+              "max diff | method (%d devices) |\n|---|---|---|---|---|---|---|---|\n",
+              devices, devices, devices);
+  for (int l : log2n) {
+    const int64_t n = int64_t{1} << l;
+    const System s = Make(n);
+    std::unique_ptr<double[]> x1(new double[size_t(n)]), x2(new double[size_t(n)]);
+    const Timed t1 = Time(**one, s, x1.get(), reps);
+    const Timed t2 = Time(**many, s, x2.get(), reps);
+    const double be1 = t1.ok ? BackwardError(s, x1.get()) : NAN;
+    const double be2 = t2.ok ? BackwardError(s, x2.get()) : NAN;
+    const double diff = t1.ok && t2.ok ? Distance(n, x2.get(), x1.get()) : NAN;
+    std::printf("| 2^%d | %.1f | %s | %s | %.2fx | %.1e / %.1e | %.1e | %s |\n", l,
+                40.0 * double(n) / 1e9,
+                Cell(t1).c_str(), Cell(t2).c_str(),
+                t1.ok && t2.ok ? t1.median_ms / t2.median_ms : NAN, be1, be2, diff,
+                t2.what.c_str());
+    std::fflush(stdout);
+  }
+  if (huge > 0) {
+    const int64_t n = int64_t{1} << huge;
+    std::printf("\nOne system of 2^%d unknowns (%.1f GB with x):\n", huge, 40.0 * double(n) / 1e9);
+    std::fflush(stdout);
+    const System s = Make(n);
+    std::unique_ptr<double[]> x(new double[size_t(n)]);
+    SystemStatus st;
+    auto t0 = Clock::now();
+    auto single = (*one)->Solve(s.P(), TridiagonalMethod::kAuto, {x.get(), &st}, {});
+    std::printf("  1 device: %s (%.0f ms)\n",
+                single.ok() ? single->method.c_str()
+                            : std::string(single.status().message()).substr(0, 200).c_str(),
+                std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    std::fflush(stdout);
+    t0 = Clock::now();
+    auto split = (*many)->Solve(s.P(), TridiagonalMethod::kAuto, {x.get(), &st}, {});
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    if (!split.ok()) {
+      std::printf("  %d devices: %s\n", devices,
+                  std::string(split.status().message()).substr(0, 200).c_str());
+      return 1;
+    }
+    std::printf("  %d devices: %.0f ms, status %s, backward error %.1e, %s\n", devices, ms,
+                st == SystemStatus::kOk ? "OK" : "not OK", BackwardError(s, x.get()),
+                split->method.c_str());
+  }
+  return 0;
+}
