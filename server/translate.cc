@@ -348,6 +348,11 @@ absl::Status Declare(Job& job, const v1::DenseRequest& r) {
     return absl::InvalidArgumentError(absl::StrCat("a has shape ", ShapeStr(as), ": the matrices are ", rows,
                                      " x ", cols, ", not square"));
   const int64_t abatch = as.size() == 3 ? as[0] : 1;
+  // b as one column ([n, 1], NumPy's habit) beside an [n, n] matrix: b is what is off.
+  if (bs.size() == 2 && bs[1] == 1 && bs[0] > 1 && as.size() == 2 && rows == bs[0])
+    return Invalid("b", absl::StrCat("b has shape ", ShapeStr(bs), ", a column: send one right-hand "
+                                     "side as [", rows, "], or k of them as [k, ", rows,
+                                     "] (one a row)"));
   // One [n, n] matrix with b of shape [k, n]: k right-hand sides.
   job.shared_matrix = as.size() == 2 && bs.size() == 2 && rows == job.n;
   if (rows != job.n || (!job.shared_matrix && (abatch != job.batch || (as.size() == 3) != (bs.size() == 2))))

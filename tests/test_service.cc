@@ -683,6 +683,14 @@ TEST_F(Service, BadTreeDenseAndBlockInputs) {
     ExpectStatus(stub->SolveDense(&ctx, r, &resp),
                  {"non-square", C::INVALID_ARGUMENT, "a has shape [3, 4]: the matrices are 3 x 4, not square"});
     r.clear_a();
+    r.mutable_b()->Clear();
+    Arr(r.mutable_a(), {3, 3}, std::vector<double>(9, 1.0));
+    Arr(r.mutable_b(), {3, 1}, {1, 1, 1});  // a column, NumPy's (n, 1): b is blamed, not a
+    grpc::ClientContext ctx1;
+    ExpectStatus(stub->SolveDense(&ctx1, r, &resp),
+                 {"column b", C::INVALID_ARGUMENT,
+                  "b has shape [3, 1], a column: send one right-hand side as [3]"});
+    r.clear_a();
     Arr(r.mutable_a(), {2, 2}, {1, 2, 3, 4});
     r.mutable_b()->Clear();
     Arr(r.mutable_b(), {2}, {1, 1});
