@@ -28,6 +28,7 @@
 #include "tree/dispatch.h"
 #include "tree/tree.h"
 #include "tridiagonal/tridiagonal.h"
+#include "tuning_table.h"
 #include "trisolve/backend.h"
 #include "trisolve/fault_injection.h"
 #include "trisolve/reference/block_tridiagonal.h"
@@ -70,6 +71,7 @@ class CudaBackend final : public Backend {
   CudaBackend(const CudaOptions& o, const cudaDeviceProp& prop, int64_t device_cap)
       : options_(o),
         prop_(prop),
+        tuning_(cuda::TuningTable::For(prop)),
         device_pool_(Pool::Kind::kDevice, o.device, device_cap),
         pinned_pool_(Pool::Kind::kPinnedHost, o.device, o.pinned_pool_cap_bytes),
         cpu_(MakeCpuBackend(o.cpu_threads)) {
@@ -625,6 +627,7 @@ class CudaBackend final : public Backend {
   absl::StatusOr<SolveInfo> SolveTri(const TridiagonalProblem<T>& p, TridiagonalMethod m,
                                      TridiagonalOutput<T> out, const SolveControl&,
                                      const Resident<T>* resident = nullptr) {
+    const cuda::UseTuning tuned(&tuning_, cuda::UseTuning::kUnlessSet);
     // pivoting: the CPU reference's partial pivoting on the host (a GPU pivoting kernel at the
     // memory bandwidth is a later task, issue 33).
     if (m == TridiagonalMethod::kPivoting) return Host(cpu::SolveTridiagonal(p, m, out));
@@ -656,6 +659,7 @@ class CudaBackend final : public Backend {
                                                const BlockOptions& o, BlockOutput<T> out,
                                                const SolveControl& c,
                                                const Resident<T>* resident = nullptr) {
+    const cuda::UseTuning tuned(&tuning_, cuda::UseTuning::kUnlessSet);
     const int64_t size = p.N * p.M;
     const bool automatic = m == BlockMethod::kAuto;
     m = cuda::ResolveBlockMethod(p, m, o);  // block/dispatch.cu
@@ -710,6 +714,7 @@ class CudaBackend final : public Backend {
   absl::StatusOr<SolveInfo> SolveDenseOnDevice(const DenseProblem<T>& p, DenseMethod m,
                                                DenseOutput<T> out, const SolveControl& c,
                                                const Resident<T>* resident = nullptr) {
+    const cuda::UseTuning tuned(&tuning_, cuda::UseTuning::kUnlessSet);
     const cuda::DensePath path = cuda::ChooseDensePath(p.n, m);  // dense/dispatch.cc
     std::vector<Input<T>> in = {{p.A, p.batch * p.n * p.n}, {p.b, p.batch * p.n}};
     MarkResident(in, resident);
@@ -774,6 +779,7 @@ class CudaBackend final : public Backend {
   absl::StatusOr<SolveInfo> SolveTreeOnDevice(const TreeProblem<T>& p, TreeMethod m,
                                               TreeOutput<T> out, const SolveControl& c,
                                               const Resident<T>* resident = nullptr) {
+    const cuda::UseTuning tuned(&tuning_, cuda::UseTuning::kUnlessSet);
     const bool per_cell = p.parent_per_system && p.batch > 1;
     // One morphology: its plan (cached), which the choice reads (tree/dispatch.cc).
     std::shared_ptr<const cuda::TreeCablesPlan> plan;
@@ -854,6 +860,10 @@ class CudaBackend final : public Backend {
 
   const CudaOptions options_;
   const cudaDeviceProp prop_;
+  // The launch choices of this device's kernels: put in use for each solve (SolveTri and the
+  // other *OnDevice entries), unless the calling thread has a table of its own in use (a
+  // white-box test's, a benchmark's).
+  const cuda::TuningTable tuning_;
   mutable Pool device_pool_;
   mutable Pool pinned_pool_;
   std::unique_ptr<Backend> cpu_;

@@ -10,11 +10,13 @@
 #include "tridiagonal/row_stream_kernel.cuh"
 #include "tridiagonal/row_sweeps.h"
 #include "tridiagonal/tridiagonal.h"
+#include "tuning_table.h"
 
 namespace trisolve::cuda {
 namespace {
 
-SweepTuning g_sweep;
+// The sweeps' tuning in the table in use (cuda/tuning_table.h).
+const SweepTuning& Sweeps() { return ActiveTuning().sweeps; }
 constexpr int kMaxSweepCluster = 4;  // blocks a row at most: rows of 16384
 
 // Whether the fused sweeps stage rows through shared memory: the tuning's, else for rows over
@@ -22,7 +24,7 @@ constexpr int kMaxSweepCluster = 4;  // blocks a row at most: rows of 16384
 // 0.030 against 0.031; NOTES.md b6; 8 rows a thread at 4096 direct, gauss-seidel 0.682 against
 // 0.696 staged, t26).
 bool SweepStaged(int64_t M, int chunk) {
-  return g_sweep.staged != 0 ? g_sweep.staged > 0 : M > 2048 && chunk == 16;
+  return Sweeps().staged != 0 ? Sweeps().staged > 0 : M > 2048 && chunk == 16;
 }
 
 template <int CH, int Q, bool kStaged, typename T>
@@ -101,16 +103,16 @@ absl::Status LaunchFusedStream(SweepArgs<T> g, cudaStream_t stream) {
   if constexpr (Q == 1 && P == kStreamThreads) {  // the windowed form
     if (g.win.per_system > 1) {
       if constexpr (std::is_same_v<T, double>) {
-        if (g_sweep.bulk >= 0 && EncodeStreamMaps(g, kWinBoxRows, maps))
+        if (Sweeps().bulk >= 0 && EncodeStreamMaps(g, kWinBoxRows, maps))
           return LaunchFusedStreamKernel<Q, P, 8, T, true, true>(g, maps, stream);
       }
       return LaunchFusedStreamKernel<Q, P, 4, T, false, true>(g, maps, stream);
     }
   }
   if constexpr (std::is_same_v<T, double>) {
-    if (g_sweep.bulk >= 0 && EncodeStreamMaps(g, P, maps))
+    if (Sweeps().bulk >= 0 && EncodeStreamMaps(g, P, maps))
       return g.uncoupled            ? LaunchFusedStreamKernel<Q, P, 0, T, true>(g, maps, stream)
-             : g_sweep.group == 4 ? LaunchFusedStreamKernel<Q, P, 4, T, true>(g, maps, stream)
+             : Sweeps().group == 4 ? LaunchFusedStreamKernel<Q, P, 4, T, true>(g, maps, stream)
                                   : LaunchFusedStreamKernel<Q, P, 8, T, true>(g, maps, stream);
   }
   if constexpr (std::is_same_v<T, double>) {
@@ -162,20 +164,20 @@ SweepForm SweepFormFor(int64_t M, bool float64, SweepKind kind) {
   // gauss-seidel keeps 8 rows a thread (512 threads) up to 4096: 0.767 -> 0.682 ms a sweep at
   // 4096 against 16 rows once the reduced system took the second level (NOTES.md t26).
   const bool gs = kind == SweepKind::kGaussSeidel;
-  const int ch = g_sweep.chunk != 0 ? g_sweep.chunk : M > (gs ? 4096 : 2048) ? 16 : 8;
+  const int ch = Sweeps().chunk != 0 ? Sweeps().chunk : M > (gs ? 4096 : 2048) ? 16 : 8;
   const bool stream =
-      ch == 16 && (g_sweep.stream != 0 ? g_sweep.stream > 0 : float64 && M > (gs ? 4096 : 2048));
+      ch == 16 && (Sweeps().stream != 0 ? Sweeps().stream > 0 : float64 && M > (gs ? 4096 : 2048));
   // Streamed blocks of 128 threads (two an SM, clusters of 2 to 8; float64 on sm_90): the
   // tuning's, else for rows over 4096 (H100, 16384: 8.44 -> 8.11 ms a red-black sweep against
   // 4 blocks of 256; 8192 1.87 -> 1.84; 4096 0.435 on one block of 256 against 0.439; NOTES.md
   // t29).
-  const bool small = g_sweep.stream_threads != 0 ? g_sweep.stream_threads == 128 : M > 4096;
+  const bool small = Sweeps().stream_threads != 0 ? Sweeps().stream_threads == 128 : M > 4096;
   const int threads = stream && float64 && ClustersAvailable() && small ? 128
                       : stream                                          ? kStreamThreads
                                                                         : SweepMaxThreads(ch);
   const int64_t per_block = int64_t(ch) * threads;
   const int max_q = threads < kStreamThreads ? 2 * kMaxSweepCluster : kMaxSweepCluster;
-  int Q = g_sweep.cluster;
+  int Q = Sweeps().cluster;
   if (Q == 0 || (threads < kStreamThreads && Q == 1))
     for (Q = threads < kStreamThreads ? 2 : 1; Q < max_q && Q * per_block < M;) Q *= 2;
   Q = std::min(Q, max_q);  // a tuning's larger cluster: the largest this form has
@@ -221,9 +223,6 @@ absl::StatusOr<bool> SolveRowsStreamed(const TridiagonalProblem<double>& p, doub
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
   return true;
 }
-
-void SetSweepTuning(const SweepTuning& t) { g_sweep = t; }
-SweepTuning GetSweepTuning() { return g_sweep; }
 
 std::vector<SweepPhaseTime> TakeSweepProfile() {
   std::vector<SweepPhaseTime> out;

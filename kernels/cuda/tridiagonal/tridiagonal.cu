@@ -17,14 +17,15 @@
 #include "tridiagonal/partitioned.cuh"
 #include "runtime/pinned_word.h"
 #include "tridiagonal/tridiagonal.h"
+#include "tuning_table.h"
 #include "trisolve/windows.h"
 #include "tridiagonal/partitioned_kernels.cuh"
 
 namespace trisolve::cuda {
 namespace {
 
-
-PartitionedTuning g_tuning;
+// The partitioned kernels' tuning in the table in use (cuda/tuning_table.h).
+const PartitionedTuning& Tuned() { return ActiveTuning().tridiagonal; }
 
 int NextPow2(int64_t v) {
   int p = 1;
@@ -35,7 +36,7 @@ int NextPow2(int64_t v) {
 // Whether the flat one-pass kernel loads its rows directly (no staging tile): the tuning's, or
 // always (0). Measured on the H100 (t9): direct beat staged at every n, chunk and block size,
 // 13-45% (float64 n = 32 0.315 -> 0.249 ms, float32 0.187 -> 0.118 ms).
-inline bool FlatDirect() { return g_tuning.flat_direct >= 0; }
+inline bool FlatDirect() { return Tuned().flat_direct >= 0; }
 
 // Whether a flat system's rows are whole 16-byte words: n a multiple of 16 / sizeof(T) and
 // every array (x included) 16-byte aligned -- the direct and streamed kernels' vector loads.
@@ -148,7 +149,7 @@ constexpr int kWindowThreads = 256, kWindowChunk = 16;  // windows of 4096 rows,
 // 0.56 / 0.75 / 0.86 / 0.93), float32 0.146 / 0.149 / 0.150 / 0.164.
 template <typename T>
 int64_t WindowHalo() {
-  return g_tuning.window_halo > 0 ? g_tuning.window_halo : 256;
+  return Tuned().window_halo > 0 ? Tuned().window_halo : 256;
 }
 
 // Cores of whole 128-byte lines (the halo too): each window's copies then start on a line
@@ -212,11 +213,11 @@ absl::StatusOr<bool> SolveWindowed(const TridiagonalProblem<T>& p, T* x, uint8_t
 // path's 0.249, 2^24 0.150 against 0.278.
 bool RowsStreamByShape(int64_t n, Layout layout, bool float32);
 bool WindowsByShape(int64_t n, Layout layout, bool float32) {
-  if (g_tuning.window < 0 || layout != Layout::kFlat) return false;
+  if (Tuned().window < 0 || layout != Layout::kFlat) return false;
   const WindowPlan plan = float32 ? PlanWindowsFor<float>(n) : PlanWindowsFor<double>(n);
   if (plan.per_system < 2 || n % (float32 ? 4 : 2) != 0 || plan.halo % (float32 ? 32 : 16) != 0)
     return false;
-  if (g_tuning.window > 0) return true;
+  if (Tuned().window > 0) return true;
   return float32 || !(plan.per_system >= 3 && RowsStreamCapacity(n) == 4 * 2048 &&
                       RowsStreamByShape(n, layout, false));
 }
@@ -232,7 +233,7 @@ bool WindowsByShape(int64_t n, Layout layout, bool float32) {
 // threads a block above n = 128; results/tune-h100-2026-11-22-float32-interleaved.log).
 template <typename T>
 int OnChipChunk(int64_t n, Layout layout) {
-  if (g_tuning.chunk > 0) return g_tuning.chunk;
+  if (Tuned().chunk > 0) return Tuned().chunk;
   if (layout == Layout::kFlat) return n > (sizeof(T) == 8 ? 256 : 32) ? 16 : kChunk;
   if (sizeof(T) != 8) return n > 64 ? 16 : kChunk;
   if (n > 2048) return 16;
@@ -247,7 +248,7 @@ int OnChipChunk(int64_t n, Layout layout) {
 // 2048: 0.308 -> 0.255, 4096: 0.402 -> 0.289). It lost or tied at float64 n = 32, 128-256 and
 // at every float32 n.
 bool StreamsByShape(int64_t n, Layout layout, bool float32) {
-  if (g_tuning.stream != 0 || layout != Layout::kFlat || float32) return false;
+  if (Tuned().stream != 0 || layout != Layout::kFlat || float32) return false;
   const int chunk = OnChipChunk<double>(n, layout);
   const bool wins = (n >= 64 && n < 128) || (n > 512 && n <= 4096);
   return wins && (chunk == 8 || chunk == 16) && n % 2 == 0 && n <= int64_t(chunk) * 256;
@@ -260,13 +261,13 @@ bool StreamsByShape(int64_t n, Layout layout, bool float32) {
 // kernel); at n <= 128 and in float32 the one-pass or cluster kernels win. An odd batch (a
 // group's row not whole 16-byte words) runs what ran before.
 bool StreamsInterleavedByShape(int64_t n, int64_t batch, Layout layout, bool float32) {
-  if (g_tuning.stream != 0 || layout != Layout::kInterleaved || float32) return false;
+  if (Tuned().stream != 0 || layout != Layout::kInterleaved || float32) return false;
   return n > 128 && n <= 1024 && batch % 2 == 0;
 }
 
 template <typename T>
 bool FitsOnChip(int64_t n) {
-  const int chunk = g_tuning.chunk > 0 ? g_tuning.chunk : kChunk;
+  const int chunk = Tuned().chunk > 0 ? Tuned().chunk : kChunk;
   return n <= int64_t(chunk) * MaxThreadsOnChip(chunk);
 }
 
@@ -291,13 +292,13 @@ absl::StatusOr<TridiagonalKernel> LaunchOnChip(const TridiagonalProblem<T>& p, T
                            : inter                           ? 512
                                                              : 128;
   const int min_threads = std::min(
-      std::max(g_tuning.min_threads > 0 ? g_tuning.min_threads : auto_threads, 32),
+      std::max(Tuned().min_threads > 0 ? Tuned().min_threads : auto_threads, 32),
       kMaxThreadsOnChip);
   if ((chunk == 8 || chunk == 16) &&
-      (g_tuning.stream > 0 || StreamsByShape(p.n, p.layout, sizeof(T) == 4))) {
+      (Tuned().stream > 0 || StreamsByShape(p.n, p.layout, sizeof(T) == 4))) {
     // 128 threads a block at least by default (two systems a block at n = 1024: 0.258 -> 0.250
     // ms; n = 64 0.247 -> 0.244).
-    const int st = g_tuning.min_threads > 0 ? min_threads : std::max(min_threads, 128);
+    const int st = Tuned().min_threads > 0 ? min_threads : std::max(min_threads, 128);
     absl::StatusOr<bool> ran =
         inter ? (chunk == 8 ? LaunchStreamInterleavedM<8>(p, x, flags, st, stream)
                             : LaunchStreamInterleavedM<16>(p, x, flags, st, stream))
@@ -378,10 +379,10 @@ absl::Status LaunchClusterM(const TridiagonalProblem<T>& p, T* x, uint8_t* flags
 // (against the two-pass path, 8192: 0.336 -> 0.201); 2 blocks of 256 threads x 16 rows.
 // Elsewhere the one-block kernels, the streamed rows or the two-pass path were faster.
 ClusterShape ClusterShapeFor(int64_t n, Layout layout, bool float32) {
-  if (g_tuning.cluster == 1 || !ClustersAvailable() || n <= 1) return ClusterShape{};
-  if (g_tuning.cluster >= 2)
-    return ChooseClusterShape(n, g_tuning.chunk == 8 ? 8 : 16, g_tuning.cluster,
-                              g_tuning.min_threads > 0 ? g_tuning.min_threads : 256);
+  if (Tuned().cluster == 1 || !ClustersAvailable() || n <= 1) return ClusterShape{};
+  if (Tuned().cluster >= 2)
+    return ChooseClusterShape(n, Tuned().chunk == 8 ? 8 : 16, Tuned().cluster,
+                              Tuned().min_threads > 0 ? Tuned().min_threads : 256);
   const bool inter = layout == Layout::kInterleaved;
   // Flat float64 over 4096: slower than the two-pass path but at n = 8192 (H100: 4098 0.909 ms
   // against 0.581, 6000 0.651 against 0.578, 8192 0.506 against 0.570), where the streamed rows
@@ -397,7 +398,7 @@ ClusterShape ClusterShapeFor(int64_t n, Layout layout, bool float32) {
 // block there, so a warp's interleaved loads use a quarter of each sector, where the level
 // kernels' are coalesced across systems.
 bool TwoPassByShape(int64_t n, Layout layout) {
-  return g_tuning.two_pass == 0 && layout == Layout::kInterleaved && n > 2048;
+  return Tuned().two_pass == 0 && layout == Layout::kInterleaved && n > 2048;
 }
 
 // Whether `auto` solves flat float64 systems by the block sweeps' streamed kernel
@@ -409,9 +410,9 @@ bool TwoPassByShape(int64_t n, Layout layout) {
 // 0.573 -> 0.387; at 4098 (half the rows of 4 blocks) 0.614 against 0.581, 10240 (62%) 0.596
 // against 0.587.
 bool RowsStreamByShape(int64_t n, Layout layout, bool float32) {
-  if (float32 || layout != Layout::kFlat || g_tuning.rows_stream < 0) return false;
+  if (float32 || layout != Layout::kFlat || Tuned().rows_stream < 0) return false;
   const int64_t cap = RowsStreamCapacity(n);
-  if (cap == 0 || g_tuning.rows_stream > 0) return cap > 0;
+  if (cap == 0 || Tuned().rows_stream > 0) return cap > 0;
   return n > 4096 && double(n) >= (n > 8192 ? 0.7 : 0.6) * double(cap);
 }
 
@@ -519,7 +520,7 @@ absl::StatusOr<TridiagonalKernel> SolvePartitioned(const TridiagonalProblem<T>& 
                                                    uint8_t* flags, Pool& pool,
                                                    cudaStream_t stream, bool top,
                                                    Scratch* arena) {
-  const bool forced_two_pass = top && g_tuning.two_pass == 1 && p.n > 2;
+  const bool forced_two_pass = top && Tuned().two_pass == 1 && p.n > 2;
   if (top && !forced_two_pass && WindowsByShape(p.n, p.layout, sizeof(T) == 4)) {
     absl::StatusOr<bool> ran = SolveWindowed(p, x, flags, stream);
     if (!ran.ok()) return ran.status();
@@ -545,7 +546,7 @@ absl::StatusOr<TridiagonalKernel> SolvePartitioned(const TridiagonalProblem<T>& 
     if (FitsOnChip<T>(p.n) && !(top && TwoPassByShape(p.n, p.layout)))
       return LaunchOnChip(p, x, flags, stream);
   }
-  absl::Status st = g_tuning.level_chunk == 8 ? SolveTwoPass<8>(p, x, flags, pool, stream, arena)
+  absl::Status st = Tuned().level_chunk == 8 ? SolveTwoPass<8>(p, x, flags, pool, stream, arena)
                                               : SolveTwoPass<16>(p, x, flags, pool, stream, arena);
   if (!st.ok()) return st;
   return TridiagonalKernel::kPartitioned;
@@ -567,9 +568,9 @@ bool ClustersAvailable() {
 // Whether `auto` runs thomas-window: the tuning's, else by shape (measured on the H100 against
 // what `auto` ran before it; see ThomasWindowApplies for where it can run at all).
 bool ThomasWindowByShape(int64_t n, int64_t batch, Layout layout, bool float32) {
-  if (g_tuning.thomas_window < 0 || !ThomasWindowApplies(n, batch, layout, float32))
+  if (Tuned().thomas_window < 0 || !ThomasWindowApplies(n, batch, layout, float32))
     return false;
-  if (g_tuning.thomas_window > 0) return true;
+  if (Tuned().thomas_window > 0) return true;
   // H100, 2^24 unknowns (results/tridiagonal-h100-2026-11-24-session16.log): float64 n = 512
   // 0.303 ms against the streamed one-pass kernel's 0.296, 1024 0.263 against 0.380, 4096 and
   // 16384 0.319 against the two-pass path's 0.59 / 0.56; float32 512 0.153 against 0.184. 2^20
@@ -590,9 +591,6 @@ bool ThomasWindowByShape(int64_t n, int64_t batch, Layout layout, bool float32) 
   return (float32 ? n >= 512 : n > 512) && batch >= 16;
 }
 
-void SetPartitionedTuning(const PartitionedTuning& t) { g_tuning = t; }
-PartitionedTuning GetPartitionedTuning() { return g_tuning; }
-
 const char* KernelName(TridiagonalKernel k) {
   switch (k) {
     case TridiagonalKernel::kPartitioned: return "partitioned";
@@ -612,17 +610,17 @@ TridiagonalKernel ChooseTridiagonalKernel(TridiagonalMethod m, int64_t n, int64_
   if (batch == 1) layout = Layout::kFlat;  // as SolveTridiagonalDevice runs it
   const bool one_block =
       (float32 ? FitsOnChip<float>(n) : FitsOnChip<double>(n)) &&
-      !TwoPassByShape(n, layout) && g_tuning.two_pass != 1;
+      !TwoPassByShape(n, layout) && Tuned().two_pass != 1;
   const TridiagonalKernel partitioned =
-      WindowsByShape(n, layout, float32) && g_tuning.two_pass != 1
+      WindowsByShape(n, layout, float32) && Tuned().two_pass != 1
           ? TridiagonalKernel::kPartitionedWindow
-      : RowsStreamByShape(n, layout, float32) && g_tuning.two_pass != 1
+      : RowsStreamByShape(n, layout, float32) && Tuned().two_pass != 1
           ? TridiagonalKernel::kPartitionedClusterStream
-      : StreamsInterleavedByShape(n, batch, layout, float32) && g_tuning.two_pass != 1
+      : StreamsInterleavedByShape(n, batch, layout, float32) && Tuned().two_pass != 1
           ? TridiagonalKernel::kPartitionedStream
-      : ClusterShapeFor(n, layout, float32).Q > 1 && g_tuning.two_pass != 1
+      : ClusterShapeFor(n, layout, float32).Q > 1 && Tuned().two_pass != 1
           ? TridiagonalKernel::kPartitionedCluster
-      : one_block && (g_tuning.stream > 0 || StreamsByShape(n, layout, float32))
+      : one_block && (Tuned().stream > 0 || StreamsByShape(n, layout, float32))
           ? TridiagonalKernel::kPartitionedStream
           : TridiagonalKernel::kPartitioned;
   if (m == TridiagonalMethod::kAuto && ThomasWindowByShape(n, batch, layout, float32))
@@ -650,9 +648,9 @@ absl::StatusOr<TridiagonalKernel> SolveTridiagonalDevice(const TridiagonalProble
   switch (k) {
     case TridiagonalKernel::kThomasWindow: {
       ThomasWindowRest windows;
-      auto ran = SolveThomasWindowed(p, x, flags, stream, g_tuning.thomas_windows,
-                                     g_tuning.thomas_halo, g_tuning.thomas_stages,
-                                     g_tuning.thomas_mirror, &windows);
+      auto ran = SolveThomasWindowed(p, x, flags, stream, Tuned().thomas_windows,
+                                     Tuned().thomas_halo, Tuned().thomas_stages,
+                                     Tuned().thomas_mirror, &windows);
       if (!ran.ok()) return ran.status();
       const bool pending = static_cast<bool>(windows);
       // The windows' answer (at once, or at the caller's wait); where they failed, or did not
