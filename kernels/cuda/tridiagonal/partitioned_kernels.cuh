@@ -11,6 +11,7 @@
 
 #include "common/numerics.cuh"
 #include "runtime/pinned_word.h"
+#include "tridiagonal/internal.h"
 #include "tridiagonal/partitioned.cuh"
 #include "tridiagonal/tridiagonal.h"
 #include "trisolve/windows.h"
@@ -18,13 +19,8 @@
 namespace trisolve::cuda {
 namespace {
 
-// ---- launch parameters, next to the kernels they tune ---------------------------------------
-constexpr int kChunk = 8;            // rows per thread (registers: ~4 * kChunk values)
-constexpr int kMaxThreadsOnChip = 512;
-// Threads a block of the one-pass kernel at most: 16 rows a thread need 255 registers.
-constexpr int MaxThreadsOnChip(int chunk) { return chunk >= 16 ? 256 : kMaxThreadsOnChip; }
+// ---- launch parameters (kChunk, MaxThreadsOnChip, kThomasThreads: tridiagonal/internal.h) ----
 constexpr int kStreamThreads = 128;  // reduce/back kernels of the multi-level path
-constexpr int kThomasThreads = 128;
 
 // Element k of system s in a layout.
 __device__ __forceinline__ int64_t At(bool interleaved, int64_t batch, int64_t n, int64_t s,
