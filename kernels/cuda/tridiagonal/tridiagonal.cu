@@ -1,5 +1,6 @@
-// The tridiagonal family's drivers: each launches the kernel it is given (partitioned_kernels.cuh)
-// with the launch shape it is given, choosing nothing; dispatch.cc decides which and how.
+// The tridiagonal family's drivers: each launches the kernel it is given (partitioned_*.cuh,
+// thomas_pcr_kernels.cuh) with the launch shape it is given, choosing nothing; dispatch.cc
+// decides which and how.
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
@@ -21,6 +22,8 @@
 #include "tridiagonal/tridiagonal.h"
 #include "trisolve/windows.h"
 #include "tridiagonal/partitioned_kernels.cuh"
+#include "tridiagonal/partitioned_stream_kernel.cuh"
+#include "tridiagonal/thomas_pcr_kernels.cuh"
 
 namespace trisolve::cuda {
 namespace tridiagonal {
