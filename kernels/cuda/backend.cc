@@ -306,8 +306,9 @@ class CudaBackend final : public Backend {
     return total;
   }
 
-  // auto sends the linear-time families' smallest requests to the host: a system of 64
-  // unknowns takes ~1 us there and 250-370 us through the copies and a launch (H100, issue 31).
+  // auto sends the linear-time families' smallest requests to the host, where a system of 64
+  // unknowns takes a microsecond against hundreds through the copies and a launch (issue 31;
+  // docs/kernels.md, "Tuning evidence", OnHost).
   bool OnHost(bool is_auto, int64_t unknowns) const {
     return is_auto && unknowns < options_.host_below_unknowns;
   }
@@ -570,7 +571,7 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const CudaOptions& o) {
     return st;
   // Threads waiting for the device yield their core: the server's waiting threads spin
   // otherwise (one context, many cores), taking cores from the gRPC threads and the clients
-  // of the same host (H100: 16 clients of 64-unknown requests, p90 18-22 ms).
+  // of the same host (docs/kernels.md, "Tuning evidence", cudaDeviceScheduleYield).
   // (Set on the device's primary context, active or not; where it cannot be, they spin.)
   if (auto st = cuda::CudaStatus(cudaSetDevice(o.device), "cudaSetDevice"); !st.ok()) return st;
   (void)cudaSetDeviceFlags(cudaDeviceScheduleYield);

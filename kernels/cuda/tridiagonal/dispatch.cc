@@ -21,39 +21,31 @@ namespace {
 const PartitionedTuning& Tuned() { return ActiveTuning().tridiagonal; }
 
 // Whether the flat one-pass and level kernels load their rows directly (no staging tile): the
-// tuning's, or always (0). Measured on the H100 (t9): direct beat staged at every n, chunk and
-// block size, 13-45% (float64 n = 32 0.315 -> 0.249 ms, float32 0.187 -> 0.118 ms).
+// tuning's, or always (0): the staging tile's shared-memory round trip only delays the loads.
+// Evidence: docs/kernels.md, "Tuning evidence", FlatDirect.
 bool FlatDirect() { return Tuned().flat_direct >= 0; }
 
 // Rows read beyond a window's core on each side: the tuning's, else 256, so that rows with
-// (|a| + |c|) / |b| up to 0.864 (float64) / 0.935 (float32) qualify; 4096-row windows then read
-// 14% more than the system. H100, 2^24 rows (results/tune-h100-2026-11-23-session13.log):
-// float64 0.319 / 0.327 / 0.339 / 0.368 ms with halos of 64 / 128 / 256 / 512 rows (limits
-// 0.56 / 0.75 / 0.86 / 0.93), float32 0.146 / 0.149 / 0.150 / 0.164.
+// (|a| + |c|) / |b| up to 0.864 (float64) / 0.935 (float32) qualify, for 14% more rows read
+// than the system (windows of 4096 rows). Evidence: docs/kernels.md, "Tuning evidence", WindowHalo.
 template <typename T>
 int64_t WindowHalo() {
   return Tuned().window_halo > 0 ? Tuned().window_halo : 256;
 }
 
 // Cores of whole 128-byte lines (the halo too): each window's copies then start on a line
-// (where n is whole lines too). Cores of 16-byte words started most windows inside a line and
-// multiplied the copies' L2 requests (H100: one system of 2^24 0.486 -> 0.424 ms; NOTES.md
-// t31).
+// (where n is whole lines too); cores of 16-byte words started most windows inside a line and
+// multiplied the copies' L2 requests. Evidence: docs/kernels.md, "Tuning evidence", PlanWindowsFor.
 template <typename T>
 WindowPlan PlanWindowsFor(int64_t n) {
   return PlanWindows(n, int64_t(kWindowThreads) * kWindowChunk, WindowHalo<T>(),
                      128 / int64_t(sizeof(T)));
 }
 
-// Whether `auto` tries the windows first: the tuning's (1: wherever they apply), else flat
-// systems over 4096 rows but float64 systems of three windows or more that fill clusters of 4
-// streamed blocks (7168 < n <= 8192), which the streamed rows solve faster. H100
-// (results/tune-h100-2026-11-23-session13.log, NOTES.md t31), float64: 6000 0.360 ms against
-// the streamed rows' 0.391, 7168 0.333 against 0.336, 12288 0.357 against 0.502, 16384 0.349
-// against 0.387, 2^20 x 16 0.334 and 2^24 0.339 against the two-pass path's 0.618 / 0.635,
-// 4098 0.501 against 0.584; 7200 0.414 against 0.332 and 8192 0.384 against 0.296;
-// float32: 8192 0.168 against the cluster kernel's 0.202, 16384 0.157 against the two-pass
-// path's 0.249, 2^24 0.150 against 0.278.
+// Whether `auto` tries the windows first: the tuning's (1: wherever they apply), else flat systems
+// over 4096 rows but float64 systems of three windows or more that fill clusters of 4 streamed
+// blocks (7168 < n <= 8192), which the streamed rows solve faster. Evidence: docs/kernels.md,
+// "Tuning evidence", WindowsByShape.
 bool RowsStreamByShape(int64_t n, Layout layout, bool float32);
 bool WindowsByShape(int64_t n, Layout layout, bool float32) {
   if (Tuned().window < 0 || layout != Layout::kFlat) return false;
@@ -66,14 +58,9 @@ bool WindowsByShape(int64_t n, Layout layout, bool float32) {
 }
 
 // Whether one block can hold whole systems of this size.
-// Rows a thread of the one-pass kernel: the tuning's, or by shape (0). Measured on the H100
-// (bench_tridiagonal --tune): interleaved float64, 16 rows a thread beat 8 for n = 4096 (-11%)
-// and n = 256 (-10%), 8 won n <= 128 and n = 1024 (results/tune-h100-2026-11-22-chunk16.log);
-// flat with direct loads, 16 wins above n = 256 in float64 (1024: 0.345 -> 0.325 ms; up to 256
-// 8 rows in 64-thread blocks win, results/tune-h100-2026-11-22-threads64.log) and from n = 64
-// in float32 (128: 0.153 -> 0.127 ms; results/tune-h100-2026-11-22-flat-direct.log).
-// Interleaved float32: 16 from n = 128 (128: 0.218 -> 0.156 ms, 1024: 0.358 -> 0.330, with 256
-// threads a block above n = 128; results/tune-h100-2026-11-22-float32-interleaved.log).
+// Rows a thread of the one-pass kernel: the tuning's, or by shape (0): 16 where a thread's longer
+// reduction pays for the fewer, larger PCR levels, 8 where the block's PCR is short anyway.
+// Evidence: docs/kernels.md, "Tuning evidence", OnChipChunk.
 template <typename T>
 int OnChipChunk(int64_t n, Layout layout) {
   if (Tuned().chunk > 0) return Tuned().chunk;
@@ -85,11 +72,10 @@ int OnChipChunk(int64_t n, Layout layout) {
 }
 
 // Whether `auto` runs the streamed one-pass kernel (PartitionedStreamKernel) for this shape, its
-// arrays 16-byte aligned (the service's pooled buffers are). Where the H100 sweep measured it
-// faster than the one-block kernel (results/tune-h100-2026-11-23-rcp.log, NOTES.md t13, t15):
-// flat float64 n = 64-127 (64: 0.257 -> 0.244 ms) and 512 < n <= 4096 (1024: 0.289 -> 0.250,
-// 2048: 0.308 -> 0.255, 4096: 0.402 -> 0.289). It lost or tied at float64 n = 32, 128-256 and
-// at every float32 n.
+// arrays 16-byte aligned (the service's pooled buffers are): flat float64 64 <= n < 128 and 512 < n
+// <= 4096, where overlapping the next systems' copy with this one's arithmetic beat the one-block
+// kernel; it lost or tied at the other n and in float32. Evidence: docs/kernels.md, "Tuning
+// evidence", StreamsByShape.
 bool StreamsByShape(int64_t n, Layout layout, bool float32) {
   if (Tuned().stream != 0 || layout != Layout::kFlat || float32) return false;
   const int chunk = OnChipChunk<double>(n, layout);
@@ -97,12 +83,11 @@ bool StreamsByShape(int64_t n, Layout layout, bool float32) {
   return wins && (chunk == 8 || chunk == 16) && n % 2 == 0 && n <= int64_t(chunk) * 256;
 }
 
-// Whether `auto` runs the streamed kernel on the interleaved layout (16 rows a thread, 256
-// threads a block: groups of 4 systems at n = 1024, 16 at n = 256), where the H100 sweep measured
-// it fastest (results/tune-h100-2026-11-23-stream-interleaved.log): float64 128 < n <= 1024
-// (256: 0.267 -> 0.255 ms, 512: 0.340 -> 0.309, 1024: 0.442 -> 0.382 against the cluster
-// kernel); at n <= 128 and in float32 the one-pass or cluster kernels win. An odd batch (a
-// group's row not whole 16-byte words) runs what ran before.
+// Whether `auto` runs the streamed kernel on the interleaved layout (16 rows a thread, 256 threads
+// a block: groups of 4 systems at n = 1024, 16 at n = 256): float64 128 < n <= 1024; at n <= 128
+// and in float32 the one-pass or cluster kernels win. An odd batch (a group's row not whole 16-byte
+// words) runs what ran before. Evidence: docs/kernels.md, "Tuning evidence",
+// StreamsInterleavedByShape.
 bool StreamsInterleavedByShape(int64_t n, int64_t batch, Layout layout, bool float32) {
   if (Tuned().stream != 0 || layout != Layout::kInterleaved || float32) return false;
   return n > 128 && n <= 1024 && batch % 2 == 0;
@@ -118,17 +103,15 @@ bool FitsOnChip(int64_t n) {
 // the streamed kernel goes first.
 template <typename T>
 OnChipForm OnChipFormFor(const TridiagonalProblem<T>& p) {
-  // Measured on the H100 (tests/bench/results): small blocks pack more systems per SM for the
-  // flat layout and small n; interleaved systems above n = 128 want wider blocks (more systems
-  // per warp-load).
+  // Small blocks pack more systems an SM for the flat layout and small n; interleaved systems above
+  // n = 128 want wider blocks (more systems a warp-load). Evidence: docs/kernels.md, "Tuning
+  // evidence", OnChipFormFor.
   const int chunk = OnChipChunk<T>(p.n, p.layout);
   const bool inter = p.layout == Layout::kInterleaved;
-  // Flat blocks of 64 threads where --tune measured them faster (t11: float64 from n = 64, n = 256
-  // 0.294 -> 0.274 ms, 1024 0.322 -> 0.298; float32 from n = 128, 1024 0.158 -> 0.149). Above
-  // n = 1024 a system's threads fill 128 or more anyway.
+  // Flat blocks of 64 threads (float64 from n = 64, float32 from n = 128); above n = 1024 a
+  // system's threads fill 128 or more anyway.
   const bool flat64 = !inter && p.n >= (sizeof(T) == 8 ? 64 : 128);
-  // Interleaved n <= 128: 256 threads (H100, results/tune-h100-2026-11-23-rcp.log: float64 128
-  // 0.272 -> 0.247 ms, float32 64 0.138 -> 0.124, 128 0.143 -> 0.133).
+  // Interleaved n <= 128: 256 threads.
   const int auto_threads = flat64                            ? 64
                            : inter && p.n <= 128             ? 256
                            : chunk == 16                     ? (sizeof(T) == 4 && inter ? 256 : 128)
@@ -143,8 +126,8 @@ OnChipForm OnChipFormFor(const TridiagonalProblem<T>& p) {
   form.direct = FlatDirect();
   form.try_stream = (chunk == 8 || chunk == 16) &&
                     (Tuned().stream > 0 || StreamsByShape(p.n, p.layout, sizeof(T) == 4));
-  // 128 threads a block at least by default (two systems a block at n = 1024: 0.258 -> 0.250
-  // ms; n = 64 0.247 -> 0.244).
+  // The streamed kernel: 128 threads a block at least by default (two systems a block at
+  // n = 1024).
   form.stream_threads = Tuned().min_threads > 0 ? min_threads : std::max(min_threads, 128);
   return form;
 }
@@ -164,31 +147,27 @@ ClusterShape ChooseClusterShape(int64_t n, int M, int Q, int threads) {
   return c;
 }
 
-// The cluster shape for n, or Q == 1 (none): the tuning's, or by shape where the H100 sweep
-// measured the cluster kernel fastest (results/tune-h100-2026-11-23-rcp.log, NOTES.md t12, t15):
-// interleaved 512 < n <= 2048 (float64 1024: 0.474 -> 0.441 ms, 2048: 0.538 -> 0.509; float32
-// 1024: 0.293 -> 0.231, 2048: 0.367 two-pass -> 0.310), flat float32 4096 < n <= 8192
-// (against the two-pass path, 8192: 0.336 -> 0.201); 2 blocks of 256 threads x 16 rows.
-// Elsewhere the one-block kernels, the streamed rows or the two-pass path were faster.
+// The cluster shape for n, or Q == 1 (none): the tuning's, or by shape where the cluster kernel
+// was the fastest: interleaved 512 < n <= 2048 and flat float32 4096 < n <= 8192, 2 blocks of
+// 256 threads x 16 rows; elsewhere the one-block kernels, the streamed rows or the two-pass path
+// were faster. Evidence: docs/kernels.md, "Tuning evidence", ClusterShapeFor.
 ClusterShape ClusterShapeFor(int64_t n, Layout layout, bool float32) {
   if (Tuned().cluster == 1 || !ClustersAvailable() || n <= 1) return ClusterShape{};
   if (Tuned().cluster >= 2)
     return ChooseClusterShape(n, Tuned().chunk == 8 ? 8 : 16, Tuned().cluster,
                               Tuned().min_threads > 0 ? Tuned().min_threads : 256);
   const bool inter = layout == Layout::kInterleaved;
-  // Flat float64 over 4096: slower than the two-pass path but at n = 8192 (H100: 4098 0.909 ms
-  // against 0.581, 6000 0.651 against 0.578, 8192 0.506 against 0.570), where the streamed rows
-  // (RowsStreamByShape) are faster still (results/tune-h100-2026-11-23-session12-rows.log).
+  // Flat float64 over 4096: slower than the two-pass path but at n = 8192, where the streamed
+  // rows (RowsStreamByShape) are faster still.
   const bool wins = inter ? n > 512 && n <= 2048 : float32 && n > 4096 && n <= 8192;
   if (!wins) return ClusterShape{};
   return ChooseClusterShape(n, 16, 2, 256);
 }
 
-// Whether `auto` runs the two-pass path although one block holds n: interleaved n > 2048, measured
-// on the H100 (results/tune-h100-2026-11-23-rcp.log: float64 4096 0.798 one block, 0.589
-// cluster, 0.576 two-pass; float32 0.790, 0.486, 0.349): the one-block kernel runs one system a
-// block there, so a warp's interleaved loads use a quarter of each sector, where the level
-// kernels' are coalesced across systems.
+// Whether `auto` runs the two-pass path although one block holds n: interleaved n > 2048. The
+// one-block kernel runs one system a block there, so a warp's interleaved loads use a quarter of
+// each sector, where the level kernels' are coalesced across systems. Evidence: docs/kernels.md,
+// "Tuning evidence", TwoPassByShape.
 bool TwoPassByShape(int64_t n, Layout layout) {
   return Tuned().two_pass == 0 && layout == Layout::kInterleaved && n > 2048;
 }
@@ -196,11 +175,8 @@ bool TwoPassByShape(int64_t n, Layout layout) {
 // Whether `auto` solves flat float64 systems by the block sweeps' streamed kernel
 // (SolveRowsStreamed: persistent clusters copying their next system while they solve this one):
 // the tuning's, else for n over 4096 that fill at least 60% of the cluster's rows (70% for
-// clusters of 8, n over 8192), where the H100 measured it faster than the two-pass path
-// (results/tune-h100-2026-11-23-session12-rows.log, NOTES.md t30): 5008 0.583 -> 0.457 ms, 6000
-// 0.578 -> 0.389, 8192 0.570 -> 0.298 (the cluster kernel 0.506), 12288 0.575 -> 0.503, 16384
-// 0.573 -> 0.387; at 4098 (half the rows of 4 blocks) 0.614 against 0.581, 10240 (62%) 0.596
-// against 0.587.
+// clusters of 8, n over 8192): below that, the idle rows of the cluster cost more than the
+// two-pass path's second read. Evidence: docs/kernels.md, "Tuning evidence", RowsStreamByShape.
 bool RowsStreamByShape(int64_t n, Layout layout, bool float32) {
   if (float32 || layout != Layout::kFlat || Tuned().rows_stream < 0) return false;
   const int64_t cap = RowsStreamCapacity(n);
@@ -262,21 +238,10 @@ bool ThomasWindowByShape(int64_t n, int64_t batch, Layout layout, bool float32) 
   if (Tuned().thomas_window < 0 || !ThomasWindowApplies(n, batch, layout, float32))
     return false;
   if (Tuned().thomas_window > 0) return true;
-  // H100, 2^24 unknowns (results/tridiagonal-h100-2026-11-24-session16.log): float64 n = 512
-  // 0.303 ms against the streamed one-pass kernel's 0.296, 1024 0.263 against 0.380, 4096 and
-  // 16384 0.319 against the two-pass path's 0.59 / 0.56; float32 512 0.153 against 0.184. 2^20
-  // x 16, as warps of two windows of 16 systems (results/...-session17.log): float64 0.312
-  // against 0.523, float32 0.188 against 0.318. Flat (results/tune-...-session17-flat.log):
-  // float64 n = 16384 to 2^20 0.288-0.297 ms against partitioned-window's 0.330-0.343, 8192
-  // 0.291 against the cluster's 0.294, 4096 0.290 against the streamed kernel's 0.259; float32
-  // 0.167-0.172 against partitioned-window's 0.151-0.168.
-  // One flat system of 2^24 (its windows 32 a warp: 512 warps, the H100's 528 at once): float64
-  // 0.298 ms against partitioned-window's 0.330, float32 0.154 against 0.149-0.153; below
-  // 2^24 the chain has fewer warps, each as slow: 2^23 0.241 against 0.183, 2^22 0.233 against
-  // 0.102 (results/tune-h100-2026-11-24-session18-one-system.log). With the windows linked
-  // (NOTES.md t52), flat float64 from n = 4097: 5000 / 6000 / 7168 / 8192 0.268 / 0.265 /
-  // 0.269 / 0.269 ms against partitioned-window's 0.385 / 0.334 / 0.304 and the cluster's
-  // 0.295 (results/tune-h100-2026-11-24-session21-chain.log).
+  // Interleaved batches of 16 or more: n > 512 (float32 from 512); flat (and one system): float64 n
+  // > 4096 with 16 systems or more, and one system of 2^24 or more, whose chain of windows fills
+  // the GPU (below it the chain has fewer warps, each as slow). Evidence: docs/kernels.md, "Tuning
+  // evidence", ThomasWindowByShape.
   if (layout == Layout::kFlat || batch == 1)
     return !float32 && ((n > 4096 && batch >= 16) || (batch == 1 && n >= (int64_t(1) << 24)));
   return (float32 ? n >= 512 : n > 512) && batch >= 16;

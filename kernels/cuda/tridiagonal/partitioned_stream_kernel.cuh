@@ -80,8 +80,7 @@ __global__ void __launch_bounds__(256)
   V* buf = reinterpret_cast<V*>(sa + 4 * S * R);  // 4 arrays of cap units
   // bad[256]: kWindow's stop flag. The static shared memory stays whole 128-byte lines, so
   // that the dynamic buffer's lines (the swizzle's unit) start on one: a lone extra int put it
-  // 16 bytes off, and each warp's copies then read twice the sectors (H100, Nsight Compute:
-  // 38.4 M sectors against 19.2 M; one system of 2^24 0.379 -> 0.339 ms; NOTES.md t31).
+  // 16 bytes off, and each warp's copies then read twice the sectors (NOTES.md t31).
   __shared__ int bad[256 + 32];
   static_assert(sizeof(bad) % 128 == 0);
 
@@ -130,8 +129,8 @@ __global__ void __launch_bounds__(256)
   };
   // kWindow: a window has failed (this block's or another's). The flag is loaded as a task
   // starts and looked at when it ends: loaded before the barrier that waits for the copies, its
-  // latency (an L2 round trip under a full memory system) stalled every block every task (H100,
-  // one system of 2^24, halo 64: 0.312-0.319 -> 0.291-0.296 ms; NOTES.md t43).
+  // latency (an L2 round trip under a full memory system) stalled every block every task
+  // (NOTES.md t43).
   int& stop = bad[256];
   if (kWindow && tid == 0) stop = 0;
   int64_t g = blockIdx.x;

@@ -1,25 +1,25 @@
 // The tridiagonal module's launch choices: plain structs of knobs, 0 meaning "by shape" (the
-// defaults measured on the H100; tests/bench/NOTES.md and docs/kernels.md give the evidence).
+// shapes' rules and their evidence: dispatch.cc, row_sweeps.cu and docs/kernels.md).
 // They are read through the table in use (cuda/tuning_table.h), never through globals.
 #pragma once
 
 namespace trisolve::cuda {
 
-// Launch parameters of the one-pass partitioned kernel. The defaults were picked by the
-// benchmark's --tune sweep on the H100 (tests/bench/results); the benchmark sets others.
+// Launch parameters of the partitioned kernels. The defaults were picked by the benchmark's
+// --tune sweep (docs/kernels.md, "Tuning evidence"); tests and the benchmark set others.
 struct PartitionedTuning {
-  int chunk = 0;        // rows per thread: 2, 4, 8 or 16; 0: by shape (8, or 16 where the H100
+  int chunk = 0;        // rows per thread: 2, 4, 8 or 16; 0: by shape (8, or 16 where the
                         // sweep measured it faster: flat n > 256 (float64) / n > 32 (float32);
                         // interleaved float64 n > 2048 and 128 < n <= 512, float32 n > 64)
   int min_threads = 0;  // threads per block at least; 0: 128, or for interleaved n > 128 512
                         // (256 in float32 with 16 rows a thread), flat n >= 64 64 (float32:
                         // n >= 128)
-  int level_chunk = 16;  // rows a thread of the two-pass path (n > 4096): 8 or 16 (H100: 16
-                         // 1-3% faster flat, 25-35% interleaved with batch > 1; NOTES.md t7)
+  int level_chunk = 16;  // rows a thread of the two-pass path (n > 4096): 8 or 16 (16: fewer
+                         // levels; NOTES.md t7)
   int flat_direct = 0;   // flat one-pass and two-pass level kernels: 1 (and 0, the default)
                          // load a thread's rows straight from global memory, -1 stage them
-                         // through a shared-memory tile (the earlier form; slower everywhere on
-                         // the H100, NOTES.md t9, t18)
+                         // through a shared-memory tile (the earlier form, kept to compare;
+                         // NOTES.md t9, t18)
   int cluster = 0;       // blocks a system of the cluster one-pass kernel (sm_90): 0 by shape,
                          // 1 never, 2, 4 or 8 where that holds n (chunk 8 or 16 rows a thread,
                          // min_threads threads a block)
