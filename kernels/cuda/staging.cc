@@ -91,7 +91,8 @@ void Stager::ReleaseLane(int i) {
 
 // Host -> device through two pinned pieces in turn: the memcpy into one overlaps the DMA of
 // the other (pageable copies run at a sixth of the pinned rate).
-absl::Status Stager::StageIn(Lane& l, std::byte* pinned, const void* src, void* dst, int64_t bytes) {
+absl::Status Stager::StageIn(Lane& l, std::byte* pinned, const void* src, void* dst,
+                             int64_t bytes) {
   if (Pinned(src, bytes))
     return CudaStatus(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyHostToDevice,
                                             l.stream),
@@ -111,7 +112,8 @@ absl::Status Stager::StageIn(Lane& l, std::byte* pinned, const void* src, void* 
   return absl::OkStatus();
 }
 
-absl::Status Stager::StageOut(Lane& l, std::byte* pinned, const void* src, void* dst, int64_t bytes) {
+absl::Status Stager::StageOut(Lane& l, std::byte* pinned, const void* src, void* dst,
+                              int64_t bytes) {
   if (Pinned(dst, bytes))
     return CudaStatus(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyDeviceToHost,
                                             l.stream),
