@@ -12,6 +12,7 @@
 #include "trisolve/block_tridiagonal.h"
 #include "trisolve/examples.h"
 #include "trisolve/reference/block_tridiagonal.h"
+#include "tuning_table.h"
 
 namespace trisolve {
 namespace {
@@ -141,7 +142,9 @@ TEST(CudaBlock, FusedSweepsOverSeveralLaunches) {
 // blocks are always 256 x 16: its second to fourth blocks hold identity rows only).
 TEST(CudaBlock, EveryFusedSweepFormMatchesTheCpu) {
   REQUIRE_GPU();
-  const auto saved = cuda::GetSweepTuning();
+  cuda::TuningTable table = cuda::ActiveTuning();  // the test's own, in use until it returns
+  const cuda::UseTuning use(&table);
+  const cuda::SweepTuning saved = table.sweeps;
   std::vector<cuda::SweepTuning> forms = {{false, 0, 0, 0, 0}};
   for (int cluster : {1, 2, 4}) {
     for (int chunk : {8, 16})
@@ -151,7 +154,7 @@ TEST(CudaBlock, EveryFusedSweepFormMatchesTheCpu) {
     forms.push_back({true, 16, 0, cluster, 1, 0, 256, 4});    // neighbours 4 rows at a time
   }
   for (const cuda::SweepTuning& t : forms) {
-    cuda::SetSweepTuning(t);
+    table.sweeps = t;
     for (auto m : {BlockMethod::kRedBlack, BlockMethod::kJacobi, BlockMethod::kGaussSeidel})
       for (int64_t M : {999, 1008}) {
         SCOPED_TRACE(::testing::Message() << "fused " << t.fused << " chunk " << t.chunk
@@ -162,7 +165,7 @@ TEST(CudaBlock, EveryFusedSweepFormMatchesTheCpu) {
         Compare(Experiment<float>(2, 37, M), m, {5, 0, true}, 1e-4);
       }
   }
-  cuda::SetSweepTuning(saved);
+  table.sweeps = saved;
 }
 
 // The streamed form on blocks of 128 threads (two an SM; float64 on sm_90), clusters of 2, 4
@@ -171,9 +174,11 @@ TEST(CudaBlock, EveryFusedSweepFormMatchesTheCpu) {
 // where the tuning says so). float32 falls back to blocks of 256 threads.
 TEST(CudaBlock, StreamedSweepsOnSmallBlocksMatchTheCpu) {
   REQUIRE_GPU();
-  const auto saved = cuda::GetSweepTuning();
+  cuda::TuningTable table = cuda::ActiveTuning();  // the test's own, in use until it returns
+  const cuda::UseTuning use(&table);
+  const cuda::SweepTuning saved = table.sweeps;
   for (auto [bulk, group] : {std::pair{0, 0}, std::pair{0, 4}, std::pair{-1, 0}}) {
-    cuda::SetSweepTuning({true, 16, 0, 0, 1, bulk, 128, group});
+    table.sweeps = cuda::SweepTuning{true, 16, 0, 0, 1, bulk, 128, group};
     for (auto m : {BlockMethod::kRedBlack, BlockMethod::kJacobi, BlockMethod::kGaussSeidel})
       for (int64_t M : {3999, 4000, 7001, 7008, 15337, 15344}) {
         SCOPED_TRACE(::testing::Message() << "bulk " << bulk << " group " << group << " M " << M);
@@ -181,7 +186,7 @@ TEST(CudaBlock, StreamedSweepsOnSmallBlocksMatchTheCpu) {
       }
     Compare(Experiment<float>(2, 9, 7001), BlockMethod::kRedBlack, {5, 0, true}, 1e-4);
   }
-  cuda::SetSweepTuning(saved);
+  table.sweeps = saved;
 }
 
 // The windowed form (each row's line solve as overlapping windows of 4096 values, a task a
@@ -195,12 +200,14 @@ TEST(CudaBlock, StreamedSweepsOnSmallBlocksMatchTheCpu) {
 // log2(3/2) = 92.3 (96) and 25 / log2(3/2) = 42.7 (48).
 TEST(CudaBlock, WindowedSweepsMatchTheCpu) {
   REQUIRE_GPU();
-  const auto saved = cuda::GetSweepTuning();
+  cuda::TuningTable table = cuda::ActiveTuning();  // the test's own, in use until it returns
+  const cuda::UseTuning use(&table);
+  const cuda::SweepTuning saved = table.sweeps;
   for (int bulk : {0, -1}) {
     cuda::SweepTuning t;
     t.window = 1;
     t.bulk = bulk;
-    cuda::SetSweepTuning(t);
+    table.sweeps = t;
     for (auto m : {BlockMethod::kRedBlack, BlockMethod::kJacobi})
       for (int64_t M : {4097, 5000, 8192, 12289, 12304}) {
         SCOPED_TRACE(::testing::Message() << "bulk " << bulk << " M " << M);
@@ -254,7 +261,7 @@ TEST(CudaBlock, WindowedSweepsMatchTheCpu) {
       }
     }
   }
-  cuda::SetSweepTuning(saved);
+  table.sweeps = saved;
 }
 
 // Where one row of one line system is not dominant enough for any halo, the solve runs the
@@ -265,7 +272,9 @@ TEST(CudaBlock, WindowedSweepsMatchTheCpu) {
 // where the rows allow it, else none.
 TEST(CudaBlock, WindowedSweepsFallBackWhereARowIsNotDominantEnough) {
   REQUIRE_GPU();
-  const auto saved = cuda::GetSweepTuning();
+  cuda::TuningTable table = cuda::ActiveTuning();  // the test's own, in use until it returns
+  const cuda::UseTuning use(&table);
+  const cuda::SweepTuning saved = table.sweeps;
   const int64_t N = 3, M = 9000;
   struct Case {
     double rho;
@@ -282,7 +291,7 @@ TEST(CudaBlock, WindowedSweepsFallBackWhereARowIsNotDominantEnough) {
     cuda::SweepTuning t;
     t.window = 1;
     t.window_halo = c.halo;
-    cuda::SetSweepTuning(t);
+    table.sweeps = t;
     for (int64_t e : {int64_t{1} * M + 4000, int64_t{2} * M + M - 1, int64_t{0}}) {
       auto s = Experiment<double>(1, N, M);
       // (|a| + |c|) / |b| = rho at element e, the couplings past the line left out.
@@ -298,7 +307,7 @@ TEST(CudaBlock, WindowedSweepsFallBackWhereARowIsNotDominantEnough) {
   }
   // Without the tuning (auto), rows of 9000 run the cluster form either way; over 16384 the
   // windows or, where the check fails, the two-kernel half-sweeps.
-  cuda::SetSweepTuning(saved);
+  table.sweeps = saved;
   auto s = Experiment<double>(1, 2, 16400);
   s.a["cC"][100] = (std::abs(s.a["aC"][100]) + std::abs(s.a["bC"][100])) / 0.95;
   Compare(s, BlockMethod::kJacobi, {3, 0, false}, 1e-12);
@@ -427,12 +436,14 @@ TEST(CudaBlock, SingularLineIsReported) {
 // 256 x 16, a block a task and streamed), for each method.
 TEST(CudaBlock, SingularLineOnAClusterIsReported) {
   REQUIRE_GPU();
-  const auto saved = cuda::GetSweepTuning();
+  cuda::TuningTable table = cuda::ActiveTuning();  // the test's own, in use until it returns
+  const cuda::UseTuning use(&table);
+  const cuda::SweepTuning saved = table.sweeps;
   for (auto [M, t] : {std::pair{int64_t{1000}, cuda::SweepTuning{true, 8, 1, 2, -1}},
                       std::pair{int64_t{1000}, cuda::SweepTuning{true, 8, -1, 2, -1}},
                       std::pair{int64_t{6000}, cuda::SweepTuning{true, 16, 1, 2, -1}},
                       std::pair{int64_t{6000}, cuda::SweepTuning{}}}) {
-    cuda::SetSweepTuning(t);
+    table.sweeps = t;
     for (auto m : {BlockMethod::kRedBlack, BlockMethod::kJacobi, BlockMethod::kGaussSeidel}) {
       auto s = Experiment<double>(1, 4, M);
       const int64_t e = 2 * M + M - 300;  // row 2, element M - 300
@@ -447,7 +458,7 @@ TEST(CudaBlock, SingularLineOnAClusterIsReported) {
       for (double v : y) ASSERT_EQ(v, 0.0);
     }
   }
-  cuda::SetSweepTuning(saved);
+  table.sweeps = saved;
 }
 
 // Issue 33: the thesis' experiment 2 as chapter 5 writes it (-4 inside, couplings +1: symmetric

@@ -14,6 +14,7 @@
 #include "error_measure.h"
 #include "gtest/gtest.h"
 #include "tridiagonal/tridiagonal.h"
+#include "tuning_table.h"
 #include "trisolve/backend.h"
 #include "trisolve/reference/tridiagonal.h"
 #include "trisolve/tridiagonal.h"
@@ -52,23 +53,29 @@ struct Case {
   int64_t n, batch;
 };
 
-// Restores the partitioned kernels' tuning when a test ends, however it ends (a failed
-// assertion included), so that no test runs with another's settings.
+// A tuning table of the test's own, in use on this thread while the test runs (the backend's
+// table yields to it), starting from the one in use before; dropped when the test ends, however
+// it ends (a failed assertion included), so that no test runs with another's settings.
 class ScopedTuning {
  public:
-  ScopedTuning() : saved_(cuda::GetPartitionedTuning()) {}
-  ~ScopedTuning() { cuda::SetPartitionedTuning(saved_); }
+  ScopedTuning() : saved_(cuda::ActiveTuning()), table_(saved_), use_(&table_) {}
   ScopedTuning(const ScopedTuning&) = delete;
   ScopedTuning& operator=(const ScopedTuning&) = delete;
   // Runs with the saved tuning changed by `edit` (fields the test forces).
   void Set(const std::function<void(cuda::PartitionedTuning&)>& edit) const {
-    cuda::PartitionedTuning t = saved_;
-    edit(t);
-    cuda::SetPartitionedTuning(t);
+    table_.tridiagonal = saved_.tridiagonal;
+    edit(table_.tridiagonal);
+  }
+  // The same for the row sweeps' tuning.
+  void SetSweeps(const std::function<void(cuda::SweepTuning&)>& edit) const {
+    table_.sweeps = saved_.sweeps;
+    edit(table_.sweeps);
   }
 
  private:
-  const cuda::PartitionedTuning saved_;
+  const cuda::TuningTable saved_;
+  mutable cuda::TuningTable table_;  // read by the kernels' entry points through use_
+  const cuda::UseTuning use_;
 };
 
 class CudaTridiagonal : public ::testing::TestWithParam<std::tuple<Case, Layout, TridiagonalMethod>> {};
@@ -413,15 +420,12 @@ TEST(CudaTridiagonal, TwoPassForcedMatchesTheCpuReference) {
 TEST(CudaTridiagonal, RowsStreamedMatchTheCpuReference) {
   REQUIRE_GPU();
   const ScopedTuning scoped;
-  const auto saved_sweep = cuda::GetSweepTuning();
   scoped.Set([&](cuda::PartitionedTuning& t) {
     t.rows_stream = 1;
     t.window = -1;  // the path this test forces, not the windows before it
   });
   for (int bulk : {0, -1}) {
-    auto w = saved_sweep;
-    w.bulk = bulk;
-    cuda::SetSweepTuning(w);
+    scoped.SetSweeps([&](cuda::SweepTuning& w) { w.bulk = bulk; });
     for (Case k : {Case{2050, 77}, Case{4096, 300}, Case{4097, 3}, Case{6000, 40},
                    Case{8192, 1}, Case{8192, 333}, Case{12000, 9}, Case{16383, 5},
                    Case{16384, 130}}) {
@@ -442,7 +446,6 @@ TEST(CudaTridiagonal, RowsStreamedMatchTheCpuReference) {
   }
   EXPECT_EQ(cuda::RowsStreamCapacity(2048), 0);
   EXPECT_EQ(cuda::RowsStreamCapacity(16385), 0);
-  cuda::SetSweepTuning(saved_sweep);
 }
 
 // Overlapping windows (trisolve/windows.h), forced (window = 1), with the default halos and

@@ -3,19 +3,11 @@
 // without CUDA kernels yet are solved by the CPU reference on the host, and the method name
 // says so ("... (host)").
 #include <cuda_runtime.h>
-#include <omp.h>
 
-#include <chrono>
-#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <array>
-#include <list>
-#include <map>
-#include <shared_mutex>
 #include <memory>
-#include <mutex>
-#include <thread>
 #include <vector>
 
 #include "block/block.h"
@@ -23,11 +15,13 @@
 #include "dense/dispatch.h"
 #include "runtime/check.h"
 #include "runtime/device_health.h"
-#include "runtime/fault_injection.h"
 #include "runtime/memory_pool.h"
+#include "staging.h"
 #include "tree/dispatch.h"
+#include "tree/plan_cache.h"
 #include "tree/tree.h"
 #include "tridiagonal/tridiagonal.h"
+#include "tuning_table.h"
 #include "trisolve/backend.h"
 #include "trisolve/fault_injection.h"
 #include "trisolve/reference/block_tridiagonal.h"
@@ -40,23 +34,11 @@ namespace {
 
 using cuda::Pool;
 
-constexpr int64_t kStagingChunk = int64_t{16} << 20;  // bytes per pinned staging piece
-
-double Ms(cudaEvent_t a, cudaEvent_t b) {
-  float ms = 0;
-  cudaEventElapsedTime(&ms, a, b);
-  return ms;
-}
-
 class CudaBackend final : public Backend {
   // One input array of a solve: staged from the host, or already on the device (a prepared
   // system's coefficients).
   template <typename T>
-  struct Input {
-    const T* host = nullptr;
-    int64_t values = 0;
-    const T* device = nullptr;
-  };
+  using Input = cuda::StagedInput<T>;
   // A prepared system's coefficients on the device, by SystemSpec index (nullptr: stage).
   template <typename T>
   using Resident = std::array<const T*, kMaxCoefficients>;
@@ -70,25 +52,13 @@ class CudaBackend final : public Backend {
   CudaBackend(const CudaOptions& o, const cudaDeviceProp& prop, int64_t device_cap)
       : options_(o),
         prop_(prop),
+        tuning_(cuda::TuningTable::For(prop)),
         device_pool_(Pool::Kind::kDevice, o.device, device_cap),
         pinned_pool_(Pool::Kind::kPinnedHost, o.device, o.pinned_pool_cap_bytes),
-        cpu_(MakeCpuBackend(o.cpu_threads)) {
-    cudaSetDevice(o.device);
-    for (int i = 0; i < std::max(1, o.streams); ++i) {
-      Lane lane;
-      cudaStreamCreateWithFlags(&lane.stream, cudaStreamNonBlocking);
-      for (auto* e : {&lane.e0, &lane.e1, &lane.e2, &lane.e3}) cudaEventCreate(e);
-      for (auto& e : lane.staged) cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
-      lanes_.push_back(lane);
-      free_.push_back(i);
-    }
-  }
+        cpu_(MakeCpuBackend(o.cpu_threads)),
+        stager_(o.device, o.streams, device_pool_, pinned_pool_) {}
   ~CudaBackend() override {
-    dense_libs_.Reset();  // the handles use the lanes' streams
-    for (auto& l : lanes_) {
-      cudaStreamDestroy(l.stream);
-      for (auto e : {l.e0, l.e1, l.e2, l.e3, l.staged[0], l.staged[1]}) cudaEventDestroy(e);
-    }
+    dense_libs_.Reset();  // the handles use the lanes' streams (stager_, destroyed after)
   }
 
   BackendInfo Info() const override {
@@ -165,44 +135,9 @@ class CudaBackend final : public Backend {
   }
 
   absl::StatusOr<bool> PinHostMemory(void* p, int64_t bytes) override {
-    cudaSetDevice(options_.device);
-    const cudaError_t e = cudaHostRegister(p, size_t(bytes), cudaHostRegisterPortable);
-    // Registered already, portably, by another device's backend of this process: usable here.
-    const bool owner = e == cudaSuccess;
-    if (e == cudaErrorHostMemoryAlreadyRegistered) (void)cudaGetLastError();
-    if (e != cudaSuccess && e != cudaErrorHostMemoryAlreadyRegistered) {
-      (void)cudaGetLastError();
-      return absl::ResourceExhaustedError(
-          absl::StrCat("cudaHostRegister of ", bytes, " bytes: ", cudaGetErrorString(e)));
-    }
-    std::unique_lock<std::shared_mutex> lock(pinned_mu_);
-    pinned_ranges_[static_cast<const std::byte*>(p)] = {bytes, owner};
-    return true;
+    return stager_.Pin(p, bytes);
   }
-
-  void UnpinHostMemory(void* p) override {
-    {
-      std::unique_lock<std::shared_mutex> lock(pinned_mu_);
-      auto it = pinned_ranges_.find(static_cast<const std::byte*>(p));
-      if (it == pinned_ranges_.end()) return;
-      const bool owner = it->second.second;
-      pinned_ranges_.erase(it);
-      if (!owner) return;
-    }
-    cudaSetDevice(options_.device);
-    if (cudaHostUnregister(p) != cudaSuccess) (void)cudaGetLastError();
-  }
-
-  // Whether [p, p + bytes) lies in memory PinHostMemory page-locked: the device copies straight
-  // from and into it.
-  bool Pinned(const void* p, int64_t bytes) const {
-    const auto* b = static_cast<const std::byte*>(p);
-    std::shared_lock<std::shared_mutex> lock(pinned_mu_);
-    auto it = pinned_ranges_.upper_bound(b);
-    if (it == pinned_ranges_.begin()) return false;
-    --it;
-    return b >= it->first && b + bytes <= it->first + it->second.first;
-  }
+  void UnpinHostMemory(void* p) override { stager_.Unpin(p); }
 
   absl::StatusOr<std::unique_ptr<PreparedSystem>> Prepare(const SystemSpec& spec) override {
     UseDevice();
@@ -261,7 +196,7 @@ class CudaBackend final : public Backend {
     }
     absl::Status Upload(int i) {
       if (IsTreeParent(spec_, i)) return absl::OkStatus();
-      return backend_->CopyToDevice(host_[size_t(i)].data(), device.as<std::byte>() + offset[size_t(i)],
+      return backend_->stager_.CopyToDevice(host_[size_t(i)].data(), device.as<std::byte>() + offset[size_t(i)],
                                     int64_t(host_[size_t(i)].size()));
     }
     template <typename T>
@@ -284,18 +219,6 @@ class CudaBackend final : public Backend {
     CudaBackend* backend_;
   };
 
-  // Host to device through the pinned staging pieces, on a lane of its own; waits.
-  absl::Status CopyToDevice(const void* host, void* dev, int64_t bytes) {
-    cudaSetDevice(options_.device);
-    auto pinned = pinned_pool_.Get(2 * kStagingChunk);
-    if (!pinned.ok()) return pinned.status();
-    const LaneLease lease(this);
-    Lane& l = lease.lane();
-    if (auto st = StageIn(l, static_cast<std::byte*>(pinned->get()), host, dev, bytes); !st.ok())
-      return st;
-    return cuda::CudaStatus(cudaStreamSynchronize(l.stream), "cudaStreamSynchronize");
-  }
-
   // The coefficients of a system of one replicated for k right-hand sides in `layout`, by
   // doubling device-to-device copies (log2 k of them): [k, n] flat, or [n, k] interleaved.
   absl::Status Replicate(DevicePrepared& s, int64_t k, Layout layout) {
@@ -312,33 +235,14 @@ class CudaBackend final : public Backend {
     auto buf = device_pool_.Get(std::max<int64_t>(total, 256));
     if (!buf.ok()) return buf.status();
     cudaSetDevice(options_.device);
-    const LaneLease lease(this);
+    const cuda::Stager::LaneLease lease(&stager_);
     cudaStream_t stream = lease.lane().stream;
     for (int i = 0; i < spec.num_coefficients(); ++i) {
       if (IsTreeParent(spec, i)) continue;
       const auto* src = s.device.as<const std::byte>() + s.offset[size_t(i)];
       auto* dst = buf->as<std::byte>() + s.replicated_offset[size_t(i)];
-      if (layout == Layout::kFlat) {
-        TRISOLVE_CUDA_RETURN_IF_ERROR(
-            cudaMemcpyAsync(dst, src, size_t(n * eb), cudaMemcpyDeviceToDevice, stream));
-        for (int64_t have = 1; have < k; have *= 2) {
-          const int64_t copy = std::min(have, k - have);
-          TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst + have * n * eb, dst,
-                                                        size_t(copy * n * eb),
-                                                        cudaMemcpyDeviceToDevice, stream));
-        }
-      } else {
-        // Column 0 of the [n, k] array, then columns [have, 2 have) from [0, have).
-        TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(dst, size_t(k * eb), src, size_t(eb),
-                                                        size_t(eb), size_t(n),
-                                                        cudaMemcpyDeviceToDevice, stream));
-        for (int64_t have = 1; have < k; have *= 2) {
-          const int64_t copy = std::min(have, k - have);
-          TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(
-              dst + have * eb, size_t(k * eb), dst, size_t(k * eb), size_t(copy * eb), size_t(n),
-              cudaMemcpyDeviceToDevice, stream));
-        }
-      }
+      if (auto st = cuda::ReplicateOnDevice(src, dst, n, eb, k, layout, stream); !st.ok())
+        return st;
     }
     TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
     s.replicated = *std::move(buf);
@@ -401,14 +305,10 @@ class CudaBackend final : public Backend {
     }
     return total;
   }
-  struct Lane {
-    cudaStream_t stream = nullptr;
-    cudaEvent_t e0, e1, e2, e3;  // h2d start, kernel start, kernel end, d2h end
-    cudaEvent_t staged[2];       // staging buffer i may be refilled
-  };
 
-  // auto sends the linear-time families' smallest requests to the host: a system of 64
-  // unknowns takes ~1 us there and 250-370 us through the copies and a launch (H100, issue 31).
+  // auto sends the linear-time families' smallest requests to the host, where a system of 64
+  // unknowns takes a microsecond against hundreds through the copies and a launch (issue 31;
+  // docs/kernels.md, "Tuning evidence", OnHost).
   bool OnHost(bool is_auto, int64_t unknowns) const {
     return is_auto && unknowns < options_.host_below_unknowns;
   }
@@ -417,214 +317,11 @@ class CudaBackend final : public Backend {
     return r;
   }
 
-  int AcquireLane() {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return !free_.empty(); });
-    const int i = free_.back();
-    free_.pop_back();
-    return i;
-  }
-  void ReleaseLane(int i) {
-    std::lock_guard<std::mutex> lock(mu_);
-    free_.push_back(i);
-    cv_.notify_one();
-  }
-  // A lane (stream and events) held until destroyed.
-  class LaneLease {
-   public:
-    explicit LaneLease(CudaBackend* b) : b_(b), i_(b->AcquireLane()) {}
-    LaneLease(const LaneLease&) = delete;
-    LaneLease& operator=(const LaneLease&) = delete;
-    ~LaneLease() { b_->ReleaseLane(i_); }
-    Lane& lane() const { return b_->lanes_[size_t(i_)]; }
-
-   private:
-    CudaBackend* b_;
-    int i_;
-  };
-
-  // Host -> device through two pinned pieces in turn: the memcpy into one overlaps the DMA of
-  // the other (pageable copies run at a sixth of the pinned rate).
-  absl::Status StageIn(Lane& l, std::byte* pinned, const void* src, void* dst, int64_t bytes) {
-    if (Pinned(src, bytes))
-      return cuda::CudaStatus(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyHostToDevice,
-                                              l.stream),
-                              "cudaMemcpyAsync");
-    const auto* s = static_cast<const std::byte*>(src);
-    auto* d = static_cast<std::byte*>(dst);
-    int buf = 0;
-    for (int64_t off = 0; off < bytes; off += kStagingChunk, buf ^= 1) {
-      const int64_t len = std::min(kStagingChunk, bytes - off);
-      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(l.staged[buf]));
-      std::memcpy(pinned + buf * kStagingChunk, s + off, size_t(len));
-      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d + off, pinned + buf * kStagingChunk,
-                                                    size_t(len), cudaMemcpyHostToDevice,
-                                                    l.stream));
-      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.staged[buf], l.stream));
-    }
-    return absl::OkStatus();
-  }
-
-  absl::Status StageOut(Lane& l, std::byte* pinned, const void* src, void* dst, int64_t bytes) {
-    if (Pinned(dst, bytes))
-      return cuda::CudaStatus(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyDeviceToHost,
-                                              l.stream),
-                              "cudaMemcpyAsync");
-    const auto* s = static_cast<const std::byte*>(src);
-    auto* d = static_cast<std::byte*>(dst);
-    const int64_t pieces = (bytes + kStagingChunk - 1) / kStagingChunk;
-    auto issue = [&](int64_t i) -> absl::Status {
-      const int64_t off = i * kStagingChunk, len = std::min(kStagingChunk, bytes - off);
-      const int buf = int(i & 1);
-      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(pinned + buf * kStagingChunk, s + off,
-                                                    size_t(len), cudaMemcpyDeviceToHost,
-                                                    l.stream));
-      return cuda::CudaStatus(cudaEventRecord(l.staged[buf], l.stream), "cudaEventRecord");
-    };
-    if (pieces > 0)
-      if (auto st = issue(0); !st.ok()) return st;
-    for (int64_t i = 0; i < pieces; ++i) {
-      if (i + 1 < pieces)
-        if (auto st = issue(i + 1); !st.ok()) return st;
-      const int buf = int(i & 1);
-      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(l.staged[buf]));
-      const int64_t off = i * kStagingChunk, len = std::min(kStagingChunk, bytes - off);
-      std::memcpy(d + off, pinned + buf * kStagingChunk, size_t(len));
-    }
-    return absl::OkStatus();
-  }
-
-  // Stages `inputs` (each elems values of T) into pooled device memory, runs `launch(device
-  // inputs, x, flags, stream)`, copies x and the per-system flags back. Systems flagged by the
-  // kernel get status singular and x = 0.
-  // Inputs are (host pointer, values); x has batch * n values. A launch that leaves its answer
-  // pending in *later (thomas-window) gets it after the copy back's wait, and x and the flags
-  // are copied back again where that answer solved the problem again.
-  template <typename T, typename Launch>
-  absl::StatusOr<SolveInfo> Staged(const std::vector<Input<T>>& inputs,
-                                   int64_t batch, int64_t n, Layout layout, T* out_x,
-                                   SystemStatus* out_status, Launch launch,
-                                   cuda::LaterAnswer* later = nullptr) {
-    cudaSetDevice(options_.device);
-    const bool trap = FaultInjection::Process().NextSolveIsSticky();  // test-only
-    const int64_t elems = batch * n, bytes = elems * int64_t(sizeof(T));
-    const int64_t k = int64_t(inputs.size());
-    int64_t in_values = 0;  // those to stage: resident inputs are on the device already
-    for (const auto& in : inputs) in_values += in.device ? 0 : in.values;
-    auto dev = device_pool_.Get((in_values + elems) * int64_t(sizeof(T)) + batch);
-    if (!dev.ok()) return dev.status();
-    // A small request moves in one copy each way (the staged inputs lie one after the other on
-    // the device, x and the flags too): every separate copy costs a round trip. Its pinned
-    // staging is its own size: two 16 MiB pieces for every small request in flight emptied
-    // the pinned pool (2 GiB) at 64 concurrent requests and sent them to cudaHostAlloc.
-    const int64_t staged_bytes = in_values * int64_t(sizeof(T));
-    // Inputs and x in page-locked client memory (shared-memory regions) of a megabyte or more
-    // move straight, without the staging copy.
-    bool all_pinned = Pinned(out_x, bytes);
-    for (int64_t q = 0; q < k && all_pinned; ++q)
-      all_pinned = inputs[q].device != nullptr ||
-                   Pinned(inputs[q].host, inputs[q].values * int64_t(sizeof(T)));
-    const bool one_copy = staged_bytes <= kStagingChunk && bytes + batch <= kStagingChunk &&
-                          !(all_pinned && staged_bytes >= (int64_t{1} << 20));
-    auto pinned =
-        pinned_pool_.Get(one_copy ? std::max(staged_bytes, bytes + batch) : 2 * kStagingChunk);
-    if (!pinned.ok()) return pinned.status();
-    const LaneLease lease(this);
-    Lane& l = lease.lane();
-    T* base = static_cast<T*>(dev->get());
-    std::vector<T*> din(static_cast<size_t>(k));
-    T* next = base;
-    for (int64_t q = 0; q < k; ++q) {
-      if (inputs[q].device) {
-        din[q] = const_cast<T*>(inputs[q].device);  // read only by every kernel
-        continue;
-      }
-      din[q] = next;
-      next += inputs[q].values;
-    }
-    T* dx = next;
-    auto* flags = reinterpret_cast<uint8_t*>(dx + elems);
-    auto* pin = static_cast<std::byte*>(pinned->get());
-    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.e0, l.stream));
-    if (one_copy) {
-      std::byte* p = pin;
-      for (int64_t q = 0; q < k; ++q)
-        if (!inputs[q].device) {
-          const size_t b = size_t(inputs[q].values) * sizeof(T);
-          std::memcpy(p, inputs[q].host, b);
-          p += b;
-        }
-      if (staged_bytes > 0)
-        TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(base, pin, size_t(staged_bytes),
-                                                      cudaMemcpyHostToDevice, l.stream));
-    } else {
-      for (int64_t q = 0; q < k; ++q)
-        if (!inputs[q].device)
-          if (auto st = StageIn(l, pin, inputs[q].host, din[q],
-                                inputs[q].values * int64_t(sizeof(T)));
-              !st.ok())
-            return st;
-    }
-    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flags, 0, size_t(batch), l.stream));
-    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.e1, l.stream));
-    // A pending answer left by an error return is dropped (its kernel waited for) before the
-    // lane and the buffers go back.
-    struct Settle {
-      cuda::LaterAnswer* later;
-      ~Settle() {
-        if (later != nullptr && later->pending()) *later = cuda::LaterAnswer();
-      }
-    } settle{later};
-    absl::StatusOr<std::string> method = launch(din, dx, flags, l.stream);
-    if (!method.ok()) return method.status();
-    if (trap)
-      if (auto st = cuda::LaunchTrap(l.stream); !st.ok()) return st;
-    std::vector<uint8_t> f(static_cast<size_t>(batch));
-    auto copy_back = [&]() -> absl::Status {
-      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.e2, l.stream));
-      if (one_copy) {
-        TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(pin, dx, size_t(bytes + batch),
-                                                      cudaMemcpyDeviceToHost, l.stream));
-        TRISOLVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.e3, l.stream));
-        TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(l.stream));
-        std::memcpy(out_x, pin, size_t(bytes));
-        std::memcpy(f.data(), pin + bytes, size_t(batch));
-        return absl::OkStatus();
-      }
-      if (auto st = StageOut(l, pin, dx, out_x, bytes); !st.ok()) return st;
-      TRISOLVE_CUDA_RETURN_IF_ERROR(
-          cudaMemcpyAsync(f.data(), flags, size_t(batch), cudaMemcpyDeviceToHost, l.stream));
-      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.e3, l.stream));
-      return cuda::CudaStatus(cudaStreamSynchronize(l.stream), "cudaStreamSynchronize");
-    };
-    if (auto st = copy_back(); !st.ok()) return st;
-    if (later != nullptr && later->pending()) {
-      // (kernel_us then counts from the first launch to the second copy back's start.)
-      bool again = false;
-      auto ran = later->Finish(&again);
-      if (!ran.ok()) return ran.status();
-      *method = cuda::KernelName(*ran);
-      if (again)
-        if (auto st = copy_back(); !st.ok()) return st;
-    }
-    const int64_t st = ElementStride(layout, batch);
-    for (int64_t s = 0; s < batch; ++s) {
-      out_status[s] = f[s] ? SystemStatus::kSingular : SystemStatus::kOk;
-      if (f[s])  // a system whose pivot vanished: zeros, never what the kernel left
-        for (int64_t i = 0; i < n; ++i) out_x[SystemOffset(layout, n, s) + i * st] = T(0);
-    }
-    SolveInfo info;
-    info.method = *method;
-    info.h2d_us = Ms(l.e0, l.e1) * 1e3;
-    info.kernel_us = Ms(l.e1, l.e2) * 1e3;
-    info.d2h_us = Ms(l.e2, l.e3) * 1e3;
-    return info;
-  }
-
   template <typename T>
   absl::StatusOr<SolveInfo> SolveTri(const TridiagonalProblem<T>& p, TridiagonalMethod m,
                                      TridiagonalOutput<T> out, const SolveControl&,
                                      const Resident<T>* resident = nullptr) {
+    const cuda::UseTuning tuned(&tuning_, cuda::UseTuning::kUnlessSet);
     // pivoting: the CPU reference's partial pivoting on the host (a GPU pivoting kernel at the
     // memory bandwidth is a later task, issue 33).
     if (m == TridiagonalMethod::kPivoting) return Host(cpu::SolveTridiagonal(p, m, out));
@@ -632,7 +329,7 @@ class CudaBackend final : public Backend {
     cuda::LaterAnswer later;
     std::vector<Input<T>> in = {{p.a, e}, {p.b, e}, {p.c, e}, {p.d, e}};
     MarkResident(in, resident);
-    auto solved = Staged<T>(in, p.batch, p.n, p.layout, out.x,
+    auto solved = stager_.Staged<T>(in, p.batch, p.n, p.layout, out.x,
                      out.status,
                      [&](const std::vector<T*>& d, T* dx, uint8_t* flags,
                          cudaStream_t stream) -> absl::StatusOr<std::string> {
@@ -656,6 +353,7 @@ class CudaBackend final : public Backend {
                                                const BlockOptions& o, BlockOutput<T> out,
                                                const SolveControl& c,
                                                const Resident<T>* resident = nullptr) {
+    const cuda::UseTuning tuned(&tuning_, cuda::UseTuning::kUnlessSet);
     const int64_t size = p.N * p.M;
     const bool automatic = m == BlockMethod::kAuto;
     m = cuda::ResolveBlockMethod(p, m, o);  // block/dispatch.cu
@@ -665,7 +363,7 @@ class CudaBackend final : public Backend {
     MarkResident(in, resident);
     SystemStatus st = SystemStatus::kOk;
     SolveInfo solved;
-    auto info = Staged<T>(
+    auto info = stager_.Staged<T>(
         in, 1, size, Layout::kFlat, out.y, out.status,
         [&](const std::vector<T*>& d, T* dx, uint8_t* flags,
             cudaStream_t stream) -> absl::StatusOr<std::string> {
@@ -710,10 +408,11 @@ class CudaBackend final : public Backend {
   absl::StatusOr<SolveInfo> SolveDenseOnDevice(const DenseProblem<T>& p, DenseMethod m,
                                                DenseOutput<T> out, const SolveControl& c,
                                                const Resident<T>* resident = nullptr) {
+    const cuda::UseTuning tuned(&tuning_, cuda::UseTuning::kUnlessSet);
     const cuda::DensePath path = cuda::ChooseDensePath(p.n, m);  // dense/dispatch.cc
     std::vector<Input<T>> in = {{p.A, p.batch * p.n * p.n}, {p.b, p.batch * p.n}};
     MarkResident(in, resident);
-    return Staged<T>(in, p.batch, p.n,
+    return stager_.Staged<T>(in, p.batch, p.n,
                      Layout::kFlat, out.x, out.status,
                      [&](const std::vector<T*>& d, T* dx, uint8_t* flags,
                          cudaStream_t stream) -> absl::StatusOr<std::string> {
@@ -746,39 +445,16 @@ class CudaBackend final : public Backend {
                      });
   }
 
-  // The cable plan of a parent array, built once and kept for the next time steps (a small
-  // cache of the most recent morphologies, compared by content).
-  absl::StatusOr<std::shared_ptr<const cuda::TreeCablesPlan>> CablesPlan(const int32_t* parent,
-                                                                          int64_t n,
-                                                                          cudaStream_t stream) {
-    {
-      std::lock_guard<std::mutex> lock(plans_mu_);
-      for (auto it = plans_.begin(); it != plans_.end(); ++it)
-        if (int64_t(it->first.size()) == n &&
-            std::memcmp(it->first.data(), parent, size_t(n) * 4) == 0) {
-          auto plan = it->second;
-          plans_.splice(plans_.begin(), plans_, it);  // most recent first
-          return plan;
-        }
-    }
-    auto made = cuda::TreeCablesPlan::Make(parent, n, device_pool_, stream);
-    if (!made.ok()) return made.status();
-    std::shared_ptr<const cuda::TreeCablesPlan> plan(std::move(*made));
-    std::lock_guard<std::mutex> lock(plans_mu_);
-    plans_.emplace_front(std::vector<int32_t>(parent, parent + n), plan);
-    while (plans_.size() > kPlansKept) plans_.pop_back();
-    return plan;
-  }
-
   template <typename T>
   absl::StatusOr<SolveInfo> SolveTreeOnDevice(const TreeProblem<T>& p, TreeMethod m,
                                               TreeOutput<T> out, const SolveControl& c,
                                               const Resident<T>* resident = nullptr) {
+    const cuda::UseTuning tuned(&tuning_, cuda::UseTuning::kUnlessSet);
     const bool per_cell = p.parent_per_system && p.batch > 1;
     // One morphology: its plan (cached), which the choice reads (tree/dispatch.cc).
     std::shared_ptr<const cuda::TreeCablesPlan> plan;
     if (cuda::TreeWantsPlan(p, m)) {
-      auto made = CablesPlan(p.parent, p.n, nullptr);
+      auto made = plans_.Get(p.parent, p.n, device_pool_, nullptr);
       if (!made.ok()) return made.status();
       plan = *made;
     }
@@ -791,7 +467,7 @@ class CudaBackend final : public Backend {
     std::vector<Input<T>> in = {{p.lower, e}, {p.upper, e}, {p.diag, e}, {p.rhs, e}};
     MarkResident(in, resident);
     if (contraction || cables) {
-      return Staged<T>(in, p.batch, p.n, p.layout, out.x, out.status,
+      return stager_.Staged<T>(in, p.batch, p.n, p.layout, out.x, out.status,
                        [&](const std::vector<T*>& d, T* dx, uint8_t* flags,
                            cudaStream_t stream) -> absl::StatusOr<std::string> {
                          TreeProblem<T> dp = p;
@@ -829,7 +505,7 @@ class CudaBackend final : public Backend {
     if (!meta.ok()) return meta.status();
     auto* dparent = static_cast<int32_t*>(meta->get());
     auto* dflags = reinterpret_cast<uint8_t*>(dparent + trees * p.n);
-    return Staged<T>(in, p.batch, p.n, p.layout, out.x, out.status,
+    return stager_.Staged<T>(in, p.batch, p.n, p.layout, out.x, out.status,
                      [&](const std::vector<T*>& d, T* dx, uint8_t* flags,
                          cudaStream_t stream) -> absl::StatusOr<std::string> {
                        TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
@@ -850,23 +526,18 @@ class CudaBackend final : public Backend {
                      });
   }
 
-  static constexpr size_t kPlansKept = 4;
-
   const CudaOptions options_;
   const cudaDeviceProp prop_;
+  // The launch choices of this device's kernels: put in use for each solve (SolveTri and the
+  // other *OnDevice entries), unless the calling thread has a table of its own in use (a
+  // white-box test's, a benchmark's).
+  const cuda::TuningTable tuning_;
   mutable Pool device_pool_;
   mutable Pool pinned_pool_;
   std::unique_ptr<Backend> cpu_;
-  std::vector<Lane> lanes_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<int> free_;
+  cuda::Stager stager_;  // the lanes, the pinned staging and the pinned client memory
   cuda::DenseLibs dense_libs_;  // destroyed before the pools
-  std::mutex plans_mu_;
-  std::list<std::pair<std::vector<int32_t>, std::shared_ptr<const cuda::TreeCablesPlan>>> plans_;
-  mutable std::shared_mutex pinned_mu_;
-  // PinHostMemory's: start -> (bytes, whether this backend registered it and unregisters it).
-  std::map<const std::byte*, std::pair<int64_t, bool>> pinned_ranges_;
+  cuda::TreePlanCache plans_;  // the tree family's cable plans, by morphology
 };
 
 }  // namespace
@@ -900,7 +571,7 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const CudaOptions& o) {
     return st;
   // Threads waiting for the device yield their core: the server's waiting threads spin
   // otherwise (one context, many cores), taking cores from the gRPC threads and the clients
-  // of the same host (H100: 16 clients of 64-unknown requests, p90 18-22 ms).
+  // of the same host (docs/kernels.md, "Tuning evidence", cudaDeviceScheduleYield).
   // (Set on the device's primary context, active or not; where it cannot be, they spin.)
   if (auto st = cuda::CudaStatus(cudaSetDevice(o.device), "cudaSetDevice"); !st.ok()) return st;
   (void)cudaSetDeviceFlags(cudaDeviceScheduleYield);

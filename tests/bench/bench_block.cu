@@ -21,6 +21,7 @@
 #include "block/block.h"
 #include "runtime/memory_pool.h"
 #include "tridiagonal/tridiagonal.h"
+#include "tuning_table.h"
 #include "trisolve/examples.h"
 
 namespace {
@@ -144,7 +145,10 @@ int main(int argc, char** argv) {
               "L = 64 at N = M = 1024\n");
   std::printf("%6s %-14s %-44s %12s %12s %12s\n", "N=M", "method", "path", "per sweep", "L=1",
               "L=64");
-  const auto sweep0 = trisolve::cuda::GetSweepTuning();
+  // The paths' tuning: a table of the benchmark's own, in use on this thread.
+  trisolve::cuda::TuningTable table = trisolve::cuda::ActiveTuning();
+  const trisolve::cuda::UseTuning use_table(&table);
+  const auto sweep0 = table.sweeps;
   struct Path { std::string name; trisolve::cuda::SweepTuning t; };
   std::vector<Path> paths = {{"auto (the default form)", {}}};
   for (int q : {1, 2, 4}) {
@@ -206,7 +210,7 @@ int main(int argc, char** argv) {
              (q > 1 && int64_t(path.t.chunk) * threads * q >= 2 * NM) ||  // blocks left idle
              ((q > 1 || path.t.stream > 0) && NM < 4096)))
           continue;
-        trisolve::cuda::SetSweepTuning(path.t);
+        table.sweeps = path.t;
         trisolve::cuda::TakeSweepProfile();  // cleared
         double sweep = 0, t1 = 0, t64 = 0;
         if (!path.t.fused && m == trisolve::BlockMethod::kGaussSeidel) {
@@ -235,7 +239,7 @@ int main(int argc, char** argv) {
       }
     }
   }
-  trisolve::cuda::SetSweepTuning(sweep0);
+  table.sweeps = sweep0;
   if (!only.empty()) return 0;
 
   // Experiment 2 (table 5.5): the thesis ran 8192-16384 sweeps at N = M = 128 (7.3-14.5 s

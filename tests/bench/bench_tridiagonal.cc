@@ -25,6 +25,7 @@
 #include "bench_util.h"
 #include "runtime/memory_pool.h"
 #include "tridiagonal/tridiagonal.h"
+#include "tuning_table.h"
 
 namespace {
 
@@ -103,16 +104,14 @@ struct Bench {
     // the column reports).
     restore(false);
     {
-      const auto saved = trisolve::cuda::GetPartitionedTuning();
-      auto exact = saved;
-      exact.window = -1;
-      trisolve::cuda::SetPartitionedTuning(exact);
+      trisolve::cuda::TuningTable exact = trisolve::cuda::ActiveTuning();
+      exact.tridiagonal.window = -1;
+      const trisolve::cuda::UseTuning use_exact(&exact);
       trisolve::TridiagonalProblem<T> p{batch, n, trisolve::Layout::kFlat, a, b, c, d};
       auto k = trisolve::cuda::SolveTridiagonalDevice(p, trisolve::TridiagonalMethod::kPartitioned,
                                                       xref, flags, pool, nullptr);
       if (!k.ok()) std::exit(2);
       CK(cudaDeviceSynchronize());
-      trisolve::cuda::SetPartitionedTuning(saved);
     }
     for (bool inter : {false, true}) {
       const char* lay = inter ? "interleaved" : "flat";
@@ -288,13 +287,15 @@ void Tune(int64_t N, int reps, double copy_gbs, trisolve::cuda::Pool& pool,
   CK(cudaMalloc(&weak, bytes));
   for (auto& v : h) v = T(1 + u(rng));
   CK(cudaMemcpy(weak, h.data(), bytes, cudaMemcpyHostToDevice));
-  const auto saved = trisolve::cuda::GetPartitionedTuning();
+  trisolve::cuda::TuningTable table = trisolve::cuda::ActiveTuning();  // the sweep's, in use here
+  const trisolve::cuda::UseTuning use_table(&table);
+  const auto saved = table.tridiagonal;
   // Times the partitioned solve of the whole set as n-row systems under tuning t.
   // The windows only where an entry asks for them (window = 1).
   auto time_with = [&](trisolve::cuda::PartitionedTuning t, int64_t n, bool inter,
                        bool dominant = true) {
     t.window = t.window > 0 ? 1 : -1;
-    trisolve::cuda::SetPartitionedTuning(t);
+    table.tridiagonal = t;
     trisolve::TridiagonalProblem<T> p{
         N / n, n, inter ? trisolve::Layout::kInterleaved : trisolve::Layout::kFlat, a,
         dominant ? b : weak, c, d};
@@ -390,7 +391,7 @@ void Tune(int64_t N, int reps, double copy_gbs, trisolve::cuda::Pool& pool,
           }
     }
   }
-  trisolve::cuda::SetPartitionedTuning(saved);
+  table.tridiagonal = saved;
   for (T* p : {a, b, c, d, x, weak}) CK(cudaFree(p));
   CK(cudaFree(flags));
 }
@@ -409,6 +410,9 @@ int main(int argc, char** argv) {
   std::string csv;
   bool tune = false;
   std::vector<int64_t> only;
+  // The knobs below change a table of the benchmark's own, in use for the rest of the run.
+  trisolve::cuda::TuningTable tuning = trisolve::cuda::ActiveTuning();
+  const trisolve::cuda::UseTuning use_tuning(&tuning);
   for (int i = 1; i < argc; ++i)
     if (!std::strcmp(argv[i], "--tune")) tune = true;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -436,9 +440,7 @@ int main(int argc, char** argv) {
           {"--window-halo", &trisolve::cuda::PartitionedTuning::window_halo}};
       for (const auto& [name, field] : knobs)
         if (!std::strcmp(argv[i], name)) {
-          auto t = trisolve::cuda::GetPartitionedTuning();
-          t.*field = std::atoi(argv[i + 1]);
-          trisolve::cuda::SetPartitionedTuning(t);
+          tuning.tridiagonal.*field = std::atoi(argv[i + 1]);
         }
     }
   }

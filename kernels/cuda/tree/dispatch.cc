@@ -3,12 +3,11 @@
 namespace trisolve::cuda {
 namespace {
 
-// Below this many cells of one morphology the cables beat one thread a cell (bench_tree,
-// H100: 1 cell 0.25 vs 0.94 ms, 1024 cells 0.70-1.07 vs 1.14-1.42 ms, 10,240: 1.39 vs 5.1).
+// Below this many cells of one morphology the cables beat one thread a cell: too few cells to
+// fill the GPU one a thread. Evidence: docs/kernels.md, "Tuning evidence", kCablesBelowBatch.
 constexpr int64_t kCablesBelowBatch = 2048;
 // Below this many cells of one morphology in the interleaved layout, contraction-block beats
-// hines-batch (bench_tree, H100, 3,187-node cell: 1,024 cells 0.30 vs 1.16 ms, 4,096 cells
-// 1.17 vs 1.23 ms, 10,240 cells 3.03 vs 1.38 ms: even near 4,400).
+// hines-batch. Evidence: docs/kernels.md, "Tuning evidence", kContractionBelowBatch.
 constexpr int64_t kContractionBelowBatch = 4608;
 
 template <typename T>

@@ -10,19 +10,20 @@
 #include "tridiagonal/row_stream_kernel.cuh"
 #include "tridiagonal/row_sweeps.h"
 #include "tridiagonal/tridiagonal.h"
+#include "tuning_table.h"
 
 namespace trisolve::cuda {
 namespace {
 
-SweepTuning g_sweep;
+// The sweeps' tuning in the table in use (cuda/tuning_table.h).
+const SweepTuning& Sweeps() { return ActiveTuning().sweeps; }
 constexpr int kMaxSweepCluster = 4;  // blocks a row at most: rows of 16384
 
 // Whether the fused sweeps stage rows through shared memory: the tuning's, else for rows over
-// 2048 at 16 rows a thread (H100: 4096 staged 0.666 ms a sweep, direct 0.689-0.714; 1024 direct
-// 0.030 against 0.031; NOTES.md b6; 8 rows a thread at 4096 direct, gauss-seidel 0.682 against
-// 0.696 staged, t26).
+// 2048 at 16 rows a thread, where a thread's 16 rows straight from global memory came too late.
+// Evidence: docs/kernels.md, "Tuning evidence", SweepStaged.
 bool SweepStaged(int64_t M, int chunk) {
-  return g_sweep.staged != 0 ? g_sweep.staged > 0 : M > 2048 && chunk == 16;
+  return Sweeps().staged != 0 ? Sweeps().staged > 0 : M > 2048 && chunk == 16;
 }
 
 template <int CH, int Q, bool kStaged, typename T>
@@ -92,25 +93,24 @@ bool EncodeStreamMaps(const SweepArgs<double>& g, int box_rows, StreamMaps& maps
 // The streamed form: as many persistent blocks (clusters) of P threads as run at once; float64
 // rows of a multiple of 16 values by bulk tensor copies (unless the tuning says bulk = -1). The
 // neighbours' loads 8 rows a thread at a time with the bulk copies (unless the tuning says
-// group = 4), else 4: with the copies' registers free, 8 in flight took 4-6% off a sweep (H100:
-// 4096 0.461 -> 0.435 ms, 8192 2.11 -> 2.01, 16384 9.28 -> 8.87); all 16 at once spilled ~300
-// bytes and was 1.5x slower (NOTES.md t29).
+// group = 4), else 4: with the copies' registers free, 8 in flight hide more latency; all 16 at
+// once spill. Evidence: docs/kernels.md, "Tuning evidence", LaunchFusedStream.
 template <int Q, int P, typename T>
 absl::Status LaunchFusedStream(SweepArgs<T> g, cudaStream_t stream) {
   StreamMaps maps{};
   if constexpr (Q == 1 && P == kStreamThreads) {  // the windowed form
     if (g.win.per_system > 1) {
       if constexpr (std::is_same_v<T, double>) {
-        if (g_sweep.bulk >= 0 && EncodeStreamMaps(g, kWinBoxRows, maps))
+        if (Sweeps().bulk >= 0 && EncodeStreamMaps(g, kWinBoxRows, maps))
           return LaunchFusedStreamKernel<Q, P, 8, T, true, true>(g, maps, stream);
       }
       return LaunchFusedStreamKernel<Q, P, 4, T, false, true>(g, maps, stream);
     }
   }
   if constexpr (std::is_same_v<T, double>) {
-    if (g_sweep.bulk >= 0 && EncodeStreamMaps(g, P, maps))
+    if (Sweeps().bulk >= 0 && EncodeStreamMaps(g, P, maps))
       return g.uncoupled            ? LaunchFusedStreamKernel<Q, P, 0, T, true>(g, maps, stream)
-             : g_sweep.group == 4 ? LaunchFusedStreamKernel<Q, P, 4, T, true>(g, maps, stream)
+             : Sweeps().group == 4 ? LaunchFusedStreamKernel<Q, P, 4, T, true>(g, maps, stream)
                                   : LaunchFusedStreamKernel<Q, P, 8, T, true>(g, maps, stream);
   }
   if constexpr (std::is_same_v<T, double>) {
@@ -149,33 +149,27 @@ absl::Status LaunchFusedForm(int Q, bool staged, const SweepArgs<T>& g, cudaStre
 
 }  // namespace
 
-// The fused sweeps' form for rows of M: rows a thread (the tuning's, else 8, or 16 for rows
-// over 2048; H100, NOTES.md b5-b6), blocks a row (the tuning's, else the fewest that hold the
-// row: 1, 2 or 4 of 256 x 16, 2 to 8 of the streamed 128 x 16; more than 1 only on sm_90) and
-// whether streamed (the tuning's, else float64 red-black and jacobi with 2048 < M <= 16384 and
-// gauss-seidel with 4096 < M <= 16384, where the H100 measured it faster: 4096 0.524 -> 0.486
-// ms a red-black sweep, 8192 2.65 -> 2.33, 16384 on 4 blocks 9.8 against the two-kernel
-// half-sweeps' 11.9 once the cluster's reduced system took the second level before its
-// exchange; gauss-seidel at 4096 slower, 0.685 -> 0.805-0.828 ms, at 8192 faster, 2.47 -> 2.10;
-// NOTES.md t23-t24, t28-t29). chunk 0: no fused form holds the row.
+// The fused sweeps' form for rows of M: rows a thread (the tuning's, else 8, or 16 for rows over
+// 2048; NOTES.md b5-b6), blocks a row (the tuning's, else the fewest that hold the row: 1, 2 or 4
+// of 256 x 16, 2 to 8 of the streamed 128 x 16; more than 1 only on sm_90) and whether streamed
+// (the tuning's, else float64 red-black and jacobi with 2048 < M <= 16384 and gauss-seidel with
+// 4096 < M <= 16384, where copying the next row under this one's arithmetic won). chunk 0: no fused
+// form holds the row. Evidence: docs/kernels.md, "Tuning evidence", SweepFormFor.
 SweepForm SweepFormFor(int64_t M, bool float64, SweepKind kind) {
-  // gauss-seidel keeps 8 rows a thread (512 threads) up to 4096: 0.767 -> 0.682 ms a sweep at
-  // 4096 against 16 rows once the reduced system took the second level (NOTES.md t26).
+  // gauss-seidel keeps 8 rows a thread (512 threads) up to 4096 (NOTES.md t26).
   const bool gs = kind == SweepKind::kGaussSeidel;
-  const int ch = g_sweep.chunk != 0 ? g_sweep.chunk : M > (gs ? 4096 : 2048) ? 16 : 8;
+  const int ch = Sweeps().chunk != 0 ? Sweeps().chunk : M > (gs ? 4096 : 2048) ? 16 : 8;
   const bool stream =
-      ch == 16 && (g_sweep.stream != 0 ? g_sweep.stream > 0 : float64 && M > (gs ? 4096 : 2048));
+      ch == 16 && (Sweeps().stream != 0 ? Sweeps().stream > 0 : float64 && M > (gs ? 4096 : 2048));
   // Streamed blocks of 128 threads (two an SM, clusters of 2 to 8; float64 on sm_90): the
-  // tuning's, else for rows over 4096 (H100, 16384: 8.44 -> 8.11 ms a red-black sweep against
-  // 4 blocks of 256; 8192 1.87 -> 1.84; 4096 0.435 on one block of 256 against 0.439; NOTES.md
-  // t29).
-  const bool small = g_sweep.stream_threads != 0 ? g_sweep.stream_threads == 128 : M > 4096;
+  // tuning's, else for rows over 4096, where two blocks an SM hide one another's waits.
+  const bool small = Sweeps().stream_threads != 0 ? Sweeps().stream_threads == 128 : M > 4096;
   const int threads = stream && float64 && ClustersAvailable() && small ? 128
                       : stream                                          ? kStreamThreads
                                                                         : SweepMaxThreads(ch);
   const int64_t per_block = int64_t(ch) * threads;
   const int max_q = threads < kStreamThreads ? 2 * kMaxSweepCluster : kMaxSweepCluster;
-  int Q = g_sweep.cluster;
+  int Q = Sweeps().cluster;
   if (Q == 0 || (threads < kStreamThreads && Q == 1))
     for (Q = threads < kStreamThreads ? 2 : 1; Q < max_q && Q * per_block < M;) Q *= 2;
   Q = std::min(Q, max_q);  // a tuning's larger cluster: the largest this form has
@@ -221,9 +215,6 @@ absl::StatusOr<bool> SolveRowsStreamed(const TridiagonalProblem<double>& p, doub
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
   return true;
 }
-
-void SetSweepTuning(const SweepTuning& t) { g_sweep = t; }
-SweepTuning GetSweepTuning() { return g_sweep; }
 
 std::vector<SweepPhaseTime> TakeSweepProfile() {
   std::vector<SweepPhaseTime> out;

@@ -196,9 +196,8 @@ absl::StatusOr<int> LaunchBySystems(const TridiagonalProblem<T>& p, T* x, uint8_
   }
 }
 
-// Copies in flight a warp: float64 2 (4 cost a block an SM: 1024 x 16384 0.251 -> 0.470 ms),
-// float32 2 by default, or 1 or 4 (H100, 2^24 unknowns, 1024 / 4096 / 2^20 x 16: 2 copies
-// 0.147 / 0.176 / 0.188 ms, 4 0.150 / 0.185 / 0.192, 1 0.156 / 0.187 / 0.194).
+// Copies in flight a warp: float64 2 (4 cost a block an SM), float32 2 by default, or 1 or 4.
+// Evidence: docs/kernels.md, "Tuning evidence", LaunchByStages (thomas-window).
 template <typename T, int kRing>
 absl::StatusOr<int> LaunchByStages(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
                                    const Maps& maps, int64_t windows, int64_t halo, int stages,

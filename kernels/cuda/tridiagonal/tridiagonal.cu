@@ -1,4 +1,6 @@
-// Batched tridiagonal kernels: partitioned modified Thomas + PCR, cuThomasBatch, block PCR.
+// The tridiagonal family's drivers: each launches the kernel it is given (partitioned_*.cuh,
+// thomas_pcr_kernels.cuh) with the launch shape it is given, choosing nothing; dispatch.cc
+// decides which and how.
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
@@ -16,26 +18,16 @@
 #include "common/numerics.cuh"
 #include "tridiagonal/partitioned.cuh"
 #include "runtime/pinned_word.h"
+#include "tridiagonal/internal.h"
 #include "tridiagonal/tridiagonal.h"
 #include "trisolve/windows.h"
 #include "tridiagonal/partitioned_kernels.cuh"
+#include "tridiagonal/partitioned_stream_kernel.cuh"
+#include "tridiagonal/thomas_pcr_kernels.cuh"
 
 namespace trisolve::cuda {
+namespace tridiagonal {
 namespace {
-
-
-PartitionedTuning g_tuning;
-
-int NextPow2(int64_t v) {
-  int p = 1;
-  while (p < v) p *= 2;
-  return p;
-}
-
-// Whether the flat one-pass kernel loads its rows directly (no staging tile): the tuning's, or
-// always (0). Measured on the H100 (t9): direct beat staged at every n, chunk and block size,
-// 13-45% (float64 n = 32 0.315 -> 0.249 ms, float32 0.187 -> 0.118 ms).
-inline bool FlatDirect() { return g_tuning.flat_direct >= 0; }
 
 // Whether a flat system's rows are whole 16-byte words: n a multiple of 16 / sizeof(T) and
 // every array (x included) 16-byte aligned -- the direct and streamed kernels' vector loads.
@@ -51,13 +43,13 @@ bool Rows16(const TridiagonalProblem<T>& p, const T* x) {
 
 template <int M, typename T>
 absl::Status LaunchOnChipM(const TridiagonalProblem<T>& p, T* x, uint8_t* flags, int min_threads,
-                           cudaStream_t stream) {
+                           bool flat_direct, cudaStream_t stream) {
   const int P = NextPow2((p.n + M - 1) / M);
   const int threads = std::max(P, std::min(min_threads, MaxThreadsOnChip(M)));
   const int S = threads / P;
   const int64_t blocks = (p.batch + S - 1) / S;
   const bool inter = p.layout == Layout::kInterleaved;
-  const bool direct = !inter && FlatDirect();
+  const bool direct = !inter && flat_direct;
   const size_t smem = sizeof(T) * (size_t(4) * S * 2 * P +
                                    (inter || direct ? 0 : size_t(4) * S * P * (M + 1)));
   // 16-byte loads and stores of the direct flat path: n a multiple of 16 bytes' worth, every
@@ -77,6 +69,7 @@ absl::Status LaunchOnChipM(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
   kernel<<<dim3(unsigned(blocks)), threads, smem, stream>>>(p, x, flags, P, S, vec);
   return CudaStatus(cudaGetLastError(), "PartitionedOnChipKernel launch");
 }
+
 
 // Launches a persistent streamed kernel over `groups` groups: as many blocks as the device holds
 // at once, at most one a group. Returns false (nothing launched) where not one block fits.
@@ -138,205 +131,6 @@ absl::StatusOr<bool> LaunchStreamInterleavedM(const TridiagonalProblem<T>& p, T*
                           stream, p, x, flags, P, S, groups, Windows{});
 }
 
-// ---- overlapping windows (trisolve/windows.h) ------------------------------------------------
-constexpr int kWindowThreads = 256, kWindowChunk = 16;  // windows of 4096 rows, one a block
-
-// Rows read beyond a window's core on each side: the tuning's, else 256, so that rows with
-// (|a| + |c|) / |b| up to 0.864 (float64) / 0.935 (float32) qualify; 4096-row windows then read
-// 14% more than the system. H100, 2^24 rows (results/tune-h100-2026-11-23-session13.log):
-// float64 0.319 / 0.327 / 0.339 / 0.368 ms with halos of 64 / 128 / 256 / 512 rows (limits
-// 0.56 / 0.75 / 0.86 / 0.93), float32 0.146 / 0.149 / 0.150 / 0.164.
-template <typename T>
-int64_t WindowHalo() {
-  return g_tuning.window_halo > 0 ? g_tuning.window_halo : 256;
-}
-
-// Cores of whole 128-byte lines (the halo too): each window's copies then start on a line
-// (where n is whole lines too). Cores of 16-byte words started most windows inside a line and
-// multiplied the copies' L2 requests (H100: one system of 2^24 0.486 -> 0.424 ms; NOTES.md
-// t31).
-template <typename T>
-WindowPlan PlanWindowsFor(int64_t n) {
-  return PlanWindows(n, int64_t(kWindowThreads) * kWindowChunk, WindowHalo<T>(),
-                     128 / int64_t(sizeof(T)));
-}
-
-// Solves flat p by overlapping windows (PartitionedStreamKernel<.., kWindow>) where they apply:
-// n over one window (4096 rows), whole 16-byte rows (Rows16), the halo whole 128-byte lines.
-// Returns false where they do not, or where a window failed its dominance check or met a
-// vanishing pivot: x is then partly written and the caller solves p by the exact path. Waits
-// for the kernel (its answer, whether a window failed, is needed before returning).
-template <typename T>
-absl::StatusOr<bool> SolveWindowed(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
-                                   cudaStream_t stream) {
-  constexpr int W = 16 / sizeof(T);
-  const WindowPlan plan = PlanWindowsFor<T>(p.n);
-  if (p.layout != Layout::kFlat || !Rows16(p, x) || plan.halo % (128 / sizeof(T)) != 0 ||
-      plan.per_system < 2)
-    return false;
-  // The kernel sets the word's scratch where a window fails and its last block writes that into
-  // the host word: no device word to clear before the launch, no copy after it.
-  auto word = PinnedWord::Take();
-  if (!word.ok()) return word.status();
-  const Windows win{plan, WindowDominanceLimit(plan.halo, std::numeric_limits<T>::digits),
-                    word->scratch(), word->mapped()};
-  constexpr int P = kWindowThreads, M = kWindowChunk;
-  const size_t cap = size_t(P * M / W + 7) / 8 * 8;
-  const size_t smem = sizeof(T) * 4 * 2 * P + 16 * 4 * cap;
-  const int64_t groups = plan.per_system * p.batch;
-  if (groups >= (int64_t(1) << 31)) return false;  // WindowOf's 32-bit division
-  auto kernel = PartitionedStreamKernel<M, T, false, true>;
-  // The shared-memory attribute and the blocks that run at once: asked once a device.
-  static PerDevice asked;
-  const absl::StatusOr<int64_t> resident = asked.Get([&] {
-    LaunchConfig launch(0, P, smem, nullptr);
-    return ResidentGroups(kernel, launch);
-  });
-  if (!resident.ok()) return resident.status();
-  if (*resident < 1) return false;
-  kernel<<<unsigned(std::min(groups, *resident)), P, smem, stream>>>(p, x, flags, P, 1, groups,
-                                                                      win);
-  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-  return *static_cast<volatile int*>(word->get()) == 0;
-}
-
-// Whether `auto` tries the windows first: the tuning's (1: wherever they apply), else flat
-// systems over 4096 rows but float64 systems of three windows or more that fill clusters of 4
-// streamed blocks (7168 < n <= 8192), which the streamed rows solve faster. H100
-// (results/tune-h100-2026-11-23-session13.log, NOTES.md t31), float64: 6000 0.360 ms against
-// the streamed rows' 0.391, 7168 0.333 against 0.336, 12288 0.357 against 0.502, 16384 0.349
-// against 0.387, 2^20 x 16 0.334 and 2^24 0.339 against the two-pass path's 0.618 / 0.635,
-// 4098 0.501 against 0.584; 7200 0.414 against 0.332 and 8192 0.384 against 0.296;
-// float32: 8192 0.168 against the cluster kernel's 0.202, 16384 0.157 against the two-pass
-// path's 0.249, 2^24 0.150 against 0.278.
-bool RowsStreamByShape(int64_t n, Layout layout, bool float32);
-bool WindowsByShape(int64_t n, Layout layout, bool float32) {
-  if (g_tuning.window < 0 || layout != Layout::kFlat) return false;
-  const WindowPlan plan = float32 ? PlanWindowsFor<float>(n) : PlanWindowsFor<double>(n);
-  if (plan.per_system < 2 || n % (float32 ? 4 : 2) != 0 || plan.halo % (float32 ? 32 : 16) != 0)
-    return false;
-  if (g_tuning.window > 0) return true;
-  return float32 || !(plan.per_system >= 3 && RowsStreamCapacity(n) == 4 * 2048 &&
-                      RowsStreamByShape(n, layout, false));
-}
-
-// Whether one block can hold whole systems of this size.
-// Rows a thread of the one-pass kernel: the tuning's, or by shape (0). Measured on the H100
-// (bench_tridiagonal --tune): interleaved float64, 16 rows a thread beat 8 for n = 4096 (-11%)
-// and n = 256 (-10%), 8 won n <= 128 and n = 1024 (results/tune-h100-2026-11-22-chunk16.log);
-// flat with direct loads, 16 wins above n = 256 in float64 (1024: 0.345 -> 0.325 ms; up to 256
-// 8 rows in 64-thread blocks win, results/tune-h100-2026-11-22-threads64.log) and from n = 64
-// in float32 (128: 0.153 -> 0.127 ms; results/tune-h100-2026-11-22-flat-direct.log).
-// Interleaved float32: 16 from n = 128 (128: 0.218 -> 0.156 ms, 1024: 0.358 -> 0.330, with 256
-// threads a block above n = 128; results/tune-h100-2026-11-22-float32-interleaved.log).
-template <typename T>
-int OnChipChunk(int64_t n, Layout layout) {
-  if (g_tuning.chunk > 0) return g_tuning.chunk;
-  if (layout == Layout::kFlat) return n > (sizeof(T) == 8 ? 256 : 32) ? 16 : kChunk;
-  if (sizeof(T) != 8) return n > 64 ? 16 : kChunk;
-  if (n > 2048) return 16;
-  if (n > 128 && n <= 512) return 16;
-  return kChunk;
-}
-
-// Whether `auto` runs the streamed one-pass kernel (PartitionedStreamKernel) for this shape, its
-// arrays 16-byte aligned (the service's pooled buffers are). Where the H100 sweep measured it
-// faster than the one-block kernel (results/tune-h100-2026-11-23-rcp.log, NOTES.md t13, t15):
-// flat float64 n = 64-127 (64: 0.257 -> 0.244 ms) and 512 < n <= 4096 (1024: 0.289 -> 0.250,
-// 2048: 0.308 -> 0.255, 4096: 0.402 -> 0.289). It lost or tied at float64 n = 32, 128-256 and
-// at every float32 n.
-bool StreamsByShape(int64_t n, Layout layout, bool float32) {
-  if (g_tuning.stream != 0 || layout != Layout::kFlat || float32) return false;
-  const int chunk = OnChipChunk<double>(n, layout);
-  const bool wins = (n >= 64 && n < 128) || (n > 512 && n <= 4096);
-  return wins && (chunk == 8 || chunk == 16) && n % 2 == 0 && n <= int64_t(chunk) * 256;
-}
-
-// Whether `auto` runs the streamed kernel on the interleaved layout (16 rows a thread, 256
-// threads a block: groups of 4 systems at n = 1024, 16 at n = 256), where the H100 sweep measured
-// it fastest (results/tune-h100-2026-11-23-stream-interleaved.log): float64 128 < n <= 1024
-// (256: 0.267 -> 0.255 ms, 512: 0.340 -> 0.309, 1024: 0.442 -> 0.382 against the cluster
-// kernel); at n <= 128 and in float32 the one-pass or cluster kernels win. An odd batch (a
-// group's row not whole 16-byte words) runs what ran before.
-bool StreamsInterleavedByShape(int64_t n, int64_t batch, Layout layout, bool float32) {
-  if (g_tuning.stream != 0 || layout != Layout::kInterleaved || float32) return false;
-  return n > 128 && n <= 1024 && batch % 2 == 0;
-}
-
-template <typename T>
-bool FitsOnChip(int64_t n) {
-  const int chunk = g_tuning.chunk > 0 ? g_tuning.chunk : kChunk;
-  return n <= int64_t(chunk) * MaxThreadsOnChip(chunk);
-}
-
-template <typename T>
-absl::StatusOr<TridiagonalKernel> LaunchOnChip(const TridiagonalProblem<T>& p, T* x,
-                                               uint8_t* flags,
-                          cudaStream_t stream) {
-  // Measured on the H100 (tests/bench/results): small blocks pack more systems per SM for the
-  // flat layout and small n; interleaved systems above n = 128 want wider blocks (more systems
-  // per warp-load).
-  const int chunk = OnChipChunk<T>(p.n, p.layout);
-  const bool inter = p.layout == Layout::kInterleaved;
-  // Flat blocks of 64 threads where --tune measured them faster (t11: float64 from n = 64, n = 256
-  // 0.294 -> 0.274 ms, 1024 0.322 -> 0.298; float32 from n = 128, 1024 0.158 -> 0.149). Above
-  // n = 1024 a system's threads fill 128 or more anyway.
-  const bool flat64 = !inter && p.n >= (sizeof(T) == 8 ? 64 : 128);
-  // Interleaved n <= 128: 256 threads (H100, results/tune-h100-2026-11-23-rcp.log: float64 128
-  // 0.272 -> 0.247 ms, float32 64 0.138 -> 0.124, 128 0.143 -> 0.133).
-  const int auto_threads = flat64                            ? 64
-                           : inter && p.n <= 128             ? 256
-                           : chunk == 16                     ? (sizeof(T) == 4 && inter ? 256 : 128)
-                           : inter                           ? 512
-                                                             : 128;
-  const int min_threads = std::min(
-      std::max(g_tuning.min_threads > 0 ? g_tuning.min_threads : auto_threads, 32),
-      kMaxThreadsOnChip);
-  if ((chunk == 8 || chunk == 16) &&
-      (g_tuning.stream > 0 || StreamsByShape(p.n, p.layout, sizeof(T) == 4))) {
-    // 128 threads a block at least by default (two systems a block at n = 1024: 0.258 -> 0.250
-    // ms; n = 64 0.247 -> 0.244).
-    const int st = g_tuning.min_threads > 0 ? min_threads : std::max(min_threads, 128);
-    absl::StatusOr<bool> ran =
-        inter ? (chunk == 8 ? LaunchStreamInterleavedM<8>(p, x, flags, st, stream)
-                            : LaunchStreamInterleavedM<16>(p, x, flags, st, stream))
-              : (chunk == 8 ? LaunchStreamM<8>(p, x, flags, st, stream)
-                            : LaunchStreamM<16>(p, x, flags, st, stream));
-    if (!ran.ok()) return ran.status();
-    if (*ran) return TridiagonalKernel::kPartitionedStream;
-  }
-  absl::Status st = chunk == 16  ? LaunchOnChipM<16>(p, x, flags, min_threads, stream)
-                    : chunk == 2 ? LaunchOnChipM<2>(p, x, flags, min_threads, stream)
-                    : chunk == 4 ? LaunchOnChipM<4>(p, x, flags, min_threads, stream)
-                                 : LaunchOnChipM<kChunk>(p, x, flags, min_threads, stream);
-  if (!st.ok()) return st;
-  return TridiagonalKernel::kPartitioned;
-}
-
-// ---- the cluster form (PartitionedClusterKernel) ----------------------------------------------
-constexpr int kMaxCluster = 8;  // the portable cluster size
-
-// A cluster launch's shape: Q blocks a system, S systems x Pb threads a block, M rows a thread.
-struct ClusterShape {
-  int M = 0, Q = 1, Pb = 0, S = 0;
-};
-
-// The shape of Q blocks a system, M rows a thread and at least `threads` threads a block for n,
-// or Q == 1 (none) when that cannot hold n.
-ClusterShape ChooseClusterShape(int64_t n, int M, int Q, int threads) {
-  ClusterShape c;
-  c.M = M;
-  if (Q < 2 || Q > kMaxCluster) return c;
-  const int Pb = NextPow2((n + int64_t(Q) * M - 1) / (int64_t(Q) * M));
-  // Pb >= Q: a thread's K = 2Q reduced rows lie in one block; at most 256 threads a block.
-  if (Pb < Q || Pb > 256) return c;
-  c.Q = Q;
-  c.Pb = Pb;
-  c.S = std::max(1, std::min(threads, 256) / Pb);
-  return c;
-}
-
 template <int M, int K, typename T, bool kInterleaved>
 absl::Status LaunchClusterMK(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
                              const ClusterShape& c, bool vec, cudaStream_t stream) {
@@ -371,74 +165,6 @@ absl::Status LaunchClusterM(const TridiagonalProblem<T>& p, T* x, uint8_t* flags
   }
 }
 
-// The cluster shape for n, or Q == 1 (none): the tuning's, or by shape where the H100 sweep
-// measured the cluster kernel fastest (results/tune-h100-2026-11-23-rcp.log, NOTES.md t12, t15):
-// interleaved 512 < n <= 2048 (float64 1024: 0.474 -> 0.441 ms, 2048: 0.538 -> 0.509; float32
-// 1024: 0.293 -> 0.231, 2048: 0.367 two-pass -> 0.310), flat float32 4096 < n <= 8192
-// (against the two-pass path, 8192: 0.336 -> 0.201); 2 blocks of 256 threads x 16 rows.
-// Elsewhere the one-block kernels, the streamed rows or the two-pass path were faster.
-ClusterShape ClusterShapeFor(int64_t n, Layout layout, bool float32) {
-  if (g_tuning.cluster == 1 || !ClustersAvailable() || n <= 1) return ClusterShape{};
-  if (g_tuning.cluster >= 2)
-    return ChooseClusterShape(n, g_tuning.chunk == 8 ? 8 : 16, g_tuning.cluster,
-                              g_tuning.min_threads > 0 ? g_tuning.min_threads : 256);
-  const bool inter = layout == Layout::kInterleaved;
-  // Flat float64 over 4096: slower than the two-pass path but at n = 8192 (H100: 4098 0.909 ms
-  // against 0.581, 6000 0.651 against 0.578, 8192 0.506 against 0.570), where the streamed rows
-  // (RowsStreamByShape) are faster still (results/tune-h100-2026-11-23-session12-rows.log).
-  const bool wins = inter ? n > 512 && n <= 2048 : float32 && n > 4096 && n <= 8192;
-  if (!wins) return ClusterShape{};
-  return ChooseClusterShape(n, 16, 2, 256);
-}
-
-// Whether `auto` runs the two-pass path although one block holds n: interleaved n > 2048, measured
-// on the H100 (results/tune-h100-2026-11-23-rcp.log: float64 4096 0.798 one block, 0.589
-// cluster, 0.576 two-pass; float32 0.790, 0.486, 0.349): the one-block kernel runs one system a
-// block there, so a warp's interleaved loads use a quarter of each sector, where the level
-// kernels' are coalesced across systems.
-bool TwoPassByShape(int64_t n, Layout layout) {
-  return g_tuning.two_pass == 0 && layout == Layout::kInterleaved && n > 2048;
-}
-
-// Whether `auto` solves flat float64 systems by the block sweeps' streamed kernel
-// (SolveRowsStreamed: persistent clusters copying their next system while they solve this one):
-// the tuning's, else for n over 4096 that fill at least 60% of the cluster's rows (70% for
-// clusters of 8, n over 8192), where the H100 measured it faster than the two-pass path
-// (results/tune-h100-2026-11-23-session12-rows.log, NOTES.md t30): 5008 0.583 -> 0.457 ms, 6000
-// 0.578 -> 0.389, 8192 0.570 -> 0.298 (the cluster kernel 0.506), 12288 0.575 -> 0.503, 16384
-// 0.573 -> 0.387; at 4098 (half the rows of 4 blocks) 0.614 against 0.581, 10240 (62%) 0.596
-// against 0.587.
-bool RowsStreamByShape(int64_t n, Layout layout, bool float32) {
-  if (float32 || layout != Layout::kFlat || g_tuning.rows_stream < 0) return false;
-  const int64_t cap = RowsStreamCapacity(n);
-  if (cap == 0 || g_tuning.rows_stream > 0) return cap > 0;
-  return n > 4096 && double(n) >= (n > 8192 ? 0.7 : 0.6) * double(cap);
-}
-
-template <typename T>
-absl::Status LaunchCluster(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
-                           const ClusterShape& c, cudaStream_t stream) {
-  if (c.M == 8) return LaunchClusterM<8>(p, x, flags, c, stream);
-  return LaunchClusterM<16>(p, x, flags, c, stream);
-}
-
-// Device scratch of the two-pass path and of the reduced systems below it: taken from the pool
-// once, by the top level, and handed down, so that the levels below neither allocate nor wait
-// for the device before the next level's launch (one wait, at the top; NOTES.md t30).
-struct Scratch {
-  char* p = nullptr;
-  int64_t left = 0;
-  template <typename T>
-  T* Take(int64_t count) {
-    const int64_t bytes = (int64_t(sizeof(T)) * count + 255) / 256 * 256;
-    if (bytes > left) return nullptr;
-    T* r = reinterpret_cast<T*>(p);
-    p += bytes;
-    left -= bytes;
-    return r;
-  }
-};
-
 // Bytes of Scratch that the two-pass path takes for `batch` systems of n rows, M rows a chunk,
 // with every level below it (each counted as if it were two-pass: an upper bound).
 template <typename T>
@@ -452,20 +178,11 @@ int64_t TwoPassScratchBytes(int64_t n, int64_t batch, int M) {
   }
 }
 
-// top: the problem asked for (the benchmark's two_pass applies to it), not a reduced system.
-// arena: the scratch of the level above (nullptr at the top). Returns the kernel that solved p
-// (its first level, for the two-pass path).
-template <typename T>
-absl::StatusOr<TridiagonalKernel> SolvePartitioned(const TridiagonalProblem<T>& p, T* x,
-                                                   uint8_t* flags, Pool& pool,
-                                                   cudaStream_t stream, bool top = true,
-                                                   Scratch* arena = nullptr);
-
 // n too large for one block: each chunk of M rows reduced to 2 rows in global memory (one
 // pass), that system solved (recursively), then each chunk substituted back (a second pass).
 template <int M, typename T>
-absl::Status SolveTwoPass(const TridiagonalProblem<T>& p, T* x, uint8_t* flags, Pool& pool,
-                          cudaStream_t stream, Scratch* arena) {
+absl::Status SolveTwoPassM(const TridiagonalProblem<T>& p, T* x, uint8_t* flags, Pool& pool,
+                           cudaStream_t stream, Scratch* arena, bool flat_direct) {
   const int64_t nch = (p.n + M - 1) / M;
   const int64_t rn = 2 * nch;
   Pool::Buffer own;
@@ -488,7 +205,7 @@ absl::Status SolveTwoPass(const TridiagonalProblem<T>& p, T* x, uint8_t* flags, 
   // Flat: rows straight into registers (16-byte loads where n and the arrays allow), as the
   // one-pass kernel (t9), unless the tuning asks for the staging tile.
   const bool vec = Rows16(p, x);
-  const bool direct = !inter && FlatDirect();
+  const bool direct = !inter && flat_direct;
   auto level = [&](auto kernel, int threads, const T* xin) {
     const unsigned blocks = unsigned((total + threads - 1) / threads);
     kernel<<<blocks, threads, 0, stream>>>(p, nch, ra, rb, rc, rd, xin, x, flags, vec);
@@ -514,44 +231,144 @@ absl::Status SolveTwoPass(const TridiagonalProblem<T>& p, T* x, uint8_t* flags, 
   return CudaStatus(cudaStreamSynchronize(stream), "partitioned solve");
 }
 
+}  // namespace
+
 template <typename T>
-absl::StatusOr<TridiagonalKernel> SolvePartitioned(const TridiagonalProblem<T>& p, T* x,
-                                                   uint8_t* flags, Pool& pool,
-                                                   cudaStream_t stream, bool top,
-                                                   Scratch* arena) {
-  const bool forced_two_pass = top && g_tuning.two_pass == 1 && p.n > 2;
-  if (top && !forced_two_pass && WindowsByShape(p.n, p.layout, sizeof(T) == 4)) {
-    absl::StatusOr<bool> ran = SolveWindowed(p, x, flags, stream);
+absl::StatusOr<TridiagonalKernel> LaunchOnChip(const TridiagonalProblem<T>& p, T* x,
+                                               uint8_t* flags, const OnChipForm& form,
+                                               cudaStream_t stream) {
+  const int chunk = form.chunk, min_threads = form.min_threads;
+  const bool inter = p.layout == Layout::kInterleaved;
+  if (form.try_stream) {
+    const int st = form.stream_threads;
+    absl::StatusOr<bool> ran =
+        inter ? (chunk == 8 ? LaunchStreamInterleavedM<8>(p, x, flags, st, stream)
+                            : LaunchStreamInterleavedM<16>(p, x, flags, st, stream))
+              : (chunk == 8 ? LaunchStreamM<8>(p, x, flags, st, stream)
+                            : LaunchStreamM<16>(p, x, flags, st, stream));
     if (!ran.ok()) return ran.status();
-    if (*ran) return TridiagonalKernel::kPartitionedWindow;
+    if (*ran) return TridiagonalKernel::kPartitionedStream;
   }
-  if constexpr (std::is_same_v<T, double>) {
-    if (top && !forced_two_pass && RowsStreamByShape(p.n, p.layout, false)) {
-      absl::StatusOr<bool> ran = SolveRowsStreamed(p, x, flags, pool, stream);
-      if (!ran.ok()) return ran.status();
-      if (*ran) return TridiagonalKernel::kPartitionedClusterStream;
-    }
-  }
-  if (!forced_two_pass) {
-    if (StreamsInterleavedByShape(p.n, p.batch, p.layout, sizeof(T) == 4)) {
-      absl::StatusOr<bool> ran = LaunchStreamInterleavedM<16>(p, x, flags, 256, stream);
-      if (!ran.ok()) return ran.status();
-      if (*ran) return TridiagonalKernel::kPartitionedStream;
-    }
-    if (const ClusterShape c = ClusterShapeFor(p.n, p.layout, sizeof(T) == 4); c.Q > 1) {
-      if (auto st = LaunchCluster(p, x, flags, c, stream); !st.ok()) return st;
-      return TridiagonalKernel::kPartitionedCluster;
-    }
-    if (FitsOnChip<T>(p.n) && !(top && TwoPassByShape(p.n, p.layout)))
-      return LaunchOnChip(p, x, flags, stream);
-  }
-  absl::Status st = g_tuning.level_chunk == 8 ? SolveTwoPass<8>(p, x, flags, pool, stream, arena)
-                                              : SolveTwoPass<16>(p, x, flags, pool, stream, arena);
+  const bool d = form.direct;
+  absl::Status st = chunk == 16  ? LaunchOnChipM<16>(p, x, flags, min_threads, d, stream)
+                    : chunk == 2 ? LaunchOnChipM<2>(p, x, flags, min_threads, d, stream)
+                    : chunk == 4 ? LaunchOnChipM<4>(p, x, flags, min_threads, d, stream)
+                                 : LaunchOnChipM<kChunk>(p, x, flags, min_threads, d, stream);
   if (!st.ok()) return st;
   return TridiagonalKernel::kPartitioned;
 }
 
-}  // namespace
+// Solves flat p by overlapping windows (PartitionedStreamKernel<.., kWindow>) where they apply:
+// n over one window (4096 rows), whole 16-byte rows (Rows16), the halo whole 128-byte lines.
+// Returns false where they do not, or where a window failed its dominance check or met a
+// vanishing pivot: x is then partly written and the caller solves p by the exact path. Waits
+// for the kernel (its answer, whether a window failed, is needed before returning).
+template <typename T>
+absl::StatusOr<bool> SolveWindowed(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
+                                   const WindowPlan& plan, cudaStream_t stream) {
+  constexpr int W = 16 / sizeof(T);
+  if (p.layout != Layout::kFlat || !Rows16(p, x) || plan.halo % (128 / sizeof(T)) != 0 ||
+      plan.per_system < 2)
+    return false;
+  // The kernel sets the word's scratch where a window fails and its last block writes that into
+  // the host word: no device word to clear before the launch, no copy after it.
+  auto word = PinnedWord::Take();
+  if (!word.ok()) return word.status();
+  const Windows win{plan, WindowDominanceLimit(plan.halo, std::numeric_limits<T>::digits),
+                    word->scratch(), word->mapped()};
+  constexpr int P = kWindowThreads, M = kWindowChunk;
+  const size_t cap = size_t(P * M / W + 7) / 8 * 8;
+  const size_t smem = sizeof(T) * 4 * 2 * P + 16 * 4 * cap;
+  const int64_t groups = plan.per_system * p.batch;
+  if (groups >= (int64_t(1) << 31)) return false;  // WindowOf's 32-bit division
+  auto kernel = PartitionedStreamKernel<M, T, false, true>;
+  // The shared-memory attribute and the blocks that run at once: asked once a device.
+  static PerDevice asked;
+  const absl::StatusOr<int64_t> resident = asked.Get([&] {
+    LaunchConfig launch(0, P, smem, nullptr);
+    return ResidentGroups(kernel, launch);
+  });
+  if (!resident.ok()) return resident.status();
+  if (*resident < 1) return false;
+  kernel<<<unsigned(std::min(groups, *resident)), P, smem, stream>>>(p, x, flags, P, 1, groups,
+                                                                      win);
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  return *static_cast<volatile int*>(word->get()) == 0;
+}
+
+template <typename T>
+absl::Status LaunchCluster(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
+                           const ClusterShape& c, cudaStream_t stream) {
+  if (c.M == 8) return LaunchClusterM<8>(p, x, flags, c, stream);
+  return LaunchClusterM<16>(p, x, flags, c, stream);
+}
+
+template <typename T>
+absl::StatusOr<bool> LaunchStreamInterleaved16(const TridiagonalProblem<T>& p, T* x,
+                                               uint8_t* flags, int min_threads,
+                                               cudaStream_t stream) {
+  return LaunchStreamInterleavedM<16>(p, x, flags, min_threads, stream);
+}
+
+template <typename T>
+absl::Status SolveTwoPass(const TridiagonalProblem<T>& p, T* x, uint8_t* flags, Pool& pool,
+                          cudaStream_t stream, Scratch* arena, int level_chunk,
+                          bool flat_direct) {
+  return level_chunk == 8 ? SolveTwoPassM<8>(p, x, flags, pool, stream, arena, flat_direct)
+                          : SolveTwoPassM<16>(p, x, flags, pool, stream, arena, flat_direct);
+}
+
+template <typename T>
+absl::Status LaunchThomas(const TridiagonalProblem<T>& p, T* x, uint8_t* flags, Pool& pool,
+                          cudaStream_t stream) {
+  const bool inter = p.layout == Layout::kInterleaved;
+  auto cp = pool.Get(int64_t(sizeof(T)) * p.n * p.batch);
+  if (!cp.ok()) return cp.status();
+  const unsigned blocks = unsigned((p.batch + kThomasThreads - 1) / kThomasThreads);
+  ThomasKernel<T><<<blocks, kThomasThreads, 0, stream>>>(p, x, static_cast<T*>(cp->get()), flags,
+                                                         inter);
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));  // before cp returns
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status LaunchPcr(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
+                       cudaStream_t stream) {
+  const bool inter = p.layout == Layout::kInterleaved;
+  const int d = int(p.n);
+  const int per_block = std::max(1, 256 / d);
+  const int threads = per_block * d;
+  const size_t smem = sizeof(T) * 8 * size_t(threads);
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
+      PcrNotesKernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  const unsigned blocks = unsigned((p.batch + per_block - 1) / per_block);
+  PcrNotesKernel<T><<<blocks, threads, smem, stream>>>(p, x, flags, inter);
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return absl::OkStatus();
+}
+
+#define TRISOLVE_INSTANTIATE_DRIVERS(T)                                                         \
+  template absl::StatusOr<TridiagonalKernel> LaunchOnChip(const TridiagonalProblem<T>&, T*,     \
+                                                          uint8_t*, const OnChipForm&,          \
+                                                          cudaStream_t);                        \
+  template absl::StatusOr<bool> LaunchStreamInterleaved16(const TridiagonalProblem<T>&, T*,     \
+                                                          uint8_t*, int, cudaStream_t);         \
+  template absl::StatusOr<bool> SolveWindowed(const TridiagonalProblem<T>&, T*, uint8_t*,       \
+                                              const WindowPlan&, cudaStream_t);                 \
+  template absl::Status LaunchCluster(const TridiagonalProblem<T>&, T*, uint8_t*,               \
+                                      const ClusterShape&, cudaStream_t);                       \
+  template absl::Status SolveTwoPass(const TridiagonalProblem<T>&, T*, uint8_t*, Pool&,         \
+                                     cudaStream_t, Scratch*, int, bool);                        \
+  template absl::Status LaunchThomas(const TridiagonalProblem<T>&, T*, uint8_t*, Pool&,         \
+                                     cudaStream_t);                                             \
+  template absl::Status LaunchPcr(const TridiagonalProblem<T>&, T*, uint8_t*, cudaStream_t);
+TRISOLVE_INSTANTIATE_DRIVERS(double)
+TRISOLVE_INSTANTIATE_DRIVERS(float)
+#undef TRISOLVE_INSTANTIATE_DRIVERS
+
+}  // namespace tridiagonal
 
 bool ClustersAvailable() {
   static const bool yes = [] {
@@ -563,159 +380,5 @@ bool ClustersAvailable() {
   }();
   return yes;
 }
-
-// Whether `auto` runs thomas-window: the tuning's, else by shape (measured on the H100 against
-// what `auto` ran before it; see ThomasWindowApplies for where it can run at all).
-bool ThomasWindowByShape(int64_t n, int64_t batch, Layout layout, bool float32) {
-  if (g_tuning.thomas_window < 0 || !ThomasWindowApplies(n, batch, layout, float32))
-    return false;
-  if (g_tuning.thomas_window > 0) return true;
-  // H100, 2^24 unknowns (results/tridiagonal-h100-2026-11-24-session16.log): float64 n = 512
-  // 0.303 ms against the streamed one-pass kernel's 0.296, 1024 0.263 against 0.380, 4096 and
-  // 16384 0.319 against the two-pass path's 0.59 / 0.56; float32 512 0.153 against 0.184. 2^20
-  // x 16, as warps of two windows of 16 systems (results/...-session17.log): float64 0.312
-  // against 0.523, float32 0.188 against 0.318. Flat (results/tune-...-session17-flat.log):
-  // float64 n = 16384 to 2^20 0.288-0.297 ms against partitioned-window's 0.330-0.343, 8192
-  // 0.291 against the cluster's 0.294, 4096 0.290 against the streamed kernel's 0.259; float32
-  // 0.167-0.172 against partitioned-window's 0.151-0.168.
-  // One flat system of 2^24 (its windows 32 a warp: 512 warps, the H100's 528 at once): float64
-  // 0.298 ms against partitioned-window's 0.330, float32 0.154 against 0.149-0.153; below
-  // 2^24 the chain has fewer warps, each as slow: 2^23 0.241 against 0.183, 2^22 0.233 against
-  // 0.102 (results/tune-h100-2026-11-24-session18-one-system.log). With the windows linked
-  // (NOTES.md t52), flat float64 from n = 4097: 5000 / 6000 / 7168 / 8192 0.268 / 0.265 /
-  // 0.269 / 0.269 ms against partitioned-window's 0.385 / 0.334 / 0.304 and the cluster's
-  // 0.295 (results/tune-h100-2026-11-24-session21-chain.log).
-  if (layout == Layout::kFlat || batch == 1)
-    return !float32 && ((n > 4096 && batch >= 16) || (batch == 1 && n >= (int64_t(1) << 24)));
-  return (float32 ? n >= 512 : n > 512) && batch >= 16;
-}
-
-void SetPartitionedTuning(const PartitionedTuning& t) { g_tuning = t; }
-PartitionedTuning GetPartitionedTuning() { return g_tuning; }
-
-const char* KernelName(TridiagonalKernel k) {
-  switch (k) {
-    case TridiagonalKernel::kPartitioned: return "partitioned";
-    case TridiagonalKernel::kPartitionedCluster: return "partitioned-cluster";
-    case TridiagonalKernel::kPartitionedStream: return "partitioned-stream";
-    case TridiagonalKernel::kPartitionedClusterStream: return "partitioned-cluster-stream";
-    case TridiagonalKernel::kPartitionedWindow: return "partitioned-window";
-    case TridiagonalKernel::kThomasWindow: return "thomas-window";
-    case TridiagonalKernel::kThomas: return "thomas";
-    case TridiagonalKernel::kPcr: return "pcr";
-  }
-  return "?";
-}
-
-TridiagonalKernel ChooseTridiagonalKernel(TridiagonalMethod m, int64_t n, int64_t batch,
-                                          Layout layout, bool float32) {
-  if (batch == 1) layout = Layout::kFlat;  // as SolveTridiagonalDevice runs it
-  const bool one_block =
-      (float32 ? FitsOnChip<float>(n) : FitsOnChip<double>(n)) &&
-      !TwoPassByShape(n, layout) && g_tuning.two_pass != 1;
-  const TridiagonalKernel partitioned =
-      WindowsByShape(n, layout, float32) && g_tuning.two_pass != 1
-          ? TridiagonalKernel::kPartitionedWindow
-      : RowsStreamByShape(n, layout, float32) && g_tuning.two_pass != 1
-          ? TridiagonalKernel::kPartitionedClusterStream
-      : StreamsInterleavedByShape(n, batch, layout, float32) && g_tuning.two_pass != 1
-          ? TridiagonalKernel::kPartitionedStream
-      : ClusterShapeFor(n, layout, float32).Q > 1 && g_tuning.two_pass != 1
-          ? TridiagonalKernel::kPartitionedCluster
-      : one_block && (g_tuning.stream > 0 || StreamsByShape(n, layout, float32))
-          ? TridiagonalKernel::kPartitionedStream
-          : TridiagonalKernel::kPartitioned;
-  if (m == TridiagonalMethod::kAuto && ThomasWindowByShape(n, batch, layout, float32))
-    return TridiagonalKernel::kThomasWindow;
-  switch (m) {
-    case TridiagonalMethod::kThomas: return TridiagonalKernel::kThomas;
-    case TridiagonalMethod::kPcr: return n <= 1024 ? TridiagonalKernel::kPcr : partitioned;
-    default: return partitioned;
-  }
-}
-
-template <typename T>
-absl::StatusOr<TridiagonalKernel> SolveTridiagonalDevice(const TridiagonalProblem<T>& p_in,
-                                                         TridiagonalMethod method, T* x,
-                                                         uint8_t* flags, Pool& pool,
-                                                         cudaStream_t stream,
-                                                         LaterAnswer* later) {
-  // One system is laid out the same way in both layouts (k * 1 + 0 = 0 * n + k): solve it as
-  // flat, whose kernels read a system's rows coalesced.
-  TridiagonalProblem<T> p = p_in;
-  if (p.batch == 1) p.layout = Layout::kFlat;
-  const TridiagonalKernel k =
-      ChooseTridiagonalKernel(method, p.n, p.batch, p.layout, sizeof(T) == 4);
-  const bool inter = p.layout == Layout::kInterleaved;
-  switch (k) {
-    case TridiagonalKernel::kThomasWindow: {
-      ThomasWindowRest windows;
-      auto ran = SolveThomasWindowed(p, x, flags, stream, g_tuning.thomas_windows,
-                                     g_tuning.thomas_halo, g_tuning.thomas_stages,
-                                     g_tuning.thomas_mirror, &windows);
-      if (!ran.ok()) return ran.status();
-      const bool pending = static_cast<bool>(windows);
-      // The windows' answer (at once, or at the caller's wait); where they failed, or did not
-      // apply, the exact path.
-      LaterAnswer::Rest rest = [windows = std::move(windows), solved = *ran, p, x, flags, &pool,
-                                stream](bool* again) mutable
-          -> absl::StatusOr<TridiagonalKernel> {
-        if (windows) {
-          absl::StatusOr<bool> answered = windows(again);
-          if (!answered.ok()) return answered.status();
-          solved = *answered;
-        }
-        if (solved) return TridiagonalKernel::kThomasWindow;
-        auto exact = SolvePartitioned(p, x, flags, pool, stream);
-        if (exact.ok()) *again = true;
-        return exact;
-      };
-      if (later != nullptr && pending) {
-        *later = LaterAnswer(std::move(rest));
-        return k;
-      }
-      bool again = false;
-      return rest(&again);
-    }
-    case TridiagonalKernel::kPartitioned:
-    case TridiagonalKernel::kPartitionedCluster:
-    case TridiagonalKernel::kPartitionedStream:
-    case TridiagonalKernel::kPartitionedClusterStream:
-    case TridiagonalKernel::kPartitionedWindow: {
-      auto ran = SolvePartitioned(p, x, flags, pool, stream);
-      if (!ran.ok()) return ran.status();
-      return *ran;
-    }
-    case TridiagonalKernel::kThomas: {
-      auto cp = pool.Get(int64_t(sizeof(T)) * p.n * p.batch);
-      if (!cp.ok()) return cp.status();
-      const unsigned blocks = unsigned((p.batch + kThomasThreads - 1) / kThomasThreads);
-      ThomasKernel<T><<<blocks, kThomasThreads, 0, stream>>>(p, x, static_cast<T*>(cp->get()), flags, inter);
-      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));  // before cp returns
-      break;
-    }
-    case TridiagonalKernel::kPcr: {
-      const int d = int(p.n);
-      const int per_block = std::max(1, 256 / d);
-      const int threads = per_block * d;
-      const size_t smem = sizeof(T) * 8 * size_t(threads);
-      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
-          PcrNotesKernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-      const unsigned blocks = unsigned((p.batch + per_block - 1) / per_block);
-      PcrNotesKernel<T><<<blocks, threads, smem, stream>>>(p, x, flags, inter);
-      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-      break;
-    }
-  }
-  return k;
-}
-
-template absl::StatusOr<TridiagonalKernel> SolveTridiagonalDevice(
-    const TridiagonalProblem<double>&, TridiagonalMethod, double*, uint8_t*, Pool&, cudaStream_t,
-    LaterAnswer*);
-template absl::StatusOr<TridiagonalKernel> SolveTridiagonalDevice(
-    const TridiagonalProblem<float>&, TridiagonalMethod, float*, uint8_t*, Pool&, cudaStream_t,
-    LaterAnswer*);
 
 }  // namespace trisolve::cuda

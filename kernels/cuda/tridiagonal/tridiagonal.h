@@ -60,6 +60,7 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
 #include "runtime/memory_pool.h"
+#include "tridiagonal/tuning.h"
 #include "trisolve/tridiagonal.h"
 
 namespace trisolve::cuda {
@@ -74,53 +75,6 @@ enum class TridiagonalKernel {
   kThomas,
   kPcr
 };
-
-// Launch parameters of the one-pass partitioned kernel. The defaults were picked by the
-// benchmark's --tune sweep on the H100 (tests/bench/results); the benchmark sets others.
-struct PartitionedTuning {
-  int chunk = 0;        // rows per thread: 2, 4, 8 or 16; 0: by shape (8, or 16 where the H100
-                        // sweep measured it faster: flat n > 256 (float64) / n > 32 (float32);
-                        // interleaved float64 n > 2048 and 128 < n <= 512, float32 n > 64)
-  int min_threads = 0;  // threads per block at least; 0: 128, or for interleaved n > 128 512
-                        // (256 in float32 with 16 rows a thread), flat n >= 64 64 (float32:
-                        // n >= 128)
-  int level_chunk = 16;  // rows a thread of the two-pass path (n > 4096): 8 or 16 (H100: 16
-                         // 1-3% faster flat, 25-35% interleaved with batch > 1; NOTES.md t7)
-  int flat_direct = 0;   // flat one-pass and two-pass level kernels: 1 (and 0, the default)
-                         // load a thread's rows straight from global memory, -1 stage them
-                         // through a shared-memory tile (the earlier form; slower everywhere on
-                         // the H100, NOTES.md t9, t18)
-  int cluster = 0;       // blocks a system of the cluster one-pass kernel (sm_90): 0 by shape,
-                         // 1 never, 2, 4 or 8 where that holds n (chunk 8 or 16 rows a thread,
-                         // min_threads threads a block)
-  int stream = 0;        // the streamed one-pass kernel (flat: n a multiple of 16 bytes;
-                         // interleaved: a group's row whole 16-byte words): 0 by shape (float64
-                         // flat 64 <= n < 128 and 512 < n <= 4096, interleaved 128 < n <= 1024),
-                         // 1 wherever it applies, -1 never
-  int two_pass = 0;      // the two-pass path where one block holds n: 0 by shape (interleaved
-                         // n > 2048), 1 always (benchmark), -1 never
-  int rows_stream = 0;   // flat float64 systems by the block sweeps' streamed kernel (one
-                         // system a task of persistent clusters, SolveRowsStreamed): 0 by
-                         // shape (n > 4096 filling 60% of the cluster's rows, 70% over 8192),
-                         // 1 wherever it takes n, -1 never
-  int window = 0;        // flat systems by overlapping windows (trisolve/windows.h), falling
-                         // back to the exact path where a window is not dominant enough: 0 by
-                         // shape (n > 4096 but float64 7168 < n <= 8192), 1 wherever they
-                         // apply (n > 4096), -1 never
-  int window_halo = 0;   // rows a window reads past its core each side (a multiple of 128
-                         // bytes, 16 / 32 rows): 0 for 256
-  int thomas_window = 0;   // `auto` by thomas-window: 0 by shape
-                           // (ThomasWindowByShape), 1 wherever it applies, -1 never
-  int thomas_windows = 0;  // its windows a system: 0 enough to fill the GPU
-  int thomas_halo = 0;     // rows its windows past a system's first sweep before their core:
-                           // 0 for 32, then the measured one (up to 256) where a
-                           // window's left end's bound needs more; else that halo alone
-  int thomas_stages = 0;   // its copies in flight a warp: 0 for 2 (float32 also 1 or 4)
-  int thomas_mirror = 0;   // its odd windows sweep backward (NOTES.md t39): 0 by layout
-                           // (interleaved), 1 wherever they can (whole cores), -1 never
-};
-void SetPartitionedTuning(const PartitionedTuning& t);
-PartitionedTuning GetPartitionedTuning();
 
 // Whether the device runs thread-block clusters (compute capability 9.0 or newer); asked once.
 bool ClustersAvailable();

@@ -1,0 +1,171 @@
+#include "staging.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace trisolve::cuda {
+
+Stager::Stager(int device, int streams, Pool& device_pool, Pool& pinned_pool)
+    : device_(device), device_pool_(device_pool), pinned_pool_(pinned_pool) {
+  cudaSetDevice(device);
+  for (int i = 0; i < std::max(1, streams); ++i) {
+    Lane lane;
+    cudaStreamCreateWithFlags(&lane.stream, cudaStreamNonBlocking);
+    for (auto* e : {&lane.e0, &lane.e1, &lane.e2, &lane.e3}) cudaEventCreate(e);
+    for (auto& e : lane.staged) cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+    lanes_.push_back(lane);
+    free_.push_back(i);
+  }
+}
+
+Stager::~Stager() {
+  for (auto& l : lanes_) {
+    cudaStreamDestroy(l.stream);
+    for (auto e : {l.e0, l.e1, l.e2, l.e3, l.staged[0], l.staged[1]}) cudaEventDestroy(e);
+  }
+}
+
+absl::StatusOr<bool> Stager::Pin(void* p, int64_t bytes) {
+  cudaSetDevice(device_);
+  const cudaError_t e = cudaHostRegister(p, size_t(bytes), cudaHostRegisterPortable);
+  // Registered already, portably, by another device's backend of this process: usable here.
+  const bool owner = e == cudaSuccess;
+  if (e == cudaErrorHostMemoryAlreadyRegistered) (void)cudaGetLastError();
+  if (e != cudaSuccess && e != cudaErrorHostMemoryAlreadyRegistered) {
+    (void)cudaGetLastError();
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cudaHostRegister of ", bytes, " bytes: ", cudaGetErrorString(e)));
+  }
+  std::unique_lock<std::shared_mutex> lock(pinned_mu_);
+  pinned_ranges_[static_cast<const std::byte*>(p)] = {bytes, owner};
+  return true;
+}
+
+void Stager::Unpin(void* p) {
+  {
+    std::unique_lock<std::shared_mutex> lock(pinned_mu_);
+    auto it = pinned_ranges_.find(static_cast<const std::byte*>(p));
+    if (it == pinned_ranges_.end()) return;
+    const bool owner = it->second.second;
+    pinned_ranges_.erase(it);
+    if (!owner) return;
+  }
+  cudaSetDevice(device_);
+  if (cudaHostUnregister(p) != cudaSuccess) (void)cudaGetLastError();
+}
+
+// Whether [p, p + bytes) lies in memory PinHostMemory page-locked: the device copies straight
+// from and into it.
+bool Stager::Pinned(const void* p, int64_t bytes) const {
+  const auto* b = static_cast<const std::byte*>(p);
+  std::shared_lock<std::shared_mutex> lock(pinned_mu_);
+  auto it = pinned_ranges_.upper_bound(b);
+  if (it == pinned_ranges_.begin()) return false;
+  --it;
+  return b >= it->first && b + bytes <= it->first + it->second.first;
+}
+
+// Host to device through the pinned staging pieces, on a lane of its own; waits.
+absl::Status Stager::CopyToDevice(const void* host, void* dev, int64_t bytes) {
+  cudaSetDevice(device_);
+  auto pinned = pinned_pool_.Get(2 * kStagingChunk);
+  if (!pinned.ok()) return pinned.status();
+  const LaneLease lease(this);
+  Lane& l = lease.lane();
+  if (auto st = StageIn(l, static_cast<std::byte*>(pinned->get()), host, dev, bytes); !st.ok())
+    return st;
+  return CudaStatus(cudaStreamSynchronize(l.stream), "cudaStreamSynchronize");
+}
+
+int Stager::AcquireLane() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return !free_.empty(); });
+  const int i = free_.back();
+  free_.pop_back();
+  return i;
+}
+void Stager::ReleaseLane(int i) {
+  std::lock_guard<std::mutex> lock(mu_);
+  free_.push_back(i);
+  cv_.notify_one();
+}
+
+// Host -> device through two pinned pieces in turn: the memcpy into one overlaps the DMA of
+// the other (pageable copies run at a sixth of the pinned rate).
+absl::Status Stager::StageIn(Lane& l, std::byte* pinned, const void* src, void* dst,
+                             int64_t bytes) {
+  if (Pinned(src, bytes))
+    return CudaStatus(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyHostToDevice,
+                                            l.stream),
+                            "cudaMemcpyAsync");
+  const auto* s = static_cast<const std::byte*>(src);
+  auto* d = static_cast<std::byte*>(dst);
+  int buf = 0;
+  for (int64_t off = 0; off < bytes; off += kStagingChunk, buf ^= 1) {
+    const int64_t len = std::min(kStagingChunk, bytes - off);
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(l.staged[buf]));
+    std::memcpy(pinned + buf * kStagingChunk, s + off, size_t(len));
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d + off, pinned + buf * kStagingChunk,
+                                                  size_t(len), cudaMemcpyHostToDevice,
+                                                  l.stream));
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.staged[buf], l.stream));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Stager::StageOut(Lane& l, std::byte* pinned, const void* src, void* dst,
+                              int64_t bytes) {
+  if (Pinned(dst, bytes))
+    return CudaStatus(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyDeviceToHost,
+                                            l.stream),
+                            "cudaMemcpyAsync");
+  const auto* s = static_cast<const std::byte*>(src);
+  auto* d = static_cast<std::byte*>(dst);
+  const int64_t pieces = (bytes + kStagingChunk - 1) / kStagingChunk;
+  auto issue = [&](int64_t i) -> absl::Status {
+    const int64_t off = i * kStagingChunk, len = std::min(kStagingChunk, bytes - off);
+    const int buf = int(i & 1);
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(pinned + buf * kStagingChunk, s + off,
+                                                  size_t(len), cudaMemcpyDeviceToHost,
+                                                  l.stream));
+    return CudaStatus(cudaEventRecord(l.staged[buf], l.stream), "cudaEventRecord");
+  };
+  if (pieces > 0)
+    if (auto st = issue(0); !st.ok()) return st;
+  for (int64_t i = 0; i < pieces; ++i) {
+    if (i + 1 < pieces)
+      if (auto st = issue(i + 1); !st.ok()) return st;
+    const int buf = int(i & 1);
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(l.staged[buf]));
+    const int64_t off = i * kStagingChunk, len = std::min(kStagingChunk, bytes - off);
+    std::memcpy(d + off, pinned + buf * kStagingChunk, size_t(len));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReplicateOnDevice(const std::byte* src, std::byte* dst, int64_t n, int64_t eb,
+                               int64_t k, Layout layout, cudaStream_t stream) {
+  if (layout == Layout::kFlat) {
+    TRISOLVE_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(dst, src, size_t(n * eb), cudaMemcpyDeviceToDevice, stream));
+    for (int64_t have = 1; have < k; have *= 2) {
+      const int64_t copy = std::min(have, k - have);
+      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst + have * n * eb, dst,
+                                                    size_t(copy * n * eb),
+                                                    cudaMemcpyDeviceToDevice, stream));
+    }
+  } else {
+    // Column 0 of the [n, k] array, then columns [have, 2 have) from [0, have).
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(dst, size_t(k * eb), src, size_t(eb),
+                                                    size_t(eb), size_t(n),
+                                                    cudaMemcpyDeviceToDevice, stream));
+    for (int64_t have = 1; have < k; have *= 2) {
+      const int64_t copy = std::min(have, k - have);
+      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(
+          dst + have * eb, size_t(k * eb), dst, size_t(k * eb), size_t(copy * eb), size_t(n),
+          cudaMemcpyDeviceToDevice, stream));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace trisolve::cuda

@@ -1,0 +1,243 @@
+// The CUDA backend's transfers: the lanes (a stream and its events each) that requests take
+// in turn, the pinned staging pieces that host arrays move through, the registry of client
+// memory page-locked in place (shared-memory regions), and Staged, the copy-in, launch,
+// copy-back frame of every family's solve. cuda/backend.cc owns one per device.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "runtime/check.h"
+#include "runtime/fault_injection.h"
+#include "runtime/memory_pool.h"
+#include "tridiagonal/tridiagonal.h"
+#include "trisolve/backend.h"
+#include "trisolve/fault_injection.h"
+
+namespace trisolve::cuda {
+
+constexpr int64_t kStagingChunk = int64_t{16} << 20;  // bytes per pinned staging piece
+
+// One input array of a solve: staged from the host, or already on the device (a prepared
+// system's coefficients).
+template <typename T>
+struct StagedInput {
+  const T* host = nullptr;
+  int64_t values = 0;
+  const T* device = nullptr;
+};
+
+// Copies the n values (eb bytes each) at src k times into dst on `stream`, by doubling
+// device-to-device copies (log2 k of them): [k, n] flat, or [n, k] interleaved. Queues them.
+absl::Status ReplicateOnDevice(const std::byte* src, std::byte* dst, int64_t n, int64_t eb,
+                               int64_t k, Layout layout, cudaStream_t stream);
+
+class Stager {
+ public:
+  struct Lane {
+    cudaStream_t stream = nullptr;
+    cudaEvent_t e0, e1, e2, e3;  // h2d start, kernel start, kernel end, d2h end
+    cudaEvent_t staged[2];       // staging buffer i may be refilled
+  };
+
+  // `streams` lanes on `device`; the pools are the backend's and outlive this.
+  Stager(int device, int streams, Pool& device_pool, Pool& pinned_pool);
+  ~Stager();
+  Stager(const Stager&) = delete;
+  Stager& operator=(const Stager&) = delete;
+
+  // The lanes' streams (the dense family's library handles are bound to them).
+  const std::vector<Lane>& lanes() const { return lanes_; }
+
+  // Page-locks [p, p + bytes) in place (Backend::PinHostMemory), and undoes it.
+  absl::StatusOr<bool> Pin(void* p, int64_t bytes);
+  void Unpin(void* p);
+  // Whether [p, p + bytes) lies in memory Pin page-locked: the device copies straight from and
+  // into it.
+  bool Pinned(const void* p, int64_t bytes) const;
+
+  // Host to device through the pinned staging pieces, on a lane of its own; waits.
+  absl::Status CopyToDevice(const void* host, void* dev, int64_t bytes);
+
+  // A lane (stream and events) held until destroyed.
+  class LaneLease {
+   public:
+    explicit LaneLease(Stager* b) : b_(b), i_(b->AcquireLane()) {}
+    LaneLease(const LaneLease&) = delete;
+    LaneLease& operator=(const LaneLease&) = delete;
+    ~LaneLease() { b_->ReleaseLane(i_); }
+    Lane& lane() const { return b_->lanes_[size_t(i_)]; }
+
+   private:
+    Stager* b_;
+    int i_;
+  };
+
+
+  // Host -> device through two pinned pieces in turn: the memcpy into one overlaps the DMA of
+  // the other (pageable copies run at a sixth of the pinned rate); and back.
+  absl::Status StageIn(Lane& l, std::byte* pinned, const void* src, void* dst, int64_t bytes);
+  absl::Status StageOut(Lane& l, std::byte* pinned, const void* src, void* dst, int64_t bytes);
+
+  // Stages `inputs` (each elems values of T) into pooled device memory, runs `launch(device
+  // inputs, x, flags, stream)`, copies x and the per-system flags back. Systems flagged by the
+  // kernel get status singular and x = 0.
+  // Inputs are (host pointer, values); x has batch * n values. A launch that leaves its answer
+  // pending in *later (thomas-window) gets it after the copy back's wait, and x and the flags
+  // are copied back again where that answer solved the problem again.
+  template <typename T, typename Launch>
+  absl::StatusOr<SolveInfo> Staged(const std::vector<StagedInput<T>>& inputs,
+                                   int64_t batch, int64_t n, Layout layout, T* out_x,
+                                   SystemStatus* out_status, Launch launch,
+                                   cuda::LaterAnswer* later = nullptr) {
+    cudaSetDevice(device_);
+    const bool trap = FaultInjection::Process().NextSolveIsSticky();  // test-only
+    const int64_t elems = batch * n, bytes = elems * int64_t(sizeof(T));
+    const int64_t k = int64_t(inputs.size());
+    int64_t in_values = 0;  // those to stage: resident inputs are on the device already
+    for (const auto& in : inputs) in_values += in.device ? 0 : in.values;
+    auto dev = device_pool_.Get((in_values + elems) * int64_t(sizeof(T)) + batch);
+    if (!dev.ok()) return dev.status();
+    // A small request moves in one copy each way (the staged inputs lie one after the other on
+    // the device, x and the flags too): every separate copy costs a round trip. Its pinned
+    // staging is its own size: two 16 MiB pieces for every small request in flight emptied
+    // the pinned pool (2 GiB) at 64 concurrent requests and sent them to cudaHostAlloc.
+    const int64_t staged_bytes = in_values * int64_t(sizeof(T));
+    // Inputs and x in page-locked client memory (shared-memory regions) of a megabyte or more
+    // move straight, without the staging copy.
+    bool all_pinned = Pinned(out_x, bytes);
+    for (int64_t q = 0; q < k && all_pinned; ++q)
+      all_pinned = inputs[q].device != nullptr ||
+                   Pinned(inputs[q].host, inputs[q].values * int64_t(sizeof(T)));
+    const bool one_copy = staged_bytes <= kStagingChunk && bytes + batch <= kStagingChunk &&
+                          !(all_pinned && staged_bytes >= (int64_t{1} << 20));
+    auto pinned =
+        pinned_pool_.Get(one_copy ? std::max(staged_bytes, bytes + batch) : 2 * kStagingChunk);
+    if (!pinned.ok()) return pinned.status();
+    const LaneLease lease(this);
+    Lane& l = lease.lane();
+    T* base = static_cast<T*>(dev->get());
+    std::vector<T*> din(static_cast<size_t>(k));
+    T* next = base;
+    for (int64_t q = 0; q < k; ++q) {
+      if (inputs[q].device) {
+        din[q] = const_cast<T*>(inputs[q].device);  // read only by every kernel
+        continue;
+      }
+      din[q] = next;
+      next += inputs[q].values;
+    }
+    T* dx = next;
+    auto* flags = reinterpret_cast<uint8_t*>(dx + elems);
+    auto* pin = static_cast<std::byte*>(pinned->get());
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.e0, l.stream));
+    if (one_copy) {
+      std::byte* p = pin;
+      for (int64_t q = 0; q < k; ++q)
+        if (!inputs[q].device) {
+          const size_t b = size_t(inputs[q].values) * sizeof(T);
+          std::memcpy(p, inputs[q].host, b);
+          p += b;
+        }
+      if (staged_bytes > 0)
+        TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(base, pin, size_t(staged_bytes),
+                                                      cudaMemcpyHostToDevice, l.stream));
+    } else {
+      for (int64_t q = 0; q < k; ++q)
+        if (!inputs[q].device)
+          if (auto st = StageIn(l, pin, inputs[q].host, din[q],
+                                inputs[q].values * int64_t(sizeof(T)));
+              !st.ok())
+            return st;
+    }
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flags, 0, size_t(batch), l.stream));
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.e1, l.stream));
+    // A pending answer left by an error return is dropped (its kernel waited for) before the
+    // lane and the buffers go back.
+    struct Settle {
+      cuda::LaterAnswer* later;
+      ~Settle() {
+        if (later != nullptr && later->pending()) *later = cuda::LaterAnswer();
+      }
+    } settle{later};
+    absl::StatusOr<std::string> method = launch(din, dx, flags, l.stream);
+    if (!method.ok()) return method.status();
+    if (trap)
+      if (auto st = cuda::LaunchTrap(l.stream); !st.ok()) return st;
+    std::vector<uint8_t> f(static_cast<size_t>(batch));
+    auto copy_back = [&]() -> absl::Status {
+      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.e2, l.stream));
+      if (one_copy) {
+        TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(pin, dx, size_t(bytes + batch),
+                                                      cudaMemcpyDeviceToHost, l.stream));
+        TRISOLVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.e3, l.stream));
+        TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(l.stream));
+        std::memcpy(out_x, pin, size_t(bytes));
+        std::memcpy(f.data(), pin + bytes, size_t(batch));
+        return absl::OkStatus();
+      }
+      if (auto st = StageOut(l, pin, dx, out_x, bytes); !st.ok()) return st;
+      TRISOLVE_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(f.data(), flags, size_t(batch), cudaMemcpyDeviceToHost, l.stream));
+      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.e3, l.stream));
+      return cuda::CudaStatus(cudaStreamSynchronize(l.stream), "cudaStreamSynchronize");
+    };
+    if (auto st = copy_back(); !st.ok()) return st;
+    if (later != nullptr && later->pending()) {
+      // (kernel_us then counts from the first launch to the second copy back's start.)
+      bool again = false;
+      auto ran = later->Finish(&again);
+      if (!ran.ok()) return ran.status();
+      *method = cuda::KernelName(*ran);
+      if (again)
+        if (auto st = copy_back(); !st.ok()) return st;
+    }
+    const int64_t st = ElementStride(layout, batch);
+    for (int64_t s = 0; s < batch; ++s) {
+      out_status[s] = f[s] ? SystemStatus::kSingular : SystemStatus::kOk;
+      if (f[s])  // a system whose pivot vanished: zeros, never what the kernel left
+        for (int64_t i = 0; i < n; ++i) out_x[SystemOffset(layout, n, s) + i * st] = T(0);
+    }
+    SolveInfo info;
+    info.method = *method;
+    info.h2d_us = Ms(l.e0, l.e1) * 1e3;
+    info.kernel_us = Ms(l.e1, l.e2) * 1e3;
+    info.d2h_us = Ms(l.e2, l.e3) * 1e3;
+    return info;
+  }
+
+ private:
+  static double Ms(cudaEvent_t a, cudaEvent_t b) {
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    return ms;
+  }
+  int AcquireLane();
+  void ReleaseLane(int i);
+
+  const int device_;
+  Pool& device_pool_;
+  Pool& pinned_pool_;
+  std::vector<Lane> lanes_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<int> free_;
+  mutable std::shared_mutex pinned_mu_;
+  // Pin's: start -> (bytes, whether this backend registered it and unregisters it).
+  std::map<const std::byte*, std::pair<int64_t, bool>> pinned_ranges_;
+};
+
+}  // namespace trisolve::cuda
