@@ -34,7 +34,7 @@
 set -uo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-top=$(git -C "$here" rev-parse --show-toplevel)
+top=$(git -C "$here" rev-parse --show-toplevel 2> /dev/null || (cd "$here/../.." && pwd))
 mode=local
 cuda=0
 baseline=1
