@@ -187,7 +187,12 @@ if [ "$mode" = cuda-run ]; then
       base_ok[$kills]=$?
     fi
     if [ "${base_ok[$kills]:-0}" -ne 0 ]; then
-      result[$name]="BASELINE-FAILED (status ${base_ok[$kills]}, $logs/baseline.$name.$bin.log)"; bad=1
+      case ${base_ok[$kills]} in
+        2) result[$name]="NOT-RUN (the baseline's tests skipped: no GPU?)" ;;
+        3) result[$name]="NO-SUCH-TEST (a Kill: filter matched nothing)" ;;
+        *) result[$name]="BASELINE-FAILED (the unmutated code fails: $logs/baseline.*.$bin.log)" ;;
+      esac
+      bad=1
       echo "== $name: ${result[$name]}"; continue
     fi
     exe_fmt="$name.%s"
