@@ -48,7 +48,7 @@ TEST(Admission, AQueuedCallerCancelledEarlyIsCancelled) {
   auto waiting = std::async(std::launch::async, [&] {
     return a.Acquire(Clock::now() + milliseconds(5000), [&] { return cancel.load(); }, &slot);
   });
-  std::this_thread::sleep_for(milliseconds(60));
+  while (a.queued() < 1) std::this_thread::sleep_for(milliseconds(1));  // queued, then cancelled
   cancel = true;
   const absl::Status st = waiting.get();
   EXPECT_EQ(st.code(), absl::StatusCode::kCancelled) << st;

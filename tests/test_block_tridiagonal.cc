@@ -586,5 +586,32 @@ TEST(BlockTridiagonal, CancellationStopsTheSweeps) {
   EXPECT_EQ(info.status().code(), absl::StatusCode::kCancelled);
 }
 
+
+// Issue 35 item 8: every method, to a tolerance, judged by IndependentResidual and not by the
+// function it stops on: the true residual is within the tolerance, and the residual the solver
+// reports (what the server returns as the summary's residual) is the true one. A fault in
+// BlockRelativeResidual (tests/mutations/17: it returns the square) makes the sweeps stop early
+// and the Krylov methods report a residual that is not theirs.
+TEST(BlockTridiagonal, EveryMethodStopsOnAndReportsTheTrueResidual) {
+  const System nonsym = Experiment(1, 16, 12), sym = Experiment(2, 16, 12);
+  for (auto [m, s] : {std::pair<BlockMethod, const System*>{BlockMethod::kGaussSeidel, &nonsym},
+                      {BlockMethod::kRedBlack, &nonsym},
+                      {BlockMethod::kJacobi, &nonsym},
+                      {BlockMethod::kMultigridBicgstab, &nonsym},
+                      {BlockMethod::kCg, &sym},
+                      {BlockMethod::kMultigridCg, &sym}}) {
+    SCOPED_TRACE(std::string(MethodName(m)));
+    const double tol = 1e-10;
+    BlockRun r = Solve(*s, m, {20000, tol, false});
+    ASSERT_EQ(r.status, SystemStatus::kOk);
+    const double truth = IndependentResidual(*s, r.y);
+    EXPECT_LE(truth, tol);
+    EXPECT_GT(r.info.iterations, 0);
+    // The same quantity in double and in long double: equal to a few digits, or both at the
+    // rounding level.
+    EXPECT_NEAR(r.info.residual, truth, 0.01 * truth + 1e-14) << r.info.iterations << " iterations";
+  }
+}
+
 }  // namespace
 }  // namespace trisolve

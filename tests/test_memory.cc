@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "gtest/gtest.h"
+#include "client_test_util.h"
 #include "server_process.h"
 #include "trisolve/client.h"
 #include "trisolve/examples.h"
@@ -399,7 +400,11 @@ TEST(SharedMemory, AKilledClientsRegionExpiresAndTheServerCarriesOn) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   std::vector<std::string> keys;
   ASSERT_EQ(raw.Regions(&keys), 1) << server.Log();
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // requests in flight
+  // Killed with its requests running: the server has answered some of them, and counts more.
+  Client watcher(Opts(server, Transport::kGrpc));
+  ASSERT_TRUE(testing::WaitForServer(watcher, [](const ServerInfoSummary& i) {
+    return i.jobs_done >= 5 && i.jobs_in_flight + i.jobs_queued > 0;
+  })) << server.Log();
   kill(pid, SIGKILL);
   waitpid(pid, nullptr, 0);
   for (const auto& k : keys) shm_unlink(k.c_str());  // what the dead client left in /dev/shm

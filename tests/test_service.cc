@@ -885,5 +885,97 @@ TEST(Shutdown, SigtermLetsRunningJobsFinishThenExitsZero) {
   EXPECT_NE(s.Log().find("all jobs finished"), std::string::npos);
 }
 
+
+// ---- stream refusals on an otherwise complete job ---------------------------------------
+
+// Each chunk fault alone, in a stream that otherwise carries a whole, valid tree job: a server
+// that let the fault through would answer (a lenient server: chunks reordered, cut to fit,
+// ignored, or an array short of bytes), so the status code and the absence of an answer are
+// what is checked, not only the message. tests/mutations/07 to 13 each remove one refusal.
+TEST_F(Service, StreamChunkFaultsInACompleteJobAreRefusedNotAnswered) {
+  // parent -1, 0, 0; lower != upper: the answer is x = (1, 2, 3).
+  const std::vector<int32_t> parent = {-1, 0, 0};
+  const std::vector<double> lower = {0, 1, -1}, upper = {0, 2, 0.5}, diag = {4, 5, 6},
+                            xs = {1, 2, 3};
+  std::vector<double> rhs = {diag[0] * xs[0] + upper[1] * xs[1] + upper[2] * xs[2],
+                             lower[1] * xs[0] + diag[1] * xs[1],
+                             lower[2] * xs[0] + diag[2] * xs[2]};
+  auto bytes = [](const auto& v) {
+    return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(v[0]));
+  };
+  v1::StreamRequest header;
+  auto* tr = header.mutable_tree();
+  tr->set_dtype(v1::FLOAT64);
+  for (auto* a : {tr->mutable_parent(), tr->mutable_lower(), tr->mutable_upper(),
+                  tr->mutable_diag(), tr->mutable_rhs()})
+    a->add_shape(3);
+  auto chunk = [](const std::string& name, int64_t offset, const std::string& data) {
+    v1::StreamRequest c;
+    c.mutable_chunk()->set_array(name);
+    c.mutable_chunk()->set_offset(offset);
+    c.mutable_chunk()->set_data(data);
+    return c;
+  };
+  const std::string r = bytes(rhs);
+  // Everything but rhs, which each case sends its own way.
+  const std::vector<v1::StreamRequest> body = {header, chunk("parent", 0, bytes(parent)),
+                                               chunk("lower", 0, bytes(lower)),
+                                               chunk("upper", 0, bytes(upper)),
+                                               chunk("diag", 0, bytes(diag))};
+  struct Case {
+    const char* what;
+    std::vector<v1::StreamRequest> rhs_part;
+    const char* expect;  // nullptr: the complete job, answered
+  };
+  const std::vector<Case> cases = {
+      {"complete", {chunk("rhs", 0, r.substr(0, 8)), chunk("rhs", 8, r.substr(8))}, nullptr},
+      {"second half first", {chunk("rhs", 8, r.substr(8)), chunk("rhs", 0, r.substr(0, 8))},
+       "chunks must arrive in order"},
+      {"first chunk sent twice",
+       {chunk("rhs", 0, r.substr(0, 8)), chunk("rhs", 0, r.substr(0, 8)),
+        chunk("rhs", 8, r.substr(8))},
+       "chunks must arrive in order"},
+      {"a chunk longer than its array", {chunk("rhs", 0, r + std::string(8, '\0'))},
+       "more than its shape's 24"},
+      {"a chunk past the array's end", {chunk("rhs", 0, r), chunk("rhs", 24, std::string(8, '\0'))},
+       "more than its shape's 24"},
+      {"an array the job does not have", {chunk("rhs", 0, r), chunk("nope", 0, r)},
+       "'nope' is not an array of this tree job"},
+      {"a second header", {chunk("rhs", 0, r), header}, "only chunks may follow the header"},
+      {"rhs cut short", {chunk("rhs", 0, r.substr(0, 16))}, "rhs has 16 bytes of data, expected 24"},
+      {"rhs never sent", {}, "rhs has 0 bytes of data, expected 24"},
+  };
+  auto stub = Stub();
+  for (int round = 0; round < 2; ++round)  // the server still answers after every refusal
+    for (const Case& c : cases) {
+      SCOPED_TRACE(c.what);
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+      auto rw = stub->SolveStream(&ctx);
+      for (const auto& m : body) rw->Write(m);
+      for (const auto& m : c.rhs_part) rw->Write(m);
+      rw->WritesDone();
+      std::string x;
+      v1::StreamResponse resp;
+      int answers = 0;
+      while (rw->Read(&resp)) {
+        ++answers;
+        x += resp.chunk().data();
+      }
+      const grpc::Status st = rw->Finish();
+      if (c.expect == nullptr) {
+        ASSERT_TRUE(st.ok()) << st.error_message();
+        ASSERT_EQ(x.size(), 3 * sizeof(double));
+        std::vector<double> got(3);
+        std::memcpy(got.data(), x.data(), x.size());
+        for (int i = 0; i < 3; ++i) EXPECT_NEAR(got[size_t(i)], xs[size_t(i)], 1e-14) << i;
+        continue;
+      }
+      EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+      EXPECT_EQ(answers, 0) << "a refused stream must carry no answer";
+      EXPECT_NE(st.error_message().find(c.expect), std::string::npos) << st.error_message();
+    }
+}
+
 }  // namespace
 }  // namespace trisolve
