@@ -127,13 +127,15 @@ class BlockMonitor {
       points_.back().residual = residual;  // the same iteration seen again (a restart)
       return;
     }
-    if (seen_++ % stride_ != 0) return;
+    const int64_t check = checks_++;
+    if (check % stride_ != 0) return;
     if (int64_t(points_.size()) >= limit_ - 1) {  // keep one place for Finish's point
+      // The points are the checks 0, stride, 2 stride, ...: keep those at multiples of twice.
       size_t kept = 0;
       for (size_t i = 0; i < points_.size(); i += 2) points_[kept++] = points_[i];
       points_.resize(kept);
       stride_ *= 2;
-      seen_ = 1;
+      if (check % stride_ != 0) return;
     }
     points_.push_back({iteration, residual});
   }
@@ -148,7 +150,7 @@ class BlockMonitor {
  private:
   const std::function<void(int64_t, double)>* progress_;
   int64_t limit_;
-  int64_t offset_ = 0, seen_ = 0, stride_ = 1;
+  int64_t offset_ = 0, checks_ = 0, stride_ = 1;
   std::vector<ResidualPoint> points_;
 };
 
