@@ -191,7 +191,8 @@ def test_bench_plot_from_the_committed_baseline(tmp_path):
 def test_committed_plots_in_docs_are_pngs_of_sane_size():
     """The pictures docs/ links to exist and are small PNGs (regenerate with the commands in
     docs/python.md)."""
-    for name in ("tridiagonal-h100-2026-11-24.png", "block-solution-heatmap.png"):
+    for name in ("tridiagonal-h100-2026-11-24.png", "block-solution-heatmap.png",
+                 "residual-history.png"):
         path = REPO / "docs" / "plots" / name
         assert path.exists(), path
         w, h = png_size(path)
