@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -223,6 +225,55 @@ bool Given(const CLI::App* cmd, const std::string& name) {
   return o != nullptr && o->count() > 0;
 }
 
+// The progress bar of `solve` on stderr: the phase, and for iterative solves the iterations and
+// the residual, with a bar that fills as the residual falls from its first value towards tol on
+// a log scale (or as the sweeps run out, when that is further along). Redrawn in place; the
+// line is cleared when the solve ends, so what follows reads as without it.
+class ProgressBar {
+ public:
+  void Draw(const trisolve::Progress& p) {
+    double fraction = -1;
+    std::string detail;
+    if (p.phase == "solving" && p.max_iterations > 0) {
+      fraction = double(p.iteration) / double(p.max_iterations);
+      if (!std::isnan(p.residual)) {
+        if (std::isnan(first_residual_)) first_residual_ = p.residual;
+        if (p.tol > 0 && first_residual_ > p.tol && p.residual > 0)
+          fraction = std::max(fraction, std::log(first_residual_ / p.residual) /
+                                            std::log(first_residual_ / p.tol));
+        detail = absl::StrFormat("  it %d/%d  residual %.2e", p.iteration, p.max_iterations,
+                                 p.residual);
+        if (p.tol > 0) detail += absl::StrFormat(" -> %.0e", p.tol);
+      }
+    } else if (p.bytes_total > 0) {
+      detail = absl::StrFormat("  %.1f MB", p.bytes_total / 1e6);
+    }
+    std::string bar;
+    if (fraction >= 0) {
+      const int filled = int(std::clamp(fraction, 0.0, 1.0) * kWidth + 0.5);
+      bar = absl::StrCat("[", std::string(size_t(filled), '#'),
+                         std::string(size_t(kWidth - filled), '.'), "] ");
+    }
+    std::string line = absl::StrFormat("%s%-9s%s  %.1f s", bar, p.phase, detail, p.elapsed_s);
+    const size_t width = line.size();
+    if (line.size() < drawn_) line.append(drawn_ - line.size(), ' ');
+    std::fprintf(stderr, "\r%s", line.c_str());
+    std::fflush(stderr);
+    drawn_ = width;
+  }
+  void Clear() {
+    if (drawn_ == 0) return;
+    std::fprintf(stderr, "\r%s\r", std::string(drawn_, ' ').c_str());
+    std::fflush(stderr);
+    drawn_ = 0;
+  }
+
+ private:
+  static constexpr int kWidth = 30;
+  double first_residual_ = std::numeric_limits<double>::quiet_NaN();
+  size_t drawn_ = 0;
+};
+
 // What is wrong with a solve's or system create's options for KIND, or "" when nothing is:
 // an option the family ignores, or a value out of its range.
 std::string JobOptionsFault(const CLI::App* cmd, trisolve::Kind kind, int64_t iterations,
@@ -315,6 +366,12 @@ int main(int argc, char** argv) {
   solve->add_flag("--scale-rows", scale_rows, "block-tridiagonal: the thesis' Jacobi row scaling");
   solve->add_flag("--skip-residual", skip_residual, "do not compute the backward error");
   solve->add_flag("--json", json, "print a JSON summary as the last line");
+  std::string progress = "auto", history_path;
+  solve->add_option("--progress", progress,
+                    "a progress bar on stderr: auto (when stderr is a terminal), on, off")
+      ->check(CLI::IsMember({"auto", "on", "off"}))->capture_default_str();
+  solve->add_option("--history-output", history_path,
+                    "block-tridiagonal: write the residual history (CSV: iteration,residual)");
 
   auto* example = app.add_subcommand("make-example", "write an example input of KIND into DIR");
   std::string ex_kind, ex_dir, ex_swc;
@@ -411,6 +468,9 @@ int main(int argc, char** argv) {
     kind = *trisolve::ParseKind(*solve ? kind_name : sys_kind);  // CLI11 checked the name
     if (std::string fault = JobOptionsFault(job_cmd, *kind, iterations, tol); !fault.empty())
       return Usage(fault);
+    if (*solve && *kind != trisolve::Kind::kBlockTridiagonal && Given(solve, "--history-output"))
+      return Usage(absl::StrCat("--history-output applies to block-tridiagonal only: a ",
+                                kind_name, " solve is direct and has no residual history"));
   }
   if (*sys_create && (!std::isfinite(sys_ttl) || sys_ttl < 0))
     return Usage(absl::StrCat("--ttl is ", sys_ttl, ", expected seconds >= 0 (0: the server's default)"));
@@ -551,9 +611,22 @@ int main(int argc, char** argv) {
   job.options.scale_rows = scale_rows;
   job.options.skip_residual = skip_residual;
   if (timeout > 0) job.options.timeout_s = timeout;
+  ProgressBar progress_bar;
+  if (progress == "on" || (progress == "auto" && isatty(STDERR_FILENO)))
+    job.options.progress = [&progress_bar](const trisolve::Progress& p) { progress_bar.Draw(p); };
+  job.options.residual_history = !history_path.empty();
 
   auto res = client.Solve(job);
+  progress_bar.Clear();
   if (!res.ok()) return Fail(res.status());
+  if (!history_path.empty()) {
+    std::ofstream out(history_path);
+    out << "iteration,residual\n";
+    for (const auto& q : res->summary.residual_history)
+      out << q.iteration << "," << absl::StrFormat("%.17g", q.residual) << "\n";
+    if (!out.flush())
+      return Fail(absl::UnavailableError(absl::StrCat("cannot write ", history_path)));
+  }
   const auto& s = res->summary;
   if (!b_shape.empty() && res->x.elements() == trisolve::ArrayView{{}, b_shape, nullptr}.elements())
     res->x.shape = b_shape;

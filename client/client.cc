@@ -114,6 +114,7 @@ void SetOptions(v1::StreamRequest& h, Kind k, const JobOptions& o, v1::DType dt)
       if (o.max_iterations) r->set_max_iterations(*o.max_iterations);
       if (o.tol) r->set_tol(*o.tol);
       r->set_scale_rows(o.scale_rows);
+      r->set_residual_history(o.residual_history);
       break;
     }
     case Kind::kDense: {
@@ -148,7 +149,33 @@ void ReadSummary(const v1::SolveSummary& s, Summary* out) {
   out->timings.d2h_us = t.d2h_us();
   out->timings.residual_us = t.residual_us();
   out->timings.server_total_us = t.total_us();
+  out->residual_history.clear();
+  for (const auto& q : s.residual_history())
+    out->residual_history.push_back({q.iteration(), q.residual()});
 }
+
+Progress ReadProgress(const v1::Progress& p) {
+  Progress out;
+  switch (p.phase()) {
+    case v1::Progress::RECEIVED: out.phase = "received"; break;
+    case v1::Progress::QUEUED: out.phase = "queued"; break;
+    case v1::Progress::SOLVING: out.phase = "solving"; break;
+    case v1::Progress::SENDING: out.phase = "sending"; break;
+    default: out.phase = "unknown"; break;
+  }
+  out.bytes_done = p.bytes_done();
+  out.bytes_total = p.bytes_total();
+  out.iteration = p.iteration();
+  out.max_iterations = p.max_iterations();
+  if (p.has_residual()) out.residual = p.residual();
+  out.tol = p.tol();
+  out.elapsed_s = p.elapsed_s();
+  return out;
+}
+
+// The most bytes a SolveWithProgress request carries inline (the server's default message
+// limit, less room for the rest of the message).
+constexpr int64_t kProgressInlineBytes = (int64_t{64} << 20) - (int64_t{64} << 10);
 
 }  // namespace
 
@@ -340,6 +367,7 @@ absl::Status Marshal(const Job& job, bool rhs_optional, DType* dtype,
                         : !block && o.max_iterations                          ? "max_iterations"
                         : !block && o.scale_rows                              ? "scale_rows"
                         : block && o.skip_residual                            ? "skip_residual"
+                        : !block && o.residual_history                        ? "residual_history"
                         : (block || job.kind == Kind::kDense) && o.interleaved ? "interleaved"
                                                                               : nullptr;
   if (ignored != nullptr)
@@ -405,7 +433,10 @@ absl::StatusOr<Result> Client::Solve(const Job& job) {
   v1::StreamRequest header;
   const v1::DType dt = dtype == DType::kFloat64 ? v1::FLOAT64 : v1::FLOAT32;
   SetOptions(header, job.kind, job.options, dt);
-  const bool stream = placed->inline_bytes > impl_->options.stream_threshold_bytes;
+  const bool with_progress =
+      job.options.progress && placed->inline_bytes <= kProgressInlineBytes;
+  const bool stream =
+      !with_progress && placed->inline_bytes > impl_->options.stream_threshold_bytes;
   if (stream) {  // every array's bytes go in chunks, x comes back in chunks
     placed->refs.assign(send.size(), std::nullopt);
     placed->x_ref.reset();
@@ -428,7 +459,34 @@ absl::StatusOr<Result> Client::Solve(const Job& job) {
   Result result;
   result.summary.streamed = stream;
   const DType out_type = dtype;
-  if (!stream) {
+  if (with_progress) {
+    v1::ProgressRequest req;
+    switch (job.kind) {
+      case Kind::kTridiagonal: req.mutable_tridiagonal()->Swap(header.mutable_tridiagonal()); break;
+      case Kind::kTree: req.mutable_tree()->Swap(header.mutable_tree()); break;
+      case Kind::kBlockTridiagonal:
+        req.mutable_block_tridiagonal()->Swap(header.mutable_block_tridiagonal());
+        break;
+      case Kind::kDense: req.mutable_dense()->Swap(header.mutable_dense()); break;
+    }
+    req.set_interval_s(job.options.progress_interval_s);
+    auto reader = impl_->stub->SolveWithProgress(&ctx, req);
+    v1::ProgressResponse msg;
+    bool answered = false;
+    while (reader->Read(&msg)) {
+      if (msg.has_progress()) {
+        job.options.progress(ReadProgress(msg.progress()));
+      } else if (msg.has_answer()) {
+        ReadResponse(msg.answer(), out_type, &result);
+        answered = true;
+      }
+    }
+    grpc::Status st = reader->Finish();
+    if (!st.ok()) return FromGrpc(st);
+    if (!answered) return absl::InternalError("SolveWithProgress ended without an answer");
+    if (auto dst = impl_->DeliverX(*placed, x_out, x_bytes, &result.x); !dst.ok()) return dst;
+    result.summary.transport = placed->transport;
+  } else if (!stream) {
     v1::SolveResponse resp;
     grpc::Status st;
     switch (job.kind) {

@@ -165,9 +165,11 @@ absl::StatusOr<JobResult> Core::Admit(
   const auto t0 = Clock::now();
   Admission::Slot slot;
   Admission& pool = unknowns <= options_.small_job_unknowns ? small_admission_ : admission_;
+  if (call.progress) call.progress({.phase = ProgressEvent::kQueued});
   absl::Status st = pool.Acquire(call.deadline, call.cancelled, &slot);
   call.queue_us = Micros(Clock::now() - t0);
   if (!st.ok()) return st;
+  if (call.progress) call.progress({.phase = ProgressEvent::kSolving});
   const auto deadline = call.deadline;
   SolveControl control;
   const BackendHealth* health = &health_;  // a lost backend's running calls stop (health.h)
@@ -175,6 +177,10 @@ absl::StatusOr<JobResult> Core::Admit(
     return (cancelled && cancelled()) || std::chrono::system_clock::now() >= deadline ||
            health->stop_running();
   };
+  if (call.progress)
+    control.progress = [&call](int64_t it, double r) {
+      call.progress({.phase = ProgressEvent::kSolving, .iteration = it, .residual = r});
+    };
   auto res = run(control);
   if (!res.ok()) res = health_.Check(res.status());  // UNAVAILABLE where the backend is lost
   if (!res.ok() && res.status().code() == absl::StatusCode::kCancelled &&
@@ -200,6 +206,7 @@ AnswerSummary Core::Summarize(const Call& call, Family family, int64_t systems,
   s.d2h_us = r.info.d2h_us;
   s.residual_us = r.residual_us;
   s.total_us = Micros(Clock::now() - call.start);
+  s.residual_history = r.info.residual_history;
   return s;
 }
 

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <utility>
@@ -65,6 +66,16 @@ struct LiveCall {
   static std::atomic<int64_t>& count();
 };
 
+// Where a call is, for a transport that reports progress (SolveWithProgress). Phases only
+// move forward.
+struct ProgressEvent {
+  enum Phase { kReceived = 1, kQueued = 2, kSolving = 3, kSending = 4 };
+  Phase phase = kReceived;
+  int64_t bytes_done = 0, bytes_total = 0;
+  int64_t iteration = 0;  // iterative solves, kSolving (the residual NaN until known)
+  double residual = std::numeric_limits<double>::quiet_NaN();
+};
+
 struct Call {
   using Clock = std::chrono::steady_clock;
   Call(std::string id_, const char* rpc_) : id(std::move(id_)), rpc(rpc_) {}
@@ -75,6 +86,9 @@ struct Call {
   Clock::time_point start = Clock::now();
   std::chrono::system_clock::time_point deadline = std::chrono::system_clock::time_point::max();
   std::function<bool()> cancelled;
+  // Set by a transport that reports progress (empty: nobody asked, nothing is reported). Called
+  // on the thread running the call, the solver's among them: it must be quick.
+  std::function<void(const ProgressEvent&)> progress;
   double receive_us = 0, queue_us = 0;
   CallSample sample;
 };
@@ -91,6 +105,7 @@ struct AnswerSummary {
   int batched_with = 0;       // unary calls: requests solved in the same backend call (1: alone)
   int64_t batch_systems = 0;  // and that call's systems, when batched
   int64_t right_hand_sides = 0;
+  std::vector<ResidualPoint> residual_history;  // where the request asked (Job::history_limit)
 };
 
 // A solve's answer: x (in result.x unless written into the caller's memory), its shape and

@@ -211,7 +211,13 @@ absl::StatusOr<JobResult> RunTyped(Backend& be, const Job& job, const SolveContr
       BlockTridiagonalProblem<T> p{job.block_N,     job.block_M,     Ptr<T>(job, "aC"),
                                    Ptr<T>(job, "cC"), Ptr<T>(job, "bC"), Ptr<T>(job, "cA"),
                                    Ptr<T>(job, "cB"), Ptr<T>(job, "f"),  Ptr<T>(job, "y0")};
-      info = be.Solve(p, *m, job.block_options, BlockOutput<T>{x, res.status.data()}, control);
+      if (job.history_limit > 0) {
+        SolveControl c = control;
+        c.history_limit = job.history_limit;
+        info = be.Solve(p, *m, job.block_options, BlockOutput<T>{x, res.status.data()}, c);
+      } else {
+        info = be.Solve(p, *m, job.block_options, BlockOutput<T>{x, res.status.data()}, control);
+      }
       break;
     }
     case Family::kDense: {

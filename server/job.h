@@ -20,6 +20,9 @@ namespace trisolve::server {
 using trisolve::Family;
 using trisolve::FamilyName;
 
+// The most points of a residual history (the proto's SolveSummary.residual_history).
+inline constexpr int64_t kResidualHistoryPoints = 1024;
+
 struct JobLimits {
   int64_t max_job_bytes = int64_t{16} << 30;
   int64_t max_job_unknowns = int64_t{1} << 31;
@@ -75,6 +78,8 @@ struct Job {
   bool parent_per_system = false;
   bool skip_residual = false;
   BlockOptions block_options;
+  // Block-tridiagonal: the residual history's most points (SolveControl::history_limit; 0: none).
+  int64_t history_limit = 0;
   std::map<std::string, JobArray> arrays;  // by request field name
   std::string x_field;                     // the right-hand side whose shape x takes
   // One matrix, many right-hand sides: the coefficients are one system's and the right-hand

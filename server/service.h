@@ -43,6 +43,9 @@ class SolverService final : public v1::Solver::Service {
       grpc::ServerReaderWriter<v1::StreamResponse, v1::StreamRequest>* stream) override;
   grpc::Status GetServerInfo(grpc::ServerContext* ctx, const v1::GetServerInfoRequest* req,
                              v1::ServerInfo* resp) override;
+  // progress.cc
+  grpc::Status SolveWithProgress(grpc::ServerContext* ctx, const v1::ProgressRequest* req,
+                                 grpc::ServerWriter<v1::ProgressResponse>* writer) override;
   grpc::Status CreateSystem(grpc::ServerContext* ctx, const v1::CreateSystemRequest* req,
                             v1::SystemInfo* resp) override;
   grpc::Status SolveSystem(grpc::ServerContext* ctx, const v1::SolveSystemRequest* req,

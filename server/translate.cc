@@ -295,6 +295,11 @@ absl::Status Declare(Job& job, const v1::BlockTridiagonalRequest& r) {
     return absl::InvalidArgumentError(absl::StrCat("tol is ", o.tol, ", expected 0 <= tol < 1 (0: run exactly "
                                        "max_iterations sweeps)"));
   o.scale_rows = r.scale_rows();
+  if (r.residual_history()) {
+    if (job.shared_matrix)
+      return Invalid("residual_history", "kept for one right-hand side only (f of shape [N, M])");
+    job.history_limit = kResidualHistoryPoints;
+  }
   job.x_field = "f";
   return absl::OkStatus();
 }
@@ -630,6 +635,11 @@ void SummaryToProto(const AnswerSummary& a, v1::SolveSummary* s) {
   if (a.batch_systems > 0) s->set_batch_systems(a.batch_systems);
   if (!a.handle.empty()) s->set_handle(a.handle);
   if (a.right_hand_sides > 0) s->set_right_hand_sides(a.right_hand_sides);
+  for (const ResidualPoint& q : a.residual_history) {
+    v1::ResidualPoint* out = s->add_residual_history();
+    out->set_iteration(q.iteration);
+    out->set_residual(q.residual);
+  }
 }
 
 void AnswerToProto(Answer& a, v1::SolveResponse* resp) {

@@ -613,5 +613,132 @@ TEST(BlockTridiagonal, EveryMethodStopsOnAndReportsTheTrueResidual) {
   }
 }
 
+// ---- progress and residual history (SolveControl::progress, history_limit) ----------------
+
+// What a solve reported through its control: every progress call, and the answer.
+template <typename T>
+struct Monitored {
+  std::vector<std::pair<int64_t, double>> calls;
+  SolveInfo info;
+  SystemStatus status = SystemStatus::kDiverged;
+  std::vector<T> y;
+};
+
+template <typename T>
+Monitored<T> SolveMonitored(const System& s, BlockMethod m, BlockOptions o, int64_t limit,
+                            bool fallback_only = false) {
+  const int64_t size = s.N * s.M;
+  std::map<std::string, std::vector<T>> a;
+  for (const auto& [k, v] : s.arrays) {
+    const double* d = v.template as<double>();
+    a[k] = std::vector<T>(d, d + size);
+  }
+  BlockTridiagonalProblem<T> p{s.N, s.M, a["aC"].data(), a["cC"].data(), a["bC"].data(),
+                               a["cA"].data(), a["cB"].data(), a["f"].data(), nullptr};
+  Monitored<T> r;
+  r.y.assign(size_t(size), T(0));
+  SolveControl c;
+  c.progress = [&r](int64_t it, double res) { r.calls.push_back({it, res}); };
+  c.history_limit = limit;
+  auto info = fallback_only ? cpu::SolveBlockIndefinite(p, o, BlockOutput<T>{r.y.data(), &r.status}, c)
+                            : cpu::SolveBlockTridiagonal(p, m, o, BlockOutput<T>{r.y.data(), &r.status}, c);
+  EXPECT_TRUE(info.ok());
+  if (info.ok()) r.info = *info;
+  return r;
+}
+
+// The history: from iteration 0 (residual 1 from y = 0) to (iterations, residual) with
+// iterations increasing and at most `limit` points; the progress calls non-decreasing in
+// iteration, the first at 0 with the residual of y = 0.
+template <typename T>
+void ExpectConsistent(const Monitored<T>& r, int64_t limit, const std::string& what) {
+  SCOPED_TRACE(what + ": " + r.info.method);
+  const auto& h = r.info.residual_history;
+  ASSERT_GE(h.size(), 2u);
+  EXPECT_LE(int64_t(h.size()), limit);
+  EXPECT_EQ(h.front().iteration, 0);
+  EXPECT_NEAR(h.front().residual, 1.0, 1e-6);
+  for (size_t i = 1; i < h.size(); ++i) EXPECT_GT(h[i].iteration, h[i - 1].iteration) << i;
+  EXPECT_EQ(h.back().iteration, r.info.iterations);
+  EXPECT_EQ(h.back().residual, r.info.residual);
+  ASSERT_FALSE(r.calls.empty());
+  EXPECT_EQ(r.calls.front().first, 0);
+  for (size_t i = 1; i < r.calls.size(); ++i)
+    EXPECT_GE(r.calls[i].first, r.calls[i - 1].first) << i;
+  EXPECT_LE(r.calls.back().first, r.info.iterations);
+  // Every recorded point but the last is one of the reported ones.
+  for (size_t i = 0; i + 1 < h.size(); ++i) {
+    bool found = false;
+    for (const auto& [it, res] : r.calls) found |= it == h[i].iteration && res == h[i].residual;
+    EXPECT_TRUE(found) << "history point " << i << " at iteration " << h[i].iteration;
+  }
+}
+
+TEST(BlockTridiagonal, ProgressAndHistoryEveryMethodBothPrecisions) {
+  for (auto m : {BlockMethod::kAuto, BlockMethod::kCg, BlockMethod::kMultigridCg,
+                 BlockMethod::kMultigridBicgstab, BlockMethod::kGaussSeidel,
+                 BlockMethod::kRedBlack, BlockMethod::kJacobi}) {
+    const std::string name(MethodName(m));
+    // The line iterations on a smaller grid: they need thousands of sweeps on a larger one.
+    const bool lines = m == BlockMethod::kGaussSeidel || m == BlockMethod::kRedBlack ||
+                       m == BlockMethod::kJacobi;
+    const System s = lines ? Experiment(2, 12, 10) : Experiment(2, 48, 40);
+    auto d = SolveMonitored<double>(s, m, {20000, 1e-9, false}, 64);
+    EXPECT_EQ(d.status, SystemStatus::kOk) << name;
+    ExpectConsistent(d, 64, name + " float64");
+    EXPECT_LE(d.info.residual, 1e-9);
+    auto f = SolveMonitored<float>(s, m, {20000, 1e-4, false}, 64);
+    EXPECT_EQ(f.status, SystemStatus::kOk) << name;
+    ExpectConsistent(f, 64, name + " float32");
+  }
+  // Without a tolerance the line iterations report at their divergence checks (every 64).
+  auto fixed =
+      SolveMonitored<double>(Experiment(2, 12, 10), BlockMethod::kRedBlack, {640, 0, false}, 1000);
+  ExpectConsistent(fixed, 1000, "red-black, L = 640");
+  ASSERT_EQ(fixed.calls.size(), 11u);
+  for (size_t i = 0; i < fixed.calls.size(); ++i)
+    EXPECT_EQ(fixed.calls[i].first, int64_t(64 * i));
+}
+
+TEST(BlockTridiagonal, HistoryIsBoundedAndEvenOverLongSolves) {
+  const System s = Experiment(1, 12, 12);
+  // 3000 checks into at most 100 points: halved until they fit, spread over the whole solve.
+  auto r = SolveMonitored<double>(s, BlockMethod::kJacobi, {3000, 1e-300, false}, 100);
+  EXPECT_EQ(r.status, SystemStatus::kNotConverged);
+  ExpectConsistent(r, 100, "jacobi, 3000 sweeps");
+  EXPECT_GE(r.info.residual_history.size(), 50u);
+  EXPECT_EQ(r.calls.size(), 3001u) << "progress is told of every check";
+  const auto& h = r.info.residual_history;
+  const int64_t stride = h[1].iteration - h[0].iteration;
+  EXPECT_GT(stride, 1);
+  for (size_t i = 1; i + 1 < h.size(); ++i) EXPECT_EQ(h[i].iteration - h[i - 1].iteration, stride) << i;
+  // No history asked: none kept, and nothing else changes.
+  SolveControl none;
+  std::vector<double> y(144);
+  SystemStatus st = SystemStatus::kDiverged;
+  auto a = cpu::SolveBlockTridiagonal(s.problem(), BlockMethod::kJacobi, {300, 1e-300, false},
+                                      BlockOutput<double>{y.data(), &st}, none);
+  auto b = SolveMonitored<double>(s, BlockMethod::kJacobi, {300, 1e-300, false}, 10);
+  ASSERT_TRUE(a.ok());
+  EXPECT_TRUE(a->residual_history.empty());
+  EXPECT_EQ(a->residual, b.info.residual);
+  EXPECT_EQ(y, b.y);
+}
+
+TEST(BlockTridiagonal, FallbackHistoryContinuesTheIterationCount) {
+  // The indefinite case of IndefiniteSymmetricSystemsAreNeverCalledSingular: auto runs
+  // multigrid-cg, stops, and goes on with BiCGStab; one history across both.
+  System s = Experiment(2, 32, 32);
+  for (int64_t e = 0; e < 32 * 32; ++e) {
+    s.arrays["cC"].as<double>()[e] -= 0.05;
+    s.arrays["f"].as<double>()[e] -= 0.05;
+  }
+  auto r = SolveMonitored<double>(s, BlockMethod::kAuto, {400, 1e-8, false}, 1024);
+  ASSERT_NE(r.info.method.find("->"), std::string::npos) << r.info.method;
+  ExpectConsistent(r, 1024, "auto with its fallback");
+  auto fb = SolveMonitored<double>(s, BlockMethod::kAuto, {400, 1e-8, false}, 1024, true);
+  ExpectConsistent(fb, 1024, "the fallback alone");
+}
+
 }  // namespace
 }  // namespace trisolve

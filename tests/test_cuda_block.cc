@@ -556,5 +556,118 @@ TEST(CudaBlock, AutoFallsBackWhereTheLineSolvesCannotRun) {
   EXPECT_EQ(st, SystemStatus::kSingular);
 }
 
+// ---- progress and residual history on the device ------------------------------------------
+
+struct Reported {
+  std::vector<std::pair<int64_t, double>> calls;
+  SolveInfo info;
+  SystemStatus status = SystemStatus::kDiverged;
+};
+
+template <typename T>
+Reported SolveReporting(const Sys<T>& s, BlockMethod m, BlockOptions o, int64_t limit,
+                        std::vector<T>* y) {
+  Reported r;
+  y->assign(size_t(s.N * s.M), T(std::nan("")));
+  SolveControl c;
+  c.progress = [&r](int64_t it, double res) { r.calls.push_back({it, res}); };
+  c.history_limit = limit;
+  auto info = Cuda()->Solve(s.P(), m, o, BlockOutput<T>{y->data(), &r.status}, c);
+  EXPECT_TRUE(info.ok()) << info.status();
+  if (info.ok()) r.info = *info;
+  return r;
+}
+
+// From iteration 0 (residual 1: y0 = 0) to the reported (iterations, residual), increasing, at
+// most `limit` points; progress non-decreasing, never past the answer.
+void ExpectHistory(const Reported& r, int64_t limit, const std::string& what) {
+  SCOPED_TRACE(what + ": " + r.info.method);
+  const auto& h = r.info.residual_history;
+  ASSERT_GE(h.size(), 2u);
+  EXPECT_LE(int64_t(h.size()), limit);
+  EXPECT_EQ(h.front().iteration, 0);
+  EXPECT_NEAR(h.front().residual, 1.0, 1e-5);
+  for (size_t i = 1; i < h.size(); ++i) EXPECT_GT(h[i].iteration, h[i - 1].iteration) << i;
+  EXPECT_EQ(h.back().iteration, r.info.iterations);
+  EXPECT_EQ(h.back().residual, r.info.residual);
+  ASSERT_FALSE(r.calls.empty());
+  EXPECT_EQ(r.calls.front().first, 0);
+  for (size_t i = 1; i < r.calls.size(); ++i)
+    EXPECT_GE(r.calls[i].first, r.calls[i - 1].first) << i;
+  EXPECT_LE(r.calls.back().first, r.info.iterations);
+}
+
+TEST(CudaBlock, ProgressAndHistoryFromEveryMethod) {
+  REQUIRE_GPU();
+  for (auto m : {BlockMethod::kCg, BlockMethod::kMultigridCg, BlockMethod::kMultigridBicgstab,
+                 BlockMethod::kRedBlack, BlockMethod::kJacobi, BlockMethod::kGaussSeidel}) {
+    const std::string name(MethodName(m));
+    const bool lines = m == BlockMethod::kRedBlack || m == BlockMethod::kJacobi ||
+                       m == BlockMethod::kGaussSeidel;
+    const int64_t n = lines ? 24 : 96;
+    std::vector<double> yd;
+    auto d = SolveReporting(Experiment<double>(2, n, n), m, {20000, 1e-9, false}, 64, &yd);
+    EXPECT_EQ(d.status, SystemStatus::kOk) << name;
+    ExpectHistory(d, 64, name + " float64");
+    // The CPU reference runs the same iterations: its history has the same length and end.
+    std::vector<double> yc(size_t(n * n));
+    SystemStatus sc;
+    SolveControl cc;
+    cc.history_limit = 64;
+    auto c = cpu::SolveBlockTridiagonal(Experiment<double>(2, n, n).P(), m, {20000, 1e-9, false},
+                                        BlockOutput<double>{yc.data(), &sc}, cc);
+    ASSERT_TRUE(c.ok());
+    EXPECT_NEAR(double(d.info.residual_history.size()), double(c->residual_history.size()), 2)
+        << name;
+    std::vector<float> yf;
+    auto f = SolveReporting(Experiment<float>(2, n, n), m, {20000, 1e-4, false}, 64, &yf);
+    EXPECT_EQ(f.status, SystemStatus::kOk) << name;
+    ExpectHistory(f, 64, name + " float32");
+  }
+  // Without a tolerance the device checks every 1024 sweeps (one launch of fused sweeps or
+  // more between): L = 3000 reports at 0, 1024, 2048 and ends at 3000.
+  std::vector<double> y;
+  auto fixed = SolveReporting(Experiment<double>(1, 64, 64), BlockMethod::kRedBlack,
+                              {3000, 0, false}, 100, &y);
+  ExpectHistory(fixed, 100, "red-black, L = 3000");
+  ASSERT_EQ(fixed.info.residual_history.size(), 4u);
+  EXPECT_EQ(fixed.info.residual_history[1].iteration, 1024);
+  EXPECT_EQ(fixed.info.residual_history[2].iteration, 2048);
+}
+
+// Asked for nothing, a solve keeps no history; asked, its answer is the same to the bit.
+TEST(CudaBlock, ProgressChangesNoAnswer) {
+  REQUIRE_GPU();
+  for (auto m : {BlockMethod::kMultigridCg, BlockMethod::kRedBlack}) {
+    auto s = Experiment<double>(2, 64, 64);
+    std::vector<double> y0(64 * 64), y1;
+    SystemStatus st;
+    auto plain = Cuda()->Solve(s.P(), m, {5000, 1e-9, false}, BlockOutput<double>{y0.data(), &st},
+                               SolveControl{});
+    ASSERT_TRUE(plain.ok());
+    EXPECT_TRUE(plain->residual_history.empty());
+    auto r = SolveReporting(s, m, {5000, 1e-9, false}, 1024, &y1);
+    EXPECT_EQ(y0, y1) << MethodName(m);
+    EXPECT_EQ(plain->iterations, r.info.iterations);
+    EXPECT_EQ(plain->residual, r.info.residual);
+  }
+}
+
+// auto's host fallback after the device's CG stops: one history, the count going on.
+TEST(CudaBlock, FallbackHistoryContinuesOnTheHost) {
+  REQUIRE_GPU();
+  auto s = Experiment<double>(2, 32, 32);
+  for (int64_t e = 0; e < 32 * 32; ++e) {
+    s.a["cC"][e] -= 0.05;
+    s.a["f"][e] -= 0.05;
+  }
+  std::vector<double> y;
+  auto r = SolveReporting(s, BlockMethod::kAuto, {400, 1e-8, false}, 1024, &y);
+  ASSERT_NE(r.info.method.find("(host)"), std::string::npos) << r.info.method;
+  ExpectHistory(r, 1024, "auto, device then host");
+  auto small = SolveReporting(s, BlockMethod::kAuto, {400, 1e-8, false}, 8, &y);
+  ExpectHistory(small, 8, "auto, device then host, 8 points");
+}
+
 }  // namespace
 }  // namespace trisolve

@@ -94,6 +94,11 @@ const char* TypeName(DType t) { return t == DType::kFloat32 ? "float32" : "float
 struct trisolve_context {
   std::unique_ptr<trisolve::Client> client;
   double timeout_s = 0;
+  trisolve_progress_fn progress = nullptr;
+  void* progress_data = nullptr;
+  double progress_interval_s = 0;
+  bool keep_history = false;
+  std::vector<trisolve::HistoryPoint> history;  // the last block solve's
   mutable std::mutex mu;
   std::string last_error;
 };
@@ -141,6 +146,16 @@ int FromStatus(trisolve_context* ctx, const absl::Status& s) {
 trisolve::JobOptions Options(const trisolve_context* ctx) {
   trisolve::JobOptions o;
   if (ctx->timeout_s > 0) o.timeout_s = ctx->timeout_s;
+  if (ctx->progress != nullptr) {
+    o.progress = [fn = ctx->progress, data = ctx->progress_data](const trisolve::Progress& p) {
+      const int phase = p.phase == "received" ? TRISOLVE_PHASE_RECEIVED
+                        : p.phase == "queued"  ? TRISOLVE_PHASE_QUEUED
+                        : p.phase == "solving" ? TRISOLVE_PHASE_SOLVING
+                                               : TRISOLVE_PHASE_SENDING;
+      fn(data, phase, p.iteration, p.max_iterations, p.residual, p.bytes_total, p.elapsed_s);
+    };
+    o.progress_interval_s = ctx->progress_interval_s;
+  }
   return o;
 }
 
@@ -287,8 +302,14 @@ int SolveOnce(trisolve_context* ctx, const Geometry& g, std::initializer_list<co
   job.options.interleaved = g.layout == TRISOLVE_INTERLEAVED;
   SetIterative(&job.options, tol, max_iterations);
   job.options.x_out = x;
+  const bool block = g.kind == Kind::kBlockTridiagonal;
+  if (block) {
+    ctx->history.clear();
+    job.options.residual_history = ctx->keep_history;
+  }
   auto r = ctx->client->Solve(job);
   if (!r.ok()) return FromStatus(ctx, r.status());
+  if (block) ctx->history = r->summary.residual_history;
   if (int rc = CheckX(ctx, *r, g.dtype, Geometry::Elements(g.RhsShape())); rc != TRISOLVE_OK)
     return rc;
   return Statuses(ctx, *r, g.SystemsPerRhs(), status_out);
@@ -592,6 +613,35 @@ int trisolve_set_timeout(trisolve_context* ctx, double seconds) {
   if (!(seconds >= 0)) return Fail(ctx, TRISOLVE_INVALID_ARGUMENT, "timeout must be >= 0");
   ctx->timeout_s = seconds;
   return TRISOLVE_OK;
+}
+
+int trisolve_set_progress(trisolve_context* ctx, trisolve_progress_fn fn, void* user_data,
+                          double interval_s) {
+  if (ctx == nullptr) return Fail(nullptr, TRISOLVE_INVALID_ARGUMENT, "ctx is NULL");
+  if (!(interval_s == 0 || (interval_s >= 0.01 && interval_s <= 3600)))
+    return Fail(ctx, TRISOLVE_INVALID_ARGUMENT,
+                "interval_s must be 0 (0.1 s) or 0.01 .. 3600 seconds");
+  ctx->progress = fn;
+  ctx->progress_data = user_data;
+  ctx->progress_interval_s = interval_s;
+  return TRISOLVE_OK;
+}
+
+int trisolve_set_residual_history(trisolve_context* ctx, int on) {
+  if (ctx == nullptr) return Fail(nullptr, TRISOLVE_INVALID_ARGUMENT, "ctx is NULL");
+  ctx->keep_history = on != 0;
+  return TRISOLVE_OK;
+}
+
+int64_t trisolve_residual_history(const trisolve_context* ctx, int64_t* iterations,
+                                  double* residuals, int64_t capacity) {
+  if (ctx == nullptr) return -1;
+  const int64_t n = static_cast<int64_t>(ctx->history.size());
+  for (int64_t i = 0; i < std::min(n, capacity); ++i) {
+    if (iterations != nullptr) iterations[i] = ctx->history[size_t(i)].iteration;
+    if (residuals != nullptr) residuals[i] = ctx->history[size_t(i)].residual;
+  }
+  return n;
 }
 
 int trisolve_gtsv_strided_batch(trisolve_context* ctx, int64_t m, const double* dl,

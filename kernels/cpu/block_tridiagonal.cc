@@ -304,8 +304,9 @@ SolveInfo Finish(const BlockTridiagonalProblem<T>& p, const BlockOptions& o, std
 // stopped there, y holds its iterate.
 template <typename T>
 SolveInfo BlockCg(const BlockTridiagonalProblem<T>& p, const BlockOptions& o, T* y,
-                  SystemStatus* status, const SolveControl& control, bool* cancelled,
-                  const std::vector<MgLevel<T>>* levels, int sign, bool* indefinite) {
+                  SystemStatus* status, const SolveControl& control, BlockMonitor& mon,
+                  bool* cancelled, const std::vector<MgLevel<T>>* levels, int sign,
+                  bool* indefinite) {
   const int64_t N = p.N, M = p.M, size = N * M;
   const bool multigrid = levels != nullptr;
   std::vector<T> r(size), z(size), d(size), q(size);
@@ -337,6 +338,7 @@ SolveInfo BlockCg(const BlockTridiagonalProblem<T>& p, const BlockOptions& o, T*
   double res = std::sqrt(Dot(size, r.data(), r.data())) / scale;
   *indefinite = false;
   if (!(sign * rz > 0) && res > o.tol && res > 0) *indefinite = true;
+  mon.Check(0, res);
   int64_t it = 0;
   for (; it < o.max_iterations && !*indefinite && !line_failed; ++it) {
     if (res <= o.tol) break;
@@ -357,6 +359,7 @@ SolveInfo BlockCg(const BlockTridiagonalProblem<T>& p, const BlockOptions& o, T*
       r[e] -= alpha * q[e];
     }
     res = std::sqrt(Dot(size, r.data(), r.data())) / scale;
+    mon.Check(it + 1, res);
     precondition(r.data(), z.data());
     const double rz_new = Dot(size, r.data(), z.data());
     if (!(sign * rz_new > 0) && res > o.tol && res > 0) {  // the preconditioner is not definite
@@ -390,8 +393,8 @@ const char* BicgstabName(Precond k) {
 }
 template <typename T>
 SolveInfo BlockBicgstab(const BlockTridiagonalProblem<T>& p, const BlockOptions& o, T* y,
-                        SystemStatus* status, const SolveControl& control, bool* cancelled,
-                        Precond kind, int64_t max_iterations) {
+                        SystemStatus* status, const SolveControl& control, BlockMonitor& mon,
+                        bool* cancelled, Precond kind, int64_t max_iterations) {
   const int64_t size = p.N * p.M;
   std::vector<T> r(size), r0(size), pv(size, T(0)), v(size, T(0)), yv(size), sv(size),
       zv(size), tv(size);
@@ -422,6 +425,7 @@ SolveInfo BlockBicgstab(const BlockTridiagonalProblem<T>& p, const BlockOptions&
   const double scale = fnorm > 0 ? fnorm : 1;
   double res = std::sqrt(Dot(size, r.data(), r.data())) / scale;
   double rho = 1, alpha = 1, omega = 1;
+  mon.Check(0, res);
   int64_t it = 0;
   for (; it < max_iterations; ++it) {
     if (res <= o.tol) break;
@@ -448,6 +452,7 @@ SolveInfo BlockBicgstab(const BlockTridiagonalProblem<T>& p, const BlockOptions&
     if (res <= o.tol) {
       r = sv;
       ++it;
+      mon.Check(it, res);
       break;
     }
     precondition(sv.data(), zv.data());
@@ -460,6 +465,7 @@ SolveInfo BlockBicgstab(const BlockTridiagonalProblem<T>& p, const BlockOptions&
       r[e] = sv[e] - T(omega) * tv[e];
     }
     res = std::sqrt(Dot(size, r.data(), r.data())) / scale;
+    mon.Check(it + 1, res);
     rho = rho_new;
     if (omega == 0 || !std::isfinite(omega)) {
       ++it;
@@ -475,14 +481,14 @@ SolveInfo BlockBicgstab(const BlockTridiagonalProblem<T>& p, const BlockOptions&
 // line is singular, else by nothing.
 template <typename T>
 SolveInfo BicgstabFallback(const BlockTridiagonalProblem<T>& p, const BlockOptions& o, T* y,
-                           SystemStatus* status, const SolveControl& control, bool* cancelled,
-                           int64_t max_iterations) {
+                           SystemStatus* status, const SolveControl& control,
+                           BlockMonitor& mon, bool* cancelled, int64_t max_iterations) {
   Precond kind = Precond::kNone;
   if (DiagonalSign(BuildMultigrid(p)) != 0)
     kind = Precond::kVCycle;
   else if (!AnyLineSingular(p))
     kind = Precond::kLines;
-  return BlockBicgstab(p, o, y, status, control, cancelled, kind, max_iterations);
+  return BlockBicgstab(p, o, y, status, control, mon, cancelled, kind, max_iterations);
 }
 
 }  // namespace
@@ -508,12 +514,12 @@ template bool IsSymmetric(const BlockTridiagonalProblem<float>&);
 
 namespace cpu {
 
+namespace {
+
 template <typename T>
-absl::StatusOr<SolveInfo> SolveBlockTridiagonal(const BlockTridiagonalProblem<T>& p0,
-                                                BlockMethod method,
-                                                const BlockOptions& options,
-                                                BlockOutput<T> out,
-                                                const SolveControl& control) {
+absl::StatusOr<SolveInfo> SolveBlock(const BlockTridiagonalProblem<T>& p0, BlockMethod method,
+                                     const BlockOptions& options, BlockOutput<T> out,
+                                     const SolveControl& control, BlockMonitor& mon) {
   const int64_t N = p0.N, M = p0.M, size = N * M;
   const bool automatic = method == BlockMethod::kAuto;
   if (automatic)
@@ -538,7 +544,8 @@ absl::StatusOr<SolveInfo> SolveBlockTridiagonal(const BlockTridiagonalProblem<T>
   auto fallback = [&](const std::string& before, const std::string& why, int64_t used,
                       bool* cancelled) {
     if (!AllFinite(size, 1, out.y)) start();
-    SolveInfo info = BicgstabFallback(p0, options, out.y, out.status, control, cancelled,
+    mon.set_offset(used);
+    SolveInfo info = BicgstabFallback(p0, options, out.y, out.status, control, mon, cancelled,
                                       std::max<int64_t>(options.max_iterations - used, 1));
     info.method = before + " -> " + info.method + " (" + why + ")";
     info.iterations += used;
@@ -563,8 +570,8 @@ absl::StatusOr<SolveInfo> SolveBlockTridiagonal(const BlockTridiagonalProblem<T>
     if (method == BlockMethod::kMultigridBicgstab) {
       if (!MgDiagonalsNonzero(BuildMultigrid(p0)))
         return not_run("a zero diagonal on a multigrid level");
-      info = BlockBicgstab(p0, options, out.y, out.status, control, &cancelled, Precond::kVCycle,
-                           options.max_iterations);
+      info = BlockBicgstab(p0, options, out.y, out.status, control, mon, &cancelled,
+                           Precond::kVCycle, options.max_iterations);
     } else {
       const bool multigrid = method == BlockMethod::kMultigridCg;
       std::vector<MgLevel<T>> levels;
@@ -578,7 +585,7 @@ absl::StatusOr<SolveInfo> SolveBlockTridiagonal(const BlockTridiagonalProblem<T>
         info = fallback(std::string(MethodName(method)) + " skipped", why, 0, &cancelled);
       } else {
         bool indefinite = false;
-        info = BlockCg(p0, options, out.y, out.status, control, &cancelled,
+        info = BlockCg(p0, options, out.y, out.status, control, mon, &cancelled,
                        multigrid ? &levels : nullptr, sign, &indefinite);
         if (automatic && indefinite && !cancelled) {
           std::string ran = std::string(MethodName(method)) + (sign < 0 ? " (negated)" : "");
@@ -649,6 +656,7 @@ absl::StatusOr<SolveInfo> SolveBlockTridiagonal(const BlockTridiagonalProblem<T>
   const int64_t L = options.max_iterations;
   double residual = BlockRelativeResidual(p0, y);
   const double initial_residual = residual;
+  mon.Check(0, residual);
   bool diverged = false;
   int64_t it = 0;
   for (; it < L && !diverged; ++it) {
@@ -692,6 +700,7 @@ absl::StatusOr<SolveInfo> SolveBlockTridiagonal(const BlockTridiagonalProblem<T>
     if (options.tol > 0 || (it + 1) % kBlockDivergenceCheckSweeps == 0) {
       residual = BlockRelativeResidual(p0, y);
       diverged = BlockResidualDiverged(residual, initial_residual);
+      mon.Check(it + 1, residual);
     }
   }
   if (options.tol <= 0 && !diverged) residual = BlockRelativeResidual(p0, y);
@@ -710,9 +719,9 @@ absl::StatusOr<SolveInfo> SolveBlockTridiagonal(const BlockTridiagonalProblem<T>
 }
 
 template <typename T>
-absl::StatusOr<SolveInfo> SolveBlockIndefinite(const BlockTridiagonalProblem<T>& p,
-                                               const BlockOptions& options, BlockOutput<T> out,
-                                               const SolveControl& control) {
+absl::StatusOr<SolveInfo> BlockIndefinite(const BlockTridiagonalProblem<T>& p,
+                                          const BlockOptions& options, BlockOutput<T> out,
+                                          const SolveControl& control, BlockMonitor& mon) {
   const int64_t size = p.N * p.M;
   if (AnyZeroRow(p)) {
     std::fill(out.y, out.y + size, T(0));
@@ -728,9 +737,31 @@ absl::StatusOr<SolveInfo> SolveBlockIndefinite(const BlockTridiagonalProblem<T>&
   else
     std::fill(out.y, out.y + size, T(0));
   bool cancelled = false;
-  SolveInfo info = BicgstabFallback(p, options, out.y, out.status, control, &cancelled,
+  SolveInfo info = BicgstabFallback(p, options, out.y, out.status, control, mon, &cancelled,
                                     options.max_iterations);
   if (cancelled) return absl::CancelledError("solve cancelled");
+  return info;
+}
+
+}  // namespace
+
+template <typename T>
+absl::StatusOr<SolveInfo> SolveBlockTridiagonal(const BlockTridiagonalProblem<T>& p,
+                                                BlockMethod method, const BlockOptions& options,
+                                                BlockOutput<T> out, const SolveControl& control) {
+  BlockMonitor mon(control);
+  auto info = SolveBlock(p, method, options, out, control, mon);
+  if (info.ok()) mon.Finish(&*info);
+  return info;
+}
+
+template <typename T>
+absl::StatusOr<SolveInfo> SolveBlockIndefinite(const BlockTridiagonalProblem<T>& p,
+                                               const BlockOptions& options, BlockOutput<T> out,
+                                               const SolveControl& control) {
+  BlockMonitor mon(control);
+  auto info = BlockIndefinite(p, options, out, control, mon);
+  if (info.ok()) mon.Finish(&*info);
   return info;
 }
 

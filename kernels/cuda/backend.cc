@@ -385,6 +385,7 @@ class CudaBackend final : public Backend {
     out.status[0] = st;
     info->iterations = solved.iterations;
     info->residual = solved.residual;
+    info->residual_history = std::move(solved.residual_history);
     // auto, where CG could not run or met indefiniteness on the device, or red-black's line
     // solves met a vanished pivot (a singular C_i, the matrix perhaps not): the CPU
     // reference's fallback on the host (BiCGStab with the V-cycle, the line solves or nothing,
@@ -394,11 +395,26 @@ class CudaBackend final : public Backend {
     if (automatic && (lines_singular || (st == SystemStatus::kNotConverged &&
                                          (info->method.find("indefinite") != std::string::npos ||
                                           info->method.find("not run") != std::string::npos)))) {
-      auto host = cpu::SolveBlockIndefinite(p, o, out, c);
+      // Its progress and history continue the device's iteration count.
+      SolveControl hc = c;
+      const int64_t ran = info->iterations;
+      if (c.progress) hc.progress = [&c, ran](int64_t it, double r) { c.progress(ran + it, r); };
+      auto host = cpu::SolveBlockIndefinite(p, o, out, hc);
       if (!host.ok()) return host.status();
       host->method = info->method + (lines_singular ? " (a line block is singular)" : "") +
                      " -> " + host->method + " (host)";
       host->iterations += info->iterations;
+      for (ResidualPoint& q : host->residual_history) q.iteration += ran;
+      if (!info->residual_history.empty()) info->residual_history.pop_back();  // not the end
+      host->residual_history.insert(host->residual_history.begin(),
+                                    info->residual_history.begin(), info->residual_history.end());
+      auto& hist = host->residual_history;  // within the limit still: every other point dropped
+      while (c.history_limit > 1 && int64_t(hist.size()) > std::max<int64_t>(c.history_limit, 2)) {
+        size_t kept = 0;
+        for (size_t i = 0; i + 1 < hist.size(); i += 2) hist[kept++] = hist[i];
+        hist[kept++] = hist.back();
+        hist.resize(kept);
+      }
       return host;
     }
     return info;

@@ -336,6 +336,80 @@ static void one_shot_block(int f32) {
   free(f), free(y);
 }
 
+/* ---- progress callbacks and the residual history ---- */
+
+typedef struct {
+  int calls, solving, phase_back, iteration_back, received_bytes_ok;
+  int last_phase;
+  int64_t last_iteration, max_iterations;
+  double last_residual;
+} Reports;
+
+static void on_progress(void* user_data, int phase, int64_t iteration, int64_t max_iterations,
+                        double residual, int64_t bytes_total, double elapsed_s) {
+  Reports* r = (Reports*)user_data;
+  (void)elapsed_s;
+  r->calls++;
+  if (phase < r->last_phase) r->phase_back++;
+  if (phase == TRISOLVE_PHASE_RECEIVED && bytes_total == 6 * BN * BM * 8) r->received_bytes_ok++;
+  if (phase == TRISOLVE_PHASE_SOLVING) {
+    r->solving++;
+    if (iteration < r->last_iteration) r->iteration_back++;
+    r->last_iteration = iteration;
+    r->max_iterations = max_iterations;
+    r->last_residual = residual;
+  }
+  r->last_phase = phase;
+}
+
+static void progress_and_history(void) {
+  const int64_t total = BN * BM;
+  double* co[5];
+  double *f = dalloc(total), *y = dalloc(total);
+  int status[1];
+  Reports rep;
+  memset(&rep, 0, sizeof rep);
+  make_block(co, 0.0);  /* the pure Laplacian: slow enough for gauss-seidel to be seen */
+  fill(f, total, -1, 1);
+  check(trisolve_set_progress(ctx, on_progress, &rep, 0.001) == TRISOLVE_INVALID_ARGUMENT,
+        "set_progress: interval 0.001 s refused");
+  check(trisolve_set_progress(ctx, on_progress, &rep, 0.01) == TRISOLVE_OK, "set_progress");
+  check(trisolve_set_residual_history(ctx, 1) == TRISOLVE_OK, "set_residual_history");
+  int rc = trisolve_solve_block(ctx, BN, BM, co[0], co[1], co[2], co[3], co[4], f, y, 1e-10,
+                                100000, status);
+  check(rc == TRISOLVE_OK && status[0] == TRISOLVE_SYSTEM_OK, "solve_block with progress: %s",
+        trisolve_code_name(rc));
+  check(rep.calls >= 2 && rep.received_bytes_ok == 1 && rep.phase_back == 0 &&
+            rep.iteration_back == 0,
+        "progress: %d reports, received first, never backwards", rep.calls);
+  const int64_t n = trisolve_residual_history(ctx, NULL, NULL, 0);
+  int64_t* its = malloc(sizeof(int64_t) * (size_t)(n > 0 ? n : 1));
+  double* res = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
+  check(n >= 2 && n <= 1024 && trisolve_residual_history(ctx, its, res, n) == n,
+        "residual_history: %lld points", (long long)n);
+  int increasing = 1;
+  for (int64_t i = 1; i < n; ++i) increasing &= its[i] > its[i - 1];
+  const double r = res_block(BN, BM, co, y, f);
+  check(n >= 2 && its[0] == 0 && fabs(res[0] - 1.0) < 1e-12 && increasing &&
+            res[n - 1] <= 1e-10 && fabs(res[n - 1] - r) < 1e-6 * (r + 1e-12),
+        "history: 0 .. %lld, ends at the final residual %.1e", n > 0 ? (long long)its[n - 1] : -1LL,
+        n > 0 ? res[n - 1] : -1.0);
+  check(rep.solving == 0 || (rep.max_iterations == 100000 && rep.last_iteration <= its[n - 1]),
+        "progress: iterations within the answer's");
+  /* Off again: no reports, no history. */
+  memset(&rep, 0, sizeof rep);
+  trisolve_set_progress(ctx, NULL, NULL, 0);
+  trisolve_set_residual_history(ctx, 0);
+  rc = trisolve_solve_block(ctx, BN, BM, co[0], co[1], co[2], co[3], co[4], f, y, 1e-10, 100000,
+                            status);
+  check(rc == TRISOLVE_OK && rep.calls == 0 && trisolve_residual_history(ctx, NULL, NULL, 0) == 0,
+        "progress off: no reports, no history");
+  check(trisolve_residual_history(NULL, NULL, NULL, 0) == -1, "residual_history(NULL) = -1");
+  free(its), free(res);
+  for (int j = 0; j < 5; ++j) free(co[j]);
+  free(f), free(y);
+}
+
 /* ---- persistent systems, every family, and their streams ----
  * Each family is described once: its coefficient arrays (double copies, rounded to float for
  * f32), a create call, a residual, and the array an update replaces. */
@@ -667,6 +741,7 @@ int main(void) {
     persistent(&F, f32);
     free_family(&F);
   }
+  progress_and_history();
   errors();
   trisolve_destroy(ctx);
   printf("%s (%d failures)\n", failures ? "FAILED" : "OK", failures);

@@ -10,6 +10,8 @@
 
 #include "absl/strings/string_view.h"
 #include <cstdint>
+#include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -32,6 +34,25 @@ absl::string_view KindName(Kind k);
 // The array names each kind takes, the right-hand side first.
 const std::vector<std::string>& ArrayNames(Kind k);
 
+// Where a solve is, as the server reports it (SolveWithProgress). phase: "received" (bytes: the
+// request's), "queued", "solving" (iterative methods: iteration, residual at the last check,
+// the limits), "sending" (bytes_total: x's). Phases only move forward; iterations too.
+struct Progress {
+  std::string phase;
+  int64_t bytes_done = 0, bytes_total = 0;
+  int64_t iteration = 0, max_iterations = 0;  // max_iterations 0: not an iterative solve
+  double residual = std::numeric_limits<double>::quiet_NaN();
+  double tol = 0;
+  double elapsed_s = 0;
+};
+using ProgressCallback = std::function<void(const Progress&)>;
+
+// One point of an iterative solve's residual history.
+struct HistoryPoint {
+  int64_t iteration = 0;
+  double residual = 0;
+};
+
 // An option the job's family does not take (tol on a tridiagonal job, interleaved on a dense
 // one, skip_residual on a block one, ...) is refused with INVALID_ARGUMENT naming it.
 struct JobOptions {
@@ -43,6 +64,13 @@ struct JobOptions {
   bool skip_residual = false;
   std::optional<double> timeout_s;  // the call's deadline
   std::string request_id;           // sent as x-request-id; the server's log uses it
+  // Called on the calling thread with the server's reports while Solve runs (at most one every
+  // progress_interval_s, 0: 0.1 s). The job then goes in one SolveWithProgress message (its
+  // arrays inline up to 64 MiB, or in registered memory); a larger inline job goes through
+  // SolveStream, which reports nothing.
+  ProgressCallback progress;
+  double progress_interval_s = 0;
+  bool residual_history = false;  // block-tridiagonal: Summary::residual_history
   // Where x goes (the right-hand side's shape and the job's type): inside a registered
   // SharedMemory the server writes it there itself; elsewhere the client copies it there. The
   // Result's x then has its shape and type but no data. Null: x comes back in the Result.
@@ -79,6 +107,7 @@ struct Summary {
   int64_t right_hand_sides = 0;   // one matrix, many right-hand sides: how many
   int batched_with = 0;
   Timings timings;
+  std::vector<HistoryPoint> residual_history;  // where JobOptions::residual_history asked
 };
 
 struct Result {

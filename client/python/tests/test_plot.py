@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import matplotlib  # an ImportError here is a failure, by design
+import matplotlib.colors
 import matplotlib.image
 import numpy as np
 import pytest
@@ -115,6 +116,58 @@ def test_heatmap_of_a_system_solved_on_the_server(server, client, tmp_path):
     assert r.returncode == 1 and "INVALID_ARGUMENT" in r.stderr and "cC" in r.stderr
 
 
+def test_history_plot_from_csv(tmp_path):
+    # A history as the server sends it (and trisolve solve --history-output writes it).
+    its = np.arange(0, 400, 8)
+    h = trisolve.ResidualHistory(iterations=its, residuals=10.0 ** (-its / 40.0))
+    csv_path = tmp_path / "h.csv"
+    h.to_csv(csv_path)
+    assert csv_path.read_text().startswith("iteration,residual\n0,1.0\n")
+    back = trisolve.ResidualHistory.from_csv(csv_path)
+    assert np.array_equal(back.iterations, its) and np.array_equal(back.residuals, h.residuals)
+    out = tmp_path / "h.png"
+    r = run_cli("plot", "history", str(csv_path), "-o", str(out), "--tol", "1e-8", "--dpi", "80")
+    assert r.returncode == 0, r.stdout + r.stderr
+    w, hh = png_size(out)
+    assert 400 <= w <= 800 and 250 <= hh <= 600, (w, hh)
+    assert 5_000 < out.stat().st_size < 500_000, out.stat().st_size
+    # The curve falls: the line's pixels (matplotlib's first colour) start high on the left and
+    # end low on the right.
+    img = matplotlib.image.imread(str(out))[..., :3]
+    blue = np.array(matplotlib.colors.to_rgb("C0"))
+    rows, cols = np.nonzero(np.linalg.norm(img - blue, axis=2) < 0.15)
+    assert rows.size > 50
+    left, right = rows[cols < np.percentile(cols, 10)], rows[cols > np.percentile(cols, 90)]
+    assert np.median(left) < np.median(right) - 0.3 * hh
+    # Bad histories are refused, exit 2, naming what is wrong.
+    (tmp_path / "bad.csv").write_text("iteration,residual\n0,1\nten,0.1\n")
+    r = run_cli("plot", "history", str(tmp_path / "bad.csv"), "-o", str(out))
+    assert r.returncode == 2 and "bad.csv:3" in r.stderr
+    (tmp_path / "back.csv").write_text("iteration,residual\n5,1\n3,0.1\n")
+    r = run_cli("plot", "history", str(tmp_path / "back.csv"), "-o", str(out))
+    assert r.returncode == 2 and "do not increase" in r.stderr
+
+
+def test_history_of_a_system_solved_on_the_server(server, client, tmp_path):
+    rng = np.random.default_rng(22)
+    arrays = dict(zip(("aC", "cC", "bC", "cA", "cB", "f"), block_problem(rng, 32, 32)[:6]))
+    args = []
+    for name, arr in arrays.items():
+        np.save(tmp_path / f"{name}.npy", arr)
+        args.append(f"{name}={tmp_path / f'{name}.npy'}")
+    out, csv_path = tmp_path / "h.png", tmp_path / "h.csv"
+    r = run_cli("plot", "history", "--server", server.target, *args, "--method", "gauss-seidel",
+                "--tol", "1e-12", "--progress", "-o", str(out), "--save-csv", str(csv_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "received" in r.stderr  # --progress printed the reports
+    assert 5_000 < out.stat().st_size < 500_000 and png_size(out)[0] >= 500
+    h = trisolve.ResidualHistory.from_csv(csv_path)
+    want = client.solve_block_tridiagonal(**arrays, method="gauss-seidel", tol=1e-12,
+                                          residual_history=True)
+    assert np.array_equal(h.iterations, want.summary.residual_history.iterations)
+    assert h.iterations[-1] == want.summary.iterations and h.residuals[-1] <= 1e-12
+
+
 def test_bench_plot_from_the_committed_baseline(tmp_path):
     assert BASELINE_CSV.exists(), f"{BASELINE_CSV} (cited by docs/kernels.md) is missing"
     out = tmp_path / "bench.png"
@@ -138,7 +191,8 @@ def test_bench_plot_from_the_committed_baseline(tmp_path):
 def test_committed_plots_in_docs_are_pngs_of_sane_size():
     """The pictures docs/ links to exist and are small PNGs (regenerate with the commands in
     docs/python.md)."""
-    for name in ("tridiagonal-h100-2026-11-24.png", "block-solution-heatmap.png"):
+    for name in ("tridiagonal-h100-2026-11-24.png", "block-solution-heatmap.png",
+                 "residual-history.png"):
         path = REPO / "docs" / "plots" / name
         assert path.exists(), path
         w, h = png_size(path)

@@ -13,7 +13,9 @@ the streaming RPC on their own. On the server's host, :class:`SharedMemory` regi
 ``Client(transport="auto")`` stages large jobs through one of its own; to a server on another
 host it writes jobs of 32 MiB or more into the server's memory over parallel connections
 (``transport="streams"`` for every job). ``python3 -m trisolve plot`` (:mod:`trisolve.plot`,
-with matplotlib) draws block solutions as heat maps and the benchmark CSVs as plots.
+with matplotlib) draws block solutions as heat maps, residual histories and the benchmark CSVs
+as plots. Any solve takes ``progress=callable`` (called with a :class:`Progress` while it runs);
+a block solve takes ``residual_history=True`` (``summary.residual_history``).
 
 Array rules (see ``trisolve._arrays``): float32 or float64 only (``TypeError`` naming the array
 otherwise); a float32/float64 mix travels as float64 unless ``dtype=`` says otherwise;
@@ -27,7 +29,8 @@ from .client import DEFAULT_TARGET, TLS, Client
 from .errors import (AlreadyExists, Cancelled, DataLoss, DeadlineExceeded, FailedPrecondition,
                      Internal, InvalidArgument, NotFound, PermissionDenied, ResourceExhausted,
                      TrisolveError, Unauthenticated, Unavailable, Unimplemented)
-from .results import Layout, MemoryRegion, Result, Summary, SystemInfo, SystemStatus, Timings
+from .results import (Layout, MemoryRegion, Progress, ResidualHistory, Result, Summary,
+                      SystemInfo, SystemStatus, Timings)
 from .shm import SharedMemory
 from .systems import System, SystemStream
 
@@ -39,5 +42,5 @@ __all__ = [
     "ResourceExhausted", "Unavailable", "DeadlineExceeded", "Unauthenticated", "PermissionDenied",
     "Unimplemented", "Cancelled", "FailedPrecondition", "AlreadyExists", "Internal", "DataLoss",
     "SharedMemory",
-    "MemoryRegion", "__version__",
+    "MemoryRegion", "Progress", "ResidualHistory", "__version__",
 ]

@@ -3,6 +3,9 @@
     python3 -m trisolve plot solution x.npy -o x.png                 # a block solution, N x M
     python3 -m trisolve plot solution --server HOST:PORT aC=aC.npy cC=cC.npy bC=bC.npy \\
         cA=cA.npy cB=cB.npy f=f.npy [y0=y0.npy] -o y.png [--save-x y.npy]   # solve, then draw
+    python3 -m trisolve plot history HISTORY.csv -o h.png             # iteration,residual lines
+    python3 -m trisolve plot history --server HOST:PORT aC=aC.npy ... f=f.npy -o h.png \
+        [--save-csv h.csv] [--progress]                              # solve, then draw
     python3 -m trisolve plot bench CSV [CSV ...] -o plot.png          # bench_tridiagonal CSVs
 
 Exit status: 0 written; 1 the server refused or failed the solve (its code and message are
@@ -13,7 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
@@ -48,6 +51,27 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--title", default=None)
     s.add_argument("--dpi", type=int, default=100)
 
+    h = what.add_parser("history", help="an iterative solve's residual history",
+                        description="Draws the relative residual against the iterations: from a "
+                        "CSV of iteration,residual lines (trisolve solve --history-output), or "
+                        "from a block system solved first on a server from NAME=FILE.npy "
+                        f"arrays ({', '.join(BLOCK_ARRAYS)}, optional y0).")
+    h.add_argument("inputs", nargs="+", metavar="HISTORY.csv | NAME=FILE.npy",
+                   help="the history, or the block system's arrays to solve")
+    h.add_argument("-o", "--output", required=True, help="the image (.png, .svg, .pdf)")
+    h.add_argument("--server", default=os.environ.get("TRISOLVE_SERVER", "127.0.0.1:50051"),
+                   help="HOST:PORT of trisolved, when solving")
+    h.add_argument("--token", default=os.environ.get("TRISOLVE_TOKEN"), help="bearer token")
+    h.add_argument("--method", default="auto")
+    h.add_argument("--tol", type=float, default=None,
+                   help="when solving: the tolerance; always: drawn as a dashed line")
+    h.add_argument("--max-iterations", type=int, default=None)
+    h.add_argument("--save-csv", metavar="H.csv", help="also write the solved history here")
+    h.add_argument("--progress", action="store_true",
+                   help="when solving: print the server's progress reports on stderr")
+    h.add_argument("--title", default=None)
+    h.add_argument("--dpi", type=int, default=100)
+
     b = what.add_parser("bench", help="bench_tridiagonal CSVs as plots",
                         description="Plots the time and the fraction of the device copy rate of "
                         "the best trisolve kernel per layout and the best cuSPARSE routine "
@@ -74,6 +98,12 @@ def _solve(args: argparse.Namespace) -> "tuple[Optional[np.ndarray], int, str]":
     """x from the inputs: loaded, or solved on the server. (x, exit status, title)."""
     if len(args.inputs) == 1 and "=" not in args.inputs[0]:
         return _load(args.inputs[0]), 0, args.title or os.path.basename(args.inputs[0])
+    r, status, title = _solve_block(args, history=False)
+    return (None if r is None else r.x), status, title
+
+
+def _solve_block(args: argparse.Namespace, history: bool) -> "tuple[Optional[Any], int, str]":
+    """The block system of NAME=FILE.npy inputs solved on the server: (Result, status, title)."""
     arrays: Dict[str, np.ndarray] = {}
     for item in args.inputs:
         name, sep, path = item.partition("=")
@@ -89,10 +119,20 @@ def _solve(args: argparse.Namespace) -> "tuple[Optional[np.ndarray], int, str]":
                                   f"{', '.join(BLOCK_ARRAYS)})"), ""
     import trisolve
 
+    def report(p: "trisolve.Progress") -> None:
+        it = (f" iteration {p.iteration}/{p.max_iterations}, residual {p.residual:.3e}"
+              if p.phase == "solving" and p.max_iterations else "")
+        print(f"{p.elapsed_s:7.2f} s  {p.phase}{it}", file=sys.stderr)
+
+    extra: Dict[str, Any] = {}
+    if history:
+        extra["residual_history"] = True
+    if getattr(args, "progress", False):
+        extra["progress"] = report
     try:
         with trisolve.Client(args.server, token=args.token) as client:
             r = client.solve_block_tridiagonal(**arrays, method=args.method, tol=args.tol,
-                                               max_iterations=args.max_iterations)
+                                               max_iterations=args.max_iterations, **extra)
     except trisolve.TrisolveError as e:
         print(f"python3 -m trisolve: the server said {e.code.name}: {e.message}", file=sys.stderr)
         return None, 1, ""
@@ -105,7 +145,30 @@ def _solve(args: argparse.Namespace) -> "tuple[Optional[np.ndarray], int, str]":
               file=sys.stderr)
     title = args.title or (f"{s.method}: {s.iterations} iterations, "
                            f"residual {s.residual:.2e}")
-    return r.x, status, title
+    return r, status, title
+
+
+def _history(args: argparse.Namespace) -> int:
+    from . import plot
+    from .results import ResidualHistory
+
+    if len(args.inputs) == 1 and "=" not in args.inputs[0]:
+        hist = ResidualHistory.from_csv(args.inputs[0])
+        status, title = 0, args.title or os.path.basename(args.inputs[0])
+    else:
+        r, status, title = _solve_block(args, history=True)
+        if r is None:
+            return status
+        hist = r.summary.residual_history
+        if len(hist) == 0:
+            print("python3 -m trisolve: the server sent no residual history (a server older "
+                  "than SolveSummary.residual_history?)", file=sys.stderr)
+            return 1
+        if args.save_csv:
+            hist.to_csv(args.save_csv)
+    plot.history_plot(hist, args.output, title=title, tol=args.tol, dpi=args.dpi)
+    print(f"wrote {args.output}")
+    return status
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -117,6 +180,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             plot.bench_plot(args.csv, args.output, dpi=args.dpi)
             print(f"wrote {args.output}")
             return 0
+        if args.what == "history":
+            return _history(args)
         x, status, title = _solve(args)
         if x is None:
             return status

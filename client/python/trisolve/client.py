@@ -22,8 +22,8 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import (TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Sequence,
-                    Tuple, Union)
+from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Mapping, Optional,
+                    Sequence, Tuple, Union)
 
 import grpc
 import numpy as np
@@ -33,7 +33,14 @@ from ._arrays import DTypeLike, LayoutLike
 from ._proto import pb, pb_grpc
 from .errors import (DataLoss, FailedPrecondition, NotFound, TrisolveError, Unavailable,
                      from_rpc_error)
-from .results import MemoryRegion, Result, Summary, SystemInfo, numpy_dtype, proto_dtype
+from .results import (MemoryRegion, Progress, Result, Summary, SystemInfo, numpy_dtype,
+                      proto_dtype)
+
+ProgressCallback = Callable[[Progress], Any]
+# The most bytes a SolveWithProgress request carries inline: the server's default message limit
+# (64 MiB) less room for the rest of the message. Larger inline jobs go through SolveStream,
+# which reports no progress.
+_PROGRESS_INLINE_BYTES = (64 << 20) - (64 << 10)
 from .shm import ALIGN, SharedMemory
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -774,7 +781,9 @@ class Client:
                           method: str = "auto", skip_residual: bool = False, *,
                           dtype: DTypeLike = None, timeout: Optional[float] = None,
                           request_id: Optional[str] = None,
-                          out: Optional[np.ndarray] = None) -> Result:
+                          out: Optional[np.ndarray] = None,
+                          progress: Optional[ProgressCallback] = None,
+                          progress_interval: float = 0.0) -> Result:
         """Solves ``a[k] x[k-1] + b[k] x[k] + c[k] x[k+1] = d[k]`` for each system of a batch.
 
         Args:
@@ -794,6 +803,12 @@ class Client:
             out: an array for x (``d``'s shape, the job's dtype, writable): in registered shared
                 memory the server writes x straight into it; elsewhere the client copies x
                 into it. The Result's ``x`` is then ``out``.
+            progress: called on this thread with a :class:`Progress` as the server reports
+                (``SolveWithProgress``: at most one every ``progress_interval`` seconds, 0:
+                0.1 s); the job then goes in one message (its arrays inline up to 64 MiB, or
+                by reference to shared memory), a larger one through ``SolveStream`` without
+                reports. An exception it raises cancels the call and propagates.
+            progress_interval: see ``progress`` (0, or 0.01 to 3600).
 
         Returns:
             a :class:`Result` (``x`` in ``d``'s shape and layout).
@@ -805,12 +820,15 @@ class Client:
         dt, arrays = _arrays.prepare({"d": d, "a": a, "b": b, "c": c}, dtype)
         req = pb.TridiagonalRequest(dtype=proto_dtype(dt), layout=int(_arrays.parse_layout(layout)),
                                     method=method, skip_residual=skip_residual)
-        return self._solve(_TRIDIAGONAL, req, arrays, dt, timeout, request_id, out)
+        return self._solve(_TRIDIAGONAL, req, arrays, dt, timeout, request_id, out, progress,
+                           progress_interval)
 
     def solve_tree(self, parent: Any, lower: Any, upper: Any, diag: Any, rhs: Any,
                    layout: LayoutLike = "flat", method: str = "auto", skip_residual: bool = False,
                    *, dtype: DTypeLike = None, timeout: Optional[float] = None,
-                   request_id: Optional[str] = None, out: Optional[np.ndarray] = None) -> Result:
+                   request_id: Optional[str] = None, out: Optional[np.ndarray] = None,
+                   progress: Optional[ProgressCallback] = None,
+                   progress_interval: float = 0.0) -> Result:
         """Solves Hines (tree) systems: ``A[i][i] = diag[i]``, ``A[i][parent[i]] = lower[i]``,
         ``A[parent[i]][i] = upper[i]``.
 
@@ -820,8 +838,8 @@ class Client:
                 ``parent[i] < i``); int64 is accepted when every value fits int32.
             lower, upper, diag, rhs: ``batch x n`` (flat) or ``n x batch`` (interleaved), or 1-D.
                 Converted to C order as in :meth:`solve_tridiagonal`.
-            layout, skip_residual, dtype, timeout, request_id, out: as in
-                :meth:`solve_tridiagonal`.
+            layout, skip_residual, dtype, timeout, request_id, out, progress,
+                progress_interval: as in :meth:`solve_tridiagonal`.
             method: ``"auto"``, ``"hines"``, ``"cables"``, ``"contraction"``.
         """
         dt, arrays = _arrays.prepare({"rhs": rhs, "lower": lower, "upper": upper, "diag": diag},
@@ -829,7 +847,8 @@ class Client:
         arrays["parent"] = _arrays.parent_array(parent)
         req = pb.TreeRequest(dtype=proto_dtype(dt), layout=int(_arrays.parse_layout(layout)),
                              method=method, skip_residual=skip_residual)
-        return self._solve(_TREE, req, arrays, dt, timeout, request_id, out)
+        return self._solve(_TREE, req, arrays, dt, timeout, request_id, out, progress,
+                           progress_interval)
 
     def solve_block_tridiagonal(self, aC: Any, cC: Any, bC: Any, cA: Any, cB: Any, f: Any,
                                 y0: Any = None, method: str = "auto",
@@ -837,7 +856,10 @@ class Client:
                                 tol: Optional[float] = None, scale_rows: bool = False, *,
                                 dtype: DTypeLike = None, timeout: Optional[float] = None,
                                 request_id: Optional[str] = None,
-                                out: Optional[np.ndarray] = None) -> Result:
+                                out: Optional[np.ndarray] = None,
+                                progress: Optional[ProgressCallback] = None,
+                                progress_interval: float = 0.0,
+                                residual_history: bool = False) -> Result:
         """Solves the block-tridiagonal (hemodynamics) system iteratively.
 
         N block rows of order M, every array ``N x M``: block row i is
@@ -855,6 +877,10 @@ class Client:
             scale_rows: the thesis' Jacobi row scaling before iterating.
             dtype, timeout, request_id, out: as in :meth:`solve_tridiagonal` (``out``: ``f``'s
                 shape).
+            progress, progress_interval: as in :meth:`solve_tridiagonal`; while solving, each
+                :class:`Progress` carries the iterations done and the residual at the last check.
+            residual_history: the summary carries the residual history
+                (``summary.residual_history``, a :class:`ResidualHistory`; one right-hand side).
 
         Returns:
             a :class:`Result`; ``summary.iterations`` and ``summary.residual`` say how far it
@@ -871,11 +897,15 @@ class Client:
             req.max_iterations = int(max_iterations)
         if tol is not None:
             req.tol = float(tol)
-        return self._solve(_BLOCK, req, arrays, dt, timeout, request_id, out)
+        req.residual_history = bool(residual_history)
+        return self._solve(_BLOCK, req, arrays, dt, timeout, request_id, out, progress,
+                           progress_interval)
 
     def solve_dense(self, A: Any, b: Any, method: str = "auto", skip_residual: bool = False, *,
                     dtype: DTypeLike = None, timeout: Optional[float] = None,
-                    request_id: Optional[str] = None, out: Optional[np.ndarray] = None) -> Result:
+                    request_id: Optional[str] = None, out: Optional[np.ndarray] = None,
+                    progress: Optional[ProgressCallback] = None,
+                    progress_interval: float = 0.0) -> Result:
         """Solves dense systems ``A x = b``.
 
         Args:
@@ -884,18 +914,22 @@ class Client:
                 its meaning.
             b: ``batch x n`` or ``n``.
             method: ``"auto"``, ``"gauss-jordan"``, ``"lu"``, ``"householder-pcr"`` (symmetric A).
-            skip_residual, dtype, timeout, request_id, out: as in :meth:`solve_tridiagonal`
-                (``out``: ``b``'s shape).
+            skip_residual, dtype, timeout, request_id, out, progress, progress_interval: as in
+                :meth:`solve_tridiagonal` (``out``: ``b``'s shape).
         """
         dt, named = _arrays.prepare({"b": b, "A": A}, dtype)
         arrays = {"b": named["b"], "a": named["A"]}
         req = pb.DenseRequest(dtype=proto_dtype(dt), method=method, skip_residual=skip_residual)
-        return self._solve(_DENSE, req, arrays, dt, timeout, request_id, out)
+        return self._solve(_DENSE, req, arrays, dt, timeout, request_id, out, progress,
+                           progress_interval)
 
     def _solve(self, fam: _Family, req: Any, arrays: Dict[str, np.ndarray], dt: np.dtype,
                timeout: Optional[float], request_id: Optional[str],
-               out: Optional[np.ndarray] = None) -> Result:
+               out: Optional[np.ndarray] = None, progress: Optional[ProgressCallback] = None,
+               progress_interval: float = 0.0) -> Result:
         t0 = time.perf_counter()
+        if progress is not None and not callable(progress):
+            raise TypeError(f"progress must be callable, got {type(progress).__name__}")
         # Arrays in the family's order (the right-hand side first), as the C++ client sends them.
         order = [field for _, field in fam.fields if field in arrays]
         x_shape = tuple(arrays[fam.fields[0][1]].shape)
@@ -905,7 +939,8 @@ class Client:
             getattr(req, field).shape.extend(arrays[field].shape)
         pl = self._place({f: arrays[f] for f in order}, out, x_shape, dt)
         try:
-            if pl.inline_bytes <= self.stream_threshold_bytes:
+            reporting = progress is not None and pl.inline_bytes <= _PROGRESS_INLINE_BYTES
+            if reporting or pl.inline_bytes <= self.stream_threshold_bytes:
                 for field in order:
                     if pl.refs[field] is not None:
                         getattr(req, field).region.CopyFrom(pl.refs[field])
@@ -913,7 +948,13 @@ class Client:
                         getattr(req, field).data = arrays[field].tobytes()
                 if pl.x_ref is not None:
                     req.x_region.CopyFrom(pl.x_ref)
-                result = self._deliver(pl, self._unary(fam.rpc, req, timeout, request_id), out)
+                if reporting:
+                    assert progress is not None
+                    resp = self._solve_with_progress(fam, req, progress, progress_interval,
+                                                     timeout, request_id)
+                else:
+                    resp = self._unary(fam.rpc, req, timeout, request_id)
+                result = self._deliver(pl, resp, out)
             else:  # every array in chunks (references are for unary requests), x back in chunks
                 pl.x_ref = None
                 result = self._solve_stream(fam, req, [(f, arrays[f]) for f in order], timeout,
@@ -923,6 +964,30 @@ class Client:
             self._release(pl)
         result.summary.timings.client_total_us = (time.perf_counter() - t0) * 1e6
         return result
+
+    def _solve_with_progress(self, fam: _Family, req: Any, progress: ProgressCallback,
+                             interval: float, timeout: Optional[float],
+                             request_id: Optional[str]) -> Any:
+        """SolveWithProgress: ``progress`` called with each report; the answer returned."""
+        preq = pb.ProgressRequest(interval_s=float(interval))
+        getattr(preq, fam.oneof).CopyFrom(req)
+        call = self._stub.SolveWithProgress(preq, timeout=self._timeout(timeout),
+                                            metadata=self._metadata(request_id))
+        answer = None
+        try:
+            for msg in call:
+                if msg.HasField("progress"):
+                    progress(Progress.from_proto(msg.progress))
+                elif msg.HasField("answer"):
+                    answer = msg.answer
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+        except BaseException:
+            call.cancel()  # the callback failed: the server stops the solve and frees its slot
+            raise
+        if answer is None:
+            raise DataLoss(grpc.StatusCode.DATA_LOSS, "SolveWithProgress ended without an answer")
+        return answer
 
     def _solve_stream(self, fam: _Family, header: Any, arrays: Sequence[Tuple[str, np.ndarray]],
                       timeout: Optional[float], request_id: Optional[str]) -> Result:

@@ -1,6 +1,9 @@
-"""Pictures: a block system's solution as a heat map, and the benchmark tables as plots.
+"""Pictures: a block system's solution as a heat map, an iterative solve's residual history,
+and the benchmark tables as plots.
 
     python3 -m trisolve plot solution x.npy -o x.png
+    python3 -m trisolve plot history history.csv -o history.png      # trisolve solve --history-output
+    python3 -m trisolve plot history --server HOST:PORT aC=aC.npy ... f=f.npy -o history.png
     python3 -m trisolve plot solution --server HOST:PORT aC=aC.npy cC=cC.npy bC=bC.npy \\
         cA=cA.npy cB=cB.npy f=f.npy -o y.png [--save-x y.npy]
     python3 -m trisolve plot bench tests/bench/results/tridiagonal-h100-2026-11-24-session21-final.csv \\
@@ -19,7 +22,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-__all__ = ["solution_heatmap", "bench_plot", "read_bench_csv", "BENCH_COLUMNS"]
+__all__ = ["solution_heatmap", "history_plot", "bench_plot", "read_bench_csv", "BENCH_COLUMNS"]
 
 # The columns tests/bench's bench_tridiagonal writes (and summarize.py reads).
 BENCH_COLUMNS = ("device", "copy_gbs", "dtype", "n", "batch", "layout", "kernel", "ms",
@@ -90,6 +93,49 @@ def solution_heatmap(x: np.ndarray, path: str, title: Optional[str] = None, inde
         caption += f"; {int(bad.sum())} non-finite values left blank"
     ax.set_title((title + "\n" if title else "") + caption, fontsize=10)
     fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def history_plot(history: Any, path: str, title: Optional[str] = None,
+                 tol: Optional[float] = None, dpi: int = 100) -> str:
+    """Draws a residual history (a :class:`trisolve.ResidualHistory`, or any object with
+    ``iterations`` and ``residuals`` arrays) as the relative residual against the iterations on
+    a log scale, with ``tol`` as a dashed line where given, and writes it to ``path``.
+
+    Zero residuals (an exact solve) are drawn at the bottom of the axis; non-finite ones are
+    left out and counted in the caption. ``ValueError`` for an empty history or one whose
+    iterations do not increase.
+    """
+    its = np.asarray(history.iterations, dtype=np.int64)
+    res = np.asarray(history.residuals, dtype=np.float64)
+    if its.size == 0 or its.size != res.size:
+        raise ValueError(f"a residual history needs as many iterations as residuals, at least "
+                         f"one (got {its.size} and {res.size})")
+    if its.size > 1 and not np.all(np.diff(its) > 0):
+        raise ValueError("the history's iterations do not increase")
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7.0, 4.5), dpi=dpi)
+    finite = np.isfinite(res)
+    positive = finite & (res > 0)
+    floor = res[positive].min() / 10 if positive.any() else 1e-16
+    shown = np.where(positive, res, floor)
+    ax.semilogy(its[finite], shown[finite], marker="o" if its.size <= 64 else None,
+                markersize=3, linewidth=1.5, label="||f - A y|| / ||f||")
+    if tol is not None and tol > 0:
+        ax.axhline(tol, linestyle="--", color="grey", linewidth=1, label=f"tol {tol:.0e}")
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("relative residual")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(loc="upper right")
+    caption = (f"{its.size} points, {int(its[-1])} iterations, final residual "
+               f"{res[-1]:.3e}" if finite[-1] else f"{its.size} points, final residual {res[-1]}")
+    if not finite.all():
+        caption += f"; {int((~finite).sum())} non-finite left out"
+    ax.set_title(title or "residual history", fontsize=11)
+    fig.text(0.5, 0.01, caption, ha="center", fontsize=8)
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
     fig.savefig(path)
     plt.close(fig)
     return path

@@ -9,7 +9,8 @@ import numpy as np
 
 from ._proto import pb
 
-__all__ = ["Layout", "SystemStatus", "Timings", "Summary", "Result", "SystemInfo", "MemoryRegion"]
+__all__ = ["Layout", "SystemStatus", "Timings", "Summary", "Result", "SystemInfo", "MemoryRegion",
+           "Progress", "ResidualHistory"]
 
 
 class Layout(enum.IntEnum):
@@ -47,6 +48,87 @@ class Timings:
 
 
 @dataclass
+class ResidualHistory:
+    """An iterative solve's relative residual at the checks it made (``residual_history=True``):
+    ``iterations`` (int64, increasing, from 0) and ``residuals`` (float64), the last pair the
+    summary's ``iterations`` and ``residual``. At most 1024 points: past that the server keeps
+    every other one and records at twice the stride, so they span the whole solve evenly."""
+
+    iterations: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    residuals: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float64))
+
+    def __len__(self) -> int:
+        return int(self.iterations.size)
+
+    @classmethod
+    def from_proto(cls, points) -> "ResidualHistory":
+        return cls(iterations=np.array([p.iteration for p in points], dtype=np.int64),
+                   residuals=np.array([p.residual for p in points], dtype=np.float64))
+
+    def to_csv(self, path) -> None:
+        """Writes ``iteration,residual`` lines (what ``trisolve solve --history-output`` writes
+        and ``python3 -m trisolve plot history`` reads)."""
+        with open(path, "w") as out:
+            out.write("iteration,residual\n")
+            for it, r in zip(self.iterations.tolist(), self.residuals.tolist()):
+                out.write(f"{it},{r!r}\n")
+
+    @classmethod
+    def from_csv(cls, path) -> "ResidualHistory":
+        """Reads what :meth:`to_csv` writes; ``ValueError`` naming the line otherwise."""
+        its, res = [], []
+        with open(path) as f:
+            header = f.readline().strip()
+            if header != "iteration,residual":
+                raise ValueError(f"{path}: expected the header 'iteration,residual', "
+                                 f"got {header[:40]!r}")
+            for n, line in enumerate(f, start=2):
+                if not line.strip():
+                    continue
+                parts = line.strip().split(",")
+                try:
+                    if len(parts) != 2:
+                        raise ValueError
+                    its.append(int(parts[0]))
+                    res.append(float(parts[1]))
+                except ValueError:
+                    raise ValueError(f"{path}:{n}: expected ITERATION,RESIDUAL, got "
+                                     f"{line.strip()[:40]!r}") from None
+        return cls(iterations=np.array(its, dtype=np.int64), residuals=np.array(res))
+
+
+@dataclass
+class Progress:
+    """Where a solve is (``progress=`` callbacks), as the server reports it.
+
+    ``phase``: ``"received"`` (``bytes_total``: the request's arrays), ``"queued"``,
+    ``"solving"`` (iterative methods: ``iteration``, ``residual`` at the last check -- NaN before
+    the first -- and the request's ``max_iterations`` and ``tol``; ``max_iterations`` is 0 for a
+    direct method), ``"sending"`` (``bytes_total``: x's, 0 when x goes into shared memory).
+    Phases only move forward, and iterations too. ``elapsed_s``: since the server got the call.
+    """
+
+    phase: str = ""
+    bytes_done: int = 0
+    bytes_total: int = 0
+    iteration: int = 0
+    max_iterations: int = 0
+    residual: float = float("nan")
+    tol: float = 0.0
+    elapsed_s: float = 0.0
+
+    _PHASES = {1: "received", 2: "queued", 3: "solving", 4: "sending"}
+
+    @classmethod
+    def from_proto(cls, p: "pb.Progress") -> "Progress":
+        return cls(phase=cls._PHASES.get(int(p.phase), "unknown"), bytes_done=p.bytes_done,
+                   bytes_total=p.bytes_total, iteration=p.iteration,
+                   max_iterations=p.max_iterations,
+                   residual=p.residual if p.HasField("residual") else float("nan"),
+                   tol=p.tol, elapsed_s=p.elapsed_s)
+
+
+@dataclass
 class Summary:
     """The server's summary of a solve (the proto's ``SolveSummary``), plus ``streamed``.
 
@@ -73,6 +155,8 @@ class Summary:
     # chunks), "shared-memory" (some array or x by reference to a registered region) or
     # "streams" (written into the server's memory over parallel connections, x read back).
     transport: str = "grpc"
+    # Where the request asked (block-tridiagonal, ``residual_history=True``); else empty.
+    residual_history: ResidualHistory = field(default_factory=ResidualHistory)
 
     @classmethod
     def from_proto(cls, s: "pb.SolveSummary", streamed: bool = False,
@@ -87,7 +171,8 @@ class Summary:
                             total_us=t.total_us),
             request_id=s.request_id, batched_with=s.batched_with,
             right_hand_sides=s.right_hand_sides, handle=s.handle, streamed=streamed,
-            transport="grpc-stream" if streamed else transport)
+            transport="grpc-stream" if streamed else transport,
+            residual_history=ResidualHistory.from_proto(s.residual_history))
 
 
 @dataclass

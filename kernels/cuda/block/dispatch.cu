@@ -21,12 +21,17 @@ absl::StatusOr<SolveInfo> SolveBlockTridiagonalDevice(const BlockTridiagonalProb
                                                       const SolveControl& control,
                                                       cudaStream_t stream) {
   if (method == BlockMethod::kAuto) method = BlockMethod::kRedBlack;  // (ResolveBlockMethod: cg)
+  BlockMonitor mon(control);
+  absl::StatusOr<SolveInfo> info;
   if (method == BlockMethod::kMultigridBicgstab)
-    return BicgstabDevice(p, o, y, status, pool, control, stream);
-  if (method == BlockMethod::kCg || method == BlockMethod::kMultigridCg)
-    return CgDevice(p, o, y, status, pool, control, stream,
+    info = BicgstabDevice(p, o, y, status, pool, control, mon, stream);
+  else if (method == BlockMethod::kCg || method == BlockMethod::kMultigridCg)
+    info = CgDevice(p, o, y, status, pool, control, mon, stream,
                     method == BlockMethod::kMultigridCg);
-  return SweepsDevice(p, method, o, y, status, pool, control, stream);
+  else
+    info = SweepsDevice(p, method, o, y, status, pool, control, mon, stream);
+  if (info.ok()) mon.Finish(&*info);
+  return info;
 }
 
 template BlockMethod ResolveBlockMethod(const BlockTridiagonalProblem<double>&, BlockMethod,

@@ -14,21 +14,23 @@ namespace trisolve::cuda {
 template <typename T>
 absl::StatusOr<SolveInfo> CgDevice(const BlockTridiagonalProblem<T>& p, const BlockOptions& o,
                                    T* y, SystemStatus* status, Pool& pool,
-                                   const SolveControl& control, cudaStream_t stream,
-                                   bool multigrid);
+                                   const SolveControl& control, BlockMonitor& mon,
+                                   cudaStream_t stream, bool multigrid);
 
 // BiCGStab right-preconditioned by the V-cycle.
 template <typename T>
 absl::StatusOr<SolveInfo> BicgstabDevice(const BlockTridiagonalProblem<T>& p,
                                          const BlockOptions& o, T* y, SystemStatus* status,
                                          Pool& pool, const SolveControl& control,
-                                         cudaStream_t stream);
+                                         BlockMonitor& mon, cudaStream_t stream);
 
+// Each feeds `mon` (BlockMonitor) where it reads its residual back anyway; the dispatch
+// finishes it.
 // red-black, jacobi or gauss-seidel sweeps (method one of those three).
 template <typename T>
 absl::StatusOr<SolveInfo> SweepsDevice(const BlockTridiagonalProblem<T>& p, BlockMethod method,
                                        const BlockOptions& o, T* y, SystemStatus* status,
                                        Pool& pool, const SolveControl& control,
-                                       cudaStream_t stream);
+                                       BlockMonitor& mon, cudaStream_t stream);
 
 }  // namespace trisolve::cuda

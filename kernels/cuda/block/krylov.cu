@@ -47,8 +47,8 @@ absl::StatusOr<SolveInfo> NotRun(const BlockTridiagonalProblem<T>& p, const std:
 template <typename T>
 absl::StatusOr<SolveInfo> CgDevice(const BlockTridiagonalProblem<T>& p, const BlockOptions& o,
                                    T* y, SystemStatus* status, Pool& pool,
-                                   const SolveControl& control, cudaStream_t stream,
-                                   bool multigrid) {
+                                   const SolveControl& control, BlockMonitor& mon,
+                                   cudaStream_t stream, bool multigrid) {
   const int64_t N = p.N, M = p.M, size = N * M;
   auto buf = pool.Get(kAccBytes + int64_t(sizeof(T)) * 4 * size + N + 3);
   if (!buf.ok()) return buf.status();
@@ -102,6 +102,7 @@ absl::StatusOr<SolveInfo> CgDevice(const BlockTridiagonalProblem<T>& p, const Bl
   if (auto st = dots(r, r, r, z, h); !st.ok()) return st;
   double res = std::sqrt(h[0]) / scale, rz = h[1];
   bool indefinite = !(sign * rz > 0) && res > o.tol && res > 0;
+  mon.Check(0, res);
   int64_t it = 0;
   for (; it < o.max_iterations && !indefinite; ++it) {
     if (res <= o.tol) break;
@@ -118,6 +119,7 @@ absl::StatusOr<SolveInfo> CgDevice(const BlockTridiagonalProblem<T>& p, const Bl
     if (auto st = precondition(); !st.ok()) return st;
     if (auto st = dots(r, r, r, z, h); !st.ok()) return st;
     res = std::sqrt(h[0]) / scale;
+    mon.Check(it + 1, res);
     if (!(sign * h[1] > 0) && res > o.tol && res > 0) {  // the preconditioner is not definite
       indefinite = true;
       ++it;
@@ -184,7 +186,7 @@ template <typename T>
 absl::StatusOr<SolveInfo> BicgstabDevice(const BlockTridiagonalProblem<T>& p,
                                          const BlockOptions& o, T* y, SystemStatus* status,
                                          Pool& pool, const SolveControl& control,
-                                         cudaStream_t stream) {
+                                         BlockMonitor& mon, cudaStream_t stream) {
   const int64_t N = p.N, M = p.M, size = N * M;
   // r, r0, p, v, y-hat, s, z, t; the levels in their own buffer.
   auto buf = pool.Get(kAccBytes + int64_t(sizeof(T)) * 8 * size + 16);
@@ -222,6 +224,7 @@ absl::StatusOr<SolveInfo> BicgstabDevice(const BlockTridiagonalProblem<T>& p,
   SolveInfo info;
   info.method = "multigrid-bicgstab";
   double rho = 1, alpha = 1, omega = 1;
+  mon.Check(0, res);
   int64_t it = 0;
   for (; it < o.max_iterations; ++it) {
     if (res <= o.tol) break;
@@ -241,6 +244,7 @@ absl::StatusOr<SolveInfo> BicgstabDevice(const BlockTridiagonalProblem<T>& p,
     res = std::sqrt(h[0]) / scale;
     if (res <= o.tol) {
       ++it;
+      mon.Check(it, res);
       break;
     }
     if (auto st = precondition(sv, zv); !st.ok()) return st;
@@ -250,6 +254,7 @@ absl::StatusOr<SolveInfo> BicgstabDevice(const BlockTridiagonalProblem<T>& p,
     BicgUpdate<T><<<Blocks(size), kThreads, 0, stream>>>(size, T(omega), zv, sv, tv, y, r);
     if (auto st = dots(r, r, nullptr, nullptr); !st.ok()) return st;
     res = std::sqrt(h[0]) / scale;
+    mon.Check(it + 1, res);
     rho = rho_new;
     if (omega == 0 || !std::isfinite(omega)) {
       ++it;
@@ -276,15 +281,19 @@ absl::StatusOr<SolveInfo> BicgstabDevice(const BlockTridiagonalProblem<T>& p,
 
 template absl::StatusOr<SolveInfo> CgDevice(const BlockTridiagonalProblem<double>&,
                                             const BlockOptions&, double*, SystemStatus*, Pool&,
-                                            const SolveControl&, cudaStream_t, bool);
+                                            const SolveControl&, BlockMonitor&, cudaStream_t,
+                                            bool);
 template absl::StatusOr<SolveInfo> CgDevice(const BlockTridiagonalProblem<float>&,
                                             const BlockOptions&, float*, SystemStatus*, Pool&,
-                                            const SolveControl&, cudaStream_t, bool);
+                                            const SolveControl&, BlockMonitor&, cudaStream_t,
+                                            bool);
 template absl::StatusOr<SolveInfo> BicgstabDevice(const BlockTridiagonalProblem<double>&,
                                                   const BlockOptions&, double*, SystemStatus*,
-                                                  Pool&, const SolveControl&, cudaStream_t);
+                                                  Pool&, const SolveControl&, BlockMonitor&,
+                                                  cudaStream_t);
 template absl::StatusOr<SolveInfo> BicgstabDevice(const BlockTridiagonalProblem<float>&,
                                                   const BlockOptions&, float*, SystemStatus*,
-                                                  Pool&, const SolveControl&, cudaStream_t);
+                                                  Pool&, const SolveControl&, BlockMonitor&,
+                                                  cudaStream_t);
 
 }  // namespace trisolve::cuda

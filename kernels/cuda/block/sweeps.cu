@@ -118,7 +118,7 @@ template <typename T>
 absl::StatusOr<SolveInfo> SweepsDevice(const BlockTridiagonalProblem<T>& p, BlockMethod method,
                                        const BlockOptions& o, T* y, SystemStatus* status,
                                        Pool& pool, const SolveControl& control,
-                                       cudaStream_t stream) {
+                                       BlockMonitor& mon, cudaStream_t stream) {
   const SweepTuning g_sweep = GetSweepTuning();
   const int64_t N = p.N, M = p.M, size = N * M, half = (N + 1) / 2;
   // The fused sweeps (one kernel launch for many sweeps) where a row fits one block and the
@@ -210,6 +210,7 @@ absl::StatusOr<SolveInfo> SweepsDevice(const BlockTridiagonalProblem<T>& p, Bloc
   if (!r0.ok()) return r0.status();
   const double initial_res = *r0;
   double res = initial_res;
+  mon.Check(0, res);
   bool diverged = false;
   int64_t checked_at = 0;
   auto check = [&](int64_t sweeps_done) -> absl::Status {
@@ -220,6 +221,7 @@ absl::StatusOr<SolveInfo> SweepsDevice(const BlockTridiagonalProblem<T>& p, Bloc
     res = *r;
     checked_at = sweeps_done;
     diverged = BlockResidualDiverged(res, initial_res);
+    mon.Check(sweeps_done, res);
     return absl::OkStatus();
   };
   int64_t it = 0;
@@ -325,10 +327,10 @@ absl::StatusOr<SolveInfo> SweepsDevice(const BlockTridiagonalProblem<T>& p, Bloc
 template absl::StatusOr<SolveInfo> SweepsDevice(const BlockTridiagonalProblem<double>&,
                                                 BlockMethod, const BlockOptions&, double*,
                                                 SystemStatus*, Pool&, const SolveControl&,
-                                                cudaStream_t);
+                                                BlockMonitor&, cudaStream_t);
 template absl::StatusOr<SolveInfo> SweepsDevice(const BlockTridiagonalProblem<float>&,
                                                 BlockMethod, const BlockOptions&, float*,
                                                 SystemStatus*, Pool&, const SolveControl&,
-                                                cudaStream_t);
+                                                BlockMonitor&, cudaStream_t);
 
 }  // namespace trisolve::cuda

@@ -6,8 +6,12 @@
 #pragma once
 
 #include "absl/strings/string_view.h"
+#include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "trisolve/types.h"
@@ -97,6 +101,57 @@ template <typename T>
 struct BlockOutput {
   T* y = nullptr;                  // N * M
   SystemStatus* status = nullptr;  // one value: the system's status
+};
+
+// The block solvers' progress and residual history (SolveControl::progress, history_limit),
+// fed where a method already knows its relative residual: the Krylov methods every iteration
+// (the recursively updated residual, on the GPU read back by the dot product the iteration
+// needs anyway), the line iterations at their checks (every sweep with a tolerance, every
+// kBlockDivergenceCheckSweeps -- 1024 on the GPU -- without). The history keeps at most
+// history_limit points (at least 2): when full it drops every other point and records every
+// other check from then on, so it spans the whole solve at an even stride; Finish ends it with
+// the reported (iterations, true residual). `offset` counts the iterations an earlier method
+// ran (auto's fallbacks continue the count).
+class BlockMonitor {
+ public:
+  explicit BlockMonitor(const SolveControl& control)
+      : progress_(control.progress ? &control.progress : nullptr),
+        limit_(control.history_limit > 0 ? std::max<int64_t>(control.history_limit, 2) : 0) {}
+  bool active() const { return progress_ != nullptr || limit_ > 0; }
+  void set_offset(int64_t offset) { offset_ = offset; }
+  void Check(int64_t iteration, double residual) {
+    iteration += offset_;
+    if (progress_) (*progress_)(iteration, residual);
+    if (limit_ == 0) return;
+    if (!points_.empty() && points_.back().iteration >= iteration) {
+      points_.back().residual = residual;  // the same iteration seen again (a restart)
+      return;
+    }
+    const int64_t check = checks_++;
+    if (check % stride_ != 0) return;
+    if (int64_t(points_.size()) >= limit_ - 1) {  // keep one place for Finish's point
+      // The points are the checks 0, stride, 2 stride, ...: keep those at multiples of twice.
+      size_t kept = 0;
+      for (size_t i = 0; i < points_.size(); i += 2) points_[kept++] = points_[i];
+      points_.resize(kept);
+      stride_ *= 2;
+      if (check % stride_ != 0) return;
+    }
+    points_.push_back({iteration, residual});
+  }
+  void Finish(SolveInfo* info) {
+    if (limit_ == 0) return;
+    while (!points_.empty() && points_.back().iteration >= info->iterations) points_.pop_back();
+    points_.push_back({info->iterations, info->residual});
+    info->residual_history = std::move(points_);
+    points_.clear();
+  }
+
+ private:
+  const std::function<void(int64_t, double)>* progress_;
+  int64_t limit_;
+  int64_t offset_ = 0, checks_ = 0, stride_ = 1;
+  std::vector<ResidualPoint> points_;
 };
 
 // Whether the system is symmetric to rounding: aC[i][k+1] = bC[i][k], cA[i+1][k] = cB[i][k].

@@ -8,6 +8,7 @@
 #include <limits>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace trisolve {
 
@@ -41,6 +42,13 @@ enum class SystemStatus : uint8_t {
 };
 absl::string_view StatusName(SystemStatus s);
 
+// One point of an iterative solve's residual history: the relative residual after
+// `iteration` iterations (sweeps).
+struct ResidualPoint {
+  int64_t iteration = 0;
+  double residual = 0;
+};
+
 // What a solve reports besides the solution.
 struct SolveInfo {
   std::string method;      // the method actually run (what `auto` picked)
@@ -50,11 +58,19 @@ struct SolveInfo {
   double h2d_us = 0;
   double kernel_us = 0;
   double d2h_us = 0;
+  // Iterative methods, when SolveControl::history_limit asks: the residual at the checks the
+  // method makes anyway, ending at (iterations, residual) (block_tridiagonal.h says which).
+  std::vector<ResidualPoint> residual_history;
 };
 
 // Lets a long solve stop early when its caller has gone (deadline, cancellation).
+// Iterative methods also report to it, where they already know their residual: `progress`
+// (iterations done, relative residual) when set, and a residual history of at most
+// history_limit points when that is > 0. Neither costs a solve that asks for neither.
 struct SolveControl {
   std::function<bool()> cancelled;
+  std::function<void(int64_t iteration, double residual)> progress;
+  int64_t history_limit = 0;
   bool Cancelled() const { return cancelled && cancelled(); }
 };
 

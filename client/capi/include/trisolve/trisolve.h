@@ -116,6 +116,39 @@ TRISOLVE_API const char* trisolve_last_error(const trisolve_context* ctx);
 /* Deadline of every later call on the context, in seconds (0: none, the default). */
 TRISOLVE_API int trisolve_set_timeout(trisolve_context* ctx, double seconds);
 
+/* ---- Progress and residual history of the one-shot solves ------------------------------------
+ * trisolve_set_progress: every later one-shot solve on the context (trisolve_solve_*,
+ * trisolve_gtsv_strided_batch) calls fn(user_data, ...) on the calling thread as the server
+ * reports (at most once every interval_s seconds; 0: 0.1 s, else 0.01 .. 3600):
+ *   phase          TRISOLVE_PHASE_RECEIVED (bytes_total: the request's), _QUEUED, _SOLVING,
+ *                  _SENDING (bytes_total: x's); phases only move forward
+ *   iteration      block solves while SOLVING: iterations done (non-decreasing), with
+ *   max_iterations the request's limit (0 for the direct families), and
+ *   residual       the relative residual at the last check (NaN before the first)
+ *   elapsed_s      since the server got the call
+ * The job then travels in one message (up to 64 MiB of arrays; larger ones report nothing).
+ * fn NULL: off (the default). */
+enum {
+  TRISOLVE_PHASE_RECEIVED = 1,
+  TRISOLVE_PHASE_QUEUED = 2,
+  TRISOLVE_PHASE_SOLVING = 3,
+  TRISOLVE_PHASE_SENDING = 4
+};
+typedef void (*trisolve_progress_fn)(void* user_data, int phase, int64_t iteration,
+                                     int64_t max_iterations, double residual,
+                                     int64_t bytes_total, double elapsed_s);
+TRISOLVE_API int trisolve_set_progress(trisolve_context* ctx, trisolve_progress_fn fn,
+                                       void* user_data, double interval_s);
+/* on != 0: later trisolve_solve_block / _f32 calls on the context keep the solve's residual
+ * history (at most 1024 points, from iteration 0 to the final iterations and residual), read
+ * with trisolve_residual_history. */
+TRISOLVE_API int trisolve_set_residual_history(trisolve_context* ctx, int on);
+/* The history of the last block solve on the context: copies min(points, capacity) points into
+ * iterations[] and residuals[] (either NULL to only count) and returns the number of points
+ * (0 when none was kept; -1 for a NULL ctx). */
+TRISOLVE_API int64_t trisolve_residual_history(const trisolve_context* ctx, int64_t* iterations,
+                                               double* residuals, int64_t capacity);
+
 /* ---- One-shot batched tridiagonal solves, shaped as cuSPARSE gtsv2StridedBatch ------------
  * batch systems of order m; system i is dl, d, du, x + i*batch_stride (batch_stride >= m; the
  * elements between systems are neither read nor written). Row k of a system:
