@@ -309,8 +309,8 @@ double TreeError(const Cells& c, const double* diag, const double* rhs, const do
 }
 
 int RunTreeLoop(const Client::Options& client_options, const BenchOptions& o) {
-  if (o.transport == "shm") {
-    std::cerr << "bench --swc: --transport grpc, auto or streams\n";
+  if (o.in_flight > 1) {
+    std::cerr << "bench --swc: one step at a time a client (--in-flight 1)\n";
     return 2;
   }
   auto morph = ReadSwc(o.swc);
@@ -339,7 +339,6 @@ int RunTreeLoop(const Client::Options& client_options, const BenchOptions& o) {
   }
   const std::vector<int64_t> shape = {cells.cells, cells.n};
   auto view = [&](const double* p) { return ArrayView{DType::kFloat64, shape, p}; };
-  const ArrayView parent{DType::kInt32, {cells.n}, cells.parent.data()};
 
   std::mutex mu;
   std::vector<double> latency_us;
@@ -352,6 +351,7 @@ int RunTreeLoop(const Client::Options& client_options, const BenchOptions& o) {
     Client::Options co = client_options;
     co.own_connection = true;
     co.transport = o.transport == "grpc"      ? Transport::kGrpc
+                   : o.transport == "shm"     ? Transport::kSharedMemory
                    : o.transport == "streams" ? Transport::kStreams
                                               : Transport::kAuto;
     Client client(co);
@@ -364,12 +364,53 @@ int RunTreeLoop(const Client::Options& client_options, const BenchOptions& o) {
       xbuf.resize(size_t(values));
       jo.x_out = xbuf.data();
     }
+    // shm: the simulator's arrays live in shared memory it registered (the coefficients, each
+    // step's diagonal and right-hand side, filled before the clock starts, as a code that keeps
+    // its state there), and x is written into it: every step travels by reference.
+    std::unique_ptr<SharedMemory> shm;
+    const double *my_lower = cells.lower.data(), *my_upper = cells.upper.data();
+    const int32_t* my_parent = cells.parent.data();
+    std::vector<const double*> my_diag, my_rhs;
+    for (const auto& v : diag) my_diag.push_back(v.data());
+    for (const auto& v : rhs) my_rhs.push_back(v.data());
+    double* x_shm[2] = {nullptr, nullptr};
+    if (o.transport == "shm") {
+      const int64_t bytes = (2 + kDiag + kRhs + 2) * values * 8 + cells.n * 4 + 64 * 16;
+      auto made = SharedMemory::Create(bytes);
+      absl::Status st = made.ok() ? absl::OkStatus() : made.status();
+      if (st.ok()) {
+        shm = *std::move(made);
+        auto place = [&](const double* src) {
+          double* p = *shm->Allocate<double>(values);
+          std::memcpy(p, src, size_t(values) * 8);
+          return static_cast<const double*>(p);
+        };
+        int32_t* par = *shm->Allocate<int32_t>(cells.n);
+        std::memcpy(par, cells.parent.data(), size_t(cells.n) * 4);
+        my_parent = par;
+        my_lower = place(my_lower);
+        my_upper = place(my_upper);
+        for (auto& p : my_diag) p = place(p);
+        for (auto& p : my_rhs) p = place(p);
+        x_shm[0] = *shm->Allocate<double>(values);
+        x_shm[1] = *shm->Allocate<double>(values);  // the stream's other step in flight
+        st = client.RegisterMemory(*shm);
+      }
+      if (!st.ok()) {
+        std::lock_guard<std::mutex> lock(mu);
+        std::cerr << "bench: shared memory: " << st << "\n";
+        failed_setup = true;
+        return;
+      }
+      jo.x_out = x_shm[0];
+    }
+    const ArrayView my_parent_view{DType::kInt32, {cells.n}, my_parent};
     std::string handle;
     std::unique_ptr<StepStream> stream;
     if (o.mode != "unary") {
       Job job{Kind::kTree};
-      job.arrays = {{"parent", parent}, {"lower", view(cells.lower.data())},
-                    {"upper", view(cells.upper.data())}, {"diag", view(diag[0].data())}};
+      job.arrays = {{"parent", my_parent_view}, {"lower", view(my_lower)},
+                    {"upper", view(my_upper)}, {"diag", view(my_diag[0])}};
       auto made = client.CreateSystem(job, {.ttl_s = 600, .label = absl::StrCat("cells-", id)});
       if (!made.ok()) {
         std::lock_guard<std::mutex> lock(mu);
@@ -399,7 +440,9 @@ int RunTreeLoop(const Client::Options& client_options, const BenchOptions& o) {
         local_first.emplace(code, std::string(r.status().message().substr(0, 200)));
         return;
       }
-      const bool own = jo.x_out != nullptr;
+      // Where x was written: the client's array, the step's x in shared memory, or the answer.
+      const double* own_x = shm ? x_shm[stream ? q % 2 : 0] : xbuf.data();
+      const bool own = jo.x_out != nullptr || shm != nullptr;
       if (r->x.elements() != values || r->x.dtype != DType::kFloat64 ||
           (!own && int64_t(r->x.data.size()) != values * 8)) {
         ++lost;
@@ -407,7 +450,7 @@ int RunTreeLoop(const Client::Options& client_options, const BenchOptions& o) {
       }
       const auto [dk, rk] = step_of(q);
       const double e = TreeError(cells, diag[size_t(dk)].data(), rhs[size_t(rk)].data(),
-                                 own ? xbuf.data() : r->x.as<double>());
+                                 own ? own_x : r->x.as<double>());
       local_worst = std::max(local_worst, e);
       if (!(e <= 1e-12)) {
         ++wrong;
@@ -418,21 +461,22 @@ int RunTreeLoop(const Client::Options& client_options, const BenchOptions& o) {
     };
     for (int64_t q = 0; q < o.requests; ++q) {
       const auto [dk, rk] = step_of(q);
-      const Updates update = {{"diag", view(diag[size_t(dk)].data())}};
+      const Updates update = {{"diag", view(my_diag[size_t(dk)])}};
       const auto t0 = Clock::now();
       if (o.mode == "unary") {
         Job job{Kind::kTree};
-        job.arrays = {{"parent", parent}, {"lower", view(cells.lower.data())},
-                      {"upper", view(cells.upper.data())}, {"diag", view(diag[size_t(dk)].data())},
-                      {"rhs", view(rhs[size_t(rk)].data())}};
+        job.arrays = {{"parent", my_parent_view}, {"lower", view(my_lower)},
+                      {"upper", view(my_upper)}, {"diag", view(my_diag[size_t(dk)])},
+                      {"rhs", view(my_rhs[size_t(rk)])}};
         job.options = jo;
         auto r = client.Solve(job);
         check(r, q, std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
       } else if (o.mode == "handle") {
-        auto r = client.SolveSystem(handle, view(rhs[size_t(rk)].data()), update, jo);
+        auto r = client.SolveSystem(handle, view(my_rhs[size_t(rk)]), update, jo);
         check(r, q, std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
       } else {
-        if (auto st = stream->Send(view(rhs[size_t(rk)].data()), update); !st.ok()) {
+        if (auto st = stream->Send(view(my_rhs[size_t(rk)]), update, shm ? x_shm[q % 2] : nullptr);
+            !st.ok()) {
           local_err["UNAVAILABLE"]++;
           break;
         }
@@ -452,6 +496,7 @@ int RunTreeLoop(const Client::Options& client_options, const BenchOptions& o) {
         local_err[std::string(absl::StatusCodeToString(st.code()))]++;
     }
     if (!handle.empty()) (void)client.ReleaseSystem(handle);
+    if (shm) (void)client.UnregisterMemory(*shm);
     std::lock_guard<std::mutex> lock(mu);
     latency_us.insert(latency_us.end(), local_lat.begin(), local_lat.end());
     for (auto& [k, v] : local_err) errors[k] += v;
