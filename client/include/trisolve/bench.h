@@ -27,6 +27,7 @@ struct BenchOptions {
   // A morphology (SWC file): the bench is then a time-step loop of `batch` cells of it (tree
   // family, Hines systems), the diagonal and the right-hand side new each step (by handle: sent
   // as an update and a right-hand side), beside Hines over the same cells on one local core.
+  // With transport "shm" every array lives in registered shared memory and x is written there.
   std::string swc;
 };
 
