@@ -161,8 +161,10 @@ std::string Core::RenderMetrics() const {
 
 bool Core::WouldStartNow(int64_t unknowns, bool unary) const {
   if (unary && batcher_ != nullptr) return false;
-  const Admission& pool =
-      unknowns <= options_.small_job_unknowns ? small_admission_ : admission_;
+  // Only the small jobs' pool: a slot taken by another caller between this look and the
+  // acquisition is then held for a small job's time, never a large one's.
+  if (unknowns > options_.small_job_unknowns) return false;
+  const Admission& pool = small_admission_;
   return !pool.shutting_down() && pool.queued() == 0 && pool.running() < pool.max_concurrent();
 }
 

@@ -176,8 +176,9 @@ class Core {
   }
   void ShrinkReceive(int64_t bytes, ReceiveBudget::Hold* hold) { receiving_.Shrink(bytes, hold); }
 
-  // Whether a job of `unknowns` would start at once: its pool has a free slot and (`unary`) the
-  // batcher would not hold it. A transport answers such a job on the thread that received it.
+  // Whether a job of `unknowns` would start at once: it is a small job, the small jobs' pool has
+  // a free slot, and (`unary`) no batcher would hold it. A transport answers such a job on the
+  // thread that received it.
   bool WouldStartNow(int64_t unknowns, bool unary) const;
   // Whether a solve by this handle is a direct one that would not wait for the system (no call
   // on it now): the block family iterates for as long as its options say. True for a handle

@@ -164,7 +164,8 @@ void SolverService::Dispatch(grpc::CallbackServerContext* ctx, const char* rpc, 
                              std::function<void()> run) {
   // Solved here only when it is as short as the hand-off it saves: a small job whose pool has a
   // free slot (no wait in admission, no batch to join).
-  if (values <= options_.inline_max_values && core_.WouldStartNow(values, unary)) {
+  if (options_.inline_max_values > 0 && values <= options_.inline_max_values &&
+      core_.WouldStartNow(values, unary)) {
     run();
     return;
   }
