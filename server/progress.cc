@@ -63,6 +63,13 @@ class Reporter {
     cv_.notify_all();
     if (thread_.joinable()) thread_.join();
   }
+  // After Stop: the last iteration the solver reported, where the interval held it back (a
+  // solve shorter than the interval), so that every stream of an iterative solve that reported
+  // one says how far it went before the answer.
+  void Flush() {
+    if (changed_ && latest_.phase == ProgressEvent::kSolving) Send(latest_);
+    changed_ = false;
+  }
   // After Stop: the writer is the caller's again.
   bool Send(const ProgressEvent& e) {
     if (broken_) return false;
@@ -168,6 +175,7 @@ grpc::Status SolverService::SolveWithProgress(grpc::ServerContext* ctx,
   reporter.Stop();
   call.progress = nullptr;
   if (!answer.ok()) return Finish(call, answer.status());
+  reporter.Flush();
   v1::ProgressResponse last;
   AnswerToProto(*answer, last.mutable_answer());
   const int64_t x_bytes = int64_t(last.answer().x().data().size());

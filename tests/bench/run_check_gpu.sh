@@ -38,7 +38,7 @@ fi
 
 if want e2e; then
   echo "=== end-to-end suites behind trisolved --backend cuda"
-  for t in test_systems test_service test_memory test_batching test_faults test_ops test_cli; do
+  for t in test_systems test_service test_memory test_batching test_faults test_ops test_cli test_progress; do
     [ -x .gpu/bin/$t ] && suite "${t}_cuda" "$t" TRISOLVE_TEST_BACKEND=cuda \
       TRISOLVED_BIN="$PWD/.gpu/bin/trisolved" TRISOLVE_CLI_BIN="$PWD/.gpu/bin/trisolve"
   done
