@@ -2,12 +2,8 @@
 // work on one local core.
 #include "trisolve/bench.h"
 
-#include <grpcpp/grpcpp.h>
-
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
-#include <deque>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -21,10 +17,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "client_impl.h"
 #include "trisolve/client.h"
 #include "trisolve/swc.h"
-#include "trisolve/v1/trisolve.grpc.pb.h"
 
 namespace trisolve {
 namespace {
@@ -108,111 +102,6 @@ double Percentile(std::vector<double>& v, double p) {
   const size_t i = std::min(v.size() - 1, size_t(p * double(v.size())));
   std::nth_element(v.begin(), v.begin() + long(i), v.end());
   return v[i];
-}
-
-// ---- many requests in flight on one connection ---------------------------------------------
-
-// An answer as the bench checks it: x's bytes, or the call's status.
-struct RawAnswer {
-  grpc::Status status;
-  const v1::SolveResponse* resp = nullptr;
-  double us = 0;
-  int which = 0;
-};
-
-// Keeps `in_flight` requests outstanding on one connection of its own through the stub's callback
-// API (unary: the whole system; otherwise SolveSystem on `handle`), `requests` in all; each
-// answer goes to `check` on this thread, in the order they come. One thread drives them all, so
-// that the load generator is not what bounds a server of many callers.
-void DriveInFlight(const Client::Options& co, int in_flight, int64_t requests,
-                   const std::string& handle, const std::vector<int64_t>& shape,
-                   const double* a, const double* b, const double* c,
-                   const std::vector<const double*>& rhs, int first_which, int64_t values,
-                   const std::function<void(const RawAnswer&)>& check,
-                   std::map<std::string, int64_t>* errors) {
-  auto creds = Credentials(co);
-  if (!creds.ok()) {
-    (*errors)[std::string(absl::StatusCodeToString(creds.status().code()))] += requests;
-    return;
-  }
-  auto channel = grpc::CreateCustomChannel(co.target, *creds, ChannelArgs(co, true));
-  auto stub = v1::Solver::NewStub(channel);
-  const size_t bytes = size_t(values) * 8;
-  auto fill = [&](v1::Array* arr, const double* p) {
-    arr->clear_shape();
-    for (int64_t d : shape) arr->add_shape(d);
-    arr->set_data(p, bytes);
-  };
-  struct Slot {
-    std::unique_ptr<grpc::ClientContext> ctx;
-    v1::TridiagonalRequest unary;
-    v1::SolveSystemRequest step;
-    v1::SolveResponse resp;
-    grpc::Status status;
-    Clock::time_point t0;
-    int which = 0;
-  };
-  const int k = int(std::min<int64_t>(in_flight, requests));
-  std::vector<Slot> slots(static_cast<size_t>(k));
-  for (Slot& s : slots) {
-    if (handle.empty()) {
-      s.unary.set_dtype(v1::FLOAT64);
-      s.unary.set_skip_residual(true);  // checked here
-      fill(s.unary.mutable_a(), a);
-      fill(s.unary.mutable_b(), b);
-      fill(s.unary.mutable_c(), c);
-    } else {
-      s.step.set_handle(handle);
-      s.step.set_skip_residual(true);
-    }
-  }
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<int> done;
-  int64_t issued = 0, answered = 0;
-  auto issue = [&](int i) {
-    Slot& s = slots[size_t(i)];
-    const int r = int(issued % int64_t(rhs.size()));
-    s.which = first_which + r;
-    s.ctx = std::make_unique<grpc::ClientContext>();
-    s.ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-    if (!co.token.empty()) s.ctx->AddMetadata("authorization", "Bearer " + co.token);
-    s.resp.Clear();
-    ++issued;
-    auto on_done = [&, i](grpc::Status st) {
-      std::lock_guard<std::mutex> lock(mu);
-      slots[size_t(i)].status = std::move(st);
-      done.push_back(i);
-      cv.notify_one();
-    };
-    s.t0 = Clock::now();
-    if (handle.empty()) {
-      fill(s.unary.mutable_d(), rhs[size_t(r)]);
-      stub->async()->SolveTridiagonal(s.ctx.get(), &s.unary, &s.resp, on_done);
-    } else {
-      fill(s.step.mutable_rhs(), rhs[size_t(r)]);
-      stub->async()->SolveSystem(s.ctx.get(), &s.step, &s.resp, on_done);
-    }
-  };
-  for (int i = 0; i < k; ++i) issue(i);
-  while (answered < issued) {
-    int i;
-    {
-      std::unique_lock<std::mutex> lock(mu);
-      cv.wait(lock, [&] { return !done.empty(); });
-      i = done.front();
-      done.pop_front();
-    }
-    Slot& s = slots[size_t(i)];
-    RawAnswer ans;
-    ans.us = std::chrono::duration<double, std::micro>(Clock::now() - s.t0).count();
-    ans.status = s.status;
-    ans.resp = &s.resp;
-    ans.which = s.which;
-    ++answered;
-    check(ans);
-    if (issued < requests) issue(i);
-  }
 }
 
 // ---- the time-step loop of many cells of one morphology (tree family, by handle) -----------
@@ -309,8 +198,8 @@ double TreeError(const Cells& c, const double* diag, const double* rhs, const do
 }
 
 int RunTreeLoop(const Client::Options& client_options, const BenchOptions& o) {
-  if (o.in_flight > 1) {
-    std::cerr << "bench --swc: one step at a time a client (--in-flight 1)\n";
+  if (o.transport == "shm") {
+    std::cerr << "bench --swc: --transport grpc, auto or streams\n";
     return 2;
   }
   auto morph = ReadSwc(o.swc);
@@ -339,6 +228,7 @@ int RunTreeLoop(const Client::Options& client_options, const BenchOptions& o) {
   }
   const std::vector<int64_t> shape = {cells.cells, cells.n};
   auto view = [&](const double* p) { return ArrayView{DType::kFloat64, shape, p}; };
+  const ArrayView parent{DType::kInt32, {cells.n}, cells.parent.data()};
 
   std::mutex mu;
   std::vector<double> latency_us;
@@ -351,7 +241,6 @@ int RunTreeLoop(const Client::Options& client_options, const BenchOptions& o) {
     Client::Options co = client_options;
     co.own_connection = true;
     co.transport = o.transport == "grpc"      ? Transport::kGrpc
-                   : o.transport == "shm"     ? Transport::kSharedMemory
                    : o.transport == "streams" ? Transport::kStreams
                                               : Transport::kAuto;
     Client client(co);
@@ -364,53 +253,12 @@ int RunTreeLoop(const Client::Options& client_options, const BenchOptions& o) {
       xbuf.resize(size_t(values));
       jo.x_out = xbuf.data();
     }
-    // shm: the simulator's arrays live in shared memory it registered (the coefficients, each
-    // step's diagonal and right-hand side, filled before the clock starts, as a code that keeps
-    // its state there), and x is written into it: every step travels by reference.
-    std::unique_ptr<SharedMemory> shm;
-    const double *my_lower = cells.lower.data(), *my_upper = cells.upper.data();
-    const int32_t* my_parent = cells.parent.data();
-    std::vector<const double*> my_diag, my_rhs;
-    for (const auto& v : diag) my_diag.push_back(v.data());
-    for (const auto& v : rhs) my_rhs.push_back(v.data());
-    double* x_shm[2] = {nullptr, nullptr};
-    if (o.transport == "shm") {
-      const int64_t bytes = (2 + kDiag + kRhs + 2) * values * 8 + cells.n * 4 + 64 * 16;
-      auto made = SharedMemory::Create(bytes);
-      absl::Status st = made.ok() ? absl::OkStatus() : made.status();
-      if (st.ok()) {
-        shm = *std::move(made);
-        auto place = [&](const double* src) {
-          double* p = *shm->Allocate<double>(values);
-          std::memcpy(p, src, size_t(values) * 8);
-          return static_cast<const double*>(p);
-        };
-        int32_t* par = *shm->Allocate<int32_t>(cells.n);
-        std::memcpy(par, cells.parent.data(), size_t(cells.n) * 4);
-        my_parent = par;
-        my_lower = place(my_lower);
-        my_upper = place(my_upper);
-        for (auto& p : my_diag) p = place(p);
-        for (auto& p : my_rhs) p = place(p);
-        x_shm[0] = *shm->Allocate<double>(values);
-        x_shm[1] = *shm->Allocate<double>(values);  // the stream's other step in flight
-        st = client.RegisterMemory(*shm);
-      }
-      if (!st.ok()) {
-        std::lock_guard<std::mutex> lock(mu);
-        std::cerr << "bench: shared memory: " << st << "\n";
-        failed_setup = true;
-        return;
-      }
-      jo.x_out = x_shm[0];
-    }
-    const ArrayView my_parent_view{DType::kInt32, {cells.n}, my_parent};
     std::string handle;
     std::unique_ptr<StepStream> stream;
     if (o.mode != "unary") {
       Job job{Kind::kTree};
-      job.arrays = {{"parent", my_parent_view}, {"lower", view(my_lower)},
-                    {"upper", view(my_upper)}, {"diag", view(my_diag[0])}};
+      job.arrays = {{"parent", parent}, {"lower", view(cells.lower.data())},
+                    {"upper", view(cells.upper.data())}, {"diag", view(diag[0].data())}};
       auto made = client.CreateSystem(job, {.ttl_s = 600, .label = absl::StrCat("cells-", id)});
       if (!made.ok()) {
         std::lock_guard<std::mutex> lock(mu);
@@ -440,9 +288,7 @@ int RunTreeLoop(const Client::Options& client_options, const BenchOptions& o) {
         local_first.emplace(code, std::string(r.status().message().substr(0, 200)));
         return;
       }
-      // Where x was written: the client's array, the step's x in shared memory, or the answer.
-      const double* own_x = shm ? x_shm[stream ? q % 2 : 0] : xbuf.data();
-      const bool own = jo.x_out != nullptr || shm != nullptr;
+      const bool own = jo.x_out != nullptr;
       if (r->x.elements() != values || r->x.dtype != DType::kFloat64 ||
           (!own && int64_t(r->x.data.size()) != values * 8)) {
         ++lost;
@@ -450,7 +296,7 @@ int RunTreeLoop(const Client::Options& client_options, const BenchOptions& o) {
       }
       const auto [dk, rk] = step_of(q);
       const double e = TreeError(cells, diag[size_t(dk)].data(), rhs[size_t(rk)].data(),
-                                 own ? own_x : r->x.as<double>());
+                                 own ? xbuf.data() : r->x.as<double>());
       local_worst = std::max(local_worst, e);
       if (!(e <= 1e-12)) {
         ++wrong;
@@ -461,22 +307,21 @@ int RunTreeLoop(const Client::Options& client_options, const BenchOptions& o) {
     };
     for (int64_t q = 0; q < o.requests; ++q) {
       const auto [dk, rk] = step_of(q);
-      const Updates update = {{"diag", view(my_diag[size_t(dk)])}};
+      const Updates update = {{"diag", view(diag[size_t(dk)].data())}};
       const auto t0 = Clock::now();
       if (o.mode == "unary") {
         Job job{Kind::kTree};
-        job.arrays = {{"parent", my_parent_view}, {"lower", view(my_lower)},
-                      {"upper", view(my_upper)}, {"diag", view(my_diag[size_t(dk)])},
-                      {"rhs", view(my_rhs[size_t(rk)])}};
+        job.arrays = {{"parent", parent}, {"lower", view(cells.lower.data())},
+                      {"upper", view(cells.upper.data())}, {"diag", view(diag[size_t(dk)].data())},
+                      {"rhs", view(rhs[size_t(rk)].data())}};
         job.options = jo;
         auto r = client.Solve(job);
         check(r, q, std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
       } else if (o.mode == "handle") {
-        auto r = client.SolveSystem(handle, view(my_rhs[size_t(rk)]), update, jo);
+        auto r = client.SolveSystem(handle, view(rhs[size_t(rk)].data()), update, jo);
         check(r, q, std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
       } else {
-        if (auto st = stream->Send(view(my_rhs[size_t(rk)]), update, shm ? x_shm[q % 2] : nullptr);
-            !st.ok()) {
+        if (auto st = stream->Send(view(rhs[size_t(rk)].data()), update); !st.ok()) {
           local_err["UNAVAILABLE"]++;
           break;
         }
@@ -496,7 +341,6 @@ int RunTreeLoop(const Client::Options& client_options, const BenchOptions& o) {
         local_err[std::string(absl::StatusCodeToString(st.code()))]++;
     }
     if (!handle.empty()) (void)client.ReleaseSystem(handle);
-    if (shm) (void)client.UnregisterMemory(*shm);
     std::lock_guard<std::mutex> lock(mu);
     latency_us.insert(latency_us.end(), local_lat.begin(), local_lat.end());
     for (auto& [k, v] : local_err) errors[k] += v;
@@ -570,13 +414,8 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
     }
     return RunTreeLoop(client_options, o);
   }
-  if (o.clients < 1 || o.requests < 1 || o.batch < 1 || o.n < 2 || o.in_flight < 1) {
-    std::cerr << "bench: --clients, --requests, --batch, --in-flight >= 1 and --n >= 2\n";
-    return 2;
-  }
-  if (o.in_flight > 1 && (o.mode == "stream" || o.transport == "shm" || o.transport == "streams")) {
-    std::cerr << "bench: --in-flight above 1 is for --mode unary or handle over --transport "
-                 "grpc (or auto, whose small requests go over gRPC)\n";
+  if (o.clients < 1 || o.requests < 1 || o.batch < 1 || o.n < 2) {
+    std::cerr << "bench: --clients, --requests, --batch >= 1 and --n >= 2\n";
     return 2;
   }
   const int64_t values = o.batch * o.n;
@@ -614,7 +453,6 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
     Client client(co);
     JobOptions jo;
     jo.skip_residual = true;  // the bench checks every answer itself
-    const bool async = o.in_flight > 1;
     // shm: the client's arrays live in shared memory it registered (filled once, before the
     // clock starts, as a simulation that keeps them there would), x is written into it.
     std::unique_ptr<SharedMemory> shm;
@@ -708,33 +546,7 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
       local_server.d2h_us += t.d2h_us;
       local_server.server_total_us += t.server_total_us;
     };
-    if (async) {
-      DriveInFlight(co, o.in_flight, o.requests, handle, shape, ma, mb, mc, my_rhs, id * kRhs,
-                    values, [&](const RawAnswer& ans) {
-                      if (!ans.status.ok()) {
-                        local_err[std::string(absl::StatusCodeToString(
-                            static_cast<absl::StatusCode>(ans.status.error_code())))]++;
-                        return;
-                      }
-                      Result r;
-                      const v1::SolveResponse& resp = *ans.resp;
-                      r.x.dtype = resp.dtype() == v1::FLOAT32 ? DType::kFloat32 : DType::kFloat64;
-                      r.x.shape.assign(resp.x().shape().begin(), resp.x().shape().end());
-                      r.x.data.resize(resp.x().data().size());
-                      std::memcpy(r.x.data.data(), resp.x().data().data(), r.x.data.size());
-                      const v1::Timings& t = resp.summary().timings();
-                      r.summary.timings.receive_us = t.receive_us();
-                      r.summary.timings.queue_us = t.queue_us();
-                      r.summary.timings.h2d_us = t.h2d_us();
-                      r.summary.timings.compute_us = t.compute_us();
-                      r.summary.timings.d2h_us = t.d2h_us();
-                      r.summary.timings.server_total_us = t.total_us();
-                      r.summary.batched_with = resp.summary().batched_with();
-                      check(r, ans.which, ans.us, nullptr);
-                    },
-                    &local_err);
-    }
-    for (int64_t q = 0; !async && q < o.requests; ++q) {
+    for (int64_t q = 0; q < o.requests; ++q) {
       const int which = id * kRhs + int(q % kRhs);
       const auto t0 = Clock::now();
       if (o.mode == "unary") {
@@ -814,10 +626,9 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
   std::vector<double> lat = latency_us;
   const double p50 = Percentile(lat, 0.5), p90 = Percentile(lat, 0.9), p99 = Percentile(lat, 0.99);
   std::cout << absl::StrFormat(
-      "bench tridiagonal %s over %s: %d clients x %d requests (%d in flight each), %d x %d "
-      "float64 (%.1f MB a request)\n",
-      o.mode, o.in_flight > 1 ? "grpc" : o.transport, o.clients, o.requests, o.in_flight,
-      o.batch, o.n, bytes_per / 1e6);
+      "bench tridiagonal %s over %s: %d clients x %d requests, %d x %d float64 (%.1f MB a "
+      "request)\n",
+      o.mode, o.transport, o.clients, o.requests, o.batch, o.n, bytes_per / 1e6);
   std::cout << absl::StrFormat("  %-24s %12s %10s %10s %10s %10s\n", "", "requests/s", "p50 ms",
                                "p90 ms", "p99 ms", "GB/s");
   std::cout << absl::StrFormat("  %-24s %12.1f %10.3f %10.3f %10.3f %10.3f\n", "trisolve",
@@ -847,13 +658,12 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
   for (auto& [k, v] : errors) std::cout << "  error " << k << ": " << v << "\n";
   if (o.json) {
     std::cout << absl::StrFormat(
-        "{\"mode\":\"%s\",\"transport\":\"%s\",\"clients\":%d,\"in_flight\":%d,"
-        "\"requests\":%d,\"batch\":%d,\"n\":%d,\"ok\":%d,"
+        "{\"mode\":\"%s\",\"transport\":\"%s\",\"clients\":%d,\"requests\":%d,\"batch\":%d,\"n\":%d,\"ok\":%d,"
         "\"wrong\":%d,\"errors\":%d,\"requests_per_s\":%.3f,\"p50_ms\":%.4f,\"p90_ms\":%.4f,"
         "\"p99_ms\":%.4f,\"payload_gb_s\":%.4f,\"local_ms\":%.4f,\"local_per_s\":%.3f,"
         "\"worst_backward_error\":%.3e,\"batched\":%d}\n",
-        o.mode, o.transport, o.clients, o.in_flight, o.requests, o.batch, o.n, int64_t(ok),
-        int64_t(wrong), errs,
+        o.mode, o.transport, o.clients, o.requests, o.batch, o.n, int64_t(ok), int64_t(wrong),
+        errs,
         double(ok) / wall, p50 / 1e3, p90 / 1e3, p99 / 1e3, double(ok) * bytes_per / wall / 1e9,
         local_s * 1e3, 1 / local_s, worst_error, batched);
   }

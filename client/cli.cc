@@ -4,7 +4,7 @@
 //   trisolve [--server HOST:PORT] solve KIND NAME=FILE.npy ... -o OUT.npy [options]
 //   trisolve make-example KIND DIR          (writes example inputs as .npy files)
 //   trisolve system create|solve|update|release|list ...   (persistent systems)
-//   trisolve bench [--clients C] [--in-flight K] [--requests R] [--batch B] [--n N] [--mode unary|handle|stream]
+//   trisolve bench [--clients C] [--requests R] [--batch B] [--n N] [--mode unary|handle|stream]
 // Exit status: 0 solved (every system ok), 3 solved but some system was not ok, 1 error
 // (the server's status is printed), 2 usage.
 #include <algorithm>
@@ -433,10 +433,6 @@ int main(int argc, char** argv) {
                     "memory, x written into it), streams (parallel streams into the server's "
                     "memory)")
       ->check(CLI::IsMember({"grpc", "auto", "shm", "streams"}))->capture_default_str();
-  bench->add_option("--in-flight", bo.in_flight,
-                    "requests each client keeps outstanding on its connection (unary and handle "
-                    "over gRPC: the stub's callback API, so that one thread drives many)")
-      ->check(CLI::Range(1, 4096))->capture_default_str();
   bench->add_flag("--json", bo.json, "print a JSON summary as the last line");
   bench->add_option("--swc", bo.swc,
                     "a morphology: time steps of --batch cells of it (tree family; diagonal and "

@@ -1,7 +1,5 @@
 #include "admission.h"
 
-#include <algorithm>
-
 #include "absl/strings/str_cat.h"
 
 namespace trisolve::server {
@@ -110,30 +108,6 @@ absl::Status ReceiveBudget::Reserve(int64_t bytes, Hold* hold) {
   hold->b_ = this;
   hold->bytes_ = bytes;
   return absl::OkStatus();
-}
-
-absl::Status ReceiveBudget::Grow(int64_t bytes, Hold* hold) {
-  if (hold->b_ == nullptr) return Reserve(bytes, hold);
-  std::lock_guard<std::mutex> lock(mu_);
-  if (bytes > max_bytes_ - bytes_)
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "a step of ", bytes, " bytes read ahead and ", bytes_,
-        " being received: over the limit max_receiving_bytes = ", max_bytes_));
-  bytes_ += bytes;
-  hold->bytes_ += bytes;
-  return absl::OkStatus();
-}
-
-void ReceiveBudget::Shrink(int64_t bytes, Hold* hold) {
-  if (hold->b_ == nullptr) return;
-  std::lock_guard<std::mutex> lock(mu_);
-  bytes = std::min(bytes, hold->bytes_);
-  bytes_ -= bytes;
-  hold->bytes_ -= bytes;
-  if (hold->bytes_ == 0) {
-    --streams_;
-    hold->b_ = nullptr;
-  }
 }
 
 void ReceiveBudget::Release(int64_t bytes) {

@@ -97,10 +97,6 @@ class ReceiveBudget {
   };
 
   absl::Status Reserve(int64_t bytes, Hold* hold);
-  // A hold that grows and shrinks (a stream's messages read ahead): counted as a stream while it
-  // holds any bytes. Shrink by no more than it holds.
-  absl::Status Grow(int64_t bytes, Hold* hold);
-  void Shrink(int64_t bytes, Hold* hold);
   int64_t bytes() const;
   int streams() const;
 

@@ -159,24 +159,6 @@ std::string Core::RenderMetrics() const {
   return out;
 }
 
-bool Core::WouldStartNow(int64_t unknowns, bool unary) const {
-  if (unary && batcher_ != nullptr) return false;
-  // Only the small jobs' pool: a slot taken by another caller between this look and the
-  // acquisition is then held for a small job's time, never a large one's.
-  if (unknowns > options_.small_job_unknowns) return false;
-  const Admission& pool = small_admission_;
-  return !pool.shutting_down() && pool.queued() == 0 && pool.running() < pool.max_concurrent();
-}
-
-bool Core::SolvesDirectlyNow(const std::string& identity, const std::string& handle) {
-  auto use = systems_.Acquire(identity, handle);
-  if (!use.ok()) return true;
-  std::unique_lock<std::mutex> order((*use)->mu, std::try_to_lock);
-  if (!order.owns_lock()) return false;
-  return (*use)->gone || !(*use)->system ||
-         (*use)->system->spec().family != Family::kBlockTridiagonal;
-}
-
 absl::StatusOr<JobResult> Core::Admit(
     Call& call, int64_t unknowns,
     const std::function<absl::StatusOr<JobResult>(const SolveControl&)>& run) {

@@ -185,20 +185,6 @@ class Core {
   absl::Status ReserveReceive(int64_t bytes, ReceiveBudget::Hold* hold) {
     return receiving_.Reserve(bytes, hold);
   }
-  // A stream's read-ahead: `hold` grows by each message read and shrinks as each is answered.
-  absl::Status GrowReceive(int64_t bytes, ReceiveBudget::Hold* hold) {
-    return receiving_.Grow(bytes, hold);
-  }
-  void ShrinkReceive(int64_t bytes, ReceiveBudget::Hold* hold) { receiving_.Shrink(bytes, hold); }
-
-  // Whether a job of `unknowns` would start at once: it is a small job, the small jobs' pool has
-  // a free slot, and (`unary`) no batcher would hold it. A transport answers such a job on the
-  // thread that received it.
-  bool WouldStartNow(int64_t unknowns, bool unary) const;
-  // Whether a solve by this handle is a direct one that would not wait for the system (no call
-  // on it now): the block family iterates for as long as its options say. True for a handle
-  // that is not the identity's (answered NOT_FOUND at once).
-  bool SolvesDirectlyNow(const std::string& identity, const std::string& handle);
 
   // A whole job (unary, or streamed and assembled): admitted, batched with others of its kind
   // where it can be, solved. call.receive_us is the transport's.

@@ -216,15 +216,6 @@ int main(int argc, char** argv) {
                  "small jobs (at most --small-job-unknowns) solved at once, in a pool of their own")
       ->envname("TRISOLVE_MAX_CONCURRENT_SMALL_JOBS")->check(CLI::Range(1, 4096))
       ->capture_default_str();
-  app.add_option("--inline-max-values", opt.inline_max_values,
-                 "unary solves whose largest array holds at most this many values are answered "
-                 "on the gRPC thread that received them when a slot is free (0: never)")
-      ->envname("TRISOLVE_INLINE_MAX_VALUES")->check(CLI::Range(int64_t{0}, int64_t{1} << 30))
-      ->capture_default_str();
-  app.add_option("--call-workers", opt.call_workers,
-                 "threads that solve the other unary calls (0: one for every admission slot "
-                 "and queue place, and 16 more)")
-      ->envname("TRISOLVE_CALL_WORKERS")->check(CLI::Range(0, 4096))->capture_default_str();
   app.add_option("--small-job-unknowns", opt.small_job_unknowns,
                  "jobs of at most this many unknowns take the small jobs' slots (0: none)")
       ->envname("TRISOLVE_SMALL_JOB_UNKNOWNS")->check(CLI::Range(int64_t{0}, int64_t{1} << 40))

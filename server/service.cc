@@ -5,7 +5,6 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstring>
-#include <deque>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -31,7 +30,7 @@ grpc::Status ToGrpc(const absl::Status& st) {
 
 double Micros(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
 
-std::string RequestId(grpc::ServerContextBase* ctx, std::atomic<int64_t>& next) {
+std::string RequestId(grpc::ServerContext* ctx, std::atomic<int64_t>& next) {
   const auto& md = ctx->client_metadata();
   auto it = md.find("x-request-id");
   // Taken only when it is a short token: it goes into every log line of the request.
@@ -44,62 +43,14 @@ std::string RequestId(grpc::ServerContextBase* ctx, std::atomic<int64_t>& next) 
   return std::to_string(next.fetch_add(1));
 }
 
-int64_t SaturatingAdd(int64_t a, int64_t b) { return a > INT64_MAX - b ? INT64_MAX : a + b; }
-
-// The values an array holds, by its shape (inline or by reference alike) or its bytes, whichever
-// is larger; a shape that cannot be counted counts as too many.
-int64_t ArrayValues(const v1::Array& a) {
-  int64_t n = 1;
-  for (int64_t d : a.shape()) {
-    if (d < 0) return INT64_MAX;
-    if (d != 0 && n > INT64_MAX / d) return INT64_MAX;
-    n *= d;
-  }
-  if (a.has_region()) {
-    if (a.shape_size() == 0 && a.region().bytes() <= 0) return INT64_MAX;
-    n = std::max<int64_t>(n, a.region().bytes() / 4);
-  }
-  return std::max<int64_t>(n, int64_t(a.data().size()) / 4);
-}
-
-// The largest array of a unary request: what decides whether it is solved on gRPC's thread.
-int64_t LargestArray(const google::protobuf::Message& m) {
-  const google::protobuf::Descriptor* d = m.GetDescriptor();
-  const google::protobuf::Reflection* r = m.GetReflection();
-  int64_t most = 0;
-  for (int i = 0; i < d->field_count(); ++i) {
-    const google::protobuf::FieldDescriptor* f = d->field(i);
-    if (f->cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE || f->is_repeated() ||
-        f->message_type() != v1::Array::descriptor() || !r->HasField(m, f))
-      continue;
-    most = std::max(most, ArrayValues(static_cast<const v1::Array&>(r->GetMessage(m, f))));
-  }
-  return most;
-}
-
-// A step by handle: its right-hand sides and updates together.
-int64_t StepValues(const v1::SolveSystemRequest& req) {
-  int64_t n = ArrayValues(req.rhs());
-  for (const v1::NamedArray& u : req.update()) n = SaturatingAdd(n, ArrayValues(u.array()));
-  return n;
-}
-
-int DefaultCallWorkers(const ServiceOptions& o) {
-  const int64_t n = int64_t(o.max_concurrent_jobs) + o.max_concurrent_small_jobs +
-                    o.max_queued_jobs + 16;
-  return int(std::min<int64_t>(n, 4096));
-}
-
 }  // namespace
 
 SolverService::SolverService(std::unique_ptr<Backend> backend, ServiceOptions options)
     : options_(options),
       tokens_(std::make_shared<const BearerTokens>(options.tokens)),
-      core_(std::move(backend), options),
-      workers_(options.call_workers > 0 ? options.call_workers : DefaultCallWorkers(options),
-               std::max(16, options.max_queued_jobs)) {}
+      core_(std::move(backend), options) {}
 
-Call SolverService::Begin(grpc::ServerContextBase* ctx, const char* rpc) {
+Call SolverService::Begin(grpc::ServerContext* ctx, const char* rpc) {
   Call call(RequestId(ctx, next_id_), rpc);
   call.deadline = core_.EffectiveDeadline(ctx->deadline());
   call.cancelled = [ctx] { return ctx->IsCancelled(); };
@@ -108,7 +59,7 @@ Call SolverService::Begin(grpc::ServerContextBase* ctx, const char* rpc) {
   return call;
 }
 
-absl::StatusOr<std::string> SolverService::Authenticate(grpc::ServerContextBase* ctx) const {
+absl::StatusOr<std::string> SolverService::Authenticate(grpc::ServerContext* ctx) const {
   // A client certificate (mutual TLS) names its holder.
   std::string cert;
   if (auto auth = ctx->auth_context(); auth && auth->IsPeerAuthenticated()) {
@@ -125,8 +76,7 @@ absl::StatusOr<std::string> SolverService::Authenticate(grpc::ServerContextBase*
                                              it->second.data(), it->second.size())));
 }
 
-absl::Status SolverService::Open(grpc::ServerContextBase* ctx, Call& call,
-                                 bool refuse_when_draining) {
+absl::Status SolverService::Open(grpc::ServerContext* ctx, Call& call, bool refuse_when_draining) {
   if (refuse_when_draining && core_.shutting_down())
     return absl::UnavailableError("the server is shutting down");
   auto identity = Authenticate(ctx);
@@ -159,39 +109,8 @@ grpc::Status SolverService::Finish(Call& call, const absl::Status& st) {
 
 // ---- whole jobs ------------------------------------------------------------------------------
 
-void SolverService::Dispatch(grpc::CallbackServerContext* ctx, const char* rpc, int64_t values,
-                             bool unary, grpc::ServerUnaryReactor* reactor,
-                             std::function<void()> run) {
-  // Solved here only when it is as short as the hand-off it saves: a small job whose pool has a
-  // free slot (no wait in admission, no batch to join).
-  if (options_.inline_max_values > 0 && values <= options_.inline_max_values &&
-      core_.WouldStartNow(values, unary)) {
-    run();
-    return;
-  }
-  if (workers_.Post(std::move(run))) return;
-  Call call = Begin(ctx, rpc);
-  reactor->Finish(Finish(call, absl::ResourceExhaustedError(
-                                   "every call worker is busy and their queue is full; try "
-                                   "again later")));
-}
-
 template <typename Req>
-grpc::ServerUnaryReactor* SolverService::ServeUnary(grpc::CallbackServerContext* ctx,
-                                                    const char* rpc, Family family,
-                                                    const Req* req, v1::SolveResponse* resp) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  // The block family iterates for as long as its options say, whatever its size.
-  const int64_t values = family == Family::kBlockTridiagonal ? INT64_MAX : LargestArray(*req);
-  Dispatch(ctx, rpc, values, /*unary=*/true, reactor,
-           [this, ctx, rpc, family, req, resp, reactor] {
-             reactor->Finish(HandleUnary(ctx, rpc, family, *req, resp));
-           });
-  return reactor;
-}
-
-template <typename Req>
-grpc::Status SolverService::HandleUnary(grpc::ServerContextBase* ctx, const char* rpc, Family family,
+grpc::Status SolverService::HandleUnary(grpc::ServerContext* ctx, const char* rpc, Family family,
                                         const Req& req, v1::SolveResponse* resp) {
   Call call = Begin(ctx, rpc);
   call.sample.family = std::string(FamilyName(family));
@@ -208,25 +127,23 @@ grpc::Status SolverService::HandleUnary(grpc::ServerContextBase* ctx, const char
   return Finish(call, absl::OkStatus());
 }
 
-grpc::ServerUnaryReactor* SolverService::SolveTridiagonal(grpc::CallbackServerContext* ctx,
-                                                          const v1::TridiagonalRequest* req,
-                                                          v1::SolveResponse* resp) {
-  return ServeUnary(ctx, "SolveTridiagonal", Family::kTridiagonal, req, resp);
+grpc::Status SolverService::SolveTridiagonal(grpc::ServerContext* ctx,
+                                             const v1::TridiagonalRequest* req,
+                                             v1::SolveResponse* resp) {
+  return HandleUnary(ctx, "SolveTridiagonal", Family::kTridiagonal, *req, resp);
 }
-grpc::ServerUnaryReactor* SolverService::SolveTree(grpc::CallbackServerContext* ctx,
-                                                   const v1::TreeRequest* req,
-                                                   v1::SolveResponse* resp) {
-  return ServeUnary(ctx, "SolveTree", Family::kTree, req, resp);
+grpc::Status SolverService::SolveTree(grpc::ServerContext* ctx, const v1::TreeRequest* req,
+                                      v1::SolveResponse* resp) {
+  return HandleUnary(ctx, "SolveTree", Family::kTree, *req, resp);
 }
-grpc::ServerUnaryReactor* SolverService::SolveBlockTridiagonal(
-    grpc::CallbackServerContext* ctx, const v1::BlockTridiagonalRequest* req,
-    v1::SolveResponse* resp) {
-  return ServeUnary(ctx, "SolveBlockTridiagonal", Family::kBlockTridiagonal, req, resp);
+grpc::Status SolverService::SolveBlockTridiagonal(grpc::ServerContext* ctx,
+                                                  const v1::BlockTridiagonalRequest* req,
+                                                  v1::SolveResponse* resp) {
+  return HandleUnary(ctx, "SolveBlockTridiagonal", Family::kBlockTridiagonal, *req, resp);
 }
-grpc::ServerUnaryReactor* SolverService::SolveDense(grpc::CallbackServerContext* ctx,
-                                                    const v1::DenseRequest* req,
-                                                    v1::SolveResponse* resp) {
-  return ServeUnary(ctx, "SolveDense", Family::kDense, req, resp);
+grpc::Status SolverService::SolveDense(grpc::ServerContext* ctx, const v1::DenseRequest* req,
+                                       v1::SolveResponse* resp) {
+  return HandleUnary(ctx, "SolveDense", Family::kDense, *req, resp);
 }
 
 grpc::Status SolverService::SolveStream(
@@ -387,30 +304,14 @@ grpc::Status SolverService::CreateSystem(grpc::ServerContext* ctx,
   return Finish(call, absl::OkStatus());
 }
 
-grpc::ServerUnaryReactor* SolverService::SolveSystem(grpc::CallbackServerContext* ctx,
-                                                     const v1::SolveSystemRequest* req,
-                                                     v1::SolveResponse* resp) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  int64_t values = StepValues(*req);
-  if (values <= options_.inline_max_values) {
-    auto id = Authenticate(ctx);
-    if (id.ok() && !core_.SolvesDirectlyNow(*id, req->handle())) values = INT64_MAX;
-  }
-  Dispatch(ctx, "SolveSystem", values, /*unary=*/false, reactor,
-           [this, ctx, req, resp, reactor] {
-             reactor->Finish(HandleSolveSystem(ctx, *req, resp));
-           });
-  return reactor;
-}
-
-grpc::Status SolverService::HandleSolveSystem(grpc::ServerContextBase* ctx,
-                                              const v1::SolveSystemRequest& req,
-                                              v1::SolveResponse* resp) {
+grpc::Status SolverService::SolveSystem(grpc::ServerContext* ctx,
+                                        const v1::SolveSystemRequest* req,
+                                        v1::SolveResponse* resp) {
   Call call = Begin(ctx, "SolveSystem");
   if (auto st = Open(ctx, call, /*refuse_when_draining=*/true); !st.ok())
     return Finish(call, st);
   StepRequest step;
-  StepFromProto(req, &step);
+  StepFromProto(*req, &step);
   auto answer = core_.SolveSystem(call, step);
   if (!answer.ok()) return Finish(call, answer.status());
   AnswerToProto(*answer, resp);
@@ -452,189 +353,114 @@ grpc::Status SolverService::ListSystems(grpc::ServerContext* ctx, const v1::List
   return Finish(call, absl::OkStatus());
 }
 
-// The time-step stream. Steps are read for as long as the client sends them, while earlier ones
-// are solved and answered: a server that stops reading while it writes an answer blocks against
-// a client that writes step k + j while answer k waits, once the bytes in flight exceed HTTP/2's
-// flow-control window, and neither side moves again. What is read ahead is held against the
-// receive budget (--max-receiving-bytes); past it the stream stops reading until a step is
-// answered, and the transport's flow control holds the client back (back-pressure). One step is
-// solved at a time, on a call worker, and its answer written while the next is solved; a bad
-// step ends the stream with its own status once the answers before it are written.
-class SolverService::StepStream final
-    : public grpc::ServerBidiReactor<v1::SolveSystemRequest, v1::SolveResponse> {
- public:
-  StepStream(SolverService* svc, grpc::CallbackServerContext* ctx)
-      : svc_(svc), ctx_(ctx), call_(svc->Begin(ctx, "SolveSystemStream")) {
-    if (auto st = svc_->Open(ctx, call_, /*refuse_when_draining=*/true); !st.ok()) {
-      finished_ = true;
-      Finish(svc_->Finish(call_, st));
-      return;
+grpc::Status SolverService::SolveSystemStream(
+    grpc::ServerContext* ctx,
+    grpc::ServerReaderWriter<v1::SolveResponse, v1::SolveSystemRequest>* stream) {
+  Call call = Begin(ctx, "SolveSystemStream");
+  if (auto st = Open(ctx, call, /*refuse_when_draining=*/true); !st.ok())
+    return Finish(call, st);
+  // Step k + 1 is read on a second thread while answer k is written: a client that writes a
+  // step while it waits for an answer would otherwise block against a server that is blocked
+  // writing that answer, once the two exceed HTTP/2's flow-control window, and neither moves.
+  // Only one step is read ahead, held against the receive budget (back-pressure: the transport
+  // holds back the rest), and only during a write, so a bad step or a solve that fails never
+  // leaves a read outstanding and still ends the stream with its own status.
+  struct ReadAhead {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool want = false, done = false, ok = false, quit = false;
+  } ra;
+  v1::SolveSystemRequest next;
+  std::thread reader([&] {
+    std::unique_lock<std::mutex> lock(ra.mu);
+    for (;;) {
+      ra.cv.wait(lock, [&] { return ra.want || ra.quit; });
+      if (ra.quit) return;
+      lock.unlock();
+      const bool ok = stream->Read(&next);
+      lock.lock();
+      ra.want = false;
+      ra.ok = ok;
+      ra.done = true;
+      ra.cv.notify_all();
     }
-    reading_ = true;
-    StartRead(&incoming_);
-  }
-
-  void OnReadDone(bool ok) override {
-    std::unique_lock<std::mutex> lock(mu_);
-    reading_ = false;
-    if (!ok) {
-      eof_ = true;
-    } else {
-      auto msg = std::make_unique<v1::SolveSystemRequest>();
-      msg->Swap(&incoming_);
-      parked_ = std::move(msg);
-      parked_bytes_ = std::max<int64_t>(1, int64_t(parked_->ByteSizeLong()));
-    }
-    Pump(std::move(lock));
-  }
-
-  void OnWriteDone(bool ok) override {
-    std::unique_lock<std::mutex> lock(mu_);
-    writing_ = false;
-    if (!ok) {
-      write_failed_ = true;
-      if (error_.ok()) error_ = absl::CancelledError("the client went away");
-    }
-    Pump(std::move(lock));
-  }
-
-  void OnDone() override { delete this; }
-
- private:
-  struct Step {
-    std::unique_ptr<v1::SolveSystemRequest> msg;
-    int64_t bytes = 0;
+  });
+  auto start_read = [&] {
+    std::lock_guard<std::mutex> lock(ra.mu);
+    ra.want = true;
+    ra.done = false;
+    ra.cv.notify_all();
   };
-
-  // Decides, under the lock, what the stream does next, and does it after releasing it (gRPC's
-  // operations and the workers are not called with the lock held).
-  void Pump(std::unique_lock<std::mutex> lock) {
-    bool read = false, write = false, finish = false;
-    std::optional<Step> solve;
-    absl::Status end;
-    if (parked_ && error_.ok()) {
-      // A step read: held against the budget, or kept back (no further read) until the steps
-      // before it are answered and their bytes returned.
-      const absl::Status st = svc_->core_.GrowReceive(parked_bytes_, &hold_);
-      if (st.ok()) {
-        queue_.push_back(Step{std::move(parked_), parked_bytes_});
-        parked_.reset();
-      } else if (queue_.empty() && !solving_ && !ready_) {
-        error_ = st;  // alone over the budget: it never fits
-      }
-    }
-    if (!error_.ok()) {
-      // Nothing more is solved; what was read ahead goes.
-      for (Step& s : queue_) svc_->core_.ShrinkReceive(s.bytes, &hold_);
-      queue_.clear();
-      parked_.reset();
-    }
-    if (!reading_ && !eof_ && !parked_ && error_.ok()) reading_ = read = true;
-    if (ready_ && !writing_ && !write_failed_) {
-      out_.Swap(&*ready_);
-      ready_.reset();
-      writing_ = write = true;
-    } else if (ready_ && write_failed_) {
-      ready_.reset();
-    }
-    if (!solving_ && !ready_ && !queue_.empty() && error_.ok()) {
-      solving_ = true;
-      solve = std::move(queue_.front());
-      queue_.pop_front();
-    }
-    if (!finished_ && !solving_ && !writing_ && !ready_ && !write &&
-        (!error_.ok() || (eof_ && queue_.empty() && !parked_))) {
-      finished_ = finish = true;
-      end = error_;
-      if (end.ok() && ctx_->IsCancelled()) end = absl::CancelledError("the client cancelled the call");
-    }
-    lock.unlock();
-    if (read) StartRead(&incoming_);
-    if (write) StartWrite(&out_);
-    if (solve) {
-      auto step = std::make_shared<Step>(std::move(*solve));
-      if (!svc_->workers_.Post([this, step] { Solve(std::move(*step)); })) {
-        std::unique_lock<std::mutex> again(mu_);
-        solving_ = false;
-        svc_->core_.ShrinkReceive(step->bytes, &hold_);
-        if (error_.ok())
-          error_ = absl::ResourceExhaustedError(
-              "every call worker is busy and their queue is full; try again later");
-        Pump(std::move(again));
-        return;
-      }
-    }
-    if (finish) {
-      if (end.ok())
-        spdlog::info("[req {}] SolveSystemStream {}: {} steps", call_.id,
-                     handle_.empty() ? "-" : handle_, steps_);
-      Finish(ToGrpc(svc_->core_.Finish(call_, end)));  // last: OnDone may follow at once
-    }
-  }
-
-  // On a call worker; one step at a time, so handle_ and steps_ need no lock.
-  void Solve(Step step) {
-    absl::Status st;
-    std::optional<v1::SolveResponse> resp;
-    const v1::SolveSystemRequest& msg = *step.msg;
-    if (steps_ == 0) {
-      handle_ = msg.handle();
-      if (handle_.empty())
+  auto wait_read = [&] {
+    std::unique_lock<std::mutex> lock(ra.mu);
+    ra.cv.wait(lock, [&] { return ra.done; });
+    return ra.ok;
+  };
+  std::string handle;
+  int64_t steps = 0;
+  absl::Status st;
+  v1::SolveSystemRequest msg;
+  bool have = stream->Read(&msg);
+  std::optional<ReceiveBudget::Hold> held;
+  while (have) {
+    if (steps == 0) {
+      handle = msg.handle();
+      if (handle.empty()) {
         st = absl::InvalidArgumentError("handle: the stream's first message must name the system");
-    } else if (!msg.handle().empty() && msg.handle() != handle_) {
+        break;
+      }
+    } else if (!msg.handle().empty() && msg.handle() != handle) {
       st = absl::InvalidArgumentError(
           "handle: a time-step stream solves one system; later messages repeat its handle or "
           "leave it empty");
+      break;
     }
-    if (st.ok() && svc_->core_.shutting_down()) st = absl::UnavailableError("the server is shutting down");
-    if (st.ok()) {
-      call_.start = Clock::now();
-      StepRequest req;
-      StepFromProto(msg, &req);
-      req.handle = handle_;
-      auto answer = svc_->core_.SolveSystem(call_, req);
-      if (answer.ok()) {
-        ++steps_;
-        resp.emplace();
-        AnswerToProto(*answer, &*resp);
-      } else {
-        st = answer.status();
-      }
+    if (core_.shutting_down()) {
+      st = absl::UnavailableError("the server is shutting down");
+      break;
     }
-    step.msg.reset();
-    std::unique_lock<std::mutex> lock(mu_);
-    solving_ = false;
-    svc_->core_.ShrinkReceive(step.bytes, &hold_);
-    if (!st.ok()) {
-      if (error_.ok()) error_ = st;
-    } else if (!write_failed_) {
-      ready_ = std::move(resp);
+    call.start = Clock::now();
+    StepRequest step;
+    StepFromProto(msg, &step);
+    step.handle = handle;
+    auto answer = core_.SolveSystem(call, step);
+    if (!answer.ok()) {
+      st = answer.status();
+      break;
     }
-    Pump(std::move(lock));
+    ++steps;
+    v1::SolveResponse resp;
+    AnswerToProto(*answer, &resp);
+    held.reset();
+    start_read();
+    const bool wrote = stream->Write(resp);
+    // A failed write means the call is over, so the outstanding read returns too.
+    have = wait_read();
+    if (!wrote) {
+      st = absl::CancelledError("the client went away");
+      break;
+    }
+    if (!have) break;
+    msg.Swap(&next);
+    next.Clear();
+    held.emplace();
+    if (auto r = core_.ReserveReceive(static_cast<int64_t>(msg.ByteSizeLong()), &*held);
+        !r.ok()) {
+      st = r;
+      break;
+    }
   }
-
-  SolverService* const svc_;
-  grpc::CallbackServerContext* const ctx_;
-  Call call_;
-  std::string handle_;
-  int64_t steps_ = 0;
-
-  std::mutex mu_;
-  v1::SolveSystemRequest incoming_;  // gRPC's while a read is outstanding
-  std::unique_ptr<v1::SolveSystemRequest> parked_;  // read, not yet within the budget
-  int64_t parked_bytes_ = 0;
-  std::deque<Step> queue_;  // read ahead, within the budget
-  ReceiveBudget::Hold hold_;
-  std::optional<v1::SolveResponse> ready_;  // solved, waiting for the write before it
-  v1::SolveResponse out_;  // gRPC's while a write is outstanding
-  bool reading_ = false, eof_ = false, solving_ = false, writing_ = false, write_failed_ = false,
-       finished_ = false;
-  absl::Status error_;
-};
-
-grpc::ServerBidiReactor<v1::SolveSystemRequest, v1::SolveResponse>*
-SolverService::SolveSystemStream(grpc::CallbackServerContext* ctx) {
-  return new StepStream(this, ctx);
+  {
+    std::lock_guard<std::mutex> lock(ra.mu);
+    ra.quit = true;
+    ra.cv.notify_all();
+  }
+  reader.join();
+  if (st.ok() && ctx->IsCancelled()) st = absl::CancelledError("the client cancelled the call");
+  if (st.ok())
+    spdlog::info("[req {}] SolveSystemStream {}: {} steps", call.id, handle.empty() ? "-" : handle,
+                 steps);
+  return Finish(call, st);
 }
 
 // ---- registered memory -----------------------------------------------------------------------

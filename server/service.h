@@ -4,7 +4,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <functional>
 #include <memory>
 #include <string>
 
@@ -13,7 +12,6 @@
 #include "core.h"
 #include "translate.h"
 #include "trisolve/backend.h"
-#include "workers.h"
 #include "trisolve/v1/trisolve.grpc.pb.h"
 
 namespace trisolve::server {
@@ -25,39 +23,21 @@ struct ServiceOptions : CoreOptions {
   // Bearer tokens accepted (metadata "authorization: Bearer <token>"); empty: no authentication.
   // The health service stays open either way.
   std::vector<std::string> tokens;
-  // Unary solves whose largest array holds at most this many values are solved on the gRPC
-  // thread that received them, when a slot is free (0: never); the rest go to the call workers.
-  int64_t inline_max_values = 8192;
-  // Call workers (0: enough for every admission slot and queue place, and some to spare).
-  int call_workers = 0;
 };
 
-// The unary solves (the whole job, or by handle) are served by gRPC's callback API: a small job
-// is answered on the thread that read it, without a hand-off; a larger one is posted to the call
-// workers, which finish the call. The time-step stream too (it reads on while it answers); the
-// other streams and the rest stay synchronous.
-using SolverServiceBase = v1::Solver::WithCallbackMethod_SolveTridiagonal<
-    v1::Solver::WithCallbackMethod_SolveTree<v1::Solver::WithCallbackMethod_SolveBlockTridiagonal<
-        v1::Solver::WithCallbackMethod_SolveDense<
-            v1::Solver::WithCallbackMethod_SolveSystem<
-                v1::Solver::WithCallbackMethod_SolveSystemStream<v1::Solver::Service>>>>>>;
-
-class SolverService final : public SolverServiceBase {
+class SolverService final : public v1::Solver::Service {
  public:
   SolverService(std::unique_ptr<Backend> backend, ServiceOptions options);
 
-  grpc::ServerUnaryReactor* SolveTridiagonal(grpc::CallbackServerContext* ctx,
-                                             const v1::TridiagonalRequest* req,
-                                             v1::SolveResponse* resp) override;
-  grpc::ServerUnaryReactor* SolveTree(grpc::CallbackServerContext* ctx,
-                                      const v1::TreeRequest* req,
-                                      v1::SolveResponse* resp) override;
-  grpc::ServerUnaryReactor* SolveBlockTridiagonal(grpc::CallbackServerContext* ctx,
-                                                  const v1::BlockTridiagonalRequest* req,
-                                                  v1::SolveResponse* resp) override;
-  grpc::ServerUnaryReactor* SolveDense(grpc::CallbackServerContext* ctx,
-                                       const v1::DenseRequest* req,
-                                       v1::SolveResponse* resp) override;
+  grpc::Status SolveTridiagonal(grpc::ServerContext* ctx, const v1::TridiagonalRequest* req,
+                                v1::SolveResponse* resp) override;
+  grpc::Status SolveTree(grpc::ServerContext* ctx, const v1::TreeRequest* req,
+                         v1::SolveResponse* resp) override;
+  grpc::Status SolveBlockTridiagonal(grpc::ServerContext* ctx,
+                                     const v1::BlockTridiagonalRequest* req,
+                                     v1::SolveResponse* resp) override;
+  grpc::Status SolveDense(grpc::ServerContext* ctx, const v1::DenseRequest* req,
+                          v1::SolveResponse* resp) override;
   grpc::Status SolveStream(
       grpc::ServerContext* ctx,
       grpc::ServerReaderWriter<v1::StreamResponse, v1::StreamRequest>* stream) override;
@@ -68,17 +48,17 @@ class SolverService final : public SolverServiceBase {
                                  grpc::ServerWriter<v1::ProgressResponse>* writer) override;
   grpc::Status CreateSystem(grpc::ServerContext* ctx, const v1::CreateSystemRequest* req,
                             v1::SystemInfo* resp) override;
-  grpc::ServerUnaryReactor* SolveSystem(grpc::CallbackServerContext* ctx,
-                                        const v1::SolveSystemRequest* req,
-                                        v1::SolveResponse* resp) override;
+  grpc::Status SolveSystem(grpc::ServerContext* ctx, const v1::SolveSystemRequest* req,
+                           v1::SolveResponse* resp) override;
   grpc::Status UpdateSystem(grpc::ServerContext* ctx, const v1::UpdateSystemRequest* req,
                             v1::SystemInfo* resp) override;
   grpc::Status ReleaseSystem(grpc::ServerContext* ctx, const v1::SystemRequest* req,
                              v1::SystemInfo* resp) override;
   grpc::Status ListSystems(grpc::ServerContext* ctx, const v1::ListSystemsRequest* req,
                            v1::ListSystemsResponse* resp) override;
-  grpc::ServerBidiReactor<v1::SolveSystemRequest, v1::SolveResponse>* SolveSystemStream(
-      grpc::CallbackServerContext* ctx) override;
+  grpc::Status SolveSystemStream(
+      grpc::ServerContext* ctx,
+      grpc::ServerReaderWriter<v1::SolveResponse, v1::SolveSystemRequest>* stream) override;
   grpc::Status RegisterSharedMemory(grpc::ServerContext* ctx,
                                     const v1::RegisterSharedMemoryRequest* req,
                                     v1::MemoryRegion* resp) override;
@@ -110,26 +90,16 @@ class SolverService final : public SolverServiceBase {
   void RecordUnauthenticated(absl::string_view path, absl::string_view message);
 
  private:
-  class StepStream;  // SolveSystemStream's reactor (service.cc)
   template <typename Req>
-  grpc::ServerUnaryReactor* ServeUnary(grpc::CallbackServerContext* ctx, const char* rpc,
-                                       Family family, const Req* req, v1::SolveResponse* resp);
-  template <typename Req>
-  grpc::Status HandleUnary(grpc::ServerContextBase* ctx, const char* rpc, Family family,
+  grpc::Status HandleUnary(grpc::ServerContext* ctx, const char* rpc, Family family,
                            const Req& req, v1::SolveResponse* resp);
-  grpc::Status HandleSolveSystem(grpc::ServerContextBase* ctx, const v1::SolveSystemRequest& req,
-                                 v1::SolveResponse* resp);
-  // Runs `run` (which finishes the call) here when the job is small and a slot is free, else on
-  // a call worker; RESOURCE_EXHAUSTED when the workers' queue is full.
-  void Dispatch(grpc::CallbackServerContext* ctx, const char* rpc, int64_t values, bool unary,
-                grpc::ServerUnaryReactor* reactor, std::function<void()> run);
   // A call's start: its id, deadline and cancellation from the context.
-  Call Begin(grpc::ServerContextBase* ctx, const char* rpc);
+  Call Begin(grpc::ServerContext* ctx, const char* rpc);
   // A call's opening: metrics labels set, UNAVAILABLE while draining (where asked), then the
   // caller's identity into call.identity, or UNAUTHENTICATED.
-  absl::Status Open(grpc::ServerContextBase* ctx, Call& call, bool refuse_when_draining);
+  absl::Status Open(grpc::ServerContext* ctx, Call& call, bool refuse_when_draining);
   // The caller's identity ("token:N", "cert:SUBJECT" or "shared"), or UNAUTHENTICATED.
-  absl::StatusOr<std::string> Authenticate(grpc::ServerContextBase* ctx) const;
+  absl::StatusOr<std::string> Authenticate(grpc::ServerContext* ctx) const;
   grpc::Status Finish(Call& call, const absl::Status& st);
 
   ServiceOptions options_;
@@ -137,8 +107,6 @@ class SolverService final : public SolverServiceBase {
   Core core_;
   DeadlineWatch deadline_watch_;
   std::atomic<int64_t> next_id_{1};
-  // Last: destroyed (joined) first, while what its tasks use is still there.
-  CallWorkers workers_;
 };
 
 }  // namespace trisolve::server

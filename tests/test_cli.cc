@@ -14,7 +14,6 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "server_process.h"
-#include "test_data.h"
 #include "trisolve/client.h"
 #include "trisolve/examples.h"
 #include "trisolve/ndarray.h"
@@ -93,30 +92,6 @@ void WriteFortranNpy(const std::string& path, const std::vector<int64_t>& shape,
 }
 
 // ---- item 5: input handling -----------------------------------------------------------------
-
-// The load generator checks every answer and exits 0 only when each was right: many requests
-// in flight on one connection, and the time-step loop of cells with every array in shared memory.
-TEST_F(Cli, BenchChecksEveryAnswerInFlightAndThroughSharedMemory) {
-  for (const char* mode : {"unary", "handle"}) {
-    auto [rc, out] = Run(std::string("bench --clients 2 --in-flight 8 --requests 100 --n 64 --mode ") +
-                         mode + " --transport grpc");
-    EXPECT_EQ(rc, 0) << out;
-    EXPECT_NE(out.find("200 ok, 0 wrong, 0 malformed, 0 errors, 0 not answered of 200"),
-              std::string::npos)
-        << out;
-  }
-  const std::string swc = std::string(TRISOLVE_TEST_DATA) + "/neuron_10-2012-02-09-001.CNG.swc";
-  for (const char* mode : {"unary", "handle", "stream"}) {
-    auto [rc, out] = Run("bench --swc " + swc + " --batch 4 --requests 6 --mode " + mode +
-                         " --transport shm");
-    EXPECT_EQ(rc, 0) << mode << ": " << out;
-    EXPECT_NE(out.find("6 ok, 0 wrong, 0 malformed, 0 errors, 0 not answered of 6"),
-              std::string::npos)
-        << mode << ": " << out;
-  }
-  auto [rc, out] = Run("bench --clients 1 --in-flight 4 --mode stream");
-  EXPECT_EQ(rc, 2) << out;
-}
 
 TEST_F(Cli, FortranOrderFilesAreReadAsTheArrayNumPyMeant) {
   const std::string args = TridiagonalArgs();

@@ -19,15 +19,10 @@ struct BenchOptions {
   // and x is written into it (zero-copy, as a simulation that keeps its arrays there); streams:
   // the bytes written into the server's memory over parallel connections (remote clients).
   std::string transport = "auto";
-  // Requests each client keeps outstanding on its one connection (unary and handle over gRPC):
-  // 1 is a caller that waits for each answer; more drive the server as many callers would,
-  // without a thread each.
-  int in_flight = 1;
   bool json = false;
   // A morphology (SWC file): the bench is then a time-step loop of `batch` cells of it (tree
   // family, Hines systems), the diagonal and the right-hand side new each step (by handle: sent
   // as an update and a right-hand side), beside Hines over the same cells on one local core.
-  // With transport "shm" every array lives in registered shared memory and x is written there.
   std::string swc;
 };
 
