@@ -8,26 +8,42 @@
 namespace trisolve::server {
 
 absl::Status BackendHealth::Check(const absl::Status& failure) {
-  if (lost()) return status();
-  absl::Status health = backend_->Health();
-  if (health.ok()) return failure;
-  std::vector<std::function<void()>> hooks;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (lost_.load()) return status_;
-    status_ = health.code() == absl::StatusCode::kUnavailable
-                  ? health
-                  : absl::UnavailableError(health.message());
-    lost_.store(true, std::memory_order_release);
-    hooks.swap(hooks_);
+  if (!lost()) {
+    absl::Status health = backend_->Health();
+    if (health.ok()) return failure;
+    std::vector<std::function<void()>> hooks;
+    bool first = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!lost_.load()) {
+        status_ = health.code() == absl::StatusCode::kUnavailable
+                      ? health
+                      : absl::UnavailableError(health.message());
+        lost_.store(true, std::memory_order_release);
+        hooks.swap(hooks_);
+        first = true;
+      }
+    }
+    if (first) {
+      spdlog::error("backend lost ({} failed): {}; health NOT_SERVING, every call UNAVAILABLE, "
+                    "then exit {} for a restart",
+                    absl::StatusCodeToString(failure.code()), std::string(health.message()),
+                    kExitBackendLost);
+      for (auto& h : hooks) h();
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        stop_running_.store(true, std::memory_order_release);
+      }
+      hooks_done_.notify_all();
+      return status();
+    }
   }
-  spdlog::error("backend lost ({} failed): {}; health NOT_SERVING, every call UNAVAILABLE, then "
-                "exit {} for a restart",
-                absl::StatusCodeToString(failure.code()), std::string(health.message()),
-                kExitBackendLost);
-  for (auto& h : hooks) h();
-  stop_running_.store(true, std::memory_order_release);
-  return status();
+  // Lost: answered once the hooks have run. A running call failing beside the first would
+  // otherwise free its slot to a queued call before the hooks refuse the queue, and that call
+  // would reach the lost backend.
+  std::unique_lock<std::mutex> lock(mu_);
+  hooks_done_.wait(lock, [this] { return stop_running_.load(); });
+  return status_;
 }
 
 absl::Status BackendHealth::status() const {

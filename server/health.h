@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <functional>
+#include <condition_variable>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -42,6 +43,7 @@ class BackendHealth {
   const Backend* backend_;
   std::atomic<bool> lost_{false}, stop_running_{false};
   mutable std::mutex mu_;
+  std::condition_variable hooks_done_;
   absl::Status status_;
   std::vector<std::function<void()>> hooks_;
 };
