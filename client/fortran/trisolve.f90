@@ -75,7 +75,25 @@ module trisolve
     trisolve_system_solve, trisolve_system_update, trisolve_system_release, &
     trisolve_system_destroy, trisolve_system_handle, trisolve_system_last_summary, &
     trisolve_stream_open, trisolve_stream_update, trisolve_stream_send, &
-    trisolve_stream_receive, trisolve_stream_close
+    trisolve_stream_receive, trisolve_stream_close, trisolve_set_progress, &
+    trisolve_set_residual_history, trisolve_residual_history
+
+  ! Phases of a progress report (trisolve_set_progress).
+  integer, parameter, public :: TRISOLVE_PHASE_RECEIVED = 1, TRISOLVE_PHASE_QUEUED = 2, &
+    TRISOLVE_PHASE_SOLVING = 3, TRISOLVE_PHASE_SENDING = 4
+
+  ! What a progress callback looks like: a bind(c) procedure, called on the solving thread as
+  ! the server reports; residual is NaN before the first check.
+  abstract interface
+    subroutine trisolve_progress_fn(user_data, phase, iteration, max_iterations, residual, &
+                                    bytes_total, elapsed_s) bind(c)
+      import :: c_ptr, c_int, c_int64_t, c_double
+      type(c_ptr), value :: user_data
+      integer(c_int), value :: phase
+      integer(c_int64_t), value :: iteration, max_iterations, bytes_total
+      real(c_double), value :: residual, elapsed_s
+    end subroutine
+  end interface
 
   ! ---- The generic names: one specific procedure per kind, any rank ----
   interface trisolve_gtsv_strided_batch
@@ -264,6 +282,26 @@ module trisolve
       type(c_ptr), value :: ctx
       real(c_double), value :: seconds
     end function
+    integer(c_int) function c_set_progress(ctx, fn, user_data, interval_s) &
+        bind(c, name='trisolve_set_progress')
+      import :: c_ptr, c_int, c_double, c_funptr
+      type(c_ptr), value :: ctx
+      type(c_funptr), value :: fn
+      type(c_ptr), value :: user_data
+      real(c_double), value :: interval_s
+    end function
+    integer(c_int) function c_set_residual_history(ctx, on) &
+        bind(c, name='trisolve_set_residual_history')
+      import :: c_ptr, c_int
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: on
+    end function
+    integer(c_int64_t) function c_residual_history(ctx, iterations, residuals, capacity) &
+        bind(c, name='trisolve_residual_history')
+      import :: c_ptr, c_int64_t
+      type(c_ptr), value :: ctx, iterations, residuals
+      integer(c_int64_t), value :: capacity
+    end function
     integer(c_int) function c_release(sys) bind(c, name='trisolve_system_release')
       import :: c_ptr, c_int
       type(c_ptr), value :: sys
@@ -384,6 +422,54 @@ contains
     type(trisolve_context), intent(in) :: ctx
     real(c_double), intent(in) :: seconds
     rc = int(c_set_timeout(ctx%ptr, seconds))
+  end function
+
+  ! Every later one-shot solve on ctx calls fn(user_data, phase, iteration, max_iterations,
+  ! residual, bytes_total, elapsed_s) as the server reports, at most once every interval_s
+  ! seconds (absent or 0: 0.1 s); fn absent: off. fn may not stop the solve.
+  integer function trisolve_set_progress(ctx, fn, user_data, interval_s) result(rc)
+    type(trisolve_context), intent(in) :: ctx
+    procedure(trisolve_progress_fn), optional :: fn
+    type(c_ptr), intent(in), optional :: user_data
+    real(c_double), intent(in), optional :: interval_s
+    type(c_funptr) :: f
+    type(c_ptr) :: u
+    real(c_double) :: every
+    f = c_null_funptr
+    u = c_null_ptr
+    every = 0
+    if (present(fn)) f = c_funloc(fn)
+    if (present(user_data)) u = user_data
+    if (present(interval_s)) every = interval_s
+    rc = int(c_set_progress(ctx%ptr, f, u, every))
+  end function
+
+  ! on: later block solves on ctx keep their residual history (at most 1024 points).
+  integer function trisolve_set_residual_history(ctx, on) result(rc)
+    type(trisolve_context), intent(in) :: ctx
+    logical, intent(in) :: on
+    rc = int(c_set_residual_history(ctx%ptr, merge(1_c_int, 0_c_int, on)))
+  end function
+
+  ! The history of the last block solve on ctx: the number of points it holds (0: none kept);
+  ! copies as many as fit into iterations(:) and residuals(:), when given.
+  integer function trisolve_residual_history(ctx, iterations, residuals) result(points)
+    type(trisolve_context), intent(in) :: ctx
+    integer(c_int64_t), intent(out), optional, target, contiguous :: iterations(:)
+    real(c_double), intent(out), optional, target, contiguous :: residuals(:)
+    type(c_ptr) :: pi, pr
+    integer(c_int64_t) :: capacity
+    pi = c_null_ptr
+    pr = c_null_ptr
+    capacity = 0
+    if (present(iterations) .and. present(residuals)) then
+      capacity = min(size(iterations, kind=c_int64_t), size(residuals, kind=c_int64_t))
+      if (capacity > 0) then
+        pi = c_loc(iterations)
+        pr = c_loc(residuals)
+      end if
+    end if
+    points = int(c_residual_history(ctx%ptr, pi, pr, capacity))
   end function
 
   ! ---- cuSPARSE gtsv2StridedBatch: nbatch systems of order m, system i at element

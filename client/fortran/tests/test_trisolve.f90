@@ -3,9 +3,38 @@
 ! generic names, column-major dense matrices, persistent tree and dense systems, and a time
 ! loop over the step stream with the diagonal updated each step. Residuals are computed here
 ! from the caller's arrays. Exits with status 1 on any failure.
+! What the progress callback saw (a bind(c) procedure must live in a module).
+module progress_counts
+  use, intrinsic :: iso_c_binding
+  implicit none
+  integer :: reports = 0, solving_reports = 0, last_phase = 0
+  integer(c_int64_t) :: last_iteration = -1
+  logical :: monotone = .true.
+contains
+  subroutine count_reports(user_data, phase, iteration, max_iterations, residual, bytes_total, &
+                           elapsed_s) bind(c)
+    type(c_ptr), value :: user_data
+    integer(c_int), value :: phase
+    integer(c_int64_t), value :: iteration, max_iterations, bytes_total
+    real(c_double), value :: residual, elapsed_s
+    reports = reports + 1
+    ! (no user data was given; sizes and times are never negative; a residual is NaN or >= 0)
+    if (c_associated(user_data) .or. bytes_total < 0 .or. elapsed_s < 0) monotone = .false.
+    if (max_iterations < 0 .or. residual < 0) monotone = .false.
+    if (phase < last_phase) monotone = .false.
+    if (phase == 3) then
+      solving_reports = solving_reports + 1
+      if (iteration < last_iteration) monotone = .false.
+      last_iteration = iteration
+    end if
+    last_phase = phase
+  end subroutine
+end module
+
 program test_trisolve
   use, intrinsic :: iso_c_binding
   use trisolve
+  use progress_counts
   implicit none
   integer, parameter :: n = 30, nb = 4, nd = 8
   type(trisolve_context) :: ctx
@@ -21,6 +50,7 @@ program test_trisolve
   call tree(.false.)
   call dense()
   call block()
+  call block_progress()
   call tree_time_loop()
   call dense_system()
   call trisolve_destroy(ctx)
@@ -256,6 +286,50 @@ contains
     end do
     call check(rc == TRISOLVE_OK .and. st(1) == TRISOLVE_SYSTEM_OK .and. sqrt(r2 / f2) < 5d-5, &
                'solve_block real(4) X(m, nblocks)')
+  end subroutine
+
+  ! The progress callback and the residual history of a block solve to a tolerance.
+  subroutine block_progress()
+    integer, parameter :: m = 24, nblk = 24
+    real(8), dimension(m, nblk) :: aC, cC, bC, cA, cB, f, y
+    integer(c_int) :: st(1)
+    integer(c_int64_t) :: its(2000)
+    real(8) :: res(2000)
+    integer :: points
+    aC = -1
+    bC = -1
+    cA = -1
+    cB = -1
+    cC = 4.1d0
+    aC(1, :) = 0
+    bC(m, :) = 0
+    cA(:, 1) = 0
+    cB(:, nblk) = 0
+    call random_number(f)
+    reports = 0
+    solving_reports = 0
+    last_phase = 0
+    last_iteration = -1
+    monotone = .true.
+    rc = trisolve_set_progress(ctx, count_reports, interval_s=0.01d0)
+    call check(rc == TRISOLVE_OK, 'set_progress')
+    rc = trisolve_set_residual_history(ctx, .true.)
+    call check(rc == TRISOLVE_OK, 'set_residual_history')
+    rc = trisolve_solve_block(ctx, nblk, m, aC, cC, bC, cA, cB, f, y, st, tol=1d-10)
+    call check(rc == TRISOLVE_OK .and. st(1) == TRISOLVE_SYSTEM_OK, 'solve_block with progress')
+    call check(reports >= 2 .and. monotone, 'progress: reports come, phases and iterations rise')
+    points = trisolve_residual_history(ctx, its, res)
+    call check(points >= 2 .and. points <= 1024, 'residual history: points kept')
+    if (points >= 2) then
+      call check(its(1) == 0 .and. its(points) > 0 .and. res(points) <= 1d-10, &
+                 'residual history: from iteration 0 to the final residual')
+    end if
+    rc = trisolve_set_progress(ctx)
+    call check(rc == TRISOLVE_OK, 'set_progress off')
+    reports = 0
+    rc = trisolve_solve_block(ctx, nblk, m, aC, cC, bC, cA, cB, f, y, st, tol=1d-10)
+    call check(rc == TRISOLVE_OK .and. reports == 0, 'no reports once off')
+    rc = trisolve_set_residual_history(ctx, .false.)
   end subroutine
 
   ! A cable-like loop by handle over one stream: the diagonal changes every step (staged with
