@@ -177,6 +177,20 @@ Progress ReadProgress(const v1::Progress& p) {
 // limit, less room for the rest of the message).
 constexpr int64_t kProgressInlineBytes = (int64_t{64} << 20) - (int64_t{64} << 10);
 
+// Moves the family's request, built in a stream header, into another message holding the same
+// family fields (ProgressRequest, CreateSystemRequest).
+template <typename Message>
+void MoveFamily(Kind kind, v1::StreamRequest& header, Message& req) {
+  switch (kind) {
+    case Kind::kTridiagonal: req.mutable_tridiagonal()->Swap(header.mutable_tridiagonal()); break;
+    case Kind::kTree: req.mutable_tree()->Swap(header.mutable_tree()); break;
+    case Kind::kBlockTridiagonal:
+      req.mutable_block_tridiagonal()->Swap(header.mutable_block_tridiagonal());
+      break;
+    case Kind::kDense: req.mutable_dense()->Swap(header.mutable_dense()); break;
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<Kind> ParseKind(absl::string_view name) {
@@ -461,14 +475,7 @@ absl::StatusOr<Result> Client::Solve(const Job& job) {
   const DType out_type = dtype;
   if (with_progress) {
     v1::ProgressRequest req;
-    switch (job.kind) {
-      case Kind::kTridiagonal: req.mutable_tridiagonal()->Swap(header.mutable_tridiagonal()); break;
-      case Kind::kTree: req.mutable_tree()->Swap(header.mutable_tree()); break;
-      case Kind::kBlockTridiagonal:
-        req.mutable_block_tridiagonal()->Swap(header.mutable_block_tridiagonal());
-        break;
-      case Kind::kDense: req.mutable_dense()->Swap(header.mutable_dense()); break;
-    }
+    MoveFamily(job.kind, header, req);
     req.set_interval_s(job.options.progress_interval_s);
     auto reader = impl_->stub->SolveWithProgress(&ctx, req);
     v1::ProgressResponse msg;
@@ -623,14 +630,7 @@ absl::StatusOr<SystemInfo> Client::CreateSystem(const Job& job, const SystemOpti
       a->set_data(v.data, static_cast<size_t>(v.bytes()));
   }
   v1::CreateSystemRequest req;
-  switch (job.kind) {
-    case Kind::kTridiagonal: req.mutable_tridiagonal()->Swap(header.mutable_tridiagonal()); break;
-    case Kind::kTree: req.mutable_tree()->Swap(header.mutable_tree()); break;
-    case Kind::kBlockTridiagonal:
-      req.mutable_block_tridiagonal()->Swap(header.mutable_block_tridiagonal());
-      break;
-    case Kind::kDense: req.mutable_dense()->Swap(header.mutable_dense()); break;
-  }
+  MoveFamily(job.kind, header, req);
   req.set_ttl_s(options.ttl_s);
   req.set_label(options.label);
   grpc::ClientContext ctx;

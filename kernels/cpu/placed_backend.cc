@@ -379,6 +379,7 @@ class MultiDeviceBackend final : public Backend {
   struct RowSplit {
     std::vector<Worker*> workers;
     std::vector<double> weights;
+    bool fits_one = false;  // one worker has room for the whole system
   };
   RowSplit SplitSystem(int64_t n, int64_t bytes, TridiagonalMethod m) {
     RowSplit split;
@@ -389,7 +390,8 @@ class MultiDeviceBackend final : public Backend {
       total += w->room.load();
       most = std::max(most, w->room.load());
     }
-    if (bytes > most) {  // by memory: every worker with room, in proportion to it
+    split.fits_one = bytes <= most;
+    if (!split.fits_one) {  // by memory: every worker with room, in proportion to it
       if (bytes > total) return split;
       for (const auto& w : workers_)
         if (w->room.load() > 0) {
@@ -422,7 +424,7 @@ class MultiDeviceBackend final : public Backend {
                                                       TridiagonalMethod m,
                                                       TridiagonalOutput<T> out,
                                                       const SolveControl& c, const RowSplit& split,
-                                                      int64_t bytes, bool fits_one) {
+                                                      int64_t bytes) {
     const std::vector<int64_t> rows = SplitRows(p.n, split.weights);
     if (rows.empty()) return std::optional<SolveInfo>();
     auto outcome = SolveSystemSplit<T>(
@@ -438,7 +440,7 @@ class MultiDeviceBackend final : public Backend {
       return std::optional<SolveInfo>(outcome->info);
     }
     const std::string why = absl::StrCat(" (not split: ", outcome->why, ")");
-    if (fits_one) {
+    if (split.fits_one) {
       auto whole = OnPlaced(bytes, [&](Backend& b) { return b.Solve(p, m, out, c); });
       if (!whole.ok()) return whole.status();
       whole->method += why;
@@ -456,9 +458,7 @@ class MultiDeviceBackend final : public Backend {
     if (p.batch == 1) {
       const RowSplit split = SplitSystem(p.n, bytes, m);
       if (!split.workers.empty()) {
-        int64_t most = 0;
-        for (const auto& w : workers_) most = std::max(most, w->room.load());
-        auto r = SolveSplit(p, m, out, c, split, bytes, bytes <= most);
+        auto r = SolveSplit(p, m, out, c, split, bytes);
         if (!r.ok()) return r.status();
         if (r->has_value()) return **r;
       }
