@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "block_history.h"
 #include "gtest/gtest.h"
 #include "trisolve/block_tridiagonal.h"
 #include "trisolve/examples.h"
@@ -647,31 +648,9 @@ Monitored<T> SolveMonitored(const System& s, BlockMethod m, BlockOptions o, int6
   return r;
 }
 
-// The history: from iteration 0 (residual 1 from y = 0) to (iterations, residual) with
-// iterations increasing and at most `limit` points; the progress calls non-decreasing in
-// iteration, the first at 0 with the residual of y = 0.
 template <typename T>
 void ExpectConsistent(const Monitored<T>& r, int64_t limit, const std::string& what) {
-  SCOPED_TRACE(what + ": " + r.info.method);
-  const auto& h = r.info.residual_history;
-  ASSERT_GE(h.size(), 2u);
-  EXPECT_LE(int64_t(h.size()), limit);
-  EXPECT_EQ(h.front().iteration, 0);
-  EXPECT_NEAR(h.front().residual, 1.0, 1e-6);
-  for (size_t i = 1; i < h.size(); ++i) EXPECT_GT(h[i].iteration, h[i - 1].iteration) << i;
-  EXPECT_EQ(h.back().iteration, r.info.iterations);
-  EXPECT_EQ(h.back().residual, r.info.residual);
-  ASSERT_FALSE(r.calls.empty());
-  EXPECT_EQ(r.calls.front().first, 0);
-  for (size_t i = 1; i < r.calls.size(); ++i)
-    EXPECT_GE(r.calls[i].first, r.calls[i - 1].first) << i;
-  EXPECT_LE(r.calls.back().first, r.info.iterations);
-  // Every recorded point but the last is one of the reported ones.
-  for (size_t i = 0; i + 1 < h.size(); ++i) {
-    bool found = false;
-    for (const auto& [it, res] : r.calls) found |= it == h[i].iteration && res == h[i].residual;
-    EXPECT_TRUE(found) << "history point " << i << " at iteration " << h[i].iteration;
-  }
+  testing::ExpectHistoryConsistent(r.calls, r.info, limit, 1e-6, what, true);
 }
 
 TEST(BlockTridiagonal, ProgressAndHistoryEveryMethodBothPrecisions) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "block/block.h"
+#include "block_history.h"
 #include "cuda_test_util.h"
 #include "gtest/gtest.h"
 #include "trisolve/block_tridiagonal.h"
@@ -578,23 +579,8 @@ Reported SolveReporting(const Sys<T>& s, BlockMethod m, BlockOptions o, int64_t 
   return r;
 }
 
-// From iteration 0 (residual 1: y0 = 0) to the reported (iterations, residual), increasing, at
-// most `limit` points; progress non-decreasing, never past the answer.
 void ExpectHistory(const Reported& r, int64_t limit, const std::string& what) {
-  SCOPED_TRACE(what + ": " + r.info.method);
-  const auto& h = r.info.residual_history;
-  ASSERT_GE(h.size(), 2u);
-  EXPECT_LE(int64_t(h.size()), limit);
-  EXPECT_EQ(h.front().iteration, 0);
-  EXPECT_NEAR(h.front().residual, 1.0, 1e-5);
-  for (size_t i = 1; i < h.size(); ++i) EXPECT_GT(h[i].iteration, h[i - 1].iteration) << i;
-  EXPECT_EQ(h.back().iteration, r.info.iterations);
-  EXPECT_EQ(h.back().residual, r.info.residual);
-  ASSERT_FALSE(r.calls.empty());
-  EXPECT_EQ(r.calls.front().first, 0);
-  for (size_t i = 1; i < r.calls.size(); ++i)
-    EXPECT_GE(r.calls[i].first, r.calls[i - 1].first) << i;
-  EXPECT_LE(r.calls.back().first, r.info.iterations);
+  testing::ExpectHistoryConsistent(r.calls, r.info, limit, 1e-5, what, false);
 }
 
 TEST(CudaBlock, ProgressAndHistoryFromEveryMethod) {

@@ -154,7 +154,8 @@ class FakeDevice final : public Backend {
 };
 
 // The placed backend over stand-ins of the given rooms; `dev` keeps pointers to them.
-std::unique_ptr<Backend> Placed(const std::vector<int64_t>& rooms, std::vector<FakeDevice*>* dev) {
+std::unique_ptr<Backend> Placed(const std::vector<int64_t>& rooms, std::vector<FakeDevice*>* dev,
+                                const PlacementOptions& options = {}) {
   std::vector<std::unique_ptr<Backend>> workers;
   std::vector<std::string> tags;
   for (size_t i = 0; i < rooms.size(); ++i) {
@@ -163,7 +164,7 @@ std::unique_ptr<Backend> Placed(const std::vector<int64_t>& rooms, std::vector<F
     workers.push_back(std::move(f));
     tags.push_back(std::string(1, char('a' + i)));
   }
-  return MakePlacedBackend(std::move(workers), std::move(tags));
+  return MakePlacedBackend(std::move(workers), std::move(tags), options);
 }
 
 Backend& Cpu() {
@@ -411,19 +412,6 @@ TEST(PlacedBackend, ABatchIsSplitOnlyWhereNoOneDeviceHoldsIt) {
 
 // One system split by rows (kernels/cpu/split_system.h) ------------------------------------
 
-std::unique_ptr<Backend> PlacedWith(const std::vector<int64_t>& rooms,
-                                    std::vector<FakeDevice*>* dev, PlacementOptions options) {
-  std::vector<std::unique_ptr<Backend>> workers;
-  std::vector<std::string> tags;
-  for (size_t i = 0; i < rooms.size(); ++i) {
-    auto f = std::make_unique<FakeDevice>(rooms[i]);
-    dev->push_back(f.get());
-    workers.push_back(std::move(f));
-    tags.push_back(std::string(1, char('a' + i)));
-  }
-  return MakePlacedBackend(std::move(workers), std::move(tags), options);
-}
-
 enum class Rows { kDominant, kHeat, kRandom, kZeroDiagonal };
 
 template <typename T>
@@ -481,7 +469,7 @@ TEST(PlacedBackend, OneLargeSystemIsSplitByRowsOverIdleDevices) {
   options.split_system_unknowns = 100000;
   for (int devices : {2, 3}) {
     std::vector<FakeDevice*> dev;
-    auto be = PlacedWith(std::vector<int64_t>(size_t(devices), int64_t{1} << 30), &dev, options);
+    auto be = Placed(std::vector<int64_t>(size_t(devices), int64_t{1} << 30), &dev, options);
     const std::string method = ExpectSplitLikeReference(
         *be, MakeOne<double>(300001, Rows::kDominant, 1), 1e-13, "dominant");
     EXPECT_NE(method.find("split over " + std::to_string(devices) + " devices"),
@@ -491,7 +479,7 @@ TEST(PlacedBackend, OneLargeSystemIsSplitByRowsOverIdleDevices) {
   }
   {  // under the threshold: whole, on one device
     std::vector<FakeDevice*> dev;
-    auto be = PlacedWith({int64_t{1} << 30, int64_t{1} << 30}, &dev, options);
+    auto be = Placed({int64_t{1} << 30, int64_t{1} << 30}, &dev, options);
     const std::string method = ExpectSplitLikeReference(
         *be, MakeOne<double>(99999, Rows::kDominant, 2), 1e-13, "small");
     EXPECT_EQ(method.find("split"), std::string::npos) << method;
@@ -507,14 +495,14 @@ TEST(PlacedBackend, OneSystemTooLargeForAnyDeviceIsSplitByRows) {
   for (const auto& rooms : std::vector<std::vector<int64_t>>{
            {3 * kMiB, 2 * kMiB}, {2 * kMiB, 2 * kMiB, kMiB}}) {
     std::vector<FakeDevice*> dev;
-    auto be = PlacedWith(rooms, &dev, never);
+    auto be = Placed(rooms, &dev, never);
     const std::string method = ExpectSplitLikeReference(*be, o, 1e-13, "float64");
     EXPECT_NE(method.find("split over " + std::to_string(rooms.size())), std::string::npos)
         << method;
     std::vector<FakeDevice*> dev32;
     std::vector<int64_t> half;
     for (int64_t r : rooms) half.push_back(r / 2);
-    auto be32 = PlacedWith(half, &dev32, never);
+    auto be32 = Placed(half, &dev32, never);
     const std::string m32 = ExpectSplitLikeReference(*be32, f, 1e-5, "float32");
     EXPECT_NE(m32.find("split over"), std::string::npos) << m32;
   }
@@ -528,7 +516,7 @@ TEST(PlacedBackend, ASplitWhoseCouplingsDecaySlowlyWidensItsWindows) {
   PlacementOptions options;
   options.split_system_unknowns = 1000;
   std::vector<FakeDevice*> dev;
-  auto be = PlacedWith({int64_t{1} << 30, int64_t{1} << 30}, &dev, options);
+  auto be = Placed({int64_t{1} << 30, int64_t{1} << 30}, &dev, options);
   const std::string method =
       ExpectSplitLikeReference(*be, MakeOne<double>(1 << 20, Rows::kHeat, 5), 1e-9, "heat");
   EXPECT_NE(method.find("split over 2"), std::string::npos) << method;
@@ -538,7 +526,7 @@ TEST(PlacedBackend, ASplitOfANonDominantSystemIsBackwardStable) {
   PlacementOptions options;
   options.split_system_unknowns = 1000;
   std::vector<FakeDevice*> dev;
-  auto be = PlacedWith({int64_t{1} << 30, int64_t{1} << 30, int64_t{1} << 30}, &dev, options);
+  auto be = Placed({int64_t{1} << 30, int64_t{1} << 30, int64_t{1} << 30}, &dev, options);
   // The forward error is whatever the conditioning allows; the backward error is the test.
   const std::string method =
       ExpectSplitLikeReference(*be, MakeOne<double>(30000, Rows::kRandom, 6), 1e-3, "random");
@@ -554,13 +542,13 @@ TEST(PlacedBackend, ASplitWithASingularPartIsSolvedAnotherWayNotCalledSingular) 
   options.split_system_unknowns = 1000;
   {
     std::vector<FakeDevice*> dev;
-    auto be = PlacedWith({int64_t{1} << 30, int64_t{1} << 30}, &dev, options);
+    auto be = Placed({int64_t{1} << 30, int64_t{1} << 30}, &dev, options);
     const std::string method = ExpectSplitLikeReference(*be, o, 1e-12, "fits one");
     EXPECT_NE(method.find("not split: part 0"), std::string::npos) << method;
   }
   {
     std::vector<FakeDevice*> dev;
-    auto be = PlacedWith({48000, 48000}, &dev, options);
+    auto be = Placed({48000, 48000}, &dev, options);
     const std::string method = ExpectSplitLikeReference(*be, o, 1e-12, "fits none");
     EXPECT_NE(method.find("on the host (not split: part 0"), std::string::npos) << method;
   }

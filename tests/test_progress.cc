@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "client_test_util.h"
+#include "raw_stub.h"
 #include "server_process.h"
 #include "trisolve/client.h"
 #include "trisolve/examples.h"
@@ -46,13 +47,7 @@ class Progress_ : public ::testing::Test {
     o.transport = Transport::kGrpc;
     return Client(o);
   }
-  static std::unique_ptr<v1::Solver::Stub> Stub() {
-    grpc::ChannelArguments args;
-    args.SetMaxSendMessageSize(-1);
-    args.SetMaxReceiveMessageSize(-1);
-    return v1::Solver::NewStub(
-        grpc::CreateCustomChannel(server_->target(), grpc::InsecureChannelCredentials(), args));
-  }
+  static std::unique_ptr<v1::Solver::Stub> Stub() { return testing::RawStub(server_->target()); }
   static ServerProcess* server_;
 };
 ServerProcess* Progress_::server_ = nullptr;

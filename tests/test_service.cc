@@ -15,6 +15,7 @@
 #include "nlohmann/json.hpp"
 #include "error_measure.h"
 #include "client_test_util.h"
+#include "raw_stub.h"
 #include "server_process.h"
 #include "trisolve/client.h"
 #include "trisolve/examples.h"
@@ -51,13 +52,7 @@ class Service : public ::testing::Test {
     o.transport = Transport::kGrpc;
     return Client(o);
   }
-  static std::unique_ptr<v1::Solver::Stub> Stub() {
-    grpc::ChannelArguments args;
-    args.SetMaxSendMessageSize(-1);
-    args.SetMaxReceiveMessageSize(-1);
-    return v1::Solver::NewStub(
-        grpc::CreateCustomChannel(server_->target(), grpc::InsecureChannelCredentials(), args));
-  }
+  static std::unique_ptr<v1::Solver::Stub> Stub() { return testing::RawStub(server_->target()); }
   static ServerProcess* server_;
 };
 ServerProcess* Service::server_ = nullptr;
