@@ -216,10 +216,23 @@ absl::StatusOr<Answer> Core::Solve(Call& call, const Job& job) {
   call.sample.bytes_in = job.total_bytes();
   const bool batch = batcher_ != nullptr && job.unknowns() <= options_.small_job_unknowns &&
                      batcher_->Eligible(job);
+  // A large job's values unchecked yet: the device checks them after the copy in, where the
+  // backend can and the job is not batched; here otherwise.
+  const bool on_device = !job.values_checked && !batch && backend_info_.checks_finite;
+  if (!job.values_checked && !on_device)
+    if (auto st = CheckValues(job); !st.ok()) return st;
   auto res = Admit(call, job.unknowns(), [&](const SolveControl& control) {
     if (batch) return batcher_->Solve(job, call.deadline, control.cancelled);
-    return RunJob(*backend_, job, control);
+    if (!on_device) return RunJob(*backend_, job, control);
+    SolveControl c = control;
+    c.check_finite = true;
+    return RunJob(*backend_, job, c);
   });
+  if (on_device)
+    if (auto st = AfterDeviceCheck(res.status(), res.ok() && res->info.inputs_checked,
+                                   [&] { return CheckValues(job); });
+        !st.ok())
+      return st;
   if (!res.ok()) return res.status();
   FillSample(job.unknowns(), *res, call.receive_us, call.queue_us, &call.sample);
   Answer a;
@@ -323,7 +336,9 @@ absl::StatusOr<Answer> Core::SolveSystem(Call& call, const StepRequest& step) {
   if (auto st = ApplyUpdates(e, step, &regions, sample); !st.ok()) return st;
   auto rhs_in = ResolveArray(step.rhs, &regions, "rhs", int(spec.elem_bytes()));
   if (!rhs_in.ok()) return rhs_in.status();
-  auto rhs = CheckRhs(spec, e.rhs_shape, *rhs_in, options_.limits);
+  // A large right-hand side's values: checked on the device where the backend can.
+  const bool on_device = backend_info_.checks_finite && rhs_in->bytes >= kDeviceCheckBytes;
+  auto rhs = CheckRhs(spec, e.rhs_shape, *rhs_in, options_.limits, !on_device);
   if (!rhs.ok()) return rhs.status();
   sample.bytes_in += rhs_in->bytes;
   std::byte* x_out = nullptr;
@@ -340,9 +355,16 @@ absl::StatusOr<Answer> Core::SolveSystem(Call& call, const StepRequest& step) {
   call.receive_us = Micros(Clock::now() - call.start);
   const int64_t unknowns = rhs->k * spec.rhs_values();
   auto res = Admit(call, unknowns, [&](const SolveControl& control) {
+    SolveControl c = control;
+    c.check_finite = on_device;
     return RunPrepared(*backend_, system, rhs->data, rhs->k, Layout::kFlat, step.skip_residual,
-                       control, x_out);
+                       c, x_out);
   });
+  if (on_device)
+    if (auto st = AfterDeviceCheck(res.status(), res.ok() && res->info.inputs_checked,
+                                   [&] { return CheckRhsValues(spec, *rhs); });
+        !st.ok())
+      return st;
   if (!res.ok()) return res.status();
   systems_.Touch(e, true, false);
   FillSample(unknowns, *res, call.receive_us, call.queue_us, &sample);

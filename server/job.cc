@@ -358,7 +358,8 @@ absl::StatusOr<CheckedUpdate> CheckUpdate(const SystemSpec& spec,
 }
 
 absl::StatusOr<CheckedRhs> CheckRhs(const SystemSpec& spec, const std::vector<int64_t>& rhs_shape,
-                                    const ArrayIn& rhs, const JobLimits& limits) {
+                                    const ArrayIn& rhs, const JobLimits& limits,
+                                    bool check_finite) {
   const std::string name(RhsName(spec.family));
   CheckedRhs r;
   r.shape = rhs.shape;
@@ -382,9 +383,27 @@ absl::StatusOr<CheckedRhs> CheckRhs(const SystemSpec& spec, const std::vector<in
                                                    " bytes of data, expected ", bytes, " (shape ",
                                                    ShapeStr(r.shape), ")"));
   r.data = rhs.data;
-  if (auto st = CheckFiniteValues("rhs", spec.precision, r.data, r.shape, values); !st.ok())
-    return st;
+  if (check_finite)
+    if (auto st = CheckRhsValues(spec, r); !st.ok()) return st;
   return r;
+}
+
+absl::Status CheckRhsValues(const SystemSpec& spec, const CheckedRhs& r) {
+  return CheckFiniteValues("rhs", spec.precision, r.data, r.shape, r.k * spec.rhs_values());
+}
+
+absl::Status AfterDeviceCheck(const absl::Status& solved, bool inputs_checked,
+                              const std::function<absl::Status()>& check) {
+  if (IsNonFiniteInput(solved)) {
+    absl::Status st = check();
+    // Found on the device, gone on the host: the caller's memory changed during the solve.
+    return st.ok() ? absl::InvalidArgumentError(
+                         "a NaN or Inf was read on the device and was no longer there on the "
+                         "host: an array changed in shared memory while the job ran")
+                   : st;
+  }
+  if (solved.ok() && !inputs_checked) return check();
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::byte*> ResolveRegionRef(absl::string_view field, const RegionRef& ref,

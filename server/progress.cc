@@ -135,7 +135,7 @@ grpc::Status SolverService::SolveWithProgress(grpc::ServerContext* ctx,
                             "interval_s: expected 0 (0.1 s) or 0.01 .. 3600 seconds"));
   const double interval_s = req->interval_s() > 0 ? req->interval_s() : 0.1;
   RequestRegions regions = core_.Regions(call.identity);
-  const DeclareOptions o{.regions = &regions};
+  const DeclareOptions o{.regions = &regions, .defer_finite = true};
   absl::StatusOr<Job> job;
   std::string method;
   switch (req->request_case()) {

@@ -118,7 +118,8 @@ grpc::Status SolverService::HandleUnary(grpc::ServerContext* ctx, const char* rp
   if (auto st = Open(ctx, call, /*refuse_when_draining=*/true); !st.ok())
     return Finish(call, st);
   RequestRegions regions = core_.Regions(call.identity);
-  auto job = JobFromRequest(req, options_.limits, DeclareOptions{.regions = &regions});
+  auto job = JobFromRequest(req, options_.limits,
+                            DeclareOptions{.regions = &regions, .defer_finite = true});
   call.receive_us = Micros(Clock::now() - call.start);
   if (!job.ok()) return Finish(call, job.status());
   auto answer = core_.Solve(call, *job);

@@ -419,6 +419,13 @@ absl::StatusOr<Job> FromUnary(const Req& r, const JobLimits& l, DeclareOptions o
     if (auto st = CheckNoOverlap(job, *x, xa.expected_bytes); !st.ok()) return st;
     job.x_out = *x;
   }
+  // (Not one matrix for many right-hand sides: its coefficients go to the device by another
+  // path, Prepare, which checks nothing.)
+  if (o.defer_finite && !job.shared_matrix && job.total_bytes() >= kDeviceCheckBytes) {
+    job.values_checked = false;
+    if (auto st = CheckStructure(job); !st.ok()) return st;
+    return job;
+  }
   if (auto st = CheckContents(job); !st.ok()) return st;
   return job;
 }

@@ -17,6 +17,10 @@ struct DeclareOptions {
   // Resolves arrays given as regions of the caller's registered memory (Array.region) and
   // x_region; null: regions are refused (INVALID_ARGUMENT naming the field).
   RegionResolver* regions = nullptr;
+  // A job of kDeviceCheckBytes or more leaves its values' finiteness to Core::Solve (the
+  // device's check where the backend has one): Job::values_checked false. Only for jobs that
+  // go to Core::Solve.
+  bool defer_finite = false;
 };
 
 // Unary form: the job borrows the request's bytes (the request must outlive the job).

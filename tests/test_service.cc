@@ -9,6 +9,7 @@
 #include <future>
 #include <limits>
 #include <random>
+#include <tuple>
 #include <thread>
 
 #include "gtest/gtest.h"
@@ -643,6 +644,67 @@ TEST_F(Service, EveryBadTridiagonalInputHasItsStatus) {
     grpc::ClientContext ctx;
     v1::SolveResponse resp;
     ExpectStatus(stub->SolveTridiagonal(&ctx, req, &resp), bad);
+  }
+}
+
+// A job of a megabyte or more has its values checked where the backend reads them anyway (on
+// the device, after the copy in, under --backend cuda), not in a pass on the host first: the
+// same INVALID_ARGUMENT naming the first bad value either way, and a good job solved.
+TEST_F(Service, LargeJobsNameTheirFirstNonFiniteValue) {
+  auto stub = Stub();
+  using C = grpc::StatusCode;
+  for (const bool f32 : {false, true}) {
+    SCOPED_TRACE(f32 ? "float32" : "float64");
+    const int64_t batch = 1024, n = 64, e = batch * n;  // 2 MiB of arrays (float32: 1 MiB)
+    auto make = [&] {
+      v1::TridiagonalRequest r;
+      r.set_dtype(f32 ? v1::FLOAT32 : v1::FLOAT64);
+      r.set_skip_residual(false);
+      for (auto [a, v] : {std::pair{r.mutable_a(), 1.0}, {r.mutable_b(), 4.0},
+                          {r.mutable_c(), 1.0}, {r.mutable_d(), 2.0}}) {
+        a->add_shape(batch);
+        a->add_shape(n);
+        if (f32) {
+          const std::vector<float> vals(static_cast<size_t>(e), static_cast<float>(v));
+          a->set_data(vals.data(), vals.size() * 4);
+        } else {
+          const std::vector<double> vals(static_cast<size_t>(e), v);
+          a->set_data(vals.data(), vals.size() * 8);
+        }
+      }
+      return r;
+    };
+    auto poke = [&](v1::Array* a, int64_t at, double v) {
+      if (f32) {
+        const float w = float(v);
+        std::memcpy(a->mutable_data()->data() + at * 4, &w, 4);
+      } else {
+        std::memcpy(a->mutable_data()->data() + at * 8, &v, 8);
+      }
+    };
+    {
+      grpc::ClientContext ctx;
+      v1::SolveResponse resp;
+      const grpc::Status st = stub->SolveTridiagonal(&ctx, make(), &resp);
+      ASSERT_TRUE(st.ok()) << st.error_message();
+      EXPECT_EQ(resp.summary().ok(), batch);
+      EXPECT_LT(resp.summary().residual(), f32 ? 1e-6 : 1e-14);
+    }
+    const std::vector<std::tuple<const char*, int, int64_t, double, const char*>> cases = {
+        {"NaN in b", 1, 1000 * n + 5, std::nan(""), "b[1000][5] is NaN"},
+        {"Inf in the last value of d", 3, e - 1, INFINITY, "d[1023][63] is Inf"},
+        {"-Inf in a's first row", 0, 7, -INFINITY, "a[0][7] is Inf"},
+        {"two bad values: the first named", 2, 2 * n, std::nan(""), "c[2][0] is NaN"},
+    };
+    for (const auto& [what, array, at, value, message] : cases) {
+      v1::TridiagonalRequest r = make();
+      v1::Array* arrays[] = {r.mutable_a(), r.mutable_b(), r.mutable_c(), r.mutable_d()};
+      poke(arrays[array], at, value);
+      if (array == 2) poke(arrays[2], e - 3, INFINITY);
+      grpc::ClientContext ctx;
+      v1::SolveResponse resp;
+      ExpectStatus(stub->SolveTridiagonal(&ctx, r, &resp), {what, C::INVALID_ARGUMENT, message});
+    }
   }
 }
 

@@ -2,7 +2,9 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "trisolve/backend.h"
 #include "trisolve/block_tridiagonal.h"
 #include "trisolve/dense.h"
 #include "trisolve/tree.h"
@@ -18,6 +20,20 @@ absl::string_view StatusName(SystemStatus s) {
     case SystemStatus::kDiverged: return "diverged";
   }
   return "unknown";
+}
+
+namespace {
+constexpr absl::string_view kNonFiniteInput = "trisolve.dev/non-finite-input";
+}  // namespace
+
+absl::Status NonFiniteInputError() {
+  absl::Status s = absl::InvalidArgumentError("an input value is NaN or Inf");
+  s.SetPayload(kNonFiniteInput, absl::Cord("1"));
+  return s;
+}
+bool IsNonFiniteInput(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kInvalidArgument &&
+         s.GetPayload(kNonFiniteInput).has_value();
 }
 
 namespace {

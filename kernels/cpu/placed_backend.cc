@@ -101,9 +101,11 @@ class MultiDeviceBackend final : public Backend {
 
   BackendInfo Info() const override {
     BackendInfo info;
+    info.checks_finite = !workers_.empty();
     for (const auto& w : workers_) {
       BackendInfo one = w->backend->Info();
       info.name = one.name;
+      info.checks_finite &= one.checks_finite;
       info.threads = std::max(info.threads, one.threads);
       for (DeviceInfo d : one.devices) {
         d.jobs = w->jobs.load();

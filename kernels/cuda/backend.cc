@@ -64,6 +64,7 @@ class CudaBackend final : public Backend {
   BackendInfo Info() const override {
     BackendInfo info = cpu_->Info();
     info.name = "cuda";
+    info.checks_finite = true;
     DeviceInfo d;
     d.name = prop_.name;
     size_t free_b = 0, total_b = 0;
@@ -319,7 +320,7 @@ class CudaBackend final : public Backend {
 
   template <typename T>
   absl::StatusOr<SolveInfo> SolveTri(const TridiagonalProblem<T>& p, TridiagonalMethod m,
-                                     TridiagonalOutput<T> out, const SolveControl&,
+                                     TridiagonalOutput<T> out, const SolveControl& c,
                                      const Resident<T>* resident = nullptr) {
     const cuda::UseTuning tuned(&tuning_, cuda::UseTuning::kUnlessSet);
     // pivoting: the CPU reference's partial pivoting on the host (a GPU pivoting kernel at the
@@ -331,15 +332,18 @@ class CudaBackend final : public Backend {
     MarkResident(in, resident);
     auto solved = stager_.Staged<T>(in, p.batch, p.n, p.layout, out.x,
                      out.status,
-                     [&](const std::vector<T*>& d, T* dx, uint8_t* flags,
-                         cudaStream_t stream) -> absl::StatusOr<std::string> {
-                       TridiagonalProblem<T> dp{p.batch, p.n, p.layout, d[0], d[1], d[2], d[3]};
+                     [&](const std::vector<T*>& d, T* dx, uint8_t* flags, cudaStream_t stream,
+                         int64_t systems) -> absl::StatusOr<std::string> {
+                       // systems < p.batch: a piece of a pipelined solve (staging.h), waited
+                       // for here; the copy back of the piece before runs meanwhile.
+                       TridiagonalProblem<T> dp{systems, p.n, p.layout, d[0], d[1], d[2], d[3]};
                        auto k = cuda::SolveTridiagonalDevice(dp, m, dx, flags, device_pool_,
-                                                             stream, &later);
+                                                             stream,
+                                                             systems == p.batch ? &later : nullptr);
                        if (!k.ok()) return k.status();
                        return std::string(cuda::KernelName(*k));
                      },
-                     &later);
+                     &later, c.check_finite);
     // auto: every system whose pivot vanished on the device is solved again by partial
     // pivoting on the host, from the host arrays (x and status patched in place), so a
     // nonsingular system never comes back SINGULAR.
@@ -380,7 +384,8 @@ class CudaBackend final : public Backend {
           if (st == SystemStatus::kSingular || st == SystemStatus::kDiverged)
             TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flags, 1, 1, stream));
           return r->method;
-        });
+        },
+        nullptr, c.check_finite);
     if (!info.ok()) return info.status();
     out.status[0] = st;
     info->iterations = solved.iterations;
@@ -458,7 +463,8 @@ class CudaBackend final : public Backend {
                        return std::string(p.n <= cuda::kDenseWarpMaxN       ? "gauss-jordan-warp"
                                           : p.n <= cuda::kDenseTwoWarpsMaxN ? "gauss-jordan-2warps"
                                                                            : "gauss-jordan-block");
-                     });
+                     },
+                     nullptr, c.check_finite);
   }
 
   template <typename T>
@@ -484,9 +490,10 @@ class CudaBackend final : public Backend {
     MarkResident(in, resident);
     if (contraction || cables) {
       return stager_.Staged<T>(in, p.batch, p.n, p.layout, out.x, out.status,
-                       [&](const std::vector<T*>& d, T* dx, uint8_t* flags,
-                           cudaStream_t stream) -> absl::StatusOr<std::string> {
+                       [&](const std::vector<T*>& d, T* dx, uint8_t* flags, cudaStream_t stream,
+                           int64_t systems) -> absl::StatusOr<std::string> {
                          TreeProblem<T> dp = p;
+                         dp.batch = systems;  // a piece of a pipelined solve: cells of one tree
                          dp.parent = nullptr;  // the plan holds the tree
                          dp.parent_per_system = false;
                          dp.lower = d[0];
@@ -509,7 +516,8 @@ class CudaBackend final : public Backend {
                                                                device_pool_, stream);
                          if (!st.ok()) return st;
                          return std::string("cables");
-                       });
+                       },
+                       nullptr, c.check_finite);
     }
     const int64_t trees = per_cell ? p.batch : 1;
     std::vector<uint8_t> nf(static_cast<size_t>(trees * p.n));
@@ -539,7 +547,8 @@ class CudaBackend final : public Backend {
                                                             stream);
                        if (!st.ok()) return st;
                        return std::string("hines-batch");
-                     });
+                     },
+                     nullptr, c.check_finite);
   }
 
   const CudaOptions options_;

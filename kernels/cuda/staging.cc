@@ -12,6 +12,11 @@ Stager::Stager(int device, int streams, Pool& device_pool, Pool& pinned_pool)
     cudaStreamCreateWithFlags(&lane.stream, cudaStreamNonBlocking);
     for (auto* e : {&lane.e0, &lane.e1, &lane.e2, &lane.e3}) cudaEventCreate(e);
     for (auto& e : lane.staged) cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+    cudaStreamCreateWithFlags(&lane.in, cudaStreamNonBlocking);
+    cudaStreamCreateWithFlags(&lane.out, cudaStreamNonBlocking);
+    for (int p = 0; p < kMaxPieces; ++p)
+      for (auto* e : {&lane.piece_in[p], &lane.piece_start[p], &lane.piece_done[p]})
+        cudaEventCreate(e);
     lanes_.push_back(lane);
     free_.push_back(i);
   }
@@ -19,8 +24,10 @@ Stager::Stager(int device, int streams, Pool& device_pool, Pool& pinned_pool)
 
 Stager::~Stager() {
   for (auto& l : lanes_) {
-    cudaStreamDestroy(l.stream);
+    for (auto s : {l.stream, l.in, l.out}) cudaStreamDestroy(s);
     for (auto e : {l.e0, l.e1, l.e2, l.e3, l.staged[0], l.staged[1]}) cudaEventDestroy(e);
+    for (int p = 0; p < kMaxPieces; ++p)
+      for (auto e : {l.piece_in[p], l.piece_start[p], l.piece_done[p]}) cudaEventDestroy(e);
   }
 }
 

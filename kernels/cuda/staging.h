@@ -15,11 +15,13 @@
 #include <mutex>
 #include <shared_mutex>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/finite_scan.h"
 #include "runtime/check.h"
 #include "runtime/fault_injection.h"
 #include "runtime/memory_pool.h"
@@ -30,6 +32,13 @@
 namespace trisolve::cuda {
 
 constexpr int64_t kStagingChunk = int64_t{16} << 20;  // bytes per pinned staging piece
+// A solve whose arrays all lie in page-locked client memory moves in pieces of whole systems,
+// the copy in of one piece beside the solve of the one before and the copy back of the one
+// before that (docs/kernels.md, "Pipelined copies"): at least this many bytes to move in, and
+// at most kMaxPieces pieces of at least kMinPieceBytes each.
+constexpr int64_t kPipelineBytes = int64_t{16} << 20;
+constexpr int64_t kMinPieceBytes = int64_t{4} << 20;
+constexpr int kMaxPieces = 8;
 
 // One input array of a solve: staged from the host, or already on the device (a prepared
 // system's coefficients).
@@ -51,6 +60,10 @@ class Stager {
     cudaStream_t stream = nullptr;
     cudaEvent_t e0, e1, e2, e3;  // h2d start, kernel start, kernel end, d2h end
     cudaEvent_t staged[2];       // staging buffer i may be refilled
+    // Pipelined solves: the copies in and back on streams of their own, and each piece's
+    // events (copied in, solve started, solved).
+    cudaStream_t in = nullptr, out = nullptr;
+    cudaEvent_t piece_in[kMaxPieces], piece_start[kMaxPieces], piece_done[kMaxPieces];
   };
 
   // `streams` lanes on `device`; the pools are the backend's and outlive this.
@@ -98,18 +111,26 @@ class Stager {
   // Inputs are (host pointer, values); x has batch * n values. A launch that leaves its answer
   // pending in *later (thomas-window) gets it after the copy back's wait, and x and the flags
   // are copied back again where that answer solved the problem again.
+  // A launch that also takes a count of systems, `launch(inputs, x, flags, stream, systems)`,
+  // can be run on pieces of the batch: where every array is flat, batch * n values long and in
+  // page-locked memory, the pieces' copies in and back overlap the solves (Pipelined).
+  // check_finite: the staged inputs are scanned for NaN and Inf on the device
+  // (SolveControl::check_finite); one found fails the call with NonFiniteInputError().
   template <typename T, typename Launch>
   absl::StatusOr<SolveInfo> Staged(const std::vector<StagedInput<T>>& inputs,
                                    int64_t batch, int64_t n, Layout layout, T* out_x,
                                    SystemStatus* out_status, Launch launch,
-                                   cuda::LaterAnswer* later = nullptr) {
+                                   cuda::LaterAnswer* later = nullptr,
+                                   bool check_finite = false) {
     cudaSetDevice(device_);
     const bool trap = FaultInjection::Process().NextSolveIsSticky();  // test-only
     const int64_t elems = batch * n, bytes = elems * int64_t(sizeof(T));
     const int64_t k = int64_t(inputs.size());
     int64_t in_values = 0;  // those to stage: resident inputs are on the device already
     for (const auto& in : inputs) in_values += in.device ? 0 : in.values;
-    auto dev = device_pool_.Get((in_values + elems) * int64_t(sizeof(T)) + batch);
+    // The per-system flags, then one byte the finiteness scan sets.
+    const int64_t flag_bytes = batch + 1;
+    auto dev = device_pool_.Get((in_values + elems) * int64_t(sizeof(T)) + flag_bytes);
     if (!dev.ok()) return dev.status();
     // A small request moves in one copy each way (the staged inputs lie one after the other on
     // the device, x and the flags too): every separate copy costs a round trip. Its pinned
@@ -122,10 +143,20 @@ class Stager {
     for (int64_t q = 0; q < k && all_pinned; ++q)
       all_pinned = inputs[q].device != nullptr ||
                    Pinned(inputs[q].host, inputs[q].values * int64_t(sizeof(T)));
-    const bool one_copy = staged_bytes <= kStagingChunk && bytes + batch <= kStagingChunk &&
+    const bool one_copy = staged_bytes <= kStagingChunk && bytes + flag_bytes <= kStagingChunk &&
                           !(all_pinned && staged_bytes >= (int64_t{1} << 20));
-    auto pinned =
-        pinned_pool_.Get(one_copy ? std::max(staged_bytes, bytes + batch) : 2 * kStagingChunk);
+    constexpr bool kPieceWise =
+        std::is_invocable_v<Launch&, const std::vector<T*>&, T*, uint8_t*, cudaStream_t, int64_t>;
+    if constexpr (kPieceWise) {
+      bool in_pieces = layout == Layout::kFlat && all_pinned && !trap && batch >= 2 &&
+                       staged_bytes >= kPipelineBytes;
+      for (int64_t q = 0; q < k && in_pieces; ++q) in_pieces = inputs[q].values == elems;
+      if (in_pieces)
+        return Pipelined<T>(inputs, batch, n, static_cast<T*>(dev->get()), out_x, out_status,
+                            launch, check_finite);
+    }
+    auto pinned = pinned_pool_.Get(one_copy ? std::max(staged_bytes, bytes + flag_bytes)
+                                            : 2 * kStagingChunk);
     if (!pinned.ok()) return pinned.status();
     const LaneLease lease(this);
     Lane& l = lease.lane();
@@ -163,7 +194,13 @@ class Stager {
               !st.ok())
             return st;
     }
-    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flags, 0, size_t(batch), l.stream));
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flags, 0, size_t(flag_bytes), l.stream));
+    if (check_finite)
+      for (int64_t q = 0; q < k; ++q)
+        if (!inputs[q].device)
+          if (auto st = ScanNonFinite(din[q], inputs[q].values, flags + batch, l.stream);
+              !st.ok())
+            return st;
     TRISOLVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.e1, l.stream));
     // A pending answer left by an error return is dropped (its kernel waited for) before the
     // lane and the buffers go back.
@@ -173,29 +210,33 @@ class Stager {
         if (later != nullptr && later->pending()) *later = cuda::LaterAnswer();
       }
     } settle{later};
-    absl::StatusOr<std::string> method = launch(din, dx, flags, l.stream);
+    absl::StatusOr<std::string> method = [&] {
+      if constexpr (kPieceWise) return launch(din, dx, flags, l.stream, batch);
+      else return launch(din, dx, flags, l.stream);
+    }();
     if (!method.ok()) return method.status();
     if (trap)
       if (auto st = cuda::LaunchTrap(l.stream); !st.ok()) return st;
-    std::vector<uint8_t> f(static_cast<size_t>(batch));
+    std::vector<uint8_t> f(static_cast<size_t>(flag_bytes));
     auto copy_back = [&]() -> absl::Status {
       TRISOLVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.e2, l.stream));
       if (one_copy) {
-        TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(pin, dx, size_t(bytes + batch),
+        TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(pin, dx, size_t(bytes + flag_bytes),
                                                       cudaMemcpyDeviceToHost, l.stream));
         TRISOLVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.e3, l.stream));
         TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(l.stream));
         std::memcpy(out_x, pin, size_t(bytes));
-        std::memcpy(f.data(), pin + bytes, size_t(batch));
+        std::memcpy(f.data(), pin + bytes, size_t(flag_bytes));
         return absl::OkStatus();
       }
       if (auto st = StageOut(l, pin, dx, out_x, bytes); !st.ok()) return st;
       TRISOLVE_CUDA_RETURN_IF_ERROR(
-          cudaMemcpyAsync(f.data(), flags, size_t(batch), cudaMemcpyDeviceToHost, l.stream));
+          cudaMemcpyAsync(f.data(), flags, size_t(flag_bytes), cudaMemcpyDeviceToHost, l.stream));
       TRISOLVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.e3, l.stream));
       return cuda::CudaStatus(cudaStreamSynchronize(l.stream), "cudaStreamSynchronize");
     };
     if (auto st = copy_back(); !st.ok()) return st;
+    if (check_finite && f[size_t(batch)] != 0) return NonFiniteInputError();
     if (later != nullptr && later->pending()) {
       // (kernel_us then counts from the first launch to the second copy back's start.)
       bool again = false;
@@ -205,21 +246,117 @@ class Stager {
       if (again)
         if (auto st = copy_back(); !st.ok()) return st;
     }
-    const int64_t st = ElementStride(layout, batch);
-    for (int64_t s = 0; s < batch; ++s) {
-      out_status[s] = f[s] ? SystemStatus::kSingular : SystemStatus::kOk;
-      if (f[s])  // a system whose pivot vanished: zeros, never what the kernel left
-        for (int64_t i = 0; i < n; ++i) out_x[SystemOffset(layout, n, s) + i * st] = T(0);
-    }
+    SetStatuses(f.data(), batch, n, layout, out_x, out_status);
     SolveInfo info;
     info.method = *method;
     info.h2d_us = Ms(l.e0, l.e1) * 1e3;
     info.kernel_us = Ms(l.e1, l.e2) * 1e3;
     info.d2h_us = Ms(l.e2, l.e3) * 1e3;
+    info.inputs_checked = check_finite;
     return info;
   }
 
  private:
+  // Systems flagged by the kernel: status singular, and zeros, never what the kernel left.
+  template <typename T>
+  static void SetStatuses(const uint8_t* f, int64_t batch, int64_t n, Layout layout, T* out_x,
+                          SystemStatus* out_status) {
+    const int64_t st = ElementStride(layout, batch);
+    for (int64_t s = 0; s < batch; ++s) {
+      out_status[s] = f[s] ? SystemStatus::kSingular : SystemStatus::kOk;
+      if (f[s])
+        for (int64_t i = 0; i < n; ++i) out_x[SystemOffset(layout, n, s) + i * st] = T(0);
+    }
+  }
+
+  // Staged's pipelined form: every array flat, batch * n values, in page-locked memory (or on
+  // the device already). The batch is cut into pieces of whole systems; piece i's copy in (on
+  // the lane's `in` stream) runs beside piece i-1's solve (the lane's stream) and piece i-2's
+  // copy back (`out`): the copies in and back use the link's two directions at once, and the
+  // solve hides under them. Timings: h2d from the start to the last piece in, kernel the sum
+  // of the pieces' solves, d2h what the last copy back added after the last solve.
+  template <typename T, typename Launch>
+  absl::StatusOr<SolveInfo> Pipelined(const std::vector<StagedInput<T>>& inputs, int64_t batch,
+                                      int64_t n, T* base, T* out_x, SystemStatus* out_status,
+                                      Launch& launch, bool check_finite) {
+    const int64_t k = int64_t(inputs.size()), elems = batch * n, eb = int64_t(sizeof(T));
+    int64_t staged_bytes = 0;
+    for (const auto& in : inputs) staged_bytes += in.device ? 0 : in.values * eb;
+    const int pieces = int(std::clamp<int64_t>(staged_bytes / kMinPieceBytes, 2,
+                                               std::min<int64_t>(kMaxPieces, batch)));
+    std::vector<T*> din(static_cast<size_t>(k));
+    T* next = base;
+    for (int64_t q = 0; q < k; ++q) {
+      if (inputs[q].device) {
+        din[q] = const_cast<T*>(inputs[q].device);
+        continue;
+      }
+      din[q] = next;
+      next += elems;
+    }
+    T* dx = next;
+    auto* flags = reinterpret_cast<uint8_t*>(dx + elems);
+    const LaneLease lease(this);
+    Lane& l = lease.lane();
+    // Whatever happens, nothing may still be copying into or out of the buffers once they go
+    // back to their pools.
+    struct Drain {
+      Lane& l;
+      ~Drain() {
+        cudaStreamSynchronize(l.in);
+        cudaStreamSynchronize(l.stream);
+        cudaStreamSynchronize(l.out);
+      }
+    } drain{l};
+    auto first = [&](int i) { return batch * i / pieces; };
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.e0, l.in));
+    for (int i = 0; i < pieces; ++i) {
+      const int64_t s0 = first(i), off = s0 * n, len = (first(i + 1) - s0) * n * eb;
+      for (int64_t q = 0; q < k; ++q)
+        if (!inputs[q].device)
+          TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(din[q] + off, inputs[q].host + off,
+                                                        size_t(len), cudaMemcpyHostToDevice,
+                                                        l.in));
+      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.piece_in[i], l.in));
+    }
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flags, 0, size_t(batch + 1), l.stream));
+    std::string method;
+    for (int i = 0; i < pieces; ++i) {
+      const int64_t s0 = first(i), systems = first(i + 1) - s0, off = s0 * n;
+      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(l.stream, l.piece_in[i], 0));
+      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.piece_start[i], l.stream));
+      std::vector<T*> piece(din.size());
+      for (int64_t q = 0; q < k; ++q) {
+        piece[q] = din[q] + off;
+        if (check_finite && !inputs[q].device)
+          if (auto st = ScanNonFinite(piece[q], systems * n, flags + batch, l.stream); !st.ok())
+            return st;
+      }
+      absl::StatusOr<std::string> m = launch(piece, dx + off, flags + s0, l.stream, systems);
+      if (!m.ok()) return m.status();
+      if (i == 0) method = *std::move(m);
+      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.piece_done[i], l.stream));
+      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(l.out, l.piece_done[i], 0));
+      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out_x + off, dx + off,
+                                                    size_t(systems * n * eb),
+                                                    cudaMemcpyDeviceToHost, l.out));
+    }
+    std::vector<uint8_t> f(static_cast<size_t>(batch + 1));
+    TRISOLVE_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(f.data(), flags, f.size(), cudaMemcpyDeviceToHost, l.out));
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.e3, l.out));
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(l.out));
+    if (check_finite && f[size_t(batch)] != 0) return NonFiniteInputError();
+    SetStatuses(f.data(), batch, n, Layout::kFlat, out_x, out_status);
+    SolveInfo info;
+    info.method = method;
+    info.h2d_us = Ms(l.e0, l.piece_in[pieces - 1]) * 1e3;
+    for (int i = 0; i < pieces; ++i) info.kernel_us += Ms(l.piece_start[i], l.piece_done[i]) * 1e3;
+    info.d2h_us = Ms(l.piece_done[pieces - 1], l.e3) * 1e3;
+    info.inputs_checked = check_finite;
+    return info;
+  }
+
   static double Ms(cudaEvent_t a, cudaEvent_t b) {
     float ms = 0;
     cudaEventElapsedTime(&ms, a, b);

@@ -43,7 +43,15 @@ struct BackendInfo {
   int threads = 0;   // CPU threads (the reference backend, and the CUDA backend's host side)
   std::vector<DeviceInfo> devices;
   std::vector<MemoryPoolInfo> pools;
+  // Honours SolveControl::check_finite (checks the inputs on the device); the server then
+  // leaves large requests' values to it.
+  bool checks_finite = false;
 };
+
+// The failure of a call whose SolveControl::check_finite found a NaN or an Inf among the
+// inputs. It names nothing: the caller runs its own check, which says which value it was.
+absl::Status NonFiniteInputError();
+bool IsNonFiniteInput(const absl::Status& s);
 
 class Backend {
  public:

@@ -61,6 +61,9 @@ struct SolveInfo {
   // Iterative methods, when SolveControl::history_limit asks: the residual at the checks the
   // method makes anyway, ending at (iterations, residual) (block_tridiagonal.h says which).
   std::vector<ResidualPoint> residual_history;
+  // SolveControl::check_finite was honoured: every input the call read from the host was
+  // checked for NaN and Inf where it lay anyway (on the device, after the copy in).
+  bool inputs_checked = false;
 };
 
 // Lets a long solve stop early when its caller has gone (deadline, cancellation).
@@ -71,6 +74,11 @@ struct SolveControl {
   std::function<bool()> cancelled;
   std::function<void(int64_t iteration, double residual)> progress;
   int64_t history_limit = 0;
+  // The caller left the inputs' finiteness unchecked (a large request: the pass over every
+  // value on the host cost more than the copies). A backend that can check them where it
+  // reads them anyway does, sets SolveInfo::inputs_checked, and fails the call with
+  // NonFiniteInputError() if one is NaN or Inf; the caller checks whatever was not.
+  bool check_finite = false;
   bool Cancelled() const { return cancelled && cancelled(); }
 };
 
