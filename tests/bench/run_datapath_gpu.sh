@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The data path on the lent GPU, this tree beside a baseline on the same card in one call:
+# 2^24 unknowns (65,536 x 256, float64) through shared memory, the whole system and by handle
+# (right-hand side in, x out), and 64 x 65,536; one local core beside each (trisolve bench).
+#   here:   ../shared/gpu/bundle.sh .gpu build-cuda/server/trisolved build-cuda/client/trisolve
+#           (the baseline's two programs into .gpu-base the same way); strip .gpu*/bin/*;
+#           tar -cf - .gpu .gpu-base | xz -9 -T2 > .gpu.tar.xz
+#   there:  bash tests/bench/run_datapath_gpu.sh        (logs under $OUT)
+# BUNDLES (default "base new"); TRANSPORTS (default shm); REQUESTS (default 20).
+set -uo pipefail
+out=${OUT:-/tmp/trisolve-datapath}
+mkdir -p "$out"
+{ [ -d .gpu ] && [ -d .gpu-base ]; } || tar -xJf .gpu.tar.xz
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; date -u +%Y-%m-%dT%H:%MZ; } |
+  tee "$out/device.txt"
+rq=${REQUESTS:-20}
+for b in ${BUNDLES:-base new}; do
+  dir=.gpu
+  [ "$b" = base ] && dir=.gpu-base
+  [ -d "$dir" ] || { echo "no $dir: skipped"; continue; }
+  port=$((50170 + RANDOM % 500))
+  $dir/run trisolved --backend cuda --listen "127.0.0.1:$port" --max-message-bytes 1073741824 \
+    >"$out/trisolved_$b.log" 2>&1 &
+  srv=$!
+  for _ in $(seq 200); do
+    $dir/run trisolve --server "127.0.0.1:$port" --timeout 1 health >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  for tr in ${TRANSPORTS:-shm}; do
+    for args in "--batch 65536 --n 256 --mode unary" "--batch 65536 --n 256 --mode handle" \
+                "--batch 64 --n 65536 --mode unary" "--batch 64 --n 65536 --mode handle"; do
+      # shellcheck disable=SC2086
+      $dir/run trisolve --server "127.0.0.1:$port" bench --transport "$tr" --clients 1 \
+        --requests "$rq" $args --json 2>&1 | tee -a "$out/datapath_$b.log"
+    done
+  done
+  kill $srv
+  wait $srv
+done
+echo "=== done"
