@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <mutex>
@@ -13,6 +14,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -727,6 +729,11 @@ absl::StatusOr<std::vector<SystemInfo>> Client::ListSystems(const JobOptions& op
   return out;
 }
 
+// The answers are read on a thread of the stream's own as they come, whether or not the caller
+// is receiving yet: a caller that sends several steps before receiving would otherwise stall
+// both sides once the steps and the answers filled the transport's windows (the server
+// writing an answer nobody read, the client writing a step the server could not take). The
+// answers wait here, at most one a step in flight: the caller's own choice of depth.
 struct StepStream::Impl {
   grpc::ClientContext ctx;
   std::unique_ptr<grpc::ClientReaderWriter<v1::SolveSystemRequest, v1::SolveResponse>> rw;
@@ -736,18 +743,50 @@ struct StepStream::Impl {
   std::deque<Clock::time_point> sent;  // when each unanswered step went out
   RefFinder ref_of;                    // the client's registered memory
   std::deque<std::pair<void*, bool>> x_out;  // each unanswered step's x_out, in shared memory?
+
+  std::thread reader;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<v1::SolveResponse> answers;  // read, not yet received
+  bool ended = false;                     // the server sent its last answer (or failed)
+
+  void StartReading() {
+    if (reader.joinable()) return;
+    reader = std::thread([this] {
+      for (;;) {
+        v1::SolveResponse resp;
+        const bool got = rw->Read(&resp);
+        std::lock_guard<std::mutex> lock(mu);
+        if (!got) {
+          ended = true;
+          cv.notify_all();
+          return;
+        }
+        answers.push_back(std::move(resp));
+        cv.notify_all();
+      }
+    });
+  }
+  // The stream's status once every answer was read; rw is gone after it.
+  grpc::Status End() {
+    if (reader.joinable()) reader.join();
+    grpc::Status st = rw->Finish();
+    rw.reset();
+    return st;
+  }
 };
 
 StepStream::StepStream(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 StepStream::~StepStream() {
   if (impl_ && impl_->rw) {
     impl_->ctx.TryCancel();
-    impl_->rw->Finish();
+    (void)impl_->End();
   }
 }
 
 absl::Status StepStream::Send(const ArrayView& rhs, const Updates& update, void* x_out) {
   if (impl_->done_writing) return absl::FailedPreconditionError("the stream was finished");
+  if (!impl_->rw) return absl::FailedPreconditionError("the stream has ended");
   v1::SolveSystemRequest req;
   if (impl_->first) req.set_handle(impl_->handle);
   const std::optional<v1::RegionRef> x_ref =
@@ -756,8 +795,12 @@ absl::Status StepStream::Send(const ArrayView& rhs, const Updates& update, void*
                          &req);
       !st.ok())
     return st;
-  impl_->sent.push_back(Clock::now());
-  impl_->x_out.emplace_back(x_out, x_ref.has_value());
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->sent.push_back(Clock::now());
+    impl_->x_out.emplace_back(x_out, x_ref.has_value());
+  }
+  impl_->StartReading();
   if (!impl_->rw->Write(req)) {
     impl_->done_writing = true;
     return absl::UnavailableError("the stream ended (Finish gives the server's status)");
@@ -767,31 +810,44 @@ absl::Status StepStream::Send(const ArrayView& rhs, const Updates& update, void*
 }
 
 absl::StatusOr<Result> StepStream::Receive() {
+  if (!impl_->rw) return absl::OutOfRangeError("the stream has no more answers");
+  impl_->StartReading();
   v1::SolveResponse resp;
-  if (!impl_->rw->Read(&resp)) {
-    grpc::Status st = impl_->rw->Finish();
-    impl_->rw.reset();
-    if (!st.ok()) return internal::Replicas::HandleCallStatus(st, impl_->handle, impl_->routed);
-    return absl::OutOfRangeError("the stream has no more answers");
+  std::pair<void*, bool> out{nullptr, false};
+  std::optional<Clock::time_point> sent;
+  {
+    std::unique_lock<std::mutex> lock(impl_->mu);
+    impl_->cv.wait(lock, [&] { return !impl_->answers.empty() || impl_->ended; });
+    if (impl_->answers.empty()) {
+      lock.unlock();
+      grpc::Status st = impl_->End();
+      if (!st.ok()) return internal::Replicas::HandleCallStatus(st, impl_->handle, impl_->routed);
+      return absl::OutOfRangeError("the stream has no more answers");
+    }
+    resp = std::move(impl_->answers.front());
+    impl_->answers.pop_front();
+    if (!impl_->x_out.empty()) {
+      out = impl_->x_out.front();
+      impl_->x_out.pop_front();
+    }
+    if (!impl_->sent.empty()) {
+      sent = impl_->sent.front();
+      impl_->sent.pop_front();
+    }
   }
   Result result;
   ReadResponse(resp, resp.dtype() == v1::FLOAT32 ? DType::kFloat32 : DType::kFloat64, &result);
   result.summary.transport = "grpc";
-  if (!impl_->x_out.empty()) {
-    auto [x_out, in_shm] = impl_->x_out.front();
-    impl_->x_out.pop_front();
-    if (in_shm) {
-      result.summary.transport = "shared-memory";
-    } else if (x_out != nullptr) {
-      std::memcpy(x_out, result.x.data.data(), result.x.data.size());
-      result.x.data.clear();
-    }
+  auto [x_out, in_shm] = out;
+  if (in_shm) {
+    result.summary.transport = "shared-memory";
+  } else if (x_out != nullptr) {
+    std::memcpy(x_out, result.x.data.data(), result.x.data.size());
+    result.x.data.clear();
   }
-  if (!impl_->sent.empty()) {
+  if (sent)
     result.summary.timings.client_total_us =
-        std::chrono::duration<double, std::micro>(Clock::now() - impl_->sent.front()).count();
-    impl_->sent.pop_front();
-  }
+        std::chrono::duration<double, std::micro>(Clock::now() - *sent).count();
   return result;
 }
 
@@ -799,11 +855,8 @@ absl::Status StepStream::Finish() {
   if (!impl_->rw) return absl::OkStatus();
   if (!impl_->done_writing) impl_->rw->WritesDone();
   impl_->done_writing = true;
-  v1::SolveResponse extra;
-  while (impl_->rw->Read(&extra)) {
-  }
-  grpc::Status st = impl_->rw->Finish();
-  impl_->rw.reset();
+  impl_->StartReading();  // drains the answers still due, if the caller did not receive them
+  grpc::Status st = impl_->End();
   if (st.ok()) return absl::OkStatus();
   return internal::Replicas::HandleCallStatus(st, impl_->handle, impl_->routed);
 }

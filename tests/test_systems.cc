@@ -309,7 +309,9 @@ TEST_F(Systems, TimeStepStreamKeepsMovingWithStepsOverTheWindow) {
   const Tri t(1, kN, 61);
   auto info = cl.CreateSystem(t.AsJob());
   ASSERT_TRUE(info.ok()) << info.status();
-  for (int in_flight : {2}) {
+  // Four in flight: the client writes steps while the server's answers wait to be read (the
+  // client library reads them on a thread of its own; a client that only wrote stalled both).
+  for (int in_flight : {2, 4}) {
     auto stream = cl.OpenStepStream(info->handle, {.timeout_s = 60});
     ASSERT_TRUE(stream.ok()) << stream.status();
     std::vector<NdArray> d;
