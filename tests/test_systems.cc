@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <random>
 #include <thread>
@@ -194,6 +195,63 @@ TEST_F(Systems, ManyRightHandSidesByHandleAndUnary) {
   EXPECT_LT(RelDiff(r->x, want4), 1e-13);
   EXPECT_TRUE(cl.ReleaseSystem(info->handle).ok());
   EXPECT_TRUE(cl.ReleaseSystem(info2->handle).ok());
+}
+
+// A dense system by handle keeps its elimination on the CPU backend (each right-hand side in
+// O(n^2)): its answers must be the unary answers, through updates of A, and a singular matrix
+// of the batch must stay SINGULAR for each right-hand side while the others are solved.
+TEST_F(Systems, DenseByHandleKeepsItsEliminationThroughUpdates) {
+  Client cl = MakeClient();
+  const int64_t batch = 3, n = 30, k = 4;
+  NdArray A = Random({batch, n, n}, 91);
+  for (int64_t s = 0; s < batch; ++s)
+    for (int64_t i = 0; i < n; ++i) A.as<double>()[(s * n + i) * n + i] += 2;
+  for (int64_t j = 0; j < n; ++j)  // matrix 1: two equal rows
+    A.as<double>()[(n + 1) * n + j] = A.as<double>()[n * n + j];
+  const NdArray b = Random({k, batch, n}, 92);
+  for (const char* method : {"gauss-jordan", "lu"}) {
+    SCOPED_TRACE(method);
+    Job create{Kind::kDense};
+    create.arrays = {{"a", A.view()}};
+    create.options.method = method;
+    auto info = cl.CreateSystem(create);
+    ASSERT_TRUE(info.ok()) << info.status();
+    const char* backend = std::getenv("TRISOLVE_TEST_BACKEND");
+    if (backend == nullptr || std::string(backend) == "cpu") {
+      EXPECT_EQ(info->prepared, std::string(method) == "lu" ? "LU factors on the host"
+                                                            : "Gauss-Jordan factors on the host");
+    }
+    NdArray A2 = A;
+    for (int64_t i = 0; i < batch * n * n; ++i) A2.as<double>()[i] *= 1.5;
+    for (int round = 0; round < 2; ++round) {
+      const NdArray& Am = round == 0 ? A : A2;
+      if (round == 1) {
+        ASSERT_TRUE(cl.UpdateSystem(info->handle, {{"a", A2.view()}}).ok());
+      }
+      auto byh = cl.SolveSystem(info->handle, b.view());
+      ASSERT_TRUE(byh.ok()) << byh.status();
+      ASSERT_EQ(byh->status.size(), size_t(k * batch));
+      for (int64_t j = 0; j < k; ++j) {
+        Job unary{Kind::kDense};
+        unary.options.method = method;
+        const ArrayView bj{DType::kFloat64, {batch, n}, b.as<double>() + j * batch * n};
+        unary.arrays = {{"a", Am.view()}, {"b", bj}};
+        auto un = cl.Solve(unary);
+        ASSERT_TRUE(un.ok()) << un.status();
+        for (int64_t s = 0; s < batch; ++s) {
+          EXPECT_EQ(byh->status[size_t(j * batch + s)], s == 1 ? SolveStatus::kSingular
+                                                                : SolveStatus::kOk);
+          EXPECT_EQ(un->status[size_t(s)], byh->status[size_t(j * batch + s)]);
+        }
+        double worst = 0;
+        for (int64_t i = 0; i < batch * n; ++i)
+          worst = testing::WorseOf(worst, std::abs(byh->x.as<double>()[j * batch * n + i] -
+                                                   un->x.as<double>()[i]));
+        EXPECT_LT(worst, 1e-12) << "right-hand side " << j << ", round " << round;
+      }
+    }
+    EXPECT_TRUE(cl.ReleaseSystem(info->handle).ok());
+  }
 }
 
 TEST_F(Systems, EveryFamilyByHandleMatchesTheUnaryAnswer) {

@@ -195,6 +195,108 @@ bool HouseholderPcrOne(int64_t n, const T* A, const T* b, T* x, std::vector<T>& 
   return AllFinite(n, 1, x);
 }
 
+// Gauss-Jordan's elimination of A alone (GaussJordanOne without the b column), recorded in F
+// (n x n): row k's multiplier of step i at F[k][i] (k > i), the normalised pivot rows above the
+// diagonal, 1 / pivot in inv. The same operations in the same order as GaussJordanOne.
+template <typename T>
+bool FactorGaussJordanOne(int64_t n, const T* A, T* F, T* inv, int64_t* pivot,
+                          std::vector<T>& colmax) {
+  std::copy(A, A + n * n, F);
+  for (int64_t j = 0; j < n; ++j) {
+    T m = T(0);
+    for (int64_t i = 0; i < n; ++i) m = std::max(m, std::abs(A[i * n + j]));
+    colmax[j] = m;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t piv = i;
+    for (int64_t k = i + 1; k < n; ++k)
+      if (std::abs(F[k * n + i]) > std::abs(F[piv * n + i])) piv = k;
+    const T pv = F[piv * n + i];
+    if (PivotVanishes(pv, T(n) * colmax[i])) return false;
+    pivot[i] = piv;
+    if (piv != i)
+      for (int64_t j = i; j < n; ++j) std::swap(F[i * n + j], F[piv * n + j]);
+    for (int64_t k = i + 1; k < n; ++k) {
+      const T m = F[k * n + i] / pv;
+      F[k * n + i] = m;  // (the eliminated entry is never read again)
+      if (m == T(0)) continue;
+      for (int64_t j = i + 1; j < n; ++j) F[k * n + j] -= F[i * n + j] * m;
+    }
+    inv[i] = T(1) / pv;
+    for (int64_t j = i + 1; j < n; ++j) F[i * n + j] *= inv[i];
+  }
+  return true;
+}
+
+// GaussJordanOne's operations on the b column, from the recorded elimination.
+template <typename T>
+bool ApplyGaussJordanOne(int64_t n, const T* F, const T* inv, const int64_t* pivot, const T* b,
+                         T* x) {
+  std::copy(b, b + n, x);
+  for (int64_t i = 0; i < n; ++i) {
+    if (pivot[i] != i) std::swap(x[i], x[pivot[i]]);
+    for (int64_t k = i + 1; k < n; ++k) {
+      const T m = F[k * n + i];
+      if (m == T(0)) continue;
+      x[k] -= x[i] * m;
+    }
+    x[i] *= inv[i];
+  }
+  for (int64_t i = n - 1; i >= 1; --i)
+    for (int64_t k = i - 1; k >= 0; --k) x[k] -= x[i] * F[k * n + i];
+  return AllFinite(n, 1, x);
+}
+
+// LuOne's factorisation alone (rows exchanged whole, as getrf does).
+template <typename T>
+bool FactorLuOne(int64_t n, const T* A, T* F, int64_t* pivot, std::vector<T>& colmax) {
+  std::copy(A, A + n * n, F);
+  for (int64_t j = 0; j < n; ++j) {
+    T m = T(0);
+    for (int64_t i = 0; i < n; ++i) m = std::max(m, std::abs(A[i * n + j]));
+    colmax[j] = m;
+  }
+  for (int64_t k = 0; k < n; ++k) {
+    int64_t piv = k;
+    for (int64_t i = k + 1; i < n; ++i)
+      if (std::abs(F[i * n + k]) > std::abs(F[piv * n + k])) piv = i;
+    const T pv = F[piv * n + k];
+    if (PivotVanishes(pv, T(n) * colmax[k])) return false;
+    pivot[k] = piv;
+    if (piv != k)
+      for (int64_t j = 0; j < n; ++j) std::swap(F[k * n + j], F[piv * n + j]);
+    for (int64_t i = k + 1; i < n; ++i) {
+      const T l = F[i * n + k] / pv;
+      F[i * n + k] = l;
+      if (l == T(0)) continue;
+      for (int64_t j = k + 1; j < n; ++j) F[i * n + j] -= l * F[k * n + j];
+    }
+  }
+  return true;
+}
+
+// LuOne's operations on b: every interchange first, then L and U (a value receives the same
+// updates in the same order as when the interchanges came between them, since each one moves
+// its row's multipliers along).
+template <typename T>
+bool ApplyLuOne(int64_t n, const T* F, const int64_t* pivot, const T* b, T* x) {
+  std::copy(b, b + n, x);
+  for (int64_t k = 0; k < n; ++k)
+    if (pivot[k] != k) std::swap(x[k], x[pivot[k]]);
+  for (int64_t k = 0; k < n; ++k)
+    for (int64_t i = k + 1; i < n; ++i) {
+      const T l = F[i * n + k];
+      if (l == T(0)) continue;
+      x[i] -= l * x[k];
+    }
+  for (int64_t i = n - 1; i >= 0; --i) {
+    T acc = x[i];
+    for (int64_t j = i + 1; j < n; ++j) acc -= F[i * n + j] * x[j];
+    x[i] = acc / F[i * n + i];
+  }
+  return AllFinite(n, 1, x);
+}
+
 }  // namespace
 
 template <typename T>
@@ -230,6 +332,59 @@ SolveInfo SolveDense(const DenseProblem<T>& p, DenseMethod method, DenseOutput<T
   return info;
 }
 template SolveInfo SolveDense(const DenseProblem<double>&, DenseMethod, DenseOutput<double>);
+bool Factorable(DenseMethod method) {
+  return method == DenseMethod::kAuto || method == DenseMethod::kGaussJordan ||
+         method == DenseMethod::kLu;
+}
+
+template <typename T>
+DenseFactors<T> FactorDense(int64_t batch, int64_t n, const T* A, DenseMethod method) {
+  DenseFactors<T> f;
+  f.method = method == DenseMethod::kLu ? DenseMethod::kLu : DenseMethod::kGaussJordan;
+  f.batch = batch;
+  f.n = n;
+  f.f.resize(size_t(batch * n * n));
+  f.pivot.resize(size_t(batch * n));
+  f.ok.resize(size_t(batch));
+  if (f.method == DenseMethod::kGaussJordan) f.inv.resize(size_t(batch * n));
+#pragma omp parallel
+  {
+    std::vector<T> colmax(static_cast<size_t>(n));
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t s = 0; s < batch; ++s) {
+      T* F = f.f.data() + s * n * n;
+      int64_t* piv = f.pivot.data() + s * n;
+      f.ok[size_t(s)] =
+          f.method == DenseMethod::kLu
+              ? FactorLuOne(n, A + s * n * n, F, piv, colmax)
+              : FactorGaussJordanOne(n, A + s * n * n, F, f.inv.data() + s * n, piv, colmax);
+    }
+  }
+  return f;
+}
+
+template <typename T>
+void SolveFactored(const DenseFactors<T>& f, const T* b, T* x, SystemStatus* status) {
+  const int64_t n = f.n;
+#pragma omp parallel for schedule(static) if (f.batch * n * n >= (int64_t{1} << 16))
+  for (int64_t s = 0; s < f.batch; ++s) {
+    const T* F = f.f.data() + s * n * n;
+    const int64_t* piv = f.pivot.data() + s * n;
+    bool ok = f.ok[size_t(s)] != 0;
+    if (ok)
+      ok = f.method == DenseMethod::kLu
+               ? ApplyLuOne(n, F, piv, b + s * n, x + s * n)
+               : ApplyGaussJordanOne(n, F, f.inv.data() + s * n, piv, b + s * n, x + s * n);
+    if (!ok) ZeroStrided(n, 1, x + s * n);
+    status[s] = ok ? SystemStatus::kOk : SystemStatus::kSingular;
+  }
+}
+
+template DenseFactors<double> FactorDense(int64_t, int64_t, const double*, DenseMethod);
+template DenseFactors<float> FactorDense(int64_t, int64_t, const float*, DenseMethod);
+template void SolveFactored(const DenseFactors<double>&, const double*, double*, SystemStatus*);
+template void SolveFactored(const DenseFactors<float>&, const float*, float*, SystemStatus*);
+
 template SolveInfo SolveDense(const DenseProblem<float>&, DenseMethod, DenseOutput<float>);
 
 }  // namespace cpu
