@@ -149,8 +149,8 @@ absl::StatusOr<driver::KrylovResult> BlockBicgstab(const BlockTridiagonalProblem
   return driver::Bicgstab(steps, v, y, o, max_iterations, BicgstabName(kind), control, mon);
 }
 
-// The answer of a method that could not run, or of a solve that ended: the true residual of
-// y and the status, as driver::Finish gives them (y zeroed where DIVERGED).
+// The answer of a method that could not run (stopped: NOT_CONVERGED unless y is already within
+// the tolerance): the true residual of y and the status, by driver::Finish.
 template <typename T>
 SolveInfo Finish(const BlockTridiagonalProblem<T>& p, const BlockOptions& o, std::string method,
                  T* y, SystemStatus* status, bool stopped) {
