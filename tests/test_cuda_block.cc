@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "block/block.h"
@@ -653,6 +654,33 @@ TEST(CudaBlock, FallbackHistoryContinuesOnTheHost) {
   ExpectHistory(r, 1024, "auto, device then host");
   auto small = SolveReporting(s, BlockMethod::kAuto, {400, 1e-8, false}, 8, &y);
   ExpectHistory(small, 8, "auto, device then host, 8 points");
+}
+
+// The tuning table's rows are keyed by compute capability: sm_90 (the H100, H200) gets the row
+// measured there, any other architecture the default row. Needs no device.
+TEST(TuningTable, RowsKeyedByComputeCapability) {
+  ASSERT_FALSE(cuda::TuningRows().empty());
+  for (const cuda::TuningRow& row : cuda::TuningRows()) {
+    EXPECT_GT(row.compute_capability, 0);
+    EXPECT_EQ(row.table.compute_capability, row.compute_capability);
+    EXPECT_NE(std::string(row.evidence).find("docs/kernels.md"), std::string::npos);
+    EXPECT_EQ(cuda::TuningTable::ForComputeCapability(row.compute_capability).compute_capability,
+              row.compute_capability);
+  }
+  cudaDeviceProp prop{};
+  prop.major = 9;
+  prop.minor = 0;
+  EXPECT_EQ(cuda::TuningTable::For(prop).compute_capability, 90);
+  for (auto [major, minor] : {std::pair{8, 0}, {8, 6}, {8, 9}, {10, 0}, {12, 0}}) {
+    prop.major = major;
+    prop.minor = minor;
+    const cuda::TuningTable t = cuda::TuningTable::For(prop);
+    EXPECT_EQ(t.compute_capability, 0) << major << "." << minor;
+    EXPECT_EQ(t.compute_capability, cuda::DefaultTuningRow().table.compute_capability);
+  }
+  EXPECT_NE(std::string(cuda::DefaultTuningRow().evidence).find("sm_90"), std::string::npos);
+  // No table in use: the default row's knobs.
+  EXPECT_EQ(cuda::ActiveTuning().compute_capability, 0);
 }
 
 }  // namespace

@@ -5,12 +5,16 @@
 #include "trisolve/block_tridiagonal.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "block_multigrid.h"
+#include "block_steps.h"
 #include "common.h"
+#include "trisolve/driver/block_krylov.h"
 #include "trisolve/reference/block_tridiagonal.h"
 #include "trisolve/reference/tridiagonal.h"
 #include "trisolve/tridiagonal.h"
@@ -88,159 +92,6 @@ void UpdateRow(const BlockTridiagonalProblem<T>& p, int64_t i, const T* yin, T* 
   std::copy(w.tmp.begin(), w.tmp.end(), yout + off);
 }
 
-// q = A v (double accumulation, stored in T).
-template <typename T>
-void ApplyBlock(const BlockTridiagonalProblem<T>& p, const T* v, T* q) {
-  const int64_t N = p.N, M = p.M;
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < N; ++i)
-    for (int64_t k = 0; k < M; ++k) {
-      const int64_t e = i * M + k;
-      double s = double(p.cC[e]) * v[e];
-      if (k > 0) s += double(p.aC[e]) * v[e - 1];
-      if (k + 1 < M) s += double(p.bC[e]) * v[e + 1];
-      if (i > 0) s += double(p.cA[e]) * v[e - M];
-      if (i + 1 < N) s += double(p.cB[e]) * v[e + M];
-      q[e] = T(s);
-    }
-}
-
-template <typename T>
-double Dot(int64_t n, const T* a, const T* b) {
-  return OrderedSum<1>(n, 16384, [&](int64_t e, std::array<double, 1>& s) {
-    s[0] += double(a[e]) * b[e];
-  })[0];
-}
-
-// One 5-point grid level of the multigrid hierarchy (trisolve/block_tridiagonal.h): couplings
-// to the west (k - 1), east (k + 1), north (i - 1) and south (i + 1) neighbours, zero where
-// the neighbour does not exist.
-template <typename T>
-struct MgLevel {
-  int64_t N, M;
-  std::vector<T> w, c, e, n, s;
-};
-
-template <typename T>
-std::vector<MgLevel<T>> BuildMultigrid(const BlockTridiagonalProblem<T>& p) {
-  std::vector<MgLevel<T>> L;
-  MgLevel<T> f{p.N, p.M};
-  const int64_t size = p.N * p.M;
-  for (auto* v : {&f.w, &f.c, &f.e, &f.n, &f.s}) v->resize(size);
-  for (int64_t i = 0; i < p.N; ++i)
-    for (int64_t k = 0; k < p.M; ++k) {
-      const int64_t q = i * p.M + k;
-      f.w[q] = k > 0 ? p.aC[q] : T(0);
-      f.e[q] = k + 1 < p.M ? p.bC[q] : T(0);
-      f.n[q] = i > 0 ? p.cA[q] : T(0);
-      f.s[q] = i + 1 < p.N ? p.cB[q] : T(0);
-      f.c[q] = p.cC[q];
-    }
-  L.push_back(std::move(f));
-  while (L.back().N * L.back().M > kMgCoarsest && L.size() < 32) {
-    const MgLevel<T>& a = L.back();
-    MgLevel<T> b{(a.N + 1) / 2, (a.M + 1) / 2};
-    for (auto* v : {&b.w, &b.c, &b.e, &b.n, &b.s}) v->assign(b.N * b.M, T(0));
-    for (int64_t i = 0; i < a.N; ++i)
-      for (int64_t k = 0; k < a.M; ++k) {
-        const int64_t q = i * a.M + k, Q = (i / 2) * b.M + k / 2;
-        const bool west_in = k & 1, east_in = !(k & 1), north_in = i & 1, south_in = !(i & 1);
-        b.c[Q] += a.c[q] + (west_in ? a.w[q] : T(0)) + (east_in ? a.e[q] : T(0)) +
-                  (north_in ? a.n[q] : T(0)) + (south_in ? a.s[q] : T(0));
-        if (!west_in) b.w[Q] += a.w[q];
-        if (!east_in) b.e[Q] += a.e[q];
-        if (!north_in) b.n[Q] += a.n[q];
-        if (!south_in) b.s[Q] += a.s[q];
-      }
-    L.push_back(std::move(b));
-  }
-  return L;
-}
-
-// One red-black half-sweep of point Gauss-Seidel on level a: cells with (i + k) % 2 == colour.
-template <typename T>
-void MgHalfSweep(const MgLevel<T>& a, const T* r, T* z, int colour) {
-  const int64_t N = a.N, M = a.M;
-#pragma omp parallel for schedule(static) if (N * M > 65536)
-  for (int64_t i = 0; i < N; ++i)
-    for (int64_t k = (i + colour) & 1; k < M; k += 2) {
-      const int64_t q = i * M + k;
-      T v = r[q];
-      if (k > 0) v -= a.w[q] * z[q - 1];
-      if (k + 1 < M) v -= a.e[q] * z[q + 1];
-      if (i > 0) v -= a.n[q] * z[q - M];
-      if (i + 1 < N) v -= a.s[q] * z[q + M];
-      z[q] = v / a.c[q];
-    }
-}
-
-// z = V(r) on level l: z = 0, red then black half-sweep, the residual restricted to level
-// l + 1 (sums over the 2 x 2 aggregates), the coarse correction added back (constant over
-// each aggregate, times kMgCorrection), black then red. A symmetric operator, as CG needs. The coarsest level
-// runs kMgCoarseSweeps sweeps forward and as many backward.
-template <typename T>
-void VCycle(const std::vector<MgLevel<T>>& L, size_t l, const T* r, T* z,
-            std::vector<std::vector<T>>& tmp, double factor = kMgCorrection) {
-  const MgLevel<T>& a = L[l];
-  const int64_t N = a.N, M = a.M;
-  std::fill(z, z + N * M, T(0));
-  if (l + 1 == L.size()) {
-    for (int q = 0; q < kMgCoarseSweeps; ++q) {
-      MgHalfSweep(a, r, z, 0);
-      MgHalfSweep(a, r, z, 1);
-    }
-    for (int q = 0; q < kMgCoarseSweeps; ++q) {
-      MgHalfSweep(a, r, z, 1);
-      MgHalfSweep(a, r, z, 0);
-    }
-    return;
-  }
-  MgHalfSweep(a, r, z, 0);
-  MgHalfSweep(a, r, z, 1);
-  const MgLevel<T>& b = L[l + 1];
-  std::vector<T>& rc = tmp[2 * l];
-  std::vector<T>& zc = tmp[2 * l + 1];
-  rc.assign(b.N * b.M, T(0));
-  zc.resize(b.N * b.M);
-  for (int64_t i = 0; i < N; ++i)
-    for (int64_t k = 0; k < M; ++k) {
-      const int64_t q = i * M + k;
-      T v = r[q] - a.c[q] * z[q];
-      if (k > 0) v -= a.w[q] * z[q - 1];
-      if (k + 1 < M) v -= a.e[q] * z[q + 1];
-      if (i > 0) v -= a.n[q] * z[q - M];
-      if (i + 1 < N) v -= a.s[q] * z[q + M];
-      rc[(i / 2) * b.M + k / 2] += v;
-    }
-  VCycle(L, l + 1, rc.data(), zc.data(), tmp, factor);
-  for (int64_t i = 0; i < N; ++i)
-    for (int64_t k = 0; k < M; ++k) z[i * M + k] += T(factor) * zc[(i / 2) * b.M + k / 2];
-  MgHalfSweep(a, r, z, 1);
-  MgHalfSweep(a, r, z, 0);
-}
-
-// The sign the diagonals share on every level: +1 all positive, -1 all negative, 0 neither
-// (both signs, a zero or a value that is not finite). A symmetric definite matrix has
-// diagonals of one sign, and so have its Galerkin coarse matrices (P^T A P is definite with
-// A): a hierarchy whose diagonals do not share one sign belongs to an indefinite matrix.
-template <typename T>
-int DiagonalSign(const std::vector<MgLevel<T>>& levels) {
-  bool pos = true, neg = true;
-  for (const auto& lv : levels)
-    for (T v : lv.c) {
-      pos &= v > T(0) && std::isfinite(v);
-      neg &= v < T(0) && std::isfinite(v);
-    }
-  return pos ? 1 : neg ? -1 : 0;
-}
-// Point Gauss-Seidel divides by the diagonals: the V-cycle runs where none is zero.
-template <typename T>
-bool MgDiagonalsNonzero(const std::vector<MgLevel<T>>& levels) {
-  for (const auto& lv : levels)
-    for (T v : lv.c)
-      if (v == T(0) || !std::isfinite(v)) return false;
-  return true;
-}
 template <typename T>
 int FineDiagonalSign(const BlockTridiagonalProblem<T>& p) {
   bool pos = true, neg = true;
@@ -265,214 +116,48 @@ bool AnyZeroRow(const BlockTridiagonalProblem<T>& p) {
   return false;
 }
 
-// The answer of a Krylov solve: the true residual from the original arrays and the status;
-// y is zeroed for a singular or diverged system. `stopped`: the method broke down (CG met
-// indefiniteness, a preconditioner could not run) -- not converged unless the residual is
-// already within the tolerance.
+// CG preconditioned by the line solves (levels null) or the V-cycle of `levels`; sign: the
+// diagonals' (driver::Cg).
 template <typename T>
-SolveInfo Finish(const BlockTridiagonalProblem<T>& p, const BlockOptions& o, std::string method,
-                 int64_t iterations, bool singular, T* y, SystemStatus* status,
-                 bool stopped = false) {
-  const int64_t size = p.N * p.M;
-  SolveInfo info;
-  info.method = std::move(method);
-  info.iterations = iterations;
-  info.residual = BlockRelativeResidual(p, y);
-  if (singular) {
-    std::fill(y, y + size, T(0));
-    *status = SystemStatus::kSingular;
-  } else if (!std::isfinite(info.residual) || !AllFinite(size, 1, y)) {
-    std::fill(y, y + size, T(0));
-    *status = SystemStatus::kDiverged;
-  } else if ((o.tol > 0 && !(info.residual <= o.tol)) || (stopped && !(info.residual <= o.tol))) {
-    *status = SystemStatus::kNotConverged;
-  } else {
-    *status = SystemStatus::kOk;
-  }
-  return info;
-}
-
-// Conjugate gradients preconditioned by the line solves C_i z_i = r_i (Thomas, every block row
-// independently), or by a multigrid V-cycle. Stops when the recursively updated residual
-// reaches tol; reports the true one.
-// sign = -1: A is negative definite (its diagonals, and every level's, negative). CG runs on
-// -A y = -f preconditioned by -P (P the line solves or the V-cycle of A, both negative
-// definite then; the V-cycle of -A is -P exactly): r, z, alpha and beta come out the same as
-// the recurrences below with (d, Ad) and (r, z) multiplied by sign, so nothing is copied or
-// negated -- only the definiteness tests read sign * (d, Ad) > 0 and sign * (r, z) > 0.
-// *indefinite: one of them failed (the matrix or the preconditioner is not definite): CG
-// stopped there, y holds its iterate.
-template <typename T>
-SolveInfo BlockCg(const BlockTridiagonalProblem<T>& p, const BlockOptions& o, T* y,
-                  SystemStatus* status, const SolveControl& control, BlockMonitor& mon,
-                  bool* cancelled, const std::vector<MgLevel<T>>* levels, int sign,
-                  bool* indefinite) {
-  const int64_t N = p.N, M = p.M, size = N * M;
-  const bool multigrid = levels != nullptr;
+absl::StatusOr<driver::KrylovResult> BlockCg(const BlockTridiagonalProblem<T>& p,
+                                             const BlockOptions& o, T* y,
+                                             const SolveControl& control, BlockMonitor& mon,
+                                             const std::vector<MgLevel<T>>* levels, int sign) {
+  const size_t size = size_t(p.N * p.M);
   std::vector<T> r(size), z(size), d(size), q(size);
-  ApplyBlock(p, y, q.data());
-  for (int64_t e = 0; e < size; ++e) r[e] = p.f[e] - q[e];
-  std::vector<std::vector<T>> tmp;
-  if (multigrid) tmp.resize(2 * levels->size());
-  bool line_failed = false;
-  auto precondition = [&](const T* in, T* out) {
-    if (multigrid) {
-      VCycle(*levels, 0, in, out, tmp);
-      return;
-    }
-#pragma omp parallel reduction(|| : line_failed)
-    {
-      std::vector<T> work(M);
-#pragma omp for schedule(static)
-      for (int64_t i = 0; i < N; ++i)
-        if (!ThomasStrided<T>(M, 1, p.aC + i * M, p.cC + i * M, p.bC + i * M, in + i * M,
-                              out + i * M, work.data()))
-          line_failed = true;
-    }
-  };
-  const double fnorm = std::sqrt(Dot(size, p.f, p.f));
-  const double scale = fnorm > 0 ? fnorm : 1;
-  precondition(r.data(), z.data());
-  d = z;
-  double rz = Dot(size, r.data(), z.data());
-  double res = std::sqrt(Dot(size, r.data(), r.data())) / scale;
-  *indefinite = false;
-  if (!(sign * rz > 0) && res > o.tol && res > 0) *indefinite = true;
-  mon.Check(0, res);
-  int64_t it = 0;
-  for (; it < o.max_iterations && !*indefinite && !line_failed; ++it) {
-    if (res <= o.tol) break;
-    if (control.Cancelled()) {
-      *cancelled = true;
-      break;
-    }
-    ApplyBlock(p, d.data(), q.data());
-    const double dq = Dot(size, d.data(), q.data());
-    if (!(sign * dq > 0) || !std::isfinite(dq)) {  // not definite: stop
-      *indefinite = true;
-      break;
-    }
-    const T alpha = T(rz / dq);
-#pragma omp parallel for schedule(static)
-    for (int64_t e = 0; e < size; ++e) {
-      y[e] += alpha * d[e];
-      r[e] -= alpha * q[e];
-    }
-    res = std::sqrt(Dot(size, r.data(), r.data())) / scale;
-    mon.Check(it + 1, res);
-    precondition(r.data(), z.data());
-    const double rz_new = Dot(size, r.data(), z.data());
-    if (!(sign * rz_new > 0) && res > o.tol && res > 0) {  // the preconditioner is not definite
-      *indefinite = true;
-      ++it;
-      break;
-    }
-    const T beta = T(rz_new / rz);
-    rz = rz_new;
-#pragma omp parallel for schedule(static)
-    for (int64_t e = 0; e < size; ++e) d[e] = z[e] + beta * d[e];
-  }
-  std::string method = multigrid ? "multigrid-cg" : "cg";
-  if (sign < 0) method += " (negated: negative definite)";
-  if (*indefinite) method += " (stopped: indefinite)";
-  return Finish(p, o, method, it, false, y, status, *indefinite || line_failed);
+  CpuSteps<T> steps(p, levels ? Precond::kVCycle : Precond::kLines, levels);
+  return driver::Cg(steps, driver::CgVectors<T>{r.data(), z.data(), d.data(), q.data()}, y, o,
+                    sign, levels ? "multigrid-cg" : "cg", control, mon);
 }
 
-// BiCGStab (van der Vorst), right-preconditioned by the multigrid V-cycle (kVCycle), by the
-// line solves C_i z_i = r_i (kLines: block Jacobi, for systems whose coarse levels are not
-// fit for the point smoother) or by nothing, for systems that are not symmetric or not
-// definite. Two preconditioner applications and two products with A an iteration; stops when
-// the recursively updated residual reaches tol (or at a breakdown: rho or (r0, v) or omega
-// zero), reports the true residual. The caller checks that the preconditioner can run
+// BiCGStab preconditioned by `kind` (driver::Bicgstab); the caller checks that it can run
 // (nonzero diagonals on every level, nonsingular lines).
-enum class Precond { kVCycle, kLines, kNone };
-const char* BicgstabName(Precond k) {
-  return k == Precond::kVCycle ? "multigrid-bicgstab"
-         : k == Precond::kLines ? "bicgstab+lines"
-                                : "bicgstab";
-}
 template <typename T>
-SolveInfo BlockBicgstab(const BlockTridiagonalProblem<T>& p, const BlockOptions& o, T* y,
-                        SystemStatus* status, const SolveControl& control, BlockMonitor& mon,
-                        bool* cancelled, Precond kind, int64_t max_iterations) {
-  const int64_t size = p.N * p.M;
-  std::vector<T> r(size), r0(size), pv(size, T(0)), v(size, T(0)), yv(size), sv(size),
-      zv(size), tv(size);
-  ApplyBlock(p, y, tv.data());
-  for (int64_t e = 0; e < size; ++e) r[e] = p.f[e] - tv[e];
-  r0 = r;
+absl::StatusOr<driver::KrylovResult> BlockBicgstab(const BlockTridiagonalProblem<T>& p,
+                                                   const BlockOptions& o, T* y,
+                                                   const SolveControl& control,
+                                                   BlockMonitor& mon, Precond kind,
+                                                   int64_t max_iterations) {
+  const size_t size = size_t(p.N * p.M);
+  std::vector<T> work(8 * size);
   std::vector<MgLevel<T>> levels;
   if (kind == Precond::kVCycle) levels = BuildMultigrid(p);
-  std::vector<std::vector<T>> tmp(2 * levels.size());
-  const int64_t M = p.M;
-  auto precondition = [&](const T* in, T* out) {
-    if (kind == Precond::kVCycle) {
-      VCycle(levels, 0, in, out, tmp);
-    } else if (kind == Precond::kLines) {
-#pragma omp parallel
-      {
-        std::vector<T> work(M);
-#pragma omp for schedule(static)
-        for (int64_t i = 0; i < p.N; ++i)
-          ThomasStrided<T>(M, 1, p.aC + i * M, p.cC + i * M, p.bC + i * M, in + i * M,
-                           out + i * M, work.data());
-      }
-    } else {
-      std::copy(in, in + size, out);
-    }
-  };
-  const double fnorm = std::sqrt(Dot(size, p.f, p.f));
-  const double scale = fnorm > 0 ? fnorm : 1;
-  double res = std::sqrt(Dot(size, r.data(), r.data())) / scale;
-  double rho = 1, alpha = 1, omega = 1;
-  mon.Check(0, res);
-  int64_t it = 0;
-  for (; it < max_iterations; ++it) {
-    if (res <= o.tol) break;
-    if (control.Cancelled()) {
-      *cancelled = true;
-      break;
-    }
-    const double rho_new = Dot(size, r0.data(), r.data());
-    if (rho_new == 0 || !std::isfinite(rho_new)) break;
-    const double beta = (rho_new / rho) * (alpha / omega);
-#pragma omp parallel for schedule(static)
-    for (int64_t e = 0; e < size; ++e) pv[e] = r[e] + T(beta) * (pv[e] - T(omega) * v[e]);
-    precondition(pv.data(), yv.data());
-    ApplyBlock(p, yv.data(), v.data());
-    const double r0v = Dot(size, r0.data(), v.data());
-    if (r0v == 0 || !std::isfinite(r0v)) break;
-    alpha = rho_new / r0v;
-#pragma omp parallel for schedule(static)
-    for (int64_t e = 0; e < size; ++e) {
-      y[e] += T(alpha) * yv[e];
-      sv[e] = r[e] - T(alpha) * v[e];
-    }
-    res = std::sqrt(Dot(size, sv.data(), sv.data())) / scale;
-    if (res <= o.tol) {
-      r = sv;
-      ++it;
-      mon.Check(it, res);
-      break;
-    }
-    precondition(sv.data(), zv.data());
-    ApplyBlock(p, zv.data(), tv.data());
-    const double tt = Dot(size, tv.data(), tv.data());
-    omega = tt > 0 ? Dot(size, tv.data(), sv.data()) / tt : 0;
-#pragma omp parallel for schedule(static)
-    for (int64_t e = 0; e < size; ++e) {
-      y[e] += T(omega) * zv[e];
-      r[e] = sv[e] - T(omega) * tv[e];
-    }
-    res = std::sqrt(Dot(size, r.data(), r.data())) / scale;
-    mon.Check(it + 1, res);
-    rho = rho_new;
-    if (omega == 0 || !std::isfinite(omega)) {
-      ++it;
-      break;
-    }
-  }
-  return Finish(p, o, BicgstabName(kind), it, false, y, status);
+  CpuSteps<T> steps(p, kind, &levels);
+  T* w = work.data();
+  driver::BicgstabVectors<T> v{w,            w + size,     w + 2 * size, w + 3 * size,
+                               w + 4 * size, w + 5 * size, w + 6 * size, w + 7 * size};
+  return driver::Bicgstab(steps, v, y, o, max_iterations, BicgstabName(kind), control, mon);
+}
+
+// The answer of a method that could not run (stopped: NOT_CONVERGED unless y is already within
+// the tolerance): the true residual of y and the status, by driver::Finish.
+template <typename T>
+SolveInfo Finish(const BlockTridiagonalProblem<T>& p, const BlockOptions& o, std::string method,
+                 T* y, SystemStatus* status, bool stopped) {
+  CpuSteps<T> steps(p, Precond::kNone, nullptr);
+  auto r = driver::Finish(steps, y, std::move(method), 0, o.tol, stopped);
+  *status = r->status;  // the CPU steps report no error
+  return r->info;
 }
 
 // auto's fallback where CG cannot run or meets indefiniteness, or the thesis' line iterations
@@ -480,15 +165,19 @@ SolveInfo BlockBicgstab(const BlockTridiagonalProblem<T>& p, const BlockOptions&
 // by the V-cycle where every level's diagonals share a sign, else by the line solves where no
 // line is singular, else by nothing.
 template <typename T>
-SolveInfo BicgstabFallback(const BlockTridiagonalProblem<T>& p, const BlockOptions& o, T* y,
-                           SystemStatus* status, const SolveControl& control,
-                           BlockMonitor& mon, bool* cancelled, int64_t max_iterations) {
+absl::StatusOr<SolveInfo> BicgstabFallback(const BlockTridiagonalProblem<T>& p,
+                                           const BlockOptions& o, T* y, SystemStatus* status,
+                                           const SolveControl& control, BlockMonitor& mon,
+                                           int64_t max_iterations) {
   Precond kind = Precond::kNone;
   if (DiagonalSign(BuildMultigrid(p)) != 0)
     kind = Precond::kVCycle;
   else if (!AnyLineSingular(p))
     kind = Precond::kLines;
-  return BlockBicgstab(p, o, y, status, control, mon, cancelled, kind, max_iterations);
+  auto r = BlockBicgstab(p, o, y, control, mon, kind, max_iterations);
+  if (!r.ok()) return r.status();
+  *status = r->status;
+  return r->info;
 }
 
 }  // namespace
@@ -516,6 +205,19 @@ namespace cpu {
 
 namespace {
 
+// A zero row of A: SINGULAR (to working precision, whatever the method), y zero.
+template <typename T>
+SolveInfo ZeroRowAnswer(const BlockTridiagonalProblem<T>& p, std::string method,
+                        BlockOutput<T> out) {
+  std::fill(out.y, out.y + p.N * p.M, T(0));
+  out.status[0] = SystemStatus::kSingular;
+  SolveInfo info;
+  info.method = std::move(method) + " (a row of A is zero)";
+  info.iterations = 0;
+  info.residual = BlockRelativeResidual(p, out.y);
+  return info;
+}
+
 template <typename T>
 absl::StatusOr<SolveInfo> SolveBlock(const BlockTridiagonalProblem<T>& p0, BlockMethod method,
                                      const BlockOptions& options, BlockOutput<T> out,
@@ -536,65 +238,55 @@ absl::StatusOr<SolveInfo> SolveBlock(const BlockTridiagonalProblem<T>& p0, Block
   // and the reason -- the matrix may well be nonsingular, so never SINGULAR.
   auto not_run = [&](std::string why) {
     start();
-    SolveInfo info = Finish(p0, options, std::string(MethodName(method)) + " (not run: " + why + ")",
-                            0, false, out.y, out.status, true);
-    return info;
+    return Finish(p0, options, std::string(MethodName(method)) + " (not run: " + why + ")",
+                  out.y, out.status, true);
   };
   // auto's fallback (BicgstabFallback) from y; `before`: what ran or was skipped.
-  auto fallback = [&](const std::string& before, const std::string& why, int64_t used,
-                      bool* cancelled) {
+  auto fallback = [&](const std::string& before, const std::string& why,
+                      int64_t used) -> absl::StatusOr<SolveInfo> {
     if (!AllFinite(size, 1, out.y)) start();
     mon.set_offset(used);
-    SolveInfo info = BicgstabFallback(p0, options, out.y, out.status, control, mon, cancelled,
-                                      std::max<int64_t>(options.max_iterations - used, 1));
-    info.method = before + " -> " + info.method + " (" + why + ")";
-    info.iterations += used;
+    auto info = BicgstabFallback(p0, options, out.y, out.status, control, mon,
+                                 std::max<int64_t>(options.max_iterations - used, 1));
+    if (!info.ok()) return info;
+    info->method = before + " -> " + info->method + " (" + why + ")";
+    info->iterations += used;
     return info;
   };
   if (method == BlockMethod::kCg || method == BlockMethod::kMultigridCg ||
       method == BlockMethod::kMultigridBicgstab) {
     // The line preconditioner already holds the diagonal: the row scaling (which would break
     // the symmetry CG needs) is not applied.
-    if (AnyZeroRow(p0)) {  // singular to working precision whatever the method
-      std::fill(out.y, out.y + size, T(0));
-      out.status[0] = SystemStatus::kSingular;
-      SolveInfo info;
-      info.method = std::string(MethodName(method)) + " (a row of A is zero)";
-      info.iterations = 0;
-      info.residual = BlockRelativeResidual(p0, out.y);
-      return info;
-    }
+    if (AnyZeroRow(p0))  // singular to working precision whatever the method
+      return ZeroRowAnswer(p0, std::string(MethodName(method)), out);
     start();
-    bool cancelled = false;
-    SolveInfo info;
     if (method == BlockMethod::kMultigridBicgstab) {
       if (!MgDiagonalsNonzero(BuildMultigrid(p0)))
         return not_run("a zero diagonal on a multigrid level");
-      info = BlockBicgstab(p0, options, out.y, out.status, control, mon, &cancelled,
-                           Precond::kVCycle, options.max_iterations);
-    } else {
-      const bool multigrid = method == BlockMethod::kMultigridCg;
-      std::vector<MgLevel<T>> levels;
-      if (multigrid) levels = BuildMultigrid(p0);
-      const int sign = multigrid ? DiagonalSign(levels) : FineDiagonalSign(p0);
-      const char* why = "not definite: diagonals of both signs";
-      if (!multigrid && sign != 0 && AnyLineSingular(p0)) {
-        if (!automatic) return not_run("a line block is singular");
-      } else if (sign == 0) {
-        if (!automatic) return not_run(why);
-        info = fallback(std::string(MethodName(method)) + " skipped", why, 0, &cancelled);
-      } else {
-        bool indefinite = false;
-        info = BlockCg(p0, options, out.y, out.status, control, mon, &cancelled,
-                       multigrid ? &levels : nullptr, sign, &indefinite);
-        if (automatic && indefinite && !cancelled) {
-          std::string ran = std::string(MethodName(method)) + (sign < 0 ? " (negated)" : "");
-          info = fallback(ran, "indefinite", info.iterations, &cancelled);
-        }
-      }
+      auto r = BlockBicgstab(p0, options, out.y, control, mon, Precond::kVCycle,
+                             options.max_iterations);
+      if (!r.ok()) return r.status();
+      out.status[0] = r->status;
+      return r->info;
     }
-    if (cancelled) return absl::CancelledError("solve cancelled");
-    return info;
+    const bool multigrid = method == BlockMethod::kMultigridCg;
+    std::vector<MgLevel<T>> levels;
+    if (multigrid) levels = BuildMultigrid(p0);
+    const int sign = multigrid ? DiagonalSign(levels) : FineDiagonalSign(p0);
+    const char* why = "not definite: diagonals of both signs";
+    // (auto never runs cg by name: it picks multigrid-cg.)
+    if (!multigrid && sign != 0 && AnyLineSingular(p0)) return not_run("a line block is singular");
+    if (sign == 0) {
+      if (!automatic) return not_run(why);
+      return fallback(std::string(MethodName(method)) + " skipped", why, 0);
+    }
+    auto r = BlockCg(p0, options, out.y, control, mon, multigrid ? &levels : nullptr, sign);
+    if (!r.ok()) return r.status();
+    out.status[0] = r->status;
+    if (automatic && r->indefinite)
+      return fallback(std::string(MethodName(method)) + (sign < 0 ? " (negated)" : ""),
+                      "indefinite", r->info.iterations);
+    return r->info;
   }
   SolveInfo info;
   info.method = std::string(MethodName(method));
@@ -630,17 +322,14 @@ absl::StatusOr<SolveInfo> SolveBlock(const BlockTridiagonalProblem<T>& p0, Block
   T* y = out.y;
   if (AnyLineSingular(p)) {
     if (automatic) {  // the thesis' line solves cannot run; the matrix may be nonsingular
-      if (AnyZeroRow(p0)) {
+      if (AnyZeroRow(p0)) {  // (the residual left unset, NaN: as the Krylov paths it is not)
         std::fill(y, y + size, T(0));
         out.status[0] = SystemStatus::kSingular;
         info.method += " (a row of A is zero)";
         return info;
       }
       start();
-      bool cancelled = false;
-      SolveInfo fb = fallback(info.method + " skipped", "a line block is singular", 0, &cancelled);
-      if (cancelled) return absl::CancelledError("solve cancelled");
-      return fb;
+      return fallback(info.method + " skipped", "a line block is singular", 0);
     }
     std::fill(y, y + size, T(0));
     out.status[0] = SystemStatus::kSingular;
@@ -722,25 +411,13 @@ template <typename T>
 absl::StatusOr<SolveInfo> BlockIndefinite(const BlockTridiagonalProblem<T>& p,
                                           const BlockOptions& options, BlockOutput<T> out,
                                           const SolveControl& control, BlockMonitor& mon) {
+  if (AnyZeroRow(p)) return ZeroRowAnswer(p, "bicgstab", out);
   const int64_t size = p.N * p.M;
-  if (AnyZeroRow(p)) {
-    std::fill(out.y, out.y + size, T(0));
-    out.status[0] = SystemStatus::kSingular;
-    SolveInfo info;
-    info.method = "bicgstab (a row of A is zero)";
-    info.iterations = 0;
-    info.residual = BlockRelativeResidual(p, out.y);
-    return info;
-  }
   if (p.y0)
     std::copy(p.y0, p.y0 + size, out.y);
   else
     std::fill(out.y, out.y + size, T(0));
-  bool cancelled = false;
-  SolveInfo info = BicgstabFallback(p, options, out.y, out.status, control, mon, &cancelled,
-                                    options.max_iterations);
-  if (cancelled) return absl::CancelledError("solve cancelled");
-  return info;
+  return BicgstabFallback(p, options, out.y, out.status, control, mon, options.max_iterations);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
-// The block family's pieces, for its dispatch (dispatch.cu): the Krylov methods (krylov.cu)
-// and the sweeps (sweeps.cu). p's arrays and y are device arrays in the natural layout.
+// The block family's pieces, for its dispatch (dispatch.cu): the Krylov methods (krylov.cu: the
+// device's step kernels for the iterations of trisolve/driver/block_krylov.h) and the sweeps
+// (sweeps.cu). p's arrays and y are device arrays in the natural layout.
 #pragma once
 
 #include <cuda_runtime.h>
