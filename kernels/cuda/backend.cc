@@ -324,10 +324,9 @@ class CudaBackend final : public Backend {
                                      TridiagonalOutput<T> out, const SolveControl&,
                                      const Resident<T>* resident = nullptr) {
     const cuda::UseTuning tuned(&tuning_, cuda::UseTuning::kUnlessSet);
-    // The pivoting kernel runs a thread a system: below a warp's worth of systems it is a
-    // sequential sweep on one GPU thread, slower than the host's (one system of 2^24 rows:
-    // seconds against a tenth of one), so `pivoting` and auto's second solve stay on the host
-    // there (docs/kernels.md, "Partial pivoting").
+    // The pivoting kernel runs a thread a system: below a warp's worth of systems each system
+    // is a sequential sweep at one GPU thread's pace, slower than the host's, so `pivoting`
+    // and auto's second solve stay on the host there (docs/kernels.md, "Partial pivoting").
     const bool pivot_on_device = p.batch >= cuda::kPivotingDeviceBatch;
     if (m == TridiagonalMethod::kPivoting && !pivot_on_device)
       return Host(cpu::SolveTridiagonal(p, m, out));
