@@ -8,6 +8,7 @@
 #include <cstring>
 #include <array>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "block/block.h"
@@ -16,6 +17,7 @@
 #include "runtime/check.h"
 #include "runtime/device_health.h"
 #include "runtime/memory_pool.h"
+#include "runtime/pinned_word.h"
 #include "staging.h"
 #include "tree/dispatch.h"
 #include "tree/plan_cache.h"
@@ -323,11 +325,31 @@ class CudaBackend final : public Backend {
                                      TridiagonalOutput<T> out, const SolveControl& c,
                                      const Resident<T>* resident = nullptr) {
     const cuda::UseTuning tuned(&tuning_, cuda::UseTuning::kUnlessSet);
-    // pivoting: the CPU reference's partial pivoting on the host (a GPU pivoting kernel at the
-    // memory bandwidth is a later task, issue 33).
-    if (m == TridiagonalMethod::kPivoting) return Host(cpu::SolveTridiagonal(p, m, out));
+    // The pivoting kernel runs a thread a system: below a warp's worth of systems each system
+    // is a sequential sweep at one GPU thread's pace, slower than the host's, so `pivoting`
+    // and auto's second solve stay on the host there (docs/kernels.md, "Partial pivoting").
+    const bool pivot_on_device = p.batch >= cuda::kPivotingDeviceBatch;
+    if (m == TridiagonalMethod::kPivoting && !pivot_on_device)
+      return Host(cpu::SolveTridiagonal(p, m, out));
     const int64_t e = p.batch * p.n;
     cuda::LaterAnswer later;
+    // auto: every system whose pivot vanished on the device is solved again by partial
+    // pivoting, on the device (its checkpoints and the mapped count held until Staged's wait),
+    // so a nonsingular system never comes back SINGULAR.
+    const bool resolve_on_device = m == TridiagonalMethod::kAuto && pivot_on_device;
+    Pool::Buffer pivot_scratch;
+    cuda::PinnedWord pivot_count;
+    cuda::PivotResolve resolve;
+    if (resolve_on_device) {
+      auto scratch = device_pool_.Get(cuda::PivotingScratchBytes(p.n, p.batch, sizeof(T) == 4));
+      if (!scratch.ok()) return scratch.status();
+      pivot_scratch = *std::move(scratch);
+      auto word = cuda::PinnedWord::Take();
+      if (!word.ok()) return word.status();
+      pivot_count = *std::move(word);
+      pivot_count.get()[0] = 0;
+      resolve = {pivot_scratch.get(), pivot_count.mapped(), pivot_count.get()};
+    }
     std::vector<Input<T>> in = {{p.a, e}, {p.b, e}, {p.c, e}, {p.d, e}};
     MarkResident(in, resident);
     auto solved = stager_.Staged<T>(in, p.batch, p.n, p.layout, out.x,
@@ -335,19 +357,22 @@ class CudaBackend final : public Backend {
                      [&](const std::vector<T*>& d, T* dx, uint8_t* flags, cudaStream_t stream,
                          int64_t systems) -> absl::StatusOr<std::string> {
                        // systems < p.batch: a piece of a pipelined solve (staging.h), waited
-                       // for here; the copy back of the piece before runs meanwhile.
+                       // for here; the copy back of the piece before runs meanwhile. The
+                       // pieces share the second solve's scratch (one after the other on the
+                       // stream) and its count.
                        TridiagonalProblem<T> dp{systems, p.n, p.layout, d[0], d[1], d[2], d[3]};
-                       auto k = cuda::SolveTridiagonalDevice(dp, m, dx, flags, device_pool_,
-                                                             stream,
-                                                             systems == p.batch ? &later : nullptr);
+                       auto k = cuda::SolveTridiagonalDevice(
+                           dp, m, dx, flags, device_pool_, stream,
+                           systems == p.batch ? &later : nullptr,
+                           resolve_on_device ? &resolve : nullptr);
                        if (!k.ok()) return k.status();
                        return std::string(cuda::KernelName(*k));
                      },
                      &later, c.check_finite);
-    // auto: every system whose pivot vanished on the device is solved again by partial
-    // pivoting on the host, from the host arrays (x and status patched in place), so a
-    // nonsingular system never comes back SINGULAR.
-    if (solved.ok() && m == TridiagonalMethod::kAuto)
+    if (solved.ok() && resolve_on_device && pivot_count.get()[0] > 0)
+      solved->method += " + pivoting (" + std::to_string(pivot_count.get()[0]) + " systems)";
+    // (below a warp's worth of systems: on the host, from the host arrays)
+    if (solved.ok() && m == TridiagonalMethod::kAuto && !resolve_on_device)
       cpu::ResolveSingularWithPivoting(p, out, &*solved);
     return solved;
   }

@@ -13,6 +13,7 @@
 #include <cusparse.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -24,6 +25,8 @@
 
 #include "bench_util.h"
 #include "runtime/memory_pool.h"
+#include "runtime/pinned_word.h"
+#include "trisolve/reference/tridiagonal.h"
 #include "tridiagonal/tridiagonal.h"
 #include "tuning_table.h"
 
@@ -113,21 +116,61 @@ struct Bench {
       if (!k.ok()) std::exit(2);
       CK(cudaDeviceSynchronize());
     }
+    // auto as the service runs it: the systems its kernel flagged solved again by the pivoting
+    // kernel (a launch that reads the flags; none flagged on this dominant data), timed beside
+    // auto without it.
+    auto pivot_scratch = pool.Get(trisolve::cuda::PivotingScratchBytes(n, batch, sizeof(T) == 4));
+    auto pivot_word = trisolve::cuda::PinnedWord::Take();
+    if (!pivot_scratch.ok() || !pivot_word.ok()) std::exit(2);
+    const trisolve::cuda::PivotResolve resolve{pivot_scratch->get(), pivot_word->mapped(),
+                                               pivot_word->get()};
     for (bool inter : {false, true}) {
       const char* lay = inter ? "interleaved" : "flat";
       trisolve::TridiagonalProblem<T> p{batch, n,
                                         inter ? trisolve::Layout::kInterleaved : trisolve::Layout::kFlat,
                                         a, b, c, d};
-      for (auto m : {trisolve::TridiagonalMethod::kAuto, trisolve::TridiagonalMethod::kPartitioned,
-                     trisolve::TridiagonalMethod::kThomas, trisolve::TridiagonalMethod::kPcr}) {
+      for (int mi = 0; mi < 6; ++mi) {
+        const trisolve::TridiagonalMethod m =
+            mi <= 1   ? trisolve::TridiagonalMethod::kAuto
+            : mi == 2 ? trisolve::TridiagonalMethod::kPartitioned
+            : mi == 3 ? trisolve::TridiagonalMethod::kThomas
+            : mi == 4 ? trisolve::TridiagonalMethod::kPcr
+                      : trisolve::TridiagonalMethod::kPivoting;
+        const bool recheck = mi == 1;  // auto with its second solve on the device
         if (g_auto_only && m != trisolve::TridiagonalMethod::kAuto) continue;
-        // `auto` where it runs another kernel than `partitioned` (thomas-window).
-        if (!g_auto_only && m == trisolve::TridiagonalMethod::kAuto &&
+        // `auto` where it runs another kernel than `partitioned` (thomas-window); always with
+        // its second solve, the time `pivoting` is held to.
+        if (!g_auto_only && m == trisolve::TridiagonalMethod::kAuto && !recheck &&
             trisolve::cuda::ChooseTridiagonalKernel(m, n, batch, p.layout, sizeof(T) == 4) ==
                 trisolve::cuda::ChooseTridiagonalKernel(trisolve::TridiagonalMethod::kPartitioned,
                                                         n, batch, p.layout, sizeof(T) == 4))
           continue;
         if (m == trisolve::TridiagonalMethod::kThomas && batch < 2048) continue;  // too few threads
+        if (m == trisolve::TridiagonalMethod::kPivoting &&
+            batch < trisolve::cuda::kPivotingDeviceBatch) {  // the service pivots on the host
+          if (inter) continue;
+          const size_t count = static_cast<size_t>(N);
+          std::vector<T> ha(count), hb(count), hc(count), hd(count), hx(count);
+          std::vector<trisolve::SystemStatus> hs(static_cast<size_t>(batch));
+          CK(cudaMemcpy(ha.data(), a0, bytes, cudaMemcpyDeviceToHost));
+          CK(cudaMemcpy(hb.data(), b0, bytes, cudaMemcpyDeviceToHost));
+          CK(cudaMemcpy(hc.data(), c0, bytes, cudaMemcpyDeviceToHost));
+          CK(cudaMemcpy(hd.data(), d0, bytes, cudaMemcpyDeviceToHost));
+          const trisolve::TridiagonalProblem<T> hp{batch, n, trisolve::Layout::kFlat, ha.data(),
+                                                   hb.data(), hc.data(), hd.data()};
+          std::vector<double> times;
+          for (int r = 0; r < std::max(3, reps / 5); ++r) {
+            const auto t0 = std::chrono::steady_clock::now();
+            trisolve::cpu::SolveTridiagonal(hp, m, trisolve::TridiagonalOutput<T>{hx.data(), hs.data()});
+            times.push_back(std::chrono::duration<double, std::milli>(
+                                std::chrono::steady_clock::now() - t0).count());
+          }
+          std::sort(times.begin(), times.end());
+          CK(cudaMemcpy(x, hx.data(), bytes, cudaMemcpyHostToDevice));
+          Record(lay, "host pivoting (CPU, no copies)", n, times[times.size() / 2], x, batch,
+                 false);
+          continue;
+        }
         if (m == trisolve::TridiagonalMethod::kPcr && n > 1024) continue;
         // The kernel that ran (a window that fails its check falls back to another). A call
         // is timed as cuSPARSE's are, queued on the stream: a kernel that answers later
@@ -157,7 +200,8 @@ struct Bench {
               },
               [&] {
                 auto k = trisolve::cuda::SolveTridiagonalDevice(p, m, x, flags, pool, nullptr,
-                                                                wait ? nullptr : &later);
+                                                                wait ? nullptr : &later,
+                                                                recheck ? &resolve : nullptr);
                 if (!k.ok()) std::exit(3);
                 ran = *k;
               });
@@ -169,8 +213,11 @@ struct Bench {
                       lay, static_cast<long long>(n));
           ms = time(true);
         }
-        Record(lay, (std::string("trisolve ") + trisolve::cuda::KernelName(ran)).c_str(), n, ms,
-               x, batch, inter);
+        Record(lay,
+               (std::string("trisolve ") + trisolve::cuda::KernelName(ran) +
+                (recheck ? " +recheck" : ""))
+                   .c_str(),
+               n, ms, x, batch, inter);
       }
       // cuSPARSE: the solution overwrites the right-hand side (here x, restored each run).
       if (g_auto_only) continue;

@@ -257,6 +257,7 @@ const char* KernelName(TridiagonalKernel k) {
     case TridiagonalKernel::kThomasWindow: return "thomas-window";
     case TridiagonalKernel::kThomas: return "thomas";
     case TridiagonalKernel::kPcr: return "pcr";
+    case TridiagonalKernel::kPivoting: return "pivoting";
   }
   return "?";
 }
@@ -283,6 +284,7 @@ TridiagonalKernel ChooseTridiagonalKernel(TridiagonalMethod m, int64_t n, int64_
     return TridiagonalKernel::kThomasWindow;
   switch (m) {
     case TridiagonalMethod::kThomas: return TridiagonalKernel::kThomas;
+    case TridiagonalMethod::kPivoting: return TridiagonalKernel::kPivoting;
     case TridiagonalMethod::kPcr: return n <= 1024 ? TridiagonalKernel::kPcr : partitioned;
     default: return partitioned;
   }
@@ -293,13 +295,22 @@ absl::StatusOr<TridiagonalKernel> SolveTridiagonalDevice(const TridiagonalProble
                                                          TridiagonalMethod method, T* x,
                                                          uint8_t* flags, Pool& pool,
                                                          cudaStream_t stream,
-                                                         LaterAnswer* later) {
+                                                         LaterAnswer* later,
+                                                         const PivotResolve* resolve) {
   // One system is laid out the same way in both layouts (k * 1 + 0 = 0 * n + k): solve it as
   // flat, whose kernels read a system's rows coalesced.
   TridiagonalProblem<T> p = p_in;
   if (p.batch == 1) p.layout = Layout::kFlat;
   const TridiagonalKernel k =
       ChooseTridiagonalKernel(method, p.n, p.batch, p.layout, sizeof(T) == 4);
+  // auto's systems whose pivot vanished, solved again by pivoting on the device: queued after
+  // the kernel, so nothing waits for it; a later answer that solves again resets the count and
+  // queues it again.
+  if (method != TridiagonalMethod::kAuto) resolve = nullptr;
+  auto pivot_flagged = [p, x, flags, stream, resolve]() -> absl::Status {
+    if (resolve == nullptr) return absl::OkStatus();
+    return LaunchPivoting(p, x, flags, resolve->scratch, stream, true, resolve->mapped);
+  };
   switch (k) {
     case TridiagonalKernel::kThomasWindow: {
       ThomasWindowRest windows;
@@ -318,17 +329,31 @@ absl::StatusOr<TridiagonalKernel> SolveTridiagonalDevice(const TridiagonalProble
           if (!answered.ok()) return answered.status();
           solved = *answered;
         }
-        if (solved) return TridiagonalKernel::kThomasWindow;
-        auto exact = SolvePartitioned(p, x, flags, pool, stream);
-        if (exact.ok()) *again = true;
-        return exact;
+        absl::StatusOr<TridiagonalKernel> kernel = TridiagonalKernel::kThomasWindow;
+        if (!solved) {
+          kernel = SolvePartitioned(p, x, flags, pool, stream);
+          if (kernel.ok()) *again = true;
+        }
+        return kernel;
       };
       if (later != nullptr && pending) {
-        *later = LaterAnswer(std::move(rest));
+        if (auto st = pivot_flagged(); !st.ok()) return st;
+        *later = LaterAnswer([rest = std::move(rest), pivot_flagged, resolve](
+                                 bool* again) mutable -> absl::StatusOr<TridiagonalKernel> {
+          auto kernel = rest(again);
+          if (kernel.ok() && *again && resolve != nullptr) {
+            *resolve->host = 0;  // (the stream was waited for: the first count is done)
+            if (auto st = pivot_flagged(); !st.ok()) return st;
+          }
+          return kernel;
+        });
         return k;
       }
       bool again = false;
-      return rest(&again);
+      auto kernel = rest(&again);
+      if (kernel.ok())
+        if (auto st = pivot_flagged(); !st.ok()) return st;
+      return kernel;
     }
     case TridiagonalKernel::kPartitioned:
     case TridiagonalKernel::kPartitionedCluster:
@@ -337,6 +362,7 @@ absl::StatusOr<TridiagonalKernel> SolveTridiagonalDevice(const TridiagonalProble
     case TridiagonalKernel::kPartitionedWindow: {
       auto ran = SolvePartitioned(p, x, flags, pool, stream);
       if (!ran.ok()) return ran.status();
+      if (auto st = pivot_flagged(); !st.ok()) return st;
       return *ran;
     }
     case TridiagonalKernel::kThomas:
@@ -345,15 +371,18 @@ absl::StatusOr<TridiagonalKernel> SolveTridiagonalDevice(const TridiagonalProble
     case TridiagonalKernel::kPcr:
       if (auto st = LaunchPcr(p, x, flags, stream); !st.ok()) return st;
       break;
+    case TridiagonalKernel::kPivoting:
+      if (auto st = SolvePivotingDevice(p, x, flags, pool, stream); !st.ok()) return st;
+      break;
   }
   return k;
 }
 
 template absl::StatusOr<TridiagonalKernel> SolveTridiagonalDevice(
     const TridiagonalProblem<double>&, TridiagonalMethod, double*, uint8_t*, Pool&, cudaStream_t,
-    LaterAnswer*);
+    LaterAnswer*, const PivotResolve*);
 template absl::StatusOr<TridiagonalKernel> SolveTridiagonalDevice(
     const TridiagonalProblem<float>&, TridiagonalMethod, float*, uint8_t*, Pool&, cudaStream_t,
-    LaterAnswer*);
+    LaterAnswer*, const PivotResolve*);
 
 }  // namespace trisolve::cuda

@@ -50,6 +50,11 @@
 //    layout (coalesced in the interleaved layout), d' in x.
 //  - "pcr": the PCR notes' kernel, one thread per row and several systems of size d per block
 //    (tidx = threadIdx.x % d, Qt = (threadIdx.x - tidx) / d), n <= 1024.
+//  - "pivoting": LAPACK dgtsv's partial pivoting (the CPU reference's elimination, row
+//    interchanges and all), one thread a system (pivoting.cu): the forward sweep keeps its
+//    state every 8 rows, the backward sweep recomputes each block of 8 rows of U from there and
+//    substitutes back (9 arrays of traffic); flat systems staged through shared memory. A pivot
+//    exactly zero or not finite after the row choice flags the system (x written as zeros).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -73,7 +78,8 @@ enum class TridiagonalKernel {
   kPartitionedWindow,
   kThomasWindow,
   kThomas,
-  kPcr
+  kPcr,
+  kPivoting
 };
 
 // Whether the device runs thread-block clusters (compute capability 9.0 or newer); asked once.
@@ -154,17 +160,49 @@ int64_t ThomasWindowLaunches();
 // The halo of the last thomas-window launch whose windows had one (tests: the measured halo).
 int64_t ThomasWindowLastHalo();
 
+// The pivoting kernel (pivoting.cu) on p, queued: `scratch` holds PivotingScratchBytes (the
+// forward sweep's checkpoints) until the kernel is done. only_flagged: solves only the systems
+// whose flag is set, clears the flag of each it solves, leaves the others' x and flags alone
+// and counts the systems it took in *resolved (a mapped host int, or nullptr) -- auto's second
+// solve of what the fast kernels flagged, on the device.
+int64_t PivotingScratchBytes(int64_t n, int64_t batch, bool float32);
+// Below this many systems the backend runs `pivoting` (and auto's second solve) on the host:
+// a thread a system leaves the GPU idle and runs each sweep at one thread's pace.
+constexpr int64_t kPivotingDeviceBatch = 32;
+template <typename T>
+absl::Status LaunchPivoting(const TridiagonalProblem<T>& p, T* x, uint8_t* flags, void* scratch,
+                            cudaStream_t stream, bool only_flagged = false,
+                            int* resolved = nullptr);
+// The same with its scratch from `pool`; waits for the kernel.
+template <typename T>
+absl::Status SolvePivotingDevice(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
+                                 Pool& pool, cudaStream_t stream);
+
+// Where `auto` solves again, on the device, the systems its kernel flagged (a vanished pivot):
+// the pivoting kernel's scratch (PivotingScratchBytes of the problem) and a host int mapped
+// for the device (`mapped` the kernel's pointer, `host` the caller's), which counts the
+// systems solved again; both the caller's until its wait for the stream.
+struct PivotResolve {
+  void* scratch = nullptr;
+  int* mapped = nullptr;
+  int* host = nullptr;
+};
+
 // Solves on `stream`. p's arrays and x are device pointers; status_flags (device, batch bytes)
 // are set to 1 for systems whose pivots vanished (x of those systems is then meaningless: the
 // caller zeroes it). Scratch comes from `pool`. Returns the kernel that ran (for `auto`, what
 // ChooseTridiagonalKernel predicts unless the windows' check failed and sent the problem on).
 // With `later`, a kernel that answers later (thomas-window) is left to the caller's wait: the
-// call returns the kernel it launched and *later is pending (LaterAnswer above).
+// call returns the kernel it launched and *later is pending (LaterAnswer above). With
+// `resolve` (auto only), the flagged systems are then solved again by the pivoting kernel on
+// the device (after the later answer's, where it solves again), *resolve->host counting them
+// once the caller has waited for the stream.
 template <typename T>
 absl::StatusOr<TridiagonalKernel> SolveTridiagonalDevice(const TridiagonalProblem<T>& p,
                                                          TridiagonalMethod method, T* x,
                                                          uint8_t* status_flags, Pool& pool,
                                                          cudaStream_t stream,
-                                                         LaterAnswer* later = nullptr);
+                                                         LaterAnswer* later = nullptr,
+                                                         const PivotResolve* resolve = nullptr);
 
 }  // namespace trisolve::cuda
