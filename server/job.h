@@ -89,7 +89,13 @@ struct Job {
   bool rhs_optional = false;
   // Where x goes when the caller asked for it in its own memory (x_region); else JobResult.x.
   std::byte* x_out = nullptr;
-  int64_t unknowns() const { return batch * n; }
+  // Tridiagonal systems of different sizes (TridiagonalRequest.lengths, int32 "lengths"): the
+  // arrays are the systems concatenated, batch the systems, n their total.
+  bool variable = false;
+  // Tridiagonal coefficients in the unified-vector layout (TridiagonalRequest.abc, array "abc":
+  // a, b, c of a row together) instead of arrays a, b, c.
+  bool unified = false;
+  int64_t unknowns() const { return variable ? n : batch * n; }
   int64_t total_bytes() const;
   // The system the coefficients describe (batch 1 when shared_matrix), pointing into the job.
   SystemSpec Spec() const;
