@@ -98,14 +98,18 @@ class Stager {
   // Inputs are (host pointer, values); x has batch * n values. A launch that leaves its answer
   // pending in *later (thomas-window) gets it after the copy back's wait, and x and the flags
   // are copied back again where that answer solved the problem again.
+  // `offsets` (host, batch + 1): a variable-size batch (TridiagonalProblem::offsets), x then
+  // offsets[batch] values, system s at offsets[s].
   template <typename T, typename Launch>
   absl::StatusOr<SolveInfo> Staged(const std::vector<StagedInput<T>>& inputs,
                                    int64_t batch, int64_t n, Layout layout, T* out_x,
                                    SystemStatus* out_status, Launch launch,
-                                   cuda::LaterAnswer* later = nullptr) {
+                                   cuda::LaterAnswer* later = nullptr,
+                                   const int64_t* offsets = nullptr) {
     cudaSetDevice(device_);
     const bool trap = FaultInjection::Process().NextSolveIsSticky();  // test-only
-    const int64_t elems = batch * n, bytes = elems * int64_t(sizeof(T));
+    const int64_t elems = offsets != nullptr ? offsets[batch] : batch * n;
+    const int64_t bytes = elems * int64_t(sizeof(T));
     const int64_t k = int64_t(inputs.size());
     int64_t in_values = 0;  // those to stage: resident inputs are on the device already
     for (const auto& in : inputs) in_values += in.device ? 0 : in.values;
@@ -208,7 +212,9 @@ class Stager {
     const int64_t st = ElementStride(layout, batch);
     for (int64_t s = 0; s < batch; ++s) {
       out_status[s] = f[s] ? SystemStatus::kSingular : SystemStatus::kOk;
-      if (f[s])  // a system whose pivot vanished: zeros, never what the kernel left
+      if (f[s] && offsets != nullptr)
+        std::fill(out_x + offsets[s], out_x + offsets[s + 1], T(0));
+      else if (f[s])  // a system whose pivot vanished: zeros, never what the kernel left
         for (int64_t i = 0; i < n; ++i) out_x[SystemOffset(layout, n, s) + i * st] = T(0);
     }
     SolveInfo info;
