@@ -70,7 +70,8 @@ __global__ void SplitUnifiedKernel(const T* __restrict__ abc, int64_t n, T* __re
   }
 }
 
-// One block of 256 threads: systems of one class (P = 2^lp threads each, S = 256 / P of them),
+// One block of NT threads (64, 128 or 256: VariableBlockThreads): systems of one class (P = 2^lp
+// threads each, S = NT / P of them),
 // thread tid = sl * P + j holding rows j*M .. j*M+M-1 of system sl. Rows past a system's end
 // (and every row of a slot with no system) are identity rows, so that one reduced-system solve
 // of the block's shape serves every size in the class. A system's rows are loaded straight
@@ -84,12 +85,12 @@ __global__ void __launch_bounds__(kVariableThreads)
                          const int32_t* __restrict__ order, const int2* __restrict__ table,
                          bool aligned) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  T* sa = reinterpret_cast<T*>(smem_raw);  // the reduced systems: 8 * 256 values
+  T* sa = reinterpret_cast<T*>(smem_raw);  // the reduced systems: 8 * blockDim.x values
   __shared__ int bad[kVariableThreads];
   constexpr int W = 16 / sizeof(T);
   const int2 blk = table[blockIdx.x];
   const int lp = blk.y >> 16, count = blk.y & 0xffff;
-  const int P = 1 << lp, S = kVariableThreads >> lp;
+  const int P = 1 << lp, S = int(blockDim.x) >> lp;
   const int tid = threadIdx.x, sl = tid >> lp, j = tid & (P - 1);
   int64_t o = 0, n = 0;
   if (sl < count) {
@@ -149,13 +150,19 @@ VariablePlan PlanVariable(const int64_t* offsets, int64_t batch) {
   std::vector<int64_t> fill = begin;
   for (int64_t s = 0; s < batch; ++s)
     if (cls[size_t(s)] != 0xff) order[size_t(fill[cls[size_t(s)]]++)] = int32_t(s);
+  // One launch a block size, largest first: the table's entries for it are contiguous.
   std::vector<int32_t> table;
-  for (int lp = kMaxLog2P; lp >= 0; --lp) {
-    const int64_t S = kVariableThreads >> lp;
-    for (int64_t i = 0; i < per_class[lp]; i += S) {
-      table.push_back(int32_t(begin[lp] + i));
-      table.push_back(int32_t(lp << 16 | int(std::min<int64_t>(S, per_class[lp] - i))));
+  for (int g = 0; g < 3; ++g) {
+    plan.launch_first[g] = int64_t(table.size()) / 2;
+    for (int lp = kMaxLog2P; lp >= 0; --lp) {
+      if (VariableBlockThreads(lp) != (kVariableThreads >> g)) continue;
+      const int64_t S = VariableBlockThreads(lp) >> lp;
+      for (int64_t i = 0; i < per_class[lp]; i += S) {
+        table.push_back(int32_t(begin[lp] + i));
+        table.push_back(int32_t(lp << 16 | int(std::min<int64_t>(S, per_class[lp] - i))));
+      }
     }
+    plan.launch_blocks[g] = int64_t(table.size()) / 2 - plan.launch_first[g];
   }
   plan.blocks = int64_t(table.size()) / 2;
   const size_t off_bytes = sizeof(int64_t) * size_t(batch + 1);
@@ -186,14 +193,17 @@ absl::StatusOr<std::string> SolveVariableDevice(const TridiagonalProblem<T>& p,
     constexpr bool kLazy = sizeof(T) == 4;  // as the one-block kernel's float32 form
     auto kernel = p.unified() ? VariableOnChipKernel<kVariableChunk, T, kLazy, true>
                               : VariableOnChipKernel<kVariableChunk, T, kLazy, false>;
-    const size_t smem = sizeof(T) * 8 * kVariableThreads;
-    TRISOLVE_CUDA_RETURN_IF_ERROR(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    kernel<<<dim3(unsigned(plan.blocks)), kVariableThreads, smem, stream>>>(
-        p.a, p.b, p.c, p.d, x, flags, reinterpret_cast<const int64_t*>(meta),
-        reinterpret_cast<const int32_t*>(meta + plan.order_offset),
-        reinterpret_cast<const int2*>(meta + plan.table_offset), aligned);
-    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    const auto* table = reinterpret_cast<const int2*>(meta + plan.table_offset);
+    for (int g = 0; g < 3; ++g) {
+      if (plan.launch_blocks[g] == 0) continue;
+      const int threads = kVariableThreads >> g;
+      const size_t smem = sizeof(T) * 8 * size_t(threads);
+      kernel<<<dim3(unsigned(plan.launch_blocks[g])), threads, smem, stream>>>(
+          p.a, p.b, p.c, p.d, x, flags, reinterpret_cast<const int64_t*>(meta),
+          reinterpret_cast<const int32_t*>(meta + plan.order_offset),
+          table + plan.launch_first[g], aligned);
+      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    }
   }
   for (int64_t s : plan.long_systems) {
     const int64_t o = p.offsets[s], n = p.offsets[s + 1] - o;

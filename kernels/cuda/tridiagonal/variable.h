@@ -22,14 +22,21 @@ namespace trisolve::cuda {
 
 constexpr int kVariableThreads = 256, kVariableChunk = 16;
 constexpr int64_t kVariableBlockRows = int64_t(kVariableThreads) * kVariableChunk;
+// Threads a block for the class of P = 2^lp threads a system: 64 up to P = 64 (several blocks
+// an SM, whose loads, reductions and stores overlap: blocks of 256 took one an SM and ran the
+// batch at 40-43% of the copy rate on the H100), else P.
+constexpr int VariableBlockThreads(int lp) { return lp <= 6 ? 64 : 1 << lp; }
 
 // What the kernel reads, built on the host from a batch's offsets and copied to the device as
 // one buffer (`meta`): the offsets (int64, batch + 1), the systems of at most
 // kVariableBlockRows rows ordered by size class, largest first (int32), and a block table
-// (two int32 a block: its first entry in that order, and log2 P << 16 | its systems).
+// (two int32 a block: its first entry in that order, and log2 P << 16 | its systems), the
+// blocks of 256 threads first, then 128, then 64.
 struct VariablePlan {
   int64_t batch = 0;
   int64_t blocks = 0;
+  // Three launches (blocks of 256, 128 and 64 threads): their first entry and blocks.
+  int64_t launch_first[3] = {0, 0, 0}, launch_blocks[3] = {0, 0, 0};
   std::vector<int64_t> long_systems;  // over kVariableBlockRows rows, solved one at a time
   std::vector<std::byte> meta;
   size_t order_offset = 0, table_offset = 0;  // in meta, bytes
