@@ -136,7 +136,14 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseInputs(
                                                      family_list, ")"));
   std::vector<std::string> missing;
   for (size_t i = 0; i < family.size(); ++i) {
-    const bool optional = family[i] == "y0" || (names == Names::kCoefficients && i == 0);
+    // a, b, c or abc (the unified layout) for a tridiagonal job.
+    const bool abc_given = given.count("abc") > 0;
+    const bool tri_coefficient = *kind == trisolve::Kind::kTridiagonal &&
+                                 (family[i] == "a" || family[i] == "b" || family[i] == "c");
+    const bool optional = family[i] == "y0" || family[i] == "lengths" ||
+                          family[i] == "abc" ||
+                          (tri_coefficient && abc_given) ||
+                          (names == Names::kCoefficients && i == 0);
     if (!optional && given.count(family[i]) == 0) missing.push_back(family[i] + "=FILE");
   }
   if (!missing.empty())
@@ -169,7 +176,11 @@ absl::Status ReadArrays(const std::vector<std::pair<std::string, std::string>>& 
       return absl::InvalidArgumentError(absl::StrCat(
           "parent (", path, ") is ", trisolve::DTypeName(a.dtype),
           ": node indices must be an integer array (int32 or int64)"));
-    if (name != "parent" && integer) {
+    if (name == "lengths" && !integer)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "lengths (", path, ") is ", trisolve::DTypeName(a.dtype),
+          ": the systems' sizes must be an integer array (int32 or int64)"));
+    if (!trisolve::IsIndexArray(name) && integer) {
       trisolve::NdArray f = trisolve::NdArray::Zeros(trisolve::DType::kFloat64, a.shape);
       constexpr int64_t kExact = int64_t{1} << 53;
       for (int64_t i = 0; i < a.elements(); ++i) {
@@ -193,7 +204,7 @@ absl::Status ReadArrays(const std::vector<std::pair<std::string, std::string>>& 
 std::string DTypeUsed(trisolve::DType used, const std::map<std::string, trisolve::DType>& read_as) {
   std::vector<std::string> converted;
   for (const auto& [name, t] : read_as)
-    if (name != "parent" && t != used) converted.push_back(absl::StrCat(name, " ", trisolve::DTypeName(t)));
+    if (!trisolve::IsIndexArray(name) && t != used) converted.push_back(absl::StrCat(name, " ", trisolve::DTypeName(t)));
   std::string out(trisolve::DTypeName(used));
   if (!converted.empty()) absl::StrAppend(&out, " (converted: ", absl::StrJoin(converted, ", "), ")");
   return out;
@@ -667,7 +678,7 @@ int main(int argc, char** argv) {
     j["dtype"] = trisolve::DTypeName(res->x.dtype);
     j["converted"] = nlohmann::json::object();
     for (const auto& [name, type] : read_as)
-      if (name != "parent" && type != res->x.dtype) j["converted"][name] = trisolve::DTypeName(type);
+      if (!trisolve::IsIndexArray(name) && type != res->x.dtype) j["converted"][name] = trisolve::DTypeName(type);
     j["backend"] = s.backend;
     j["request_id"] = s.request_id;
     j["systems"] = s.systems;

@@ -48,6 +48,8 @@ v1::Array* MutableField(v1::StreamRequest& h, Kind k, const std::string& field) 
       if (field == "b") return r->mutable_b();
       if (field == "c") return r->mutable_c();
       if (field == "d") return r->mutable_d();
+      if (field == "lengths") return r->mutable_lengths();
+      if (field == "abc") return r->mutable_abc();
       break;
     }
     case Kind::kTree: {
@@ -214,8 +216,10 @@ absl::string_view KindName(Kind k) {
   return "?";
 }
 
+bool IsIndexArray(absl::string_view name) { return name == "parent" || name == "lengths"; }
+
 const std::vector<std::string>& ArrayNames(Kind k) {
-  static const std::vector<std::string> tri = {"d", "a", "b", "c"};
+  static const std::vector<std::string> tri = {"d", "a", "b", "c", "lengths", "abc"};
   static const std::vector<std::string> tree = {"rhs", "parent", "lower", "upper", "diag"};
   static const std::vector<std::string> block = {"f", "aC", "cC", "bC", "cA", "cB", "y0"};
   static const std::vector<std::string> dense = {"b", "A"};
@@ -372,7 +376,7 @@ SystemInfo ReadSystemInfo(const v1::SystemInfo& i) {
 
 // The arrays of a job as they will travel: float32 only when every floating-point array is
 // float32, float64 otherwise (never narrowed: a float32 right-hand side used to turn float64
-// coefficients into float32 silently), parent int32.
+// coefficients into float32 silently), parent and lengths int32.
 absl::Status Marshal(const Job& job, bool rhs_optional, DType* dtype,
                      std::vector<std::pair<std::string, ArrayView>>* send,
                      std::vector<NdArray>* converted) {
@@ -397,7 +401,7 @@ absl::Status Marshal(const Job& job, bool rhs_optional, DType* dtype,
                                                    " job needs ", absl::StrJoin(names, ", "), ")"));
   bool any = false, any64 = false;
   for (const auto& [name, view] : job.arrays) {
-    if (name == "parent") continue;
+    if (IsIndexArray(name)) continue;
     if (view.dtype != DType::kFloat64 && view.dtype != DType::kFloat32)
       return absl::InvalidArgumentError(absl::StrCat(name, ": is ", DTypeName(view.dtype),
                                                      ", expected float64 or float32"));
@@ -413,7 +417,7 @@ absl::Status Marshal(const Job& job, bool rhs_optional, DType* dtype,
       return absl::InvalidArgumentError(absl::StrCat("unknown array '", name, "' for a ",
                                                      KindName(job.kind), " job (expected ",
                                                      absl::StrJoin(names, ", "), ")"));
-    const DType want = name == "parent" ? DType::kInt32 : *dtype;
+    const DType want = IsIndexArray(name) ? DType::kInt32 : *dtype;
     ArrayView v = view;
     if (v.dtype != want) {
       auto c = Converted(name, v, want);
@@ -571,7 +575,7 @@ absl::Status AddUpdates(std::optional<DType> dtype, const Updates& update,
                         google::protobuf::RepeatedPtrField<v1::NamedArray>* out,
                         std::vector<NdArray>* converted, const RefFinder& ref_of) {
   for (const auto& [name, view] : update) {
-    const DType want = name == "parent" ? DType::kInt32 : dtype.value_or(view.dtype);
+    const DType want = IsIndexArray(name) ? DType::kInt32 : dtype.value_or(view.dtype);
     ArrayView v = view;
     if (v.dtype != want) {
       auto c = Converted(name, v, want);

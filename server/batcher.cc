@@ -93,7 +93,8 @@ Batcher::Batcher(BatchOptions options, Run run, Metrics* metrics)
 Batcher::~Batcher() = default;
 
 bool Batcher::Eligible(const Job& job) const {
-  if (options_.max_systems <= 1 || job.shared_matrix) return false;
+  if (options_.max_systems <= 1 || job.shared_matrix || job.variable || job.unified)
+    return false;
   if (job.family == Family::kBlockTridiagonal) return false;
   if (job.layout != Layout::kFlat && job.batch != 1) return false;
   return job.batch <= options_.max_systems && job.total_bytes() <= options_.max_bytes;

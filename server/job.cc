@@ -1,5 +1,6 @@
 #include "job.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -67,7 +68,7 @@ absl::Status CheckFinite(absl::string_view name, const JobArray& ja) {
 
 absl::Status CheckValues(const Job& job) {
   for (const auto& [name, ja] : job.arrays) {
-    if (name == "parent" || ja.absent) continue;
+    if (name == "parent" || name == "lengths" || ja.absent) continue;
     absl::Status st = job.precision == Precision::kFloat64 ? CheckFinite<double>(name, ja)
                                                            : CheckFinite<float>(name, ja);
     if (!st.ok()) return st;
@@ -81,6 +82,21 @@ absl::Status CheckContents(const Job& job) {
 }
 
 absl::Status CheckStructure(const Job& job) {
+  if (job.variable) {
+    // Read before any solve: the offsets the solvers index by come from these.
+    const auto* len = reinterpret_cast<const int32_t*>(job.arrays.at("lengths").data);
+    int64_t total = 0;
+    for (int64_t s = 0; s < job.batch; ++s) {
+      if (len[s] < 1)
+        return Invalid("lengths", absl::StrCat("lengths[", s, "] is ", len[s],
+                                               "; every system needs at least one row"));
+      total += len[s];
+    }
+    if (total != job.n)
+      return Invalid("lengths", absl::StrCat("the ", job.batch, " lengths sum to ", total,
+                                             ", but a, b, c and d hold ", job.n,
+                                             " values (their sum must be the arrays' length)"));
+  }
   if (job.family == Family::kTree) {
     const JobArray& pa = job.arrays.at("parent");
     const auto* parent = reinterpret_cast<const int32_t*>(pa.data);
@@ -178,6 +194,8 @@ absl::StatusOr<JobResult> RunTyped(Backend& be, const Job& job, const SolveContr
   T* x = job.x_out != nullptr ? reinterpret_cast<T*>(job.x_out) : reinterpret_cast<T*>(res.x.data());
   res.status.assign(static_cast<size_t>(job.batch), SystemStatus::kOk);
   res.backward_error = std::numeric_limits<double>::quiet_NaN();
+  // A variable-size batch's offsets (batch + 1), from lengths that CheckStructure passed.
+  std::vector<int64_t> offsets;
   const auto t0 = std::chrono::steady_clock::now();
   absl::StatusOr<SolveInfo> info;
   std::function<double()> residual;
@@ -186,6 +204,24 @@ absl::StatusOr<JobResult> RunTyped(Backend& be, const Job& job, const SolveContr
       auto m = ParseTridiagonalMethod(job.method);
       TridiagonalProblem<T> p{job.batch, job.n, job.layout, Ptr<T>(job, "a"), Ptr<T>(job, "b"),
                               Ptr<T>(job, "c"), Ptr<T>(job, "d")};
+      if (job.unified) {
+        const T* abc = Ptr<T>(job, "abc");
+        p.a = abc;
+        p.b = abc + 1;
+        p.c = abc + 2;
+        p.coef_stride = 3;
+      }
+      if (job.variable) {
+        const auto* len = reinterpret_cast<const int32_t*>(job.arrays.at("lengths").data);
+        offsets.resize(size_t(job.batch) + 1);
+        int64_t longest = 0;
+        for (int64_t s = 0; s < job.batch; ++s) {
+          offsets[size_t(s) + 1] = offsets[size_t(s)] + len[s];
+          longest = std::max<int64_t>(longest, len[s]);
+        }
+        p.offsets = offsets.data();
+        p.n = longest;
+      }
       info = be.Solve(p, *m, TridiagonalOutput<T>{x, res.status.data()}, control);
       residual = [p, x, &res] { return TridiagonalBackwardError(p, x, res.status.data()); };
       break;

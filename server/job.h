@@ -93,7 +93,13 @@ struct Job {
   // false: a large job's values were not yet checked for NaN and Inf (DeclareOptions::
   // defer_finite); the core has the backend check them on the device, or checks them itself.
   bool values_checked = true;
-  int64_t unknowns() const { return batch * n; }
+  // Tridiagonal systems of different sizes (TridiagonalRequest.lengths, int32 "lengths"): the
+  // arrays are the systems concatenated, batch the systems, n their total.
+  bool variable = false;
+  // Tridiagonal coefficients in the unified-vector layout (TridiagonalRequest.abc, array "abc":
+  // a, b, c of a row together) instead of arrays a, b, c.
+  bool unified = false;
+  int64_t unknowns() const { return variable ? n : batch * n; }
   int64_t total_bytes() const;
   // The system the coefficients describe (batch 1 when shared_matrix), pointing into the job.
   SystemSpec Spec() const;

@@ -178,6 +178,51 @@ absl::Status DeclareCoefficients(
   return absl::OkStatus();
 }
 
+// The unified layout's abc: d's shape + [3] (d declared).
+absl::Status DeclareAbc(Job& job, const v1::TridiagonalRequest& r, int eb) {
+  std::vector<int64_t> want = job.arrays.at("d").shape;
+  want.push_back(3);
+  auto abc = DeclareArray(job, "abc", true, r.abc(), 2, 3, eb,
+                          absl::StrCat(ShapeStr(want), " (d's shape and 3: a, b, c of a row)"));
+  if (!abc.ok()) return abc.status();
+  if ((*abc)->shape != want)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "abc has shape ", ShapeStr((*abc)->shape), ", expected ", ShapeStr(want),
+        " (d's shape and 3: a, b, c of a row)"));
+  return absl::OkStatus();
+}
+
+// Systems of different sizes: a, b, c, d concatenated ([total]), lengths [systems] (int32).
+// The lengths' values are checked once they are there (CheckStructure).
+absl::Status DeclareVariable(Job& job, const v1::TridiagonalRequest& r, int eb) {
+  if (job.rhs_optional)
+    return Invalid("lengths", "a variable-size batch is solved by Solve, SolveStream or "
+                              "SolveWithProgress; CreateSystem takes systems of one size");
+  if (job.layout != Layout::kFlat)
+    return Invalid("lengths", "a variable-size batch takes layout FLAT (each array the "
+                              "systems' rows one system after the other)");
+  auto lengths = DeclareArray(job, "lengths", true, r.lengths(), 1, 1, 4, "[systems]");
+  if (!lengths.ok()) return lengths.status();
+  auto d = DeclareArray(job, "d", r.has_d(), r.d(), 1, 1, eb,
+                        "[total] (the systems' rows concatenated, as lengths says)");
+  if (!d.ok()) return d.status();
+  job.variable = true;
+  job.batch = (*lengths)->shape[0];
+  job.n = (*d)->shape[0];
+  job.x_field = "d";
+  if (job.batch > job.n)
+    return Invalid("lengths", absl::StrCat("has ", job.batch, " systems of at least one row "
+                                           "each, but d holds ", job.n, " values"));
+  if (job.unified) return DeclareAbc(job, r, eb);
+  for (auto [name, has, arr] : {std::tuple{"a", r.has_a(), &r.a()}, {"b", r.has_b(), &r.b()},
+                                {"c", r.has_c(), &r.c()}}) {
+    auto st = DeclareArray(job, name, has, *arr, 1, 2, eb, ShapeStr((*d)->shape));
+    if (!st.ok()) return st.status();
+    if (auto s2 = SameShape(job, name, "d"); !s2.ok()) return s2;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Declare(Job& job, const v1::TridiagonalRequest& r) {
   job.family = Family::kTridiagonal;
   auto prec = ParseDType(r.dtype());
@@ -192,10 +237,23 @@ absl::Status Declare(Job& job, const v1::TridiagonalRequest& r) {
   job.skip_residual = r.skip_residual();
   const int eb = job.precision == Precision::kFloat64 ? 8 : 4;
   const char* expect = job.layout == Layout::kFlat ? "[batch, n] or [n]" : "[n, batch] or [n]";
+  if (r.has_abc() || r.abc().shape_size() > 0) {
+    if (job.rhs_optional)
+      return Invalid("abc", "CreateSystem takes a, b and c as arrays of their own; the unified "
+                            "layout is solved by Solve, SolveStream or SolveWithProgress");
+    if (r.has_a() || r.has_b() || r.has_c())
+      return Invalid("abc", "holds a, b and c: leave the arrays a, b and c unset");
+    if (job.layout != Layout::kFlat)
+      return Invalid("abc", "the unified layout takes layout FLAT (d [batch, n], abc "
+                            "[batch, n, 3])");
+    job.unified = true;
+  }
+  if (r.has_lengths() || r.lengths().shape_size() > 0) return DeclareVariable(job, r, eb);
   auto d = DeclareRhs(job, "d", r.has_d(), r.d(), r.b(), 1, 2, eb, expect);
   if (!d.ok()) return d.status();
   BatchAndN(job, (*d)->shape);
   job.x_field = "d";
+  if (job.unified) return DeclareAbc(job, r, eb);
   return DeclareCoefficients(
       job, "d", {{"a", r.has_a(), &r.a()}, {"b", r.has_b(), &r.b()}, {"c", r.has_c(), &r.c()}},
       eb);
@@ -380,7 +438,8 @@ absl::Status BorrowNamed(Job& job, std::initializer_list<std::pair<const char*, 
   return absl::OkStatus();
 }
 absl::Status BorrowAll(Job& job, const v1::TridiagonalRequest& r, RegionResolver* g) {
-  return BorrowNamed(job, {{"a", &r.a()}, {"b", &r.b()}, {"c", &r.c()}, {"d", &r.d()}}, g);
+  return BorrowNamed(job, {{"a", &r.a()}, {"b", &r.b()}, {"c", &r.c()}, {"d", &r.d()},
+                           {"lengths", &r.lengths()}, {"abc", &r.abc()}}, g);
 }
 absl::Status BorrowAll(Job& job, const v1::TreeRequest& r, RegionResolver* g) {
   return BorrowNamed(job, {{"parent", &r.parent()}, {"lower", &r.lower()}, {"upper", &r.upper()},

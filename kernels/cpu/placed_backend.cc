@@ -230,7 +230,7 @@ class MultiDeviceBackend final : public Backend {
   // Device bytes a one-shot call takes: its arrays in and x out (what Staged allocates).
   template <typename T>
   static int64_t TridiagonalBytes(const TridiagonalProblem<T>& p) {
-    return 5 * p.batch * p.n * int64_t(sizeof(T));
+    return 5 * p.unknowns() * int64_t(sizeof(T));
   }
   template <typename T>
   static int64_t TreeBytes(const TreeProblem<T>& p) {
@@ -457,6 +457,9 @@ class MultiDeviceBackend final : public Backend {
   absl::StatusOr<SolveInfo> SolveTridiagonal(const TridiagonalProblem<T>& p, TridiagonalMethod m,
                                              TridiagonalOutput<T> out, const SolveControl& c) {
     const int64_t bytes = TridiagonalBytes(p);
+    // A variable-size or unified batch goes whole to one worker: its parts would need offsets
+    // of their own (or a strided view).
+    if (p.variable() || p.unified()) return OnPlaced(bytes, [&](Backend& b) { return b.Solve(p, m, out, c); });
     if (p.batch == 1) {
       const RowSplit split = SplitSystem(p.n, bytes, m);
       if (!split.workers.empty()) {

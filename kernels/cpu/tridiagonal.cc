@@ -252,6 +252,41 @@ bool PartitionedStrided(int64_t n, int64_t s, int M, const T* a, const T* b, con
   return AllFinite(n, s, x);
 }
 
+// The longest system of p (p.n, but for a variable-size batch, whose n is not trusted here).
+template <typename T>
+int64_t LongestSystem(const TridiagonalProblem<T>& p) {
+  if (!p.variable()) return p.n;
+  int64_t n = 0;
+  for (int64_t s = 0; s < p.batch; ++s) n = std::max(n, p.rows(s));
+  return n;
+}
+
+// System s's coefficients: in place, or (unified layout, flat) gathered from their triples into
+// `scratch` (3 n values), so that every solver runs the same arithmetic on either layout.
+template <typename T>
+void Coefficients(const TridiagonalProblem<T>& p, int64_t off, int64_t n, std::vector<T>& scratch,
+                  const T** a, const T** b, const T** c) {
+  if (!p.unified()) {
+    *a = p.a + off;
+    *b = p.b + off;
+    *c = p.c + off;
+    return;
+  }
+  scratch.resize(size_t(3 * n));
+  T* ga = scratch.data();
+  T* gb = ga + n;
+  T* gc = gb + n;
+  const int64_t cs = p.coef_stride;
+  for (int64_t k = 0; k < n; ++k) {
+    ga[k] = p.a[(off + k) * cs];
+    gb[k] = p.b[(off + k) * cs];
+    gc[k] = p.c[(off + k) * cs];
+  }
+  *a = ga;
+  *b = gb;
+  *c = gc;
+}
+
 template <typename T>
 SolveInfo SolveTridiagonal(const TridiagonalProblem<T>& p, TridiagonalMethod method,
                            TridiagonalOutput<T> out) {
@@ -259,39 +294,42 @@ SolveInfo SolveTridiagonal(const TridiagonalProblem<T>& p, TridiagonalMethod met
   // a system whose pivot vanished or whose elimination grew is solved again by pivoting
   // (Thomas' x is written over), so a nonsingular system never comes back SINGULAR.
   const bool automatic = method == TridiagonalMethod::kAuto;
-  const int64_t stride = ElementStride(p.layout, p.batch);
+  const int64_t stride = p.variable() ? 1 : ElementStride(p.layout, p.batch);
+  const int64_t longest = LongestSystem(p);
   constexpr int kChunk = 8;  // as the CUDA backend's partitioned kernel
   const int64_t work_per_system =
-      method == TridiagonalMethod::kPcr           ? 8 * p.n
-      : method == TridiagonalMethod::kPartitioned ? 3 * (p.n + kChunk) + 8 * (p.n / kChunk + 1)
-      : method == TridiagonalMethod::kPivoting || automatic ? 3 * p.n
-                                                  : p.n;
+      method == TridiagonalMethod::kPcr           ? 8 * longest
+      : method == TridiagonalMethod::kPartitioned ? 3 * (longest + kChunk) + 8 * (longest / kChunk + 1)
+      : method == TridiagonalMethod::kPivoting || automatic ? 3 * longest
+                                                  : longest;
   int64_t resolved = 0;
+  // Systems of a variable-size batch differ in cost: dynamic chunks keep the threads even.
 #pragma omp parallel reduction(+ : resolved)
   {
-    std::vector<T> work(static_cast<size_t>(work_per_system));
-#pragma omp for schedule(static)
+    std::vector<T> work(static_cast<size_t>(work_per_system)), coefficients;
+#pragma omp for schedule(dynamic, 64)
     for (int64_t s = 0; s < p.batch; ++s) {
-      const int64_t off = SystemOffset(p.layout, p.n, s);
-      const T *a = p.a + off, *b = p.b + off, *c = p.c + off, *d = p.d + off;
+      const int64_t off = p.first(s), n = p.rows(s);
+      const T *a, *b, *c, *d = p.d + off;
+      Coefficients(p, off, n, coefficients, &a, &b, &c);
       T* x = out.x + off;
       bool ok;
       if (method == TridiagonalMethod::kPcr) {
-        ok = PcrStrided(p.n, stride, a, b, c, d, x, work.data());
+        ok = PcrStrided(n, stride, a, b, c, d, x, work.data());
       } else if (method == TridiagonalMethod::kPartitioned) {
-        ok = PartitionedStrided(p.n, stride, kChunk, a, b, c, d, x, work.data());
+        ok = PartitionedStrided(n, stride, kChunk, a, b, c, d, x, work.data());
       } else if (method == TridiagonalMethod::kPivoting) {
-        ok = PivotingStrided(p.n, stride, a, b, c, d, x, work.data());
+        ok = PivotingStrided(n, stride, a, b, c, d, x, work.data());
       } else if (automatic) {
-        ok = ThomasSweep<true>(p.n, stride, a, b, c, d, x, work.data()) == ThomasOutcome::kOk;
+        ok = ThomasSweep<true>(n, stride, a, b, c, d, x, work.data()) == ThomasOutcome::kOk;
         if (!ok) {
-          ok = PivotingStrided(p.n, stride, a, b, c, d, x, work.data());
+          ok = PivotingStrided(n, stride, a, b, c, d, x, work.data());
           ++resolved;
         }
       } else {
-        ok = ThomasStrided(p.n, stride, a, b, c, d, x, work.data());
+        ok = ThomasStrided(n, stride, a, b, c, d, x, work.data());
       }
-      if (!ok) ZeroStrided(p.n, stride, x);
+      if (!ok) ZeroStrided(n, stride, x);
       out.status[s] = ok ? SystemStatus::kOk : SystemStatus::kSingular;
     }
   }
@@ -310,20 +348,21 @@ int64_t ResolveSingularWithPivoting(const TridiagonalProblem<T>& p, TridiagonalO
   if (p.batch <= 0 || std::memchr(out.status, int(SystemStatus::kSingular), size_t(p.batch)) ==
                           nullptr)
     return 0;
-  const int64_t stride = ElementStride(p.layout, p.batch);
+  const int64_t stride = p.variable() ? 1 : ElementStride(p.layout, p.batch);
   int64_t resolved = 0;
 #pragma omp parallel reduction(+ : resolved)
   {
-    std::vector<T> work;
+    std::vector<T> work, coefficients;
 #pragma omp for schedule(dynamic, 256)
     for (int64_t s = 0; s < p.batch; ++s) {
       if (out.status[s] != SystemStatus::kSingular) continue;
-      work.resize(static_cast<size_t>(3 * p.n));
-      const int64_t off = SystemOffset(p.layout, p.n, s);
+      const int64_t off = p.first(s), n = p.rows(s);
+      work.resize(static_cast<size_t>(3 * n));
       T* x = out.x + off;
-      const bool ok = PivotingStrided(p.n, stride, p.a + off, p.b + off, p.c + off, p.d + off,
-                                      x, work.data());
-      if (!ok) ZeroStrided(p.n, stride, x);
+      const T *a, *b, *c;
+      Coefficients(p, off, n, coefficients, &a, &b, &c);
+      const bool ok = PivotingStrided(n, stride, a, b, c, p.d + off, x, work.data());
+      if (!ok) ZeroStrided(n, stride, x);
       out.status[s] = ok ? SystemStatus::kOk : SystemStatus::kSingular;
       ++resolved;
     }
@@ -362,24 +401,24 @@ template bool PcrStrided(int64_t, int64_t, const float*, const float*, const flo
 template <typename T>
 double TridiagonalBackwardError(const TridiagonalProblem<T>& p, const T* x,
                                 const SystemStatus* status) {
-  const int64_t s_ = ElementStride(p.layout, p.batch);
+  const int64_t s_ = p.variable() ? 1 : ElementStride(p.layout, p.batch);
   double worst = 0;
-#pragma omp parallel for schedule(static) reduction(max : worst)
+#pragma omp parallel for schedule(dynamic, 64) reduction(max : worst)
   for (int64_t s = 0; s < p.batch; ++s) {
     if (status && status[s] != SystemStatus::kOk) continue;
-    const int64_t off = SystemOffset(p.layout, p.n, s);
+    const int64_t off = p.first(s), n = p.rows(s);
     double rmax = 0, amax = 0, xmax = 0, dmax = 0;
-    for (int64_t k = 0; k < p.n; ++k) {
-      const int64_t i = off + k * s_;
-      double ax = double(p.b[i]) * x[i];
-      double arow = std::abs(double(p.b[i]));
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t i = off + k * s_, ci = i * p.coef_stride;
+      double ax = double(p.b[ci]) * x[i];
+      double arow = std::abs(double(p.b[ci]));
       if (k > 0) {
-        ax += double(p.a[i]) * x[i - s_];
-        arow += std::abs(double(p.a[i]));
+        ax += double(p.a[ci]) * x[i - s_];
+        arow += std::abs(double(p.a[ci]));
       }
-      if (k + 1 < p.n) {
-        ax += double(p.c[i]) * x[i + s_];
-        arow += std::abs(double(p.c[i]));
+      if (k + 1 < n) {
+        ax += double(p.c[ci]) * x[i + s_];
+        arow += std::abs(double(p.c[ci]));
       }
       rmax = std::max(rmax, std::abs(double(p.d[i]) - ax));
       amax = std::max(amax, arow);
@@ -388,7 +427,7 @@ double TridiagonalBackwardError(const TridiagonalProblem<T>& p, const T* x,
     }
     const double denom = amax * xmax + dmax;
     // A non-finite x or residual is the worst error there is (std::max would drop a NaN).
-    const double e = !cpu::AllFinite(p.n, s_, x + off) ? std::numeric_limits<double>::infinity()
+    const double e = !cpu::AllFinite(n, s_, x + off) ? std::numeric_limits<double>::infinity()
                      : denom > 0                  ? rmax / denom
                                                   : 0.0;
     worst = std::max(worst, e);

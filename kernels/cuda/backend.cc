@@ -23,6 +23,7 @@
 #include "tree/plan_cache.h"
 #include "tree/tree.h"
 #include "tridiagonal/tridiagonal.h"
+#include "tridiagonal/variable.h"
 #include "tuning_table.h"
 #include "trisolve/backend.h"
 #include "trisolve/fault_injection.h"
@@ -91,14 +92,16 @@ class CudaBackend final : public Backend {
 
   absl::StatusOr<SolveInfo> Solve(const TridiagonalProblem<double>& p, TridiagonalMethod m,
                                   TridiagonalOutput<double> out, const SolveControl& c) override {
-    if (OnHost(m == TridiagonalMethod::kAuto, p.batch * p.n)) return Host(cpu_->Solve(p, m, out, c));
+    if (OnHost(m == TridiagonalMethod::kAuto, p.unknowns())) return Host(cpu_->Solve(p, m, out, c));
     UseDevice();
+    if (p.variable() || p.unified()) return SolveTriVariable(p, m, out, c);
     return SolveTri(p, m, out, c);
   }
   absl::StatusOr<SolveInfo> Solve(const TridiagonalProblem<float>& p, TridiagonalMethod m,
                                   TridiagonalOutput<float> out, const SolveControl& c) override {
-    if (OnHost(m == TridiagonalMethod::kAuto, p.batch * p.n)) return Host(cpu_->Solve(p, m, out, c));
+    if (OnHost(m == TridiagonalMethod::kAuto, p.unknowns())) return Host(cpu_->Solve(p, m, out, c));
     UseDevice();
+    if (p.variable() || p.unified()) return SolveTriVariable(p, m, out, c);
     return SolveTri(p, m, out, c);
   }
 
@@ -373,6 +376,60 @@ class CudaBackend final : public Backend {
       solved->method += " + pivoting (" + std::to_string(pivot_count.get()[0]) + " systems)";
     // (below a warp's worth of systems: on the host, from the host arrays)
     if (solved.ok() && m == TridiagonalMethod::kAuto && !resolve_on_device)
+      cpu::ResolveSingularWithPivoting(p, out, &*solved);
+    return solved;
+  }
+
+  // A variable-size batch (p.offsets) or one in the unified-vector layout (p.unified(), a
+  // uniform one given offsets s * n): the variable kernel for auto and partitioned, reading
+  // the rows as they are staged (abc in place: no transpose anywhere), after its plan
+  // (variable.h), which goes first so that its int64 offsets are aligned whatever the arrays'
+  // length (16 bytes a unit, for a's loads).
+  template <typename T>
+  absl::StatusOr<SolveInfo> SolveTriVariable(const TridiagonalProblem<T>& given,
+                                             TridiagonalMethod m, TridiagonalOutput<T> out,
+                                             const SolveControl& c) {
+    const cuda::UseTuning tuned(&tuning_, cuda::UseTuning::kUnlessSet);
+    if (!cuda::VariableOnDevice(m)) return Host(cpu::SolveTridiagonal(given, m, out));
+    TridiagonalProblem<T> p = given;
+    std::vector<int64_t> uniform;
+    if (!p.variable()) {
+      uniform.resize(size_t(p.batch) + 1);
+      for (int64_t s = 0; s <= p.batch; ++s) uniform[size_t(s)] = s * p.n;
+      p.offsets = uniform.data();
+    }
+    const cuda::VariablePlan plan = cuda::PlanVariable(p.offsets, p.batch);
+    std::vector<T> meta((plan.meta.size() + 15) / 16 * (16 / sizeof(T)));
+    std::memcpy(meta.data(), plan.meta.data(), plan.meta.size());
+    const int64_t e = p.unknowns();
+    std::vector<Input<T>> in = {{meta.data(), int64_t(meta.size()), nullptr, /*scanned=*/false}};
+    if (p.unified()) {
+      in.push_back({p.a, 3 * e});
+      in.push_back({p.d, e});
+    } else {
+      for (const T* q : {p.a, p.b, p.c, p.d}) in.push_back({q, e});
+    }
+    auto solved = stager_.Staged<T>(
+        in, p.batch, p.n, Layout::kFlat, out.x, out.status,
+        [&](const std::vector<T*>& d, T* dx, uint8_t* flags,
+            cudaStream_t stream) -> absl::StatusOr<std::string> {
+          TridiagonalProblem<T> dp = p;
+          if (p.unified()) {
+            dp.a = d[1];
+            dp.b = d[1] + 1;
+            dp.c = d[1] + 2;
+            dp.d = d[2];
+          } else {
+            dp.a = d[1];
+            dp.b = d[2];
+            dp.c = d[3];
+            dp.d = d[4];
+          }
+          return cuda::SolveVariableDevice(dp, plan, reinterpret_cast<const std::byte*>(d[0]), m,
+                                           dx, flags, device_pool_, stream);
+        },
+        nullptr, c.check_finite, p.offsets);
+    if (solved.ok() && m == TridiagonalMethod::kAuto)
       cpu::ResolveSingularWithPivoting(p, out, &*solved);
     return solved;
   }

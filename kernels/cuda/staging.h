@@ -47,6 +47,7 @@ struct StagedInput {
   const T* host = nullptr;
   int64_t values = 0;
   const T* device = nullptr;
+  bool scanned = true;  // checked for NaN and Inf under check_finite (false: a plan's bytes)
 };
 
 // Copies the n values (eb bytes each) at src k times into dst on `stream`, by doubling
@@ -116,15 +117,19 @@ class Stager {
   // page-locked memory, the pieces' copies in and back overlap the solves (Pipelined).
   // check_finite: the staged inputs are scanned for NaN and Inf on the device
   // (SolveControl::check_finite); one found fails the call with NonFiniteInputError().
+  // `offsets` (host, batch + 1): a variable-size batch (TridiagonalProblem::offsets), x then
+  // offsets[batch] values, system s at offsets[s].
   template <typename T, typename Launch>
   absl::StatusOr<SolveInfo> Staged(const std::vector<StagedInput<T>>& inputs,
                                    int64_t batch, int64_t n, Layout layout, T* out_x,
                                    SystemStatus* out_status, Launch launch,
                                    cuda::LaterAnswer* later = nullptr,
-                                   bool check_finite = false) {
+                                   bool check_finite = false,
+                                   const int64_t* offsets = nullptr) {
     cudaSetDevice(device_);
     const bool trap = FaultInjection::Process().NextSolveIsSticky();  // test-only
-    const int64_t elems = batch * n, bytes = elems * int64_t(sizeof(T));
+    const int64_t elems = offsets != nullptr ? offsets[batch] : batch * n;
+    const int64_t bytes = elems * int64_t(sizeof(T));
     const int64_t k = int64_t(inputs.size());
     int64_t in_values = 0;  // those to stage: resident inputs are on the device already
     for (const auto& in : inputs) in_values += in.device ? 0 : in.values;
@@ -197,7 +202,7 @@ class Stager {
     TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flags, 0, size_t(flag_bytes), l.stream));
     if (check_finite)
       for (int64_t q = 0; q < k; ++q)
-        if (!inputs[q].device)
+        if (!inputs[q].device && inputs[q].scanned)
           if (auto st = ScanNonFinite(din[q], inputs[q].values, flags + batch, l.stream);
               !st.ok())
             return st;
@@ -246,7 +251,7 @@ class Stager {
       if (again)
         if (auto st = copy_back(); !st.ok()) return st;
     }
-    SetStatuses(f.data(), batch, n, layout, out_x, out_status);
+    SetStatuses(f.data(), batch, n, layout, out_x, out_status, offsets);
     SolveInfo info;
     info.method = *method;
     info.h2d_us = Ms(l.e0, l.e1) * 1e3;
@@ -258,13 +263,16 @@ class Stager {
 
  private:
   // Systems flagged by the kernel: status singular, and zeros, never what the kernel left.
+  // (offsets: a variable-size batch's, system s at offsets[s].)
   template <typename T>
   static void SetStatuses(const uint8_t* f, int64_t batch, int64_t n, Layout layout, T* out_x,
-                          SystemStatus* out_status) {
+                          SystemStatus* out_status, const int64_t* offsets = nullptr) {
     const int64_t st = ElementStride(layout, batch);
     for (int64_t s = 0; s < batch; ++s) {
       out_status[s] = f[s] ? SystemStatus::kSingular : SystemStatus::kOk;
-      if (f[s])
+      if (f[s] && offsets != nullptr)
+        std::fill(out_x + offsets[s], out_x + offsets[s + 1], T(0));
+      else if (f[s])
         for (int64_t i = 0; i < n; ++i) out_x[SystemOffset(layout, n, s) + i * st] = T(0);
     }
   }
@@ -328,7 +336,7 @@ class Stager {
       std::vector<T*> piece(din.size());
       for (int64_t q = 0; q < k; ++q) {
         piece[q] = din[q] + off;
-        if (check_finite && !inputs[q].device)
+        if (check_finite && !inputs[q].device && inputs[q].scanned)
           if (auto st = ScanNonFinite(piece[q], systems * n, flags + batch, l.stream); !st.ok())
             return st;
       }

@@ -9,6 +9,8 @@
 //                     [--tune]   (sweeps the partitioned kernel's launch parameters instead)
 //                     [--auto-only] [--wait] [--thomas-window|-windows|-stages|-halo|-mirror K]
 //                     [--window 1|-1] [--window-halo ROWS]   (the tuning `auto` runs under)
+//                     [--variable]   (only the variable-size rows: n uniform in 32 .. 4096,
+//                                     float64, beside uniform batches of 2048 and 4096)
 #include <cuda_runtime.h>
 #include <cusparse.h>
 
@@ -28,6 +30,8 @@
 #include "runtime/pinned_word.h"
 #include "trisolve/reference/tridiagonal.h"
 #include "tridiagonal/tridiagonal.h"
+#include "tridiagonal/variable.h"
+#include "trisolve/reference/tridiagonal.h"
 #include "tuning_table.h"
 
 namespace {
@@ -311,6 +315,136 @@ void RunAll(int64_t N, int reps, double copy_gbs, cusparseHandle_t sp, trisolve:
   CK(cudaFree(flags));
 }
 
+// A variable-size batch (issue 33): sizes uniform in [lo, hi] until N unknowns (the last one
+// cut to fit), diagonally dominant rows, solved by the variable kernel (auto) on device arrays,
+// its plan on the device, timed as the uniform rows are; then uniform batches of 2048 and 4096
+// rows on the same memory by auto, for the comparison. The error column: the largest relative
+// difference from the CPU reference (auto) over the batch.
+template <typename T>
+void RunVariable(int64_t N, int reps, double copy_gbs, trisolve::cuda::Pool& pool,
+                 std::vector<Row>& rows, int64_t lo, int64_t hi) {
+  std::mt19937_64 rng(7);
+  std::uniform_int_distribution<int64_t> len(lo, hi);
+  std::uniform_real_distribution<double> u(-1, 1);
+  std::vector<int64_t> offsets{0};
+  while (offsets.back() < N) offsets.push_back(std::min(N, offsets.back() + len(rng)));
+  const int64_t batch = int64_t(offsets.size()) - 1;
+  std::vector<T> h[4];
+  for (auto& v : h) v.resize(size_t(N));
+  for (int64_t e = 0; e < N; ++e) {
+    h[0][e] = T(u(rng));
+    h[2][e] = T(u(rng));
+    h[1][e] = T(std::abs(double(h[0][e])) + std::abs(double(h[2][e])) + 0.5 + std::abs(u(rng)));
+    h[3][e] = T(u(rng));
+  }
+  T* dev[5];
+  for (auto& p : dev) CK(cudaMalloc(&p, sizeof(T) * N));
+  for (int q = 0; q < 4; ++q)
+    CK(cudaMemcpy(dev[q], h[q].data(), sizeof(T) * N, cudaMemcpyHostToDevice));
+  uint8_t* flags;  // for this batch and the uniform ones below
+  CK(cudaMalloc(&flags, N));
+  const trisolve::cuda::VariablePlan plan = trisolve::cuda::PlanVariable(offsets.data(), batch);
+  std::byte* meta;
+  CK(cudaMalloc(&meta, plan.meta.size()));
+  CK(cudaMemcpy(meta, plan.meta.data(), plan.meta.size(), cudaMemcpyHostToDevice));
+  trisolve::TridiagonalProblem<T> p{batch, hi, trisolve::Layout::kFlat, dev[0], dev[1], dev[2],
+                                    dev[3]};
+  p.offsets = offsets.data();
+  std::string name;
+  const double ms = trisolve::bench::TimeIt(reps, [&] {
+    CK(cudaMemsetAsync(flags, 0, batch));
+    auto k = trisolve::cuda::SolveVariableDevice(p, plan, meta,
+                                                 trisolve::TridiagonalMethod::kAuto, dev[4],
+                                                 flags, pool, nullptr);
+    if (!k.ok()) std::exit(2);
+    name = *k;
+  });
+  std::vector<T> x(N), xr(N);
+  std::vector<trisolve::SystemStatus> st(batch);
+  CK(cudaMemcpy(x.data(), dev[4], sizeof(T) * N, cudaMemcpyDeviceToHost));
+  trisolve::TridiagonalProblem<T> hp{batch, hi, trisolve::Layout::kFlat, h[0].data(),
+                                     h[1].data(), h[2].data(), h[3].data()};
+  hp.offsets = offsets.data();
+  trisolve::cpu::SolveTridiagonal(hp, trisolve::TridiagonalMethod::kAuto,
+                                  trisolve::TridiagonalOutput<T>{xr.data(), st.data()});
+  double dm = 0, xm = 0;
+  for (int64_t e = 0; e < N; ++e) {
+    dm = std::max(dm, std::abs(double(x[e]) - double(xr[e])));
+    xm = std::max(xm, std::abs(double(xr[e])));
+  }
+  const double bytes = 5.0 * sizeof(T) * N;
+  const std::string label = "variable " + std::to_string(lo) + "-" + std::to_string(hi);
+  rows.push_back({sizeof(T) == 8 ? "float64" : "float32", label, name, hi, batch, ms,
+                  bytes / ms / 1e6, bytes / ms / 1e6 / copy_gbs, dm / xm});
+  std::printf("%-8s %8lld %8lld %-12s %-26s %9.3f ms %7.0f GB/s %5.1f%% err %.1e\n",
+              rows.back().dtype.c_str(), (long long)hi, (long long)batch, label.c_str(),
+              name.c_str(), ms, rows.back().gbs, 100 * rows.back().frac, dm / xm);
+  // The same systems in the unified-vector layout (abc: a, b, c of a row together), read in
+  // place by the same kernel; then a uniform batch of 2048 rows both ways.
+  std::vector<T> habc(3 * size_t(N));
+  for (int64_t e = 0; e < N; ++e)
+    for (int q = 0; q < 3; ++q) habc[3 * e + q] = h[q][e];
+  T* abc;
+  CK(cudaMalloc(&abc, sizeof(T) * 3 * N));
+  CK(cudaMemcpy(abc, habc.data(), sizeof(T) * 3 * N, cudaMemcpyHostToDevice));
+  auto unified_row = [&](const trisolve::cuda::VariablePlan& pl, std::vector<int64_t>& offs,
+                         bool unified, const std::string& lay, int64_t n, int64_t systems) {
+    std::byte* m;
+    CK(cudaMalloc(&m, pl.meta.size()));
+    CK(cudaMemcpy(m, pl.meta.data(), pl.meta.size(), cudaMemcpyHostToDevice));
+    trisolve::TridiagonalProblem<T> q{systems, n, trisolve::Layout::kFlat, dev[0], dev[1], dev[2],
+                                      dev[3]};
+    if (unified) {
+      q.a = abc;
+      q.b = abc + 1;
+      q.c = abc + 2;
+      q.coef_stride = 3;
+    }
+    q.offsets = offs.data();
+    const double t = trisolve::bench::TimeIt(reps, [&] {
+      CK(cudaMemsetAsync(flags, 0, systems));
+      auto k = trisolve::cuda::SolveVariableDevice(q, pl, m, trisolve::TridiagonalMethod::kAuto,
+                                                   dev[4], flags, pool, nullptr);
+      if (!k.ok()) std::exit(2);
+    });
+    rows.push_back({sizeof(T) == 8 ? "float64" : "float32", lay, "partitioned-variable", n,
+                    systems, t, bytes / t / 1e6, bytes / t / 1e6 / copy_gbs, -1});
+    std::printf("%-8s %8lld %8lld %-12s %-26s %9.3f ms %7.0f GB/s %5.1f%%\n",
+                rows.back().dtype.c_str(), (long long)n, (long long)systems, lay.c_str(),
+                "partitioned-variable", t, rows.back().gbs, 100 * rows.back().frac);
+    CK(cudaFree(m));
+  };
+  unified_row(plan, offsets, true, label + " unified", hi, batch);
+  {
+    std::vector<int64_t> uo(size_t(N / 2048) + 1);
+    for (size_t s = 0; s < uo.size(); ++s) uo[s] = int64_t(s) * 2048;
+    const auto up = trisolve::cuda::PlanVariable(uo.data(), N / 2048);
+    unified_row(up, uo, false, "flat", 2048, N / 2048);
+    unified_row(up, uo, true, "unified", 2048, N / 2048);
+  }
+  CK(cudaFree(abc));
+  for (int64_t n : {int64_t(2048), int64_t(4096)}) {
+    trisolve::TridiagonalProblem<T> up{N / n, n, trisolve::Layout::kFlat, dev[0], dev[1], dev[2],
+                                       dev[3]};
+    trisolve::cuda::TridiagonalKernel kernel{};
+    const double ums = trisolve::bench::TimeIt(reps, [&] {
+      auto k = trisolve::cuda::SolveTridiagonalDevice(up, trisolve::TridiagonalMethod::kAuto,
+                                                      dev[4], flags, pool, nullptr);
+      if (!k.ok()) std::exit(2);
+      kernel = *k;
+    });
+    rows.push_back({sizeof(T) == 8 ? "float64" : "float32", "flat", trisolve::cuda::KernelName(kernel),
+                    n, N / n, ums, bytes / ums / 1e6, bytes / ums / 1e6 / copy_gbs, -1});
+    std::printf("%-8s %8lld %8lld %-12s %-26s %9.3f ms %7.0f GB/s %5.1f%%\n",
+                rows.back().dtype.c_str(), (long long)n, (long long)(N / n), "flat",
+                rows.back().kernel.c_str(), ums, rows.back().gbs, 100 * rows.back().frac);
+  }
+  std::fflush(stdout);
+  for (auto q : dev) CK(cudaFree(q));
+  CK(cudaFree(flags));
+  CK(cudaFree(meta));
+}
+
 // Times the partitioned kernel for each launch-parameter choice (flat and interleaved).
 template <typename T>
 void Tune(int64_t N, int reps, double copy_gbs, trisolve::cuda::Pool& pool,
@@ -448,9 +582,11 @@ void Tune(int64_t N, int reps, double copy_gbs, trisolve::cuda::Pool& pool,
 int main(int argc, char** argv) {
   // --auto-only: `auto` alone, in both layouts (the tuning runs of thomas-window).
   // --wait: `auto` timed waiting for its kernel's answer in each call.
+  bool variable = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--auto-only")) g_auto_only = true;
     if (!std::strcmp(argv[i], "--wait")) g_wait = true;
+    if (!std::strcmp(argv[i], "--variable")) variable = true;
   }
   int64_t N = int64_t{1} << 24;
   int reps = 15;
@@ -464,7 +600,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--tune")) tune = true;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--tune") || !std::strcmp(argv[i], "--auto-only") ||
-        !std::strcmp(argv[i], "--wait")) {
+        !std::strcmp(argv[i], "--wait") || !std::strcmp(argv[i], "--variable")) {
       --i;
       continue;
     }
@@ -513,8 +649,14 @@ int main(int argc, char** argv) {
     Tune<float>(N, reps, copy_gbs, pool, use);
     return 0;
   }
-  RunAll<double>(N, reps, copy_gbs, sp, pool, rows, use);
-  RunAll<float>(N, reps, copy_gbs, sp, pool, rows, use);
+  if (variable) {
+    RunVariable<double>(N, reps, copy_gbs, pool, rows, 32, 4096);
+    RunVariable<double>(N, reps, copy_gbs, pool, rows, 1, 64);
+    RunVariable<float>(N, reps, copy_gbs, pool, rows, 32, 4096);
+  } else {
+    RunAll<double>(N, reps, copy_gbs, sp, pool, rows, use);
+    RunAll<float>(N, reps, copy_gbs, sp, pool, rows, use);
+  }
   cusparseDestroy(sp);
   if (!csv.empty()) {
     FILE* f = std::fopen(csv.c_str(), "w");

@@ -31,8 +31,14 @@ namespace trisolve {
 enum class Kind { kTridiagonal, kTree, kBlockTridiagonal, kDense };
 absl::StatusOr<Kind> ParseKind(absl::string_view name);
 absl::string_view KindName(Kind k);
-// The array names each kind takes, the right-hand side first.
+// The array names each kind takes, the right-hand side first. A tridiagonal job's `lengths`
+// (optional) makes it a batch of systems of different sizes: a, b, c, d each the systems' rows
+// concatenated ([total]), lengths their sizes ([systems], int32 or int64; sent as int32). Its
+// `abc` (instead of a, b, c) is the unified-vector layout: a, b, c of a row together, d's shape
+// and 3 ([batch, n, 3]).
 const std::vector<std::string>& ArrayNames(Kind k);
+// Arrays of integers (tree parent, tridiagonal lengths): sent as int32, never as the job's type.
+bool IsIndexArray(absl::string_view name);
 
 // Where a solve is, as the server reports it (SolveWithProgress). phase: "received" (bytes: the
 // request's), "queued", "solving" (iterative methods: iteration, residual at the last check,

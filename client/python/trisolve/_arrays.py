@@ -12,8 +12,9 @@
   *logical* shape and values are what is sent, never its memory reinterpreted. So ``X.T`` of a
   ``batch x n`` array is the ``n x batch`` interleaved array of the same systems. Big-endian
   arrays are converted to little-endian.
-- ``parent`` (tree) must be an integer array; values are sent as int32 (an int64 or other
-  integer array is converted after checking every value fits int32; ``ValueError`` otherwise).
+- ``parent`` (tree) and ``lengths`` (variable-size tridiagonal batches) must be integer arrays;
+  values are sent as int32 (an int64 or other integer array is converted after checking every
+  value fits int32; ``ValueError`` otherwise).
 - Arrays must have at least one dimension; a 1-D array is a batch of one.
 """
 from __future__ import annotations
@@ -66,20 +67,34 @@ def wire(arr: np.ndarray, dt: np.dtype) -> np.ndarray:
     return np.ascontiguousarray(arr, dtype=np.dtype(dt).newbyteorder("<"))
 
 
-def parent_array(value: Any) -> np.ndarray:
-    """``parent`` as C-contiguous little-endian int32, checking int64 values fit."""
+def index_array(name: str, value: Any, expect: str) -> np.ndarray:
+    """An integer array (``parent``, ``lengths``) as C-contiguous little-endian int32, checking
+    that int64 values fit."""
     arr = np.asarray(value)
     if arr.dtype.kind not in "iu":
-        raise TypeError(f"parent has dtype {arr.dtype}; expected an integer array (int32 or int64)")
+        raise TypeError(f"{name} has dtype {arr.dtype}; expected an integer array (int32 or int64)")
     if arr.ndim == 0:
-        raise ValueError("parent is a scalar; expected [n] or [batch, n]")
+        raise ValueError(f"{name} is a scalar; expected {expect}")
     if arr.dtype.itemsize > 4 or arr.dtype == np.uint32:
         info = np.iinfo(np.int32)
         if arr.size and (arr.min() < info.min or arr.max() > info.max):
             raise ValueError(
-                f"parent holds values outside int32 (min {arr.min()}, max {arr.max()}); "
-                "parent indices travel as int32")
+                f"{name} holds values outside int32 (min {arr.min()}, max {arr.max()}); "
+                f"{name} travels as int32")
     return np.ascontiguousarray(arr, dtype="<i4")
+
+
+def parent_array(value: Any) -> np.ndarray:
+    """``parent`` as C-contiguous little-endian int32, checking int64 values fit."""
+    return index_array("parent", value, "[n] or [batch, n]")
+
+
+def lengths_array(value: Any) -> np.ndarray:
+    """A variable-size tridiagonal batch's ``lengths`` (``[systems]``) as int32."""
+    arr = index_array("lengths", value, "[systems]")
+    if arr.ndim != 1:
+        raise ValueError(f"lengths has shape {arr.shape}; expected [systems]")
+    return arr
 
 
 def parse_layout(layout: LayoutLike) -> Layout:

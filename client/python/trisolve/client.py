@@ -113,7 +113,8 @@ class _Family:
 
 
 _TRIDIAGONAL = _Family("tridiagonal", "tridiagonal", pb.TridiagonalRequest, "SolveTridiagonal",
-                       (("d", "d"), ("a", "a"), ("b", "b"), ("c", "c")))
+                       (("d", "d"), ("a", "a"), ("b", "b"), ("c", "c"),
+                        ("lengths", "lengths"), ("abc", "abc")))
 _TREE = _Family("tree", "tree", pb.TreeRequest, "SolveTree",
                 (("rhs", "rhs"), ("parent", "parent"), ("lower", "lower"), ("upper", "upper"),
                  ("diag", "diag")))
@@ -783,7 +784,8 @@ class Client:
                           request_id: Optional[str] = None,
                           out: Optional[np.ndarray] = None,
                           progress: Optional[ProgressCallback] = None,
-                          progress_interval: float = 0.0) -> Result:
+                          progress_interval: float = 0.0, lengths: Any = None,
+                          abc: Any = None) -> Result:
         """Solves ``a[k] x[k-1] + b[k] x[k] + c[k] x[k+1] = d[k]`` for each system of a batch.
 
         Args:
@@ -809,6 +811,15 @@ class Client:
                 by reference to shared memory), a larger one through ``SolveStream`` without
                 reports. An exception it raises cancels the call and propagates.
             progress_interval: see ``progress`` (0, or 0.01 to 3600).
+            lengths: systems of different sizes in one call: ``a``, ``b``, ``c``, ``d`` 1-D,
+                each the systems' rows one system after the other, and ``lengths`` (an integer
+                array, sent as int32) their sizes, every one >= 1, summing to ``len(d)``;
+                ``layout`` flat. ``x`` comes back concatenated the same way, ``status`` holds
+                one entry a system.
+            abc: the unified-vector layout instead of ``a``, ``b``, ``c`` (pass them as
+                ``None``): a, b, c of each row together, ``d``'s shape and 3
+                (``abc[s, k] = (a[s, k], b[s, k], c[s, k])``); ``layout`` flat. The server
+                solves it as it is, without a transpose.
 
         Returns:
             a :class:`Result` (``x`` in ``d``'s shape and layout).
@@ -817,7 +828,14 @@ class Client:
             TypeError: an array that is not float32/float64 (named in the message).
             InvalidArgument, ResourceExhausted, ...: the server refused the job.
         """
-        dt, arrays = _arrays.prepare({"d": d, "a": a, "b": b, "c": c}, dtype)
+        if abc is not None:
+            if a is not None or b is not None or c is not None:
+                raise ValueError("abc holds a, b and c: pass a, b and c as None")
+            dt, arrays = _arrays.prepare({"d": d, "abc": abc}, dtype)
+        else:
+            dt, arrays = _arrays.prepare({"d": d, "a": a, "b": b, "c": c}, dtype)
+        if lengths is not None:
+            arrays["lengths"] = _arrays.lengths_array(lengths)
         req = pb.TridiagonalRequest(dtype=proto_dtype(dt), layout=int(_arrays.parse_layout(layout)),
                                     method=method, skip_residual=skip_residual)
         return self._solve(_TRIDIAGONAL, req, arrays, dt, timeout, request_id, out, progress,

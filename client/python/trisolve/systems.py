@@ -29,7 +29,9 @@ __all__ = ["System", "SystemStream"]
 
 def _coefficient_names(fam: Any) -> Tuple[str, List[str]]:
     rhs = fam.fields[0][0]
-    return rhs, [user for user, _ in fam.fields[1:] if user != "y0"]
+    # y0 is optional; lengths and abc (a solve's variable sizes and unified layout) are not
+    # taken by a kept system.
+    return rhs, [user for user, _ in fam.fields[1:] if user not in ("y0", "lengths", "abc")]
 
 
 def build_create_request(client: "Client", family_name: str, arrays: Mapping[str, Any], *,

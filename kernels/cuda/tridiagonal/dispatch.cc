@@ -10,6 +10,7 @@
 #include "tridiagonal/internal.h"
 #include "tridiagonal/row_sweeps.h"
 #include "tridiagonal/tridiagonal.h"
+#include "tridiagonal/variable.h"
 #include "trisolve/windows.h"
 #include "tuning_table.h"
 
@@ -376,6 +377,12 @@ absl::StatusOr<TridiagonalKernel> SolveTridiagonalDevice(const TridiagonalProble
       break;
   }
   return k;
+}
+
+// Variable-size batches (variable.cu): auto and partitioned run the variable kernel, whose
+// form is theirs; thomas, pcr and pivoting are answered by the CPU reference on the host.
+bool VariableOnDevice(TridiagonalMethod method) {
+  return method == TridiagonalMethod::kAuto || method == TridiagonalMethod::kPartitioned;
 }
 
 template absl::StatusOr<TridiagonalKernel> SolveTridiagonalDevice(

@@ -36,6 +36,25 @@ struct TridiagonalProblem {
   const T* b = nullptr;
   const T* c = nullptr;
   const T* d = nullptr;
+  // A batch of systems of different sizes (layout kFlat, the arrays concatenated): system s is
+  // rows offsets[s] .. offsets[s + 1] - 1, offsets[0] = 0, batch + 1 host values, every
+  // system at least one row; n is then the longest system's size. nullptr: every system has n
+  // rows. Backends that cannot take such a batch in one call solve it system by system.
+  const int64_t* offsets = nullptr;
+  // The unified-vector layout of the cuThomasBatch notes (layout kFlat): a, b, c of a row
+  // stored together in one array abc, [batch, n, 3] (or the rows of a variable-size batch,
+  // [total, 3]): a = abc, b = abc + 1, c = abc + 2 and coef_stride = 3, the coefficients of
+  // the row whose d is d[i] at a[i * coef_stride]. 1: a, b, c are arrays of their own.
+  int64_t coef_stride = 1;
+
+  bool variable() const { return offsets != nullptr; }
+  bool unified() const { return coef_stride != 1; }
+  int64_t unknowns() const { return offsets != nullptr ? offsets[batch] : batch * n; }
+  // Rows of system s and the index of its first element (flat: s * n; interleaved: s).
+  int64_t rows(int64_t s) const { return offsets != nullptr ? offsets[s + 1] - offsets[s] : n; }
+  int64_t first(int64_t s) const {
+    return offsets != nullptr ? offsets[s] : SystemOffset(layout, n, s);
+  }
 };
 
 template <typename T>

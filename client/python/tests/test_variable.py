@@ -1,0 +1,85 @@
+"""Variable-size tridiagonal batches through the Python client (``lengths=``) against the real
+trisolved: every system checked against a dense solve of its own rows; the refusals name
+``lengths``."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import trisolve
+from reference import tridiagonal_matrix
+
+
+def concatenated(sizes, seed, zero_diagonal=None):
+    rng = np.random.default_rng(seed)
+    total = int(sum(sizes))
+    a, c, d = rng.uniform(-1, 1, total), rng.uniform(-1, 1, total), rng.uniform(-1, 1, total)
+    b = 2.5 + rng.uniform(-1, 1, total)
+    if zero_diagonal is not None:  # b = 0, a = c = 1 (n even): nonsingular, Thomas' pivot 0
+        o = int(sum(sizes[:zero_diagonal]))
+        n = sizes[zero_diagonal]
+        a[o:o + n], b[o:o + n], c[o:o + n] = 1, 0, 1
+    return a, b, c, d
+
+
+def per_system_reference(sizes, a, b, c, d):
+    out, o = [], 0
+    for n in sizes:
+        s = slice(o, o + n)
+        out.append(np.linalg.solve(tridiagonal_matrix(a[s], b[s], c[s]), d[s]))
+        o += n
+    return np.concatenate(out)
+
+
+@pytest.mark.parametrize("dtype,tol", [(np.float64, 1e-11), (np.float32, 2e-4)])
+def test_systems_of_different_sizes(client, dtype, tol):
+    sizes = [1, 2, 3, 64, 7, 250, 4]
+    a, b, c, d = concatenated(sizes, 3, zero_diagonal=3)
+    r = client.solve_tridiagonal(a.astype(dtype), b.astype(dtype), c.astype(dtype),
+                                 d.astype(dtype), lengths=np.array(sizes, dtype=np.int64))
+    assert r.x.shape == (sum(sizes),) and r.x.dtype == dtype
+    assert r.status.shape == (len(sizes),) and r.ok, r.status
+    ref = per_system_reference(sizes, a.astype(dtype).astype(np.float64),
+                               b.astype(dtype).astype(np.float64),
+                               c.astype(dtype).astype(np.float64),
+                               d.astype(dtype).astype(np.float64))
+    assert np.max(np.abs(r.x - ref)) <= tol * np.max(np.abs(ref))
+    assert r.summary.systems == len(sizes)
+
+
+def test_lengths_refusals_name_the_field(client):
+    a, b, c, d = concatenated([3, 4], 5)
+    with pytest.raises(trisolve.InvalidArgument, match="lengths: the 2 lengths sum to 8"):
+        client.solve_tridiagonal(a, b, c, d, lengths=[3, 5])
+    with pytest.raises(trisolve.InvalidArgument, match=r"lengths: lengths\[1\] is 0"):
+        client.solve_tridiagonal(a, b, c, d, lengths=[7, 0])
+    with pytest.raises(trisolve.InvalidArgument, match="takes layout FLAT"):
+        client.solve_tridiagonal(a, b, c, d, layout="interleaved", lengths=[3, 4])
+    with pytest.raises(TypeError, match="lengths has dtype float64"):
+        client.solve_tridiagonal(a, b, c, d, lengths=np.array([3.0, 4.0]))
+    with pytest.raises(ValueError, match="lengths holds values outside int32"):
+        client.solve_tridiagonal(a, b, c, d, lengths=np.array([3, 2**40], dtype=np.int64))
+
+
+def test_unified_layout(client):
+    rng = np.random.default_rng(8)
+    batch, n = 6, 40
+    a, c, d = (rng.uniform(-1, 1, (batch, n)) for _ in range(3))
+    b = 2.5 + rng.uniform(-1, 1, (batch, n))
+    abc = np.stack([a, b, c], axis=-1)  # [batch, n, 3]: a, b, c of a row together
+    r = client.solve_tridiagonal(None, None, None, d, abc=abc)
+    assert r.x.shape == (batch, n) and r.ok
+    ref = np.stack([np.linalg.solve(tridiagonal_matrix(a[s], b[s], c[s]), d[s])
+                    for s in range(batch)])
+    assert np.max(np.abs(r.x - ref)) <= 1e-11 * np.max(np.abs(ref))
+    flat = client.solve_tridiagonal(a, b, c, d)
+    assert np.max(np.abs(r.x - flat.x)) <= 1e-13 * np.max(np.abs(ref))
+    # With lengths: abc [total, 3].
+    sizes = [5, 1, 34]
+    r2 = client.solve_tridiagonal(None, None, None, d[:2].reshape(-1)[:40],
+                                  abc=abc[:2].reshape(-1, 3)[:40], lengths=sizes)
+    assert r2.ok and r2.status.shape == (3,)
+    with pytest.raises(trisolve.InvalidArgument, match=r"abc has shape \[6, 40, 2\]"):
+        client.solve_tridiagonal(None, None, None, d, abc=abc[..., :2])
+    with pytest.raises(ValueError, match="abc holds a, b and c"):
+        client.solve_tridiagonal(a, None, None, d, abc=abc)

@@ -1,0 +1,61 @@
+// Batches of tridiagonal systems of different sizes on the device (TridiagonalProblem::offsets):
+// the systems' rows concatenated, flat; the same kernel reads the unified-vector layout (a
+// uniform unified batch comes here with offsets s * n). Systems of up to kVariableBlockRows rows are solved
+// by one kernel launch whose blocks each take systems of one size class (partitioned.cuh's
+// one-block form: 16 rows a thread, P threads a system, 256 / P systems a block), the classes
+// read from a plan built on the host from the offsets; longer systems are solved one by one by
+// the uniform path (SolveTridiagonalDevice).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "runtime/memory_pool.h"
+#include "trisolve/tridiagonal.h"
+
+namespace trisolve::cuda {
+
+constexpr int kVariableThreads = 256, kVariableChunk = 16;
+constexpr int64_t kVariableBlockRows = int64_t(kVariableThreads) * kVariableChunk;
+// Threads a block for the class of P = 2^lp threads a system: 64 up to P = 64 (several blocks
+// an SM, whose loads, reductions and stores overlap: blocks of 256 took one an SM and ran the
+// batch at 40-43% of the copy rate on the H100), else P.
+constexpr int VariableBlockThreads(int lp) { return lp <= 6 ? 64 : 1 << lp; }
+
+// What the kernel reads, built on the host from a batch's offsets and copied to the device as
+// one buffer (`meta`): the offsets (int64, batch + 1), the systems of at most
+// kVariableBlockRows rows ordered by size class, largest first (int32), and a block table
+// (two int32 a block: its first entry in that order, and log2 P << 16 | its systems), the
+// blocks of 256 threads first, then 128, then 64.
+struct VariablePlan {
+  int64_t batch = 0;
+  int64_t blocks = 0;
+  // Three launches (blocks of 256, 128 and 64 threads): their first entry and blocks.
+  int64_t launch_first[3] = {0, 0, 0}, launch_blocks[3] = {0, 0, 0};
+  std::vector<int64_t> long_systems;  // over kVariableBlockRows rows, solved one at a time
+  std::vector<std::byte> meta;
+  size_t order_offset = 0, table_offset = 0;  // in meta, bytes
+};
+VariablePlan PlanVariable(const int64_t* offsets, int64_t batch);
+
+// Which methods the device runs for a variable-size batch (dispatch.cc): the others are solved
+// by the CPU reference on the host.
+bool VariableOnDevice(TridiagonalMethod method);
+
+// p: device arrays a, b, c, d (p.offsets the host's; p.unified(): a = abc, b = abc + 1,
+// c = abc + 2, coef_stride 3, the unified-vector layout read in place); meta: plan.meta on the device (8-byte
+// aligned); x and flags (batch bytes, zeroed) on the device. Queues the kernel on `stream`;
+// long systems (plan.long_systems) are solved by SolveTridiagonalDevice(method), which may
+// wait. Returns the reported kernel name.
+template <typename T>
+absl::StatusOr<std::string> SolveVariableDevice(const TridiagonalProblem<T>& p,
+                                                const VariablePlan& plan, const std::byte* meta,
+                                                TridiagonalMethod method, T* x, uint8_t* flags,
+                                                Pool& pool, cudaStream_t stream);
+
+}  // namespace trisolve::cuda

@@ -1,0 +1,289 @@
+// Variable-size tridiagonal batches on the CUDA backend against the CPU reference: systems of
+// every size class of the variable kernel (1 .. 4096 rows), longer ones solved by the uniform
+// path, both precisions, auto and partitioned, vanishing pivots flagged per system and auto's
+// zero-diagonal system solved by pivoting; the unified-vector layout (uniform and variable,
+// short and long systems) against the same systems as separate arrays. Skips, saying so,
+// without a CUDA device.
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "cuda_test_util.h"
+#include "runtime/memory_pool.h"
+#include "tridiagonal/variable.h"
+#include "gtest/gtest.h"
+#include "trisolve/backend.h"
+#include "trisolve/reference/tridiagonal.h"
+#include "trisolve/tridiagonal.h"
+
+namespace trisolve {
+namespace {
+
+using ::trisolve::testing::Cuda;
+
+template <typename T>
+struct Var {
+  std::vector<int64_t> offsets{0};
+  std::vector<T> a, b, c, d;
+  int64_t longest = 0;
+  TridiagonalProblem<T> P() const {
+    TridiagonalProblem<T> p{int64_t(offsets.size()) - 1, longest, Layout::kFlat, a.data(),
+                            b.data(), c.data(), d.data()};
+    p.offsets = offsets.data();
+    return p;
+  }
+};
+
+// Diagonally dominant systems of the given sizes; `zero_diagonal`: that system b = 0,
+// a = c = 1 (nonsingular for even n, Thomas' and the partitioned kernel's pivot vanishes);
+// `zero_matrix`: that system all zero (singular).
+template <typename T>
+Var<T> Make(const std::vector<int64_t>& sizes, uint64_t seed, int64_t zero_diagonal = -1,
+            int64_t zero_matrix = -1) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(-1, 1);
+  Var<T> v;
+  for (size_t s = 0; s < sizes.size(); ++s) {
+    for (int64_t k = 0; k < sizes[s]; ++k) {
+      const double a = u(rng), c = u(rng);
+      double b = (std::abs(a) + std::abs(c) + 0.5) * (u(rng) < 0 ? -1 : 1);
+      double aa = a, cc = c;
+      if (int64_t(s) == zero_diagonal) aa = 1, cc = 1, b = 0;
+      if (int64_t(s) == zero_matrix) aa = 0, cc = 0, b = 0;
+      v.a.push_back(T(aa));
+      v.b.push_back(T(b));
+      v.c.push_back(T(cc));
+      v.d.push_back(T(u(rng)));
+    }
+    v.offsets.push_back(int64_t(v.a.size()));
+    v.longest = std::max(v.longest, sizes[s]);
+  }
+  return v;
+}
+
+template <typename T>
+void Compare(const Var<T>& v, TridiagonalMethod m, double tol, bool expect_device = true) {
+  const TridiagonalProblem<T> p = v.P();
+  const size_t N = v.a.size(), B = size_t(p.batch);
+  std::vector<T> x(N, T(std::nan(""))), xr(N);
+  std::vector<SystemStatus> st(B, SystemStatus::kDiverged), sr(B);
+  auto info = Cuda()->Solve(p, m, TridiagonalOutput<T>{x.data(), st.data()}, SolveControl{});
+  ASSERT_TRUE(info.ok()) << info.status();
+  if (expect_device) {
+    EXPECT_EQ(info->method.rfind("partitioned-variable", 0), 0u) << info->method;
+  }
+  cpu::SolveTridiagonal(p, m == TridiagonalMethod::kAuto ? TridiagonalMethod::kAuto
+                                                         : TridiagonalMethod::kPartitioned,
+                        TridiagonalOutput<T>{xr.data(), sr.data()});
+  // Every system checked; the first few that differ are listed (size, first row, statuses).
+  int shown = 0, bad = 0;
+  for (size_t s = 0; s < B; ++s) {
+    double diff = 0, norm = 0;
+    for (int64_t i = v.offsets[s]; i < v.offsets[s + 1]; ++i) {
+      diff = std::max(diff, std::isfinite(double(x[i])) ? std::abs(double(x[i]) - double(xr[i]))
+                                                        : INFINITY);
+      norm = std::max(norm, std::abs(double(xr[i])));
+    }
+    if (st[s] != sr[s] || !(diff <= tol * std::max(norm, 1.0))) {
+      ++bad;
+      if (shown++ < 12)
+        ADD_FAILURE() << "system " << s << " of " << B << ": n " << p.rows(int64_t(s))
+                      << " at row " << v.offsets[s] << ", status " << int(st[s]) << " (reference "
+                      << int(sr[s]) << "), diff " << diff << ", x[0] " << x[v.offsets[s]]
+                      << " reference " << xr[v.offsets[s]] << "; " << info->method;
+    }
+  }
+  EXPECT_EQ(bad, 0) << "systems that differ, of " << B;
+  EXPECT_LE(TridiagonalBackwardError(p, x.data(), st.data()), sizeof(T) == 8 ? 1e-15 : 3e-7);
+}
+
+std::vector<int64_t> EveryClass(uint64_t seed, int count) {
+  std::vector<int64_t> sizes = {1, 2, 3, 15, 16, 17, 31, 32, 33, 255, 256, 257, 2047, 2048,
+                                2049, 4095, 4096};
+  std::mt19937_64 rng(seed);
+  for (int i = 0; i < count; ++i) sizes.push_back(int64_t(1 + rng() % 4096));
+  std::shuffle(sizes.begin(), sizes.end(), rng);
+  return sizes;
+}
+
+TEST(CudaVariable, EverySizeClassMatchesTheReference) {
+  REQUIRE_GPU();
+  for (auto m : {TridiagonalMethod::kAuto, TridiagonalMethod::kPartitioned}) {
+    Compare(Make<double>(EveryClass(1, 500), 2), m, 1e-12);
+    Compare(Make<float>(EveryClass(3, 500), 4), m, 2e-4);
+  }
+}
+
+// The kernel alone on device arrays of their own (as the benchmark calls it), against the
+// reference: tells a kernel fault from a staging one.
+TEST(CudaVariable, KernelOnItsOwnArrays) {
+  REQUIRE_GPU();
+  const Var<double> v = Make<double>(EveryClass(1, 500), 2);
+  const TridiagonalProblem<double> hp = v.P();
+  const int64_t N = int64_t(v.a.size()), B = hp.batch;
+  double* dev[5];
+  for (auto& q : dev) ASSERT_EQ(cudaMalloc(&q, sizeof(double) * N), cudaSuccess);
+  const std::vector<double>* src[4] = {&v.a, &v.b, &v.c, &v.d};
+  for (int q = 0; q < 4; ++q)
+    ASSERT_EQ(cudaMemcpy(dev[q], src[q]->data(), sizeof(double) * N, cudaMemcpyHostToDevice),
+              cudaSuccess);
+  uint8_t* flags;
+  ASSERT_EQ(cudaMalloc(&flags, B), cudaSuccess);
+  ASSERT_EQ(cudaMemset(flags, 0, B), cudaSuccess);
+  const cuda::VariablePlan plan = cuda::PlanVariable(v.offsets.data(), B);
+  std::byte* meta;
+  ASSERT_EQ(cudaMalloc(&meta, plan.meta.size()), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(meta, plan.meta.data(), plan.meta.size(), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  cuda::Pool pool(cuda::Pool::Kind::kDevice, 0, int64_t{1} << 30);
+  TridiagonalProblem<double> dp{B, hp.n, Layout::kFlat, dev[0], dev[1], dev[2], dev[3]};
+  dp.offsets = v.offsets.data();
+  auto k = cuda::SolveVariableDevice(dp, plan, meta, TridiagonalMethod::kPartitioned, dev[4],
+                                     flags, pool, nullptr);
+  ASSERT_TRUE(k.ok()) << k.status();
+  std::vector<double> x(N), xr(N);
+  ASSERT_EQ(cudaMemcpy(x.data(), dev[4], sizeof(double) * N, cudaMemcpyDeviceToHost), cudaSuccess);
+  std::vector<SystemStatus> sr(B);
+  cpu::SolveTridiagonal(hp, TridiagonalMethod::kPartitioned,
+                        TridiagonalOutput<double>{xr.data(), sr.data()});
+  double diff = 0;
+  for (int64_t i = 0; i < N; ++i) diff = std::max(diff, std::abs(x[i] - xr[i]));
+  EXPECT_LE(diff, 1e-10) << *k;
+  for (auto q : dev) cudaFree(q);
+  cudaFree(flags);
+  cudaFree(meta);
+}
+
+// The same, laid out as the backend stages a request: one buffer holding the plan, a, b, c,
+// d, x and the flags one after the other (arrays 8-byte aligned only where the total is odd).
+TEST(CudaVariable, KernelOnOneBufferAsStaged) {
+  REQUIRE_GPU();
+  const Var<double> v = Make<double>(EveryClass(1, 500), 2);
+  const TridiagonalProblem<double> hp = v.P();
+  const int64_t N = int64_t(v.a.size()), B = hp.batch;
+  const cuda::VariablePlan plan = cuda::PlanVariable(v.offsets.data(), B);
+  const int64_t mv = int64_t((plan.meta.size() + 15) / 16 * 2);
+  double* base;
+  ASSERT_EQ(cudaMalloc(&base, sizeof(double) * (mv + 5 * N) + B), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(base, plan.meta.data(), plan.meta.size(), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  const std::vector<double>* src[4] = {&v.a, &v.b, &v.c, &v.d};
+  for (int q = 0; q < 4; ++q)
+    ASSERT_EQ(cudaMemcpy(base + mv + q * N, src[q]->data(), sizeof(double) * N,
+                         cudaMemcpyHostToDevice),
+              cudaSuccess);
+  double* x = base + mv + 4 * N;
+  auto* flags = reinterpret_cast<uint8_t*>(x + N);
+  ASSERT_EQ(cudaMemset(flags, 0, B), cudaSuccess);
+  cuda::Pool pool(cuda::Pool::Kind::kDevice, 0, int64_t{1} << 30);
+  TridiagonalProblem<double> dp{B, hp.n, Layout::kFlat, base + mv, base + mv + N,
+                                base + mv + 2 * N, base + mv + 3 * N};
+  dp.offsets = v.offsets.data();
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  auto k = cuda::SolveVariableDevice(dp, plan, reinterpret_cast<const std::byte*>(base),
+                                     TridiagonalMethod::kPartitioned, x, flags, pool, stream);
+  ASSERT_TRUE(k.ok()) << k.status();
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  std::vector<double> hx(N), xr(N);
+  ASSERT_EQ(cudaMemcpy(hx.data(), x, sizeof(double) * N, cudaMemcpyDeviceToHost), cudaSuccess);
+  std::vector<SystemStatus> sr(B);
+  cpu::SolveTridiagonal(hp, TridiagonalMethod::kPartitioned,
+                        TridiagonalOutput<double>{xr.data(), sr.data()});
+  double diff = 0;
+  for (int64_t i = 0; i < N; ++i) diff = std::max(diff, std::abs(hx[i] - xr[i]));
+  EXPECT_LE(diff, 1e-10) << *k << ", total " << N;
+  cudaStreamDestroy(stream);
+  cudaFree(base);
+}
+
+TEST(CudaVariable, ManyShortSystems) {
+  REQUIRE_GPU();
+  std::vector<int64_t> sizes;
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < 100000; ++i) sizes.push_back(int64_t(1 + rng() % 40));
+  Compare(Make<double>(sizes, 6), TridiagonalMethod::kAuto, 1e-12);
+}
+
+TEST(CudaVariable, LongSystemsTakeTheUniformPath) {
+  REQUIRE_GPU();
+  Compare(Make<double>({100, 4097, 9000, 3, 70000, 12}, 7), TridiagonalMethod::kAuto, 1e-12);
+  Compare(Make<double>({4097, 20000}, 8), TridiagonalMethod::kPartitioned, 1e-12, false);
+}
+
+TEST(CudaVariable, VanishingPivotsAreFlaggedPerSystemAndAutoPivots) {
+  REQUIRE_GPU();
+  // partitioned flags the zero-diagonal system and the zero matrix alone; auto solves the
+  // first by pivoting on the host and still flags the second.
+  const std::vector<int64_t> sizes = {50, 64, 300, 8, 1000};
+  Compare(Make<double>(sizes, 9, 1, 3), TridiagonalMethod::kPartitioned, 1e-12);
+  Compare(Make<double>(sizes, 9, 1, 3), TridiagonalMethod::kAuto, 1e-12);
+  Compare(Make<float>(sizes, 10, 2, 4), TridiagonalMethod::kAuto, 2e-4);
+}
+
+TEST(CudaVariable, OtherMethodsRunOnTheHostAndSaySo) {
+  REQUIRE_GPU();
+  const Var<double> v = Make<double>({5, 9, 700}, 11);
+  std::vector<double> x(v.a.size());
+  std::vector<SystemStatus> st(3);
+  auto info = Cuda()->Solve(v.P(), TridiagonalMethod::kThomas,
+                            TridiagonalOutput<double>{x.data(), st.data()}, SolveControl{});
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->method, "thomas (host)");
+}
+
+// The unified layout on the device against the CPU reference on separate arrays: the same
+// answer within rounding (the kernels are the variable kernel's), statuses equal.
+template <typename T>
+void CompareUnified(const Var<T>& v, bool variable, TridiagonalMethod m, double tol) {
+  std::vector<T> abc(3 * v.a.size());
+  for (size_t i = 0; i < v.a.size(); ++i) {
+    abc[3 * i] = v.a[i];
+    abc[3 * i + 1] = v.b[i];
+    abc[3 * i + 2] = v.c[i];
+  }
+  TridiagonalProblem<T> flat = v.P();
+  if (!variable) flat.offsets = nullptr;
+  TridiagonalProblem<T> uni = flat;
+  uni.a = abc.data();
+  uni.b = abc.data() + 1;
+  uni.c = abc.data() + 2;
+  uni.coef_stride = 3;
+  const size_t N = v.a.size(), B = size_t(flat.batch);
+  std::vector<T> x(N, T(std::nan(""))), xr(N);
+  std::vector<SystemStatus> st(B, SystemStatus::kDiverged), sr(B);
+  auto info = Cuda()->Solve(uni, m, TridiagonalOutput<T>{x.data(), st.data()}, SolveControl{});
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->method.find("(host)"), std::string::npos) << info->method;
+  cpu::SolveTridiagonal(flat, m, TridiagonalOutput<T>{xr.data(), sr.data()});
+  EXPECT_EQ(st, sr);
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < N; ++i) {
+    diff = std::max(diff, std::abs(double(x[i]) - double(xr[i])));
+    norm = std::max(norm, std::abs(double(xr[i])));
+  }
+  EXPECT_LE(diff, tol * std::max(norm, 1.0)) << info->method;
+}
+
+TEST(CudaUnified, UniformAndVariableBatchesMatchTheSeparateArrays) {
+  REQUIRE_GPU();
+  for (int64_t n : {1, 2, 31, 256, 1000, 4096}) {
+    const int64_t batch = std::max<int64_t>(1, (int64_t{1} << 18) / n);
+    const Var<double> v = Make<double>(std::vector<int64_t>(size_t(batch), n), 12);
+    CompareUnified(v, false, TridiagonalMethod::kAuto, 1e-12);
+    const Var<float> f = Make<float>(std::vector<int64_t>(size_t(batch), n), 13);
+    CompareUnified(f, false, TridiagonalMethod::kPartitioned, 2e-4);
+  }
+  CompareUnified(Make<double>(EveryClass(14, 300), 15), true, TridiagonalMethod::kAuto, 1e-12);
+  // Systems past the variable kernel's rows: split into a, b, c on the device first.
+  CompareUnified(Make<double>({9000, 5, 70000}, 16), true, TridiagonalMethod::kAuto, 1e-12);
+  CompareUnified(Make<double>({20000, 20000}, 17), false, TridiagonalMethod::kAuto, 1e-12);
+  // A zero diagonal in the unified layout: auto pivots it on the host, from abc.
+  CompareUnified(Make<double>({64, 64, 64}, 18, 1), false, TridiagonalMethod::kAuto, 1e-12);
+}
+
+}  // namespace
+}  // namespace trisolve

@@ -1,0 +1,490 @@
+// Variable-size tridiagonal batches and the unified-vector layout end to end: the real
+// trisolved through the client library (unary and streamed), raw gRPC for every bad `lengths`
+// and `abc`, CreateSystem's refusals, and the CLI's lengths=FILE.npy and abc=FILE.npy.
+#include <grpcpp/grpcpp.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "raw_stub.h"
+#include "server_process.h"
+#include "trisolve/client.h"
+#include "trisolve/ndarray.h"
+#include "trisolve/reference/tridiagonal.h"
+#include "trisolve/tridiagonal.h"
+#include "trisolve/v1/trisolve.grpc.pb.h"
+
+namespace trisolve {
+namespace {
+
+using testing::ServerProcess;
+using testing::Shell;
+
+class VariableService : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    server_ = new ServerProcess({"--max-job-unknowns", "20000000"});
+    ASSERT_GT(server_->port(), 0) << server_->Log();
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  static Client MakeClient(int64_t stream_threshold = -1) {
+    Client::Options o;
+    o.target = server_->target();
+    o.transport = Transport::kGrpc;
+    if (stream_threshold >= 0) o.stream_threshold_bytes = stream_threshold;
+    return Client(o);
+  }
+  static ServerProcess* server_;
+};
+ServerProcess* VariableService::server_ = nullptr;
+
+// A batch of systems of the given sizes, concatenated, with a zero-diagonal system (b = 0,
+// a = c = 1: nonsingular for even n, which the callers choose) where `zero_diagonal` names one.
+struct VarArrays {
+  std::vector<int32_t> lengths;
+  std::vector<int64_t> offsets{0};
+  std::vector<double> a, b, c, d;
+};
+VarArrays MakeVar(const std::vector<int32_t>& sizes, int zero_diagonal, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(-1, 1);
+  VarArrays v;
+  v.lengths = sizes;
+  for (size_t s = 0; s < sizes.size(); ++s) {
+    for (int32_t k = 0; k < sizes[s]; ++k) {
+      const bool z = int(s) == zero_diagonal;
+      v.a.push_back(z ? 1 : u(rng));
+      v.c.push_back(z ? 1 : u(rng));
+      v.b.push_back(z ? 0 : 2.5 + u(rng));
+      v.d.push_back(u(rng));
+    }
+    v.offsets.push_back(int64_t(v.a.size()));
+  }
+  return v;
+}
+
+// The CPU reference's answer (auto) for v, in the precision T.
+template <typename T>
+std::vector<T> Reference(const VarArrays& v) {
+  std::vector<T> a(v.a.begin(), v.a.end()), b(v.b.begin(), v.b.end()), c(v.c.begin(), v.c.end()),
+      d(v.d.begin(), v.d.end()), x(v.a.size());
+  std::vector<SystemStatus> st(v.lengths.size());
+  TridiagonalProblem<T> p{int64_t(v.lengths.size()), 0, Layout::kFlat, a.data(), b.data(),
+                          c.data(), d.data()};
+  p.offsets = v.offsets.data();
+  cpu::SolveTridiagonal(p, TridiagonalMethod::kAuto, TridiagonalOutput<T>{x.data(), st.data()});
+  return x;
+}
+
+Job VarJob(const VarArrays& v) {
+  Job job;
+  job.kind = Kind::kTridiagonal;
+  const std::vector<int64_t> total = {int64_t(v.a.size())};
+  job.arrays["a"] = {DType::kFloat64, total, v.a.data()};
+  job.arrays["b"] = {DType::kFloat64, total, v.b.data()};
+  job.arrays["c"] = {DType::kFloat64, total, v.c.data()};
+  job.arrays["d"] = {DType::kFloat64, total, v.d.data()};
+  job.arrays["lengths"] = {DType::kInt32, {int64_t(v.lengths.size())}, v.lengths.data()};
+  return job;
+}
+
+void ExpectSameAnswer(const Result& r, const VarArrays& v, double tol) {
+  const std::vector<double> want = Reference<double>(v);
+  ASSERT_EQ(r.x.shape, std::vector<int64_t>{int64_t(v.a.size())});
+  ASSERT_EQ(r.status.size(), v.lengths.size());
+  for (SolveStatus s : r.status) EXPECT_EQ(s, SolveStatus::kOk);
+  const double* x = reinterpret_cast<const double*>(r.x.data.data());
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(x[i], want[i], tol * (1 + std::abs(want[i]))) << i;
+  EXPECT_EQ(r.summary.systems, int64_t(v.lengths.size()));
+  EXPECT_LE(r.summary.residual, 1e-14);
+}
+
+TEST_F(VariableService, SolvesSystemsOfDifferentSizesInOneRequest) {
+  // Enough unknowns for the CUDA backend to take it to the device (auto's host threshold).
+  std::vector<int32_t> sizes = {1, 2, 3, 17, 100, 4096, 5000, 33};
+  std::mt19937_64 rng(3);
+  for (int i = 0; i < 200; ++i) sizes.push_back(int32_t(32 + rng() % 400));
+  const VarArrays v = MakeVar(sizes, 5, 7);
+  Client client = MakeClient();
+  auto r = client.Solve(VarJob(v));
+  ASSERT_TRUE(r.ok()) << r.status();
+  ExpectSameAnswer(*r, v, 1e-12);
+  EXPECT_FALSE(r->summary.streamed);
+}
+
+TEST_F(VariableService, StreamedAnswerIsTheUnaryOne) {
+  const VarArrays v = MakeVar({300, 1, 7000, 64, 2}, 3, 9);
+  Client unary = MakeClient(), streamed = MakeClient(1024);
+  auto r1 = unary.Solve(VarJob(v));
+  auto r2 = streamed.Solve(VarJob(v));
+  ASSERT_TRUE(r1.ok()) << r1.status();
+  ASSERT_TRUE(r2.ok()) << r2.status();
+  EXPECT_TRUE(r2->summary.streamed);
+  ExpectSameAnswer(*r2, v, 1e-12);
+  EXPECT_EQ(r1->x.data, r2->x.data);
+}
+
+TEST_F(VariableService, Int64LengthsAndFloat32) {
+  const VarArrays v = MakeVar({5, 9, 1, 12}, -1, 11);
+  std::vector<int64_t> len64(v.lengths.begin(), v.lengths.end());
+  std::vector<float> a(v.a.begin(), v.a.end()), b(v.b.begin(), v.b.end()),
+      c(v.c.begin(), v.c.end()), d(v.d.begin(), v.d.end());
+  Job job;
+  const std::vector<int64_t> total = {int64_t(a.size())};
+  job.arrays["a"] = {DType::kFloat32, total, a.data()};
+  job.arrays["b"] = {DType::kFloat32, total, b.data()};
+  job.arrays["c"] = {DType::kFloat32, total, c.data()};
+  job.arrays["d"] = {DType::kFloat32, total, d.data()};
+  job.arrays["lengths"] = {DType::kInt64, {4}, len64.data()};
+  auto r = MakeClient().Solve(job);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->x.dtype, DType::kFloat32);
+  const std::vector<float> want = Reference<float>(v);
+  const float* x = reinterpret_cast<const float*>(r->x.data.data());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(x[i], want[i], 1e-5f) << i;
+  EXPECT_LE(r->summary.residual, 1e-6);
+}
+
+TEST_F(VariableService, ByHandleIsRefusedNamingLengths) {
+  const VarArrays v = MakeVar({3, 4}, -1, 1);
+  Job job = VarJob(v);
+  job.arrays.erase("d");
+  auto sys = MakeClient().CreateSystem(job, {});
+  ASSERT_FALSE(sys.ok());
+  EXPECT_EQ(sys.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(sys.status().message().find("lengths"), std::string::npos) << sys.status();
+  EXPECT_NE(sys.status().message().find("CreateSystem"), std::string::npos) << sys.status();
+}
+
+void Arr(v1::Array* a, std::vector<int64_t> shape, const std::vector<double>& v) {
+  for (int64_t d : shape) a->add_shape(d);
+  a->set_data(v.data(), v.size() * sizeof(double));
+}
+void Lengths(v1::Array* a, const std::vector<int32_t>& v) {
+  a->Clear();
+  a->add_shape(int64_t(v.size()));
+  a->set_data(v.data(), v.size() * sizeof(int32_t));
+}
+
+// Two systems, n = 1 and n = 3: [2] x = [4]; [4 1 0; 1 4 1; 0 1 4] x = [5 6 5].
+v1::TridiagonalRequest GoodVariable() {
+  v1::TridiagonalRequest r;
+  r.set_dtype(v1::FLOAT64);
+  Arr(r.mutable_a(), {4}, {0, 0, 1, 1});
+  Arr(r.mutable_b(), {4}, {2, 4, 4, 4});
+  Arr(r.mutable_c(), {4}, {0, 1, 1, 0});
+  Arr(r.mutable_d(), {4}, {4, 5, 6, 5});
+  Lengths(r.mutable_lengths(), {1, 3});
+  return r;
+}
+
+TEST_F(VariableService, EveryBadLengthsHasItsStatusAndNamesTheField) {
+  auto stub = testing::RawStub(server_->target());
+  using C = grpc::StatusCode;
+  struct Case {
+    const char* what;
+    C code;
+    const char* part;
+    std::function<void(v1::TridiagonalRequest&)> mutate;
+  };
+  const std::string huge(100000, 'x');
+  std::vector<Case> cases = {
+      {"good", C::OK, "", [](auto&) {}},
+      {"a zero length", C::INVALID_ARGUMENT, "lengths: lengths[1] is 0",
+       [](auto& r) { Lengths(r.mutable_lengths(), {4, 0}); }},
+      {"a negative length", C::INVALID_ARGUMENT, "lengths: lengths[0] is -1",
+       [](auto& r) { Lengths(r.mutable_lengths(), {-1, 5}); }},
+      {"sum short", C::INVALID_ARGUMENT, "lengths: the 2 lengths sum to 3, but a, b, c and d hold 4",
+       [](auto& r) { Lengths(r.mutable_lengths(), {1, 2}); }},
+      {"sum long", C::INVALID_ARGUMENT, "sum to 5",
+       [](auto& r) { Lengths(r.mutable_lengths(), {2, 3}); }},
+      {"a sum that would overflow int32", C::INVALID_ARGUMENT, "lengths: lengths[2] is",
+       [](auto& r) { Lengths(r.mutable_lengths(), {2147483647, 2147483647, -2147483647 + 1}); }},
+      {"more systems than rows", C::INVALID_ARGUMENT,
+       "lengths: has 5 systems of at least one row each, but d holds 4 values",
+       [](auto& r) { Lengths(r.mutable_lengths(), {1, 1, 1, 1, 1}); }},
+      {"empty lengths", C::INVALID_ARGUMENT, "lengths: missing",
+       [](auto& r) { r.mutable_lengths()->Clear(); r.mutable_lengths()->set_data("", 0); }},
+      {"lengths of rank 2", C::INVALID_ARGUMENT, "lengths has shape [1, 2], expected [systems]",
+       [](auto& r) {
+         r.mutable_lengths()->set_shape(0, 1);
+         r.mutable_lengths()->add_shape(2);
+       }},
+      {"lengths' bytes", C::INVALID_ARGUMENT, "lengths has 4 bytes of data, expected 8",
+       [](auto& r) { r.mutable_lengths()->mutable_data()->resize(4); }},
+      {"lengths as float64 bytes", C::INVALID_ARGUMENT, "lengths has 16 bytes of data, expected 8",
+       [](auto& r) {
+         const std::vector<double> f = {1, 3};
+         r.mutable_lengths()->set_data(f.data(), 16);
+       }},
+      {"interleaved", C::INVALID_ARGUMENT, "lengths: a variable-size batch takes layout FLAT",
+       [](auto& r) { r.set_layout(v1::INTERLEAVED); }},
+      {"d of rank 2", C::INVALID_ARGUMENT, "d has shape [1, 4], expected [total]",
+       [](auto& r) {
+         r.mutable_d()->set_shape(0, 1);
+         r.mutable_d()->add_shape(4);
+       }},
+      {"b shorter than d", C::INVALID_ARGUMENT, "b has shape [3], expected [4]",
+       [&](auto& r) {
+         r.mutable_b()->Clear();
+         Arr(r.mutable_b(), {3}, {2, 4, 4});
+       }},
+      {"a NaN in c", C::INVALID_ARGUMENT, "c[2] is NaN",
+       [](auto& r) {
+         const double nan = std::nan("");
+         std::memcpy(r.mutable_c()->mutable_data()->data() + 16, &nan, 8);
+       }},
+      {"too many unknowns", C::RESOURCE_EXHAUSTED, "max_job_unknowns = 20000000",
+       [](auto& r) {
+         for (auto* a : {r.mutable_a(), r.mutable_b(), r.mutable_c(), r.mutable_d()})
+           a->set_shape(0, 30000000);
+       }},
+      {"an unbounded region name is not echoed", C::NOT_FOUND, "lengths.region: no region named",
+       [&](auto& r) {
+         r.mutable_lengths()->clear_data();
+         r.mutable_lengths()->mutable_region()->set_region(huge);
+       }},
+  };
+  for (auto& k : cases) {
+    v1::TridiagonalRequest req = GoodVariable();
+    k.mutate(req);
+    grpc::ClientContext ctx;
+    v1::SolveResponse resp;
+    const grpc::Status st = stub->SolveTridiagonal(&ctx, req, &resp);
+    EXPECT_EQ(st.error_code(), k.code) << k.what << ": " << st.error_message();
+    EXPECT_NE(st.error_message().find(k.part), std::string::npos)
+        << k.what << ": '" << st.error_message() << "' lacks '" << k.part << "'";
+    EXPECT_LT(st.error_message().size(), 1000u) << k.what;
+    if (k.code == C::OK) {
+      ASSERT_EQ(resp.status_size(), 2);
+      const double* x = reinterpret_cast<const double*>(resp.x().data().data());
+      EXPECT_DOUBLE_EQ(x[0], 2);
+      for (int i = 1; i < 4; ++i) EXPECT_NEAR(x[i], 1, 1e-15);
+    }
+  }
+}
+
+TEST_F(VariableService, StreamedBadLengthsAreRefusedOnceTheBytesAreThere) {
+  auto stub = testing::RawStub(server_->target());
+  grpc::ClientContext ctx;
+  auto stream = stub->SolveStream(&ctx);
+  v1::StreamRequest header;
+  *header.mutable_tridiagonal() = GoodVariable();
+  for (auto* a : {header.mutable_tridiagonal()->mutable_a(), header.mutable_tridiagonal()->mutable_b(),
+                  header.mutable_tridiagonal()->mutable_c(), header.mutable_tridiagonal()->mutable_d(),
+                  header.mutable_tridiagonal()->mutable_lengths()})
+    a->clear_data();
+  ASSERT_TRUE(stream->Write(header));
+  const v1::TridiagonalRequest good = GoodVariable();
+  const std::vector<int32_t> bad = {2, 3};
+  for (auto [name, bytes] : {std::pair<const char*, std::string>{"a", good.a().data()},
+                             {"b", good.b().data()}, {"c", good.c().data()},
+                             {"d", good.d().data()},
+                             {"lengths", std::string(reinterpret_cast<const char*>(bad.data()), 8)}}) {
+    v1::StreamRequest m;
+    m.mutable_chunk()->set_array(name);
+    m.mutable_chunk()->set_offset(0);
+    m.mutable_chunk()->set_data(bytes);
+    ASSERT_TRUE(stream->Write(m));
+  }
+  stream->WritesDone();
+  v1::StreamResponse resp;
+  while (stream->Read(&resp)) {
+  }
+  const grpc::Status st = stream->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  EXPECT_NE(st.error_message().find("lengths: the 2 lengths sum to 5"), std::string::npos)
+      << st.error_message();
+}
+
+TEST_F(VariableService, CliSolvesWithALengthsFile) {
+  const std::string dir = std::filesystem::temp_directory_path() /
+                          ("trisolve_var_cli_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const VarArrays v = MakeVar({4, 1, 9, 30}, 0, 21);
+  const std::vector<int64_t> total = {int64_t(v.a.size())};
+  for (auto [name, data] : {std::pair{"a", &v.a}, {"b", &v.b}, {"c", &v.c}, {"d", &v.d}})
+    ASSERT_TRUE(WriteNpy(dir + "/" + name + ".npy", {DType::kFloat64, total, data->data()}).ok());
+  std::vector<int64_t> len64(v.lengths.begin(), v.lengths.end());
+  ASSERT_TRUE(WriteNpy(dir + "/lengths.npy", {DType::kInt64, {4}, len64.data()}).ok());
+  const std::vector<double> fl = {4, 1, 9, 30};
+  ASSERT_TRUE(WriteNpy(dir + "/lengths_f.npy", {DType::kFloat64, {4}, fl.data()}).ok());
+  const std::string cli = ServerProcess::CliBin() + " --server " + server_->target() + " ";
+  const std::string arrays = "a=" + dir + "/a.npy b=" + dir + "/b.npy c=" + dir + "/c.npy d=" +
+                             dir + "/d.npy ";
+  auto [code, out] = Shell(cli + "solve tridiagonal " + arrays + "lengths=" + dir +
+                           "/lengths.npy -o " + dir + "/x.npy");
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("4 ok"), std::string::npos) << out;
+  auto x = ReadNpy(dir + "/x.npy");
+  ASSERT_TRUE(x.ok()) << x.status();
+  const std::vector<double> want = Reference<double>(v);
+  ASSERT_EQ(x->elements(), int64_t(want.size()));
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(x->as<double>()[i], want[i], 1e-12);
+  // Floating-point lengths are a usage error of the CLI, naming lengths; nothing is sent.
+  std::tie(code, out) = Shell(cli + "solve tridiagonal " + arrays + "lengths=" + dir +
+                              "/lengths_f.npy -o " + dir + "/x2.npy");
+  EXPECT_NE(code, 0) << out;
+  EXPECT_NE(out.find("lengths"), std::string::npos) << out;
+  EXPECT_NE(out.find("integer"), std::string::npos) << out;
+  // With --layout interleaved the server refuses it naming lengths.
+  std::tie(code, out) = Shell(cli + "solve tridiagonal --layout interleaved " + arrays +
+                              "lengths=" + dir + "/lengths.npy -o " + dir + "/x3.npy");
+  EXPECT_EQ(code, 1) << out;
+  EXPECT_NE(out.find("lengths: a variable-size batch takes layout FLAT"), std::string::npos)
+      << out;
+  std::filesystem::remove_all(dir);
+}
+
+std::vector<double> Unify(const VarArrays& v) {
+  std::vector<double> abc;
+  for (size_t i = 0; i < v.a.size(); ++i) abc.insert(abc.end(), {v.a[i], v.b[i], v.c[i]});
+  return abc;
+}
+
+TEST_F(VariableService, UnifiedLayoutGivesTheSeparateArraysAnswer) {
+  // Uniform [batch, n, 3] (unary and streamed), one system [n, 3], and with lengths.
+  const VarArrays v = MakeVar(std::vector<int32_t>(64, 300), 7, 13);
+  const std::vector<double> abc = Unify(v);
+  Job flat;
+  for (auto [name, data] : {std::pair{"a", &v.a}, {"b", &v.b}, {"c", &v.c}, {"d", &v.d}})
+    flat.arrays[name] = {DType::kFloat64, {64, 300}, data->data()};
+  Job uni;
+  uni.arrays["d"] = {DType::kFloat64, {64, 300}, v.d.data()};
+  uni.arrays["abc"] = {DType::kFloat64, {64, 300, 3}, abc.data()};
+  auto r1 = MakeClient().Solve(flat);
+  auto r2 = MakeClient().Solve(uni);
+  auto r3 = MakeClient(1024).Solve(uni);
+  ASSERT_TRUE(r1.ok()) << r1.status();
+  ASSERT_TRUE(r2.ok()) << r2.status();
+  ASSERT_TRUE(r3.ok()) << r3.status();
+  EXPECT_TRUE(r3->summary.streamed);
+  EXPECT_EQ(r2->x.shape, (std::vector<int64_t>{64, 300}));
+  ASSERT_EQ(r1->x.data.size(), r2->x.data.size());
+  const double* x1 = reinterpret_cast<const double*>(r1->x.data.data());
+  const double* x2 = reinterpret_cast<const double*>(r2->x.data.data());
+  for (size_t i = 0; i < v.a.size(); ++i) EXPECT_NEAR(x1[i], x2[i], 1e-13 * (1 + std::abs(x1[i])));
+  EXPECT_EQ(r2->x.data, r3->x.data);
+  EXPECT_LE(r2->summary.residual, 1e-15);
+  for (SolveStatus st : r2->status) EXPECT_EQ(st, SolveStatus::kOk);
+  // Variable sizes in the unified layout: [total, 3] with lengths.
+  const VarArrays w = MakeVar({3, 1, 4096, 70, 2}, 2, 17);
+  const std::vector<double> wabc = Unify(w);
+  Job var = VarJob(w);
+  var.arrays.erase("a");
+  var.arrays.erase("b");
+  var.arrays.erase("c");
+  var.arrays["abc"] = {DType::kFloat64, {int64_t(w.a.size()), 3}, wabc.data()};
+  auto r4 = MakeClient().Solve(var);
+  ASSERT_TRUE(r4.ok()) << r4.status();
+  ExpectSameAnswer(*r4, w, 1e-12);
+}
+
+TEST_F(VariableService, EveryBadAbcHasItsStatusAndNamesTheField) {
+  auto stub = testing::RawStub(server_->target());
+  using C = grpc::StatusCode;
+  // One system of 3 rows: [[2,1,0],[1,2,1],[0,1,2]] x = [4,8,8], x = [1, 2, 3].
+  auto good = [] {
+    v1::TridiagonalRequest r;
+    r.set_dtype(v1::FLOAT64);
+    Arr(r.mutable_abc(), {3, 3}, {0, 2, 1, 1, 2, 1, 1, 2, 0});
+    Arr(r.mutable_d(), {3}, {4, 8, 8});
+    return r;
+  };
+  struct Case {
+    const char* what;
+    C code;
+    const char* part;
+    std::function<void(v1::TridiagonalRequest&)> mutate;
+  };
+  std::vector<Case> cases = {
+      {"good", C::OK, "", [](auto&) {}},
+      {"a given too", C::INVALID_ARGUMENT, "abc: holds a, b and c: leave the arrays a, b and c unset",
+       [](auto& r) { Arr(r.mutable_a(), {3}, {0, 1, 1}); }},
+      {"interleaved", C::INVALID_ARGUMENT, "abc: the unified layout takes layout FLAT",
+       [](auto& r) { r.set_layout(v1::INTERLEAVED); }},
+      {"two values a row", C::INVALID_ARGUMENT, "abc has shape [3, 2], expected [3, 3]",
+       [](auto& r) {
+         r.mutable_abc()->Clear();
+         Arr(r.mutable_abc(), {3, 2}, {0, 2, 1, 1, 2, 1});
+       }},
+      {"transposed", C::INVALID_ARGUMENT, "abc has shape [1, 3, 3], expected [3, 3]",
+       [](auto& r) {
+         r.mutable_abc()->set_shape(0, 1);
+         r.mutable_abc()->set_shape(1, 3);
+         r.mutable_abc()->add_shape(3);
+       }},
+      {"bytes", C::INVALID_ARGUMENT, "abc has 64 bytes of data, expected 72",
+       [](auto& r) { r.mutable_abc()->mutable_data()->resize(64); }},
+      {"NaN", C::INVALID_ARGUMENT, "abc[1][2] is NaN",
+       [](auto& r) {
+         const double nan = std::nan("");
+         std::memcpy(r.mutable_abc()->mutable_data()->data() + 40, &nan, 8);
+       }},
+      {"lengths beside a wrong abc", C::INVALID_ARGUMENT, "abc has shape [3, 3, 1]",
+       [](auto& r) {
+         Lengths(r.mutable_lengths(), {1, 2});
+         r.mutable_abc()->add_shape(1);
+       }},
+  };
+  for (auto& k : cases) {
+    v1::TridiagonalRequest req = good();
+    k.mutate(req);
+    grpc::ClientContext ctx;
+    v1::SolveResponse resp;
+    const grpc::Status st = stub->SolveTridiagonal(&ctx, req, &resp);
+    EXPECT_EQ(st.error_code(), k.code) << k.what << ": " << st.error_message();
+    EXPECT_NE(st.error_message().find(k.part), std::string::npos)
+        << k.what << ": '" << st.error_message() << "' lacks '" << k.part << "'";
+    if (k.code == C::OK) {
+      const double* x = reinterpret_cast<const double*>(resp.x().data().data());
+      for (int i = 0; i < 3; ++i) EXPECT_NEAR(x[i], i + 1, 1e-15);
+    }
+  }
+  // CreateSystem keeps a, b, c only.
+  v1::CreateSystemRequest create;
+  *create.mutable_tridiagonal() = good();
+  create.mutable_tridiagonal()->clear_d();
+  grpc::ClientContext ctx;
+  v1::SystemInfo info;
+  const grpc::Status st = stub->CreateSystem(&ctx, create, &info);
+  EXPECT_EQ(st.error_code(), C::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("abc: CreateSystem takes a, b and c"), std::string::npos)
+      << st.error_message();
+}
+
+TEST_F(VariableService, CliSolvesTheUnifiedLayout) {
+  const std::string dir = std::filesystem::temp_directory_path() /
+                          ("trisolve_abc_cli_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const VarArrays v = MakeVar({20, 20, 20}, -1, 31);
+  const std::vector<double> abc = Unify(v);
+  ASSERT_TRUE(WriteNpy(dir + "/abc.npy", {DType::kFloat64, {3, 20, 3}, abc.data()}).ok());
+  ASSERT_TRUE(WriteNpy(dir + "/d.npy", {DType::kFloat64, {3, 20}, v.d.data()}).ok());
+  const std::string cli = ServerProcess::CliBin() + " --server " + server_->target() + " ";
+  auto [code, out] = Shell(cli + "solve tridiagonal abc=" + dir + "/abc.npy d=" + dir +
+                           "/d.npy -o " + dir + "/x.npy");
+  EXPECT_EQ(code, 0) << out;
+  auto x = ReadNpy(dir + "/x.npy");
+  ASSERT_TRUE(x.ok()) << x.status();
+  EXPECT_EQ(x->shape, (std::vector<int64_t>{3, 20}));
+  const std::vector<double> want = Reference<double>(v);
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(x->as<double>()[i], want[i], 1e-12);
+  // Neither a, b, c nor abc: the usage error lists a, b, c.
+  std::tie(code, out) = Shell(cli + "solve tridiagonal d=" + dir + "/d.npy");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("a=FILE b=FILE c=FILE"), std::string::npos) << out;
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace trisolve
