@@ -83,8 +83,9 @@ TEST(Dense, SingularMatricesAreFlagged) {
 }
 
 // The kept elimination (FactorDense, SolveFactored: what a dense system by handle reuses on the
-// CPU backend) gives the one-shot solve's x bit for bit, for many right-hand sides; a singular
-// matrix is SINGULAR with x = 0 for each of them.
+// CPU backend) gives the one-shot solve's x bit for bit, for many right-hand sides (both are the
+// elimination followed by its operations on b; this keeps them so); a singular matrix is
+// SINGULAR with x = 0 for each of them.
 template <typename T>
 void FactoredMatchesOneShot() {
   std::mt19937_64 rng(77);

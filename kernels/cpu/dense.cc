@@ -35,90 +35,128 @@ template int64_t FirstNonSymmetric(const DenseProblem<float>&);
 namespace cpu {
 namespace {
 
-// Gauss-Jordan on one system. M is the n x (n+1) augmented work matrix.
+// The largest |A| of each column: a pivot vanishes when it is below the rounding level of its
+// column in A, a test that does not change when a column or the whole matrix is scaled.
 template <typename T>
-bool GaussJordanOne(int64_t n, const T* A, const T* b, T* x, std::vector<T>& M,
-                    std::vector<T>& colmax) {
-  const int64_t w = n + 1;
-  for (int64_t i = 0; i < n; ++i) {
-    std::copy(A + i * n, A + (i + 1) * n, M.begin() + i * w);
-    M[i * w + n] = b[i];
-  }
-  // A pivot vanishes when it is below the rounding level of its column in A: a test that
-  // does not change when a column or the whole matrix is scaled.
+void ColumnMax(int64_t n, const T* A, std::vector<T>& colmax) {
   for (int64_t j = 0; j < n; ++j) {
     T m = T(0);
     for (int64_t i = 0; i < n; ++i) m = std::max(m, std::abs(A[i * n + j]));
     colmax[j] = m;
   }
-  // Phase 1: rows i = 0 .. n-1, zeros below the diagonal, each pivot row normalised.
+}
+
+// Gauss-Jordan on A, recorded in F (n x n): row k's multiplier of step i at F[k][i] (k > i),
+// the normalised pivot rows above the diagonal, 1 / pivot in inv, the exchanges in pivot. Phase
+// 1 (rows i = 0 .. n-1: zeros below the diagonal, each pivot row normalised) as the seed's
+// tasks: A_i pivot choice, B_{i,j,p} row exchange, C/D/F multipliers and subtraction below the
+// pivot, E_{i,j} normalisation. Phase 2 (zeros above the diagonal) changes b alone: it is
+// ApplyGaussJordanOne's.
+template <typename T>
+bool FactorGaussJordanOne(int64_t n, const T* A, T* F, T* inv, int64_t* pivot,
+                          std::vector<T>& colmax) {
+  std::copy(A, A + n * n, F);
+  ColumnMax(n, A, colmax);
   for (int64_t i = 0; i < n; ++i) {
-    // A_i: pivot choice.
     int64_t piv = i;
     for (int64_t k = i + 1; k < n; ++k)
-      if (std::abs(M[k * w + i]) > std::abs(M[piv * w + i])) piv = k;
-    const T pv = M[piv * w + i];
+      if (std::abs(F[k * n + i]) > std::abs(F[piv * n + i])) piv = k;
+    const T pv = F[piv * n + i];
     if (PivotVanishes(pv, T(n) * colmax[i])) return false;
-    // B_{i,j,p}: row exchange.
+    pivot[i] = piv;
     if (piv != i)
-      for (int64_t j = i; j < w; ++j) std::swap(M[i * w + j], M[piv * w + j]);
-    // C_{i,k}, D_{i,j,k}, F_{i,j,k}: multipliers and subtraction below the pivot.
+      for (int64_t j = i; j < n; ++j) std::swap(F[i * n + j], F[piv * n + j]);
     for (int64_t k = i + 1; k < n; ++k) {
-      const T m = M[k * w + i] / pv;
+      const T m = F[k * n + i] / pv;
+      F[k * n + i] = m;  // (the eliminated entry is never read again)
       if (m == T(0)) continue;
-      for (int64_t j = i; j < w; ++j) M[k * w + j] -= M[i * w + j] * m;
+      for (int64_t j = i + 1; j < n; ++j) F[k * n + j] -= F[i * n + j] * m;
     }
-    // E_{i,j}: normalisation of the pivot row.
-    const T inv = T(1) / pv;
-    for (int64_t j = i; j < w; ++j) M[i * w + j] *= inv;
+    inv[i] = T(1) / pv;
+    for (int64_t j = i + 1; j < n; ++j) F[i * n + j] *= inv[i];
   }
-  // Phase 2: rows i = n-1 .. 1, zeros above the diagonal (only columns i and n change).
-  for (int64_t i = n - 1; i >= 1; --i) {
-    for (int64_t k = i - 1; k >= 0; --k) {
-      const T m = M[k * w + i];
-      M[k * w + n] -= M[i * w + n] * m;
-      M[k * w + i] = T(0);
+  return true;
+}
+
+// Gauss-Jordan's operations on b, from the recorded elimination: the same in the same order as
+// when b is eliminated beside A (its augmented column), so x does not depend on which is done.
+template <typename T>
+bool ApplyGaussJordanOne(int64_t n, const T* F, const T* inv, const int64_t* pivot, const T* b,
+                         T* x) {
+  std::copy(b, b + n, x);
+  for (int64_t i = 0; i < n; ++i) {
+    if (pivot[i] != i) std::swap(x[i], x[pivot[i]]);
+    for (int64_t k = i + 1; k < n; ++k) {
+      const T m = F[k * n + i];
+      if (m == T(0)) continue;
+      x[k] -= x[i] * m;
     }
+    x[i] *= inv[i];
   }
-  for (int64_t i = 0; i < n; ++i) x[i] = M[i * w + n];
+  for (int64_t i = n - 1; i >= 1; --i)
+    for (int64_t k = i - 1; k >= 0; --k) x[k] -= x[i] * F[k * n + i];
   return AllFinite(n, 1, x);
 }
 
-// LU with partial pivoting on one system (right-looking, as LAPACK's getf2), then the two
-// triangular solves. The vanishing-pivot test is Gauss-Jordan's.
+// LU with partial pivoting (right-looking, as LAPACK's getf2; rows exchanged whole, L kept in
+// place). The vanishing-pivot test is Gauss-Jordan's.
 template <typename T>
-bool LuOne(int64_t n, const T* A, const T* b, T* x, std::vector<T>& M, std::vector<T>& colmax) {
-  std::copy(A, A + n * n, M.begin());
-  for (int64_t j = 0; j < n; ++j) {
-    T m = T(0);
-    for (int64_t i = 0; i < n; ++i) m = std::max(m, std::abs(A[i * n + j]));
-    colmax[j] = m;
-  }
-  for (int64_t i = 0; i < n; ++i) x[i] = b[i];
+bool FactorLuOne(int64_t n, const T* A, T* F, int64_t* pivot, std::vector<T>& colmax) {
+  std::copy(A, A + n * n, F);
+  ColumnMax(n, A, colmax);
   for (int64_t k = 0; k < n; ++k) {
     int64_t piv = k;
     for (int64_t i = k + 1; i < n; ++i)
-      if (std::abs(M[i * n + k]) > std::abs(M[piv * n + k])) piv = i;
-    const T pv = M[piv * n + k];
+      if (std::abs(F[i * n + k]) > std::abs(F[piv * n + k])) piv = i;
+    const T pv = F[piv * n + k];
     if (PivotVanishes(pv, T(n) * colmax[k])) return false;
-    if (piv != k) {
-      for (int64_t j = 0; j < n; ++j) std::swap(M[k * n + j], M[piv * n + j]);
-      std::swap(x[k], x[piv]);
-    }
+    pivot[k] = piv;
+    if (piv != k)
+      for (int64_t j = 0; j < n; ++j) std::swap(F[k * n + j], F[piv * n + j]);
     for (int64_t i = k + 1; i < n; ++i) {
-      const T l = M[i * n + k] / pv;
-      M[i * n + k] = l;
+      const T l = F[i * n + k] / pv;
+      F[i * n + k] = l;
       if (l == T(0)) continue;
-      for (int64_t j = k + 1; j < n; ++j) M[i * n + j] -= l * M[k * n + j];
+      for (int64_t j = k + 1; j < n; ++j) F[i * n + j] -= l * F[k * n + j];
+    }
+  }
+  return true;
+}
+
+// LU's operations on b: every interchange first, then L and U (a value receives the same
+// updates in the same order as when the interchanges came between them, since each one moves
+// its row's multipliers along).
+template <typename T>
+bool ApplyLuOne(int64_t n, const T* F, const int64_t* pivot, const T* b, T* x) {
+  std::copy(b, b + n, x);
+  for (int64_t k = 0; k < n; ++k)
+    if (pivot[k] != k) std::swap(x[k], x[pivot[k]]);
+  for (int64_t k = 0; k < n; ++k)
+    for (int64_t i = k + 1; i < n; ++i) {
+      const T l = F[i * n + k];
+      if (l == T(0)) continue;
       x[i] -= l * x[k];
     }
-  }
   for (int64_t i = n - 1; i >= 0; --i) {
     T acc = x[i];
-    for (int64_t j = i + 1; j < n; ++j) acc -= M[i * n + j] * x[j];
-    x[i] = acc / M[i * n + i];
+    for (int64_t j = i + 1; j < n; ++j) acc -= F[i * n + j] * x[j];
+    x[i] = acc / F[i * n + i];
   }
   return AllFinite(n, 1, x);
+}
+
+// One system, one right-hand side: the elimination, then its operations on b. F (n x n), inv
+// and pivot (n) are the caller's work space.
+template <typename T>
+bool GaussJordanOne(int64_t n, const T* A, const T* b, T* x, T* F, T* inv, int64_t* pivot,
+                    std::vector<T>& colmax) {
+  return FactorGaussJordanOne(n, A, F, inv, pivot, colmax) &&
+         ApplyGaussJordanOne(n, F, inv, pivot, b, x);
+}
+template <typename T>
+bool LuOne(int64_t n, const T* A, const T* b, T* x, T* F, int64_t* pivot,
+           std::vector<T>& colmax) {
+  return FactorLuOne(n, A, F, pivot, colmax) && ApplyLuOne(n, F, pivot, b, x);
 }
 
 // Householder tridiagonalisation of symmetric A (n x n work copy W, overwritten), the
@@ -195,108 +233,6 @@ bool HouseholderPcrOne(int64_t n, const T* A, const T* b, T* x, std::vector<T>& 
   return AllFinite(n, 1, x);
 }
 
-// Gauss-Jordan's elimination of A alone (GaussJordanOne without the b column), recorded in F
-// (n x n): row k's multiplier of step i at F[k][i] (k > i), the normalised pivot rows above the
-// diagonal, 1 / pivot in inv. The same operations in the same order as GaussJordanOne.
-template <typename T>
-bool FactorGaussJordanOne(int64_t n, const T* A, T* F, T* inv, int64_t* pivot,
-                          std::vector<T>& colmax) {
-  std::copy(A, A + n * n, F);
-  for (int64_t j = 0; j < n; ++j) {
-    T m = T(0);
-    for (int64_t i = 0; i < n; ++i) m = std::max(m, std::abs(A[i * n + j]));
-    colmax[j] = m;
-  }
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t piv = i;
-    for (int64_t k = i + 1; k < n; ++k)
-      if (std::abs(F[k * n + i]) > std::abs(F[piv * n + i])) piv = k;
-    const T pv = F[piv * n + i];
-    if (PivotVanishes(pv, T(n) * colmax[i])) return false;
-    pivot[i] = piv;
-    if (piv != i)
-      for (int64_t j = i; j < n; ++j) std::swap(F[i * n + j], F[piv * n + j]);
-    for (int64_t k = i + 1; k < n; ++k) {
-      const T m = F[k * n + i] / pv;
-      F[k * n + i] = m;  // (the eliminated entry is never read again)
-      if (m == T(0)) continue;
-      for (int64_t j = i + 1; j < n; ++j) F[k * n + j] -= F[i * n + j] * m;
-    }
-    inv[i] = T(1) / pv;
-    for (int64_t j = i + 1; j < n; ++j) F[i * n + j] *= inv[i];
-  }
-  return true;
-}
-
-// GaussJordanOne's operations on the b column, from the recorded elimination.
-template <typename T>
-bool ApplyGaussJordanOne(int64_t n, const T* F, const T* inv, const int64_t* pivot, const T* b,
-                         T* x) {
-  std::copy(b, b + n, x);
-  for (int64_t i = 0; i < n; ++i) {
-    if (pivot[i] != i) std::swap(x[i], x[pivot[i]]);
-    for (int64_t k = i + 1; k < n; ++k) {
-      const T m = F[k * n + i];
-      if (m == T(0)) continue;
-      x[k] -= x[i] * m;
-    }
-    x[i] *= inv[i];
-  }
-  for (int64_t i = n - 1; i >= 1; --i)
-    for (int64_t k = i - 1; k >= 0; --k) x[k] -= x[i] * F[k * n + i];
-  return AllFinite(n, 1, x);
-}
-
-// LuOne's factorisation alone (rows exchanged whole, as getrf does).
-template <typename T>
-bool FactorLuOne(int64_t n, const T* A, T* F, int64_t* pivot, std::vector<T>& colmax) {
-  std::copy(A, A + n * n, F);
-  for (int64_t j = 0; j < n; ++j) {
-    T m = T(0);
-    for (int64_t i = 0; i < n; ++i) m = std::max(m, std::abs(A[i * n + j]));
-    colmax[j] = m;
-  }
-  for (int64_t k = 0; k < n; ++k) {
-    int64_t piv = k;
-    for (int64_t i = k + 1; i < n; ++i)
-      if (std::abs(F[i * n + k]) > std::abs(F[piv * n + k])) piv = i;
-    const T pv = F[piv * n + k];
-    if (PivotVanishes(pv, T(n) * colmax[k])) return false;
-    pivot[k] = piv;
-    if (piv != k)
-      for (int64_t j = 0; j < n; ++j) std::swap(F[k * n + j], F[piv * n + j]);
-    for (int64_t i = k + 1; i < n; ++i) {
-      const T l = F[i * n + k] / pv;
-      F[i * n + k] = l;
-      if (l == T(0)) continue;
-      for (int64_t j = k + 1; j < n; ++j) F[i * n + j] -= l * F[k * n + j];
-    }
-  }
-  return true;
-}
-
-// LuOne's operations on b: every interchange first, then L and U (a value receives the same
-// updates in the same order as when the interchanges came between them, since each one moves
-// its row's multipliers along).
-template <typename T>
-bool ApplyLuOne(int64_t n, const T* F, const int64_t* pivot, const T* b, T* x) {
-  std::copy(b, b + n, x);
-  for (int64_t k = 0; k < n; ++k)
-    if (pivot[k] != k) std::swap(x[k], x[pivot[k]]);
-  for (int64_t k = 0; k < n; ++k)
-    for (int64_t i = k + 1; i < n; ++i) {
-      const T l = F[i * n + k];
-      if (l == T(0)) continue;
-      x[i] -= l * x[k];
-    }
-  for (int64_t i = n - 1; i >= 0; --i) {
-    T acc = x[i];
-    for (int64_t j = i + 1; j < n; ++j) acc -= F[i * n + j] * x[j];
-    x[i] = acc / F[i * n + i];
-  }
-  return AllFinite(n, 1, x);
-}
-
 }  // namespace
 
 template <typename T>
@@ -305,9 +241,12 @@ SolveInfo SolveDense(const DenseProblem<T>& p, DenseMethod method, DenseOutput<T
   const int64_t n = p.n;
 #pragma omp parallel
   {
-    std::vector<T> M, colmax, W, V, H, work;
+    std::vector<T> M, inv, colmax, W, V, H, work;
+    std::vector<int64_t> pivot;
     if (method == DenseMethod::kGaussJordan || method == DenseMethod::kLu) {
-      M.resize(n * (n + 1));
+      M.resize(n * n);
+      inv.resize(n);
+      pivot.resize(n);
       colmax.resize(n);
     } else {
       W.resize(n * n);
@@ -320,8 +259,10 @@ SolveInfo SolveDense(const DenseProblem<T>& p, DenseMethod method, DenseOutput<T
       const T* A = p.A + s * n * n;
       const T* b = p.b + s * n;
       T* x = out.x + s * n;
-      const bool ok = method == DenseMethod::kGaussJordan ? GaussJordanOne(n, A, b, x, M, colmax)
-                      : method == DenseMethod::kLu    ? LuOne(n, A, b, x, M, colmax)
+      const bool ok =
+          method == DenseMethod::kGaussJordan
+              ? GaussJordanOne(n, A, b, x, M.data(), inv.data(), pivot.data(), colmax)
+          : method == DenseMethod::kLu ? LuOne(n, A, b, x, M.data(), pivot.data(), colmax)
                                                       : HouseholderPcrOne(n, A, b, x, W, V, H, work);
       if (!ok) ZeroStrided(n, 1, x);
       out.status[s] = ok ? SystemStatus::kOk : SystemStatus::kSingular;
