@@ -279,6 +279,17 @@ absl::Status Client::UnregisterMemory(const SharedMemory& memory) {
   return impl_->Unregister(memory.data());
 }
 
+absl::Status Client::RegisterCudaMemory(const CudaMemory& memory, const std::string& name,
+                                        double ttl_s) {
+  if (!impl_->setup.ok()) return impl_->setup;
+  return impl_->RegisterCuda(memory, name, ttl_s);
+}
+
+absl::Status Client::UnregisterCudaMemory(const CudaMemory& memory) {
+  if (!impl_->setup.ok()) return impl_->setup;
+  return impl_->Unregister(static_cast<const std::byte*>(memory.data));
+}
+
 std::string Client::SharedMemoryState() const {
   std::lock_guard<std::mutex> lock(impl_->shm_mu);
   if (impl_->options.transport == Transport::kGrpc || impl_->shm == Impl::Shm::kNo) return "grpc";

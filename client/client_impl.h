@@ -72,6 +72,7 @@ struct Client::Impl {
   // ttl_s: the server's idle time-to-live for the region, when asked for.
   absl::Status Register(const SharedMemory& m, const std::string& name, double* ttl_s = nullptr);
   absl::Status Unregister(const std::byte* base);
+  absl::Status RegisterCuda(const CudaMemory& m, const std::string& name, double ttl_s);
   // A registered staging region of at least `bytes`, or an error (auto then tries the next
   // path, and stops trying shared memory where the server cannot map this process's memory).
   absl::StatusOr<std::unique_ptr<SharedMemory>> AcquireArena(int64_t bytes);

@@ -84,13 +84,37 @@ absl::Status Client::Impl::Register(const SharedMemory& m, const std::string& na
   return absl::OkStatus();
 }
 
+absl::Status Client::Impl::RegisterCuda(const CudaMemory& m, const std::string& name,
+                                        double ttl_s) {
+  if (replicas && replicas->balanced())
+    return absl::FailedPreconditionError(
+        "CUDA memory needs a client of one server: this one balances over replicas");
+  if (m.data == nullptr || m.bytes <= 0)
+    return absl::InvalidArgumentError("CudaMemory: data and bytes must describe memory");
+  v1::RegisterCudaMemoryRequest req;
+  req.set_name(name);
+  req.set_handle(m.handle);
+  req.set_device(m.device);
+  req.set_offset(m.offset);
+  req.set_bytes(m.bytes);
+  req.set_ttl_s(ttl_s);
+  grpc::ClientContext ctx;
+  Auth(ctx);
+  v1::MemoryRegion resp;
+  grpc::Status st = stub->RegisterCudaMemory(&ctx, req, &resp);
+  if (!st.ok()) return FromGrpc(st);
+  std::lock_guard<std::mutex> lock(shm_mu);
+  registered.push_back({static_cast<const std::byte*>(m.data), m.bytes, name});
+  return absl::OkStatus();
+}
+
 absl::Status Client::Impl::Unregister(const std::byte* base) {
   std::string name;
   {
     std::lock_guard<std::mutex> lock(shm_mu);
     auto it = std::find_if(registered.begin(), registered.end(),
                            [&](const Registered& r) { return r.base == base; });
-    if (it == registered.end()) return absl::NotFoundError("this shared memory is not registered");
+    if (it == registered.end()) return absl::NotFoundError("this memory is not registered");
     name = it->name;
     registered.erase(it);
   }
