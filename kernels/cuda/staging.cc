@@ -98,8 +98,10 @@ absl::StatusOr<int64_t> AllocationBytes(const void* p) {
   if (fn == nullptr) return absl::InternalError("cuMemGetAddressRange is not available");
   CUdeviceptr base = 0;
   size_t size = 0;
-  if (fn(&base, &size, CUdeviceptr(reinterpret_cast<uintptr_t>(p))) != CUDA_SUCCESS)
-    return absl::InternalError("cuMemGetAddressRange failed on a mapped IPC handle");
+  if (const CUresult r = fn(&base, &size, CUdeviceptr(reinterpret_cast<uintptr_t>(p)));
+      r != CUDA_SUCCESS)
+    return absl::InternalError(
+        absl::StrCat("cuMemGetAddressRange failed on an opened IPC handle (CUresult ", int(r), ")"));
   return int64_t(size) - int64_t(CUdeviceptr(reinterpret_cast<uintptr_t>(p)) - base);
 }
 
