@@ -11,7 +11,9 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -193,6 +195,90 @@ void SolveInDeviceMemory(Client& client, DeviceArena& arena, const Tri<T>& t,
   EXPECT_LE(MaxRelDiff(xs, want->x.template as<T>()), sizeof(T) == 8 ? 1e-12 : 1e-5)
       << got->summary.method << " against " << want->summary.method;
   EXPECT_LE(t.BackwardError(xs), sizeof(T) == 8 ? 1e-13 : 1e-5);
+}
+
+// Any family: `host` by name (float64 but int32 index arrays), those named in `on_device` put
+// in the device region, x there too; against the same job over the socket.
+struct Named {
+  std::vector<int64_t> shape;
+  std::vector<double> f64;
+  std::vector<int32_t> i32;
+};
+void BothWays(Client& client, DeviceArena& arena, Kind kind, const std::map<std::string, Named>& host,
+              const std::set<std::string>& on_device, const std::string& x_like) {
+  Job job{kind};
+  for (const auto& [name, a] : host)
+    job.arrays[name] = a.i32.empty() ? ArrayView{DType::kFloat64, a.shape, a.f64.data()}
+                                     : ArrayView{DType::kInt32, a.shape, a.i32.data()};
+  auto want = client.Solve(job);
+  ASSERT_TRUE(want.ok()) << want.status();
+  for (const auto& name : on_device) {
+    const Named& a = host.at(name);
+    job.arrays[name].data = a.i32.empty() ? static_cast<const void*>(arena.Put(a.f64))
+                                          : static_cast<const void*>(arena.Put(a.i32));
+  }
+  const int64_t xn = int64_t(host.at(x_like).f64.size());
+  double* x = arena.Take<double>(xn);
+  job.options.x_out = x;
+  auto got = client.Solve(job);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->summary.ok, want->summary.ok);
+  EXPECT_EQ(got->summary.ok, got->summary.systems);
+  EXPECT_LE(MaxRelDiff(DeviceArena::Get(x, xn), want->x.as<double>()), 1e-12)
+      << got->summary.method << " against " << want->summary.method;
+}
+
+std::vector<double> Uniform(size_t count, double lo, double hi, unsigned seed) {
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<double> u(lo, hi);
+  std::vector<double> v(count);
+  for (double& e : v) e = u(g);
+  return v;
+}
+
+TEST(CudaMemory, TreeAndDenseSolvesReadAndWriteTheClientsDeviceMemory) {
+  REQUIRE_DEVICE();
+  ServerProcess server({}, "cuda");
+  ASSERT_GT(server.port(), 0) << server.Log();
+  Client client(Opts(server));
+  DeviceArena arena(int64_t{64} << 20);
+  auto mem = DescribeCudaMemory(arena.base(), arena.bytes());
+  ASSERT_TRUE(mem.ok()) << mem.status();
+  ASSERT_TRUE(client.RegisterCudaMemory(*mem, "dev").ok());
+  // Tree: 256 cells of one random 300-node tree (parent in host memory, the server reads it;
+  // or in device memory, copied across for it), and auto's smallest through host copies.
+  for (const auto& [batch, parent_on_device] : {std::pair{int64_t{256}, false}, {int64_t{256}, true},
+                                                {int64_t{2}, false}}) {
+    SCOPED_TRACE(::testing::Message() << "tree batch " << batch
+                                      << (parent_on_device ? ", parent on the device" : ""));
+    const int64_t n = 300, e = batch * n;
+    std::map<std::string, Named> t;
+    t["parent"].shape = {n};
+    std::mt19937 g(5);
+    for (int64_t i = 0; i < n; ++i)
+      t["parent"].i32.push_back(i == 0 ? -1 : int32_t(std::max<int64_t>(0, i - 1 - int64_t(g() % 4))));
+    for (const char* name : {"lower", "upper", "diag", "rhs"}) t[name].shape = {batch, n};
+    t["lower"].f64 = Uniform(size_t(e), -1, 1, 6);
+    t["upper"].f64 = Uniform(size_t(e), -1, 1, 7);
+    t["diag"].f64 = Uniform(size_t(e), 8, 10, 8);
+    t["rhs"].f64 = Uniform(size_t(e), -5, 5, 9);
+    std::set<std::string> dev = {"lower", "upper", "diag", "rhs"};
+    if (parent_on_device) dev.insert("parent");
+    BothWays(client, arena, Kind::kTree, t, dev, "rhs");
+  }
+  // Dense: 64 systems of order 48, every array on the device.
+  {
+    const int64_t batch = 64, n = 48;
+    std::map<std::string, Named> d;
+    d["a"].shape = {batch, n, n};
+    d["a"].f64 = Uniform(size_t(batch * n * n), -1, 1, 10);
+    for (int64_t s = 0; s < batch; ++s)
+      for (int64_t i = 0; i < n; ++i) d["a"].f64[size_t((s * n + i) * n + i)] += 2 * double(n);
+    d["b"].shape = {batch, n};
+    d["b"].f64 = Uniform(size_t(batch * n), -1, 1, 11);
+    BothWays(client, arena, Kind::kDense, d, {"a", "b"}, "b");
+  }
+  EXPECT_TRUE(client.UnregisterCudaMemory(*mem).ok());
 }
 
 std::string TokenFile() {

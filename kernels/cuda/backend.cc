@@ -119,14 +119,14 @@ class CudaBackend final : public Backend {
   }
   absl::StatusOr<SolveInfo> Solve(const TreeProblem<double>& p, TreeMethod m,
                                   TreeOutput<double> out, const SolveControl& c) override {
-    if (ClientDevice(p, out.x)) return ThroughHost(p, m, out, c);
+    if (ClientDevice(p, out.x) && !TreeMayStayOnDevice(p, m)) return ThroughHost(p, m, out, c);
     if (OnHost(m == TreeMethod::kAuto, p.batch * p.n)) return Host(cpu_->Solve(p, m, out, c));
     UseDevice();
     return SolveTreeOnDevice(p, m, out, c);
   }
   absl::StatusOr<SolveInfo> Solve(const TreeProblem<float>& p, TreeMethod m,
                                   TreeOutput<float> out, const SolveControl& c) override {
-    if (ClientDevice(p, out.x)) return ThroughHost(p, m, out, c);
+    if (ClientDevice(p, out.x) && !TreeMayStayOnDevice(p, m)) return ThroughHost(p, m, out, c);
     if (OnHost(m == TreeMethod::kAuto, p.batch * p.n)) return Host(cpu_->Solve(p, m, out, c));
     UseDevice();
     return SolveTreeOnDevice(p, m, out, c);
@@ -351,7 +351,8 @@ class CudaBackend final : public Backend {
   // ---- arrays in a client's device memory (OpenDeviceMemory) -------------------------------
   // Where every read and write of them happens on the device (Staged takes them in place),
   // a call goes as it would; a path that reads them on the host (auto's smallest requests,
-  // the host's pivoting, the tree and block-tridiagonal families) gets host copies instead,
+  // the host's pivoting and second solves, the tree family's host paths, the block-tridiagonal
+  // family and every prepared system but tridiagonal and dense ones) gets host copies instead,
   // and x is copied to the device after.
   class HostCopies {
    public:
@@ -436,6 +437,14 @@ class CudaBackend final : public Backend {
   template <typename T>
   bool TriOnDeviceOnly(const TridiagonalProblem<T>& p, TridiagonalMethod m) const {
     return TriOnDeviceOnly(p.batch, p.unknowns(), m, p.variable() || p.unified());
+  }
+  // A tree call whose values the device paths read in place (the parent array, read on the
+  // host for the plan, must be host memory); SolveTreeOnDevice sends a call whose path turns
+  // out to be the host's through host copies.
+  template <typename T>
+  bool TreeMayStayOnDevice(const TreeProblem<T>& p, TreeMethod m) const {
+    return !OnHost(m == TreeMethod::kAuto, p.batch * p.n) &&
+           !OnDevice(p.parent, p.parent_per_system ? p.batch * p.n : p.n);
   }
   bool PreparedOnDeviceOnly(const PreparedSystem& system, int64_t k) const {
     const SystemSpec& s = system.spec();
@@ -763,7 +772,10 @@ class CudaBackend final : public Backend {
       plan = *made;
     }
     const cuda::TreePath path = cuda::ChooseTreePath(p, m, plan.get());
-    if (path == cuda::TreePath::kHost) return Host(cpu_->Solve(p, m, out, c));
+    if (path == cuda::TreePath::kHost) {
+      if (resident == nullptr && ClientDevice(p, out.x)) return ThroughHost(p, m, out, c);
+      return Host(cpu_->Solve(p, m, out, c));
+    }
     const bool contraction = path == cuda::TreePath::kContractionBlock;
     const bool block = path == cuda::TreePath::kCablesBlock;
     const bool cables = block || path == cuda::TreePath::kCables;
