@@ -118,8 +118,8 @@ struct Job {
   bool x_on_device = false;  // x_out is a client's device memory
   // Some array or x lies in a client's device memory: the job's values are checked on the
   // device, it is not batched, and no residual is computed on the host.
-  bool device_arrays() const {
-    if (x_on_device) return true;
+  bool device_arrays() const { return x_on_device || inputs_on_device(); }
+  bool inputs_on_device() const {
     for (const auto& [name, a] : arrays)
       if (a.on_device) return true;
     return false;

@@ -496,8 +496,9 @@ absl::StatusOr<Job> FromUnary(const Req& r, const JobLimits& l, DeclareOptions o
     job.x_out = *x;
   }
   // (Not one matrix for many right-hand sides: its coefficients go to the device by another
-  // path, Prepare, which checks nothing.) Arrays in device memory: always on the device.
-  if (job.device_arrays() ||
+  // path, Prepare, which checks nothing.) Arrays in device memory: always on the device (x
+  // there changes nothing: the inputs are checked wherever they are).
+  if (job.inputs_on_device() ||
       (o.defer_finite && !job.shared_matrix && job.total_bytes() >= kDeviceCheckBytes)) {
     job.values_checked = false;
     if (auto st = CheckStructure(job); !st.ok()) return st;

@@ -278,6 +278,26 @@ TEST_F(DeviceRegions, ANonFiniteValueInDeviceMemoryIsNamedByPosition) {
   EXPECT_TRUE(Solve("alice", InRegion("r", 0, kBatch, kN, true)).ok());
 }
 
+TEST_F(DeviceRegions, OneMatrixForManyRightHandSidesIsCheckedOnTheHostWithXOnTheDevice) {
+  ASSERT_TRUE(Register("alice", "r").ok());
+  // a, b, c of one system (the first kN values of each array), d of kBatch systems.
+  v1::TridiagonalRequest r = InRegion("r", 0, kBatch, kN, true);
+  for (v1::Array* a : {r.mutable_a(), r.mutable_b(), r.mutable_c()}) {
+    a->clear_shape();
+    a->add_shape(kN);
+  }
+  auto a = Solve("alice", r);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->summary.right_hand_sides, kBatch);
+  EXPECT_LT(Residual(X()), 1e-12);
+  // Its coefficients go through Prepare, which checks nothing: a NaN there is found on the
+  // host, x in device memory or not.
+  Poke(kE + 7, std::numeric_limits<double>::quiet_NaN());
+  auto bad = Solve("alice", r);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << bad.status();
+  EXPECT_NE(bad.status().message().find("b[7] is NaN"), std::string::npos) << bad.status();
+}
+
 TEST_F(DeviceRegions, PersistentSystemsCopyTheCoefficientsAndSolveTheRightHandSideInPlace) {
   ASSERT_TRUE(Register("alice", "r").ok());
   Call c = MakeCall("alice");
