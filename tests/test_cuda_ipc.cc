@@ -23,6 +23,7 @@
 #include "trisolve/backend.h"
 #include "trisolve/client.h"
 #include "trisolve/cuda_ipc.h"
+#include "trisolve/examples.h"
 #include "trisolve/v1/trisolve.grpc.pb.h"
 
 namespace trisolve {
@@ -247,7 +248,7 @@ std::vector<double> Uniform(size_t count, double lo, double hi, unsigned seed) {
   return v;
 }
 
-TEST(CudaMemory, TreeAndDenseSolvesReadAndWriteTheClientsDeviceMemory) {
+TEST(CudaMemory, EveryOtherFamilyAndFormSolvesFromAndIntoTheClientsDeviceMemory) {
   REQUIRE_DEVICE();
   ServerProcess server({}, "cuda");
   ASSERT_GT(server.port(), 0) << server.Log();
@@ -288,6 +289,35 @@ TEST(CudaMemory, TreeAndDenseSolvesReadAndWriteTheClientsDeviceMemory) {
     d["b"].shape = {batch, n};
     d["b"].f64 = Uniform(size_t(batch * n), -1, 1, 11);
     BothWays(client, arena, Kind::kDense, d, {"a", "b"}, "b");
+  }
+  // Through host copies, correct all the same: the block-tridiagonal family, and a
+  // variable-size tridiagonal batch (its lengths read on the host).
+  {
+    std::map<std::string, Named> b;
+    std::set<std::string> dev;
+    for (const auto& [name, a] : examples::ThesisExperiment1(48, 40)) {
+      b[name].shape = a.shape;
+      b[name].f64.assign(a.as<double>(), a.as<double>() + a.elements());
+      dev.insert(name);
+    }
+    BothWays(client, arena, Kind::kBlockTridiagonal, b, dev, "f");
+  }
+  {
+    std::map<std::string, Named> v;
+    std::mt19937 g(12);
+    int64_t total = 0;
+    for (int s = 0; s < 100; ++s) {
+      v["lengths"].i32.push_back(int32_t(50 + g() % 100));
+      total += v["lengths"].i32.back();
+    }
+    v["lengths"].shape = {100};
+    unsigned seed = 13;
+    for (const char* name : {"a", "b", "c", "d"}) {
+      v[name].shape = {total};
+      v[name].f64 = Uniform(size_t(total), -1, 1, seed++);
+    }
+    for (double& e : v["b"].f64) e += 3;
+    BothWays(client, arena, Kind::kTridiagonal, v, {"a", "b", "c", "d", "lengths"}, "d");
   }
   EXPECT_TRUE(client.UnregisterCudaMemory(*mem).ok());
 }
