@@ -339,6 +339,10 @@ namespace {
 
 // A copy of `v` in type `want`.
 absl::StatusOr<NdArray> Converted(const std::string& name, const ArrayView& v, DType want) {
+  if (internal::InCudaMemory(v.data, v.bytes()))
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": is ", DTypeName(v.dtype), " in CUDA memory, and it travels as ", DTypeName(want),
+        ": the client cannot convert device memory (give it that type)"));
   NdArray tmp;
   tmp.dtype = v.dtype;
   tmp.shape = v.shape;

@@ -371,6 +371,17 @@ TEST(CudaMemory, TridiagonalSolvesReadAndWriteTheClientsDeviceMemory) {
     EXPECT_NE(xs[size_t(4 * t.n)], 7.0);
   }
 
+  // An array of another type than the job's in device memory: the client would have to convert
+  // it on the host, which it cannot: refused, named, before anything is sent.
+  {
+    Tri<double> t(64, 100, false, 9);
+    Job mixed = HostJob(t);
+    std::vector<float> d32(t.d.begin(), t.d.end());
+    mixed.arrays["d"] = {DType::kFloat32, t.shape(), arena.Put(d32)};
+    Expect(client.Solve(mixed).status(), absl::StatusCode::kInvalidArgument,
+           "d: is float32 in CUDA memory");
+  }
+
   auto info = client.Info();
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->backend, "cuda");
