@@ -117,16 +117,16 @@ def render_variable(baselines, gpu):
     for (dtype, n, batch, layout, kernel), r in fastest.items():
         if layout.startswith("variable"):
             lo, hi = layout.split()[1].split("-")
-            shape = f"n uniform in {lo} … {hi}"
+            shape = f"uniform in {lo} … {hi}"
         else:
-            shape = f"n = {n}, {layout}"
+            shape = f"{n} ({layout})"
         err = float(r["max_rel_diff"])
         body.append([dtype, shape, f"{int(batch):,}", kernel.replace("trisolve ", ""),
                      ms(r["ms"]), r["gbs"], f"{100 * float(r['fraction_of_copy']):.1f}%",
                      f"{err:.1e}" if err >= 0 else "-"])
     lines = [f"{rows[0]['device']}, device-to-device copy {rows[0]['copy_gbs']} GB/s; 2^24 "
              "unknowns per shape", ""]
-    return lines + table(["dtype", "systems", "count", "kernel", "time", "GB/s",
+    return lines + table(["dtype", "rows a system", "systems", "kernel", "time", "GB/s",
                           "of the copy rate", "max rel. diff"], body)
 
 
