@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Turns the table a bench_tree or bench_dense run prints into a CSV, row for row, so that the
-performance tables can be generated from it (tests/bench/perf_tables.py). bench_tridiagonal
-writes its CSV itself (--csv FILE). Lines that are not table rows (comments, headers) are
-skipped; a log with no rows is an error.
+"""Turns the tables a bench_tree, bench_dense or bench_block run prints into a CSV, row for row,
+so that the performance tables can be generated from it (tests/bench/perf_tables.py).
+bench_tridiagonal writes its CSV itself (--csv FILE). Lines that are not table rows (comments,
+headers) are skipped; a log with no rows is an error.
   python3 tests/bench/log_to_csv.py tree  LOG > tests/bench/baselines/GPU/bench_tree.csv
-  python3 tests/bench/log_to_csv.py dense LOG > tests/bench/baselines/GPU/bench_dense.csv"""
+  python3 tests/bench/log_to_csv.py dense LOG > tests/bench/baselines/GPU/bench_dense.csv
+  python3 tests/bench/log_to_csv.py block LOG > tests/bench/baselines/GPU/bench_block.csv"""
 import csv
 import re
 import sys
@@ -78,11 +79,81 @@ def dense(lines):
     return header, out
 
 
+def block(lines):
+    """One row a measurement: `experiment` says which of the log's tables it comes from."""
+    header = ["device", "copy_gbs", "experiment", "n", "method", "path", "L", "iterations",
+              "residual", "ms", "floor_ms", "ratio", "l1_ms", "l64_ms", "thesis_seq_s",
+              "thesis_gpu_s"]
+    device = copy = ""
+    out = []
+    section = ""
+
+    def row(**kv):
+        r = dict.fromkeys(header, "")
+        r.update(device=device, copy_gbs=copy, **kv)
+        out.append([r[h] for h in header])
+    thesis = re.compile(rf"\s*(\d+)\s+(\d+)\s+{NUM} s\s+{NUM} s\s+{NUM} ms\s+\d+x$")
+    floor = re.compile(rf"\s*(\d+) (red-black|jacobi|gauss-seidel)\s+{NUM} ms\s+{NUM} ms"
+                       rf"\s+{NUM}x$")
+    path = re.compile(rf"\s*(\d+) (red-black|jacobi|gauss-seidel)\s+(.+?)\s+{NUM} ms\s+{NUM} ms"
+                      rf"\s+{NUM} ms$")
+    solve = re.compile(rf"N=M=(\d+): (\d+) (sweeps|iterations), residual {NUM}, {NUM} ms")
+    pair = re.compile(rf"N=M=(\d+): red-black (\d+) sweeps {NUM} ms; multigrid-bicgstab (\d+) "
+                      rf"iterations {NUM} ms \(residuals {NUM}, {NUM}\)")
+    for line in lines:
+        m = re.match(r"device: (.+?); device-to-device copy (\d+) GB/s", line)
+        if m:
+            device, copy = m.groups()
+            continue
+        if re.match(r"(experiment|one sweep|sweep paths)", line):
+            section = line
+            continue
+        m = thesis.match(line)
+        if m and section.startswith("experiment 1 (tables"):
+            n, L, seq, gpu, ms = m.groups()
+            row(experiment="fixed-L", n=n, method="red-black", L=L, ms=ms, thesis_seq_s=seq,
+                thesis_gpu_s=gpu)
+            continue
+        m = floor.match(line)
+        if m:
+            n, method, ms, fl, ratio = m.groups()
+            row(experiment="sweep", n=n, method=method, ms=ms, floor_ms=fl, ratio=ratio)
+            continue
+        m = path.match(line)
+        if m:
+            n, method, how, ms, l1, l64 = m.groups()
+            row(experiment="sweep-path", n=n, method=method, path=how, ms=ms, l1_ms=l1,
+                l64_ms=l64 if float(l64) > 0 else "")
+            continue
+        m = pair.match(line)
+        if m:
+            n, sweeps, rb_ms, its, mg_ms, rb_res, mg_res = m.groups()
+            row(experiment="nonsymmetric", n=n, method="red-black", iterations=sweeps,
+                residual=rb_res, ms=rb_ms)
+            row(experiment="nonsymmetric", n=n, method="multigrid-bicgstab", iterations=its,
+                residual=mg_res, ms=mg_ms)
+            continue
+        m = solve.match(line)
+        if m:
+            n, its, _, res, ms = m.groups()
+            if "multigrid-cg" in section:
+                method = "multigrid-cg"
+            elif "with cg" in section:
+                method = "cg"
+            elif "as it ran it" in section:
+                method = "thesis, fixed sweeps"
+            else:
+                method = "thesis"
+            row(experiment="to-1e-10", n=n, method=method, iterations=its, residual=res, ms=ms)
+    return header, out
+
+
 def main():
-    if len(sys.argv) != 3 or sys.argv[1] not in ("tree", "dense"):
+    kinds = {"tree": tree, "dense": dense, "block": block}
+    if len(sys.argv) != 3 or sys.argv[1] not in kinds:
         sys.exit(__doc__)
     with open(sys.argv[2]) as f:
-        header, rows = {"tree": tree, "dense": dense}[sys.argv[1]](f.read().splitlines())
+        header, rows = kinds[sys.argv[1]](f.read().splitlines())
     if not rows:
         sys.exit(f"{sys.argv[2]}: no {sys.argv[1]} rows")
     w = csv.writer(sys.stdout, lineterminator="\n")

@@ -266,6 +266,69 @@ def render_dense_single(baselines, gpu):
                           "trisolve `householder-pcr`", "backward error (lu / gj / h-pcr)"], body)
 
 
+# --- bench_block.csv (log_to_csv.py block): the thesis' experiments
+
+def block_rows(baselines, gpu, experiment):
+    rows = [r for r in read_csv(baselines, gpu, "bench_block.csv") if r["experiment"] == experiment]
+    if not rows:
+        raise TableError(f"bench_block.csv has no '{experiment}' rows")
+    return rows
+
+
+def render_block_fixed_l(baselines, gpu):
+    """bench_block.csv, experiment 1 with exactly L red-black sweeps, beside the thesis' times."""
+    rows = block_rows(baselines, gpu, "fixed-L")
+    body = [[r["n"], r["L"], f"{r['thesis_seq_s']} s", f"{r['thesis_gpu_s']} s",
+             ms_as_logged(r["ms"]), f"{1000 * float(r['thesis_gpu_s']) / float(r['ms']):.0f}×"]
+            for r in rows]
+    return table(["N = M", "L", "thesis, sequential", "thesis, its GPU (RTX 3060)",
+                  "trisolve `red-black`", "vs its GPU"], body)
+
+
+def render_block_sweep(baselines, gpu):
+    """bench_block.csv, one sweep ((L = 65) - (L = 1)) / 64 against the memory floor."""
+    rows = block_rows(baselines, gpu, "sweep")
+    body = [[r["n"], f"`{r['method']}`", ms_as_logged(r["ms"]), ms_as_logged(r["floor_ms"]),
+             f"{r['ratio']}×"] for r in rows]  # the log's ratio, of the unrounded times
+    lines = [f"{rows[0]['device']}, device-to-device copy {rows[0]['copy_gbs']} GB/s; the floor: "
+             "8 arrays of N·M float64 values at that rate", ""]
+    return lines + table(["N = M", "method", "one sweep", "floor", "sweep / floor"], body)
+
+
+def render_block_solves(baselines, gpu):
+    """bench_block.csv, experiment 2 to a relative residual of 1e-10 (the thesis' method, cg,
+    multigrid-cg) and experiment 1, not symmetric (red-black, multigrid-bicgstab)."""
+    rows = block_rows(baselines, gpu, "to-1e-10")
+    by = defaultdict(dict)
+    for r in rows:
+        by[int(r["n"])][r["method"]] = r
+
+    def cell(r, unit):
+        if not r:
+            return "-"
+        return f"{int(r['iterations']):,} {unit}, {ms_as_logged(r['ms'])}, residual {r['residual']}"
+    body = []
+    for n in sorted(by):
+        got = by[n]
+        thesis = got.get("thesis") or got.get("thesis, fixed sweeps")
+        text = cell(thesis, "sweeps")
+        if thesis and thesis["method"] == "thesis, fixed sweeps":
+            text += " (as the thesis ran it)"
+        body.append([n, text, cell(got.get("cg"), "iterations"),
+                     cell(got.get("multigrid-cg"), "iterations")])
+    out = table(["N = M", "thesis' method (red-black, row scaling)", "`cg` (line-preconditioned)",
+                 "`multigrid-cg` (`auto`)"], body)
+    nonsym = defaultdict(dict)
+    for r in block_rows(baselines, gpu, "nonsymmetric"):
+        nonsym[int(r["n"])][r["method"]] = r
+    out += ["", "Experiment 1 (not symmetric) to 1e-10:", ""]
+    out += table(["N = M", "`red-black`", "`multigrid-bicgstab`"],
+                 [[n, cell(got.get("red-black"), "sweeps"),
+                   cell(got.get("multigrid-bicgstab"), "iterations")]
+                  for n, got in sorted(nonsym.items())])
+    return out
+
+
 RENDERERS = {
     "tridiagonal": render_tridiagonal,
     "variable": render_variable,
@@ -273,6 +336,9 @@ RENDERERS = {
     "tree-large": render_tree_large,
     "dense-batched": render_dense_batched,
     "dense-single": render_dense_single,
+    "block-fixed-l": render_block_fixed_l,
+    "block-sweep": render_block_sweep,
+    "block-solves": render_block_solves,
 }
 
 

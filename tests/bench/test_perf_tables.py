@@ -70,6 +70,19 @@ class PerfTables(unittest.TestCase):
         self.assertIn("| 10,240 | 32,634,880 | **0.600 ms** |", self.text())
         self.assertEqual(self.gen("--check").returncode, 0)
 
+    def test_converted_csvs_are_their_logs(self):
+        """The CSVs converted from a log (log_to_csv.py) are that log's rows, not edited."""
+        for kind in ("tree", "dense", "block"):
+            for gpu in sorted(os.listdir(self.base)):
+                log = os.path.join(self.base, gpu, f"bench_{kind}.log")
+                if not os.path.exists(log):
+                    continue
+                r = subprocess.run([sys.executable, os.path.join(HERE, "log_to_csv.py"), kind, log],
+                                   capture_output=True, text=True)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                with open(os.path.join(self.base, gpu, f"bench_{kind}.csv")) as f:
+                    self.assertEqual(r.stdout, f.read(), f"{gpu}/bench_{kind}.csv")
+
     def test_prose_outside_the_markers_is_kept(self):
         self.write(self.text().replace("## Dense systems", "## Dense systems\n\nhand-written"))
         self.assertEqual(self.gen("--check").returncode, 0)
