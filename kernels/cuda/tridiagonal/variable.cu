@@ -254,7 +254,11 @@ __global__ void __launch_bounds__(kVariableThreads)
   const int rows = P * M;
   const int rs = VariableSlotValues<T>(rows);                       // a, b, c, d
   const int us = kUnified ? VariableSlotValues<T>(3 * rows) : rs;  // abc (kUnified)
-  T* sa = reinterpret_cast<T*>(smem_raw);  // the reduced system: 8 P values
+  // The buffer starts on a 128-byte line of the shared space (the swizzle's unit), whatever
+  // static shared memory precedes it: 16 bytes off, each warp's copies read every sector from
+  // L2 twice (as NOTES.md t31 found for partitioned-stream; here vb8).
+  const unsigned lead = (128u - unsigned(__cvta_generic_to_shared(smem_raw)) % 128u) % 128u;
+  T* sa = reinterpret_cast<T*>(smem_raw + lead);  // the reduced system: 8 P values
   T* buf = sa + 8 * P;                     // a, b, c (kUnified: abc), then d
   T* bufd = buf + (kUnified ? us : 3 * rs);
   struct Sys {
@@ -456,7 +460,8 @@ absl::StatusOr<std::string> SolveVariableDevice(const TridiagonalProblem<T>& p,
     auto smem_of = [&](int P) {
       const int rs = VariableSlotValues<T>(P * kVariableChunk);
       const int us = p.unified() ? VariableSlotValues<T>(3 * P * kVariableChunk) : rs;
-      return sizeof(T) * (size_t(8) * S * P + size_t(S) * (p.unified() ? us + rs : 4 * rs));
+      // (+128: the lead that puts the buffer on a 128-byte line)
+      return 128 + sizeof(T) * (size_t(8) * S * P + size_t(S) * (p.unified() ? us + rs : 4 * rs));
     };
     const size_t smem = smem_of(P);
     constexpr bool kLazy = sizeof(T) == 4;
