@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "trisolve/backend.h"
 #include "trisolve/family.h"
+#include "trisolve/v1/trisolve.pb.h"
 
 namespace trisolve {
 namespace {
@@ -45,6 +46,36 @@ TEST(Family, TableMatchesTheFamilies) {
       }
     }
     EXPECT_EQ(d.Find("no-such-array"), -1);
+  }
+}
+
+// The server borrows a request's arrays by the descriptor's field names (server/translate.cc,
+// BorrowAll): every Array field of a family's request must be an array of the table, and every
+// array of the table a field of the request.
+TEST(Family, FieldsAreTheRequestsArrays) {
+  const std::pair<Family, const google::protobuf::Descriptor*> requests[] = {
+      {Family::kTridiagonal, v1::TridiagonalRequest::descriptor()},
+      {Family::kTree, v1::TreeRequest::descriptor()},
+      {Family::kBlockTridiagonal, v1::BlockTridiagonalRequest::descriptor()},
+      {Family::kDense, v1::DenseRequest::descriptor()}};
+  ASSERT_EQ(std::size(requests), Families().size());
+  for (const auto& [f, message] : requests) {
+    const FamilyDescriptor& d = Describe(f);
+    int array_fields = 0;
+    for (int i = 0; i < message->field_count(); ++i) {
+      const google::protobuf::FieldDescriptor* field = message->field(i);
+      if (field->message_type() != v1::Array::descriptor()) continue;
+      ++array_fields;
+      EXPECT_GE(d.Find(field->name()), 0) << message->name() << "." << field->name();
+    }
+    EXPECT_EQ(array_fields, int(d.arrays.size())) << message->name();
+    for (const ArrayDescriptor& a : d.arrays) {
+      const google::protobuf::FieldDescriptor* field =
+          message->FindFieldByName(std::string(a.field));
+      ASSERT_NE(field, nullptr) << message->name() << " has no field " << a.field;
+      EXPECT_EQ(field->message_type(), v1::Array::descriptor()) << a.field;
+      EXPECT_FALSE(field->is_repeated()) << a.field;
+    }
   }
 }
 
