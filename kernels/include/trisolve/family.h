@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -31,11 +32,10 @@ enum class ArrayRole : uint8_t {
 inline constexpr int kMaxArrays = 7;
 
 struct ArrayDescriptor {
-  // The canonical name: the request field's where it is the thesis' too, the name errors and
-  // logs use, the name a coefficient update and a chunk give.
+  // The canonical name: errors, logs, coefficient updates and chunks use it (the thesis' name
+  // where it differs from the request field: aC for a_c).
   absl::string_view name;
-  // Also accepted wherever a request names the array (the request field where the canonical
-  // name is the thesis' one, "a_c" for aC; dense "A" for a); "" none.
+  // Another name a chunk or an update may give ("a_c" for aC, dense "A" for a); "" none.
   absl::string_view alias;
   // The request message's field ("a_c" for the block family's aC; else the name).
   absl::string_view field;
@@ -73,9 +73,9 @@ struct FamilyOps {
 struct FamilyDescriptor {
   Family family;
   absl::string_view name;  // "tridiagonal", "tree", "block-tridiagonal", "dense"
-  // Every array, in the order the checks visit them: of several bad arrays, an error names the
-  // first (the wire has always named them in the order of their canonical names' bytes). A
-  // job keeps its arrays in slots of this order.
+  // Every array, in the byte order of their names: the checks visit them in this order, and of
+  // several bad arrays the error names the first, as the wire's messages expect. A job keeps
+  // its arrays in slots of this order.
   absl::Span<const ArrayDescriptor> arrays;
   // The coefficients' slots in SystemSpec order, and the right-hand side's slot.
   absl::Span<const int> coefficient_slots;
@@ -106,7 +106,7 @@ struct FamilyDescriptor {
 
   template <typename T>
   const FamilyOps<T>& ops() const {
-    if constexpr (sizeof(T) == 8) {
+    if constexpr (std::is_same_v<T, double>) {
       return f64;
     } else {
       return f32;
