@@ -352,6 +352,11 @@ int main(int argc, char** argv) {
       ->envname("TRISOLVE_TRANSPORT")
       ->check(CLI::IsMember({"auto", "shm", "shared-memory", "streams", "grpc"}))
       ->capture_default_str();
+  app.add_option("--parallel-streams", copt.parallel_streams,
+                 "connections a large job's bytes are spread over (the streams transport)")
+      ->envname("TRISOLVE_PARALLEL_STREAMS")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
 
   auto* health = app.add_subcommand("health", "the server's grpc.health.v1 status");
   std::string health_service;

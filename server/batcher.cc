@@ -17,39 +17,19 @@ using Steady = std::chrono::steady_clock;
 constexpr std::chrono::milliseconds kPoll{20};
 
 template <typename T>
-const T* Ptr(const Job& job, const char* name) {
-  auto it = job.arrays.find(name);
-  return it == job.arrays.end() ? nullptr : reinterpret_cast<const T*>(it->second.data);
+double BackwardErrorTyped(const Job& job, const T* x, const SystemStatus* status) {
+  const auto residual = job.descriptor().ops<T>().backward_error;
+  if (residual == nullptr) return std::numeric_limits<double>::quiet_NaN();
+  return residual(job.Spec(), reinterpret_cast<const T*>(job.rhs().data), job.Extra(), x, status);
 }
 
-template <typename T>
-double BackwardErrorTyped(const Job& job, const T* x, const SystemStatus* status) {
-  switch (job.family) {
-    case Family::kTridiagonal: {
-      TridiagonalProblem<T> p{job.batch, job.n, job.layout, Ptr<T>(job, "a"), Ptr<T>(job, "b"),
-                              Ptr<T>(job, "c"), Ptr<T>(job, "d")};
-      return TridiagonalBackwardError(p, x, status);
-    }
-    case Family::kTree: {
-      TreeProblem<T> p;
-      p.batch = job.batch;
-      p.n = job.n;
-      p.layout = job.layout;
-      p.parent = Ptr<int32_t>(job, "parent");
-      p.parent_per_system = job.parent_per_system;
-      p.lower = Ptr<T>(job, "lower");
-      p.upper = Ptr<T>(job, "upper");
-      p.diag = Ptr<T>(job, "diag");
-      p.rhs = Ptr<T>(job, "rhs");
-      return TreeBackwardError(p, x, status);
-    }
-    case Family::kDense: {
-      DenseProblem<T> p{job.batch, job.n, Ptr<T>(job, "a"), Ptr<T>(job, "b")};
-      return DenseBackwardError(p, x, status);
-    }
-    case Family::kBlockTridiagonal: break;
-  }
-  return std::numeric_limits<double>::quiet_NaN();
+// The job's shared parent array (one tree for all its systems), or null.
+const JobArray* SharedParent(const Job& job) {
+  if (job.parent_per_system) return nullptr;
+  const FamilyDescriptor& d = job.descriptor();
+  for (size_t i = 0; i < d.arrays.size(); ++i)
+    if (d.arrays[i].role == ArrayRole::kParent && job.arrays[i].declared) return &job.arrays[i];
+  return nullptr;
 }
 
 uint64_t Fnv1a(const std::byte* p, int64_t bytes) {
@@ -58,8 +38,6 @@ uint64_t Fnv1a(const std::byte* p, int64_t bytes) {
   return h;
 }
 
-// A tree whose systems share one parent array: batched only with trees of the same structure.
-bool SharedParent(const Job& job) { return job.family == Family::kTree && !job.parent_per_system; }
 
 }  // namespace
 
@@ -95,18 +73,16 @@ Batcher::~Batcher() = default;
 bool Batcher::Eligible(const Job& job) const {
   if (options_.max_systems <= 1 || job.shared_matrix || job.variable || job.unified)
     return false;
-  if (job.family == Family::kBlockTridiagonal) return false;
+  if (job.descriptor().iterative) return false;
   if (job.layout != Layout::kFlat && job.batch != 1) return false;
   return job.batch <= options_.max_systems && job.total_bytes() <= options_.max_bytes;
 }
 
 Batcher::Key Batcher::KeyOf(const Job& job) {
   uint64_t structure = 0;
-  if (SharedParent(job)) {
-    const JobArray& p = job.arrays.at("parent");
-    structure = Fnv1a(p.data, p.expected_bytes);
-  }
-  return Key{int(job.family), int(job.precision), job.n, job.method, job.parent_per_system,
+  // Systems that share one tree are batched only with systems of the same tree.
+  if (const JobArray* p = SharedParent(job)) structure = Fnv1a(p->data, p->expected_bytes);
+  return Key{int(job.family), int(job.precision), job.n, int(job.method), job.parent_per_system,
              structure};
 }
 
@@ -114,10 +90,10 @@ bool Batcher::Fits(const Batch& b, const Job& job) const {
   if (b.systems + job.batch > options_.max_systems ||
       b.bytes + job.total_bytes() > options_.max_bytes)
     return false;
-  if (SharedParent(job) && !b.members.empty()) {
-    const JobArray& mine = job.arrays.at("parent");
-    const JobArray& theirs = b.members.front()->job->arrays.at("parent");
-    return std::memcmp(mine.data, theirs.data, size_t(mine.expected_bytes)) == 0;
+  const JobArray* mine = SharedParent(job);
+  if (mine != nullptr && !b.members.empty()) {
+    const JobArray& theirs = *SharedParent(*b.members.front()->job);
+    return std::memcmp(mine->data, theirs.data, size_t(mine->expected_bytes)) == 0;
   }
   return true;
 }
@@ -155,11 +131,14 @@ void Batcher::Execute(Batch& b) {
   all.n = first.n;
   all.parent_per_system = first.parent_per_system;
   all.skip_residual = true;  // each member's own, from its own arrays
-  all.x_field = first.x_field;
-  for (const auto& [name, a0] : first.arrays) {
-    JobArray& ja = all.arrays[name];
+  const JobArray* shared_parent = SharedParent(first);
+  for (size_t slot = 0; slot < first.arrays.size(); ++slot) {
+    const JobArray& a0 = first.arrays[slot];
+    if (!a0.declared) continue;
+    JobArray& ja = all.arrays[slot];
+    ja.declared = true;
     ja.elem_bytes = a0.elem_bytes;
-    if (SharedParent(first) && name == "parent") {
+    if (&a0 == shared_parent) {
       ja.shape = a0.shape;
       ja.elements = a0.elements;
       ja.expected_bytes = ja.received = a0.expected_bytes;
@@ -178,7 +157,7 @@ void Batcher::Execute(Batch& b) {
       return;
     }
     for (const Member* m : b.members) {
-      const JobArray& src = m->job->arrays.at(name);
+      const JobArray& src = m->job->arrays[slot];
       std::memcpy(ja.owned.get() + m->first * per * a0.elem_bytes, src.data,
                   size_t(src.expected_bytes));
     }

@@ -59,7 +59,7 @@ class Batcher {
   struct Member;
   struct Batch;
   // What must match for two jobs to be solved in one call.
-  using Key = std::tuple<int, int, int64_t, std::string, bool, uint64_t>;
+  using Key = std::tuple<int, int, int64_t, int, bool, uint64_t>;
   struct Lane {
     std::deque<std::shared_ptr<Batch>> forming;
     int running = 0;

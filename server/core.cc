@@ -44,8 +44,7 @@ void LogDone(const std::string& id, const char* rpc, const Job& job, const Answe
       "diverged={} iterations={} residual={} total={:.3f} ms (queue {:.3f}, compute {:.3f}){}",
       id, rpc, std::string(FamilyName(job.family)),
       job.precision == Precision::kFloat64 ? "float64" : "float32", job.batch,
-      job.family == Family::kBlockTridiagonal ? absl::StrCat(job.block_N, "x", job.block_M)
-                                              : std::to_string(job.n),
+      job.block_N > 0 ? absl::StrCat(job.block_N, "x", job.block_M) : std::to_string(job.n),
       s.method, s.outcomes[0], s.outcomes[1], s.outcomes[2], s.outcomes[3], s.iterations,
       // NaN: the client asked for no residual (skip_residual), or no system was OK.
       std::isnan(s.residual) ? std::string("not computed") : fmt::format("{:.3g}", s.residual),
@@ -59,14 +58,7 @@ void LogDone(const std::string& id, const char* rpc, const Job& job, const Answe
 
 std::string MethodLabel(Family f, const std::string& m) {
   if (m.empty()) return "auto";
-  bool known = false;
-  switch (f) {
-    case Family::kTridiagonal: known = ParseTridiagonalMethod(m).ok(); break;
-    case Family::kTree: known = ParseTreeMethod(m).ok(); break;
-    case Family::kBlockTridiagonal: known = ParseBlockMethod(m).ok(); break;
-    case Family::kDense: known = ParseDenseMethod(m).ok(); break;
-  }
-  return known ? m : "invalid";
+  return Describe(f).parse_method(m).ok() ? m : "invalid";
 }
 
 Core::Core(std::unique_ptr<Backend> backend, CoreOptions options)
@@ -197,7 +189,7 @@ AnswerSummary Core::Summarize(const Call& call, Family family, int64_t systems,
   s.systems = systems;
   for (SystemStatus st : r.status) ++s.outcomes[static_cast<size_t>(st)];
   s.iterations = r.info.iterations;
-  s.residual = family == Family::kBlockTridiagonal ? r.info.residual : r.backward_error;
+  s.residual = Describe(family).iterative ? r.info.residual : r.backward_error;
   s.request_id = call.id;
   s.receive_us = call.receive_us;
   s.queue_us = call.queue_us;
@@ -212,7 +204,7 @@ AnswerSummary Core::Summarize(const Call& call, Family family, int64_t systems,
 
 absl::StatusOr<Answer> Core::Solve(Call& call, const Job& job) {
   call.sample.family = std::string(FamilyName(job.family));
-  call.sample.method = MethodLabel(job.family, job.method);
+  call.sample.method = std::string(job.method_name());
   call.sample.bytes_in = job.total_bytes();
   // (Arrays in a client's device memory: never batched, the batcher reads them on the host.)
   const bool device_arrays = job.device_arrays();
@@ -240,7 +232,7 @@ absl::StatusOr<Answer> Core::Solve(Call& call, const Job& job) {
   FillSample(job.unknowns(), *res, call.receive_us, call.queue_us, &call.sample);
   Answer a;
   a.precision = job.precision;
-  a.x_shape = job.arrays.at(job.x_field).shape;
+  a.x_shape = job.rhs().shape;
   a.summary = Summarize(call, job.family, job.batch, *res);
   if (job.shared_matrix) a.summary.right_hand_sides = job.batch;
   if (batch) {
@@ -311,7 +303,9 @@ absl::Status Core::ApplyUpdates(SystemRegistry::Entry& e, const StepRequest& ste
                                 RegionResolver* regions, CallSample& sample) {
   const SystemSpec& spec = e.system->spec();
   for (const auto& [name, arg] : step.updates) {
-    const int eb = spec.family == Family::kTree && name == "parent" ? 4 : spec.elem_bytes();
+    const int i = CoefficientIndex(spec.family, name);
+    const bool int32 = i >= 0 && Describe(spec.family).coefficient(i).int32;
+    const int eb = int32 ? 4 : int(spec.elem_bytes());
     auto in = ResolveArray(arg, regions, "update", eb);
     if (!in.ok()) return in.status();
     auto checked = CheckUpdate(spec, e.coefficient_shapes, name, *in);

@@ -68,8 +68,11 @@ absl::Status CheckFinite(absl::string_view name, const JobArray& ja) {
 }  // namespace
 
 absl::Status CheckValues(const Job& job, const DeviceReader& device) {
-  for (const auto& [name, ja] : job.arrays) {
-    if (name == "parent" || name == "lengths" || ja.absent) continue;
+  const FamilyDescriptor& d = job.descriptor();
+  for (size_t i = 0; i < d.arrays.size(); ++i) {
+    const JobArray& ja = job.arrays[i];
+    if (!ja.declared || ja.absent || d.arrays[i].int32) continue;
+    const absl::string_view name = d.arrays[i].name;
     const JobArray* a = &ja;
     JobArray copy;  // a device array's values, on the host for the check
     if (ja.on_device) {
@@ -97,73 +100,15 @@ absl::Status CheckContents(const Job& job) {
 }
 
 absl::Status CheckStructure(const Job& job) {
-  if (job.variable) {
-    // Read before any solve: the offsets the solvers index by come from these.
-    const auto* len = reinterpret_cast<const int32_t*>(job.arrays.at("lengths").data);
-    int64_t total = 0;
-    for (int64_t s = 0; s < job.batch; ++s) {
-      if (len[s] < 1)
-        return Invalid("lengths", absl::StrCat("lengths[", s, "] is ", len[s],
-                                               "; every system needs at least one row"));
-      total += len[s];
-    }
-    if (total != job.n)
-      return Invalid("lengths", absl::StrCat("the ", job.batch, " lengths sum to ", total,
-                                             ", but a, b, c and d hold ", job.n,
-                                             " values (their sum must be the arrays' length)"));
-  }
-  if (job.family == Family::kTree) {
-    const JobArray& pa = job.arrays.at("parent");
-    const auto* parent = reinterpret_cast<const int32_t*>(pa.data);
-    const int64_t trees = job.parent_per_system ? job.batch : 1;
-    for (int64_t s = 0; s < trees; ++s) {
-      absl::Status st = ValidateParents(parent + s * job.n, job.n);
-      if (!st.ok())
-        return Invalid("parent", absl::StrCat(job.parent_per_system ? absl::StrCat("system ", s, ": ") : "",
-                                              st.message()));
-    }
-  }
-  if (job.family == Family::kDense && job.method == "householder-pcr") {
-    const JobArray& A = job.arrays.at("a");
-    const int64_t matrices = job.shared_matrix ? 1 : job.batch;
-    int64_t bad;
-    if (job.precision == Precision::kFloat64) {
-      DenseProblem<double> p{matrices, job.n, reinterpret_cast<const double*>(A.data), nullptr};
-      bad = FirstNonSymmetric(p);
-    } else {
-      DenseProblem<float> p{matrices, job.n, reinterpret_cast<const float*>(A.data), nullptr};
-      bad = FirstNonSymmetric(p);
-    }
-    if (bad >= 0)
-      return Invalid("a", absl::StrCat("matrix ", bad,
-                                       " is not symmetric; householder-pcr needs symmetric A "
-                                       "(use gauss-jordan)"));
-  }
-  return absl::OkStatus();
+  return job.descriptor().check_structure(job.Spec(), job.Extra());
 }
 
 namespace {
 
 // ---- running -----------------------------------------------------------------------------
 
-template <typename T>
-const T* Ptr(const Job& job, const char* name) {
-  auto it = job.arrays.find(name);
-  return it == job.arrays.end() ? nullptr : reinterpret_cast<const T*>(it->second.data);
-}
-
 double Micros(std::chrono::steady_clock::duration d) {
   return std::chrono::duration<double, std::micro>(d).count();
-}
-
-uint8_t ParsedMethod(Family f, const std::string& m) {
-  switch (f) {
-    case Family::kTridiagonal: return uint8_t(*ParseTridiagonalMethod(m));
-    case Family::kTree: return uint8_t(*ParseTreeMethod(m));
-    case Family::kBlockTridiagonal: return uint8_t(*ParseBlockMethod(m));
-    case Family::kDense: return uint8_t(*ParseDenseMethod(m));
-  }
-  return 0;
 }
 
 template <typename T>
@@ -183,7 +128,7 @@ absl::StatusOr<JobResult> RunPreparedTyped(Backend& be, PreparedSystem& system, 
   res.compute_us = Micros(t1 - t0);
   if (!info.ok()) return info.status();
   res.info = *std::move(info);
-  if (!skip_residual && s.family != Family::kBlockTridiagonal) {
+  if (!skip_residual && Describe(s.family).ops<T>().backward_error != nullptr) {
     res.backward_error = PreparedBackwardError(system, block, x, res.status.data());
     res.residual_us = Micros(std::chrono::steady_clock::now() - t1);
   }
@@ -197,95 +142,37 @@ absl::StatusOr<JobResult> RunTyped(Backend& be, const Job& job, const SolveContr
     auto system = be.Prepare(job.Spec());
     if (!system.ok()) return system.status();
     const double prepare_us = Micros(std::chrono::steady_clock::now() - t0);
-    const T* rhs = reinterpret_cast<const T*>(job.arrays.at(job.x_field).data);
+    const T* rhs = reinterpret_cast<const T*>(job.rhs().data);
     auto res = RunPreparedTyped(be, **system, rhs, job.batch, job.layout,
                                 job.skip_residual || job.device_arrays(), control, job.x_out);
     if (res.ok()) res->compute_us += prepare_us;
     return res;
   }
   JobResult res;
-  const int64_t out_elems = job.arrays.at(job.x_field).elements;
+  const int64_t out_elems = job.rhs().elements;
   if (job.x_out == nullptr) res.x.resize(static_cast<size_t>(out_elems) * sizeof(T));
   T* x = job.x_out != nullptr ? reinterpret_cast<T*>(job.x_out) : reinterpret_cast<T*>(res.x.data());
   res.status.assign(static_cast<size_t>(job.batch), SystemStatus::kOk);
   res.backward_error = std::numeric_limits<double>::quiet_NaN();
-  // A variable-size batch's offsets (batch + 1), from lengths that CheckStructure passed.
-  std::vector<int64_t> offsets;
-  const auto t0 = std::chrono::steady_clock::now();
-  absl::StatusOr<SolveInfo> info;
-  std::function<double()> residual;
-  switch (job.family) {
-    case Family::kTridiagonal: {
-      auto m = ParseTridiagonalMethod(job.method);
-      TridiagonalProblem<T> p{job.batch, job.n, job.layout, Ptr<T>(job, "a"), Ptr<T>(job, "b"),
-                              Ptr<T>(job, "c"), Ptr<T>(job, "d")};
-      if (job.unified) {
-        const T* abc = Ptr<T>(job, "abc");
-        p.a = abc;
-        p.b = abc + 1;
-        p.c = abc + 2;
-        p.coef_stride = 3;
-      }
-      if (job.variable) {
-        const auto* len = reinterpret_cast<const int32_t*>(job.arrays.at("lengths").data);
-        offsets.resize(size_t(job.batch) + 1);
-        int64_t longest = 0;
-        for (int64_t s = 0; s < job.batch; ++s) {
-          offsets[size_t(s) + 1] = offsets[size_t(s)] + len[s];
-          longest = std::max<int64_t>(longest, len[s]);
-        }
-        p.offsets = offsets.data();
-        p.n = longest;
-      }
-      info = be.Solve(p, *m, TridiagonalOutput<T>{x, res.status.data()}, control);
-      residual = [p, x, &res] { return TridiagonalBackwardError(p, x, res.status.data()); };
-      break;
-    }
-    case Family::kTree: {
-      auto m = ParseTreeMethod(job.method);
-      TreeProblem<T> p;
-      p.batch = job.batch;
-      p.n = job.n;
-      p.layout = job.layout;
-      p.parent = reinterpret_cast<const int32_t*>(job.arrays.at("parent").data);
-      p.parent_per_system = job.parent_per_system;
-      p.lower = Ptr<T>(job, "lower");
-      p.upper = Ptr<T>(job, "upper");
-      p.diag = Ptr<T>(job, "diag");
-      p.rhs = Ptr<T>(job, "rhs");
-      info = be.Solve(p, *m, TreeOutput<T>{x, res.status.data()}, control);
-      residual = [p, x, &res] { return TreeBackwardError(p, x, res.status.data()); };
-      break;
-    }
-    case Family::kBlockTridiagonal: {
-      auto m = ParseBlockMethod(job.method);
-      BlockTridiagonalProblem<T> p{job.block_N,     job.block_M,     Ptr<T>(job, "aC"),
-                                   Ptr<T>(job, "cC"), Ptr<T>(job, "bC"), Ptr<T>(job, "cA"),
-                                   Ptr<T>(job, "cB"), Ptr<T>(job, "f"),  Ptr<T>(job, "y0")};
-      if (job.history_limit > 0) {
-        SolveControl c = control;
-        c.history_limit = job.history_limit;
-        info = be.Solve(p, *m, job.block_options, BlockOutput<T>{x, res.status.data()}, c);
-      } else {
-        info = be.Solve(p, *m, job.block_options, BlockOutput<T>{x, res.status.data()}, control);
-      }
-      break;
-    }
-    case Family::kDense: {
-      auto m = ParseDenseMethod(job.method);
-      DenseProblem<T> p{job.batch, job.n, Ptr<T>(job, "a"), Ptr<T>(job, "b")};
-      info = be.Solve(p, *m, DenseOutput<T>{x, res.status.data()}, control);
-      residual = [p, x, &res] { return DenseBackwardError(p, x, res.status.data()); };
-      break;
-    }
+  const FamilyOps<T>& ops = job.descriptor().ops<T>();
+  const SystemSpec spec = job.Spec();
+  const OneShotArrays extra = job.Extra();
+  const T* rhs = reinterpret_cast<const T*>(job.rhs().data);
+  SolveControl with_history;
+  if (job.history_limit > 0) {
+    with_history = control;
+    with_history.history_limit = job.history_limit;
   }
+  const SolveControl& c = job.history_limit > 0 ? with_history : control;
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::StatusOr<SolveInfo> info = ops.solve(be, spec, rhs, extra, x, res.status.data(), c);
   const auto t1 = std::chrono::steady_clock::now();
   res.compute_us = Micros(t1 - t0);
   if (!info.ok()) return info.status();
   res.info = *std::move(info);
   // (Arrays in device memory: the residual would read them all back; the client has them.)
-  if (residual && !job.skip_residual && !job.device_arrays()) {
-    res.backward_error = residual();
+  if (ops.backward_error != nullptr && !job.skip_residual && !job.device_arrays()) {
+    res.backward_error = ops.backward_error(spec, rhs, extra, x, res.status.data());
     res.residual_us = Micros(std::chrono::steady_clock::now() - t1);
   }
   return res;
@@ -312,9 +199,15 @@ absl::Status CheckLimits(const Job& job, const JobLimits& l) {
 
 int64_t Job::total_bytes() const {
   int64_t t = 0;
-  for (const auto& [name, a] : arrays)
-    if (!a.absent) t += a.expected_bytes;
+  for (const JobArray& a : arrays)
+    if (a.declared && !a.absent) t += a.expected_bytes;
   return t;
+}
+
+const JobArray* Job::Find(absl::string_view name) const {
+  const int slot = descriptor().Find(name);
+  if (slot < 0 || !arrays[size_t(slot)].declared) return nullptr;
+  return &arrays[size_t(slot)];
 }
 
 SystemSpec Job::Spec() const {
@@ -327,25 +220,42 @@ SystemSpec Job::Spec() const {
   s.block_N = block_N;
   s.block_M = block_M;
   s.parent_per_system = parent_per_system;
-  s.method = ParsedMethod(family, method);
+  s.method = method;
   s.block_options = block_options;
-  const auto names = CoefficientNames(family);
-  for (size_t i = 0; i < names.size(); ++i)
-    s.coefficients[i] = arrays.at(std::string(names[i])).data;
+  const auto slots = descriptor().coefficient_slots;
+  for (size_t i = 0; i < slots.size(); ++i) s.coefficients[i] = arrays[size_t(slots[i])].data;
   return s;
+}
+
+OneShotArrays Job::Extra() const {
+  OneShotArrays e;
+  const FamilyDescriptor& d = descriptor();
+  for (size_t i = 0; i < d.arrays.size(); ++i) {
+    const JobArray& a = arrays[i];
+    if (!a.declared || a.absent) continue;
+    switch (d.arrays[i].role) {
+      case ArrayRole::kInitialGuess: e.initial_guess = a.data; break;
+      case ArrayRole::kLengths: e.lengths = reinterpret_cast<const int32_t*>(a.data); break;
+      case ArrayRole::kUnified: e.unified = a.data; break;
+      case ArrayRole::kCoefficient:
+      case ArrayRole::kParent:
+      case ArrayRole::kRhs: break;
+    }
+  }
+  return e;
 }
 
 std::vector<std::vector<int64_t>> Job::CoefficientShapes() const {
   std::vector<std::vector<int64_t>> shapes;
-  for (absl::string_view name : CoefficientNames(family))
-    shapes.push_back(arrays.at(std::string(name)).shape);
+  for (int slot : descriptor().coefficient_slots) shapes.push_back(arrays[size_t(slot)].shape);
   return shapes;
 }
 
 std::vector<int64_t> Job::SystemRhsShape() const {
-  const std::vector<int64_t>& rs = arrays.at(x_field).shape;
+  const std::vector<int64_t>& rs = rhs().shape;
   if (!shared_matrix) return rs;
-  if (family == Family::kBlockTridiagonal) return {rs[1], rs[2]};
+  // k right-hand sides: [k, N, M] for a block system, [k, n] or [n, k] for the others.
+  if (rs.size() == 3) return {rs[1], rs[2]};
   return {n};
 }
 
@@ -381,7 +291,8 @@ absl::StatusOr<CheckedUpdate> CheckUpdate(const SystemSpec& spec,
                                           FamilyName(spec.family), " system (",
                                           absl::StrJoin(names, ", "), ")"));
   }
-  const std::string canonical(CoefficientNames(spec.family)[size_t(i)]);
+  const ArrayDescriptor& coefficient = Describe(spec.family).coefficient(i);
+  const std::string canonical(coefficient.name);
   const std::vector<int64_t>& shape = values.shape;
   if (shape != shapes[size_t(i)])
     return absl::InvalidArgumentError(absl::StrCat(canonical, " has shape ", ShapeStr(shape),
@@ -391,21 +302,15 @@ absl::StatusOr<CheckedUpdate> CheckUpdate(const SystemSpec& spec,
   if (values.bytes != bytes)
     return absl::InvalidArgumentError(absl::StrCat(canonical, " has ", values.bytes,
                                                    " bytes of data, expected ", bytes));
-  const bool parent = spec.family == Family::kTree && canonical == "parent";
   CheckedUpdate u;
   u.index = i;
   u.data = values.data;
-  if (parent) {
-    const auto* p = static_cast<const int32_t*>(u.data);
-    const int64_t trees = spec.parent_per_system ? spec.batch : 1;
-    for (int64_t s = 0; s < trees; ++s)
-      if (auto st = ValidateParents(p + s * spec.n, spec.n); !st.ok())
-        return Invalid("parent", st.message());
-  } else if (auto st = CheckFiniteValues(canonical, spec.precision, u.data, shape,
-                                         spec.coefficient_values(i));
-             !st.ok()) {
-    return st;
-  }
+  if (!coefficient.int32)
+    if (auto st = CheckFiniteValues(canonical, spec.precision, u.data, shape,
+                                    spec.coefficient_values(i));
+        !st.ok())
+      return st;
+  if (auto st = Describe(spec.family).check_update(spec, i, u.data); !st.ok()) return st;
   return u;
 }
 

@@ -3,10 +3,10 @@
 // protobuf or CUDA.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "trisolve/backend.h"
+#include "trisolve/family.h"
 #include "trisolve/system.h"
 
 namespace trisolve::server {
@@ -29,9 +30,10 @@ struct JobLimits {
   int64_t max_job_unknowns = int64_t{1} << 31;
 };
 
-// One named array of a job: its shape, its element size, and its bytes, either borrowed from
-// the request message (unary calls) or owned (filled chunk by chunk in the streaming form).
+// One array of a job: its shape, its element size, and its bytes, either borrowed from the
+// request message (unary calls) or owned (filled chunk by chunk in the streaming form).
 struct JobArray {
+  bool declared = false;  // the request gives it (or, absent, declares its shape)
   std::vector<int64_t> shape;
   int64_t elements = 0;
   int elem_bytes = 8;
@@ -85,7 +87,7 @@ struct Job {
   Family family = Family::kTridiagonal;
   Precision precision = Precision::kFloat64;
   Layout layout = Layout::kFlat;
-  std::string method;  // as requested ("" = auto); parsed by the family
+  uint8_t method = 0;  // the family's method enum, parsed where the request was translated
   int64_t batch = 1;   // systems (block-tridiagonal: 1)
   int64_t n = 0;       // unknowns per system (block-tridiagonal: N * M)
   int64_t block_N = 0, block_M = 0;
@@ -94,8 +96,9 @@ struct Job {
   BlockOptions block_options;
   // Block-tridiagonal: the residual history's most points (SolveControl::history_limit; 0: none).
   int64_t history_limit = 0;
-  std::map<std::string, JobArray> arrays;  // by request field name
-  std::string x_field;                     // the right-hand side whose shape x takes
+  // By the family's slots (FamilyDescriptor::arrays); those the request did not give are not
+  // declared.
+  std::array<JobArray, kMaxArrays> arrays;
   // One matrix, many right-hand sides: the coefficients are one system's and the right-hand
   // side holds `batch` of them (batch = k).
   bool shared_matrix = false;
@@ -112,6 +115,12 @@ struct Job {
   // Tridiagonal coefficients in the unified-vector layout (TridiagonalRequest.abc, array "abc":
   // a, b, c of a row together) instead of arrays a, b, c.
   bool unified = false;
+  const FamilyDescriptor& descriptor() const { return Describe(family); }
+  absl::string_view method_name() const { return descriptor().method_name(method); }
+  // The right-hand side, whose shape x takes.
+  const JobArray& rhs() const { return arrays[size_t(descriptor().rhs_slot)]; }
+  // A declared array by its canonical name or alias; null if the job has none.
+  const JobArray* Find(absl::string_view name) const;
   // Arrays may stay in a client's device memory (the unary calls: every host read of them is
   // avoided); otherwise a CUDA region's bytes are copied to the host as they are resolved.
   bool device_regions_ok = false;
@@ -120,14 +129,16 @@ struct Job {
   // device, it is not batched, and no residual is computed on the host.
   bool device_arrays() const { return x_on_device || inputs_on_device(); }
   bool inputs_on_device() const {
-    for (const auto& [name, a] : arrays)
-      if (a.on_device) return true;
+    for (const JobArray& a : arrays)
+      if (a.declared && a.on_device) return true;
     return false;
   }
   int64_t unknowns() const { return variable ? n : batch * n; }
   int64_t total_bytes() const;
   // The system the coefficients describe (batch 1 when shared_matrix), pointing into the job.
   SystemSpec Spec() const;
+  // The arrays a one-shot solve of the job adds to Spec() (y0, lengths, abc).
+  OneShotArrays Extra() const;
   // The shapes of the coefficients (in CoefficientNames order) and of one right-hand side of
   // that system.
   std::vector<std::vector<int64_t>> CoefficientShapes() const;

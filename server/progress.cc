@@ -27,7 +27,7 @@ class Reporter {
   Reporter(grpc::ServerWriter<v1::ProgressResponse>* writer, Clock::time_point start,
            Clock::duration interval, const Job& job)
       : writer_(writer), start_(start), interval_(interval) {
-    if (job.family == Family::kBlockTridiagonal) {
+    if (job.descriptor().iterative) {
       max_iterations_ = job.block_options.max_iterations;
       tol_ = job.block_options.tol;
     }
@@ -137,24 +137,15 @@ grpc::Status SolverService::SolveWithProgress(grpc::ServerContext* ctx,
   RequestRegions regions = core_.Regions(call.identity);
   const DeclareOptions o{.regions = &regions, .defer_finite = true};
   absl::StatusOr<Job> job;
-  std::string method;
   switch (req->request_case()) {
     case v1::ProgressRequest::kTridiagonal:
       job = JobFromRequest(req->tridiagonal(), options_.limits, o);
-      method = MethodLabel(Family::kTridiagonal, req->tridiagonal().method());
       break;
-    case v1::ProgressRequest::kTree:
-      job = JobFromRequest(req->tree(), options_.limits, o);
-      method = MethodLabel(Family::kTree, req->tree().method());
-      break;
+    case v1::ProgressRequest::kTree: job = JobFromRequest(req->tree(), options_.limits, o); break;
     case v1::ProgressRequest::kBlockTridiagonal:
       job = JobFromRequest(req->block_tridiagonal(), options_.limits, o);
-      method = MethodLabel(Family::kBlockTridiagonal, req->block_tridiagonal().method());
       break;
-    case v1::ProgressRequest::kDense:
-      job = JobFromRequest(req->dense(), options_.limits, o);
-      method = MethodLabel(Family::kDense, req->dense().method());
-      break;
+    case v1::ProgressRequest::kDense: job = JobFromRequest(req->dense(), options_.limits, o); break;
     case v1::ProgressRequest::REQUEST_NOT_SET:
       return Finish(call, absl::InvalidArgumentError(
                               "request: set one of tridiagonal, tree, block_tridiagonal, dense"));
@@ -162,7 +153,7 @@ grpc::Status SolverService::SolveWithProgress(grpc::ServerContext* ctx,
   call.receive_us = Micros(Clock::now() - call.start);
   if (!job.ok()) return Finish(call, job.status());
   call.sample.family = std::string(FamilyName(job->family));
-  call.sample.method = method;
+  call.sample.method = std::string(job->method_name());
 
   Reporter reporter(writer, call.start,
                     std::chrono::duration_cast<Clock::duration>(

@@ -174,7 +174,7 @@ grpc::Status SolverService::SolveStream(
   auto job = JobFromStreamHeader(msg, options_.limits);
   if (!job.ok()) return Finish(call, job.status());
   call.sample.family = std::string(FamilyName(job->family));
-  call.sample.method = MethodLabel(job->family, job->method);
+  call.sample.method = std::string(job->method_name());
   ReceiveBudget::Hold hold;
   if (auto st = core_.ReserveReceive(job->total_bytes(), &hold); !st.ok())
     return Finish(call, st);

@@ -37,11 +37,20 @@ absl::StatusOr<Layout> ParseLayout(v1::Layout l) {
   }
 }
 
-// Checks that `name` is present with a positive shape of rank in [min_rank, max_rank] whose
-// element count fits; records it in the job.
+// The slot of the family's array `name` (a name the descriptor lists).
+JobArray& Slot(Job& job, absl::string_view name) {
+  return job.arrays[size_t(job.descriptor().Find(name))];
+}
+
+// Checks that `name` is present with a positive shape of a rank the descriptor allows (at most
+// max_rank where given) whose element count fits; records it in the job.
 absl::StatusOr<JobArray*> DeclareArray(Job& job, absl::string_view name, bool present,
-                                       const Array& a, int min_rank, int max_rank,
-                                       int elem_bytes, absl::string_view expect) {
+                                       const Array& a, absl::string_view expect,
+                                       int max_rank = 0) {
+  const ArrayDescriptor& d = job.descriptor().arrays[size_t(job.descriptor().Find(name))];
+  const int min_rank = d.min_rank;
+  if (max_rank == 0) max_rank = d.max_rank;
+  const int elem_bytes = d.int32 || job.precision == Precision::kFloat32 ? 4 : 8;
   if (!present || a.shape_size() == 0)
     return Invalid(name, absl::StrCat("missing (expected shape ", expect, ")"));
   std::vector<int64_t> shape(a.shape().begin(), a.shape().end());
@@ -57,7 +66,8 @@ absl::StatusOr<JobArray*> DeclareArray(Job& job, absl::string_view name, bool pr
       return absl::InvalidArgumentError(absl::StrCat(name, " has shape ", ShapeStr(shape),
                                         ": the element count overflows"));
   }
-  JobArray& ja = job.arrays[std::string(name)];
+  JobArray& ja = Slot(job, name);
+  ja.declared = true;
   ja.shape = std::move(shape);
   ja.elements = elements;
   ja.elem_bytes = elem_bytes;
@@ -66,8 +76,8 @@ absl::StatusOr<JobArray*> DeclareArray(Job& job, absl::string_view name, bool pr
 }
 
 absl::Status SameShape(const Job& job, absl::string_view name, absl::string_view ref) {
-  const auto& a = job.arrays.at(std::string(name));
-  const auto& r = job.arrays.at(std::string(ref));
+  const JobArray& a = *job.Find(name);
+  const JobArray& r = *job.Find(ref);
   if (a.shape != r.shape)
     return absl::InvalidArgumentError(absl::StrCat(name, " has shape ", ShapeStr(a.shape), ", expected ",
                                       ShapeStr(r.shape), " (the shape of ", ref, ")"));
@@ -84,23 +94,24 @@ absl::StatusOr<std::byte*> ResolveRef(absl::string_view field, const v1::RegionR
                           on_device);
 }
 
-// Whether the server reads array `name` of `job` on the host whatever the call: the solvers'
+// Whether the server reads array `slot` of `job` on the host whatever the call: the solvers'
 // indices (parent, lengths) and householder-pcr's matrix, whose symmetry is checked first.
-bool ReadOnHost(const Job& job, absl::string_view name) {
-  return !job.device_regions_ok || name == "parent" || name == "lengths" ||
-         (job.family == Family::kDense && job.method == "householder-pcr" && name == "a");
+bool ReadOnHost(const Job& job, size_t slot) {
+  const ArrayDescriptor& a = job.descriptor().arrays[slot];
+  return !job.device_regions_ok || a.int32 ||
+         (job.family == Family::kDense &&
+          DenseMethod(job.method) == DenseMethod::kHouseholderPcr && a.name == "a");
 }
 
-// Borrows the request's bytes for `name`, checking their length (or resolves its region).
-absl::Status Borrow(Job& job, absl::string_view name, const Array& a, RegionResolver* regions) {
-  JobArray& ja = job.arrays.at(std::string(name));
+// Borrows the request's bytes for `name`, checking their length (or resolves its region, for
+// `use`).
+absl::Status Borrow(absl::string_view name, JobArray& ja, const Array& a,
+                    RegionResolver* regions, RegionUse use) {
   if (a.has_region()) {
     if (!a.data().empty())
       return Invalid(name, "has both data and a region: give one");
     auto p = ResolveRef(absl::StrCat(name, ".region"), a.region(), ja.expected_bytes,
-                        ja.elem_bytes, regions,
-                        ReadOnHost(job, name) ? RegionUse::kHost : RegionUse::kBackend,
-                        &ja.on_device);
+                        ja.elem_bytes, regions, use, &ja.on_device);
     if (!p.ok()) return p.status();
     ja.data = *p;
     ja.received = ja.expected_bytes;
@@ -137,15 +148,13 @@ absl::Status Allocate(absl::string_view name, JobArray& ja) {
 // The right-hand side `name`: the request's array, or, for a CreateSystem that leaves it out,
 // an absent array with the shape of `like` (a coefficient shaped as the right-hand side).
 absl::StatusOr<JobArray*> DeclareRhs(Job& job, absl::string_view name, bool present,
-                                     const Array& a, const Array& like, int min_rank,
-                                     int max_rank, int elem_bytes, absl::string_view expect) {
+                                     const Array& a, const Array& like, absl::string_view expect) {
   if ((!present || a.shape_size() == 0) && job.rhs_optional) {
-    auto ja = DeclareArray(job, name, like.shape_size() > 0, like, min_rank, max_rank,
-                           elem_bytes, expect);
+    auto ja = DeclareArray(job, name, like.shape_size() > 0, like, expect);
     if (ja.ok()) (*ja)->absent = true;
     return ja;
   }
-  return DeclareArray(job, name, present, a, min_rank, max_rank, elem_bytes, expect);
+  return DeclareArray(job, name, present, a, expect);
 }
 
 // batch and n from a [batch, n] / [n, batch] / [n] right-hand side.
@@ -166,8 +175,8 @@ void BatchAndN(Job& job, const std::vector<int64_t>& rs) {
 // sides) every one of them 1-D with the system's n values.
 absl::Status DeclareCoefficients(
     Job& job, absl::string_view rhs,
-    std::initializer_list<std::tuple<const char*, bool, const Array*>> coefs, int eb) {
-  const auto rs = job.arrays.at(std::string(rhs)).shape;
+    std::initializer_list<std::tuple<const char*, bool, const Array*>> coefs) {
+  const auto rs = job.Find(rhs)->shape;
   bool all_1d = rs.size() == 2;
   for (auto [name, has, arr] : coefs) all_1d &= has && arr->shape_size() == 1;
   job.shared_matrix = all_1d && job.batch > 1;
@@ -176,7 +185,7 @@ absl::Status DeclareCoefficients(
                                        " right-hand sides)")
                         : ShapeStr(rs);
   for (auto [name, has, arr] : coefs) {
-    auto st = DeclareArray(job, name, has, *arr, 1, 2, eb, expect);
+    auto st = DeclareArray(job, name, has, *arr, expect);
     if (!st.ok()) return st.status();
     if (job.shared_matrix) {
       if ((*st)->shape != std::vector<int64_t>{job.n})
@@ -190,10 +199,10 @@ absl::Status DeclareCoefficients(
 }
 
 // The unified layout's abc: d's shape + [3] (d declared).
-absl::Status DeclareAbc(Job& job, const v1::TridiagonalRequest& r, int eb) {
-  std::vector<int64_t> want = job.arrays.at("d").shape;
+absl::Status DeclareAbc(Job& job, const v1::TridiagonalRequest& r) {
+  std::vector<int64_t> want = job.Find("d")->shape;
   want.push_back(3);
-  auto abc = DeclareArray(job, "abc", true, r.abc(), 2, 3, eb,
+  auto abc = DeclareArray(job, "abc", true, r.abc(),
                           absl::StrCat(ShapeStr(want), " (d's shape and 3: a, b, c of a row)"));
   if (!abc.ok()) return abc.status();
   if ((*abc)->shape != want)
@@ -205,48 +214,56 @@ absl::Status DeclareAbc(Job& job, const v1::TridiagonalRequest& r, int eb) {
 
 // Systems of different sizes: a, b, c, d concatenated ([total]), lengths [systems] (int32).
 // The lengths' values are checked once they are there (CheckStructure).
-absl::Status DeclareVariable(Job& job, const v1::TridiagonalRequest& r, int eb) {
+absl::Status DeclareVariable(Job& job, const v1::TridiagonalRequest& r) {
   if (job.rhs_optional)
     return Invalid("lengths", "a variable-size batch is solved by Solve, SolveStream or "
                               "SolveWithProgress; CreateSystem takes systems of one size");
   if (job.layout != Layout::kFlat)
     return Invalid("lengths", "a variable-size batch takes layout FLAT (each array the "
                               "systems' rows one system after the other)");
-  auto lengths = DeclareArray(job, "lengths", true, r.lengths(), 1, 1, 4, "[systems]");
+  auto lengths = DeclareArray(job, "lengths", true, r.lengths(), "[systems]");
   if (!lengths.ok()) return lengths.status();
-  auto d = DeclareArray(job, "d", r.has_d(), r.d(), 1, 1, eb,
-                        "[total] (the systems' rows concatenated, as lengths says)");
+  auto d = DeclareArray(job, "d", r.has_d(), r.d(),
+                        "[total] (the systems' rows concatenated, as lengths says)", 1);
   if (!d.ok()) return d.status();
   job.variable = true;
   job.batch = (*lengths)->shape[0];
   job.n = (*d)->shape[0];
-  job.x_field = "d";
   if (job.batch > job.n)
     return Invalid("lengths", absl::StrCat("has ", job.batch, " systems of at least one row "
                                            "each, but d holds ", job.n, " values"));
-  if (job.unified) return DeclareAbc(job, r, eb);
+  if (job.unified) return DeclareAbc(job, r);
   for (auto [name, has, arr] : {std::tuple{"a", r.has_a(), &r.a()}, {"b", r.has_b(), &r.b()},
                                 {"c", r.has_c(), &r.c()}}) {
-    auto st = DeclareArray(job, name, has, *arr, 1, 2, eb, ShapeStr((*d)->shape));
+    auto st = DeclareArray(job, name, has, *arr, ShapeStr((*d)->shape));
     if (!st.ok()) return st.status();
     if (auto s2 = SameShape(job, name, "d"); !s2.ok()) return s2;
   }
   return absl::OkStatus();
 }
 
-absl::Status Declare(Job& job, const v1::TridiagonalRequest& r) {
-  job.family = Family::kTridiagonal;
+// What every request states first: its family, dtype, layout (where it has one), method and
+// skip_residual (where it has one).
+template <typename Req>
+absl::Status DeclareCommon(Job& job, Family family, const Req& r) {
+  job.family = family;
   auto prec = ParseDType(r.dtype());
   if (!prec.ok()) return prec.status();
   job.precision = *prec;
-  auto layout = ParseLayout(r.layout());
-  if (!layout.ok()) return layout.status();
-  job.layout = *layout;
-  auto m = ParseTridiagonalMethod(r.method());
+  if constexpr (requires { r.layout(); }) {
+    auto layout = ParseLayout(r.layout());
+    if (!layout.ok()) return layout.status();
+    job.layout = *layout;
+  }
+  auto m = job.descriptor().parse_method(r.method());
   if (!m.ok()) return m.status();
-  job.method = r.method();
-  job.skip_residual = r.skip_residual();
-  const int eb = job.precision == Precision::kFloat64 ? 8 : 4;
+  job.method = *m;
+  if constexpr (requires { r.skip_residual(); }) job.skip_residual = r.skip_residual();
+  return absl::OkStatus();
+}
+
+absl::Status Declare(Job& job, const v1::TridiagonalRequest& r) {
+  if (auto st = DeclareCommon(job, Family::kTridiagonal, r); !st.ok()) return st;
   const char* expect = job.layout == Layout::kFlat ? "[batch, n] or [n]" : "[n, batch] or [n]";
   if (r.has_abc() || r.abc().shape_size() > 0) {
     if (job.rhs_optional)
@@ -259,48 +276,33 @@ absl::Status Declare(Job& job, const v1::TridiagonalRequest& r) {
                             "[batch, n, 3])");
     job.unified = true;
   }
-  if (r.has_lengths() || r.lengths().shape_size() > 0) return DeclareVariable(job, r, eb);
-  auto d = DeclareRhs(job, "d", r.has_d(), r.d(), r.b(), 1, 2, eb, expect);
+  if (r.has_lengths() || r.lengths().shape_size() > 0) return DeclareVariable(job, r);
+  auto d = DeclareRhs(job, "d", r.has_d(), r.d(), r.b(), expect);
   if (!d.ok()) return d.status();
   BatchAndN(job, (*d)->shape);
-  job.x_field = "d";
-  if (job.unified) return DeclareAbc(job, r, eb);
+  if (job.unified) return DeclareAbc(job, r);
   return DeclareCoefficients(
-      job, "d", {{"a", r.has_a(), &r.a()}, {"b", r.has_b(), &r.b()}, {"c", r.has_c(), &r.c()}},
-      eb);
+      job, "d", {{"a", r.has_a(), &r.a()}, {"b", r.has_b(), &r.b()}, {"c", r.has_c(), &r.c()}});
 }
 
 absl::Status Declare(Job& job, const v1::TreeRequest& r) {
-  job.family = Family::kTree;
-  auto prec = ParseDType(r.dtype());
-  if (!prec.ok()) return prec.status();
-  job.precision = *prec;
-  auto layout = ParseLayout(r.layout());
-  if (!layout.ok()) return layout.status();
-  job.layout = *layout;
-  auto m = ParseTreeMethod(r.method());
-  if (!m.ok()) return m.status();
-  job.method = r.method();
-  job.skip_residual = r.skip_residual();
-  const int eb = job.precision == Precision::kFloat64 ? 8 : 4;
+  if (auto st = DeclareCommon(job, Family::kTree, r); !st.ok()) return st;
   const char* expect = job.layout == Layout::kFlat ? "[batch, n] or [n]" : "[n, batch] or [n]";
-  auto rhs = DeclareRhs(job, "rhs", r.has_rhs(), r.rhs(), r.diag(), 1, 2, eb, expect);
+  auto rhs = DeclareRhs(job, "rhs", r.has_rhs(), r.rhs(), r.diag(), expect);
   if (!rhs.ok()) return rhs.status();
   BatchAndN(job, (*rhs)->shape);
   if (job.n > std::numeric_limits<int32_t>::max())
     return absl::InvalidArgumentError(absl::StrCat("rhs has ", job.n, " nodes a tree; at most 2^31 - 1"));
-  job.x_field = "rhs";
   if (auto st = DeclareCoefficients(job, "rhs",
                                     {{"lower", r.has_lower(), &r.lower()},
                                      {"upper", r.has_upper(), &r.upper()},
-                                     {"diag", r.has_diag(), &r.diag()}},
-                                    eb);
+                                     {"diag", r.has_diag(), &r.diag()}});
       !st.ok())
     return st;
   const std::string pexpect =
       job.shared_matrix ? absl::StrCat("[", job.n, "]")
                         : absl::StrCat("[", job.n, "] or [", job.batch, ", ", job.n, "]");
-  auto p = DeclareArray(job, "parent", r.has_parent(), r.parent(), 1, 2, 4, pexpect);
+  auto p = DeclareArray(job, "parent", r.has_parent(), r.parent(), pexpect);
   if (!p.ok()) return p.status();
   const auto& ps = (*p)->shape;
   if (ps.size() == 1 && ps[0] == job.n) {
@@ -316,15 +318,8 @@ absl::Status Declare(Job& job, const v1::TreeRequest& r) {
 }
 
 absl::Status Declare(Job& job, const v1::BlockTridiagonalRequest& r) {
-  job.family = Family::kBlockTridiagonal;
-  auto prec = ParseDType(r.dtype());
-  if (!prec.ok()) return prec.status();
-  job.precision = *prec;
-  auto m = ParseBlockMethod(r.method());
-  if (!m.ok()) return m.status();
-  job.method = r.method();
-  const int eb = job.precision == Precision::kFloat64 ? 8 : 4;
-  auto f = DeclareRhs(job, "f", r.has_f(), r.f(), r.c_c(), 1, 3, eb,
+  if (auto st = DeclareCommon(job, Family::kBlockTridiagonal, r); !st.ok()) return st;
+  auto f = DeclareRhs(job, "f", r.has_f(), r.f(), r.c_c(),
                       "[N, M], [M], or [k, N, M] for k right-hand sides");
   if (!f.ok()) return f.status();
   const auto fs = (*f)->shape;
@@ -340,7 +335,7 @@ absl::Status Declare(Job& job, const v1::BlockTridiagonalRequest& r) {
        {std::tuple{"aC", r.has_a_c(), &r.a_c()}, {"cC", r.has_c_c(), &r.c_c()},
         {"bC", r.has_b_c(), &r.b_c()}, {"cA", r.has_c_a(), &r.c_a()},
         {"cB", r.has_c_b(), &r.c_b()}}) {
-    auto st = DeclareArray(job, name, has, *arr, 1, 2, eb, expect);
+    auto st = DeclareArray(job, name, has, *arr, expect);
     if (!st.ok()) return st.status();
     if ((*st)->shape != cs)
       return absl::InvalidArgumentError(absl::StrCat(name, " has shape ", ShapeStr((*st)->shape),
@@ -348,7 +343,7 @@ absl::Status Declare(Job& job, const v1::BlockTridiagonalRequest& r) {
                                                      job.shared_matrix ? "'s systems)" : ")"));
   }
   if (r.has_y0() && !job.rhs_optional) {
-    auto st = DeclareArray(job, "y0", true, r.y0(), 1, 3, eb, ShapeStr(fs));
+    auto st = DeclareArray(job, "y0", true, r.y0(), ShapeStr(fs));
     if (!st.ok()) return st.status();
     if (auto s2 = SameShape(job, "y0", "f"); !s2.ok()) return s2;
     if (job.shared_matrix)
@@ -369,40 +364,32 @@ absl::Status Declare(Job& job, const v1::BlockTridiagonalRequest& r) {
       return Invalid("residual_history", "kept for one right-hand side only (f of shape [N, M])");
     job.history_limit = kResidualHistoryPoints;
   }
-  job.x_field = "f";
   return absl::OkStatus();
 }
 
 absl::Status Declare(Job& job, const v1::DenseRequest& r) {
-  job.family = Family::kDense;
-  auto prec = ParseDType(r.dtype());
-  if (!prec.ok()) return prec.status();
-  job.precision = *prec;
-  auto m = ParseDenseMethod(r.method());
-  if (!m.ok()) return m.status();
-  job.method = r.method();
-  job.skip_residual = r.skip_residual();
-  const int eb = job.precision == Precision::kFloat64 ? 8 : 4;
+  if (auto st = DeclareCommon(job, Family::kDense, r); !st.ok()) return st;
   if ((!r.has_b() || r.b().shape_size() == 0) && job.rhs_optional) {
     // CreateSystem without b: its shape from a ([n, n] -> [n], [batch, n, n] -> [batch, n]).
-    auto a = DeclareArray(job, "a", r.has_a(), r.a(), 2, 3, eb, "[n, n] or [batch, n, n]");
+    auto a = DeclareArray(job, "a", r.has_a(), r.a(), "[n, n] or [batch, n, n]");
     if (!a.ok()) return a.status();
     const auto as = (*a)->shape;
     if (as[as.size() - 2] != as.back())
       return absl::InvalidArgumentError(absl::StrCat("a has shape ", ShapeStr(as), ": the matrices are ",
                                                      as[as.size() - 2], " x ", as.back(), ", not square"));
-    JobArray& b = job.arrays["b"];
+    JobArray& b = Slot(job, "b");
+    b.declared = true;
     b.shape.assign(as.begin(), as.end() - 1);
     b.elements = 1;
     for (int64_t d : b.shape) b.elements *= d;
-    b.elem_bytes = eb;
-    b.expected_bytes = b.elements * eb;
+    b.elem_bytes = job.precision == Precision::kFloat64 ? 8 : 4;
+    b.expected_bytes = b.elements * b.elem_bytes;
     b.absent = true;
   }
-  const bool b_declared = job.arrays.count("b") > 0;
+  const bool b_declared = Slot(job, "b").declared;
   absl::StatusOr<JobArray*> b =
-      b_declared ? absl::StatusOr<JobArray*>(&job.arrays.at("b"))
-                 : DeclareArray(job, "b", r.has_b(), r.b(), 1, 2, eb, "[batch, n] or [n]");
+      b_declared ? absl::StatusOr<JobArray*>(&Slot(job, "b"))
+                 : DeclareArray(job, "b", r.has_b(), r.b(), "[batch, n] or [n]");
   if (!b.ok()) return b.status();
   const auto bs = (*b)->shape;
   job.batch = bs.size() == 1 ? 1 : bs[0];
@@ -413,8 +400,8 @@ absl::Status Declare(Job& job, const v1::DenseRequest& r) {
                                                            "]: one matrix, ", job.batch,
                                                            " right-hand sides)");
   absl::StatusOr<JobArray*> a =
-      b_declared ? absl::StatusOr<JobArray*>(&job.arrays.at("a"))
-                 : DeclareArray(job, "a", r.has_a(), r.a(), 2, 3, eb, expect);
+      b_declared ? absl::StatusOr<JobArray*>(&Slot(job, "a"))
+                 : DeclareArray(job, "a", r.has_a(), r.a(), expect);
   if (!a.ok()) return a.status();
   const auto& as = (*a)->shape;
   const int64_t rows = as[as.size() - 2], cols = as.back();
@@ -434,42 +421,44 @@ absl::Status Declare(Job& job, const v1::DenseRequest& r) {
                                      " to match b ", ShapeStr(bs)));
   if (job.n > 65536)
     return Invalid("b", absl::StrCat("n = ", job.n, " is over 65536, the largest dense order"));
-  job.x_field = "b";
   return absl::OkStatus();
 }
 
-// Borrows every declared array's bytes but an absent right-hand side's.
-absl::Status BorrowNamed(Job& job, std::initializer_list<std::pair<const char*, const Array*>> l,
-                         RegionResolver* regions) {
-  for (auto [n, a] : l) {
-    auto it = job.arrays.find(n);
-    if (it == job.arrays.end() || it->second.absent) continue;
-    if (auto st = Borrow(job, n, *a, regions); !st.ok()) return st;
+// Borrows every declared array's bytes but an absent right-hand side's, in the order of the
+// message's fields (which of several bad arrays an error names).
+absl::Status BorrowAll(Job& job, const google::protobuf::Message& r, RegionResolver* regions) {
+  const google::protobuf::Descriptor* md = r.GetDescriptor();
+  const google::protobuf::Reflection* reflection = r.GetReflection();
+  const FamilyDescriptor& d = job.descriptor();
+  for (int i = 0; i < md->field_count(); ++i) {
+    const google::protobuf::FieldDescriptor* f = md->field(i);
+    if (f->type() != google::protobuf::FieldDescriptor::TYPE_MESSAGE || f->is_repeated() ||
+        f->message_type() != Array::descriptor())
+      continue;
+    int slot = -1;
+    for (size_t k = 0; k < d.arrays.size(); ++k)
+      if (d.arrays[k].field == f->name()) slot = int(k);
+    if (slot < 0) continue;
+    JobArray& ja = job.arrays[size_t(slot)];
+    if (!ja.declared || ja.absent) continue;
+    const auto& a = static_cast<const Array&>(reflection->GetMessage(r, f));
+    if (auto st = Borrow(d.arrays[size_t(slot)].name, ja, a, regions,
+                         ReadOnHost(job, size_t(slot)) ? RegionUse::kHost : RegionUse::kBackend);
+        !st.ok())
+      return st;
   }
   return absl::OkStatus();
-}
-absl::Status BorrowAll(Job& job, const v1::TridiagonalRequest& r, RegionResolver* g) {
-  return BorrowNamed(job, {{"a", &r.a()}, {"b", &r.b()}, {"c", &r.c()}, {"d", &r.d()},
-                           {"lengths", &r.lengths()}, {"abc", &r.abc()}}, g);
-}
-absl::Status BorrowAll(Job& job, const v1::TreeRequest& r, RegionResolver* g) {
-  return BorrowNamed(job, {{"parent", &r.parent()}, {"lower", &r.lower()}, {"upper", &r.upper()},
-                           {"diag", &r.diag()}, {"rhs", &r.rhs()}}, g);
-}
-absl::Status BorrowAll(Job& job, const v1::BlockTridiagonalRequest& r, RegionResolver* g) {
-  return BorrowNamed(job, {{"aC", &r.a_c()}, {"cC", &r.c_c()}, {"bC", &r.b_c()}, {"cA", &r.c_a()},
-                           {"cB", &r.c_b()}, {"f", &r.f()}, {"y0", &r.y0()}}, g);
-}
-absl::Status BorrowAll(Job& job, const v1::DenseRequest& r, RegionResolver* g) {
-  return BorrowNamed(job, {{"a", &r.a()}, {"b", &r.b()}}, g);
 }
 
 // x in the caller's memory must not overlap an input: the solvers read them while writing x.
 absl::Status CheckNoOverlap(const Job& job, const std::byte* x, int64_t bytes) {
-  for (const auto& [name, a] : job.arrays) {
-    if (a.absent || a.data == nullptr) continue;
+  const FamilyDescriptor& d = job.descriptor();
+  for (size_t i = 0; i < d.arrays.size(); ++i) {
+    const JobArray& a = job.arrays[i];
+    if (!a.declared || a.absent || a.data == nullptr) continue;
     if (x < a.data + a.expected_bytes && a.data < x + bytes)
-      return Invalid("x_region", absl::StrCat("overlaps ", name, " (x needs memory of its own)"));
+      return Invalid("x_region",
+                     absl::StrCat("overlaps ", d.arrays[i].name, " (x needs memory of its own)"));
   }
   return absl::OkStatus();
 }
@@ -487,7 +476,7 @@ absl::StatusOr<Job> FromUnary(const Req& r, const JobLimits& l, DeclareOptions o
   if (auto st = BorrowAll(job, r, o.regions); !st.ok()) return st;
   if (r.has_x_region()) {
     if (o.rhs_optional) return Invalid("x_region", "CreateSystem solves nothing: leave it unset");
-    const JobArray& xa = job.arrays.at(job.x_field);
+    const JobArray& xa = job.rhs();
     // x is written by the backend only (the batcher copies into it: never for device x).
     auto x = ResolveRef("x_region", r.x_region(), xa.expected_bytes, xa.elem_bytes, o.regions,
                         RegionUse::kBackend, &job.x_on_device);
@@ -506,17 +495,6 @@ absl::StatusOr<Job> FromUnary(const Req& r, const JobLimits& l, DeclareOptions o
   }
   if (auto st = CheckContents(job); !st.ok()) return st;
   return job;
-}
-
-// Chunk names: the request's field names; the thesis' names are accepted too.
-std::string CanonicalName(const Job& job, const std::string& name) {
-  if (job.family == Family::kBlockTridiagonal) {
-    static const std::map<std::string, std::string> m = {
-        {"a_c", "aC"}, {"c_c", "cC"}, {"b_c", "bC"}, {"c_a", "cA"}, {"c_b", "cB"}};
-    if (auto it = m.find(name); it != m.end()) return it->second;
-  }
-  if (job.family == Family::kDense && name == "A") return "a";
-  return name;
 }
 
 }  // namespace
@@ -591,12 +569,13 @@ absl::StatusOr<Job> JobFromStreamHeader(const v1::StreamRequest& h, const JobLim
 }
 
 absl::Status AppendChunk(Job& job, const v1::Chunk& chunk) {
-  const std::string name = CanonicalName(job, chunk.array());
-  auto it = job.arrays.find(name);
-  if (it == job.arrays.end())
+  // Chunk names: the request's field names; the thesis' names are accepted too.
+  const int slot = job.descriptor().Find(chunk.array());
+  if (slot < 0 || !job.arrays[size_t(slot)].declared)
     return Invalid("chunk.array", absl::StrCat("'", Sanitized(chunk.array()), "' is not an array of this ",
                                                FamilyName(job.family), " job"));
-  JobArray& ja = it->second;
+  const absl::string_view name = job.descriptor().arrays[size_t(slot)].name;
+  JobArray& ja = job.arrays[size_t(slot)];
   if (!ja.owned)
     if (auto st = Allocate(name, ja); !st.ok()) return st;
   if (chunk.offset() != ja.received)
@@ -614,10 +593,13 @@ absl::Status AppendChunk(Job& job, const v1::Chunk& chunk) {
 }
 
 absl::Status FinishStreamedJob(Job& job) {
-  for (const auto& [name, ja] : job.arrays)
-    if (ja.received != ja.expected_bytes)
-      return absl::InvalidArgumentError(absl::StrCat(name, " has ", ja.received, " bytes of data, expected ",
+  const FamilyDescriptor& d = job.descriptor();
+  for (size_t i = 0; i < d.arrays.size(); ++i) {
+    const JobArray& ja = job.arrays[i];
+    if (ja.declared && ja.received != ja.expected_bytes)
+      return absl::InvalidArgumentError(absl::StrCat(d.arrays[i].name, " has ", ja.received, " bytes of data, expected ",
                                         ja.expected_bytes, " (shape ", ShapeStr(ja.shape), ")"));
+  }
   return CheckContents(job);
 }
 

@@ -227,6 +227,28 @@ TEST_F(Cli, OptionsAFamilyIgnoresAreUsageErrors) {
   EXPECT_EQ(rc, 0) << out;
 }
 
+// A job of 32 MiB over the streams transport, its bytes spread over 3 connections (4 wanted):
+// the answer as over the socket.
+TEST_F(Cli, ParallelStreamsCarryALargeJob) {
+  const int64_t n = int64_t{1} << 20;
+  std::vector<double> off(n, 1.0), diag(n, 4.0), rhs(n, 6.0);
+  off[0] = 0;
+  rhs[0] = rhs[n - 1] = 5.0;  // x = 1: 1 + 4 + 1 = 6 inside, 4 + 1 = 5 at the ends
+  std::vector<double> c(off.rbegin(), off.rend());
+  const std::string args = " a=" + Save("pa.npy", NdArray::From<double>({n}, off)) +
+                           " b=" + Save("pb.npy", NdArray::From<double>({n}, diag)) +
+                           " c=" + Save("pc.npy", NdArray::From<double>({n}, c)) +
+                           " d=" + Save("pd.npy", NdArray::From<double>({n}, rhs));
+  auto [rc, out] = Run("--transport streams --parallel-streams 3 solve tridiagonal" + args +
+                       " -o " + Path("px.npy"));
+  ASSERT_EQ(rc, 0) << out;
+  auto x = ReadNpy(Path("px.npy"));
+  ASSERT_TRUE(x.ok()) << x.status();
+  double worst = 0;
+  for (double v : Values(*x)) worst = std::max(worst, std::abs(v - 1.0));
+  EXPECT_LE(worst, 1e-14);
+}
+
 TEST_F(Cli, OutOfRangeValuesAreRefusedNotDefaulted) {
   auto ex = examples::ThesisExperiment1(8, 8);
   std::string block = "solve block-tridiagonal";
@@ -242,6 +264,8 @@ TEST_F(Cli, OutOfRangeValuesAreRefusedNotDefaulted) {
            {"make-example dense " + Path("ex") + " --batch 0", "--batch is 0"},
            {"make-example tree " + Path("ex") + " --n 5 --swc x.swc", "--n does not apply"},
            {"bench --clients 0", "--clients"},
+           {"--parallel-streams 0 health", "--parallel-streams"},
+           {"--parallel-streams 65 health", "--parallel-streams"},
        }) {
     auto [rc, out] = Run(cmd);
     EXPECT_EQ(rc, 2) << cmd << "\n" << out;

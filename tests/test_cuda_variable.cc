@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -118,43 +119,61 @@ TEST(CudaVariable, EverySizeClassMatchesTheReference) {
 }
 
 // The kernel alone on device arrays of their own (as the benchmark calls it), against the
-// reference: tells a kernel fault from a staging one.
+// reference: tells a kernel fault from a staging one. Every class by the block table's kernel
+// (stream_from 9), by the default split, and by the streamed kernel from 512 rows (5); the
+// arrays 16-byte aligned and, shifted by one value, 8-byte aligned only (the streamed kernel's
+// copies then go value by value).
 TEST(CudaVariable, KernelOnItsOwnArrays) {
   REQUIRE_GPU();
   const Var<double> v = Make<double>(EveryClass(1, 500), 2);
   const TridiagonalProblem<double> hp = v.P();
   const int64_t N = int64_t(v.a.size()), B = hp.batch;
-  double* dev[5];
-  for (auto& q : dev) ASSERT_EQ(cudaMalloc(&q, sizeof(double) * N), cudaSuccess);
-  const std::vector<double>* src[4] = {&v.a, &v.b, &v.c, &v.d};
-  for (int q = 0; q < 4; ++q)
-    ASSERT_EQ(cudaMemcpy(dev[q], src[q]->data(), sizeof(double) * N, cudaMemcpyHostToDevice),
-              cudaSuccess);
-  uint8_t* flags;
-  ASSERT_EQ(cudaMalloc(&flags, B), cudaSuccess);
-  ASSERT_EQ(cudaMemset(flags, 0, B), cudaSuccess);
-  const cuda::VariablePlan plan = cuda::PlanVariable(v.offsets.data(), B);
-  std::byte* meta;
-  ASSERT_EQ(cudaMalloc(&meta, plan.meta.size()), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(meta, plan.meta.data(), plan.meta.size(), cudaMemcpyHostToDevice),
-            cudaSuccess);
-  cuda::Pool pool(cuda::Pool::Kind::kDevice, 0, int64_t{1} << 30);
-  TridiagonalProblem<double> dp{B, hp.n, Layout::kFlat, dev[0], dev[1], dev[2], dev[3]};
-  dp.offsets = v.offsets.data();
-  auto k = cuda::SolveVariableDevice(dp, plan, meta, TridiagonalMethod::kPartitioned, dev[4],
-                                     flags, pool, nullptr);
-  ASSERT_TRUE(k.ok()) << k.status();
-  std::vector<double> x(N), xr(N);
-  ASSERT_EQ(cudaMemcpy(x.data(), dev[4], sizeof(double) * N, cudaMemcpyDeviceToHost), cudaSuccess);
+  std::vector<double> xr(N);
   std::vector<SystemStatus> sr(B);
   cpu::SolveTridiagonal(hp, TridiagonalMethod::kPartitioned,
                         TridiagonalOutput<double>{xr.data(), sr.data()});
-  double diff = 0;
-  for (int64_t i = 0; i < N; ++i) diff = std::max(diff, std::abs(x[i] - xr[i]));
-  EXPECT_LE(diff, 1e-10) << *k;
+  double* dev[5];
+  for (auto& q : dev) ASSERT_EQ(cudaMalloc(&q, sizeof(double) * (N + 1)), cudaSuccess);
+  uint8_t* flags;
+  ASSERT_EQ(cudaMalloc(&flags, B), cudaSuccess);
+  cuda::Pool pool(cuda::Pool::Kind::kDevice, 0, int64_t{1} << 30);
+  const std::vector<double>* src[4] = {&v.a, &v.b, &v.c, &v.d};
+  for (int shift : {0, 1}) {
+    for (int stream_from : {9, cuda::kVariableStreamFrom, 5}) {
+      SCOPED_TRACE("stream_from " + std::to_string(stream_from) + ", arrays shifted by " +
+                   std::to_string(shift));
+      for (int q = 0; q < 4; ++q)
+        ASSERT_EQ(cudaMemcpy(dev[q] + shift, src[q]->data(), sizeof(double) * N,
+                             cudaMemcpyHostToDevice),
+                  cudaSuccess);
+      ASSERT_EQ(cudaMemset(flags, 0, B), cudaSuccess);
+      ASSERT_EQ(cudaMemset(dev[4], 0xff, sizeof(double) * (N + 1)), cudaSuccess);
+      const cuda::VariablePlan plan = cuda::PlanVariable(v.offsets.data(), B, stream_from);
+      std::byte* meta;
+      ASSERT_EQ(cudaMalloc(&meta, plan.meta.size()), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(meta, plan.meta.data(), plan.meta.size(), cudaMemcpyHostToDevice),
+                cudaSuccess);
+      TridiagonalProblem<double> dp{B,           hp.n,          Layout::kFlat, dev[0] + shift,
+                                    dev[1] + shift, dev[2] + shift, dev[3] + shift};
+      dp.offsets = v.offsets.data();
+      auto k = cuda::SolveVariableDevice(dp, plan, meta, TridiagonalMethod::kPartitioned,
+                                         dev[4] + shift, flags, pool, nullptr);
+      ASSERT_TRUE(k.ok()) << k.status();
+      std::vector<double> x(N);
+      ASSERT_EQ(cudaMemcpy(x.data(), dev[4] + shift, sizeof(double) * N, cudaMemcpyDeviceToHost),
+                cudaSuccess);
+      std::vector<uint8_t> f(B);
+      ASSERT_EQ(cudaMemcpy(f.data(), flags, B, cudaMemcpyDeviceToHost), cudaSuccess);
+      double diff = 0;
+      for (int64_t i = 0; i < N; ++i)
+        diff = std::max(diff, std::isfinite(x[i]) ? std::abs(x[i] - xr[i]) : INFINITY);
+      EXPECT_LE(diff, 1e-10) << *k;
+      EXPECT_EQ(std::count(f.begin(), f.end(), 1), 0);
+      cudaFree(meta);
+    }
+  }
   for (auto q : dev) cudaFree(q);
   cudaFree(flags);
-  cudaFree(meta);
 }
 
 // The same, laid out as the backend stages a request: one buffer holding the plan, a, b, c,
@@ -222,6 +241,11 @@ TEST(CudaVariable, VanishingPivotsAreFlaggedPerSystemAndAutoPivots) {
   Compare(Make<double>(sizes, 9, 1, 3), TridiagonalMethod::kPartitioned, 1e-12);
   Compare(Make<double>(sizes, 9, 1, 3), TridiagonalMethod::kAuto, 1e-12);
   Compare(Make<float>(sizes, 10, 2, 4), TridiagonalMethod::kAuto, 2e-4);
+  // The same in the streamed classes (over 1024 rows).
+  const std::vector<int64_t> large = {3000, 1500, 2500, 50, 4096};
+  Compare(Make<double>(large, 12, 0, 2), TridiagonalMethod::kPartitioned, 1e-12);
+  Compare(Make<double>(large, 12, 0, 2), TridiagonalMethod::kAuto, 1e-12);
+  Compare(Make<float>(large, 13, 4, 1), TridiagonalMethod::kAuto, 2e-4);
 }
 
 TEST(CudaVariable, OtherMethodsRunOnTheHostAndSaySo) {

@@ -8,112 +8,35 @@
 
 #include "absl/strings/str_cat.h"
 #include "trisolve/backend.h"
+#include "trisolve/family.h"
 
 namespace trisolve {
 namespace {
 
-constexpr absl::string_view kTridiagonalNames[] = {"a", "b", "c"};
-constexpr absl::string_view kTreeNames[] = {"lower", "upper", "diag", "parent"};
-constexpr absl::string_view kBlockNames[] = {"aC", "cC", "bC", "cA", "cB"};
-constexpr absl::string_view kDenseNames[] = {"a"};
-constexpr int kTreeParent = 3;
-
-bool Replicates(Family f) { return f == Family::kTridiagonal || f == Family::kTree; }
-
 template <typename T>
 absl::StatusOr<SolveInfo> SolveOne(Backend& be, const SystemSpec& s, const T* rhs, T* x,
                                    SystemStatus* status, const SolveControl& control) {
-  switch (s.family) {
-    case Family::kTridiagonal:
-      return be.Solve(TridiagonalOf(s, rhs), TridiagonalMethod(s.method),
-                      TridiagonalOutput<T>{x, status}, control);
-    case Family::kTree:
-      return be.Solve(TreeOf(s, rhs), TreeMethod(s.method), TreeOutput<T>{x, status}, control);
-    case Family::kBlockTridiagonal:
-      return be.Solve(BlockOf(s, rhs), BlockMethod(s.method), s.block_options,
-                      BlockOutput<T>{x, status}, control);
-    case Family::kDense:
-      return be.Solve(DenseOf(s, rhs), DenseMethod(s.method), DenseOutput<T>{x, status}, control);
-  }
-  return absl::InternalError("unknown family");
+  return Describe(s.family).ops<T>().solve(be, s, rhs, {}, x, status, control);
 }
 
 template <typename T>
 double BackwardErrorOne(const SystemSpec& s, const T* rhs, const T* x, const SystemStatus* status) {
-  switch (s.family) {
-    case Family::kTridiagonal: return TridiagonalBackwardError(TridiagonalOf(s, rhs), x, status);
-    case Family::kTree: return TreeBackwardError(TreeOf(s, rhs), x, status);
-    case Family::kDense: return DenseBackwardError(DenseOf(s, rhs), x, status);
-    case Family::kBlockTridiagonal: break;
-  }
-  return std::numeric_limits<double>::quiet_NaN();
+  const auto residual = Describe(s.family).ops<T>().backward_error;
+  return residual != nullptr ? residual(s, rhs, {}, x, status)
+                             : std::numeric_limits<double>::quiet_NaN();
 }
 
 }  // namespace
 
-absl::string_view FamilyName(Family f) {
-  switch (f) {
-    case Family::kTridiagonal: return "tridiagonal";
-    case Family::kTree: return "tree";
-    case Family::kBlockTridiagonal: return "block-tridiagonal";
-    case Family::kDense: return "dense";
-  }
-  return "unknown";
-}
-
-absl::Span<const absl::string_view> CoefficientNames(Family f) {
-  switch (f) {
-    case Family::kTridiagonal: return kTridiagonalNames;
-    case Family::kTree: return kTreeNames;
-    case Family::kBlockTridiagonal: return kBlockNames;
-    case Family::kDense: return kDenseNames;
-  }
-  return {};
-}
-
-int CoefficientIndex(Family f, absl::string_view name) {
-  if (f == Family::kBlockTridiagonal) {
-    static constexpr std::pair<absl::string_view, absl::string_view> kProto[] = {
-        {"a_c", "aC"}, {"c_c", "cC"}, {"b_c", "bC"}, {"c_a", "cA"}, {"c_b", "cB"}};
-    for (auto [proto, thesis] : kProto)
-      if (name == proto) name = thesis;
-  }
-  if (f == Family::kDense && name == "A") name = "a";
-  const auto names = CoefficientNames(f);
-  for (size_t i = 0; i < names.size(); ++i)
-    if (names[i] == name) return int(i);
-  return -1;
-}
-
-absl::string_view RhsName(Family f) {
-  switch (f) {
-    case Family::kTridiagonal: return "d";
-    case Family::kTree: return "rhs";
-    case Family::kBlockTridiagonal: return "f";
-    case Family::kDense: return "b";
-  }
-  return "";
-}
-
-absl::string_view SpecMethodName(const SystemSpec& s) {
-  switch (s.family) {
-    case Family::kTridiagonal: return MethodName(TridiagonalMethod(s.method));
-    case Family::kTree: return MethodName(TreeMethod(s.method));
-    case Family::kBlockTridiagonal: return MethodName(BlockMethod(s.method));
-    case Family::kDense: return MethodName(DenseMethod(s.method));
-  }
-  return "unknown";
-}
-
 int64_t SystemSpec::coefficient_values(int i) const {
-  if (family == Family::kTree && i == kTreeParent) return parent_per_system ? batch * n : n;
-  if (family == Family::kDense) return batch * n * n;
+  const ArrayDescriptor& c = Describe(family).coefficient(i);
+  if (c.role == ArrayRole::kParent) return parent_per_system ? batch * n : n;
+  if (c.square) return batch * n * n;
   return batch * n;
 }
 
 int64_t SystemSpec::coefficient_bytes(int i) const {
-  const bool parent = family == Family::kTree && i == kTreeParent;
-  return coefficient_values(i) * (parent ? 4 : elem_bytes());
+  return coefficient_values(i) * (Describe(family).coefficient(i).int32 ? 4 : elem_bytes());
 }
 
 int64_t SystemSpec::coefficient_total_bytes() const {
@@ -155,7 +78,8 @@ const SystemSpec& PreparedSystem::Replicated(int64_t k, Layout layout) {
   replicated_host_.assign(size_t(spec_.num_coefficients()), {});
   const int64_t n = spec_.n, eb = spec_.elem_bytes();
   for (int i = 0; i < spec_.num_coefficients(); ++i) {
-    if (spec_.family == Family::kTree && i == kTreeParent) continue;  // one tree for the batch
+    if (Describe(spec_.family).coefficient(i).role == ArrayRole::kParent)
+      continue;  // one tree for the batch
     auto& dst = replicated_host_[size_t(i)];
     dst.resize(size_t(k * n * eb));
     const std::byte* src = host_[size_t(i)].data();
@@ -179,7 +103,7 @@ absl::StatusOr<SolveInfo> SolveThroughBackend(Backend& be, PreparedSystem& syste
                                               const SolveControl& control) {
   const SystemSpec& s = system.spec();
   if (rhs.k == 1) return SolveOne(be, s, rhs.rhs, x, status, control);
-  if (Replicates(s.family) && s.batch == 1)
+  if (Describe(s.family).replicates && s.batch == 1)
     return SolveOne(be, system.Replicated(rhs.k, rhs.layout), rhs.rhs, x, status, control);
   SolveInfo total;
   const int64_t block = s.rhs_values();
@@ -208,7 +132,7 @@ double PreparedBackwardError(PreparedSystem& system, RhsBlock<T> rhs, const T* x
                              const SystemStatus* status) {
   const SystemSpec& s = system.spec();
   if (rhs.k == 1) return BackwardErrorOne(s, rhs.rhs, x, status);
-  if (Replicates(s.family) && s.batch == 1)
+  if (Describe(s.family).replicates && s.batch == 1)
     return BackwardErrorOne(system.Replicated(rhs.k, rhs.layout), rhs.rhs, x, status);
   double worst = std::numeric_limits<double>::quiet_NaN();  // NaN: no system was OK
   bool any = false;

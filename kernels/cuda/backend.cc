@@ -523,7 +523,7 @@ class CudaBackend final : public Backend {
 
   // auto sends the linear-time families' smallest requests to the host, where a system of 64
   // unknowns takes a microsecond against hundreds through the copies and a launch (issue 31;
-  // docs/kernels.md, "Tuning evidence", OnHost).
+  // docs/kernels/README.md, "Tuning evidence", OnHost).
   bool OnHost(bool is_auto, int64_t unknowns) const {
     return is_auto && unknowns < options_.host_below_unknowns;
   }
@@ -539,7 +539,8 @@ class CudaBackend final : public Backend {
     const cuda::UseTuning tuned(&tuning_, cuda::UseTuning::kUnlessSet);
     // The pivoting kernel runs a thread a system: below a warp's worth of systems each system
     // is a sequential sweep at one GPU thread's pace, slower than the host's, so `pivoting`
-    // and auto's second solve stay on the host there (docs/kernels.md, "Partial pivoting").
+    // and auto's second solve stay on the host there (docs/kernels/tridiagonal.md, "Partial
+    // pivoting").
     const bool pivot_on_device = p.batch >= cuda::kPivotingDeviceBatch;
     if (m == TridiagonalMethod::kPivoting && !pivot_on_device)
       return Host(cpu::SolveTridiagonal(p, m, out));
@@ -890,7 +891,7 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const CudaOptions& o) {
     return st;
   // Threads waiting for the device yield their core: the server's waiting threads spin
   // otherwise (one context, many cores), taking cores from the gRPC threads and the clients
-  // of the same host (docs/kernels.md, "Tuning evidence", cudaDeviceScheduleYield).
+  // of the same host (docs/kernels/README.md, "Tuning evidence", cudaDeviceScheduleYield).
   // (Set on the device's primary context, active or not; where it cannot be, they spin.)
   if (auto st = cuda::CudaStatus(cudaSetDevice(o.device), "cudaSetDevice"); !st.ok()) return st;
   (void)cudaSetDeviceFlags(cudaDeviceScheduleYield);

@@ -34,8 +34,8 @@ namespace trisolve::cuda {
 constexpr int64_t kStagingChunk = int64_t{16} << 20;  // bytes per pinned staging piece
 // A solve whose arrays all lie in page-locked client memory moves in pieces of whole systems,
 // the copy in of one piece beside the solve of the one before and the copy back of the one
-// before that (docs/kernels.md, "Pipelined copies"): at least this many bytes to move in, and
-// at most kMaxPieces pieces of at least kMinPieceBytes each.
+// before that (docs/kernels/README.md, "Backends"): at least this many bytes to move in, and at
+// most kMaxPieces pieces of at least kMinPieceBytes each.
 constexpr int64_t kPipelineBytes = int64_t{16} << 20;
 constexpr int64_t kMinPieceBytes = int64_t{4} << 20;
 constexpr int kMaxPieces = 8;

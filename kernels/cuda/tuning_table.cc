@@ -17,7 +17,7 @@ const std::vector<TuningRow>& TuningRows() {
     return std::vector<TuningRow>{
         {90,
          "NVIDIA H100 80GB HBM3: bench_tridiagonal --tune, bench_block, bench_tree "
-         "(docs/kernels.md, Tuning evidence; tests/bench/results/)",
+         "(docs/kernels/README.md, Tuning evidence; tests/bench/results/)",
          sm90}};
   }();
   return rows;
@@ -25,7 +25,8 @@ const std::vector<TuningRow>& TuningRows() {
 
 const TuningRow& DefaultTuningRow() {
   static const TuningRow row{
-      0, "none measured: the sm_90 row's knobs (docs/kernels.md, Tuning evidence)", kDefaults};
+      0, "none measured: the sm_90 row's knobs (docs/kernels/README.md, Tuning evidence)",
+      kDefaults};
   return row;
 }
 

@@ -34,7 +34,7 @@ struct TuningTable {
   static TuningTable ForComputeCapability(int compute_capability);
 };
 
-// One row a measured architecture, with where its evidence is (docs/kernels.md, "Tuning
+// One row a measured architecture, with where its evidence is (docs/kernels/README.md, "Tuning
 // evidence"). Every knob of a row is a launch choice (0: the dispatch's rule by shape, itself
 // measured on that architecture). An architecture without a row runs the default row
 // (DefaultTuningRow): the sm_90 knobs, until a benchmark there says otherwise.

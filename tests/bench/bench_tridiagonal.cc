@@ -11,6 +11,9 @@
 //                     [--window 1|-1] [--window-halo ROWS]   (the tuning `auto` runs under)
 //                     [--variable]   (only the variable-size rows: n uniform in 32 .. 4096,
 //                                     float64, beside uniform batches of 2048 and 4096)
+//   --variable's knobs, in the environment: TRISOLVE_BENCH_STREAM_FROM=9,7,.. (the mix once a
+//   streamed-class threshold), TRISOLVE_BENCH_VARIABLE_RANGES=lo-hi,.. (other size ranges),
+//   TRISOLVE_BENCH_VARIABLE_UNIFORM=n,.. (uniform batches through the variable kernel).
 #include <cuda_runtime.h>
 #include <cusparse.h>
 
@@ -343,6 +346,29 @@ void RunVariable(int64_t N, int reps, double copy_gbs, trisolve::cuda::Pool& poo
     CK(cudaMemcpy(dev[q], h[q].data(), sizeof(T) * N, cudaMemcpyHostToDevice));
   uint8_t* flags;  // for this batch and the uniform ones below
   CK(cudaMalloc(&flags, N));
+  // TRISOLVE_BENCH_STREAM_FROM=a,b,..: first a row for each streamed-class threshold (9: none).
+  if (const char* sf = std::getenv("TRISOLVE_BENCH_STREAM_FROM")) {
+    std::string list(sf);
+    for (char* t = std::strtok(list.data(), ","); t; t = std::strtok(nullptr, ",")) {
+      const auto pl = trisolve::cuda::PlanVariable(offsets.data(), batch, std::atoi(t));
+      std::byte* m;
+      CK(cudaMalloc(&m, pl.meta.size()));
+      CK(cudaMemcpy(m, pl.meta.data(), pl.meta.size(), cudaMemcpyHostToDevice));
+      trisolve::TridiagonalProblem<T> q{batch, hi, trisolve::Layout::kFlat, dev[0], dev[1],
+                                        dev[2], dev[3]};
+      q.offsets = offsets.data();
+      const double t2 = trisolve::bench::TimeIt(reps, [&] {
+        CK(cudaMemsetAsync(flags, 0, batch));
+        auto k = trisolve::cuda::SolveVariableDevice(q, pl, m, trisolve::TridiagonalMethod::kAuto,
+                                                     dev[4], flags, pool, nullptr);
+        if (!k.ok()) std::exit(2);
+      });
+      const double by = 5.0 * sizeof(T) * N;
+      std::printf("%-8s stream_from %s: %9.3f ms %5.1f%% of the copy rate\n",
+                  sizeof(T) == 8 ? "float64" : "float32", t, t2, 100 * by / t2 / 1e6 / copy_gbs);
+      CK(cudaFree(m));
+    }
+  }
   const trisolve::cuda::VariablePlan plan = trisolve::cuda::PlanVariable(offsets.data(), batch);
   std::byte* meta;
   CK(cudaMalloc(&meta, plan.meta.size()));
@@ -415,6 +441,17 @@ void RunVariable(int64_t N, int reps, double copy_gbs, trisolve::cuda::Pool& poo
     CK(cudaFree(m));
   };
   unified_row(plan, offsets, true, label + " unified", hi, batch);
+  // TRISOLVE_BENCH_VARIABLE_UNIFORM=n,..: uniform batches of those n through the variable kernel.
+  if (const char* u = std::getenv("TRISOLVE_BENCH_VARIABLE_UNIFORM")) {
+    std::string list(u);
+    for (char* t = std::strtok(list.data(), ","); t; t = std::strtok(nullptr, ",")) {
+      const int64_t n = std::atoll(t), systems = N / n;
+      std::vector<int64_t> uo(size_t(systems) + 1);
+      for (size_t s = 0; s < uo.size(); ++s) uo[s] = int64_t(s) * n;
+      const auto up = trisolve::cuda::PlanVariable(uo.data(), systems);
+      unified_row(up, uo, false, "uniform " + std::to_string(n), n, systems);
+    }
+  }
   {
     std::vector<int64_t> uo(size_t(N / 2048) + 1);
     for (size_t s = 0; s < uo.size(); ++s) uo[s] = int64_t(s) * 2048;
@@ -650,6 +687,14 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (variable) {
+    // TRISOLVE_BENCH_VARIABLE_RANGES=lo-hi,..: float64 batches of those size ranges first.
+    if (const char* r = std::getenv("TRISOLVE_BENCH_VARIABLE_RANGES")) {
+      std::string list(r);
+      std::vector<std::pair<int64_t, int64_t>> ranges;
+      for (char* t = std::strtok(list.data(), ","); t; t = std::strtok(nullptr, ","))
+        ranges.push_back({std::atoll(t), std::atoll(std::strchr(t, '-') + 1)});
+      for (auto [lo, hi] : ranges) RunVariable<double>(N, reps, copy_gbs, pool, rows, lo, hi);
+    }
     RunVariable<double>(N, reps, copy_gbs, pool, rows, 32, 4096);
     RunVariable<double>(N, reps, copy_gbs, pool, rows, 1, 64);
     RunVariable<float>(N, reps, copy_gbs, pool, rows, 32, 4096);

@@ -23,7 +23,7 @@ from test_client import block_problem
 
 PKG = Path(__file__).resolve().parent.parent
 REPO = PKG.parent.parent
-BASELINE_CSV = REPO / "tests/bench/results/tridiagonal-h100-2026-11-24-session21-final.csv"
+BASELINE_CSV = REPO / "tests/bench/baselines/h100/bench_tridiagonal.csv"
 
 
 def png_size(path: Path):
@@ -169,7 +169,7 @@ def test_history_of_a_system_solved_on_the_server(server, client, tmp_path):
 
 
 def test_bench_plot_from_the_committed_baseline(tmp_path):
-    assert BASELINE_CSV.exists(), f"{BASELINE_CSV} (cited by docs/kernels.md) is missing"
+    assert BASELINE_CSV.exists(), f"{BASELINE_CSV} (cited by docs/performance.md) is missing"
     out = tmp_path / "bench.png"
     r = run_cli("plot", "bench", str(BASELINE_CSV), "-o", str(out))
     assert r.returncode == 0, r.stdout + r.stderr

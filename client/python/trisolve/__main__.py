@@ -75,7 +75,7 @@ def _parser() -> argparse.ArgumentParser:
     b = what.add_parser("bench", help="bench_tridiagonal CSVs as plots",
                         description="Plots the time and the fraction of the device copy rate of "
                         "the best trisolve kernel per layout and the best cuSPARSE routine "
-                        "against n, per precision (the table in docs/kernels.md).")
+                        "against n, per precision (the table in docs/performance.md).")
     b.add_argument("csv", nargs="+", help="bench_tridiagonal CSV files")
     b.add_argument("-o", "--output", required=True, help="the image (.png, .svg, .pdf)")
     b.add_argument("--dpi", type=int, default=100)

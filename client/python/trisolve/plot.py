@@ -157,7 +157,7 @@ def read_bench_csv(path: str) -> List[Dict[str, str]]:
 
 def _best(rows: Sequence[Dict[str, str]]) -> Dict[Tuple[str, int], Dict[str, Dict[str, str]]]:
     """For each (dtype, n): the fastest row of trisolve flat, trisolve interleaved and cuSPARSE
-    (as tests/bench/summarize.py makes the table in docs/kernels.md)."""
+    (as tests/bench/summarize.py makes the table in docs/performance.md)."""
     best: Dict[Tuple[str, int], Dict[str, Dict[str, str]]] = defaultdict(dict)
     for r in rows:
         key = (r["dtype"], int(r["n"]))

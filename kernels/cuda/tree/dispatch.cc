@@ -4,10 +4,10 @@ namespace trisolve::cuda {
 namespace {
 
 // Below this many cells of one morphology the cables beat one thread a cell: too few cells to
-// fill the GPU one a thread. Evidence: docs/kernels.md, "Tuning evidence", kCablesBelowBatch.
+// fill the GPU one a thread. Evidence: docs/kernels/tree.md, "Tuning evidence", kCablesBelowBatch.
 constexpr int64_t kCablesBelowBatch = 2048;
 // Below this many cells of one morphology in the interleaved layout, contraction-block beats
-// hines-batch. Evidence: docs/kernels.md, "Tuning evidence", kContractionBelowBatch.
+// hines-batch. Evidence: docs/kernels/tree.md, "Tuning evidence", kContractionBelowBatch.
 constexpr int64_t kContractionBelowBatch = 4608;
 
 template <typename T>

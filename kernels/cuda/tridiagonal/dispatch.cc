@@ -23,12 +23,13 @@ const PartitionedTuning& Tuned() { return ActiveTuning().tridiagonal; }
 
 // Whether the flat one-pass and level kernels load their rows directly (no staging tile): the
 // tuning's, or always (0): the staging tile's shared-memory round trip only delays the loads.
-// Evidence: docs/kernels.md, "Tuning evidence", FlatDirect.
+// Evidence: docs/kernels/tridiagonal.md, "Tuning evidence", FlatDirect.
 bool FlatDirect() { return Tuned().flat_direct >= 0; }
 
 // Rows read beyond a window's core on each side: the tuning's, else 256, so that rows with
-// (|a| + |c|) / |b| up to 0.864 (float64) / 0.935 (float32) qualify, for 14% more rows read
-// than the system (windows of 4096 rows). Evidence: docs/kernels.md, "Tuning evidence", WindowHalo.
+// (|a| + |c|) / |b| up to 0.864 (float64) / 0.935 (float32) qualify, for 14% more rows read than
+// the system (windows of 4096 rows). Evidence: docs/kernels/tridiagonal.md, "Tuning evidence",
+// WindowHalo.
 template <typename T>
 int64_t WindowHalo() {
   return Tuned().window_halo > 0 ? Tuned().window_halo : 256;
@@ -36,7 +37,8 @@ int64_t WindowHalo() {
 
 // Cores of whole 128-byte lines (the halo too): each window's copies then start on a line
 // (where n is whole lines too); cores of 16-byte words started most windows inside a line and
-// multiplied the copies' L2 requests. Evidence: docs/kernels.md, "Tuning evidence", PlanWindowsFor.
+// multiplied the copies' L2 requests. Evidence: docs/kernels/tridiagonal.md, "Tuning evidence",
+// PlanWindowsFor.
 template <typename T>
 WindowPlan PlanWindowsFor(int64_t n) {
   return PlanWindows(n, int64_t(kWindowThreads) * kWindowChunk, WindowHalo<T>(),
@@ -45,8 +47,8 @@ WindowPlan PlanWindowsFor(int64_t n) {
 
 // Whether `auto` tries the windows first: the tuning's (1: wherever they apply), else flat systems
 // over 4096 rows but float64 systems of three windows or more that fill clusters of 4 streamed
-// blocks (7168 < n <= 8192), which the streamed rows solve faster. Evidence: docs/kernels.md,
-// "Tuning evidence", WindowsByShape.
+// blocks (7168 < n <= 8192), which the streamed rows solve faster. Evidence:
+// docs/kernels/tridiagonal.md, "Tuning evidence", WindowsByShape.
 bool RowsStreamByShape(int64_t n, Layout layout, bool float32);
 bool WindowsByShape(int64_t n, Layout layout, bool float32) {
   if (Tuned().window < 0 || layout != Layout::kFlat) return false;
@@ -61,7 +63,7 @@ bool WindowsByShape(int64_t n, Layout layout, bool float32) {
 // Whether one block can hold whole systems of this size.
 // Rows a thread of the one-pass kernel: the tuning's, or by shape (0): 16 where a thread's longer
 // reduction pays for the fewer, larger PCR levels, 8 where the block's PCR is short anyway.
-// Evidence: docs/kernels.md, "Tuning evidence", OnChipChunk.
+// Evidence: docs/kernels/tridiagonal.md, "Tuning evidence", OnChipChunk.
 template <typename T>
 int OnChipChunk(int64_t n, Layout layout) {
   if (Tuned().chunk > 0) return Tuned().chunk;
@@ -75,8 +77,8 @@ int OnChipChunk(int64_t n, Layout layout) {
 // Whether `auto` runs the streamed one-pass kernel (PartitionedStreamKernel) for this shape, its
 // arrays 16-byte aligned (the service's pooled buffers are): flat float64 64 <= n < 128 and 512 < n
 // <= 4096, where overlapping the next systems' copy with this one's arithmetic beat the one-block
-// kernel; it lost or tied at the other n and in float32. Evidence: docs/kernels.md, "Tuning
-// evidence", StreamsByShape.
+// kernel; it lost or tied at the other n and in float32. Evidence: docs/kernels/tridiagonal.md,
+// "Tuning evidence", StreamsByShape.
 bool StreamsByShape(int64_t n, Layout layout, bool float32) {
   if (Tuned().stream != 0 || layout != Layout::kFlat || float32) return false;
   const int chunk = OnChipChunk<double>(n, layout);
@@ -87,7 +89,7 @@ bool StreamsByShape(int64_t n, Layout layout, bool float32) {
 // Whether `auto` runs the streamed kernel on the interleaved layout (16 rows a thread, 256 threads
 // a block: groups of 4 systems at n = 1024, 16 at n = 256): float64 128 < n <= 1024; at n <= 128
 // and in float32 the one-pass or cluster kernels win. An odd batch (a group's row not whole 16-byte
-// words) runs what ran before. Evidence: docs/kernels.md, "Tuning evidence",
+// words) runs what ran before. Evidence: docs/kernels/tridiagonal.md, "Tuning evidence",
 // StreamsInterleavedByShape.
 bool StreamsInterleavedByShape(int64_t n, int64_t batch, Layout layout, bool float32) {
   if (Tuned().stream != 0 || layout != Layout::kInterleaved || float32) return false;
@@ -105,8 +107,8 @@ bool FitsOnChip(int64_t n) {
 template <typename T>
 OnChipForm OnChipFormFor(const TridiagonalProblem<T>& p) {
   // Small blocks pack more systems an SM for the flat layout and small n; interleaved systems above
-  // n = 128 want wider blocks (more systems a warp-load). Evidence: docs/kernels.md, "Tuning
-  // evidence", OnChipFormFor.
+  // n = 128 want wider blocks (more systems a warp-load). Evidence: docs/kernels/tridiagonal.md,
+  // "Tuning evidence", OnChipFormFor.
   const int chunk = OnChipChunk<T>(p.n, p.layout);
   const bool inter = p.layout == Layout::kInterleaved;
   // Flat blocks of 64 threads (float64 from n = 64, float32 from n = 128); above n = 1024 a
@@ -151,7 +153,7 @@ ClusterShape ChooseClusterShape(int64_t n, int M, int Q, int threads) {
 // The cluster shape for n, or Q == 1 (none): the tuning's, or by shape where the cluster kernel
 // was the fastest: interleaved 512 < n <= 2048 and flat float32 4096 < n <= 8192, 2 blocks of
 // 256 threads x 16 rows; elsewhere the one-block kernels, the streamed rows or the two-pass path
-// were faster. Evidence: docs/kernels.md, "Tuning evidence", ClusterShapeFor.
+// were faster. Evidence: docs/kernels/tridiagonal.md, "Tuning evidence", ClusterShapeFor.
 ClusterShape ClusterShapeFor(int64_t n, Layout layout, bool float32) {
   if (Tuned().cluster == 1 || !ClustersAvailable() || n <= 1) return ClusterShape{};
   if (Tuned().cluster >= 2)
@@ -167,8 +169,8 @@ ClusterShape ClusterShapeFor(int64_t n, Layout layout, bool float32) {
 
 // Whether `auto` runs the two-pass path although one block holds n: interleaved n > 2048. The
 // one-block kernel runs one system a block there, so a warp's interleaved loads use a quarter of
-// each sector, where the level kernels' are coalesced across systems. Evidence: docs/kernels.md,
-// "Tuning evidence", TwoPassByShape.
+// each sector, where the level kernels' are coalesced across systems. Evidence:
+// docs/kernels/tridiagonal.md, "Tuning evidence", TwoPassByShape.
 bool TwoPassByShape(int64_t n, Layout layout) {
   return Tuned().two_pass == 0 && layout == Layout::kInterleaved && n > 2048;
 }
@@ -176,8 +178,8 @@ bool TwoPassByShape(int64_t n, Layout layout) {
 // Whether `auto` solves flat float64 systems by the block sweeps' streamed kernel
 // (SolveRowsStreamed: persistent clusters copying their next system while they solve this one):
 // the tuning's, else for n over 4096 that fill at least 60% of the cluster's rows (70% for
-// clusters of 8, n over 8192): below that, the idle rows of the cluster cost more than the
-// two-pass path's second read. Evidence: docs/kernels.md, "Tuning evidence", RowsStreamByShape.
+// clusters of 8, n over 8192): below that, the idle rows of the cluster cost more than the two-pass
+// path's second read. Evidence: docs/kernels/tridiagonal.md, "Tuning evidence", RowsStreamByShape.
 bool RowsStreamByShape(int64_t n, Layout layout, bool float32) {
   if (float32 || layout != Layout::kFlat || Tuned().rows_stream < 0) return false;
   const int64_t cap = RowsStreamCapacity(n);
@@ -241,8 +243,8 @@ bool ThomasWindowByShape(int64_t n, int64_t batch, Layout layout, bool float32) 
   if (Tuned().thomas_window > 0) return true;
   // Interleaved batches of 16 or more: n > 512 (float32 from 512); flat (and one system): float64 n
   // > 4096 with 16 systems or more, and one system of 2^24 or more, whose chain of windows fills
-  // the GPU (below it the chain has fewer warps, each as slow). Evidence: docs/kernels.md, "Tuning
-  // evidence", ThomasWindowByShape.
+  // the GPU (below it the chain has fewer warps, each as slow). Evidence:
+  // docs/kernels/tridiagonal.md, "Tuning evidence", ThomasWindowByShape.
   if (layout == Layout::kFlat || batch == 1)
     return !float32 && ((n > 4096 && batch >= 16) || (batch == 1 && n >= (int64_t(1) << 24)));
   return (float32 ? n >= 512 : n > 512) && batch >= 16;

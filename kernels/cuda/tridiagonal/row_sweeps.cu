@@ -21,7 +21,7 @@ constexpr int kMaxSweepCluster = 4;  // blocks a row at most: rows of 16384
 
 // Whether the fused sweeps stage rows through shared memory: the tuning's, else for rows over
 // 2048 at 16 rows a thread, where a thread's 16 rows straight from global memory came too late.
-// Evidence: docs/kernels.md, "Tuning evidence", SweepStaged.
+// Evidence: docs/kernels/tridiagonal.md, "Tuning evidence", SweepStaged.
 bool SweepStaged(int64_t M, int chunk) {
   return Sweeps().staged != 0 ? Sweeps().staged > 0 : M > 2048 && chunk == 16;
 }
@@ -94,7 +94,7 @@ bool EncodeStreamMaps(const SweepArgs<double>& g, int box_rows, StreamMaps& maps
 // rows of a multiple of 16 values by bulk tensor copies (unless the tuning says bulk = -1). The
 // neighbours' loads 8 rows a thread at a time with the bulk copies (unless the tuning says
 // group = 4), else 4: with the copies' registers free, 8 in flight hide more latency; all 16 at
-// once spill. Evidence: docs/kernels.md, "Tuning evidence", LaunchFusedStream.
+// once spill. Evidence: docs/kernels/tridiagonal.md, "Tuning evidence", LaunchFusedStream.
 template <int Q, int P, typename T>
 absl::Status LaunchFusedStream(SweepArgs<T> g, cudaStream_t stream) {
   StreamMaps maps{};
@@ -154,7 +154,7 @@ absl::Status LaunchFusedForm(int Q, bool staged, const SweepArgs<T>& g, cudaStre
 // of 256 x 16, 2 to 8 of the streamed 128 x 16; more than 1 only on sm_90) and whether streamed
 // (the tuning's, else float64 red-black and jacobi with 2048 < M <= 16384 and gauss-seidel with
 // 4096 < M <= 16384, where copying the next row under this one's arithmetic won). chunk 0: no fused
-// form holds the row. Evidence: docs/kernels.md, "Tuning evidence", SweepFormFor.
+// form holds the row. Evidence: docs/kernels/tridiagonal.md, "Tuning evidence", SweepFormFor.
 SweepForm SweepFormFor(int64_t M, bool float64, SweepKind kind) {
   // gauss-seidel keeps 8 rows a thread (512 threads) up to 4096 (NOTES.md t26).
   const bool gs = kind == SweepKind::kGaussSeidel;

@@ -7,7 +7,7 @@
 // their left coupling and bound that error a posteriori too (else a longer halo, then the exact
 // paths); vanishing pivots and non-finite x flag the system as the CPU reference does. The
 // proofs of both bounds, the flat and chained layouts, mirrored windows and where the time goes:
-// docs/kernels.md, "thomas-window: design notes".
+// docs/kernels/tridiagonal.md, "thomas-window: design notes".
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -197,7 +197,7 @@ absl::StatusOr<int> LaunchBySystems(const TridiagonalProblem<T>& p, T* x, uint8_
 }
 
 // Copies in flight a warp: float64 2 (4 cost a block an SM), float32 2 by default, or 1 or 4.
-// Evidence: docs/kernels.md, "Tuning evidence", LaunchByStages (thomas-window).
+// Evidence: docs/kernels/tridiagonal.md, "Tuning evidence", LaunchByStages (thomas-window).
 template <typename T, int kRing>
 absl::StatusOr<int> LaunchByStages(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
                                    const Maps& maps, int64_t windows, int64_t halo, int stages,

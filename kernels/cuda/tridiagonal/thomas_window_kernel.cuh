@@ -1,6 +1,6 @@
 // thomas-window's device code: the shared-memory ring, the copies, the warps' sweep and the
 // look-ahead back substitution (ThomasWindowKernel). Included by thomas_window.cu only; the
-// design: docs/kernels.md, "thomas-window: design notes".
+// design: docs/kernels/tridiagonal.md, "thomas-window: design notes".
 #pragma once
 
 #include <cmath>

@@ -1,12 +1,12 @@
 // The tridiagonal module's launch choices: plain structs of knobs, 0 meaning "by shape" (the
-// shapes' rules and their evidence: dispatch.cc, row_sweeps.cu and docs/kernels.md).
+// shapes' rules and their evidence: dispatch.cc, row_sweeps.cu and docs/kernels/tridiagonal.md).
 // They are read through the table in use (cuda/tuning_table.h), never through globals.
 #pragma once
 
 namespace trisolve::cuda {
 
-// Launch parameters of the partitioned kernels. The defaults were picked by the benchmark's
-// --tune sweep (docs/kernels.md, "Tuning evidence"); tests and the benchmark set others.
+// Launch parameters of the partitioned kernels. The defaults were picked by the benchmark's --tune
+// sweep (docs/kernels/tridiagonal.md, "Tuning evidence"); tests and the benchmark set others.
 struct PartitionedTuning {
   int chunk = 0;        // rows per thread: 2, 4, 8 or 16; 0: by shape (8, or 16 where the
                         // sweep measured it faster: flat n > 256 (float64) / n > 32 (float32);

@@ -1,10 +1,12 @@
 // Batches of tridiagonal systems of different sizes on the device (TridiagonalProblem::offsets):
-// the systems' rows concatenated, flat; the same kernel reads the unified-vector layout (a
-// uniform unified batch comes here with offsets s * n). Systems of up to kVariableBlockRows rows are solved
-// by one kernel launch whose blocks each take systems of one size class (partitioned.cuh's
-// one-block form: 16 rows a thread, P threads a system, 256 / P systems a block), the classes
-// read from a plan built on the host from the offsets; longer systems are solved one by one by
-// the uniform path (SolveTridiagonalDevice).
+// the systems' rows concatenated, flat; the same kernels read the unified-vector layout (a
+// uniform unified batch comes here with offsets s * n). Systems of up to kVariableBlockRows rows
+// are sorted by size class on the host (P = 2^lp threads of 16 rows a system). The classes from
+// stream_from up are solved by a streamed kernel (persistent blocks of P threads copying the
+// next system into shared memory while they solve the current one; one launch a class), the
+// others by one launch a block size whose blocks each take the systems of one class
+// (partitioned.cuh's one-block form); longer systems are solved one by one by the uniform path
+// (SolveTridiagonalDevice).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -32,8 +34,18 @@ constexpr int VariableBlockThreads(int lp) { return lp <= 6 ? 64 : 1 << lp; }
 // kVariableBlockRows rows ordered by size class, largest first (int32), and a block table
 // (two int32 a block: its first entry in that order, and log2 P << 16 | its systems), the
 // blocks of 256 threads first, then 128, then 64.
+// Classes of P = 2^lp threads a system from which the streamed kernel runs (persistent blocks
+// of kVariableThreads copying their next systems in while they solve): the classes of more
+// than 16 * 2^(lp - 1) rows. Evidence: tests/bench/NOTES.md, "Variable-size batches" (vb3-vb7:
+// thresholds 5 to 8 within 2% of each other, 7 the best in float64 and float32).
+constexpr int kVariableStreamFrom = 7;
+
 struct VariablePlan {
   int64_t batch = 0;
+  // Classes lp >= stream_from are solved by the streamed kernel, the others by the block table.
+  int stream_from = kVariableStreamFrom;
+  // Each class's systems in `order`: the first entry and the count (classes 0 .. 8).
+  int64_t class_first[9] = {}, class_count[9] = {};
   int64_t blocks = 0;
   // Three launches (blocks of 256, 128 and 64 threads): their first entry and blocks.
   int64_t launch_first[3] = {0, 0, 0}, launch_blocks[3] = {0, 0, 0};
@@ -41,7 +53,8 @@ struct VariablePlan {
   std::vector<std::byte> meta;
   size_t order_offset = 0, table_offset = 0;  // in meta, bytes
 };
-VariablePlan PlanVariable(const int64_t* offsets, int64_t batch);
+VariablePlan PlanVariable(const int64_t* offsets, int64_t batch,
+                          int stream_from = kVariableStreamFrom);
 
 // Which methods the device runs for a variable-size batch (dispatch.cc): the others are solved
 // by the CPU reference on the host.
