@@ -279,6 +279,17 @@ absl::Status Client::UnregisterMemory(const SharedMemory& memory) {
   return impl_->Unregister(memory.data());
 }
 
+absl::Status Client::RegisterCudaMemory(const CudaMemory& memory, const std::string& name,
+                                        double ttl_s) {
+  if (!impl_->setup.ok()) return impl_->setup;
+  return impl_->RegisterCuda(memory, name, ttl_s);
+}
+
+absl::Status Client::UnregisterCudaMemory(const CudaMemory& memory) {
+  if (!impl_->setup.ok()) return impl_->setup;
+  return impl_->Unregister(static_cast<const std::byte*>(memory.data));
+}
+
 std::string Client::SharedMemoryState() const {
   std::lock_guard<std::mutex> lock(impl_->shm_mu);
   if (impl_->options.transport == Transport::kGrpc || impl_->shm == Impl::Shm::kNo) return "grpc";
@@ -328,6 +339,10 @@ namespace {
 
 // A copy of `v` in type `want`.
 absl::StatusOr<NdArray> Converted(const std::string& name, const ArrayView& v, DType want) {
+  if (internal::InCudaMemory(v.data, v.bytes()))
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": is ", DTypeName(v.dtype), " in CUDA memory, and it travels as ", DTypeName(want),
+        ": the client cannot convert device memory (give it that type)"));
   NdArray tmp;
   tmp.dtype = v.dtype;
   tmp.shape = v.shape;

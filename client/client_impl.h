@@ -48,6 +48,7 @@ struct Client::Impl {
     const std::byte* base;
     int64_t bytes;
     std::string name;
+    bool cuda = false;  // RegisterCuda's: device memory, which this process never reads
   };
   enum class Shm { kUntried, kYes, kNo };
   static constexpr int kMaxArenas = 16;
@@ -72,6 +73,7 @@ struct Client::Impl {
   // ttl_s: the server's idle time-to-live for the region, when asked for.
   absl::Status Register(const SharedMemory& m, const std::string& name, double* ttl_s = nullptr);
   absl::Status Unregister(const std::byte* base);
+  absl::Status RegisterCuda(const CudaMemory& m, const std::string& name, double ttl_s);
   // A registered staging region of at least `bytes`, or an error (auto then tries the next
   // path, and stops trying shared memory where the server cannot map this process's memory).
   absl::StatusOr<std::unique_ptr<SharedMemory>> AcquireArena(int64_t bytes);
@@ -141,5 +143,11 @@ struct Client::Impl {
   absl::Status StageRemote(const std::vector<ArrayView>& arrays, int64_t need, int64_t x_bytes,
                            Placement* pl);
 };
+
+namespace internal {
+// Whether [p, p + bytes) overlaps CUDA memory some Client of this process registered: the
+// marshalling must not read it (it cannot convert such an array).
+bool InCudaMemory(const void* p, int64_t bytes);
+}  // namespace internal
 
 }  // namespace trisolve

@@ -26,6 +26,17 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The CUDA memory every Client of the process registered (a process's device memory is the
+// process's, whichever client registered it).
+std::mutex& CudaRangesMu() {
+  static std::mutex mu;
+  return mu;
+}
+std::vector<std::pair<const std::byte*, int64_t>>& CudaRanges() {
+  static std::vector<std::pair<const std::byte*, int64_t>> ranges;
+  return ranges;
+}
+
 bool Stale(Clock::time_point since, double ttl_s) {
   return ttl_s > 0 && std::chrono::duration<double>(Clock::now() - since).count() > 0.5 * ttl_s;
 }
@@ -84,14 +95,56 @@ absl::Status Client::Impl::Register(const SharedMemory& m, const std::string& na
   return absl::OkStatus();
 }
 
+absl::Status Client::Impl::RegisterCuda(const CudaMemory& m, const std::string& name,
+                                        double ttl_s) {
+  if (replicas && replicas->balanced())
+    return absl::FailedPreconditionError(
+        "CUDA memory needs a client of one server: this one balances over replicas");
+  if (m.data == nullptr || m.bytes <= 0)
+    return absl::InvalidArgumentError("CudaMemory: data and bytes must describe memory");
+  v1::RegisterCudaMemoryRequest req;
+  req.set_name(name);
+  req.set_handle(m.handle);
+  req.set_device(m.device);
+  req.set_offset(m.offset);
+  req.set_bytes(m.bytes);
+  req.set_ttl_s(ttl_s);
+  grpc::ClientContext ctx;
+  Auth(ctx);
+  v1::MemoryRegion resp;
+  grpc::Status st = stub->RegisterCudaMemory(&ctx, req, &resp);
+  if (!st.ok()) return FromGrpc(st);
+  {
+    std::lock_guard<std::mutex> lock(shm_mu);
+    registered.push_back({static_cast<const std::byte*>(m.data), m.bytes, name, true});
+  }
+  std::lock_guard<std::mutex> lock(CudaRangesMu());
+  CudaRanges().push_back({static_cast<const std::byte*>(m.data), m.bytes});
+  return absl::OkStatus();
+}
+
+bool internal::InCudaMemory(const void* p, int64_t bytes) {
+  const auto* b = static_cast<const std::byte*>(p);
+  std::lock_guard<std::mutex> lock(CudaRangesMu());
+  for (const auto& [base, n] : CudaRanges())
+    if (b < base + n && base < b + bytes) return true;
+  return false;
+}
+
 absl::Status Client::Impl::Unregister(const std::byte* base) {
   std::string name;
   {
     std::lock_guard<std::mutex> lock(shm_mu);
     auto it = std::find_if(registered.begin(), registered.end(),
                            [&](const Registered& r) { return r.base == base; });
-    if (it == registered.end()) return absl::NotFoundError("this shared memory is not registered");
+    if (it == registered.end()) return absl::NotFoundError("this memory is not registered");
     name = it->name;
+    if (it->cuda) {
+      std::lock_guard<std::mutex> cuda_lock(CudaRangesMu());
+      auto& ranges = CudaRanges();
+      auto r = std::find(ranges.begin(), ranges.end(), std::pair{it->base, it->bytes});
+      if (r != ranges.end()) ranges.erase(r);
+    }
     registered.erase(it);
   }
   v1::UnregisterMemoryRequest req;

@@ -206,11 +206,14 @@ absl::StatusOr<Answer> Core::Solve(Call& call, const Job& job) {
   call.sample.family = std::string(FamilyName(job.family));
   call.sample.method = std::string(job.method_name());
   call.sample.bytes_in = job.total_bytes();
+  // (Arrays in a client's device memory: never batched, the batcher reads them on the host.)
+  const bool device_arrays = job.device_arrays();
   const bool batch = batcher_ != nullptr && job.unknowns() <= options_.small_job_unknowns &&
-                     batcher_->Eligible(job);
+                     !device_arrays && batcher_->Eligible(job);
   // A large job's values unchecked yet: the device checks them after the copy in, where the
   // backend can and the job is not batched; here otherwise.
-  const bool on_device = !job.values_checked && !batch && backend_info_.checks_finite;
+  const bool on_device =
+      !job.values_checked && !batch && (backend_info_.checks_finite || device_arrays);
   if (!job.values_checked && !on_device)
     if (auto st = CheckValues(job); !st.ok()) return st;
   auto res = Admit(call, job.unknowns(), [&](const SolveControl& control) {
@@ -222,7 +225,7 @@ absl::StatusOr<Answer> Core::Solve(Call& call, const Job& job) {
   });
   if (on_device)
     if (auto st = AfterDeviceCheck(res.status(), res.ok() && res->info.inputs_checked,
-                                   [&] { return CheckValues(job); });
+                                   [&] { return CheckValues(job, ReadDevice()); });
         !st.ok())
       return st;
   if (!res.ok()) return res.status();
@@ -328,18 +331,22 @@ absl::StatusOr<Answer> Core::SolveSystem(Call& call, const StepRequest& step) {
   sample.method = std::string(SpecMethodName(spec));
   RequestRegions regions(&memory_, call.identity);
   if (auto st = ApplyUpdates(e, step, &regions, sample); !st.ok()) return st;
-  auto rhs_in = ResolveArray(step.rhs, &regions, "rhs", int(spec.elem_bytes()));
+  auto rhs_in =
+      ResolveArray(step.rhs, &regions, "rhs", int(spec.elem_bytes()), RegionUse::kBackend);
   if (!rhs_in.ok()) return rhs_in.status();
-  // A large right-hand side's values: checked on the device where the backend can.
-  const bool on_device = backend_info_.checks_finite && rhs_in->bytes >= kDeviceCheckBytes;
+  // A large right-hand side's values, and one in a client's device memory: checked on the
+  // device where the backend can.
+  const bool on_device = rhs_in->on_device ||
+                         (backend_info_.checks_finite && rhs_in->bytes >= kDeviceCheckBytes);
   auto rhs = CheckRhs(spec, e.rhs_shape, *rhs_in, options_.limits, !on_device);
   if (!rhs.ok()) return rhs.status();
   sample.bytes_in += rhs_in->bytes;
   std::byte* x_out = nullptr;
+  bool x_on_device = false;
   const int64_t x_bytes = rhs_in->bytes;
   if (step.has_x_region) {
     auto x = ResolveRegionRef("x_region", step.x_region, x_bytes, int(spec.elem_bytes()),
-                              &regions);
+                              &regions, RegionUse::kBackend, &x_on_device);
     if (!x.ok()) return x.status();
     const auto* r = static_cast<const std::byte*>(rhs->data);
     if (*x < r + x_bytes && r < *x + x_bytes)
@@ -351,12 +358,16 @@ absl::StatusOr<Answer> Core::SolveSystem(Call& call, const StepRequest& step) {
   auto res = Admit(call, unknowns, [&](const SolveControl& control) {
     SolveControl c = control;
     c.check_finite = on_device;
-    return RunPrepared(*backend_, system, rhs->data, rhs->k, Layout::kFlat, step.skip_residual,
-                       c, x_out);
+    // (The residual would read device memory back: the client has it there.)
+    return RunPrepared(*backend_, system, rhs->data, rhs->k, Layout::kFlat,
+                       step.skip_residual || rhs_in->on_device || x_on_device, c, x_out);
   });
   if (on_device)
     if (auto st = AfterDeviceCheck(res.status(), res.ok() && res->info.inputs_checked,
-                                   [&] { return CheckRhsValues(spec, *rhs); });
+                                   [&] {
+                                     return CheckRhsValues(spec, *rhs, rhs_in->on_device,
+                                                           ReadDevice());
+                                   });
         !st.ok())
       return st;
   if (!res.ok()) return res.status();
@@ -415,6 +426,12 @@ absl::StatusOr<RegionInfo> Core::RegisterMemory(Call& call, const std::string& n
   return memory_.Register(call.identity, name, key, offset, bytes, ttl_s);
 }
 
+absl::StatusOr<RegionInfo> Core::RegisterCudaMemory(Call& call, const std::string& name,
+                                                    const std::string& handle, int device,
+                                                    int64_t offset, int64_t bytes, double ttl_s) {
+  return memory_.RegisterCuda(call.identity, name, handle, device, offset, bytes, ttl_s);
+}
+
 absl::StatusOr<RegionInfo> Core::AllocateMemory(Call& call, const std::string& name,
                                                 int64_t bytes, double ttl_s) {
   return memory_.Allocate(call.identity, name, bytes, ttl_s);
@@ -427,7 +444,17 @@ absl::StatusOr<RegionInfo> Core::UnregisterMemory(Call& call, const std::string&
 std::vector<RegionInfo> Core::ListMemory(Call& call) { return memory_.List(call.identity); }
 
 absl::StatusOr<std::shared_ptr<Region>> Core::FindRegion(Call& call, const std::string& name) {
-  return memory_.Find(call.identity, name, "region");
+  auto r = memory_.Find(call.identity, name, "region");
+  if (r.ok() && (*r)->on_device())
+    return absl::FailedPreconditionError(absl::StrCat(
+        "region: '", (*r)->name(), "' is CUDA memory of the client's: read and write it there"));
+  return r;
+}
+
+DeviceReader Core::ReadDevice() {
+  return [backend = backend_.get()](void* host, const void* device, int64_t bytes) {
+    return backend->CopyFromDevice(host, device, bytes);
+  };
 }
 
 }  // namespace trisolve::server

@@ -203,10 +203,15 @@ class Core {
   absl::StatusOr<RegionInfo> RegisterMemory(Call& call, const std::string& name,
                                             const std::string& key, int64_t offset,
                                             int64_t bytes, double ttl_s);
+  absl::StatusOr<RegionInfo> RegisterCudaMemory(Call& call, const std::string& name,
+                                                const std::string& handle, int device,
+                                                int64_t offset, int64_t bytes, double ttl_s);
   absl::StatusOr<RegionInfo> AllocateMemory(Call& call, const std::string& name, int64_t bytes,
                                             double ttl_s);
   absl::StatusOr<RegionInfo> UnregisterMemory(Call& call, const std::string& name);
   std::vector<RegionInfo> ListMemory(Call& call);
+  // A region the transport reads or writes on the host (ReadMemory, WriteMemory):
+  // FAILED_PRECONDITION for a client's CUDA memory.
   absl::StatusOr<std::shared_ptr<Region>> FindRegion(Call& call, const std::string& name);
 
  private:
@@ -218,6 +223,8 @@ class Core {
   absl::Status ApplyUpdates(SystemRegistry::Entry& e, const StepRequest& step,
                             RegionResolver* regions, CallSample& sample);
   SystemView ViewOf(const SystemRegistry::Entry& e) const;
+  // Copies a client's device memory to the host, for the checks that name a bad value.
+  DeviceReader ReadDevice();
   AnswerSummary Summarize(const Call& call, Family family, int64_t systems,
                           const JobResult& r) const;
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <new>
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
@@ -66,14 +67,28 @@ absl::Status CheckFinite(absl::string_view name, const JobArray& ja) {
 // Contents checks, once every byte is there: finiteness, tree shape, symmetry.
 }  // namespace
 
-absl::Status CheckValues(const Job& job) {
+absl::Status CheckValues(const Job& job, const DeviceReader& device) {
   const FamilyDescriptor& d = job.descriptor();
   for (size_t i = 0; i < d.arrays.size(); ++i) {
     const JobArray& ja = job.arrays[i];
     if (!ja.declared || ja.absent || d.arrays[i].int32) continue;
     const absl::string_view name = d.arrays[i].name;
-    absl::Status st = job.precision == Precision::kFloat64 ? CheckFinite<double>(name, ja)
-                                                           : CheckFinite<float>(name, ja);
+    const JobArray* a = &ja;
+    JobArray copy;  // a device array's values, on the host for the check
+    if (ja.on_device) {
+      if (!device) continue;
+      copy.shape = ja.shape;
+      copy.elements = ja.elements;
+      copy.owned.reset(new (std::nothrow) std::byte[size_t(ja.expected_bytes)]);
+      if (!copy.owned)
+        return absl::ResourceExhaustedError(absl::StrCat(
+            name, ": cannot allocate ", ja.expected_bytes, " bytes to check it on the host"));
+      if (auto st = device(copy.owned.get(), ja.data, ja.expected_bytes); !st.ok()) return st;
+      copy.data = copy.owned.get();
+      a = &copy;
+    }
+    absl::Status st = job.precision == Precision::kFloat64 ? CheckFinite<double>(name, *a)
+                                                           : CheckFinite<float>(name, *a);
     if (!st.ok()) return st;
   }
   return absl::OkStatus();
@@ -128,8 +143,8 @@ absl::StatusOr<JobResult> RunTyped(Backend& be, const Job& job, const SolveContr
     if (!system.ok()) return system.status();
     const double prepare_us = Micros(std::chrono::steady_clock::now() - t0);
     const T* rhs = reinterpret_cast<const T*>(job.rhs().data);
-    auto res = RunPreparedTyped(be, **system, rhs, job.batch, job.layout, job.skip_residual,
-                                control, job.x_out);
+    auto res = RunPreparedTyped(be, **system, rhs, job.batch, job.layout,
+                                job.skip_residual || job.device_arrays(), control, job.x_out);
     if (res.ok()) res->compute_us += prepare_us;
     return res;
   }
@@ -155,7 +170,8 @@ absl::StatusOr<JobResult> RunTyped(Backend& be, const Job& job, const SolveContr
   res.compute_us = Micros(t1 - t0);
   if (!info.ok()) return info.status();
   res.info = *std::move(info);
-  if (ops.backward_error != nullptr && !job.skip_residual) {
+  // (Arrays in device memory: the residual would read them all back; the client has them.)
+  if (ops.backward_error != nullptr && !job.skip_residual && !job.device_arrays()) {
     res.backward_error = ops.backward_error(spec, rhs, extra, x, res.status.data());
     res.residual_us = Micros(std::chrono::steady_clock::now() - t1);
   }
@@ -329,8 +345,19 @@ absl::StatusOr<CheckedRhs> CheckRhs(const SystemSpec& spec, const std::vector<in
   return r;
 }
 
-absl::Status CheckRhsValues(const SystemSpec& spec, const CheckedRhs& r) {
-  return CheckFiniteValues("rhs", spec.precision, r.data, r.shape, r.k * spec.rhs_values());
+absl::Status CheckRhsValues(const SystemSpec& spec, const CheckedRhs& r, bool on_device,
+                            const DeviceReader& device) {
+  const int64_t values = r.k * spec.rhs_values();
+  if (!on_device)
+    return CheckFiniteValues("rhs", spec.precision, r.data, r.shape, values);
+  if (!device) return absl::OkStatus();
+  const int64_t bytes = values * spec.elem_bytes();
+  std::unique_ptr<std::byte[]> copy(new (std::nothrow) std::byte[size_t(bytes)]);
+  if (!copy)
+    return absl::ResourceExhaustedError(
+        absl::StrCat("rhs: cannot allocate ", bytes, " bytes to check it on the host"));
+  if (auto st = device(copy.get(), r.data, bytes); !st.ok()) return st;
+  return CheckFiniteValues("rhs", spec.precision, copy.get(), r.shape, values);
 }
 
 absl::Status AfterDeviceCheck(const absl::Status& solved, bool inputs_checked,
@@ -349,15 +376,18 @@ absl::Status AfterDeviceCheck(const absl::Status& solved, bool inputs_checked,
 
 absl::StatusOr<std::byte*> ResolveRegionRef(absl::string_view field, const RegionRef& ref,
                                             int64_t expected_bytes, int align,
-                                            RegionResolver* regions) {
+                                            RegionResolver* regions, RegionUse use,
+                                            bool* on_device) {
+  if (on_device != nullptr) *on_device = false;
   if (regions == nullptr)
     return Invalid(field, "arrays in shared-memory regions are taken by the unary calls, "
                           "SolveSystem and SolveSystemStream only");
-  return regions->Resolve(field, ref.region, ref.offset, ref.bytes, expected_bytes, align);
+  return regions->Resolve(field, ref.region, ref.offset, ref.bytes, expected_bytes, align, use,
+                          on_device);
 }
 
 absl::StatusOr<ArrayIn> ResolveArray(const ArrayArg& a, RegionResolver* regions,
-                                     absl::string_view field, int elem_bytes) {
+                                     absl::string_view field, int elem_bytes, RegionUse use) {
   if (!a.error.ok()) return a.error;
   ArrayIn in;
   in.shape = a.shape;
@@ -373,7 +403,7 @@ absl::StatusOr<ArrayIn> ResolveArray(const ArrayArg& a, RegionResolver* regions,
       return Invalid(field, absl::StrCat("shape ", ShapeStr(in.shape), " is not a valid shape"));
   in.bytes = elements * elem_bytes;
   auto p = ResolveRegionRef(absl::StrCat(field, ".region"), a.region, in.bytes, elem_bytes,
-                            regions);
+                            regions, use, &in.on_device);
   if (!p.ok()) return p.status();
   in.data = *p;
   return in;

@@ -43,19 +43,30 @@ struct JobArray {
   int64_t received = 0;             // streaming: bytes appended so far
   std::unique_ptr<std::byte[]> owned;
   std::string aligned_copy;  // a borrowed array that was not aligned for its type
+  // In a client's device memory (a CUDA region): the backend reads it there; the host never
+  // does (its checks copy it across, CheckValues' reader).
+  bool on_device = false;
 };
 
-// Arrays that lie in a caller's registered memory (shared-memory regions) instead of in the
-// message: resolves a (region, offset, bytes) reference to memory the job reads or writes,
-// checked against the region, and keeps the region mapped while the resolver lives.
+// Who reads a resolved array: the server on the host (its checks, the residual, the batcher;
+// a region of device memory is then copied to the host for it), or only the backend (device
+// memory passes as it is, *on_device set).
+enum class RegionUse : uint8_t { kHost, kBackend };
+
+// Arrays that lie in a caller's registered memory (shared-memory regions, CUDA regions)
+// instead of in the message: resolves a (region, offset, bytes) reference to memory the job
+// reads or writes, checked against the region, and keeps the region mapped while the resolver
+// lives.
 class RegionResolver {
  public:
   virtual ~RegionResolver() = default;
   // `field` names the array in errors; `bytes` is the client's count (0: expected_bytes);
-  // offset must be a multiple of `align`.
+  // offset must be a multiple of `align`. *on_device (when given): the memory returned is a
+  // client's device memory (only with RegionUse::kBackend).
   virtual absl::StatusOr<std::byte*> Resolve(absl::string_view field, const std::string& region,
                                              int64_t offset, int64_t bytes,
-                                             int64_t expected_bytes, int align) = 0;
+                                             int64_t expected_bytes, int align, RegionUse use,
+                                             bool* on_device) = 0;
 };
 
 // A reference to bytes in a caller's registered memory, as a request names them.
@@ -68,7 +79,9 @@ struct RegionRef {
 // Resolves `ref` for `expected_bytes` at `align` (null `regions`: refused, naming `field`).
 absl::StatusOr<std::byte*> ResolveRegionRef(absl::string_view field, const RegionRef& ref,
                                             int64_t expected_bytes, int align,
-                                            RegionResolver* regions);
+                                            RegionResolver* regions,
+                                            RegionUse use = RegionUse::kHost,
+                                            bool* on_device = nullptr);
 
 struct Job {
   Family family = Family::kTridiagonal;
@@ -108,6 +121,18 @@ struct Job {
   const JobArray& rhs() const { return arrays[size_t(descriptor().rhs_slot)]; }
   // A declared array by its canonical name or alias; null if the job has none.
   const JobArray* Find(absl::string_view name) const;
+  // Arrays may stay in a client's device memory (the unary calls: every host read of them is
+  // avoided); otherwise a CUDA region's bytes are copied to the host as they are resolved.
+  bool device_regions_ok = false;
+  bool x_on_device = false;  // x_out is a client's device memory
+  // Some array or x lies in a client's device memory: the job's values are checked on the
+  // device, it is not batched, and no residual is computed on the host.
+  bool device_arrays() const { return x_on_device || inputs_on_device(); }
+  bool inputs_on_device() const {
+    for (const JobArray& a : arrays)
+      if (a.declared && a.on_device) return true;
+    return false;
+  }
   int64_t unknowns() const { return variable ? n : batch * n; }
   int64_t total_bytes() const;
   // The system the coefficients describe (batch 1 when shared_matrix), pointing into the job.
@@ -125,8 +150,11 @@ struct Job {
 // once every byte is there (finite values, a valid tree, symmetry where the method needs it).
 absl::Status CheckLimits(const Job& job, const JobLimits& l);
 absl::Status CheckContents(const Job& job);  // CheckValues, then CheckStructure
-// Every value finite (the arrays but parent).
-absl::Status CheckValues(const Job& job);
+// Copies bytes of a client's device memory to the host (Backend::CopyFromDevice).
+using DeviceReader = std::function<absl::Status(void* host, const void* device, int64_t bytes)>;
+// Every value finite (the arrays but parent). Arrays in device memory are read through
+// `device` (copied to the host), skipped without one.
+absl::Status CheckValues(const Job& job, const DeviceReader& device = nullptr);
 // What must hold before any solve reads the arrays: parent arrays that are trees (an index out
 // of range would be read), symmetry where the method needs it.
 absl::Status CheckStructure(const Job& job);
@@ -137,6 +165,7 @@ struct ArrayIn {
   std::vector<int64_t> shape;
   const void* data = nullptr;
   int64_t bytes = 0;
+  bool on_device = false;  // a client's device memory (RegionUse::kBackend only)
 };
 
 // An array as a request names it, before its region (if any) is resolved: its bytes in the
@@ -152,7 +181,8 @@ struct ArrayArg {
 // The array as the checks take it: a region resolved through `regions` (null: refused), its
 // size taken from its shape at `elem_bytes` a value; `field` names it in errors.
 absl::StatusOr<ArrayIn> ResolveArray(const ArrayArg& a, RegionResolver* regions,
-                                     absl::string_view field, int elem_bytes);
+                                     absl::string_view field, int elem_bytes,
+                                     RegionUse use = RegionUse::kHost);
 
 // Checks `values` against coefficient `name` of a system: its shape and byte count must be the
 // system's, every value finite (parent: a valid tree). Returns the coefficient's index and the
@@ -175,7 +205,9 @@ struct CheckedRhs {
 absl::StatusOr<CheckedRhs> CheckRhs(const SystemSpec& spec, const std::vector<int64_t>& rhs_shape,
                                     const ArrayIn& rhs, const JobLimits& limits,
                                     bool check_finite = true);
-absl::Status CheckRhsValues(const SystemSpec& spec, const CheckedRhs& rhs);
+// (device: reads a right-hand side in device memory, as CheckValues'.)
+absl::Status CheckRhsValues(const SystemSpec& spec, const CheckedRhs& rhs, bool on_device = false,
+                            const DeviceReader& device = nullptr);
 // Below this many bytes of arrays the host checks every value as the request arrives; above
 // it, where the backend can check them on the device (BackendInfo::checks_finite), it does so
 // there, after the copy in, at no measurable cost (a 2^24-unknown system's four arrays: a

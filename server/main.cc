@@ -268,8 +268,8 @@ int main(int argc, char** argv) {
       ->envname("TRISOLVE_REFLECTION")->capture_default_str();
   bool no_shared_memory = false;
   app.add_flag("--no-shared-memory", no_shared_memory,
-               "refuse RegisterSharedMemory (clients on this host then send their arrays over "
-               "the socket)")
+               "refuse RegisterSharedMemory and RegisterCudaMemory (clients on this host then "
+               "send their arrays over the socket)")
       ->envname("TRISOLVE_NO_SHARED_MEMORY");
   app.add_option("--max-region-bytes", opt.memory.max_bytes_per_identity,
                  "shared memory one identity may register, together")

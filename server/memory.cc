@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <new>
 
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
@@ -53,7 +54,25 @@ Region::Region(Backend* backend, std::string name, std::string key, int fd, void
       pinned_(pinned),
       ttl_s_(ttl_s) {}
 
+Region::Region(Backend* backend, std::string name, std::byte* device_base, int64_t bytes,
+               int device, double ttl_s)
+    : backend_(backend),
+      name_(std::move(name)),
+      fd_(-1),
+      map_(nullptr),
+      map_bytes_(0),
+      base_(device_base),
+      bytes_(bytes),
+      object_end_(bytes),
+      pinned_(false),
+      ttl_s_(ttl_s),
+      device_(device) {}
+
 Region::~Region() {
+  if (device_ >= 0) {
+    if (backend_ != nullptr) backend_->CloseDeviceMemory(base_);
+    return;
+  }
   if (pinned_ && backend_ != nullptr) backend_->UnpinHostMemory(map_);
   munmap(map_, size_t(map_bytes_));
   if (fd_ >= 0) close(fd_);
@@ -84,6 +103,7 @@ RegionInfo MemoryRegistry::InfoLocked(const Entry& e) const {
   info.pinned = e.region->pinned();
   info.server_owned = e.region->server_owned();
   info.ttl_s = e.region->ttl_s();
+  info.device = e.region->device();
   info.idle_s = std::chrono::duration<double>(Clock::now() - e.last_used).count();
   info.uses = e.uses;
   return info;
@@ -193,6 +213,55 @@ absl::StatusOr<RegionInfo> MemoryRegistry::Keep(const std::string& identity,
   return InfoLocked(e);
 }
 
+absl::StatusOr<RegionInfo> MemoryRegistry::RegisterCuda(const std::string& identity,
+                                                        const std::string& name,
+                                                        const std::string& handle, int device,
+                                                        int64_t offset, int64_t bytes,
+                                                        double ttl_s) {
+  if (!limits_.enabled)
+    return absl::FailedPreconditionError(
+        "this server does not accept shared memory (started with --no-shared-memory)");
+  if (name.empty() || name.size() > 64 || !PlainName(name))
+    return absl::InvalidArgumentError(
+        absl::StrCat("name: 1 to 64 characters of [A-Za-z0-9._-] (got ", name.size(),
+                     " characters", name.size() <= 64 ? ", some not allowed" : "", ")"));
+  if (handle.size() != size_t(kCudaIpcHandleBytes))
+    return absl::InvalidArgumentError(absl::StrCat("handle: ", handle.size(), " bytes, expected ",
+                                                   kCudaIpcHandleBytes,
+                                                   " (a cudaIpcMemHandle_t, as cudaIpcGetMemHandle "
+                                                   "gives it)"));
+  if (device < 0)
+    return absl::InvalidArgumentError(absl::StrCat("device: ", device, ", expected >= 0"));
+  if (offset < 0)
+    return absl::InvalidArgumentError(absl::StrCat("offset is ", offset, ", expected >= 0"));
+  if (bytes <= 0)
+    return absl::InvalidArgumentError(absl::StrCat("bytes is ", bytes, ", expected >= 1"));
+  if (offset > std::numeric_limits<int64_t>::max() - bytes)
+    return absl::InvalidArgumentError("offset + bytes overflows");
+  if (!std::isfinite(ttl_s) || ttl_s < 0)
+    return absl::InvalidArgumentError(
+        absl::StrCat("ttl_s is ", ttl_s, ", expected >= 0 (0: the default)"));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto st = CheckRoomLocked(identity, name, bytes); !st.ok()) return st;
+  }
+  if (backend_ == nullptr)
+    return absl::FailedPreconditionError("this server has no backend to open device memory with");
+  auto p = backend_->OpenDeviceMemory(handle, device, offset, bytes);
+  if (!p.ok()) {
+    if (p.status().code() == absl::StatusCode::kUnimplemented)
+      return absl::FailedPreconditionError(absl::StrCat(
+          "this server cannot take CUDA memory: ", p.status().message(),
+          " (start trisolved with --backend cuda, or register host memory with "
+          "RegisterSharedMemory)"));
+    return p.status();
+  }
+  const double ttl = std::min(ttl_s > 0 ? ttl_s : limits_.default_ttl_s, limits_.max_ttl_s);
+  spdlog::info("region {} registered: {} bytes of CUDA memory on device {}", name, bytes, device);
+  return Keep(identity, std::make_shared<Region>(backend_, name, static_cast<std::byte*>(*p),
+                                                 bytes, device, ttl));
+}
+
 absl::StatusOr<RegionInfo> MemoryRegistry::Allocate(const std::string& identity,
                                                     const std::string& name, int64_t bytes,
                                                     double ttl_s) {
@@ -293,7 +362,8 @@ int MemoryRegistry::ExpireIdle() {
 absl::StatusOr<std::byte*> RequestRegions::Resolve(absl::string_view field,
                                                    const std::string& region, int64_t offset,
                                                    int64_t bytes, int64_t expected_bytes,
-                                                   int align) {
+                                                   int align, RegionUse use, bool* on_device) {
+  if (on_device != nullptr) *on_device = false;
   auto r = registry_->Find(identity_, region, field);
   if (!r.ok()) return r.status();
   if (bytes == 0) bytes = expected_bytes;
@@ -310,6 +380,19 @@ absl::StatusOr<std::byte*> RequestRegions::Resolve(absl::string_view field,
                                                    "' of ", (*r)->bytes(), " bytes"));
   if (auto st = (*r)->StillMapped(field); !st.ok()) return st;
   std::byte* p = (*r)->base() + offset;
+  if ((*r)->on_device() && use == RegionUse::kHost) {
+    // Read on the host (a parent array, lengths, an update): its bytes copied across, once.
+    std::unique_ptr<std::byte[]> copy(new (std::nothrow) std::byte[size_t(bytes)]);
+    if (!copy)
+      return absl::ResourceExhaustedError(
+          absl::StrCat(field, ": cannot allocate ", bytes, " bytes to copy it to the host"));
+    if (auto st = registry_->backend()->CopyFromDevice(copy.get(), p, bytes); !st.ok())
+      return absl::Status(st.code(), absl::StrCat(field, ": ", st.message()));
+    p = copy.get();
+    host_copies_.push_back(std::move(copy));
+  } else if (on_device != nullptr) {
+    *on_device = (*r)->on_device();
+  }
   held_.push_back(*std::move(r));
   return p;
 }

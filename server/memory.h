@@ -1,7 +1,8 @@
 // Shared-memory regions: what clients on the server's host register once so that their arrays
 // (and the answers) never cross the socket. A region is a POSIX shared-memory object mapped
-// once, page-locked through the backend where it allows, owned by the identity that registered
-// it, dropped on request or when idle past its time-to-live. Nothing here knows gRPC or protobuf.
+// once, page-locked through the backend where it allows, or a client's CUDA memory opened once
+// through the backend (an IPC handle); owned by the identity that registered it, dropped on
+// request or when idle past its time-to-live. Nothing here knows gRPC, protobuf or CUDA.
 #pragma once
 
 #include <chrono>
@@ -37,13 +38,20 @@ class Region {
  public:
   Region(Backend* backend, std::string name, std::string key, int fd, void* map, int64_t map_bytes,
          std::byte* base, int64_t bytes, int64_t object_end, bool pinned, double ttl_s);
+  // A client's device memory, opened by backend->OpenDeviceMemory (closed when destroyed).
+  Region(Backend* backend, std::string name, std::byte* device_base, int64_t bytes, int device,
+         double ttl_s);
   ~Region();
   Region(const Region&) = delete;
   Region& operator=(const Region&) = delete;
 
   const std::string& name() const { return name_; }
   const std::string& key() const { return key_; }  // empty: the server's own memory
-  bool server_owned() const { return fd_ < 0; }
+  bool server_owned() const { return fd_ < 0 && device_ < 0; }
+  // The CUDA device of a client's device memory; -1: host memory. The server never reads or
+  // writes device memory on the host.
+  int device() const { return device_; }
+  bool on_device() const { return device_ >= 0; }
   std::byte* base() const { return base_; }
   int64_t bytes() const { return bytes_; }
   bool pinned() const { return pinned_; }
@@ -62,6 +70,7 @@ class Region {
   const int64_t bytes_, object_end_;
   const bool pinned_;
   const double ttl_s_;
+  const int device_ = -1;
 };
 
 struct RegionInfo {
@@ -69,6 +78,7 @@ struct RegionInfo {
   int64_t bytes = 0, uses = 0;
   bool pinned = false, server_owned = false;
   double ttl_s = 0, idle_s = 0;
+  int device = -1;  // a CUDA region's device (-1: host memory)
 };
 
 class MemoryRegistry {
@@ -79,6 +89,7 @@ class MemoryRegistry {
   ~MemoryRegistry();
 
   const MemoryLimits& limits() const { return limits_; }
+  Backend* backend() const { return backend_; }
   // Maps `key` [offset, offset + bytes) for `identity` under `name`. INVALID_ARGUMENT for a bad
   // name, key, offset or size; ALREADY_EXISTS for a name the identity holds; RESOURCE_EXHAUSTED
   // over the identity's caps; FAILED_PRECONDITION when disabled or the key cannot be opened
@@ -86,6 +97,14 @@ class MemoryRegistry {
   absl::StatusOr<RegionInfo> Register(const std::string& identity, const std::string& name,
                                       const std::string& key, int64_t offset, int64_t bytes,
                                       double ttl_s);
+  // A client's CUDA memory (a CUDA IPC handle of kCudaIpcHandleBytes, its device, the range
+  // [offset, offset + bytes) of the allocation), opened through the backend once and kept while
+  // registered. The same name rules, caps and time-to-live as shared memory; INVALID_ARGUMENT
+  // naming the field for a bad handle, device, offset or size; FAILED_PRECONDITION when
+  // disabled or the backend has no device (the CPU backend).
+  absl::StatusOr<RegionInfo> RegisterCuda(const std::string& identity, const std::string& name,
+                                          const std::string& handle, int device, int64_t offset,
+                                          int64_t bytes, double ttl_s);
   // A region of the server's own memory (page-locked where the backend can), for clients that
   // fill it over the network (WriteMemory); the same caps as shared memory.
   absl::StatusOr<RegionInfo> Allocate(const std::string& identity, const std::string& name,
@@ -130,12 +149,13 @@ class RequestRegions final : public RegionResolver {
       : registry_(registry), identity_(std::move(identity)) {}
   absl::StatusOr<std::byte*> Resolve(absl::string_view field, const std::string& region,
                                      int64_t offset, int64_t bytes, int64_t expected_bytes,
-                                     int align) override;
+                                     int align, RegionUse use, bool* on_device) override;
 
  private:
   MemoryRegistry* registry_;
   std::string identity_;
   std::vector<std::shared_ptr<Region>> held_;
+  std::vector<std::unique_ptr<std::byte[]>> host_copies_;  // device arrays the host reads
 };
 
 }  // namespace trisolve::server

@@ -479,6 +479,19 @@ grpc::Status SolverService::RegisterSharedMemory(grpc::ServerContext* ctx,
   return Finish(call, absl::OkStatus());
 }
 
+grpc::Status SolverService::RegisterCudaMemory(grpc::ServerContext* ctx,
+                                               const v1::RegisterCudaMemoryRequest* req,
+                                               v1::MemoryRegion* resp) {
+  Call call = Begin(ctx, "RegisterCudaMemory");
+  if (auto st = Open(ctx, call, /*refuse_when_draining=*/true); !st.ok())
+    return Finish(call, st);
+  auto r = core_.RegisterCudaMemory(call, req->name(), req->handle(), req->device(),
+                                    req->offset(), req->bytes(), req->ttl_s());
+  if (!r.ok()) return Finish(call, r.status());
+  RegionToProto(*r, resp);
+  return Finish(call, absl::OkStatus());
+}
+
 grpc::Status SolverService::UnregisterMemory(grpc::ServerContext* ctx,
                                              const v1::UnregisterMemoryRequest* req,
                                              v1::MemoryRegion* resp) {

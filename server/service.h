@@ -62,6 +62,9 @@ class SolverService final : public v1::Solver::Service {
   grpc::Status RegisterSharedMemory(grpc::ServerContext* ctx,
                                     const v1::RegisterSharedMemoryRequest* req,
                                     v1::MemoryRegion* resp) override;
+  grpc::Status RegisterCudaMemory(grpc::ServerContext* ctx,
+                                  const v1::RegisterCudaMemoryRequest* req,
+                                  v1::MemoryRegion* resp) override;
   grpc::Status UnregisterMemory(grpc::ServerContext* ctx, const v1::UnregisterMemoryRequest* req,
                                 v1::MemoryRegion* resp) override;
   grpc::Status ListMemory(grpc::ServerContext* ctx, const v1::ListMemoryRequest* req,

@@ -88,18 +88,30 @@ RegionRef Plain(const v1::RegionRef& ref) { return {ref.region(), ref.offset(), 
 
 absl::StatusOr<std::byte*> ResolveRef(absl::string_view field, const v1::RegionRef& ref,
                                       int64_t expected_bytes, int elem_bytes,
-                                      RegionResolver* regions) {
-  return ResolveRegionRef(field, Plain(ref), expected_bytes, elem_bytes, regions);
+                                      RegionResolver* regions, RegionUse use = RegionUse::kHost,
+                                      bool* on_device = nullptr) {
+  return ResolveRegionRef(field, Plain(ref), expected_bytes, elem_bytes, regions, use,
+                          on_device);
 }
 
-// Borrows the request's bytes for `name`, checking their length (or resolves its region).
+// Whether the server reads array `slot` of `job` on the host whatever the call: the solvers'
+// indices (parent, lengths) and householder-pcr's matrix, whose symmetry is checked first.
+bool ReadOnHost(const Job& job, size_t slot) {
+  const ArrayDescriptor& a = job.descriptor().arrays[slot];
+  return !job.device_regions_ok || a.int32 ||
+         (job.family == Family::kDense &&
+          DenseMethod(job.method) == DenseMethod::kHouseholderPcr && a.name == "a");
+}
+
+// Borrows the request's bytes for `name`, checking their length (or resolves its region, for
+// `use`).
 absl::Status Borrow(absl::string_view name, JobArray& ja, const Array& a,
-                    RegionResolver* regions) {
+                    RegionResolver* regions, RegionUse use) {
   if (a.has_region()) {
     if (!a.data().empty())
       return Invalid(name, "has both data and a region: give one");
     auto p = ResolveRef(absl::StrCat(name, ".region"), a.region(), ja.expected_bytes,
-                        ja.elem_bytes, regions);
+                        ja.elem_bytes, regions, use, &ja.on_device);
     if (!p.ok()) return p.status();
     ja.data = *p;
     ja.received = ja.expected_bytes;
@@ -430,7 +442,10 @@ absl::Status BorrowAll(Job& job, const google::protobuf::Message& r, RegionResol
     JobArray& ja = job.arrays[size_t(slot)];
     if (!ja.declared || ja.absent) continue;
     const auto& a = static_cast<const Array&>(reflection->GetMessage(r, f));
-    if (auto st = Borrow(d.arrays[size_t(slot)].name, ja, a, regions); !st.ok()) return st;
+    if (auto st = Borrow(d.arrays[size_t(slot)].name, ja, a, regions,
+                         ReadOnHost(job, size_t(slot)) ? RegionUse::kHost : RegionUse::kBackend);
+        !st.ok())
+      return st;
   }
   return absl::OkStatus();
 }
@@ -454,18 +469,26 @@ absl::StatusOr<Job> FromUnary(const Req& r, const JobLimits& l, DeclareOptions o
   job.rhs_optional = o.rhs_optional;
   if (auto st = Declare(job, r); !st.ok()) return st;
   if (auto st = CheckLimits(job, l); !st.ok()) return st;
+  // Arrays in a client's device memory stay there for the calls whose values the device
+  // checks (defer_finite); one matrix for many right-hand sides goes through Prepare's host
+  // copy anyway, and so do its arrays.
+  job.device_regions_ok = o.defer_finite && !o.rhs_optional && !job.shared_matrix;
   if (auto st = BorrowAll(job, r, o.regions); !st.ok()) return st;
   if (r.has_x_region()) {
     if (o.rhs_optional) return Invalid("x_region", "CreateSystem solves nothing: leave it unset");
     const JobArray& xa = job.rhs();
-    auto x = ResolveRef("x_region", r.x_region(), xa.expected_bytes, xa.elem_bytes, o.regions);
+    // x is written by the backend only (the batcher copies into it: never for device x).
+    auto x = ResolveRef("x_region", r.x_region(), xa.expected_bytes, xa.elem_bytes, o.regions,
+                        RegionUse::kBackend, &job.x_on_device);
     if (!x.ok()) return x.status();
     if (auto st = CheckNoOverlap(job, *x, xa.expected_bytes); !st.ok()) return st;
     job.x_out = *x;
   }
   // (Not one matrix for many right-hand sides: its coefficients go to the device by another
-  // path, Prepare, which checks nothing.)
-  if (o.defer_finite && !job.shared_matrix && job.total_bytes() >= kDeviceCheckBytes) {
+  // path, Prepare, which checks nothing.) Arrays in device memory: always on the device (x
+  // there changes nothing: the inputs are checked wherever they are).
+  if (job.inputs_on_device() ||
+      (o.defer_finite && !job.shared_matrix && job.total_bytes() >= kDeviceCheckBytes)) {
     job.values_checked = false;
     if (auto st = CheckStructure(job); !st.ok()) return st;
     return job;
@@ -721,6 +744,10 @@ void RegionToProto(const RegionInfo& r, v1::MemoryRegion* out) {
   out->set_idle_s(r.idle_s);
   out->set_uses(r.uses);
   out->set_server_owned(r.server_owned);
+  if (r.device >= 0) {
+    out->set_cuda(true);
+    out->set_device(r.device);
+  }
 }
 
 }  // namespace trisolve::server

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <thread>
 
 #include "gtest/gtest.h"
@@ -260,6 +261,12 @@ v1::TridiagonalRequest InRegion(const std::string& region, int64_t offset, int64
   return r;
 }
 
+void Expect(const absl::Status& st, absl::StatusCode code, const std::string& words) {
+  EXPECT_EQ(st.code(), code) << st;
+  EXPECT_NE(st.message().find(words), std::string::npos)
+      << "'" << st.message() << "' does not say '" << words << "'";
+}
+
 void Expect(const grpc::Status& st, grpc::StatusCode code, const std::string& words) {
   EXPECT_EQ(st.error_code(), code) << st.error_message();
   EXPECT_NE(st.error_message().find(words), std::string::npos)
@@ -374,6 +381,62 @@ TEST(SharedMemory, EveryBadReferenceIsRefusedWithItsOwnStatus) {
     return s.UnregisterMemory(c, un, &out);
   }), grpc::StatusCode::NOT_FOUND, "no such region");
   std::remove(tokens.c_str());
+}
+
+// RegisterCudaMemory where the server has no device (the CPU backend, as CI runs it): refused
+// FAILED_PRECONDITION saying how to get it, after the fields are checked, each named; nothing
+// is registered. (The CUDA backend's side: test_cuda_ipc on a GPU.)
+TEST(CudaMemory, RefusedByAServerWithoutADeviceAndEveryBadFieldNamed) {
+  ServerProcess server({}, "cpu");
+  ServerProcess refusing({"--no-shared-memory"}, "cpu");
+  ASSERT_GT(server.port(), 0) << server.Log();
+  ASSERT_GT(refusing.port(), 0) << refusing.Log();
+  Raw raw(server), raw_refusing(refusing);
+  auto reg = [](Raw& r, const std::string& name, const std::string& handle, int device,
+                int64_t offset, int64_t bytes, double ttl_s = 0) {
+    v1::RegisterCudaMemoryRequest req;
+    req.set_name(name);
+    req.set_handle(handle);
+    req.set_device(device);
+    req.set_offset(offset);
+    req.set_bytes(bytes);
+    req.set_ttl_s(ttl_s);
+    v1::MemoryRegion resp;
+    return r.Do([&](v1::Solver::Stub& s, grpc::ClientContext* c) {
+      return s.RegisterCudaMemory(c, req, &resp);
+    });
+  };
+  const std::string handle(64, '\x11');
+  Expect(reg(raw, "dev", handle, 0, 0, 1 << 20), grpc::StatusCode::FAILED_PRECONDITION,
+         "--backend cuda");
+  Expect(reg(raw_refusing, "dev", handle, 0, 0, 1 << 20), grpc::StatusCode::FAILED_PRECONDITION,
+         "--no-shared-memory");
+  Expect(reg(raw, "dev", std::string(63, 'h'), 0, 0, 1 << 20), grpc::StatusCode::INVALID_ARGUMENT,
+         "handle: 63 bytes, expected 64");
+  Expect(reg(raw, "dev", "", 0, 0, 1 << 20), grpc::StatusCode::INVALID_ARGUMENT, "handle: 0 bytes");
+  Expect(reg(raw, "bad name!", handle, 0, 0, 1 << 20), grpc::StatusCode::INVALID_ARGUMENT, "name");
+  Expect(reg(raw, "", handle, 0, 0, 1 << 20), grpc::StatusCode::INVALID_ARGUMENT, "name");
+  Expect(reg(raw, "dev", handle, -1, 0, 1 << 20), grpc::StatusCode::INVALID_ARGUMENT, "device");
+  Expect(reg(raw, "dev", handle, 0, -8, 1 << 20), grpc::StatusCode::INVALID_ARGUMENT, "offset");
+  Expect(reg(raw, "dev", handle, 0, 0, 0), grpc::StatusCode::INVALID_ARGUMENT, "bytes");
+  Expect(reg(raw, "dev", handle, 0, 1, std::numeric_limits<int64_t>::max()),
+         grpc::StatusCode::INVALID_ARGUMENT, "overflows");
+  Expect(reg(raw, "dev", handle, 0, 0, 1 << 20, -1), grpc::StatusCode::INVALID_ARGUMENT, "ttl_s");
+  Expect(reg(raw, "dev", handle, 0, 0, int64_t{1} << 40), grpc::StatusCode::RESOURCE_EXHAUSTED,
+         "max_region_bytes");
+  EXPECT_EQ(raw.Regions(), 0);
+  Expect(raw.Solve(InRegion("dev", 0, 4, 100)), grpc::StatusCode::NOT_FOUND, "no region named");
+
+  // Through the client library, with a CudaMemory it did not make itself (no CUDA here).
+  Client client(Opts(server, Transport::kGrpc));
+  CudaMemory m;
+  static double host_stand_in[512];
+  m.data = host_stand_in;
+  m.bytes = sizeof(host_stand_in);
+  m.handle = handle;
+  Expect(client.RegisterCudaMemory(m, "dev"), absl::StatusCode::kFailedPrecondition,
+         "--backend cuda");
+  Expect(client.UnregisterCudaMemory(m), absl::StatusCode::kNotFound, "not registered");
 }
 
 // A client process killed with its region registered and a job in flight: the server carries on,

@@ -211,6 +211,24 @@ class MultiDeviceBackend final : public Backend {
     for (const auto& w : workers_) w->backend->UnpinHostMemory(p);
   }
 
+  // A client's device memory lies on one device, and the calls that read it would have to go
+  // there: kept to a server of one device (the one worker's own), refused over several.
+  absl::StatusOr<void*> OpenDeviceMemory(const std::string& handle, int device, int64_t offset,
+                                         int64_t bytes) override {
+    if (workers_.size() != 1)
+      return absl::FailedPreconditionError(
+          "CUDA memory regions need a server of one device (--device N, not --devices with "
+          "several)");
+    return workers_[0]->backend->OpenDeviceMemory(handle, device, offset, bytes);
+  }
+  void CloseDeviceMemory(void* p) override {
+    if (workers_.size() == 1) workers_[0]->backend->CloseDeviceMemory(p);
+  }
+  absl::Status CopyFromDevice(void* host, const void* device, int64_t bytes) override {
+    if (workers_.size() != 1) return Backend::CopyFromDevice(host, device, bytes);
+    return workers_[0]->backend->CopyFromDevice(host, device, bytes);
+  }
+
  private:
   // A call counted on its worker while it runs.
   class InFlight {

@@ -174,5 +174,14 @@ absl::StatusOr<SolveInfo> Backend::SolvePrepared(PreparedSystem& system, RhsBloc
 }
 absl::StatusOr<bool> Backend::PinHostMemory(void*, int64_t) { return false; }
 void Backend::UnpinHostMemory(void*) {}
+absl::StatusOr<void*> Backend::OpenDeviceMemory(const std::string&, int, int64_t, int64_t) {
+  return absl::UnimplementedError(
+      absl::StrCat("the ", Info().name, " backend has no CUDA device to map device memory on"));
+}
+void Backend::CloseDeviceMemory(void*) {}
+absl::Status Backend::CopyFromDevice(void*, const void*, int64_t) {
+  return absl::UnimplementedError(
+      absl::StrCat("the ", Info().name, " backend holds no device memory"));
+}
 
 }  // namespace trisolve

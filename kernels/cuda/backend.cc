@@ -92,6 +92,7 @@ class CudaBackend final : public Backend {
 
   absl::StatusOr<SolveInfo> Solve(const TridiagonalProblem<double>& p, TridiagonalMethod m,
                                   TridiagonalOutput<double> out, const SolveControl& c) override {
+    if (ClientDevice(p, out.x) && !TriOnDeviceOnly(p, m)) return ThroughHost(p, m, out, c);
     if (OnHost(m == TridiagonalMethod::kAuto, p.unknowns())) return Host(cpu_->Solve(p, m, out, c));
     UseDevice();
     if (p.variable() || p.unified()) return SolveTriVariable(p, m, out, c);
@@ -99,6 +100,7 @@ class CudaBackend final : public Backend {
   }
   absl::StatusOr<SolveInfo> Solve(const TridiagonalProblem<float>& p, TridiagonalMethod m,
                                   TridiagonalOutput<float> out, const SolveControl& c) override {
+    if (ClientDevice(p, out.x) && !TriOnDeviceOnly(p, m)) return ThroughHost(p, m, out, c);
     if (OnHost(m == TridiagonalMethod::kAuto, p.unknowns())) return Host(cpu_->Solve(p, m, out, c));
     UseDevice();
     if (p.variable() || p.unified()) return SolveTriVariable(p, m, out, c);
@@ -117,12 +119,14 @@ class CudaBackend final : public Backend {
   }
   absl::StatusOr<SolveInfo> Solve(const TreeProblem<double>& p, TreeMethod m,
                                   TreeOutput<double> out, const SolveControl& c) override {
+    if (ClientDevice(p, out.x) && !TreeMayStayOnDevice(p, m)) return ThroughHost(p, m, out, c);
     if (OnHost(m == TreeMethod::kAuto, p.batch * p.n)) return Host(cpu_->Solve(p, m, out, c));
     UseDevice();
     return SolveTreeOnDevice(p, m, out, c);
   }
   absl::StatusOr<SolveInfo> Solve(const TreeProblem<float>& p, TreeMethod m,
                                   TreeOutput<float> out, const SolveControl& c) override {
+    if (ClientDevice(p, out.x) && !TreeMayStayOnDevice(p, m)) return ThroughHost(p, m, out, c);
     if (OnHost(m == TreeMethod::kAuto, p.batch * p.n)) return Host(cpu_->Solve(p, m, out, c));
     UseDevice();
     return SolveTreeOnDevice(p, m, out, c);
@@ -130,12 +134,14 @@ class CudaBackend final : public Backend {
   absl::StatusOr<SolveInfo> Solve(const BlockTridiagonalProblem<double>& p, BlockMethod m,
                                   const BlockOptions& o, BlockOutput<double> out,
                                   const SolveControl& c) override {
+    if (ClientDevice(p, out.y)) return ThroughHost(p, m, o, out, c);
     UseDevice();
     return SolveBlockOnDevice(p, m, o, out, c);
   }
   absl::StatusOr<SolveInfo> Solve(const BlockTridiagonalProblem<float>& p, BlockMethod m,
                                   const BlockOptions& o, BlockOutput<float> out,
                                   const SolveControl& c) override {
+    if (ClientDevice(p, out.y)) return ThroughHost(p, m, o, out, c);
     UseDevice();
     return SolveBlockOnDevice(p, m, o, out, c);
   }
@@ -145,8 +151,32 @@ class CudaBackend final : public Backend {
   }
   void UnpinHostMemory(void* p) override { stager_.Unpin(p); }
 
-  absl::StatusOr<std::unique_ptr<PreparedSystem>> Prepare(const SystemSpec& spec) override {
+  absl::StatusOr<void*> OpenDeviceMemory(const std::string& handle, int device, int64_t offset,
+                                         int64_t bytes) override {
+    if (device != options_.device)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "device: ", device, " is not a device this server drives (CUDA device ",
+          options_.device, ")"));
+    return stager_.OpenIpc(handle, offset, bytes);
+  }
+  void CloseDeviceMemory(void* p) override { stager_.CloseIpc(p); }
+  absl::Status CopyFromDevice(void* host, const void* device, int64_t bytes) override {
+    if (!stager_.OnDevice(device, bytes))
+      return absl::InvalidArgumentError("CopyFromDevice: not memory OpenDeviceMemory opened");
     UseDevice();
+    return cuda::CudaStatus(cudaMemcpy(host, device, size_t(bytes), cudaMemcpyDefault),
+                            "cudaMemcpy (device region to host)");
+  }
+
+  absl::StatusOr<std::unique_ptr<PreparedSystem>> Prepare(const SystemSpec& given) override {
+    UseDevice();
+    // Coefficients in a client's device memory: the prepared system keeps a host copy of its
+    // own (the base's), so they cross once here.
+    SystemSpec spec = given;
+    HostCopies copies(stager_);
+    for (int i = 0; i < spec.num_coefficients(); ++i)
+      if (auto st = copies.In(spec.coefficients[size_t(i)], spec.coefficient_bytes(i)); !st.ok())
+        return st;
     auto system = std::make_unique<DevicePrepared>(spec, this);
     const SystemSpec& s = system->spec();
     int64_t total = 0;
@@ -164,11 +194,15 @@ class CudaBackend final : public Backend {
   absl::StatusOr<SolveInfo> SolvePrepared(PreparedSystem& system, RhsBlock<double> rhs, double* x,
                                           SystemStatus* status, const SolveControl& c) override {
     UseDevice();
+    if (ClientDeviceRhs(system, rhs, x) && !PreparedOnDeviceOnly(system, rhs.k))
+      return PreparedThroughHost(system, rhs, x, status, c);
     return SolvePreparedOnDevice(system, rhs, x, status, c);
   }
   absl::StatusOr<SolveInfo> SolvePrepared(PreparedSystem& system, RhsBlock<float> rhs, float* x,
                                           SystemStatus* status, const SolveControl& c) override {
     UseDevice();
+    if (ClientDeviceRhs(system, rhs, x) && !PreparedOnDeviceOnly(system, rhs.k))
+      return PreparedThroughHost(system, rhs, x, status, c);
     return SolvePreparedOnDevice(system, rhs, x, status, c);
   }
 
@@ -195,6 +229,8 @@ class CudaBackend final : public Backend {
     }
     const Backend* holder() const override { return backend_; }
     absl::Status Update(int i, const void* values) override {
+      HostCopies copies(backend_->stager_);
+      if (auto st = copies.In(values, spec_.coefficient_bytes(i)); !st.ok()) return st;
       if (auto st = PreparedSystem::Update(i, values); !st.ok()) return st;
       replicated.Release();
       replicated_k = 0;
@@ -310,6 +346,179 @@ class CudaBackend final : public Backend {
       AccumulateSolveInfo(*info, j == 0, &total);
     }
     return total;
+  }
+
+  // ---- arrays in a client's device memory (OpenDeviceMemory) -------------------------------
+  // Where every read and write of them happens on the device (Staged takes them in place),
+  // a call goes as it would; a path that reads them on the host (auto's smallest requests,
+  // the host's pivoting and second solves, the tree family's host paths, the block-tridiagonal
+  // family and every prepared system but tridiagonal and dense ones) gets host copies instead,
+  // and x is copied to the device after.
+  class HostCopies {
+   public:
+    explicit HostCopies(const cuda::Stager& s) : s_(s) {}
+    HostCopies(const HostCopies&) = delete;
+    HostCopies& operator=(const HostCopies&) = delete;
+    // Replaces p, if it lies in device memory, by a host copy of its `bytes`.
+    template <typename P>
+    absl::Status In(P*& p, int64_t bytes) {
+      if (p == nullptr || !s_.OnDevice(p, bytes)) return absl::OkStatus();
+      std::byte* h = Buffer(bytes);
+      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpy(h, p, size_t(bytes), cudaMemcpyDefault));
+      p = reinterpret_cast<P*>(h);
+      return absl::OkStatus();
+    }
+    // Replaces x, if it lies in device memory, by host memory copied there by Finish.
+    template <typename T>
+    void Out(T*& x, int64_t bytes) {
+      if (x == nullptr || !s_.OnDevice(x, bytes)) return;
+      std::byte* h = Buffer(bytes);
+      outs_.push_back({x, h, bytes});
+      x = reinterpret_cast<T*>(h);
+    }
+    absl::Status Finish() {
+      for (const auto& o : outs_)
+        TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpy(o.device, o.host, size_t(o.bytes), cudaMemcpyDefault));
+      return absl::OkStatus();
+    }
+
+   private:
+    std::byte* Buffer(int64_t bytes) {
+      bufs_.emplace_back(new std::byte[size_t(bytes)]);
+      return bufs_.back().get();
+    }
+    struct OutCopy {
+      void* device;
+      const std::byte* host;
+      int64_t bytes;
+    };
+    const cuda::Stager& s_;
+    std::vector<std::unique_ptr<std::byte[]>> bufs_;
+    std::vector<OutCopy> outs_;
+  };
+
+  template <typename T>
+  bool OnDevice(const T* p, int64_t values) const {
+    return p != nullptr && stager_.OnDevice(p, values * int64_t(sizeof(T)));
+  }
+  template <typename T>
+  bool ClientDevice(const TridiagonalProblem<T>& p, const T* x) const {
+    const int64_t e = p.unknowns();
+    return OnDevice(p.a, p.unified() ? 3 * e : e) || (!p.unified() && (OnDevice(p.b, e) || OnDevice(p.c, e))) ||
+           OnDevice(p.d, e) || OnDevice(x, e);
+  }
+  template <typename T>
+  bool ClientDevice(const TreeProblem<T>& p, const T* x) const {
+    const int64_t e = p.batch * p.n;
+    return OnDevice(p.lower, e) || OnDevice(p.upper, e) || OnDevice(p.diag, e) ||
+           OnDevice(p.rhs, e) || OnDevice(x, e) ||
+           OnDevice(p.parent, p.parent_per_system ? e : p.n);
+  }
+  template <typename T>
+  bool ClientDevice(const BlockTridiagonalProblem<T>& p, const T* y) const {
+    const int64_t e = p.N * p.M;
+    for (const T* q : {p.aC, p.cC, p.bC, p.cA, p.cB, p.f, p.y0, y})
+      if (OnDevice(q, e)) return true;
+    return false;
+  }
+  template <typename T>
+  bool ClientDeviceRhs(const PreparedSystem& system, const RhsBlock<T>& rhs, const T* x) const {
+    const int64_t values = rhs.k * system.spec().rhs_values();
+    return OnDevice(rhs.rhs, values) || OnDevice(x, values);
+  }
+  // A tridiagonal call that reads and writes its arrays on the device only: not auto's
+  // smallest (the host's), not the host's pivoting or auto's second solve below a warp's
+  // worth of systems, not the variable-size or unified forms (their auto re-solves on the host).
+  bool TriOnDeviceOnly(int64_t batch, int64_t unknowns, TridiagonalMethod m, bool variable) const {
+    if (variable || OnHost(m == TridiagonalMethod::kAuto, unknowns)) return false;
+    return batch >= cuda::kPivotingDeviceBatch ||
+           (m != TridiagonalMethod::kAuto && m != TridiagonalMethod::kPivoting);
+  }
+  template <typename T>
+  bool TriOnDeviceOnly(const TridiagonalProblem<T>& p, TridiagonalMethod m) const {
+    return TriOnDeviceOnly(p.batch, p.unknowns(), m, p.variable() || p.unified());
+  }
+  // A tree call whose values the device paths read in place (the parent array, read on the
+  // host for the plan, must be host memory); SolveTreeOnDevice sends a call whose path turns
+  // out to be the host's through host copies.
+  template <typename T>
+  bool TreeMayStayOnDevice(const TreeProblem<T>& p, TreeMethod m) const {
+    return !OnHost(m == TreeMethod::kAuto, p.batch * p.n) &&
+           !OnDevice(p.parent, p.parent_per_system ? p.batch * p.n : p.n);
+  }
+  bool PreparedOnDeviceOnly(const PreparedSystem& system, int64_t k) const {
+    const SystemSpec& s = system.spec();
+    if (dynamic_cast<const DevicePrepared*>(&system) == nullptr) return false;
+    if (s.family == Family::kDense) return true;
+    if (s.family != Family::kTridiagonal) return false;
+    const auto m = TridiagonalMethod(s.method);
+    // (SolvePreparedOnDevice: k right-hand sides of one system are one batch of k; of several,
+    // k calls of the system's batch. The smallest go through the host, as OnHost's.)
+    const int64_t batch = s.batch == 1 && k > 1 ? k : s.batch;
+    if (s.method == 0 && k * s.rhs_values() < options_.host_below_unknowns) return false;
+    return batch >= cuda::kPivotingDeviceBatch ||
+           (m != TridiagonalMethod::kAuto && m != TridiagonalMethod::kPivoting);
+  }
+
+  template <typename T>
+  absl::StatusOr<SolveInfo> ThroughHost(TridiagonalProblem<T> p, TridiagonalMethod m,
+                                        TridiagonalOutput<T> out, const SolveControl& c) {
+    HostCopies h(stager_);
+    const int64_t e = p.unknowns(), eb = int64_t(sizeof(T));
+    if (p.unified()) {
+      if (auto st = h.In(p.a, 3 * e * eb); !st.ok()) return st;
+      p.b = p.a + 1;
+      p.c = p.a + 2;
+    } else {
+      for (const T** q : {&p.a, &p.b, &p.c})
+        if (auto st = h.In(*q, e * eb); !st.ok()) return st;
+    }
+    if (auto st = h.In(p.d, e * eb); !st.ok()) return st;
+    h.Out(out.x, e * eb);
+    auto r = Solve(p, m, out, c);
+    if (r.ok())
+      if (auto st = h.Finish(); !st.ok()) return st;
+    return r;
+  }
+  template <typename T>
+  absl::StatusOr<SolveInfo> ThroughHost(TreeProblem<T> p, TreeMethod m, TreeOutput<T> out,
+                                        const SolveControl& c) {
+    HostCopies h(stager_);
+    const int64_t e = p.batch * p.n, eb = int64_t(sizeof(T));
+    for (const T** q : {&p.lower, &p.upper, &p.diag, &p.rhs})
+      if (auto st = h.In(*q, e * eb); !st.ok()) return st;
+    if (auto st = h.In(p.parent, (p.parent_per_system ? e : p.n) * 4); !st.ok()) return st;
+    h.Out(out.x, e * eb);
+    auto r = Solve(p, m, out, c);
+    if (r.ok())
+      if (auto st = h.Finish(); !st.ok()) return st;
+    return r;
+  }
+  template <typename T>
+  absl::StatusOr<SolveInfo> ThroughHost(BlockTridiagonalProblem<T> p, BlockMethod m,
+                                        const BlockOptions& o, BlockOutput<T> out,
+                                        const SolveControl& c) {
+    HostCopies h(stager_);
+    const int64_t eb = p.N * p.M * int64_t(sizeof(T));
+    for (const T** q : {&p.aC, &p.cC, &p.bC, &p.cA, &p.cB, &p.f, &p.y0})
+      if (auto st = h.In(*q, eb); !st.ok()) return st;
+    h.Out(out.y, eb);
+    auto r = Solve(p, m, o, out, c);
+    if (r.ok())
+      if (auto st = h.Finish(); !st.ok()) return st;
+    return r;
+  }
+  template <typename T>
+  absl::StatusOr<SolveInfo> PreparedThroughHost(PreparedSystem& system, RhsBlock<T> rhs, T* x,
+                                                SystemStatus* status, const SolveControl& c) {
+    HostCopies h(stager_);
+    const int64_t bytes = rhs.k * system.spec().rhs_values() * int64_t(sizeof(T));
+    if (auto st = h.In(rhs.rhs, bytes); !st.ok()) return st;
+    h.Out(x, bytes);
+    auto r = SolvePreparedOnDevice(system, rhs, x, status, c);
+    if (r.ok())
+      if (auto st = h.Finish(); !st.ok()) return st;
+    return r;
   }
 
   // auto sends the linear-time families' smallest requests to the host, where a system of 64
@@ -564,7 +773,10 @@ class CudaBackend final : public Backend {
       plan = *made;
     }
     const cuda::TreePath path = cuda::ChooseTreePath(p, m, plan.get());
-    if (path == cuda::TreePath::kHost) return Host(cpu_->Solve(p, m, out, c));
+    if (path == cuda::TreePath::kHost) {
+      if (resident == nullptr && ClientDevice(p, out.x)) return ThroughHost(p, m, out, c);
+      return Host(cpu_->Solve(p, m, out, c));
+    }
     const bool contraction = path == cuda::TreePath::kContractionBlock;
     const bool block = path == cuda::TreePath::kCablesBlock;
     const bool cables = block || path == cuda::TreePath::kCables;

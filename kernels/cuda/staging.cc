@@ -1,5 +1,11 @@
 #include "staging.h"
 
+#include <cuda.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
 #include "absl/strings/str_cat.h"
 
 namespace trisolve::cuda {
@@ -69,6 +75,112 @@ bool Stager::Pinned(const void* p, int64_t bytes) const {
   if (it == pinned_ranges_.begin()) return false;
   --it;
   return b >= it->first && b + bytes <= it->first + it->second.first;
+}
+
+namespace {
+
+// cuMemGetAddressRange, through the runtime: the allocation's extent, which the handle does
+// not carry (linking the driver library itself would stop the binaries loading on hosts
+// without one).
+absl::StatusOr<int64_t> AllocationBytes(const void* p) {
+  using Fn = CUresult(CUDAAPI*)(CUdeviceptr*, size_t*, CUdeviceptr);
+  static const Fn fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &f, 12000, cudaEnableDefault,
+                                         &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      f = nullptr;
+    }
+    return reinterpret_cast<Fn>(f);
+  }();
+  if (fn == nullptr) return absl::InternalError("cuMemGetAddressRange is not available");
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  if (const CUresult r = fn(&base, &size, CUdeviceptr(reinterpret_cast<uintptr_t>(p)));
+      r != CUDA_SUCCESS)
+    return absl::InternalError(
+        absl::StrCat("cuMemGetAddressRange failed on an opened IPC handle (CUresult ", int(r), ")"));
+  return int64_t(size) - int64_t(CUdeviceptr(reinterpret_cast<uintptr_t>(p)) - base);
+}
+
+}  // namespace
+
+absl::StatusOr<void*> Stager::OpenIpc(const std::string& handle, int64_t offset, int64_t bytes) {
+  if (handle.size() != sizeof(cudaIpcMemHandle_t))
+    return absl::InvalidArgumentError(absl::StrCat("handle: ", handle.size(), " bytes, expected ",
+                                                   sizeof(cudaIpcMemHandle_t),
+                                                   " (a cudaIpcMemHandle_t)"));
+  if (offset < 0 || bytes <= 0 || offset > std::numeric_limits<int64_t>::max() - bytes)
+    return absl::InvalidArgumentError(
+        absl::StrCat("offset, bytes: ", offset, ", ", bytes, " (expected offset >= 0, bytes >= 1)"));
+  cudaSetDevice(device_);
+  std::unique_lock<std::shared_mutex> lock(pinned_mu_);
+  auto it = std::find_if(ipc_.begin(), ipc_.end(),
+                         [&](const auto& m) { return m.second.handle == handle; });
+  bool opened = false;
+  if (it == ipc_.end()) {
+    cudaIpcMemHandle_t h;
+    std::memcpy(&h, handle.data(), sizeof(h));
+    void* p = nullptr;
+    const cudaError_t e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      return absl::InvalidArgumentError(absl::StrCat(
+          "handle: cudaIpcOpenMemHandle failed (", cudaGetErrorString(e),
+          "): not the handle of live device memory of another process on this host"));
+    }
+    cudaPointerAttributes attr{};
+    const cudaError_t ae = cudaPointerGetAttributes(&attr, p);
+    auto size = AllocationBytes(p);
+    if (ae != cudaSuccess || attr.device != device_ || !size.ok()) {
+      (void)cudaGetLastError();
+      (void)cudaIpcCloseMemHandle(p);
+      if (ae == cudaSuccess && attr.device != device_)
+        return absl::InvalidArgumentError(absl::StrCat(
+            "device: the handle's memory lies on CUDA device ", attr.device,
+            ", this server drives device ", device_));
+      return size.ok() ? cuda::CudaStatus(ae, "cudaPointerGetAttributes") : size.status();
+    }
+    it = ipc_.emplace(static_cast<const std::byte*>(p), IpcMapping{*size, 0, handle}).first;
+    opened = true;
+  }
+  if (offset > it->second.bytes || bytes > it->second.bytes - offset) {
+    const int64_t have = it->second.bytes;
+    if (opened) {
+      (void)cudaIpcCloseMemHandle(const_cast<std::byte*>(it->first));
+      ipc_.erase(it);
+    }
+    return absl::InvalidArgumentError(absl::StrCat("bytes: [", offset, ", ", offset + bytes,
+                                                   ") lies outside the allocation of ", have,
+                                                   " bytes that the handle names"));
+  }
+  ++it->second.regions;
+  return const_cast<std::byte*>(it->first) + offset;
+}
+
+void Stager::CloseIpc(void* p) {
+  std::unique_lock<std::shared_mutex> lock(pinned_mu_);
+  const auto* b = static_cast<const std::byte*>(p);
+  auto it = ipc_.upper_bound(b);
+  if (it == ipc_.begin()) return;
+  --it;
+  if (b >= it->first + it->second.bytes || --it->second.regions > 0) return;
+  cudaSetDevice(device_);
+  if (cudaIpcCloseMemHandle(const_cast<std::byte*>(it->first)) != cudaSuccess)
+    (void)cudaGetLastError();
+  ipc_.erase(it);
+}
+
+bool Stager::OnDevice(const void* p, int64_t bytes) const {
+  const auto* b = static_cast<const std::byte*>(p);
+  std::shared_lock<std::shared_mutex> lock(pinned_mu_);
+  if (ipc_.empty() || p == nullptr) return false;
+  auto it = ipc_.upper_bound(b);
+  if (it == ipc_.begin()) return false;
+  --it;
+  return b >= it->first && b + bytes <= it->first + it->second.bytes;
 }
 
 // Host to device through the pinned staging pieces, on a lane of its own; waits.

@@ -48,6 +48,9 @@ struct StagedInput {
   int64_t values = 0;
   const T* device = nullptr;
   bool scanned = true;  // checked for NaN and Inf under check_finite (false: a plan's bytes)
+  // `device` is a client's memory (OpenDeviceMemory), not a prepared system's: scanned under
+  // check_finite as a staged input is.
+  bool client_device = false;
 };
 
 // Copies the n values (eb bytes each) at src k times into dst on `stream`, by doubling
@@ -82,6 +85,14 @@ class Stager {
   // Whether [p, p + bytes) lies in memory Pin page-locked: the device copies straight from and
   // into it.
   bool Pinned(const void* p, int64_t bytes) const;
+
+  // A client's device memory (Backend::OpenDeviceMemory): each CUDA IPC handle opened once,
+  // its mapping shared by the regions that name it and closed with the last of them.
+  absl::StatusOr<void*> OpenIpc(const std::string& handle, int64_t offset, int64_t bytes);
+  void CloseIpc(void* p);
+  // Whether [p, p + bytes) lies in a client's device memory that OpenIpc mapped: inputs there
+  // are read in place, x is copied there on the device, and the host never touches them.
+  bool OnDevice(const void* p, int64_t bytes) const;
 
   // Host to device through the pinned staging pieces, on a lane of its own; waits.
   absl::Status CopyToDevice(const void* host, void* dev, int64_t bytes);
@@ -119,8 +130,10 @@ class Stager {
   // (SolveControl::check_finite); one found fails the call with NonFiniteInputError().
   // `offsets` (host, batch + 1): a variable-size batch (TridiagonalProblem::offsets), x then
   // offsets[batch] values, system s at offsets[s].
+  // Inputs in a client's device memory (OnDevice) are read where they lie; x there gets the
+  // answer by a copy on the device, the flagged systems zeroed on the device first.
   template <typename T, typename Launch>
-  absl::StatusOr<SolveInfo> Staged(const std::vector<StagedInput<T>>& inputs,
+  absl::StatusOr<SolveInfo> Staged(const std::vector<StagedInput<T>>& given,
                                    int64_t batch, int64_t n, Layout layout, T* out_x,
                                    SystemStatus* out_status, Launch launch,
                                    cuda::LaterAnswer* later = nullptr,
@@ -130,7 +143,15 @@ class Stager {
     const bool trap = FaultInjection::Process().NextSolveIsSticky();  // test-only
     const int64_t elems = offsets != nullptr ? offsets[batch] : batch * n;
     const int64_t bytes = elems * int64_t(sizeof(T));
-    const int64_t k = int64_t(inputs.size());
+    const int64_t k = int64_t(given.size());
+    std::vector<StagedInput<T>> inputs = given;
+    for (auto& in : inputs)
+      if (in.device == nullptr && in.host != nullptr &&
+          OnDevice(in.host, in.values * int64_t(sizeof(T)))) {
+        in.device = in.host;
+        in.client_device = true;
+      }
+    const bool x_on_device = OnDevice(out_x, bytes);
     int64_t in_values = 0;  // those to stage: resident inputs are on the device already
     for (const auto& in : inputs) in_values += in.device ? 0 : in.values;
     // The per-system flags, then one byte the finiteness scan sets.
@@ -202,7 +223,7 @@ class Stager {
     TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flags, 0, size_t(flag_bytes), l.stream));
     if (check_finite)
       for (int64_t q = 0; q < k; ++q)
-        if (!inputs[q].device && inputs[q].scanned)
+        if (Scanned(inputs[q]))
           if (auto st = ScanNonFinite(din[q], inputs[q].values, flags + batch, l.stream);
               !st.ok())
             return st;
@@ -225,6 +246,11 @@ class Stager {
     std::vector<uint8_t> f(static_cast<size_t>(flag_bytes));
     auto copy_back = [&]() -> absl::Status {
       TRISOLVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.e2, l.stream));
+      if (x_on_device) {  // the flags only: x goes across on the device once it is final
+        TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(f.data(), flags, size_t(flag_bytes),
+                                                      cudaMemcpyDeviceToHost, l.stream));
+        return cuda::CudaStatus(cudaStreamSynchronize(l.stream), "cudaStreamSynchronize");
+      }
       if (one_copy) {
         TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(pin, dx, size_t(bytes + flag_bytes),
                                                       cudaMemcpyDeviceToHost, l.stream));
@@ -251,7 +277,18 @@ class Stager {
       if (again)
         if (auto st = copy_back(); !st.ok()) return st;
     }
-    SetStatuses(f.data(), batch, n, layout, out_x, out_status, offsets);
+    if (x_on_device) {
+      if (auto st = ZeroFlaggedOnDevice(f.data(), batch, n, layout, dx, offsets, l.stream);
+          !st.ok())
+        return st;
+      TRISOLVE_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(out_x, dx, size_t(bytes), cudaMemcpyDefault, l.stream));
+      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.e3, l.stream));
+      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(l.stream));
+      SetStatuses(f.data(), batch, n, layout, static_cast<T*>(nullptr), out_status, offsets);
+    } else {
+      SetStatuses(f.data(), batch, n, layout, out_x, out_status, offsets);
+    }
     SolveInfo info;
     info.method = *method;
     info.h2d_us = Ms(l.e0, l.e1) * 1e3;
@@ -264,17 +301,45 @@ class Stager {
  private:
   // Systems flagged by the kernel: status singular, and zeros, never what the kernel left.
   // (offsets: a variable-size batch's, system s at offsets[s].)
+  // (out_x null: the statuses only; x lies on the device, ZeroFlaggedOnDevice's.)
   template <typename T>
   static void SetStatuses(const uint8_t* f, int64_t batch, int64_t n, Layout layout, T* out_x,
                           SystemStatus* out_status, const int64_t* offsets = nullptr) {
     const int64_t st = ElementStride(layout, batch);
     for (int64_t s = 0; s < batch; ++s) {
       out_status[s] = f[s] ? SystemStatus::kSingular : SystemStatus::kOk;
+      if (out_x == nullptr) continue;
       if (f[s] && offsets != nullptr)
         std::fill(out_x + offsets[s], out_x + offsets[s + 1], T(0));
       else if (f[s])
         for (int64_t i = 0; i < n; ++i) out_x[SystemOffset(layout, n, s) + i * st] = T(0);
     }
+  }
+
+  // The flagged systems of x on the device set to zero (a memset a system: flagged systems
+  // are few, and this runs only for answers that stay on the device).
+  template <typename T>
+  static absl::Status ZeroFlaggedOnDevice(const uint8_t* f, int64_t batch, int64_t n,
+                                          Layout layout, T* dx, const int64_t* offsets,
+                                          cudaStream_t stream) {
+    for (int64_t s = 0; s < batch; ++s) {
+      if (!f[s]) continue;
+      if (offsets != nullptr)
+        TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(
+            dx + offsets[s], 0, size_t(offsets[s + 1] - offsets[s]) * sizeof(T), stream));
+      else if (layout == Layout::kFlat)
+        TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dx + s * n, 0, size_t(n) * sizeof(T), stream));
+      else
+        TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemset2DAsync(dx + s, size_t(batch) * sizeof(T), 0,
+                                                        sizeof(T), size_t(n), stream));
+    }
+    return absl::OkStatus();
+  }
+  // Whether check_finite scans this input: staged ones and a client's device memory; not a
+  // prepared system's coefficients (checked when they came) nor a plan's bytes.
+  template <typename T>
+  static bool Scanned(const StagedInput<T>& in) {
+    return in.scanned && (in.device == nullptr || in.client_device);
   }
 
   // Staged's pipelined form: every array flat, batch * n values, in page-locked memory (or on
@@ -336,7 +401,7 @@ class Stager {
       std::vector<T*> piece(din.size());
       for (int64_t q = 0; q < k; ++q) {
         piece[q] = din[q] + off;
-        if (check_finite && !inputs[q].device && inputs[q].scanned)
+        if (check_finite && Scanned(inputs[q]))
           if (auto st = ScanNonFinite(piece[q], systems * n, flags + batch, l.stream); !st.ok())
             return st;
       }
@@ -383,6 +448,13 @@ class Stager {
   mutable std::shared_mutex pinned_mu_;
   // Pin's: start -> (bytes, whether this backend registered it and unregisters it).
   std::map<const std::byte*, std::pair<int64_t, bool>> pinned_ranges_;
+  // OpenIpc's mappings, by their start (under pinned_mu_): the whole allocation a handle names.
+  struct IpcMapping {
+    int64_t bytes = 0;
+    int regions = 0;
+    std::string handle;
+  };
+  std::map<const std::byte*, IpcMapping> ipc_;
 };
 
 }  // namespace trisolve::cuda

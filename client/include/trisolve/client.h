@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "trisolve/cuda_memory.h"
 #include "trisolve/ndarray.h"
 #include "trisolve/shared_memory.h"
 
@@ -244,6 +245,13 @@ class Client {
   // in it then travel by reference. The server maps it once; unregister before destroying it.
   absl::Status RegisterMemory(const SharedMemory& memory, const std::string& name = "");
   absl::Status UnregisterMemory(const SharedMemory& memory);
+  // Registers CUDA memory of this process (trisolve/cuda_memory.h) under `name`: arrays and x
+  // that lie in it then travel by reference and stay on the device. The server must run the
+  // CUDA backend on its device, on this host. Unregister before freeing it. ttl_s: the idle
+  // time-to-live (0: the server's default).
+  absl::Status RegisterCudaMemory(const CudaMemory& memory, const std::string& name,
+                                  double ttl_s = 0);
+  absl::Status UnregisterCudaMemory(const CudaMemory& memory);
   // "shared-memory" once a staging region was registered, "grpc" when auto found the server
   // cannot map this process's memory (or the transport is grpc), "untried" before.
   std::string SharedMemoryState() const;

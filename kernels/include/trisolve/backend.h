@@ -110,7 +110,26 @@ class Backend {
   // on this backend); the memory must stay mapped until UnpinHostMemory(p).
   virtual absl::StatusOr<bool> PinHostMemory(void* p, int64_t bytes);
   virtual void UnpinHostMemory(void* p);
+
+  // Device memory of another process on this host (a client's CUDA IPC handle, the
+  // kCudaIpcHandleBytes of cudaIpcMemHandle_t), mapped into this one for many requests:
+  // [offset, offset + bytes) of the allocation the handle names, on CUDA device `device`.
+  // Returns the range's address here. A handle already open is not opened again (the mapping
+  // is shared, counted). UNIMPLEMENTED on a backend without a device; INVALID_ARGUMENT naming
+  // the field for a handle that does not open, a device this backend does not drive, or a
+  // range past the allocation. Until CloseDeviceMemory(p), the arrays and answers that calls
+  // get inside the range are device memory: read and written on the device, never on the host
+  // (a path that solves on the host copies them across first).
+  virtual absl::StatusOr<void*> OpenDeviceMemory(const std::string& handle, int device,
+                                                 int64_t offset, int64_t bytes);
+  virtual void CloseDeviceMemory(void* p);
+  // Copies bytes from memory OpenDeviceMemory opened to the host (the server's own checks of
+  // such arrays: their structure, and naming a NaN the device found).
+  virtual absl::Status CopyFromDevice(void* host, const void* device, int64_t bytes);
 };
+
+// The size of a CUDA IPC memory handle (cudaIpcMemHandle_t), in bytes.
+inline constexpr int kCudaIpcHandleBytes = 64;
 
 // The CPU reference backend; threads <= 0 means one per hardware thread.
 std::unique_ptr<Backend> MakeCpuBackend(int threads = 0);
