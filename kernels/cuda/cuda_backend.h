@@ -1,6 +1,6 @@
-// The CUDA backend (MakeCudaBackend): one device, its pools, lanes and tuning. The class is
-// shared by backend.cc (construction, prepared systems, memory, the host paths) and
-// backend_solve.cc (each family's solve on the device). Internal to kernels/cuda.
+// The CUDA backend (MakeCudaBackend, backend.cc): one device, its pools, lanes and tuning. Its
+// construction, prepared systems, client memory and host paths are here; each family's solve
+// on the device is in backend_solve.cc. Internal to kernels/cuda.
 #pragma once
 
 #include <cuda_runtime.h>
