@@ -1,0 +1,354 @@
+// Each family's solve on the device (CudaBackend, cuda_backend.h): the tridiagonal batches
+// (uniform and variable-size), the block, dense and tree families, with the host fall-backs
+// and the pivoting re-solve each needs.
+#include "cuda_backend.h"
+
+namespace trisolve::cuda_backend {
+
+template <typename T>
+absl::StatusOr<SolveInfo> CudaBackend::SolveTri(const TridiagonalProblem<T>& p, TridiagonalMethod m,
+                                                TridiagonalOutput<T> out, const SolveControl& c,
+                                                const Resident<T>* resident) {
+  const cuda::UseTuning tuned(&tuning_, cuda::UseTuning::kUnlessSet);
+  // The pivoting kernel runs a thread a system: below a warp's worth of systems each system
+  // is a sequential sweep at one GPU thread's pace, slower than the host's, so `pivoting`
+  // and auto's second solve stay on the host there (docs/kernels/tridiagonal.md, "Partial
+  // pivoting").
+  const bool pivot_on_device = p.batch >= cuda::kPivotingDeviceBatch;
+  if (m == TridiagonalMethod::kPivoting && !pivot_on_device)
+    return Host(cpu::SolveTridiagonal(p, m, out));
+  const int64_t e = p.batch * p.n;
+  cuda::LaterAnswer later;
+  // auto: every system whose pivot vanished on the device is solved again by partial
+  // pivoting, on the device (its checkpoints and the mapped count held until Staged's wait),
+  // so a nonsingular system never comes back SINGULAR.
+  const bool resolve_on_device = m == TridiagonalMethod::kAuto && pivot_on_device;
+  Pool::Buffer pivot_scratch;
+  cuda::PinnedWord pivot_count;
+  cuda::PivotResolve resolve;
+  if (resolve_on_device) {
+    auto scratch = device_pool_.Get(cuda::PivotingScratchBytes(p.n, p.batch, sizeof(T) == 4));
+    if (!scratch.ok()) return scratch.status();
+    pivot_scratch = *std::move(scratch);
+    auto word = cuda::PinnedWord::Take();
+    if (!word.ok()) return word.status();
+    pivot_count = *std::move(word);
+    pivot_count.get()[0] = 0;
+    resolve = {pivot_scratch.get(), pivot_count.mapped(), pivot_count.get()};
+  }
+  std::vector<Input<T>> in = {{p.a, e}, {p.b, e}, {p.c, e}, {p.d, e}};
+  MarkResident(in, resident);
+  auto solved = stager_.Staged<T>(in, p.batch, p.n, p.layout, out.x,
+                   out.status,
+                   [&](const std::vector<T*>& d, T* dx, uint8_t* flags, cudaStream_t stream,
+                       int64_t systems) -> absl::StatusOr<std::string> {
+                     // systems < p.batch: a piece of a pipelined solve (staging.h), waited
+                     // for here; the copy back of the piece before runs meanwhile. The
+                     // pieces share the second solve's scratch (one after the other on the
+                     // stream) and its count.
+                     TridiagonalProblem<T> dp{systems, p.n, p.layout, d[0], d[1], d[2], d[3]};
+                     auto k = cuda::SolveTridiagonalDevice(
+                         dp, m, dx, flags, device_pool_, stream,
+                         systems == p.batch ? &later : nullptr,
+                         resolve_on_device ? &resolve : nullptr);
+                     if (!k.ok()) return k.status();
+                     return std::string(cuda::KernelName(*k));
+                   },
+                   &later, c.check_finite);
+  if (solved.ok() && resolve_on_device && pivot_count.get()[0] > 0)
+    solved->method += " + pivoting (" + std::to_string(pivot_count.get()[0]) + " systems)";
+  // (below a warp's worth of systems: on the host, from the host arrays)
+  if (solved.ok() && m == TridiagonalMethod::kAuto && !resolve_on_device)
+    cpu::ResolveSingularWithPivoting(p, out, &*solved);
+  return solved;
+}
+
+// A variable-size batch (p.offsets) or one in the unified-vector layout (p.unified(), a
+// uniform one given offsets s * n): the variable kernel for auto and partitioned, reading
+// the rows as they are staged (abc in place: no transpose anywhere), after its plan
+// (variable.h), which goes first so that its int64 offsets are aligned whatever the arrays'
+// length (16 bytes a unit, for a's loads).
+template <typename T>
+absl::StatusOr<SolveInfo> CudaBackend::SolveTriVariable(const TridiagonalProblem<T>& given,
+                                                        TridiagonalMethod m, TridiagonalOutput<T> out,
+                                                        const SolveControl& c) {
+  const cuda::UseTuning tuned(&tuning_, cuda::UseTuning::kUnlessSet);
+  if (!cuda::VariableOnDevice(m)) return Host(cpu::SolveTridiagonal(given, m, out));
+  TridiagonalProblem<T> p = given;
+  std::vector<int64_t> uniform;
+  if (!p.variable()) {
+    uniform.resize(size_t(p.batch) + 1);
+    for (int64_t s = 0; s <= p.batch; ++s) uniform[size_t(s)] = s * p.n;
+    p.offsets = uniform.data();
+  }
+  const cuda::VariablePlan plan = cuda::PlanVariable(p.offsets, p.batch);
+  std::vector<T> meta((plan.meta.size() + 15) / 16 * (16 / sizeof(T)));
+  std::memcpy(meta.data(), plan.meta.data(), plan.meta.size());
+  const int64_t e = p.unknowns();
+  std::vector<Input<T>> in = {{meta.data(), int64_t(meta.size()), nullptr, /*scanned=*/false}};
+  if (p.unified()) {
+    in.push_back({p.a, 3 * e});
+    in.push_back({p.d, e});
+  } else {
+    for (const T* q : {p.a, p.b, p.c, p.d}) in.push_back({q, e});
+  }
+  auto solved = stager_.Staged<T>(
+      in, p.batch, p.n, Layout::kFlat, out.x, out.status,
+      [&](const std::vector<T*>& d, T* dx, uint8_t* flags,
+          cudaStream_t stream) -> absl::StatusOr<std::string> {
+        TridiagonalProblem<T> dp = p;
+        if (p.unified()) {
+          dp.a = d[1];
+          dp.b = d[1] + 1;
+          dp.c = d[1] + 2;
+          dp.d = d[2];
+        } else {
+          dp.a = d[1];
+          dp.b = d[2];
+          dp.c = d[3];
+          dp.d = d[4];
+        }
+        return cuda::SolveVariableDevice(dp, plan, reinterpret_cast<const std::byte*>(d[0]), m,
+                                         dx, flags, device_pool_, stream);
+      },
+      nullptr, c.check_finite, p.offsets);
+  if (solved.ok() && m == TridiagonalMethod::kAuto)
+    cpu::ResolveSingularWithPivoting(p, out, &*solved);
+  return solved;
+}
+
+template <typename T>
+absl::StatusOr<SolveInfo> CudaBackend::SolveBlockOnDevice(const BlockTridiagonalProblem<T>& p, BlockMethod m,
+                                                          const BlockOptions& o, BlockOutput<T> out,
+                                                          const SolveControl& c,
+                                                          const Resident<T>* resident) {
+  const cuda::UseTuning tuned(&tuning_, cuda::UseTuning::kUnlessSet);
+  const int64_t size = p.N * p.M;
+  const bool automatic = m == BlockMethod::kAuto;
+  m = cuda::ResolveBlockMethod(p, m, o);  // block/dispatch.cu
+  std::vector<Input<T>> in = {{p.aC, size}, {p.cC, size}, {p.bC, size},
+                              {p.cA, size}, {p.cB, size}, {p.f, size}};
+  if (p.y0) in.push_back({p.y0, size});
+  MarkResident(in, resident);
+  SystemStatus st = SystemStatus::kOk;
+  SolveInfo solved;
+  auto info = stager_.Staged<T>(
+      in, 1, size, Layout::kFlat, out.y, out.status,
+      [&](const std::vector<T*>& d, T* dx, uint8_t* flags,
+          cudaStream_t stream) -> absl::StatusOr<std::string> {
+        if (p.y0)
+          TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dx, d[6], size * sizeof(T),
+                                                        cudaMemcpyDeviceToDevice, stream));
+        else
+          TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dx, 0, size * sizeof(T), stream));
+        BlockTridiagonalProblem<T> dp{p.N, p.M, d[0], d[1], d[2], d[3], d[4], d[5], nullptr};
+        auto r = cuda::SolveBlockTridiagonalDevice(dp, m, o, dx, &st, device_pool_, c, stream);
+        if (!r.ok()) return r.status();
+        solved = *r;
+        // Singular or diverged: the answer is zeros (Staged zeroes flagged systems).
+        if (st == SystemStatus::kSingular || st == SystemStatus::kDiverged)
+          TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flags, 1, 1, stream));
+        return r->method;
+      },
+      nullptr, c.check_finite);
+  if (!info.ok()) return info.status();
+  out.status[0] = st;
+  info->iterations = solved.iterations;
+  info->residual = solved.residual;
+  info->residual_history = std::move(solved.residual_history);
+  // auto, where CG could not run or met indefiniteness on the device, or red-black's line
+  // solves met a vanished pivot (a singular C_i, the matrix perhaps not): the CPU
+  // reference's fallback on the host (BiCGStab with the V-cycle, the line solves or nothing,
+  // from y0), never SINGULAR for a nonsingular matrix. The method says both: "multigrid-cg
+  // (stopped: indefinite) -> multigrid-bicgstab (host)"; the iterations count both.
+  const bool lines_singular = st == SystemStatus::kSingular;
+  if (automatic && (lines_singular || (st == SystemStatus::kNotConverged &&
+                                       (info->method.find("indefinite") != std::string::npos ||
+                                        info->method.find("not run") != std::string::npos)))) {
+    // Its progress and history continue the device's iteration count.
+    SolveControl hc = c;
+    const int64_t ran = info->iterations;
+    if (c.progress) hc.progress = [&c, ran](int64_t it, double r) { c.progress(ran + it, r); };
+    auto host = cpu::SolveBlockIndefinite(p, o, out, hc);
+    if (!host.ok()) return host.status();
+    host->method = info->method + (lines_singular ? " (a line block is singular)" : "") +
+                   " -> " + host->method + " (host)";
+    host->iterations += info->iterations;
+    for (ResidualPoint& q : host->residual_history) q.iteration += ran;
+    if (!info->residual_history.empty()) info->residual_history.pop_back();  // not the end
+    host->residual_history.insert(host->residual_history.begin(),
+                                  info->residual_history.begin(), info->residual_history.end());
+    auto& hist = host->residual_history;  // within the limit still: every other point dropped
+    while (c.history_limit > 1 && int64_t(hist.size()) > std::max<int64_t>(c.history_limit, 2)) {
+      size_t kept = 0;
+      for (size_t i = 0; i + 1 < hist.size(); i += 2) hist[kept++] = hist[i];
+      hist[kept++] = hist.back();
+      hist.resize(kept);
+    }
+    return host;
+  }
+  return info;
+}
+
+template <typename T>
+absl::StatusOr<SolveInfo> CudaBackend::SolveDenseOnDevice(const DenseProblem<T>& p, DenseMethod m,
+                                                          DenseOutput<T> out, const SolveControl& c,
+                                                          const Resident<T>* resident) {
+  const cuda::UseTuning tuned(&tuning_, cuda::UseTuning::kUnlessSet);
+  const cuda::DensePath path = cuda::ChooseDensePath(p.n, m);  // dense/dispatch.cc
+  std::vector<Input<T>> in = {{p.A, p.batch * p.n * p.n}, {p.b, p.batch * p.n}};
+  MarkResident(in, resident);
+  return stager_.Staged<T>(in, p.batch, p.n,
+                   Layout::kFlat, out.x, out.status,
+                   [&](const std::vector<T*>& d, T* dx, uint8_t* flags,
+                       cudaStream_t stream) -> absl::StatusOr<std::string> {
+                     DenseProblem<T> dp{p.batch, p.n, d[0], d[1]};
+                     if (path == cuda::DensePath::kHouseholderPcrBlock) {
+                       auto st = cuda::SolveDenseHouseholderPcrBlockDevice(dp, dx, flags, stream);
+                       if (!st.ok()) return st;
+                       return std::string("householder-pcr-block");
+                     }
+                     if (path == cuda::DensePath::kHouseholderPcr) {
+                       auto st = cuda::SolveDenseHouseholderPcrDevice(dp, dx, flags, dense_libs_,
+                                                                      device_pool_, stream);
+                       if (!st.ok()) return st;
+                       return std::string("householder-pcr (cusolver sytrd)");
+                     }
+                     if (path == cuda::DensePath::kGaussJordanBlocked) {
+                       auto st = cuda::SolveDenseGaussJordanBlockedDevice(
+                           dp, dx, flags, dense_libs_, device_pool_, stream);
+                       if (!st.ok()) return st;
+                       return std::string("gauss-jordan-blocked");
+                     }
+                     if (path == cuda::DensePath::kLu)
+                       return cuda::SolveDenseLuDevice(dp, dx, flags, dense_libs_, device_pool_,
+                                                       stream);
+                     auto st = cuda::SolveDenseWarpDevice(dp, dx, flags, stream);
+                     if (!st.ok()) return st;
+                     return std::string(p.n <= cuda::kDenseWarpMaxN       ? "gauss-jordan-warp"
+                                        : p.n <= cuda::kDenseTwoWarpsMaxN ? "gauss-jordan-2warps"
+                                                                         : "gauss-jordan-block");
+                   },
+                   nullptr, c.check_finite);
+}
+
+template <typename T>
+absl::StatusOr<SolveInfo> CudaBackend::SolveTreeOnDevice(const TreeProblem<T>& p, TreeMethod m,
+                                                         TreeOutput<T> out, const SolveControl& c,
+                                                         const Resident<T>* resident) {
+  const cuda::UseTuning tuned(&tuning_, cuda::UseTuning::kUnlessSet);
+  const bool per_cell = p.parent_per_system && p.batch > 1;
+  // One morphology: its plan (cached), which the choice reads (tree/dispatch.cc).
+  std::shared_ptr<const cuda::TreeCablesPlan> plan;
+  if (cuda::TreeWantsPlan(p, m)) {
+    auto made = plans_.Get(p.parent, p.n, device_pool_, nullptr);
+    if (!made.ok()) return made.status();
+    plan = *made;
+  }
+  const cuda::TreePath path = cuda::ChooseTreePath(p, m, plan.get());
+  if (path == cuda::TreePath::kHost) {
+    if (resident == nullptr && ClientDevice(p, out.x)) return ThroughHost(p, m, out, c);
+    return Host(cpu_->Solve(p, m, out, c));
+  }
+  const bool contraction = path == cuda::TreePath::kContractionBlock;
+  const bool block = path == cuda::TreePath::kCablesBlock;
+  const bool cables = block || path == cuda::TreePath::kCables;
+  const int64_t e = p.batch * p.n;
+  std::vector<Input<T>> in = {{p.lower, e}, {p.upper, e}, {p.diag, e}, {p.rhs, e}};
+  MarkResident(in, resident);
+  if (contraction || cables) {
+    return stager_.Staged<T>(in, p.batch, p.n, p.layout, out.x, out.status,
+                     [&](const std::vector<T*>& d, T* dx, uint8_t* flags, cudaStream_t stream,
+                         int64_t systems) -> absl::StatusOr<std::string> {
+                       TreeProblem<T> dp = p;
+                       dp.batch = systems;  // a piece of a pipelined solve: cells of one tree
+                       dp.parent = nullptr;  // the plan holds the tree
+                       dp.parent_per_system = false;
+                       dp.lower = d[0];
+                       dp.upper = d[1];
+                       dp.diag = d[2];
+                       dp.rhs = d[3];
+                       if (contraction) {
+                         auto st = cuda::SolveTreeContractionBlockDevice(dp, *plan, dx, flags,
+                                                                         stream);
+                         if (!st.ok()) return st;
+                         return std::string("contraction-block");
+                       }
+                       if (block) {
+                         auto st = cuda::SolveTreeCablesBlockDevice(dp, *plan, dx, flags,
+                                                                    stream);
+                         if (!st.ok()) return st;
+                         return std::string("cables-block");
+                       }
+                       auto st = cuda::SolveTreeCablesDevice(dp, *plan, dx, flags,
+                                                             device_pool_, stream);
+                       if (!st.ok()) return st;
+                       return std::string("cables");
+                     },
+                     nullptr, c.check_finite);
+  }
+  const int64_t trees = per_cell ? p.batch : 1;
+  std::vector<uint8_t> nf(static_cast<size_t>(trees * p.n));
+  for (int64_t s = 0; s < trees; ++s) {
+    const std::vector<uint8_t> f = cuda::TreeNodeFlags(p.parent + s * p.n, p.n);
+    std::memcpy(nf.data() + s * p.n, f.data(), size_t(p.n));
+  }
+  auto meta = device_pool_.Get(trees * p.n * 5);
+  if (!meta.ok()) return meta.status();
+  auto* dparent = static_cast<int32_t*>(meta->get());
+  auto* dflags = reinterpret_cast<uint8_t*>(dparent + trees * p.n);
+  return stager_.Staged<T>(in, p.batch, p.n, p.layout, out.x, out.status,
+                   [&](const std::vector<T*>& d, T* dx, uint8_t* flags,
+                       cudaStream_t stream) -> absl::StatusOr<std::string> {
+                     TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+                         dparent, p.parent, trees * p.n * 4, cudaMemcpyHostToDevice, stream));
+                     TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+                         dflags, nf.data(), trees * p.n, cudaMemcpyHostToDevice, stream));
+                     TreeProblem<T> dp = p;
+                     dp.parent = dparent;
+                     dp.parent_per_system = per_cell;
+                     dp.lower = d[0];
+                     dp.upper = d[1];
+                     dp.diag = d[2];
+                     dp.rhs = d[3];
+                     auto st = cuda::SolveTreeBatchDevice(dp, dflags, dx, flags, device_pool_,
+                                                          stream);
+                     if (!st.ok()) return st;
+                     return std::string("hines-batch");
+                   },
+                   nullptr, c.check_finite);
+}
+
+// The two precisions every caller uses.
+template absl::StatusOr<SolveInfo> CudaBackend::SolveTri<double>(
+    const TridiagonalProblem<double>&, TridiagonalMethod, TridiagonalOutput<double>,
+    const SolveControl&, const Resident<double>*);
+template absl::StatusOr<SolveInfo> CudaBackend::SolveTri<float>(
+    const TridiagonalProblem<float>&, TridiagonalMethod, TridiagonalOutput<float>,
+    const SolveControl&, const Resident<float>*);
+template absl::StatusOr<SolveInfo> CudaBackend::SolveTriVariable<double>(
+    const TridiagonalProblem<double>&, TridiagonalMethod, TridiagonalOutput<double>,
+    const SolveControl&);
+template absl::StatusOr<SolveInfo> CudaBackend::SolveTriVariable<float>(
+    const TridiagonalProblem<float>&, TridiagonalMethod, TridiagonalOutput<float>,
+    const SolveControl&);
+template absl::StatusOr<SolveInfo> CudaBackend::SolveBlockOnDevice<double>(
+    const BlockTridiagonalProblem<double>&, BlockMethod, const BlockOptions&, BlockOutput<double>,
+    const SolveControl&, const Resident<double>*);
+template absl::StatusOr<SolveInfo> CudaBackend::SolveBlockOnDevice<float>(
+    const BlockTridiagonalProblem<float>&, BlockMethod, const BlockOptions&, BlockOutput<float>,
+    const SolveControl&, const Resident<float>*);
+template absl::StatusOr<SolveInfo> CudaBackend::SolveDenseOnDevice<double>(
+    const DenseProblem<double>&, DenseMethod, DenseOutput<double>, const SolveControl&,
+    const Resident<double>*);
+template absl::StatusOr<SolveInfo> CudaBackend::SolveDenseOnDevice<float>(
+    const DenseProblem<float>&, DenseMethod, DenseOutput<float>, const SolveControl&,
+    const Resident<float>*);
+template absl::StatusOr<SolveInfo> CudaBackend::SolveTreeOnDevice<double>(
+    const TreeProblem<double>&, TreeMethod, TreeOutput<double>, const SolveControl&,
+    const Resident<double>*);
+template absl::StatusOr<SolveInfo> CudaBackend::SolveTreeOnDevice<float>(
+    const TreeProblem<float>&, TreeMethod, TreeOutput<float>, const SolveControl&,
+    const Resident<float>*);
+
+}  // namespace trisolve::cuda_backend

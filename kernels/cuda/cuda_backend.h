@@ -1,0 +1,580 @@
+// The CUDA backend (MakeCudaBackend, backend.cc): one device, its pools, lanes and tuning. Its
+// construction, prepared systems, client memory and host paths are here; each family's solve
+// on the device is in backend_solve.cc. Internal to kernels/cuda.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <array>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "block/block.h"
+#include "dense/dense.h"
+#include "dense/dispatch.h"
+#include "runtime/check.h"
+#include "runtime/device_health.h"
+#include "runtime/memory_pool.h"
+#include "runtime/pinned_word.h"
+#include "staging.h"
+#include "tree/dispatch.h"
+#include "tree/plan_cache.h"
+#include "tree/tree.h"
+#include "tridiagonal/tridiagonal.h"
+#include "tridiagonal/variable.h"
+#include "tuning_table.h"
+#include "trisolve/backend.h"
+#include "trisolve/fault_injection.h"
+#include "trisolve/reference/block_tridiagonal.h"
+#include "trisolve/reference/dense.h"
+#include "trisolve/reference/tree.h"
+#include "trisolve/reference/tridiagonal.h"
+
+namespace trisolve::cuda_backend {
+
+using cuda::Pool;
+
+class CudaBackend final : public Backend {
+  // One input array of a solve: staged from the host, or already on the device (a prepared
+  // system's coefficients).
+  template <typename T>
+  using Input = cuda::StagedInput<T>;
+  // A prepared system's coefficients on the device, by SystemSpec index (nullptr: stage).
+  template <typename T>
+  using Resident = std::array<const T*, kMaxCoefficients>;
+  template <typename T>
+  static void MarkResident(std::vector<Input<T>>& in, const Resident<T>* resident) {
+    if (resident == nullptr) return;
+    for (size_t i = 0; i < in.size() && i < resident->size(); ++i) in[i].device = (*resident)[i];
+  }
+
+ public:
+  CudaBackend(const CudaOptions& o, const cudaDeviceProp& prop, int64_t device_cap)
+      : options_(o),
+        prop_(prop),
+        tuning_(cuda::TuningTable::For(prop)),
+        device_pool_(Pool::Kind::kDevice, o.device, device_cap),
+        pinned_pool_(Pool::Kind::kPinnedHost, o.device, o.pinned_pool_cap_bytes),
+        cpu_(MakeCpuBackend(o.cpu_threads)),
+        stager_(o.device, o.streams, device_pool_, pinned_pool_) {}
+  ~CudaBackend() override {
+    dense_libs_.Reset();  // the handles use the lanes' streams (stager_, destroyed after)
+  }
+
+  BackendInfo Info() const override {
+    BackendInfo info = cpu_->Info();
+    info.name = "cuda";
+    info.checks_finite = true;
+    DeviceInfo d;
+    d.name = prop_.name;
+    size_t free_b = 0, total_b = 0;
+    cudaSetDevice(options_.device);
+    cudaMemGetInfo(&free_b, &total_b);
+    d.total_memory_bytes = int64_t(total_b);
+    d.free_memory_bytes = int64_t(free_b);
+    d.compute_capability_major = prop_.major;
+    d.compute_capability_minor = prop_.minor;
+    d.multiprocessors = prop_.multiProcessorCount;
+    d.ordinal = options_.device;
+    info.devices.push_back(d);
+    for (auto [name, pool] : {std::pair{"device", &device_pool_}, {"pinned-host", &pinned_pool_}}) {
+      const cuda::PoolStats s = pool->Stats();
+      info.pools.push_back({name, s.cap_bytes, s.cached_bytes, s.in_use_bytes, s.peak_bytes,
+                            s.hits, s.misses, s.evictions});
+    }
+    return info;
+  }
+
+  absl::Status Health() const override { return cuda::ProbeDevice(options_.device); }
+
+  absl::StatusOr<SolveInfo> Solve(const TridiagonalProblem<double>& p, TridiagonalMethod m,
+                                  TridiagonalOutput<double> out, const SolveControl& c) override {
+    if (ClientDevice(p, out.x) && !TriOnDeviceOnly(p, m)) return ThroughHost(p, m, out, c);
+    if (OnHost(m == TridiagonalMethod::kAuto, p.unknowns())) return Host(cpu_->Solve(p, m, out, c));
+    UseDevice();
+    if (p.variable() || p.unified()) return SolveTriVariable(p, m, out, c);
+    return SolveTri(p, m, out, c);
+  }
+  absl::StatusOr<SolveInfo> Solve(const TridiagonalProblem<float>& p, TridiagonalMethod m,
+                                  TridiagonalOutput<float> out, const SolveControl& c) override {
+    if (ClientDevice(p, out.x) && !TriOnDeviceOnly(p, m)) return ThroughHost(p, m, out, c);
+    if (OnHost(m == TridiagonalMethod::kAuto, p.unknowns())) return Host(cpu_->Solve(p, m, out, c));
+    UseDevice();
+    if (p.variable() || p.unified()) return SolveTriVariable(p, m, out, c);
+    return SolveTri(p, m, out, c);
+  }
+
+  absl::StatusOr<SolveInfo> Solve(const DenseProblem<double>& p, DenseMethod m,
+                                  DenseOutput<double> out, const SolveControl& c) override {
+    UseDevice();
+    return SolveDenseOnDevice(p, m, out, c);
+  }
+  absl::StatusOr<SolveInfo> Solve(const DenseProblem<float>& p, DenseMethod m,
+                                  DenseOutput<float> out, const SolveControl& c) override {
+    UseDevice();
+    return SolveDenseOnDevice(p, m, out, c);
+  }
+  absl::StatusOr<SolveInfo> Solve(const TreeProblem<double>& p, TreeMethod m,
+                                  TreeOutput<double> out, const SolveControl& c) override {
+    if (ClientDevice(p, out.x) && !TreeMayStayOnDevice(p, m)) return ThroughHost(p, m, out, c);
+    if (OnHost(m == TreeMethod::kAuto, p.batch * p.n)) return Host(cpu_->Solve(p, m, out, c));
+    UseDevice();
+    return SolveTreeOnDevice(p, m, out, c);
+  }
+  absl::StatusOr<SolveInfo> Solve(const TreeProblem<float>& p, TreeMethod m,
+                                  TreeOutput<float> out, const SolveControl& c) override {
+    if (ClientDevice(p, out.x) && !TreeMayStayOnDevice(p, m)) return ThroughHost(p, m, out, c);
+    if (OnHost(m == TreeMethod::kAuto, p.batch * p.n)) return Host(cpu_->Solve(p, m, out, c));
+    UseDevice();
+    return SolveTreeOnDevice(p, m, out, c);
+  }
+  absl::StatusOr<SolveInfo> Solve(const BlockTridiagonalProblem<double>& p, BlockMethod m,
+                                  const BlockOptions& o, BlockOutput<double> out,
+                                  const SolveControl& c) override {
+    if (ClientDevice(p, out.y)) return ThroughHost(p, m, o, out, c);
+    UseDevice();
+    return SolveBlockOnDevice(p, m, o, out, c);
+  }
+  absl::StatusOr<SolveInfo> Solve(const BlockTridiagonalProblem<float>& p, BlockMethod m,
+                                  const BlockOptions& o, BlockOutput<float> out,
+                                  const SolveControl& c) override {
+    if (ClientDevice(p, out.y)) return ThroughHost(p, m, o, out, c);
+    UseDevice();
+    return SolveBlockOnDevice(p, m, o, out, c);
+  }
+
+  absl::StatusOr<bool> PinHostMemory(void* p, int64_t bytes) override {
+    return stager_.Pin(p, bytes);
+  }
+  void UnpinHostMemory(void* p) override { stager_.Unpin(p); }
+
+  absl::StatusOr<void*> OpenDeviceMemory(const std::string& handle, int device, int64_t offset,
+                                         int64_t bytes) override {
+    if (device != options_.device)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "device: ", device, " is not a device this server drives (CUDA device ",
+          options_.device, ")"));
+    return stager_.OpenIpc(handle, offset, bytes);
+  }
+  void CloseDeviceMemory(void* p) override { stager_.CloseIpc(p); }
+  absl::Status CopyFromDevice(void* host, const void* device, int64_t bytes) override {
+    if (!stager_.OnDevice(device, bytes))
+      return absl::InvalidArgumentError("CopyFromDevice: not memory OpenDeviceMemory opened");
+    UseDevice();
+    return cuda::CudaStatus(cudaMemcpy(host, device, size_t(bytes), cudaMemcpyDefault),
+                            "cudaMemcpy (device region to host)");
+  }
+
+  absl::StatusOr<std::unique_ptr<PreparedSystem>> Prepare(const SystemSpec& given) override {
+    UseDevice();
+    // Coefficients in a client's device memory: the prepared system keeps a host copy of its
+    // own (the base's), so they cross once here.
+    SystemSpec spec = given;
+    HostCopies copies(stager_);
+    for (int i = 0; i < spec.num_coefficients(); ++i)
+      if (auto st = copies.In(spec.coefficients[size_t(i)], spec.coefficient_bytes(i)); !st.ok())
+        return st;
+    auto system = std::make_unique<DevicePrepared>(spec, this);
+    const SystemSpec& s = system->spec();
+    int64_t total = 0;
+    for (int i = 0; i < s.num_coefficients(); ++i) {
+      system->offset[size_t(i)] = total;
+      if (!IsTreeParent(s, i)) total += RoundUp(s.coefficient_bytes(i));
+    }
+    auto dev = device_pool_.Get(std::max<int64_t>(total, 256));
+    if (!dev.ok()) return dev.status();
+    system->device = *std::move(dev);
+    for (int i = 0; i < s.num_coefficients(); ++i)
+      if (auto st = system->Upload(i); !st.ok()) return st;
+    return std::unique_ptr<PreparedSystem>(std::move(system));
+  }
+  absl::StatusOr<SolveInfo> SolvePrepared(PreparedSystem& system, RhsBlock<double> rhs, double* x,
+                                          SystemStatus* status, const SolveControl& c) override {
+    UseDevice();
+    if (ClientDeviceRhs(system, rhs, x) && !PreparedOnDeviceOnly(system, rhs.k))
+      return PreparedThroughHost(system, rhs, x, status, c);
+    return SolvePreparedOnDevice(system, rhs, x, status, c);
+  }
+  absl::StatusOr<SolveInfo> SolvePrepared(PreparedSystem& system, RhsBlock<float> rhs, float* x,
+                                          SystemStatus* status, const SolveControl& c) override {
+    UseDevice();
+    if (ClientDeviceRhs(system, rhs, x) && !PreparedOnDeviceOnly(system, rhs.k))
+      return PreparedThroughHost(system, rhs, x, status, c);
+    return SolvePreparedOnDevice(system, rhs, x, status, c);
+  }
+
+ private:
+  // Every call starts on this backend's device, whichever device the calling thread used last:
+  // the kernels, the cable plans and the cuBLAS handles use the current device.
+  void UseDevice() const { cudaSetDevice(options_.device); }
+  static bool IsTreeParent(const SystemSpec& s, int i) { return s.family == Family::kTree && i == 3; }
+  static int64_t RoundUp(int64_t bytes) { return (bytes + 255) / 256 * 256; }
+
+  // A prepared system on the device: its coefficients in one pooled buffer (the tree's parent
+  // array stays on the host: the cable plan, cached by content, is built from it), and for k
+  // right-hand sides of a system of one, the coefficients replicated k times, kept until the
+  // next update or another k.
+  class DevicePrepared final : public PreparedSystem {
+   public:
+    DevicePrepared(const SystemSpec& spec, CudaBackend* backend)
+        : PreparedSystem(spec), backend_(backend) {}
+    int64_t bytes() const override {
+      return PreparedSystem::bytes() + device.size() + replicated.size();
+    }
+    std::string prepared() const override {
+      return absl::StrCat("coefficients on CUDA device ", backend_->options_.device);
+    }
+    const Backend* holder() const override { return backend_; }
+    absl::Status Update(int i, const void* values) override {
+      HostCopies copies(backend_->stager_);
+      if (auto st = copies.In(values, spec_.coefficient_bytes(i)); !st.ok()) return st;
+      if (auto st = PreparedSystem::Update(i, values); !st.ok()) return st;
+      replicated.Release();
+      replicated_k = 0;
+      return Upload(i);
+    }
+    absl::Status Upload(int i) {
+      if (IsTreeParent(spec_, i)) return absl::OkStatus();
+      return backend_->stager_.CopyToDevice(host_[size_t(i)].data(), device.as<std::byte>() + offset[size_t(i)],
+                                    int64_t(host_[size_t(i)].size()));
+    }
+    template <typename T>
+    Resident<T> ResidentOf(const cuda::Pool::Buffer& buf, const std::array<int64_t, kMaxCoefficients>& off) const {
+      Resident<T> r{};
+      for (int i = 0; i < spec_.num_coefficients(); ++i)
+        if (!IsTreeParent(spec_, i))
+          r[size_t(i)] = reinterpret_cast<const T*>(buf.as<const std::byte>() + off[size_t(i)]);
+      return r;
+    }
+
+    cuda::Pool::Buffer device;
+    std::array<int64_t, kMaxCoefficients> offset{};
+    cuda::Pool::Buffer replicated;
+    std::array<int64_t, kMaxCoefficients> replicated_offset{};
+    int64_t replicated_k = 0;
+    Layout replicated_layout = Layout::kFlat;
+
+   private:
+    CudaBackend* backend_;
+  };
+
+  // The coefficients of a system of one replicated for k right-hand sides in `layout`, by
+  // doubling device-to-device copies (log2 k of them): [k, n] flat, or [n, k] interleaved.
+  absl::Status Replicate(DevicePrepared& s, int64_t k, Layout layout) {
+    if (s.replicated_k == k && s.replicated_layout == layout) return absl::OkStatus();
+    const SystemSpec& spec = s.spec();
+    const int64_t n = spec.n, eb = spec.elem_bytes();
+    int64_t total = 0;
+    for (int i = 0; i < spec.num_coefficients(); ++i) {
+      s.replicated_offset[size_t(i)] = total;
+      if (!IsTreeParent(spec, i)) total += RoundUp(k * n * eb);
+    }
+    s.replicated.Release();
+    s.replicated_k = 0;
+    auto buf = device_pool_.Get(std::max<int64_t>(total, 256));
+    if (!buf.ok()) return buf.status();
+    cudaSetDevice(options_.device);
+    const cuda::Stager::LaneLease lease(&stager_);
+    cudaStream_t stream = lease.lane().stream;
+    for (int i = 0; i < spec.num_coefficients(); ++i) {
+      if (IsTreeParent(spec, i)) continue;
+      const auto* src = s.device.as<const std::byte>() + s.offset[size_t(i)];
+      auto* dst = buf->as<std::byte>() + s.replicated_offset[size_t(i)];
+      if (auto st = cuda::ReplicateOnDevice(src, dst, n, eb, k, layout, stream); !st.ok())
+        return st;
+    }
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    s.replicated = *std::move(buf);
+    s.replicated_k = k;
+    s.replicated_layout = layout;
+    return absl::OkStatus();
+  }
+
+  // One right-hand side block of a prepared system: the family's solve with the coefficients
+  // read from the device (`resident`) and the host copy (`hs`) for the host paths.
+  template <typename T>
+  absl::StatusOr<SolveInfo> SolveResident(const SystemSpec& hs, const Resident<T>& resident,
+                                          const T* rhs, T* x, SystemStatus* status,
+                                          const SolveControl& c) {
+    switch (hs.family) {
+      case Family::kTridiagonal:
+        return SolveTri(TridiagonalOf(hs, rhs), TridiagonalMethod(hs.method),
+                        TridiagonalOutput<T>{x, status}, c, &resident);
+      case Family::kTree:
+        return SolveTreeOnDevice(TreeOf(hs, rhs), TreeMethod(hs.method), TreeOutput<T>{x, status},
+                                 c, &resident);
+      case Family::kBlockTridiagonal:
+        return SolveBlockOnDevice(BlockOf(hs, rhs), BlockMethod(hs.method), hs.block_options,
+                                  BlockOutput<T>{x, status}, c, &resident);
+      case Family::kDense:
+        return SolveDenseOnDevice(DenseOf(hs, rhs), DenseMethod(hs.method),
+                                  DenseOutput<T>{x, status}, c, &resident);
+    }
+    return absl::InternalError("unknown family");
+  }
+
+  template <typename T>
+  absl::StatusOr<SolveInfo> SolvePreparedOnDevice(PreparedSystem& system, RhsBlock<T> rhs, T* x,
+                                                  SystemStatus* status, const SolveControl& c) {
+    auto* dp = dynamic_cast<DevicePrepared*>(&system);
+    if (system.holder() != nullptr && system.holder() != this)
+      return absl::FailedPreconditionError(
+          "the system was prepared by another backend: its coefficients are on another device");
+    const SystemSpec& s = system.spec();
+    // The smallest by handle go where the one-shot calls send them (Solve: the host for auto).
+    const bool small = s.method == 0 && rhs.k * s.rhs_values() < options_.host_below_unknowns &&
+                       (s.family == Family::kTridiagonal || s.family == Family::kTree);
+    if (dp == nullptr || small) return SolveThroughBackend(*this, system, rhs, x, status, c);
+    if (rhs.k == 1)
+      return SolveResident(s, dp->ResidentOf<T>(dp->device, dp->offset), rhs.rhs, x, status, c);
+    if ((s.family == Family::kTridiagonal || s.family == Family::kTree) && s.batch == 1) {
+      if (auto st = Replicate(*dp, rhs.k, rhs.layout); !st.ok()) return st;
+      return SolveResident(dp->Replicated(rhs.k, rhs.layout),
+                           dp->ResidentOf<T>(dp->replicated, dp->replicated_offset), rhs.rhs, x,
+                           status, c);
+    }
+    const Resident<T> resident = dp->ResidentOf<T>(dp->device, dp->offset);
+    SolveInfo total;
+    const int64_t block = s.rhs_values();
+    for (int64_t j = 0; j < rhs.k; ++j) {
+      auto info = SolveResident(s, resident, rhs.rhs + j * block, x + j * block,
+                                status + j * s.batch, c);
+      if (!info.ok()) return info.status();
+      AccumulateSolveInfo(*info, j == 0, &total);
+    }
+    return total;
+  }
+
+  // ---- arrays in a client's device memory (OpenDeviceMemory) -------------------------------
+  // Where every read and write of them happens on the device (Staged takes them in place),
+  // a call goes as it would; a path that reads them on the host (auto's smallest requests,
+  // the host's pivoting and second solves, the tree family's host paths, the block-tridiagonal
+  // family and every prepared system but tridiagonal and dense ones) gets host copies instead,
+  // and x is copied to the device after.
+  class HostCopies {
+   public:
+    explicit HostCopies(const cuda::Stager& s) : s_(s) {}
+    HostCopies(const HostCopies&) = delete;
+    HostCopies& operator=(const HostCopies&) = delete;
+    // Replaces p, if it lies in device memory, by a host copy of its `bytes`.
+    template <typename P>
+    absl::Status In(P*& p, int64_t bytes) {
+      if (p == nullptr || !s_.OnDevice(p, bytes)) return absl::OkStatus();
+      std::byte* h = Buffer(bytes);
+      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpy(h, p, size_t(bytes), cudaMemcpyDefault));
+      p = reinterpret_cast<P*>(h);
+      return absl::OkStatus();
+    }
+    // Replaces x, if it lies in device memory, by host memory copied there by Finish.
+    template <typename T>
+    void Out(T*& x, int64_t bytes) {
+      if (x == nullptr || !s_.OnDevice(x, bytes)) return;
+      std::byte* h = Buffer(bytes);
+      outs_.push_back({x, h, bytes});
+      x = reinterpret_cast<T*>(h);
+    }
+    absl::Status Finish() {
+      for (const auto& o : outs_)
+        TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpy(o.device, o.host, size_t(o.bytes), cudaMemcpyDefault));
+      return absl::OkStatus();
+    }
+
+   private:
+    std::byte* Buffer(int64_t bytes) {
+      bufs_.emplace_back(new std::byte[size_t(bytes)]);
+      return bufs_.back().get();
+    }
+    struct OutCopy {
+      void* device;
+      const std::byte* host;
+      int64_t bytes;
+    };
+    const cuda::Stager& s_;
+    std::vector<std::unique_ptr<std::byte[]>> bufs_;
+    std::vector<OutCopy> outs_;
+  };
+
+  template <typename T>
+  bool OnDevice(const T* p, int64_t values) const {
+    return p != nullptr && stager_.OnDevice(p, values * int64_t(sizeof(T)));
+  }
+  template <typename T>
+  bool ClientDevice(const TridiagonalProblem<T>& p, const T* x) const {
+    const int64_t e = p.unknowns();
+    return OnDevice(p.a, p.unified() ? 3 * e : e) || (!p.unified() && (OnDevice(p.b, e) || OnDevice(p.c, e))) ||
+           OnDevice(p.d, e) || OnDevice(x, e);
+  }
+  template <typename T>
+  bool ClientDevice(const TreeProblem<T>& p, const T* x) const {
+    const int64_t e = p.batch * p.n;
+    return OnDevice(p.lower, e) || OnDevice(p.upper, e) || OnDevice(p.diag, e) ||
+           OnDevice(p.rhs, e) || OnDevice(x, e) ||
+           OnDevice(p.parent, p.parent_per_system ? e : p.n);
+  }
+  template <typename T>
+  bool ClientDevice(const BlockTridiagonalProblem<T>& p, const T* y) const {
+    const int64_t e = p.N * p.M;
+    for (const T* q : {p.aC, p.cC, p.bC, p.cA, p.cB, p.f, p.y0, y})
+      if (OnDevice(q, e)) return true;
+    return false;
+  }
+  template <typename T>
+  bool ClientDeviceRhs(const PreparedSystem& system, const RhsBlock<T>& rhs, const T* x) const {
+    const int64_t values = rhs.k * system.spec().rhs_values();
+    return OnDevice(rhs.rhs, values) || OnDevice(x, values);
+  }
+  // A tridiagonal call that reads and writes its arrays on the device only: not auto's
+  // smallest (the host's), not the host's pivoting or auto's second solve below a warp's
+  // worth of systems, not the variable-size or unified forms (their auto re-solves on the host).
+  bool TriOnDeviceOnly(int64_t batch, int64_t unknowns, TridiagonalMethod m, bool variable) const {
+    if (variable || OnHost(m == TridiagonalMethod::kAuto, unknowns)) return false;
+    return batch >= cuda::kPivotingDeviceBatch ||
+           (m != TridiagonalMethod::kAuto && m != TridiagonalMethod::kPivoting);
+  }
+  template <typename T>
+  bool TriOnDeviceOnly(const TridiagonalProblem<T>& p, TridiagonalMethod m) const {
+    return TriOnDeviceOnly(p.batch, p.unknowns(), m, p.variable() || p.unified());
+  }
+  // A tree call whose values the device paths read in place (the parent array, read on the
+  // host for the plan, must be host memory); SolveTreeOnDevice sends a call whose path turns
+  // out to be the host's through host copies.
+  template <typename T>
+  bool TreeMayStayOnDevice(const TreeProblem<T>& p, TreeMethod m) const {
+    return !OnHost(m == TreeMethod::kAuto, p.batch * p.n) &&
+           !OnDevice(p.parent, p.parent_per_system ? p.batch * p.n : p.n);
+  }
+  bool PreparedOnDeviceOnly(const PreparedSystem& system, int64_t k) const {
+    const SystemSpec& s = system.spec();
+    if (dynamic_cast<const DevicePrepared*>(&system) == nullptr) return false;
+    if (s.family == Family::kDense) return true;
+    if (s.family != Family::kTridiagonal) return false;
+    const auto m = TridiagonalMethod(s.method);
+    // (SolvePreparedOnDevice: k right-hand sides of one system are one batch of k; of several,
+    // k calls of the system's batch. The smallest go through the host, as OnHost's.)
+    const int64_t batch = s.batch == 1 && k > 1 ? k : s.batch;
+    if (s.method == 0 && k * s.rhs_values() < options_.host_below_unknowns) return false;
+    return batch >= cuda::kPivotingDeviceBatch ||
+           (m != TridiagonalMethod::kAuto && m != TridiagonalMethod::kPivoting);
+  }
+
+  template <typename T>
+  absl::StatusOr<SolveInfo> ThroughHost(TridiagonalProblem<T> p, TridiagonalMethod m,
+                                        TridiagonalOutput<T> out, const SolveControl& c) {
+    HostCopies h(stager_);
+    const int64_t e = p.unknowns(), eb = int64_t(sizeof(T));
+    if (p.unified()) {
+      if (auto st = h.In(p.a, 3 * e * eb); !st.ok()) return st;
+      p.b = p.a + 1;
+      p.c = p.a + 2;
+    } else {
+      for (const T** q : {&p.a, &p.b, &p.c})
+        if (auto st = h.In(*q, e * eb); !st.ok()) return st;
+    }
+    if (auto st = h.In(p.d, e * eb); !st.ok()) return st;
+    h.Out(out.x, e * eb);
+    auto r = Solve(p, m, out, c);
+    if (r.ok())
+      if (auto st = h.Finish(); !st.ok()) return st;
+    return r;
+  }
+  template <typename T>
+  absl::StatusOr<SolveInfo> ThroughHost(TreeProblem<T> p, TreeMethod m, TreeOutput<T> out,
+                                        const SolveControl& c) {
+    HostCopies h(stager_);
+    const int64_t e = p.batch * p.n, eb = int64_t(sizeof(T));
+    for (const T** q : {&p.lower, &p.upper, &p.diag, &p.rhs})
+      if (auto st = h.In(*q, e * eb); !st.ok()) return st;
+    if (auto st = h.In(p.parent, (p.parent_per_system ? e : p.n) * 4); !st.ok()) return st;
+    h.Out(out.x, e * eb);
+    auto r = Solve(p, m, out, c);
+    if (r.ok())
+      if (auto st = h.Finish(); !st.ok()) return st;
+    return r;
+  }
+  template <typename T>
+  absl::StatusOr<SolveInfo> ThroughHost(BlockTridiagonalProblem<T> p, BlockMethod m,
+                                        const BlockOptions& o, BlockOutput<T> out,
+                                        const SolveControl& c) {
+    HostCopies h(stager_);
+    const int64_t eb = p.N * p.M * int64_t(sizeof(T));
+    for (const T** q : {&p.aC, &p.cC, &p.bC, &p.cA, &p.cB, &p.f, &p.y0})
+      if (auto st = h.In(*q, eb); !st.ok()) return st;
+    h.Out(out.y, eb);
+    auto r = Solve(p, m, o, out, c);
+    if (r.ok())
+      if (auto st = h.Finish(); !st.ok()) return st;
+    return r;
+  }
+  template <typename T>
+  absl::StatusOr<SolveInfo> PreparedThroughHost(PreparedSystem& system, RhsBlock<T> rhs, T* x,
+                                                SystemStatus* status, const SolveControl& c) {
+    HostCopies h(stager_);
+    const int64_t bytes = rhs.k * system.spec().rhs_values() * int64_t(sizeof(T));
+    if (auto st = h.In(rhs.rhs, bytes); !st.ok()) return st;
+    h.Out(x, bytes);
+    auto r = SolvePreparedOnDevice(system, rhs, x, status, c);
+    if (r.ok())
+      if (auto st = h.Finish(); !st.ok()) return st;
+    return r;
+  }
+
+  // auto sends the linear-time families' smallest requests to the host, where a system of 64
+  // unknowns takes a microsecond against hundreds through the copies and a launch (issue 31;
+  // docs/kernels/README.md, "Tuning evidence", OnHost).
+  bool OnHost(bool is_auto, int64_t unknowns) const {
+    return is_auto && unknowns < options_.host_below_unknowns;
+  }
+  static absl::StatusOr<SolveInfo> Host(absl::StatusOr<SolveInfo> r) {
+    if (r.ok()) r->method += " (host)";
+    return r;
+  }
+
+  template <typename T>
+  absl::StatusOr<SolveInfo> SolveTri(const TridiagonalProblem<T>& p, TridiagonalMethod m,
+                                     TridiagonalOutput<T> out, const SolveControl& c,
+                                     const Resident<T>* resident = nullptr);
+
+  // A variable-size batch (p.offsets) or one in the unified-vector layout (p.unified(), a
+  // uniform one given offsets s * n): the variable kernel for auto and partitioned, reading
+  // the rows as they are staged (abc in place: no transpose anywhere), after its plan
+  // (variable.h), which goes first so that its int64 offsets are aligned whatever the arrays'
+  // length (16 bytes a unit, for a's loads).
+  template <typename T>
+  absl::StatusOr<SolveInfo> SolveTriVariable(const TridiagonalProblem<T>& given,
+                                             TridiagonalMethod m, TridiagonalOutput<T> out,
+                                             const SolveControl& c);
+
+  template <typename T>
+  absl::StatusOr<SolveInfo> SolveBlockOnDevice(const BlockTridiagonalProblem<T>& p, BlockMethod m,
+                                               const BlockOptions& o, BlockOutput<T> out,
+                                               const SolveControl& c,
+                                               const Resident<T>* resident = nullptr);
+
+  template <typename T>
+  absl::StatusOr<SolveInfo> SolveDenseOnDevice(const DenseProblem<T>& p, DenseMethod m,
+                                               DenseOutput<T> out, const SolveControl& c,
+                                               const Resident<T>* resident = nullptr);
+
+  template <typename T>
+  absl::StatusOr<SolveInfo> SolveTreeOnDevice(const TreeProblem<T>& p, TreeMethod m,
+                                              TreeOutput<T> out, const SolveControl& c,
+                                              const Resident<T>* resident = nullptr);
+
+  const CudaOptions options_;
+  const cudaDeviceProp prop_;
+  // The launch choices of this device's kernels: put in use for each solve (SolveTri and the
+  // other *OnDevice entries), unless the calling thread has a table of its own in use (a
+  // white-box test's, a benchmark's).
+  const cuda::TuningTable tuning_;
+  mutable Pool device_pool_;
+  mutable Pool pinned_pool_;
+  std::unique_ptr<Backend> cpu_;
+  cuda::Stager stager_;  // the lanes, the pinned staging and the pinned client memory
+  cuda::DenseLibs dense_libs_;  // destroyed before the pools
+  cuda::TreePlanCache plans_;  // the tree family's cable plans, by morphology
+};
+
+}  // namespace trisolve::cuda_backend
