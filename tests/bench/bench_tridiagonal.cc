@@ -174,7 +174,7 @@ struct Bench {
           }
           std::sort(times.begin(), times.end());
           CK(cudaMemcpy(x, hx.data(), bytes, cudaMemcpyHostToDevice));
-          Record(lay, "host pivoting (CPU, no copies)", n, times[times.size() / 2], x, batch,
+          Record(lay, "host pivoting (CPU; no copies)", n, times[times.size() / 2], x, batch,
                  false);
           continue;
         }

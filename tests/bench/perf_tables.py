@@ -118,6 +118,8 @@ def render_variable(baselines, gpu):
         if layout.startswith("variable"):
             lo, hi = layout.split()[1].split("-")
             shape = f"uniform in {lo} … {hi}"
+            if layout.endswith(" unified"):
+                shape += " (unified)"
         else:
             shape = f"{n} ({layout})"
         err = float(r["max_rel_diff"])
