@@ -182,6 +182,13 @@ TEST(Family, StructureChecksNameTheArray) {
             "a: matrix 0 is not symmetric; householder-pcr needs symmetric A (use gauss-jordan)");
   a[2] = 1;
   EXPECT_TRUE(dense.check_structure(dn, {}).ok());
+  // A persistent householder-pcr system's update of A: checked as A was.
+  std::vector<double> skew = {2, 1, 0, 2}, sym = {2, 1, 1, 2};
+  EXPECT_EQ(dense.check_update(dn, 0, skew.data()).message(),
+            "a: matrix 0 is not symmetric; householder-pcr needs symmetric A (use gauss-jordan)");
+  EXPECT_TRUE(dense.check_update(dn, 0, sym.data()).ok());
+  dn.method = uint8_t(DenseMethod::kGaussJordan);
+  EXPECT_TRUE(dense.check_update(dn, 0, skew.data()).ok()) << "gauss-jordan needs no symmetry";
 }
 
 TEST(Family, SolvesThroughTheTable) {

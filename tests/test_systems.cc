@@ -3,6 +3,7 @@
 // reference (non-symmetric data, so that a swapped lower/upper or a transposed matrix shows).
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -10,6 +11,7 @@
 #include <random>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "error_measure.h"
 #include "gtest/gtest.h"
 #include "server_process.h"
@@ -195,6 +197,53 @@ TEST_F(Systems, ManyRightHandSidesByHandleAndUnary) {
   EXPECT_LT(RelDiff(r->x, want4), 1e-13);
   EXPECT_TRUE(cl.ReleaseSystem(info->handle).ok());
   EXPECT_TRUE(cl.ReleaseSystem(info2->handle).ok());
+}
+
+// A householder-pcr system needs a symmetric A, at creation and at every update: a
+// non-symmetric update is refused, naming the array, and the system keeps solving with the A
+// it had; a symmetric one is taken.
+TEST_F(Systems, HouseholderPcrUpdatesMustStaySymmetric) {
+  Client cl = MakeClient();
+  const int64_t n = 6;
+  auto spd = [&](double scale) {  // scale (tridiag(1, 4, 1) + 0.1 everywhere): symmetric
+    NdArray A = NdArray::Zeros(DType::kFloat64, {1, n, n});
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < n; ++j)
+        A.as<double>()[i * n + j] = scale * ((i == j ? 4 : std::abs(i - j) == 1 ? 1 : 0) + 0.1);
+    return A;
+  };
+  const NdArray A = spd(1), A2 = spd(2);
+  NdArray skew = A2;
+  skew.as<double>()[0 * n + 5] += 1;  // A2 with a[0][5] != a[5][0]
+  const NdArray b = Random({1, n}, 7);
+  Job create{Kind::kDense};
+  create.arrays = {{"a", A.view()}};
+  create.options.method = "householder-pcr";
+  auto info = cl.CreateSystem(create);
+  ASSERT_TRUE(info.ok()) << info.status();
+  auto solve_unary = [&](const NdArray& Am) {
+    Job unary{Kind::kDense};
+    unary.options.method = "gauss-jordan";
+    unary.arrays = {{"a", Am.view()}, {"b", b.view()}};
+    return cl.Solve(unary);
+  };
+  const auto st = cl.UpdateSystem(info->handle, {{"a", skew.view()}}).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), "a: matrix 0 is not symmetric")) << st;
+  for (const NdArray* Am : {&A, &A2}) {
+    if (Am == &A2) {
+      ASSERT_TRUE(cl.UpdateSystem(info->handle, {{"a", A2.view()}}).ok());
+    }
+    auto byh = cl.SolveSystem(info->handle, b.view());
+    ASSERT_TRUE(byh.ok()) << byh.status();
+    auto want = solve_unary(*Am);
+    ASSERT_TRUE(want.ok()) << want.status();
+    double worst = 0;
+    for (int64_t i = 0; i < n; ++i)
+      worst = std::max(worst, std::abs(byh->x.as<double>()[i] - want->x.as<double>()[i]));
+    EXPECT_LT(worst, 1e-12) << (Am == &A ? "the A it had" : "the symmetric update");
+  }
+  EXPECT_TRUE(cl.ReleaseSystem(info->handle).ok());
 }
 
 // A dense system by handle keeps its elimination on the CPU backend (each right-hand side in

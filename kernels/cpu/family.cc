@@ -208,6 +208,15 @@ absl::Status DenseStructure(const SystemSpec& s, const OneShotArrays&) {
   return absl::OkStatus();
 }
 
+// A persistent householder-pcr system's new A must be symmetric too: the factorization a
+// replaced `a` is rebuilt from assumes it, and a non-symmetric one would be solved wrong.
+absl::Status DenseUpdate(const SystemSpec& s, int coefficient, const void* values) {
+  if (coefficient != 0) return absl::OkStatus();
+  SystemSpec updated = s;
+  updated.coefficients[0] = values;
+  return DenseStructure(updated, {});
+}
+
 template <typename T>
 absl::StatusOr<SolveInfo> DenseSolve(Backend& be, const SystemSpec& s, const T* rhs,
                                      const OneShotArrays&, T* x, SystemStatus* status,
@@ -267,7 +276,7 @@ const FamilyDescriptor kFamilies[] = {
      .parse_method = ParseAs<DenseMethod, ParseDenseMethod>,
      .method_name = NameOf<DenseMethod>,
      .check_structure = DenseStructure,
-     .check_update = NoUpdateCheck,
+     .check_update = DenseUpdate,
      .f64 = {DenseSolve<double>, DenseResidual<double>},
      .f32 = {DenseSolve<float>, DenseResidual<float>}},
 };
