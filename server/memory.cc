@@ -25,15 +25,33 @@ bool PlainName(absl::string_view s) {
   });
 }
 
-absl::Status CheckNameAndKey(const std::string& name, const std::string& key) {
+absl::Status CheckName(const std::string& name) {
   if (name.empty() || name.size() > 64 || !PlainName(name))
     return absl::InvalidArgumentError(
         absl::StrCat("name: 1 to 64 characters of [A-Za-z0-9._-] (got ", name.size(),
                      " characters", name.size() <= 64 ? ", some not allowed" : "", ")"));
+  return absl::OkStatus();
+}
+
+absl::Status CheckNameAndKey(const std::string& name, const std::string& key) {
+  if (auto st = CheckName(name); !st.ok()) return st;
   if (key.size() < 2 || key.size() > 200 || key[0] != '/' || !PlainName(key.substr(1)))
     return absl::InvalidArgumentError(
         absl::StrCat("key: '/' then 1 to 199 characters of [A-Za-z0-9._-] (got ", key.size(),
                      " characters)"));
+  return absl::OkStatus();
+}
+
+// What every registration is checked for past its offset's own rule: a size, no overflow of
+// offset + bytes, a time-to-live.
+absl::Status CheckBytesAndTtl(int64_t offset, int64_t bytes, double ttl_s) {
+  if (bytes <= 0)
+    return absl::InvalidArgumentError(absl::StrCat("bytes is ", bytes, ", expected >= 1"));
+  if (offset > std::numeric_limits<int64_t>::max() - bytes)
+    return absl::InvalidArgumentError("offset + bytes overflows");
+  if (!std::isfinite(ttl_s) || ttl_s < 0)
+    return absl::InvalidArgumentError(
+        absl::StrCat("ttl_s is ", ttl_s, ", expected >= 0 (0: the default)"));
   return absl::OkStatus();
 }
 
@@ -121,13 +139,7 @@ absl::StatusOr<RegionInfo> MemoryRegistry::Register(const std::string& identity,
   if (offset < 0 || offset % page != 0)
     return absl::InvalidArgumentError(
         absl::StrCat("offset is ", offset, ", expected a multiple of the page size (", page, ")"));
-  if (bytes <= 0)
-    return absl::InvalidArgumentError(absl::StrCat("bytes is ", bytes, ", expected >= 1"));
-  if (offset > std::numeric_limits<int64_t>::max() - bytes)
-    return absl::InvalidArgumentError("offset + bytes overflows");
-  if (!std::isfinite(ttl_s) || ttl_s < 0)
-    return absl::InvalidArgumentError(
-        absl::StrCat("ttl_s is ", ttl_s, ", expected >= 0 (0: the default)"));
+  if (auto st = CheckBytesAndTtl(offset, bytes, ttl_s); !st.ok()) return st;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (auto st = CheckRoomLocked(identity, name, bytes); !st.ok()) return st;
@@ -221,10 +233,7 @@ absl::StatusOr<RegionInfo> MemoryRegistry::RegisterCuda(const std::string& ident
   if (!limits_.enabled)
     return absl::FailedPreconditionError(
         "this server does not accept shared memory (started with --no-shared-memory)");
-  if (name.empty() || name.size() > 64 || !PlainName(name))
-    return absl::InvalidArgumentError(
-        absl::StrCat("name: 1 to 64 characters of [A-Za-z0-9._-] (got ", name.size(),
-                     " characters", name.size() <= 64 ? ", some not allowed" : "", ")"));
+  if (auto st = CheckName(name); !st.ok()) return st;
   if (handle.size() != size_t(kCudaIpcHandleBytes))
     return absl::InvalidArgumentError(absl::StrCat("handle: ", handle.size(), " bytes, expected ",
                                                    kCudaIpcHandleBytes,
@@ -234,13 +243,7 @@ absl::StatusOr<RegionInfo> MemoryRegistry::RegisterCuda(const std::string& ident
     return absl::InvalidArgumentError(absl::StrCat("device: ", device, ", expected >= 0"));
   if (offset < 0)
     return absl::InvalidArgumentError(absl::StrCat("offset is ", offset, ", expected >= 0"));
-  if (bytes <= 0)
-    return absl::InvalidArgumentError(absl::StrCat("bytes is ", bytes, ", expected >= 1"));
-  if (offset > std::numeric_limits<int64_t>::max() - bytes)
-    return absl::InvalidArgumentError("offset + bytes overflows");
-  if (!std::isfinite(ttl_s) || ttl_s < 0)
-    return absl::InvalidArgumentError(
-        absl::StrCat("ttl_s is ", ttl_s, ", expected >= 0 (0: the default)"));
+  if (auto st = CheckBytesAndTtl(offset, bytes, ttl_s); !st.ok()) return st;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (auto st = CheckRoomLocked(identity, name, bytes); !st.ok()) return st;

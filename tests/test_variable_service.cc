@@ -176,6 +176,21 @@ void Lengths(v1::Array* a, const std::vector<int32_t>& v) {
 }
 
 // Two systems, n = 1 and n = 3: [2] x = [4]; [4 1 0; 1 4 1; 0 1 4] x = [5 6 5].
+// Sends `req` (one case of a table of malformed requests) and checks the status code and that
+// the message holds `part`; returns the answer for the cases that must be solved.
+template <typename Stub>
+v1::SolveResponse ExpectAnswer(Stub& stub, const v1::TridiagonalRequest& req, grpc::StatusCode code,
+                               const std::string& part, const std::string& what) {
+  grpc::ClientContext ctx;
+  v1::SolveResponse resp;
+  const grpc::Status st = stub->SolveTridiagonal(&ctx, req, &resp);
+  EXPECT_EQ(st.error_code(), code) << what << ": " << st.error_message();
+  EXPECT_NE(st.error_message().find(part), std::string::npos)
+      << what << ": '" << st.error_message() << "' lacks '" << part << "'";
+  EXPECT_LT(st.error_message().size(), 1000u) << what;
+  return resp;
+}
+
 v1::TridiagonalRequest GoodVariable() {
   v1::TridiagonalRequest r;
   r.set_dtype(v1::FLOAT64);
@@ -257,13 +272,7 @@ TEST_F(VariableService, EveryBadLengthsHasItsStatusAndNamesTheField) {
   for (auto& k : cases) {
     v1::TridiagonalRequest req = GoodVariable();
     k.mutate(req);
-    grpc::ClientContext ctx;
-    v1::SolveResponse resp;
-    const grpc::Status st = stub->SolveTridiagonal(&ctx, req, &resp);
-    EXPECT_EQ(st.error_code(), k.code) << k.what << ": " << st.error_message();
-    EXPECT_NE(st.error_message().find(k.part), std::string::npos)
-        << k.what << ": '" << st.error_message() << "' lacks '" << k.part << "'";
-    EXPECT_LT(st.error_message().size(), 1000u) << k.what;
+    const v1::SolveResponse resp = ExpectAnswer(stub, req, k.code, k.part, k.what);
     if (k.code == C::OK) {
       ASSERT_EQ(resp.status_size(), 2);
       const double* x = reinterpret_cast<const double*>(resp.x().data().data());
@@ -439,12 +448,7 @@ TEST_F(VariableService, EveryBadAbcHasItsStatusAndNamesTheField) {
   for (auto& k : cases) {
     v1::TridiagonalRequest req = good();
     k.mutate(req);
-    grpc::ClientContext ctx;
-    v1::SolveResponse resp;
-    const grpc::Status st = stub->SolveTridiagonal(&ctx, req, &resp);
-    EXPECT_EQ(st.error_code(), k.code) << k.what << ": " << st.error_message();
-    EXPECT_NE(st.error_message().find(k.part), std::string::npos)
-        << k.what << ": '" << st.error_message() << "' lacks '" << k.part << "'";
+    const v1::SolveResponse resp = ExpectAnswer(stub, req, k.code, k.part, k.what);
     if (k.code == C::OK) {
       const double* x = reinterpret_cast<const double*>(resp.x().data().data());
       for (int i = 0; i < 3; ++i) EXPECT_NEAR(x[i], i + 1, 1e-15);
