@@ -457,6 +457,18 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
     const double *ma = m.a.data(), *mb = m.b.data(), *mc = m.c.data();
     std::vector<const double*> my_rhs(kRhs);
     for (int k = 0; k < kRhs; ++k) my_rhs[size_t(k)] = rhs[size_t(id * kRhs + k)].data();
+    // Each right-hand side's answer on this core, before the clock starts: every answer is
+    // compared with it (x and the expected x: two arrays a check, where the residual reads
+    // five, which bound the bench, not the server, at 16 clients of 2048 x 1024 on the lent
+    // 2 x H200 host). The first answer of each client is also checked by its residual.
+    std::vector<std::vector<double>> expect(kRhs);
+    {
+      std::vector<double> cp;
+      for (int k = 0; k < kRhs; ++k) {
+        expect[size_t(k)].resize(size_t(values));
+        Thomas(m, my_rhs[size_t(k)], expect[size_t(k)].data(), o.batch, o.n, cp);
+      }
+    }
     double *x_area = nullptr, *x_area2 = nullptr;
     if (o.transport == "shm") {
       auto made = SharedMemory::Create((3 + kRhs + 2) * values * 8 + 64 * 16);
@@ -527,8 +539,12 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
         ++lost;
         return;
       }
-      const double e = BackwardError(m, rhs[size_t(which)].data(), x, o.batch, o.n);
-      local_worst = std::max(local_worst, e);
+      // The matrices are well conditioned (|b| >= 3, |a| + |c| <= 2): a forward error of
+      // 1e-12 is far above rounding and far below any wrong answer.
+      double e = MaxRelativeDifference(x, expect[size_t(which % kRhs)].data(), o.batch, o.n);
+      if (local_lat.empty() && e <= 1e-12)
+        local_worst = std::max(local_worst, BackwardError(m, rhs[size_t(which)].data(), x, o.batch,
+                                                          o.n));
       if (!(e <= 1e-12)) {
         ++wrong;
         return;
@@ -654,8 +670,8 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
         batched, int64_t(ok), 100.0 * double(batched) / double(std::max<int64_t>(1, ok)),
         double(batched_with) / double(batched));
   std::cout << absl::StrFormat(
-      "  answers: %d ok, %d wrong, %d malformed, %d errors, %d not answered of %d; worst "
-      "backward error %.2e\n",
+      "  answers: %d ok, %d wrong (x more than 1e-12 from one local core's), %d malformed, %d "
+      "errors, %d not answered of %d; worst backward error %.2e (each client's first answer)\n",
       int64_t(ok), int64_t(wrong), int64_t(lost), errs, total - answered - errs, total,
       worst_error);
   for (auto& [k, v] : errors) std::cout << "  error " << k << ": " << v << "\n";
@@ -698,6 +714,24 @@ double TridiagonalBackwardError(const double* a, const double* b, const double* 
     }
     if (!std::isfinite(poison)) return INFINITY;
     worst = std::max(worst, r / (norm[s] * xn + dn));
+  }
+  return worst;
+}
+
+double MaxRelativeDifference(const double* x, const double* expected, int64_t batch, int64_t n) {
+  double worst = 0;
+  for (int64_t s = 0; s < batch; ++s) {
+    const double* xs = x + s * n;
+    const double* es = expected + s * n;
+    double diff = 0, scale = 0, poison = 0;
+#pragma omp simd reduction(max : diff, scale) reduction(+ : poison)
+    for (int64_t i = 0; i < n; ++i) {
+      diff = std::max(diff, std::abs(xs[i] - es[i]));
+      scale = std::max(scale, std::abs(es[i]));
+      poison += xs[i] * 0;
+    }
+    if (!std::isfinite(poison)) return INFINITY;
+    worst = std::max(worst, scale > 0 ? diff / scale : diff);
   }
   return worst;
 }

@@ -118,5 +118,29 @@ TEST(BenchCheck, AnotherRequestsAnswerIsWrong) {
   EXPECT_GT(Check(m), 1e-3);
 }
 
+TEST(BenchCheck, TheComparisonWithTheLocalAnswerMissesNothing) {
+  Batch m = Make(5, 300, 21);
+  const std::vector<double> expected = m.x;
+  EXPECT_EQ(MaxRelativeDifference(m.x.data(), expected.data(), 5, 300), 0);
+  for (int64_t s : {0, 2, 4})
+    for (int64_t i : {0, 150, 299}) {
+      std::vector<double> x = expected;
+      x[size_t(s * 300 + i)] *= 1 + 1e-10;
+      const double e = MaxRelativeDifference(x.data(), expected.data(), 5, 300);
+      EXPECT_GT(e, 1e-12) << s << " " << i;
+      EXPECT_LT(e, 1e-9) << s << " " << i;
+      for (double v : {std::numeric_limits<double>::quiet_NaN(),
+                       std::numeric_limits<double>::infinity()}) {
+        x[size_t(s * 300 + i)] = v;
+        EXPECT_EQ(MaxRelativeDifference(x.data(), expected.data(), 5, 300), INFINITY);
+      }
+    }
+  // A system whose answer is small is judged against its own scale, not the batch's.
+  std::vector<double> x = expected, e2 = expected;
+  for (int64_t i = 0; i < 300; ++i) e2[size_t(300 + i)] *= 1e-6, x[size_t(300 + i)] *= 1e-6;
+  x[size_t(300 + 7)] += 1e-12;
+  EXPECT_GT(MaxRelativeDifference(x.data(), e2.data(), 5, 300), 1e-9);
+}
+
 }  // namespace
 }  // namespace trisolve

@@ -4,7 +4,9 @@
 // rows. Every answer's backward error is computed from the original arrays, and the two answers
 // are compared. --huge solves one system larger than one device over the devices (and says
 // what one device answers).
-//   bench_split_system [--log2n 24,26,28] [--reps 5] [--devices D] [--huge LOG2N]
+// --pinned 1: the arrays page-locked first (Backend::PinHostMemory), as a client's registered
+// shared memory is in the server, so the copies run at the link's rate, not the host's.
+//   bench_split_system [--log2n 24,26,28] [--reps 5] [--devices D] [--huge LOG2N] [--pinned 1]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -143,13 +145,14 @@ std::vector<int> Ints(const char* s) {
 
 int main(int argc, char** argv) {
   std::vector<int> log2n = {24, 26, 28};
-  int reps = 5, devices = CudaDeviceCount(), huge = 0;
+  int reps = 5, devices = CudaDeviceCount(), huge = 0, pinned = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
     if (k == "--log2n") log2n = Ints(argv[i + 1]);
     else if (k == "--reps") reps = std::atoi(argv[i + 1]);
     else if (k == "--devices") devices = std::atoi(argv[i + 1]);
     else if (k == "--huge") huge = std::atoi(argv[i + 1]);
+    else if (k == "--pinned") pinned = std::atoi(argv[i + 1]);
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;
@@ -171,8 +174,9 @@ int main(int argc, char** argv) {
   }
   const BackendInfo info = (*one)->Info();
   std::printf("%s x %d, %d host threads; float64, one system, diagonally dominant rows; end to "
-              "end from pageable host memory (arrays in, x out), median of %d after a warm-up\n\n",
-              info.devices.empty() ? "?" : info.devices[0].name.c_str(), devices, Threads(), reps);
+              "end from %s host memory (arrays in, x out), median of %d after a warm-up\n\n",
+              info.devices.empty() ? "?" : info.devices[0].name.c_str(), devices, Threads(),
+              pinned ? "page-locked" : "pageable", reps);
   std::printf("| n | GB (a,b,c,d,x) | 1 device | %d devices | speed-up | backward error 1 / %d | "
               "max diff | method (%d devices) |\n|---|---|---|---|---|---|---|---|\n",
               devices, devices, devices);
@@ -180,8 +184,22 @@ int main(int argc, char** argv) {
     const int64_t n = int64_t{1} << l;
     const System s = Make(n);
     std::unique_ptr<double[]> x1(new double[size_t(n)]), x2(new double[size_t(n)]);
+    std::vector<double*> arrays = {s.a.get(), s.b.get(), s.c.get(), s.d.get(), x1.get(),
+                                   x2.get()};
+    if (pinned)
+      for (double* p : arrays)
+        for (Backend* be : {one->get(), many->get()})
+          if (auto st = be->PinHostMemory(p, n * 8); !st.ok()) {
+            std::fprintf(stderr, "PinHostMemory: %s\n", std::string(st.status().message()).c_str());
+            return 1;
+          }
     const Timed t1 = Time(**one, s, x1.get(), reps);
     const Timed t2 = Time(**many, s, x2.get(), reps);
+    if (pinned)
+      for (double* p : arrays) {
+        (*many)->UnpinHostMemory(p);  // the workers only recorded it; the first backend pinned it
+        (*one)->UnpinHostMemory(p);
+      }
     const double be1 = t1.ok ? BackwardError(s, x1.get()) : NAN;
     const double be2 = t2.ok ? BackwardError(s, x2.get()) : NAN;
     const double diff = t1.ok && t2.ok ? Distance(n, x2.get(), x1.get()) : NAN;

@@ -37,5 +37,8 @@ int RunBench(const Client::Options& client_options, const BenchOptions& options)
 double TridiagonalBackwardError(const double* a, const double* b, const double* c,
                                 const double* norm, const double* d, const double* x,
                                 int64_t batch, int64_t n);
+// The other check: the worst over systems of max |x - expected| / max |expected| (x and
+// expected: batch * n values); infinity when x holds a NaN or an infinity.
+double MaxRelativeDifference(const double* x, const double* expected, int64_t batch, int64_t n);
 
 }  // namespace trisolve
