@@ -6,6 +6,8 @@
 // what one device answers).
 // --pinned 1: the arrays page-locked first (Backend::PinHostMemory), as a client's registered
 // shared memory is in the server, so the copies run at the link's rate, not the host's.
+// With --pinned, a row of the copies alone bounds the split: a, b, c, d in and x back between
+// page-locked host memory and one device, then the halves to and from D devices at once.
 //   bench_split_system [--log2n 24,26,28] [--reps 5] [--devices D] [--huge LOG2N] [--pinned 1]
 #include <algorithm>
 #include <chrono>
@@ -18,6 +20,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <cuda_runtime.h>
 
 #include "trisolve/backend.h"
 
@@ -131,6 +135,50 @@ std::string Cell(const Timed& t) {
   return buf;
 }
 
+// The copies of one system of n rows alone (4 arrays in, x back), from page-locked memory,
+// over `devices` devices at once in equal shares: the floor of a solve from such memory.
+double CopyFloorMs(int64_t n, int devices, int reps) {
+  const size_t in = size_t(4 * n * 8), out = size_t(n * 8);
+  void *h_in = nullptr, *h_out = nullptr;
+  if (cudaHostAlloc(&h_in, in, cudaHostAllocPortable) != cudaSuccess ||
+      cudaHostAlloc(&h_out, out, cudaHostAllocPortable) != cudaSuccess)
+    return NAN;
+  std::memset(h_in, 0, in);
+  std::vector<void*> d_in(static_cast<size_t>(devices)), d_out(static_cast<size_t>(devices));
+  std::vector<cudaStream_t> st(static_cast<size_t>(devices));
+  for (int g = 0; g < devices; ++g) {
+    cudaSetDevice(g);
+    if (cudaMalloc(&d_in[size_t(g)], in / size_t(devices)) != cudaSuccess ||
+        cudaMalloc(&d_out[size_t(g)], out / size_t(devices)) != cudaSuccess)
+      return NAN;
+    cudaStreamCreate(&st[size_t(g)]);
+  }
+  std::vector<double> ms;
+  for (int r = 0; r <= reps; ++r) {
+    const auto t0 = Clock::now();
+    for (int g = 0; g < devices; ++g) {
+      cudaSetDevice(g);
+      const size_t qi = in / size_t(devices), qo = out / size_t(devices);
+      cudaMemcpyAsync(d_in[size_t(g)], static_cast<char*>(h_in) + size_t(g) * qi, qi,
+                      cudaMemcpyHostToDevice, st[size_t(g)]);
+      cudaMemcpyAsync(static_cast<char*>(h_out) + size_t(g) * qo, d_out[size_t(g)], qo,
+                      cudaMemcpyDeviceToHost, st[size_t(g)]);
+    }
+    for (int g = 0; g < devices; ++g) cudaStreamSynchronize(st[size_t(g)]);
+    if (r > 0) ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  for (int g = 0; g < devices; ++g) {
+    cudaSetDevice(g);
+    cudaFree(d_in[size_t(g)]);
+    cudaFree(d_out[size_t(g)]);
+    cudaStreamDestroy(st[size_t(g)]);
+  }
+  cudaFreeHost(h_in);
+  cudaFreeHost(h_out);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
 std::vector<int> Ints(const char* s) {
   std::vector<int> out;
   for (const char* p = s; *p;) {
@@ -208,6 +256,11 @@ int main(int argc, char** argv) {
                 Cell(t1).c_str(), Cell(t2).c_str(),
                 t1.ok && t2.ok ? t1.median_ms / t2.median_ms : NAN, be1, be2, diff,
                 t2.what.c_str());
+    if (pinned) {
+      const double c1 = CopyFloorMs(n, 1, reps), cd = CopyFloorMs(n, devices, reps);
+      std::printf("| 2^%d, the copies alone | | %.2f ms | %.2f ms | %.2fx | | | |\n", l, c1, cd,
+                  c1 / cd);
+    }
     std::fflush(stdout);
   }
   if (huge > 0) {
