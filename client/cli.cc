@@ -442,8 +442,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, std::numeric_limits<int>::max()))->capture_default_str();
   bench->add_option("--n", bo.n, "unknowns a system")
       ->check(CLI::Range(1, std::numeric_limits<int>::max()))->capture_default_str();
-  bench->add_option("--mode", bo.mode, "unary (whole system), handle (rhs only), stream")
-      ->check(CLI::IsMember({"unary", "handle", "stream"}))->capture_default_str();
+  bench->add_option("--mode", bo.mode,
+                    "unary (whole system), handle (rhs only), stream; info (GetServerInfo) and "
+                    "health (the health check): the cheapest calls, no solve")
+      ->check(CLI::IsMember({"unary", "handle", "stream", "info", "health"}))
+      ->capture_default_str();
   bench->add_option("--transport", bo.transport,
                     "grpc, auto (the client's choice), shm (arrays kept in registered shared "
                     "memory, x written into it), streams (parallel streams into the server's "
