@@ -1,10 +1,12 @@
 // The server's admission control (server/admission.h) on its own: slots, the queue limit, the
-// deadline and cancellation of a queued caller, and shutdown.
+// deadline and cancellation of a queued caller, shutdown, and the order waiters are served in.
 #include "admission.h"
 
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <mutex>
+#include <vector>
 #include <thread>
 
 #include "gtest/gtest.h"
@@ -103,6 +105,88 @@ TEST(Admission, ShutdownRefusesNewAndQueuedCallers) {
   EXPECT_TRUE(a.shutting_down());
   held.Release();
   EXPECT_TRUE(a.WaitIdle(Clock::now() + milliseconds(1000)));
+}
+
+// Waiters get slots in the order they came, one released slot to one waiter: the next in line
+// gets it even when later callers are waiting too.
+TEST(Admission, WaitersAreServedInArrivalOrder) {
+  constexpr int kWaiters = 8;
+  Admission a(2, kWaiters);
+  Admission::Slot first, second;
+  ASSERT_TRUE(a.Acquire(Clock::now() + milliseconds(5000), nullptr, &first).ok());
+  ASSERT_TRUE(a.Acquire(Clock::now() + milliseconds(5000), nullptr, &second).ok());
+  std::mutex mu;
+  std::vector<int> order;  // who got a slot, in turn
+  std::vector<Admission::Slot> slots(kWaiters);
+  std::vector<std::future<absl::Status>> waiting;
+  for (int i = 0; i < kWaiters; ++i) {
+    waiting.push_back(std::async(std::launch::async, [&, i] {
+      absl::Status st = a.Acquire(Clock::now() + milliseconds(20000), nullptr, &slots[size_t(i)]);
+      std::lock_guard<std::mutex> lock(mu);
+      order.push_back(i);
+      return st;
+    }));
+    while (a.queued() < i + 1) std::this_thread::sleep_for(milliseconds(1));  // i queued, in turn
+  }
+  auto served = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return order.size();
+  };
+  // One slot released at a time: exactly one more waiter runs, the oldest.
+  first.Release();
+  while (served() < 1) std::this_thread::sleep_for(milliseconds(1));
+  second.Release();
+  for (int i = 0; i < kWaiters; ++i) {
+    while (served() < size_t(i) + 2 && i + 2 <= kWaiters)
+      std::this_thread::sleep_for(milliseconds(1));
+    std::this_thread::sleep_for(milliseconds(5));  // time for a wrongly woken waiter to show
+    EXPECT_EQ(a.running(), std::min(2, kWaiters - i));
+    EXPECT_EQ(served(), size_t(std::min(kWaiters, i + 2)));
+    slots[size_t(i)].Release();
+  }
+  for (auto& w : waiting) EXPECT_TRUE(w.get().ok());
+  std::vector<int> want(kWaiters);
+  for (int i = 0; i < kWaiters; ++i) want[size_t(i)] = i;
+  EXPECT_EQ(order, want);
+  EXPECT_EQ(a.running(), 0);
+  EXPECT_EQ(a.queued(), 0);
+  EXPECT_EQ(a.done(), kWaiters + 2);
+  EXPECT_TRUE(a.WaitIdle(Clock::now() + milliseconds(1000)));
+}
+
+// A waiter that leaves (its deadline, its cancellation) leaves its place: the slot released after
+// it goes to the one behind it, and a new caller does not pass the queue.
+TEST(Admission, AWaiterThatLeavesGivesItsPlaceToTheNext) {
+  Admission a(1, 4);
+  Admission::Slot held;
+  ASSERT_TRUE(a.Acquire(Clock::now() + milliseconds(5000), nullptr, &held).ok());
+  std::atomic<bool> cancel{false};
+  Admission::Slot gone, next;
+  auto leaving = std::async(std::launch::async, [&] {
+    return a.Acquire(Clock::now() + milliseconds(5000), [&] { return cancel.load(); }, &gone);
+  });
+  while (a.queued() < 1) std::this_thread::sleep_for(milliseconds(1));
+  auto behind = std::async(std::launch::async, [&] {
+    return a.Acquire(Clock::now() + milliseconds(5000), nullptr, &next);
+  });
+  while (a.queued() < 2) std::this_thread::sleep_for(milliseconds(1));
+  cancel = true;
+  EXPECT_EQ(leaving.get().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(a.queued(), 1);
+  held.Release();
+  EXPECT_TRUE(behind.get().ok());
+  EXPECT_EQ(a.running(), 1);
+  // The slot is taken and one caller may wait: a newcomer queues behind, then is served.
+  Admission::Slot late;
+  auto newcomer = std::async(std::launch::async, [&] {
+    return a.Acquire(Clock::now() + milliseconds(5000), nullptr, &late);
+  });
+  while (a.queued() < 1) std::this_thread::sleep_for(milliseconds(1));
+  next.Release();
+  EXPECT_TRUE(newcomer.get().ok());
+  late.Release();
+  EXPECT_EQ(a.running(), 0);
+  EXPECT_EQ(a.done(), 3);
 }
 
 }  // namespace
