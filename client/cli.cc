@@ -26,6 +26,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/match.h"
+#include "absl/synchronization/mutex.h"
 #include "nlohmann/json.hpp"
 #include "trisolve/bench.h"
 #include "trisolve/client.h"
@@ -322,6 +323,8 @@ void PrintSystem(const trisolve::SystemInfo& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // As trisolved: Debian's Abseil checks every gRPC mutex against a lock-order graph.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   CLI::App app{"trisolve: solve structured linear systems on a trisolved server"};
   app.require_subcommand(1);
   std::string server = "127.0.0.1:50051";

@@ -20,6 +20,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -162,6 +163,10 @@ int main(int argc, char** argv) {
   sigaddset(&sigs, SIGTERM);
   sigaddset(&sigs, SIGUSR2);  // the backend is lost: sent by this process (health.h)
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  // Debian's Abseil is built with its debug checks: every absl::Mutex that gRPC takes (several
+  // a request) was entered into a graph of lock orders, about 2% of the server's time for a
+  // small request (tests/bench/NOTES.md, s32). Release builds of Abseil skip it.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   CLI::App app{"trisolved: solves batches of structured linear systems over gRPC"};
   std::string listen = "127.0.0.1:50051";
   std::string backend = "auto";
