@@ -165,7 +165,7 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   // Debian's Abseil is built with its debug checks: every absl::Mutex that gRPC takes (several
   // a request) was entered into a graph of lock orders, about 2% of the server's time for a
-  // small request (tests/bench/NOTES.md, s32). Release builds of Abseil skip it.
+  // small request (tests/bench/NOTES.md, s33). Release builds of Abseil skip it.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   CLI::App app{"trisolved: solves batches of structured linear systems over gRPC"};
   std::string listen = "127.0.0.1:50051";
