@@ -304,6 +304,13 @@ int main(int argc, char** argv) {
   app.add_option("--log-format", log_format, "text or json (one object a line)")
       ->envname("TRISOLVE_LOG_FORMAT")->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
+  std::string request_log = "all";
+  app.add_option("--request-log", request_log,
+                 "all: a line for every answered solve (info); errors: failed calls only (a "
+                 "line is a write and tens of microseconds of CPU: at tens of thousands of small "
+                 "requests a second, /metrics counts them instead)")
+      ->envname("TRISOLVE_REQUEST_LOG")->check(CLI::IsMember({"all", "errors"}))
+      ->capture_default_str();
   app.add_option("--metrics-listen", metrics_listen,
                  "HOST:PORT for Prometheus /metrics (empty: off; port 0: any free port)")
       ->envname("TRISOLVE_METRICS_LISTEN");
@@ -318,6 +325,7 @@ int main(int argc, char** argv) {
       ->envname("TRISOLVE_TOKEN_FILE");
   CLI11_PARSE(app, argc, argv);
   opt.memory.enabled = !no_shared_memory;
+  opt.log_answers = request_log == "all";
 
   spdlog::set_level(spdlog::level::from_str(log_level));
   if (log_format == "json") {
