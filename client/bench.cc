@@ -523,7 +523,8 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
       }
       stream = *std::move(s);
     }
-    if (o.mode == "unary") (void)client.Info();  // the connection up before the clock starts
+    if (o.mode == "unary" || o.mode == "info" || o.mode == "health")
+      (void)client.Info();  // the connection up before the clock starts
     arrive();
     go.wait();
     std::vector<double> local_lat;

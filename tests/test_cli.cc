@@ -457,8 +457,8 @@ TEST_F(Cli, BenchChecksEveryAnswerAndMeasuresTheFloor) {
   for (const std::string mode : {"unary", "handle", "stream", "info", "health"}) {
     auto [rc, out] = Run("bench --clients 2 --requests 20 --n 64 --json --mode " + mode);
     EXPECT_EQ(rc, 0) << mode << "\n" << out;
-    EXPECT_TRUE(Has(out, "answers: 40 ok, 0 wrong, 0 malformed, 0 errors, 0 not answered of 40"))
-        << mode << "\n" << out;
+    EXPECT_TRUE(Has(out, "answers: 40 ok, 0 wrong")) << mode << "\n" << out;
+    EXPECT_TRUE(Has(out, " 0 malformed, 0 errors, 0 not answered of 40")) << mode << "\n" << out;
     EXPECT_TRUE(Has(out, "\"mode\":\"" + mode + "\"")) << out;
     // The server's own account comes with solves only.
     EXPECT_EQ(Has(out, "server, mean ms"), mode != "info" && mode != "health") << mode << "\n"
