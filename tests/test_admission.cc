@@ -6,6 +6,7 @@
 #include <chrono>
 #include <future>
 #include <mutex>
+#include <random>
 #include <vector>
 #include <thread>
 
@@ -187,6 +188,52 @@ TEST(Admission, AWaiterThatLeavesGivesItsPlaceToTheNext) {
   late.Release();
   EXPECT_EQ(a.running(), 0);
   EXPECT_EQ(a.done(), 3);
+}
+
+// Many callers at once, some leaving by deadline or cancellation, some refused by the queue
+// limit: never more running than the slots, and every slot given back (none lost to a waiter
+// that left as it was granted one).
+TEST(Admission, ManyCallersNeverExceedTheSlotsAndLoseNone) {
+  constexpr int kSlots = 3, kThreads = 24, kEach = 150;
+  Admission a(kSlots, 8);
+  std::atomic<int> inside{0}, most{0};
+  std::atomic<int64_t> granted{0}, refused{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      std::mt19937 rng{uint32_t(t)};
+      for (int i = 0; i < kEach; ++i) {
+        const int kind = int(rng() % 4);
+        const auto deadline = Clock::now() + milliseconds(kind == 0 ? 1 : 2000);
+        const auto cancel_at = std::chrono::steady_clock::now() + milliseconds(kind == 1 ? 2 : 5000);
+        Admission::Slot slot;
+        const absl::Status st = a.Acquire(
+            deadline, [cancel_at] { return std::chrono::steady_clock::now() >= cancel_at; },
+            &slot);
+        if (!st.ok()) {
+          EXPECT_TRUE(st.code() == absl::StatusCode::kDeadlineExceeded ||
+                      st.code() == absl::StatusCode::kCancelled ||
+                      st.code() == absl::StatusCode::kResourceExhausted)
+              << st;
+          ++refused;
+          continue;
+        }
+        ++granted;
+        const int now = ++inside;
+        for (int m = most.load(); now > m && !most.compare_exchange_weak(m, now);) {
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(rng() % 300));
+        --inside;
+      }
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_LE(most.load(), kSlots);
+  EXPECT_EQ(granted + refused, int64_t(kThreads) * kEach);
+  EXPECT_GT(granted.load(), 0);
+  EXPECT_EQ(a.running(), 0);
+  EXPECT_EQ(a.queued(), 0);
+  EXPECT_EQ(a.done(), granted.load());
+  EXPECT_TRUE(a.WaitIdle(Clock::now() + milliseconds(100)));
 }
 
 }  // namespace
