@@ -394,6 +394,10 @@ int RunTreeLoop(const Client::Options& client_options, const BenchOptions& o) {
 
 int RunBench(const Client::Options& client_options, const BenchOptions& o) {
   if (!o.swc.empty()) {
+    if (o.mode == "info" || o.mode == "health") {
+      std::cerr << "bench: --swc runs time steps: --mode unary, handle or stream\n";
+      return 2;
+    }
     if (o.clients < 1 || o.requests < 1 || o.batch < 1) {
       std::cerr << "bench: --clients, --requests, --batch >= 1\n";
       return 2;
@@ -498,7 +502,7 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
     }
     auto ptr_view = [&](const double* p) { return ArrayView{DType::kFloat64, shape, p}; };
     std::string handle;
-    if (o.mode != "unary") {
+    if (o.mode == "handle" || o.mode == "stream") {
       Job job{Kind::kTridiagonal};
       job.arrays = {{"a", ptr_view(ma)}, {"b", ptr_view(mb)}, {"c", ptr_view(mc)}};
       auto made = client.CreateSystem(job, {.ttl_s = 600, .label = absl::StrCat("bench-", id)});
@@ -519,7 +523,8 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
       }
       stream = *std::move(s);
     }
-    if (o.mode == "unary") (void)client.Info();  // the connection up before the clock starts
+    if (o.mode == "unary" || o.mode == "info" || o.mode == "health")
+      (void)client.Info();  // the connection up before the clock starts
     arrive();
     go.wait();
     std::vector<double> local_lat;
@@ -566,7 +571,26 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
     for (int64_t q = 0; q < o.requests; ++q) {
       const int which = id * kRhs + int(q % kRhs);
       const auto t0 = Clock::now();
-      if (o.mode == "unary") {
+      if (o.mode == "info" || o.mode == "health") {
+        // The floor: the cheapest calls the server answers, over the same connection.
+        absl::Status st;
+        if (o.mode == "info") {
+          auto r = client.Info();
+          st = r.ok() ? absl::OkStatus() : r.status();
+        } else {
+          auto r = client.Health();
+          st = !r.ok() ? r.status()
+               : *r == "SERVING" ? absl::OkStatus()
+                                 : absl::UnavailableError(*r);
+        }
+        if (!st.ok()) {
+          local_err[std::string(absl::StatusCodeToString(st.code()))]++;
+        } else {
+          ++ok;
+          local_lat.push_back(
+              std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+        }
+      } else if (o.mode == "unary") {
         Job job{Kind::kTridiagonal};
         job.arrays = {{"a", ptr_view(ma)}, {"b", ptr_view(mb)}, {"c", ptr_view(mc)},
                       {"d", ptr_view(my_rhs[size_t(q % kRhs)])}};
@@ -641,13 +665,21 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
   for (auto& [k, v] : errors) errs += v;
   const int64_t answered = ok + wrong + lost;
   // Payload: what a request must move (unary: a, b, c, d in and x out; by handle: d and x).
-  const double bytes_per = double(values) * 8 * (o.mode == "unary" ? 5 : 2);
+  const double bytes_per = double(values) * 8 *
+                           (o.mode == "unary" ? 5 : o.mode == "handle" || o.mode == "stream" ? 2 : 0);
   std::vector<double> lat = latency_us;
   const double p50 = Percentile(lat, 0.5), p90 = Percentile(lat, 0.9), p99 = Percentile(lat, 0.99);
-  std::cout << absl::StrFormat(
-      "bench tridiagonal %s over %s: %d clients x %d requests, %d x %d float64 (%.1f MB a "
-      "request)\n",
-      o.mode, o.transport, o.clients, o.requests, o.batch, o.n, bytes_per / 1e6);
+  const bool solves = o.mode != "info" && o.mode != "health";
+  if (solves)
+    std::cout << absl::StrFormat(
+        "bench tridiagonal %s over %s: %d clients x %d requests, %d x %d float64 (%.1f MB a "
+        "request)\n",
+        o.mode, o.transport, o.clients, o.requests, o.batch, o.n, bytes_per / 1e6);
+  else
+    std::cout << absl::StrFormat(
+        "bench %s (%s, no solve): %d clients x %d requests; the local core: %d x %d float64\n",
+        o.mode, o.mode == "info" ? "GetServerInfo" : "the health check", o.clients, o.requests,
+        o.batch, o.n);
   std::cout << absl::StrFormat("  %-24s %12s %10s %10s %10s %10s\n", "", "requests/s", "p50 ms",
                                "p90 ms", "p99 ms", "GB/s");
   std::cout << absl::StrFormat("  %-24s %12.1f %10.3f %10.3f %10.3f %10.3f\n", "trisolve",
@@ -655,7 +687,7 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
                                double(ok) * bytes_per / wall / 1e9);
   std::cout << absl::StrFormat("  %-24s %12.1f %10.3f %10s %10s %10s\n", "one local core (Thomas)",
                                1 / local_s, local_s * 1e3, "-", "-", "-");
-  if (server_n > 0) {
+  if (solves && server_n > 0) {
     const double k = 1e3 * double(server_n);
     std::cout << absl::StrFormat(
         "  server, mean ms: receive+check %.3f, queue %.3f, h2d %.3f, compute %.3f, d2h %.3f, "

@@ -26,6 +26,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/match.h"
+#include "absl/synchronization/mutex.h"
 #include "nlohmann/json.hpp"
 #include "trisolve/bench.h"
 #include "trisolve/client.h"
@@ -322,6 +323,8 @@ void PrintSystem(const trisolve::SystemInfo& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // As trisolved: Debian's Abseil checks every gRPC mutex against a lock-order graph.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   CLI::App app{"trisolve: solve structured linear systems on a trisolved server"};
   app.require_subcommand(1);
   std::string server = "127.0.0.1:50051";
@@ -442,8 +445,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, std::numeric_limits<int>::max()))->capture_default_str();
   bench->add_option("--n", bo.n, "unknowns a system")
       ->check(CLI::Range(1, std::numeric_limits<int>::max()))->capture_default_str();
-  bench->add_option("--mode", bo.mode, "unary (whole system), handle (rhs only), stream")
-      ->check(CLI::IsMember({"unary", "handle", "stream"}))->capture_default_str();
+  bench->add_option("--mode", bo.mode,
+                    "unary (whole system), handle (rhs only), stream; info (GetServerInfo) and "
+                    "health (the health check): the cheapest calls, no solve")
+      ->check(CLI::IsMember({"unary", "handle", "stream", "info", "health"}))
+      ->capture_default_str();
   bench->add_option("--transport", bo.transport,
                     "grpc, auto (the client's choice), shm (arrays kept in registered shared "
                     "memory, x written into it), streams (parallel streams into the server's "

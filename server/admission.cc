@@ -11,9 +11,25 @@ void Admission::Slot::Release() {
 
 void Admission::ReleaseOne() {
   std::lock_guard<std::mutex> lock(mu_);
-  --running_;
   ++done_;
-  cv_.notify_all();
+  PassOnLocked();
+}
+
+void Admission::PassOnLocked() {
+  if (!shutdown_ && !waiters_.empty()) {
+    Waiter* w = waiters_.front();
+    waiters_.pop_front();
+    w->granted = true;
+    // Under the lock: once it is released the waiter may return and its cv be gone.
+    w->cv.notify_one();
+    return;
+  }
+  --running_;
+  NotifyIdleLocked();
+}
+
+void Admission::NotifyIdleLocked() {
+  if (running_ == 0 && waiters_.empty()) idle_.notify_all();
 }
 
 absl::Status Admission::Acquire(std::chrono::system_clock::time_point deadline,
@@ -22,50 +38,53 @@ absl::Status Admission::Acquire(std::chrono::system_clock::time_point deadline,
   if (shutdown_) return absl::UnavailableError("the server is shutting down");
   if (std::chrono::system_clock::now() >= deadline)
     return absl::DeadlineExceededError("the deadline passed before the job could start");
-  if (running_ < max_concurrent_) {
+  // (A free slot with callers waiting cannot be: a released slot passes to them.)
+  if (running_ < max_concurrent_ && waiters_.empty()) {
     ++running_;
     *slot = Slot(this);
     return absl::OkStatus();
   }
-  if (queued_ >= max_queued_)
-    return absl::ResourceExhaustedError(
-        absl::StrCat("the queue is full: ", running_, " jobs running (max_concurrent_jobs = ",
-                     max_concurrent_, ") and ", queued_, " waiting (max_queued_jobs = ",
-                     max_queued_, ")"));
-  ++queued_;
-  absl::Status result = absl::OkStatus();
+  if (int64_t(waiters_.size()) >= max_queued_)
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the queue is full: ", running_, " jobs running (max_concurrent_jobs = ",
+        max_concurrent_, ") and ", waiters_.size(), " waiting (max_queued_jobs = ", max_queued_,
+        ")"));
+  Waiter me;
+  const auto it = waiters_.insert(waiters_.end(), &me);
+  // Leaves the queue without the slot (the callers behind move up).
+  const auto leave = [&](absl::Status st) {
+    waiters_.erase(it);
+    NotifyIdleLocked();
+    return st;
+  };
   while (true) {
-    if (shutdown_) {
-      result = absl::UnavailableError("the server is shutting down");
-      break;
-    }
-    if (running_ < max_concurrent_) {
-      ++running_;
+    if (me.granted) {
+      if (shutdown_) {  // granted just before the shutdown: refused as the others are
+        --running_;
+        NotifyIdleLocked();
+        return absl::UnavailableError("the server is shutting down");
+      }
       *slot = Slot(this);
-      break;
+      return absl::OkStatus();
     }
+    if (shutdown_) return leave(absl::UnavailableError("the server is shutting down"));
     const auto now = std::chrono::system_clock::now();
-    if (now >= deadline) {
-      result = absl::DeadlineExceededError("the deadline passed while the job was queued");
-      break;
-    }
-    if (cancelled && cancelled()) {
-      result = now + kDeadlineSkew >= deadline
-                   ? absl::DeadlineExceededError("the deadline passed while the job was queued")
-                   : absl::CancelledError("the call was cancelled while the job was queued");
-      break;
-    }
-    // Wake at least every 50 ms to notice a cancelled caller.
-    cv_.wait_until(lock, std::min(deadline, now + std::chrono::milliseconds(50)));
+    if (now >= deadline)
+      return leave(absl::DeadlineExceededError("the deadline passed while the job was queued"));
+    if (cancelled && cancelled())
+      return leave(now + kDeadlineSkew >= deadline
+                       ? absl::DeadlineExceededError("the deadline passed while the job was queued")
+                       : absl::CancelledError("the call was cancelled while the job was queued"));
+    // Wake at least every 50 ms to notice a cancelled caller (gRPC does not tell).
+    me.cv.wait_until(lock, std::min(deadline, now + std::chrono::milliseconds(50)));
   }
-  --queued_;
-  return result;
 }
 
 void Admission::Shutdown() {
   std::lock_guard<std::mutex> lock(mu_);
   shutdown_ = true;
-  cv_.notify_all();
+  for (Waiter* w : waiters_) w->cv.notify_one();
+  idle_.notify_all();
 }
 
 bool Admission::shutting_down() const {
@@ -78,7 +97,7 @@ int64_t Admission::running() const {
 }
 int64_t Admission::queued() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return queued_;
+  return int64_t(waiters_.size());
 }
 int64_t Admission::done() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -87,7 +106,7 @@ int64_t Admission::done() const {
 
 bool Admission::WaitIdle(std::chrono::system_clock::time_point deadline) {
   std::unique_lock<std::mutex> lock(mu_);
-  return cv_.wait_until(lock, deadline, [&] { return running_ == 0 && queued_ == 0; });
+  return idle_.wait_until(lock, deadline, [&] { return running_ == 0 && waiters_.empty(); });
 }
 
 ReceiveBudget::Hold::~Hold() {

@@ -1,11 +1,14 @@
 // Admission control: at most `max_concurrent` jobs run, at most `max_queued` wait; a caller
-// waits for a slot until its deadline, its cancellation, or shutdown.
+// waits for a slot until its deadline, its cancellation, or shutdown. Waiters are served in
+// arrival order: a released slot passes straight to the oldest waiter, and only that waiter is
+// woken (a broadcast woke every queued caller to race for one slot, in no order).
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -63,13 +66,21 @@ class Admission {
   bool WaitIdle(std::chrono::system_clock::time_point deadline);
 
  private:
+  // A queued caller; lives on its Acquire's stack, in waiters_ until granted or gone.
+  struct Waiter {
+    std::condition_variable cv;
+    bool granted = false;  // the slot of a released job passed to it (running_ counts it)
+  };
   void ReleaseOne();
+  // Gives a slot that is being given up to the oldest waiter, or frees it. Holds mu_.
+  void PassOnLocked();
+  void NotifyIdleLocked();
   const int max_concurrent_;
   const int max_queued_;
   mutable std::mutex mu_;
-  std::condition_variable cv_;
+  std::condition_variable idle_;  // WaitIdle
+  std::list<Waiter*> waiters_;    // oldest first
   int64_t running_ = 0;
-  int64_t queued_ = 0;
   int64_t done_ = 0;
   bool shutdown_ = false;
 };

@@ -240,7 +240,7 @@ absl::StatusOr<Answer> Core::Solve(Call& call, const Job& job) {
     if (res->batched_with > 1) a.summary.batch_systems = res->batch_systems;
   }
   a.result = *std::move(res);
-  LogDone(call.id, call.rpc, job, a.summary);
+  if (options_.log_answers) LogDone(call.id, call.rpc, job, a.summary);
   return a;
 }
 

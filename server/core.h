@@ -51,6 +51,8 @@ struct CoreOptions {
   MemoryLimits memory;
   // Small unary requests solved together in one backend call.
   BatchOptions batching;
+  // A log line (info) for every answered solve; failures are logged (warn) either way.
+  bool log_answers = true;
 };
 
 // One call as the core sees it, whatever transport brought it. The transport sets the id, the

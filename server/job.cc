@@ -41,12 +41,21 @@ int64_t FirstNonFinite(const T* values, int64_t n) {
   constexpr int64_t kBlock = int64_t{1} << 15;
   const int64_t blocks = (n + kBlock - 1) / kBlock;
   int64_t first = blocks;
-#pragma omp parallel for schedule(static) reduction(min : first) if (n >= (int64_t{1} << 21))
-  for (int64_t b = 0; b < blocks; ++b) {
+  const auto scan = [&](int64_t b) {
     const int64_t lo = b * kBlock, hi = std::min(n, lo + kBlock);
     U bad = 0;
     for (int64_t e = lo; e < hi; ++e) bad |= U((v[e] & kExp) == kExp);
-    if (bad != 0) first = std::min(first, b);
+    return bad != 0;
+  };
+  // Small arrays outside any parallel region: entering one, even one its `if` keeps to this
+  // thread, cost futex calls and a team's allocation (tests/bench/NOTES.md, s34).
+  if (n < (int64_t{1} << 21)) {
+    for (int64_t b = 0; b < blocks && first == blocks; ++b)
+      if (scan(b)) first = b;
+  } else {
+#pragma omp parallel for schedule(static) reduction(min : first)
+    for (int64_t b = 0; b < blocks; ++b)
+      if (scan(b)) first = std::min(first, b);
   }
   if (first == blocks) return n;
   for (int64_t e = first * kBlock;; ++e)

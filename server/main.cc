@@ -20,6 +20,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -162,6 +163,10 @@ int main(int argc, char** argv) {
   sigaddset(&sigs, SIGTERM);
   sigaddset(&sigs, SIGUSR2);  // the backend is lost: sent by this process (health.h)
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  // Debian's Abseil is built with its debug checks: every absl::Mutex that gRPC takes (several
+  // a request) was entered into a graph of lock orders, about 2% of the server's time for a
+  // small request (tests/bench/NOTES.md, s33). Release builds of Abseil skip it.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   CLI::App app{"trisolved: solves batches of structured linear systems over gRPC"};
   std::string listen = "127.0.0.1:50051";
   std::string backend = "auto";
@@ -299,6 +304,13 @@ int main(int argc, char** argv) {
   app.add_option("--log-format", log_format, "text or json (one object a line)")
       ->envname("TRISOLVE_LOG_FORMAT")->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
+  std::string request_log = "all";
+  app.add_option("--request-log", request_log,
+                 "all: a line for every answered solve (info); errors: failed calls only (a "
+                 "line is a write and tens of microseconds of CPU: at tens of thousands of small "
+                 "requests a second, /metrics counts them instead)")
+      ->envname("TRISOLVE_REQUEST_LOG")->check(CLI::IsMember({"all", "errors"}))
+      ->capture_default_str();
   app.add_option("--metrics-listen", metrics_listen,
                  "HOST:PORT for Prometheus /metrics (empty: off; port 0: any free port)")
       ->envname("TRISOLVE_METRICS_LISTEN");
@@ -313,6 +325,7 @@ int main(int argc, char** argv) {
       ->envname("TRISOLVE_TOKEN_FILE");
   CLI11_PARSE(app, argc, argv);
   opt.memory.enabled = !no_shared_memory;
+  opt.log_answers = request_log == "all";
 
   spdlog::set_level(spdlog::level::from_str(log_level));
   if (log_format == "json") {

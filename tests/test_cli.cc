@@ -451,5 +451,25 @@ TEST_F(Cli, TreesNeedOnlyParentsBeforeChildren) {
   EXPECT_TRUE(Has(out, "parent")) << out;
 }
 
+// The load generator against the real server: every answer checked, and the floor (the
+// cheapest calls) measured the same way; a run in which anything fails exits 1.
+TEST_F(Cli, BenchChecksEveryAnswerAndMeasuresTheFloor) {
+  for (const std::string mode : {"unary", "handle", "stream", "info", "health"}) {
+    auto [rc, out] = Run("bench --clients 2 --requests 20 --n 64 --json --mode " + mode);
+    EXPECT_EQ(rc, 0) << mode << "\n" << out;
+    EXPECT_TRUE(Has(out, "answers: 40 ok, 0 wrong")) << mode << "\n" << out;
+    EXPECT_TRUE(Has(out, " 0 malformed, 0 errors, 0 not answered of 40")) << mode << "\n" << out;
+    EXPECT_TRUE(Has(out, "\"mode\":\"" + mode + "\"")) << out;
+    // The server's own account comes with solves only.
+    EXPECT_EQ(Has(out, "server, mean ms"), mode != "info" && mode != "health") << mode << "\n"
+                                                                                 << out;
+  }
+  // A morphology's time steps are solves: the floor's modes do not apply there.
+  auto [rc, out] = Run("bench --mode info --swc " + std::string(TRISOLVE_TEST_DATA) +
+                       "/neuron_10-2012-02-09-001.CNG.swc");
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_TRUE(Has(out, "--swc runs time steps")) << out;
+}
+
 }  // namespace
 }  // namespace trisolve

@@ -347,6 +347,34 @@ TEST(Ops, JobBytesLimitAndJsonLogs) {
   EXPECT_EQ(with_id, 2);
 }
 
+// --request-log errors: no line for an answered solve (the cost of a small request's line is its
+// largest piece of trisolve's own, tests/bench/NOTES.md s32), a failed call's line as always.
+TEST(Ops, RequestLogErrorsLogsFailuresOnly) {
+  ServerProcess s({"--request-log", "errors"});
+  ASSERT_GT(s.port(), 0) << s.Log();
+  examples::Arrays keep;
+  Job ok = SmallJob(keep);
+  ok.options.request_id = "quiet-ok";
+  auto r = Client(To(s)).Solve(ok);
+  ASSERT_TRUE(r.ok()) << r.status();
+  Job bad = SmallJob(keep);
+  bad.options.request_id = "loud-bad";
+  bad.options.method = "no-such-method";
+  EXPECT_EQ(Client(To(s)).Solve(bad).status().code(), absl::StatusCode::kInvalidArgument);
+  const std::string log = LogWith(s, "[req loud-bad]");
+  EXPECT_NE(log.find("[req loud-bad] SolveTridiagonal rejected: INVALID_ARGUMENT"),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(log.find("quiet-ok"), std::string::npos) << log;
+  // The default logs the answered one.
+  ServerProcess all({});
+  ASSERT_GT(all.port(), 0) << all.Log();
+  ASSERT_TRUE(Client(To(all)).Solve(ok).ok());
+  EXPECT_NE(LogWith(all, "[req quiet-ok]").find("[req quiet-ok] SolveTridiagonal tridiagonal"),
+            std::string::npos)
+      << all.Log();
+}
+
 TEST(Ops, EveryFlagAlsoFromTheEnvironment) {
   // A few flags of each kind, given only as TRISOLVE_* variables: they reach the server.
   setenv("TRISOLVE_MAX_CONCURRENT_JOBS", "3", 1);

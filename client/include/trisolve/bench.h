@@ -13,7 +13,9 @@ struct BenchOptions {
   int64_t requests = 100;  // per client
   int64_t batch = 1;       // systems a request
   int64_t n = 64;          // unknowns a system
-  std::string mode = "unary";  // unary (the whole system each time), handle (SolveSystem), stream
+  // unary (the whole system each time), handle (SolveSystem), stream; info (GetServerInfo) and
+  // health (the health check): the cheapest calls, the floor a solve's latency stands on.
+  std::string mode = "unary";
   // grpc: bytes over the socket; auto: the client's choice (shared memory through its staging
   // region for large jobs on the same host); shm: the arrays live in a registered SharedMemory
   // and x is written into it (zero-copy, as a simulation that keeps its arrays there); streams:
