@@ -512,7 +512,9 @@ absl::StatusOr<Result> Client::Solve(const Job& job) {
     grpc::Status st = reader->Finish();
     if (!st.ok()) return FromGrpc(st);
     if (!answered) return absl::InternalError("SolveWithProgress ended without an answer");
-    if (auto dst = impl_->DeliverX(*placed, x_out, x_bytes, &result.x); !dst.ok()) return dst;
+    if (auto dst = impl_->DeliverX(*placed, x_out, x_bytes, &result.x, &result.summary.timings);
+        !dst.ok())
+      return dst;
     result.summary.transport = placed->transport;
   } else if (!stream) {
     v1::SolveResponse resp;
@@ -529,7 +531,9 @@ absl::StatusOr<Result> Client::Solve(const Job& job) {
     }
     if (!st.ok()) return FromGrpc(st);
     ReadResponse(resp, out_type, &result);
-    if (auto dst = impl_->DeliverX(*placed, x_out, x_bytes, &result.x); !dst.ok()) return dst;
+    if (auto dst = impl_->DeliverX(*placed, x_out, x_bytes, &result.x, &result.summary.timings);
+        !dst.ok())
+      return dst;
     result.summary.transport = placed->transport;
   } else {
     auto rw = impl_->stub->SolveStream(&ctx);
@@ -569,7 +573,9 @@ absl::StatusOr<Result> Client::Solve(const Job& job) {
     }
     grpc::Status st = rw->Finish();
     if (!st.ok()) return FromGrpc(st);
-    if (auto dst = impl_->DeliverX(*placed, x_out, x_bytes, &result.x); !dst.ok()) return dst;
+    if (auto dst = impl_->DeliverX(*placed, x_out, x_bytes, &result.x, &result.summary.timings);
+        !dst.ok())
+      return dst;
     result.summary.transport = "grpc-stream";
   }
   result.summary.timings.client_total_us =
@@ -683,7 +689,8 @@ absl::StatusOr<Result> Client::SolveSystem(const std::string& handle, const Arra
   if (!st.ok()) return internal::Replicas::HandleCallStatus(st, handle, route->second);
   Result result;
   ReadResponse(resp, resp.dtype() == v1::FLOAT32 ? DType::kFloat32 : DType::kFloat64, &result);
-  if (auto dst = impl_->DeliverX(*placed, options.x_out, rhs.bytes(), &result.x); !dst.ok())
+  if (auto dst = impl_->DeliverX(*placed, options.x_out, rhs.bytes(), &result.x,
+                                 &result.summary.timings); !dst.ok())
     return dst;
   result.summary.transport = placed->transport;
   result.summary.timings.client_total_us =

@@ -2,6 +2,7 @@
 // arrays read from them and x written into them, every family; each bad reference refused with
 // its own status; regions of another identity unreachable; a client killed with its region
 // registered leaves nothing behind once the time-to-live passes.
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <spawn.h>
@@ -9,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -204,6 +206,7 @@ class Raw {
   explicit Raw(const ServerProcess& s, std::string token = "")
       : stub_(v1::Solver::NewStub(grpc::CreateChannel(s.target(), grpc::InsecureChannelCredentials()))),
         token_(std::move(token)) {}
+  v1::Solver::Stub& stub() { return *stub_; }
   template <typename Call>
   grpc::Status Do(Call call) {
     grpc::ClientContext ctx;
@@ -595,6 +598,164 @@ TEST(ServerMemory, ParallelStreamsSolveAsOverTheSocket) {
   }).ok());
   ASSERT_GE(list.regions_size(), 1);
   for (const auto& r : list.regions()) EXPECT_TRUE(r.server_owned()) << r.name();
+}
+
+// Over 64 MiB through the server's memory (the chunks written from the caller's arrays and read
+// back into x without protobuf copies), checked by each system's backward error from the
+// original arrays.
+TEST(ServerMemory, StreamsCarryAJobOver64MiBCheckedByResidual) {
+  ServerProcess server({});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  const int64_t batch = 2048, n = 2048;  // 32 MiB an array: 128 MiB in, 32 MiB out
+  const auto arrays = examples::RandomTridiagonal(batch, n, false, 71);
+  Client::Options o = Opts(server, Transport::kStreams);
+  o.parallel_streams = 4;
+  Client client(o);
+  std::vector<double> x(size_t(batch * n), std::nan(""));
+  Job job = JobOf(Kind::kTridiagonal, arrays);
+  job.options.x_out = x.data();
+  auto got = client.Solve(job);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->summary.transport, "streams");
+  EXPECT_GT(got->summary.timings.upload_us, 0);
+  EXPECT_GT(got->summary.timings.download_us, 0);
+  const auto* a = reinterpret_cast<const double*>(arrays.at("a").data.data());
+  const auto* b = reinterpret_cast<const double*>(arrays.at("b").data.data());
+  const auto* c = reinterpret_cast<const double*>(arrays.at("c").data.data());
+  const auto* d = reinterpret_cast<const double*>(arrays.at("d").data.data());
+  double worst = 0;
+  for (int64_t s = 0; s < batch; ++s) {
+    const int64_t o0 = s * n;
+    double r = 0, norm_a = 0, norm_x = 0, norm_d = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t k = o0 + i;
+      double ax = b[k] * x[size_t(k)], row = std::abs(b[k]);
+      if (i > 0) ax += a[k] * x[size_t(k - 1)], row += std::abs(a[k]);
+      if (i + 1 < n) ax += c[k] * x[size_t(k + 1)], row += std::abs(c[k]);
+      r = std::max(r, std::abs(d[k] - ax));
+      norm_a = std::max(norm_a, row);
+      norm_x = std::max(norm_x, std::abs(x[size_t(k)]));
+      norm_d = std::max(norm_d, std::abs(d[k]));
+    }
+    const double e = r / (norm_a * norm_x + norm_d);
+    worst = std::isnan(e) ? INFINITY : std::max(worst, e);
+  }
+  EXPECT_LT(worst, 1e-14);
+}
+
+// A generic call that sends bytes no MemoryChunk would hold.
+grpc::Status WriteRawBytes(const ServerProcess& server, const std::string& bytes) {
+  auto channel = grpc::CreateChannel(server.target(), grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  grpc::CompletionQueue cq;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  auto call = stub.PrepareCall(&ctx, "/trisolve.v1.Solver/WriteMemory", &cq);
+  void* tag;
+  bool ok;
+  call->StartCall(&ctx);
+  cq.Next(&tag, &ok);
+  grpc::Slice slice(bytes.data(), bytes.size());
+  call->Write(grpc::ByteBuffer(&slice, 1), &ctx);
+  cq.Next(&tag, &ok);
+  call->WritesDone(&ctx);
+  cq.Next(&tag, &ok);
+  grpc::Status st;
+  call->Finish(&st, &ctx);
+  cq.Next(&tag, &ok);
+  call.reset();
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+  return st;
+}
+
+// An upload that breaks (dropped mid-stream, past its region, malformed) fails that call alone:
+// a client moving a job over the same server at the same time gets every answer right.
+TEST(ServerMemory, ABrokenUploadFailsThatCallAlone) {
+  ServerProcess server({});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  const auto arrays = examples::RandomTridiagonal(512, 1024, false, 81);  // 4 MiB an array
+  const Job job = JobOf(Kind::kTridiagonal, arrays);
+  auto want = Client(Opts(server, Transport::kGrpc)).Solve(job);
+  ASSERT_TRUE(want.ok()) << want.status();
+  std::atomic<bool> stop{false};
+  std::atomic<int> solved{0}, wrong{0};
+  std::thread busy([&] {
+    Client::Options o = Opts(server, Transport::kStreams);
+    o.parallel_streams = 2;
+    Client client(o);
+    while ((!stop || solved < 3) && wrong == 0) {
+      auto got = client.Solve(job);
+      if (got.ok() && got->x.data == want->x.data)
+        ++solved;
+      else
+        ++wrong;
+    }
+  });
+
+  Raw raw(server);
+  v1::AllocateMemoryRequest alloc;
+  alloc.set_name("small");
+  alloc.set_bytes(1 << 20);
+  v1::MemoryRegion region;
+  ASSERT_TRUE(raw.Do([&](v1::Solver::Stub& s, grpc::ClientContext* c) {
+    return s.AllocateMemory(c, alloc, &region);
+  }).ok());
+  // Dropped mid-upload: half the region written, then the stream is reset.
+  for (int rep = 0; rep < 3; ++rep) {
+    grpc::ClientContext ctx;
+    v1::MemoryRegion resp;
+    auto w = raw.stub().WriteMemory(&ctx, &resp);
+    v1::MemoryChunk chunk;
+    chunk.set_region("small");
+    chunk.set_data(std::string(512 << 10, '\x02'));
+    ASSERT_TRUE(w->Write(chunk));
+    ctx.TryCancel();
+    EXPECT_EQ(w->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  // A chunk past the region's end.
+  Expect(raw.Do([&](v1::Solver::Stub& s, grpc::ClientContext* c) {
+    v1::MemoryRegion resp;
+    auto w = s.WriteMemory(c, &resp);
+    v1::MemoryChunk chunk;
+    chunk.set_region("small");
+    chunk.set_offset((1 << 20) - 4096);
+    chunk.set_data(std::string(8192, '\x03'));
+    w->Write(chunk);
+    w->WritesDone();
+    return w->Finish();
+  }), grpc::StatusCode::INVALID_ARGUMENT, "lies outside region 'small' of 1048576 bytes");
+  // Bytes that are not a chunk.
+  Expect(WriteRawBytes(server, std::string("\x0a\x05sma", 5)), grpc::StatusCode::INVALID_ARGUMENT,
+         "malformed memory chunk");
+  Expect(WriteRawBytes(server, std::string("\x1a\x05\x01", 3) + "x"),
+         grpc::StatusCode::INVALID_ARGUMENT, "malformed memory chunk");
+  stop = true;
+  busy.join();
+  EXPECT_GE(solved.load(), 3);
+  EXPECT_EQ(wrong.load(), 0);
+  // The region still takes a whole upload and gives it back.
+  v1::MemoryChunk whole;
+  whole.set_region("small");
+  whole.set_data(std::string(1 << 20, '\x04'));
+  ASSERT_TRUE(raw.Do([&](v1::Solver::Stub& s, grpc::ClientContext* c) {
+    v1::MemoryRegion resp;
+    auto w = s.WriteMemory(c, &resp);
+    w->Write(whole);
+    w->WritesDone();
+    return w->Finish();
+  }).ok());
+  std::string back;
+  ASSERT_TRUE(raw.Do([&](v1::Solver::Stub& s, grpc::ClientContext* c) {
+    v1::ReadMemoryRequest req;
+    req.set_region("small");
+    auto r = s.ReadMemory(c, req);
+    v1::MemoryChunk chunk;
+    while (r->Read(&chunk)) back += chunk.data();
+    return r->Finish();
+  }).ok());
+  EXPECT_EQ(back, whole.data());
 }
 
 TEST(ServerMemory, BadAllocationsWritesAndReadsAreRefused) {

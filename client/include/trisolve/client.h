@@ -100,6 +100,9 @@ struct Timings {
   double receive_us = 0, queue_us = 0, h2d_us = 0, compute_us = 0, d2h_us = 0,
          residual_us = 0, server_total_us = 0;
   double client_total_us = 0;  // from the call's start to the answer decoded, on the client
+  // Transport::kStreams, on the client: writing the arrays into the server's memory, and
+  // reading x back (0 on the other paths).
+  double upload_us = 0, download_us = 0;
 };
 
 struct Summary {
