@@ -135,6 +135,13 @@ struct Client::Impl {
   };
   absl::StatusOr<Placement> Place(const std::vector<ArrayView>& arrays, void* x_out,
                                   int64_t x_bytes);
+  // A batch of whole systems over the server's memory in pieces (client.cc): the pieces its
+  // systems are split into (0: the job goes whole), and the solve.
+  int Pieces(const Job& job, const std::vector<std::pair<std::string, ArrayView>>& send,
+             void* x_out, int64_t x_bytes);
+  absl::StatusOr<Result> SolveInPieces(const Job& job, DType dtype,
+                                       const std::vector<std::pair<std::string, ArrayView>>& send,
+                                       void* x_out, int64_t x_bytes, int pieces);
   // After the call: x where the caller wanted it (x_out, else the result's own array).
   // x read back from the server's memory adds its time to timings->download_us.
   absl::Status DeliverX(const Placement& pl, void* x_out, int64_t x_bytes, NdArray* x,

@@ -617,6 +617,10 @@ TEST(ServerMemory, StreamsCarryAJobOver64MiBCheckedByResidual) {
   auto got = client.Solve(job);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->summary.transport, "streams");
+  EXPECT_GE(got->summary.pieces, 2);  // solved in pieces while the next ones uploaded
+  EXPECT_EQ(got->summary.systems, batch);
+  EXPECT_EQ(got->summary.ok, batch);
+  EXPECT_EQ(got->status.size(), size_t(batch));
   EXPECT_GT(got->summary.timings.upload_us, 0);
   EXPECT_GT(got->summary.timings.download_us, 0);
   const auto* a = reinterpret_cast<const double*>(arrays.at("a").data.data());
@@ -641,6 +645,69 @@ TEST(ServerMemory, StreamsCarryAJobOver64MiBCheckedByResidual) {
     worst = std::isnan(e) ? INFINITY : std::max(worst, e);
   }
   EXPECT_LT(worst, 1e-14);
+}
+
+// A batch in pieces gives the answer of the whole job bit for bit (a tree batch: its parent
+// array goes once, with the first piece), its x returned or written where the caller asked; a
+// bad value in a later piece is refused naming the systems it lies in.
+TEST(ServerMemory, ABatchInPiecesAnswersAsTheWholeJob) {
+  ServerProcess server({});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  Morphology m;
+  for (int i = 0; i < 300; ++i) {
+    m.parent.push_back(i == 0 ? -1 : (i % 5 == 0 ? i / 3 : i - 1));
+    m.type.push_back(i == 0 ? 1 : 3);
+    m.x.push_back(i * 1.5);
+    m.y.push_back(i % 7);
+    m.z.push_back(0);
+    m.radius.push_back(i == 0 ? 4 : 0.4 + 0.02 * (i % 13));
+  }
+  const auto tree = examples::CableTree(m, 1000, 91);  // 4 arrays of 2.4 MB
+  const auto tri = examples::RandomTridiagonal(3001, 512, false, 92);  // 12.3 MB an array
+  Client::Options whole_o = Opts(server, Transport::kStreams);
+  whole_o.pipeline_pieces = 0;
+  Client whole(whole_o);
+  Client::Options pieces_o = Opts(server, Transport::kStreams);
+  pieces_o.pipeline_piece_bytes = 1 << 20;
+  pieces_o.pipeline_pieces = 7;
+  Client pieces(pieces_o);
+  for (const auto* arrays : {&tree, &tri}) {
+    const Job job = JobOf(arrays == &tree ? Kind::kTree : Kind::kTridiagonal, *arrays);
+    auto want = whole.Solve(job);
+    ASSERT_TRUE(want.ok()) << want.status();
+    EXPECT_EQ(want->summary.pieces, 0);
+    auto got = pieces.Solve(job);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->summary.pieces, 7);
+    EXPECT_EQ(got->summary.transport, "streams");
+    EXPECT_EQ(got->x.shape, want->x.shape);
+    EXPECT_EQ(got->x.data, want->x.data);
+    EXPECT_EQ(got->status, want->status);
+    EXPECT_EQ(got->summary.systems, want->summary.systems);
+    EXPECT_EQ(got->summary.ok, want->summary.ok);
+    EXPECT_LT(got->summary.residual, 1e-13);
+    std::vector<std::byte> x(want->x.data.size());
+    Job into = job;
+    into.options.x_out = x.data();
+    auto placed = pieces.Solve(into);
+    ASSERT_TRUE(placed.ok()) << placed.status();
+    EXPECT_TRUE(placed->x.data.empty());
+    EXPECT_EQ(std::memcmp(x.data(), want->x.data.data(), x.size()), 0);
+  }
+  // System 2000 of 3001 lies in the fifth of seven pieces, [1714, 2143).
+  auto bad = tri;
+  reinterpret_cast<double*>(bad.at("d").data.data())[2000 * 512 + 7] = std::nan("");
+  auto refused = pieces.Solve(JobOf(Kind::kTridiagonal, bad));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("systems [1714, 2143) of the batch"),
+            std::string::npos)
+      << refused.status();
+  EXPECT_NE(refused.status().message().find("d[286][7] is NaN"), std::string::npos)
+      << refused.status();
+  // The client goes on after the refusal.
+  auto again = pieces.Solve(JobOf(Kind::kTridiagonal, tri));
+  ASSERT_TRUE(again.ok()) << again.status();
 }
 
 // A generic call that sends bytes no MemoryChunk would hold.

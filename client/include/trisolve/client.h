@@ -112,6 +112,7 @@ struct Summary {
   double residual = 0;
   bool streamed = false;
   std::string transport;  // "grpc", "grpc-stream", "shared-memory" or "streams"
+  int pieces = 0;         // streams: the pieces a batch was pipelined in (0: sent whole)
 
   std::string handle;             // SolveSystem: the system solved
   int64_t right_hand_sides = 0;   // one matrix, many right-hand sides: how many
@@ -214,6 +215,11 @@ class Client {
     int64_t shm_min_bytes = int64_t{1} << 20;
     int64_t streams_min_bytes = int64_t{32} << 20;
     int parallel_streams = 8;  // connections a large job's bytes are spread over
+    // Through the server's memory, a batch of whole tridiagonal or tree systems (not
+    // interleaved) goes in up to this many pieces of pipeline_piece_bytes or more: one piece is
+    // solved while the next uploads and the previous one's x comes back (0 or 1: whole).
+    int pipeline_pieces = 8;
+    int64_t pipeline_piece_bytes = int64_t{32} << 20;
     // Replicas (a list or dns: target): while a call is open, each connection is pinged after
     // this many seconds without traffic and dropped when no answer comes within the timeout, so
     // that a replica gone without closing its connections (a deleted pod, a stopped process)
