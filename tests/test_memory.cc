@@ -710,6 +710,55 @@ TEST(ServerMemory, ABatchInPiecesAnswersAsTheWholeJob) {
   ASSERT_TRUE(again.ok()) << again.status();
 }
 
+// A client process killed while its big jobs stream in and out (its connections dropped
+// mid-upload or mid-download, most likely the former: uploading is most of each job): the
+// server answers the others as before and the dead client's region expires.
+TEST(ServerMemory, AClientKilledMidUploadLeavesTheServerServing) {
+  ServerProcess server({"--region-ttl", "1"});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  Raw raw(server);
+  std::vector<std::string> args = {ServerProcess::CliBin(), "--server", server.target(),
+                                   "bench", "--transport", "streams", "--mode", "unary",
+                                   "--batch", "2048", "--n", "2048", "--requests", "1000000"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  ASSERT_EQ(posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&fa);
+  // Killed once it has had pieces of its jobs solved and is moving more.
+  Client watcher(Opts(server, Transport::kGrpc));
+  ASSERT_TRUE(testing::WaitForServer(watcher, [](const ServerInfoSummary& i) {
+    return i.jobs_done >= 3;
+  })) << server.Log();
+  ASSERT_EQ(raw.Regions(), 1) << server.Log();
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  const auto arrays = examples::RandomTridiagonal(1024, 1024, false, 42);  // 8 MiB an array
+  const Job job = JobOf(Kind::kTridiagonal, arrays);
+  auto want = Client(Opts(server, Transport::kGrpc)).Solve(job);
+  ASSERT_TRUE(want.ok()) << want.status();
+  Client::Options o = Opts(server, Transport::kStreams);
+  o.pipeline_piece_bytes = 8 << 20;
+  Client client(o);
+  auto got = client.Solve(job);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_GE(got->summary.pieces, 2);
+  EXPECT_EQ(got->x.data, want->x.data);
+  // The dead client's region goes; this client's stays while it is in use.
+  const auto expire_by = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (server.Log().find("expired") == std::string::npos &&
+         std::chrono::steady_clock::now() < expire_by)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_NE(server.Log().find("expired"), std::string::npos) << server.Log();
+  got = client.Solve(job);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->x.data, want->x.data);
+}
+
 // A generic call that sends bytes no MemoryChunk would hold.
 grpc::Status WriteRawBytes(const ServerProcess& server, const std::string& bytes) {
   auto channel = grpc::CreateChannel(server.target(), grpc::InsecureChannelCredentials());
