@@ -361,7 +361,8 @@ int main(int argc, char** argv) {
                  "the streams transport: pieces (of 32 MiB or more) a batch of whole systems is "
                  "solved in, one uploading while another is solved (0 or 1: whole)")
       ->envname("TRISOLVE_PIPELINE_PIECES")
-      ->check(CLI::Range(0, 64));
+      ->check(CLI::Range(0, 64))
+      ->capture_default_str();
 
   auto* health = app.add_subcommand("health", "the server's grpc.health.v1 status");
   std::string health_service;

@@ -610,6 +610,7 @@ TEST(ServerMemory, StreamsCarryAJobOver64MiBCheckedByResidual) {
   const auto arrays = examples::RandomTridiagonal(batch, n, false, 71);
   Client::Options o = Opts(server, Transport::kStreams);
   o.parallel_streams = 4;
+  o.pipeline_pieces = 4;
   Client client(o);
   std::vector<double> x(size_t(batch * n), std::nan(""));
   Job job = JobOf(Kind::kTridiagonal, arrays);
@@ -729,7 +730,7 @@ TEST(ServerMemory, AClientKilledMidUploadLeavesTheServerServing) {
   posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
   ASSERT_EQ(posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ), 0);
   posix_spawn_file_actions_destroy(&fa);
-  // Killed once it has had pieces of its jobs solved and is moving more.
+  // Killed once it has had jobs solved and is moving more.
   Client watcher(Opts(server, Transport::kGrpc));
   ASSERT_TRUE(testing::WaitForServer(watcher, [](const ServerInfoSummary& i) {
     return i.jobs_done >= 3;
@@ -742,6 +743,7 @@ TEST(ServerMemory, AClientKilledMidUploadLeavesTheServerServing) {
   auto want = Client(Opts(server, Transport::kGrpc)).Solve(job);
   ASSERT_TRUE(want.ok()) << want.status();
   Client::Options o = Opts(server, Transport::kStreams);
+  o.pipeline_pieces = 8;
   o.pipeline_piece_bytes = 8 << 20;
   Client client(o);
   auto got = client.Solve(job);

@@ -217,8 +217,9 @@ class Client {
     int parallel_streams = 8;  // connections a large job's bytes are spread over
     // Through the server's memory, a batch of whole tridiagonal or tree systems (not
     // interleaved) goes in up to this many pieces of pipeline_piece_bytes or more: one piece is
-    // solved while the next uploads and the previous one's x comes back (0 or 1: whole).
-    int pipeline_pieces = 8;
+    // solved while the next uploads and the previous one's x comes back (0 or 1: whole). Off
+    // by default: on two cores shared by client and server it lost (tests/bench/NOTES.md).
+    int pipeline_pieces = 0;
     int64_t pipeline_piece_bytes = int64_t{32} << 20;
     // Replicas (a list or dns: target): while a call is open, each connection is pinged after
     // this many seconds without traffic and dropped when no answer comes within the timeout, so
