@@ -58,10 +58,13 @@ class SolverService::WriteMemoryReactor final : public grpc::ServerReadReactor<g
     }
     if (auto st = chunk_.Parse(buffer_); !st.ok()) return Done(st);
     buffer_.Clear();
-    // A chunk naming no region writes to the stream's region so far (the first names it).
-    if (!region_ || (!chunk_.region().empty() && chunk_.region() != region_->name())) {
-      auto r = s_->core_.FindRegion(call_, chunk_.region());
-      if (!r.ok()) return Done(r.status());
+    // A chunk naming no region writes to the stream's region so far (the first names it). Found
+    // again each chunk: that marks it used, so that a long upload does not let it expire.
+    const std::string& name =
+        chunk_.region().empty() && region_ ? region_->name() : chunk_.region();
+    auto r = s_->core_.FindRegion(call_, name);
+    if (!r.ok()) return Done(r.status());
+    if (*r != region_) {
       region_ = *std::move(r);
       // A client's shared memory that it truncated would fault the copy below.
       if (auto st = region_->StillMapped("region"); !st.ok()) return Done(st);

@@ -735,7 +735,6 @@ TEST(ServerMemory, AClientKilledMidUploadLeavesTheServerServing) {
   ASSERT_TRUE(testing::WaitForServer(watcher, [](const ServerInfoSummary& i) {
     return i.jobs_done >= 3;
   })) << server.Log();
-  ASSERT_EQ(raw.Regions(), 1) << server.Log();
   kill(pid, SIGKILL);
   waitpid(pid, nullptr, 0);
   const auto arrays = examples::RandomTridiagonal(1024, 1024, false, 42);  // 8 MiB an array
