@@ -615,8 +615,8 @@ int Client::Impl::Pieces(const Job& job, const std::vector<std::pair<std::string
   } else if (options.transport != Transport::kStreams) {
     return 0;
   }
-  const int64_t k = std::min<int64_t>({moved / options.pipeline_piece_bytes,
-                                       int64_t(options.pipeline_pieces), batch});
+  const int64_t k = std::min<int64_t>(
+      {moved / options.pipeline_piece_bytes, int64_t(options.pipeline_pieces), batch});
   return k >= 2 ? int(k) : 0;
 }
 
@@ -890,8 +890,9 @@ absl::StatusOr<Result> Client::SolveSystem(const std::string& handle, const Arra
   if (!st.ok()) return internal::Replicas::HandleCallStatus(st, handle, route->second);
   Result result;
   ReadResponse(resp, resp.dtype() == v1::FLOAT32 ? DType::kFloat32 : DType::kFloat64, &result);
-  if (auto dst = impl_->DeliverX(*placed, options.x_out, rhs.bytes(), &result.x,
-                                 &result.summary.timings); !dst.ok())
+  if (auto dst =
+          impl_->DeliverX(*placed, options.x_out, rhs.bytes(), &result.x, &result.summary.timings);
+      !dst.ok())
     return dst;
   result.summary.transport = placed->transport;
   result.summary.timings.client_total_us =

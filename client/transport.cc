@@ -347,8 +347,7 @@ class RawStream {
     cv_.wait(lock, [&] { return held_ == 0; });
   }
   // Sends [data, data + bytes) at `offset` of `region` without copying it.
-  bool WriteChunk(const std::string& region, int64_t offset, const std::byte* data,
-                  int64_t bytes) {
+  bool WriteChunk(const std::string& region, int64_t offset, const std::byte* data, int64_t bytes) {
     if (!ok_) return false;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -584,8 +583,8 @@ absl::StatusOr<Client::Impl::Placement> Client::Impl::Place(const std::vector<Ar
   return pl;
 }
 
-absl::Status Client::Impl::DeliverX(const Placement& pl, void* x_out, int64_t x_bytes,
-                                    NdArray* x, Timings* timings) {
+absl::Status Client::Impl::DeliverX(const Placement& pl, void* x_out, int64_t x_bytes, NdArray* x,
+                                    Timings* timings) {
   if (timings != nullptr) timings->upload_us = pl.upload_us;
   if (pl.x_remote >= 0) {
     auto* dst = static_cast<std::byte*>(x_out);

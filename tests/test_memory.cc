@@ -717,7 +717,6 @@ TEST(ServerMemory, ABatchInPiecesAnswersAsTheWholeJob) {
 TEST(ServerMemory, AClientKilledMidUploadLeavesTheServerServing) {
   ServerProcess server({"--region-ttl", "1"});
   ASSERT_GT(server.port(), 0) << server.Log();
-  Raw raw(server);
   std::vector<std::string> args = {ServerProcess::CliBin(), "--server", server.target(),
                                    "bench", "--transport", "streams", "--mode", "unary",
                                    "--batch", "2048", "--n", "2048", "--requests", "1000000"};
