@@ -90,60 +90,41 @@ class CudaBackend final : public Backend {
 
   absl::Status Health() const override { return cuda::ProbeDevice(options_.device); }
 
+  // Each family's solve is one template (below, SolveFamily) behind the interface's float64 and
+  // float32 overloads.
   absl::StatusOr<SolveInfo> Solve(const TridiagonalProblem<double>& p, TridiagonalMethod m,
                                   TridiagonalOutput<double> out, const SolveControl& c) override {
-    if (ClientDevice(p, out.x) && !TriOnDeviceOnly(p, m)) return ThroughHost(p, m, out, c);
-    if (OnHost(m == TridiagonalMethod::kAuto, p.unknowns())) return Host(cpu_->Solve(p, m, out, c));
-    UseDevice();
-    if (p.variable() || p.unified()) return SolveTriVariable(p, m, out, c);
-    return SolveTri(p, m, out, c);
+    return SolveFamily(p, m, out, c);
   }
   absl::StatusOr<SolveInfo> Solve(const TridiagonalProblem<float>& p, TridiagonalMethod m,
                                   TridiagonalOutput<float> out, const SolveControl& c) override {
-    if (ClientDevice(p, out.x) && !TriOnDeviceOnly(p, m)) return ThroughHost(p, m, out, c);
-    if (OnHost(m == TridiagonalMethod::kAuto, p.unknowns())) return Host(cpu_->Solve(p, m, out, c));
-    UseDevice();
-    if (p.variable() || p.unified()) return SolveTriVariable(p, m, out, c);
-    return SolveTri(p, m, out, c);
+    return SolveFamily(p, m, out, c);
   }
-
   absl::StatusOr<SolveInfo> Solve(const DenseProblem<double>& p, DenseMethod m,
                                   DenseOutput<double> out, const SolveControl& c) override {
-    UseDevice();
-    return SolveDenseOnDevice(p, m, out, c);
+    return SolveFamily(p, m, out, c);
   }
   absl::StatusOr<SolveInfo> Solve(const DenseProblem<float>& p, DenseMethod m,
                                   DenseOutput<float> out, const SolveControl& c) override {
-    UseDevice();
-    return SolveDenseOnDevice(p, m, out, c);
+    return SolveFamily(p, m, out, c);
   }
   absl::StatusOr<SolveInfo> Solve(const TreeProblem<double>& p, TreeMethod m,
                                   TreeOutput<double> out, const SolveControl& c) override {
-    if (ClientDevice(p, out.x) && !TreeMayStayOnDevice(p, m)) return ThroughHost(p, m, out, c);
-    if (OnHost(m == TreeMethod::kAuto, p.batch * p.n)) return Host(cpu_->Solve(p, m, out, c));
-    UseDevice();
-    return SolveTreeOnDevice(p, m, out, c);
+    return SolveFamily(p, m, out, c);
   }
   absl::StatusOr<SolveInfo> Solve(const TreeProblem<float>& p, TreeMethod m,
                                   TreeOutput<float> out, const SolveControl& c) override {
-    if (ClientDevice(p, out.x) && !TreeMayStayOnDevice(p, m)) return ThroughHost(p, m, out, c);
-    if (OnHost(m == TreeMethod::kAuto, p.batch * p.n)) return Host(cpu_->Solve(p, m, out, c));
-    UseDevice();
-    return SolveTreeOnDevice(p, m, out, c);
+    return SolveFamily(p, m, out, c);
   }
   absl::StatusOr<SolveInfo> Solve(const BlockTridiagonalProblem<double>& p, BlockMethod m,
                                   const BlockOptions& o, BlockOutput<double> out,
                                   const SolveControl& c) override {
-    if (ClientDevice(p, out.y)) return ThroughHost(p, m, o, out, c);
-    UseDevice();
-    return SolveBlockOnDevice(p, m, o, out, c);
+    return SolveFamily(p, m, o, out, c);
   }
   absl::StatusOr<SolveInfo> Solve(const BlockTridiagonalProblem<float>& p, BlockMethod m,
                                   const BlockOptions& o, BlockOutput<float> out,
                                   const SolveControl& c) override {
-    if (ClientDevice(p, out.y)) return ThroughHost(p, m, o, out, c);
-    UseDevice();
-    return SolveBlockOnDevice(p, m, o, out, c);
+    return SolveFamily(p, m, o, out, c);
   }
 
   absl::StatusOr<bool> PinHostMemory(void* p, int64_t bytes) override {
@@ -207,6 +188,38 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  template <typename T>
+  absl::StatusOr<SolveInfo> SolveFamily(const TridiagonalProblem<T>& p, TridiagonalMethod m,
+                                        TridiagonalOutput<T> out, const SolveControl& c) {
+    if (ClientDevice(p, out.x) && !TriOnDeviceOnly(p, m)) return ThroughHost(p, m, out, c);
+    if (OnHost(m == TridiagonalMethod::kAuto, p.unknowns())) return Host(cpu_->Solve(p, m, out, c));
+    UseDevice();
+    if (p.variable() || p.unified()) return SolveTriVariable(p, m, out, c);
+    return SolveTri(p, m, out, c);
+  }
+  template <typename T>
+  absl::StatusOr<SolveInfo> SolveFamily(const DenseProblem<T>& p, DenseMethod m,
+                                        DenseOutput<T> out, const SolveControl& c) {
+    UseDevice();
+    return SolveDenseOnDevice(p, m, out, c);
+  }
+  template <typename T>
+  absl::StatusOr<SolveInfo> SolveFamily(const TreeProblem<T>& p, TreeMethod m, TreeOutput<T> out,
+                                        const SolveControl& c) {
+    if (ClientDevice(p, out.x) && !TreeMayStayOnDevice(p, m)) return ThroughHost(p, m, out, c);
+    if (OnHost(m == TreeMethod::kAuto, p.batch * p.n)) return Host(cpu_->Solve(p, m, out, c));
+    UseDevice();
+    return SolveTreeOnDevice(p, m, out, c);
+  }
+  template <typename T>
+  absl::StatusOr<SolveInfo> SolveFamily(const BlockTridiagonalProblem<T>& p, BlockMethod m,
+                                        const BlockOptions& o, BlockOutput<T> out,
+                                        const SolveControl& c) {
+    if (ClientDevice(p, out.y)) return ThroughHost(p, m, o, out, c);
+    UseDevice();
+    return SolveBlockOnDevice(p, m, o, out, c);
+  }
+
   // Every call starts on this backend's device, whichever device the calling thread used last:
   // the kernels, the cable plans and the cuBLAS handles use the current device.
   void UseDevice() const { cudaSetDevice(options_.device); }

@@ -4,7 +4,11 @@
 // rows. Every answer's backward error is computed from the original arrays, and the two answers
 // are compared. --huge solves one system larger than one device over the devices (and says
 // what one device answers).
-//   bench_split_system [--log2n 24,26,28] [--reps 5] [--devices D] [--huge LOG2N]
+// --pinned 1: the arrays page-locked first (Backend::PinHostMemory), as a client's registered
+// shared memory is in the server, so the copies run at the link's rate, not the host's.
+// With --pinned, a row of the copies alone bounds the split: a, b, c, d in and x back between
+// page-locked host memory and one device, then the halves to and from D devices at once.
+//   bench_split_system [--log2n 24,26,28] [--reps 5] [--devices D] [--huge LOG2N] [--pinned 1]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -16,6 +20,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <cuda_runtime.h>
 
 #include "trisolve/backend.h"
 
@@ -129,6 +135,50 @@ std::string Cell(const Timed& t) {
   return buf;
 }
 
+// The copies of one system of n rows alone (4 arrays in, x back), from page-locked memory,
+// over `devices` devices at once in equal shares: the floor of a solve from such memory.
+double CopyFloorMs(int64_t n, int devices, int reps) {
+  const size_t in = size_t(4 * n * 8), out = size_t(n * 8);
+  void *h_in = nullptr, *h_out = nullptr;
+  if (cudaHostAlloc(&h_in, in, cudaHostAllocPortable) != cudaSuccess ||
+      cudaHostAlloc(&h_out, out, cudaHostAllocPortable) != cudaSuccess)
+    return NAN;
+  std::memset(h_in, 0, in);
+  std::vector<void*> d_in(static_cast<size_t>(devices)), d_out(static_cast<size_t>(devices));
+  std::vector<cudaStream_t> st(static_cast<size_t>(devices));
+  for (int g = 0; g < devices; ++g) {
+    cudaSetDevice(g);
+    if (cudaMalloc(&d_in[size_t(g)], in / size_t(devices)) != cudaSuccess ||
+        cudaMalloc(&d_out[size_t(g)], out / size_t(devices)) != cudaSuccess)
+      return NAN;
+    cudaStreamCreate(&st[size_t(g)]);
+  }
+  std::vector<double> ms;
+  for (int r = 0; r <= reps; ++r) {
+    const auto t0 = Clock::now();
+    for (int g = 0; g < devices; ++g) {
+      cudaSetDevice(g);
+      const size_t qi = in / size_t(devices), qo = out / size_t(devices);
+      cudaMemcpyAsync(d_in[size_t(g)], static_cast<char*>(h_in) + size_t(g) * qi, qi,
+                      cudaMemcpyHostToDevice, st[size_t(g)]);
+      cudaMemcpyAsync(static_cast<char*>(h_out) + size_t(g) * qo, d_out[size_t(g)], qo,
+                      cudaMemcpyDeviceToHost, st[size_t(g)]);
+    }
+    for (int g = 0; g < devices; ++g) cudaStreamSynchronize(st[size_t(g)]);
+    if (r > 0) ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  for (int g = 0; g < devices; ++g) {
+    cudaSetDevice(g);
+    cudaFree(d_in[size_t(g)]);
+    cudaFree(d_out[size_t(g)]);
+    cudaStreamDestroy(st[size_t(g)]);
+  }
+  cudaFreeHost(h_in);
+  cudaFreeHost(h_out);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
 std::vector<int> Ints(const char* s) {
   std::vector<int> out;
   for (const char* p = s; *p;) {
@@ -143,13 +193,14 @@ std::vector<int> Ints(const char* s) {
 
 int main(int argc, char** argv) {
   std::vector<int> log2n = {24, 26, 28};
-  int reps = 5, devices = CudaDeviceCount(), huge = 0;
+  int reps = 5, devices = CudaDeviceCount(), huge = 0, pinned = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
     if (k == "--log2n") log2n = Ints(argv[i + 1]);
     else if (k == "--reps") reps = std::atoi(argv[i + 1]);
     else if (k == "--devices") devices = std::atoi(argv[i + 1]);
     else if (k == "--huge") huge = std::atoi(argv[i + 1]);
+    else if (k == "--pinned") pinned = std::atoi(argv[i + 1]);
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;
@@ -171,8 +222,9 @@ int main(int argc, char** argv) {
   }
   const BackendInfo info = (*one)->Info();
   std::printf("%s x %d, %d host threads; float64, one system, diagonally dominant rows; end to "
-              "end from pageable host memory (arrays in, x out), median of %d after a warm-up\n\n",
-              info.devices.empty() ? "?" : info.devices[0].name.c_str(), devices, Threads(), reps);
+              "end from %s host memory (arrays in, x out), median of %d after a warm-up\n\n",
+              info.devices.empty() ? "?" : info.devices[0].name.c_str(), devices, Threads(),
+              pinned ? "page-locked" : "pageable", reps);
   std::printf("| n | GB (a,b,c,d,x) | 1 device | %d devices | speed-up | backward error 1 / %d | "
               "max diff | method (%d devices) |\n|---|---|---|---|---|---|---|---|\n",
               devices, devices, devices);
@@ -180,8 +232,22 @@ int main(int argc, char** argv) {
     const int64_t n = int64_t{1} << l;
     const System s = Make(n);
     std::unique_ptr<double[]> x1(new double[size_t(n)]), x2(new double[size_t(n)]);
+    std::vector<double*> arrays = {s.a.get(), s.b.get(), s.c.get(), s.d.get(), x1.get(),
+                                   x2.get()};
+    if (pinned)
+      for (double* p : arrays)
+        for (Backend* be : {one->get(), many->get()})
+          if (auto st = be->PinHostMemory(p, n * 8); !st.ok()) {
+            std::fprintf(stderr, "PinHostMemory: %s\n", std::string(st.status().message()).c_str());
+            return 1;
+          }
     const Timed t1 = Time(**one, s, x1.get(), reps);
     const Timed t2 = Time(**many, s, x2.get(), reps);
+    if (pinned)
+      for (double* p : arrays) {
+        (*many)->UnpinHostMemory(p);  // the workers only recorded it; the first backend pinned it
+        (*one)->UnpinHostMemory(p);
+      }
     const double be1 = t1.ok ? BackwardError(s, x1.get()) : NAN;
     const double be2 = t2.ok ? BackwardError(s, x2.get()) : NAN;
     const double diff = t1.ok && t2.ok ? Distance(n, x2.get(), x1.get()) : NAN;
@@ -190,6 +256,11 @@ int main(int argc, char** argv) {
                 Cell(t1).c_str(), Cell(t2).c_str(),
                 t1.ok && t2.ok ? t1.median_ms / t2.median_ms : NAN, be1, be2, diff,
                 t2.what.c_str());
+    if (pinned) {
+      const double c1 = CopyFloorMs(n, 1, reps), cd = CopyFloorMs(n, devices, reps);
+      std::printf("| 2^%d, the copies alone | | %.2f ms | %.2f ms | %.2fx | | | |\n", l, c1, cd,
+                  c1 / cd);
+    }
     std::fflush(stdout);
   }
   if (huge > 0) {

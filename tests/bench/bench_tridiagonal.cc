@@ -346,28 +346,48 @@ void RunVariable(int64_t N, int reps, double copy_gbs, trisolve::cuda::Pool& poo
     CK(cudaMemcpy(dev[q], h[q].data(), sizeof(T) * N, cudaMemcpyHostToDevice));
   uint8_t* flags;  // for this batch and the uniform ones below
   CK(cudaMalloc(&flags, N));
+  // A plan of the variable kernel timed as one row: these systems or a uniform batch (offs), flat
+  // or in the unified-vector layout (abc: a, b, c of a row together, read in place).
+  std::vector<T> habc(3 * size_t(N));
+  for (int64_t e = 0; e < N; ++e)
+    for (int q = 0; q < 3; ++q) habc[3 * e + q] = h[q][e];
+  T* abc;
+  CK(cudaMalloc(&abc, sizeof(T) * 3 * N));
+  CK(cudaMemcpy(abc, habc.data(), sizeof(T) * 3 * N, cudaMemcpyHostToDevice));
+  const double bytes = 5.0 * sizeof(T) * N;
+  auto plan_row = [&](const trisolve::cuda::VariablePlan& pl, std::vector<int64_t>& offs,
+                      bool unified, const std::string& lay, int64_t n, int64_t systems) {
+    std::byte* m;
+    CK(cudaMalloc(&m, pl.meta.size()));
+    CK(cudaMemcpy(m, pl.meta.data(), pl.meta.size(), cudaMemcpyHostToDevice));
+    trisolve::TridiagonalProblem<T> q{systems, n, trisolve::Layout::kFlat, dev[0], dev[1], dev[2],
+                                      dev[3]};
+    if (unified) {
+      q.a = abc;
+      q.b = abc + 1;
+      q.c = abc + 2;
+      q.coef_stride = 3;
+    }
+    q.offsets = offs.data();
+    const double t = trisolve::bench::TimeIt(reps, [&] {
+      CK(cudaMemsetAsync(flags, 0, systems));
+      auto k = trisolve::cuda::SolveVariableDevice(q, pl, m, trisolve::TridiagonalMethod::kAuto,
+                                                   dev[4], flags, pool, nullptr);
+      if (!k.ok()) std::exit(2);
+    });
+    rows.push_back({sizeof(T) == 8 ? "float64" : "float32", lay, "partitioned-variable", n,
+                    systems, t, bytes / t / 1e6, bytes / t / 1e6 / copy_gbs, -1});
+    std::printf("%-8s %8lld %8lld %-12s %-26s %9.3f ms %7.0f GB/s %5.1f%%\n",
+                rows.back().dtype.c_str(), (long long)n, (long long)systems, lay.c_str(),
+                "partitioned-variable", t, rows.back().gbs, 100 * rows.back().frac);
+    CK(cudaFree(m));
+  };
   // TRISOLVE_BENCH_STREAM_FROM=a,b,..: first a row for each streamed-class threshold (9: none).
   if (const char* sf = std::getenv("TRISOLVE_BENCH_STREAM_FROM")) {
     std::string list(sf);
-    for (char* t = std::strtok(list.data(), ","); t; t = std::strtok(nullptr, ",")) {
-      const auto pl = trisolve::cuda::PlanVariable(offsets.data(), batch, std::atoi(t));
-      std::byte* m;
-      CK(cudaMalloc(&m, pl.meta.size()));
-      CK(cudaMemcpy(m, pl.meta.data(), pl.meta.size(), cudaMemcpyHostToDevice));
-      trisolve::TridiagonalProblem<T> q{batch, hi, trisolve::Layout::kFlat, dev[0], dev[1],
-                                        dev[2], dev[3]};
-      q.offsets = offsets.data();
-      const double t2 = trisolve::bench::TimeIt(reps, [&] {
-        CK(cudaMemsetAsync(flags, 0, batch));
-        auto k = trisolve::cuda::SolveVariableDevice(q, pl, m, trisolve::TridiagonalMethod::kAuto,
-                                                     dev[4], flags, pool, nullptr);
-        if (!k.ok()) std::exit(2);
-      });
-      const double by = 5.0 * sizeof(T) * N;
-      std::printf("%-8s stream_from %s: %9.3f ms %5.1f%% of the copy rate\n",
-                  sizeof(T) == 8 ? "float64" : "float32", t, t2, 100 * by / t2 / 1e6 / copy_gbs);
-      CK(cudaFree(m));
-    }
+    for (char* t = std::strtok(list.data(), ","); t; t = std::strtok(nullptr, ","))
+      plan_row(trisolve::cuda::PlanVariable(offsets.data(), batch, std::atoi(t)), offsets, false,
+               std::string("stream_from ") + t, hi, batch);
   }
   const trisolve::cuda::VariablePlan plan = trisolve::cuda::PlanVariable(offsets.data(), batch);
   std::byte* meta;
@@ -398,49 +418,13 @@ void RunVariable(int64_t N, int reps, double copy_gbs, trisolve::cuda::Pool& poo
     dm = std::max(dm, std::abs(double(x[e]) - double(xr[e])));
     xm = std::max(xm, std::abs(double(xr[e])));
   }
-  const double bytes = 5.0 * sizeof(T) * N;
   const std::string label = "variable " + std::to_string(lo) + "-" + std::to_string(hi);
   rows.push_back({sizeof(T) == 8 ? "float64" : "float32", label, name, hi, batch, ms,
                   bytes / ms / 1e6, bytes / ms / 1e6 / copy_gbs, dm / xm});
   std::printf("%-8s %8lld %8lld %-12s %-26s %9.3f ms %7.0f GB/s %5.1f%% err %.1e\n",
               rows.back().dtype.c_str(), (long long)hi, (long long)batch, label.c_str(),
               name.c_str(), ms, rows.back().gbs, 100 * rows.back().frac, dm / xm);
-  // The same systems in the unified-vector layout (abc: a, b, c of a row together), read in
-  // place by the same kernel; then a uniform batch of 2048 rows both ways.
-  std::vector<T> habc(3 * size_t(N));
-  for (int64_t e = 0; e < N; ++e)
-    for (int q = 0; q < 3; ++q) habc[3 * e + q] = h[q][e];
-  T* abc;
-  CK(cudaMalloc(&abc, sizeof(T) * 3 * N));
-  CK(cudaMemcpy(abc, habc.data(), sizeof(T) * 3 * N, cudaMemcpyHostToDevice));
-  auto unified_row = [&](const trisolve::cuda::VariablePlan& pl, std::vector<int64_t>& offs,
-                         bool unified, const std::string& lay, int64_t n, int64_t systems) {
-    std::byte* m;
-    CK(cudaMalloc(&m, pl.meta.size()));
-    CK(cudaMemcpy(m, pl.meta.data(), pl.meta.size(), cudaMemcpyHostToDevice));
-    trisolve::TridiagonalProblem<T> q{systems, n, trisolve::Layout::kFlat, dev[0], dev[1], dev[2],
-                                      dev[3]};
-    if (unified) {
-      q.a = abc;
-      q.b = abc + 1;
-      q.c = abc + 2;
-      q.coef_stride = 3;
-    }
-    q.offsets = offs.data();
-    const double t = trisolve::bench::TimeIt(reps, [&] {
-      CK(cudaMemsetAsync(flags, 0, systems));
-      auto k = trisolve::cuda::SolveVariableDevice(q, pl, m, trisolve::TridiagonalMethod::kAuto,
-                                                   dev[4], flags, pool, nullptr);
-      if (!k.ok()) std::exit(2);
-    });
-    rows.push_back({sizeof(T) == 8 ? "float64" : "float32", lay, "partitioned-variable", n,
-                    systems, t, bytes / t / 1e6, bytes / t / 1e6 / copy_gbs, -1});
-    std::printf("%-8s %8lld %8lld %-12s %-26s %9.3f ms %7.0f GB/s %5.1f%%\n",
-                rows.back().dtype.c_str(), (long long)n, (long long)systems, lay.c_str(),
-                "partitioned-variable", t, rows.back().gbs, 100 * rows.back().frac);
-    CK(cudaFree(m));
-  };
-  unified_row(plan, offsets, true, label + " unified", hi, batch);
+  plan_row(plan, offsets, true, label + " unified", hi, batch);
   // TRISOLVE_BENCH_VARIABLE_UNIFORM=n,..: uniform batches of those n through the variable kernel.
   if (const char* u = std::getenv("TRISOLVE_BENCH_VARIABLE_UNIFORM")) {
     std::string list(u);
@@ -449,15 +433,15 @@ void RunVariable(int64_t N, int reps, double copy_gbs, trisolve::cuda::Pool& poo
       std::vector<int64_t> uo(size_t(systems) + 1);
       for (size_t s = 0; s < uo.size(); ++s) uo[s] = int64_t(s) * n;
       const auto up = trisolve::cuda::PlanVariable(uo.data(), systems);
-      unified_row(up, uo, false, "uniform " + std::to_string(n), n, systems);
+      plan_row(up, uo, false, "uniform " + std::to_string(n), n, systems);
     }
   }
   {
     std::vector<int64_t> uo(size_t(N / 2048) + 1);
     for (size_t s = 0; s < uo.size(); ++s) uo[s] = int64_t(s) * 2048;
     const auto up = trisolve::cuda::PlanVariable(uo.data(), N / 2048);
-    unified_row(up, uo, false, "flat", 2048, N / 2048);
-    unified_row(up, uo, true, "unified", 2048, N / 2048);
+    plan_row(up, uo, false, "flat", 2048, N / 2048);
+    plan_row(up, uo, true, "unified", 2048, N / 2048);
   }
   CK(cudaFree(abc));
   for (int64_t n : {int64_t(2048), int64_t(4096)}) {

@@ -12,6 +12,9 @@
 #   there:  bash tests/bench/run_multi_gpu.sh          (logs under $OUT)
 # PARTS picks what runs (default all): tests backend bench. DEVICES: the device counts to compare
 # (default 1 and every count up to the GPUs present, doubling). CLIENTS: default "16 64".
+# TRANSPORTS: the bench's data paths (default "auto"; "shm" keeps each client's arrays in
+# registered shared memory, so the host copies nothing and the devices' links are what is
+# measured). SHAPES: "BATCHxN ..." (default "256x1024 2048x1024"). MODES: default "handle unary".
 set -uo pipefail
 out=${OUT:-/tmp/trisolve-multi}
 mkdir -p "$out"
@@ -73,19 +76,22 @@ if want bench; then
     $run trisolve --server 127.0.0.1:$port info | tee -a "$out/info_$d.txt"
     # Shapes: 256 x 1024 (2 MiB a right-hand side) and 2048 x 1024 (16 MiB), float64; above
     # --gpu-min-unknowns, so every solve runs on a GPU.
-    for shape in "256 1024" "2048 1024"; do
-      set -- $shape
+    for shape in ${SHAPES:-256x1024 2048x1024}; do
+      set -- ${shape/x/ }
+      for t in ${TRANSPORTS:-auto}; do
       for c in ${CLIENTS:-16 64}; do
-        for mode in handle unary; do
+        for mode in ${MODES:-handle unary}; do
           r=$(( $1 * $2 >= 1 << 21 ? 20 : 100 ))
           [ $mode = unary ] && r=$((r / 2))
           line=$($run trisolve --server 127.0.0.1:$port bench --clients $c --requests $r \
-                   --batch $1 --n $2 --mode $mode --json | tee -a "$out/bench_$d.log" | grep '^{')
+                   --batch $1 --n $2 --mode $mode --transport $t --json |
+                 tee -a "$out/bench_$d.log" | grep '^{')
           if [ -z "$line" ]; then
-            echo "bench $mode $1x$2 $c clients, $d devices: no result (bench_$d.log)"; continue
+            echo "bench $mode $t $1x$2 $c clients, $d devices: no result (bench_$d.log)"; continue
           fi
           echo "{\"devices\":$d,${line#\{}" | tee -a "$results"
         done
+      done
       done
     done
     $run trisolve --server 127.0.0.1:$port info >>"$out/info_$d.txt"
@@ -94,18 +100,18 @@ if want bench; then
   done
 
   echo "=== scaling: requests/s with D devices / (D x requests/s with 1)"
-  printf '%-8s %-11s %8s %8s %12s %8s\n' mode shape clients devices requests/s scaling | tee "$out/scaling.txt"
+  printf '%-8s %-6s %-11s %8s %8s %12s %8s\n' mode path shape clients devices requests/s scaling | tee "$out/scaling.txt"
   # One JSON object a line, flat: fields picked by name with sed (no jq or python needed there).
   field() { sed -n "s/.*\"$1\":\"\{0,1\}\([^,\"}]*\).*/\1/p" <<<"$2"; }
   declare -A base
   while read -r l; do
     [ -z "$l" ] && continue
-    key="$(field mode "$l") $(field batch "$l")x$(field n "$l") $(field clients "$l")"
+    key="$(field mode "$l") $(field transport "$l") $(field batch "$l")x$(field n "$l") $(field clients "$l")"
     d=$(field devices "$l"); rps=$(field requests_per_s "$l")
     [ "$d" = 1 ] && base[$key]=$rps
     b=${base[$key]:-}
     s=$([ -n "$b" ] && awk -v r="$rps" -v b="$b" -v d="$d" 'BEGIN{printf "%.2f", r / (d * b)}' || echo -)
-    printf '%-8s %-11s %8s %8s %12s %8s\n' $key "$d" "$rps" "$s" | tee -a "$out/scaling.txt"
+    printf '%-8s %-6s %-11s %8s %8s %12s %8s\n' $key "$d" "$rps" "$s" | tee -a "$out/scaling.txt"
   done <"$results"
 fi
 echo "=== done"

@@ -30,4 +30,15 @@ struct BenchOptions {
 // alternative. Exit status 0 when every request was answered correctly.
 int RunBench(const Client::Options& client_options, const BenchOptions& options);
 
+// The check the bench applies to every answer: the worst backward error
+// ||d - A x||_inf / (||A||_inf ||x||_inf + ||d||_inf) over a flat batch of tridiagonal systems
+// (a, b, c, d, x of batch * n values; norm[s] = ||A||_inf of system s, n >= 2); infinity when x
+// holds a NaN or an infinity.
+double TridiagonalBackwardError(const double* a, const double* b, const double* c,
+                                const double* norm, const double* d, const double* x,
+                                int64_t batch, int64_t n);
+// The other check: the worst over systems of max |x - expected| / max |expected| (x and
+// expected: batch * n values); infinity when x holds a NaN or an infinity.
+double MaxRelativeDifference(const double* x, const double* expected, int64_t batch, int64_t n);
+
 }  // namespace trisolve

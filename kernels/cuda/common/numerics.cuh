@@ -17,6 +17,11 @@ __device__ __forceinline__ void Unpack(float4 v, float* o) {
   o[2] = v.z;
   o[3] = v.w;
 }
+// The 16-byte word c of a buffer in shared memory at c ^ ((c >> 3) & 7): an XOR swizzle within
+// each 128-byte line, so that threads reading their own runs of consecutive 16-byte words, a
+// run's length apart, meet no bank conflict (the streamed tridiagonal kernels' buffers).
+__device__ __forceinline__ int Swizzle16(int c) { return c ^ ((c >> 3) & 7); }
+
 __device__ __forceinline__ double2 Pack(const double* o) { return make_double2(o[0], o[1]); }
 __device__ __forceinline__ float4 Pack(const float* o) {
   return make_float4(o[0], o[1], o[2], o[3]);

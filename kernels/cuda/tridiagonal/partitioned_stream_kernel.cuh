@@ -24,10 +24,9 @@ namespace {
 // array 16-byte aligned) and, as soon as it has read a group from shared memory into registers,
 // starts the asynchronous copy (cp.async, 16 bytes a thread at a time, coalesced) of its next
 // group into the same buffer; the copy runs under the group's reduction, PCR and stores.
-// Buffer layout: the 16-byte word c of an array at c ^ ((c >> 3) & 7) (an XOR swizzle within
-// each 128-byte line), so that a thread reading its own M consecutive rows as 16-byte words,
-// M * sizeof(T) bytes after its neighbour's, meets no bank conflict.
-__device__ __forceinline__ int Swizzle16(int c) { return c ^ ((c >> 3) & 7); }
+// Buffer layout: the 16-byte word c of an array at Swizzle16(c) (common/numerics.cuh), so that a
+// thread reading its own M consecutive rows as 16-byte words, M * sizeof(T) bytes after its
+// neighbour's, meets no bank conflict.
 
 // The interleaved layout (kInterleaved): a group is S consecutive systems (S * sizeof(T)
 // bytes a row: 16 to 256, whole 16-byte words), and its rows are copied with cp.async into a

@@ -132,10 +132,9 @@ __global__ void __launch_bounds__(kVariableThreads)
 // arithmetic, then its stores) lacks where one block fills an SM. A system's rows are copied as
 // the 16-byte words that cover them (its row 0 at value sh = its offset mod W of the slot), so
 // every copy is a whole word whatever the offset; a word past the arrays' end is copied value
-// by value. Buffer value v sits in word SwizzleWord(v / W), so that threads reading their own M
+// by value. Buffer value v sits in word Swizzle16(v / W), so that threads reading their own M
 // consecutive rows meet few bank conflicts. kUnified: the slot holds the abc triples as they
 // lie, then d.
-__device__ __forceinline__ int SwizzleWord(int w) { return w ^ ((w >> 3) & 7); }
 
 // Values a slot of `rows` values takes: room for the offset's shift and the last word, in whole
 // 128-byte lines (the swizzle permutes words within a line).
@@ -148,7 +147,7 @@ __host__ __device__ constexpr int VariableSlotValues(int rows) {
 template <typename T>
 __device__ __forceinline__ T BufAt(const T* buf, int v) {
   constexpr int W = 16 / sizeof(T);
-  return buf[SwizzleWord(v / W) * W + v % W];
+  return buf[Swizzle16(v / W) * W + v % W];
 }
 
 // Starts the copy of values [first, first + count) of K arrays srcs (`total` values each)
@@ -168,14 +167,14 @@ __device__ __forceinline__ void CopyWords(T* const (&bufs)[K], int at, const T* 
   const int whole = vec ? int(std::max<int64_t>(0, std::min<int64_t>(words, total / W - w0))) : 0;
   const int a0 = at / W;
   for (int w = threadIdx.x; w < whole; w += blockDim.x) {
-    const int ph = SwizzleWord(a0 + w) * W;
+    const int ph = Swizzle16(a0 + w) * W;
 #pragma unroll
     for (int q = 0; q < K; ++q)
       __pipeline_memcpy_async(reinterpret_cast<V*>(bufs[q] + ph),
                               reinterpret_cast<const V*>(srcs[q]) + w0 + w, 16);
   }
   for (int w = whole + threadIdx.x; w < words; w += blockDim.x) {
-    const int ph = SwizzleWord(a0 + w) * W;
+    const int ph = Swizzle16(a0 + w) * W;
     for (int i = 0; i < W && (w0 + w) * W + i < total; ++i)
 #pragma unroll
       for (int q = 0; q < K; ++q)
@@ -193,11 +192,11 @@ __device__ __forceinline__ void ReadShifted(const T* slot, int k0, T (&v)[M]) {
   const V* w = reinterpret_cast<const V*>(slot);
   if constexpr (SH == 0) {
 #pragma unroll
-    for (int q = 0; q < M / W; ++q) Unpack(w[SwizzleWord(k0 / W + q)], v + q * W);
+    for (int q = 0; q < M / W; ++q) Unpack(w[Swizzle16(k0 / W + q)], v + q * W);
   } else {
     T t[M + W];
 #pragma unroll
-    for (int q = 0; q <= M / W; ++q) Unpack(w[SwizzleWord(k0 / W + q)], t + q * W);
+    for (int q = 0; q <= M / W; ++q) Unpack(w[Swizzle16(k0 / W + q)], t + q * W);
 #pragma unroll
     for (int i = 0; i < M; ++i) v[i] = t[SH + i];
   }

@@ -1,0 +1,146 @@
+// The check `trisolve bench` applies to every answer: it must agree with the plain definition of
+// the backward error, and never let a wrong, NaN or infinite answer through.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "trisolve/bench.h"
+
+namespace trisolve {
+namespace {
+
+struct Batch {
+  int64_t batch, n;
+  std::vector<double> a, b, c, d, x, norm;
+};
+
+Batch Make(int64_t batch, int64_t n, uint64_t seed) {
+  Batch m{batch, n, {}, {}, {}, {}, {}, {}};
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(-1, 1);
+  const size_t e = size_t(batch * n);
+  for (auto* v : {&m.a, &m.b, &m.c, &m.d, &m.x}) v->resize(e);
+  for (size_t i = 0; i < e; ++i) {
+    m.a[i] = u(rng);
+    m.b[i] = 4 + u(rng);
+    m.c[i] = u(rng);
+    m.d[i] = u(rng);
+  }
+  m.norm.assign(size_t(batch), 0);
+  for (int64_t s = 0; s < batch; ++s) {
+    // x by Thomas in long double: an answer as right as float64 can hold.
+    std::vector<long double> cp(static_cast<size_t>(n)), y(static_cast<size_t>(n));
+    const int64_t o = s * n;
+    long double beta = m.b[size_t(o)];
+    cp[0] = m.c[size_t(o)] / beta;
+    y[0] = m.d[size_t(o)] / beta;
+    for (int64_t i = 1; i < n; ++i) {
+      beta = m.b[size_t(o + i)] - m.a[size_t(o + i)] * cp[size_t(i - 1)];
+      cp[size_t(i)] = m.c[size_t(o + i)] / beta;
+      y[size_t(i)] = (m.d[size_t(o + i)] - m.a[size_t(o + i)] * y[size_t(i - 1)]) / beta;
+    }
+    for (int64_t i = n - 2; i >= 0; --i) y[size_t(i)] -= cp[size_t(i)] * y[size_t(i + 1)];
+    for (int64_t i = 0; i < n; ++i) {
+      m.x[size_t(o + i)] = double(y[size_t(i)]);
+      const double row = std::abs(m.b[size_t(o + i)]) + (i > 0 ? std::abs(m.a[size_t(o + i)]) : 0) +
+                         (i + 1 < n ? std::abs(m.c[size_t(o + i)]) : 0);
+      m.norm[size_t(s)] = std::max(m.norm[size_t(s)], row);
+    }
+  }
+  return m;
+}
+
+// The definition, row by row, in long double.
+double Plain(const Batch& m) {
+  long double worst = 0;
+  for (int64_t s = 0; s < m.batch; ++s) {
+    long double r = 0, an = 0, xn = 0, dn = 0;
+    for (int64_t i = 0; i < m.n; ++i) {
+      const size_t k = size_t(s * m.n + i);
+      if (!std::isfinite(m.x[k])) return INFINITY;
+      long double ax = (long double)m.b[k] * m.x[k], row = std::abs(m.b[k]);
+      if (i > 0) ax += (long double)m.a[k] * m.x[k - 1], row += std::abs(m.a[k]);
+      if (i + 1 < m.n) ax += (long double)m.c[k] * m.x[k + 1], row += std::abs(m.c[k]);
+      r = std::max(r, std::abs(m.d[k] - ax));
+      an = std::max(an, row);
+      xn = std::max<long double>(xn, std::abs(m.x[k]));
+      dn = std::max<long double>(dn, std::abs(m.d[k]));
+    }
+    worst = std::max(worst, r / (an * xn + dn));
+  }
+  return double(worst);
+}
+
+double Check(const Batch& m) {
+  return TridiagonalBackwardError(m.a.data(), m.b.data(), m.c.data(), m.norm.data(), m.d.data(),
+                                  m.x.data(), m.batch, m.n);
+}
+
+TEST(BenchCheck, AgreesWithTheDefinition) {
+  for (int64_t n : {2, 3, 17, 64, 1024})
+    for (int64_t batch : {1, 5}) {
+      Batch m = Make(batch, n, uint64_t(n * 31 + batch));
+      EXPECT_LE(Check(m), 1e-15) << n << " x " << batch;
+      // A wrong answer in any row of any system: the first, the last, one in the middle.
+      for (int64_t s : {int64_t{0}, batch - 1})
+        for (int64_t i : {int64_t{0}, n / 2, n - 1}) {
+          Batch w = m;
+          w.x[size_t(s * n + i)] += 1e-6;
+          const double plain = Plain(w);
+          EXPECT_GT(plain, 1e-8);
+          // The check rounds in double, the definition here in long double.
+          EXPECT_NEAR(Check(w), plain, 1e-8 * plain) << n << " x " << batch << " row " << i;
+        }
+    }
+}
+
+TEST(BenchCheck, NaNAndInfinityAreInfinitelyWrong) {
+  const double bad[] = {std::numeric_limits<double>::quiet_NaN(),
+                        std::numeric_limits<double>::infinity(),
+                        -std::numeric_limits<double>::infinity()};
+  for (int64_t n : {2, 5, 1024})
+    for (double v : bad)
+      for (int64_t i : {int64_t{0}, n / 2, n - 1}) {
+        Batch m = Make(3, n, 7);
+        m.x[size_t(2 * n + i)] = v;
+        EXPECT_EQ(Check(m), INFINITY) << "n " << n << " row " << i << " value " << v;
+      }
+}
+
+TEST(BenchCheck, AnotherRequestsAnswerIsWrong) {
+  // The answer to another right-hand side (a misrouted answer) is far from this one's.
+  Batch m = Make(4, 256, 11), other = Make(4, 256, 12);
+  m.x = other.x;
+  other.a = m.a, other.b = m.b, other.c = m.c;
+  EXPECT_GT(Check(m), 1e-3);
+}
+
+TEST(BenchCheck, TheComparisonWithTheLocalAnswerMissesNothing) {
+  Batch m = Make(5, 300, 21);
+  const std::vector<double> expected = m.x;
+  EXPECT_EQ(MaxRelativeDifference(m.x.data(), expected.data(), 5, 300), 0);
+  for (int64_t s : {0, 2, 4})
+    for (int64_t i : {0, 150, 299}) {
+      std::vector<double> x = expected;
+      x[size_t(s * 300 + i)] *= 1 + 1e-10;
+      const double e = MaxRelativeDifference(x.data(), expected.data(), 5, 300);
+      EXPECT_GT(e, 1e-12) << s << " " << i;
+      EXPECT_LT(e, 1e-9) << s << " " << i;
+      for (double v : {std::numeric_limits<double>::quiet_NaN(),
+                       std::numeric_limits<double>::infinity()}) {
+        x[size_t(s * 300 + i)] = v;
+        EXPECT_EQ(MaxRelativeDifference(x.data(), expected.data(), 5, 300), INFINITY);
+      }
+    }
+  // A system whose answer is small is judged against its own scale, not the batch's.
+  std::vector<double> x = expected, e2 = expected;
+  for (int64_t i = 0; i < 300; ++i) e2[size_t(300 + i)] *= 1e-6, x[size_t(300 + i)] *= 1e-6;
+  x[size_t(300 + 7)] += 1e-12;
+  EXPECT_GT(MaxRelativeDifference(x.data(), e2.data(), 5, 300), 1e-9);
+}
+
+}  // namespace
+}  // namespace trisolve
