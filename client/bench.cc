@@ -567,6 +567,8 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
       local_server.compute_us += t.compute_us;
       local_server.d2h_us += t.d2h_us;
       local_server.server_total_us += t.server_total_us;
+      local_server.upload_us += t.upload_us;
+      local_server.download_us += t.download_us;
     };
     for (int64_t q = 0; q < o.requests; ++q) {
       const int which = id * kRhs + int(q % kRhs);
@@ -638,6 +640,8 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
     server_sum.compute_us += local_server.compute_us;
     server_sum.d2h_us += local_server.d2h_us;
     server_sum.server_total_us += local_server.server_total_us;
+    server_sum.upload_us += local_server.upload_us;
+    server_sum.download_us += local_server.download_us;
     for (auto& [k, v] : local_err) errors[k] += v;
     batched += local_batched;
     batched_with += local_batched_with;
@@ -694,6 +698,9 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
         "total %.3f\n",
         server_sum.receive_us / k, server_sum.queue_us / k, server_sum.h2d_us / k,
         server_sum.compute_us / k, server_sum.d2h_us / k, server_sum.server_total_us / k);
+    if (server_sum.upload_us > 0)
+      std::cout << absl::StrFormat("  client, mean ms: upload %.3f, download %.3f\n",
+                                   server_sum.upload_us / k, server_sum.download_us / k);
   }
   if (batched > 0)
     std::cout << absl::StrFormat(
@@ -712,11 +719,15 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
         "{\"mode\":\"%s\",\"transport\":\"%s\",\"clients\":%d,\"requests\":%d,\"batch\":%d,\"n\":%d,\"ok\":%d,"
         "\"wrong\":%d,\"errors\":%d,\"requests_per_s\":%.3f,\"p50_ms\":%.4f,\"p90_ms\":%.4f,"
         "\"p99_ms\":%.4f,\"payload_gb_s\":%.4f,\"local_ms\":%.4f,\"local_per_s\":%.3f,"
-        "\"worst_backward_error\":%.3e,\"batched\":%d}\n",
+        "\"worst_backward_error\":%.3e,\"batched\":%d,\"upload_ms\":%.4f,\"download_ms\":%.4f,"
+        "\"server_total_ms\":%.4f}\n",
         o.mode, o.transport, o.clients, o.requests, o.batch, o.n, int64_t(ok), int64_t(wrong),
         errs,
         double(ok) / wall, p50 / 1e3, p90 / 1e3, p99 / 1e3, double(ok) * bytes_per / wall / 1e9,
-        local_s * 1e3, 1 / local_s, worst_error, batched);
+        local_s * 1e3, 1 / local_s, worst_error, batched,
+        server_sum.upload_us / 1e3 / double(std::max<int64_t>(server_n, 1)),
+        server_sum.download_us / 1e3 / double(std::max<int64_t>(server_n, 1)),
+        server_sum.server_total_us / 1e3 / double(std::max<int64_t>(server_n, 1)));
   }
   if (failed_setup) return 1;
   return ok == total ? 0 : 1;

@@ -462,6 +462,13 @@ absl::StatusOr<Result> Client::Solve(const Job& job) {
     if (f == rhs_field) x_bytes = v.bytes();
   }
   void* x_out = job.options.x_out;
+  if (const int pieces = impl_->Pieces(job, send, x_out, x_bytes); pieces > 1) {
+    auto r = impl_->SolveInPieces(job, dtype, send, x_out, x_bytes, pieces);
+    if (r.ok())
+      r->summary.timings.client_total_us =
+          std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    return r;
+  }
   auto placed = impl_->Place(views, x_out, x_bytes);
   if (!placed.ok()) return placed.status();
 
@@ -512,7 +519,9 @@ absl::StatusOr<Result> Client::Solve(const Job& job) {
     grpc::Status st = reader->Finish();
     if (!st.ok()) return FromGrpc(st);
     if (!answered) return absl::InternalError("SolveWithProgress ended without an answer");
-    if (auto dst = impl_->DeliverX(*placed, x_out, x_bytes, &result.x); !dst.ok()) return dst;
+    if (auto dst = impl_->DeliverX(*placed, x_out, x_bytes, &result.x, &result.summary.timings);
+        !dst.ok())
+      return dst;
     result.summary.transport = placed->transport;
   } else if (!stream) {
     v1::SolveResponse resp;
@@ -529,7 +538,9 @@ absl::StatusOr<Result> Client::Solve(const Job& job) {
     }
     if (!st.ok()) return FromGrpc(st);
     ReadResponse(resp, out_type, &result);
-    if (auto dst = impl_->DeliverX(*placed, x_out, x_bytes, &result.x); !dst.ok()) return dst;
+    if (auto dst = impl_->DeliverX(*placed, x_out, x_bytes, &result.x, &result.summary.timings);
+        !dst.ok())
+      return dst;
     result.summary.transport = placed->transport;
   } else {
     auto rw = impl_->stub->SolveStream(&ctx);
@@ -569,11 +580,207 @@ absl::StatusOr<Result> Client::Solve(const Job& job) {
     }
     grpc::Status st = rw->Finish();
     if (!st.ok()) return FromGrpc(st);
-    if (auto dst = impl_->DeliverX(*placed, x_out, x_bytes, &result.x); !dst.ok()) return dst;
+    if (auto dst = impl_->DeliverX(*placed, x_out, x_bytes, &result.x, &result.summary.timings);
+        !dst.ok())
+      return dst;
     result.summary.transport = "grpc-stream";
   }
   result.summary.timings.client_total_us =
       std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+  return result;
+}
+
+// ---- a batch in pieces through the server's memory ----------------------------------------
+
+int Client::Impl::Pieces(const Job& job, const std::vector<std::pair<std::string, ArrayView>>& send,
+                         void* x_out, int64_t x_bytes) {
+  if (options.pipeline_pieces < 2 || options.pipeline_piece_bytes <= 0) return 0;
+  if (job.kind != Kind::kTridiagonal && job.kind != Kind::kTree) return 0;
+  if (job.options.interleaved || job.options.progress) return 0;
+  if (replicas && replicas->balanced()) return 0;
+  const std::string rhs_field = FieldName(job.kind, ArrayNames(job.kind)[0]);
+  int64_t moved = x_bytes, batch = -1;
+  for (const auto& [field, v] : send) {
+    if (field == rhs_field && v.shape.size() >= 2) batch = v.shape[0];
+    // Arrays already in registered memory, and variable sizes, go the whole-job way.
+    if (field == "lengths" || RefOf(v.data, v.bytes())) return 0;
+    moved += v.bytes();
+  }
+  if (batch < 2 || (x_out != nullptr && RefOf(x_out, x_bytes))) return 0;
+  for (const auto& [field, v] : send)
+    if (v.shape.size() >= 2 && v.shape[0] != batch) return 0;
+  if (options.transport == Transport::kAuto) {
+    std::lock_guard<std::mutex> lock(shm_mu);
+    if (shm != Shm::kNo || moved < options.streams_min_bytes) return 0;
+  } else if (options.transport != Transport::kStreams) {
+    return 0;
+  }
+  const int64_t k = std::min<int64_t>(
+      {moved / options.pipeline_piece_bytes, int64_t(options.pipeline_pieces), batch});
+  return k >= 2 ? int(k) : 0;
+}
+
+absl::StatusOr<Result> Client::Impl::SolveInPieces(
+    const Job& job, DType dtype, const std::vector<std::pair<std::string, ArrayView>>& send,
+    void* x_out, int64_t x_bytes, int pieces) {
+  const std::string rhs_field = FieldName(job.kind, ArrayNames(job.kind)[0]);
+  // Each array whole in the region, as the serial path lays it out; those with a row per
+  // system (the rest, a tree's parent, go with the first piece) are split by rows.
+  struct Slot {
+    const std::string* field;
+    const ArrayView* v;
+    int64_t at, row;  // row: bytes a system (0: not split)
+  };
+  std::vector<Slot> slots;
+  std::vector<int64_t> shape;
+  int64_t need = 0;
+  for (const auto& [field, v] : send) {
+    if (field == rhs_field) shape = v.shape;
+    const int64_t row = v.shape.size() >= 2 ? v.bytes() / v.shape[0] : 0;
+    slots.push_back({&field, &v, need, row});
+    need += (v.bytes() + 63) / 64 * 64;
+  }
+  const int64_t batch = shape[0], x_at = need, x_row = x_bytes / batch;
+  need += x_bytes;
+  absl::Status error;
+  std::unique_ptr<Remote> remote = AcquireRemoteOrNull(need, &error);
+  if (!remote) return error;
+  Staging staging(this, std::move(*remote));
+  const std::string& region = staging.remote().name;
+  auto ref = [&](v1::RegionRef* r, int64_t offset, int64_t bytes) {
+    r->set_region(region);
+    r->set_offset(offset);
+    r->set_bytes(bytes);
+  };
+  auto first = [&](int k) { return batch * k / pieces; };
+
+  Result result;
+  result.x.dtype = dtype;
+  result.x.shape = shape;
+  if (x_out == nullptr) result.x.data.resize(size_t(x_bytes));
+  auto* x_dst = x_out != nullptr ? static_cast<std::byte*>(x_out) : result.x.data.data();
+  std::vector<v1::SolveResponse> answers(static_cast<size_t>(pieces));
+
+  // Three stages, each on its own thread, a piece apart: upload, solve, download.
+  std::mutex mu;
+  std::condition_variable cv;
+  int uploaded = 0, solved = 0;
+  absl::Status failed;
+  double upload_us = 0, download_us = 0;
+  auto fail = [&](absl::Status st) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (failed.ok()) failed = std::move(st);
+    cv.notify_all();
+  };
+  auto advance = [&](int* counter) {
+    std::lock_guard<std::mutex> lock(mu);
+    ++*counter;
+    cv.notify_all();
+  };
+  auto await = [&](const int* counter, int k) {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return *counter > k || !failed.ok(); });
+    return failed.ok();
+  };
+  std::thread up([&] {
+    for (int k = 0; k < pieces; ++k) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!failed.ok()) return;
+      }
+      const int64_t s0 = first(k), s1 = first(k + 1);
+      std::vector<Piece> parts;
+      for (const Slot& s : slots) {
+        const auto* src = static_cast<const std::byte*>(s.v->data);
+        if (s.row > 0)
+          parts.push_back({src + s0 * s.row, s.at + s0 * s.row, (s1 - s0) * s.row});
+        else if (k == 0)
+          parts.push_back({src, s.at, s.v->bytes()});
+      }
+      const auto t0 = Clock::now();
+      absl::Status st = Upload(region, parts);
+      upload_us += std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+      if (!st.ok()) return fail(st);
+      advance(&uploaded);
+    }
+  });
+  std::thread down([&] {
+    for (int k = 0; k < pieces; ++k) {
+      if (!await(&solved, k)) return;
+      const int64_t s0 = first(k), s1 = first(k + 1);
+      const auto t0 = Clock::now();
+      absl::Status st = Download(region, x_at + s0 * x_row, (s1 - s0) * x_row, x_dst + s0 * x_row);
+      download_us += std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+      if (!st.ok()) return fail(st);
+    }
+  });
+  v1::StreamRequest header;
+  SetOptions(header, job.kind, job.options, dtype == DType::kFloat64 ? v1::FLOAT64 : v1::FLOAT32);
+  for (int k = 0; k < pieces; ++k) {
+    if (!await(&uploaded, k)) break;
+    const int64_t s0 = first(k), s1 = first(k + 1);
+    v1::StreamRequest h = header;
+    for (const Slot& s : slots) {
+      v1::Array* a = MutableField(h, job.kind, *s.field);
+      for (size_t i = 0; i < s.v->shape.size(); ++i)
+        a->add_shape(i == 0 && s.row > 0 ? s1 - s0 : s.v->shape[i]);
+      if (s.row > 0)
+        ref(a->mutable_region(), s.at + s0 * s.row, (s1 - s0) * s.row);
+      else
+        ref(a->mutable_region(), s.at, s.v->bytes());
+    }
+    ref(MutableXRegion(h, job.kind), x_at + s0 * x_row, (s1 - s0) * x_row);
+    grpc::ClientContext ctx;
+    SetAuth(ctx, options, job.options);
+    grpc::Status st = job.kind == Kind::kTridiagonal
+                          ? stub->SolveTridiagonal(&ctx, h.tridiagonal(), &answers[size_t(k)])
+                          : stub->SolveTree(&ctx, h.tree(), &answers[size_t(k)]);
+    if (!st.ok()) {
+      // The server counts the piece's systems from 0: say which they are.
+      const absl::Status s = FromGrpc(st);
+      fail(absl::Status(s.code(), absl::StrCat("systems [", s0, ", ", s1,
+                                               ") of the batch, sent as one piece and counted "
+                                               "from 0: ",
+                                               s.message())));
+      break;
+    }
+    advance(&solved);
+  }
+  up.join();
+  down.join();
+  if (!failed.ok()) return failed;
+
+  Summary& sum = result.summary;
+  for (int k = 0; k < pieces; ++k) {
+    const v1::SolveResponse& a = answers[size_t(k)];
+    for (int s : a.status()) result.status.push_back(static_cast<SolveStatus>(s));
+    if (k == 0) {
+      ReadSummary(a.summary(), &sum);
+      continue;
+    }
+    Summary p;
+    ReadSummary(a.summary(), &p);
+    sum.systems += p.systems;
+    sum.ok += p.ok;
+    sum.singular += p.singular;
+    sum.not_converged += p.not_converged;
+    sum.diverged += p.diverged;
+    sum.iterations = std::max(sum.iterations, p.iterations);
+    // The worst piece's (NaN in every piece where the residual was skipped).
+    if (!(p.residual <= sum.residual)) sum.residual = p.residual;
+    Timings& t = sum.timings;
+    t.receive_us += p.timings.receive_us;
+    t.queue_us += p.timings.queue_us;
+    t.h2d_us += p.timings.h2d_us;
+    t.compute_us += p.timings.compute_us;
+    t.d2h_us += p.timings.d2h_us;
+    t.residual_us += p.timings.residual_us;
+    t.server_total_us += p.timings.server_total_us;
+  }
+  sum.timings.upload_us = upload_us;
+  sum.timings.download_us = download_us;
+  sum.transport = "streams";
+  sum.pieces = pieces;
   return result;
 }
 
@@ -683,7 +890,9 @@ absl::StatusOr<Result> Client::SolveSystem(const std::string& handle, const Arra
   if (!st.ok()) return internal::Replicas::HandleCallStatus(st, handle, route->second);
   Result result;
   ReadResponse(resp, resp.dtype() == v1::FLOAT32 ? DType::kFloat32 : DType::kFloat64, &result);
-  if (auto dst = impl_->DeliverX(*placed, options.x_out, rhs.bytes(), &result.x); !dst.ok())
+  if (auto dst =
+          impl_->DeliverX(*placed, options.x_out, rhs.bytes(), &result.x, &result.summary.timings);
+      !dst.ok())
     return dst;
   result.summary.transport = placed->transport;
   result.summary.timings.client_total_us =

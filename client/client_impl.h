@@ -89,10 +89,10 @@ struct Client::Impl {
   std::mutex remote_mu;
   std::vector<Remote> idle_remote;
   int remotes = 0;
-  std::vector<std::unique_ptr<v1::Solver::Stub>> lanes;  // one connection each
+  std::vector<std::shared_ptr<grpc::Channel>> lanes;  // one connection each
   std::unique_ptr<Remote> AcquireRemoteOrNull(int64_t bytes, absl::Status* error);
   void ReleaseRemote(Remote r);
-  v1::Solver::Stub& Lane(size_t i);
+  std::shared_ptr<grpc::Channel> Lane(size_t i);
   // Writes the pieces (source, offset in the region) over the lanes at once.
   struct Piece {
     const std::byte* src;
@@ -131,11 +131,21 @@ struct Client::Impl {
     std::unique_ptr<Staging> staging;
     int64_t inline_bytes = 0;
     std::string transport = "grpc";
+    double upload_us = 0;  // StageRemote's upload
   };
   absl::StatusOr<Placement> Place(const std::vector<ArrayView>& arrays, void* x_out,
                                   int64_t x_bytes);
+  // A batch of whole systems over the server's memory in pieces (client.cc): the pieces its
+  // systems are split into (0: the job goes whole), and the solve.
+  int Pieces(const Job& job, const std::vector<std::pair<std::string, ArrayView>>& send,
+             void* x_out, int64_t x_bytes);
+  absl::StatusOr<Result> SolveInPieces(const Job& job, DType dtype,
+                                       const std::vector<std::pair<std::string, ArrayView>>& send,
+                                       void* x_out, int64_t x_bytes, int pieces);
   // After the call: x where the caller wanted it (x_out, else the result's own array).
-  absl::Status DeliverX(const Placement& pl, void* x_out, int64_t x_bytes, NdArray* x);
+  // x read back from the server's memory adds its time to timings->download_us.
+  absl::Status DeliverX(const Placement& pl, void* x_out, int64_t x_bytes, NdArray* x,
+                        Timings* timings = nullptr);
 
  private:
   absl::Status StageShared(const std::vector<ArrayView>& arrays, int64_t need, int64_t x_bytes,

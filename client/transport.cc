@@ -1,14 +1,18 @@
 // How a call's arrays travel: by reference into registered shared memory (the server on this
 // host), into the server's own memory over several connections at once (the server elsewhere),
 // or in the messages.
+#include <grpcpp/generic/generic_stub.h>
+
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <random>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "chunk_wire.h"
 #include "client_impl.h"
 
 namespace trisolve {
@@ -285,12 +289,12 @@ void Client::Impl::ReleaseRemote(Remote r) {
   idle_remote.push_back(std::move(r));
 }
 
-v1::Solver::Stub& Client::Impl::Lane(size_t i) {
+std::shared_ptr<grpc::Channel> Client::Impl::Lane(size_t i) {
   std::lock_guard<std::mutex> lock(remote_mu);
   while (lanes.size() <= i)
-    lanes.push_back(v1::Solver::NewStub(grpc::CreateCustomChannel(
-        options.target, credentials, ChannelArgs(options, /*own_connection=*/true))));
-  return *lanes[i];
+    lanes.push_back(grpc::CreateCustomChannel(options.target, credentials,
+                                              ChannelArgs(options, /*own_connection=*/true)));
+  return lanes[i];
 }
 
 namespace {
@@ -318,6 +322,90 @@ absl::Status InParallel(size_t n, const std::function<absl::Status(size_t)>& f) 
 constexpr int64_t kChunk = int64_t{4} << 20;
 constexpr int64_t kPerLaneMin = int64_t{8} << 20;  // less than this a lane is not worth opening
 
+// The bulk streams go through a generic stub so that the chunks are our own buffers
+// (chunk_wire.h): a chunk sent is a slice pointing at the caller's array, and a chunk received
+// is copied from gRPC's slices straight to where x goes. One operation is in flight at a time
+// on each stream, as on a synchronous one.
+class RawStream {
+ public:
+  RawStream(const std::shared_ptr<grpc::Channel>& channel, grpc::ClientContext* ctx,
+            const char* method)
+      : stub_(channel), call_(stub_.PrepareCall(ctx, method, &cq_)) {
+    call_->StartCall(this);
+    ok_ = Await();
+  }
+  ~RawStream() {
+    call_.reset();
+    cq_.Shutdown();
+    void* tag;
+    bool ok;
+    while (cq_.Next(&tag, &ok)) {
+    }
+    // gRPC may hold a chunk's slice until it is on the wire or the call is gone: the caller's
+    // memory must outlive that.
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return held_ == 0; });
+  }
+  // Sends [data, data + bytes) at `offset` of `region` without copying it.
+  bool WriteChunk(const std::string& region, int64_t offset, const std::byte* data, int64_t bytes) {
+    if (!ok_) return false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++held_;
+    }
+    grpc::ByteBuffer bb = wire::EncodeMemoryChunk(region, offset, data, bytes, &Released, this);
+    call_->Write(bb, this);
+    return ok_ = Await();
+  }
+  bool WriteMessage(const google::protobuf::Message& m) {
+    if (!ok_) return false;
+    grpc::ByteBuffer bb;
+    bool own;
+    if (!grpc::GenericSerialize<grpc::ProtoBufferWriter, google::protobuf::Message>(m, &bb, &own)
+             .ok())
+      return ok_ = false;
+    call_->Write(bb, this);
+    return ok_ = Await();
+  }
+  bool Read(grpc::ByteBuffer* bb) {
+    if (!ok_) return false;
+    call_->Read(bb, this);
+    return Await();
+  }
+  grpc::Status Finish() {
+    if (ok_) {
+      call_->WritesDone(this);
+      Await();
+    }
+    grpc::ByteBuffer rest;  // WriteMemory's answer, unused
+    while (Read(&rest)) {
+    }
+    grpc::Status st;
+    call_->Finish(&st, this);
+    Await();
+    return st;
+  }
+
+ private:
+  static void Released(void* self) {
+    auto* s = static_cast<RawStream*>(self);
+    std::lock_guard<std::mutex> lock(s->mu_);
+    if (--s->held_ == 0) s->cv_.notify_all();
+  }
+  bool Await() {
+    void* tag;
+    bool ok = false;
+    return cq_.Next(&tag, &ok) && ok;
+  }
+  grpc::CompletionQueue cq_;
+  grpc::GenericStub stub_;
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call_;
+  bool ok_ = false;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int64_t held_ = 0;
+};
+
 }  // namespace
 
 absl::Status Client::Impl::Upload(const std::string& region, const std::vector<Piece>& pieces) {
@@ -329,24 +417,18 @@ absl::Status Client::Impl::Upload(const std::string& region, const std::vector<P
     auto [begin, end] = shares[lane];
     grpc::ClientContext ctx;
     if (!options.token.empty()) ctx.AddMetadata("authorization", "Bearer " + options.token);
-    v1::MemoryRegion resp;
-    auto w = Lane(lane).WriteMemory(&ctx, &resp);
-    v1::MemoryChunk c;
-    c.set_region(region);
+    RawStream w(Lane(lane), &ctx, "/trisolve.v1.Solver/WriteMemory");
     int64_t at = 0;  // position in the concatenation of the pieces
     bool sent = true;
     for (const Piece& p : pieces) {
       const int64_t lo = std::max(begin, at), hi = std::min(end, at + p.bytes);
       for (int64_t q = lo; sent && q < hi; q += kChunk) {
         const int64_t len = std::min(kChunk, hi - q);
-        c.set_offset(p.offset + (q - at));
-        c.set_data(p.src + (q - at), size_t(len));
-        sent = w->Write(c);
+        sent = w.WriteChunk(region, p.offset + (q - at), p.src + (q - at), len);
       }
       at += p.bytes;
     }
-    w->WritesDone();
-    return FromGrpc(w->Finish());
+    return FromGrpc(w.Finish());
   });
 }
 
@@ -362,15 +444,29 @@ absl::Status Client::Impl::Download(const std::string& region, int64_t offset, i
     req.set_region(region);
     req.set_offset(offset + begin);
     req.set_bytes(end - begin);
-    auto r = Lane(lane).ReadMemory(&ctx, req);
-    v1::MemoryChunk c;
-    while (r->Read(&c)) {
+    RawStream r(Lane(lane), &ctx, "/trisolve.v1.Solver/ReadMemory");
+    r.WriteMessage(req);
+    grpc::ByteBuffer bb;
+    wire::MemoryChunkView c;
+    absl::Status bad;
+    while (bad.ok() && r.Read(&bb)) {
+      if (auto st = c.Parse(bb); !st.ok()) {
+        bad = absl::DataLossError(st.message());
+        break;
+      }
       const int64_t at = c.offset() - offset;
-      if (at < begin || at + int64_t(c.data().size()) > end)
-        return absl::DataLossError("the server sent a chunk outside the range asked for");
-      std::memcpy(dst + at, c.data().data(), c.data().size());
+      if (at < begin || c.bytes() > end - at) {
+        bad = absl::DataLossError("the server sent a chunk outside the range asked for");
+        break;
+      }
+      c.CopyTo(dst + at);
     }
-    return FromGrpc(r->Finish());
+    if (!bad.ok()) {
+      ctx.TryCancel();
+      (void)r.Finish();
+      return bad;
+    }
+    return FromGrpc(r.Finish());
   });
 }
 
@@ -431,7 +527,9 @@ absl::Status Client::Impl::StageRemote(const std::vector<ArrayView>& arrays, int
     pl->x_remote = at;
     pl->x_ref = ref(at, x_bytes);
   }
+  const auto t0 = Clock::now();
   if (auto st = Upload(name, pieces); !st.ok()) return st;
+  pl->upload_us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
   pl->inline_bytes = 0;
   pl->transport = "streams";
   return absl::OkStatus();
@@ -485,15 +583,20 @@ absl::StatusOr<Client::Impl::Placement> Client::Impl::Place(const std::vector<Ar
   return pl;
 }
 
-absl::Status Client::Impl::DeliverX(const Placement& pl, void* x_out, int64_t x_bytes,
-                                    NdArray* x) {
+absl::Status Client::Impl::DeliverX(const Placement& pl, void* x_out, int64_t x_bytes, NdArray* x,
+                                    Timings* timings) {
+  if (timings != nullptr) timings->upload_us = pl.upload_us;
   if (pl.x_remote >= 0) {
     auto* dst = static_cast<std::byte*>(x_out);
     if (dst == nullptr) {
       x->data.resize(size_t(x_bytes));
       dst = x->data.data();
     }
-    return Download(pl.staging->remote().name, pl.x_remote, x_bytes, dst);
+    const auto t0 = Clock::now();
+    absl::Status st = Download(pl.staging->remote().name, pl.x_remote, x_bytes, dst);
+    if (timings != nullptr)
+      timings->download_us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    return st;
   }
   if (pl.x_staged != nullptr) {
     if (x_out != nullptr) {

@@ -30,7 +30,7 @@ grpc::Status ToGrpc(const absl::Status& st) {
 
 double Micros(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
 
-std::string RequestId(grpc::ServerContext* ctx, std::atomic<int64_t>& next) {
+std::string RequestId(grpc::ServerContextBase* ctx, std::atomic<int64_t>& next) {
   const auto& md = ctx->client_metadata();
   auto it = md.find("x-request-id");
   // Taken only when it is a short token: it goes into every log line of the request.
@@ -50,7 +50,7 @@ SolverService::SolverService(std::unique_ptr<Backend> backend, ServiceOptions op
       tokens_(std::make_shared<const BearerTokens>(options.tokens)),
       core_(std::move(backend), options) {}
 
-Call SolverService::Begin(grpc::ServerContext* ctx, const char* rpc) {
+Call SolverService::Begin(grpc::ServerContextBase* ctx, const char* rpc) {
   Call call(RequestId(ctx, next_id_), rpc);
   call.deadline = core_.EffectiveDeadline(ctx->deadline());
   call.cancelled = [ctx] { return ctx->IsCancelled(); };
@@ -59,7 +59,7 @@ Call SolverService::Begin(grpc::ServerContext* ctx, const char* rpc) {
   return call;
 }
 
-absl::StatusOr<std::string> SolverService::Authenticate(grpc::ServerContext* ctx) const {
+absl::StatusOr<std::string> SolverService::Authenticate(grpc::ServerContextBase* ctx) const {
   // A client certificate (mutual TLS) names its holder.
   std::string cert;
   if (auto auth = ctx->auth_context(); auth && auth->IsPeerAuthenticated()) {
@@ -76,7 +76,8 @@ absl::StatusOr<std::string> SolverService::Authenticate(grpc::ServerContext* ctx
                                              it->second.data(), it->second.size())));
 }
 
-absl::Status SolverService::Open(grpc::ServerContext* ctx, Call& call, bool refuse_when_draining) {
+absl::Status SolverService::Open(grpc::ServerContextBase* ctx, Call& call,
+                                 bool refuse_when_draining) {
   if (refuse_when_draining && core_.shutting_down())
     return absl::UnavailableError("the server is shutting down");
   auto identity = Authenticate(ctx);
@@ -516,76 +517,7 @@ grpc::Status SolverService::AllocateMemory(grpc::ServerContext* ctx,
   return Finish(call, absl::OkStatus());
 }
 
-grpc::Status SolverService::WriteMemory(grpc::ServerContext* ctx,
-                                        grpc::ServerReader<v1::MemoryChunk>* reader,
-                                        v1::MemoryRegion* resp) {
-  Call call = Begin(ctx, "WriteMemory");
-  if (auto st = Open(ctx, call, /*refuse_when_draining=*/true); !st.ok())
-    return Finish(call, st);
-  // The server's deadline ends a stream however silent its client is (as SolveStream's).
-  std::unique_ptr<DeadlineWatch::Guard> watch;
-  if (call.deadline < ctx->deadline())
-    watch = deadline_watch_.Watch(call.deadline, [ctx] { ctx->TryCancel(); });
-  std::shared_ptr<Region> region;
-  v1::MemoryChunk c;
-  int64_t written = 0;
-  while (reader->Read(&c)) {
-    if (!region || c.region() != region->name()) {
-      auto r = core_.FindRegion(call, c.region());
-      if (!r.ok()) return Finish(call, r.status());
-      region = *std::move(r);
-    }
-    const int64_t len = int64_t(c.data().size());
-    if (c.offset() < 0 || c.offset() > region->bytes() || len > region->bytes() - c.offset())
-      return Finish(call, absl::InvalidArgumentError(absl::StrCat(
-                              "offset: [", c.offset(), ", ", c.offset() + len,
-                              ") lies outside region '", region->name(), "' of ",
-                              region->bytes(), " bytes")));
-    std::memcpy(region->base() + c.offset(), c.data().data(), size_t(len));
-    written += len;
-  }
-  call.sample.bytes_in = written;
-  if (ctx->IsCancelled())
-    return Finish(call,
-                  std::chrono::system_clock::now() + Admission::kDeadlineSkew >= call.deadline
-                      ? absl::DeadlineExceededError("the deadline passed while writing memory")
-                      : absl::CancelledError("the client cancelled the call"));
-  if (region) {
-    resp->set_name(region->name());
-    resp->set_bytes(region->bytes());
-    resp->set_pinned(region->pinned());
-    resp->set_server_owned(region->server_owned());
-  }
-  return Finish(call, absl::OkStatus());
-}
-
-grpc::Status SolverService::ReadMemory(grpc::ServerContext* ctx, const v1::ReadMemoryRequest* req,
-                                       grpc::ServerWriter<v1::MemoryChunk>* writer) {
-  Call call = Begin(ctx, "ReadMemory");
-  if (auto st = Open(ctx, call, /*refuse_when_draining=*/false); !st.ok())
-    return Finish(call, st);
-  auto r = core_.FindRegion(call, req->region());
-  if (!r.ok()) return Finish(call, r.status());
-  const Region& region = **r;
-  const int64_t off = req->offset();
-  const int64_t bytes = req->bytes() == 0 ? region.bytes() - std::max<int64_t>(off, 0) : req->bytes();
-  if (off < 0 || bytes < 0 || off > region.bytes() || bytes > region.bytes() - off)
-    return Finish(call,
-                  absl::InvalidArgumentError(absl::StrCat("offset, bytes: [", off, ", ", off + bytes,
-                                                          ") lies outside region '", region.name(),
-                                                          "' of ", region.bytes(), " bytes")));
-  if (auto st = region.StillMapped("region"); !st.ok()) return Finish(call, st);
-  const int64_t chunk = std::max<int64_t>(options_.stream_chunk_bytes, 1024);
-  v1::MemoryChunk msg;
-  for (int64_t done = 0; done < bytes; done += chunk) {
-    const int64_t len = std::min(chunk, bytes - done);
-    msg.set_region(done == 0 ? region.name() : "");
-    msg.set_offset(off + done);
-    msg.set_data(region.base() + off + done, size_t(len));
-    if (!writer->Write(msg)) return Finish(call, absl::CancelledError("the client went away"));
-  }
-  return Finish(call, absl::OkStatus());
-}
+// WriteMemory and ReadMemory: memory_rpc.cc.
 
 grpc::Status SolverService::ListMemory(grpc::ServerContext* ctx, const v1::ListMemoryRequest*,
                                        v1::ListMemoryResponse* resp) {

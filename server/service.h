@@ -25,7 +25,11 @@ struct ServiceOptions : CoreOptions {
   std::vector<std::string> tokens;
 };
 
-class SolverService final : public v1::Solver::Service {
+// WriteMemory and ReadMemory take their chunks as raw buffers (memory_rpc.cc).
+using SolverBase = v1::Solver::WithRawCallbackMethod_WriteMemory<
+    v1::Solver::WithRawCallbackMethod_ReadMemory<v1::Solver::Service>>;
+
+class SolverService final : public SolverBase {
  public:
   SolverService(std::unique_ptr<Backend> backend, ServiceOptions options);
 
@@ -71,10 +75,10 @@ class SolverService final : public v1::Solver::Service {
                           v1::ListMemoryResponse* resp) override;
   grpc::Status AllocateMemory(grpc::ServerContext* ctx, const v1::AllocateMemoryRequest* req,
                               v1::MemoryRegion* resp) override;
-  grpc::Status WriteMemory(grpc::ServerContext* ctx, grpc::ServerReader<v1::MemoryChunk>* reader,
-                           v1::MemoryRegion* resp) override;
-  grpc::Status ReadMemory(grpc::ServerContext* ctx, const v1::ReadMemoryRequest* req,
-                          grpc::ServerWriter<v1::MemoryChunk>* writer) override;
+  grpc::ServerReadReactor<grpc::ByteBuffer>* WriteMemory(grpc::CallbackServerContext* ctx,
+                                                         grpc::ByteBuffer* resp) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* ReadMemory(grpc::CallbackServerContext* ctx,
+                                                         const grpc::ByteBuffer* req) override;
 
   // Refuse new work (UNAVAILABLE) and wait up to `grace` for running jobs to finish.
   bool Drain(std::chrono::system_clock::time_point deadline) { return core_.Drain(deadline); }
@@ -97,13 +101,15 @@ class SolverService final : public v1::Solver::Service {
   grpc::Status HandleUnary(grpc::ServerContext* ctx, const char* rpc, Family family,
                            const Req& req, v1::SolveResponse* resp);
   // A call's start: its id, deadline and cancellation from the context.
-  Call Begin(grpc::ServerContext* ctx, const char* rpc);
+  Call Begin(grpc::ServerContextBase* ctx, const char* rpc);
   // A call's opening: metrics labels set, UNAVAILABLE while draining (where asked), then the
   // caller's identity into call.identity, or UNAUTHENTICATED.
-  absl::Status Open(grpc::ServerContext* ctx, Call& call, bool refuse_when_draining);
+  absl::Status Open(grpc::ServerContextBase* ctx, Call& call, bool refuse_when_draining);
   // The caller's identity ("token:N", "cert:SUBJECT" or "shared"), or UNAUTHENTICATED.
-  absl::StatusOr<std::string> Authenticate(grpc::ServerContext* ctx) const;
+  absl::StatusOr<std::string> Authenticate(grpc::ServerContextBase* ctx) const;
   grpc::Status Finish(Call& call, const absl::Status& st);
+  class WriteMemoryReactor;
+  class ReadMemoryReactor;
 
   ServiceOptions options_;
   std::shared_ptr<const BearerTokens> tokens_;

@@ -2,6 +2,7 @@
 // arrays read from them and x written into them, every family; each bad reference refused with
 // its own status; regions of another identity unreachable; a client killed with its region
 // registered leaves nothing behind once the time-to-live passes.
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <spawn.h>
@@ -9,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -204,6 +206,7 @@ class Raw {
   explicit Raw(const ServerProcess& s, std::string token = "")
       : stub_(v1::Solver::NewStub(grpc::CreateChannel(s.target(), grpc::InsecureChannelCredentials()))),
         token_(std::move(token)) {}
+  v1::Solver::Stub& stub() { return *stub_; }
   template <typename Call>
   grpc::Status Do(Call call) {
     grpc::ClientContext ctx;
@@ -595,6 +598,280 @@ TEST(ServerMemory, ParallelStreamsSolveAsOverTheSocket) {
   }).ok());
   ASSERT_GE(list.regions_size(), 1);
   for (const auto& r : list.regions()) EXPECT_TRUE(r.server_owned()) << r.name();
+}
+
+// Over 64 MiB through the server's memory (the chunks written from the caller's arrays and read
+// back into x without protobuf copies), checked by each system's backward error from the
+// original arrays.
+TEST(ServerMemory, StreamsCarryAJobOver64MiBCheckedByResidual) {
+  ServerProcess server({});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  const int64_t batch = 2048, n = 2048;  // 32 MiB an array: 128 MiB in, 32 MiB out
+  const auto arrays = examples::RandomTridiagonal(batch, n, false, 71);
+  Client::Options o = Opts(server, Transport::kStreams);
+  o.parallel_streams = 4;
+  o.pipeline_pieces = 4;
+  Client client(o);
+  std::vector<double> x(size_t(batch * n), std::nan(""));
+  Job job = JobOf(Kind::kTridiagonal, arrays);
+  job.options.x_out = x.data();
+  auto got = client.Solve(job);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->summary.transport, "streams");
+  EXPECT_GE(got->summary.pieces, 2);  // solved in pieces while the next ones uploaded
+  EXPECT_EQ(got->summary.systems, batch);
+  EXPECT_EQ(got->summary.ok, batch);
+  EXPECT_EQ(got->status.size(), size_t(batch));
+  EXPECT_GT(got->summary.timings.upload_us, 0);
+  EXPECT_GT(got->summary.timings.download_us, 0);
+  const auto* a = reinterpret_cast<const double*>(arrays.at("a").data.data());
+  const auto* b = reinterpret_cast<const double*>(arrays.at("b").data.data());
+  const auto* c = reinterpret_cast<const double*>(arrays.at("c").data.data());
+  const auto* d = reinterpret_cast<const double*>(arrays.at("d").data.data());
+  double worst = 0;
+  for (int64_t s = 0; s < batch; ++s) {
+    const int64_t o0 = s * n;
+    double r = 0, norm_a = 0, norm_x = 0, norm_d = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t k = o0 + i;
+      double ax = b[k] * x[size_t(k)], row = std::abs(b[k]);
+      if (i > 0) ax += a[k] * x[size_t(k - 1)], row += std::abs(a[k]);
+      if (i + 1 < n) ax += c[k] * x[size_t(k + 1)], row += std::abs(c[k]);
+      r = std::max(r, std::abs(d[k] - ax));
+      norm_a = std::max(norm_a, row);
+      norm_x = std::max(norm_x, std::abs(x[size_t(k)]));
+      norm_d = std::max(norm_d, std::abs(d[k]));
+    }
+    const double e = r / (norm_a * norm_x + norm_d);
+    worst = std::isnan(e) ? INFINITY : std::max(worst, e);
+  }
+  EXPECT_LT(worst, 1e-14);
+}
+
+// A batch in pieces gives the answer of the whole job bit for bit (a tree batch: its parent
+// array goes once, with the first piece), its x returned or written where the caller asked; a
+// bad value in a later piece is refused naming the systems it lies in.
+TEST(ServerMemory, ABatchInPiecesAnswersAsTheWholeJob) {
+  ServerProcess server({});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  Morphology m;
+  for (int i = 0; i < 300; ++i) {
+    m.parent.push_back(i == 0 ? -1 : (i % 5 == 0 ? i / 3 : i - 1));
+    m.type.push_back(i == 0 ? 1 : 3);
+    m.x.push_back(i * 1.5);
+    m.y.push_back(i % 7);
+    m.z.push_back(0);
+    m.radius.push_back(i == 0 ? 4 : 0.4 + 0.02 * (i % 13));
+  }
+  const auto tree = examples::CableTree(m, 1000, 91);  // 4 arrays of 2.4 MB
+  const auto tri = examples::RandomTridiagonal(3001, 512, false, 92);  // 12.3 MB an array
+  Client::Options whole_o = Opts(server, Transport::kStreams);
+  whole_o.pipeline_pieces = 0;
+  Client whole(whole_o);
+  Client::Options pieces_o = Opts(server, Transport::kStreams);
+  pieces_o.pipeline_piece_bytes = 1 << 20;
+  pieces_o.pipeline_pieces = 7;
+  Client pieces(pieces_o);
+  for (const auto* arrays : {&tree, &tri}) {
+    const Job job = JobOf(arrays == &tree ? Kind::kTree : Kind::kTridiagonal, *arrays);
+    auto want = whole.Solve(job);
+    ASSERT_TRUE(want.ok()) << want.status();
+    EXPECT_EQ(want->summary.pieces, 0);
+    auto got = pieces.Solve(job);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->summary.pieces, 7);
+    EXPECT_EQ(got->summary.transport, "streams");
+    EXPECT_EQ(got->x.shape, want->x.shape);
+    EXPECT_EQ(got->x.data, want->x.data);
+    EXPECT_EQ(got->status, want->status);
+    EXPECT_EQ(got->summary.systems, want->summary.systems);
+    EXPECT_EQ(got->summary.ok, want->summary.ok);
+    EXPECT_LT(got->summary.residual, 1e-13);
+    std::vector<std::byte> x(want->x.data.size());
+    Job into = job;
+    into.options.x_out = x.data();
+    auto placed = pieces.Solve(into);
+    ASSERT_TRUE(placed.ok()) << placed.status();
+    EXPECT_TRUE(placed->x.data.empty());
+    EXPECT_EQ(std::memcmp(x.data(), want->x.data.data(), x.size()), 0);
+  }
+  // System 2000 of 3001 lies in the fifth of seven pieces, [1714, 2143).
+  auto bad = tri;
+  reinterpret_cast<double*>(bad.at("d").data.data())[2000 * 512 + 7] = std::nan("");
+  auto refused = pieces.Solve(JobOf(Kind::kTridiagonal, bad));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("systems [1714, 2143) of the batch"),
+            std::string::npos)
+      << refused.status();
+  EXPECT_NE(refused.status().message().find("d[286][7] is NaN"), std::string::npos)
+      << refused.status();
+  // The client goes on after the refusal.
+  auto again = pieces.Solve(JobOf(Kind::kTridiagonal, tri));
+  ASSERT_TRUE(again.ok()) << again.status();
+}
+
+// A client process killed while its big jobs stream in and out (its connections dropped
+// mid-upload or mid-download, most likely the former: uploading is most of each job): the
+// server answers the others as before and the dead client's region expires.
+TEST(ServerMemory, AClientKilledMidUploadLeavesTheServerServing) {
+  ServerProcess server({"--region-ttl", "1"});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  std::vector<std::string> args = {ServerProcess::CliBin(), "--server", server.target(),
+                                   "bench", "--transport", "streams", "--mode", "unary",
+                                   "--batch", "2048", "--n", "2048", "--requests", "1000000"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  ASSERT_EQ(posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&fa);
+  // Killed once it has had jobs solved and is moving more.
+  Client watcher(Opts(server, Transport::kGrpc));
+  ASSERT_TRUE(testing::WaitForServer(watcher, [](const ServerInfoSummary& i) {
+    return i.jobs_done >= 3;
+  })) << server.Log();
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  const auto arrays = examples::RandomTridiagonal(1024, 1024, false, 42);  // 8 MiB an array
+  const Job job = JobOf(Kind::kTridiagonal, arrays);
+  auto want = Client(Opts(server, Transport::kGrpc)).Solve(job);
+  ASSERT_TRUE(want.ok()) << want.status();
+  Client::Options o = Opts(server, Transport::kStreams);
+  o.pipeline_pieces = 8;
+  o.pipeline_piece_bytes = 8 << 20;
+  Client client(o);
+  auto got = client.Solve(job);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_GE(got->summary.pieces, 2);
+  EXPECT_EQ(got->x.data, want->x.data);
+  // The dead client's region goes; this client's stays while it is in use.
+  const auto expire_by = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (server.Log().find("expired") == std::string::npos &&
+         std::chrono::steady_clock::now() < expire_by)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_NE(server.Log().find("expired"), std::string::npos) << server.Log();
+  got = client.Solve(job);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->x.data, want->x.data);
+}
+
+// A generic call that sends bytes no MemoryChunk would hold.
+grpc::Status WriteRawBytes(const ServerProcess& server, const std::string& bytes) {
+  auto channel = grpc::CreateChannel(server.target(), grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  grpc::CompletionQueue cq;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  auto call = stub.PrepareCall(&ctx, "/trisolve.v1.Solver/WriteMemory", &cq);
+  void* tag;
+  bool ok;
+  call->StartCall(&ctx);
+  cq.Next(&tag, &ok);
+  grpc::Slice slice(bytes.data(), bytes.size());
+  call->Write(grpc::ByteBuffer(&slice, 1), &ctx);
+  cq.Next(&tag, &ok);
+  call->WritesDone(&ctx);
+  cq.Next(&tag, &ok);
+  grpc::Status st;
+  call->Finish(&st, &ctx);
+  cq.Next(&tag, &ok);
+  call.reset();
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+  return st;
+}
+
+// An upload that breaks (dropped mid-stream, past its region, malformed) fails that call alone:
+// a client moving a job over the same server at the same time gets every answer right.
+TEST(ServerMemory, ABrokenUploadFailsThatCallAlone) {
+  ServerProcess server({});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  const auto arrays = examples::RandomTridiagonal(512, 1024, false, 81);  // 4 MiB an array
+  const Job job = JobOf(Kind::kTridiagonal, arrays);
+  auto want = Client(Opts(server, Transport::kGrpc)).Solve(job);
+  ASSERT_TRUE(want.ok()) << want.status();
+  std::atomic<bool> stop{false};
+  std::atomic<int> solved{0}, wrong{0};
+  std::thread busy([&] {
+    Client::Options o = Opts(server, Transport::kStreams);
+    o.parallel_streams = 2;
+    Client client(o);
+    while ((!stop || solved < 3) && wrong == 0) {
+      auto got = client.Solve(job);
+      if (got.ok() && got->x.data == want->x.data)
+        ++solved;
+      else
+        ++wrong;
+    }
+  });
+
+  Raw raw(server);
+  v1::AllocateMemoryRequest alloc;
+  alloc.set_name("small");
+  alloc.set_bytes(1 << 20);
+  v1::MemoryRegion region;
+  ASSERT_TRUE(raw.Do([&](v1::Solver::Stub& s, grpc::ClientContext* c) {
+    return s.AllocateMemory(c, alloc, &region);
+  }).ok());
+  // Dropped mid-upload: half the region written, then the stream is reset.
+  for (int rep = 0; rep < 3; ++rep) {
+    grpc::ClientContext ctx;
+    v1::MemoryRegion resp;
+    auto w = raw.stub().WriteMemory(&ctx, &resp);
+    v1::MemoryChunk chunk;
+    chunk.set_region("small");
+    chunk.set_data(std::string(512 << 10, '\x02'));
+    ASSERT_TRUE(w->Write(chunk));
+    ctx.TryCancel();
+    EXPECT_EQ(w->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  // A chunk past the region's end.
+  Expect(raw.Do([&](v1::Solver::Stub& s, grpc::ClientContext* c) {
+    v1::MemoryRegion resp;
+    auto w = s.WriteMemory(c, &resp);
+    v1::MemoryChunk chunk;
+    chunk.set_region("small");
+    chunk.set_offset((1 << 20) - 4096);
+    chunk.set_data(std::string(8192, '\x03'));
+    w->Write(chunk);
+    w->WritesDone();
+    return w->Finish();
+  }), grpc::StatusCode::INVALID_ARGUMENT, "lies outside region 'small' of 1048576 bytes");
+  // Bytes that are not a chunk.
+  Expect(WriteRawBytes(server, std::string("\x0a\x05sma", 5)), grpc::StatusCode::INVALID_ARGUMENT,
+         "malformed memory chunk");
+  Expect(WriteRawBytes(server, std::string("\x1a\x05\x01", 3) + "x"),
+         grpc::StatusCode::INVALID_ARGUMENT, "malformed memory chunk");
+  stop = true;
+  busy.join();
+  EXPECT_GE(solved.load(), 3);
+  EXPECT_EQ(wrong.load(), 0);
+  // The region still takes a whole upload and gives it back.
+  v1::MemoryChunk whole;
+  whole.set_region("small");
+  whole.set_data(std::string(1 << 20, '\x04'));
+  ASSERT_TRUE(raw.Do([&](v1::Solver::Stub& s, grpc::ClientContext* c) {
+    v1::MemoryRegion resp;
+    auto w = s.WriteMemory(c, &resp);
+    w->Write(whole);
+    w->WritesDone();
+    return w->Finish();
+  }).ok());
+  std::string back;
+  ASSERT_TRUE(raw.Do([&](v1::Solver::Stub& s, grpc::ClientContext* c) {
+    v1::ReadMemoryRequest req;
+    req.set_region("small");
+    auto r = s.ReadMemory(c, req);
+    v1::MemoryChunk chunk;
+    while (r->Read(&chunk)) back += chunk.data();
+    return r->Finish();
+  }).ok());
+  EXPECT_EQ(back, whole.data());
 }
 
 TEST(ServerMemory, BadAllocationsWritesAndReadsAreRefused) {

@@ -6,7 +6,9 @@
 #           (the baseline's two programs into .gpu-base the same way); strip .gpu*/bin/*;
 #           tar -cf - .gpu .gpu-base | xz -9 -T2 > .gpu.tar.xz
 #   there:  bash tests/bench/run_datapath_gpu.sh        (logs under $OUT)
-# BUNDLES (default "base new"); TRANSPORTS (default shm); REQUESTS (default 20).
+# BUNDLES (default "base new"); TRANSPORTS (default shm); REQUESTS (default 20); STREAMS (the
+# client's --parallel-streams, default its own); PIECES (streams: --pipeline-pieces values to run
+# each job with, e.g. "0 4 8"; a base without the option ignores it).
 set -uo pipefail
 out=${OUT:-/tmp/trisolve-datapath}
 mkdir -p "$out"
@@ -29,9 +31,14 @@ for b in ${BUNDLES:-base new}; do
   for tr in ${TRANSPORTS:-shm}; do
     for args in "--batch 65536 --n 256 --mode unary" "--batch 65536 --n 256 --mode handle" \
                 "--batch 64 --n 65536 --mode unary" "--batch 64 --n 65536 --mode handle"; do
-      # shellcheck disable=SC2086
-      $dir/run trisolve --server "127.0.0.1:$port" bench --transport "$tr" --clients 1 \
-        --requests "$rq" $args --json 2>&1 | tee -a "$out/datapath_$b.log"
+      for pieces in ${PIECES:-default}; do
+        [ "$pieces" = default ] || echo "pipeline pieces $pieces" | tee -a "$out/datapath_$b.log"
+        # shellcheck disable=SC2086
+        env ${STREAMS:+TRISOLVE_PARALLEL_STREAMS=$STREAMS} \
+          ${PIECES:+TRISOLVE_PIPELINE_PIECES=$pieces} \
+          $dir/run trisolve --server "127.0.0.1:$port" bench --transport "$tr" --clients 1 \
+          --requests "$rq" $args --json 2>&1 | tee -a "$out/datapath_$b.log"
+      done
     done
   done
   kill $srv

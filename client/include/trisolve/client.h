@@ -100,6 +100,9 @@ struct Timings {
   double receive_us = 0, queue_us = 0, h2d_us = 0, compute_us = 0, d2h_us = 0,
          residual_us = 0, server_total_us = 0;
   double client_total_us = 0;  // from the call's start to the answer decoded, on the client
+  // Transport::kStreams, on the client: writing the arrays into the server's memory, and
+  // reading x back (0 on the other paths).
+  double upload_us = 0, download_us = 0;
 };
 
 struct Summary {
@@ -109,6 +112,7 @@ struct Summary {
   double residual = 0;
   bool streamed = false;
   std::string transport;  // "grpc", "grpc-stream", "shared-memory" or "streams"
+  int pieces = 0;         // streams: the pieces a batch was pipelined in (0: sent whole)
 
   std::string handle;             // SolveSystem: the system solved
   int64_t right_hand_sides = 0;   // one matrix, many right-hand sides: how many
@@ -211,6 +215,12 @@ class Client {
     int64_t shm_min_bytes = int64_t{1} << 20;
     int64_t streams_min_bytes = int64_t{32} << 20;
     int parallel_streams = 8;  // connections a large job's bytes are spread over
+    // Through the server's memory, a batch of whole tridiagonal or tree systems (not
+    // interleaved) goes in up to this many pieces of pipeline_piece_bytes or more: one piece is
+    // solved while the next uploads and the previous one's x comes back (0 or 1: whole). Off
+    // by default: on two cores shared by client and server it lost (tests/bench/NOTES.md).
+    int pipeline_pieces = 0;
+    int64_t pipeline_piece_bytes = int64_t{32} << 20;
     // Replicas (a list or dns: target): while a call is open, each connection is pinged after
     // this many seconds without traffic and dropped when no answer comes within the timeout, so
     // that a replica gone without closing its connections (a deleted pod, a stopped process)
