@@ -3,7 +3,8 @@
 // with the fewest calls in flight among those with room for it (free memory, refreshed every few
 // milliseconds), the one with a GiB more to spare at equal queues, else the next in turn; a
 // prepared system stays where it was prepared, and its solves go there; a tridiagonal or tree
-// batch too large for any one worker is split by systems over them. A worker's room is read
+// batch too large for any one worker is split by systems over them, and one system or tree
+// too large (or large enough, under auto) by rows or subtrees (split_system.h, tree_split.h). A worker's room is read
 // from its Info(): its first pool's cap less what is in use, at most its first device's free
 // memory plus the pool's idle buffers.
 #include <algorithm>
@@ -23,6 +24,7 @@
 #include "trisolve/reference/tree.h"
 #include "trisolve/reference/tridiagonal.h"
 #include "split_system.h"
+#include "tree_split.h"
 
 namespace trisolve {
 namespace {
@@ -394,14 +396,14 @@ class MultiDeviceBackend final : public Backend {
     return total;
   }
 
-  // The workers one system of `bytes` is split over, and their shares; empty for no split
-  // (PlacementOptions).
+  // The workers one system (or tree) of `bytes` is split over, and their shares; empty for no
+  // split (PlacementOptions: for speed only where the method is left to auto).
   struct RowSplit {
     std::vector<Worker*> workers;
     std::vector<double> weights;
     bool fits_one = false;  // one worker has room for the whole system
   };
-  RowSplit SplitSystem(int64_t n, int64_t bytes, TridiagonalMethod m) {
+  RowSplit SplitSystem(int64_t n, int64_t bytes, bool auto_method) {
     RowSplit split;
     if (workers_.size() < 2) return split;
     MaybeRefresh();
@@ -420,8 +422,7 @@ class MultiDeviceBackend final : public Backend {
         }
       return split;
     }
-    if (options_.split_system_unknowns <= 0 || n < options_.split_system_unknowns ||
-        m != TridiagonalMethod::kAuto)
+    if (options_.split_system_unknowns <= 0 || n < options_.split_system_unknowns || !auto_method)
       return split;
     // For speed: the idle workers, as many as have room for an equal part.
     std::vector<Worker*> idle;
@@ -479,7 +480,7 @@ class MultiDeviceBackend final : public Backend {
     // of their own (or a strided view).
     if (p.variable() || p.unified()) return OnPlaced(bytes, [&](Backend& b) { return b.Solve(p, m, out, c); });
     if (p.batch == 1) {
-      const RowSplit split = SplitSystem(p.n, bytes, m);
+      const RowSplit split = SplitSystem(p.n, bytes, m == TridiagonalMethod::kAuto);
       if (!split.workers.empty()) {
         auto r = SolveSplit(p, m, out, c, split, bytes);
         if (!r.ok()) return r.status();
@@ -498,10 +499,86 @@ class MultiDeviceBackend final : public Backend {
       return r;
     });
   }
+  // One tree over split.workers (tree_split.h); nullopt where it cannot be cut, or a part
+  // fits its worker not even one right-hand side at a time. A part whose right-hand sides
+  // together do not fit its worker takes them one a call.
+  template <typename T>
+  absl::StatusOr<std::optional<SolveInfo>> SolveTreeSplitOver(const TreeProblem<T>& p,
+                                                              TreeMethod m, TreeOutput<T> out,
+                                                              const SolveControl& c,
+                                                              const RowSplit& split,
+                                                              int64_t bytes) {
+    const TreeCut cut = CutTree(p.parent, p.n, split.weights);
+    if (cut.parts == 0) return std::optional<SolveInfo>();
+    auto part_bytes = [](int64_t nodes, int64_t k) {
+      TreeProblem<T> q;
+      q.batch = k;
+      q.n = nodes + 1;
+      return TreeBytes(q);
+    };
+    std::vector<bool> batched(size_t(cut.parts));
+    for (size_t k = 0; k < batched.size(); ++k) {
+      const int64_t room = split.workers[k]->room.load();
+      if (!split.fits_one && part_bytes(cut.nodes[k], 1) > room) return std::optional<SolveInfo>();
+      batched[k] = part_bytes(cut.nodes[k], cut.rhs[k]) <= room;
+    }
+    auto outcome = SolveTreeSplit<T>(
+        p, cut,
+        [&](size_t k, const TreeProblem<T>& part, TreeOutput<T> o) -> absl::StatusOr<SolveInfo> {
+          Worker& w = *split.workers[k];
+          const InFlight busy(w, /*count_job=*/true);
+          if (batched[k]) return w.backend->Solve(part, m, o, c);
+          SolveInfo total;
+          for (int64_t s = 0; s < part.batch; ++s) {
+            TreeProblem<T> one = part;
+            const int64_t at = s * part.n;
+            one.batch = 1;
+            one.lower += at;
+            one.upper += at;
+            one.diag += at;
+            one.rhs += at;
+            auto r = w.backend->Solve(one, m, TreeOutput<T>{o.x + at, o.status + s}, c);
+            if (!r.ok()) return r;
+            if (s == 0) {
+              total = *r;
+            } else {
+              total.h2d_us += r->h2d_us;
+              total.kernel_us += r->kernel_us;
+              total.d2h_us += r->d2h_us;
+            }
+          }
+          return total;
+        },
+        out.x);
+    if (!outcome.ok()) return outcome.status();
+    if (outcome->solved) {
+      out.status[0] = SystemStatus::kOk;
+      return std::optional<SolveInfo>(outcome->info);
+    }
+    const std::string why = absl::StrCat(" (not split: ", outcome->why, ")");
+    if (split.fits_one) {
+      auto whole = OnPlaced(bytes, [&](Backend& b) { return b.Solve(p, m, out, c); });
+      if (!whole.ok()) return whole.status();
+      whole->method += why;
+      return std::optional<SolveInfo>(*whole);
+    }
+    SolveInfo host = cpu::SolveTree(p, m, out);
+    host.method = absl::StrCat(host.method, " on the host", why);
+    return std::optional<SolveInfo>(host);
+  }
+
   template <typename T>
   absl::StatusOr<SolveInfo> SolveTree(const TreeProblem<T>& p, TreeMethod m, TreeOutput<T> out,
                                       const SolveControl& c) {
     const int64_t bytes = TreeBytes(p);
+    if (p.batch == 1) {
+      const RowSplit split = SplitSystem(p.n, bytes, m == TreeMethod::kAuto);
+      if (!split.workers.empty()) {
+        auto r = SolveTreeSplitOver(p, m, out, c, split, bytes);
+        if (!r.ok()) return r.status();
+        if (r->has_value()) return **r;
+      }
+    }
     const std::vector<Part> parts = SplitParts(p.batch, bytes);
     if (parts.empty()) return OnPlaced(bytes, [&](Backend& b) { return b.Solve(p, m, out, c); });
     return RunParts(parts, [&](const Part& part) -> absl::StatusOr<SolveInfo> {

@@ -37,8 +37,8 @@ Window SolveWindow(const TridiagonalProblem<T>& p, int64_t row0, int64_t size, b
   return w;
 }
 
-// Gaussian elimination with partial pivoting on a small dense system (row-major q x q) in
-// long double; false where a pivot is zero or not finite.
+}  // namespace
+
 bool SolveSmallDense(int q, std::vector<long double>& A, std::vector<long double>& rhs) {
   for (int k = 0; k < q; ++k) {
     int piv = k;
@@ -65,8 +65,6 @@ bool SolveSmallDense(int q, std::vector<long double>& A, std::vector<long double
   }
   return true;
 }
-
-}  // namespace
 
 std::vector<int64_t> SplitRows(int64_t n, const std::vector<double>& weights) {
   const size_t parts = weights.size();
