@@ -698,6 +698,21 @@ TEST(PlacedBackend, OneLargeTreeIsSplitBySubtreesOverIdleDevices) {
   }
 }
 
+TEST(PlacedBackend, ATreeSplitKeepsItsCutOnlyForTheSameMorphology) {
+  // One backend, trees of one size in turn: a random tree, another, a chain, the first again.
+  PlacementOptions options;
+  options.split_system_unknowns = 1000;
+  std::vector<FakeDevice*> dev;
+  auto be = Placed({int64_t{1} << 30, int64_t{1} << 30}, &dev, options);
+  const auto first = TreeParents(Shape::kRandom, 20000, 41);
+  for (const auto& parent : {first, TreeParents(Shape::kRandom, 20000, 42),
+                             TreeParents(Shape::kChain, 20000, 0), first}) {
+    const std::string method =
+        ExpectTreeLikeReference(*be, MakeTree<double>(parent, 43), 1e-13, "in turn");
+    EXPECT_EQ(method, "hines (one tree split over 2 devices)");
+  }
+}
+
 TEST(PlacedBackend, OneTreeTooLargeForAnyDeviceIsSplitBySubtrees) {
   PlacementOptions never;
   never.split_system_unknowns = 0;  // by memory only

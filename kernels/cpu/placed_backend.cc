@@ -499,6 +499,25 @@ class MultiDeviceBackend final : public Backend {
       return r;
     });
   }
+  // The cut of a tree over parts of these weights: the last one made where the morphology and
+  // weights are the same (a simulation solves one tree step after step; the parent array is
+  // compared whole, one streamed read, against the cut's passes of scattered reads).
+  std::shared_ptr<const TreeCut> CutFor(const int32_t* parent, int64_t n,
+                                        const std::vector<double>& weights) {
+    {
+      std::lock_guard<std::mutex> lock(cut_mu_);
+      if (cut_ != nullptr && cut_weights_ == weights && int64_t(cut_parent_.size()) == n &&
+          std::memcmp(cut_parent_.data(), parent, size_t(n) * sizeof(int32_t)) == 0)
+        return cut_;
+    }
+    auto made = std::make_shared<const TreeCut>(CutTree(parent, n, weights));
+    std::lock_guard<std::mutex> lock(cut_mu_);
+    cut_parent_.assign(parent, parent + n);
+    cut_weights_ = weights;
+    cut_ = made;
+    return made;
+  }
+
   // One tree over split.workers (tree_split.h); nullopt where it cannot be cut, or a part
   // fits its worker not even one right-hand side at a time. A part whose right-hand sides
   // together do not fit its worker takes them one a call.
@@ -508,7 +527,8 @@ class MultiDeviceBackend final : public Backend {
                                                               const SolveControl& c,
                                                               const RowSplit& split,
                                                               int64_t bytes) {
-    const TreeCut cut = CutTree(p.parent, p.n, split.weights);
+    const std::shared_ptr<const TreeCut> kept = CutFor(p.parent, p.n, split.weights);
+    const TreeCut& cut = *kept;
     if (cut.parts == 0) return std::optional<SolveInfo>();
     auto part_bytes = [](int64_t nodes, int64_t k) {
       TreeProblem<T> q;
@@ -602,6 +622,10 @@ class MultiDeviceBackend final : public Backend {
   const PlacementOptions options_;
   std::atomic<size_t> next_{0};
   mutable std::mutex refresh_mu_;
+  std::mutex cut_mu_;
+  std::vector<int32_t> cut_parent_;
+  std::vector<double> cut_weights_;
+  std::shared_ptr<const TreeCut> cut_;
   mutable std::atomic<Clock::rep> last_refresh_{0};
 };
 

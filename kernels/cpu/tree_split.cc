@@ -106,13 +106,24 @@ TreeCut CutTree(const int32_t* parent, int64_t n, const std::vector<double>& wei
   for (int64_t i = 0; i < n; ++i) ++cut.nodes[part_of[size_t(i)]];
   for (int64_t m : cut.nodes)
     if (m == 0) return {};
+  cut.local.resize(size_t(n));
+  cut.members.assign(P, {});
+  for (size_t k = 0; k < P; ++k) cut.members[k].reserve(size_t(cut.nodes[k]));
   // The links: every node with a child in another part.
   std::vector<std::pair<int32_t, int32_t>> ups;  // (part, outside parent)
-  for (int64_t i = 1; i < n; ++i) {
+  for (int64_t i = 0; i < n; ++i) {
+    std::vector<int32_t>& m = cut.members[part_of[size_t(i)]];
+    m.push_back(int32_t(i));
+    cut.local[size_t(i)] = int32_t(m.size());
+    if (i == 0) continue;
     const int32_t pi = parent[i];
     if (part_of[size_t(pi)] == part_of[size_t(i)]) continue;
-    cut.link_node.push_back(pi);
-    ups.emplace_back(part_of[size_t(i)], pi);
+    cut.cut_children.push_back(int32_t(i));
+    // (A node's children elsewhere are often many, and in a row: one entry for the run.)
+    if (ups.empty() || ups.back() != std::make_pair(int32_t(part_of[size_t(i)]), pi)) {
+      cut.link_node.push_back(pi);
+      ups.emplace_back(part_of[size_t(i)], pi);
+    }
   }
   std::sort(cut.link_node.begin(), cut.link_node.end());
   cut.link_node.erase(std::unique(cut.link_node.begin(), cut.link_node.end()),
@@ -136,21 +147,9 @@ absl::StatusOr<SplitOutcome> SolveTreeSplit(const TreeProblem<T>& p, const TreeC
   const size_t P = size_t(cut.parts);
   if (P < 2 || p.batch != 1 || cut.part_of.size() != size_t(p.n))
     return absl::InternalError("SolveTreeSplit: one tree and its cut");
-  const int64_t n = p.n;
   const std::vector<uint8_t>& part_of = cut.part_of;
-  // Each node's number in its part (1-based: 0 is the part's own root), the parts' nodes in
-  // order, and the cut children.
-  std::vector<int32_t> local(static_cast<size_t>(n));
-  std::vector<std::vector<int32_t>> members(P);
-  for (size_t k = 0; k < P; ++k) members[k].reserve(size_t(cut.nodes[k]));
-  std::vector<int32_t> cut_children;
-  for (int64_t i = 0; i < n; ++i) {
-    std::vector<int32_t>& m = members[part_of[size_t(i)]];
-    m.push_back(int32_t(i));
-    local[size_t(i)] = int32_t(m.size());
-    if (i > 0 && part_of[size_t(p.parent[i])] != part_of[size_t(i)])
-      cut_children.push_back(int32_t(i));
-  }
+  const std::vector<int32_t>& local = cut.local;
+  const std::vector<std::vector<int32_t>>& members = cut.members;
 
   struct Part {
     int64_t m = 0, K = 0;
@@ -274,7 +273,7 @@ absl::StatusOr<SplitOutcome> SolveTreeSplit(const TreeProblem<T>& p, const TreeC
     add(2 * l, part_of[size_t(node)], local[size_t(node)], 1);
     A[size_t(2 * l + 1) * size_t(dim) + size_t(2 * l + 1)] += 1;
   }
-  for (int32_t r : cut_children)
+  for (int32_t r : cut.cut_children)
     add(2 * LinkIndex(cut.link_node, p.parent[r]) + 1, part_of[size_t(r)], local[size_t(r)],
         (long double)p.upper[r]);
   if (!SolveSmallDense(dim, A, X)) {

@@ -40,6 +40,11 @@ struct TreeCut {
   // own nodes with children elsewhere. Its right-hand sides: d, then one an up link, then one a
   // down link.
   std::vector<std::vector<int32_t>> up, down;
+  // Each node's number in its part (1-based: 0 is the part's own root), the parts' nodes in
+  // order, and the nodes whose parent is in another part.
+  std::vector<int32_t> local;
+  std::vector<std::vector<int32_t>> members;
+  std::vector<int32_t> cut_children;
 };
 
 // At most this many links a part takes from the tree (each adds a right-hand side to the part
