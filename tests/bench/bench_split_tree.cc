@@ -1,0 +1,206 @@
+// One tree (Hines) system through the CUDA backend on one device, and through the multi-device
+// backend split by subtrees over D devices (kernels/cpu/tree_split.h), end to end from host
+// memory (the arrays in, x out: what the server's backend call does), float64, diagonally
+// dominant rows, method auto. Every answer's backward error is computed from the original
+// arrays, and the two answers are compared.
+//   bench_split_tree [--log2n 24,26] [--reps 5] [--devices D] [--shape mixed|random|chain]
+// mixed: each node the next of its parent's cable (70%) or a child of any node before it (30%);
+// random: a random recursive tree; chain: one cable.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "trisolve/backend.h"
+#include "trisolve/tree.h"
+
+namespace {
+
+using namespace trisolve;
+using Clock = std::chrono::steady_clock;
+
+int Threads() { return int(std::max(1u, std::thread::hardware_concurrency())); }
+
+template <typename F>
+void ParallelFor(int64_t n, F f) {  // f(begin, end, thread)
+  const int t = Threads();
+  std::vector<std::thread> pool;
+  for (int k = 0; k < t; ++k) pool.emplace_back([=] { f(n * k / t, n * (k + 1) / t, k); });
+  for (auto& th : pool) th.join();
+}
+
+struct Tree {
+  int64_t n;
+  std::vector<int32_t> parent;
+  std::vector<double> lower, upper, diag, rhs;
+  TreeProblem<double> P() const {
+    TreeProblem<double> p;
+    p.batch = 1;
+    p.n = n;
+    p.parent = parent.data();
+    p.lower = lower.data();
+    p.upper = upper.data();
+    p.diag = diag.data();
+    p.rhs = rhs.data();
+    return p;
+  }
+};
+
+Tree Make(int64_t n, const std::string& shape) {
+  Tree t{n, std::vector<int32_t>(size_t(n)), std::vector<double>(size_t(n)),
+         std::vector<double>(size_t(n)), std::vector<double>(size_t(n)),
+         std::vector<double>(size_t(n))};
+  std::vector<double> off(size_t(n), 0.0);
+  ParallelFor(n, [&](int64_t i0, int64_t i1, int k) {
+    std::mt19937_64 rng(uint64_t(k) * 7919 + uint64_t(n));
+    std::uniform_real_distribution<double> u(-1, 1);
+    for (int64_t i = i0; i < i1; ++i) {
+      if (i == 0) {
+        t.parent[0] = -1;
+      } else if (shape == "chain" || (shape == "mixed" && u(rng) < 0.4 /* 70% */)) {
+        t.parent[size_t(i)] = int32_t(i - 1);
+      } else {
+        t.parent[size_t(i)] = int32_t(std::uniform_int_distribution<int64_t>(0, i - 1)(rng));
+      }
+      t.lower[size_t(i)] = i > 0 ? u(rng) : 0;
+      t.upper[size_t(i)] = i > 0 ? u(rng) : 0;
+      t.rhs[size_t(i)] = u(rng);
+      t.diag[size_t(i)] = 1.5 + 0.5 * u(rng);  // + the row's off-diagonal sum, below
+    }
+  });
+  for (int64_t i = 1; i < n; ++i) {
+    off[size_t(i)] += std::abs(t.lower[size_t(i)]);
+    off[size_t(t.parent[size_t(i)])] += std::abs(t.upper[size_t(i)]);
+  }
+  ParallelFor(n, [&](int64_t i0, int64_t i1, int) {
+    for (int64_t i = i0; i < i1; ++i) t.diag[size_t(i)] += off[size_t(i)];
+  });
+  return t;
+}
+
+double Distance(int64_t n, const double* x, const double* y) {
+  double d = 0, m = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(x[i]) || !std::isfinite(y[i])) return INFINITY;
+    d = std::max(d, std::abs(x[i] - y[i]));
+    m = std::max(m, std::abs(y[i]));
+  }
+  return d / m;
+}
+
+struct Timed {
+  bool ok = false;
+  std::string what;  // method, or the error
+  double median_ms = 0;
+};
+
+Timed Time(Backend& be, const Tree& t, double* x, int reps) {
+  Timed r;
+  SystemStatus st;
+  std::vector<double> ms;
+  for (int k = 0; k <= reps; ++k) {  // the first warms pools, staging and the plan cache
+    const auto t0 = Clock::now();
+    auto got = be.Solve(t.P(), TreeMethod::kAuto, TreeOutput<double>{x, &st}, {});
+    const double dt = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    if (!got.ok()) {
+      r.what = std::string(got.status().message()).substr(0, 200);
+      return r;
+    }
+    if (st != SystemStatus::kOk) {
+      r.what = "status not OK";
+      return r;
+    }
+    r.what = got->method;
+    if (k > 0) ms.push_back(dt);
+  }
+  std::sort(ms.begin(), ms.end());
+  r.ok = true;
+  r.median_ms = ms.empty() ? 0 : ms[ms.size() / 2];
+  return r;
+}
+
+std::string Cell(const Timed& t) {
+  if (!t.ok) return t.what;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f ms", t.median_ms);
+  return buf;
+}
+
+std::vector<int> Ints(const char* s) {
+  std::vector<int> out;
+  for (const char* p = s; *p;) {
+    out.push_back(std::atoi(p));
+    while (*p && *p != ',') ++p;
+    if (*p == ',') ++p;
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<int> log2n = {24, 26};
+  int reps = 5, devices = CudaDeviceCount();
+  std::string shape = "mixed";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i];
+    if (k == "--log2n") log2n = Ints(argv[i + 1]);
+    else if (k == "--reps") reps = std::atoi(argv[i + 1]);
+    else if (k == "--devices") devices = std::atoi(argv[i + 1]);
+    else if (k == "--shape") shape = argv[i + 1];
+    else {
+      std::fprintf(stderr, "unknown option %s\n", k.c_str());
+      return 2;
+    }
+  }
+  if (shape != "mixed" && shape != "random" && shape != "chain") {
+    std::fprintf(stderr, "--shape: mixed, random or chain\n");
+    return 2;
+  }
+  if (devices < 2) {
+    std::printf("bench_split_tree: %d CUDA device(s); two or more are needed: skipped\n", devices);
+    return 0;
+  }
+  std::vector<int> list;
+  for (int d = 0; d < devices; ++d) list.push_back(d);
+  auto one = MakeCudaBackend();
+  auto many = MakeMultiDeviceCudaBackend(list);
+  if (!one.ok() || !many.ok()) {
+    std::fprintf(stderr, "backends: %s / %s\n", std::string(one.status().message()).c_str(),
+                 std::string(many.status().message()).c_str());
+    return 1;
+  }
+  const BackendInfo info = (*one)->Info();
+  std::printf("%s x %d, %d host threads; float64, one %s tree, diagonally dominant rows; end to "
+              "end from pageable host memory (arrays in, x out), median of %d after a warm-up\n\n",
+              info.devices.empty() ? "?" : info.devices[0].name.c_str(), devices, Threads(),
+              shape.c_str(), reps);
+  std::printf("| n | GB (lower,upper,diag,rhs,x,parent) | 1 device | %d devices | speed-up | "
+              "backward error 1 / %d | max diff | method (1 device) | method (%d devices) |\n"
+              "|---|---|---|---|---|---|---|---|---|\n",
+              devices, devices, devices);
+  for (int l : log2n) {
+    const int64_t n = int64_t{1} << l;
+    const Tree t = Make(n, shape);
+    std::vector<double> x1(static_cast<size_t>(n)), x2(static_cast<size_t>(n));
+    const Timed t1 = Time(**one, t, x1.data(), reps);
+    const Timed t2 = Time(**many, t, x2.data(), reps);
+    const SystemStatus ok = SystemStatus::kOk;
+    const double be1 = t1.ok ? TreeBackwardError(t.P(), x1.data(), &ok) : NAN;
+    const double be2 = t2.ok ? TreeBackwardError(t.P(), x2.data(), &ok) : NAN;
+    const double diff = t1.ok && t2.ok ? Distance(n, x2.data(), x1.data()) : NAN;
+    std::printf("| 2^%d | %.2f | %s | %s | %.2fx | %.1e / %.1e | %.1e | %s | %s |\n", l,
+                44.0 * double(n) / 1e9, Cell(t1).c_str(), Cell(t2).c_str(),
+                t1.ok && t2.ok ? t1.median_ms / t2.median_ms : NAN, be1, be2, diff,
+                t1.what.c_str(), t2.what.c_str());
+    std::fflush(stdout);
+  }
+  return 0;
+}
