@@ -106,14 +106,14 @@ class FakeDevice final : public Backend {
                                           SystemStatus* status, const SolveControl& c) override {
     if (system.holder() != nullptr && system.holder() != this)
       return absl::FailedPreconditionError("not mine");
-    Enter(rhs.k);
+    Enter(rhs.k, system.spec().family == Family::kTree ? system.spec().n : -1);
     return SolveThroughBackend(*cpu_, system, rhs, x, status, c);
   }
   absl::StatusOr<SolveInfo> SolvePrepared(PreparedSystem& system, RhsBlock<float> rhs, float* x,
                                           SystemStatus* status, const SolveControl& c) override {
     if (system.holder() != nullptr && system.holder() != this)
       return absl::FailedPreconditionError("not mine");
-    Enter(rhs.k);
+    Enter(rhs.k, system.spec().family == Family::kTree ? system.spec().n : -1);
     return SolveThroughBackend(*cpu_, system, rhs, x, status, c);
   }
 
@@ -669,10 +669,11 @@ TEST(PlacedBackend, OneLargeTreeIsSplitBySubtreesOverIdleDevices) {
                                              what + " float64");
         EXPECT_EQ(method, "hines (one tree split over " + std::to_string(devices) + " devices)")
             << what;
-        // One call a device, the part and its extra right-hand sides as one batch; every
-        // node in one part (each part has a root of its own).
+        // One part a device, prepared there once, and one call for it and its extra
+        // right-hand sides; every node in one part (each part has a root of its own).
         int64_t nodes = 0;
         for (FakeDevice* d : dev) {
+          EXPECT_EQ(d->prepared, 1) << what;
           ASSERT_EQ(d->tree_sizes().size(), 1u) << what;
           EXPECT_GE(d->batches()[0], 2) << what;
           nodes += d->tree_sizes()[0] - 1;
@@ -733,6 +734,7 @@ TEST(PlacedBackend, OneTreeTooLargeForAnyDeviceIsSplitBySubtrees) {
                 std::string::npos)
           << what << ": " << method;
       for (FakeDevice* d : dev) {
+        EXPECT_EQ(d->prepared, 1) << what;
         EXPECT_GE(d->entered(), 2) << what;
         for (int64_t b : d->batches()) EXPECT_EQ(b, 1) << what;
       }

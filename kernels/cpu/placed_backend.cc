@@ -530,11 +530,12 @@ class MultiDeviceBackend final : public Backend {
     const std::shared_ptr<const TreeCut> kept = CutFor(p.parent, p.n, split.weights);
     const TreeCut& cut = *kept;
     if (cut.parts == 0) return std::optional<SolveInfo>();
+    // A part is prepared on its device (its coefficients there once) and its k right-hand
+    // sides solved at once (the coefficients replicated there: 3k more arrays) where its
+    // room allows, else one a call.
     auto part_bytes = [](int64_t nodes, int64_t k) {
-      TreeProblem<T> q;
-      q.batch = k;
-      q.n = nodes + 1;
-      return TreeBytes(q);
+      const int64_t size = nodes + 1, e = int64_t(sizeof(T));
+      return (3 + (k > 1 ? 5 * k : 2)) * size * e + 5 * size;
     };
     std::vector<bool> batched(size_t(cut.parts));
     for (size_t k = 0; k < batched.size(); ++k) {
@@ -544,20 +545,26 @@ class MultiDeviceBackend final : public Backend {
     }
     auto outcome = SolveTreeSplit<T>(
         p, cut,
-        [&](size_t k, const TreeProblem<T>& part, TreeOutput<T> o) -> absl::StatusOr<SolveInfo> {
+        [&](size_t k, const TreeProblem<T>& part, int64_t rhs,
+            TreeOutput<T> o) -> absl::StatusOr<SolveInfo> {
           Worker& w = *split.workers[k];
           const InFlight busy(w, /*count_job=*/true);
-          if (batched[k]) return w.backend->Solve(part, m, o, c);
+          SystemSpec spec;
+          spec.family = Family::kTree;
+          spec.precision = sizeof(T) == 8 ? Precision::kFloat64 : Precision::kFloat32;
+          spec.n = part.n;
+          spec.method = uint8_t(m);
+          spec.coefficients = {part.lower, part.upper, part.diag, part.parent};
+          auto system = w.backend->Prepare(spec);
+          if (!system.ok()) return system.status();
+          if (batched[k])
+            return w.backend->SolvePrepared(**system, RhsBlock<T>{part.rhs, rhs, Layout::kFlat},
+                                            o.x, o.status, c);
           SolveInfo total;
-          for (int64_t s = 0; s < part.batch; ++s) {
-            TreeProblem<T> one = part;
+          for (int64_t s = 0; s < rhs; ++s) {
             const int64_t at = s * part.n;
-            one.batch = 1;
-            one.lower += at;
-            one.upper += at;
-            one.diag += at;
-            one.rhs += at;
-            auto r = w.backend->Solve(one, m, TreeOutput<T>{o.x + at, o.status + s}, c);
+            auto r = w.backend->SolvePrepared(
+                **system, RhsBlock<T>{part.rhs + at, 1, Layout::kFlat}, o.x + at, o.status + s, c);
             if (!r.ok()) return r;
             if (s == 0) {
               total = *r;

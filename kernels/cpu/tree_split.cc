@@ -168,9 +168,9 @@ absl::StatusOr<SplitOutcome> SolveTreeSplit(const TreeProblem<T>& p, const TreeC
     q.K = cut.rhs[k];
     const size_t m = size_t(q.m), K = size_t(q.K);
     q.parent.resize(m);
-    q.lower.resize(K * m);
-    q.upper.resize(K * m);
-    q.diag.resize(K * m);
+    q.lower.resize(m);
+    q.upper.resize(m);
+    q.diag.resize(m);
     q.rhs.assign(K * m, T(0));
     q.x.resize(K * m);
     q.status.assign(K, SystemStatus::kSingular);
@@ -195,13 +195,8 @@ absl::StatusOr<SplitOutcome> SolveTreeSplit(const TreeProblem<T>& p, const TreeC
       const int32_t node = cut.link_node[size_t(cut.down[k][b])];
       q.rhs[(1 + up.size() + b) * m + size_t(local[size_t(node)])] = T(1);
     }
-    for (size_t s = 1; s < K; ++s) {
-      std::copy_n(q.lower.begin(), m, q.lower.begin() + ptrdiff_t(s * m));
-      std::copy_n(q.upper.begin(), m, q.upper.begin() + ptrdiff_t(s * m));
-      std::copy_n(q.diag.begin(), m, q.diag.begin() + ptrdiff_t(s * m));
-    }
     TreeProblem<T> tp;
-    tp.batch = q.K;
+    tp.batch = 1;
     tp.n = q.m;
     tp.layout = Layout::kFlat;
     tp.parent = q.parent.data();
@@ -209,7 +204,7 @@ absl::StatusOr<SplitOutcome> SolveTreeSplit(const TreeProblem<T>& p, const TreeC
     tp.upper = q.upper.data();
     tp.diag = q.diag.data();
     tp.rhs = q.rhs.data();
-    solved[k] = solve_part(k, tp, TreeOutput<T>{q.x.data(), q.status.data()});
+    solved[k] = solve_part(k, tp, q.K, TreeOutput<T>{q.x.data(), q.status.data()});
     // The coefficients are no longer needed: give their memory back before the join.
     std::vector<T>().swap(q.lower);
     std::vector<T>().swap(q.upper);

@@ -15,8 +15,9 @@
 //
 // A part goes to its backend as one tree of m + 1 nodes (a node 0 of its own, diag 1 and rhs 0,
 // from which its subtrees hang with zero couplings: a valid tree however many subtrees it
-// holds, renumbered in the original order so parent[i] < i holds) and a batch of 1 + (its
-// links) right-hand sides sharing that tree (flat, [k, m + 1], the coefficients replicated).
+// holds, renumbered in the original order so parent[i] < i holds) with 1 + (its links)
+// right-hand sides ([k, m + 1]): the caller prepares it on its device, so that the
+// coefficients cross once, and solves them there (placed_backend.cc).
 #pragma once
 
 #include <cstdint>
@@ -56,11 +57,11 @@ constexpr int kTreeMaxLinksPerPart = 4;
 // 255. O(n) a part.
 TreeCut CutTree(const int32_t* parent, int64_t n, const std::vector<double>& weights);
 
-// Solves part `k`: `part` is a batch of cut.rhs[k] systems of one morphology (flat), out has
-// as many statuses.
+// Solves part `k`: `part` is one tree whose rhs holds `rhs` right-hand sides ([rhs, n], flat);
+// x has as many solutions and status as many entries.
 template <typename T>
 using SolveTreePartFn = std::function<absl::StatusOr<SolveInfo>(
-    size_t k, const TreeProblem<T>& part, TreeOutput<T> out)>;
+    size_t k, const TreeProblem<T>& part, int64_t rhs, TreeOutput<T> out)>;
 
 // p: one tree (batch 1). Runs solve_part for every part at once (part 0 on the calling thread).
 // A part's error that is the caller's (non-finite input, deadline, cancelled) is returned as it
