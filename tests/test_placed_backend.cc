@@ -49,22 +49,22 @@ class FakeDevice final : public Backend {
   absl::StatusOr<SolveInfo> Solve(const TridiagonalProblem<double>& p, TridiagonalMethod m,
                                   TridiagonalOutput<double> out, const SolveControl& c) override {
     Enter(p.batch);
-    return cpu_->Solve(p, m, out, c);
+    return Checked(cpu_->Solve(p, m, out, c));
   }
   absl::StatusOr<SolveInfo> Solve(const TridiagonalProblem<float>& p, TridiagonalMethod m,
                                   TridiagonalOutput<float> out, const SolveControl& c) override {
     Enter(p.batch);
-    return cpu_->Solve(p, m, out, c);
+    return Checked(cpu_->Solve(p, m, out, c));
   }
   absl::StatusOr<SolveInfo> Solve(const TreeProblem<double>& p, TreeMethod m,
                                   TreeOutput<double> out, const SolveControl& c) override {
     Enter(p.batch, p.n);
-    return cpu_->Solve(p, m, out, c);
+    return Checked(cpu_->Solve(p, m, out, c));
   }
   absl::StatusOr<SolveInfo> Solve(const TreeProblem<float>& p, TreeMethod m, TreeOutput<float> out,
                                   const SolveControl& c) override {
     Enter(p.batch, p.n);
-    return cpu_->Solve(p, m, out, c);
+    return Checked(cpu_->Solve(p, m, out, c));
   }
   absl::StatusOr<SolveInfo> Solve(const BlockTridiagonalProblem<double>& p, BlockMethod m,
                                   const BlockOptions& o, BlockOutput<double> out,
@@ -107,14 +107,14 @@ class FakeDevice final : public Backend {
     if (system.holder() != nullptr && system.holder() != this)
       return absl::FailedPreconditionError("not mine");
     Enter(rhs.k, system.spec().family == Family::kTree ? system.spec().n : -1);
-    return SolveThroughBackend(*cpu_, system, rhs, x, status, c);
+    return Checked(SolveThroughBackend(*cpu_, system, rhs, x, status, c));
   }
   absl::StatusOr<SolveInfo> SolvePrepared(PreparedSystem& system, RhsBlock<float> rhs, float* x,
                                           SystemStatus* status, const SolveControl& c) override {
     if (system.holder() != nullptr && system.holder() != this)
       return absl::FailedPreconditionError("not mine");
     Enter(rhs.k, system.spec().family == Family::kTree ? system.spec().n : -1);
-    return SolveThroughBackend(*cpu_, system, rhs, x, status, c);
+    return Checked(SolveThroughBackend(*cpu_, system, rhs, x, status, c));
   }
 
   void Hold(bool closed) {
@@ -142,8 +142,14 @@ class FakeDevice final : public Backend {
                         [&] { return int(batches_.size()) >= calls; });
   }
   std::atomic<int> prepared{0};
+  // Says it checked the inputs it read (SolveInfo::inputs_checked), as a CUDA device's scan.
+  std::atomic<bool> checks_inputs{false};
 
  private:
+  absl::StatusOr<SolveInfo> Checked(absl::StatusOr<SolveInfo> r) const {
+    if (r.ok() && checks_inputs.load()) r->inputs_checked = true;
+    return r;
+  }
   void Enter(int64_t batch, int64_t tree_nodes = -1) {
     std::unique_lock<std::mutex> lock(mu_);
     batches_.push_back(batch);
@@ -711,6 +717,29 @@ TEST(PlacedBackend, ATreeSplitKeepsItsCutOnlyForTheSameMorphology) {
     const std::string method =
         ExpectTreeLikeReference(*be, MakeTree<double>(parent, 43), 1e-13, "in turn");
     EXPECT_EQ(method, "hines (one tree split over 2 devices)");
+  }
+}
+
+TEST(PlacedBackend, ASplitSaysItsInputsWereCheckedOnlyWhereEveryPartsWere) {
+  PlacementOptions options;
+  options.split_system_unknowns = 1000;
+  const One<double> o = MakeOne<double>(20000, Rows::kDominant, 44);
+  const OneTree<double> t = MakeTree<double>(TreeParents(Shape::kRandom, 20000, 45), 46);
+  for (bool both : {false, true}) {
+    std::vector<FakeDevice*> dev;
+    auto be = Placed({int64_t{1} << 30, int64_t{1} << 30}, &dev, options);
+    dev[0]->checks_inputs = true;
+    dev[1]->checks_inputs = both;
+    std::vector<double> x(20000);
+    SystemStatus st;
+    auto tri = be->Solve(o.P(), TridiagonalMethod::kAuto, {x.data(), &st}, {});
+    ASSERT_TRUE(tri.ok()) << tri.status();
+    EXPECT_NE(tri->method.find("split over 2"), std::string::npos) << tri->method;
+    EXPECT_EQ(tri->inputs_checked, both) << tri->method;
+    auto tree = be->Solve(t.P(), TreeMethod::kAuto, TreeOutput<double>{x.data(), &st}, {});
+    ASSERT_TRUE(tree.ok()) << tree.status();
+    EXPECT_NE(tree->method.find("split over 2"), std::string::npos) << tree->method;
+    EXPECT_EQ(tree->inputs_checked, both) << tree->method;
   }
 }
 

@@ -123,6 +123,7 @@ absl::StatusOr<SplitOutcome> SolveSystemSplit(const TridiagonalProblem<T>& p,
     } else {
       if (outcome.info.method.find(r.method) == std::string::npos)
         absl::StrAppend(&outcome.info.method, " + ", r.method);
+      outcome.info.inputs_checked &= r.inputs_checked;  // every part read its own rows
       outcome.info.h2d_us = std::max(outcome.info.h2d_us, r.h2d_us);
       outcome.info.kernel_us = std::max(outcome.info.kernel_us, r.kernel_us);
       outcome.info.d2h_us = std::max(outcome.info.d2h_us, r.d2h_us);

@@ -3,7 +3,9 @@
 // memory (the arrays in, x out: what the server's backend call does), float64, diagonally
 // dominant rows, method auto. Every answer's backward error is computed from the original
 // arrays, and the two answers are compared.
-//   bench_split_tree [--log2n 24,26] [--reps 5] [--devices D] [--shape mixed|random|chain]
+//   bench_split_tree [--log2n 24,26] [--reps 5] [--devices D | --list 0,0] [--shape ...]
+// --list names the split's devices (0,0: two workers on device 0, to check the path on one GPU;
+// its times say nothing of two GPUs).
 // mixed: each node the next of its parent's cable (70%) or a child of any node before it (30%);
 // random: a random recursive tree; chain: one cable.
 #include <algorithm>
@@ -149,12 +151,14 @@ int main(int argc, char** argv) {
   std::vector<int> log2n = {24, 26};
   int reps = 5, devices = CudaDeviceCount();
   std::string shape = "mixed";
+  std::vector<int> list;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
     if (k == "--log2n") log2n = Ints(argv[i + 1]);
     else if (k == "--reps") reps = std::atoi(argv[i + 1]);
     else if (k == "--devices") devices = std::atoi(argv[i + 1]);
     else if (k == "--shape") shape = argv[i + 1];
+    else if (k == "--list") list = Ints(argv[i + 1]);
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;
@@ -164,12 +168,16 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--shape: mixed, random or chain\n");
     return 2;
   }
-  if (devices < 2) {
-    std::printf("bench_split_tree: %d CUDA device(s); two or more are needed: skipped\n", devices);
-    return 0;
+  if (list.empty()) {
+    if (devices < 2) {
+      std::printf("bench_split_tree: %d CUDA device(s); two or more are needed (or --list 0,0): "
+                  "skipped\n",
+                  devices);
+      return 0;
+    }
+    for (int d = 0; d < devices; ++d) list.push_back(d);
   }
-  std::vector<int> list;
-  for (int d = 0; d < devices; ++d) list.push_back(d);
+  devices = int(list.size());
   auto one = MakeCudaBackend();
   auto many = MakeMultiDeviceCudaBackend(list);
   if (!one.ok() || !many.ok()) {
@@ -178,9 +186,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   const BackendInfo info = (*one)->Info();
-  std::printf("%s x %d, %d host threads; float64, one %s tree, diagonally dominant rows; end to "
-              "end from pageable host memory (arrays in, x out), median of %d after a warm-up\n\n",
-              info.devices.empty() ? "?" : info.devices[0].name.c_str(), devices, Threads(),
+  std::string named;
+  for (int d : list) named += (named.empty() ? "" : ",") + std::to_string(d);
+  std::printf("%s, split over devices %s, %d host threads; float64, one %s tree, diagonally "
+              "dominant rows; end to end from pageable host memory (arrays in, x out), median "
+              "of %d after a warm-up\n\n",
+              info.devices.empty() ? "?" : info.devices[0].name.c_str(), named.c_str(), Threads(),
               shape.c_str(), reps);
   std::printf("| n | GB (lower,upper,diag,rhs,x,parent) | 1 device | %d devices | speed-up | "
               "backward error 1 / %d | max diff | method (1 device) | method (%d devices) |\n"
