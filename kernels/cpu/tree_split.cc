@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <thread>
 #include <utility>
 
@@ -21,6 +22,23 @@ int32_t IndexIn(const std::vector<int32_t>& sorted, int32_t v) {
 
 // Children sorted by size up to this many (CutTree).
 constexpr size_t kSortedChildren = 4096;
+
+// f(begin, end) over [0, count) in `threads` pieces at once (one, on the calling thread, for
+// fewer than 2^15).
+template <typename F>
+void Chunks(int64_t count, int threads, const F& f) {
+  if (threads <= 1 || count < (int64_t{1} << 15)) {
+    f(int64_t{0}, count);
+    return;
+  }
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t)
+    pool.emplace_back([&f, count, t, threads] {
+      f(count * t / threads, count * (t + 1) / threads);
+    });
+  f(int64_t{0}, count / threads);
+  for (auto& th : pool) th.join();
+}
 
 }  // namespace
 
@@ -151,13 +169,18 @@ absl::StatusOr<SplitOutcome> SolveTreeSplit(const TreeProblem<T>& p, const TreeC
   const std::vector<int32_t>& local = cut.local;
   const std::vector<std::vector<int32_t>>& members = cut.members;
 
+  // (Arrays left uninitialised where every value is written, in chunks over the host's
+  // threads: a part of 2^25 nodes is a few hundred MB to fill, as long as its copy to the
+  // device.)
   struct Part {
     int64_t m = 0, K = 0;
-    std::vector<int32_t> parent;
-    std::vector<T> lower, upper, diag, rhs, x;
+    std::unique_ptr<int32_t[]> parent;
+    std::unique_ptr<T[]> lower, upper, diag, rhs, x;
     std::vector<SystemStatus> status;
     T at(int64_t col, int64_t j) const { return x[size_t(col * m + j)]; }
   };
+  // (Two at least, so that the pieces' seams are exercised on any host.)
+  const int per_part = std::max(2, int(std::thread::hardware_concurrency()) / int(P));
   std::vector<Part> parts(P);
   std::vector<absl::StatusOr<SolveInfo>> solved(P, absl::InternalError("part not solved"));
   auto run = [&](size_t k) {
@@ -167,30 +190,34 @@ absl::StatusOr<SplitOutcome> SolveTreeSplit(const TreeProblem<T>& p, const TreeC
     q.m = int64_t(mem.size()) + 1;
     q.K = cut.rhs[k];
     const size_t m = size_t(q.m), K = size_t(q.K);
-    q.parent.resize(m);
-    q.lower.resize(m);
-    q.upper.resize(m);
-    q.diag.resize(m);
-    q.rhs.assign(K * m, T(0));
-    q.x.resize(K * m);
+    q.parent.reset(new int32_t[m]);
+    q.lower.reset(new T[m]);
+    q.upper.reset(new T[m]);
+    q.diag.reset(new T[m]);
+    q.rhs.reset(new T[K * m]);
+    q.x.reset(new T[K * m]);
     q.status.assign(K, SystemStatus::kSingular);
     q.parent[0] = -1;
     q.lower[0] = q.upper[0] = T(0);
     q.diag[0] = T(1);
-    for (size_t j = 1; j < m; ++j) {
-      const int32_t i = mem[j - 1];
-      const int32_t pi = i > 0 ? p.parent[i] : -1;
-      const bool inside = pi >= 0 && part_of[size_t(pi)] == k;
-      q.parent[j] = inside ? local[size_t(pi)] : 0;
-      q.lower[j] = inside ? p.lower[i] : T(0);
-      q.upper[j] = inside ? p.upper[i] : T(0);
-      q.diag[j] = p.diag[i];
-      q.rhs[j] = p.rhs[i];
-      if (pi >= 0 && !inside) {  // a subtree root: its coupling to its parent, for X_parent
-        const int32_t col = 1 + IndexIn(up, LinkIndex(cut.link_node, pi));
-        q.rhs[size_t(col) * m + j] = p.lower[i];
+    for (size_t c = 0; c < K; ++c) q.rhs[c * m] = T(0);
+    Chunks(q.m - 1, per_part, [&](int64_t b, int64_t e) {
+      for (size_t c = 1; c < K; ++c) std::fill_n(&q.rhs[c * m + size_t(b) + 1], e - b, T(0));
+      for (size_t j = size_t(b) + 1; j < size_t(e) + 1; ++j) {
+        const int32_t i = mem[j - 1];
+        const int32_t pi = i > 0 ? p.parent[i] : -1;
+        const bool inside = pi >= 0 && part_of[size_t(pi)] == k;
+        q.parent[j] = inside ? local[size_t(pi)] : 0;
+        q.lower[j] = inside ? p.lower[i] : T(0);
+        q.upper[j] = inside ? p.upper[i] : T(0);
+        q.diag[j] = p.diag[i];
+        q.rhs[j] = p.rhs[i];
+        if (pi >= 0 && !inside) {  // a subtree root: its coupling to its parent, for X_parent
+          const int32_t col = 1 + IndexIn(up, LinkIndex(cut.link_node, pi));
+          q.rhs[size_t(col) * m + j] = p.lower[i];
+        }
       }
-    }
+    });
     for (size_t b = 0; b < cut.down[k].size(); ++b) {  // e_p, for G_p
       const int32_t node = cut.link_node[size_t(cut.down[k][b])];
       q.rhs[(1 + up.size() + b) * m + size_t(local[size_t(node)])] = T(1);
@@ -199,17 +226,17 @@ absl::StatusOr<SplitOutcome> SolveTreeSplit(const TreeProblem<T>& p, const TreeC
     tp.batch = 1;
     tp.n = q.m;
     tp.layout = Layout::kFlat;
-    tp.parent = q.parent.data();
-    tp.lower = q.lower.data();
-    tp.upper = q.upper.data();
-    tp.diag = q.diag.data();
-    tp.rhs = q.rhs.data();
-    solved[k] = solve_part(k, tp, q.K, TreeOutput<T>{q.x.data(), q.status.data()});
+    tp.parent = q.parent.get();
+    tp.lower = q.lower.get();
+    tp.upper = q.upper.get();
+    tp.diag = q.diag.get();
+    tp.rhs = q.rhs.get();
+    solved[k] = solve_part(k, tp, q.K, TreeOutput<T>{q.x.get(), q.status.data()});
     // The coefficients are no longer needed: give their memory back before the join.
-    std::vector<T>().swap(q.lower);
-    std::vector<T>().swap(q.upper);
-    std::vector<T>().swap(q.diag);
-    std::vector<T>().swap(q.rhs);
+    q.lower.reset();
+    q.upper.reset();
+    q.diag.reset();
+    q.rhs.reset();
   };
   {
     std::vector<std::thread> threads;
@@ -283,11 +310,13 @@ absl::StatusOr<SplitOutcome> SolveTreeSplit(const TreeProblem<T>& p, const TreeC
     for (int32_t l : cut.up[k]) f.push_back(double(X[size_t(2 * l)]));
     for (int32_t l : cut.down[k]) f.push_back(double(X[size_t(2 * l + 1)]));
     const std::vector<int32_t>& mem = members[k];
-    for (int64_t j = 1; j < q.m; ++j) {
-      double v = double(q.at(0, j));
-      for (size_t c = 0; c < f.size(); ++c) v -= f[c] * double(q.at(int64_t(c + 1), j));
-      x[mem[size_t(j - 1)]] = T(v);
-    }
+    Chunks(q.m - 1, per_part, [&](int64_t b, int64_t e) {
+      for (int64_t j = b + 1; j < e + 1; ++j) {
+        double v = double(q.at(0, j));
+        for (size_t c = 0; c < f.size(); ++c) v -= f[c] * double(q.at(int64_t(c + 1), j));
+        x[mem[size_t(j - 1)]] = T(v);
+      }
+    });
   };
   {
     std::vector<std::thread> threads;
