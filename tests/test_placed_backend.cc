@@ -689,6 +689,12 @@ TEST(PlacedBackend, OneLargeTreeIsSplitBySubtreesOverIdleDevices) {
             EXPECT_NEAR(double(d->tree_sizes()[0]), double(n) / devices, 0.01 * double(n))
                 << what;
           }
+          // For speed a part may be some 20% off its share rather than take a link more (a
+          // right-hand side more for two parts): the cell over two devices is cut at one
+          // node, each part with its own and one extra right-hand side.
+          if (shape == Shape::kCell && devices == 2) {
+            EXPECT_EQ(d->batches()[0], 2) << what;
+          }
         }
         EXPECT_EQ(nodes, n) << what;
       }

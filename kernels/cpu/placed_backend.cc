@@ -503,17 +503,19 @@ class MultiDeviceBackend final : public Backend {
   // weights are the same (a simulation solves one tree step after step; the parent array is
   // compared whole, one streamed read, against the cut's passes of scattered reads).
   std::shared_ptr<const TreeCut> CutFor(const int32_t* parent, int64_t n,
-                                        const std::vector<double>& weights) {
+                                        const std::vector<double>& weights, double tolerance) {
     {
       std::lock_guard<std::mutex> lock(cut_mu_);
-      if (cut_ != nullptr && cut_weights_ == weights && int64_t(cut_parent_.size()) == n &&
+      if (cut_ != nullptr && cut_weights_ == weights && cut_tolerance_ == tolerance &&
+          int64_t(cut_parent_.size()) == n &&
           std::memcmp(cut_parent_.data(), parent, size_t(n) * sizeof(int32_t)) == 0)
         return cut_;
     }
-    auto made = std::make_shared<const TreeCut>(CutTree(parent, n, weights));
+    auto made = std::make_shared<const TreeCut>(CutTree(parent, n, weights, tolerance));
     std::lock_guard<std::mutex> lock(cut_mu_);
     cut_parent_.assign(parent, parent + n);
     cut_weights_ = weights;
+    cut_tolerance_ = tolerance;
     cut_ = made;
     return made;
   }
@@ -527,7 +529,10 @@ class MultiDeviceBackend final : public Backend {
                                                               const SolveControl& c,
                                                               const RowSplit& split,
                                                               int64_t bytes) {
-    const std::shared_ptr<const TreeCut> kept = CutFor(p.parent, p.n, split.weights);
+    // For speed, parts some 20% off their shares rather than a link more (a right-hand side
+    // more for two parts); by memory, parts as close to their rooms' shares as 4 links allow.
+    const std::shared_ptr<const TreeCut> kept = CutFor(
+        p.parent, p.n, split.weights, split.fits_one ? kTreeCutForSpeed : kTreeCutForMemory);
     const TreeCut& cut = *kept;
     if (cut.parts == 0) return std::optional<SolveInfo>();
     // A part is prepared on its device (its coefficients there once) and its k right-hand
@@ -632,6 +637,7 @@ class MultiDeviceBackend final : public Backend {
   std::mutex cut_mu_;
   std::vector<int32_t> cut_parent_;
   std::vector<double> cut_weights_;
+  double cut_tolerance_ = 0;
   std::shared_ptr<const TreeCut> cut_;
   mutable std::atomic<Clock::rep> last_refresh_{0};
 };

@@ -42,7 +42,8 @@ void Chunks(int64_t count, int threads, const F& f) {
 
 }  // namespace
 
-TreeCut CutTree(const int32_t* parent, int64_t n, const std::vector<double>& weights) {
+TreeCut CutTree(const int32_t* parent, int64_t n, const std::vector<double>& weights,
+                double tolerance) {
   const size_t P = weights.size();
   if (P < 2 || P > 255 || n < 2 * int64_t(P) || !ValidateParents(parent, n).ok()) return {};
   double total = 0;
@@ -75,7 +76,7 @@ TreeCut CutTree(const int32_t* parent, int64_t n, const std::vector<double>& wei
   for (size_t k = P - 1; k >= 1; --k) {
     int64_t need = std::llround(double(n) * std::max(weights[k], 0.0) / total);
     if (need < 1 || need > size[0] - 1) return {};
-    const int64_t tol = need / 1000;
+    const int64_t tol = int64_t(double(need) * std::clamp(tolerance, 0.0, 1.0));
     int64_t v = 0;
     for (int links = 0; need > tol && links < kTreeMaxLinksPerPart; ++links) {
       // Down to the node whose children each hold `need` or fewer (its size is above need).

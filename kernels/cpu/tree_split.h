@@ -52,10 +52,15 @@ struct TreeCut {
 // and two unknowns to the host's system); past it, parts are left less even.
 constexpr int kTreeMaxLinksPerPart = 4;
 
-// Parts in proportion to `weights`, each within about 1/1000 of its share where a few links
-// reach it. parent: valid (else no cut). No cut where a part would be empty or parts exceed
-// 255. O(n) a part.
-TreeCut CutTree(const int32_t* parent, int64_t n, const std::vector<double>& weights);
+// Parts in proportion to `weights`, each within `tolerance` of its share (a fraction) where a
+// few links reach it: a link more costs its two parts a right-hand side each (two more arrays
+// to move), so where the parts are for speed a part some 20% short beats one more link.
+// parent: valid (else no cut). No cut where a part would be empty or parts exceed 255. O(n) a
+// part.
+constexpr double kTreeCutForSpeed = 0.2;
+constexpr double kTreeCutForMemory = 0.001;
+TreeCut CutTree(const int32_t* parent, int64_t n, const std::vector<double>& weights,
+                double tolerance);
 
 // Solves part `k`: `part` is one tree whose rhs holds `rhs` right-hand sides ([rhs, n], flat);
 // x has as many solutions and status as many entries.
