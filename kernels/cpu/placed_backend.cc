@@ -4,9 +4,9 @@
 // milliseconds), the one with a GiB more to spare at equal queues, else the next in turn; a
 // prepared system stays where it was prepared, and its solves go there; a tridiagonal or tree
 // batch too large for any one worker is split by systems over them, and one system or tree
-// too large (or large enough, under auto) by rows or subtrees (split_system.h, tree_split.h). A worker's room is read
-// from its Info(): its first pool's cap less what is in use, at most its first device's free
-// memory plus the pool's idle buffers.
+// too large (or large enough, under auto) by rows or subtrees (split_system.h, tree_split.h).
+// A worker's room is read from its Info(): its first pool's cap less what is in use, at most
+// its first device's free memory plus the pool's idle buffers.
 #include <algorithm>
 #include <atomic>
 #include <chrono>

@@ -48,7 +48,7 @@ struct TreeCut {
   std::vector<int32_t> cut_children;
 };
 
-// At most this many links a part takes from the tree (each adds a right-hand side to the part
+// At most this many links a part takes from the tree (each adds a right-hand side to two parts
 // and two unknowns to the host's system); past it, parts are left less even.
 constexpr int kTreeMaxLinksPerPart = 4;
 
