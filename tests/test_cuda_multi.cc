@@ -552,22 +552,22 @@ void ExpectOneTreeLikeReference(Backend& backend, int shape, int64_t n, uint64_t
 
 TEST_P(MultiDevice, OneTreeLargerThanOneWorkerIsSplitBySubtrees) {
   if (workers() < 2) GTEST_SKIP() << "one worker: nothing to split over";
-  // 1.6M nodes: 72 MB on the device in float64 (lower, upper, diag, rhs, x and the parents, as
-  // the placement counts them), over one worker's 64 MiB; 2.8M nodes in float32: 70 MB. Random
-  // trees of short cables: a part's cable plan and scratch (some 25 bytes a node more) fit
-  // beside it, where a chain's long-cable scratch (80 bytes a node) would not. A backend a
-  // case: the plans stay in the pools.
+  // 800k nodes: 102 MB on the device in float64 (the arrays, x, the cable plan and scratch,
+  // as the placement counts them: 128 bytes a node), over one worker's 64 MiB, a part of
+  // 400k nodes 51 MB; 1.2M nodes in float32 (85 bytes a node): 102 MB, a part 51 MB. Random
+  // trees of short cables: a chain's long-cable scratch (80 bytes a node) would not fit. A
+  // backend a case: the plans stay in the pools.
   const int64_t per_worker = int64_t{64} << 20;
   const int64_t cap = per_worker * std::count(devices_.begin(), devices_.end(), devices_[0]);
   {
     auto backend = Make(cap);
     ASSERT_NE(backend, nullptr);
-    ExpectOneTreeLikeReference<double>(*backend, 0, 1600000, 31, workers());
+    ExpectOneTreeLikeReference<double>(*backend, 0, 800000, 31, workers());
   }
   {
     auto backend = Make(cap);
     ASSERT_NE(backend, nullptr);
-    ExpectOneTreeLikeReference<float>(*backend, 0, 2800000, 32, workers());
+    ExpectOneTreeLikeReference<float>(*backend, 0, 1200000, 32, workers());
   }
 }
 

@@ -256,6 +256,15 @@ class MultiDeviceBackend final : public Backend {
   static int64_t TreeBytes(const TreeProblem<T>& p) {
     return 5 * p.batch * p.n * int64_t(sizeof(T)) + p.n * 5;
   }
+  // One tree of n nodes solved on a device (a batch of one): its arrays and x, the cable
+  // plan (some 32 bytes a node: the cables, their order and their children) and the solver's
+  // scratch (up to 3 values a node), rounded up to the pool's size classes (up to 4/3). For a
+  // large tree the plan and scratch weigh as much as the arrays: the split sizes its parts
+  // by them.
+  template <typename T>
+  static int64_t OneTreeBytes(int64_t n) {
+    return (8 * int64_t(sizeof(T)) + 32) * n * 4 / 3;
+  }
   template <typename T>
   static int64_t BlockBytes(const BlockTridiagonalProblem<T>& p) {
     return 8 * p.N * p.M * int64_t(sizeof(T));
@@ -536,18 +545,12 @@ class MultiDeviceBackend final : public Backend {
     const TreeCut& cut = *kept;
     if (cut.parts == 0) return std::optional<SolveInfo>();
     // A part is prepared on its device (its coefficients there once) and its k right-hand
-    // sides solved at once (the coefficients replicated there: 3k more arrays) where its
-    // room allows, else one a call.
-    auto part_bytes = [](int64_t nodes, int64_t k) {
-      const int64_t size = nodes + 1, e = int64_t(sizeof(T));
-      return (3 + (k > 1 ? 5 * k : 2)) * size * e + 5 * size;
-    };
-    std::vector<bool> batched(size_t(cut.parts));
-    for (size_t k = 0; k < batched.size(); ++k) {
-      const int64_t room = split.workers[k]->room.load();
-      if (!split.fits_one && part_bytes(cut.nodes[k], 1) > room) return std::optional<SolveInfo>();
-      batched[k] = part_bytes(cut.nodes[k], cut.rhs[k]) <= room;
-    }
+    // sides solved one a call: no replicated coefficients (k copies on the host, then on the
+    // device, a few hundred MB for a part of 2^23 nodes), 2 arrays a call.
+    if (!split.fits_one)
+      for (size_t k = 0; k < size_t(cut.parts); ++k)
+        if (OneTreeBytes<T>(cut.nodes[k] + 1) > split.workers[k]->room.load())
+          return std::optional<SolveInfo>();
     auto outcome = SolveTreeSplit<T>(
         p, cut,
         [&](size_t k, const TreeProblem<T>& part, int64_t rhs,
@@ -562,9 +565,6 @@ class MultiDeviceBackend final : public Backend {
           spec.coefficients = {part.lower, part.upper, part.diag, part.parent};
           auto system = w.backend->Prepare(spec);
           if (!system.ok()) return system.status();
-          if (batched[k])
-            return w.backend->SolvePrepared(**system, RhsBlock<T>{part.rhs, rhs, Layout::kFlat},
-                                            o.x, o.status, c);
           SolveInfo total;
           for (int64_t s = 0; s < rhs; ++s) {
             const int64_t at = s * part.n;
@@ -602,7 +602,7 @@ class MultiDeviceBackend final : public Backend {
   template <typename T>
   absl::StatusOr<SolveInfo> SolveTree(const TreeProblem<T>& p, TreeMethod m, TreeOutput<T> out,
                                       const SolveControl& c) {
-    const int64_t bytes = TreeBytes(p);
+    const int64_t bytes = p.batch == 1 ? OneTreeBytes<T>(p.n) : TreeBytes(p);
     if (p.batch == 1) {
       const RowSplit split = SplitSystem(p.n, bytes, m == TreeMethod::kAuto);
       if (!split.workers.empty()) {
