@@ -4,6 +4,11 @@
 // dominant rows, method auto. Every answer's backward error is computed from the original
 // arrays, and the two answers are compared.
 //   bench_split_tree [--log2n 24,26] [--reps 5] [--devices D | --list 0,0] [--shape ...]
+//                    [--phases 1]
+// --phases 1 also runs the split's steps one by one (kernels/cpu/tree_split.h, over a CUDA
+// backend a device) and times each: the cut (made once, then kept by the multi-device backend),
+// the parts' arrays built, each part prepared on its device, its right-hand sides solved, the
+// links' system and x written.
 // --list names the split's devices (0,0: two workers on device 0, to check the path on one GPU;
 // its times say nothing of two GPUs).
 // mixed: each node the next of its parent's cable (70%) or a child of any node before it (30%);
@@ -20,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "tree_split.h"  // (the split's steps, for --phases: internal to trisolve_kernels)
 #include "trisolve/backend.h"
 #include "trisolve/tree.h"
 
@@ -135,6 +141,95 @@ std::string Cell(const Timed& t) {
   return buf;
 }
 
+double Ms(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? NAN : v[v.size() / 2];
+}
+
+// The split's steps one by one over a CUDA backend a device in `list`, timed (medians of reps
+// after a warm-up; each step's slowest part).
+std::string Phases(const Tree& t, const std::vector<int>& list, int reps) {
+  std::vector<std::unique_ptr<Backend>> dev;
+  for (int d : list) {
+    CudaOptions o;
+    o.device = d;
+    auto b = MakeCudaBackend(o);
+    if (!b.ok()) return "phases: device " + std::to_string(d) + ": " +
+                        std::string(b.status().message());
+    dev.push_back(*std::move(b));
+  }
+  const size_t P = list.size();
+  auto t0 = Clock::now();
+  const TreeCut cut = CutTree(t.parent.data(), t.n, std::vector<double>(P, 1.0), kTreeCutForSpeed);
+  const double cut_ms = Ms(t0, Clock::now());
+  if (cut.parts == 0) return "phases: no cut";
+  std::string parts;
+  for (size_t k = 0; k < P; ++k)
+    parts += (k ? ", " : "") + std::to_string(cut.nodes[k]) + " nodes x " +
+             std::to_string(cut.rhs[k]) + " rhs";
+  std::vector<double> build, prepare, solve, join, total;
+  std::vector<double> x(static_cast<size_t>(t.n));
+  std::string failed;
+  for (int r = 0; r <= reps && failed.empty(); ++r) {
+    std::vector<Clock::time_point> enter(P), prepared(P), done(P);
+    const auto start = Clock::now();
+    auto got = SolveTreeSplit<double>(
+        t.P(), cut,
+        [&](size_t k, const TreeProblem<double>& part, int64_t rhs,
+            TreeOutput<double> o) -> absl::StatusOr<SolveInfo> {
+          enter[k] = Clock::now();
+          SystemSpec spec;
+          spec.family = Family::kTree;
+          spec.n = part.n;
+          spec.coefficients = {part.lower, part.upper, part.diag, part.parent};
+          auto system = dev[k]->Prepare(spec);
+          if (!system.ok()) return system.status();
+          prepared[k] = Clock::now();
+          SolveInfo info;
+          for (int64_t s = 0; s < rhs; ++s) {
+            auto one = dev[k]->SolvePrepared(
+                **system, RhsBlock<double>{part.rhs + s * part.n, 1, Layout::kFlat},
+                o.x + s * part.n, o.status + s, {});
+            if (!one.ok()) return one.status();
+            info = *one;
+          }
+          done[k] = Clock::now();
+          return info;
+        },
+        x.data());
+    const auto end = Clock::now();
+    if (!got.ok() || !got->solved) {
+      failed = got.ok() ? got->why : std::string(got.status().message());
+      break;
+    }
+    if (r == 0) continue;
+    double b = 0, p = 0, s = 0;
+    auto last = start;
+    for (size_t k = 0; k < P; ++k) {
+      b = std::max(b, Ms(start, enter[k]));
+      p = std::max(p, Ms(enter[k], prepared[k]));
+      s = std::max(s, Ms(prepared[k], done[k]));
+      last = std::max(last, done[k]);
+    }
+    build.push_back(b);
+    prepare.push_back(p);
+    solve.push_back(s);
+    join.push_back(Ms(last, end));
+    total.push_back(Ms(start, end));
+  }
+  if (!failed.empty()) return "phases: " + failed;
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "phases (2^%d; %s): cut %.1f ms (once); build %.1f, prepare %.1f, solves %.1f, "
+                "links and x %.1f, total %.1f ms",
+                int(std::lround(std::log2(double(t.n)))), parts.c_str(), cut_ms, Median(build),
+                Median(prepare), Median(solve), Median(join), Median(total));
+  return buf;
+}
+
 std::vector<int> Ints(const char* s) {
   std::vector<int> out;
   for (const char* p = s; *p;) {
@@ -152,6 +247,7 @@ int main(int argc, char** argv) {
   int reps = 5, devices = CudaDeviceCount();
   std::string shape = "mixed";
   std::vector<int> list;
+  bool phases = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
     if (k == "--log2n") log2n = Ints(argv[i + 1]);
@@ -159,6 +255,7 @@ int main(int argc, char** argv) {
     else if (k == "--devices") devices = std::atoi(argv[i + 1]);
     else if (k == "--shape") shape = argv[i + 1];
     else if (k == "--list") list = Ints(argv[i + 1]);
+    else if (k == "--phases") phases = std::atoi(argv[i + 1]) != 0;
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;
@@ -197,6 +294,7 @@ int main(int argc, char** argv) {
               "backward error 1 / %d | max diff | method (1 device) | method (%d devices) |\n"
               "|---|---|---|---|---|---|---|---|---|\n",
               devices, devices, devices);
+  std::vector<std::string> notes;
   for (int l : log2n) {
     const int64_t n = int64_t{1} << l;
     const Tree t = Make(n, shape);
@@ -212,6 +310,9 @@ int main(int argc, char** argv) {
                 t1.ok && t2.ok ? t1.median_ms / t2.median_ms : NAN, be1, be2, diff,
                 t1.what.c_str(), t2.what.c_str());
     std::fflush(stdout);
+    if (phases) notes.push_back(Phases(t, list, reps));
   }
+  for (const std::string& note : notes) std::printf("\n%s", note.c_str());
+  if (!notes.empty()) std::printf("\n");
   return 0;
 }
