@@ -157,6 +157,24 @@ TreeCut CutTree(const int32_t* parent, int64_t n, const std::vector<double>& wei
   cut.rhs.assign(P, 1);
   for (size_t k = 0; k < P; ++k)
     cut.rhs[k] += int64_t(cut.up[k].size() + cut.down[k].size());
+  cut.part_parent.assign(P, {});
+  cut.root_rhs.assign(P, {});
+  for (size_t k = 0; k < P; ++k) {
+    const std::vector<int32_t>& mem = cut.members[k];
+    std::vector<int32_t>& pp = cut.part_parent[k];
+    pp.resize(mem.size() + 1);
+    pp[0] = -1;
+    for (size_t j = 1; j < pp.size(); ++j) {
+      const int32_t i = mem[j - 1];
+      const int32_t pi = i > 0 ? parent[i] : -1;
+      pp[j] = pi >= 0 && part_of[size_t(pi)] == k ? cut.local[size_t(pi)] : 0;
+    }
+  }
+  for (int32_t r : cut.cut_children) {
+    const size_t k = part_of[size_t(r)];
+    const int32_t col = 1 + IndexIn(cut.up[k], LinkIndex(cut.link_node, parent[r]));
+    cut.root_rhs[k].emplace_back(cut.local[size_t(r)], col);
+  }
   return cut;
 }
 
@@ -175,7 +193,6 @@ absl::StatusOr<SplitOutcome> SolveTreeSplit(const TreeProblem<T>& p, const TreeC
   // device.)
   struct Part {
     int64_t m = 0, K = 0;
-    std::unique_ptr<int32_t[]> parent;
     std::unique_ptr<T[]> lower, upper, diag, rhs, x;
     std::vector<SystemStatus> status;
     T at(int64_t col, int64_t j) const { return x[size_t(col * m + j)]; }
@@ -191,34 +208,30 @@ absl::StatusOr<SplitOutcome> SolveTreeSplit(const TreeProblem<T>& p, const TreeC
     q.m = int64_t(mem.size()) + 1;
     q.K = cut.rhs[k];
     const size_t m = size_t(q.m), K = size_t(q.K);
-    q.parent.reset(new int32_t[m]);
+    const std::vector<int32_t>& pp = cut.part_parent[k];
     q.lower.reset(new T[m]);
     q.upper.reset(new T[m]);
     q.diag.reset(new T[m]);
     q.rhs.reset(new T[K * m]);
     q.x.reset(new T[K * m]);
     q.status.assign(K, SystemStatus::kSingular);
-    q.parent[0] = -1;
     q.lower[0] = q.upper[0] = T(0);
     q.diag[0] = T(1);
     for (size_t c = 0; c < K; ++c) q.rhs[c * m] = T(0);
+    // (The structure is the cut's: a gather of values in the part's order, streamed.)
     Chunks(q.m - 1, per_part, [&](int64_t b, int64_t e) {
       for (size_t c = 1; c < K; ++c) std::fill_n(&q.rhs[c * m + size_t(b) + 1], e - b, T(0));
       for (size_t j = size_t(b) + 1; j < size_t(e) + 1; ++j) {
         const int32_t i = mem[j - 1];
-        const int32_t pi = i > 0 ? p.parent[i] : -1;
-        const bool inside = pi >= 0 && part_of[size_t(pi)] == k;
-        q.parent[j] = inside ? local[size_t(pi)] : 0;
+        const bool inside = pp[j] != 0;
         q.lower[j] = inside ? p.lower[i] : T(0);
         q.upper[j] = inside ? p.upper[i] : T(0);
         q.diag[j] = p.diag[i];
         q.rhs[j] = p.rhs[i];
-        if (pi >= 0 && !inside) {  // a subtree root: its coupling to its parent, for X_parent
-          const int32_t col = 1 + IndexIn(up, LinkIndex(cut.link_node, pi));
-          q.rhs[size_t(col) * m + j] = p.lower[i];
-        }
       }
     });
+    for (const auto& [j, col] : cut.root_rhs[k])  // a subtree root's coupling, for X_parent
+      q.rhs[size_t(col) * m + size_t(j)] = p.lower[mem[size_t(j) - 1]];
     for (size_t b = 0; b < cut.down[k].size(); ++b) {  // e_p, for G_p
       const int32_t node = cut.link_node[size_t(cut.down[k][b])];
       q.rhs[(1 + up.size() + b) * m + size_t(local[size_t(node)])] = T(1);
@@ -227,7 +240,7 @@ absl::StatusOr<SplitOutcome> SolveTreeSplit(const TreeProblem<T>& p, const TreeC
     tp.batch = 1;
     tp.n = q.m;
     tp.layout = Layout::kFlat;
-    tp.parent = q.parent.get();
+    tp.parent = pp.data();
     tp.lower = q.lower.get();
     tp.upper = q.upper.get();
     tp.diag = q.diag.get();

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -46,6 +47,11 @@ struct TreeCut {
   std::vector<int32_t> local;
   std::vector<std::vector<int32_t>> members;
   std::vector<int32_t> cut_children;
+  // Per part, its tree's parent array (m + 1 values; 0 for its subtree roots), and its
+  // subtree roots' (node number in the part, right-hand side they couple into): what a solve
+  // needs of the structure, made once with the cut, so that a solve only gathers values.
+  std::vector<std::vector<int32_t>> part_parent;
+  std::vector<std::vector<std::pair<int32_t, int32_t>>> root_rhs;
 };
 
 // At most this many links a part takes from the tree (each adds a right-hand side to two parts
