@@ -585,6 +585,10 @@ class MultiDeviceBackend final : public Backend {
     if (!outcome.ok()) return outcome.status();
     if (outcome->solved) {
       out.status[0] = SystemStatus::kOk;
+      // The parts' coefficients went to their devices through Prepare, which scans nothing
+      // (a device's scan covers what a solve copies in: here the right-hand sides): the
+      // caller checks the inputs itself.
+      outcome->info.inputs_checked = false;
       return std::optional<SolveInfo>(outcome->info);
     }
     const std::string why = absl::StrCat(" (not split: ", outcome->why, ")");
