@@ -2,8 +2,9 @@
 // the devices present ("all"), device 0 listed twice ("0,0": two workers on one GPU, which
 // exercises the placement on a one-GPU machine) and two devices ("0,1"). Persistent systems stay
 // on the worker that prepared them under solves from several threads; concurrent calls spread
-// over the workers; a call that does not fit one worker's memory goes to another. Skips, saying
-// so, without a GPU, and the two-device cases with one.
+// over the workers; a call that does not fit one worker's memory goes to another; one system
+// or tree too large for a worker (or large, under auto) is split over them. Skips, saying so,
+// without a GPU, and the two-device cases with one.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -496,6 +497,86 @@ TEST_P(MultiDevice, OneLargeSystemIsSplitByRowsOverIdleWorkers) {
                                workers());
   ExpectOneSystemLikeReference(*backend_, MakeTri<float>(1, 1 << 23, Layout::kFlat, 24),
                                workers());
+}
+
+// One tree over the workers by subtrees (kernels/cpu/tree_split.h): against the Hines sweep on
+// the CPU, by backward error (the rounding level) and forward error. shape: 0 a random tree
+// with long cables (MakeTree's), 1 a chain, 2 a star.
+template <typename T>
+void ExpectOneTreeLikeReference(Backend& backend, int shape, int64_t n, uint64_t seed,
+                                size_t parts) {
+  const TreeSys made = MakeTree(1, shape == 0 ? n : 1, seed);
+  std::vector<int32_t> parent = made.parent;
+  if (shape != 0) {
+    parent.assign(size_t(n), 0);
+    parent[0] = -1;
+    for (int64_t i = 1; shape == 1 && i < n; ++i) parent[size_t(i)] = int32_t(i - 1);
+  }
+  std::mt19937_64 rng(seed + 1);
+  std::uniform_real_distribution<double> u(-1, 1);
+  std::vector<double> off(size_t(n), 0.0);
+  const size_t nn = static_cast<size_t>(n);
+  std::vector<T> lower(nn, T(0)), upper(nn, T(0)), diag(nn), rhs(nn);
+  for (int64_t i = 1; i < n; ++i) {
+    lower[size_t(i)] = T(u(rng));
+    upper[size_t(i)] = T(u(rng));
+    off[size_t(i)] += std::abs(double(lower[size_t(i)]));
+    off[size_t(parent[size_t(i)])] += std::abs(double(upper[size_t(i)]));
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    diag[size_t(i)] = T(off[size_t(i)] * (1.5 + 0.4 * u(rng)) + 0.5);
+    rhs[size_t(i)] = T(u(rng));
+  }
+  TreeProblem<T> p;
+  p.batch = 1;
+  p.n = n;
+  p.parent = parent.data();
+  p.lower = lower.data();
+  p.upper = upper.data();
+  p.diag = diag.data();
+  p.rhs = rhs.data();
+  std::vector<T> x(static_cast<size_t>(n), T(NAN)), want(static_cast<size_t>(n));
+  SystemStatus st = SystemStatus::kSingular, wst;
+  ASSERT_TRUE(Cpu().Solve(p, TreeMethod::kHines, TreeOutput<T>{want.data(), &wst}, {}).ok());
+  ASSERT_EQ(wst, SystemStatus::kOk);
+  auto got = backend.Solve(p, TreeMethod::kAuto, TreeOutput<T>{x.data(), &st}, {});
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_NE(got->method.find("(one tree split over " + std::to_string(parts) + " devices)"),
+            std::string::npos)
+      << got->method;
+  EXPECT_EQ(st, SystemStatus::kOk);
+  const double eps = std::numeric_limits<T>::epsilon();
+  EXPECT_LE(TreeBackwardError(p, x.data(), &st), 8 * eps) << got->method;
+  EXPECT_LE(Distance(x, want), 100 * eps) << got->method;
+}
+
+TEST_P(MultiDevice, OneTreeLargerThanOneWorkerIsSplitBySubtrees) {
+  if (workers() < 2) GTEST_SKIP() << "one worker: nothing to split over";
+  // 800k nodes: 102 MB on the device in float64 (the arrays, x, the cable plan and scratch,
+  // as the placement counts them: 128 bytes a node), over one worker's 64 MiB, a part of
+  // 400k nodes 51 MB; 1.2M nodes in float32 (85 bytes a node): 102 MB, a part 51 MB. Random
+  // trees of short cables: a chain's long-cable scratch (80 bytes a node) would not fit. A
+  // backend a case: the plans stay in the pools.
+  const int64_t per_worker = int64_t{64} << 20;
+  const int64_t cap = per_worker * std::count(devices_.begin(), devices_.end(), devices_[0]);
+  {
+    auto backend = Make(cap);
+    ASSERT_NE(backend, nullptr);
+    ExpectOneTreeLikeReference<double>(*backend, 0, 800000, 31, workers());
+  }
+  {
+    auto backend = Make(cap);
+    ASSERT_NE(backend, nullptr);
+    ExpectOneTreeLikeReference<float>(*backend, 0, 1200000, 32, workers());
+  }
+}
+
+TEST_P(MultiDevice, OneLargeTreeIsSplitBySubtreesOverIdleWorkers) {
+  if (workers() < 2) GTEST_SKIP() << "one worker: nothing to split over";
+  // auto from 2^22 nodes (PlacementOptions' default), every worker idle.
+  ExpectOneTreeLikeReference<double>(*backend_, 0, (1 << 22) + 7, 35, workers());
+  ExpectOneTreeLikeReference<double>(*backend_, 2, 1 << 22, 36, workers());
+  ExpectOneTreeLikeReference<float>(*backend_, 1, 1 << 23, 37, workers());
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, MultiDevice, ::testing::Values("all", "0,0", "0,1"),

@@ -17,6 +17,7 @@
 
 #include "gtest/gtest.h"
 #include "trisolve/backend.h"
+#include "trisolve/swc.h"
 
 namespace trisolve {
 namespace {
@@ -48,22 +49,22 @@ class FakeDevice final : public Backend {
   absl::StatusOr<SolveInfo> Solve(const TridiagonalProblem<double>& p, TridiagonalMethod m,
                                   TridiagonalOutput<double> out, const SolveControl& c) override {
     Enter(p.batch);
-    return cpu_->Solve(p, m, out, c);
+    return Checked(cpu_->Solve(p, m, out, c));
   }
   absl::StatusOr<SolveInfo> Solve(const TridiagonalProblem<float>& p, TridiagonalMethod m,
                                   TridiagonalOutput<float> out, const SolveControl& c) override {
     Enter(p.batch);
-    return cpu_->Solve(p, m, out, c);
+    return Checked(cpu_->Solve(p, m, out, c));
   }
   absl::StatusOr<SolveInfo> Solve(const TreeProblem<double>& p, TreeMethod m,
                                   TreeOutput<double> out, const SolveControl& c) override {
-    Enter(p.batch);
-    return cpu_->Solve(p, m, out, c);
+    Enter(p.batch, p.n);
+    return Checked(cpu_->Solve(p, m, out, c));
   }
   absl::StatusOr<SolveInfo> Solve(const TreeProblem<float>& p, TreeMethod m, TreeOutput<float> out,
                                   const SolveControl& c) override {
-    Enter(p.batch);
-    return cpu_->Solve(p, m, out, c);
+    Enter(p.batch, p.n);
+    return Checked(cpu_->Solve(p, m, out, c));
   }
   absl::StatusOr<SolveInfo> Solve(const BlockTridiagonalProblem<double>& p, BlockMethod m,
                                   const BlockOptions& o, BlockOutput<double> out,
@@ -105,15 +106,15 @@ class FakeDevice final : public Backend {
                                           SystemStatus* status, const SolveControl& c) override {
     if (system.holder() != nullptr && system.holder() != this)
       return absl::FailedPreconditionError("not mine");
-    Enter(rhs.k);
-    return SolveThroughBackend(*cpu_, system, rhs, x, status, c);
+    Enter(rhs.k, system.spec().family == Family::kTree ? system.spec().n : -1);
+    return Checked(SolveThroughBackend(*cpu_, system, rhs, x, status, c));
   }
   absl::StatusOr<SolveInfo> SolvePrepared(PreparedSystem& system, RhsBlock<float> rhs, float* x,
                                           SystemStatus* status, const SolveControl& c) override {
     if (system.holder() != nullptr && system.holder() != this)
       return absl::FailedPreconditionError("not mine");
-    Enter(rhs.k);
-    return SolveThroughBackend(*cpu_, system, rhs, x, status, c);
+    Enter(rhs.k, system.spec().family == Family::kTree ? system.spec().n : -1);
+    return Checked(SolveThroughBackend(*cpu_, system, rhs, x, status, c));
   }
 
   void Hold(bool closed) {
@@ -129,6 +130,11 @@ class FakeDevice final : public Backend {
     std::lock_guard<std::mutex> lock(mu_);
     return batches_;
   }
+  // The trees' sizes (nodes) of its tree calls.
+  std::vector<int64_t> tree_sizes() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return tree_sizes_;
+  }
   // Waits (up to 10 s) until `calls` calls have entered.
   bool WaitEntered(int calls) {
     std::unique_lock<std::mutex> lock(mu_);
@@ -136,11 +142,18 @@ class FakeDevice final : public Backend {
                         [&] { return int(batches_.size()) >= calls; });
   }
   std::atomic<int> prepared{0};
+  // Says it checked the inputs it read (SolveInfo::inputs_checked), as a CUDA device's scan.
+  std::atomic<bool> checks_inputs{false};
 
  private:
-  void Enter(int64_t batch) {
+  absl::StatusOr<SolveInfo> Checked(absl::StatusOr<SolveInfo> r) const {
+    if (r.ok() && checks_inputs.load()) r->inputs_checked = true;
+    return r;
+  }
+  void Enter(int64_t batch, int64_t tree_nodes = -1) {
     std::unique_lock<std::mutex> lock(mu_);
     batches_.push_back(batch);
+    if (tree_nodes >= 0) tree_sizes_.push_back(tree_nodes);
     cv_.notify_all();
     // (Held 10 s at most: a call placed on a held device then fails the test, not hangs it.)
     cv_.wait_for(lock, std::chrono::seconds(10), [&] { return !closed_; });
@@ -150,7 +163,7 @@ class FakeDevice final : public Backend {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool closed_ = false;
-  std::vector<int64_t> batches_;
+  std::vector<int64_t> batches_, tree_sizes_;
 };
 
 // The placed backend over stand-ins of the given rooms; `dev` keeps pointers to them.
@@ -551,6 +564,277 @@ TEST(PlacedBackend, ASplitWithASingularPartIsSolvedAnotherWayNotCalledSingular) 
     auto be = Placed({48000, 48000}, &dev, options);
     const std::string method = ExpectSplitLikeReference(*be, o, 1e-12, "fits none");
     EXPECT_NE(method.find("on the host (not split: part 0"), std::string::npos) << method;
+  }
+}
+
+
+// One tree split by subtrees (kernels/cpu/tree_split.h) ----------------------------------
+
+enum class Shape { kChain, kStar, kRandom, kCell };
+const char* ShapeName(Shape s) {
+  const char* names[] = {"chain", "star", "random", "cell"};
+  return names[int(s)];
+}
+
+// A chain, a star, a random recursive tree (each node's parent drawn from those before it), or
+// the real cell of tests/data (its own size).
+std::vector<int32_t> TreeParents(Shape shape, int64_t n, uint64_t seed) {
+  if (shape == Shape::kCell) {
+    auto m = ReadSwc(std::string(TRISOLVE_TEST_DATA) + "/neuron_10-2012-02-09-001.CNG.swc");
+    EXPECT_TRUE(m.ok()) << m.status();
+    return m.ok() ? m->parent : std::vector<int32_t>{-1};
+  }
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> parent(size_t(n), -1);
+  for (int64_t i = 1; i < n; ++i)
+    parent[size_t(i)] = shape == Shape::kChain ? int32_t(i - 1)
+                        : shape == Shape::kStar ? 0
+                                                : int32_t(rng() % uint64_t(i));
+  return parent;
+}
+
+template <typename T>
+struct OneTree {
+  std::vector<int32_t> parent;
+  std::vector<T> lower, upper, diag, rhs;
+  TreeProblem<T> P() const {
+    TreeProblem<T> p;
+    p.batch = 1;
+    p.n = int64_t(parent.size());
+    p.parent = parent.data();
+    p.lower = lower.data();
+    p.upper = upper.data();
+    p.diag = diag.data();
+    p.rhs = rhs.data();
+    return p;
+  }
+};
+// Random couplings; each diagonal 1.2 to 2 times its row's off-diagonal sum, plus 0.1 (a star's
+// root has n - 1 terms), so every part is nonsingular too.
+template <typename T>
+OneTree<T> MakeTree(std::vector<int32_t> parent, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(-1, 1);
+  OneTree<T> t;
+  const size_t n = parent.size();
+  t.parent = std::move(parent);
+  std::vector<double> lower(n), upper(n), off(n, 0.0);
+  for (size_t i = 1; i < n; ++i) {
+    lower[i] = u(rng);
+    upper[i] = u(rng);
+    off[i] += std::abs(lower[i]);
+    off[size_t(t.parent[i])] += std::abs(upper[i]);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    t.lower.push_back(T(lower[i]));
+    t.upper.push_back(T(upper[i]));
+    t.diag.push_back(T((1.6 + 0.4 * u(rng)) * off[i] + 0.1));
+    t.rhs.push_back(T(u(rng)));
+  }
+  return t;
+}
+
+// Solves t through `be` (method m) and by the Hines sweep on the CPU: OK, backward error at the
+// rounding level, the same x as the reference within `forward`. Returns the method.
+template <typename T>
+std::string ExpectTreeLikeReference(Backend& be, const OneTree<T>& t, double forward,
+                                    const std::string& what, TreeMethod m = TreeMethod::kAuto) {
+  std::vector<T> x(t.parent.size(), T(NAN)), want(t.parent.size());
+  SystemStatus st = SystemStatus::kSingular, wst = SystemStatus::kSingular;
+  auto got = be.Solve(t.P(), m, TreeOutput<T>{x.data(), &st}, {});
+  EXPECT_TRUE(got.ok()) << what << ": " << got.status();
+  if (!got.ok()) return "";
+  EXPECT_EQ(st, SystemStatus::kOk) << what << " (" << got->method << ")";
+  EXPECT_TRUE(Cpu().Solve(t.P(), TreeMethod::kHines, TreeOutput<T>{want.data(), &wst}, {}).ok());
+  EXPECT_EQ(wst, SystemStatus::kOk) << what;
+  const double eps = std::numeric_limits<T>::epsilon();
+  // (Residuals from the original arrays.)
+  const double be_got = TreeBackwardError(t.P(), x.data(), &st);
+  const double be_want = TreeBackwardError(t.P(), want.data(), &wst);
+  EXPECT_LE(be_got, std::max(10 * be_want, 4 * eps)) << what << " (" << got->method << ")";
+  EXPECT_LE(Distance(x, want), forward) << what << " (" << got->method << ")";
+  return got->method;
+}
+
+TEST(PlacedBackend, OneLargeTreeIsSplitBySubtreesOverIdleDevices) {
+  PlacementOptions options;
+  options.split_system_unknowns = 1000;
+  for (Shape shape : {Shape::kChain, Shape::kStar, Shape::kRandom, Shape::kCell})
+    for (int devices : {2, 3}) {
+      const std::string what = std::string(ShapeName(shape)) + " over " +
+                               std::to_string(devices);
+      const auto parent = TreeParents(shape, 30001, 11 + uint64_t(shape));
+      const int64_t n = int64_t(parent.size());
+      for (bool single : {false, true}) {
+        std::vector<FakeDevice*> dev;
+        auto be = Placed(std::vector<int64_t>(size_t(devices), int64_t{1} << 30), &dev, options);
+        const std::string method =
+            single ? ExpectTreeLikeReference(*be, MakeTree<float>(parent, 12), 1e-5,
+                                             what + " float32")
+                   : ExpectTreeLikeReference(*be, MakeTree<double>(parent, 12), 1e-13,
+                                             what + " float64");
+        EXPECT_EQ(method, "hines (one tree split over " + std::to_string(devices) + " devices)")
+            << what;
+        // One part a device, prepared there once, and a call for each of its right-hand
+        // sides (its own and one a link, two at least); every node in one part (each part
+        // has a root of its own).
+        int64_t nodes = 0;
+        for (FakeDevice* d : dev) {
+          EXPECT_EQ(d->prepared, 1) << what;
+          ASSERT_GE(d->tree_sizes().size(), 2u) << what;
+          for (int64_t b : d->batches()) EXPECT_EQ(b, 1) << what;
+          for (int64_t m : d->tree_sizes()) EXPECT_EQ(m, d->tree_sizes()[0]) << what;
+          nodes += d->tree_sizes()[0] - 1;
+          // Parts of equal shares: within 1% where whole subtrees allow (a chain's and a
+          // star's always do).
+          if (shape == Shape::kChain || shape == Shape::kStar) {
+            EXPECT_NEAR(double(d->tree_sizes()[0]), double(n) / devices, 0.01 * double(n))
+                << what;
+          }
+          // For speed a part may be some 20% off its share rather than take a link more (a
+          // right-hand side more for two parts): the cell over two devices is cut at one
+          // node, each part with its own and one extra right-hand side.
+          if (shape == Shape::kCell && devices == 2) {
+            EXPECT_EQ(d->entered(), 2) << what;
+          }
+        }
+        EXPECT_EQ(nodes, n) << what;
+      }
+    }
+  {  // under the threshold, or a method named: whole, on one device
+    std::vector<FakeDevice*> dev;
+    auto be = Placed({int64_t{1} << 30, int64_t{1} << 30}, &dev, options);
+    const OneTree<double> small = MakeTree<double>(TreeParents(Shape::kRandom, 999, 13), 14);
+    EXPECT_EQ(ExpectTreeLikeReference(*be, small, 1e-13, "small"), "hines");
+    const OneTree<double> big = MakeTree<double>(TreeParents(Shape::kRandom, 5000, 15), 16);
+    EXPECT_EQ(ExpectTreeLikeReference(*be, big, 1e-13, "named", TreeMethod::kContraction),
+              "contraction");
+    EXPECT_EQ(dev[0]->entered() + dev[1]->entered(), 2);
+  }
+}
+
+TEST(PlacedBackend, ATreeSplitKeepsItsCutOnlyForTheSameMorphology) {
+  // One backend, trees of one size in turn: a random tree, another, a chain, the first again.
+  PlacementOptions options;
+  options.split_system_unknowns = 1000;
+  std::vector<FakeDevice*> dev;
+  auto be = Placed({int64_t{1} << 30, int64_t{1} << 30}, &dev, options);
+  const auto first = TreeParents(Shape::kRandom, 20000, 41);
+  for (const auto& parent : {first, TreeParents(Shape::kRandom, 20000, 42),
+                             TreeParents(Shape::kChain, 20000, 0), first}) {
+    const std::string method =
+        ExpectTreeLikeReference(*be, MakeTree<double>(parent, 43), 1e-13, "in turn");
+    EXPECT_EQ(method, "hines (one tree split over 2 devices)");
+  }
+}
+
+TEST(PlacedBackend, ASplitSaysItsInputsWereCheckedOnlyWhereEveryPartsWere) {
+  PlacementOptions options;
+  options.split_system_unknowns = 1000;
+  const One<double> o = MakeOne<double>(20000, Rows::kDominant, 44);
+  const OneTree<double> t = MakeTree<double>(TreeParents(Shape::kRandom, 20000, 45), 46);
+  for (bool both : {false, true}) {
+    std::vector<FakeDevice*> dev;
+    auto be = Placed({int64_t{1} << 30, int64_t{1} << 30}, &dev, options);
+    dev[0]->checks_inputs = true;
+    dev[1]->checks_inputs = both;
+    std::vector<double> x(20000);
+    SystemStatus st;
+    auto tri = be->Solve(o.P(), TridiagonalMethod::kAuto, {x.data(), &st}, {});
+    ASSERT_TRUE(tri.ok()) << tri.status();
+    EXPECT_NE(tri->method.find("split over 2"), std::string::npos) << tri->method;
+    EXPECT_EQ(tri->inputs_checked, both) << tri->method;
+    // A tree's parts are prepared on their devices, which scans no coefficient: never.
+    auto tree = be->Solve(t.P(), TreeMethod::kAuto, TreeOutput<double>{x.data(), &st}, {});
+    ASSERT_TRUE(tree.ok()) << tree.status();
+    EXPECT_NE(tree->method.find("split over 2"), std::string::npos) << tree->method;
+    EXPECT_FALSE(tree->inputs_checked) << tree->method;
+  }
+}
+
+TEST(PlacedBackend, OneTreeTooLargeForAnyDeviceIsSplitBySubtrees) {
+  PlacementOptions never;
+  never.split_system_unknowns = 0;  // by memory only
+  for (Shape shape : {Shape::kChain, Shape::kRandom}) {
+    // 100,000 nodes: 12.8 MB on a device in float64 (the arrays, x, the cable plan and the
+    // solver's scratch, as the placement counts them), 8.5 MB in float32.
+    const auto parent = TreeParents(shape, 100000, 17);
+    const OneTree<double> o = MakeTree<double>(parent, 18);
+    const OneTree<float> f = MakeTree<float>(parent, 19);
+    for (const auto& rooms : std::vector<std::vector<int64_t>>{
+             {8 * kMiB, 6 * kMiB}, {6 * kMiB, 6 * kMiB, 9 * kMiB / 2}}) {
+      const std::string what = std::string(ShapeName(shape)) + " over " +
+                               std::to_string(rooms.size());
+      std::vector<FakeDevice*> dev;
+      auto be = Placed(rooms, &dev, never);
+      const std::string method = ExpectTreeLikeReference(*be, o, 1e-13, what + " float64");
+      EXPECT_NE(method.find("one tree split over " + std::to_string(rooms.size())),
+                std::string::npos)
+          << what << ": " << method;
+      for (FakeDevice* d : dev) {
+        EXPECT_EQ(d->prepared, 1) << what;
+        EXPECT_GE(d->entered(), 2) << what;
+        for (int64_t b : d->batches()) EXPECT_EQ(b, 1) << what;
+      }
+      std::vector<FakeDevice*> dev32;
+      std::vector<int64_t> rooms32;
+      for (int64_t r : rooms) rooms32.push_back(r * 2 / 3);
+      auto be32 = Placed(rooms32, &dev32, never);
+      const std::string m32 = ExpectTreeLikeReference(*be32, f, 1e-5, what + " float32");
+      EXPECT_NE(m32.find("one tree split over"), std::string::npos) << what << ": " << m32;
+    }
+  }
+  {  // not even together: one device takes it whole (and says what the backend says)
+    std::vector<FakeDevice*> dev;
+    auto be = Placed({kMiB, kMiB}, &dev, never);
+    const OneTree<double> o = MakeTree<double>(TreeParents(Shape::kChain, 100000, 20), 21);
+    EXPECT_EQ(ExpectTreeLikeReference(*be, o, 1e-13, "fits none"), "hines");
+    EXPECT_EQ(dev[0]->entered() + dev[1]->entered(), 1);
+  }
+}
+
+TEST(PlacedBackend, ATreeSplitWithASingularPartIsSolvedAnotherWayNotCalledSingular) {
+  // A chain of zero diagonals with unit couplings, its last node's diagonal 1: the Hines sweep
+  // meets pivots 1, -1, 1, ... (nonsingular, well conditioned), but the part that keeps the
+  // root ends on a node of zero diagonal whose child went to the other part: singular on its
+  // own. The tree is solved whole -- on a device where one holds it, else on the host.
+  for (bool single : {false, true}) {
+    OneTree<double> o = MakeTree<double>(TreeParents(Shape::kChain, 2000, 22), 23);
+    for (size_t i = 0; i < o.parent.size(); ++i) {
+      o.lower[i] = o.upper[i] = i > 0 ? 1 : 0;
+      o.diag[i] = i + 1 == o.parent.size() ? 1 : 0;
+    }
+    OneTree<float> f{o.parent, {}, {}, {}, {}};
+    for (size_t i = 0; i < o.parent.size(); ++i) {
+      f.lower.push_back(float(o.lower[i]));
+      f.upper.push_back(float(o.upper[i]));
+      f.diag.push_back(float(o.diag[i]));
+      f.rhs.push_back(float(o.rhs[i]));
+    }
+    auto check = [&](Backend& be, const std::string& what) {
+      return single ? ExpectTreeLikeReference(be, f, 1e-4, what + " float32")
+                    : ExpectTreeLikeReference(be, o, 1e-12, what + " float64");
+    };
+    PlacementOptions options;
+    options.split_system_unknowns = 1000;
+    {
+      std::vector<FakeDevice*> dev;
+      auto be = Placed({int64_t{1} << 30, int64_t{1} << 30}, &dev, options);
+      const std::string method = check(*be, "fits one");
+      EXPECT_NE(method.find("hines (not split: part 0 (1000 nodes) is singular on its own)"),
+                std::string::npos)
+          << method;
+    }
+    {
+      // 2,000 nodes: 256 kB on a device in float64 (170 kB in float32); a part of 1,001
+      // nodes fits.
+      std::vector<FakeDevice*> dev;
+      const int64_t room = single ? 100000 : 150000;
+      auto be = Placed({room, room}, &dev, options);
+      const std::string method = check(*be, "fits none");
+      EXPECT_NE(method.find("hines on the host (not split: part 0"), std::string::npos)
+          << method;
+    }
   }
 }
 

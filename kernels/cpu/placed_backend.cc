@@ -3,9 +3,10 @@
 // with the fewest calls in flight among those with room for it (free memory, refreshed every few
 // milliseconds), the one with a GiB more to spare at equal queues, else the next in turn; a
 // prepared system stays where it was prepared, and its solves go there; a tridiagonal or tree
-// batch too large for any one worker is split by systems over them. A worker's room is read
-// from its Info(): its first pool's cap less what is in use, at most its first device's free
-// memory plus the pool's idle buffers.
+// batch too large for any one worker is split by systems over them, and one system or tree
+// too large (or large enough, under auto) by rows or subtrees (split_system.h, tree_split.h).
+// A worker's room is read from its Info(): its first pool's cap less what is in use, at most
+// its first device's free memory plus the pool's idle buffers.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -23,6 +24,7 @@
 #include "trisolve/reference/tree.h"
 #include "trisolve/reference/tridiagonal.h"
 #include "split_system.h"
+#include "tree_split.h"
 
 namespace trisolve {
 namespace {
@@ -254,6 +256,15 @@ class MultiDeviceBackend final : public Backend {
   static int64_t TreeBytes(const TreeProblem<T>& p) {
     return 5 * p.batch * p.n * int64_t(sizeof(T)) + p.n * 5;
   }
+  // One tree of n nodes solved on a device (a batch of one): its arrays and x, the cable
+  // plan (some 32 bytes a node: the cables, their order and their children) and the solver's
+  // scratch (up to 3 values a node), rounded up to the pool's size classes (up to 4/3). For a
+  // large tree the plan and scratch weigh as much as the arrays: the split sizes its parts
+  // by them.
+  template <typename T>
+  static int64_t OneTreeBytes(int64_t n) {
+    return (8 * int64_t(sizeof(T)) + 32) * n * 4 / 3;
+  }
   template <typename T>
   static int64_t BlockBytes(const BlockTridiagonalProblem<T>& p) {
     return 8 * p.N * p.M * int64_t(sizeof(T));
@@ -394,14 +405,14 @@ class MultiDeviceBackend final : public Backend {
     return total;
   }
 
-  // The workers one system of `bytes` is split over, and their shares; empty for no split
-  // (PlacementOptions).
+  // The workers one system (or tree) of `bytes` is split over, and their shares; empty for no
+  // split (PlacementOptions: for speed only where the method is left to auto).
   struct RowSplit {
     std::vector<Worker*> workers;
     std::vector<double> weights;
     bool fits_one = false;  // one worker has room for the whole system
   };
-  RowSplit SplitSystem(int64_t n, int64_t bytes, TridiagonalMethod m) {
+  RowSplit SplitSystem(int64_t n, int64_t bytes, bool auto_method) {
     RowSplit split;
     if (workers_.size() < 2) return split;
     MaybeRefresh();
@@ -420,8 +431,7 @@ class MultiDeviceBackend final : public Backend {
         }
       return split;
     }
-    if (options_.split_system_unknowns <= 0 || n < options_.split_system_unknowns ||
-        m != TridiagonalMethod::kAuto)
+    if (options_.split_system_unknowns <= 0 || n < options_.split_system_unknowns || !auto_method)
       return split;
     // For speed: the idle workers, as many as have room for an equal part.
     std::vector<Worker*> idle;
@@ -479,7 +489,7 @@ class MultiDeviceBackend final : public Backend {
     // of their own (or a strided view).
     if (p.variable() || p.unified()) return OnPlaced(bytes, [&](Backend& b) { return b.Solve(p, m, out, c); });
     if (p.batch == 1) {
-      const RowSplit split = SplitSystem(p.n, bytes, m);
+      const RowSplit split = SplitSystem(p.n, bytes, m == TridiagonalMethod::kAuto);
       if (!split.workers.empty()) {
         auto r = SolveSplit(p, m, out, c, split, bytes);
         if (!r.ok()) return r.status();
@@ -498,10 +508,113 @@ class MultiDeviceBackend final : public Backend {
       return r;
     });
   }
+  // The cut of a tree over parts of these weights: the last one made where the morphology and
+  // weights are the same (a simulation solves one tree step after step; the parent array is
+  // compared whole, one streamed read, against the cut's passes of scattered reads).
+  std::shared_ptr<const TreeCut> CutFor(const int32_t* parent, int64_t n,
+                                        const std::vector<double>& weights, double tolerance) {
+    {
+      std::lock_guard<std::mutex> lock(cut_mu_);
+      if (cut_ != nullptr && cut_weights_ == weights && cut_tolerance_ == tolerance &&
+          int64_t(cut_parent_.size()) == n &&
+          std::memcmp(cut_parent_.data(), parent, size_t(n) * sizeof(int32_t)) == 0)
+        return cut_;
+    }
+    auto made = std::make_shared<const TreeCut>(CutTree(parent, n, weights, tolerance));
+    std::lock_guard<std::mutex> lock(cut_mu_);
+    cut_parent_.assign(parent, parent + n);
+    cut_weights_ = weights;
+    cut_tolerance_ = tolerance;
+    cut_ = made;
+    return made;
+  }
+
+  // One tree over split.workers (tree_split.h); nullopt where it cannot be cut, or a part
+  // fits its worker not even one right-hand side at a time. A part whose right-hand sides
+  // together do not fit its worker takes them one a call.
+  template <typename T>
+  absl::StatusOr<std::optional<SolveInfo>> SolveTreeSplitOver(const TreeProblem<T>& p,
+                                                              TreeMethod m, TreeOutput<T> out,
+                                                              const SolveControl& c,
+                                                              const RowSplit& split,
+                                                              int64_t bytes) {
+    // For speed, parts some 20% off their shares rather than a link more (a right-hand side
+    // more for two parts); by memory, parts as close to their rooms' shares as 4 links allow.
+    const std::shared_ptr<const TreeCut> kept = CutFor(
+        p.parent, p.n, split.weights, split.fits_one ? kTreeCutForSpeed : kTreeCutForMemory);
+    const TreeCut& cut = *kept;
+    if (cut.parts == 0) return std::optional<SolveInfo>();
+    // A part is prepared on its device (its coefficients there once) and its k right-hand
+    // sides solved one a call: no replicated coefficients (k copies on the host, then on the
+    // device, a few hundred MB for a part of 2^23 nodes), 2 arrays a call.
+    if (!split.fits_one)
+      for (size_t k = 0; k < size_t(cut.parts); ++k)
+        if (OneTreeBytes<T>(cut.nodes[k] + 1) > split.workers[k]->room.load())
+          return std::optional<SolveInfo>();
+    auto outcome = SolveTreeSplit<T>(
+        p, cut,
+        [&](size_t k, const TreeProblem<T>& part, int64_t rhs,
+            TreeOutput<T> o) -> absl::StatusOr<SolveInfo> {
+          Worker& w = *split.workers[k];
+          const InFlight busy(w, /*count_job=*/true);
+          SystemSpec spec;
+          spec.family = Family::kTree;
+          spec.precision = sizeof(T) == 8 ? Precision::kFloat64 : Precision::kFloat32;
+          spec.n = part.n;
+          spec.method = uint8_t(m);
+          spec.coefficients = {part.lower, part.upper, part.diag, part.parent};
+          auto system = w.backend->Prepare(spec);
+          if (!system.ok()) return system.status();
+          SolveInfo total;
+          for (int64_t s = 0; s < rhs; ++s) {
+            const int64_t at = s * part.n;
+            auto r = w.backend->SolvePrepared(
+                **system, RhsBlock<T>{part.rhs + at, 1, Layout::kFlat}, o.x + at, o.status + s, c);
+            if (!r.ok()) return r;
+            if (s == 0) {
+              total = *r;
+            } else {
+              total.h2d_us += r->h2d_us;
+              total.kernel_us += r->kernel_us;
+              total.d2h_us += r->d2h_us;
+            }
+          }
+          return total;
+        },
+        out.x);
+    if (!outcome.ok()) return outcome.status();
+    if (outcome->solved) {
+      out.status[0] = SystemStatus::kOk;
+      // The parts' coefficients went to their devices through Prepare, which scans nothing
+      // (a device's scan covers what a solve copies in: here the right-hand sides): the
+      // caller checks the inputs itself.
+      outcome->info.inputs_checked = false;
+      return std::optional<SolveInfo>(outcome->info);
+    }
+    const std::string why = absl::StrCat(" (not split: ", outcome->why, ")");
+    if (split.fits_one) {
+      auto whole = OnPlaced(bytes, [&](Backend& b) { return b.Solve(p, m, out, c); });
+      if (!whole.ok()) return whole.status();
+      whole->method += why;
+      return std::optional<SolveInfo>(*whole);
+    }
+    SolveInfo host = cpu::SolveTree(p, m, out);
+    host.method = absl::StrCat(host.method, " on the host", why);
+    return std::optional<SolveInfo>(host);
+  }
+
   template <typename T>
   absl::StatusOr<SolveInfo> SolveTree(const TreeProblem<T>& p, TreeMethod m, TreeOutput<T> out,
                                       const SolveControl& c) {
-    const int64_t bytes = TreeBytes(p);
+    const int64_t bytes = p.batch == 1 ? OneTreeBytes<T>(p.n) : TreeBytes(p);
+    if (p.batch == 1) {
+      const RowSplit split = SplitSystem(p.n, bytes, m == TreeMethod::kAuto);
+      if (!split.workers.empty()) {
+        auto r = SolveTreeSplitOver(p, m, out, c, split, bytes);
+        if (!r.ok()) return r.status();
+        if (r->has_value()) return **r;
+      }
+    }
     const std::vector<Part> parts = SplitParts(p.batch, bytes);
     if (parts.empty()) return OnPlaced(bytes, [&](Backend& b) { return b.Solve(p, m, out, c); });
     return RunParts(parts, [&](const Part& part) -> absl::StatusOr<SolveInfo> {
@@ -525,6 +638,11 @@ class MultiDeviceBackend final : public Backend {
   const PlacementOptions options_;
   std::atomic<size_t> next_{0};
   mutable std::mutex refresh_mu_;
+  std::mutex cut_mu_;
+  std::vector<int32_t> cut_parent_;
+  std::vector<double> cut_weights_;
+  double cut_tolerance_ = 0;
+  std::shared_ptr<const TreeCut> cut_;
   mutable std::atomic<Clock::rep> last_refresh_{0};
 };
 

@@ -37,8 +37,8 @@ Window SolveWindow(const TridiagonalProblem<T>& p, int64_t row0, int64_t size, b
   return w;
 }
 
-// Gaussian elimination with partial pivoting on a small dense system (row-major q x q) in
-// long double; false where a pivot is zero or not finite.
+}  // namespace
+
 bool SolveSmallDense(int q, std::vector<long double>& A, std::vector<long double>& rhs) {
   for (int k = 0; k < q; ++k) {
     int piv = k;
@@ -65,8 +65,6 @@ bool SolveSmallDense(int q, std::vector<long double>& A, std::vector<long double
   }
   return true;
 }
-
-}  // namespace
 
 std::vector<int64_t> SplitRows(int64_t n, const std::vector<double>& weights) {
   const size_t parts = weights.size();
@@ -125,6 +123,7 @@ absl::StatusOr<SplitOutcome> SolveSystemSplit(const TridiagonalProblem<T>& p,
     } else {
       if (outcome.info.method.find(r.method) == std::string::npos)
         absl::StrAppend(&outcome.info.method, " + ", r.method);
+      outcome.info.inputs_checked &= r.inputs_checked;  // every part read its own rows
       outcome.info.h2d_us = std::max(outcome.info.h2d_us, r.h2d_us);
       outcome.info.kernel_us = std::max(outcome.info.kernel_us, r.kernel_us);
       outcome.info.d2h_us = std::max(outcome.info.d2h_us, r.d2h_us);

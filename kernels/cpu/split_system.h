@@ -48,6 +48,11 @@ constexpr int64_t kSplitFirstWindow = 8192;
 // hold fewer than 2 rows.
 std::vector<int64_t> SplitRows(int64_t n, const std::vector<double>& weights);
 
+// Gaussian elimination with partial pivoting on a small dense system (row-major q x q) in long
+// double: rhs becomes the solution; false where a pivot is zero or a value not finite. (The
+// interfaces' systems of both splits.)
+bool SolveSmallDense(int q, std::vector<long double>& A, std::vector<long double>& rhs);
+
 // p: one system (batch 1). rows: from SplitRows. Runs solve_part for every part at once (part 0
 // on the calling thread). An error of a part is returned as it is.
 template <typename T>

@@ -187,6 +187,8 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeMultiDeviceCudaBackend(std::vector<
 // or more have (0: never for speed). A split whose parts cannot be joined (a part singular on
 // its own, couplings that do not decay within the host's windows) is solved whole on one
 // worker where it fits, else by the CPU reference on the host; the method string says which.
+// One tree (batch 1) is split by the same rules, into parts of whole subtrees
+// (kernels/cpu/tree_split.h: exact, no windows), with the same fall-backs.
 struct PlacementOptions {
   int64_t split_system_unknowns = int64_t{1} << 22;
 };
