@@ -432,6 +432,7 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
   double worst_error = 0;
   int64_t batched = 0, batched_with = 0;  // answers the server solved with others, and with how many
   std::atomic<bool> failed_setup{false};
+  double check_sum_us = 0, call_sum_us = 0;
   // The clock runs from the moment every client has set up (its connection, its shared
   // memory, its system) until the last one is done: setup happens once a client, not a request.
   std::latch ready(o.clients), go(1);
@@ -532,6 +533,7 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
     std::map<std::string, int64_t> local_err;
     double local_worst = 0;
     int64_t local_batched = 0, local_batched_with = 0;
+    double local_check_us = 0, local_call_us = 0;  // the client's own account
     auto check = [&](const absl::StatusOr<Result>& r, int which, double us,
                      const double* x_in_shm) {
       if (!r.ok()) {
@@ -546,10 +548,13 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
       }
       // The matrices are well conditioned (|b| >= 3, |a| + |c| <= 2): a forward error of
       // 1e-12 is far above rounding and far below any wrong answer.
+      const auto c0 = Clock::now();
       double e = MaxRelativeDifference(x, expect[size_t(which % kRhs)].data(), o.batch, o.n);
       if (local_lat.empty() && e <= 1e-12)
         local_worst = std::max(local_worst, BackwardError(m, rhs[size_t(which)].data(), x, o.batch,
                                                           o.n));
+      local_check_us += std::chrono::duration<double, std::micro>(Clock::now() - c0).count();
+      local_call_us += us;
       if (!(e <= 1e-12)) {
         ++wrong;
         return;
@@ -641,6 +646,8 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
     server_sum.d2h_us += local_server.d2h_us;
     server_sum.server_total_us += local_server.server_total_us;
     server_sum.upload_us += local_server.upload_us;
+    check_sum_us += local_check_us;
+    call_sum_us += local_call_us;
     server_sum.download_us += local_server.download_us;
     for (auto& [k, v] : local_err) errors[k] += v;
     batched += local_batched;
@@ -701,6 +708,12 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
     if (server_sum.upload_us > 0)
       std::cout << absl::StrFormat("  client, mean ms: upload %.3f, download %.3f\n",
                                    server_sum.upload_us / k, server_sum.download_us / k);
+    // What a client's requests took on average, its check of each answer, and the whole cycle
+    // (clients x wall / answers): where call + check falls short of the cycle, the client's
+    // threads waited on something else (the machine's cores, its memory).
+    std::cout << absl::StrFormat("  client, mean ms: call %.3f, check %.3f, cycle %.3f\n",
+                                 call_sum_us / k, check_sum_us / k,
+                                 1e3 * wall * double(o.clients) / double(server_n));
   }
   if (batched > 0)
     std::cout << absl::StrFormat(

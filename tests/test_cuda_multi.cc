@@ -136,11 +136,12 @@ class MultiDevice : public ::testing::TestWithParam<std::string> {
     backend_ = Make();
     ASSERT_NE(backend_, nullptr);
   }
-  std::unique_ptr<Backend> Make(int64_t device_pool_cap_bytes = 0) {
+  std::unique_ptr<Backend> Make(int64_t device_pool_cap_bytes = 0,
+                                const PlacementOptions& placement = {}) {
     CudaOptions o;
     o.host_below_unknowns = 0;  // the kernels, however small the test's systems
     o.device_pool_cap_bytes = device_pool_cap_bytes;
-    auto b = MakeMultiDeviceCudaBackend(devices_, o);
+    auto b = MakeMultiDeviceCudaBackend(devices_, o, placement);
     EXPECT_TRUE(b.ok()) << b.status();
     return b.ok() ? *std::move(b) : nullptr;
   }
@@ -573,10 +574,15 @@ TEST_P(MultiDevice, OneTreeLargerThanOneWorkerIsSplitBySubtrees) {
 
 TEST_P(MultiDevice, OneLargeTreeIsSplitBySubtreesOverIdleWorkers) {
   if (workers() < 2) GTEST_SKIP() << "one worker: nothing to split over";
-  // auto from 2^22 nodes (PlacementOptions' default), every worker idle.
-  ExpectOneTreeLikeReference<double>(*backend_, 0, (1 << 22) + 7, 35, workers());
-  ExpectOneTreeLikeReference<double>(*backend_, 2, 1 << 22, 36, workers());
-  ExpectOneTreeLikeReference<float>(*backend_, 1, 1 << 23, 37, workers());
+  // auto from 2^22 nodes where asked (trees are not split for speed by default), every worker
+  // idle.
+  PlacementOptions placement;
+  placement.split_tree_nodes = 1 << 22;
+  auto backend = Make(0, placement);
+  ASSERT_NE(backend, nullptr);
+  ExpectOneTreeLikeReference<double>(*backend, 0, (1 << 22) + 7, 35, workers());
+  ExpectOneTreeLikeReference<double>(*backend, 2, 1 << 22, 36, workers());
+  ExpectOneTreeLikeReference<float>(*backend, 1, 1 << 23, 37, workers());
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, MultiDevice, ::testing::Values("all", "0,0", "0,1"),

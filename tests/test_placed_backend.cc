@@ -659,6 +659,7 @@ std::string ExpectTreeLikeReference(Backend& be, const OneTree<T>& t, double for
 TEST(PlacedBackend, OneLargeTreeIsSplitBySubtreesOverIdleDevices) {
   PlacementOptions options;
   options.split_system_unknowns = 1000;
+  options.split_tree_nodes = 1000;
   for (Shape shape : {Shape::kChain, Shape::kStar, Shape::kRandom, Shape::kCell})
     for (int devices : {2, 3}) {
       const std::string what = std::string(ShapeName(shape)) + " over " +
@@ -711,12 +712,23 @@ TEST(PlacedBackend, OneLargeTreeIsSplitBySubtreesOverIdleDevices) {
               "contraction");
     EXPECT_EQ(dev[0]->entered() + dev[1]->entered(), 2);
   }
+  {  // trees are split for speed only where asked (PlacementOptions' default: never)
+    PlacementOptions rows_only;
+    rows_only.split_system_unknowns = 1000;
+    ASSERT_EQ(PlacementOptions().split_tree_nodes, 0);
+    std::vector<FakeDevice*> dev;
+    auto be = Placed({int64_t{1} << 30, int64_t{1} << 30}, &dev, rows_only);
+    const OneTree<double> big = MakeTree<double>(TreeParents(Shape::kRandom, 30001, 17), 18);
+    EXPECT_EQ(ExpectTreeLikeReference(*be, big, 1e-13, "not asked"), "hines");
+    EXPECT_EQ(dev[0]->entered() + dev[1]->entered(), 1);
+  }
 }
 
 TEST(PlacedBackend, ATreeSplitKeepsItsCutOnlyForTheSameMorphology) {
   // One backend, trees of one size in turn: a random tree, another, a chain, the first again.
   PlacementOptions options;
   options.split_system_unknowns = 1000;
+  options.split_tree_nodes = 1000;
   std::vector<FakeDevice*> dev;
   auto be = Placed({int64_t{1} << 30, int64_t{1} << 30}, &dev, options);
   const auto first = TreeParents(Shape::kRandom, 20000, 41);
@@ -731,6 +743,7 @@ TEST(PlacedBackend, ATreeSplitKeepsItsCutOnlyForTheSameMorphology) {
 TEST(PlacedBackend, ASplitSaysItsInputsWereCheckedOnlyWhereEveryPartsWere) {
   PlacementOptions options;
   options.split_system_unknowns = 1000;
+  options.split_tree_nodes = 1000;
   const One<double> o = MakeOne<double>(20000, Rows::kDominant, 44);
   const OneTree<double> t = MakeTree<double>(TreeParents(Shape::kRandom, 20000, 45), 46);
   for (bool both : {false, true}) {
@@ -817,6 +830,8 @@ TEST(PlacedBackend, ATreeSplitWithASingularPartIsSolvedAnotherWayNotCalledSingul
     };
     PlacementOptions options;
     options.split_system_unknowns = 1000;
+    options.split_tree_nodes = 1000;
+  options.split_tree_nodes = 1000;
     {
       std::vector<FakeDevice*> dev;
       auto be = Placed({int64_t{1} << 30, int64_t{1} << 30}, &dev, options);

@@ -13,7 +13,8 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const CudaOptions&) {
 int CudaDeviceCount() { return 0; }
 
 absl::StatusOr<std::unique_ptr<Backend>> MakeMultiDeviceCudaBackend(std::vector<int>,
-                                                                    const CudaOptions& options) {
+                                                                    const CudaOptions& options,
+                                                                    const PlacementOptions&) {
   return MakeCudaBackend(options);
 }
 

@@ -412,7 +412,8 @@ class MultiDeviceBackend final : public Backend {
     std::vector<double> weights;
     bool fits_one = false;  // one worker has room for the whole system
   };
-  RowSplit SplitSystem(int64_t n, int64_t bytes, bool auto_method) {
+  // for_speed_from: PlacementOptions' split_system_unknowns or split_tree_nodes.
+  RowSplit SplitSystem(int64_t n, int64_t bytes, bool auto_method, int64_t for_speed_from) {
     RowSplit split;
     if (workers_.size() < 2) return split;
     MaybeRefresh();
@@ -431,8 +432,7 @@ class MultiDeviceBackend final : public Backend {
         }
       return split;
     }
-    if (options_.split_system_unknowns <= 0 || n < options_.split_system_unknowns || !auto_method)
-      return split;
+    if (for_speed_from <= 0 || n < for_speed_from || !auto_method) return split;
     // For speed: the idle workers, as many as have room for an equal part.
     std::vector<Worker*> idle;
     for (const auto& w : workers_)
@@ -489,7 +489,8 @@ class MultiDeviceBackend final : public Backend {
     // of their own (or a strided view).
     if (p.variable() || p.unified()) return OnPlaced(bytes, [&](Backend& b) { return b.Solve(p, m, out, c); });
     if (p.batch == 1) {
-      const RowSplit split = SplitSystem(p.n, bytes, m == TridiagonalMethod::kAuto);
+      const RowSplit split = SplitSystem(p.n, bytes, m == TridiagonalMethod::kAuto,
+                                        options_.split_system_unknowns);
       if (!split.workers.empty()) {
         auto r = SolveSplit(p, m, out, c, split, bytes);
         if (!r.ok()) return r.status();
@@ -608,7 +609,8 @@ class MultiDeviceBackend final : public Backend {
                                       const SolveControl& c) {
     const int64_t bytes = p.batch == 1 ? OneTreeBytes<T>(p.n) : TreeBytes(p);
     if (p.batch == 1) {
-      const RowSplit split = SplitSystem(p.n, bytes, m == TreeMethod::kAuto);
+      const RowSplit split =
+          SplitSystem(p.n, bytes, m == TreeMethod::kAuto, options_.split_tree_nodes);
       if (!split.workers.empty()) {
         auto r = SolveTreeSplitOver(p, m, out, c, split, bytes);
         if (!r.ok()) return r.status();

@@ -14,8 +14,8 @@
 
 namespace trisolve {
 
-absl::StatusOr<std::unique_ptr<Backend>> MakeMultiDeviceCudaBackend(std::vector<int> devices,
-                                                                    const CudaOptions& options) {
+absl::StatusOr<std::unique_ptr<Backend>> MakeMultiDeviceCudaBackend(
+    std::vector<int> devices, const CudaOptions& options, const PlacementOptions& placement) {
   if (devices.empty()) return absl::InvalidArgumentError("no CUDA device listed");
   // Read when CUDA initializes, which cudaGetDeviceCount does if nothing in the process has yet.
   if (options.load_eagerly) setenv("CUDA_MODULE_LOADING", "EAGER", /*overwrite=*/0);
@@ -52,7 +52,7 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeMultiDeviceCudaBackend(std::vector<
     tags.push_back(nth == 1 ? absl::StrCat(d) : absl::StrCat(d, "/", nth));
     workers.push_back(*std::move(backend));
   }
-  return MakePlacedBackend(std::move(workers), std::move(tags));
+  return MakePlacedBackend(std::move(workers), std::move(tags), placement);
 }
 
 }  // namespace trisolve

@@ -138,6 +138,16 @@ std::unique_ptr<Backend> MakeCpuBackend(int threads = 0);
 // variable is unset. INVALID_ARGUMENT for a malformed value.
 absl::StatusOr<std::unique_ptr<Backend>> MakeServedCpuBackend(int threads = 0);
 
+// Where MakePlacedBackend splits one system over its workers for speed (by memory, where it
+// fits no one worker, always); the rules are above MakePlacedBackend.
+struct PlacementOptions {
+  int64_t split_system_unknowns = int64_t{1} << 22;
+  // Trees: never for speed by default. Over the lent 2 x H200 (2026-11-27, bench_split_tree)
+  // one tree of 2^24 nodes took 115 ms on one device and 699 ms split over two (preparing each
+  // part on its device and its extra right-hand sides cost more than the whole tree's solve).
+  int64_t split_tree_nodes = 0;
+};
+
 struct CudaOptions {
   int device = 0;
   int64_t device_pool_cap_bytes = 0;            // 0: 80% of the device's memory
@@ -171,8 +181,9 @@ int CudaDeviceCount();
 // exercise the placement on one GPU.
 // INVALID_ARGUMENT for an empty list or a device that does not exist; UNAVAILABLE as
 // MakeCudaBackend.
-absl::StatusOr<std::unique_ptr<Backend>> MakeMultiDeviceCudaBackend(std::vector<int> devices,
-                                                                    const CudaOptions& options = {});
+absl::StatusOr<std::unique_ptr<Backend>> MakeMultiDeviceCudaBackend(
+    std::vector<int> devices, const CudaOptions& options = {},
+    const PlacementOptions& placement = {});
 
 // The placement MakeMultiDeviceCudaBackend puts in front of its CUDA backends, over any
 // backends, one a device: each worker's memory to spare is read from its Info() (its first
@@ -187,11 +198,8 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeMultiDeviceCudaBackend(std::vector<
 // or more have (0: never for speed). A split whose parts cannot be joined (a part singular on
 // its own, couplings that do not decay within the host's windows) is solved whole on one
 // worker where it fits, else by the CPU reference on the host; the method string says which.
-// One tree (batch 1) is split by the same rules, into parts of whole subtrees
-// (kernels/cpu/tree_split.h: exact, no windows), with the same fall-backs.
-struct PlacementOptions {
-  int64_t split_system_unknowns = int64_t{1} << 22;
-};
+// One tree (batch 1) is split by the same rules (`split_tree_nodes` for speed), into parts of
+// whole subtrees (kernels/cpu/tree_split.h: exact, no windows), with the same fall-backs.
 std::unique_ptr<Backend> MakePlacedBackend(std::vector<std::unique_ptr<Backend>> workers,
                                            std::vector<std::string> tags,
                                            const PlacementOptions& options = {});
