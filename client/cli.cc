@@ -361,7 +361,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
   app.add_option("--pipeline-pieces", copt.pipeline_pieces,
-                 "the streams transport: pieces (of 32 MiB or more) a batch of whole systems is "
+                 "the streams transport: pieces (of 128 MiB or more) a batch of whole systems is "
                  "solved in, one uploading while another is solved (0 or 1: whole)")
       ->envname("TRISOLVE_PIPELINE_PIECES")
       ->check(CLI::Range(0, 64))

@@ -217,10 +217,12 @@ class Client {
     int parallel_streams = 8;  // connections a large job's bytes are spread over
     // Through the server's memory, a batch of whole tridiagonal or tree systems (not
     // interleaved) goes in up to this many pieces of pipeline_piece_bytes or more: one piece is
-    // solved while the next uploads and the previous one's x comes back (0 or 1: whole). Off
-    // by default: on two cores shared by client and server it lost (tests/bench/NOTES.md).
-    int pipeline_pieces = 0;
-    int64_t pipeline_piece_bytes = int64_t{32} << 20;
+    // solved while the next uploads and the previous one's x comes back (0 or 1: whole). On
+    // the lent H100 host (16 connections, 2026-11-27) 2^24 unknowns (671 MB) went from p50
+    // 176-280 ms whole to 176-189 ms in 4 pieces (one local core: 229-235 ms), while 64 x 65,536
+    // (168 MB) lost in 4 pieces (71 against 54-72 ms): pieces of 128 MiB or more, up to 4.
+    int pipeline_pieces = 4;
+    int64_t pipeline_piece_bytes = int64_t{128} << 20;
     // Replicas (a list or dns: target): while a call is open, each connection is pinged after
     // this many seconds without traffic and dropped when no answer comes within the timeout, so
     // that a replica gone without closing its connections (a deleted pod, a stopped process)
