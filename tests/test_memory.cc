@@ -611,6 +611,7 @@ TEST(ServerMemory, StreamsCarryAJobOver64MiBCheckedByResidual) {
   Client::Options o = Opts(server, Transport::kStreams);
   o.parallel_streams = 4;
   o.pipeline_pieces = 4;
+  o.pipeline_piece_bytes = int64_t{32} << 20;  // below the default, so that 160 MB goes in pieces
   Client client(o);
   std::vector<double> x(size_t(batch * n), std::nan(""));
   Job job = JobOf(Kind::kTridiagonal, arrays);
