@@ -469,16 +469,27 @@ class MultiDeviceBackend final : public Backend {
       out.status[0] = SystemStatus::kOk;
       return std::optional<SolveInfo>(outcome->info);
     }
-    const std::string why = absl::StrCat(" (not split: ", outcome->why, ")");
-    if (split.fits_one) {
+    return Unsplit(p, m, out, c, split.fits_one, bytes, outcome->why,
+                   [&] { return cpu::SolveTridiagonal(p, m, out); });
+  }
+
+  // A system (or tree) whose split parts could not be joined: whole on one worker where one
+  // holds it, else by the CPU reference on the host (`host`); the method says why.
+  template <typename Problem, typename Method, typename Output, typename Host>
+  absl::StatusOr<std::optional<SolveInfo>> Unsplit(const Problem& p, Method m, Output out,
+                                                   const SolveControl& c, bool fits_one,
+                                                   int64_t bytes, const std::string& why_not,
+                                                   const Host& host) {
+    const std::string why = absl::StrCat(" (not split: ", why_not, ")");
+    if (fits_one) {
       auto whole = OnPlaced(bytes, [&](Backend& b) { return b.Solve(p, m, out, c); });
       if (!whole.ok()) return whole.status();
       whole->method += why;
       return std::optional<SolveInfo>(*whole);
     }
-    SolveInfo host = cpu::SolveTridiagonal(p, m, out);
-    host.method = absl::StrCat(host.method, " on the host", why);
-    return std::optional<SolveInfo>(host);
+    SolveInfo on_host = host();
+    on_host.method = absl::StrCat(on_host.method, " on the host", why);
+    return std::optional<SolveInfo>(on_host);
   }
 
   template <typename T>
@@ -592,16 +603,8 @@ class MultiDeviceBackend final : public Backend {
       outcome->info.inputs_checked = false;
       return std::optional<SolveInfo>(outcome->info);
     }
-    const std::string why = absl::StrCat(" (not split: ", outcome->why, ")");
-    if (split.fits_one) {
-      auto whole = OnPlaced(bytes, [&](Backend& b) { return b.Solve(p, m, out, c); });
-      if (!whole.ok()) return whole.status();
-      whole->method += why;
-      return std::optional<SolveInfo>(*whole);
-    }
-    SolveInfo host = cpu::SolveTree(p, m, out);
-    host.method = absl::StrCat(host.method, " on the host", why);
-    return std::optional<SolveInfo>(host);
+    return Unsplit(p, m, out, c, split.fits_one, bytes, outcome->why,
+                   [&] { return cpu::SolveTree(p, m, out); });
   }
 
   template <typename T>

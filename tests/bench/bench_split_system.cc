@@ -23,23 +23,13 @@
 
 #include <cuda_runtime.h>
 
+#include "split_bench.h"
 #include "trisolve/backend.h"
 
 namespace {
 
 using namespace trisolve;
-using Clock = std::chrono::steady_clock;
-
-int Threads() { return int(std::max(1u, std::thread::hardware_concurrency())); }
-
-template <typename F>
-void ParallelFor(int64_t n, F f) {  // f(begin, end, thread)
-  const int t = Threads();
-  std::vector<std::thread> pool;
-  for (int k = 0; k < t; ++k)
-    pool.emplace_back([=] { f(n * k / t, n * (k + 1) / t, k); });
-  for (auto& th : pool) th.join();
-}
+using namespace trisolve::bench;
 
 struct System {
   int64_t n;
@@ -87,52 +77,10 @@ double BackwardError(const System& s, const double* x) {
   return mx(r) / (mx(an) * mx(xn) + mx(dn));
 }
 
-double Distance(int64_t n, const double* x, const double* y) {
-  double d = 0, m = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    if (!std::isfinite(x[i]) || !std::isfinite(y[i])) return INFINITY;
-    d = std::max(d, std::abs(x[i] - y[i]));
-    m = std::max(m, std::abs(y[i]));
-  }
-  return d / m;
-}
-
-struct Timed {
-  bool ok = false;
-  std::string what;  // method, or the error
-  double median_ms = 0;
-};
-
 Timed Time(Backend& be, const System& s, double* x, int reps) {
-  Timed t;
-  SystemStatus st;
-  std::vector<double> ms;
-  for (int r = 0; r <= reps; ++r) {  // the first warms pools and staging
-    const auto t0 = Clock::now();
-    auto got = be.Solve(s.P(), TridiagonalMethod::kAuto, {x, &st}, {});
-    const double dt = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    if (!got.ok()) {
-      t.what = std::string(got.status().message()).substr(0, 200);
-      return t;
-    }
-    if (st != SystemStatus::kOk) {
-      t.what = "status not OK";
-      return t;
-    }
-    t.what = got->method;
-    if (r > 0) ms.push_back(dt);
-  }
-  std::sort(ms.begin(), ms.end());
-  t.ok = true;
-  t.median_ms = ms.empty() ? 0 : ms[ms.size() / 2];
-  return t;
-}
-
-std::string Cell(const Timed& t) {
-  if (!t.ok) return t.what;
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f ms", t.median_ms);
-  return buf;
+  return MedianSolve(reps, [&](SystemStatus* st) {
+    return be.Solve(s.P(), TridiagonalMethod::kAuto, {x, st}, {});
+  });
 }
 
 // The copies of one system of n rows alone (4 arrays in, x back), from page-locked memory,
@@ -177,16 +125,6 @@ double CopyFloorMs(int64_t n, int devices, int reps) {
   cudaFreeHost(h_out);
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2];
-}
-
-std::vector<int> Ints(const char* s) {
-  std::vector<int> out;
-  for (const char* p = s; *p;) {
-    out.push_back(std::atoi(p));
-    while (*p && *p != ',') ++p;
-    if (*p == ',') ++p;
-  }
-  return out;
 }
 
 }  // namespace

@@ -26,23 +26,14 @@
 #include <vector>
 
 #include "tree_split.h"  // (the split's steps, for --phases: internal to trisolve_kernels)
+#include "split_bench.h"
 #include "trisolve/backend.h"
 #include "trisolve/tree.h"
 
 namespace {
 
 using namespace trisolve;
-using Clock = std::chrono::steady_clock;
-
-int Threads() { return int(std::max(1u, std::thread::hardware_concurrency())); }
-
-template <typename F>
-void ParallelFor(int64_t n, F f) {  // f(begin, end, thread)
-  const int t = Threads();
-  std::vector<std::thread> pool;
-  for (int k = 0; k < t; ++k) pool.emplace_back([=] { f(n * k / t, n * (k + 1) / t, k); });
-  for (auto& th : pool) th.join();
-}
+using namespace trisolve::bench;
 
 struct Tree {
   int64_t n;
@@ -93,52 +84,10 @@ Tree Make(int64_t n, const std::string& shape) {
   return t;
 }
 
-double Distance(int64_t n, const double* x, const double* y) {
-  double d = 0, m = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    if (!std::isfinite(x[i]) || !std::isfinite(y[i])) return INFINITY;
-    d = std::max(d, std::abs(x[i] - y[i]));
-    m = std::max(m, std::abs(y[i]));
-  }
-  return d / m;
-}
-
-struct Timed {
-  bool ok = false;
-  std::string what;  // method, or the error
-  double median_ms = 0;
-};
-
 Timed Time(Backend& be, const Tree& t, double* x, int reps) {
-  Timed r;
-  SystemStatus st;
-  std::vector<double> ms;
-  for (int k = 0; k <= reps; ++k) {  // the first warms pools, staging and the plan cache
-    const auto t0 = Clock::now();
-    auto got = be.Solve(t.P(), TreeMethod::kAuto, TreeOutput<double>{x, &st}, {});
-    const double dt = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    if (!got.ok()) {
-      r.what = std::string(got.status().message()).substr(0, 200);
-      return r;
-    }
-    if (st != SystemStatus::kOk) {
-      r.what = "status not OK";
-      return r;
-    }
-    r.what = got->method;
-    if (k > 0) ms.push_back(dt);
-  }
-  std::sort(ms.begin(), ms.end());
-  r.ok = true;
-  r.median_ms = ms.empty() ? 0 : ms[ms.size() / 2];
-  return r;
-}
-
-std::string Cell(const Timed& t) {
-  if (!t.ok) return t.what;
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f ms", t.median_ms);
-  return buf;
+  return MedianSolve(reps, [&](SystemStatus* st) {
+    return be.Solve(t.P(), TreeMethod::kAuto, TreeOutput<double>{x, st}, {});
+  });
 }
 
 double Ms(Clock::time_point a, Clock::time_point b) {
@@ -228,16 +177,6 @@ std::string Phases(const Tree& t, const std::vector<int>& list, int reps) {
                 int(std::lround(std::log2(double(t.n)))), parts.c_str(), cut_ms, Median(build),
                 Median(prepare), Median(solve), Median(join), Median(total));
   return buf;
-}
-
-std::vector<int> Ints(const char* s) {
-  std::vector<int> out;
-  for (const char* p = s; *p;) {
-    out.push_back(std::atoi(p));
-    while (*p && *p != ',') ++p;
-    if (*p == ',') ++p;
-  }
-  return out;
 }
 
 }  // namespace
