@@ -48,7 +48,9 @@ std::string RequestId(grpc::ServerContextBase* ctx, std::atomic<int64_t>& next) 
 SolverService::SolverService(std::unique_ptr<Backend> backend, ServiceOptions options)
     : options_(options),
       tokens_(std::make_shared<const BearerTokens>(options.tokens)),
-      core_(std::move(backend), options) {}
+      core_(std::move(backend), options) {
+  ServeMemoryRaw();
+}
 
 Call SolverService::Begin(grpc::ServerContextBase* ctx, const char* rpc) {
   Call call(RequestId(ctx, next_id_), rpc);

@@ -25,11 +25,7 @@ struct ServiceOptions : CoreOptions {
   std::vector<std::string> tokens;
 };
 
-// WriteMemory and ReadMemory take their chunks as raw buffers (memory_rpc.cc).
-using SolverBase = v1::Solver::WithRawCallbackMethod_WriteMemory<
-    v1::Solver::WithRawCallbackMethod_ReadMemory<v1::Solver::Service>>;
-
-class SolverService final : public SolverBase {
+class SolverService final : public v1::Solver::Service {
  public:
   SolverService(std::unique_ptr<Backend> backend, ServiceOptions options);
 
@@ -75,10 +71,12 @@ class SolverService final : public SolverBase {
                           v1::ListMemoryResponse* resp) override;
   grpc::Status AllocateMemory(grpc::ServerContext* ctx, const v1::AllocateMemoryRequest* req,
                               v1::MemoryRegion* resp) override;
-  grpc::ServerReadReactor<grpc::ByteBuffer>* WriteMemory(grpc::CallbackServerContext* ctx,
-                                                         grpc::ByteBuffer* resp) override;
-  grpc::ServerWriteReactor<grpc::ByteBuffer>* ReadMemory(grpc::CallbackServerContext* ctx,
-                                                         const grpc::ByteBuffer* req) override;
+  // WriteMemory and ReadMemory take and send their chunks as raw buffers (memory_rpc.cc).
+  grpc::Status WriteMemoryRaw(
+      grpc::ServerContext* ctx,
+      grpc::ServerReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>* stream);
+  grpc::Status ReadMemoryRaw(grpc::ServerContext* ctx,
+                             grpc::ServerReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>* stream);
 
   // Refuse new work (UNAVAILABLE) and wait up to `grace` for running jobs to finish.
   bool Drain(std::chrono::system_clock::time_point deadline) { return core_.Drain(deadline); }
@@ -108,8 +106,8 @@ class SolverService final : public SolverBase {
   // The caller's identity ("token:N", "cert:SUBJECT" or "shared"), or UNAUTHENTICATED.
   absl::StatusOr<std::string> Authenticate(grpc::ServerContextBase* ctx) const;
   grpc::Status Finish(Call& call, const absl::Status& st);
-  class WriteMemoryReactor;
-  class ReadMemoryReactor;
+  // Installs WriteMemoryRaw and ReadMemoryRaw as the two methods' handlers.
+  void ServeMemoryRaw();
 
   ServiceOptions options_;
   std::shared_ptr<const BearerTokens> tokens_;
