@@ -7,9 +7,9 @@
 #           strip .gpu/bin/*; tar -cf - .gpu | xz -9 -T2 > .gpu.tar.xz
 #   there:  SERVERS="base:trisolved-base new:trisolved" bash tests/bench/run_ab_gpu.sh
 # SERVERS: name:binary pairs; ROUNDS (3); CLIENTS ("1 16 64 256"); MODE (unary); BACKEND (cpu);
-# BIG (0). Logs under $OUT: ab.log (the bench's JSON) and ab.txt (one line a run).
+# BIG (0); LOG (the servers' --request-log; empty: each server's default). Logs under $OUT: ab.log (the bench's JSON) and ab.txt (one line a run).
 set -uo pipefail
-out=${OUT:-/tmp/trisolve-ab}
+out=${OUT:-/tmp/trisolve-ab}/${TAG:-ab}
 mkdir -p "$out"
 [ -d .gpu ] || tar -xJf .gpu.tar.xz
 run=.gpu/run
@@ -32,8 +32,8 @@ for round in $(seq "${ROUNDS:-3}"); do
   for pair in ${SERVERS:-new:trisolved}; do
     name=${pair%%:*} bin=${pair#*:}
     port=$((port + 1))
-    $run "$bin" --backend "${BACKEND:-cpu}" --listen "127.0.0.1:$port" --request-log errors \
-      --max-message-bytes 1073741824 >"$out/server_${name}_$round.log" 2>&1 &
+    $run "$bin" --backend "${BACKEND:-cpu}" --listen "127.0.0.1:$port" \
+      ${LOG:+--request-log $LOG} --max-message-bytes 1073741824 >"/tmp/ab-server-${name}-$round.log" 2>&1 &
     srv=$!
     for _ in $(seq 200); do
       $run trisolve --server "127.0.0.1:$port" --timeout 1 health >/dev/null 2>&1 && break
