@@ -3,8 +3,8 @@
 // the chunks sent point into the region itself (the slices hold the region until gRPC lets
 // them go), so no byte passes through a protobuf `bytes` field on the server (chunk_wire.h).
 // They are sync handlers, like every other method: a callback method of the same service
-// brings gRPC's callback pollers into the process, and they cost a one-client unary request
-// 20-40 us on the H100 host (docs/serving.md).
+// brings gRPC's callback pollers into the process, and one client's small requests were
+// answered later with them (docs/serving.md, "No regression of the small request").
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
