@@ -112,7 +112,7 @@ struct Summary {
   double residual = 0;
   bool streamed = false;
   std::string transport;  // "grpc", "grpc-stream", "shared-memory" or "streams"
-  int pieces = 0;         // streams: the pieces a batch was pipelined in (0: sent whole)
+  int pieces = 0;  // streams: the pieces a batch or a solve by handle went in (0: whole)
 
   std::string handle;             // SolveSystem: the system solved
   int64_t right_hand_sides = 0;   // one matrix, many right-hand sides: how many
