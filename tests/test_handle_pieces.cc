@@ -101,17 +101,22 @@ TEST(SystemRanges, ARangesAnswerIsTheWholeSolvesRowsBitForBit) {
     Kind kind;
     examples::Arrays arrays;
     std::string rhs;
+    std::string method;  // thomas: on the CUDA backend every range on the device, as the whole
   };
   std::vector<Case> cases;
   cases.push_back({Kind::kTridiagonal, examples::RandomTridiagonal(37, 100, false, 5), "d"});
   cases.push_back({Kind::kTridiagonal,
                    examples::RandomTridiagonal(37, 100, false, 6, DType::kFloat32), "d"});
   cases.push_back({Kind::kTree, examples::CableTree(Branchy(120), 23, 7), "rhs"});
+  cases.push_back(
+      {Kind::kTridiagonal, examples::RandomTridiagonal(512, 256, false, 8), "d", "thomas"});
   for (const Case& c : cases) {
     SCOPED_TRACE(c.kind == Kind::kTree ? "tree" : c.arrays.at("d").dtype == DType::kFloat32
                                                       ? "tridiagonal float32"
-                                                      : "tridiagonal float64");
-    auto sys = client.CreateSystem(Coefficients(c.kind, c.arrays, c.rhs));
+                                                      : "tridiagonal float64 " + c.method);
+    Job coefficients = Coefficients(c.kind, c.arrays, c.rhs);
+    coefficients.options.method = c.method;
+    auto sys = client.CreateSystem(coefficients);
     ASSERT_TRUE(sys.ok()) << sys.status();
     const NdArray& rhs = c.arrays.at(c.rhs);
     const int64_t batch = rhs.shape[0], n = rhs.shape[1], eb = DTypeSize(rhs.dtype);
