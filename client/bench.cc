@@ -429,6 +429,7 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
   int64_t server_n = 0;
   std::map<std::string, int64_t> errors;  // by status code
   std::atomic<int64_t> ok{0}, wrong{0}, lost{0};
+  std::atomic<int> most_pieces{0};  // the streams transport's pipelining (Summary::pieces)
   double worst_error = 0;
   int64_t batched = 0, batched_with = 0;  // answers the server solved with others, and with how many
   std::atomic<bool> failed_setup{false};
@@ -564,6 +565,9 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
       }
       ++ok;
       local_lat.push_back(us);
+      for (int p = most_pieces.load();
+           r->summary.pieces > p && !most_pieces.compare_exchange_weak(p, r->summary.pieces);) {
+      }
       if (r->summary.batched_with > 1) {
         ++local_batched;
         local_batched_with += r->summary.batched_with;
@@ -738,14 +742,15 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
         "\"wrong\":%d,\"errors\":%d,\"requests_per_s\":%.3f,\"p50_ms\":%.4f,\"p90_ms\":%.4f,"
         "\"p99_ms\":%.4f,\"payload_gb_s\":%.4f,\"local_ms\":%.4f,\"local_per_s\":%.3f,"
         "\"worst_backward_error\":%.3e,\"batched\":%d,\"upload_ms\":%.4f,\"download_ms\":%.4f,"
-        "\"server_total_ms\":%.4f}\n",
+        "\"server_total_ms\":%.4f,\"pieces\":%d}\n",
         o.mode, o.transport, o.clients, o.requests, o.batch, o.n, int64_t(ok), int64_t(wrong),
         errs,
         double(ok) / wall, p50 / 1e3, p90 / 1e3, p99 / 1e3, double(ok) * bytes_per / wall / 1e9,
         local_s * 1e3, 1 / local_s, worst_error, batched,
         server_sum.upload_us / 1e3 / double(std::max<int64_t>(server_n, 1)),
         server_sum.download_us / 1e3 / double(std::max<int64_t>(server_n, 1)),
-        server_sum.server_total_us / 1e3 / double(std::max<int64_t>(server_n, 1)));
+        server_sum.server_total_us / 1e3 / double(std::max<int64_t>(server_n, 1)),
+        most_pieces.load());
   }
   if (failed_setup) return 1;
   return ok == total ? 0 : 1;

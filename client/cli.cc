@@ -361,10 +361,17 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
   app.add_option("--pipeline-pieces", copt.pipeline_pieces,
-                 "the streams transport: pieces (of 128 MiB or more) a batch of whole systems is "
-                 "solved in, one uploading while another is solved (0 or 1: whole)")
+                 "the streams transport: pieces (of --pipeline-piece-bytes or more) a batch of "
+                 "whole systems or a solve by handle goes in, one uploading while another is "
+                 "solved and another's x comes back (0 or 1: whole)")
       ->envname("TRISOLVE_PIPELINE_PIECES")
       ->check(CLI::Range(0, 64))
+      ->capture_default_str();
+  app.add_option("--pipeline-piece-bytes", copt.pipeline_piece_bytes,
+                 "the streams transport: the fewest bytes moved (arrays up and x down) a piece; "
+                 "a solve by handle moves the right-hand side and x only")
+      ->envname("TRISOLVE_PIPELINE_PIECE_BYTES")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40))
       ->capture_default_str();
 
   auto* health = app.add_subcommand("health", "the server's grpc.health.v1 status");

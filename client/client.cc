@@ -592,6 +592,42 @@ absl::StatusOr<Result> Client::Solve(const Job& job) {
 
 // ---- a batch in pieces through the server's memory ----------------------------------------
 
+namespace {
+
+// The pieces' answers as one: statuses in order, outcomes and server times summed, the worst
+// residual and iteration count.
+void MergePieces(const std::vector<v1::SolveResponse>& answers, Result* result) {
+  Summary& sum = result->summary;
+  for (size_t k = 0; k < answers.size(); ++k) {
+    const v1::SolveResponse& a = answers[k];
+    for (int s : a.status()) result->status.push_back(static_cast<SolveStatus>(s));
+    if (k == 0) {
+      ReadSummary(a.summary(), &sum);
+      continue;
+    }
+    Summary p;
+    ReadSummary(a.summary(), &p);
+    sum.systems += p.systems;
+    sum.ok += p.ok;
+    sum.singular += p.singular;
+    sum.not_converged += p.not_converged;
+    sum.diverged += p.diverged;
+    sum.iterations = std::max(sum.iterations, p.iterations);
+    // The worst piece's (NaN in every piece where the residual was skipped).
+    if (!(p.residual <= sum.residual)) sum.residual = p.residual;
+    Timings& t = sum.timings;
+    t.receive_us += p.timings.receive_us;
+    t.queue_us += p.timings.queue_us;
+    t.h2d_us += p.timings.h2d_us;
+    t.compute_us += p.timings.compute_us;
+    t.d2h_us += p.timings.d2h_us;
+    t.residual_us += p.timings.residual_us;
+    t.server_total_us += p.timings.server_total_us;
+  }
+}
+
+}  // namespace
+
 int Client::Impl::Pieces(const Job& job, const std::vector<std::pair<std::string, ArrayView>>& send,
                          void* x_out, int64_t x_bytes) {
   if (options.pipeline_pieces < 2 || options.pipeline_piece_bytes <= 0) return 0;
@@ -661,63 +697,26 @@ absl::StatusOr<Result> Client::Impl::SolveInPieces(
   auto* x_dst = x_out != nullptr ? static_cast<std::byte*>(x_out) : result.x.data.data();
   std::vector<v1::SolveResponse> answers(static_cast<size_t>(pieces));
 
-  // Three stages, each on its own thread, a piece apart: upload, solve, download.
-  std::mutex mu;
-  std::condition_variable cv;
-  int uploaded = 0, solved = 0;
-  absl::Status failed;
-  double upload_us = 0, download_us = 0;
-  auto fail = [&](absl::Status st) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (failed.ok()) failed = std::move(st);
-    cv.notify_all();
-  };
-  auto advance = [&](int* counter) {
-    std::lock_guard<std::mutex> lock(mu);
-    ++*counter;
-    cv.notify_all();
-  };
-  auto await = [&](const int* counter, int k) {
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return *counter > k || !failed.ok(); });
-    return failed.ok();
-  };
-  std::thread up([&] {
-    for (int k = 0; k < pieces; ++k) {
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        if (!failed.ok()) return;
-      }
-      const int64_t s0 = first(k), s1 = first(k + 1);
-      std::vector<Piece> parts;
-      for (const Slot& s : slots) {
-        const auto* src = static_cast<const std::byte*>(s.v->data);
-        if (s.row > 0)
-          parts.push_back({src + s0 * s.row, s.at + s0 * s.row, (s1 - s0) * s.row});
-        else if (k == 0)
-          parts.push_back({src, s.at, s.v->bytes()});
-      }
-      const auto t0 = Clock::now();
-      absl::Status st = Upload(region, parts);
-      upload_us += std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-      if (!st.ok()) return fail(st);
-      advance(&uploaded);
-    }
-  });
-  std::thread down([&] {
-    for (int k = 0; k < pieces; ++k) {
-      if (!await(&solved, k)) return;
-      const int64_t s0 = first(k), s1 = first(k + 1);
-      const auto t0 = Clock::now();
-      absl::Status st = Download(region, x_at + s0 * x_row, (s1 - s0) * x_row, x_dst + s0 * x_row);
-      download_us += std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-      if (!st.ok()) return fail(st);
-    }
-  });
   v1::StreamRequest header;
   SetOptions(header, job.kind, job.options, dtype == DType::kFloat64 ? v1::FLOAT64 : v1::FLOAT32);
-  for (int k = 0; k < pieces; ++k) {
-    if (!await(&uploaded, k)) break;
+  PipelineStages stages;
+  stages.upload = [&](int k) {
+    const int64_t s0 = first(k), s1 = first(k + 1);
+    std::vector<Piece> parts;
+    for (const Slot& s : slots) {
+      const auto* src = static_cast<const std::byte*>(s.v->data);
+      if (s.row > 0)
+        parts.push_back({src + s0 * s.row, s.at + s0 * s.row, (s1 - s0) * s.row});
+      else if (k == 0)
+        parts.push_back({src, s.at, s.v->bytes()});
+    }
+    return Upload(region, parts);
+  };
+  stages.download = [&](int k) {
+    const int64_t s0 = first(k), s1 = first(k + 1);
+    return Download(region, x_at + s0 * x_row, (s1 - s0) * x_row, x_dst + s0 * x_row);
+  };
+  stages.solve = [&](int k) -> absl::Status {
     const int64_t s0 = first(k), s1 = first(k + 1);
     v1::StreamRequest h = header;
     for (const Slot& s : slots) {
@@ -735,52 +734,21 @@ absl::StatusOr<Result> Client::Impl::SolveInPieces(
     grpc::Status st = job.kind == Kind::kTridiagonal
                           ? stub->SolveTridiagonal(&ctx, h.tridiagonal(), &answers[size_t(k)])
                           : stub->SolveTree(&ctx, h.tree(), &answers[size_t(k)]);
-    if (!st.ok()) {
-      // The server counts the piece's systems from 0: say which they are.
-      const absl::Status s = FromGrpc(st);
-      fail(absl::Status(s.code(), absl::StrCat("systems [", s0, ", ", s1,
+    if (st.ok()) return absl::OkStatus();
+    // The server counts the piece's systems from 0: say which they are.
+    const absl::Status e = FromGrpc(st);
+    return absl::Status(e.code(), absl::StrCat("systems [", s0, ", ", s1,
                                                ") of the batch, sent as one piece and counted "
                                                "from 0: ",
-                                               s.message())));
-      break;
-    }
-    advance(&solved);
-  }
-  up.join();
-  down.join();
-  if (!failed.ok()) return failed;
-
-  Summary& sum = result.summary;
-  for (int k = 0; k < pieces; ++k) {
-    const v1::SolveResponse& a = answers[size_t(k)];
-    for (int s : a.status()) result.status.push_back(static_cast<SolveStatus>(s));
-    if (k == 0) {
-      ReadSummary(a.summary(), &sum);
-      continue;
-    }
-    Summary p;
-    ReadSummary(a.summary(), &p);
-    sum.systems += p.systems;
-    sum.ok += p.ok;
-    sum.singular += p.singular;
-    sum.not_converged += p.not_converged;
-    sum.diverged += p.diverged;
-    sum.iterations = std::max(sum.iterations, p.iterations);
-    // The worst piece's (NaN in every piece where the residual was skipped).
-    if (!(p.residual <= sum.residual)) sum.residual = p.residual;
-    Timings& t = sum.timings;
-    t.receive_us += p.timings.receive_us;
-    t.queue_us += p.timings.queue_us;
-    t.h2d_us += p.timings.h2d_us;
-    t.compute_us += p.timings.compute_us;
-    t.d2h_us += p.timings.d2h_us;
-    t.residual_us += p.timings.residual_us;
-    t.server_total_us += p.timings.server_total_us;
-  }
-  sum.timings.upload_us = upload_us;
-  sum.timings.download_us = download_us;
-  sum.transport = "streams";
-  sum.pieces = pieces;
+                                               e.message()));
+  };
+  double upload_us = 0, download_us = 0;
+  if (auto st = RunPipeline(pieces, stages, &upload_us, &download_us); !st.ok()) return st;
+  MergePieces(answers, &result);
+  result.summary.timings.upload_us = upload_us;
+  result.summary.timings.download_us = download_us;
+  result.summary.transport = "streams";
+  result.summary.pieces = pieces;
   return result;
 }
 
@@ -866,12 +834,185 @@ absl::StatusOr<SystemInfo> Client::CreateSystem(const Job& job, const SystemOpti
   v1::SystemInfo info;
   grpc::Status st = impl_->stub->CreateSystem(&ctx, req, &info);
   if (!st.ok()) return FromGrpc(st);
-  return ReadSystemInfo(info);
+  SystemInfo created = ReadSystemInfo(info);
+  impl_->Remember(created);
+  return created;
+}
+
+// ---- by handle in pieces through the server's memory -------------------------------------
+
+void Client::Impl::Remember(const SystemInfo& info) {
+  std::lock_guard<std::mutex> lock(systems_mu);
+  // A client that creates systems without end and leaves them to expire: start over.
+  if (systems.size() >= 4096) systems.clear();
+  systems[info.handle] = info;
+}
+
+void Client::Impl::Forget(const std::string& handle) {
+  std::lock_guard<std::mutex> lock(systems_mu);
+  systems.erase(handle);
+}
+
+std::optional<SystemInfo> Client::Impl::SystemOf(const std::string& handle, const JobOptions& o) {
+  {
+    std::lock_guard<std::mutex> lock(systems_mu);
+    if (auto it = systems.find(handle); it != systems.end()) return it->second;
+  }
+  grpc::ClientContext ctx;
+  SetAuth(ctx, options, o);
+  v1::ListSystemsResponse resp;
+  if (!stub->ListSystems(&ctx, v1::ListSystemsRequest(), &resp).ok()) return std::nullopt;
+  std::optional<SystemInfo> found;
+  for (const auto& i : resp.systems()) {
+    SystemInfo info = ReadSystemInfo(i);
+    if (info.handle == handle) found = info;
+    Remember(info);
+  }
+  return found;
+}
+
+int Client::Impl::HandlePieces(const std::string& handle, const ArrayView& rhs,
+                               const JobOptions& o, bool* by_range, SystemInfo* info) {
+  if (options.pipeline_pieces < 2 || options.pipeline_piece_bytes <= 0) return 0;
+  if (replicas && replicas->balanced()) return 0;
+  if (rhs.shape.empty() || RefOf(rhs.data, rhs.bytes()) ||
+      (o.x_out != nullptr && RefOf(o.x_out, rhs.bytes())))
+    return 0;
+  const int64_t moved = 2 * rhs.bytes();  // the right-hand sides up, x down
+  if (options.transport == Transport::kAuto) {
+    std::lock_guard<std::mutex> lock(shm_mu);
+    if (shm != Shm::kNo || moved < options.streams_min_bytes) return 0;
+  } else if (options.transport != Transport::kStreams) {
+    return 0;
+  }
+  const int64_t most =
+      std::min<int64_t>(moved / options.pipeline_piece_bytes, options.pipeline_pieces);
+  if (most < 2) return 0;
+  auto system = SystemOf(handle, o);
+  // Unknown here (another identity's, or gone), or of another type: the serial path says why.
+  if (!system || system->dtype != rhs.dtype) return 0;
+  const std::vector<int64_t>& one = system->rhs_shape;
+  int64_t rows = 0;
+  if (rhs.shape.size() == one.size() + 1 &&
+      std::equal(one.begin(), one.end(), rhs.shape.begin() + 1)) {
+    rows = rhs.shape[0];  // k right-hand sides, split by them: any family, any layout
+    *by_range = false;
+  } else if (rhs.shape == one && one.size() == 2 && !system->interleaved &&
+             (system->family == "tridiagonal" || system->family == "tree")) {
+    rows = one[0];  // one right-hand side of a flat batch, split by its systems
+    *by_range = true;
+  }
+  const int64_t k = std::min(most, rows);
+  if (k < 2) return 0;
+  *info = *std::move(system);
+  return int(k);
+}
+
+absl::StatusOr<Result> Client::Impl::SolveSystemInPieces(const std::string& handle,
+                                                         const ArrayView& rhs,
+                                                         const Updates& update,
+                                                         const JobOptions& o, int pieces,
+                                                         bool by_range) {
+  const auto t0 = Clock::now();
+  auto route = replicas->ForHandle(handle);
+  if (!route.ok()) return route.status();
+  v1::Solver::Stub* to = route->first;
+  const auto deadline =
+      o.timeout_s ? std::chrono::system_clock::now() +
+                        std::chrono::microseconds(int64_t(*o.timeout_s * 1e6))
+                  : std::chrono::system_clock::time_point::max();
+  // Updates apply to the whole system: first, as the serial step applies them before its
+  // solve (in the right-hand side's type, as there).
+  if (!update.empty()) {
+    v1::UpdateSystemRequest req;
+    req.set_handle(handle);
+    std::vector<NdArray> converted;
+    if (auto st = AddUpdates(rhs.dtype, update, req.mutable_update(), &converted,
+                             [this](const void* p, int64_t b) { return RefOf(p, b); });
+        !st.ok())
+      return st;
+    grpc::ClientContext ctx;
+    SetAuth(ctx, options, o);
+    if (o.timeout_s) ctx.set_deadline(deadline);
+    v1::SystemInfo info;
+    grpc::Status st = to->UpdateSystem(&ctx, req, &info);
+    if (!st.ok()) return internal::Replicas::HandleCallStatus(st, handle, route->second);
+  }
+  const int64_t rows = rhs.shape[0], row = rhs.bytes() / rows;
+  const int64_t x_at = (rhs.bytes() + 63) / 64 * 64;
+  absl::Status error;
+  std::unique_ptr<Remote> remote = AcquireRemoteOrNull(x_at + rhs.bytes(), &error);
+  if (!remote) return error;
+  Staging staging(this, std::move(*remote));
+  const std::string& region = staging.remote().name;
+  auto first = [&](int k) { return rows * k / pieces; };
+  Result result;
+  result.x.dtype = rhs.dtype;
+  result.x.shape = rhs.shape;
+  if (o.x_out == nullptr) result.x.data.resize(size_t(rhs.bytes()));
+  auto* x_dst = o.x_out != nullptr ? static_cast<std::byte*>(o.x_out) : result.x.data.data();
+  const auto* src = static_cast<const std::byte*>(rhs.data);
+  std::vector<v1::SolveResponse> answers(static_cast<size_t>(pieces));
+
+  PipelineStages stages;
+  stages.upload = [&](int k) {
+    const int64_t r0 = first(k), r1 = first(k + 1);
+    return Upload(region, {{src + r0 * row, r0 * row, (r1 - r0) * row}});
+  };
+  stages.download = [&](int k) {
+    const int64_t r0 = first(k), r1 = first(k + 1);
+    return Download(region, x_at + r0 * row, (r1 - r0) * row, x_dst + r0 * row);
+  };
+  stages.solve = [&](int k) -> absl::Status {
+    const int64_t r0 = first(k), r1 = first(k + 1);
+    v1::SolveSystemRequest req;
+    req.set_handle(handle);
+    req.set_skip_residual(o.skip_residual);
+    v1::Array* a = req.mutable_rhs();
+    a->add_shape(r1 - r0);
+    for (size_t i = 1; i < rhs.shape.size(); ++i) a->add_shape(rhs.shape[i]);
+    auto ref = [&](v1::RegionRef* r, int64_t offset) {
+      r->set_region(region);
+      r->set_offset(offset);
+      r->set_bytes((r1 - r0) * row);
+    };
+    ref(a->mutable_region(), r0 * row);
+    ref(req.mutable_x_region(), x_at + r0 * row);
+    if (by_range) {
+      req.set_first_system(r0);
+      req.set_systems(r1 - r0);
+    }
+    grpc::ClientContext ctx;
+    SetAuth(ctx, options, o);
+    if (o.timeout_s) ctx.set_deadline(deadline);
+    grpc::Status st = to->SolveSystem(&ctx, req, &answers[size_t(k)]);
+    if (st.ok()) return absl::OkStatus();
+    const absl::Status e = internal::Replicas::HandleCallStatus(st, handle, route->second);
+    return absl::Status(e.code(), absl::StrCat("piece ", k + 1, " of ", pieces, " (",
+                                               by_range ? "systems [" : "right-hand sides [", r0,
+                                               ", ", r1, ") of ", rows, "): ", e.message()));
+  };
+  double upload_us = 0, download_us = 0;
+  if (auto st = RunPipeline(pieces, stages, &upload_us, &download_us); !st.ok()) return st;
+  MergePieces(answers, &result);
+  Summary& sum = result.summary;
+  sum.handle = handle;
+  sum.right_hand_sides = by_range ? 1 : rows;
+  sum.timings.upload_us = upload_us;
+  sum.timings.download_us = download_us;
+  sum.transport = "streams";
+  sum.pieces = pieces;
+  sum.timings.client_total_us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+  return result;
 }
 
 absl::StatusOr<Result> Client::SolveSystem(const std::string& handle, const ArrayView& rhs,
                                            const Updates& update, const JobOptions& options) {
   if (!impl_->setup.ok()) return impl_->setup;
+  bool by_range = false;
+  SystemInfo info;
+  if (const int pieces = impl_->HandlePieces(handle, rhs, options, &by_range, &info); pieces >= 2)
+    return impl_->SolveSystemInPieces(handle, rhs, update, options, pieces, by_range);
   const auto t0 = Clock::now();
   v1::SolveSystemRequest req;
   req.set_handle(handle);
@@ -931,6 +1072,7 @@ absl::StatusOr<SystemInfo> Client::ReleaseSystem(const std::string& handle,
   SetAuth(ctx, impl_->options, options);
   v1::SystemInfo info;
   grpc::Status st = route->first->ReleaseSystem(&ctx, req, &info);
+  impl_->Forget(handle);
   if (!st.ok()) return internal::Replicas::HandleCallStatus(st, handle, route->second);
   return ReadSystemInfo(info);
 }

@@ -6,6 +6,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <functional>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -142,6 +143,31 @@ struct Client::Impl {
   absl::StatusOr<Result> SolveInPieces(const Job& job, DType dtype,
                                        const std::vector<std::pair<std::string, ArrayView>>& send,
                                        void* x_out, int64_t x_bytes, int pieces);
+  // Three stages, each on a thread of its own, a piece apart: piece k uploads while k - 1 is
+  // solved and k - 2's x downloads (solve on the calling thread). The first error stops every
+  // stage; each stage's time, summed over the pieces, in upload_us and download_us.
+  struct PipelineStages {
+    std::function<absl::Status(int)> upload, solve, download;
+  };
+  static absl::Status RunPipeline(int pieces, const PipelineStages& stages, double* upload_us,
+                                  double* download_us);
+
+  // ---- persistent systems by handle -------------------------------------------------------
+  // The systems this client knows the shapes of (its CreateSystem answers; ListSystems' on a
+  // miss), which a large solve by handle is split by.
+  std::mutex systems_mu;
+  std::map<std::string, SystemInfo> systems;
+  void Remember(const SystemInfo& info);
+  void Forget(const std::string& handle);
+  std::optional<SystemInfo> SystemOf(const std::string& handle, const JobOptions& o);
+  // The pieces a solve by handle goes in through the server's memory (0: whole, serially), as
+  // Pieces decides for a batch: split by right-hand sides ([k, ...] with k >= 2), or by ranges
+  // of a flat tridiagonal or tree batch's systems (*by_range).
+  int HandlePieces(const std::string& handle, const ArrayView& rhs, const JobOptions& o,
+                   bool* by_range, SystemInfo* info);
+  absl::StatusOr<Result> SolveSystemInPieces(const std::string& handle, const ArrayView& rhs,
+                                             const Updates& update, const JobOptions& o,
+                                             int pieces, bool by_range);
   // After the call: x where the caller wanted it (x_out, else the result's own array).
   // x read back from the server's memory adds its time to timings->download_us.
   absl::Status DeliverX(const Placement& pl, void* x_out, int64_t x_bytes, NdArray* x,

@@ -470,6 +470,65 @@ absl::Status Client::Impl::Download(const std::string& region, int64_t offset, i
   });
 }
 
+absl::Status Client::Impl::RunPipeline(int pieces, const PipelineStages& stages,
+                                       double* upload_us, double* download_us) {
+  std::mutex mu;
+  std::condition_variable cv;
+  int uploaded = 0, solved = 0;
+  absl::Status failed;
+  auto fail = [&](absl::Status st) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (failed.ok()) failed = std::move(st);
+    cv.notify_all();
+  };
+  auto advance = [&](int* counter) {
+    std::lock_guard<std::mutex> lock(mu);
+    ++*counter;
+    cv.notify_all();
+  };
+  auto await = [&](const int* counter, int k) {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return *counter > k || !failed.ok(); });
+    return failed.ok();
+  };
+  auto since = [](Clock::time_point t0) {
+    return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+  };
+  std::thread up([&] {
+    for (int k = 0; k < pieces; ++k) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!failed.ok()) return;
+      }
+      const auto t0 = Clock::now();
+      absl::Status st = stages.upload(k);
+      *upload_us += since(t0);
+      if (!st.ok()) return fail(st);
+      advance(&uploaded);
+    }
+  });
+  std::thread down([&] {
+    for (int k = 0; k < pieces; ++k) {
+      if (!await(&solved, k)) return;
+      const auto t0 = Clock::now();
+      absl::Status st = stages.download(k);
+      *download_us += since(t0);
+      if (!st.ok()) return fail(st);
+    }
+  });
+  for (int k = 0; k < pieces; ++k) {
+    if (!await(&uploaded, k)) break;
+    if (absl::Status st = stages.solve(k); !st.ok()) {
+      fail(st);
+      break;
+    }
+    advance(&solved);
+  }
+  up.join();
+  down.join();
+  return failed;
+}
+
 // ---- placing a call's arrays --------------------------------------------------------------
 
 Client::Impl::Staging::~Staging() {

@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "spdlog/spdlog.h"
 
 namespace trisolve::server {
@@ -329,6 +330,28 @@ absl::StatusOr<Answer> Core::SolveSystem(Call& call, const StepRequest& step) {
   const SystemSpec& spec = system.spec();
   sample.family = std::string(FamilyName(spec.family));
   sample.method = std::string(SpecMethodName(spec));
+  // A range of the batch's systems: checked before anything is applied; the whole batch given
+  // as a range is the whole batch.
+  SystemRange range{step.first_system, step.systems};
+  if (range.systems != 0 || range.first != 0) {
+    if (!step.updates.empty())
+      return absl::InvalidArgumentError(
+          "update: a step on a range of systems (first_system, systems) cannot update "
+          "coefficients, as an update applies to the whole system: send it with UpdateSystem or "
+          "in a step without a range");
+    if (auto st = CheckSystemRange(spec, range.first, range.systems); !st.ok()) return st;
+    if (range.first == 0 && range.systems == spec.batch) range = {};
+  }
+  const bool ranged = range.systems > 0;
+  const SystemSpec rspec = ranged ? RangeOf(spec, range.first, range.systems) : spec;
+  std::vector<int64_t> rhs_shape = e.rhs_shape;
+  if (ranged) {
+    if (rhs_shape.size() != 2 || rhs_shape[0] != spec.batch)
+      return absl::InvalidArgumentError(
+          absl::StrCat("first_system: this system's right-hand side has shape ",
+                       absl::StrJoin(rhs_shape, ", "), ", not [batch, n]: solve it whole"));
+    rhs_shape[0] = range.systems;
+  }
   RequestRegions regions(&memory_, call.identity);
   if (auto st = ApplyUpdates(e, step, &regions, sample); !st.ok()) return st;
   auto rhs_in =
@@ -338,8 +361,16 @@ absl::StatusOr<Answer> Core::SolveSystem(Call& call, const StepRequest& step) {
   // device where the backend can.
   const bool on_device = rhs_in->on_device ||
                          (backend_info_.checks_finite && rhs_in->bytes >= kDeviceCheckBytes);
-  auto rhs = CheckRhs(spec, e.rhs_shape, *rhs_in, options_.limits, !on_device);
-  if (!rhs.ok()) return rhs.status();
+  auto rhs = CheckRhs(rspec, rhs_shape, *rhs_in, options_.limits, /*check_finite=*/false);
+  if (!rhs.ok()) {
+    if (!ranged) return rhs.status();
+    return absl::Status(rhs.status().code(),
+                        absl::StrCat("systems [", range.first, ", ", range.first + range.systems,
+                                     ") of the batch: ", rhs.status().message()));
+  }
+  rhs->first_system = range.first;
+  if (!on_device)
+    if (auto st = CheckRhsValues(rspec, *rhs); !st.ok()) return st;
   sample.bytes_in += rhs_in->bytes;
   std::byte* x_out = nullptr;
   bool x_on_device = false;
@@ -354,18 +385,18 @@ absl::StatusOr<Answer> Core::SolveSystem(Call& call, const StepRequest& step) {
     x_out = *x;
   }
   call.receive_us = Micros(Clock::now() - call.start);
-  const int64_t unknowns = rhs->k * spec.rhs_values();
+  const int64_t unknowns = rhs->k * rspec.rhs_values();
   auto res = Admit(call, unknowns, [&](const SolveControl& control) {
     SolveControl c = control;
     c.check_finite = on_device;
     // (The residual would read device memory back: the client has it there.)
     return RunPrepared(*backend_, system, rhs->data, rhs->k, Layout::kFlat,
-                       step.skip_residual || rhs_in->on_device || x_on_device, c, x_out);
+                       step.skip_residual || rhs_in->on_device || x_on_device, c, x_out, range);
   });
   if (on_device)
     if (auto st = AfterDeviceCheck(res.status(), res.ok() && res->info.inputs_checked,
                                    [&] {
-                                     return CheckRhsValues(spec, *rhs, rhs_in->on_device,
+                                     return CheckRhsValues(rspec, *rhs, rhs_in->on_device,
                                                            ReadDevice());
                                    });
         !st.ok())
@@ -376,7 +407,7 @@ absl::StatusOr<Answer> Core::SolveSystem(Call& call, const StepRequest& step) {
   Answer a;
   a.precision = spec.precision;
   a.x_shape = rhs->shape;
-  a.summary = Summarize(call, spec.family, rhs->k * spec.batch, *res);
+  a.summary = Summarize(call, spec.family, rhs->k * rspec.batch, *res);
   a.summary.handle = e.handle;
   a.summary.right_hand_sides = rhs->k;
   a.result = *std::move(res);

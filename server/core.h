@@ -128,6 +128,8 @@ struct StepRequest {
   bool has_x_region = false;
   RegionRef x_region;
   bool skip_residual = false;
+  // A range of the batch's systems (systems 0: all); no updates with one.
+  int64_t first_system = 0, systems = 0;
   // Copies of message bytes that were not aligned (ArrayArg::data may point here).
   std::deque<std::string> scratch;
 };

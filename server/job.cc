@@ -123,14 +123,15 @@ double Micros(std::chrono::steady_clock::duration d) {
 template <typename T>
 absl::StatusOr<JobResult> RunPreparedTyped(Backend& be, PreparedSystem& system, const T* rhs,
                                            int64_t k, Layout rhs_layout, bool skip_residual,
-                                           const SolveControl& control, void* x_out) {
-  const SystemSpec& s = system.spec();
+                                           const SolveControl& control, void* x_out,
+                                           SystemRange range = {}) {
+  const RhsBlock<T> block{rhs, k, rhs_layout, range.first, range.systems};
+  const SystemSpec s = BlockSpec(system.spec(), block);
   JobResult res;
   if (x_out == nullptr) res.x.resize(size_t(k * s.rhs_values()) * sizeof(T));
   T* x = x_out != nullptr ? static_cast<T*>(x_out) : reinterpret_cast<T*>(res.x.data());
   res.status.assign(size_t(k * s.batch), SystemStatus::kOk);
   res.backward_error = std::numeric_limits<double>::quiet_NaN();
-  const RhsBlock<T> block{rhs, k, rhs_layout};
   const auto t0 = std::chrono::steady_clock::now();
   auto info = be.SolvePrepared(system, block, x, res.status.data(), control);
   const auto t1 = std::chrono::steady_clock::now();
@@ -323,6 +324,27 @@ absl::StatusOr<CheckedUpdate> CheckUpdate(const SystemSpec& spec,
   return u;
 }
 
+namespace {
+
+// A bad value of a range's right-hand side (CheckedRhs::first_system) also named by its system
+// in the whole batch, which is how the caller counts them.
+// (data: the values on the host.)
+absl::Status InBatch(const SystemSpec& spec, const CheckedRhs& r, const void* data,
+                     absl::Status st) {
+  if (st.ok() || r.first_system == 0 || spec.n <= 0) return st;
+  const int64_t values = r.k * spec.rhs_values();
+  const int64_t e = spec.precision == Precision::kFloat64
+                        ? FirstNonFinite(static_cast<const double*>(data), values)
+                        : FirstNonFinite(static_cast<const float*>(data), values);
+  if (e >= values) return st;
+  const int64_t system = r.first_system + (e / spec.n) % spec.batch;
+  return absl::Status(st.code(), absl::StrCat(st.message(), " (system ", system,
+                                              " of the batch: this range starts at system ",
+                                              r.first_system, ")"));
+}
+
+}  // namespace
+
 absl::StatusOr<CheckedRhs> CheckRhs(const SystemSpec& spec, const std::vector<int64_t>& rhs_shape,
                                     const ArrayIn& rhs, const JobLimits& limits,
                                     bool check_finite) {
@@ -358,7 +380,8 @@ absl::Status CheckRhsValues(const SystemSpec& spec, const CheckedRhs& r, bool on
                             const DeviceReader& device) {
   const int64_t values = r.k * spec.rhs_values();
   if (!on_device)
-    return CheckFiniteValues("rhs", spec.precision, r.data, r.shape, values);
+    return InBatch(spec, r, r.data,
+                   CheckFiniteValues("rhs", spec.precision, r.data, r.shape, values));
   if (!device) return absl::OkStatus();
   const int64_t bytes = values * spec.elem_bytes();
   std::unique_ptr<std::byte[]> copy(new (std::nothrow) std::byte[size_t(bytes)]);
@@ -366,7 +389,8 @@ absl::Status CheckRhsValues(const SystemSpec& spec, const CheckedRhs& r, bool on
     return absl::ResourceExhaustedError(
         absl::StrCat("rhs: cannot allocate ", bytes, " bytes to check it on the host"));
   if (auto st = device(copy.get(), r.data, bytes); !st.ok()) return st;
-  return CheckFiniteValues("rhs", spec.precision, copy.get(), r.shape, values);
+  return InBatch(spec, r, copy.get(),
+                 CheckFiniteValues("rhs", spec.precision, copy.get(), r.shape, values));
 }
 
 absl::Status AfterDeviceCheck(const absl::Status& solved, bool inputs_checked,
@@ -420,12 +444,13 @@ absl::StatusOr<ArrayIn> ResolveArray(const ArrayArg& a, RegionResolver* regions,
 
 absl::StatusOr<JobResult> RunPrepared(Backend& backend, PreparedSystem& system, const void* rhs,
                                       int64_t k, Layout rhs_layout, bool skip_residual,
-                                      const SolveControl& control, void* x_out) {
+                                      const SolveControl& control, void* x_out,
+                                      SystemRange range) {
   if (system.spec().precision == Precision::kFloat64)
     return RunPreparedTyped(backend, system, static_cast<const double*>(rhs), k, rhs_layout,
-                            skip_residual, control, x_out);
+                            skip_residual, control, x_out, range);
   return RunPreparedTyped(backend, system, static_cast<const float*>(rhs), k, rhs_layout,
-                          skip_residual, control, x_out);
+                          skip_residual, control, x_out, range);
 }
 
 absl::StatusOr<JobResult> RunJob(Backend& backend, const Job& job,

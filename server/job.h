@@ -200,6 +200,9 @@ struct CheckedRhs {
   int64_t k = 1;
   const void* data = nullptr;
   std::vector<int64_t> shape;
+  // A range of the batch's systems (spec then RangeOf's): where it starts, for the messages
+  // that name a bad value's system (the caller counts them in the whole batch).
+  int64_t first_system = 0;
 };
 // check_finite false leaves its values to CheckRhsValues (or the backend's device check).
 absl::StatusOr<CheckedRhs> CheckRhs(const SystemSpec& spec, const std::vector<int64_t>& rhs_shape,
@@ -242,8 +245,13 @@ absl::StatusOr<JobResult> RunJob(Backend& backend, const Job& job,
 
 // Solves k right-hand sides of a prepared system (SolveSystem, and unary jobs with one matrix
 // and many right-hand sides); x in the right-hand sides' shape, k * batch statuses.
+// A range of the batch's systems (RhsBlock::first_system, systems; systems 0: all).
+struct SystemRange {
+  int64_t first = 0, systems = 0;
+};
 absl::StatusOr<JobResult> RunPrepared(Backend& backend, PreparedSystem& system, const void* rhs,
                                       int64_t k, Layout rhs_layout, bool skip_residual,
-                                      const SolveControl& control, void* x_out = nullptr);
+                                      const SolveControl& control, void* x_out = nullptr,
+                                      SystemRange range = {});
 
 }  // namespace trisolve::server

@@ -671,6 +671,8 @@ void UpdatesFromProto(const google::protobuf::RepeatedPtrField<v1::NamedArray>& 
 void StepFromProto(const v1::SolveSystemRequest& r, StepRequest* step) {
   step->handle = r.handle();
   step->skip_residual = r.skip_residual();
+  step->first_system = r.first_system();
+  step->systems = r.systems();
   UpdatesFromProto(r.update(), step);
   step->rhs = ArgOrError(r.rhs(), &step->scratch.emplace_back(), "rhs");
   if (r.has_x_region()) {

@@ -115,6 +115,8 @@ class CpuBackend final : public Backend {
   template <typename T>
   absl::StatusOr<SolveInfo> SolvePreparedTyped(PreparedSystem& system, RhsBlock<T> rhs, T* x,
                                                SystemStatus* status, const SolveControl& c) {
+    if (auto st = CheckSystemRange(system.spec(), rhs.first_system, rhs.systems); !st.ok())
+      return st;
     auto* dense = dynamic_cast<DensePrepared*>(&system);
     const auto* f = dense ? std::get_if<cpu::DenseFactors<T>>(&dense->factors) : nullptr;
     if (f == nullptr) return SolveThroughBackend(*this, system, rhs, x, status, c);

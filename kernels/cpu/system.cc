@@ -97,13 +97,57 @@ const SystemSpec& PreparedSystem::Replicated(int64_t k, Layout layout) {
   return replicated_;
 }
 
+absl::Status CheckSystemRange(const SystemSpec& s, int64_t first_system, int64_t systems) {
+  if (first_system < 0)
+    return absl::InvalidArgumentError(
+        absl::StrCat("first_system: ", first_system, " is negative"));
+  if (systems < 0)
+    return absl::InvalidArgumentError(absl::StrCat("systems: ", systems, " is negative"));
+  if (systems == 0) {
+    if (first_system != 0)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "systems: 0 (the whole batch) with first_system ", first_system,
+          "; give the number of systems of the range"));
+    return absl::OkStatus();
+  }
+  if (s.family != Family::kTridiagonal && s.family != Family::kTree)
+    return absl::InvalidArgumentError(
+        absl::StrCat("first_system: a range of systems is solved for tridiagonal and tree "
+                     "batches; this system is ",
+                     FamilyName(s.family), " (solve it whole)"));
+  if (s.layout != Layout::kFlat)
+    return absl::InvalidArgumentError(
+        "first_system: a range of systems needs a flat batch; this one is interleaved ([n, "
+        "batch]: a range would be strided), solve it whole");
+  if (first_system >= s.batch || systems > s.batch - first_system)
+    return absl::InvalidArgumentError(absl::StrCat(
+        first_system >= s.batch ? "first_system" : "systems", ": systems [", first_system, ", ",
+        first_system + systems, ") lie outside the batch of ", s.batch, " systems"));
+  return absl::OkStatus();
+}
+
+SystemSpec RangeOf(const SystemSpec& s, int64_t first, int64_t count) {
+  SystemSpec r = s;
+  r.batch = count;
+  for (int i = 0; i < s.num_coefficients(); ++i) {
+    const ArrayDescriptor& c = Describe(s.family).coefficient(i);
+    if (c.role == ArrayRole::kParent && !s.parent_per_system) continue;
+    const int64_t eb = c.int32 ? 4 : s.elem_bytes();
+    r.coefficients[size_t(i)] =
+        static_cast<const std::byte*>(s.coefficients[size_t(i)]) + first * s.n * eb;
+  }
+  return r;
+}
+
 template <typename T>
 absl::StatusOr<SolveInfo> SolveThroughBackend(Backend& be, PreparedSystem& system, RhsBlock<T> rhs,
                                               T* x, SystemStatus* status,
                                               const SolveControl& control) {
-  const SystemSpec& s = system.spec();
+  if (auto st = CheckSystemRange(system.spec(), rhs.first_system, rhs.systems); !st.ok())
+    return st;
+  const SystemSpec s = BlockSpec(system.spec(), rhs);
   if (rhs.k == 1) return SolveOne(be, s, rhs.rhs, x, status, control);
-  if (Describe(s.family).replicates && s.batch == 1)
+  if (Describe(s.family).replicates && system.spec().batch == 1)
     return SolveOne(be, system.Replicated(rhs.k, rhs.layout), rhs.rhs, x, status, control);
   SolveInfo total;
   const int64_t block = s.rhs_values();
@@ -130,9 +174,9 @@ void AccumulateSolveInfo(const SolveInfo& block, bool first, SolveInfo* total) {
 template <typename T>
 double PreparedBackwardError(PreparedSystem& system, RhsBlock<T> rhs, const T* x,
                              const SystemStatus* status) {
-  const SystemSpec& s = system.spec();
+  const SystemSpec s = BlockSpec(system.spec(), rhs);
   if (rhs.k == 1) return BackwardErrorOne(s, rhs.rhs, x, status);
-  if (Describe(s.family).replicates && s.batch == 1)
+  if (Describe(s.family).replicates && system.spec().batch == 1)
     return BackwardErrorOne(system.Replicated(rhs.k, rhs.layout), rhs.rhs, x, status);
   double worst = std::numeric_limits<double>::quiet_NaN();  // NaN: no system was OK
   bool any = false;

@@ -175,14 +175,14 @@ class CudaBackend final : public Backend {
   absl::StatusOr<SolveInfo> SolvePrepared(PreparedSystem& system, RhsBlock<double> rhs, double* x,
                                           SystemStatus* status, const SolveControl& c) override {
     UseDevice();
-    if (ClientDeviceRhs(system, rhs, x) && !PreparedOnDeviceOnly(system, rhs.k))
+    if (ClientDeviceRhs(system, rhs, x) && !PreparedOnDeviceOnly(system, rhs.k, rhs.systems))
       return PreparedThroughHost(system, rhs, x, status, c);
     return SolvePreparedOnDevice(system, rhs, x, status, c);
   }
   absl::StatusOr<SolveInfo> SolvePrepared(PreparedSystem& system, RhsBlock<float> rhs, float* x,
                                           SystemStatus* status, const SolveControl& c) override {
     UseDevice();
-    if (ClientDeviceRhs(system, rhs, x) && !PreparedOnDeviceOnly(system, rhs.k))
+    if (ClientDeviceRhs(system, rhs, x) && !PreparedOnDeviceOnly(system, rhs.k, rhs.systems))
       return PreparedThroughHost(system, rhs, x, status, c);
     return SolvePreparedOnDevice(system, rhs, x, status, c);
   }
@@ -336,20 +336,27 @@ class CudaBackend final : public Backend {
     if (system.holder() != nullptr && system.holder() != this)
       return absl::FailedPreconditionError(
           "the system was prepared by another backend: its coefficients are on another device");
-    const SystemSpec& s = system.spec();
+    if (auto st = CheckSystemRange(system.spec(), rhs.first_system, rhs.systems); !st.ok())
+      return st;
+    // A range of a flat batch's systems: the host copy's and the device copy's pointers moved
+    // to it (RangeOf), the same kernels over a smaller batch.
+    const SystemSpec s = BlockSpec(system.spec(), rhs);
     // The smallest by handle go where the one-shot calls send them (Solve: the host for auto).
     const bool small = s.method == 0 && rhs.k * s.rhs_values() < options_.host_below_unknowns &&
                        (s.family == Family::kTridiagonal || s.family == Family::kTree);
     if (dp == nullptr || small) return SolveThroughBackend(*this, system, rhs, x, status, c);
-    if (rhs.k == 1)
-      return SolveResident(s, dp->ResidentOf<T>(dp->device, dp->offset), rhs.rhs, x, status, c);
-    if ((s.family == Family::kTridiagonal || s.family == Family::kTree) && s.batch == 1) {
+    Resident<T> resident = dp->ResidentOf<T>(dp->device, dp->offset);
+    if (rhs.systems > 0)
+      for (int i = 0; i < s.num_coefficients(); ++i)
+        if (resident[size_t(i)] != nullptr) resident[size_t(i)] += rhs.first_system * s.n;
+    if (rhs.k == 1) return SolveResident(s, resident, rhs.rhs, x, status, c);
+    if ((s.family == Family::kTridiagonal || s.family == Family::kTree) &&
+        system.spec().batch == 1) {
       if (auto st = Replicate(*dp, rhs.k, rhs.layout); !st.ok()) return st;
       return SolveResident(dp->Replicated(rhs.k, rhs.layout),
                            dp->ResidentOf<T>(dp->replicated, dp->replicated_offset), rhs.rhs, x,
                            status, c);
     }
-    const Resident<T> resident = dp->ResidentOf<T>(dp->device, dp->offset);
     SolveInfo total;
     const int64_t block = s.rhs_values();
     for (int64_t j = 0; j < rhs.k; ++j) {
@@ -436,7 +443,7 @@ class CudaBackend final : public Backend {
   }
   template <typename T>
   bool ClientDeviceRhs(const PreparedSystem& system, const RhsBlock<T>& rhs, const T* x) const {
-    const int64_t values = rhs.k * system.spec().rhs_values();
+    const int64_t values = rhs.k * BlockSpec(system.spec(), rhs).rhs_values();
     return OnDevice(rhs.rhs, values) || OnDevice(x, values);
   }
   // A tridiagonal call that reads and writes its arrays on the device only: not auto's
@@ -459,15 +466,17 @@ class CudaBackend final : public Backend {
     return !OnHost(m == TreeMethod::kAuto, p.batch * p.n) &&
            !OnDevice(p.parent, p.parent_per_system ? p.batch * p.n : p.n);
   }
-  bool PreparedOnDeviceOnly(const PreparedSystem& system, int64_t k) const {
-    const SystemSpec& s = system.spec();
+  // (range_systems: a range's systems, RhsBlock::systems; 0: the whole batch.)
+  bool PreparedOnDeviceOnly(const PreparedSystem& system, int64_t k, int64_t range_systems) const {
+    SystemSpec s = system.spec();
+    if (range_systems > 0) s.batch = range_systems;
     if (dynamic_cast<const DevicePrepared*>(&system) == nullptr) return false;
     if (s.family == Family::kDense) return true;
     if (s.family != Family::kTridiagonal) return false;
     const auto m = TridiagonalMethod(s.method);
     // (SolvePreparedOnDevice: k right-hand sides of one system are one batch of k; of several,
     // k calls of the system's batch. The smallest go through the host, as OnHost's.)
-    const int64_t batch = s.batch == 1 && k > 1 ? k : s.batch;
+    const int64_t batch = system.spec().batch == 1 && k > 1 ? k : s.batch;
     if (s.method == 0 && k * s.rhs_values() < options_.host_below_unknowns) return false;
     return batch >= cuda::kPivotingDeviceBatch ||
            (m != TridiagonalMethod::kAuto && m != TridiagonalMethod::kPivoting);
@@ -525,7 +534,7 @@ class CudaBackend final : public Backend {
   absl::StatusOr<SolveInfo> PreparedThroughHost(PreparedSystem& system, RhsBlock<T> rhs, T* x,
                                                 SystemStatus* status, const SolveControl& c) {
     HostCopies h(stager_);
-    const int64_t bytes = rhs.k * system.spec().rhs_values() * int64_t(sizeof(T));
+    const int64_t bytes = rhs.k * BlockSpec(system.spec(), rhs).rhs_values() * int64_t(sizeof(T));
     if (auto st = h.In(rhs.rhs, bytes); !st.ok()) return st;
     h.Out(x, bytes);
     auto r = SolvePreparedOnDevice(system, rhs, x, status, c);

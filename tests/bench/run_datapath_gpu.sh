@@ -8,7 +8,9 @@
 #   there:  bash tests/bench/run_datapath_gpu.sh        (logs under $OUT)
 # BUNDLES (default "base new"); TRANSPORTS (default shm); REQUESTS (default 20); STREAMS (the
 # client's --parallel-streams, default its own); PIECES (streams: --pipeline-pieces values to run
-# each job with, e.g. "0 4 8"; a base without the option ignores it).
+# each job with, e.g. "0 4 8"; a base without the option ignores it); PIECE_BYTES (streams: the
+# fewest bytes moved a piece, --pipeline-piece-bytes; by handle only d and x move, so 2^24 by handle
+# needs 64 MiB or less for 4 pieces).
 set -uo pipefail
 out=${OUT:-/tmp/trisolve-datapath}
 mkdir -p "$out"
@@ -36,6 +38,7 @@ for b in ${BUNDLES:-base new}; do
         # shellcheck disable=SC2086
         env ${STREAMS:+TRISOLVE_PARALLEL_STREAMS=$STREAMS} \
           ${PIECES:+TRISOLVE_PIPELINE_PIECES=$pieces} \
+          ${PIECE_BYTES:+TRISOLVE_PIPELINE_PIECE_BYTES=$PIECE_BYTES} \
           $dir/run trisolve --server "127.0.0.1:$port" bench --transport "$tr" --clients 1 \
           --requests "$rq" $args --json 2>&1 | tee -a "$out/datapath_$b.log"
       done

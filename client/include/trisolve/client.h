@@ -112,7 +112,7 @@ struct Summary {
   double residual = 0;
   bool streamed = false;
   std::string transport;  // "grpc", "grpc-stream", "shared-memory" or "streams"
-  int pieces = 0;         // streams: the pieces a batch was pipelined in (0: sent whole)
+  int pieces = 0;  // streams: the pieces a batch or a solve by handle went in (0: whole)
 
   std::string handle;             // SolveSystem: the system solved
   int64_t right_hand_sides = 0;   // one matrix, many right-hand sides: how many
@@ -217,7 +217,10 @@ class Client {
     int parallel_streams = 8;  // connections a large job's bytes are spread over
     // Through the server's memory, a batch of whole tridiagonal or tree systems (not
     // interleaved) goes in up to this many pieces of pipeline_piece_bytes or more: one piece is
-    // solved while the next uploads and the previous one's x comes back (0 or 1: whole). On
+    // solved while the next uploads and the previous one's x comes back (0 or 1: whole). So
+    // does a solve by handle (the bytes moved: the right-hand side and x), split by its k
+    // right-hand sides, or by ranges of a flat tridiagonal or tree batch's systems; updates
+    // sent with it are applied first, to the whole system. On
     // the lent H100 host (16 connections, 2026-11-27) 2^24 unknowns (671 MB) went from p50
     // 176-280 ms whole to 176-189 ms in 4 pieces (one local core: 229-235 ms), while 64 x 65,536
     // (168 MB) lost in 4 pieces (71 against 54-72 ms): pieces of 128 MiB or more, up to 4.

@@ -89,12 +89,31 @@ DenseProblem<T> DenseOf(const SystemSpec& s, const T* b) {
 // k right-hand sides for a system. For a system of one (batch == 1) they form a batch of k
 // systems sharing its matrix, in `layout`: [k, n] flat or [n, k] interleaved. For a batch, they
 // are k blocks one after the other, each in the system's own layout.
+// A range of a batch's systems (systems > 0): systems [first_system, first_system + systems)
+// alone are solved, each block then that range's right-hand sides (and x, and the statuses);
+// for flat tridiagonal and tree batches, whose range is pointer offsets (RangeOf). A client
+// pipelines a batch through it: one range solved while the next one's right-hand sides arrive.
 template <typename T>
 struct RhsBlock {
   const T* rhs = nullptr;
   int64_t k = 1;
   Layout layout = Layout::kFlat;
+  int64_t first_system = 0;
+  int64_t systems = 0;  // 0: the whole batch
 };
+
+// Whether a range of systems can be solved for `s` (OK), or why not (INVALID_ARGUMENT naming
+// first_system or systems): flat tridiagonal and tree batches, a range inside the batch.
+absl::Status CheckSystemRange(const SystemSpec& s, int64_t first_system, int64_t systems);
+// Systems [first, first + count) of a flat tridiagonal or tree batch as a batch of their own:
+// the coefficients' pointers moved to the range (a tree's shared parent array stays), batch
+// count. Checked by CheckSystemRange first.
+SystemSpec RangeOf(const SystemSpec& s, int64_t first, int64_t count);
+// The spec a block of `rhs` is solved against: RangeOf for a range, `s` otherwise.
+template <typename T>
+SystemSpec BlockSpec(const SystemSpec& s, const RhsBlock<T>& rhs) {
+  return rhs.systems > 0 ? RangeOf(s, rhs.first_system, rhs.systems) : s;
+}
 
 class Backend;
 
