@@ -363,9 +363,10 @@ int main(int argc, char** argv) {
   app.add_option("--pipeline-pieces", copt.pipeline_pieces,
                  "the streams transport: pieces (of --pipeline-piece-bytes or more) a batch of "
                  "whole systems or a solve by handle goes in, one uploading while another is "
-                 "solved and another's x comes back (0 or 1: whole)")
+                 "solved and another's x comes back (0 or 1: whole; -1: 4 where the server "
+                 "solves on a GPU, whole where it solves on its CPU)")
       ->envname("TRISOLVE_PIPELINE_PIECES")
-      ->check(CLI::Range(0, 64))
+      ->check(CLI::Range(-1, 64))
       ->capture_default_str();
   app.add_option("--pipeline-piece-bytes", copt.pipeline_piece_bytes,
                  "the streams transport: the fewest bytes moved (arrays up and x down) a piece; "

@@ -630,7 +630,9 @@ void MergePieces(const std::vector<v1::SolveResponse>& answers, Result* result) 
 
 int Client::Impl::Pieces(const Job& job, const std::vector<std::pair<std::string, ArrayView>>& send,
                          void* x_out, int64_t x_bytes) {
-  if (options.pipeline_pieces < 2 || options.pipeline_piece_bytes <= 0) return 0;
+  if (options.pipeline_pieces == 0 || options.pipeline_pieces == 1 ||
+      options.pipeline_piece_bytes <= 0)
+    return 0;
   if (job.kind != Kind::kTridiagonal && job.kind != Kind::kTree) return 0;
   if (job.options.interleaved || job.options.progress) return 0;
   if (replicas && replicas->balanced()) return 0;
@@ -651,9 +653,28 @@ int Client::Impl::Pieces(const Job& job, const std::vector<std::pair<std::string
   } else if (options.transport != Transport::kStreams) {
     return 0;
   }
+  if (moved / options.pipeline_piece_bytes < 2 || batch < 2) return 0;
   const int64_t k = std::min<int64_t>(
-      {moved / options.pipeline_piece_bytes, int64_t(options.pipeline_pieces), batch});
+      {moved / options.pipeline_piece_bytes, int64_t(PiecesWanted()), batch});
   return k >= 2 ? int(k) : 0;
+}
+
+int Client::Impl::PiecesWanted() {
+  if (options.pipeline_pieces >= 0) return options.pipeline_pieces;
+  return ServerSolvesOnGpu() ? kAutoPieces : 0;
+}
+
+bool Client::Impl::ServerSolvesOnGpu() {
+  std::lock_guard<std::mutex> lock(backend_mu);
+  if (on_gpu == OnGpu::kUnknown) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::ServerInfo info;
+    // Unanswered: as if on a GPU (the pieces are what the options ask for); not remembered.
+    if (!stub->GetServerInfo(&ctx, v1::GetServerInfoRequest(), &info).ok()) return true;
+    on_gpu = info.backend() == "cpu" ? OnGpu::kNo : OnGpu::kYes;
+  }
+  return on_gpu == OnGpu::kYes;
 }
 
 absl::StatusOr<Result> Client::Impl::SolveInPieces(
@@ -873,7 +894,9 @@ std::optional<SystemInfo> Client::Impl::SystemOf(const std::string& handle, cons
 
 int Client::Impl::HandlePieces(const std::string& handle, const ArrayView& rhs,
                                const JobOptions& o, bool* by_range, SystemInfo* info) {
-  if (options.pipeline_pieces < 2 || options.pipeline_piece_bytes <= 0) return 0;
+  if (options.pipeline_pieces == 0 || options.pipeline_pieces == 1 ||
+      options.pipeline_piece_bytes <= 0)
+    return 0;
   if (replicas && replicas->balanced()) return 0;
   if (rhs.shape.empty() || RefOf(rhs.data, rhs.bytes()) ||
       (o.x_out != nullptr && RefOf(o.x_out, rhs.bytes())))
@@ -885,8 +908,8 @@ int Client::Impl::HandlePieces(const std::string& handle, const ArrayView& rhs,
   } else if (options.transport != Transport::kStreams) {
     return 0;
   }
-  const int64_t most =
-      std::min<int64_t>(moved / options.pipeline_piece_bytes, options.pipeline_pieces);
+  if (moved / options.pipeline_piece_bytes < 2) return 0;
+  const int64_t most = std::min<int64_t>(moved / options.pipeline_piece_bytes, PiecesWanted());
   if (most < 2) return 0;
   auto system = SystemOf(handle, o);
   // Unknown here (another identity's, or gone), or of another type: the serial path says why.

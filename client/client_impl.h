@@ -53,6 +53,15 @@ struct Client::Impl {
   };
   enum class Shm { kUntried, kYes, kNo };
   static constexpr int kMaxArenas = 16;
+  // Whether the server solves on a GPU (asked once, with the first job large enough for
+  // pieces): pieces pay only there (client.h, pipeline_pieces).
+  bool ServerSolvesOnGpu();
+  // The pieces options.pipeline_pieces asks for (its default, -1: kAutoPieces on a GPU
+  // server, whole on a CPU one).
+  int PiecesWanted();
+  static constexpr int kAutoPieces = 4;
+  std::mutex backend_mu;
+  enum class OnGpu { kUnknown, kYes, kNo } on_gpu = OnGpu::kUnknown;
   mutable std::mutex shm_mu;
   std::vector<Registered> registered;
   Shm shm = Shm::kUntried;

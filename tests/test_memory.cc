@@ -649,6 +649,33 @@ TEST(ServerMemory, StreamsCarryAJobOver64MiBCheckedByResidual) {
   EXPECT_LT(worst, 1e-14);
 }
 
+// By default (pipeline_pieces -1) a job goes in pieces only to a server that solves on a GPU:
+// this CPU-backend server gets it whole, by handle too; asked for pieces, it gets them.
+TEST(ServerMemory, PiecesByDefaultOnlyWhereTheServerSolvesOnAGpu) {
+  ServerProcess server({});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  const int64_t batch = 256, n = 2048;  // 4 MiB an array
+  const auto arrays = examples::RandomTridiagonal(batch, n, false, 72);
+  for (const int pieces : {-1, 4}) {
+    Client::Options o = Opts(server, Transport::kStreams);
+    o.pipeline_pieces = pieces;
+    o.pipeline_piece_bytes = int64_t{2} << 20;
+    Client client(o);
+    auto got = client.Solve(JobOf(Kind::kTridiagonal, arrays));
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->summary.ok, batch);
+    EXPECT_EQ(got->summary.pieces, pieces < 0 ? 0 : 4) << "pipeline_pieces " << pieces;
+    Job sys = JobOf(Kind::kTridiagonal, arrays);
+    sys.arrays.erase("d");
+    auto made = client.CreateSystem(sys, {});
+    ASSERT_TRUE(made.ok()) << made.status();
+    auto step = client.SolveSystem(made->handle, arrays.at("d").view());
+    ASSERT_TRUE(step.ok()) << step.status();
+    EXPECT_EQ(step->summary.ok, batch);
+    EXPECT_EQ(step->summary.pieces, pieces < 0 ? 0 : 4) << "by handle, pipeline_pieces " << pieces;
+  }
+}
+
 // A batch in pieces gives the answer of the whole job bit for bit (a tree batch: its parent
 // array goes once, with the first piece), its x returned or written where the caller asked; a
 // bad value in a later piece is refused naming the systems it lies in.

@@ -224,7 +224,10 @@ class Client {
     // the lent H100 host (16 connections, 2026-11-27) 2^24 unknowns (671 MB) went from p50
     // 176-280 ms whole to 176-189 ms in 4 pieces (one local core: 229-235 ms), while 64 x 65,536
     // (168 MB) lost in 4 pieces (71 against 54-72 ms): pieces of 128 MiB or more, up to 4.
-    int pipeline_pieces = 4;
+    // -1 (the default): 4 where the server solves on a GPU (asked once), whole where it
+    // solves on its CPU: a CPU backend's solve takes the cores the copies need, and the same
+    // job there took 382-411 ms in pieces against 243-265 whole.
+    int pipeline_pieces = -1;
     int64_t pipeline_piece_bytes = int64_t{128} << 20;
     // Replicas (a list or dns: target): while a call is open, each connection is pinged after
     // this many seconds without traffic and dropped when no answer comes within the timeout, so
