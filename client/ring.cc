@@ -78,6 +78,10 @@ struct Client::Impl::RingPool {
   int open = 0;
   enum class State { kUntried, kYes, kNo } state = State::kUntried;
   std::string why_not;  // kNo: what the server said
+  // After the server refused a ring for want of room (its caps on rings or regions), no new
+  // one is asked for before this: auto's calls take the RPC meanwhile without paying for a
+  // refused OpenRing each.
+  Clock::time_point retry_after{};
 
   ~RingPool() {
     for (auto& lane : idle) Close(*lane);
@@ -140,6 +144,11 @@ absl::StatusOr<std::unique_ptr<Client::Impl::RingLane>> Client::Impl::AcquireRin
       }
       ++it;
     }
+    if (Clock::now() < rings->retry_after) {
+      *fall_back = !forced;
+      return absl::ResourceExhaustedError(
+          "transport ring: the server refused a new ring a moment ago (its ring or region caps)");
+    }
     if (rings->open >= std::max(1, options.max_rings)) {
       *fall_back = !forced;
       return absl::ResourceExhaustedError(
@@ -154,6 +163,8 @@ absl::StatusOr<std::unique_ptr<Client::Impl::RingLane>> Client::Impl::AcquireRin
     if (never) {
       rings->state = RingPool::State::kNo;
       rings->why_not = std::string(st.message());
+    } else if (st.code() == absl::StatusCode::kResourceExhausted) {
+      rings->retry_after = Clock::now() + std::chrono::seconds(1);
     }
     *fall_back = !forced;
     return st;

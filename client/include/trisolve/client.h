@@ -223,8 +223,10 @@ class Client {
     int64_t streams_min_bytes = int64_t{32} << 20;
     // Request rings: the arena of each ring (a call whose arrays, x and statuses exceed it
     // takes another path under auto), how long a call spins for its answer before it sleeps,
-    // and the most rings a Client holds (one a concurrent calling thread).
-    int64_t ring_arena_bytes = int64_t{1} << 20;
+    // and the most rings a Client holds (one a concurrent calling thread). Each ring is a
+    // shared-memory region of its own on the server (its --max-regions-per-identity counts
+    // them); one it refuses sends auto's calls through the RPC for a second.
+    int64_t ring_arena_bytes = int64_t{256} << 10;
     double ring_spin_us = 50;
     int max_rings = 64;
     int parallel_streams = 8;  // connections a large job's bytes are spread over
