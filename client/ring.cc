@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstring>
 #include <random>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -43,6 +44,11 @@ inline void CpuRelax() {
 }
 
 int64_t Align(int64_t v) { return (v + kRingAlign - 1) / kRingAlign * kRingAlign; }
+
+// Calls of this process spinning for their answers now, and the most that may: past half the
+// cores, spinning takes the cores from the threads with work (the server's among them).
+std::atomic<int> spinners{0};
+const int max_spinners = std::max(1, int(std::thread::hardware_concurrency()) / 2);
 
 // A server that stops advancing a ring's heartbeat for this long is taken for gone.
 constexpr double kHeartbeatTimeoutS = 3;
@@ -245,12 +251,15 @@ absl::Status Exchange(RingHeader& h, RingSlot& s, double spin_us,
   Word(s.state).store(kSlotSubmitted);
   Word(h.doorbell).fetch_add(1);
   if (Word(h.sleeping).load() != 0) FutexWake(&h.doorbell);
-  const auto spin_until = Clock::now() + std::chrono::nanoseconds(int64_t(spin_us * 1e3));
   uint32_t state = Word(s.state).load();
-  while (state != kSlotDone && Clock::now() < spin_until) {
-    for (int k = 0; k < 16; ++k) CpuRelax();
-    state = Word(s.state).load();
+  if (spin_us > 0 && spinners.fetch_add(1) < max_spinners) {
+    const auto spin_until = Clock::now() + std::chrono::nanoseconds(int64_t(spin_us * 1e3));
+    while (state != kSlotDone && Clock::now() < spin_until) {
+      for (int k = 0; k < 16; ++k) CpuRelax();
+      state = Word(s.state).load();
+    }
   }
+  if (spin_us > 0) spinners.fetch_sub(1);
   uint32_t beat = Word(h.heartbeat).load();
   auto beat_seen = Clock::now();
   while (state != kSlotDone) {

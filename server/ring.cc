@@ -78,10 +78,13 @@ void SetText(char* dst, size_t n, absl::string_view s) {
 
 class RingManager::Ring {
  public:
-  Ring(Core* core, const RingOptions& options, std::string id, std::string identity,
-       std::shared_ptr<Region> region, int64_t offset, int slots)
+  Ring(Core* core, const RingOptions& options, std::atomic<int>* spinners, int max_spinners,
+       std::string id, std::string identity, std::shared_ptr<Region> region, int64_t offset,
+       int slots)
       : core_(core),
         options_(options),
+        spinners_(spinners),
+        max_spinners_(max_spinners),
         id_(std::move(id)),
         identity_(std::move(identity)),
         region_(std::move(region)),
@@ -138,6 +141,8 @@ class RingManager::Ring {
 
   Core* const core_;
   const RingOptions& options_;
+  std::atomic<int>* const spinners_;  // the manager's: rings spinning now
+  const int max_spinners_;
   const std::string id_, identity_;
   const std::shared_ptr<Region> region_;
   const int64_t offset_;
@@ -163,12 +168,18 @@ void RingManager::Ring::Serve() {
     }
     if (any || stop_.load()) continue;
     // Nothing to do: spin a little (the next request of a client in a loop comes within
-    // microseconds), then sleep until the doorbell rings.
-    const auto until = Clock::now() + spin;
+    // microseconds), then sleep until the doorbell rings. Never more rings spin at once than
+    // half the cores: past that, spinning takes the cores from the threads with work.
     bool rang = false;
-    while (!rang && Clock::now() < until && !stop_.load()) {
-      for (int k = 0; k < 32; ++k) CpuRelax();
-      rang = Word(header_->doorbell).load() != rung;
+    if (spin.count() > 0 && spinners_->fetch_add(1) < max_spinners_) {
+      const auto until = Clock::now() + spin;
+      while (!rang && Clock::now() < until && !stop_.load()) {
+        for (int k = 0; k < 32; ++k) CpuRelax();
+        rang = Word(header_->doorbell).load() != rung;
+      }
+      spinners_->fetch_sub(1);
+    } else if (spin.count() > 0) {
+      spinners_->fetch_sub(1);
     }
     if (rang || stop_.load()) continue;
     Word(header_->sleeping).store(1);
@@ -318,6 +329,8 @@ absl::Status RingManager::Ring::FillFamily(const RingRequest& req, Req* msg) {
     return Invalid("narrays", absl::StrCat(req.narrays, ", expected 0 .. ", kRingMaxArrays));
   const google::protobuf::Descriptor* d = msg->GetDescriptor();
   const google::protobuf::Reflection* r = msg->GetReflection();
+  // Once a request (an fstat): the object still spans the region before its arrays are read.
+  if (auto st = region_->StillMapped("region"); !st.ok()) return st;
   int64_t total = 0;
   for (int i = 0; i < req.narrays; ++i) {
     const RingArray& a = req.arrays[i];
@@ -341,7 +354,6 @@ absl::Status RingManager::Ring::FillFamily(const RingRequest& req, Req* msg) {
           core_->options().limits.max_job_bytes, " bytes a job"));
     auto* arr = static_cast<v1::Array*>(r->MutableMessage(msg, f));
     for (int k = 0; k < a.rank; ++k) arr->add_shape(a.shape[k]);
-    if (auto st = region_->StillMapped(*name); !st.ok()) return st;
     // The one copy out of shared memory: what is checked is what is solved.
     arr->set_data(reinterpret_cast<const char*>(region_->base() + a.offset), size_t(a.bytes));
   }
@@ -451,7 +463,6 @@ absl::Status RingManager::Ring::WriteStatuses(const RingRequest& req,
   if (int64_t(status.size()) > req.status_bytes)
     return Invalid("status_bytes", absl::StrCat(req.status_bytes, " bytes of room, the answer has ",
                                                 status.size(), " statuses"));
-  if (auto st = region_->StillMapped("status_offset"); !st.ok()) return st;
   std::byte* out = region_->base() + req.status_offset;
   for (size_t i = 0; i < status.size(); ++i) out[i] = std::byte(uint8_t(status[i]));
   ans->statuses = int64_t(status.size());
@@ -486,7 +497,10 @@ void RingManager::Ring::Fill(const server::Answer& a, RingAnswer* ans) const {
 // ---- the manager -------------------------------------------------------------------------
 
 RingManager::RingManager(Core* core, RingOptions options)
-    : core_(core), options_(options), watcher_([this] { Watch(); }) {}
+    : core_(core),
+      options_(options),
+      max_spinners_(std::max(1, int(std::thread::hardware_concurrency()) / 2)),
+      watcher_([this] { Watch(); }) {}
 
 RingManager::~RingManager() { Shutdown(); }
 
@@ -541,8 +555,8 @@ absl::StatusOr<RingView> RingManager::Open(Call& call, const std::string& region
     std::random_device rd;
     const std::string id =
         absl::StrFormat("ring-%d-%08x%08x", next_ring_.fetch_add(1), rd(), rd());
-    ring = std::make_shared<Ring>(core_, options_, id, call.identity, *std::move(region), offset,
-                                  slots);
+    ring = std::make_shared<Ring>(core_, options_, &spinners_, max_spinners_, id, call.identity,
+                                  *std::move(region), offset, slots);
     rings_.emplace(id, ring);
     ring->Start();
   }

@@ -26,7 +26,8 @@ struct RingOptions {
   int max_rings = 1024;             // open at once, every identity together
   int max_rings_per_identity = 512;
   // How long a serving thread spins on its ring's doorbell before it sleeps on it (the futex):
-  // the latency of the next request against a core kept busy.
+  // the latency of the next request against a core kept busy. At most half the cores' worth of
+  // rings spin at once; the others sleep at once.
   double spin_us = 20;
   // The longest a serving thread sleeps before it looks at its ring again (stop requests wake
   // it at once).
@@ -73,6 +74,8 @@ class RingManager {
   bool stopping_ = false;
   std::map<std::string, std::shared_ptr<Ring>> rings_;
   std::atomic<int64_t> next_ring_{1};
+  std::atomic<int> spinners_{0};
+  const int max_spinners_;
   std::thread watcher_;
 };
 

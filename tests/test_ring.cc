@@ -104,7 +104,9 @@ TEST(Ring, EveryFamilyAnswersAsOverTheSocketBitForBit) {
   ASSERT_GT(server.port(), 0) << server.Log();
   Client grpc_client(Opts(server, Transport::kGrpc));
   Client ring_client(Opts(server, Transport::kRing));
-  Client auto_client(Opts(server, Transport::kAuto));
+  Client::Options auto_opts = Opts(server, Transport::kAuto);
+  auto_opts.ring_arena_bytes = 1 << 20;  // the largest job here: 64 x 300
+  Client auto_client(auto_opts);
   EXPECT_EQ(ring_client.RingState(), "untried");
   EXPECT_EQ(grpc_client.RingState(), "off");
   for (const Family& f : EveryFamily()) {
