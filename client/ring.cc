@@ -375,6 +375,10 @@ std::optional<absl::StatusOr<Result>> Client::Impl::SolveOnRing(
              (jo.scale_rows ? uint32_t(kFlagScaleRows) : 0u) |
              (jo.max_iterations ? uint32_t(kFlagMaxIterations) : 0u) |
              (jo.tol ? uint32_t(kFlagTol) : 0u);
+  if (op == kOpSolveSystem) {  // the system has its options: as SolveSystemRequest, only these
+    rq.layout = 0;
+    rq.flags &= uint32_t(kFlagSkipResidual);
+  }
   if (jo.max_iterations) rq.max_iterations = *jo.max_iterations;
   if (jo.tol) rq.tol = *jo.tol;
   SetText(rq.method, sizeof rq.method, jo.method == "auto" ? "" : jo.method);

@@ -1,6 +1,8 @@
 #include "ring.h"
 
 #include <linux/futex.h>
+#include <signal.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -9,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -43,6 +46,68 @@ inline void CpuRelax() {
 #elif defined(__aarch64__)
   asm volatile("yield");
 #endif
+}
+
+// A client can shrink its shared-memory object under its ring at any time; the server's next
+// read of a slot there would then fault (SIGBUS) and take the process down. The mappings of
+// rings' regions are guarded: a fault inside one gets a page of zeros mapped in its place (the
+// read sees an empty slot) and the watcher closes the ring at its next check, since the object
+// no longer spans the region. Faults elsewhere go to the previous handler or the default action.
+constexpr int kGuards = 4096;
+struct BusGuard {
+  std::atomic<uintptr_t> begin{0}, end{0};
+};
+BusGuard bus_guards[kGuards];
+struct sigaction previous_bus;
+long page_bytes = 4096;
+
+void OnBus(int sig, siginfo_t* info, void* context) {
+  const auto at = reinterpret_cast<uintptr_t>(info->si_addr);
+  for (BusGuard& g : bus_guards) {
+    const uintptr_t b = g.begin.load(std::memory_order_acquire);
+    if (b != 0 && b <= at && at < g.end.load(std::memory_order_acquire)) {
+      void* page = reinterpret_cast<void*>(at & ~uintptr_t(page_bytes - 1));
+      if (mmap(page, size_t(page_bytes), PROT_READ | PROT_WRITE,
+               MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) != MAP_FAILED)
+        return;  // the access is retried on the zero page
+      break;
+    }
+  }
+  if ((previous_bus.sa_flags & SA_SIGINFO) != 0 && previous_bus.sa_sigaction != nullptr) {
+    previous_bus.sa_sigaction(sig, info, context);
+  } else if ((previous_bus.sa_flags & SA_SIGINFO) == 0 && previous_bus.sa_handler != SIG_DFL &&
+             previous_bus.sa_handler != SIG_IGN) {
+    previous_bus.sa_handler(sig);
+  } else {
+    signal(SIGBUS, SIG_DFL);  // the access faults again, with the default action
+  }
+}
+
+// Guards [p, p + bytes); returns its index (-1: every guard taken, the range unguarded).
+int AddGuard(const std::byte* p, int64_t bytes) {
+  static std::once_flag installed;
+  std::call_once(installed, [] {
+    page_bytes = sysconf(_SC_PAGESIZE);
+    struct sigaction sa {};
+    sa.sa_sigaction = OnBus;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, &previous_bus);
+  });
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  for (int i = 0; i < kGuards; ++i) {
+    if (bus_guards[i].begin.load() != 0) continue;
+    bus_guards[i].end.store(reinterpret_cast<uintptr_t>(p) + uintptr_t(bytes));
+    bus_guards[i].begin.store(reinterpret_cast<uintptr_t>(p));
+    return i;
+  }
+  return -1;
+}
+void RemoveGuard(int i) {
+  if (i < 0) return;
+  bus_guards[i].begin.store(0);
+  bus_guards[i].end.store(0);
 }
 
 absl::Status Invalid(absl::string_view field, absl::string_view what) {
@@ -91,7 +156,12 @@ class RingManager::Ring {
         offset_(offset),
         slots_(slots),
         header_(reinterpret_cast<RingHeader*>(region_->base() + offset)),
-        slot_(Slots(header_)) {}
+        slot_(Slots(header_)),
+        guard_(AddGuard(region_->base(), region_->bytes())) {}
+  ~Ring() {
+    Join();
+    RemoveGuard(guard_);
+  }
 
   const std::string& id() const { return id_; }
   const std::string& identity() const { return identity_; }
@@ -152,6 +222,7 @@ class RingManager::Ring {
   std::atomic<bool> stop_{false}, touch_{true}, ended_{false};
   std::atomic<uint32_t> why_{kRingOpen};
   int64_t served_ = 0;
+  const int guard_;
   std::thread thread_;
 };
 
@@ -357,6 +428,8 @@ absl::Status RingManager::Ring::FillFamily(const RingRequest& req, Req* msg) {
     // The one copy out of shared memory: what is checked is what is solved.
     arr->set_data(reinterpret_cast<const char*>(region_->base() + a.offset), size_t(a.bytes));
   }
+  // x's size is given (never "the shape's", which would let it reach into the ring's slots).
+  if (req.x_bytes <= 0) return Invalid("x_bytes", absl::StrCat(req.x_bytes, ": give x's size"));
   if (auto st = CheckRange("x_offset", req.x_offset, req.x_bytes); !st.ok()) return st;
   v1::RegionRef* x = msg->mutable_x_region();
   x->set_region(region_->name());
@@ -378,30 +451,31 @@ absl::Status RingManager::Ring::RunSolve(Call& call, const RingRequest& req, Rin
   absl::Status st;
   switch (req.family) {
     case kFamilyTridiagonal:
-      call.sample.family = "tridiagonal";
       if (st = FillFamily(req, &tri); st.ok()) job = JobFromRequest(tri, limits, opts);
       break;
     case kFamilyTree:
-      call.sample.family = "tree";
       if (st = FillFamily(req, &tree); st.ok()) job = JobFromRequest(tree, limits, opts);
       break;
     case kFamilyBlockTridiagonal:
-      call.sample.family = "block_tridiagonal";
       if (st = FillFamily(req, &block); st.ok()) job = JobFromRequest(block, limits, opts);
       break;
     case kFamilyDense:
-      call.sample.family = "dense";
       if (st = FillFamily(req, &dense); st.ok()) job = JobFromRequest(dense, limits, opts);
       break;
     default:
       return Invalid("family", absl::StrCat("unknown family ", req.family,
                                             " (0 tridiagonal, 1 tree, 2 block-tridiagonal, 3 dense)"));
   }
+  // The labels the RPC's would carry: the family, and the method asked for ("invalid" when it
+  // is none).
+  static constexpr Family kFamilies[] = {Family::kTridiagonal, Family::kTree,
+                                         Family::kBlockTridiagonal, Family::kDense};
+  call.sample.family = std::string(FamilyName(kFamilies[req.family]));
+  call.sample.method =
+      MethodLabel(kFamilies[req.family], std::string(req.method, strnlen(req.method, sizeof req.method)));
   if (!st.ok()) return st;
   call.receive_us = Micros(Clock::now() - call.start);
   if (!job.ok()) return job.status();
-  call.sample.family = std::string(FamilyName(job->family));
-  call.sample.method = std::string(MethodLabel(job->family, std::string(job->method_name())));
   if (job->history_limit > 0)
     return Invalid("flags", "a residual history does not travel through a ring: use the RPC");
   if (auto range = CheckRange("status_offset", req.status_offset, req.status_bytes); !range.ok())
@@ -435,6 +509,7 @@ absl::Status RingManager::Ring::RunSolveSystem(Call& call, const RingRequest& re
   if (a.bytes > core_->options().limits.max_job_bytes)
     return absl::ResourceExhaustedError(absl::StrCat("rhs: ", a.bytes, " bytes exceed the server's limit of ",
                                                      core_->options().limits.max_job_bytes));
+  if (req.x_bytes <= 0) return Invalid("x_bytes", absl::StrCat(req.x_bytes, ": give x's size"));
   if (auto st = CheckRange("x_offset", req.x_offset, req.x_bytes); !st.ok()) return st;
   if (auto st = CheckRange("status_offset", req.status_offset, req.status_bytes); !st.ok())
     return st;

@@ -5,8 +5,11 @@
 // unregistered or expired closes it; a client killed mid-request costs the server nothing;
 // shutdown closes the rings; the limits.
 #include <grpcpp/grpcpp.h>
+#include <httplib.h>
 #include <linux/futex.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -16,6 +19,7 @@
 #include <cstring>
 #include <fstream>
 #include <random>
+#include <regex>
 #include <thread>
 
 #include "client_test_util.h"
@@ -164,6 +168,35 @@ TEST(Ring, EveryFamilyAnswersAsOverTheSocketBitForBit) {
   auto via_auto = Client(small).Solve(big);
   ASSERT_TRUE(via_auto.ok()) << via_auto.status();
   EXPECT_EQ(via_auto->summary.transport, "grpc");
+}
+
+TEST(Ring, MetricsCountRingCallsUnderTheirTransport) {
+  ServerProcess server({"--metrics-listen", "127.0.0.1:0"});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  Client ring_client(Opts(server, Transport::kRing));
+  const Job job = testing::MakeJob(Kind::kTridiagonal, examples::RandomTridiagonal(1, 64, false, 3));
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(ring_client.Solve(job).ok());
+  Job bad = job;
+  bad.options.method = "nope";
+  ASSERT_FALSE(ring_client.Solve(bad).ok());
+  ASSERT_TRUE(Client(Opts(server, Transport::kGrpc)).Solve(job).ok());
+  std::smatch m;
+  const std::string log = server.Log();
+  ASSERT_TRUE(std::regex_search(log, m, std::regex("metrics on http://127.0.0.1:([0-9]+)/metrics")))
+      << log;
+  auto scraped = httplib::Client("127.0.0.1", std::stoi(m[1])).Get("/metrics");
+  ASSERT_TRUE(scraped);
+  const std::string& body = scraped->body;
+  // (The method label is what ran, as for the RPC.)
+  EXPECT_TRUE(std::regex_search(body, std::regex(
+      R"(trisolve_requests_total\{rpc="SolveTridiagonal",family="tridiagonal",method="[^"]*",code="OK",transport="ring"\} 3\n)")))
+      << body;
+  EXPECT_NE(body.find(R"(method="invalid",code="INVALID_ARGUMENT",transport="ring"} 1)"),
+            std::string::npos) << body;
+  // The gRPC call's series carries no transport label, as before.
+  EXPECT_TRUE(std::regex_search(body, std::regex(
+      R"(trisolve_requests_total\{rpc="SolveTridiagonal",family="tridiagonal",method="[^"]*",code="OK"\} 1\n)")))
+      << body;
 }
 
 TEST(Ring, SolvesByHandleAsOverTheSocket) {
@@ -472,6 +505,7 @@ TEST(Ring, EveryMalformedFieldHasItsOwnStatus) {
       {"x in the slots", [](RingRequest& q) { q.x_offset = 64; }, absl::StatusCode::kInvalidArgument, "x_offset"},
       {"x misaligned", [](RingRequest& q) { q.x_offset += 4; }, absl::StatusCode::kInvalidArgument, "x_region"},
       {"x short", [](RingRequest& q) { q.x_bytes = 256; }, absl::StatusCode::kInvalidArgument, "x_region"},
+      {"x size", [](RingRequest& q) { q.x_bytes = 0; q.x_offset = 64; }, absl::StatusCode::kInvalidArgument, "x_bytes"},
       {"statuses outside", [end](RingRequest& q) { q.status_offset = end - 10; q.status_bytes = 64; },
        absl::StatusCode::kInvalidArgument, "status_offset"},
       {"statuses no room", [](RingRequest& q) { q.status_bytes = 0; },
@@ -657,6 +691,38 @@ TEST(Ring, ARegionUnregisteredOrExpiredClosesItsRings) {
   ASSERT_TRUE(c.Solve(job).ok());
   auto regions_before = c.Info();
   ASSERT_TRUE(regions_before.ok());
+}
+
+TEST(Ring, AnObjectShrunkUnderItsRingClosesTheRingNotTheServer) {
+  ServerProcess server({});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  Raw raw(server);
+  HandRing r = HandRing::Make(1, 64 << 10);
+  ASSERT_TRUE(raw.Register(*r.shm, "shrinks").ok());
+  v1::RingInfo info;
+  ASSERT_TRUE(raw.Open("shrinks", 0, 1, &info).ok());
+  RingAnswer ans;
+  ASSERT_TRUE(r.Ask(0, ValidRequest(r), &ans));
+  ASSERT_EQ(ans.code, 0) << Message(ans);
+  // The object's pages go (this process must not touch them either from here): the server's
+  // ring thread reads its slots within 0.1 s, and would fault there.
+  const int fd = shm_open(r.shm->key().c_str(), O_RDWR, 0);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 0), 0);
+  close(fd);
+  EXPECT_TRUE(WaitUntil([&] {
+    return server.Log().find(info.ring() + " (1 slots) closed (its region no longer spans it)") !=
+           std::string::npos;
+  }, 10)) << server.Log();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(server.Wait(0), -1) << "the server exited: " << server.Log();
+  auto health = Client(Opts(server, Transport::kGrpc)).Health();
+  ASSERT_TRUE(health.ok()) << health.status();
+  EXPECT_EQ(*health, "SERVING");
+  const Job job = testing::MakeJob(Kind::kTridiagonal, examples::RandomTridiagonal(1, 64, false, 9));
+  auto got = Client(Opts(server, Transport::kRing)).Solve(job);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->summary.transport, "ring");
 }
 
 TEST(Ring, AClientKilledMidRequestCostsTheServerNothing) {
