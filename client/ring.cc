@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstring>
 #include <random>
@@ -353,7 +354,9 @@ std::optional<absl::StatusOr<Result>> Client::Impl::SolveOnRing(
       return skip("arrays in CUDA memory travel by reference");
     need += Align(v.bytes());
   }
-  if (!forced && need > options.ring_arena_bytes) return std::nullopt;
+  // auto: small calls only, those the client would send in one message over gRPC.
+  if (!forced && (need > options.ring_arena_bytes || need > options.stream_threshold_bytes))
+    return std::nullopt;
   bool fall_back = false;
   auto lane = AcquireRing(need, &fall_back);
   if (!lane.ok()) {
@@ -383,6 +386,12 @@ std::optional<absl::StatusOr<Result>> Client::Impl::SolveOnRing(
   if (jo.tol) rq.tol = *jo.tol;
   SetText(rq.method, sizeof rq.method, jo.method == "auto" ? "" : jo.method);
   SetText(rq.handle, sizeof rq.handle, handle);
+  const bool own_id = !jo.request_id.empty() && jo.request_id.size() < sizeof rq.request_id &&
+                      std::all_of(jo.request_id.begin(), jo.request_id.end(), [](char ch) {
+                        return std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' ||
+                               ch == '_' || ch == '.' || ch == ':';
+                      });
+  if (own_id) SetText(rq.request_id, sizeof rq.request_id, jo.request_id);
   std::optional<Clock::time_point> deadline;
   if (jo.timeout_s) {
     rq.deadline_unix_ns =
@@ -446,7 +455,7 @@ std::optional<absl::StatusOr<Result>> Client::Impl::SolveOnRing(
   result.status.resize(size_t(ans.statuses));
   for (int64_t i = 0; i < ans.statuses; ++i)
     result.status[size_t(i)] = static_cast<SolveStatus>(base[rq.status_offset + i]);
-  ReadAnswer(ans, absl::StrCat(l.ring_id, ".", rq.tag), &result.summary);
+  ReadAnswer(ans, own_id ? jo.request_id : absl::StrCat(l.ring_id, ".", rq.tag), &result.summary);
   result.summary.handle = handle;
   ReleaseRing(*std::move(lane));
   return absl::StatusOr<Result>(std::move(result));

@@ -86,6 +86,9 @@ struct RingRequest {
   int32_t narrays;  // arrays used, 0 .. kRingMaxArrays
   char method[32];  // as the request message's method ("" = auto); NUL-terminated
   char handle[64];  // kOpSolveSystem: the system's handle; NUL-terminated
+  // The request's id in the server's log (as x-request-id: [A-Za-z0-9._:-], at most 63; "" or
+  // another: the ring's id and the tag); NUL-terminated.
+  char request_id[64];
   // The deadline, nanoseconds since the Unix epoch (CLOCK_REALTIME); 0: none (the server's
   // default applies, as for a call without one).
   int64_t deadline_unix_ns;
@@ -159,9 +162,9 @@ inline RingSlot* Slots(RingHeader* h) {
 inline std::atomic_ref<uint32_t> Word(uint32_t& w) { return std::atomic_ref<uint32_t>(w); }
 
 static_assert(sizeof(RingArray) == 72);
-static_assert(sizeof(RingRequest) == 760);
+static_assert(sizeof(RingRequest) == 824);
 static_assert(sizeof(RingAnswer) == 488);
-static_assert(sizeof(RingSlot) == 1344 && sizeof(RingSlot) % kRingAlign == 0);
+static_assert(sizeof(RingSlot) == 1408 && sizeof(RingSlot) % kRingAlign == 0);
 static_assert(sizeof(RingHeader) == 64);
 static_assert(offsetof(RingSlot, request) == 64);
 static_assert(std::atomic_ref<uint32_t>::is_always_lock_free);

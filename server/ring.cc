@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -120,6 +121,20 @@ absl::StatusOr<std::string> Text(absl::string_view field, const char* p, size_t 
   if (end == nullptr)
     return Invalid(field, absl::StrCat("not NUL-terminated within its ", n, " bytes"));
   return std::string(p, static_cast<const char*>(end));
+}
+
+// The request's id for the log: the client's, where it is a short token (as gRPC's x-request-id
+// is taken), else the ring's id and the tag.
+std::string RequestIdOf(const RingRequest& r, const std::string& ring) {
+  const size_t n = strnlen(r.request_id, sizeof r.request_id);
+  const absl::string_view id(r.request_id, n);
+  if (n > 0 && n < sizeof r.request_id &&
+      std::all_of(id.begin(), id.end(), [](char ch) {
+        return std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' ||
+               ch == '.' || ch == ':';
+      }))
+    return std::string(id);
+  return absl::StrCat(ring, ".", r.tag);
 }
 
 const char* RpcOf(const RingRequest& r) {
@@ -301,7 +316,7 @@ void RingManager::Ring::Answer(RingSlot& slot) {
   RingRequest req;
   std::memcpy(&req, &slot.request, sizeof req);
   ++served_;
-  Call call(absl::StrCat(id_, ".", req.tag), RpcOf(req));
+  Call call(RequestIdOf(req, id_), RpcOf(req));
   call.identity = identity_;
   call.sample.rpc = call.rpc;
   call.sample.transport = "ring";
@@ -402,7 +417,13 @@ absl::Status RingManager::Ring::FillFamily(const RingRequest& req, Req* msg) {
   const google::protobuf::Reflection* r = msg->GetReflection();
   // Once a request (an fstat): the object still spans the region before its arrays are read.
   if (auto st = region_->StillMapped("region"); !st.ok()) return st;
+  // Nothing is copied for a job over the limit (refused as CheckLimits words it).
   int64_t total = 0;
+  for (int i = 0; i < req.narrays; ++i) total += std::max<int64_t>(0, req.arrays[i].bytes);
+  if (total > core_->options().limits.max_job_bytes)
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the job has ", total, " bytes of arrays, over the limit max_job_bytes = ",
+                     core_->options().limits.max_job_bytes));
   for (int i = 0; i < req.narrays; ++i) {
     const RingArray& a = req.arrays[i];
     const std::string at = absl::StrCat("arrays[", i, "]");
@@ -418,11 +439,6 @@ absl::Status RingManager::Ring::FillFamily(const RingRequest& req, Req* msg) {
       return Invalid(absl::StrCat(*name, ".rank"),
                      absl::StrCat(a.rank, ", expected 1 .. ", kRingMaxRank));
     if (auto st = CheckRange(*name, a.offset, a.bytes); !st.ok()) return st;
-    total += a.bytes;
-    if (total > core_->options().limits.max_job_bytes)
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "the request's arrays exceed the server's limit of ",
-          core_->options().limits.max_job_bytes, " bytes a job"));
     auto* arr = static_cast<v1::Array*>(r->MutableMessage(msg, f));
     for (int k = 0; k < a.rank; ++k) arr->add_shape(a.shape[k]);
     // The one copy out of shared memory: what is checked is what is solved.
@@ -635,8 +651,8 @@ absl::StatusOr<RingView> RingManager::Open(Call& call, const std::string& region
     rings_.emplace(id, ring);
     ring->Start();
   }
-  spdlog::info("[req {}] ring {} opened: {} slots at {} of region {}", call.id, ring->id(), slots,
-               offset, ring->region().name());
+  spdlog::info("ring {} opened: {} slots at {} of region {}", ring->id(), slots, offset,
+               ring->region().name());
   return RingView{ring->id(), slots, ring->bytes(), options_.spin_us};
 }
 

