@@ -456,6 +456,7 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
     co.transport = o.transport == "grpc"      ? Transport::kGrpc
                    : o.transport == "shm"     ? Transport::kSharedMemory
                    : o.transport == "streams" ? Transport::kStreams
+                   : o.transport == "ring"    ? Transport::kRing
                                               : Transport::kAuto;
     Client client(co);
     JobOptions jo;

@@ -350,10 +350,11 @@ int main(int argc, char** argv) {
       ->envname("TRISOLVE_TOKEN_FILE");
   std::string transport = "auto";
   app.add_option("--transport", transport,
-                 "how arrays travel: auto (shared memory for large jobs when the server is on "
-                 "this host, else parallel streams into its memory), shm, streams, grpc")
+                 "how arrays travel: auto (a request ring for small solves and shared memory for "
+                 "large jobs when the server is on this host, else parallel streams into its "
+                 "memory), ring, shm, streams, grpc")
       ->envname("TRISOLVE_TRANSPORT")
-      ->check(CLI::IsMember({"auto", "shm", "shared-memory", "streams", "grpc"}))
+      ->check(CLI::IsMember({"auto", "ring", "shm", "shared-memory", "streams", "grpc"}))
       ->capture_default_str();
   app.add_option("--parallel-streams", copt.parallel_streams,
                  "connections a large job's bytes are spread over (the streams transport)")
@@ -467,8 +468,8 @@ int main(int argc, char** argv) {
   bench->add_option("--transport", bo.transport,
                     "grpc, auto (the client's choice), shm (arrays kept in registered shared "
                     "memory, x written into it), streams (parallel streams into the server's "
-                    "memory)")
-      ->check(CLI::IsMember({"grpc", "auto", "shm", "streams"}))->capture_default_str();
+                    "memory), ring (a request ring a client: no socket)")
+      ->check(CLI::IsMember({"grpc", "auto", "shm", "streams", "ring"}))->capture_default_str();
   bench->add_flag("--json", bo.json, "print a JSON summary as the last line");
   bench->add_option("--swc", bo.swc,
                     "a morphology: time steps of --batch cells of it (tree family; diagonal and "

@@ -20,6 +20,7 @@
 #include "absl/strings/str_join.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "replicas.h"
+#include "ring_abi.h"
 #include "trisolve/v1/trisolve.grpc.pb.h"
 
 namespace trisolve {
@@ -296,6 +297,8 @@ std::string Client::SharedMemoryState() const {
   return impl_->shm == Impl::Shm::kYes ? "shared-memory" : "untried";
 }
 
+std::string Client::RingState() const { return impl_->RingState(); }
+
 grpc::ChannelArguments ChannelArgs(const Client::Options& options, bool own_connection) {
   grpc::ChannelArguments args;
   if (!options.tls_server_name.empty())
@@ -462,6 +465,13 @@ absl::StatusOr<Result> Client::Solve(const Job& job) {
     if (f == rhs_field) x_bytes = v.bytes();
   }
   void* x_out = job.options.x_out;
+  if (auto r = impl_->SolveOnRing(ring::kOpSolve, job.kind, dtype, send, job.options, "", x_out,
+                                  x_bytes)) {
+    if (r->ok())
+      (*r)->summary.timings.client_total_us =
+          std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    return *std::move(r);
+  }
   if (const int pieces = impl_->Pieces(job, send, x_out, x_bytes); pieces > 1) {
     auto r = impl_->SolveInPieces(job, dtype, send, x_out, x_bytes, pieces);
     if (r.ok())
@@ -1037,6 +1047,20 @@ absl::StatusOr<Result> Client::SolveSystem(const std::string& handle, const Arra
   if (const int pieces = impl_->HandlePieces(handle, rhs, options, &by_range, &info); pieces >= 2)
     return impl_->SolveSystemInPieces(handle, rhs, update, options, pieces, by_range);
   const auto t0 = Clock::now();
+  if (update.empty() && (rhs.dtype == DType::kFloat64 || rhs.dtype == DType::kFloat32)) {
+    const Kind unused = Kind::kTridiagonal;  // the server knows the system's family
+    if (auto r = impl_->SolveOnRing(ring::kOpSolveSystem, unused, rhs.dtype, {{"rhs", rhs}},
+                                    options, handle, options.x_out, rhs.bytes())) {
+      if (r->ok())
+        (*r)->summary.timings.client_total_us =
+            std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+      return *std::move(r);
+    }
+  } else if (impl_->options.transport == Transport::kRing) {
+    return absl::FailedPreconditionError(
+        "transport ring: updates (and right-hand sides not float64 or float32) travel through "
+        "the RPC");
+  }
   v1::SolveSystemRequest req;
   req.set_handle(handle);
   req.set_skip_residual(options.skip_residual);

@@ -182,6 +182,29 @@ struct Client::Impl {
   absl::Status DeliverX(const Placement& pl, void* x_out, int64_t x_bytes, NdArray* x,
                         Timings* timings = nullptr);
 
+  // ---- request rings (the server on this host; ring.cc) -----------------------------------
+  // One ring of the client's, and the rings it holds.
+  struct RingLane;
+  struct RingPool;
+  struct RingPoolDeleter {
+    void operator()(RingPool* p) const;
+  };
+  static std::unique_ptr<RingPool, RingPoolDeleter> MakeRingPool(Impl* impl);
+  // A small call through one of the client's rings: nullopt when it takes another path (auto:
+  // not eligible, or the server serves no rings to this process), else its answer. op: a
+  // ring_abi.h RingOp; send: the arrays by request field (SolveSystem: "rhs" alone).
+  std::optional<absl::StatusOr<Result>> SolveOnRing(
+      uint32_t op, Kind kind, DType dtype,
+      const std::vector<std::pair<std::string, ArrayView>>& send, const JobOptions& jo,
+      const std::string& handle, void* x_out, int64_t x_bytes);
+  // A ring whose arena holds `need` bytes: an idle one, or a new one (registered, opened).
+  // *fall_back: the call should take the RPC instead (auto).
+  absl::StatusOr<std::unique_ptr<RingLane>> AcquireRing(int64_t need, bool* fall_back);
+  void ReleaseRing(std::unique_ptr<RingLane> lane);
+  std::string RingState() const;
+  // Last: its rings are closed while the stub is still there.
+  std::unique_ptr<RingPool, RingPoolDeleter> rings = MakeRingPool(this);
+
  private:
   absl::Status StageShared(const std::vector<ArrayView>& arrays, int64_t need, int64_t x_bytes,
                            Placement* pl);

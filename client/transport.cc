@@ -22,8 +22,9 @@ absl::StatusOr<Transport> ParseTransport(absl::string_view name) {
   if (name == "shm" || name == "shared-memory") return Transport::kSharedMemory;
   if (name == "streams") return Transport::kStreams;
   if (name == "grpc") return Transport::kGrpc;
+  if (name == "ring") return Transport::kRing;
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown transport '", name, "' (expected auto, shm, streams or grpc)"));
+      absl::StrCat("unknown transport '", name, "' (expected auto, shm, streams, grpc or ring)"));
 }
 
 namespace {

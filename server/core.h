@@ -217,6 +217,10 @@ class Core {
   // A region the transport reads or writes on the host (ReadMemory, WriteMemory):
   // FAILED_PRECONDITION for a client's CUDA memory.
   absl::StatusOr<std::shared_ptr<Region>> FindRegion(Call& call, const std::string& name);
+  // Whether `region` is still the identity's `name` (a request ring's liveness check; not a use).
+  bool HoldsRegion(const std::string& identity, const std::string& name, const Region* region) const {
+    return memory_.Holds(identity, name, region);
+  }
 
  private:
   // Runs `run` once a slot of the pool for `unknowns` is free (deadline, cancellation and

@@ -276,6 +276,21 @@ int main(int argc, char** argv) {
                "refuse RegisterSharedMemory and RegisterCudaMemory (clients on this host then "
                "send their arrays over the socket)")
       ->envname("TRISOLVE_NO_SHARED_MEMORY");
+  std::string rings = "on";
+  app.add_option("--rings", rings,
+                 "serve request rings (small solves of clients on this host through their shared "
+                 "memory, without the socket): on or off")
+      ->envname("TRISOLVE_RINGS")->check(CLI::IsMember({"on", "off"}))->capture_default_str();
+  app.add_option("--max-rings", opt.rings.max_rings,
+                 "request rings open at once (each one a serving thread)")
+      ->envname("TRISOLVE_MAX_RINGS")->check(CLI::Range(0, 1 << 16))->capture_default_str();
+  app.add_option("--max-rings-per-identity", opt.rings.max_rings_per_identity,
+                 "request rings one identity may hold open")
+      ->envname("TRISOLVE_MAX_RINGS_PER_IDENTITY")->check(CLI::Range(0, 1 << 16))
+      ->capture_default_str();
+  app.add_option("--ring-spin-us", opt.rings.spin_us,
+                 "microseconds a ring's thread spins for the next request before it sleeps")
+      ->envname("TRISOLVE_RING_SPIN_US")->check(CLI::Range(0.0, 1e6))->capture_default_str();
   app.add_option("--max-region-bytes", opt.memory.max_bytes_per_identity,
                  "shared memory one identity may register, together")
       ->envname("TRISOLVE_MAX_REGION_BYTES")->check(CLI::Range(int64_t{1}, int64_t{1} << 50))
@@ -325,6 +340,7 @@ int main(int argc, char** argv) {
       ->envname("TRISOLVE_TOKEN_FILE");
   CLI11_PARSE(app, argc, argv);
   opt.memory.enabled = !no_shared_memory;
+  opt.rings.enabled = rings == "on";
   opt.log_answers = request_log == "all";
 
   spdlog::set_level(spdlog::level::from_str(log_level));
@@ -487,6 +503,7 @@ int main(int argc, char** argv) {
   const auto deadline = std::chrono::system_clock::now() +
                         std::chrono::milliseconds(int64_t(grace_s * 1000));
   const bool idle = service->Drain(deadline);
+  service->ShutdownRings();
   if (service->health().lost()) {
     // Running and queued calls are answered. Calls still open (time-step streams) are refused
     // at their next message: while they last, new calls too are answered (UNAVAILABLE), where

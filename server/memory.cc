@@ -332,6 +332,13 @@ absl::StatusOr<std::shared_ptr<Region>> MemoryRegistry::Find(const std::string& 
   return it->second.region;
 }
 
+bool MemoryRegistry::Holds(const std::string& identity, const std::string& name,
+                           const Region* region) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = regions_.find({identity, name});
+  return it != regions_.end() && it->second.region.get() == region;
+}
+
 int64_t MemoryRegistry::count() const {
   std::lock_guard<std::mutex> lock(mu_);
   return int64_t(regions_.size());

@@ -115,6 +115,9 @@ class MemoryRegistry {
   // the identity's.
   absl::StatusOr<std::shared_ptr<Region>> Find(const std::string& identity,
                                                const std::string& name, absl::string_view field);
+  // Whether `region` is still registered as the identity's `name` (not unregistered, expired
+  // or replaced), without counting as a use of it.
+  bool Holds(const std::string& identity, const std::string& name, const Region* region) const;
   int64_t count() const;
   int64_t bytes() const;
   // Drops regions idle past their time-to-live (the sweeper does this every second).

@@ -40,7 +40,7 @@ void Metrics::Histogram::Observe(double v) {
 
 void Metrics::Record(const CallSample& s) {
   std::lock_guard<std::mutex> lock(mu_);
-  ++requests_[{s.rpc, s.family, s.method, s.code}];
+  ++requests_[{s.rpc, s.family, s.method, s.code, s.transport}];
   bytes_in_ += s.bytes_in;
   bytes_out_ += s.bytes_out;
   if (s.solved) {
@@ -67,12 +67,14 @@ std::string Metrics::Render(const BackendInfo& backend, int64_t in_flight, int64
   std::string out;
   std::lock_guard<std::mutex> lock(mu_);
   Header(out, "trisolve_requests_total", "counter",
-         "Calls by RPC, family, method and gRPC status code (errors are the codes other than OK).");
+         "Calls by RPC, family, method and gRPC status code (errors are the codes other than OK); "
+         "calls through a request ring carry transport=\"ring\".");
   for (const auto& [k, v] : requests_) {
-    const auto& [rpc, family, method, code] = k;
+    const auto& [rpc, family, method, code, transport] = k;
     absl::StrAppend(&out, "trisolve_requests_total{rpc=\"", Escape(rpc), "\",family=\"",
                     Escape(family), "\",method=\"", Escape(method), "\",code=\"", Escape(code),
-                    "\"} ", v, "\n");
+                    transport.empty() ? "" : "\",transport=\"", Escape(transport), "\"} ", v,
+                    "\n");
   }
   auto hist = [&](const char* name, const char* help, const std::map<std::string, Histogram>& h) {
     Header(out, name, "histogram", help);

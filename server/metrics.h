@@ -23,6 +23,8 @@ namespace trisolve::server {
 // Everything one finished call contributes.
 struct CallSample {
   std::string rpc, family, method, code;
+  // The transport that brought the call ("ring"); empty: gRPC, whose series carry no label.
+  std::string transport;
   double queue_s = 0, transfer_s = 0, compute_s = 0;
   int64_t bytes_in = 0, bytes_out = 0, unknowns = 0;
   bool solved = false;  // the solve ran (queue/transfer/compute observed)
@@ -50,8 +52,9 @@ class Metrics {
     void Observe(double v);
   };
   mutable std::mutex mu_;
-  // (rpc, family, method, code) -> calls
-  std::map<std::tuple<std::string, std::string, std::string, std::string>, int64_t> requests_;
+  // (rpc, family, method, code, transport) -> calls
+  std::map<std::tuple<std::string, std::string, std::string, std::string, std::string>, int64_t>
+      requests_;
   std::map<std::string, Histogram> queue_, transfer_, compute_;  // by family
   std::map<std::string, int64_t> unknowns_;                      // by family
   struct BatchHistogram {

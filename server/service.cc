@@ -48,7 +48,8 @@ std::string RequestId(grpc::ServerContextBase* ctx, std::atomic<int64_t>& next) 
 SolverService::SolverService(std::unique_ptr<Backend> backend, ServiceOptions options)
     : options_(options),
       tokens_(std::make_shared<const BearerTokens>(options.tokens)),
-      core_(std::move(backend), options) {
+      core_(std::move(backend), options),
+      rings_(std::make_unique<RingManager>(&core_, options.rings)) {
   ServeMemoryRaw();
 }
 
@@ -527,6 +528,38 @@ grpc::Status SolverService::ListMemory(grpc::ServerContext* ctx, const v1::ListM
   if (auto st = Open(ctx, call, /*refuse_when_draining=*/false); !st.ok())
     return Finish(call, st);
   for (const RegionInfo& r : core_.ListMemory(call)) RegionToProto(r, resp->add_regions());
+  return Finish(call, absl::OkStatus());
+}
+
+// ---- request rings ---------------------------------------------------------------------------
+
+grpc::Status SolverService::OpenRing(grpc::ServerContext* ctx, const v1::OpenRingRequest* req,
+                                     v1::RingInfo* resp) {
+  Call call = Begin(ctx, "OpenRing");
+  if (auto st = Open(ctx, call, /*refuse_when_draining=*/true); !st.ok())
+    return Finish(call, st);
+  auto r = rings_->Open(call, req->region(), req->offset(), req->slots());
+  if (!r.ok()) return Finish(call, r.status());
+  resp->set_ring(r->id);
+  resp->set_version(ring::kRingVersion);
+  resp->set_slots(r->slots);
+  resp->set_bytes(r->bytes);
+  resp->set_spin_us(r->spin_us);
+  return Finish(call, absl::OkStatus());
+}
+
+grpc::Status SolverService::CloseRing(grpc::ServerContext* ctx, const v1::CloseRingRequest* req,
+                                      v1::RingInfo* resp) {
+  Call call = Begin(ctx, "CloseRing");
+  if (auto st = Open(ctx, call, /*refuse_when_draining=*/false); !st.ok())
+    return Finish(call, st);
+  auto r = rings_->Close(call, req->ring());
+  if (!r.ok()) return Finish(call, r.status());
+  resp->set_ring(r->id);
+  resp->set_version(ring::kRingVersion);
+  resp->set_slots(r->slots);
+  resp->set_bytes(r->bytes);
+  resp->set_spin_us(r->spin_us);
   return Finish(call, absl::OkStatus());
 }
 

@@ -10,6 +10,7 @@
 #include "admission.h"
 #include "auth.h"
 #include "core.h"
+#include "ring.h"
 #include "translate.h"
 #include "trisolve/backend.h"
 #include "trisolve/v1/trisolve.grpc.pb.h"
@@ -23,6 +24,8 @@ struct ServiceOptions : CoreOptions {
   // Bearer tokens accepted (metadata "authorization: Bearer <token>"); empty: no authentication.
   // The health service stays open either way.
   std::vector<std::string> tokens;
+  // The request rings of clients on this host (ring.h).
+  RingOptions rings;
 };
 
 class SolverService final : public v1::Solver::Service {
@@ -77,6 +80,12 @@ class SolverService final : public v1::Solver::Service {
       grpc::ServerReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>* stream);
   grpc::Status ReadMemoryRaw(grpc::ServerContext* ctx,
                              grpc::ServerReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>* stream);
+  grpc::Status OpenRing(grpc::ServerContext* ctx, const v1::OpenRingRequest* req,
+                        v1::RingInfo* resp) override;
+  grpc::Status CloseRing(grpc::ServerContext* ctx, const v1::CloseRingRequest* req,
+                         v1::RingInfo* resp) override;
+  // Closes every request ring (after Drain: requests not yet taken are answered UNAVAILABLE).
+  void ShutdownRings() { rings_->Shutdown(); }
 
   // Refuse new work (UNAVAILABLE) and wait up to `grace` for running jobs to finish.
   bool Drain(std::chrono::system_clock::time_point deadline) { return core_.Drain(deadline); }
@@ -112,6 +121,7 @@ class SolverService final : public v1::Solver::Service {
   ServiceOptions options_;
   std::shared_ptr<const BearerTokens> tokens_;
   Core core_;
+  std::unique_ptr<RingManager> rings_;  // after the core, which its threads call
   DeadlineWatch deadline_watch_;
   std::atomic<int64_t> next_id_{1};
 };

@@ -80,7 +80,9 @@ TEST(Ops, MetricsCountersMoveAsExpected) {
   const std::string unknowns = R"(trisolve_unknowns_solved_total{family="tridiagonal"})";
   const std::string computed = R"(trisolve_compute_seconds_count{family="tridiagonal"})";
   const std::string before = scrape();
-  Client c(To(s));
+  Client::Options grpc_only = To(s);
+  grpc_only.transport = Transport::kGrpc;  // the RPC's series (rings carry transport="ring")
+  Client c(grpc_only);
   examples::Arrays keep;
   Job job = SmallJob(keep);
   auto first = c.Solve(job);

@@ -591,6 +591,13 @@ int trisolve_create(const char* target, const char* token, trisolve_context** ou
     o.target = env;
   }
   if (token != nullptr) o.token = token;
+  // How arrays travel (auto, ring, shm, streams, grpc): the C++ client's choice unless set.
+  if (const char* env = std::getenv("TRISOLVE_TRANSPORT"); env != nullptr && *env != '\0') {
+    auto t = trisolve::ParseTransport(env);
+    if (!t.ok()) return Fail(nullptr, TRISOLVE_INVALID_ARGUMENT,
+                             std::string("TRISOLVE_TRANSPORT: ") + std::string(t.status().message()));
+    o.transport = *t;
+  }
   auto client = trisolve::Client::Create(std::move(o));
   if (!client.ok()) return FromStatus(nullptr, client.status());
   auto* ctx = new (std::nothrow) trisolve_context;

@@ -39,6 +39,11 @@ fi
 echo "run_with_server.sh: trisolved (pid $server_pid) on 127.0.0.1:$port"
 TRISOLVE_SERVER=127.0.0.1:$port "$@"
 status=$?
+# EXPECT_RING=1: the program's small solves must have gone through a request ring.
+if [ $status -eq 0 ] && [ "${EXPECT_RING:-0}" = 1 ] && ! grep -q 'ring .* opened' "$log"; then
+  echo "run_with_server.sh: $1 opened no request ring (EXPECT_RING=1)" >&2
+  status=1
+fi
 if [ $status -ne 0 ]; then
   echo "run_with_server.sh: $1 exited with $status; the server's log:" >&2
   tail -n 40 "$log" >&2

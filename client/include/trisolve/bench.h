@@ -19,7 +19,8 @@ struct BenchOptions {
   // grpc: bytes over the socket; auto: the client's choice (shared memory through its staging
   // region for large jobs on the same host); shm: the arrays live in a registered SharedMemory
   // and x is written into it (zero-copy, as a simulation that keeps its arrays there); streams:
-  // the bytes written into the server's memory over parallel connections (remote clients).
+  // the bytes written into the server's memory over parallel connections (remote clients);
+  // ring: each client's requests through a request ring of its own (the server on this host).
   std::string transport = "auto";
   bool json = false;
   // A morphology (SWC file): the bench is then a time-step loop of `batch` cells of it (tree

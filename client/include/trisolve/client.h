@@ -111,7 +111,7 @@ struct Summary {
   int64_t iterations = 0;
   double residual = 0;
   bool streamed = false;
-  std::string transport;  // "grpc", "grpc-stream", "shared-memory" or "streams"
+  std::string transport;  // "grpc", "grpc-stream", "shared-memory", "streams" or "ring"
   int pieces = 0;  // streams: the pieces a batch or a solve by handle went in (0: whole)
 
   std::string handle;             // SolveSystem: the system solved
@@ -185,10 +185,17 @@ class StepStream {
 // - kStreams: written into the server's own memory over several connections at once
 //   (parallel_streams), x read back the same way; for large jobs to a server elsewhere.
 // - kGrpc: in the messages (SolveStream above stream_threshold_bytes).
-// - kAuto: shared memory for jobs of shm_min_bytes or more while the server can map this
-//   process's memory, else parallel streams from streams_min_bytes, else gRPC.
-enum class Transport { kAuto, kSharedMemory, kStreams, kGrpc };
-absl::StatusOr<Transport> ParseTransport(absl::string_view name);  // auto, shm, streams, grpc
+// - kRing: unary solves and solves by handle through a request ring of the client's (the server
+//   on this host): the request and its arrays in shared memory, no socket; FAILED_PRECONDITION
+//   where the call cannot go so (progress, residual history, updates, CUDA memory, a server
+//   elsewhere or with --rings off). Other calls take gRPC.
+// - kAuto: a request ring for unary solves and solves by handle whose arrays and x fit
+//   ring_arena_bytes while the server serves rings to this process, shared memory for jobs of
+//   shm_min_bytes or more while it can map this process's memory, else parallel streams from
+//   streams_min_bytes, else gRPC.
+enum class Transport { kAuto, kSharedMemory, kStreams, kGrpc, kRing };
+// auto, shm, streams, grpc, ring
+absl::StatusOr<Transport> ParseTransport(absl::string_view name);
 
 class Client {
  public:
@@ -214,6 +221,14 @@ class Client {
     // into a staging region of the client's (arrays already in registered memory always do).
     int64_t shm_min_bytes = int64_t{1} << 20;
     int64_t streams_min_bytes = int64_t{32} << 20;
+    // Request rings: the arena of each ring (a call whose arrays, x and statuses exceed it
+    // takes another path under auto), how long a call spins for its answer before it sleeps,
+    // and the most rings a Client holds (one a concurrent calling thread). Each ring is a
+    // shared-memory region of its own on the server (its --max-regions-per-identity counts
+    // them); one it refuses sends auto's calls through the RPC for a second.
+    int64_t ring_arena_bytes = int64_t{256} << 10;
+    double ring_spin_us = 50;
+    int max_rings = 64;
     int parallel_streams = 8;  // connections a large job's bytes are spread over
     // Through the server's memory, a batch of whole tridiagonal or tree systems (not
     // interleaved) goes in up to this many pieces of pipeline_piece_bytes or more: one piece is
@@ -273,6 +288,9 @@ class Client {
   // "shared-memory" once a staging region was registered, "grpc" when auto found the server
   // cannot map this process's memory (or the transport is grpc), "untried" before.
   std::string SharedMemoryState() const;
+  // "ring" once a request ring was opened, "grpc" when the server serves none to this process,
+  // "off" when the transport is neither auto nor ring, "untried" before.
+  std::string RingState() const;
 
   absl::StatusOr<ServerInfoSummary> Info(double timeout_s = 10);
   // The grpc.health.v1 status of `service` ("" = the server as a whole): "SERVING", ...

@@ -1,0 +1,723 @@
+#include "ring.h"
+
+#include <linux/futex.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "spdlog/spdlog.h"
+#include "translate.h"
+#include "trisolve/v1/trisolve.pb.h"
+
+namespace trisolve::server {
+
+using namespace trisolve::ring;  // NOLINT: the ABI's names
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Micros(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
+
+// FUTEX_WAIT and FUTEX_WAKE on a word of a shared mapping (not FUTEX_PRIVATE_FLAG: the client
+// waits and wakes in another process).
+void FutexWait(uint32_t* word, uint32_t expected, double timeout_s) {
+  timespec ts{};
+  ts.tv_sec = time_t(timeout_s);
+  ts.tv_nsec = long((timeout_s - double(ts.tv_sec)) * 1e9);
+  syscall(SYS_futex, word, FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+void FutexWake(uint32_t* word) { syscall(SYS_futex, word, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0); }
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// A client can shrink its shared-memory object under its ring at any time; the server's next
+// read of a slot there would then fault (SIGBUS) and take the process down. The mappings of
+// rings' regions are guarded: a fault inside one gets a page of zeros mapped in its place (the
+// read sees an empty slot) and the watcher closes the ring at its next check, since the object
+// no longer spans the region. Faults elsewhere go to the previous handler or the default action.
+constexpr int kGuards = 4096;
+struct BusGuard {
+  std::atomic<uintptr_t> begin{0}, end{0};
+};
+BusGuard bus_guards[kGuards];
+struct sigaction previous_bus;
+long page_bytes = 4096;
+
+void OnBus(int sig, siginfo_t* info, void* context) {
+  const auto at = reinterpret_cast<uintptr_t>(info->si_addr);
+  for (BusGuard& g : bus_guards) {
+    const uintptr_t b = g.begin.load(std::memory_order_acquire);
+    if (b != 0 && b <= at && at < g.end.load(std::memory_order_acquire)) {
+      void* page = reinterpret_cast<void*>(at & ~uintptr_t(page_bytes - 1));
+      if (mmap(page, size_t(page_bytes), PROT_READ | PROT_WRITE,
+               MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) != MAP_FAILED)
+        return;  // the access is retried on the zero page
+      break;
+    }
+  }
+  if ((previous_bus.sa_flags & SA_SIGINFO) != 0 && previous_bus.sa_sigaction != nullptr) {
+    previous_bus.sa_sigaction(sig, info, context);
+  } else if ((previous_bus.sa_flags & SA_SIGINFO) == 0 && previous_bus.sa_handler != SIG_DFL &&
+             previous_bus.sa_handler != SIG_IGN) {
+    previous_bus.sa_handler(sig);
+  } else {
+    signal(SIGBUS, SIG_DFL);  // the access faults again, with the default action
+  }
+}
+
+// Guards [p, p + bytes); returns its index (-1: every guard taken, the range unguarded).
+int AddGuard(const std::byte* p, int64_t bytes) {
+  static std::once_flag installed;
+  std::call_once(installed, [] {
+    page_bytes = sysconf(_SC_PAGESIZE);
+    struct sigaction sa {};
+    sa.sa_sigaction = OnBus;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, &previous_bus);
+  });
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  for (int i = 0; i < kGuards; ++i) {
+    if (bus_guards[i].begin.load() != 0) continue;
+    bus_guards[i].end.store(reinterpret_cast<uintptr_t>(p) + uintptr_t(bytes));
+    bus_guards[i].begin.store(reinterpret_cast<uintptr_t>(p));
+    return i;
+  }
+  return -1;
+}
+void RemoveGuard(int i) {
+  if (i < 0) return;
+  bus_guards[i].begin.store(0);
+  bus_guards[i].end.store(0);
+}
+
+absl::Status Invalid(absl::string_view field, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
+}
+
+// A fixed-size text field of the descriptor: NUL-terminated within its bytes.
+absl::StatusOr<std::string> Text(absl::string_view field, const char* p, size_t n) {
+  const void* end = std::memchr(p, 0, n);
+  if (end == nullptr)
+    return Invalid(field, absl::StrCat("not NUL-terminated within its ", n, " bytes"));
+  return std::string(p, static_cast<const char*>(end));
+}
+
+// The request's id for the log: the client's, where it is a short token (as gRPC's x-request-id
+// is taken), else the ring's id and the tag.
+std::string RequestIdOf(const RingRequest& r, const std::string& ring) {
+  const size_t n = strnlen(r.request_id, sizeof r.request_id);
+  const absl::string_view id(r.request_id, n);
+  if (n > 0 && n < sizeof r.request_id &&
+      std::all_of(id.begin(), id.end(), [](char ch) {
+        return std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' ||
+               ch == '.' || ch == ':';
+      }))
+    return std::string(id);
+  return absl::StrCat(ring, ".", r.tag);
+}
+
+const char* RpcOf(const RingRequest& r) {
+  if (r.op == kOpSolveSystem) return "SolveSystem";
+  switch (r.family) {
+    case kFamilyTridiagonal: return "SolveTridiagonal";
+    case kFamilyTree: return "SolveTree";
+    case kFamilyBlockTridiagonal: return "SolveBlockTridiagonal";
+    case kFamilyDense: return "SolveDense";
+    default: return "Ring";
+  }
+}
+
+void SetText(char* dst, size_t n, absl::string_view s) {
+  const size_t len = std::min(n - 1, s.size());
+  std::memcpy(dst, s.data(), len);
+  std::memset(dst + len, 0, n - len);
+}
+
+}  // namespace
+
+class RingManager::Ring {
+ public:
+  Ring(Core* core, const RingOptions& options, std::atomic<int>* spinners, int max_spinners,
+       std::string id, std::string identity, std::shared_ptr<Region> region, int64_t offset,
+       int slots)
+      : core_(core),
+        options_(options),
+        spinners_(spinners),
+        max_spinners_(max_spinners),
+        id_(std::move(id)),
+        identity_(std::move(identity)),
+        region_(std::move(region)),
+        offset_(offset),
+        slots_(slots),
+        header_(reinterpret_cast<RingHeader*>(region_->base() + offset)),
+        slot_(Slots(header_)),
+        guard_(AddGuard(region_->base(), region_->bytes())) {}
+  ~Ring() {
+    Join();
+    RemoveGuard(guard_);
+  }
+
+  const std::string& id() const { return id_; }
+  const std::string& identity() const { return identity_; }
+  const Region& region() const { return *region_; }
+  int slots() const { return slots_; }
+  int64_t bytes() const { return RingBytes(slots_); }
+  bool ended() const { return ended_.load(); }
+  // The server stopped serving it (its region went, a shutdown), or its client closed it.
+  bool stopped() const { return stop_.load(); }
+
+  void Start() {
+    Word(header_->closed).store(kRingOpen);
+    Word(header_->sleeping).store(0);
+    thread_ = std::thread([this] { Serve(); });
+  }
+  // Asks the thread to stop after the request it is answering. `touch` false: the region no
+  // longer spans the ring (truncated), so nothing more is written into it.
+  void Stop(RingClosed why, bool touch = true) {
+    uint32_t none = kRingOpen;
+    if (why_.compare_exchange_strong(none, why)) touch_.store(touch);
+    stop_.store(true);
+    if (touch_.load()) FutexWake(&header_->doorbell);
+  }
+  void Join() {
+    if (thread_.joinable()) thread_.join();
+  }
+  void Beat() {
+    if (touch_.load() && !stop_.load()) Word(header_->heartbeat).fetch_add(1);
+  }
+
+ private:
+  void Serve();
+  void Answer(RingSlot& slot);
+  // The request's answer; `ans` gets x's shape and the summary, the slot's region x and the
+  // statuses.
+  absl::Status Run(Call& call, const RingRequest& req, RingAnswer* ans);
+  absl::Status RunSolve(Call& call, const RingRequest& req, RingAnswer* ans);
+  absl::Status RunSolveSystem(Call& call, const RingRequest& req, RingAnswer* ans);
+  template <typename Req>
+  absl::Status FillFamily(const RingRequest& req, Req* msg);
+  // [offset, offset + bytes) of the region, outside the ring's header and slots.
+  absl::Status CheckRange(absl::string_view field, int64_t offset, int64_t bytes) const;
+  absl::Status WriteStatuses(const RingRequest& req, const std::vector<SystemStatus>& status,
+                             RingAnswer* ans);
+  void Fill(const server::Answer& a, RingAnswer* ans) const;
+  void Closing();
+
+  Core* const core_;
+  const RingOptions& options_;
+  std::atomic<int>* const spinners_;  // the manager's: rings spinning now
+  const int max_spinners_;
+  const std::string id_, identity_;
+  const std::shared_ptr<Region> region_;
+  const int64_t offset_;
+  const int slots_;
+  RingHeader* const header_;
+  RingSlot* const slot_;
+  std::atomic<bool> stop_{false}, touch_{true}, ended_{false};
+  std::atomic<uint32_t> why_{kRingOpen};
+  int64_t served_ = 0;
+  const int guard_;
+  std::thread thread_;
+};
+
+void RingManager::Ring::Serve() {
+  const auto spin = std::chrono::nanoseconds(int64_t(options_.spin_us * 1e3));
+  while (!stop_.load()) {
+    const uint32_t rung = Word(header_->doorbell).load();
+    bool any = false;
+    for (int i = 0; i < slots_ && !stop_.load(); ++i) {
+      if (Word(slot_[i].state).load() == kSlotSubmitted) {
+        any = true;
+        Answer(slot_[i]);
+      }
+    }
+    if (any || stop_.load()) continue;
+    // Nothing to do: spin a little (the next request of a client in a loop comes within
+    // microseconds), then sleep until the doorbell rings. Never more rings spin at once than
+    // half the cores: past that, spinning takes the cores from the threads with work.
+    bool rang = false;
+    if (spin.count() > 0 && spinners_->fetch_add(1) < max_spinners_) {
+      const auto until = Clock::now() + spin;
+      while (!rang && Clock::now() < until && !stop_.load()) {
+        for (int k = 0; k < 32; ++k) CpuRelax();
+        rang = Word(header_->doorbell).load() != rung;
+      }
+      spinners_->fetch_sub(1);
+    } else if (spin.count() > 0) {
+      spinners_->fetch_sub(1);
+    }
+    if (rang || stop_.load()) continue;
+    Word(header_->sleeping).store(1);
+    if (Word(header_->doorbell).load() == rung && !stop_.load())
+      FutexWait(&header_->doorbell, rung, options_.idle_wait_s);
+    Word(header_->sleeping).store(0);
+  }
+  Closing();
+  ended_.store(true);
+}
+
+void RingManager::Ring::Closing() {
+  const uint32_t why = why_.load();
+  spdlog::info("ring {} ({} slots) closed ({}) after {} requests", id_, slots_,
+               why == kClosedByClient     ? "by its client"
+               : why == kClosedRegionGone ? "its region is gone"
+               : why == kClosedShutdown   ? "the server is shutting down"
+                                          : "its region no longer spans it",
+               served_);
+  if (!touch_.load()) return;
+  // Requests not taken are answered; every waiting client is woken.
+  for (int i = 0; i < slots_; ++i) {
+    RingSlot& s = slot_[i];
+    uint32_t submitted = kSlotSubmitted;
+    if (Word(s.state).compare_exchange_strong(submitted, kSlotTaken)) {
+      RingAnswer ans{};
+      const absl::Status st =
+          why == kClosedShutdown ? absl::UnavailableError("the server is shutting down")
+                                 : absl::CancelledError("the ring was closed before the request was taken");
+      ans.code = int32_t(st.code());
+      ans.message_bytes = uint32_t(std::min<size_t>(st.message().size(), kRingMessageBytes - 1));
+      SetText(ans.message, kRingMessageBytes, st.message());
+      ans.tag = s.request.tag;
+      std::memcpy(&s.answer, &ans, sizeof ans);
+      Word(s.state).store(kSlotDone);
+    }
+  }
+  Word(header_->closed).store(why);
+  for (int i = 0; i < slots_; ++i) FutexWake(&slot_[i].state);
+  FutexWake(&header_->doorbell);
+}
+
+void RingManager::Ring::Answer(RingSlot& slot) {
+  uint32_t submitted = kSlotSubmitted;
+  if (!Word(slot.state).compare_exchange_strong(submitted, kSlotTaken)) return;
+  // The request is copied out once: the client may write to the slot at any time, and every
+  // check and the solve see this copy.
+  RingRequest req;
+  std::memcpy(&req, &slot.request, sizeof req);
+  ++served_;
+  Call call(RequestIdOf(req, id_), RpcOf(req));
+  call.identity = identity_;
+  call.sample.rpc = call.rpc;
+  call.sample.transport = "ring";
+  call.sample.family = call.sample.method = "-";
+  call.cancelled = [this] { return stop_.load() && why_.load() != kClosedShutdown; };
+  RingAnswer ans{};
+  ans.tag = req.tag;
+  absl::Status st;
+  if (core_->shutting_down()) {
+    st = absl::UnavailableError("the server is shutting down");
+  } else {
+    auto deadline = std::chrono::system_clock::time_point::max();
+    if (req.deadline_unix_ns > 0)
+      deadline = std::chrono::system_clock::time_point(
+          std::chrono::duration_cast<std::chrono::system_clock::duration>(
+              std::chrono::nanoseconds(req.deadline_unix_ns)));
+    call.deadline = core_->EffectiveDeadline(deadline);
+    if (std::chrono::system_clock::now() >= call.deadline)
+      st = absl::DeadlineExceededError("the deadline passed before the request was taken");
+    else
+      st = Run(call, req, &ans);
+  }
+  st = core_->Finish(call, st);
+  if (!st.ok()) {
+    const RingAnswer blank{};
+    const uint64_t tag = ans.tag;
+    ans = blank;
+    ans.tag = tag;
+  }
+  ans.code = int32_t(st.code());
+  ans.message_bytes = uint32_t(std::min<size_t>(st.message().size(), kRingMessageBytes - 1));
+  SetText(ans.message, kRingMessageBytes, st.message());
+  ans.total_us = Micros(Clock::now() - call.start);
+  if (!touch_.load()) return;
+  std::memcpy(&slot.answer, &ans, sizeof ans);
+  Word(slot.state).store(kSlotDone);
+  if (Word(slot.waiting).load() != 0) FutexWake(&slot.state);
+}
+
+absl::Status RingManager::Ring::Run(Call& call, const RingRequest& req, RingAnswer* ans) {
+  if (req.op == kOpSolve) return RunSolve(call, req, ans);
+  if (req.op == kOpSolveSystem) return RunSolveSystem(call, req, ans);
+  return Invalid("op", absl::StrCat("unknown operation ", req.op,
+                                    " (1: solve a job, 2: solve a system by handle)"));
+}
+
+absl::Status RingManager::Ring::CheckRange(absl::string_view field, int64_t offset,
+                                           int64_t bytes) const {
+  const int64_t size = region_->bytes();
+  if (offset < 0 || bytes < 0 || offset > size || bytes > size - offset)
+    return Invalid(field, absl::StrCat("[", offset, ", ", offset, " + ", bytes,
+                                       ") lies outside region '", region_->name(), "' of ", size,
+                                       " bytes"));
+  const int64_t lo = offset_, hi = offset_ + RingBytes(slots_);
+  if (bytes > 0 && offset < hi && lo < offset + bytes)
+    return Invalid(field, absl::StrCat("[", offset, ", ", offset + bytes,
+                                       ") overlaps the ring's header and slots [", lo, ", ", hi,
+                                       ")"));
+  return absl::OkStatus();
+}
+
+template <typename Req>
+absl::Status RingManager::Ring::FillFamily(const RingRequest& req, Req* msg) {
+  constexpr bool kBlock = std::is_same_v<Req, v1::BlockTridiagonalRequest>;
+  constexpr bool kDense = std::is_same_v<Req, v1::DenseRequest>;
+  const uint32_t known = kFlagSkipResidual | kFlagScaleRows | kFlagMaxIterations | kFlagTol;
+  if ((req.flags & ~known) != 0)
+    return Invalid("flags", absl::StrFormat("unknown bits 0x%x", req.flags & ~known));
+  if (req.dtype != v1::FLOAT64 && req.dtype != v1::FLOAT32)
+    return Invalid("dtype", absl::StrCat("must be 1 (FLOAT64) or 2 (FLOAT32), got ", req.dtype));
+  msg->set_dtype(static_cast<v1::DType>(req.dtype));
+  auto method = Text("method", req.method, sizeof req.method);
+  if (!method.ok()) return method.status();
+  msg->set_method(*method);
+  if constexpr (kBlock || kDense) {
+    if (req.layout != 0)
+      return Invalid("layout", absl::StrCat("a ", kBlock ? "block-tridiagonal" : "dense",
+                                            " request has no layout (0), got ", req.layout));
+  } else {
+    if (req.layout != v1::FLAT && req.layout != v1::INTERLEAVED)
+      return Invalid("layout", absl::StrCat("unknown layout ", req.layout));
+    msg->set_layout(static_cast<v1::Layout>(req.layout));
+  }
+  if constexpr (kBlock) {
+    if (req.flags & kFlagSkipResidual)
+      return Invalid("flags", "skip_residual: a block-tridiagonal request does not take it");
+    msg->set_scale_rows((req.flags & kFlagScaleRows) != 0);
+    if (req.flags & kFlagMaxIterations) msg->set_max_iterations(req.max_iterations);
+    if (req.flags & kFlagTol) msg->set_tol(req.tol);
+  } else {
+    if (req.flags & (kFlagScaleRows | kFlagMaxIterations | kFlagTol))
+      return Invalid("flags", "scale_rows, max_iterations and tol: block-tridiagonal requests only");
+    msg->set_skip_residual((req.flags & kFlagSkipResidual) != 0);
+  }
+  if (req.narrays < 0 || req.narrays > kRingMaxArrays)
+    return Invalid("narrays", absl::StrCat(req.narrays, ", expected 0 .. ", kRingMaxArrays));
+  const google::protobuf::Descriptor* d = msg->GetDescriptor();
+  const google::protobuf::Reflection* r = msg->GetReflection();
+  // Once a request (an fstat): the object still spans the region before its arrays are read.
+  if (auto st = region_->StillMapped("region"); !st.ok()) return st;
+  // Nothing is copied for a job over the limit (refused as CheckLimits words it).
+  int64_t total = 0;
+  for (int i = 0; i < req.narrays; ++i) total += std::max<int64_t>(0, req.arrays[i].bytes);
+  if (total > core_->options().limits.max_job_bytes)
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the job has ", total, " bytes of arrays, over the limit max_job_bytes = ",
+                     core_->options().limits.max_job_bytes));
+  for (int i = 0; i < req.narrays; ++i) {
+    const RingArray& a = req.arrays[i];
+    const std::string at = absl::StrCat("arrays[", i, "]");
+    auto name = Text(absl::StrCat(at, ".name"), a.name, sizeof a.name);
+    if (!name.ok()) return name.status();
+    const google::protobuf::FieldDescriptor* f = d->FindFieldByName(*name);
+    if (f == nullptr || f->message_type() != v1::Array::descriptor())
+      return Invalid(absl::StrCat(at, ".name"),
+                     absl::StrCat("'", Sanitized(*name), "' is not an array of a ", d->name()));
+    if (r->HasField(*msg, f))
+      return Invalid(absl::StrCat(at, ".name"), absl::StrCat("'", *name, "' given twice"));
+    if (a.rank < 1 || a.rank > kRingMaxRank)
+      return Invalid(absl::StrCat(*name, ".rank"),
+                     absl::StrCat(a.rank, ", expected 1 .. ", kRingMaxRank));
+    if (auto st = CheckRange(*name, a.offset, a.bytes); !st.ok()) return st;
+    auto* arr = static_cast<v1::Array*>(r->MutableMessage(msg, f));
+    for (int k = 0; k < a.rank; ++k) arr->add_shape(a.shape[k]);
+    // The one copy out of shared memory: what is checked is what is solved.
+    arr->set_data(reinterpret_cast<const char*>(region_->base() + a.offset), size_t(a.bytes));
+  }
+  // x's size is given (never "the shape's", which would let it reach into the ring's slots).
+  if (req.x_bytes <= 0) return Invalid("x_bytes", absl::StrCat(req.x_bytes, ": give x's size"));
+  if (auto st = CheckRange("x_offset", req.x_offset, req.x_bytes); !st.ok()) return st;
+  v1::RegionRef* x = msg->mutable_x_region();
+  x->set_region(region_->name());
+  x->set_offset(req.x_offset);
+  x->set_bytes(req.x_bytes);
+  return absl::OkStatus();
+}
+
+absl::Status RingManager::Ring::RunSolve(Call& call, const RingRequest& req, RingAnswer* ans) {
+  RequestRegions regions = core_->Regions(identity_);
+  const DeclareOptions opts{.regions = &regions, .defer_finite = true};
+  const JobLimits& limits = core_->options().limits;
+  absl::StatusOr<Job> job;
+  // The messages outlive the job, which borrows their bytes.
+  v1::TridiagonalRequest tri;
+  v1::TreeRequest tree;
+  v1::BlockTridiagonalRequest block;
+  v1::DenseRequest dense;
+  absl::Status st;
+  switch (req.family) {
+    case kFamilyTridiagonal:
+      if (st = FillFamily(req, &tri); st.ok()) job = JobFromRequest(tri, limits, opts);
+      break;
+    case kFamilyTree:
+      if (st = FillFamily(req, &tree); st.ok()) job = JobFromRequest(tree, limits, opts);
+      break;
+    case kFamilyBlockTridiagonal:
+      if (st = FillFamily(req, &block); st.ok()) job = JobFromRequest(block, limits, opts);
+      break;
+    case kFamilyDense:
+      if (st = FillFamily(req, &dense); st.ok()) job = JobFromRequest(dense, limits, opts);
+      break;
+    default:
+      return Invalid("family", absl::StrCat("unknown family ", req.family,
+                                            " (0 tridiagonal, 1 tree, 2 block-tridiagonal, 3 dense)"));
+  }
+  // The labels the RPC's would carry: the family, and the method asked for ("invalid" when it
+  // is none).
+  static constexpr Family kFamilies[] = {Family::kTridiagonal, Family::kTree,
+                                         Family::kBlockTridiagonal, Family::kDense};
+  call.sample.family = std::string(FamilyName(kFamilies[req.family]));
+  call.sample.method =
+      MethodLabel(kFamilies[req.family], std::string(req.method, strnlen(req.method, sizeof req.method)));
+  if (!st.ok()) return st;
+  call.receive_us = Micros(Clock::now() - call.start);
+  if (!job.ok()) return job.status();
+  if (job->history_limit > 0)
+    return Invalid("flags", "a residual history does not travel through a ring: use the RPC");
+  if (auto range = CheckRange("status_offset", req.status_offset, req.status_bytes); !range.ok())
+    return range;
+  const int64_t statuses = std::max<int64_t>(1, job->batch);
+  if (statuses > req.status_bytes)
+    return Invalid("status_bytes", absl::StrCat(req.status_bytes, " bytes of room, the answer has ",
+                                                statuses, " statuses"));
+  auto answer = core_->Solve(call, *job);
+  if (!answer.ok()) return answer.status();
+  Fill(*answer, ans);
+  return WriteStatuses(req, answer->result.status, ans);
+}
+
+absl::Status RingManager::Ring::RunSolveSystem(Call& call, const RingRequest& req,
+                                               RingAnswer* ans) {
+  auto handle = Text("handle", req.handle, sizeof req.handle);
+  if (!handle.ok()) return handle.status();
+  if ((req.flags & ~uint32_t(kFlagSkipResidual)) != 0)
+    return Invalid("flags", "a solve by handle takes skip_residual only");
+  if (req.narrays != 1)
+    return Invalid("narrays", absl::StrCat(req.narrays, ": a solve by handle takes one array, rhs"));
+  const RingArray& a = req.arrays[0];
+  auto name = Text("arrays[0].name", a.name, sizeof a.name);
+  if (!name.ok()) return name.status();
+  if (*name != "rhs")
+    return Invalid("arrays[0].name", absl::StrCat("'", Sanitized(*name), "', expected 'rhs'"));
+  if (a.rank < 1 || a.rank > kRingMaxRank)
+    return Invalid("rhs.rank", absl::StrCat(a.rank, ", expected 1 .. ", kRingMaxRank));
+  if (auto st = CheckRange("rhs", a.offset, a.bytes); !st.ok()) return st;
+  if (a.bytes > core_->options().limits.max_job_bytes)
+    return absl::ResourceExhaustedError(absl::StrCat("rhs: ", a.bytes, " bytes exceed the server's limit of ",
+                                                     core_->options().limits.max_job_bytes));
+  if (req.x_bytes <= 0) return Invalid("x_bytes", absl::StrCat(req.x_bytes, ": give x's size"));
+  if (auto st = CheckRange("x_offset", req.x_offset, req.x_bytes); !st.ok()) return st;
+  if (auto st = CheckRange("status_offset", req.status_offset, req.status_bytes); !st.ok())
+    return st;
+  if (auto st = region_->StillMapped("rhs"); !st.ok()) return st;
+  StepRequest step;
+  step.handle = *handle;
+  step.skip_residual = (req.flags & kFlagSkipResidual) != 0;
+  step.rhs.shape.assign(a.shape, a.shape + a.rank);
+  // The one copy out of shared memory, aligned for any element type.
+  std::unique_ptr<uint64_t[]> copy(new uint64_t[size_t(a.bytes + 7) / 8]);
+  std::memcpy(copy.get(), region_->base() + a.offset, size_t(a.bytes));
+  step.rhs.data = copy.get();
+  step.rhs.bytes = a.bytes;
+  step.has_x_region = true;
+  step.x_region = RegionRef{region_->name(), req.x_offset, req.x_bytes};
+  call.receive_us = Micros(Clock::now() - call.start);
+  auto answer = core_->SolveSystem(call, step);
+  if (!answer.ok()) return answer.status();
+  Fill(*answer, ans);
+  return WriteStatuses(req, answer->result.status, ans);
+}
+
+absl::Status RingManager::Ring::WriteStatuses(const RingRequest& req,
+                                              const std::vector<SystemStatus>& status,
+                                              RingAnswer* ans) {
+  if (int64_t(status.size()) > req.status_bytes)
+    return Invalid("status_bytes", absl::StrCat(req.status_bytes, " bytes of room, the answer has ",
+                                                status.size(), " statuses"));
+  std::byte* out = region_->base() + req.status_offset;
+  for (size_t i = 0; i < status.size(); ++i) out[i] = std::byte(uint8_t(status[i]));
+  ans->statuses = int64_t(status.size());
+  return absl::OkStatus();
+}
+
+void RingManager::Ring::Fill(const server::Answer& a, RingAnswer* ans) const {
+  ans->dtype = a.precision == Precision::kFloat64 ? v1::FLOAT64 : v1::FLOAT32;
+  ans->x_rank = int32_t(std::min<size_t>(a.x_shape.size(), kRingMaxRank));
+  for (int k = 0; k < ans->x_rank; ++k) ans->x_shape[k] = a.x_shape[size_t(k)];
+  const AnswerSummary& s = a.summary;
+  ans->systems = s.systems;
+  ans->ok = s.outcomes[0];
+  ans->singular = s.outcomes[1];
+  ans->not_converged = s.outcomes[2];
+  ans->diverged = s.outcomes[3];
+  ans->iterations = s.iterations;
+  ans->residual = s.residual;
+  ans->receive_us = s.receive_us;
+  ans->queue_us = s.queue_us;
+  ans->h2d_us = s.h2d_us;
+  ans->compute_us = s.compute_us;
+  ans->d2h_us = s.d2h_us;
+  ans->residual_us = s.residual_us;
+  ans->batched_with = s.batched_with;
+  ans->batch_systems = s.batch_systems;
+  ans->right_hand_sides = s.right_hand_sides;
+  SetText(ans->method, sizeof ans->method, s.method);
+  SetText(ans->backend, sizeof ans->backend, s.backend);
+}
+
+// ---- the manager -------------------------------------------------------------------------
+
+RingManager::RingManager(Core* core, RingOptions options)
+    : core_(core),
+      options_(options),
+      max_spinners_(std::max(1, int(std::thread::hardware_concurrency()) / 2)),
+      watcher_([this] { Watch(); }) {}
+
+RingManager::~RingManager() { Shutdown(); }
+
+absl::StatusOr<RingView> RingManager::Open(Call& call, const std::string& region_name,
+                                           int64_t offset, int slots) {
+  if (!options_.enabled)
+    return absl::FailedPreconditionError("this server does not serve request rings (--rings off)");
+  if (!core_->options().memory.enabled)
+    return absl::FailedPreconditionError(
+        "this server does not accept shared memory (--no-shared-memory), where rings live");
+  if (slots < 1 || slots > 64) return Invalid("slots", absl::StrCat(slots, ", expected 1 .. 64"));
+  if (offset < 0 || offset % kRingAlign != 0)
+    return Invalid("offset", absl::StrCat(offset, " is not a non-negative multiple of ", kRingAlign));
+  auto region = core_->FindRegion(call, region_name);
+  if (!region.ok()) return region.status();
+  if ((*region)->server_owned())
+    return absl::FailedPreconditionError(
+        "region: a ring lives in shared memory the client maps (RegisterSharedMemory), not in "
+        "the server's own");
+  if (offset > (*region)->bytes() || RingBytes(slots) > (*region)->bytes() - offset)
+    return Invalid("offset", absl::StrCat("a ring of ", slots, " slots (", RingBytes(slots),
+                                          " bytes) at ", offset, " does not fit region '",
+                                          (*region)->name(), "' of ", (*region)->bytes(), " bytes"));
+  if (auto st = (*region)->StillMapped("region"); !st.ok()) return st;
+  const auto* h = reinterpret_cast<const RingHeader*>((*region)->base() + offset);
+  RingHeader seen;
+  std::memcpy(&seen, h, sizeof seen);
+  if (seen.magic != kRingMagic)
+    return Invalid("offset", absl::StrFormat("no ring header at %d (magic 0x%016x)", offset,
+                                             seen.magic));
+  if (seen.version != kRingVersion || seen.slot_bytes != sizeof(RingSlot) ||
+      seen.header_bytes != sizeof(RingHeader))
+    return absl::FailedPreconditionError(absl::StrCat(
+        "version: the ring's header is version ", seen.version, " (", seen.header_bytes,
+        "-byte header, ", seen.slot_bytes, "-byte slots), this server speaks version ",
+        kRingVersion, " (", sizeof(RingHeader), ", ", sizeof(RingSlot), ")"));
+  if (seen.slots != uint32_t(slots))
+    return Invalid("slots", absl::StrCat(slots, ", the ring's header says ", seen.slots));
+  std::shared_ptr<Ring> ring;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_ || core_->shutting_down())
+      return absl::UnavailableError("the server is shutting down");
+    if (int(rings_.size()) >= options_.max_rings)
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the server serves ", options_.max_rings, " rings already (--max-rings)"));
+    int mine = 0;
+    for (const auto& [id, r] : rings_) mine += r->identity() == call.identity && !r->ended();
+    if (mine >= options_.max_rings_per_identity)
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "this caller has ", mine, " rings open, the most one identity may (--max-rings-per-identity)"));
+    std::random_device rd;
+    const std::string id =
+        absl::StrFormat("ring-%d-%08x%08x", next_ring_.fetch_add(1), rd(), rd());
+    ring = std::make_shared<Ring>(core_, options_, &spinners_, max_spinners_, id, call.identity,
+                                  *std::move(region), offset, slots);
+    rings_.emplace(id, ring);
+    ring->Start();
+  }
+  spdlog::info("ring {} opened: {} slots at {} of region {}", ring->id(), slots, offset,
+               ring->region().name());
+  return RingView{ring->id(), slots, ring->bytes(), options_.spin_us};
+}
+
+absl::StatusOr<RingView> RingManager::Close(Call& call, const std::string& id) {
+  std::shared_ptr<Ring> ring;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = rings_.find(id);
+    if (it == rings_.end() || it->second->identity() != call.identity || it->second->stopped())
+      return absl::NotFoundError(absl::StrCat("ring: no ring '", Sanitized(id),
+                                              "' of this caller (never opened, or closed)"));
+    ring = it->second;
+    rings_.erase(it);
+  }
+  ring->Stop(kClosedByClient);
+  ring->Join();
+  return RingView{ring->id(), ring->slots(), ring->bytes(), options_.spin_us};
+}
+
+void RingManager::Shutdown() {
+  std::map<std::string, std::shared_ptr<Ring>> all;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    all.swap(rings_);
+    cv_.notify_all();
+  }
+  for (auto& [id, r] : all) r->Stop(kClosedShutdown);
+  for (auto& [id, r] : all) r->Join();
+  if (watcher_.joinable()) watcher_.join();
+}
+
+int64_t RingManager::count() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return int64_t(rings_.size());
+}
+
+void RingManager::Watch() {
+  std::unique_lock<std::mutex> lock(mu_);
+  const auto interval = std::chrono::microseconds(int64_t(options_.watch_interval_s * 1e6));
+  while (!stopping_) {
+    cv_.wait_for(lock, interval, [&] { return stopping_; });
+    if (stopping_) break;
+    std::vector<std::shared_ptr<Ring>> done;
+    for (auto it = rings_.begin(); it != rings_.end();) {
+      Ring& r = *it->second;
+      if (r.ended()) {
+        done.push_back(std::move(it->second));
+        it = rings_.erase(it);
+        continue;
+      }
+      if (!r.region().StillMapped("region").ok()) {
+        r.Stop(kClosedBroken, /*touch=*/false);
+      } else if (!core_->HoldsRegion(r.identity(), r.region().name(), &r.region())) {
+        r.Stop(kClosedRegionGone);
+      } else {
+        r.Beat();
+      }
+      ++it;
+    }
+    lock.unlock();
+    for (auto& r : done) r->Join();  // the mapping goes with the last reference
+    done.clear();
+    lock.lock();
+  }
+}
+
+}  // namespace trisolve::server

@@ -1,0 +1,788 @@
+// Request rings end to end: the real trisolved on loopback, rings opened by this process (through
+// the C++ client, and by hand through the ABI, proto/ring_abi.h). Answers equal the gRPC path's
+// bit for bit, every family and by handle, under many threads; every malformed descriptor field
+// answered with its own status in the slot, random descriptors survived; a ring's region
+// unregistered or expired closes it; a client killed mid-request costs the server nothing;
+// shutdown closes the rings; the limits.
+#include <grpcpp/grpcpp.h>
+#include <httplib.h>
+#include <linux/futex.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <regex>
+#include <thread>
+
+#include "client_test_util.h"
+#include "gtest/gtest.h"
+#include "ring_abi.h"
+#include "server_process.h"
+#include "trisolve/client.h"
+#include "trisolve/examples.h"
+#include "trisolve/shared_memory.h"
+#include "trisolve/v1/trisolve.grpc.pb.h"
+
+namespace trisolve {
+namespace {
+
+using namespace trisolve::ring;  // NOLINT
+using testing::ServerProcess;
+using Clock = std::chrono::steady_clock;
+
+// The ABI of version 1, pinned: a change of any size or offset must come with a new version
+// (and this table extended), or this fails to compile.
+static_assert(kRingVersion != 1 ||
+              (sizeof(RingHeader) == 64 && sizeof(RingSlot) == 1408 &&
+               sizeof(RingRequest) == 824 && sizeof(RingAnswer) == 488 &&
+               sizeof(RingArray) == 72 && offsetof(RingHeader, doorbell) == 24 &&
+               offsetof(RingHeader, sleeping) == 28 && offsetof(RingHeader, heartbeat) == 32 &&
+               offsetof(RingHeader, closed) == 36 && offsetof(RingSlot, state) == 0 &&
+               offsetof(RingSlot, waiting) == 4 && offsetof(RingSlot, request) == 64 &&
+               offsetof(RingSlot, answer) == 888 && offsetof(RingRequest, method) == 24 &&
+               offsetof(RingRequest, handle) == 56 && offsetof(RingRequest, request_id) == 120 &&
+               offsetof(RingRequest, deadline_unix_ns) == 184 &&
+               offsetof(RingRequest, arrays) == 208 && offsetof(RingRequest, x_offset) == 784 &&
+               offsetof(RingRequest, tag) == 816 && offsetof(RingAnswer, message) == 8 &&
+               offsetof(RingAnswer, x_shape) == 256 && offsetof(RingAnswer, statuses) == 288 &&
+               offsetof(RingAnswer, tag) == 480 && offsetof(RingArray, offset) == 56 &&
+               kRingMagic == 0x31474e4952535454ull),
+              "the ring's layout changed: bump kRingVersion and document it (docs/api.md)");
+
+TEST(RingAbi, LayoutIsPinnedToItsVersion) {
+  EXPECT_EQ(kRingVersion, 1u);
+  EXPECT_EQ(RingBytes(1), 64 + 1408);
+  EXPECT_EQ(sizeof(RingSlot) % kRingAlign, 0u);
+}
+
+Client::Options Opts(const ServerProcess& s, Transport t, const std::string& token = "") {
+  Client::Options o;
+  o.target = s.target();
+  o.transport = t;
+  o.token = token;
+  o.own_connection = true;
+  return o;
+}
+
+struct Family {
+  Kind kind;
+  examples::Arrays arrays;
+  bool interleaved = false;
+};
+
+std::vector<Family> EveryFamily() {
+  std::vector<Family> f;
+  f.push_back({Kind::kTridiagonal, examples::RandomTridiagonal(1, 64, false, 1)});
+  f.push_back({Kind::kTridiagonal, examples::RandomTridiagonal(64, 300, false, 11)});
+  f.push_back({Kind::kTridiagonal, examples::RandomTridiagonal(48, 200, true, 12), true});
+  Morphology m;
+  for (int i = 0; i < 200; ++i) {
+    m.parent.push_back(i == 0 ? -1 : (i % 7 == 0 ? i / 2 : i - 1));
+    m.type.push_back(i == 0 ? 1 : 3);
+    m.x.push_back(i * 2.0);
+    m.y.push_back(i % 5);
+    m.z.push_back(0);
+    m.radius.push_back(i == 0 ? 5 : 0.5 + 0.01 * (i % 11));
+  }
+  f.push_back({Kind::kTree, examples::CableTree(m, 16, 13)});
+  f.push_back({Kind::kBlockTridiagonal, examples::ThesisExperiment1(24, 20)});
+  f.push_back({Kind::kDense, examples::RandomDense(8, 40, false, 14)});
+  return f;
+}
+
+Job JobOf(const Family& f) {
+  Job job = testing::MakeJob(f.kind, f.arrays);
+  job.options.interleaved = f.interleaved;
+  return job;
+}
+
+TEST(Ring, EveryFamilyAnswersAsOverTheSocketBitForBit) {
+  ServerProcess server({});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  Client grpc_client(Opts(server, Transport::kGrpc));
+  Client ring_client(Opts(server, Transport::kRing));
+  Client::Options auto_opts = Opts(server, Transport::kAuto);
+  auto_opts.ring_arena_bytes = 1 << 20;  // the largest job here: 64 x 300
+  Client auto_client(auto_opts);
+  EXPECT_EQ(ring_client.RingState(), "untried");
+  EXPECT_EQ(grpc_client.RingState(), "off");
+  for (const Family& f : EveryFamily()) {
+    SCOPED_TRACE(std::string(KindName(f.kind)));
+    const Job job = JobOf(f);
+    auto want = grpc_client.Solve(job);
+    ASSERT_TRUE(want.ok()) << want.status();
+    EXPECT_EQ(want->summary.transport, "grpc");
+    for (Client* c : {&ring_client, &auto_client}) {
+      auto got = c->Solve(job);
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_EQ(got->summary.transport, "ring");
+      EXPECT_EQ(got->x.dtype, want->x.dtype);
+      EXPECT_EQ(got->x.shape, want->x.shape);
+      EXPECT_EQ(got->x.data, want->x.data) << "the ring's x differs from the socket's";
+      EXPECT_EQ(got->status, want->status);
+      EXPECT_EQ(got->summary.method, want->summary.method);
+      EXPECT_EQ(got->summary.systems, want->summary.systems);
+      EXPECT_EQ(got->summary.ok, want->summary.ok);
+      EXPECT_EQ(got->summary.iterations, want->summary.iterations);
+      if (!std::isnan(want->summary.residual)) {
+        EXPECT_EQ(got->summary.residual, want->summary.residual);
+      }
+      EXPECT_FALSE(got->summary.request_id.empty());
+    }
+  }
+  EXPECT_EQ(ring_client.RingState(), "ring");
+
+  // float32, x into the caller's own array, and a bad request's status.
+  examples::Arrays a32;
+  for (const auto& [name, a] : examples::RandomTridiagonal(4, 64, false, 5))
+    a32[name] = *a.ConvertTo(DType::kFloat32);
+  Job job32 = testing::MakeJob(Kind::kTridiagonal, a32);
+  auto want32 = grpc_client.Solve(job32);
+  ASSERT_TRUE(want32.ok()) << want32.status();
+  std::vector<float> x(4 * 64, -1.0f);
+  job32.options.x_out = x.data();
+  auto got32 = ring_client.Solve(job32);
+  ASSERT_TRUE(got32.ok()) << got32.status();
+  EXPECT_EQ(got32->x.dtype, DType::kFloat32);
+  EXPECT_TRUE(got32->x.data.empty());
+  EXPECT_EQ(std::memcmp(x.data(), want32->x.data.data(), x.size() * 4), 0);
+
+  Job bad = testing::MakeJob(Kind::kTridiagonal, examples::RandomTridiagonal(2, 64, false, 6));
+  bad.options.method = "no-such-method";
+  auto over_grpc = grpc_client.Solve(bad);
+  auto over_ring = ring_client.Solve(bad);
+  ASSERT_FALSE(over_grpc.ok());
+  EXPECT_EQ(over_ring.status(), over_grpc.status()) << "the same check, the same status";
+
+  // A job larger than the arena: auto takes the RPC, ring refuses.
+  Client::Options small = Opts(server, Transport::kAuto);
+  small.ring_arena_bytes = 4096;
+  const Job big = testing::MakeJob(Kind::kTridiagonal, examples::RandomTridiagonal(16, 64, false, 7));
+  auto via_auto = Client(small).Solve(big);
+  ASSERT_TRUE(via_auto.ok()) << via_auto.status();
+  EXPECT_EQ(via_auto->summary.transport, "grpc");
+}
+
+TEST(Ring, MetricsCountRingCallsUnderTheirTransport) {
+  ServerProcess server({"--metrics-listen", "127.0.0.1:0"});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  Client ring_client(Opts(server, Transport::kRing));
+  const Job job = testing::MakeJob(Kind::kTridiagonal, examples::RandomTridiagonal(1, 64, false, 3));
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(ring_client.Solve(job).ok());
+  Job bad = job;
+  bad.options.method = "nope";
+  ASSERT_FALSE(ring_client.Solve(bad).ok());
+  ASSERT_TRUE(Client(Opts(server, Transport::kGrpc)).Solve(job).ok());
+  std::smatch m;
+  const std::string log = server.Log();
+  ASSERT_TRUE(std::regex_search(log, m, std::regex("metrics on http://127.0.0.1:([0-9]+)/metrics")))
+      << log;
+  auto scraped = httplib::Client("127.0.0.1", std::stoi(m[1])).Get("/metrics");
+  ASSERT_TRUE(scraped);
+  const std::string& body = scraped->body;
+  // (The method label is what ran, as for the RPC.)
+  EXPECT_TRUE(std::regex_search(body, std::regex(
+      R"(trisolve_requests_total\{rpc="SolveTridiagonal",family="tridiagonal",method="[^"]*",code="OK",transport="ring"\} 3\n)")))
+      << body;
+  EXPECT_NE(body.find(R"(method="invalid",code="INVALID_ARGUMENT",transport="ring"} 1)"),
+            std::string::npos) << body;
+  // The gRPC call's series carries no transport label, as before.
+  EXPECT_TRUE(std::regex_search(body, std::regex(
+      R"(trisolve_requests_total\{rpc="SolveTridiagonal",family="tridiagonal",method="[^"]*",code="OK"\} 1\n)")))
+      << body;
+}
+
+TEST(Ring, SolvesByHandleAsOverTheSocket) {
+  ServerProcess server({});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  Client grpc_client(Opts(server, Transport::kGrpc));
+  Client ring_client(Opts(server, Transport::kRing));
+  const auto arrays = examples::RandomTridiagonal(8, 64, false, 31);
+  Job job = testing::MakeJob(Kind::kTridiagonal, arrays);
+  job.arrays.erase("d");
+  auto sys = grpc_client.CreateSystem(job);
+  ASSERT_TRUE(sys.ok()) << sys.status();
+  for (int step = 0; step < 20; ++step) {
+    const auto rhs = examples::RandomTridiagonal(8, 64, false, 100 + step).at("d");
+    auto want = grpc_client.SolveSystem(sys->handle, rhs.view());
+    auto got = ring_client.SolveSystem(sys->handle, rhs.view());
+    ASSERT_TRUE(want.ok()) << want.status();
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->summary.transport, "ring");
+    EXPECT_EQ(got->summary.handle, sys->handle);
+    EXPECT_EQ(got->x.shape, want->x.shape);
+    EXPECT_EQ(got->x.data, want->x.data);
+    EXPECT_EQ(got->status, want->status);
+  }
+  // Updates travel through the RPC: refused on a forced ring, taken there under auto.
+  const auto diag = arrays.at("b");
+  auto refused = ring_client.SolveSystem(sys->handle, arrays.at("d").view(), {{"b", diag.view()}});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  auto via_auto = Client(Opts(server, Transport::kAuto))
+                      .SolveSystem(sys->handle, arrays.at("d").view(), {{"b", diag.view()}});
+  ASSERT_TRUE(via_auto.ok()) << via_auto.status();
+  EXPECT_NE(via_auto->summary.transport, "ring");
+  // A handle that does not exist: NOT_FOUND, as over the socket.
+  auto gone = ring_client.SolveSystem("sys-nonexistent", arrays.at("d").view());
+  EXPECT_EQ(gone.status().code(), absl::StatusCode::kNotFound) << gone.status();
+}
+
+TEST(Ring, ForeignHandlesAreNotFoundAndRingsActAsTheirOpener) {
+  const std::string tokens = "/tmp/trisolve_ring_tokens_" + std::to_string(getpid());
+  std::ofstream(tokens) << "alice-token\nbob-token\n";
+  ServerProcess server({"--token-file", tokens, "--max-rings-per-identity", "1"});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  Client alice(Opts(server, Transport::kRing, "alice-token"));
+  Client bob(Opts(server, Transport::kRing, "bob-token"));
+  const auto arrays = examples::RandomTridiagonal(2, 64, false, 41);
+  Job job = testing::MakeJob(Kind::kTridiagonal, arrays);
+  auto sys = alice.CreateSystem(job);
+  ASSERT_TRUE(sys.ok()) << sys.status();
+  auto mine = alice.SolveSystem(sys->handle, arrays.at("d").view());
+  ASSERT_TRUE(mine.ok()) << mine.status();
+  EXPECT_EQ(mine->summary.transport, "ring");
+  auto theirs = bob.SolveSystem(sys->handle, arrays.at("d").view());
+  EXPECT_EQ(theirs.status().code(), absl::StatusCode::kNotFound) << theirs.status();
+  // One ring an identity: alice's second client gets none (forced: RESOURCE_EXHAUSTED; auto
+  // takes the RPC).
+  auto second = Client(Opts(server, Transport::kRing, "alice-token")).Solve(job);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kResourceExhausted) << second.status();
+  auto second_auto = Client(Opts(server, Transport::kAuto, "alice-token")).Solve(job);
+  ASSERT_TRUE(second_auto.ok()) << second_auto.status();
+  EXPECT_EQ(second_auto->summary.transport, "grpc");
+  std::remove(tokens.c_str());
+}
+
+TEST(Ring, ManyThreadsManyRingsEachTheirOwnAnswer) {
+  ServerProcess server({"--request-log", "errors"});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  constexpr int kThreads = 12, kRequests = 150;
+  Client shared(Opts(server, Transport::kRing));
+  std::atomic<int> wrong{0}, failed{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      // Half the threads share one Client (a ring each while they call), half have their own.
+      std::unique_ptr<Client> own;
+      if (t % 2) own = std::make_unique<Client>(Opts(server, Transport::kRing));
+      Client& c = own ? *own : shared;
+      Client reference(Opts(server, Transport::kGrpc));
+      for (int r = 0; r < kRequests; ++r) {
+        const auto arrays = examples::RandomTridiagonal(1 + r % 3, 64, false, uint64_t(t * 1000 + r));
+        const Job job = testing::MakeJob(Kind::kTridiagonal, arrays);
+        auto got = c.Solve(job);
+        if (!got.ok()) {
+          ++failed;
+          continue;
+        }
+        if (r % 25 == 0) {  // bit for bit against the socket now and then
+          auto want = reference.Solve(job);
+          if (!want.ok() || want->x.data != got->x.data) ++wrong;
+        }
+        // x solves the system it was asked for: residual on this side.
+        const double* pa = reinterpret_cast<const double*>(arrays.at("a").data.data());
+        const double* pb = reinterpret_cast<const double*>(arrays.at("b").data.data());
+        const double* pc = reinterpret_cast<const double*>(arrays.at("c").data.data());
+        const double* pd = reinterpret_cast<const double*>(arrays.at("d").data.data());
+        const double* px = reinterpret_cast<const double*>(got->x.data.data());
+        const int64_t batch = 1 + r % 3, n = 64;
+        for (int64_t s = 0; s < batch; ++s)
+          for (int64_t i = 0; i < n; ++i) {
+            const int64_t k = s * n + i;
+            double ax = pb[k] * px[k];
+            if (i > 0) ax += pa[k] * px[k - 1];
+            if (i + 1 < n) ax += pc[k] * px[k + 1];
+            if (std::abs(ax - pd[k]) > 1e-8 * (1 + std::abs(pd[k]))) {
+              ++wrong;
+              s = batch;
+              break;
+            }
+          }
+        if (got->summary.transport != "ring") ++wrong;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(wrong.load(), 0);
+}
+
+// ---- rings by hand, through the ABI --------------------------------------------------------
+
+class Raw {
+ public:
+  explicit Raw(const ServerProcess& s, std::string token = "")
+      : stub_(v1::Solver::NewStub(
+            grpc::CreateChannel(s.target(), grpc::InsecureChannelCredentials()))),
+        token_(std::move(token)) {}
+  void Ctx(grpc::ClientContext& ctx) const {
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    if (!token_.empty()) ctx.AddMetadata("authorization", "Bearer " + token_);
+  }
+  grpc::Status Register(const SharedMemory& m, const std::string& name, double ttl_s = 0) {
+    v1::RegisterSharedMemoryRequest req;
+    req.set_name(name);
+    req.set_key(m.key());
+    req.set_bytes(m.size());
+    req.set_ttl_s(ttl_s);
+    grpc::ClientContext ctx;
+    Ctx(ctx);
+    v1::MemoryRegion resp;
+    return stub_->RegisterSharedMemory(&ctx, req, &resp);
+  }
+  grpc::Status Unregister(const std::string& name) {
+    v1::UnregisterMemoryRequest req;
+    req.set_name(name);
+    grpc::ClientContext ctx;
+    Ctx(ctx);
+    v1::MemoryRegion resp;
+    return stub_->UnregisterMemory(&ctx, req, &resp);
+  }
+  grpc::Status Open(const std::string& region, int64_t offset, int slots, v1::RingInfo* info) {
+    v1::OpenRingRequest req;
+    req.set_region(region);
+    req.set_offset(offset);
+    req.set_slots(slots);
+    grpc::ClientContext ctx;
+    Ctx(ctx);
+    return stub_->OpenRing(&ctx, req, info);
+  }
+  grpc::Status Close(const std::string& ring) {
+    v1::CloseRingRequest req;
+    req.set_ring(ring);
+    grpc::ClientContext ctx;
+    Ctx(ctx);
+    v1::RingInfo info;
+    return stub_->CloseRing(&ctx, req, &info);
+  }
+
+ private:
+  std::unique_ptr<v1::Solver::Stub> stub_;
+  std::string token_;
+};
+
+// A ring at offset 0 of its own shared memory, 2 slots, the arena after them.
+struct HandRing {
+  std::unique_ptr<SharedMemory> shm;
+  RingHeader* h = nullptr;
+  int64_t arena = 0;
+  std::string id;
+
+  static HandRing Make(int slots = 2, int64_t bytes = 1 << 20) {
+    HandRing r;
+    r.shm = *SharedMemory::Create(bytes);
+    r.h = reinterpret_cast<RingHeader*>(r.shm->data());
+    r.h->magic = kRingMagic;
+    r.h->version = kRingVersion;
+    r.h->slots = uint32_t(slots);
+    r.h->slot_bytes = sizeof(RingSlot);
+    r.h->header_bytes = sizeof(RingHeader);
+    r.arena = (RingBytes(slots) + 63) / 64 * 64;
+    return r;
+  }
+  RingSlot& slot(int i) { return Slots(h)[i]; }
+  std::byte* at(int64_t off) { return shm->data() + off; }
+  bool closed() const { return Word(h->closed).load() != kRingOpen; }
+
+  // Submits `req` in slot `i` and waits (up to `timeout_s`) for its answer; false if none came.
+  bool Ask(int i, const RingRequest& req, RingAnswer* ans, double timeout_s = 20) {
+    RingSlot& s = slot(i);
+    std::memcpy(&s.request, &req, sizeof req);
+    Word(s.state).store(kSlotSubmitted);
+    Word(h->doorbell).fetch_add(1);
+    if (Word(h->sleeping).load())
+      syscall(SYS_futex, &h->doorbell, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+    const auto end = Clock::now() + std::chrono::duration<double>(timeout_s);
+    while (Word(s.state).load() != kSlotDone) {
+      if (Clock::now() > end) return false;
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    std::memcpy(ans, &s.answer, sizeof *ans);
+    Word(s.state).store(kSlotFree);
+    return true;
+  }
+};
+
+void Name(RingArray& a, const char* name) {
+  std::memset(a.name, 0, sizeof a.name);
+  std::strncpy(a.name, name, sizeof a.name);
+}
+
+// A valid tridiagonal request of one system of n = 64, its arrays written into the arena.
+RingRequest ValidRequest(HandRing& r, uint64_t seed = 3) {
+  const auto arrays = examples::RandomTridiagonal(1, 64, false, seed);
+  RingRequest q{};
+  q.op = kOpSolve;
+  q.family = kFamilyTridiagonal;
+  q.dtype = 1;
+  q.narrays = 4;
+  int64_t at = r.arena;
+  int i = 0;
+  for (const char* name : {"a", "b", "c", "d"}) {
+    RingArray& a = q.arrays[i++];
+    Name(a, name);
+    a.rank = 1;
+    a.shape[0] = 64;
+    a.offset = at;
+    a.bytes = 512;
+    std::memcpy(r.at(at), arrays.at(name).data.data(), 512);
+    at += 512;
+  }
+  q.x_offset = at;
+  q.x_bytes = 512;
+  q.status_offset = at + 512;
+  q.status_bytes = 64;
+  q.tag = seed;
+  return q;
+}
+
+std::string Message(const RingAnswer& a) { return std::string(a.message, strnlen(a.message, sizeof a.message)); }
+
+TEST(Ring, EveryMalformedFieldHasItsOwnStatus) {
+  ServerProcess server({"--request-log", "errors"});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  Raw raw(server);
+  HandRing r = HandRing::Make();
+  ASSERT_TRUE(raw.Register(*r.shm, "ring-region").ok());
+  v1::RingInfo info;
+  ASSERT_TRUE(raw.Open("ring-region", 0, 2, &info).ok());
+  RingAnswer ans;
+  {
+    const RingRequest ok = ValidRequest(r);
+    ASSERT_TRUE(r.Ask(0, ok, &ans));
+    ASSERT_EQ(ans.code, 0) << Message(ans);
+    EXPECT_EQ(ans.tag, ok.tag);
+    EXPECT_EQ(ans.statuses, 1);
+    EXPECT_EQ(ans.x_rank, 1);
+    EXPECT_EQ(ans.x_shape[0], 64);
+    EXPECT_STREQ(ans.backend, "cpu");
+  }
+  struct Case {
+    const char* what;
+    std::function<void(RingRequest&)> mutate;
+    absl::StatusCode code;
+    const char* names;  // the message names the field
+  };
+  const int64_t end = r.shm->size();
+  const std::vector<Case> cases = {
+      {"op", [](RingRequest& q) { q.op = 9; }, absl::StatusCode::kInvalidArgument, "op"},
+      {"family", [](RingRequest& q) { q.family = 7; }, absl::StatusCode::kInvalidArgument, "family"},
+      {"dtype", [](RingRequest& q) { q.dtype = 5; }, absl::StatusCode::kInvalidArgument, "dtype"},
+      {"layout", [](RingRequest& q) { q.layout = 3; }, absl::StatusCode::kInvalidArgument, "layout"},
+      {"flags", [](RingRequest& q) { q.flags = 1u << 20; }, absl::StatusCode::kInvalidArgument, "flags"},
+      {"block flags", [](RingRequest& q) { q.flags = kFlagTol; }, absl::StatusCode::kInvalidArgument, "flags"},
+      {"narrays", [](RingRequest& q) { q.narrays = 9; }, absl::StatusCode::kInvalidArgument, "narrays"},
+      {"narrays short", [](RingRequest& q) { q.narrays = 3; }, absl::StatusCode::kInvalidArgument, "d"},
+      {"method", [](RingRequest& q) { std::memset(q.method, 'x', sizeof q.method); },
+       absl::StatusCode::kInvalidArgument, "method"},
+      {"method unknown", [](RingRequest& q) { std::strcpy(q.method, "nope"); },
+       absl::StatusCode::kInvalidArgument, "method"},
+      {"name", [](RingRequest& q) { std::memset(q.arrays[1].name, 'b', 16); },
+       absl::StatusCode::kInvalidArgument, "arrays[1].name"},
+      {"name unknown", [](RingRequest& q) { Name(q.arrays[1], "parent"); },
+       absl::StatusCode::kInvalidArgument, "arrays[1].name"},
+      {"name twice", [](RingRequest& q) { Name(q.arrays[1], "a"); },
+       absl::StatusCode::kInvalidArgument, "arrays[1].name"},
+      {"rank", [](RingRequest& q) { q.arrays[2].rank = 5; }, absl::StatusCode::kInvalidArgument, "c.rank"},
+      {"shape", [](RingRequest& q) { q.arrays[2].shape[0] = 0; }, absl::StatusCode::kInvalidArgument, "c"},
+      {"bytes", [](RingRequest& q) { q.arrays[3].bytes = 504; }, absl::StatusCode::kInvalidArgument, "d"},
+      {"offset past", [end](RingRequest& q) { q.arrays[0].offset = end - 8; },
+       absl::StatusCode::kInvalidArgument, "a"},
+      {"offset negative", [](RingRequest& q) { q.arrays[0].offset = -64; },
+       absl::StatusCode::kInvalidArgument, "a"},
+      {"offset huge", [](RingRequest& q) { q.arrays[0].offset = INT64_MAX - 4; },
+       absl::StatusCode::kInvalidArgument, "a"},
+      {"offset in the slots", [](RingRequest& q) { q.arrays[0].offset = 128; },
+       absl::StatusCode::kInvalidArgument, "a"},
+      {"x outside", [end](RingRequest& q) { q.x_offset = end; }, absl::StatusCode::kInvalidArgument, "x_offset"},
+      {"x in the slots", [](RingRequest& q) { q.x_offset = 64; }, absl::StatusCode::kInvalidArgument, "x_offset"},
+      {"x misaligned", [](RingRequest& q) { q.x_offset += 4; }, absl::StatusCode::kInvalidArgument, "x_region"},
+      {"x short", [](RingRequest& q) { q.x_bytes = 256; }, absl::StatusCode::kInvalidArgument, "x_region"},
+      {"x size", [](RingRequest& q) { q.x_bytes = 0; q.x_offset = 64; }, absl::StatusCode::kInvalidArgument, "x_bytes"},
+      {"statuses outside", [end](RingRequest& q) { q.status_offset = end - 10; q.status_bytes = 64; },
+       absl::StatusCode::kInvalidArgument, "status_offset"},
+      {"statuses no room", [](RingRequest& q) { q.status_bytes = 0; },
+       absl::StatusCode::kInvalidArgument, "status_bytes"},
+      {"not finite", [&r](RingRequest& q) {
+         const double nan = std::nan("");
+         std::memcpy(r.at(q.arrays[1].offset + 80), &nan, 8);
+       }, absl::StatusCode::kInvalidArgument, "b"},
+      {"deadline passed", [](RingRequest& q) { q.deadline_unix_ns = 1; },
+       absl::StatusCode::kDeadlineExceeded, "deadline"},
+      {"handle", [](RingRequest& q) { q.op = kOpSolveSystem; q.narrays = 1; std::memset(q.handle, 'h', 64); },
+       absl::StatusCode::kInvalidArgument, "handle"},
+      {"handle arrays", [](RingRequest& q) { q.op = kOpSolveSystem; std::strcpy(q.handle, "sys-1"); },
+       absl::StatusCode::kInvalidArgument, "narrays"},
+      {"handle rhs name", [](RingRequest& q) { q.op = kOpSolveSystem; q.narrays = 1; std::strcpy(q.handle, "sys-1"); },
+       absl::StatusCode::kInvalidArgument, "arrays[0].name"},
+      {"handle unknown", [](RingRequest& q) {
+         q.op = kOpSolveSystem; q.narrays = 1; std::strcpy(q.handle, "sys-none");
+         q.arrays[0] = q.arrays[3];
+         Name(q.arrays[0], "rhs");
+       }, absl::StatusCode::kNotFound, "no such system"},
+  };
+  uint64_t seed = 10;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    RingRequest q = ValidRequest(r, ++seed);
+    c.mutate(q);
+    ASSERT_TRUE(r.Ask(int(seed % 2), q, &ans)) << "no answer";
+    EXPECT_EQ(absl::StatusCode(ans.code), c.code) << Message(ans);
+    EXPECT_NE(Message(ans).find(c.names), std::string::npos) << Message(ans);
+    EXPECT_LT(ans.message_bytes, uint32_t(kRingMessageBytes));
+    EXPECT_EQ(ans.tag, q.tag);
+  }
+  // The ring still serves, and the server's log names the ring's calls.
+  RingRequest q = ValidRequest(r, 99);
+  ASSERT_TRUE(r.Ask(1, q, &ans));
+  EXPECT_EQ(ans.code, 0) << Message(ans);
+  EXPECT_FALSE(r.closed());
+}
+
+TEST(Ring, RandomDescriptorsAreAnsweredAndTheServerSurvives) {
+  ServerProcess server({"--request-log", "errors"});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  Raw raw(server);
+  HandRing r = HandRing::Make();
+  ASSERT_TRUE(raw.Register(*r.shm, "fuzz").ok());
+  v1::RingInfo info;
+  ASSERT_TRUE(raw.Open("fuzz", 0, 2, &info).ok());
+  std::mt19937_64 rng(20261127);
+  int answered = 0, ok = 0;
+  for (int i = 0; i < 1500 && !r.closed(); ++i) {
+    RingRequest q = ValidRequest(r, 1000 + uint64_t(i));
+    auto* bytes = reinterpret_cast<uint8_t*>(&q);
+    if (i % 3 == 0) {  // all random
+      for (size_t k = 0; k < sizeof q; ++k) bytes[k] = uint8_t(rng());
+    } else {  // a valid one with a few bytes changed
+      const int flips = 1 + int(rng() % 6);
+      for (int k = 0; k < flips; ++k) bytes[rng() % sizeof q] = uint8_t(rng());
+    }
+    RingAnswer ans;
+    ASSERT_TRUE(r.Ask(i % 2, q, &ans, 60)) << "descriptor " << i << " was not answered";
+    ++answered;
+    ok += ans.code == 0;
+    EXPECT_LT(ans.message_bytes, uint32_t(kRingMessageBytes));
+  }
+  EXPECT_GT(answered, 1000);
+  // Alive: the health check serves and the ring (or a new one) answers a valid request.
+  Client c(Opts(server, Transport::kGrpc));
+  auto health = c.Health();
+  ASSERT_TRUE(health.ok()) << health.status();
+  EXPECT_EQ(*health, "SERVING");
+  RingAnswer ans;
+  ASSERT_TRUE(r.Ask(0, ValidRequest(r, 5), &ans));
+  EXPECT_EQ(ans.code, 0) << Message(ans);
+}
+
+TEST(Ring, OpenChecksItsArgumentsAndLimits) {
+  ServerProcess server({"--max-rings", "2"});
+  ServerProcess off({"--rings", "off"});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  ASSERT_GT(off.port(), 0) << off.Log();
+  Raw raw(server);
+  HandRing r = HandRing::Make(2, 64 << 10);
+  ASSERT_TRUE(raw.Register(*r.shm, "reg").ok());
+  v1::RingInfo info;
+  EXPECT_EQ(raw.Open("nope", 0, 2, &info).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(raw.Open("reg", 32, 2, &info).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(raw.Open("reg", 0, 0, &info).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(raw.Open("reg", 0, 65, &info).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(raw.Open("reg", 0, 3, &info).error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+      << "the header says 2 slots";
+  EXPECT_EQ(raw.Open("reg", (64 << 10) - 64, 1, &info).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(raw.Open("reg", 4096, 2, &info).error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+      << "no header there";
+  r.h->version = 2;
+  EXPECT_EQ(raw.Open("reg", 0, 2, &info).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  r.h->version = kRingVersion;
+  // Two rings, then the cap. Rings at different offsets of one region.
+  auto header_at = [&r](int64_t where) { std::memcpy(r.at(where), r.h, sizeof(RingHeader)); };
+  header_at(8192);
+  header_at(16384);
+  v1::RingInfo a, b, c;
+  ASSERT_TRUE(raw.Open("reg", 0, 2, &a).ok());
+  ASSERT_TRUE(raw.Open("reg", 8192, 2, &b).ok());
+  EXPECT_EQ(raw.Open("reg", 16384, 2, &c).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(raw.Close("ring-no-such").error_code(), grpc::StatusCode::NOT_FOUND);
+  ASSERT_TRUE(raw.Close(b.ring()).ok());
+  EXPECT_EQ(Word(reinterpret_cast<RingHeader*>(r.at(8192))->closed).load(), uint32_t(kClosedByClient));
+  EXPECT_TRUE(raw.Open("reg", 16384, 2, &c).ok());
+  EXPECT_EQ(raw.Close(b.ring()).error_code(), grpc::StatusCode::NOT_FOUND) << "closed twice";
+
+  // --rings off: FAILED_PRECONDITION; the client's auto takes the RPC, ring is refused.
+  Raw raw_off(off);
+  HandRing r2 = HandRing::Make(2, 64 << 10);
+  ASSERT_TRUE(raw_off.Register(*r2.shm, "reg").ok());
+  EXPECT_EQ(raw_off.Open("reg", 0, 2, &info).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  const Job job = testing::MakeJob(Kind::kTridiagonal, examples::RandomTridiagonal(1, 64, false, 2));
+  Client auto_client(Opts(off, Transport::kAuto));
+  auto got = auto_client.Solve(job);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->summary.transport, "grpc");
+  EXPECT_EQ(auto_client.RingState(), "grpc");
+  EXPECT_EQ(Client(Opts(off, Transport::kRing)).Solve(job).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(Ring, ForeignRegionsAndRingsAreNotFound) {
+  const std::string tokens = "/tmp/trisolve_ring_tokens2_" + std::to_string(getpid());
+  std::ofstream(tokens) << "alice-token\nbob-token\n";
+  ServerProcess server({"--token-file", tokens});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  Raw alice(server, "alice-token"), bob(server, "bob-token");
+  HandRing r = HandRing::Make(1, 64 << 10);
+  ASSERT_TRUE(alice.Register(*r.shm, "mine").ok());
+  v1::RingInfo info;
+  EXPECT_EQ(bob.Open("mine", 0, 1, &info).error_code(), grpc::StatusCode::NOT_FOUND);
+  ASSERT_TRUE(alice.Open("mine", 0, 1, &info).ok());
+  EXPECT_EQ(bob.Close(info.ring()).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_TRUE(alice.Close(info.ring()).ok());
+  std::remove(tokens.c_str());
+}
+
+bool WaitUntil(const std::function<bool()>& f, double seconds) {
+  const auto end = Clock::now() + std::chrono::duration<double>(seconds);
+  while (Clock::now() < end) {
+    if (f()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return f();
+}
+
+TEST(Ring, ARegionUnregisteredOrExpiredClosesItsRings) {
+  ServerProcess server({});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  Raw raw(server);
+  HandRing r = HandRing::Make(1, 64 << 10);
+  ASSERT_TRUE(raw.Register(*r.shm, "goes").ok());
+  v1::RingInfo info;
+  ASSERT_TRUE(raw.Open("goes", 0, 1, &info).ok());
+  const uint32_t beat = Word(r.h->heartbeat).load();
+  EXPECT_TRUE(WaitUntil([&] { return Word(r.h->heartbeat).load() != beat; }, 5)) << "no heartbeat";
+  ASSERT_TRUE(raw.Unregister("goes").ok());
+  EXPECT_TRUE(WaitUntil([&] { return r.closed(); }, 5));
+  EXPECT_EQ(Word(r.h->closed).load(), uint32_t(kClosedRegionGone));
+  EXPECT_TRUE(WaitUntil([&] { return server.Log().find(info.ring() + " (1 slots) closed") != std::string::npos; }, 5))
+      << server.Log();
+  EXPECT_EQ(raw.Close(info.ring()).error_code(), grpc::StatusCode::NOT_FOUND);
+
+  // Expiry: a region idle past its time-to-live.
+  HandRing e = HandRing::Make(1, 64 << 10);
+  ASSERT_TRUE(raw.Register(*e.shm, "expires", 0.5).ok());
+  ASSERT_TRUE(raw.Open("expires", 0, 1, &info).ok());
+  RingAnswer ans;
+  ASSERT_TRUE(e.Ask(0, ValidRequest(e), &ans));
+  EXPECT_EQ(ans.code, 0) << Message(ans);
+  EXPECT_TRUE(WaitUntil([&] { return e.closed(); }, 10));
+  EXPECT_EQ(Word(e.h->closed).load(), uint32_t(kClosedRegionGone));
+
+  // The client notices a closed ring and opens a new one.
+  Client c(Opts(server, Transport::kRing));
+  const Job job = testing::MakeJob(Kind::kTridiagonal, examples::RandomTridiagonal(1, 64, false, 9));
+  ASSERT_TRUE(c.Solve(job).ok());
+  auto regions_before = c.Info();
+  ASSERT_TRUE(regions_before.ok());
+}
+
+TEST(Ring, AnObjectShrunkUnderItsRingClosesTheRingNotTheServer) {
+  ServerProcess server({});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  Raw raw(server);
+  HandRing r = HandRing::Make(1, 64 << 10);
+  ASSERT_TRUE(raw.Register(*r.shm, "shrinks").ok());
+  v1::RingInfo info;
+  ASSERT_TRUE(raw.Open("shrinks", 0, 1, &info).ok());
+  RingAnswer ans;
+  ASSERT_TRUE(r.Ask(0, ValidRequest(r), &ans));
+  ASSERT_EQ(ans.code, 0) << Message(ans);
+  // The object's pages go (this process must not touch them either from here): the server's
+  // ring thread reads its slots within 0.1 s, and would fault there.
+  const int fd = shm_open(r.shm->key().c_str(), O_RDWR, 0);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 0), 0);
+  close(fd);
+  EXPECT_TRUE(WaitUntil([&] {
+    return server.Log().find(info.ring() + " (1 slots) closed (its region no longer spans it)") !=
+           std::string::npos;
+  }, 10)) << server.Log();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(server.Wait(0), -1) << "the server exited: " << server.Log();
+  auto health = Client(Opts(server, Transport::kGrpc)).Health();
+  ASSERT_TRUE(health.ok()) << health.status();
+  EXPECT_EQ(*health, "SERVING");
+  const Job job = testing::MakeJob(Kind::kTridiagonal, examples::RandomTridiagonal(1, 64, false, 9));
+  auto got = Client(Opts(server, Transport::kRing)).Solve(job);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->summary.transport, "ring");
+}
+
+TEST(Ring, AClientKilledMidRequestCostsTheServerNothing) {
+  ServerProcess server({"--region-ttl", "1", "--request-log", "errors"});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  // The CLI's bench through rings, killed while its requests are in flight.
+  const std::string cmd = ServerProcess::CliBin();
+  pid_t pid = 0;
+  std::vector<std::string> args = {cmd, "--server", server.target(), "bench", "--transport", "ring",
+                                   "--clients", "4", "--requests", "100000000", "--n", "64"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  ASSERT_EQ(posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ), 0);
+  EXPECT_TRUE(WaitUntil([&] { return server.Log().find("opened") != std::string::npos; }, 30))
+      << server.Log();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  Client c(Opts(server, Transport::kRing));
+  const Job job = testing::MakeJob(Kind::kTridiagonal, examples::RandomTridiagonal(1, 64, false, 9));
+  auto got = c.Solve(job);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->summary.transport, "ring");
+  // The dead client's regions expire (1 s), and its rings close with them.
+  EXPECT_TRUE(WaitUntil([&] {
+    const std::string log = server.Log();
+    size_t n = 0;
+    for (size_t p = log.find("its region is gone"); p != std::string::npos;
+         p = log.find("its region is gone", p + 1))
+      ++n;
+    return n >= 4;
+  }, 20)) << server.Log();
+}
+
+TEST(Ring, ShutdownClosesTheRings) {
+  ServerProcess server({"--grace", "5"});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  Raw raw(server);
+  HandRing r = HandRing::Make(2, 64 << 10);
+  ASSERT_TRUE(raw.Register(*r.shm, "r").ok());
+  v1::RingInfo info;
+  ASSERT_TRUE(raw.Open("r", 0, 2, &info).ok());
+  RingAnswer ans;
+  ASSERT_TRUE(r.Ask(0, ValidRequest(r), &ans));
+  ASSERT_EQ(ans.code, 0);
+  server.Signal(SIGTERM);
+  // Requests keep coming while it shuts down: each answered (UNAVAILABLE once it drains), and
+  // the ring ends closed for the shutdown.
+  int unavailable = 0;
+  for (int i = 0; i < 2000 && !r.closed(); ++i) {
+    if (!r.Ask(i % 2, ValidRequest(r, uint64_t(i)), &ans, 10)) break;
+    if (ans.code == int(absl::StatusCode::kUnavailable)) ++unavailable;
+  }
+  EXPECT_GE(server.Wait(20), 0);
+  EXPECT_EQ(Word(r.h->closed).load(), uint32_t(kClosedShutdown));
+  for (int i = 0; i < 2; ++i) EXPECT_NE(Word(r.slot(i).state).load(), uint32_t(kSlotSubmitted));
+  (void)unavailable;
+}
+
+}  // namespace
+}  // namespace trisolve
