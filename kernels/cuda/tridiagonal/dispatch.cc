@@ -193,7 +193,7 @@ template <typename T>
 absl::StatusOr<TridiagonalKernel> SolvePartitioned(const TridiagonalProblem<T>& p, T* x,
                                                    uint8_t* flags, Pool& pool,
                                                    cudaStream_t stream, bool top,
-                                                   Scratch* arena, bool growth) {
+                                                   Scratch* arena) {
   const bool forced_two_pass = top && Tuned().two_pass == 1 && p.n > 2;
   if (top && !forced_two_pass && WindowsByShape(p.n, p.layout, sizeof(T) == 4)) {
     absl::StatusOr<bool> ran = SolveWindowed(p, x, flags, PlanWindowsFor<T>(p.n), stream);
@@ -202,37 +202,34 @@ absl::StatusOr<TridiagonalKernel> SolvePartitioned(const TridiagonalProblem<T>& 
   }
   if constexpr (std::is_same_v<T, double>) {
     if (top && !forced_two_pass && RowsStreamByShape(p.n, p.layout, false)) {
-      absl::StatusOr<bool> ran = SolveRowsStreamed(p, x, flags, pool, stream, growth);
+      absl::StatusOr<bool> ran = SolveRowsStreamed(p, x, flags, pool, stream);
       if (!ran.ok()) return ran.status();
       if (*ran) return TridiagonalKernel::kPartitionedClusterStream;
     }
   }
   if (!forced_two_pass) {
     if (StreamsInterleavedByShape(p.n, p.batch, p.layout, sizeof(T) == 4)) {
-      absl::StatusOr<bool> ran = LaunchStreamInterleaved16(p, x, flags, 256, stream, growth);
+      absl::StatusOr<bool> ran = LaunchStreamInterleaved16(p, x, flags, 256, stream);
       if (!ran.ok()) return ran.status();
       if (*ran) return TridiagonalKernel::kPartitionedStream;
     }
     if (const ClusterShape c = ClusterShapeFor(p.n, p.layout, sizeof(T) == 4); c.Q > 1) {
-      if (auto st = LaunchCluster(p, x, flags, c, stream, growth); !st.ok()) return st;
+      if (auto st = LaunchCluster(p, x, flags, c, stream); !st.ok()) return st;
       return TridiagonalKernel::kPartitionedCluster;
     }
-    if (FitsOnChip<T>(p.n) && !(top && TwoPassByShape(p.n, p.layout))) {
-      OnChipForm form = OnChipFormFor(p);
-      form.growth = growth;
-      return LaunchOnChip(p, x, flags, form, stream);
-    }
+    if (FitsOnChip<T>(p.n) && !(top && TwoPassByShape(p.n, p.layout)))
+      return LaunchOnChip(p, x, flags, OnChipFormFor(p), stream);
   }
   absl::Status st = SolveTwoPass(p, x, flags, pool, stream, arena,
-                                 Tuned().level_chunk == 8 ? 8 : 16, FlatDirect(), growth);
+                                 Tuned().level_chunk == 8 ? 8 : 16, FlatDirect());
   if (!st.ok()) return st;
   return TridiagonalKernel::kPartitioned;
 }
 
 template absl::StatusOr<TridiagonalKernel> SolvePartitioned(const TridiagonalProblem<double>&,
-    double*, uint8_t*, Pool&, cudaStream_t, bool, Scratch*, bool);
+    double*, uint8_t*, Pool&, cudaStream_t, bool, Scratch*);
 template absl::StatusOr<TridiagonalKernel> SolvePartitioned(const TridiagonalProblem<float>&,
-    float*, uint8_t*, Pool&, cudaStream_t, bool, Scratch*, bool);
+    float*, uint8_t*, Pool&, cudaStream_t, bool, Scratch*);
 
 }  // namespace tridiagonal
 
@@ -309,13 +306,10 @@ absl::StatusOr<TridiagonalKernel> SolveTridiagonalDevice(const TridiagonalProble
   if (p.batch == 1) p.layout = Layout::kFlat;
   const TridiagonalKernel k =
       ChooseTridiagonalKernel(method, p.n, p.batch, p.layout, sizeof(T) == 4);
-  // auto's systems whose pivot vanished or whose elimination grew (growth: the kernels flag
-  // those too), solved again by pivoting on the device: queued after the kernel, so nothing
-  // waits for it; a later answer that solves again resets the count and queues it again.
-  // (Without `resolve`, the caller solves the flagged systems again on the host.) The explicit
-  // methods flag a vanished pivot only and are never solved again.
-  const bool growth = method == TridiagonalMethod::kAuto;
-  if (!growth) resolve = nullptr;
+  // auto's systems whose pivot vanished, solved again by pivoting on the device: queued after
+  // the kernel, so nothing waits for it; a later answer that solves again resets the count and
+  // queues it again.
+  if (method != TridiagonalMethod::kAuto) resolve = nullptr;
   auto pivot_flagged = [p, x, flags, stream, resolve]() -> absl::Status {
     if (resolve == nullptr) return absl::OkStatus();
     return LaunchPivoting(p, x, flags, resolve->scratch, stream, true, resolve->mapped);
@@ -331,7 +325,7 @@ absl::StatusOr<TridiagonalKernel> SolveTridiagonalDevice(const TridiagonalProble
       // The windows' answer (at once, or at the caller's wait); where they failed, or did not
       // apply, the exact path.
       LaterAnswer::Rest rest = [windows = std::move(windows), solved = *ran, p, x, flags, &pool,
-                                stream, growth](bool* again) mutable
+                                stream](bool* again) mutable
           -> absl::StatusOr<TridiagonalKernel> {
         if (windows) {
           absl::StatusOr<bool> answered = windows(again);
@@ -340,7 +334,7 @@ absl::StatusOr<TridiagonalKernel> SolveTridiagonalDevice(const TridiagonalProble
         }
         absl::StatusOr<TridiagonalKernel> kernel = TridiagonalKernel::kThomasWindow;
         if (!solved) {
-          kernel = SolvePartitioned(p, x, flags, pool, stream, true, nullptr, growth);
+          kernel = SolvePartitioned(p, x, flags, pool, stream);
           if (kernel.ok()) *again = true;
         }
         return kernel;
@@ -369,7 +363,7 @@ absl::StatusOr<TridiagonalKernel> SolveTridiagonalDevice(const TridiagonalProble
     case TridiagonalKernel::kPartitionedStream:
     case TridiagonalKernel::kPartitionedClusterStream:
     case TridiagonalKernel::kPartitionedWindow: {
-      auto ran = SolvePartitioned(p, x, flags, pool, stream, true, nullptr, growth);
+      auto ran = SolvePartitioned(p, x, flags, pool, stream);
       if (!ran.ok()) return ran.status();
       if (auto st = pivot_flagged(); !st.ok()) return st;
       return *ran;

@@ -35,14 +35,13 @@ namespace tridiagonal {
 
 // The one-block kernels' launch (OnChipFormFor): rows a thread, threads a block at least,
 // whether flat rows load straight into registers, and whether the streamed kernel is tried
-// first (chunk 8 or 16), at how many threads a block; growth: as SolvePartitioned's.
+// first (chunk 8 or 16), at how many threads a block.
 struct OnChipForm {
   int chunk = kChunk;
   int min_threads = 128;
   bool direct = true;
   bool try_stream = false;
   int stream_threads = 128;
-  bool growth = false;
 };
 
 // A cluster launch's shape: Q blocks a system, S systems x Pb threads a block, M rows a thread.
@@ -68,9 +67,6 @@ struct Scratch {
 };
 
 // ---- the drivers (tridiagonal.cu): each launches what it is told, choosing nothing
-// growth (`auto`'s solves): a system whose elimination grew past kThomasGrowthLimit is flagged
-// as one whose pivot vanished, for the pivoting kernel to solve again; without it (the explicit
-// methods) only a vanished pivot flags a system (docs/kernels/tridiagonal.md, "Growth").
 
 // The one-pass kernel (or the streamed one, where form.try_stream and it applies) on p.
 template <typename T>
@@ -82,25 +78,23 @@ absl::StatusOr<TridiagonalKernel> LaunchOnChip(const TridiagonalProblem<T>& p, T
 template <typename T>
 absl::StatusOr<bool> LaunchStreamInterleaved16(const TridiagonalProblem<T>& p, T* x,
                                                uint8_t* flags, int min_threads,
-                                               cudaStream_t stream, bool growth);
+                                               cudaStream_t stream);
 // Flat p by the overlapping windows of `plan`. Returns false where they do not apply, or where
 // a window failed its dominance check or met a vanishing pivot: x is then partly written and
-// the caller solves p by the exact path. Waits for the kernel. (No growth check: the windows'
-// dominance limit, under 1, keeps the elimination from growing.)
+// the caller solves p by the exact path. Waits for the kernel.
 template <typename T>
 absl::StatusOr<bool> SolveWindowed(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
                                    const WindowPlan& plan, cudaStream_t stream);
 // The cluster kernel in shape c (c.Q > 1).
 template <typename T>
 absl::Status LaunchCluster(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
-                           const ClusterShape& c, cudaStream_t stream, bool growth);
+                           const ClusterShape& c, cudaStream_t stream);
 // n too large for one block: each chunk of level_chunk (8 or 16) rows reduced to 2 rows in
 // global memory, that system solved by SolvePartitioned (recursively), then each chunk
 // substituted back. arena: the level above's scratch (nullptr at the top, which then waits).
 template <typename T>
 absl::Status SolveTwoPass(const TridiagonalProblem<T>& p, T* x, uint8_t* flags, Pool& pool,
-                          cudaStream_t stream, Scratch* arena, int level_chunk, bool direct,
-                          bool growth);
+                          cudaStream_t stream, Scratch* arena, int level_chunk, bool direct);
 // cuThomasBatch (waits: its scratch goes back to the pool) and the PCR notes' kernel.
 template <typename T>
 absl::Status LaunchThomas(const TridiagonalProblem<T>& p, T* x, uint8_t* flags, Pool& pool,
@@ -116,13 +110,12 @@ absl::Status LaunchPcr(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
 // the cluster kernel, one block, else the two-pass path). top: the problem asked for (the
 // benchmark's two_pass applies to it), not a reduced system. arena: the scratch of the level
 // above (nullptr at the top). Returns the kernel that solved p (its first level, for the
-// two-pass path). growth: as the drivers'.
+// two-pass path).
 template <typename T>
 absl::StatusOr<TridiagonalKernel> SolvePartitioned(const TridiagonalProblem<T>& p, T* x,
                                                    uint8_t* flags, Pool& pool,
                                                    cudaStream_t stream, bool top = true,
-                                                   Scratch* arena = nullptr,
-                                                   bool growth = false);
+                                                   Scratch* arena = nullptr);
 
 }  // namespace tridiagonal
 }  // namespace trisolve::cuda

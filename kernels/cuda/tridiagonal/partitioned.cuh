@@ -15,15 +15,8 @@ namespace trisolve::cuda {
 //   row M-1:    a[M-1] x[0] + x[M-1] + c[M-1] x[M] = d[M-1]
 //   rows 1..M-2: x[i] = d[i] - a[i] x[0] - c[i] x[M-1]
 // where x[-1] and x[M] belong to the neighbouring chunks. Returns false if a pivot vanished.
-// grew (auto's check, docs/kernels/tridiagonal.md, "Growth"): set where the elimination grew
-// past kThomasGrowthLimit. Rows 2..M-1 are Thomas' elimination of rows 1..M-1 (x[0]'s column
-// carried along), whose |L||U| exceeds |A| only beside the pivot, by |a_i c'_{i-1}|: the CPU's
-// criterion against the row's |a| + |b| + |c|. Row 0 is eliminated once, against row 1 as
-// the backward pass left it: |c'_0 a''_1| against the scaled row's |a'_0| + 1 + |c'_0|. The
-// backward pass divides by nothing (unit diagonal): a triangular solve, stable in |U|.
 template <int M, typename T>
-__device__ __forceinline__ bool ChunkReduce(T (&a)[M], const T (&b)[M], T (&c)[M], T (&d)[M],
-                                            bool* grew = nullptr) {
+__device__ __forceinline__ bool ChunkReduce(T (&a)[M], const T (&b)[M], T (&c)[M], T (&d)[M]) {
   static_assert(M >= 2, "a chunk needs two rows");
   bool ok = true;
 #pragma unroll
@@ -39,8 +32,6 @@ __device__ __forceinline__ bool ChunkReduce(T (&a)[M], const T (&b)[M], T (&c)[M
     const T t = a[i] * c[i - 1];
     const T piv = b[i] - t;
     ok &= !Vanishes(piv, fabs(b[i]) + fabs(t));
-    if (grew != nullptr)
-      *grew |= fabs(t) > T(kThomasGrowthLimit) * (fabs(a[i]) + fabs(b[i]) + fabs(c[i]));
     const T r = Rcp(piv);
     d[i] = r * (d[i] - a[i] * d[i - 1]);
     a[i] = -r * a[i] * a[i - 1];
@@ -56,8 +47,6 @@ __device__ __forceinline__ bool ChunkReduce(T (&a)[M], const T (&b)[M], T (&c)[M
     const T t = c[0] * a[1];
     const T piv = T(1) - t;
     ok &= !Vanishes(piv, T(1) + fabs(t));
-    if (grew != nullptr)
-      *grew |= fabs(t) > T(kThomasGrowthLimit) * (fabs(a[0]) + T(1) + fabs(c[0]));
     const T r = Rcp(piv);
     d[0] = r * (d[0] - c[0] * d[1]);
     a[0] = r * a[0];
@@ -243,38 +232,15 @@ struct FirstThreadsSync {
   }
 };
 
-// Whether PCR's step at row i (PcrCombine, same operands: the compiler shares the loads and
-// the reciprocals) grew: it subtracts k1 = a_i / b_l times row i - stride and k2 = c_i / b_r
-// times row i + stride, leaving b_i - k1 c_l - k2 a_r on the diagonal; |k1 c_l| + |k2 a_r| is
-// the term that Thomas' |a_i c'_{i-1}| is on one side, judged against the row's
-// |a_i| + |b_i| + |c_i| with the same limit (docs/kernels/tridiagonal.md, "Growth").
-template <typename T, typename At>
-__device__ __forceinline__ bool PcrGrew(const T* A, const T* B, const T* C, int i, bool has_l,
-                                        int il, bool has_r, int ir, At at) {
-  const int e = at(i);
-  const T ai = A[e], ci = C[e];
-  T g = T(0);
-  if (has_l) {
-    const int el = at(il);
-    g += fabs(C[el] * (ai * Rcp(B[el])));
-  }
-  if (has_r) {
-    const int er = at(ir);
-    g += fabs(A[er] * (ci * Rcp(B[er])));
-  }
-  return g > T(kThomasGrowthLimit) * (fabs(ai) + fabs(B[e]) + fabs(ci));
-}
-
 // The reduced system of system sl (R = 2P rows: thread j's chunk gave rows 2j and 2j+1, its
 // first and last rows after ChunkReduce) solved by PCR in sa..sd (S * R values each); returns
 // x of the thread's two rows in x0, xl. Every thread of the block calls it (barriers inside),
 // or with `sync` the barrier of a group of threads, the group alone. kLazy: PcrCombine's form
-// (measured per caller). Returns false if a pivot vanished; sets *grew where a step grew
-// (PcrGrew).
+// (measured per caller). Returns false if a pivot vanished.
 template <bool kInterleaved, bool kLazy, typename T, typename Sync = BlockSync>
 __device__ __forceinline__ bool SolveReduced(T* sa, T* sb, T* sc, T* sd, int sl, int j, int P,
                                              int S, T a0, T c0, T d0, T al, T cl, T dl, T& x0,
-                                             T& xl, Sync sync = {}, bool* grew = nullptr) {
+                                             T& xl, Sync sync = {}) {
   const int R = 2 * P;
   const auto at = [&](int r) { return ReducedIndex<kInterleaved>(sl, r, P, S); };
   const int e0 = at(2 * j), e1 = at(2 * j + 1);
@@ -295,7 +261,6 @@ __device__ __forceinline__ bool SolveReduced(T* sa, T* sb, T* sc, T* sd, int sl,
       const int i = 2 * j + q, il = i - stride, ir = i + stride;
       ok &= PcrCombine<kLazy>(sa, sb, sc, sd, i, il >= 0, il, ir < R, ir, at, na[q], nb[q],
                               nc[q], nd[q]);
-      if (grew != nullptr) *grew |= PcrGrew(sa, sb, sc, i, il >= 0, il, ir < R, ir, at);
     }
     sync();
 #pragma unroll
@@ -331,22 +296,21 @@ __device__ __forceinline__ void LoadReducedRows(const T* ra, const T* rc, const 
 // which alone call it: each reduces K rows in registers (ChunkReduce), the 2 T rows left are
 // solved by PCR among them (a named barrier of T threads, or __syncwarp) in the memory of ra,
 // free once they have read their rows, and each substitutes back: x in rd. Returns false if a
-// pivot vanished; sets *grew where the elimination grew (ChunkReduce, SolveReduced).
+// pivot vanished.
 template <int K, typename T>
-__device__ __forceinline__ bool SolvePaddedRows(T* ra, const T* rc, T* rd, int j, int R,
-                                                bool* grew = nullptr) {
+__device__ __forceinline__ bool SolvePaddedRows(T* ra, const T* rc, T* rd, int j, int R) {
   static_assert(K >= 7, "the PCR's 8 T values must fit in ra's (K + 1) T");
   const int T1 = R / K, base = j * (K + 1);
   T ka[K], kb[K], kc[K], kd[K];
   LoadReducedRows<K>(ra, rc, rd, base, ka, kb, kc, kd);
   const FirstThreadsSync sync{T1};
   sync();  // ra and rc read: the PCR's 8 T1 values may overwrite them
-  bool ok = ChunkReduce<K>(ka, kb, kc, kd, grew);
+  bool ok = ChunkReduce<K>(ka, kb, kc, kd);
   T y0, yl;
   T* pcr = ra;
   ok &= SolveReduced<false, false>(pcr, pcr + 2 * T1, pcr + 4 * T1, pcr + 6 * T1, 0, j, T1, 1,
                                    ka[0], kc[0], kd[0], ka[K - 1], kc[K - 1], kd[K - 1], y0, yl,
-                                   sync, grew);
+                                   sync);
   ChunkBack<K>(ka, kc, kd, y0, yl);
 #pragma unroll
   for (int i = 0; i < K; ++i) rd[base + i] = kd[i];
@@ -375,11 +339,10 @@ __device__ __forceinline__ void PutPaddedRows(T* ra, T* rc, T* rd, int j, T a0, 
 // 2 log2 R + 1, and a fraction of its shared-memory traffic: PCR over R rows moves ~128 bytes
 // a row and step in float64, which bounds it by the SM's 128 bytes a cycle (512 rows: ~4,600
 // cycles; NOTES.md t26). `rows` holds 3 (R + R / K1) values. Returns x of the thread's rows in
-// x0, xl, and false if a pivot vanished; *grew as SolvePaddedRows.
+// x0, xl, and false if a pivot vanished.
 template <int K1, typename T>
 __device__ __forceinline__ bool SolveReducedTwoLevel(T* rows, int j, int P, T a0, T c0, T d0,
-                                                     T al, T cl, T dl, T& x0, T& xl,
-                                                     bool* grew = nullptr) {
+                                                     T al, T cl, T dl, T& x0, T& xl) {
   const int R = 2 * P, Rp = R + R / K1;
   T* ra = rows;
   T* rc = ra + Rp;
@@ -388,7 +351,7 @@ __device__ __forceinline__ bool SolveReducedTwoLevel(T* rows, int j, int P, T a0
   PutPaddedRows<K1>(ra, rc, rd, j, a0, c0, d0, al, cl, dl, e0, e1);
   __syncthreads();
   bool ok = true;
-  if (j < R / K1) ok = SolvePaddedRows<K1>(ra, rc, rd, j, R, grew);
+  if (j < R / K1) ok = SolvePaddedRows<K1>(ra, rc, rd, j, R);
   __syncthreads();
   x0 = rd[e0];
   xl = rd[e1];
@@ -402,16 +365,14 @@ __device__ __forceinline__ bool SolveReducedTwoLevel(T* rows, int j, int P, T a0
 constexpr int kTwoLevelChunk = 8;
 // kTwoLevel: whether the kernel may take the second level at all (where it cannot, its code
 // would only cost the kernel registers).
-// grew: as SolveReduced.
 template <bool kInterleaved, bool kLazy, bool kTwoLevel = true, typename T>
 __device__ __forceinline__ bool SolveReducedBlock(T* sa, int sl, int j, int P, int S, T a0, T c0,
-                                                  T d0, T al, T cl, T dl, T& x0, T& xl,
-                                                  bool* grew = nullptr) {
+                                                  T d0, T al, T cl, T dl, T& x0, T& xl) {
   if (kTwoLevel && S == 1 && P >= 64)
-    return SolveReducedTwoLevel<kTwoLevelChunk>(sa, j, P, a0, c0, d0, al, cl, dl, x0, xl, grew);
+    return SolveReducedTwoLevel<kTwoLevelChunk>(sa, j, P, a0, c0, d0, al, cl, dl, x0, xl);
   const int n = 2 * P * S;
   return SolveReduced<kInterleaved, kLazy>(sa, sa + n, sa + 2 * n, sa + 3 * n, sl, j, P, S, a0,
-                                           c0, d0, al, cl, dl, x0, xl, BlockSync{}, grew);
+                                           c0, d0, al, cl, dl, x0, xl);
 }
 
 // The reduced system of systems split over the Q = K / 2 blocks of a thread-block cluster
@@ -428,8 +389,7 @@ __device__ __forceinline__ bool SolveReducedBlock(T* sa, int sl, int j, int P, i
 //     The block then arrives at a second cluster barrier: done reading the others' memory.
 //  3. K consecutive rows a thread reduced in registers (ChunkReduce), PCR on the 2 Pb rows left
 //     in `pcr` (4 S Rb values; SolveReduced), ChunkBack into gather (x: [sl * R + r]).
-// Returns x of the thread's two rows in x0, xl, and false if a pivot vanished (*grew: where
-// the elimination grew, as SolvePaddedRows). `own` must
+// Returns x of the thread's two rows in x0, xl, and false if a pivot vanished. `own` must
 // outlive the other blocks' reads: the caller waits on the second barrier
 // (cluster.barrier_wait()) before it exits or writes `own` again. after_sync() runs right after
 // the first cluster barrier (the streamed block sweeps start their next copies there).
@@ -437,7 +397,7 @@ template <int K, bool kInterleaved, typename T, typename Cluster, typename After
 __device__ __forceinline__ bool SolveReducedCluster(Cluster& cluster, T* own, T* pcr, T* gather,
                                                     int sl, int j, int Pb, int S, T a0, T c0,
                                                     T d0, T al, T cl, T dl, T& x0, T& xl,
-                                                    AfterSync after_sync, bool* grew = nullptr) {
+                                                    AfterSync after_sync) {
   constexpr int Q = K / 2;
   const int rank = int(cluster.block_rank());
   const int Rb = 2 * Pb, R = Rb * Q, Rp = R + R / K;
@@ -474,13 +434,13 @@ __device__ __forceinline__ bool SolveReducedCluster(Cluster& cluster, T* own, T*
     const int r0 = j * K, base = sl * Rp + r0 + j;
     T ka[K], kb[K], kc[K], kd[K];
     LoadReducedRows<K>(ga, gc, gd, base, ka, kb, kc, kd);
-    ok = ChunkReduce<K>(ka, kb, kc, kd, grew);
+    ok = ChunkReduce<K>(ka, kb, kc, kd);
     T y0, yl;
     T* sa = pcr;
     // Barriers inside: every thread has read its rows of ga before gx (= ga) is written.
     ok &= SolveReduced<kInterleaved, false>(sa, sa + S * Rb, sa + 2 * S * Rb, sa + 3 * S * Rb,
                                             sl, j, Pb, S, ka[0], kc[0], kd[0], ka[K - 1],
-                                            kc[K - 1], kd[K - 1], y0, yl, BlockSync{}, grew);
+                                            kc[K - 1], kd[K - 1], y0, yl);
     ChunkBack<K>(ka, kc, kd, y0, yl);
 #pragma unroll
     for (int i = 0; i < K; ++i) gx[sl * R + r0 + i] = kd[i];
@@ -514,8 +474,7 @@ constexpr int kClusterTwoLevelMin = 64;
 // barrier: the caller keeps them from it while it still uses that memory (the streamed sweeps:
 // a split cluster barrier around the whole task). after_sync() runs right after the cluster
 // barrier; mark(k) after step 1's reduction (k = 0) and step 2 (1): the streamed sweeps' phase
-// profile. Returns x of the thread's rows in x0, xl, and false if a pivot vanished (*grew:
-// as SolvePaddedRows).
+// profile. Returns x of the thread's rows in x0, xl, and false if a pivot vanished.
 struct NoMark {
   __device__ void operator()(int) const {}
 };
@@ -525,8 +484,7 @@ __device__ __forceinline__ bool SolveReducedClusterTwoLevel(Cluster& cluster, T*
                                                             int j, int P, T a0, T c0, T d0, T al,
                                                             T cl, T dl, T& x0, T& xl,
                                                             AfterSync after_sync,
-                                                            Mark mark = {},
-                                                            bool* grew = nullptr) {
+                                                            Mark mark = {}) {
   const int rank = int(cluster.block_rank());
   const int R = 2 * P, Rp = R + R / K1, T1 = R / K1, R1 = 2 * T1;
   const int Rg = R1 * Q, Rgp = Rg + Rg / K2;
@@ -544,7 +502,7 @@ __device__ __forceinline__ bool SolveReducedClusterTwoLevel(Cluster& cluster, T*
   if (j < T1) {
     T ka[K1], kb[K1], kc[K1], kd[K1];
     LoadReducedRows<K1>(ra, rc, rd, base, ka, kb, kc, kd);
-    ok = ChunkReduce<K1>(ka, kb, kc, kd, grew);
+    ok = ChunkReduce<K1>(ka, kb, kc, kd);
 #pragma unroll
     for (int i = 0; i < K1; ++i) {
       ra[base + i] = ka[i];
@@ -567,7 +525,7 @@ __device__ __forceinline__ bool SolveReducedClusterTwoLevel(Cluster& cluster, T*
   mark(0);
   cluster.sync();  // every block's rows in every block's `gather`
   after_sync();
-  if (j < Rg / K2) ok &= SolvePaddedRows<K2>(ga, gc, gd, j, Rg, grew);
+  if (j < Rg / K2) ok &= SolvePaddedRows<K2>(ga, gc, gd, j, Rg);
   __syncthreads();
   mark(1);
   if (j < T1) {

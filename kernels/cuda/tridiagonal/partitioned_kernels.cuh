@@ -84,13 +84,10 @@ __device__ __forceinline__ void LoadChunkFlatDirect(const TridiagonalProblem<T>&
 // Block = S systems x P threads (P a power of two, P * M >= n). Flat layout: thread
 // tid = s_local * P + j; interleaved: tid = j * S + s_local (systems fastest, coalesced); the
 // reduced rows placed by ReducedIndex (partitioned.cuh).
-// growth (`auto`): a system whose elimination grew is flagged as one whose pivot vanished, for
-// the pivoting kernel to solve again (ChunkReduce, PcrGrew: docs/kernels/tridiagonal.md,
-// "Growth"); the explicit methods keep their answer.
 template <int M, typename T, bool kInterleaved, bool kLazyPcr, bool kDirect = false>
 __global__ void __launch_bounds__(MaxThreadsOnChip(M))
     PartitionedOnChipKernel(TridiagonalProblem<T> p, T* __restrict__ x, uint8_t* flags, int P,
-                            int S, bool vec, bool growth) {
+                            int S, bool vec) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* smem = reinterpret_cast<T*>(smem_raw);
   const int R = 2 * P;  // reduced rows per system
@@ -129,18 +126,17 @@ __global__ void __launch_bounds__(MaxThreadsOnChip(M))
     __syncthreads();
     ReadChunkFromTile<M>(tile, tsz, s < p.batch ? s : -1, j, p.n, a, b, c, d);
   }
-  bool grew = false;
-  bool ok = ChunkReduce<M>(a, b, c, d, &grew);
+  bool ok = ChunkReduce<M>(a, b, c, d);
   // kLazyPcr (LaunchOnChipM picks; H100, NOTES.md t6b): reading the neighbours only when
   // present is 1.3-1.45x faster in float32 at n = 256-4096, 5-9% slower in float32 flat
   // n <= 64 and 2-6% slower in float64.
   T x0, xl;
   ok &= SolveReducedBlock<kInterleaved, kLazyPcr, !kInterleaved && M >= 16>(
-      sa, sl, j, P, S, a[0], c[0], d[0], a[M - 1], c[M - 1], d[M - 1], x0, xl, &grew);
+      sa, sl, j, P, S, a[0], c[0], d[0], a[M - 1], c[M - 1], d[M - 1], x0, xl);
   ChunkBack<M>(a, c, d, x0, xl);
 #pragma unroll
   for (int i = 0; i < M; ++i) ok &= Finite(d[i]);
-  if (!ok || (growth && grew)) atomicOr(&bad[sl], 1);
+  if (!ok) atomicOr(&bad[sl], 1);
   if (kInterleaved) {
     StoreChunkInterleaved<M>(p, s, j, d, x);
     __syncthreads();
@@ -166,7 +162,7 @@ __global__ void __launch_bounds__(MaxThreadsOnChip(M))
 template <int M, int K, typename T, bool kInterleaved>
 __global__ void __launch_bounds__(256)
     PartitionedClusterKernel(TridiagonalProblem<T> p, T* __restrict__ x, uint8_t* flags, int Pb,
-                             int S, bool vec, bool growth) {
+                             int S, bool vec) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr int Q = K / 2;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -191,16 +187,14 @@ __global__ void __launch_bounds__(256)
     LoadChunkInterleaved<M>(p, s, J, a, b, c, d);
   else
     LoadChunkFlatDirect<M>(p, s, J, vec, a, b, c, d);
-  bool grew = false;  // (growth: as the one-pass kernel)
-  bool ok = ChunkReduce<M>(a, b, c, d, &grew);
+  bool ok = ChunkReduce<M>(a, b, c, d);
   T x0, xl;
   ok &= SolveReducedCluster<K, kInterleaved>(cluster, own, pcr, gather, sl, j, Pb, S, a[0], c[0],
-                                             d[0], a[M - 1], c[M - 1], d[M - 1], x0, xl, [] {},
-                                             &grew);
+                                             d[0], a[M - 1], c[M - 1], d[M - 1], x0, xl, [] {});
   ChunkBack<M>(a, c, d, x0, xl);
 #pragma unroll
   for (int i = 0; i < M; ++i) ok &= Finite(d[i]);
-  if (!ok || (growth && grew)) atomicOr(&bad[sl], 1);
+  if (!ok) atomicOr(&bad[sl], 1);
   if (kInterleaved) {
     StoreChunkInterleaved<M>(p, s, J, d, x);
   } else if (s < p.batch) {
@@ -232,7 +226,7 @@ __global__ void __launch_bounds__(LevelThreads<M, T, kInterleaved || kDirect>())
     PartitionedLevelKernel(TridiagonalProblem<T> p, int64_t nch, T* __restrict__ ra,
                            T* __restrict__ rb, T* __restrict__ rc, T* __restrict__ rd,
                            const T* __restrict__ xr, T* __restrict__ x, uint8_t* flags,
-                           bool vec, bool growth) {
+                           bool vec) {
   constexpr int kThreads = LevelThreads<M, T, kInterleaved || kDirect>();
   constexpr int tsz = kThreads * (M + 1);
   T* tile = nullptr;
@@ -279,10 +273,7 @@ __global__ void __launch_bounds__(LevelThreads<M, T, kInterleaved || kDirect>())
     ReadChunkFromTile<M>(tile, tsz, s, j, p.n, a, b, c, d);
     __syncthreads();
   }
-  // growth (the reducing pass): as the one-pass kernel; the reduced system's own growth is
-  // judged where it is solved.
-  bool grew = false;
-  const bool ok = ChunkReduce<M>(a, b, c, d, &grew) && !(growth && grew);
+  const bool ok = ChunkReduce<M>(a, b, c, d);
   const int64_t rn = 2 * nch;
   if (!kBack) {
     if (s >= 0) {

@@ -62,7 +62,7 @@ __device__ __forceinline__ WindowRows WindowOf(const Windows& win, int64_t n, in
 template <int M, typename T, bool kInterleaved, bool kWindow = false>
 __global__ void __launch_bounds__(256)
     PartitionedStreamKernel(TridiagonalProblem<T> p, T* __restrict__ x, uint8_t* flags, int P,
-                            int S, int64_t groups, Windows win, bool growth) {
+                            int S, int64_t groups, Windows win) {
   using V = typename Vec16<T>::type;
   constexpr int W = 16 / sizeof(T);
   static_assert(kInterleaved || M % W == 0, "a flat chunk is whole 16-byte words");
@@ -203,17 +203,14 @@ __global__ void __launch_bounds__(256)
     if (tid < S) bad[tid] = 0;
     __syncthreads();  // buf read: the next group may land in it
     if (g + gridDim.x < groups) issue(g + gridDim.x);
-    // growth: as the one-pass kernel. (The windows pass no growth: their dominance limit,
-    // under 1, keeps every |c'| under 1 and so |a_i c'_{i-1}| under |a_i|.)
-    bool grew = false;
-    bool ok = ChunkReduce<M>(a, b, c, d, &grew);
+    bool ok = ChunkReduce<M>(a, b, c, d);
     T x0, xl;
     ok &= SolveReducedBlock<kInterleaved, sizeof(T) == 4, !kInterleaved>(
-        sa, sl, j, P, S, a[0], c[0], d[0], a[M - 1], c[M - 1], d[M - 1], x0, xl, &grew);
+        sa, sl, j, P, S, a[0], c[0], d[0], a[M - 1], c[M - 1], d[M - 1], x0, xl);
     ChunkBack<M>(a, c, d, x0, xl);
 #pragma unroll
     for (int i = 0; i < M; ++i) ok &= Finite(d[i]);
-    if (!ok || !dominant || (growth && grew)) atomicOr(&bad[sl], 1);
+    if (!ok || !dominant) atomicOr(&bad[sl], 1);
     if constexpr (kInterleaved) {
       StoreChunkInterleaved<M>(p, s, j, d, x);
     } else if constexpr (kWindow) {  // the core's rows: whole 16-byte words

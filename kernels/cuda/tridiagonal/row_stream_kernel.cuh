@@ -318,16 +318,12 @@ __global__ void __launch_bounds__(kP, kStreamThreads / kP)
       __syncthreads();
       next();
     }
-    // Uncoupled rows (a batch of tridiagonal systems): the elimination's growth too, where
-    // g.growth asks (ChunkReduce, PcrGrew); the sweeps' rows are diagonally dominant.
-    bool grew = false;
-    bool* const track = kUncoupled ? &grew : nullptr;
-    bool ok = ChunkReduce<CH>(a, b, c, d, track);
+    bool ok = ChunkReduce<CH>(a, b, c, d);
     clock.Mark(kPhaseReduce);
     T x0, xl;
     if constexpr (Q == 1) {
       ok &= SolveReducedBlock<false, kLazy>(sa, 0, tid, P, 1, a[0], c[0], d[0], a[CH - 1],
-                                            c[CH - 1], d[CH - 1], x0, xl, track);
+                                            c[CH - 1], d[CH - 1], x0, xl);
     } else {
       ok &= SolveReducedClusterTwoLevel<Q, kTwoLevelChunk, kTwoLevelChunk>(
           cluster, sa, gather, tid, P, a[0], c[0], d[0], a[CH - 1], c[CH - 1], d[CH - 1], x0,
@@ -337,13 +333,13 @@ __global__ void __launch_bounds__(kP, kStreamThreads / kP)
             next();
             clock.Mark(kPhaseNext);
           },
-          [&](int k) { clock.Mark(k == 0 ? kPhaseFirstLevel : kPhaseGathered); }, track);
+          [&](int k) { clock.Mark(k == 0 ? kPhaseFirstLevel : kPhaseGathered); });
     }
     clock.Mark(kPhaseReducedSolve);
     ChunkBack<CH>(a, c, d, x0, xl);
 #pragma unroll
     for (int q = 0; q < CH; ++q) ok &= Finite(d[q]);
-    if (!ok || (g.growth && grew)) task_bad = 1;
+    if (!ok) task_bad = 1;
     if constexpr (Q > 1) __syncthreads();  // this block's threads have their x: ystage free
     clock.Mark(kPhaseBack);
     auto where = [&](int e, int64_t& gi, int& pos) {

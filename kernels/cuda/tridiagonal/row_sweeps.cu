@@ -194,8 +194,7 @@ int64_t RowsStreamCapacity(int64_t n) {
 }
 
 absl::StatusOr<bool> SolveRowsStreamed(const TridiagonalProblem<double>& p, double* x,
-                                       uint8_t* flags, Pool& pool, cudaStream_t stream,
-                                       bool growth) {
+                                       uint8_t* flags, Pool& pool, cudaStream_t stream) {
   if (p.layout != Layout::kFlat && p.batch > 1) return false;
   const SweepForm form = SweepFormFor(p.n, true, SweepKind::kJacobi);
   if (!form.stream || p.batch < 1 || p.batch > (int64_t{1} << 30)) return false;
@@ -211,7 +210,6 @@ absl::StatusOr<bool> SolveRowsStreamed(const TridiagonalProblem<double>& p, doub
                       x,       nullptr, buf->as<unsigned>(), flags, nullptr, 0,       1,
                       SweepKind::kJacobi, vec};
   g.uncoupled = true;
-  g.growth = growth;
   if (auto st = LaunchStreamForm(form, g, stream); !st.ok()) return st;
   // The counter goes back to the pool now: wait for the kernel first.
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));

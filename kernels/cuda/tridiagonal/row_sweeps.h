@@ -49,9 +49,6 @@ struct SweepArgs {
   // F into Y1): no neighbours (cA, cB, Y0 unused), no waits on other rows, nothing published
   // but the flags; `done` unused. The streamed kernel only, instantiated with kQB = 0 for it.
   bool uncoupled = false;
-  // With uncoupled: a row whose elimination grew is flagged too (`auto`'s growth check,
-  // SolveRowsStreamed).
-  bool growth = false;
   // The windowed form (the streamed kernel with kWin, one block a window): each row's line
   // solve as win.per_system overlapping windows (trisolve/windows.h), a task each; done[] then
   // counts per_system a sweep. per_system 0: not windowed.

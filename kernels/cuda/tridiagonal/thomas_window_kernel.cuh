@@ -259,13 +259,7 @@ __global__ void __launch_bounds__(kLanes)
       // there is x_first), not 0 past a look-ahead.
       T x_first = T(0), x_next = T(0);
       bool linked = false;  // (uniform)
-      // A pivot vanished, the elimination grew or x is not finite. Growth (thomas-window runs
-      // under `auto` only): a row whose |a c'| (c' of the row before) passes kThomasGrowthLimit
-      // times its |a| + |b| + |c|, the CPU's check, is judged as a vanished pivot: the system
-      // is flagged (the first window) or the problem goes to the exact path (a window past a
-      // system's first, as for a core |c'| over 1, which growth implies on the row before).
-      // (A flag of its own cost the float64 kernel 124 bytes of spills.)
-      bool bad = false;
+      bool bad = false;  // a pivot vanished or x is not finite
       int failed = 0;    // kFail* (uniform)
       int rel = 0;                          // next row to sweep (relative, uniform)
       int fend = min(H + kOut, core_end);   // end of the chunk being swept
@@ -354,9 +348,7 @@ __global__ void __launch_bounds__(kLanes)
             }
             const T ac = a * cp;
             const T den = b - ac;
-            // (Bitwise: the branches of && and || cost the unrolled sweep registers.)
-            bad |= valid & (Vanishes(den, fabs(b) + fabs(ac)) |
-                            (fabs(ac) > T(kThomasGrowthLimit) * (fabs(a) + fabs(b) + fabs(c))));
+            bad |= valid && Vanishes(den, fabs(b) + fabs(ac));
             const T rr = Rcp(den);
             cp = c * rr;
             dp = (d - a * dp) * rr;

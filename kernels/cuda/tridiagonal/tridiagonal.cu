@@ -43,7 +43,7 @@ bool Rows16(const TridiagonalProblem<T>& p, const T* x) {
 
 template <int M, typename T>
 absl::Status LaunchOnChipM(const TridiagonalProblem<T>& p, T* x, uint8_t* flags, int min_threads,
-                           bool flat_direct, bool growth, cudaStream_t stream) {
+                           bool flat_direct, cudaStream_t stream) {
   const int P = NextPow2((p.n + M - 1) / M);
   const int threads = std::max(P, std::min(min_threads, MaxThreadsOnChip(M)));
   const int S = threads / P;
@@ -66,7 +66,7 @@ absl::Status LaunchOnChipM(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
   }
   TRISOLVE_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  kernel<<<dim3(unsigned(blocks)), threads, smem, stream>>>(p, x, flags, P, S, vec, growth);
+  kernel<<<dim3(unsigned(blocks)), threads, smem, stream>>>(p, x, flags, P, S, vec);
   return CudaStatus(cudaGetLastError(), "PartitionedOnChipKernel launch");
 }
 
@@ -91,7 +91,7 @@ absl::StatusOr<bool> LaunchPersistent(void (*kernel)(Params...), int threads, si
 // one block of at most 256 threads. Returns false (nothing launched) where it does not.
 template <int M, typename T>
 absl::StatusOr<bool> LaunchStreamM(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
-                                   int min_threads, bool growth, cudaStream_t stream) {
+                                   int min_threads, cudaStream_t stream) {
   constexpr int W = 16 / sizeof(T);
   if (p.layout != Layout::kFlat || !Rows16(p, x) || p.n > int64_t(M) * 256) return false;
   const int P = NextPow2((p.n + M - 1) / M);
@@ -102,7 +102,7 @@ absl::StatusOr<bool> LaunchStreamM(const TridiagonalProblem<T>& p, T* x, uint8_t
   const size_t smem = sizeof(T) * 4 * size_t(S) * 2 * P + 16 * 4 * cap;
   if (smem > 227 * 1024) return false;
   return LaunchPersistent(PartitionedStreamKernel<M, T, false>, threads, smem, groups, stream,
-                          p, x, flags, P, S, groups, Windows{}, growth);
+                          p, x, flags, P, S, groups, Windows{});
 }
 
 // The streamed kernel on the interleaved layout (PartitionedStreamKernel<.., true>) where it
@@ -111,7 +111,7 @@ absl::StatusOr<bool> LaunchStreamM(const TridiagonalProblem<T>& p, T* x, uint8_t
 // of at most 256 threads. Returns false (nothing launched) where it does not.
 template <int M, typename T>
 absl::StatusOr<bool> LaunchStreamInterleavedM(const TridiagonalProblem<T>& p, T* x,
-                                              uint8_t* flags, int min_threads, bool growth,
+                                              uint8_t* flags, int min_threads,
                                               cudaStream_t stream) {
   constexpr int W = 16 / sizeof(T);
   if (p.layout != Layout::kInterleaved || p.batch % W != 0 || p.n > int64_t(M) * 256)
@@ -128,13 +128,12 @@ absl::StatusOr<bool> LaunchStreamInterleavedM(const TridiagonalProblem<T>& p, T*
   const size_t smem = sizeof(T) * 4 * size_t(S) * 2 * P + 16 * 4 * cap;
   if (smem > 227 * 1024) return false;
   return LaunchPersistent(PartitionedStreamKernel<M, T, true>, threads, smem, groups,
-                          stream, p, x, flags, P, S, groups, Windows{}, growth);
+                          stream, p, x, flags, P, S, groups, Windows{});
 }
 
 template <int M, int K, typename T, bool kInterleaved>
 absl::Status LaunchClusterMK(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
-                             const ClusterShape& c, bool vec, bool growth,
-                             cudaStream_t stream) {
+                             const ClusterShape& c, bool vec, cudaStream_t stream) {
   auto kernel = PartitionedClusterKernel<M, K, T, kInterleaved>;
   const int Rb = 2 * c.Pb;
   const int Rp = Rb * c.Q + c.Pb;  // R + R / K
@@ -144,25 +143,25 @@ absl::Status LaunchClusterMK(const TridiagonalProblem<T>& p, T* x, uint8_t* flag
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   const int64_t clusters = (p.batch + c.S - 1) / c.S;
   LaunchConfig launch(clusters * c.Q, c.S * c.Pb, smem, stream, c.Q);
-  return CudaStatus(cudaLaunchKernelEx(&launch.cfg, kernel, p, x, flags, c.Pb, c.S, vec, growth),
+  return CudaStatus(cudaLaunchKernelEx(&launch.cfg, kernel, p, x, flags, c.Pb, c.S, vec),
                     "PartitionedClusterKernel launch");
 }
 
 template <int M, typename T>
 absl::Status LaunchClusterM(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
-                            const ClusterShape& c, bool growth, cudaStream_t stream) {
+                            const ClusterShape& c, cudaStream_t stream) {
   const bool vec = Rows16(p, x);
   const bool inter = p.layout == Layout::kInterleaved;
   switch (c.Q) {
     case 2:
-      return inter ? LaunchClusterMK<M, 4, T, true>(p, x, flags, c, vec, growth, stream)
-                   : LaunchClusterMK<M, 4, T, false>(p, x, flags, c, vec, growth, stream);
+      return inter ? LaunchClusterMK<M, 4, T, true>(p, x, flags, c, vec, stream)
+                   : LaunchClusterMK<M, 4, T, false>(p, x, flags, c, vec, stream);
     case 4:
-      return inter ? LaunchClusterMK<M, 8, T, true>(p, x, flags, c, vec, growth, stream)
-                   : LaunchClusterMK<M, 8, T, false>(p, x, flags, c, vec, growth, stream);
+      return inter ? LaunchClusterMK<M, 8, T, true>(p, x, flags, c, vec, stream)
+                   : LaunchClusterMK<M, 8, T, false>(p, x, flags, c, vec, stream);
     default:
-      return inter ? LaunchClusterMK<M, 16, T, true>(p, x, flags, c, vec, growth, stream)
-                   : LaunchClusterMK<M, 16, T, false>(p, x, flags, c, vec, growth, stream);
+      return inter ? LaunchClusterMK<M, 16, T, true>(p, x, flags, c, vec, stream)
+                   : LaunchClusterMK<M, 16, T, false>(p, x, flags, c, vec, stream);
   }
 }
 
@@ -183,7 +182,7 @@ int64_t TwoPassScratchBytes(int64_t n, int64_t batch, int M) {
 // pass), that system solved (recursively), then each chunk substituted back (a second pass).
 template <int M, typename T>
 absl::Status SolveTwoPassM(const TridiagonalProblem<T>& p, T* x, uint8_t* flags, Pool& pool,
-                           cudaStream_t stream, Scratch* arena, bool flat_direct, bool growth) {
+                           cudaStream_t stream, Scratch* arena, bool flat_direct) {
   const int64_t nch = (p.n + M - 1) / M;
   const int64_t rn = 2 * nch;
   Pool::Buffer own;
@@ -209,7 +208,7 @@ absl::Status SolveTwoPassM(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
   const bool direct = !inter && flat_direct;
   auto level = [&](auto kernel, int threads, const T* xin) {
     const unsigned blocks = unsigned((total + threads - 1) / threads);
-    kernel<<<blocks, threads, 0, stream>>>(p, nch, ra, rb, rc, rd, xin, x, flags, vec, growth);
+    kernel<<<blocks, threads, 0, stream>>>(p, nch, ra, rb, rc, rd, xin, x, flags, vec);
     return CudaStatus(cudaGetLastError(), "PartitionedLevelKernel launch");
   };
   constexpr int kStaged = LevelThreads<M, T>(), kNoTile = LevelThreads<M, T, true>();
@@ -219,7 +218,7 @@ absl::Status SolveTwoPassM(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
                : level(PartitionedLevelKernel<M, T, false, false>, kStaged, nullptr);
   if (!st.ok()) return st;
   TridiagonalProblem<T> reduced{p.batch, rn, Layout::kFlat, ra, rb, rc, rd};
-  if (auto r = SolvePartitioned(reduced, xr, flags, pool, stream, false, arena, growth); !r.ok())
+  if (auto r = SolvePartitioned(reduced, xr, flags, pool, stream, false, arena); !r.ok())
     return r.status();
   const absl::Status back =
       inter    ? level(PartitionedLevelKernel<M, T, true, true>, kNoTile, xr)
@@ -239,22 +238,22 @@ absl::StatusOr<TridiagonalKernel> LaunchOnChip(const TridiagonalProblem<T>& p, T
                                                uint8_t* flags, const OnChipForm& form,
                                                cudaStream_t stream) {
   const int chunk = form.chunk, min_threads = form.min_threads;
-  const bool inter = p.layout == Layout::kInterleaved, g = form.growth;
+  const bool inter = p.layout == Layout::kInterleaved;
   if (form.try_stream) {
     const int st = form.stream_threads;
     absl::StatusOr<bool> ran =
-        inter ? (chunk == 8 ? LaunchStreamInterleavedM<8>(p, x, flags, st, g, stream)
-                            : LaunchStreamInterleavedM<16>(p, x, flags, st, g, stream))
-              : (chunk == 8 ? LaunchStreamM<8>(p, x, flags, st, g, stream)
-                            : LaunchStreamM<16>(p, x, flags, st, g, stream));
+        inter ? (chunk == 8 ? LaunchStreamInterleavedM<8>(p, x, flags, st, stream)
+                            : LaunchStreamInterleavedM<16>(p, x, flags, st, stream))
+              : (chunk == 8 ? LaunchStreamM<8>(p, x, flags, st, stream)
+                            : LaunchStreamM<16>(p, x, flags, st, stream));
     if (!ran.ok()) return ran.status();
     if (*ran) return TridiagonalKernel::kPartitionedStream;
   }
   const bool d = form.direct;
-  absl::Status st = chunk == 16  ? LaunchOnChipM<16>(p, x, flags, min_threads, d, g, stream)
-                    : chunk == 2 ? LaunchOnChipM<2>(p, x, flags, min_threads, d, g, stream)
-                    : chunk == 4 ? LaunchOnChipM<4>(p, x, flags, min_threads, d, g, stream)
-                                 : LaunchOnChipM<kChunk>(p, x, flags, min_threads, d, g, stream);
+  absl::Status st = chunk == 16  ? LaunchOnChipM<16>(p, x, flags, min_threads, d, stream)
+                    : chunk == 2 ? LaunchOnChipM<2>(p, x, flags, min_threads, d, stream)
+                    : chunk == 4 ? LaunchOnChipM<4>(p, x, flags, min_threads, d, stream)
+                                 : LaunchOnChipM<kChunk>(p, x, flags, min_threads, d, stream);
   if (!st.ok()) return st;
   return TridiagonalKernel::kPartitioned;
 }
@@ -292,7 +291,7 @@ absl::StatusOr<bool> SolveWindowed(const TridiagonalProblem<T>& p, T* x, uint8_t
   if (!resident.ok()) return resident.status();
   if (*resident < 1) return false;
   kernel<<<unsigned(std::min(groups, *resident)), P, smem, stream>>>(p, x, flags, P, 1, groups,
-                                                                      win, false);
+                                                                      win);
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
   return *static_cast<volatile int*>(word->get()) == 0;
@@ -300,25 +299,24 @@ absl::StatusOr<bool> SolveWindowed(const TridiagonalProblem<T>& p, T* x, uint8_t
 
 template <typename T>
 absl::Status LaunchCluster(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
-                           const ClusterShape& c, cudaStream_t stream, bool growth) {
-  if (c.M == 8) return LaunchClusterM<8>(p, x, flags, c, growth, stream);
-  return LaunchClusterM<16>(p, x, flags, c, growth, stream);
+                           const ClusterShape& c, cudaStream_t stream) {
+  if (c.M == 8) return LaunchClusterM<8>(p, x, flags, c, stream);
+  return LaunchClusterM<16>(p, x, flags, c, stream);
 }
 
 template <typename T>
 absl::StatusOr<bool> LaunchStreamInterleaved16(const TridiagonalProblem<T>& p, T* x,
                                                uint8_t* flags, int min_threads,
-                                               cudaStream_t stream, bool growth) {
-  return LaunchStreamInterleavedM<16>(p, x, flags, min_threads, growth, stream);
+                                               cudaStream_t stream) {
+  return LaunchStreamInterleavedM<16>(p, x, flags, min_threads, stream);
 }
 
 template <typename T>
 absl::Status SolveTwoPass(const TridiagonalProblem<T>& p, T* x, uint8_t* flags, Pool& pool,
                           cudaStream_t stream, Scratch* arena, int level_chunk,
-                          bool flat_direct, bool growth) {
-  return level_chunk == 8
-             ? SolveTwoPassM<8>(p, x, flags, pool, stream, arena, flat_direct, growth)
-             : SolveTwoPassM<16>(p, x, flags, pool, stream, arena, flat_direct, growth);
+                          bool flat_direct) {
+  return level_chunk == 8 ? SolveTwoPassM<8>(p, x, flags, pool, stream, arena, flat_direct)
+                          : SolveTwoPassM<16>(p, x, flags, pool, stream, arena, flat_direct);
 }
 
 template <typename T>
@@ -356,13 +354,13 @@ absl::Status LaunchPcr(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
                                                           uint8_t*, const OnChipForm&,          \
                                                           cudaStream_t);                        \
   template absl::StatusOr<bool> LaunchStreamInterleaved16(const TridiagonalProblem<T>&, T*,     \
-                                                          uint8_t*, int, cudaStream_t, bool);   \
+                                                          uint8_t*, int, cudaStream_t);         \
   template absl::StatusOr<bool> SolveWindowed(const TridiagonalProblem<T>&, T*, uint8_t*,       \
                                               const WindowPlan&, cudaStream_t);                 \
   template absl::Status LaunchCluster(const TridiagonalProblem<T>&, T*, uint8_t*,               \
-                                      const ClusterShape&, cudaStream_t, bool);                 \
+                                      const ClusterShape&, cudaStream_t);                       \
   template absl::Status SolveTwoPass(const TridiagonalProblem<T>&, T*, uint8_t*, Pool&,         \
-                                     cudaStream_t, Scratch*, int, bool, bool);                  \
+                                     cudaStream_t, Scratch*, int, bool);                        \
   template absl::Status LaunchThomas(const TridiagonalProblem<T>&, T*, uint8_t*, Pool&,         \
                                      cudaStream_t);                                             \
   template absl::Status LaunchPcr(const TridiagonalProblem<T>&, T*, uint8_t*, cudaStream_t);

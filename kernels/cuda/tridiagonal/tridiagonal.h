@@ -95,12 +95,10 @@ const char* KernelName(TridiagonalKernel k);
 // next system into shared memory while they solve the current one), where that kernel takes
 // n (RowsStreamCapacity: the rows its blocks hold, 0 where it does not take n; 2048 < n <=
 // 16384, n > 4096 on clusters). Returns false (nothing launched) where it does not. Waits for
-// the kernel (its task counter comes from `pool`). growth: a system whose elimination grew is
-// flagged too (`auto`; docs/kernels/tridiagonal.md, "Growth").
+// the kernel (its task counter comes from `pool`).
 int64_t RowsStreamCapacity(int64_t n);
 absl::StatusOr<bool> SolveRowsStreamed(const TridiagonalProblem<double>& p, double* x,
-                                       uint8_t* flags, Pool& pool, cudaStream_t stream,
-                                       bool growth = false);
+                                       uint8_t* flags, Pool& pool, cudaStream_t stream);
 
 // Whether thomas-window can run a shape (the interleaved layout, at least 2 systems, the batch
 // whole 16-byte words, a device of compute capability 9.0+), and whether `auto` runs it.
@@ -149,9 +147,7 @@ class LaterAnswer {
 // are zero, and the caller solves p by the exact path). Waits for the kernel, unless `rest`:
 // then true means launched, and *rest (after the caller's wait for the stream) answers as the
 // waiting call would have, setting *again where a second launch rewrote x; destroyed
-// unanswered, it waits for the stream. It runs under `auto` only: a system whose elimination
-// grew past kThomasGrowthLimit (|a_k c'_{k-1}| against the row's |a| + |b| + |c|, the CPU's
-// criterion) is judged as one whose pivot vanished.
+// unanswered, it waits for the stream.
 using ThomasWindowRest = absl::AnyInvocable<absl::StatusOr<bool>(bool* again)>;
 template <typename T>
 absl::StatusOr<bool> SolveThomasWindowed(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
@@ -193,8 +189,8 @@ struct PivotResolve {
 };
 
 // Solves on `stream`. p's arrays and x are device pointers; status_flags (device, batch bytes)
-// are set to 1 for systems whose pivots vanished, and for `auto` whose elimination grew (x of
-// those systems is then meaningless or poor: the caller solves them again or zeroes them). Scratch comes from `pool`. Returns the kernel that ran (for `auto`, what
+// are set to 1 for systems whose pivots vanished (x of those systems is then meaningless: the
+// caller zeroes it). Scratch comes from `pool`. Returns the kernel that ran (for `auto`, what
 // ChooseTridiagonalKernel predicts unless the windows' check failed and sent the problem on).
 // With `later`, a kernel that answers later (thomas-window) is left to the caller's wait: the
 // call returns the kernel it launched and *later is pending (LaterAnswer above). With

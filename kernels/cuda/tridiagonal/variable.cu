@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(kVariableThreads)
                          const T* __restrict__ c, const T* __restrict__ d, T* __restrict__ x,
                          uint8_t* flags, const int64_t* __restrict__ offsets,
                          const int32_t* __restrict__ order, const int2* __restrict__ table,
-                         bool aligned, bool growth) {
+                         bool aligned) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sa = reinterpret_cast<T*>(smem_raw);  // the reduced systems: 8 * blockDim.x values
   __shared__ int bad[kVariableThreads];
@@ -111,18 +111,14 @@ __global__ void __launch_bounds__(kVariableThreads)
   } else {
     LoadChunkDirect<M>(a + o, b + o, c + o, d + o, int64_t(j) * M, n, vec, ra, rb, rc, rd);
   }
-  // growth (`auto`): a system whose elimination grew is flagged too, as by the uniform
-  // kernels (docs/kernels/tridiagonal.md, "Growth").
-  bool grew = false;
-  bool ok = ChunkReduce<M>(ra, rb, rc, rd, &grew);
+  bool ok = ChunkReduce<M>(ra, rb, rc, rd);
   T x0, xl;
   ok &= SolveReducedBlock<false, kLazyPcr, true>(sa, sl, j, P, S, ra[0], rc[0], rd[0],
-                                                 ra[M - 1], rc[M - 1], rd[M - 1], x0, xl,
-                                                 &grew);
+                                                 ra[M - 1], rc[M - 1], rd[M - 1], x0, xl);
   ChunkBack<M>(ra, rc, rd, x0, xl);
 #pragma unroll
   for (int i = 0; i < M; ++i) ok &= Finite(rd[i]);
-  if (!ok || (growth && grew)) atomicOr(&bad[sl], 1);
+  if (!ok) atomicOr(&bad[sl], 1);
   if (n > 0) StoreRowsDirect<M>(x + o, int64_t(j) * M, n, vec, rd);
   __syncthreads();
   if (tid < count && bad[tid]) flags[__ldg(order + blk.x + tid)] = 1;
@@ -249,7 +245,7 @@ __global__ void __launch_bounds__(kVariableThreads)
                          const T* __restrict__ c, const T* __restrict__ d, T* __restrict__ x,
                          uint8_t* flags, const int64_t* __restrict__ offsets,
                          const int32_t* __restrict__ order, int count, int64_t total,
-                         bool in_aligned, bool x_aligned, bool growth) {
+                         bool in_aligned, bool x_aligned) {
   constexpr int W = 16 / sizeof(T);
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ int bad;
@@ -338,16 +334,14 @@ __global__ void __launch_bounds__(kVariableThreads)
     __syncthreads();  // the buffer read: the next system may land in it
     if (next.s >= 0) issue(next);
     const Sys after = load(g + 2 * int(gridDim.x));
-    bool grew = false;  // (growth: as the block table's kernel)
-    bool ok = ChunkReduce<M>(ra, rb, rc, rd, &grew);
+    bool ok = ChunkReduce<M>(ra, rb, rc, rd);
     T x0, xl;
     ok &= SolveReducedBlock<false, kLazyPcr, true>(sa, 0, j, P, 1, ra[0], rc[0], rd[0],
-                                                   ra[M - 1], rc[M - 1], rd[M - 1], x0, xl,
-                                                   &grew);
+                                                   ra[M - 1], rc[M - 1], rd[M - 1], x0, xl);
     ChunkBack<M>(ra, rc, rd, x0, xl);
 #pragma unroll
     for (int i = 0; i < M; ++i) ok &= Finite(rd[i]);
-    if (!ok || (growth && grew)) bad = 1;
+    if (!ok) bad = 1;
     if (x_aligned && k0 + M <= n) {
       WithShift<T>(sh, [&](auto SH) { StoreShifted<decltype(SH)::value>(x + cur.o, k0, rd); });
     } else if (n > 0) {
@@ -438,7 +432,6 @@ absl::StatusOr<std::string> SolveVariableDevice(const TridiagonalProblem<T>& p,
                                                 TridiagonalMethod method, T* x, uint8_t* flags,
                                                 Pool& pool, cudaStream_t stream) {
   std::string name = "partitioned-variable";
-  const bool growth = method == TridiagonalMethod::kAuto;  // (the caller solves them again)
   if (plan.blocks > 0) {
     const bool aligned = Aligned16(p) && reinterpret_cast<uintptr_t>(x) % 16 == 0;
     constexpr bool kLazy = sizeof(T) == 4;  // as the one-block kernel's float32 form
@@ -452,7 +445,7 @@ absl::StatusOr<std::string> SolveVariableDevice(const TridiagonalProblem<T>& p,
       kernel<<<dim3(unsigned(plan.launch_blocks[g])), threads, smem, stream>>>(
           p.a, p.b, p.c, p.d, x, flags, reinterpret_cast<const int64_t*>(meta),
           reinterpret_cast<const int32_t*>(meta + plan.order_offset),
-          table + plan.launch_first[g], aligned, growth);
+          table + plan.launch_first[g], aligned);
       TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     }
   }
@@ -489,7 +482,7 @@ absl::StatusOr<std::string> SolveVariableDevice(const TridiagonalProblem<T>& p,
         p.a, p.b, p.c, p.d, x, flags, reinterpret_cast<const int64_t*>(meta),
         reinterpret_cast<const int32_t*>(meta + plan.order_offset) + plan.class_first[lp],
         int(plan.class_count[lp]), p.offsets[p.batch], Aligned16(p),
-        reinterpret_cast<uintptr_t>(x) % 16 == 0, growth);
+        reinterpret_cast<uintptr_t>(x) % 16 == 0);
     TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   }
   for (int64_t s : plan.long_systems) {
