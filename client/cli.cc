@@ -365,7 +365,7 @@ int main(int argc, char** argv) {
                  "the streams transport: pieces (of --pipeline-piece-bytes or more) a batch of "
                  "whole systems or a solve by handle goes in, one uploading while another is "
                  "solved and another's x comes back (0 or 1: whole; -1: 4 where the server "
-                 "solves on a GPU, whole where it solves on its CPU)")
+                 "solves on a GPU, whole where it solves on its CPU, and solves by handle whole)")
       ->envname("TRISOLVE_PIPELINE_PIECES")
       ->check(CLI::Range(-1, 64))
       ->capture_default_str();

@@ -340,7 +340,20 @@ TEST(HandlePipeline, TreesManyRightHandSidesAndUpdatesAsTheSerialPath) {
   EXPECT_EQ(got_k->summary.pieces, 5);
   EXPECT_EQ(got_k->summary.right_hand_sides, 48);
   EXPECT_EQ(got_k->summary.systems, 48);
-  EXPECT_TRUE(got_k->x.data == want_k->x.data);
+  if (ServerProcess::TestBackend() == "cpu") {
+    EXPECT_TRUE(got_k->x.data == want_k->x.data);
+  } else {
+    // A GPU server picks its kernel by the batch's shape, and a piece of ~10 right-hand sides
+    // is not the whole 48's: the same answer to rounding, not bit for bit.
+    const double* g = got_k->x.as<double>();
+    const double* w = want_k->x.as<double>();
+    double diff = 0, scale = 0;
+    for (int64_t i = 0; i < got_k->x.elements(); ++i) {
+      diff = std::max(diff, std::abs(g[i] - w[i]));
+      scale = std::max(scale, std::abs(w[i]));
+    }
+    EXPECT_LE(diff, 1e-12 * scale);
+  }
   EXPECT_LT(got_k->summary.residual, 1e-14);
 
   // An update with the step: applied to the whole system, then the pieces solved.
