@@ -28,22 +28,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-void FutexWait(uint32_t* word, uint32_t expected, double timeout_s) {
-  timespec ts{};
-  ts.tv_sec = time_t(timeout_s);
-  ts.tv_nsec = long((timeout_s - double(ts.tv_sec)) * 1e9);
-  syscall(SYS_futex, word, FUTEX_WAIT, expected, &ts, nullptr, 0);
-}
-void FutexWake(uint32_t* word) { syscall(SYS_futex, word, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0); }
-
-inline void CpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
-
 int64_t Align(int64_t v) { return (v + kRingAlign - 1) / kRingAlign * kRingAlign; }
 
 // Calls of this process spinning for their answers now, and the most that may: past half the

@@ -12,9 +12,15 @@
 // A change of any size or offset below is a new kRingVersion (tests/test_ring.cc pins them).
 #pragma once
 
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <climits>
 #include <cstddef>
 #include <cstdint>
+#include <ctime>
 
 namespace trisolve::ring {
 
@@ -168,5 +174,26 @@ static_assert(sizeof(RingSlot) == 1408 && sizeof(RingSlot) % kRingAlign == 0);
 static_assert(sizeof(RingHeader) == 64);
 static_assert(offsetof(RingSlot, request) == 64);
 static_assert(std::atomic_ref<uint32_t>::is_always_lock_free);
+
+// The doorbell and the slots' state words are futexes of the shared mapping (not
+// FUTEX_PRIVATE_FLAG: the other side waits and wakes in another process).
+inline void FutexWait(uint32_t* word, uint32_t expected, double timeout_s) {
+  timespec ts{};
+  ts.tv_sec = time_t(timeout_s);
+  ts.tv_nsec = long((timeout_s - double(ts.tv_sec)) * 1e9);
+  syscall(SYS_futex, word, FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+inline void FutexWake(uint32_t* word) {
+  syscall(SYS_futex, word, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
+
+// A spinning side's pause between two looks at a word.
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
 
 }  // namespace trisolve::ring

@@ -31,24 +31,6 @@ using Clock = std::chrono::steady_clock;
 
 double Micros(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
 
-// FUTEX_WAIT and FUTEX_WAKE on a word of a shared mapping (not FUTEX_PRIVATE_FLAG: the client
-// waits and wakes in another process).
-void FutexWait(uint32_t* word, uint32_t expected, double timeout_s) {
-  timespec ts{};
-  ts.tv_sec = time_t(timeout_s);
-  ts.tv_nsec = long((timeout_s - double(ts.tv_sec)) * 1e9);
-  syscall(SYS_futex, word, FUTEX_WAIT, expected, &ts, nullptr, 0);
-}
-void FutexWake(uint32_t* word) { syscall(SYS_futex, word, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0); }
-
-inline void CpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
-
 // A client can shrink its shared-memory object under its ring at any time; the server's next
 // read of a slot there would then fault (SIGBUS) and take the process down. The mappings of
 // rings' regions are guarded: a fault inside one gets a page of zeros mapped in its place (the

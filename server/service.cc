@@ -533,6 +533,16 @@ grpc::Status SolverService::ListMemory(grpc::ServerContext* ctx, const v1::ListM
 
 // ---- request rings ---------------------------------------------------------------------------
 
+namespace {
+void RingInfoToProto(const RingView& r, v1::RingInfo* out) {
+  out->set_ring(r.id);
+  out->set_version(ring::kRingVersion);
+  out->set_slots(r.slots);
+  out->set_bytes(r.bytes);
+  out->set_spin_us(r.spin_us);
+}
+}  // namespace
+
 grpc::Status SolverService::OpenRing(grpc::ServerContext* ctx, const v1::OpenRingRequest* req,
                                      v1::RingInfo* resp) {
   Call call = Begin(ctx, "OpenRing");
@@ -540,11 +550,7 @@ grpc::Status SolverService::OpenRing(grpc::ServerContext* ctx, const v1::OpenRin
     return Finish(call, st);
   auto r = rings_->Open(call, req->region(), req->offset(), req->slots());
   if (!r.ok()) return Finish(call, r.status());
-  resp->set_ring(r->id);
-  resp->set_version(ring::kRingVersion);
-  resp->set_slots(r->slots);
-  resp->set_bytes(r->bytes);
-  resp->set_spin_us(r->spin_us);
+  RingInfoToProto(*r, resp);
   return Finish(call, absl::OkStatus());
 }
 
@@ -555,11 +561,7 @@ grpc::Status SolverService::CloseRing(grpc::ServerContext* ctx, const v1::CloseR
     return Finish(call, st);
   auto r = rings_->Close(call, req->ring());
   if (!r.ok()) return Finish(call, r.status());
-  resp->set_ring(r->id);
-  resp->set_version(ring::kRingVersion);
-  resp->set_slots(r->slots);
-  resp->set_bytes(r->bytes);
-  resp->set_spin_us(r->spin_us);
+  RingInfoToProto(*r, resp);
   return Finish(call, absl::OkStatus());
 }
 
