@@ -155,7 +155,8 @@ TEST(Ring, EveryFamilyAnswersAsOverTheSocketBitForBit) {
   EXPECT_TRUE(got32->x.data.empty());
   EXPECT_EQ(std::memcmp(x.data(), want32->x.data.data(), x.size() * 4), 0);
 
-  Job bad = testing::MakeJob(Kind::kTridiagonal, examples::RandomTridiagonal(2, 64, false, 6));
+  const auto bad_arrays = examples::RandomTridiagonal(2, 64, false, 6);  // the job views them
+  Job bad = testing::MakeJob(Kind::kTridiagonal, bad_arrays);
   bad.options.method = "no-such-method";
   auto over_grpc = grpc_client.Solve(bad);
   auto over_ring = ring_client.Solve(bad);
@@ -165,7 +166,8 @@ TEST(Ring, EveryFamilyAnswersAsOverTheSocketBitForBit) {
   // A job larger than the arena: auto takes the RPC, ring refuses.
   Client::Options small = Opts(server, Transport::kAuto);
   small.ring_arena_bytes = 4096;
-  const Job big = testing::MakeJob(Kind::kTridiagonal, examples::RandomTridiagonal(16, 64, false, 7));
+  const auto big_arrays = examples::RandomTridiagonal(16, 64, false, 7);  // the job views them
+  const Job big = testing::MakeJob(Kind::kTridiagonal, big_arrays);
   auto via_auto = Client(small).Solve(big);
   ASSERT_TRUE(via_auto.ok()) << via_auto.status();
   EXPECT_EQ(via_auto->summary.transport, "grpc");
@@ -175,7 +177,8 @@ TEST(Ring, MetricsCountRingCallsUnderTheirTransport) {
   ServerProcess server({"--metrics-listen", "127.0.0.1:0"});
   ASSERT_GT(server.port(), 0) << server.Log();
   Client ring_client(Opts(server, Transport::kRing));
-  const Job job = testing::MakeJob(Kind::kTridiagonal, examples::RandomTridiagonal(1, 64, false, 3));
+  const auto job_arrays = examples::RandomTridiagonal(1, 64, false, 3);  // the job views them
+  const Job job = testing::MakeJob(Kind::kTridiagonal, job_arrays);
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(ring_client.Solve(job).ok());
   Job bad = job;
   bad.options.method = "nope";
@@ -624,7 +627,8 @@ TEST(Ring, OpenChecksItsArgumentsAndLimits) {
   HandRing r2 = HandRing::Make(2, 64 << 10);
   ASSERT_TRUE(raw_off.Register(*r2.shm, "reg").ok());
   EXPECT_EQ(raw_off.Open("reg", 0, 2, &info).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
-  const Job job = testing::MakeJob(Kind::kTridiagonal, examples::RandomTridiagonal(1, 64, false, 2));
+  const auto job_arrays = examples::RandomTridiagonal(1, 64, false, 2);  // the job views them
+  const Job job = testing::MakeJob(Kind::kTridiagonal, job_arrays);
   Client auto_client(Opts(off, Transport::kAuto));
   auto got = auto_client.Solve(job);
   ASSERT_TRUE(got.ok()) << got.status();
@@ -688,7 +692,8 @@ TEST(Ring, ARegionUnregisteredOrExpiredClosesItsRings) {
 
   // The client notices a closed ring and opens a new one.
   Client c(Opts(server, Transport::kRing));
-  const Job job = testing::MakeJob(Kind::kTridiagonal, examples::RandomTridiagonal(1, 64, false, 9));
+  const auto job_arrays = examples::RandomTridiagonal(1, 64, false, 9);  // the job views them
+  const Job job = testing::MakeJob(Kind::kTridiagonal, job_arrays);
   ASSERT_TRUE(c.Solve(job).ok());
   auto regions_before = c.Info();
   ASSERT_TRUE(regions_before.ok());
@@ -720,7 +725,8 @@ TEST(Ring, AnObjectShrunkUnderItsRingClosesTheRingNotTheServer) {
   auto health = Client(Opts(server, Transport::kGrpc)).Health();
   ASSERT_TRUE(health.ok()) << health.status();
   EXPECT_EQ(*health, "SERVING");
-  const Job job = testing::MakeJob(Kind::kTridiagonal, examples::RandomTridiagonal(1, 64, false, 9));
+  const auto job_arrays = examples::RandomTridiagonal(1, 64, false, 9);  // the job views them
+  const Job job = testing::MakeJob(Kind::kTridiagonal, job_arrays);
   auto got = Client(Opts(server, Transport::kRing)).Solve(job);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->summary.transport, "ring");
@@ -744,7 +750,8 @@ TEST(Ring, AClientKilledMidRequestCostsTheServerNothing) {
   kill(pid, SIGKILL);
   waitpid(pid, nullptr, 0);
   Client c(Opts(server, Transport::kRing));
-  const Job job = testing::MakeJob(Kind::kTridiagonal, examples::RandomTridiagonal(1, 64, false, 9));
+  const auto job_arrays = examples::RandomTridiagonal(1, 64, false, 9);  // the job views them
+  const Job job = testing::MakeJob(Kind::kTridiagonal, job_arrays);
   auto got = c.Solve(job);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->summary.transport, "ring");
