@@ -282,14 +282,19 @@ int main(int argc, char** argv) {
                  "memory, without the socket): on or off")
       ->envname("TRISOLVE_RINGS")->check(CLI::IsMember({"on", "off"}))->capture_default_str();
   app.add_option("--max-rings", opt.rings.max_rings,
-                 "request rings open at once (each one a serving thread)")
+                 "request rings open at once, every identity together")
       ->envname("TRISOLVE_MAX_RINGS")->check(CLI::Range(0, 1 << 16))->capture_default_str();
   app.add_option("--max-rings-per-identity", opt.rings.max_rings_per_identity,
                  "request rings one identity may hold open")
       ->envname("TRISOLVE_MAX_RINGS_PER_IDENTITY")->check(CLI::Range(0, 1 << 16))
       ->capture_default_str();
+  app.add_option("--ring-threads", opt.rings.threads,
+                 "threads that serve the request rings, each ring on the least loaded (at most "
+                 "127 a thread; more start past that); default a quarter of the cores; 0: a "
+                 "thread per ring")
+      ->envname("TRISOLVE_RING_THREADS")->check(CLI::Range(0, 1024))->capture_default_str();
   app.add_option("--ring-spin-us", opt.rings.spin_us,
-                 "microseconds a ring's thread spins for the next request before it sleeps")
+                 "microseconds an idle ring thread spins for the next request before it sleeps")
       ->envname("TRISOLVE_RING_SPIN_US")->check(CLI::Range(0.0, 1e6))->capture_default_str();
   app.add_option("--max-region-bytes", opt.memory.max_bytes_per_identity,
                  "shared memory one identity may register, together")

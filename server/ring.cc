@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -136,13 +137,37 @@ void SetText(char* dst, size_t n, absl::string_view s) {
   std::memset(dst + len, 0, n - len);
 }
 
+// futex_waitv (Linux 5.16): one sleep on many futex words, woken by a FUTEX_WAKE on any of
+// them. Defined here per the kernel's ABI, since older headers lack it (the number is the
+// same on x86-64 and aarch64).
+constexpr long kSysFutexWaitv = 449;
+struct FutexWaitv {
+  uint64_t val;
+  uint64_t uaddr;
+  uint32_t flags;
+  uint32_t reserved;
+};
+static_assert(sizeof(FutexWaitv) == 24);
+constexpr uint32_t kFutex2SizeU32 = 0x02;
+// Only for the thread's own word: the rings' words are in memory other processes map, where a
+// private futex would never see their FUTEX_WAKE.
+constexpr uint32_t kFutex2Private = 128;
+constexpr int kFutexWaitvMax = 128;
+
+// Whether this kernel has futex_waitv (a call with no words: EINVAL where it exists; ENOSYS
+// where not, or EPERM where a seccomp filter refuses it).
+bool HaveFutexWaitv() {
+  const long rc = syscall(kSysFutexWaitv, nullptr, 0, 0, nullptr, 0);
+  return !(rc < 0 && (errno == ENOSYS || errno == EPERM));
+}
+
 }  // namespace
 
 class RingManager::Ring {
  public:
   Ring(Core* core, const RingOptions& options, std::atomic<int>* spinners, int max_spinners,
        std::string id, std::string identity, std::shared_ptr<Region> region, int64_t offset,
-       int slots)
+       int slots, Pool* pool)
       : core_(core),
         options_(options),
         spinners_(spinners),
@@ -154,7 +179,8 @@ class RingManager::Ring {
         slots_(slots),
         header_(reinterpret_cast<RingHeader*>(region_->base() + offset)),
         slot_(Slots(header_)),
-        guard_(AddGuard(region_->base(), region_->bytes())) {}
+        guard_(AddGuard(region_->base(), region_->bytes())),
+        pool_(pool) {}
   ~Ring() {
     Join();
     RemoveGuard(guard_);
@@ -169,24 +195,46 @@ class RingManager::Ring {
   // The server stopped serving it (its region went, a shutdown), or its client closed it.
   bool stopped() const { return stop_.load(); }
 
+  // Starts its own serving thread, or (with a pool) only readies the header: the pool's thread
+  // serves it once the pool has it.
   void Start() {
     Word(header_->closed).store(kRingOpen);
     Word(header_->sleeping).store(0);
-    thread_ = std::thread([this] { Serve(); });
+    if (pool_ == nullptr) thread_ = std::thread([this] { Serve(); });
   }
-  // Asks the thread to stop after the request it is answering. `touch` false: the region no
-  // longer spans the ring (truncated), so nothing more is written into it.
-  void Stop(RingClosed why, bool touch = true) {
-    uint32_t none = kRingOpen;
-    if (why_.compare_exchange_strong(none, why)) touch_.store(touch);
-    stop_.store(true);
-    if (touch_.load()) FutexWake(&header_->doorbell);
-  }
+  Pool* pool() const { return pool_; }
+  // Asks its thread to stop serving it after the request it is answering. `touch` false: the
+  // region no longer spans the ring (truncated), so nothing more is written into it.
+  void Stop(RingClosed why, bool touch = true);
+  // Until its thread has stopped serving it (closed it).
   void Join() {
     if (thread_.joinable()) thread_.join();
+    if (pool_ != nullptr) ended_.wait(false);
   }
   void Beat() {
     if (touch_.load() && !stop_.load()) Word(header_->heartbeat).fetch_add(1);
+  }
+
+  // ---- for a pool's thread ----
+  // Answers one request of the ring, if it has one: the first submitted slot from where the
+  // last sweep left off (so a ring of many slots takes its turn with the others of its thread,
+  // a slot a sweep). A ring whose doorbell has not moved since a look found nothing is passed
+  // over without reading its slots (`full`: read them anyway). True if it found a request.
+  bool Sweep(bool full);
+  // Its doorbell's word, and the value it had before the last look at the slots that found
+  // none submitted (meaningful once a Sweep returned false): a FUTEX_WAKE on the word, or a
+  // value other than that, means a request may have come since.
+  uint32_t* doorbell() const { return &header_->doorbell; }
+  uint32_t quiet() const { return quiet_; }
+  bool rang() const { return Word(header_->doorbell).load() != quiet_; }
+  // Whether its header may be read and written (false once its object shrank under it).
+  bool touchable() const { return touch_.load(); }
+  void Sleeping(bool on) { Word(header_->sleeping).store(on ? 1 : 0); }
+  // Closes it (on its pool's thread, once stopped): as a thread of its own does on leaving.
+  void End() {
+    Closing();
+    ended_.store(true);
+    ended_.notify_all();
   }
 
  private:
@@ -220,8 +268,204 @@ class RingManager::Ring {
   std::atomic<uint32_t> why_{kRingOpen};
   int64_t served_ = 0;
   const int guard_;
+  Pool* const pool_;  // null: the ring has a thread of its own
+  std::thread thread_;
+  // A pool's thread's state of the ring (only that thread touches them).
+  uint32_t quiet_ = 0;
+  bool looked_ = false;  // quiet_ is set
+  int cursor_ = 0;       // the slot the next sweep looks at first
+};
+
+// One serving thread and the rings it owns. A thread with work sweeps its rings, a request of
+// each in turn, without sleeping; one without spins briefly, then sleeps in futex_waitv on all
+// of its rings' doorbells and its own word (rings added or stopped, the manager shutting down).
+class RingManager::Pool {
+ public:
+  Pool(const RingOptions& options, std::atomic<int>* spinners, int max_spinners, int index)
+      : options_(options), spinners_(spinners), max_spinners_(max_spinners), index_(index) {}
+  ~Pool() { Join(); }
+
+  int index() const { return index_; }
+  int load() const { return load_.load(); }
+  void Start() { thread_ = std::thread([this] { Run(); }); }
+  void Add(std::shared_ptr<Ring> ring) {
+    load_.fetch_add(1);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      rings_.push_back(std::move(ring));
+      ++version_;
+    }
+    Poke();
+  }
+  // Wakes the thread (its rings changed, or one was stopped).
+  void Poke() {
+    Word(poke_).fetch_add(1);
+    syscall(SYS_futex, &poke_, FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr, nullptr, 0);
+  }
+  // After every ring of it was stopped: the thread closes them and ends.
+  void Quit() {
+    quit_.store(true);
+    Poke();
+  }
+  void Join() {
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void Run();
+  // Sleeps until a doorbell of `rings` or the thread's word moves (from the values seen), or
+  // idle_wait_s passes; false on the timeout.
+  bool Sleep(const std::vector<Ring*>& rings, uint32_t poked);
+
+  const RingOptions& options_;
+  std::atomic<int>* const spinners_;
+  const int max_spinners_;
+  const int index_;
+  std::atomic<int> load_{0};  // rings it owns and has not closed
+  std::atomic<bool> quit_{false};
+  uint32_t poke_ = 0;  // a futex word of this process only
+  std::mutex mu_;
+  std::vector<std::shared_ptr<Ring>> rings_;  // under mu_
+  uint64_t version_ = 0;                      // under mu_: rings_'s changes
   std::thread thread_;
 };
+
+void RingManager::Ring::Stop(RingClosed why, bool touch) {
+  uint32_t none = kRingOpen;
+  if (why_.compare_exchange_strong(none, why)) touch_.store(touch);
+  stop_.store(true);
+  if (pool_ != nullptr) {
+    pool_->Poke();
+  } else if (touch_.load()) {
+    FutexWake(&header_->doorbell);
+  }
+}
+
+bool RingManager::Ring::Sweep(bool full) {
+  if (stop_.load()) return false;
+  const uint32_t rung = Word(header_->doorbell).load();
+  if (!full && looked_ && rung == quiet_) return false;
+  for (int k = 0; k < slots_; ++k) {
+    const int i = (cursor_ + k) % slots_;
+    if (Word(slot_[i].state).load() == kSlotSubmitted) {
+      cursor_ = (i + 1) % slots_;
+      Answer(slot_[i]);
+      return true;
+    }
+  }
+  // Nothing submitted. A request submitted after this look rings the doorbell after its slot
+  // is SUBMITTED (the client's order, seq_cst), so after `rung` was read: the doorbell differs
+  // from quiet_ from then on.
+  quiet_ = rung;
+  looked_ = true;
+  return false;
+}
+
+// Why no wake-up is lost, with one sleeper for many rings. The client of a ring (client/ring.cc,
+// Exchange) stores its slot SUBMITTED, then adds 1 to the doorbell D, then reads `sleeping` S
+// and, if it is 1, FUTEX_WAKEs D. This thread, for every ring: reads D (quiet_) before it looks
+// at the slots and finds none submitted (Sweep); then stores S = 1 for every ring, then reads
+// every D again and sleeps only if each still equals its quiet_, in futex_waitv with quiet_ as
+// each word's expected value. All of these are seq_cst atomics, so of the client's "D += 1,
+// read S" and this thread's "S = 1, read D" at least one sees the other's write: either the
+// client sees S = 1 and wakes D, or this thread sees D moved and does not sleep. A wake that
+// comes before futex_waitv has queued on D is not lost either: futex_waitv compares each word
+// with its expected value under the word's futex lock as it queues, and returns at once
+// (EAGAIN) when D has moved. The thread's own word (poke_) follows the same rule: read before
+// the ring list and the stop flags are looked at, expected unchanged in the sleep.
+void RingManager::Pool::Run() {
+  std::vector<std::shared_ptr<Ring>> mine;
+  std::vector<Ring*> awake;  // mine's rings whose headers may be read
+  uint64_t seen = ~uint64_t{0};
+  bool full = true;
+  const auto spin = std::chrono::nanoseconds(int64_t(options_.spin_us * 1e3));
+  while (true) {
+    const uint32_t poked = Word(poke_).load();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (seen != version_) {
+        seen = version_;
+        mine = rings_;
+        full = true;  // a new ring's slots are read before its doorbell is trusted
+      }
+    }
+    if (quit_.load())
+      for (auto& r : mine) r->Stop(kClosedShutdown);
+    // Rings asked to stop are closed here, between two requests.
+    bool ended = false;
+    for (auto& r : mine)
+      if (r->stopped()) {
+        r->End();
+        ended = true;
+      }
+    if (ended) {
+      std::lock_guard<std::mutex> lock(mu_);
+      const auto gone = std::remove_if(rings_.begin(), rings_.end(),
+                                       [](const std::shared_ptr<Ring>& r) { return r->ended(); });
+      load_.fetch_sub(int(rings_.end() - gone));
+      rings_.erase(gone, rings_.end());
+      ++version_;
+      seen = version_;
+      mine = rings_;
+    }
+    if (quit_.load() && mine.empty()) break;
+    bool any = false;
+    for (auto& r : mine) any |= r->Sweep(full);
+    full = false;
+    if (any) continue;
+    awake.clear();
+    for (auto& r : mine)
+      if (r->touchable() && !r->stopped()) awake.push_back(r.get());
+    const auto moved = [&] {
+      if (Word(poke_).load() != poked) return true;
+      for (Ring* r : awake)
+        if (r->rang()) return true;
+      return false;
+    };
+    // Nothing to do: spin a little (a client in a loop sends its next request within
+    // microseconds), then sleep until a doorbell rings. Never more threads spin at once than
+    // half the cores.
+    bool rang = false;
+    if (spin.count() > 0 && spinners_->fetch_add(1) < max_spinners_) {
+      const auto until = Clock::now() + spin;
+      while (!rang && Clock::now() < until) {
+        for (int k = 0; k < 32; ++k) CpuRelax();
+        rang = moved();
+      }
+    }
+    if (spin.count() > 0) spinners_->fetch_sub(1);
+    if (rang) continue;
+    for (Ring* r : awake) r->Sleeping(true);
+    if (!moved() && !Sleep(awake, poked)) full = true;  // timed out: every slot read again
+    for (Ring* r : awake) r->Sleeping(false);
+  }
+}
+
+bool RingManager::Pool::Sleep(const std::vector<Ring*>& rings, uint32_t poked) {
+  FutexWaitv w[kFutexWaitvMax];
+  int n = 0;
+  w[n++] = FutexWaitv{poked, reinterpret_cast<uintptr_t>(&poke_), kFutex2SizeU32 | kFutex2Private, 0};
+  for (Ring* r : rings) {
+    if (n == kFutexWaitvMax) break;  // never so (kRingsPerThread); the timeout looks at the rest
+    w[n++] = FutexWaitv{r->quiet(), reinterpret_cast<uintptr_t>(r->doorbell()), kFutex2SizeU32, 0};
+  }
+  timespec until{};
+  clock_gettime(CLOCK_MONOTONIC, &until);
+  const double wait_s = std::max(1e-3, options_.idle_wait_s);
+  const auto whole = time_t(wait_s);
+  until.tv_sec += whole;
+  until.tv_nsec += long((wait_s - double(whole)) * 1e9);
+  if (until.tv_nsec >= 1000000000L) {
+    until.tv_sec += 1;
+    until.tv_nsec -= 1000000000L;
+  }
+  const long rc = syscall(kSysFutexWaitv, w, n, 0, &until, CLOCK_MONOTONIC);
+  if (rc >= 0 || errno == EAGAIN || errno == EINTR) return true;
+  if (errno == ETIMEDOUT) return false;
+  // Not expected (the kernel was probed at start): a short nap instead of a busy loop.
+  FutexWait(&poke_, poked, 1e-3);
+  return false;
+}
 
 void RingManager::Ring::Serve() {
   const auto spin = std::chrono::nanoseconds(int64_t(options_.spin_us * 1e3));
@@ -569,11 +813,24 @@ void RingManager::Ring::Fill(const server::Answer& a, RingAnswer* ans) const {
 
 // ---- the manager -------------------------------------------------------------------------
 
+int DefaultRingThreads() { return std::max(1, int(std::thread::hardware_concurrency()) / 4); }
+
 RingManager::RingManager(Core* core, RingOptions options)
     : core_(core),
       options_(options),
       max_spinners_(std::max(1, int(std::thread::hardware_concurrency()) / 2)),
-      watcher_([this] { Watch(); }) {}
+      pooled_(options_.threads > 0 && HaveFutexWaitv()),
+      watcher_([this] { Watch(); }) {
+  if (!options_.enabled) return;
+  if (pooled_)
+    spdlog::info("rings served by up to {} threads ({} rings a thread at most; more threads past "
+                 "that)", options_.threads, kRingsPerThread);
+  else if (options_.threads > 0)
+    spdlog::warn("futex_waitv is missing (Linux < 5.16, or refused): each request ring gets a "
+                 "serving thread of its own");
+  else
+    spdlog::info("rings served by a thread each (--ring-threads 0)");
+}
 
 RingManager::~RingManager() { Shutdown(); }
 
@@ -628,13 +885,32 @@ absl::StatusOr<RingView> RingManager::Open(Call& call, const std::string& region
     std::random_device rd;
     const std::string id =
         absl::StrFormat("ring-%d-%08x%08x", next_ring_.fetch_add(1), rd(), rd());
+    // The least loaded thread takes it; a new thread while there are fewer than
+    // options_.threads and every one has a ring, or while every one is full.
+    Pool* pool = nullptr;
+    if (pooled_) {
+      for (auto& p : pools_)
+        if (p->load() < kRingsPerThread && (pool == nullptr || p->load() < pool->load()))
+          pool = p.get();
+      if (pool == nullptr || (pool->load() > 0 && int(pools_.size()) < options_.threads)) {
+        pools_.push_back(std::make_unique<Pool>(options_, &spinners_, max_spinners_,
+                                                int(pools_.size())));
+        pool = pools_.back().get();
+        pool->Start();
+      }
+    }
     ring = std::make_shared<Ring>(core_, options_, &spinners_, max_spinners_, id, call.identity,
-                                  *std::move(region), offset, slots);
+                                  *std::move(region), offset, slots, pool);
     rings_.emplace(id, ring);
     ring->Start();
+    if (pool != nullptr) pool->Add(ring);
   }
-  spdlog::info("ring {} opened: {} slots at {} of region {}", ring->id(), slots, offset,
-               ring->region().name());
+  if (ring->pool() != nullptr)
+    spdlog::info("ring {} opened: {} slots at {} of region {}, on ring thread {}", ring->id(),
+                 slots, offset, ring->region().name(), ring->pool()->index());
+  else
+    spdlog::info("ring {} opened: {} slots at {} of region {}", ring->id(), slots, offset,
+                 ring->region().name());
   return RingView{ring->id(), slots, ring->bytes(), options_.spin_us};
 }
 
@@ -665,11 +941,20 @@ void RingManager::Shutdown() {
   for (auto& [id, r] : all) r->Stop(kClosedShutdown);
   for (auto& [id, r] : all) r->Join();
   if (watcher_.joinable()) watcher_.join();
+  // Rings closed by their clients meanwhile are closed by their threads before these end.
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& p : pools_) p->Quit();
+  for (auto& p : pools_) p->Join();
 }
 
 int64_t RingManager::count() const {
   std::lock_guard<std::mutex> lock(mu_);
   return int64_t(rings_.size());
+}
+
+int RingManager::serving_threads() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return int(pools_.size());
 }
 
 void RingManager::Watch() {

@@ -1,8 +1,10 @@
 // The request-ring transport: small solves of clients on the server's host, asked and answered
-// through slots in their own shared memory (proto/ring_abi.h) instead of over the socket. Each
-// ring is served by a thread of its own, as the identity that opened it; a request is copied out
-// of shared memory, checked exactly as the gRPC path checks it (translate.h), and run through the
-// core (admission, batching, metrics with transport="ring").
+// through slots in their own shared memory (proto/ring_abi.h) instead of over the socket. A
+// fixed pool of serving threads shares the rings out (each ring served by one of them, as the
+// identity that opened it; where the kernel lacks futex_waitv, or --ring-threads is 0, each ring
+// gets a thread of its own); a request is copied out of shared memory, checked exactly as the
+// gRPC path checks it (translate.h), and run through the core (admission, batching, metrics with
+// transport="ring").
 #pragma once
 
 #include <atomic>
@@ -21,16 +23,26 @@
 
 namespace trisolve::server {
 
+// The serving threads a server starts for its rings by default: a quarter of the cores (at least
+// one). The clients of the rings run on the same host and take a core each while they write a
+// request and read its answer; a serving thread answers a small request in a few microseconds,
+// so a few threads that never sleep while there is work keep up with many clients, and the
+// cores left over run the clients and the backend's own threads (docs/serving.md).
+int DefaultRingThreads();
+
 struct RingOptions {
   bool enabled = true;
+  // Serving threads shared by all rings (each owns at most kRingsPerThread; past threads x that,
+  // more threads start). 0: a thread per ring, as where futex_waitv is missing (Linux < 5.16).
+  int threads = DefaultRingThreads();
   int max_rings = 1024;             // open at once, every identity together
   int max_rings_per_identity = 512;
-  // How long a serving thread spins on its ring's doorbell before it sleeps on it (the futex):
-  // the latency of the next request against a core kept busy. At most half the cores' worth of
-  // rings spin at once; the others sleep at once.
+  // How long an idle serving thread spins on its rings' doorbells before it sleeps on them (the
+  // futexes): the latency of the next request against a core kept busy. At most half the
+  // cores' worth of serving threads spin at once; the others sleep at once.
   double spin_us = 20;
-  // The longest a serving thread sleeps before it looks at its ring again (stop requests wake
-  // it at once).
+  // The longest a serving thread sleeps before it looks at every slot of its rings again (stop
+  // requests and new rings wake it at once).
   double idle_wait_s = 0.1;
   // How often the rings' heartbeats advance and their regions are checked.
   double watch_interval_s = 0.1;
@@ -45,6 +57,10 @@ struct RingView {
 
 class RingManager {
  public:
+  // Rings one serving thread owns at most: futex_waitv waits on at most 128 words, and each
+  // thread's own wake-up word is one of them.
+  static constexpr int kRingsPerThread = 127;
+
   RingManager(Core* core, RingOptions options);
   ~RingManager();
   RingManager(const RingManager&) = delete;
@@ -52,7 +68,7 @@ class RingManager {
 
   const RingOptions& options() const { return options_; }
   // Opens a ring of `slots` slots at `offset` of the caller's region `region` (whose header the
-  // client wrote) and starts its serving thread.
+  // client wrote) and hands it to the least loaded serving thread (or starts its own thread).
   absl::StatusOr<RingView> Open(Call& call, const std::string& region, int64_t offset, int slots);
   // Stops serving the caller's ring `id` (after the request it is answering); NOT_FOUND for a
   // ring that is not the caller's.
@@ -61,9 +77,12 @@ class RingManager {
   // threads joined. Later Opens are UNAVAILABLE.
   void Shutdown();
   int64_t count() const;
+  // Serving threads started so far (0 with a thread per ring).
+  int serving_threads() const;
 
  private:
   class Ring;
+  class Pool;
   // Advances the heartbeats, closes rings whose regions went, forgets rings that ended.
   void Watch();
 
@@ -76,6 +95,9 @@ class RingManager {
   std::atomic<int64_t> next_ring_{1};
   std::atomic<int> spinners_{0};
   const int max_spinners_;
+  // Rings go to pools_ (futex_waitv is there and options_.threads > 0), else a thread each.
+  const bool pooled_;
+  std::vector<std::unique_ptr<Pool>> pools_;  // under mu_; kept until the manager goes
   std::thread watcher_;
 };
 

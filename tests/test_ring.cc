@@ -13,6 +13,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -790,6 +791,254 @@ TEST(Ring, ShutdownClosesTheRings) {
   for (int i = 0; i < 2; ++i) EXPECT_NE(Word(r.slot(i).state).load(), uint32_t(kSlotSubmitted));
   (void)unavailable;
 }
+
+
+// ---- many rings on few serving threads (--ring-threads) ------------------------------------
+
+// Rings of one slot each, kStride bytes apart in one region: a ring's header and slot, then
+// its arena (a system of n = 64: a, b, c, d, x and the status).
+struct RingsInOneRegion {
+  static constexpr int64_t kStride = 8192;
+  std::unique_ptr<SharedMemory> shm;
+  std::vector<std::string> ids;
+
+  explicit RingsInOneRegion(int rings) {
+    shm = *SharedMemory::Create(rings * kStride);
+    for (int i = 0; i < rings; ++i) {
+      RingHeader* h = header(i);
+      h->magic = kRingMagic;
+      h->version = kRingVersion;
+      h->slots = 1;
+      h->slot_bytes = sizeof(RingSlot);
+      h->header_bytes = sizeof(RingHeader);
+    }
+  }
+  RingHeader* header(int i) { return reinterpret_cast<RingHeader*>(shm->data() + i * kStride); }
+  RingSlot& slot(int i) { return Slots(header(i))[0]; }
+  int64_t arena(int i) const { return i * kStride + 1536; }
+
+  // Writes ring i's request (a system of its own, from `seed`) and hands the slot over, as a
+  // client does: SUBMITTED, then the doorbell, then a wake if the server sleeps.
+  examples::Arrays Submit(int i, uint64_t seed) {
+    auto arrays = examples::RandomTridiagonal(1, 64, false, seed);
+    RingRequest q{};
+    q.op = kOpSolve;
+    q.family = kFamilyTridiagonal;
+    q.dtype = 1;
+    q.narrays = 4;
+    int64_t at = arena(i);
+    int k = 0;
+    for (const char* name : {"a", "b", "c", "d"}) {
+      RingArray& a = q.arrays[k++];
+      Name(a, name);
+      a.rank = 1;
+      a.shape[0] = 64;
+      a.offset = at;
+      a.bytes = 512;
+      std::memcpy(shm->data() + at, arrays.at(name).data.data(), 512);
+      at += 512;
+    }
+    q.x_offset = at;
+    q.x_bytes = 512;
+    q.status_offset = at + 512;
+    q.status_bytes = 64;
+    q.tag = seed;
+    RingSlot& s = slot(i);
+    std::memcpy(&s.request, &q, sizeof q);
+    Word(s.state).store(kSlotSubmitted);
+    RingHeader* h = header(i);
+    Word(h->doorbell).fetch_add(1);
+    if (Word(h->sleeping).load())
+      syscall(SYS_futex, &h->doorbell, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+    return arrays;
+  }
+  // Ring i's answer, once there (false: none within `timeout_s`); the slot is freed.
+  bool Take(int i, RingAnswer* ans, double timeout_s = 30) {
+    RingSlot& s = slot(i);
+    const auto end = Clock::now() + std::chrono::duration<double>(timeout_s);
+    while (Word(s.state).load() != kSlotDone) {
+      if (Clock::now() > end) return false;
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    std::memcpy(ans, &s.answer, sizeof *ans);
+    Word(s.state).store(kSlotFree);
+    return true;
+  }
+  // Whether ring i's x (after an OK answer) solves its system: the residual, on this side.
+  bool Solves(int i, const examples::Arrays& arrays) {
+    const auto* pa = reinterpret_cast<const double*>(arrays.at("a").data.data());
+    const auto* pb = reinterpret_cast<const double*>(arrays.at("b").data.data());
+    const auto* pc = reinterpret_cast<const double*>(arrays.at("c").data.data());
+    const auto* pd = reinterpret_cast<const double*>(arrays.at("d").data.data());
+    const auto* px = reinterpret_cast<const double*>(shm->data() + arena(i) + 4 * 512);
+    for (int k = 0; k < 64; ++k) {
+      double ax = pb[k] * px[k];
+      if (k > 0) ax += pa[k] * px[k - 1];
+      if (k < 63) ax += pc[k] * px[k + 1];
+      if (!(std::abs(ax - pd[k]) <= 1e-8 * (1 + std::abs(pd[k])))) return false;
+    }
+    return true;
+  }
+};
+
+int Count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
+  return n;
+}
+
+class RingThreads : public ::testing::TestWithParam<const char*> {};
+
+// 150 rings: more than one thread's share (127). With --ring-threads 1 a second thread starts
+// for the rings past 127; with 2 they are shared out evenly; with 0 each has its own thread (the
+// path where futex_waitv is missing). Every ring's requests, all in flight at once, answered
+// with their own x.
+TEST_P(RingThreads, ManyRingsAllAnsweredWithTheirOwnX) {
+  const std::string threads = GetParam();
+  ServerProcess server({"--ring-threads", threads, "--request-log", "errors"});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  Raw raw(server);
+  constexpr int kRings = 150;
+  RingsInOneRegion rings(kRings);
+  ASSERT_TRUE(raw.Register(*rings.shm, "many").ok());
+  for (int i = 0; i < kRings; ++i) {
+    v1::RingInfo info;
+    const grpc::Status st = raw.Open("many", i * RingsInOneRegion::kStride, 1, &info);
+    ASSERT_TRUE(st.ok()) << i << ": " << st.error_message();
+    rings.ids.push_back(info.ring());
+  }
+  const std::string log = server.Log();
+  if (threads == "0") {
+    EXPECT_EQ(Count(log, "on ring thread"), 0) << log;
+  } else {
+    // Two threads either way: 127 rings and 23 (one asked for), or 75 and 75.
+    const int on0 = Count(log, "on ring thread 0\n"), on1 = Count(log, "on ring thread 1\n");
+    EXPECT_EQ(on0 + on1, kRings) << log;
+    EXPECT_EQ(Count(log, "on ring thread 2\n"), 0);
+    if (threads == "1") {
+      EXPECT_EQ(on0, 127);
+    } else {
+      EXPECT_EQ(on0, 75);
+    }
+  }
+  for (int round = 0; round < 4; ++round) {
+    std::vector<examples::Arrays> asked;
+    for (int i = 0; i < kRings; ++i) asked.push_back(rings.Submit(i, uint64_t(round * 1000 + i)));
+    for (int i = 0; i < kRings; ++i) {
+      RingAnswer ans;
+      ASSERT_TRUE(rings.Take(i, &ans)) << "ring " << i << " not answered in round " << round;
+      ASSERT_EQ(ans.code, 0) << "ring " << i << ": " << Message(ans);
+      EXPECT_EQ(ans.tag, uint64_t(round * 1000 + i));
+      EXPECT_TRUE(rings.Solves(i, asked[size_t(i)])) << "ring " << i << ", round " << round;
+    }
+    // Between rounds the threads go idle and sleep: the next round's doorbells wake them.
+    std::this_thread::sleep_for(std::chrono::milliseconds(round * 50));
+  }
+  for (const std::string& id : rings.ids) EXPECT_TRUE(raw.Close(id).ok());
+  for (int i = 0; i < kRings; ++i)
+    EXPECT_EQ(Word(rings.header(i)->closed).load(), uint32_t(kClosedByClient));
+}
+
+// A ring closed while its thread serves the others: the others go on answering, a request
+// left in the closed ring is answered (or CANCELLED, if not taken before the close), nothing
+// more is taken from it, and a new ring joins the thread.
+TEST_P(RingThreads, ARingClosedWhileItsThreadServesOthers) {
+  ServerProcess server({"--ring-threads", GetParam(), "--request-log", "errors"});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  Raw raw(server);
+  constexpr int kRings = 5, kBusy = 3;  // ring 0 closes; 1-3 busy; 4 opened after
+  RingsInOneRegion rings(kRings);
+  ASSERT_TRUE(raw.Register(*rings.shm, "r").ok());
+  for (int i = 0; i < kRings - 1; ++i) {
+    v1::RingInfo info;
+    ASSERT_TRUE(raw.Open("r", i * RingsInOneRegion::kStride, 1, &info).ok());
+    rings.ids.push_back(info.ring());
+  }
+  std::atomic<bool> stop{false};
+  std::atomic<int> answered{0}, failed{0};
+  std::vector<std::thread> busy;
+  for (int t = 1; t <= kBusy; ++t)
+    busy.emplace_back([&, t] {
+      for (uint64_t k = 0; !stop.load(); ++k) {
+        const uint64_t seed = uint64_t(t) * 1000000 + k;
+        const auto arrays = rings.Submit(t, seed);
+        RingAnswer ans;
+        if (!rings.Take(t, &ans) || ans.code != 0 || ans.tag != seed || !rings.Solves(t, arrays)) {
+          ++failed;
+          return;
+        }
+        ++answered;
+      }
+    });
+  RingAnswer ans;
+  rings.Submit(0, 7);
+  ASSERT_TRUE(rings.Take(0, &ans));
+  EXPECT_EQ(ans.code, 0) << Message(ans);
+  // A request, then the close at once: taken and answered, or answered CANCELLED.
+  rings.Submit(0, 8);
+  const auto before = Clock::now();
+  ASSERT_TRUE(raw.Close(rings.ids[0]).ok());
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - before).count(), 5);
+  EXPECT_EQ(Word(rings.header(0)->closed).load(), uint32_t(kClosedByClient));
+  ASSERT_TRUE(rings.Take(0, &ans, 1)) << "a request left in a closed ring, unanswered";
+  EXPECT_TRUE(ans.code == 0 || ans.code == int(absl::StatusCode::kCancelled)) << Message(ans);
+  EXPECT_EQ(ans.tag, 8u);
+  const int at_close = answered.load();
+  // Nothing more is taken from the closed ring; the others keep being answered.
+  rings.Submit(0, 9);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(Word(rings.slot(0).state).load(), uint32_t(kSlotSubmitted));
+  EXPECT_GT(answered.load(), at_close) << "the other rings stopped with the closed one";
+  v1::RingInfo info;
+  ASSERT_TRUE(raw.Open("r", 4 * RingsInOneRegion::kStride, 1, &info).ok());
+  const auto arrays = rings.Submit(4, 10);
+  ASSERT_TRUE(rings.Take(4, &ans));
+  EXPECT_EQ(ans.code, 0) << Message(ans);
+  EXPECT_TRUE(rings.Solves(4, arrays));
+  stop.store(true);
+  for (auto& th : busy) th.join();
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_GT(answered.load(), 0);
+  EXPECT_TRUE(raw.Close(info.ring()).ok());
+}
+
+// A sleeping thread wakes for any of its rings' doorbells at once, not at its next timed look
+// (every 0.1 s): a lost wake-up shows as answers 0-100 ms late. No spinning, so every request
+// finds the thread asleep.
+TEST_P(RingThreads, ASleepingThreadWakesForAnyOfItsRings) {
+  ServerProcess server({"--ring-threads", GetParam(), "--ring-spin-us", "0", "--request-log",
+                        "errors"});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  Raw raw(server);
+  constexpr int kRings = 6, kTrials = 30;
+  RingsInOneRegion rings(kRings);
+  ASSERT_TRUE(raw.Register(*rings.shm, "r").ok());
+  for (int i = 0; i < kRings; ++i) {
+    v1::RingInfo info;
+    ASSERT_TRUE(raw.Open("r", i * RingsInOneRegion::kStride, 1, &info).ok());
+  }
+  std::vector<double> ms;
+  for (int k = 0; k < kTrials; ++k) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(15));
+    const int i = (k * 7) % kRings;
+    const auto t0 = Clock::now();
+    const auto arrays = rings.Submit(i, uint64_t(100 + k));
+    RingAnswer ans;
+    ASSERT_TRUE(rings.Take(i, &ans));
+    ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    ASSERT_EQ(ans.code, 0) << Message(ans);
+    EXPECT_TRUE(rings.Solves(i, arrays));
+  }
+  std::sort(ms.begin(), ms.end());
+  EXPECT_LT(ms[kTrials / 2], 20) << "median " << ms[kTrials / 2] << " ms: wake-ups are lost";
+}
+
+INSTANTIATE_TEST_SUITE_P(Pool, RingThreads, ::testing::Values("1", "2", "0"),
+                         [](const ::testing::TestParamInfo<const char*>& p) {
+                           return std::string(p.param[0] == '0' ? "ThreadPerRing"
+                                                                : "Threads") +
+                                  (p.param[0] == '0' ? "" : p.param);
+                         });
 
 }  // namespace
 }  // namespace trisolve
