@@ -7,7 +7,9 @@
 #   here (CPU backend):  bash tests/bench/run_ring.sh
 #   lent GPU:            RUN=.gpu/run BACKEND=cuda bash tests/bench/run_ring.sh  (logs under $OUT)
 # RUN: a wrapper the binaries run under (the GPU bundle's); BIN: where trisolved and trisolve
-# are (default build/server and build/client, or bare names under RUN).
+# are (default build/server and build/client, or bare names under RUN). SERVER_ARGS: more flags
+# for trisolved (e.g. "--ring-threads 0" for a thread a ring); TRANSPORTS: "ring grpc" (default)
+# or one of them.
 set -uo pipefail
 out=${OUT:-/tmp/trisolve-ring}
 mkdir -p "$out"
@@ -16,6 +18,8 @@ backend=${BACKEND:-cpu}
 rounds=${ROUNDS:-3}
 clients=${CLIENTS:-1 16 64 256}
 modes=${MODES:-unary handle health}
+transports=${TRANSPORTS:-ring grpc}
+server_args=${SERVER_ARGS:-}
 if [ -n "$run" ]; then
   srv_bin="$run trisolved"
   cli_bin="$run trisolve"
@@ -27,12 +31,14 @@ fi
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null
   nproc | sed 's/^/cores: /'
   date -u +%Y-%m-%dT%H:%MZ
+  echo "trisolved ${SERVER_ARGS:-}"
 } | tee "$out/device.txt"
 
 port=${PORT:-50391}
 # Each ring is a region of the caller's: 256 clients need room for 256 of them.
 $srv_bin --backend "$backend" --listen "127.0.0.1:$port" --request-log errors \
-  --max-regions-per-identity 1024 --max-systems-per-identity 1024 >"$out/trisolved.log" 2>&1 &
+  --max-regions-per-identity 1024 --max-systems-per-identity 1024 $server_args \
+  >"$out/trisolved.log" 2>&1 &
 srv=$!
 for _ in $(seq 200); do
   $cli_bin --server "127.0.0.1:$port" --timeout 1 health >/dev/null 2>&1 && break
@@ -43,7 +49,7 @@ for round in $(seq "$rounds"); do
   for c in $clients; do
     r=$((c == 1 ? 3000 : (c <= 16 ? 1000 : (c <= 64 ? 400 : 100))))
     for mode in $modes; do
-      for t in ring grpc; do
+      for t in $transports; do
         [ "$mode" = health ] && [ "$t" = ring ] && continue
         echo "--- round $round, $mode over $t, $c clients" | tee -a "$out/ring.log"
         $cli_bin --server "127.0.0.1:$port" bench --clients "$c" --requests "$r" --n 64 \
