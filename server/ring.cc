@@ -1,6 +1,7 @@
 #include "ring.h"
 
 #include <linux/futex.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -813,12 +814,22 @@ void RingManager::Ring::Fill(const server::Answer& a, RingAnswer* ans) const {
 
 // ---- the manager -------------------------------------------------------------------------
 
-int DefaultRingThreads() { return std::max(1, int(std::thread::hardware_concurrency()) / 4); }
+namespace {
+// The cores this process may run on (its affinity mask: a taskset or a container's cpuset), not
+// the host's.
+int UsableCores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1, int(std::thread::hardware_concurrency()));
+}
+}  // namespace
+
+int DefaultRingThreads() { return std::max(1, UsableCores() / 4); }
 
 RingManager::RingManager(Core* core, RingOptions options)
     : core_(core),
       options_(options),
-      max_spinners_(std::max(1, int(std::thread::hardware_concurrency()) / 2)),
+      max_spinners_(std::max(1, UsableCores() / 2)),
       pooled_(options_.threads > 0 && HaveFutexWaitv()),
       watcher_([this] { Watch(); }) {
   if (!options_.enabled) return;

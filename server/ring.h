@@ -23,11 +23,12 @@
 
 namespace trisolve::server {
 
-// The serving threads a server starts for its rings by default: a quarter of the cores (at least
-// one). The clients of the rings run on the same host and take a core each while they write a
-// request and read its answer; a serving thread answers a small request in a few microseconds,
-// so a few threads that never sleep while there is work keep up with many clients, and the
-// cores left over run the clients and the backend's own threads (docs/serving.md).
+// The serving threads a server starts for its rings by default: a quarter of the cores it may
+// run on (its affinity mask; at least one). The clients of the rings run on the same host and
+// take a core each while they write a request and read its answer; a serving thread answers a
+// small request in a few microseconds, so a few threads that never sleep while there is work
+// keep up with many clients, and the cores left over run the clients and the backend's own
+// threads (docs/serving.md).
 int DefaultRingThreads();
 
 struct RingOptions {
