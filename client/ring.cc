@@ -2,7 +2,8 @@
 // asked and answered through a slot in shared memory (proto/ring_abi.h) instead of over the
 // socket. Each call takes a ring of the client's own (one a thread at a time, opened on first
 // use and kept), copies its arrays into the ring's arena, rings the server's doorbell, and
-// spins briefly, then sleeps on its slot until the answer is there.
+// spins briefly (where the ring's last answer came within the spin), then sleeps on its slot
+// until the answer is there.
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -34,6 +35,11 @@ int64_t Align(int64_t v) { return (v + kRingAlign - 1) / kRingAlign * kRingAlign
 // cores, spinning takes the cores from the threads with work (the server's among them).
 std::atomic<int> spinners{0};
 const int max_spinners = std::max(1, int(std::thread::hardware_concurrency()) / 2);
+// A ring whose last answer took longer than the spin sleeps at once on its next call: with more
+// calling threads than cores the answers wait in the server's queue for longer than any spin,
+// and a spinning caller holds a core that a ring thread or another caller with work needs. One
+// call in kSpinProbe spins anyway, to notice that the load fell.
+constexpr uint64_t kSpinProbe = 16;
 
 // A server that stops advancing a ring's heartbeat for this long is taken for gone.
 constexpr double kHeartbeatTimeoutS = 3;
@@ -55,6 +61,7 @@ struct Client::Impl::RingLane {
   RingSlot* slot = nullptr;
   int64_t arena = 0;  // where the arena starts in the region
   uint64_t sequence = 0;
+  double last_wait_us = 0;  // from submitting the last request to its answer
   bool broken = false;  // the server went, or a request was left with it: not reused
 
   bool closed() const { return Word(header->closed).load() != kRingOpen; }
@@ -406,7 +413,11 @@ std::optional<absl::StatusOr<Result>> Client::Impl::SolveOnRing(
   rq.status_bytes = x_bytes / elem;
   rq.tag = ++l.sequence;
   RingAnswer ans;
-  absl::Status st = Exchange(*l.header, *l.slot, options.ring_spin_us, deadline, &ans, &l.broken);
+  const bool spin = l.last_wait_us <= options.ring_spin_us || rq.tag % kSpinProbe == 0;
+  const auto asked = Clock::now();
+  absl::Status st =
+      Exchange(*l.header, *l.slot, spin ? options.ring_spin_us : 0, deadline, &ans, &l.broken);
+  l.last_wait_us = std::chrono::duration<double, std::micro>(Clock::now() - asked).count();
   if (!st.ok()) {
     ReleaseRing(*std::move(lane));
     return absl::StatusOr<Result>(st);
