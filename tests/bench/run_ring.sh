@@ -9,7 +9,8 @@
 # RUN: a wrapper the binaries run under (the GPU bundle's); BIN: where trisolved and trisolve
 # are (default build/server and build/client, or bare names under RUN). SERVER_ARGS: more flags
 # for trisolved (e.g. "--ring-threads 0" for a thread a ring); TRANSPORTS: "ring grpc" (default)
-# or one of them.
+# or one of them; SCALE: requests a client times this (longer, steadier runs); CLIENT: the
+# client binary's name under RUN (default trisolve).
 set -uo pipefail
 out=${OUT:-/tmp/trisolve-ring}
 mkdir -p "$out"
@@ -22,16 +23,16 @@ transports=${TRANSPORTS:-ring grpc}
 server_args=${SERVER_ARGS:-}
 if [ -n "$run" ]; then
   srv_bin="$run trisolved"
-  cli_bin="$run trisolve"
+  cli_bin="$run ${CLIENT:-trisolve}"
 else
   srv_bin=${BIN:-build}/server/trisolved
-  cli_bin=${BIN:-build}/client/trisolve
+  cli_bin=${BIN:-build}/client/${CLIENT:-trisolve}
 fi
 {
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null
   nproc | sed 's/^/cores: /'
   date -u +%Y-%m-%dT%H:%MZ
-  echo "trisolved ${SERVER_ARGS:-}"
+  echo "trisolved ${SERVER_ARGS:-}; client ${CLIENT:-trisolve}; requests x${SCALE:-1}"
 } | tee "$out/device.txt"
 
 port=${PORT:-50391}
@@ -47,7 +48,7 @@ done
 : >"$out/ring.jsonl"
 for round in $(seq "$rounds"); do
   for c in $clients; do
-    r=$((c == 1 ? 3000 : (c <= 16 ? 1000 : (c <= 64 ? 400 : 100))))
+    r=$(((c == 1 ? 3000 : (c <= 16 ? 1000 : (c <= 64 ? 400 : 100))) * ${SCALE:-1}))
     for mode in $modes; do
       for t in $transports; do
         [ "$mode" = health ] && [ "$t" = ring ] && continue
