@@ -290,7 +290,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--ring-threads", opt.rings.threads,
                  "threads that serve the request rings, each ring on the least loaded (at most "
-                 "127 a thread; more start past that); default a quarter of the usable cores; 0: a "
+                 "127 a thread; more start past that); default half the usable cores; 0: a "
                  "thread per ring")
       ->envname("TRISOLVE_RING_THREADS")->check(CLI::Range(0, 1024))->capture_default_str();
   app.add_option("--ring-spin-us", opt.rings.spin_us,

@@ -824,7 +824,7 @@ int UsableCores() {
 }
 }  // namespace
 
-int DefaultRingThreads() { return std::max(1, UsableCores() / 4); }
+int DefaultRingThreads() { return std::max(1, UsableCores() / 2); }
 
 RingManager::RingManager(Core* core, RingOptions options)
     : core_(core),
