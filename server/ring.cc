@@ -1,6 +1,7 @@
 #include "ring.h"
 
 #include <linux/futex.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -201,7 +202,10 @@ class RingManager::Ring {
   void Start() {
     Word(header_->closed).store(kRingOpen);
     Word(header_->sleeping).store(0);
-    if (pool_ == nullptr) thread_ = std::thread([this] { Serve(); });
+    if (pool_ == nullptr) {
+      thread_ = std::thread([this] { Serve(); });
+      pthread_setname_np(thread_.native_handle(), "ring");
+    }
   }
   Pool* pool() const { return pool_; }
   // Asks its thread to stop serving it after the request it is answering. `touch` false: the
@@ -288,7 +292,12 @@ class RingManager::Pool {
 
   int index() const { return index_; }
   int load() const { return load_.load(); }
-  void Start() { thread_ = std::thread([this] { Run(); }); }
+  void Start() {
+    thread_ = std::thread([this] { Run(); });
+    // Named for top -H and perf (else it carries the name of the gRPC thread that opened the
+    // ring that started it).
+    pthread_setname_np(thread_.native_handle(), absl::StrCat("ring-", index_).substr(0, 15).c_str());
+  }
   void Add(std::shared_ptr<Ring> ring) {
     load_.fetch_add(1);
     {
