@@ -6,7 +6,9 @@
 # streams`, one client, REQUESTS requests each (p50 of them), every answer checked, one local
 # core beside each. Per round: each p50, the bench's upload / download / server split, and the
 # whole system's p50 over each by-handle p50. STREAMS: the --parallel-streams values to run
-# the round with (default 8, the client's default).
+# the round with (default 8, the client's default). BASE: another build's trisolve command (the
+# client before a change, say); each round then also runs its unary and by-handle whole against
+# the same server, first.
 #   here (CPU backend):  bash tests/bench/run_handle_fast.sh
 #   lent GPU:            RUN=.gpu/run BACKEND=cuda bash tests/bench/run_handle_fast.sh
 # RUN: a wrapper the binaries run under (the GPU bundle's); BIN: where trisolved and trisolve
@@ -54,7 +56,7 @@ bench() {
   # Pieces of 8 MiB or more: 2^24 by handle moves 268 MB, so up to 32 (the default 128 MiB
   # would allow two).
   [ "$pieces" != default ] && piece_args=(--pipeline-pieces "$pieces" --pipeline-piece-bytes 8388608)
-  line=$($cli_bin --server "127.0.0.1:$port" --parallel-streams "$streams" \
+  line=$(${cli:-$cli_bin} --server "127.0.0.1:$port" --parallel-streams "$streams" \
     "${piece_args[@]}" bench --mode "$mode" --transport streams --batch "$batch" --n "$n" \
     --requests "$requests" --json 2>>"$out/bench.err" | tail -1)
   echo "round $round streams $streams $name: $line" >>"$out/handle_fast.log"
@@ -66,6 +68,16 @@ bench() {
 
 for round in $(seq "$rounds"); do
   for streams in $streams_list; do
+    if [ -n "${BASE:-}" ]; then
+      for mode in unary handle; do
+        rm -f "$out/last.json"
+        p50=$(cli=$BASE bench "base $mode" "$mode" "$([ $mode = unary ] && echo default || echo 0)" "$streams")
+        printf 'round %s, streams %s: base %s %s ms (up %s, down %s, server %s)\n' "$round" "$streams" \
+          "$mode" "${p50:-FAILED}" "$(field upload_ms <"$out/last.json" 2>/dev/null)" \
+          "$(field download_ms <"$out/last.json" 2>/dev/null)" \
+          "$(field server_total_ms <"$out/last.json" 2>/dev/null)" | tee -a "$out/summary.txt"
+      done
+    fi
     rm -f "$out/last.json"
     unary=$(bench unary unary default "$streams")
     summary=$(printf 'round %s, streams %s: unary %s ms (up %s, down %s, server %s; local core %s)' \
