@@ -744,7 +744,7 @@ absl::StatusOr<Result> Client::Impl::SolveInPieces(
       else if (k == 0)
         parts.push_back({src, s.at, s.v->bytes()});
     }
-    return Upload(region, parts);
+    return Upload(region, parts, /*piece=*/true);
   };
   stages.download = [&](int k) {
     if (x_dst == nullptr) {
@@ -752,7 +752,8 @@ absl::StatusOr<Result> Client::Impl::SolveInPieces(
       x_dst = result.x.data.data();
     }
     const int64_t s0 = first(k), s1 = first(k + 1);
-    return Download(region, x_at + s0 * x_row, (s1 - s0) * x_row, x_dst + s0 * x_row);
+    return Download(region, x_at + s0 * x_row, (s1 - s0) * x_row, x_dst + s0 * x_row,
+                    /*piece=*/true);
   };
   stages.solve = [&](int k) -> absl::Status {
     const int64_t s0 = first(k), s1 = first(k + 1);
@@ -1002,7 +1003,7 @@ absl::StatusOr<Result> Client::Impl::SolveSystemInPieces(const std::string& hand
   PipelineStages stages;
   stages.upload = [&](int k) {
     const int64_t r0 = first(k), r1 = first(k + 1);
-    return Upload(region, {{src + r0 * row, r0 * row, (r1 - r0) * row}});
+    return Upload(region, {{src + r0 * row, r0 * row, (r1 - r0) * row}}, /*piece=*/true);
   };
   stages.download = [&](int k) {
     if (x_dst == nullptr) {
@@ -1010,7 +1011,8 @@ absl::StatusOr<Result> Client::Impl::SolveSystemInPieces(const std::string& hand
       x_dst = result.x.data.data();
     }
     const int64_t r0 = first(k), r1 = first(k + 1);
-    return Download(region, x_at + r0 * row, (r1 - r0) * row, x_dst + r0 * row);
+    return Download(region, x_at + r0 * row, (r1 - r0) * row, x_dst + r0 * row,
+                    /*piece=*/true);
   };
   stages.solve = [&](int k) -> absl::Status {
     const int64_t r0 = first(k), r1 = first(k + 1);

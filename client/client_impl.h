@@ -112,8 +112,12 @@ struct Client::Impl {
     const std::byte* src;
     int64_t offset, bytes;
   };
-  absl::Status Upload(const std::string& region, const std::vector<Piece>& pieces);
-  absl::Status Download(const std::string& region, int64_t offset, int64_t bytes, std::byte* dst);
+  // A whole job opens a lane for each 8 MiB, a pipeline's piece (`piece`) one for each 4 MiB
+  // chunk: a piece is a fraction of the job, and it alone is on the wire in its direction.
+  absl::Status Upload(const std::string& region, const std::vector<Piece>& pieces,
+                      bool piece = false);
+  absl::Status Download(const std::string& region, int64_t offset, int64_t bytes, std::byte* dst,
+                        bool piece = false);
 
   // ---- placing a call's arrays -------------------------------------------------------------
   // A staging region held for one call; back to the client's idle list afterwards.

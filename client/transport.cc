@@ -481,10 +481,12 @@ class RawStream {
 
 }  // namespace
 
-absl::Status Client::Impl::Upload(const std::string& region, const std::vector<Piece>& pieces) {
+absl::Status Client::Impl::Upload(const std::string& region, const std::vector<Piece>& pieces,
+                                  bool piece) {
   int64_t total = 0;
   for (const Piece& p : pieces) total += p.bytes;
-  const int lanes_wanted = int(std::clamp<int64_t>(total / kPerLaneMin, 1, options.parallel_streams));
+  const int lanes_wanted = int(std::clamp<int64_t>(total / (piece ? kChunk : kPerLaneMin), 1,
+                                                   options.parallel_streams));
   const auto shares = Shares(total, lanes_wanted);
   return InParallel(shares.size(), [&](size_t lane) -> absl::Status {
     auto [begin, end] = shares[lane];
@@ -506,8 +508,9 @@ absl::Status Client::Impl::Upload(const std::string& region, const std::vector<P
 }
 
 absl::Status Client::Impl::Download(const std::string& region, int64_t offset, int64_t bytes,
-                                    std::byte* dst) {
-  const int lanes_wanted = int(std::clamp<int64_t>(bytes / kPerLaneMin, 1, options.parallel_streams));
+                                    std::byte* dst, bool piece) {
+  const int lanes_wanted = int(std::clamp<int64_t>(bytes / (piece ? kChunk : kPerLaneMin), 1,
+                                                   options.parallel_streams));
   const auto shares = Shares(bytes, lanes_wanted);
   return InParallel(shares.size(), [&](size_t lane) -> absl::Status {
     auto [begin, end] = shares[lane];
