@@ -135,7 +135,7 @@ constexpr int64_t kFreshAsyncMin = int64_t{16} << 20;  // smaller: not worth a t
 
 // A fresh x of 134 MB zeroed by resize alone took 190-400 ms on the 2-core build machine (one
 // page fault each 4 KiB); in 2 MiB pages made by one madvise call, ~50 ms, and freeing it
-// ~1 ms instead of 30-40 (docs/serving.md, "By handle").
+// ~1 ms instead of 26-44 (tests/bench/NOTES.md, "By handle: the unaccounted time").
 std::vector<std::byte> internal::FreshBuffer(int64_t bytes) {
   std::vector<std::byte> v;
   if (bytes <= 0) return v;
@@ -292,8 +292,9 @@ std::unique_ptr<Client::Impl::Remote> Client::Impl::AcquireRemoteOrNull(int64_t 
     }
     if (remotes >= kMaxArenas && !idle_remote.empty()) {
       // Trade the smallest idle one for a larger one.
-      auto small = std::min_element(idle_remote.begin(), idle_remote.end(),
-                                    [](const Remote& x, const Remote& y) { return x.bytes < y.bytes; });
+      auto small = std::min_element(
+          idle_remote.begin(), idle_remote.end(),
+          [](const Remote& x, const Remote& y) { return x.bytes < y.bytes; });
       traded = small->name;
       idle_remote.erase(small);
       --remotes;
