@@ -226,8 +226,8 @@ namespace internal {
 // Whether [p, p + bytes) overlaps CUDA memory some Client of this process registered: the
 // marshalling must not read it (it cannot convert such an array).
 bool InCudaMemory(const void* p, int64_t bytes);
-// A zeroed array of `bytes` for an answer's x, its pages made by the kernel up front (2 MiB
-// ones where it allows) rather than faulted in one 4 KiB page at a time.
+// A zeroed array of `bytes` for an answer's x, in 2 MiB pages where the kernel allows rather
+// than faulted in one 4 KiB page at a time.
 std::vector<std::byte> FreshBuffer(int64_t bytes);
 // FreshBuffer on a thread of its own, for arrays large enough to pay for one (else made now):
 // x's pages are made while the call's arrays travel.

@@ -3,7 +3,6 @@
 // or in the messages.
 #include <grpcpp/generic/generic_stub.h>
 #include <sys/mman.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -16,11 +15,6 @@
 #include "absl/strings/str_format.h"
 #include "chunk_wire.h"
 #include "client_impl.h"
-
-// Linux 5.14's; an older kernel answers EINVAL and the pages are faulted in as they are written.
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
-#endif
 
 namespace trisolve {
 
@@ -134,22 +128,21 @@ constexpr int64_t kFreshAsyncMin = int64_t{16} << 20;  // smaller: not worth a t
 }  // namespace
 
 // A fresh x of 134 MB zeroed by resize alone took 190-400 ms on the 2-core build machine (one
-// page fault each 4 KiB); in 2 MiB pages made by one madvise call, ~50 ms, and freeing it
-// ~1 ms instead of 26-44 (tests/bench/NOTES.md, "By handle: the unaccounted time").
+// page fault each 4 KiB); in 2 MiB pages, 45-58 ms, and freeing it ~1 ms instead of 26-44. Not
+// populated by MADV_POPULATE_WRITE as well: that holds the process's mmap lock throughout, and
+// with it the H100's upload beside it took 44-45 ms against 23-27 without a fresh x made
+// meanwhile (tests/bench/NOTES.md, "By handle: the unaccounted time").
 std::vector<std::byte> internal::FreshBuffer(int64_t bytes) {
   std::vector<std::byte> v;
   if (bytes <= 0) return v;
   if (bytes >= kFreshMin) {
     v.reserve(size_t(bytes));
+    constexpr uintptr_t kHuge = uintptr_t{2} << 20;
     const auto p = reinterpret_cast<uintptr_t>(v.data());
-    const auto advise = [&](uintptr_t align, int advice) {
-      const uintptr_t lo = (p + align - 1) & ~(align - 1);
-      const uintptr_t hi = (p + uintptr_t(bytes)) & ~(align - 1);
-      // Advice only: where the kernel refuses it, the pages come as resize writes them.
-      if (hi > lo) (void)madvise(reinterpret_cast<void*>(lo), hi - lo, advice);
-    };
-    advise(uintptr_t{2} << 20, MADV_HUGEPAGE);
-    advise(uintptr_t(sysconf(_SC_PAGESIZE)), MADV_POPULATE_WRITE);
+    const uintptr_t lo = (p + kHuge - 1) & ~(kHuge - 1);
+    const uintptr_t hi = (p + uintptr_t(bytes)) & ~(kHuge - 1);
+    // Advice only: where the kernel refuses it, the pages are 4 KiB ones.
+    if (hi > lo) (void)madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);
   }
   v.resize(size_t(bytes));
   return v;

@@ -4,8 +4,10 @@
 # rounds (default 3), each running in turn: the whole system (unary, the client's default
 # pieces), by handle whole, by handle in 2, 4 and 8 pieces; `trisolve bench --transport
 # streams`, one client, REQUESTS requests each (p50 of them), every answer checked, one local
-# core beside each. Per round: each p50, the bench's upload / download / server split, and the
-# whole system's p50 over each by-handle p50. STREAMS: the --parallel-streams values to run
+# core beside each; then the whole system and by handle whole again with x written into an
+# array of the client's own, reused (`bench --x-out`, as a time-stepping code keeps its x). Per
+# round: each p50, the bench's upload / download / server split, and the whole system's p50
+# over each by-handle p50. STREAMS: the --parallel-streams values to run
 # the round with (default 8, the client's default). BASE: another build's trisolve command (the
 # client before a change, say); each round then also runs its unary and by-handle whole against
 # the same server, first.
@@ -48,17 +50,18 @@ for _ in $(seq 300); do
 done
 
 field() { grep -o "\"$1\":[0-9.e+-]*" | tail -1 | cut -d: -f2; }
-# bench NAME MODE PIECES STREAMS: one configuration; its JSON line appended to the log and its
-# p50 echoed (empty where it failed).
+# bench NAME MODE PIECES STREAMS [BENCH FLAGS]: one configuration; its JSON line appended to
+# the log and its p50 echoed (empty where it failed).
 bench() {
   local name=$1 mode=$2 pieces=$3 streams=$4 line
+  shift 4
   local piece_args=()
   # Pieces of 8 MiB or more: 2^24 by handle moves 268 MB, so up to 32 (the default 128 MiB
   # would allow two).
   [ "$pieces" != default ] && piece_args=(--pipeline-pieces "$pieces" --pipeline-piece-bytes 8388608)
   line=$(${cli:-$cli_bin} --server "127.0.0.1:$port" --parallel-streams "$streams" \
     "${piece_args[@]}" bench --mode "$mode" --transport streams --batch "$batch" --n "$n" \
-    --requests "$requests" --json 2>>"$out/bench.err" | tail -1)
+    --requests "$requests" --json "$@" 2>>"$out/bench.err" | tail -1)
   echo "round $round streams $streams $name: $line" >>"$out/handle_fast.log"
   if echo "$line" | grep -q '"wrong":0,"errors":0'; then
     printf '%s' "$line" >"$out/last.json"
@@ -85,15 +88,29 @@ for round in $(seq "$rounds"); do
       "$(field download_ms <"$out/last.json")" "$(field server_total_ms <"$out/last.json")" \
       "$(field local_ms <"$out/last.json")")
     echo "$summary" | tee -a "$out/summary.txt"
-    for pieces in 0 2 4 8; do
+    rm -f "$out/last.json"
+    unary_x=$(bench "unary, x reused" unary default "$streams" --x-out)
+    printf '  unary, x reused: %s ms (up %s, down %s, server %s)\n' "${unary_x:-FAILED}" \
+      "$(field upload_ms <"$out/last.json" 2>/dev/null)" \
+      "$(field download_ms <"$out/last.json" 2>/dev/null)" \
+      "$(field server_total_ms <"$out/last.json" 2>/dev/null)" | tee -a "$out/summary.txt"
+    for pieces in 0 2 4 8 x; do
       name=$([ "$pieces" = 0 ] && echo "handle whole" || echo "handle $pieces pieces")
+      against=$unary
       rm -f "$out/last.json"
-      p50=$(bench "$name" handle "$pieces" "$streams")
+      if [ "$pieces" = x ]; then
+        # Against the whole system with its x reused likewise.
+        name="handle whole, x reused"
+        against=$unary_x
+        p50=$(bench "$name" handle 0 "$streams" --x-out)
+      else
+        p50=$(bench "$name" handle "$pieces" "$streams")
+      fi
       if [ -z "$p50" ]; then
         echo "  $name: FAILED (see $out/handle_fast.log, $out/bench.err)" | tee -a "$out/summary.txt"
         continue
       fi
-      ratio=$(awk -v u="${unary:-0}" -v h="$p50" 'BEGIN { if (u > 0) printf "%.2f", u / h; else print "-" }')
+      ratio=$(awk -v u="${against:-0}" -v h="$p50" 'BEGIN { if (u > 0) printf "%.2f", u / h; else print "-" }')
       printf '  %s: %s ms (up %s, down %s, server %s; pieces %s; local core %s ms), unary/handle %s\n' \
         "$name" "$p50" "$(field upload_ms <"$out/last.json")" "$(field download_ms <"$out/last.json")" \
         "$(field server_total_ms <"$out/last.json")" "$(field pieces <"$out/last.json")" \
