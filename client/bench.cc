@@ -506,6 +506,14 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
       }
       jo.x_out = x_area;
     }
+    std::vector<double> own_x, own_x2;
+    if (o.x_out && !shm) {
+      own_x.resize(size_t(values));
+      own_x2.resize(size_t(values));
+      x_area = own_x.data();
+      x_area2 = own_x2.data();
+      jo.x_out = x_area;
+    }
     auto ptr_view = [&](const double* p) { return ArrayView{DType::kFloat64, shape, p}; };
     std::string handle;
     if (o.mode == "handle" || o.mode == "stream") {

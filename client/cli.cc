@@ -470,6 +470,9 @@ int main(int argc, char** argv) {
                     "memory, x written into it), streams (parallel streams into the server's "
                     "memory), ring (a request ring a client: no socket)")
       ->check(CLI::IsMember({"grpc", "auto", "shm", "streams", "ring"}))->capture_default_str();
+  bench->add_flag("--x-out", bo.x_out,
+                  "x into an array of each client's own, reused every request (as a "
+                  "time-stepping code keeps its x), not a new one each answer");
   bench->add_flag("--json", bo.json, "print a JSON summary as the last line");
   bench->add_option("--swc", bo.swc,
                     "a morphology: time steps of --batch cells of it (tree family; diagonal and "

@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <future>
 #include <mutex>
 #include <optional>
 #include <cstring>
@@ -368,7 +369,7 @@ void ReadResponse(const v1::SolveResponse& resp, DType dtype, Result* result) {
   result->x.dtype = dtype;
   result->x.shape.assign(resp.x().shape().begin(), resp.x().shape().end());
   const std::string& data = resp.x().data();
-  result->x.data.resize(data.size());
+  result->x.data = internal::FreshBuffer(int64_t(data.size()));
   std::memcpy(result->x.data.data(), data.data(), data.size());
   for (int s : resp.status()) result->status.push_back(static_cast<SolveStatus>(s));
   ReadSummary(resp.summary(), &result->summary);
@@ -724,8 +725,10 @@ absl::StatusOr<Result> Client::Impl::SolveInPieces(
   Result result;
   result.x.dtype = dtype;
   result.x.shape = shape;
-  if (x_out == nullptr) result.x.data.resize(size_t(x_bytes));
-  auto* x_dst = x_out != nullptr ? static_cast<std::byte*>(x_out) : result.x.data.data();
+  // x's own array is made while the first pieces go up; the first download waits for it.
+  std::future<std::vector<std::byte>> x_fresh;
+  if (x_out == nullptr) x_fresh = internal::FreshBufferAsync(x_bytes);
+  auto* x_dst = static_cast<std::byte*>(x_out);
   std::vector<v1::SolveResponse> answers(static_cast<size_t>(pieces));
 
   v1::StreamRequest header;
@@ -741,11 +744,16 @@ absl::StatusOr<Result> Client::Impl::SolveInPieces(
       else if (k == 0)
         parts.push_back({src, s.at, s.v->bytes()});
     }
-    return Upload(region, parts);
+    return Upload(region, parts, /*piece=*/true);
   };
   stages.download = [&](int k) {
+    if (x_dst == nullptr) {
+      result.x.data = x_fresh.get();
+      x_dst = result.x.data.data();
+    }
     const int64_t s0 = first(k), s1 = first(k + 1);
-    return Download(region, x_at + s0 * x_row, (s1 - s0) * x_row, x_dst + s0 * x_row);
+    return Download(region, x_at + s0 * x_row, (s1 - s0) * x_row, x_dst + s0 * x_row,
+                    /*piece=*/true);
   };
   stages.solve = [&](int k) -> absl::Status {
     const int64_t s0 = first(k), s1 = first(k + 1);
@@ -912,7 +920,8 @@ int Client::Impl::HandlePieces(const std::string& handle, const ArrayView& rhs,
       (o.x_out != nullptr && RefOf(o.x_out, rhs.bytes())))
     return 0;
   // By handle the pieces go only where asked: on the H100 host 2^24 unknowns by handle took
-  // 136-178 ms whole and 163-183 ms in 4 pieces (docs/serving.md).
+  // 59-68 ms whole, 59-62 in 2 or 4 pieces and 77-81 in 8 (docs/serving.md, "By handle in
+  // pieces"): the two directions share the host's capacity, so overlapping them gains nothing.
   if (options.pipeline_pieces < 0) return 0;
   const int64_t moved = 2 * rhs.bytes();  // the right-hand sides up, x down
   if (options.transport == Transport::kAuto) {
@@ -985,19 +994,26 @@ absl::StatusOr<Result> Client::Impl::SolveSystemInPieces(const std::string& hand
   Result result;
   result.x.dtype = rhs.dtype;
   result.x.shape = rhs.shape;
-  if (o.x_out == nullptr) result.x.data.resize(size_t(rhs.bytes()));
-  auto* x_dst = o.x_out != nullptr ? static_cast<std::byte*>(o.x_out) : result.x.data.data();
+  // x's own array is made while the first pieces go up; the first download waits for it.
+  std::future<std::vector<std::byte>> x_fresh;
+  if (o.x_out == nullptr) x_fresh = internal::FreshBufferAsync(rhs.bytes());
+  auto* x_dst = static_cast<std::byte*>(o.x_out);
   const auto* src = static_cast<const std::byte*>(rhs.data);
   std::vector<v1::SolveResponse> answers(static_cast<size_t>(pieces));
 
   PipelineStages stages;
   stages.upload = [&](int k) {
     const int64_t r0 = first(k), r1 = first(k + 1);
-    return Upload(region, {{src + r0 * row, r0 * row, (r1 - r0) * row}});
+    return Upload(region, {{src + r0 * row, r0 * row, (r1 - r0) * row}}, /*piece=*/true);
   };
   stages.download = [&](int k) {
+    if (x_dst == nullptr) {
+      result.x.data = x_fresh.get();
+      x_dst = result.x.data.data();
+    }
     const int64_t r0 = first(k), r1 = first(k + 1);
-    return Download(region, x_at + r0 * row, (r1 - r0) * row, x_dst + r0 * row);
+    return Download(region, x_at + r0 * row, (r1 - r0) * row, x_dst + r0 * row,
+                    /*piece=*/true);
   };
   stages.solve = [&](int k) -> absl::Status {
     const int64_t r0 = first(k), r1 = first(k + 1);

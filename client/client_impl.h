@@ -8,6 +8,7 @@
 #include <chrono>
 #include <functional>
 #include <cstdint>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -102,14 +103,21 @@ struct Client::Impl {
   std::vector<std::shared_ptr<grpc::Channel>> lanes;  // one connection each
   std::unique_ptr<Remote> AcquireRemoteOrNull(int64_t bytes, absl::Status* error);
   void ReleaseRemote(Remote r);
+  // Unregisters every idle region on the server; how many there were.
+  int DropIdleRemote();
+  void UnregisterRemote(const std::string& name);  // errors ignored: it may have expired
   std::shared_ptr<grpc::Channel> Lane(size_t i);
   // Writes the pieces (source, offset in the region) over the lanes at once.
   struct Piece {
     const std::byte* src;
     int64_t offset, bytes;
   };
-  absl::Status Upload(const std::string& region, const std::vector<Piece>& pieces);
-  absl::Status Download(const std::string& region, int64_t offset, int64_t bytes, std::byte* dst);
+  // A whole job opens a lane for each 8 MiB, a pipeline's piece (`piece`) one for each 4 MiB
+  // chunk: a piece is a fraction of the job, and it alone is on the wire in its direction.
+  absl::Status Upload(const std::string& region, const std::vector<Piece>& pieces,
+                      bool piece = false);
+  absl::Status Download(const std::string& region, int64_t offset, int64_t bytes, std::byte* dst,
+                        bool piece = false);
 
   // ---- placing a call's arrays -------------------------------------------------------------
   // A staging region held for one call; back to the client's idle list afterwards.
@@ -142,6 +150,8 @@ struct Client::Impl {
     int64_t inline_bytes = 0;
     std::string transport = "grpc";
     double upload_us = 0;  // StageRemote's upload
+    // x's own array (x_out not given, x staged): made while the arrays travel.
+    std::future<std::vector<std::byte>> x_fresh;
   };
   absl::StatusOr<Placement> Place(const std::vector<ArrayView>& arrays, void* x_out,
                                   int64_t x_bytes);
@@ -179,7 +189,7 @@ struct Client::Impl {
                                              int pieces, bool by_range);
   // After the call: x where the caller wanted it (x_out, else the result's own array).
   // x read back from the server's memory adds its time to timings->download_us.
-  absl::Status DeliverX(const Placement& pl, void* x_out, int64_t x_bytes, NdArray* x,
+  absl::Status DeliverX(Placement& pl, void* x_out, int64_t x_bytes, NdArray* x,
                         Timings* timings = nullptr);
 
   // ---- request rings (the server on this host; ring.cc) -----------------------------------
@@ -216,6 +226,12 @@ namespace internal {
 // Whether [p, p + bytes) overlaps CUDA memory some Client of this process registered: the
 // marshalling must not read it (it cannot convert such an array).
 bool InCudaMemory(const void* p, int64_t bytes);
+// A zeroed array of `bytes` for an answer's x, in 2 MiB pages where the kernel allows rather
+// than faulted in one 4 KiB page at a time.
+std::vector<std::byte> FreshBuffer(int64_t bytes);
+// FreshBuffer on a thread of its own, for arrays large enough to pay for one (else made now):
+// x's pages are made while the call's arrays travel.
+std::future<std::vector<std::byte>> FreshBufferAsync(int64_t bytes);
 }  // namespace internal
 
 }  // namespace trisolve

@@ -2,6 +2,7 @@
 // host), into the server's own memory over several connections at once (the server elsewhere),
 // or in the messages.
 #include <grpcpp/generic/generic_stub.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
@@ -50,14 +51,7 @@ bool Stale(Clock::time_point since, double ttl_s) {
 
 Client::Impl::~Impl() {
   for (auto& a : idle_arenas) (void)Unregister(a.arena->data());
-  for (const Remote& r : idle_remote) {
-    v1::UnregisterMemoryRequest req;
-    req.set_name(r.name);
-    grpc::ClientContext ctx;
-    Auth(ctx);
-    v1::MemoryRegion resp;
-    (void)stub->UnregisterMemory(&ctx, req, &resp);
-  }
+  for (const Remote& r : idle_remote) UnregisterRemote(r.name);
 }
 
 std::optional<v1::RegionRef> Client::Impl::RefOf(const void* p, int64_t bytes) const {
@@ -126,6 +120,39 @@ absl::Status Client::Impl::RegisterCuda(const CudaMemory& m, const std::string& 
   std::lock_guard<std::mutex> lock(CudaRangesMu());
   CudaRanges().push_back({static_cast<const std::byte*>(m.data), m.bytes});
   return absl::OkStatus();
+}
+
+namespace {
+constexpr int64_t kFreshMin = int64_t{4} << 20;        // smaller: a plain resize
+constexpr int64_t kFreshAsyncMin = int64_t{16} << 20;  // smaller: not worth a thread
+}  // namespace
+
+// A fresh x of 134 MB zeroed by resize alone took 190-400 ms on the 2-core build machine (one
+// page fault each 4 KiB); in 2 MiB pages, 45-58 ms, and freeing it ~1 ms instead of 26-44. Not
+// populated by MADV_POPULATE_WRITE as well: that holds the process's mmap lock throughout, and
+// with it the H100's upload beside it took 44-45 ms against 23-27 without a fresh x made
+// meanwhile (tests/bench/NOTES.md, "By handle: the unaccounted time").
+std::vector<std::byte> internal::FreshBuffer(int64_t bytes) {
+  std::vector<std::byte> v;
+  if (bytes <= 0) return v;
+  if (bytes >= kFreshMin) {
+    v.reserve(size_t(bytes));
+    constexpr uintptr_t kHuge = uintptr_t{2} << 20;
+    const auto p = reinterpret_cast<uintptr_t>(v.data());
+    const uintptr_t lo = (p + kHuge - 1) & ~(kHuge - 1);
+    const uintptr_t hi = (p + uintptr_t(bytes)) & ~(kHuge - 1);
+    // Advice only: where the kernel refuses it, the pages are 4 KiB ones.
+    if (hi > lo) (void)madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);
+  }
+  v.resize(size_t(bytes));
+  return v;
+}
+
+std::future<std::vector<std::byte>> internal::FreshBufferAsync(int64_t bytes) {
+  if (bytes >= kFreshAsyncMin) return std::async(std::launch::async, FreshBuffer, bytes);
+  std::promise<std::vector<std::byte>> now;
+  now.set_value(FreshBuffer(bytes));
+  return now.get_future();
 }
 
 bool internal::InCudaMemory(const void* p, int64_t bytes) {
@@ -237,6 +264,7 @@ void Client::Impl::ReleaseArena(std::unique_ptr<SharedMemory> a) {
 
 std::unique_ptr<Client::Impl::Remote> Client::Impl::AcquireRemoteOrNull(int64_t bytes,
                                                                         absl::Status* error) {
+  std::string traded;  // an idle region given up for this one
   {
     std::lock_guard<std::mutex> lock(remote_mu);
     // Those idle for half their time-to-live are left to expire on the server.
@@ -255,12 +283,22 @@ std::unique_ptr<Client::Impl::Remote> Client::Impl::AcquireRemoteOrNull(int64_t 
       idle_remote.erase(best);
       return r;
     }
+    if (remotes >= kMaxArenas && !idle_remote.empty()) {
+      // Trade the smallest idle one for a larger one.
+      auto small = std::min_element(
+          idle_remote.begin(), idle_remote.end(),
+          [](const Remote& x, const Remote& y) { return x.bytes < y.bytes; });
+      traded = small->name;
+      idle_remote.erase(small);
+      --remotes;
+    }
     if (remotes >= kMaxArenas) {
       *error = absl::ResourceExhaustedError("every upload region of this client is in use");
       return nullptr;
     }
     ++remotes;
   }
+  if (!traded.empty()) UnregisterRemote(traded);
   int64_t size = int64_t{16} << 20;
   while (size < bytes) size *= 2;
   std::random_device rd;
@@ -270,10 +308,18 @@ std::unique_ptr<Client::Impl::Remote> Client::Impl::AcquireRemoteOrNull(int64_t 
   v1::AllocateMemoryRequest req;
   req.set_name(r->name);
   req.set_bytes(size);
-  grpc::ClientContext ctx;
-  Auth(ctx);
   v1::MemoryRegion resp;
-  grpc::Status st = stub->AllocateMemory(&ctx, req, &resp);
+  grpc::Status st;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    grpc::ClientContext ctx;
+    Auth(ctx);
+    st = stub->AllocateMemory(&ctx, req, &resp);
+    // Over the caller's caps: this client's own idle regions count against them, so they go
+    // (their bytes are nobody's now) and the allocation is asked for once more.
+    if (st.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED || attempt > 0 ||
+        DropIdleRemote() == 0)
+      break;
+  }
   if (!st.ok()) {
     std::lock_guard<std::mutex> lock(remote_mu);
     --remotes;
@@ -282,6 +328,26 @@ std::unique_ptr<Client::Impl::Remote> Client::Impl::AcquireRemoteOrNull(int64_t 
   }
   r->ttl_s = resp.ttl_s();
   return r;
+}
+
+int Client::Impl::DropIdleRemote() {
+  std::vector<Remote> idle;
+  {
+    std::lock_guard<std::mutex> lock(remote_mu);
+    idle.swap(idle_remote);
+    remotes -= int(idle.size());
+  }
+  for (const Remote& r : idle) UnregisterRemote(r.name);
+  return int(idle.size());
+}
+
+void Client::Impl::UnregisterRemote(const std::string& name) {
+  v1::UnregisterMemoryRequest req;
+  req.set_name(name);
+  grpc::ClientContext ctx;
+  Auth(ctx);
+  v1::MemoryRegion resp;
+  (void)stub->UnregisterMemory(&ctx, req, &resp);
 }
 
 void Client::Impl::ReleaseRemote(Remote r) {
@@ -409,10 +475,12 @@ class RawStream {
 
 }  // namespace
 
-absl::Status Client::Impl::Upload(const std::string& region, const std::vector<Piece>& pieces) {
+absl::Status Client::Impl::Upload(const std::string& region, const std::vector<Piece>& pieces,
+                                  bool piece) {
   int64_t total = 0;
   for (const Piece& p : pieces) total += p.bytes;
-  const int lanes_wanted = int(std::clamp<int64_t>(total / kPerLaneMin, 1, options.parallel_streams));
+  const int lanes_wanted = int(std::clamp<int64_t>(total / (piece ? kChunk : kPerLaneMin), 1,
+                                                   options.parallel_streams));
   const auto shares = Shares(total, lanes_wanted);
   return InParallel(shares.size(), [&](size_t lane) -> absl::Status {
     auto [begin, end] = shares[lane];
@@ -434,8 +502,9 @@ absl::Status Client::Impl::Upload(const std::string& region, const std::vector<P
 }
 
 absl::Status Client::Impl::Download(const std::string& region, int64_t offset, int64_t bytes,
-                                    std::byte* dst) {
-  const int lanes_wanted = int(std::clamp<int64_t>(bytes / kPerLaneMin, 1, options.parallel_streams));
+                                    std::byte* dst, bool piece) {
+  const int lanes_wanted = int(std::clamp<int64_t>(bytes / (piece ? kChunk : kPerLaneMin), 1,
+                                                   options.parallel_streams));
   const auto shares = Shares(bytes, lanes_wanted);
   return InParallel(shares.size(), [&](size_t lane) -> absl::Status {
     auto [begin, end] = shares[lane];
@@ -445,7 +514,10 @@ absl::Status Client::Impl::Download(const std::string& region, int64_t offset, i
     req.set_region(region);
     req.set_offset(offset + begin);
     req.set_bytes(end - begin);
-    RawStream r(Lane(lane), &ctx, "/trisolve.v1.Solver/ReadMemory");
+    // Connections of their own: a connection's reads and writes take turns in gRPC's
+    // transport, and a piece's x comes down while the next piece goes up (RunPipeline).
+    RawStream r(Lane(size_t(std::max(options.parallel_streams, 1)) + lane), &ctx,
+                "/trisolve.v1.Solver/ReadMemory");
     r.WriteMessage(req);
     grpc::ByteBuffer bb;
     wire::MemoryChunkView c;
@@ -619,6 +691,8 @@ absl::StatusOr<Client::Impl::Placement> Client::Impl::Place(const std::vector<Ar
         "shared memory and parallel streams need a client of one server: this one balances "
         "over replicas (use transport auto or grpc)");
   }
+  if (x_out == nullptr && !pl.x_ref && x_bytes > 0)
+    pl.x_fresh = internal::FreshBufferAsync(x_bytes);
   if (tr == Transport::kSharedMemory ||
       (tr == Transport::kAuto && moved >= options.shm_min_bytes)) {
     const absl::Status st = StageShared(arrays, need, x_bytes, &pl);
@@ -643,13 +717,16 @@ absl::StatusOr<Client::Impl::Placement> Client::Impl::Place(const std::vector<Ar
   return pl;
 }
 
-absl::Status Client::Impl::DeliverX(const Placement& pl, void* x_out, int64_t x_bytes, NdArray* x,
+absl::Status Client::Impl::DeliverX(Placement& pl, void* x_out, int64_t x_bytes, NdArray* x,
                                     Timings* timings) {
   if (timings != nullptr) timings->upload_us = pl.upload_us;
+  const auto own_x = [&] {
+    x->data = pl.x_fresh.valid() ? pl.x_fresh.get() : internal::FreshBuffer(x_bytes);
+  };
   if (pl.x_remote >= 0) {
     auto* dst = static_cast<std::byte*>(x_out);
     if (dst == nullptr) {
-      x->data.resize(size_t(x_bytes));
+      own_x();
       dst = x->data.data();
     }
     const auto t0 = Clock::now();
@@ -662,7 +739,7 @@ absl::Status Client::Impl::DeliverX(const Placement& pl, void* x_out, int64_t x_
     if (x_out != nullptr) {
       std::memcpy(x_out, pl.x_staged, size_t(x_bytes));
     } else {
-      x->data.resize(size_t(x_bytes));
+      own_x();
       std::memcpy(x->data.data(), pl.x_staged, size_t(x_bytes));
     }
   } else if (x_out != nullptr && !pl.x_ref) {

@@ -464,6 +464,16 @@ TEST_F(Cli, BenchChecksEveryAnswerAndMeasuresTheFloor) {
     EXPECT_EQ(Has(out, "server, mean ms"), mode != "info" && mode != "health") << mode << "\n"
                                                                                  << out;
   }
+  // x into the clients' own arrays, reused: every answer is still checked, over the messages
+  // and the streams transport, whole and in pieces.
+  for (const std::string args :
+       {"--mode unary", "--mode handle", "--mode stream", "--mode handle --transport streams",
+        "--mode unary --transport streams --batch 512"}) {
+    auto [rc, out] = Run("--pipeline-pieces 2 --pipeline-piece-bytes 262144 bench --clients 2 "
+                         "--requests 12 --json --x-out " + args + " --n 64");
+    EXPECT_EQ(rc, 0) << args << "\n" << out;
+    EXPECT_TRUE(Has(out, "answers: 24 ok, 0 wrong")) << args << "\n" << out;
+  }
   // A morphology's time steps are solves: the floor's modes do not apply there.
   auto [rc, out] = Run("bench --mode info --swc " + std::string(TRISOLVE_TEST_DATA) +
                        "/neuron_10-2012-02-09-001.CNG.swc");

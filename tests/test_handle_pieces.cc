@@ -2,7 +2,9 @@
 // range of a batch's systems (raw requests: the range's rows of the whole solve, bit for bit;
 // every bad range refused naming its field), and the client's pipelined solve by handle through
 // the server's memory (a job over 64 MiB checked by residual and against the serial path bit
-// for bit; a bad value named by its piece and system; a client killed mid-pipeline).
+// for bit; a bad value named by its piece and system; a client killed mid-pipeline); the
+// regions a client keeps between its solves (never another identity's, never a stale answer,
+// given up under the caps).
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <spawn.h>
@@ -10,7 +12,9 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -453,6 +457,151 @@ TEST(HandlePipeline, AClientKilledMidPipelineLeavesTheServerHealthy) {
   got = client.SolveSystem(sys->handle, tri.at("d").view());
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->summary.pieces, 8);
+}
+
+// The region a client keeps between its solves by handle holds its last right-hand side and x:
+// another identity cannot read it, solve into it or use the handle; after a refused call (whole
+// and in pieces) the next answer is the new right-hand side's, never the last one's.
+TEST(HandleRegions, AKeptRegionIsNeverAnotherIdentitysNorAStaleAnswer) {
+  const std::string tokens = "/tmp/trisolve_handle_tokens_" + std::to_string(getpid());
+  std::ofstream(tokens) << "alice-token\nbob-token\n";
+  ServerProcess server({"--token-file", tokens});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  const int64_t batch = 2304, n = 1024;  // 18.9 MB an array: x made while d goes up
+  const auto one = examples::RandomTridiagonal(batch, n, false, 71);
+  const auto two = examples::RandomTridiagonal(batch, n, false, 72);  // its d: another rhs
+  Client::Options ao = Opts(server, Transport::kStreams);
+  ao.token = "alice-token";
+  ao.pipeline_pieces = 0;
+  Client alice(ao);
+  ao.pipeline_pieces = 3;
+  ao.pipeline_piece_bytes = 4 << 20;
+  Client alice_piped(ao);
+  Client::Options bo = Opts(server, Transport::kStreams);
+  bo.token = "bob-token";
+  bo.pipeline_pieces = 0;
+  Client bob(bo);
+  auto sys = alice.CreateSystem(Coefficients(Kind::kTridiagonal, one, "d"));
+  ASSERT_TRUE(sys.ok()) << sys.status();
+  for (Client* c : {&alice, &alice_piped}) {
+    const bool piped = c == &alice_piped;
+    SCOPED_TRACE(piped ? "in pieces" : "whole");
+    auto first = c->SolveSystem(sys->handle, one.at("d").view());
+    ASSERT_TRUE(first.ok()) << first.status();
+    EXPECT_EQ(first->summary.pieces, piped ? 3 : 0);
+    EXPECT_LT(WorstBackwardError(one, first->x.as<double>()), 1e-14);
+    // Refused after its right-hand side went up: the region keeps what it held.
+    NdArray bad = two.at("d");
+    bad.as<double>()[(batch - 1) * n + 3] = std::nan("");
+    auto refused = c->SolveSystem(sys->handle, bad.view());
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+    // The same region again: the new right-hand side's answer, to the last row.
+    examples::Arrays next = one;
+    next["d"] = two.at("d");
+    auto again = c->SolveSystem(sys->handle, next.at("d").view());
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_EQ(again->summary.ok, batch);
+    EXPECT_LT(WorstBackwardError(next, again->x.as<double>()), 1e-14);
+    EXPECT_FALSE(again->x.data == first->x.data);
+  }
+  // Alice's regions, holding her arrays: not bob's to read, write or solve into.
+  auto stub = testing::RawStub(server.target());
+  std::vector<std::string> names;
+  {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer alice-token");
+    v1::ListMemoryResponse listed;
+    ASSERT_TRUE(stub->ListMemory(&ctx, v1::ListMemoryRequest(), &listed).ok());
+    for (const auto& r : listed.regions()) names.push_back(r.name());
+  }
+  ASSERT_EQ(names.size(), 2u);  // one a client, kept
+  for (const std::string& name : names) {
+    SCOPED_TRACE(name);
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer bob-token");
+    v1::ReadMemoryRequest req;
+    req.set_region(name);
+    req.set_bytes(64);
+    auto reader = stub->ReadMemory(&ctx, req);
+    v1::MemoryChunk chunk;
+    EXPECT_FALSE(reader->Read(&chunk));
+    Expect(reader->Finish(), grpc::StatusCode::NOT_FOUND, "no region named");
+    v1::SolveSystemRequest step;
+    step.set_handle(sys->handle);
+    step.mutable_rhs()->add_shape(batch);
+    step.mutable_rhs()->add_shape(n);
+    step.mutable_rhs()->mutable_region()->set_region(name);
+    grpc::ClientContext sctx;
+    sctx.AddMetadata("authorization", "Bearer bob-token");
+    v1::SolveResponse resp;
+    Expect(stub->SolveSystem(&sctx, step, &resp), grpc::StatusCode::NOT_FOUND, "");
+  }
+  auto foreign = bob.SolveSystem(sys->handle, one.at("d").view());
+  ASSERT_FALSE(foreign.ok());
+  EXPECT_EQ(foreign.status().code(), absl::StatusCode::kNotFound) << foreign.status();
+  // Bob's own system of the same shape, through a region of his own: his answer.
+  auto his = bob.CreateSystem(Coefficients(Kind::kTridiagonal, two, "d"));
+  ASSERT_TRUE(his.ok()) << his.status();
+  auto answer = bob.SolveSystem(his->handle, two.at("d").view());
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  EXPECT_LT(WorstBackwardError(two, answer->x.as<double>()), 1e-14);
+  std::remove(tokens.c_str());
+}
+
+// The regions a client keeps count against its identity's caps: a solve that needs a larger
+// region than the kept one gives the kept one up rather than failing; one larger than the cap
+// is RESOURCE_EXHAUSTED naming it; the caps hold throughout and the client goes on.
+TEST(HandleRegions, KeptRegionsGiveWayUnderTheCaps) {
+  const int64_t cap = int64_t{72} << 20;
+  ServerProcess server(
+      {"--max-region-bytes", std::to_string(cap), "--max-message-bytes", "200000000"});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  Client::Options o = Opts(server, Transport::kStreams);
+  o.pipeline_pieces = 0;
+  Client client(o);
+  Client maker(Opts(server, Transport::kGrpc));  // the coefficients in the messages
+  auto stub = testing::RawStub(server.target());
+  auto held = [&] {
+    grpc::ClientContext ctx;
+    v1::ListMemoryResponse listed;
+    EXPECT_TRUE(stub->ListMemory(&ctx, v1::ListMemoryRequest(), &listed).ok());
+    int64_t bytes = 0;
+    for (const auto& r : listed.regions()) bytes += r.bytes();
+    return bytes;
+  };
+  // d and x of 1 MiB: a region of 16 MiB (the smallest), kept.
+  const auto small = examples::RandomTridiagonal(128, 1024, false, 81);
+  auto ssys = maker.CreateSystem(Coefficients(Kind::kTridiagonal, small, "d"));
+  ASSERT_TRUE(ssys.ok()) << ssys.status();
+  auto s1 = client.SolveSystem(ssys->handle, small.at("d").view());
+  ASSERT_TRUE(s1.ok()) << s1.status();
+  EXPECT_EQ(held(), int64_t{16} << 20);
+  // d and x of 24 MiB: a region of 64 MiB, which fits the cap only without the kept one.
+  const auto large = examples::RandomTridiagonal(3072, 1024, false, 82);
+  auto lsys = maker.CreateSystem(Coefficients(Kind::kTridiagonal, large, "d"));
+  ASSERT_TRUE(lsys.ok()) << lsys.status();
+  auto l1 = client.SolveSystem(lsys->handle, large.at("d").view());
+  ASSERT_TRUE(l1.ok()) << l1.status();
+  EXPECT_LT(WorstBackwardError(large, l1->x.as<double>()), 1e-14);
+  EXPECT_EQ(held(), int64_t{64} << 20);
+  // d and x of 40 MiB: a region of 128 MiB, over the cap whatever the client gives up.
+  const auto huge = examples::RandomTridiagonal(5120, 1024, false, 83);
+  auto hsys = maker.CreateSystem(Coefficients(Kind::kTridiagonal, huge, "d"));
+  ASSERT_TRUE(hsys.ok()) << hsys.status();
+  auto h1 = client.SolveSystem(hsys->handle, huge.at("d").view());
+  ASSERT_FALSE(h1.ok());
+  EXPECT_EQ(h1.status().code(), absl::StatusCode::kResourceExhausted) << h1.status();
+  EXPECT_NE(h1.status().message().find("max_region_bytes"), std::string::npos) << h1.status();
+  EXPECT_LE(held(), cap);
+  // The client goes on: both earlier systems answered again, correctly.
+  auto s2 = client.SolveSystem(ssys->handle, small.at("d").view());
+  ASSERT_TRUE(s2.ok()) << s2.status();
+  EXPECT_TRUE(s2->x.data == s1->x.data);
+  auto l2 = client.SolveSystem(lsys->handle, large.at("d").view());
+  ASSERT_TRUE(l2.ok()) << l2.status();
+  EXPECT_TRUE(l2->x.data == l1->x.data);
+  EXPECT_LE(held(), cap);
 }
 
 }  // namespace

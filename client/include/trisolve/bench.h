@@ -22,6 +22,10 @@ struct BenchOptions {
   // the bytes written into the server's memory over parallel connections (remote clients);
   // ring: each client's requests through a request ring of its own (the server on this host).
   std::string transport = "auto";
+  // x into an array of each client's own, reused every request (JobOptions::x_out), as a
+  // time-stepping code keeps its x; otherwise each answer brings a new x (Result::x). shm: x
+  // is in the registered memory either way.
+  bool x_out = false;
   bool json = false;
   // A morphology (SWC file): the bench is then a time-step loop of `batch` cells of it (tree
   // family, Hines systems), the diagonal and the right-hand side new each step (by handle: sent
