@@ -259,7 +259,7 @@ __global__ void __launch_bounds__(kLanes)
       // there is x_first), not 0 past a look-ahead.
       T x_first = T(0), x_next = T(0);
       bool linked = false;  // (uniform)
-      bool bad = false;  // a pivot vanished or x is not finite
+      bool bad = false;  // a pivot vanished, a row is not dominant or x is not finite
       int failed = 0;    // kFail* (uniform)
       int rel = 0;                          // next row to sweep (relative, uniform)
       int fend = min(H + kOut, core_end);   // end of the chunk being swept
@@ -348,7 +348,15 @@ __global__ void __launch_bounds__(kLanes)
             }
             const T ac = a * cp;
             const T den = b - ac;
-            bad |= valid && Vanishes(den, fabs(b) + fabs(ac));
+            // A row not diagonally dominant (a NaN included) is judged as a vanished pivot:
+            // thomas-window runs under `auto` and `pivoting` only, which solve a flagged
+            // system again by the pivoting sweep (partitioned.cuh, kFlagNotDominant; in a
+            // window past a system's first the problem goes to the exact path, which flags
+            // it). One add and one compare a row: a flag of its own cost the float64 kernel
+            // spills before. (Bitwise: the branches of && and || cost the unrolled sweep
+            // registers.)
+            bad |= valid & (Vanishes(den, fabs(b) + fabs(ac)) |
+                            !(fabs(b) >= fabs(a_in) + fabs(c)));
             const T rr = Rcp(den);
             cp = c * rr;
             dp = (d - a * dp) * rr;
