@@ -90,6 +90,7 @@ absl::StatusOr<SolveInfo> CudaBackend::SolveTriVariable(const TridiagonalProblem
     p.offsets = uniform.data();
   }
   const cuda::VariablePlan plan = cuda::PlanVariable(p.offsets, p.batch);
+  std::vector<uint8_t> host_flags(m == TridiagonalMethod::kAuto ? size_t(p.batch) : 0);
   std::vector<T> meta((plan.meta.size() + 15) / 16 * (16 / sizeof(T)));
   std::memcpy(meta.data(), plan.meta.data(), plan.meta.size());
   const int64_t e = p.unknowns();
@@ -119,9 +120,15 @@ absl::StatusOr<SolveInfo> CudaBackend::SolveTriVariable(const TridiagonalProblem
         return cuda::SolveVariableDevice(dp, plan, reinterpret_cast<const std::byte*>(d[0]), m,
                                          dx, flags, device_pool_, stream);
       },
-      nullptr, c.check_finite, p.offsets);
-  if (solved.ok() && m == TridiagonalMethod::kAuto)
+      nullptr, c.check_finite, p.offsets,
+      m == TridiagonalMethod::kAuto ? host_flags.data() : nullptr);
+  // auto, certified as the uniform batches' (SolveTri): a system the kernels did not certify
+  // (a row not dominant) or whose pivot vanished is solved again by the host's pivoting.
+  if (solved.ok() && m == TridiagonalMethod::kAuto) {
+    for (int64_t s = 0; s < p.batch; ++s)
+      if (host_flags[size_t(s)] & cuda::kFlagNotDominant) out.status[s] = SystemStatus::kSingular;
     cpu::ResolveSingularWithPivoting(p, out, &*solved);
+  }
   return solved;
 }
 
