@@ -3,7 +3,8 @@
 // every fast kernel `auto` dispatches to flags each system with a row that is not diagonally
 // dominant, and `auto` and `pivoting` solve every flagged system again by the pivoting sweep.
 // For shapes that reach each fast kernel, both layouts and precisions:
-//  - the fast kernel flags every system with a row not dominant, and no dominant one for that;
+//  - the fast kernel flags every system with a row not dominant (thomas-window: with a |c'|
+//    over 1, its certificate), and no dominant one for that;
 //  - `auto` and `pivoting`: every system LAPACK solves comes back OK, its backward error within
 //    10x of max(gtsv's, n eps), the method counting the systems solved again;
 //  - the explicit methods (partitioned, thomas) keep their answer: SINGULAR exactly where a
@@ -93,6 +94,19 @@ struct Batch {
     std::vector<double> r(static_cast<size_t>(n));
     for (int64_t k = 0; k < n; ++k) r[size_t(k)] = double(x[At(s, k)]);
     return r;
+  }
+  // Whether Thomas' elimination of system s, in T on the host, leaves some |c'| clearly over 1
+  // (thomas-window's certificate fails; docs/kernels/tridiagonal.md) or meets a zero pivot.
+  bool CprimeOverOne(int64_t s) const {
+    double cp = 0;
+    for (int64_t k = 0; k < n; ++k) {
+      const T ak = k > 0 ? a[At(s, k)] : T(0), ck = k + 1 < n ? c[At(s, k)] : T(0);
+      const T den = T(b[At(s, k)] - ak * T(cp));
+      if (den == T(0)) return true;
+      cp = double(T(ck / den));
+      if (!(std::abs(cp) <= 1 + 1e-3)) return true;
+    }
+    return false;
   }
   // Whether every row of system s, as stored, is diagonally dominant (the kernels' test, in T).
   bool Dominant(int64_t s) const {
@@ -237,27 +251,31 @@ void Suite20(int n, int first, int count, Layout layout, std::set<std::string>* 
   }
   const Batch<T> bt(tri, n, layout, uint64_t(7 + n + first));
 
-  // The fast kernel flags every system with a row not dominant; none for dominance otherwise.
+  // The fast kernel flags every system with a row not dominant (thomas-window: every system
+  // whose |c'| passes 1, its certificate); none for dominance otherwise.
   const Flagged fast = DeviceFlags(bt, TridiagonalMethod::kAuto);
   kernels->insert(fast.kernel);
-  int64_t not_dominant = 0;
+  const bool by_cprime = fast.kernel == "thomas-window";
+  int64_t not_certified = 0;
   for (int64_t s = 0; s < bt.batch; ++s) {
     const bool dominant = bt.Dominant(s);
-    not_dominant += !dominant;
+    const bool must_flag = by_cprime ? bt.CprimeOverOne(s) : !dominant;
+    not_certified += must_flag;
     const uint8_t f = fast.flags[size_t(s)];
-    if (!dominant)
-      EXPECT_NE(f, 0) << "system " << s << " (" << bt.names[size_t(s)]
-                      << ") is not dominant; " << fast.kernel << " did not flag it";
+    if (must_flag)
+      EXPECT_NE(f, 0) << "system " << s << " (" << bt.names[size_t(s)] << ") is not "
+                      << (by_cprime ? "certified (|c'| > 1)" : "dominant") << "; "
+                      << fast.kernel << " did not flag it";
     else
       EXPECT_EQ(f & cuda::kFlagNotDominant, 0)
           << "system " << s << " (" << bt.names[size_t(s)] << ") is dominant; " << fast.kernel
           << " flagged it " << int(f);
   }
-  std::printf("%s: %s, %lld systems not dominant\n", where.c_str(), fast.kernel.c_str(),
-              (long long)not_dominant);
+  std::printf("%s: %s, %lld systems not certified\n", where.c_str(), fast.kernel.c_str(),
+              (long long)not_certified);
   for (TridiagonalMethod m : {TridiagonalMethod::kAuto, TridiagonalMethod::kPivoting}) {
     const int64_t again = CheckCertified(bt, m, fast.kernel, where);
-    EXPECT_GE(again, not_dominant) << MethodName(m);
+    EXPECT_GE(again, not_certified) << MethodName(m);
   }
 
   // The explicit methods keep their answer: SINGULAR exactly where a pivot vanished (bit 1 of
@@ -431,6 +449,76 @@ TEST(CudaStability, OneLargeSystemByPivoting) {
                              "2^24 not dominant"),
               1);
   }
+}
+
+// A variable-size batch (the variable kernel's short systems and a long one through the
+// uniform kernels) of the suite's matrices at n = 96 .. 3000: `auto` solves again, on the host,
+// every system its kernels did not certify; every system LAPACK solves comes back OK within
+// 10x of max(gtsv's, n eps).
+template <typename T>
+void VariableSizes() {
+  const std::vector<int> sizes = {96, 512, 1000, 3000};
+  std::vector<T> a, b, c, d;
+  std::vector<int64_t> offsets{0};
+  std::vector<Tri> tris;
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<double> u(-1, 1);
+  for (int n : sizes) {
+    const std::vector<Tri> suite = Suite(n, 2021 + uint64_t(n));
+    for (size_t i = 0; i < suite.size(); ++i) {
+      tris.push_back(suite[i]);
+      tris.back().name = "#" + std::to_string(i + 1) + " " + suite[i].name + ", n " +
+                         std::to_string(n);
+      for (int k = 0; k < n; ++k) {
+        a.push_back(T(suite[i].a[size_t(k)]));
+        b.push_back(T(suite[i].b[size_t(k)]));
+        c.push_back(T(suite[i].c[size_t(k)]));
+        d.push_back(T(u(rng)));
+      }
+      offsets.push_back(int64_t(a.size()));
+    }
+  }
+  const int64_t batch = int64_t(tris.size());
+  TridiagonalProblem<T> p{batch, 3000, Layout::kFlat, a.data(), b.data(), c.data(), d.data()};
+  p.offsets = offsets.data();
+  std::vector<T> x(a.size(), T(std::nan("")));
+  std::vector<SystemStatus> st(size_t(batch), SystemStatus::kDiverged);
+  auto info = Cuda()->Solve(p, TridiagonalMethod::kAuto,
+                            TridiagonalOutput<T>{x.data(), st.data()}, SolveControl{});
+  ASSERT_TRUE(info.ok()) << info.status();
+  std::printf("%s variable sizes: '%s'\n", Dtype<T>(), info->method.c_str());
+  int64_t not_dominant = 0;
+  for (int64_t s = 0; s < batch; ++s) {
+    const int64_t o = offsets[size_t(s)], n = offsets[size_t(s) + 1] - o;
+    const std::vector<Tri> one = {Tri{tris[size_t(s)].name,
+                                      std::vector<double>(a.begin() + o, a.begin() + o + n),
+                                      std::vector<double>(b.begin() + o, b.begin() + o + n),
+                                      std::vector<double>(c.begin() + o, c.begin() + o + n)}};
+    Batch<T> bt(one, n, Layout::kFlat, 0);
+    std::copy(d.begin() + o, d.begin() + o + n, bt.d.begin());
+    not_dominant += !bt.Dominant(0);
+    std::vector<double> rhs, xl;
+    const Tri t = bt.Get(0, &rhs);
+    const bool lok = Gtsv(bt, 0, &xl);
+    const bool gok = st[size_t(s)] == SystemStatus::kOk;
+    const std::vector<double> xs(x.begin() + o, x.begin() + o + n);
+    const double gb = BackwardError(t, rhs, xs, gok), lb = BackwardError(t, rhs, xl, lok);
+    const double floor = double(n) * Eps<T>();
+    if (!lok) {
+      EXPECT_TRUE(!gok || gb <= 10 * floor) << t.name << ": " << gb;
+      continue;
+    }
+    EXPECT_TRUE(gok) << t.name << " not OK, solved by LAPACK (" << info->method << ")";
+    EXPECT_LE(gb, 10 * std::max(lb, floor))
+        << t.name << ": backward error " << gb << ", gtsv's " << lb << " (" << info->method << ")";
+  }
+  EXPECT_GE(Resolved(info->method), not_dominant) << info->method;
+}
+
+TEST(CudaStability, VariableSizesByAuto) {
+  REQUIRE_GPU();
+  VariableSizes<double>();
+  VariableSizes<float>();
 }
 
 }  // namespace
