@@ -12,15 +12,16 @@
 
 namespace trisolve::cuda {
 
-// Whether every row of a chunk is diagonally dominant, |b| >= |a| + |c|, a NaN or an infinity
-// counting as not: one add and one compare a row, the absolute values operand modifiers and
-// the predicate combined in the compare (no register beyond the predicate). The loaders zero
-// a[0] and c[n - 1] and make rows past n identity rows, which pass.
+// Whether every row of a chunk is diagonally dominant by kDominanceRatio (flags.h),
+// |a| + |c| <= kDominanceRatio |b|, a NaN or an infinity counting as not: an add, a multiply and
+// a compare a row, the absolute values operand modifiers and the predicate ANDed in the
+// compare. The loaders zero a[0] and c[n - 1] and make rows past n identity rows, which pass.
 template <int M, typename T>
 __device__ __forceinline__ bool ChunkDominant(const T (&a)[M], const T (&b)[M], const T (&c)[M]) {
   bool dominant = true;
 #pragma unroll
-  for (int i = 0; i < M; ++i) dominant &= fabs(b[i]) >= fabs(a[i]) + fabs(c[i]);
+  for (int i = 0; i < M; ++i)
+    dominant &= fabs(a[i]) + fabs(c[i]) <= T(kDominanceRatio) * fabs(b[i]);
   return dominant;
 }
 
