@@ -329,8 +329,11 @@ TEST(CudaStability, CertifiedAutoAndPivotingFloat64) {
   std::set<std::string> kernels;
   AllShapes<double>(&kernels);
   std::printf("float64 kernels: %s\n", Joined(kernels).c_str());
+  // (thomas-window: on these batches a window past a system's first meets a row its
+  // certificate fails and hands the problem to the exact path, which is what answers; its own
+  // answer is checked on the dominant batches and the 2^24-row system below.)
   for (const char* k : {"partitioned", "partitioned-stream", "partitioned-cluster",
-                        "partitioned-cluster-stream", "thomas-window"})
+                        "partitioned-cluster-stream"})
     EXPECT_TRUE(kernels.count(k)) << k << " not run; ran " << Joined(kernels);
 }
 
@@ -339,7 +342,7 @@ TEST(CudaStability, CertifiedAutoAndPivotingFloat32) {
   std::set<std::string> kernels;
   AllShapes<float>(&kernels);
   std::printf("float32 kernels: %s\n", Joined(kernels).c_str());
-  for (const char* k : {"partitioned", "partitioned-cluster", "thomas-window"})
+  for (const char* k : {"partitioned", "partitioned-cluster"})
     EXPECT_TRUE(kernels.count(k)) << k << " not run; ran " << Joined(kernels);
 }
 
@@ -402,7 +405,8 @@ TEST(CudaStability, DominantBatchesSolvedOnce) {
         Dominant<float>(n, batch, l, &kernels);
       }
   std::printf("dominant: kernels %s\n", Joined(kernels).c_str());
-  EXPECT_TRUE(kernels.count("partitioned-window")) << Joined(kernels);
+  for (const char* k : {"partitioned-window", "thomas-window", "partitioned-cluster-stream"})
+    EXPECT_TRUE(kernels.count(k)) << k << " not run; ran " << Joined(kernels);
 }
 
 // One system (below cuda::kPivotingDeviceBatch): `pivoting` runs the fast kernel on the device
