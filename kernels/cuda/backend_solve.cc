@@ -10,19 +10,17 @@ absl::StatusOr<SolveInfo> CudaBackend::SolveTri(const TridiagonalProblem<T>& p, 
                                                 TridiagonalOutput<T> out, const SolveControl& c,
                                                 const Resident<T>* resident) {
   const cuda::UseTuning tuned(&tuning_, cuda::UseTuning::kUnlessSet);
-  // The pivoting kernel runs a thread a system: below a warp's worth of systems each system
-  // is a sequential sweep at one GPU thread's pace, slower than the host's, so `pivoting`
-  // and auto's second solve stay on the host there (docs/kernels/tridiagonal.md, "Partial
-  // pivoting").
+  // auto and pivoting are certified (docs/kernels/tridiagonal.md, "Certified by dominance"):
+  // the fast kernel auto chooses, its answer kept for each system whose rows are all
+  // diagonally dominant; every other system (and every one whose pivot vanished) solved again
+  // by partial pivoting. The pivoting kernel runs a thread a system: below a warp's worth of
+  // systems each system is a sequential sweep at one GPU thread's pace, slower than the
+  // host's, so there the flagged systems are solved again on the host, from the host arrays.
+  const bool certified = m == TridiagonalMethod::kAuto || m == TridiagonalMethod::kPivoting;
   const bool pivot_on_device = p.batch >= cuda::kPivotingDeviceBatch;
-  if (m == TridiagonalMethod::kPivoting && !pivot_on_device)
-    return Host(cpu::SolveTridiagonal(p, m, out));
   const int64_t e = p.batch * p.n;
   cuda::LaterAnswer later;
-  // auto: every system whose pivot vanished on the device is solved again by partial
-  // pivoting, on the device (its checkpoints and the mapped count held until Staged's wait),
-  // so a nonsingular system never comes back SINGULAR.
-  const bool resolve_on_device = m == TridiagonalMethod::kAuto && pivot_on_device;
+  const bool resolve_on_device = certified && pivot_on_device;
   Pool::Buffer pivot_scratch;
   cuda::PinnedWord pivot_count;
   cuda::PivotResolve resolve;
@@ -36,6 +34,10 @@ absl::StatusOr<SolveInfo> CudaBackend::SolveTri(const TridiagonalProblem<T>& p, 
     pivot_count.get()[0] = 0;
     resolve = {pivot_scratch.get(), pivot_count.mapped(), pivot_count.get()};
   }
+  // (below a warp's worth: auto's kernel, its flags read back for the host's second solve)
+  const TridiagonalMethod run = certified && !pivot_on_device ? TridiagonalMethod::kAuto : m;
+  std::vector<uint8_t> host_flags;
+  if (certified && !pivot_on_device) host_flags.resize(size_t(p.batch));
   std::vector<Input<T>> in = {{p.a, e}, {p.b, e}, {p.c, e}, {p.d, e}};
   MarkResident(in, resident);
   auto solved = stager_.Staged<T>(in, p.batch, p.n, p.layout, out.x,
@@ -48,18 +50,24 @@ absl::StatusOr<SolveInfo> CudaBackend::SolveTri(const TridiagonalProblem<T>& p, 
                      // stream) and its count.
                      TridiagonalProblem<T> dp{systems, p.n, p.layout, d[0], d[1], d[2], d[3]};
                      auto k = cuda::SolveTridiagonalDevice(
-                         dp, m, dx, flags, device_pool_, stream,
+                         dp, run, dx, flags, device_pool_, stream,
                          systems == p.batch ? &later : nullptr,
                          resolve_on_device ? &resolve : nullptr);
                      if (!k.ok()) return k.status();
                      return std::string(cuda::KernelName(*k));
                    },
-                   &later, c.check_finite);
+                   &later, c.check_finite, nullptr,
+                   host_flags.empty() ? nullptr : host_flags.data());
   if (solved.ok() && resolve_on_device && pivot_count.get()[0] > 0)
     solved->method += " + pivoting (" + std::to_string(pivot_count.get()[0]) + " systems)";
-  // (below a warp's worth of systems: on the host, from the host arrays)
-  if (solved.ok() && m == TridiagonalMethod::kAuto && !resolve_on_device)
+  if (solved.ok() && certified && !pivot_on_device) {
+    // (on the host, from the host arrays: TriOnDeviceOnly sends no such call with its arrays
+    // on the device) A system not certified is marked SINGULAR for the second solve, which
+    // answers it (its status then the sweep's).
+    for (int64_t s = 0; s < p.batch; ++s)
+      if (host_flags[size_t(s)] & cuda::kFlagNotDominant) out.status[s] = SystemStatus::kSingular;
     cpu::ResolveSingularWithPivoting(p, out, &*solved);
+  }
   return solved;
 }
 
@@ -82,6 +90,7 @@ absl::StatusOr<SolveInfo> CudaBackend::SolveTriVariable(const TridiagonalProblem
     p.offsets = uniform.data();
   }
   const cuda::VariablePlan plan = cuda::PlanVariable(p.offsets, p.batch);
+  std::vector<uint8_t> host_flags(m == TridiagonalMethod::kAuto ? size_t(p.batch) : 0);
   std::vector<T> meta((plan.meta.size() + 15) / 16 * (16 / sizeof(T)));
   std::memcpy(meta.data(), plan.meta.data(), plan.meta.size());
   const int64_t e = p.unknowns();
@@ -111,9 +120,15 @@ absl::StatusOr<SolveInfo> CudaBackend::SolveTriVariable(const TridiagonalProblem
         return cuda::SolveVariableDevice(dp, plan, reinterpret_cast<const std::byte*>(d[0]), m,
                                          dx, flags, device_pool_, stream);
       },
-      nullptr, c.check_finite, p.offsets);
-  if (solved.ok() && m == TridiagonalMethod::kAuto)
+      nullptr, c.check_finite, p.offsets,
+      m == TridiagonalMethod::kAuto ? host_flags.data() : nullptr);
+  // auto, certified as the uniform batches' (SolveTri): a system the kernels did not certify
+  // (a row not dominant) or whose pivot vanished is solved again by the host's pivoting.
+  if (solved.ok() && m == TridiagonalMethod::kAuto) {
+    for (int64_t s = 0; s < p.batch; ++s)
+      if (host_flags[size_t(s)] & cuda::kFlagNotDominant) out.status[s] = SystemStatus::kSingular;
     cpu::ResolveSingularWithPivoting(p, out, &*solved);
+  }
   return solved;
 }
 

@@ -25,6 +25,7 @@
 #include "runtime/check.h"
 #include "runtime/fault_injection.h"
 #include "runtime/memory_pool.h"
+#include "tridiagonal/flags.h"
 #include "tridiagonal/tridiagonal.h"
 #include "trisolve/backend.h"
 #include "trisolve/fault_injection.h"
@@ -132,13 +133,17 @@ class Stager {
   // offsets[batch] values, system s at offsets[s].
   // Inputs in a client's device memory (OnDevice) are read where they lie; x there gets the
   // answer by a copy on the device, the flagged systems zeroed on the device first.
+  // Only kFlagVanished makes a system singular (tridiagonal/flags.h); `flags_out` (batch bytes,
+  // or null) gets the flags as the kernels left them, for a caller that solves again the
+  // systems flagged otherwise.
   template <typename T, typename Launch>
   absl::StatusOr<SolveInfo> Staged(const std::vector<StagedInput<T>>& given,
                                    int64_t batch, int64_t n, Layout layout, T* out_x,
                                    SystemStatus* out_status, Launch launch,
                                    cuda::LaterAnswer* later = nullptr,
                                    bool check_finite = false,
-                                   const int64_t* offsets = nullptr) {
+                                   const int64_t* offsets = nullptr,
+                                   uint8_t* flags_out = nullptr) {
     cudaSetDevice(device_);
     const bool trap = FaultInjection::Process().NextSolveIsSticky();  // test-only
     const int64_t elems = offsets != nullptr ? offsets[batch] : batch * n;
@@ -179,7 +184,7 @@ class Stager {
       for (int64_t q = 0; q < k && in_pieces; ++q) in_pieces = inputs[q].values == elems;
       if (in_pieces)
         return Pipelined<T>(inputs, batch, n, static_cast<T*>(dev->get()), out_x, out_status,
-                            launch, check_finite);
+                            launch, check_finite, flags_out);
     }
     auto pinned = pinned_pool_.Get(one_copy ? std::max(staged_bytes, bytes + flag_bytes)
                                             : 2 * kStagingChunk);
@@ -277,6 +282,7 @@ class Stager {
       if (again)
         if (auto st = copy_back(); !st.ok()) return st;
     }
+    if (flags_out != nullptr) std::memcpy(flags_out, f.data(), size_t(batch));
     if (x_on_device) {
       if (auto st = ZeroFlaggedOnDevice(f.data(), batch, n, layout, dx, offsets, l.stream);
           !st.ok())
@@ -299,7 +305,8 @@ class Stager {
   }
 
  private:
-  // Systems flagged by the kernel: status singular, and zeros, never what the kernel left.
+  // Systems flagged kFlagVanished by the kernel: status singular, and zeros, never what the
+  // kernel left.
   // (offsets: a variable-size batch's, system s at offsets[s].)
   // (out_x null: the statuses only; x lies on the device, ZeroFlaggedOnDevice's.)
   template <typename T>
@@ -307,11 +314,12 @@ class Stager {
                           SystemStatus* out_status, const int64_t* offsets = nullptr) {
     const int64_t st = ElementStride(layout, batch);
     for (int64_t s = 0; s < batch; ++s) {
-      out_status[s] = f[s] ? SystemStatus::kSingular : SystemStatus::kOk;
+      const bool singular = (f[s] & cuda::kFlagVanished) != 0;
+      out_status[s] = singular ? SystemStatus::kSingular : SystemStatus::kOk;
       if (out_x == nullptr) continue;
-      if (f[s] && offsets != nullptr)
+      if (singular && offsets != nullptr)
         std::fill(out_x + offsets[s], out_x + offsets[s + 1], T(0));
-      else if (f[s])
+      else if (singular)
         for (int64_t i = 0; i < n; ++i) out_x[SystemOffset(layout, n, s) + i * st] = T(0);
     }
   }
@@ -323,7 +331,7 @@ class Stager {
                                           Layout layout, T* dx, const int64_t* offsets,
                                           cudaStream_t stream) {
     for (int64_t s = 0; s < batch; ++s) {
-      if (!f[s]) continue;
+      if (!(f[s] & cuda::kFlagVanished)) continue;
       if (offsets != nullptr)
         TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(
             dx + offsets[s], 0, size_t(offsets[s + 1] - offsets[s]) * sizeof(T), stream));
@@ -351,7 +359,8 @@ class Stager {
   template <typename T, typename Launch>
   absl::StatusOr<SolveInfo> Pipelined(const std::vector<StagedInput<T>>& inputs, int64_t batch,
                                       int64_t n, T* base, T* out_x, SystemStatus* out_status,
-                                      Launch& launch, bool check_finite) {
+                                      Launch& launch, bool check_finite,
+                                      uint8_t* flags_out = nullptr) {
     const int64_t k = int64_t(inputs.size()), elems = batch * n, eb = int64_t(sizeof(T));
     int64_t staged_bytes = 0;
     for (const auto& in : inputs) staged_bytes += in.device ? 0 : in.values * eb;
@@ -420,6 +429,7 @@ class Stager {
     TRISOLVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.e3, l.out));
     TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(l.out));
     if (check_finite && f[size_t(batch)] != 0) return NonFiniteInputError();
+    if (flags_out != nullptr) std::memcpy(flags_out, f.data(), size_t(batch));
     SetStatuses(f.data(), batch, n, Layout::kFlat, out_x, out_status);
     SolveInfo info;
     info.method = method;

@@ -131,12 +131,19 @@ struct Bench {
     if (!pivot_scratch.ok() || !pivot_word.ok()) std::exit(2);
     const trisolve::cuda::PivotResolve resolve{pivot_scratch->get(), pivot_word->mapped(),
                                                pivot_word->get()};
+    // (certified pivoting below a warp's worth of systems: the flags' copy back, page-locked)
+    struct PinnedFlags {
+      uint8_t* p = nullptr;
+      ~PinnedFlags() { cudaFreeHost(p); }
+    } pinned_flags;
+    CK(cudaMallocHost(&pinned_flags.p, size_t(batch)));
+    uint8_t* const host_flags = pinned_flags.p;
     for (bool inter : {false, true}) {
       const char* lay = inter ? "interleaved" : "flat";
       trisolve::TridiagonalProblem<T> p{batch, n,
                                         inter ? trisolve::Layout::kInterleaved : trisolve::Layout::kFlat,
                                         a, b, c, d};
-      for (int mi = 0; mi < 6; ++mi) {
+      for (int mi = 0; mi < 7; ++mi) {
         const trisolve::TridiagonalMethod m =
             mi <= 1   ? trisolve::TridiagonalMethod::kAuto
             : mi == 2 ? trisolve::TridiagonalMethod::kPartitioned
@@ -144,6 +151,13 @@ struct Bench {
             : mi == 4 ? trisolve::TridiagonalMethod::kPcr
                       : trisolve::TridiagonalMethod::kPivoting;
         const bool recheck = mi == 1;  // auto with its second solve on the device
+        // mi 5: the pivoting sweep on every system (`pivoting sweep`, what `pivoting` ran
+        // before it was certified); mi 6: `pivoting` as the service runs it, certified
+        // (docs/kernels/tridiagonal.md, "Certified by dominance"): auto's kernel, then the
+        // sweep over the flagged systems on the device, or below cuda::kPivotingDeviceBatch
+        // the flags read back for the host's sweep (none flagged on this dominant data).
+        const bool certified = mi == 6;
+        const bool host_second = certified && batch < trisolve::cuda::kPivotingDeviceBatch;
         if (g_auto_only && m != trisolve::TridiagonalMethod::kAuto) continue;
         // `auto` where it runs another kernel than `partitioned` (thomas-window); always with
         // its second solve, the time `pivoting` is held to.
@@ -153,8 +167,7 @@ struct Bench {
                                                         n, batch, p.layout, sizeof(T) == 4))
           continue;
         if (m == trisolve::TridiagonalMethod::kThomas && batch < 2048) continue;  // too few threads
-        if (m == trisolve::TridiagonalMethod::kPivoting &&
-            batch < trisolve::cuda::kPivotingDeviceBatch) {  // the service pivots on the host
+        if (mi == 5 && batch < trisolve::cuda::kPivotingDeviceBatch) {  // the host's sweep
           if (inter) continue;
           const size_t count = static_cast<size_t>(N);
           std::vector<T> ha(count), hb(count), hc(count), hd(count), hx(count);
@@ -206,11 +219,15 @@ struct Bench {
                 restore(inter);
               },
               [&] {
-                auto k = trisolve::cuda::SolveTridiagonalDevice(p, m, x, flags, pool, nullptr,
-                                                                wait ? nullptr : &later,
-                                                                recheck ? &resolve : nullptr);
+                auto k = trisolve::cuda::SolveTridiagonalDevice(
+                    p, host_second ? trisolve::TridiagonalMethod::kAuto : m, x, flags, pool,
+                    nullptr, wait ? nullptr : &later,
+                    recheck || (certified && !host_second) ? &resolve : nullptr);
                 if (!k.ok()) std::exit(3);
                 ran = *k;
+                if (host_second)
+                  CK(cudaMemcpyAsync(host_flags, flags, size_t(batch), cudaMemcpyDeviceToHost,
+                                     nullptr));
               });
         };
         double ms = time(g_wait);
@@ -220,11 +237,13 @@ struct Bench {
                       lay, static_cast<long long>(n));
           ms = time(true);
         }
-        Record(lay,
-               (std::string("trisolve ") + trisolve::cuda::KernelName(ran) +
-                (recheck ? " +recheck" : ""))
-                   .c_str(),
-               n, ms, x, batch, inter);
+        std::string label = std::string("trisolve ") + trisolve::cuda::KernelName(ran) +
+                            (recheck ? " +recheck" : "");
+        if (mi == 5) label = "trisolve pivoting sweep";
+        if (certified)
+          label = std::string("trisolve pivoting = ") + trisolve::cuda::KernelName(ran) +
+                  (host_second ? " +flags" : " +recheck");
+        Record(lay, label.c_str(), n, ms, x, batch, inter);
       }
       // cuSPARSE: the solution overwrites the right-hand side (here x, restored each run).
       if (g_auto_only) continue;

@@ -11,6 +11,7 @@
 #include "block/multigrid.cuh"
 #include "block/vector_kernels.cuh"
 #include "runtime/check.h"
+#include "tridiagonal/flags.h"
 #include "tridiagonal/tridiagonal.h"
 #include "trisolve/driver/block_krylov.h"
 
@@ -135,7 +136,7 @@ class DeviceSteps {
     TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
     driver::FinalResidual f;
     f.residual = h[1] > 0 ? std::sqrt(h[0] / h[1]) : std::sqrt(h[0]);
-    for (uint8_t v : hf) f.singular |= v != 0;
+    for (uint8_t v : hf) f.singular |= (v & kFlagVanished) != 0;  // (not dominance)
     return f;
   }
 

@@ -14,6 +14,7 @@
 #include "runtime/check.h"
 #include "runtime/pinned_word.h"
 #include "tridiagonal/row_sweeps.h"
+#include "tridiagonal/flags.h"
 #include "tridiagonal/tridiagonal.h"
 
 namespace trisolve::cuda {
@@ -310,7 +311,7 @@ absl::StatusOr<SolveInfo> SweepsDevice(const BlockTridiagonalProblem<T>& p, Bloc
       cudaMemcpyAsync(hf.data(), flags, size_t(N), cudaMemcpyDeviceToHost, stream));
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
   bool singular = false;
-  for (uint8_t v : hf) singular |= v != 0;
+  for (uint8_t v : hf) singular |= (v & kFlagVanished) != 0;  // (not dominance)
   info.iterations = it;
   info.residual = res;
   if (singular)

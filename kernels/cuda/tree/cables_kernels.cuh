@@ -10,6 +10,7 @@
 
 #include "common/numerics.cuh"
 #include "tree/tree.h"
+#include "tridiagonal/flags.h"
 
 namespace trisolve::cuda {
 namespace {
@@ -243,7 +244,7 @@ __global__ void LongCableFinish(TreeProblem<T> p, View v, int32_t c, int32_t slo
       out.y = up0 * y[0];
       contrib[s * v.slots + slot] = out;
     }
-    if (flags[0] || (sys == 2 && flags[1])) status[s] = 1;
+    if ((flags[0] | (sys == 2 ? flags[1] : 0)) & kFlagVanished) status[s] = 1;  // (not dominance)
   }
 }
 

@@ -304,12 +304,17 @@ absl::StatusOr<TridiagonalKernel> SolveTridiagonalDevice(const TridiagonalProble
   // flat, whose kernels read a system's rows coalesced.
   TridiagonalProblem<T> p = p_in;
   if (p.batch == 1) p.layout = Layout::kFlat;
+  // Certified (auto, and pivoting given `resolve`): the fast kernel auto chooses, then the
+  // pivoting sweep over every system it flagged, a vanished pivot or a row not diagonally
+  // dominant (flags.h): queued after the kernel, so nothing waits for it; a later answer that
+  // solves again resets the count and queues it again. pivoting without `resolve`: the sweep
+  // over every system (the benchmark's `pivoting sweep`).
+  const bool certified = method == TridiagonalMethod::kAuto ||
+                         (method == TridiagonalMethod::kPivoting && resolve != nullptr);
+  if (certified) method = TridiagonalMethod::kAuto;
+  else resolve = nullptr;
   const TridiagonalKernel k =
       ChooseTridiagonalKernel(method, p.n, p.batch, p.layout, sizeof(T) == 4);
-  // auto's systems whose pivot vanished, solved again by pivoting on the device: queued after
-  // the kernel, so nothing waits for it; a later answer that solves again resets the count and
-  // queues it again.
-  if (method != TridiagonalMethod::kAuto) resolve = nullptr;
   auto pivot_flagged = [p, x, flags, stream, resolve]() -> absl::Status {
     if (resolve == nullptr) return absl::OkStatus();
     return LaunchPivoting(p, x, flags, resolve->scratch, stream, true, resolve->mapped);

@@ -4,10 +4,37 @@
 // system of a block is solved by PCR in shared memory, and each thread substitutes back.
 #pragma once
 
+#include <cstdint>
+
 #include "common/numerics.cuh"
+#include "tridiagonal/flags.h"
 #include "trisolve/tridiagonal.h"
 
 namespace trisolve::cuda {
+
+// Whether every row of a chunk is diagonally dominant by kDominanceRatio (flags.h),
+// |a| + |c| <= kDominanceRatio |b|, a NaN or an infinity counting as not: an add, a multiply and
+// a compare a row, the absolute values operand modifiers and the predicate ANDed in the
+// compare. The loaders zero a[0] and c[n - 1] and make rows past n identity rows, which pass.
+template <int M, typename T>
+__device__ __forceinline__ bool ChunkDominant(const T (&a)[M], const T (&b)[M], const T (&c)[M]) {
+  bool dominant = true;
+#pragma unroll
+  for (int i = 0; i < M; ++i)
+    dominant &= fabs(a[i]) + fabs(c[i]) <= T(kDominanceRatio) * fabs(b[i]);
+  return dominant;
+}
+
+// flags[s] |= v where several threads of one launch may flag system s with different bits (the
+// level kernels: a thread a chunk): an atomic OR on the aligned word holding the byte, skipped
+// where the bits are seen set already (a system not dominant in every chunk costs a few
+// atomics, not one a chunk). Nothing on good data. The flags lie in pooled or cudaMalloc'ed
+// buffers (256-byte granules): the word never leaves the allocation.
+__device__ __forceinline__ void FlagOr(uint8_t* flags, int64_t s, unsigned v) {
+  if ((flags[s] & v) == v) return;  // (a stale read only costs the atomic below)
+  const auto at = reinterpret_cast<uintptr_t>(flags + s);
+  atomicOr(reinterpret_cast<unsigned*>(at & ~uintptr_t(3)), v << (8 * (at & 3)));
+}
 
 // The modified Thomas reduction of one chunk of M rows (Laszlo, Giles & Appleyard 2016).
 // On entry row i reads a[i] x[i-1] + b[i] x[i] + c[i] x[i+1] = d[i]. On exit

@@ -126,6 +126,7 @@ __global__ void __launch_bounds__(MaxThreadsOnChip(M))
     __syncthreads();
     ReadChunkFromTile<M>(tile, tsz, s < p.batch ? s : -1, j, p.n, a, b, c, d);
   }
+  const bool dominant = ChunkDominant<M>(a, b, c);
   bool ok = ChunkReduce<M>(a, b, c, d);
   // kLazyPcr (LaunchOnChipM picks; H100, NOTES.md t6b): reading the neighbours only when
   // present is 1.3-1.45x faster in float32 at n = 256-4096, 5-9% slower in float32 flat
@@ -136,7 +137,8 @@ __global__ void __launch_bounds__(MaxThreadsOnChip(M))
   ChunkBack<M>(a, c, d, x0, xl);
 #pragma unroll
   for (int i = 0; i < M; ++i) ok &= Finite(d[i]);
-  if (!ok) atomicOr(&bad[sl], 1);
+  if (const int v = (ok ? 0 : kFlagVanished) | (dominant ? 0 : kFlagNotDominant); v)
+    atomicOr(&bad[sl], v);
   if (kInterleaved) {
     StoreChunkInterleaved<M>(p, s, j, d, x);
     __syncthreads();
@@ -146,7 +148,7 @@ __global__ void __launch_bounds__(MaxThreadsOnChip(M))
   } else {
     StoreFlat<M>(x, tile, nthreads, where, d);
   }
-  if (tid < S && s0 + tid < p.batch && bad[tid]) flags[s0 + tid] = 1;
+  if (tid < S && s0 + tid < p.batch && bad[tid]) flags[s0 + tid] |= uint8_t(bad[tid]);
 }
 
 // ---- one pass, a system over a cluster of Q blocks (sm_90) -----------------------------------
@@ -187,6 +189,7 @@ __global__ void __launch_bounds__(256)
     LoadChunkInterleaved<M>(p, s, J, a, b, c, d);
   else
     LoadChunkFlatDirect<M>(p, s, J, vec, a, b, c, d);
+  const bool dominant = ChunkDominant<M>(a, b, c);
   bool ok = ChunkReduce<M>(a, b, c, d);
   T x0, xl;
   ok &= SolveReducedCluster<K, kInterleaved>(cluster, own, pcr, gather, sl, j, Pb, S, a[0], c[0],
@@ -194,14 +197,16 @@ __global__ void __launch_bounds__(256)
   ChunkBack<M>(a, c, d, x0, xl);
 #pragma unroll
   for (int i = 0; i < M; ++i) ok &= Finite(d[i]);
-  if (!ok) atomicOr(&bad[sl], 1);
+  if (const int v = (ok ? 0 : kFlagVanished) | (dominant ? 0 : kFlagNotDominant); v)
+    atomicOr(&bad[sl], v);
   if (kInterleaved) {
     StoreChunkInterleaved<M>(p, s, J, d, x);
   } else if (s < p.batch) {
     StoreRowsDirect<M>(x + s * p.n, J * M, p.n, vec, d);
   }
   __syncthreads();
-  if (tid < S && s0 + tid < p.batch && bad[tid]) flags[s0 + tid] = 1;
+  // (Each block of the cluster flags the systems it holds a part of: FlagOr.)
+  if (tid < S && s0 + tid < p.batch && bad[tid]) FlagOr(flags, s0 + tid, unsigned(bad[tid]));
   cluster.barrier_wait();  // the other blocks are done with this block's shared memory
 #else
   __trap();  // launched only on devices of compute capability 9.0 or newer
@@ -273,6 +278,9 @@ __global__ void __launch_bounds__(LevelThreads<M, T, kInterleaved || kDirect>())
     ReadChunkFromTile<M>(tile, tsz, s, j, p.n, a, b, c, d);
     __syncthreads();
   }
+  // The reducing pass certifies the rows (its reduced system's rows are dominant where these
+  // are): several threads a system, so FlagOr.
+  const bool dominant = kBack || ChunkDominant<M>(a, b, c);
   const bool ok = ChunkReduce<M>(a, b, c, d);
   const int64_t rn = 2 * nch;
   if (!kBack) {
@@ -286,7 +294,8 @@ __global__ void __launch_bounds__(LevelThreads<M, T, kInterleaved || kDirect>())
       rb[r + 1] = T(1);
       rc[r + 1] = c[M - 1];
       rd[r + 1] = d[M - 1];
-      if (!ok) flags[s] = 1;
+      if (const unsigned v = (ok ? 0u : kFlagVanished) | (dominant ? 0u : kFlagNotDominant); v)
+        FlagOr(flags, s, v);
     }
   } else {
     T x0 = T(0), xl = T(0);
@@ -298,7 +307,7 @@ __global__ void __launch_bounds__(LevelThreads<M, T, kInterleaved || kDirect>())
     bool finite = true;
 #pragma unroll
     for (int i = 0; i < M; ++i) finite &= Finite(d[i]);
-    if (s >= 0 && !finite) flags[s] = 1;
+    if (s >= 0 && !finite) FlagOr(flags, s, kFlagVanished);
     if constexpr (kInterleaved) {
       StoreChunkInterleaved<M>(p, s < 0 ? p.batch : s, j, d, x);
     } else if constexpr (kDirect) {

@@ -200,6 +200,8 @@ __global__ void __launch_bounds__(256)
       for (int i = 0; i < M; ++i) dominant &= fabs(a[i]) + fabs(c[i]) <= limit * fabs(b[i]);
     }
     EndRows<M>(k0, rows, a, c);
+    // (The windows passed their own, stricter limit above.)
+    if constexpr (!kWindow) dominant = ChunkDominant<M>(a, b, c);
     if (tid < S) bad[tid] = 0;
     __syncthreads();  // buf read: the next group may land in it
     if (g + gridDim.x < groups) issue(g + gridDim.x);
@@ -210,7 +212,11 @@ __global__ void __launch_bounds__(256)
     ChunkBack<M>(a, c, d, x0, xl);
 #pragma unroll
     for (int i = 0; i < M; ++i) ok &= Finite(d[i]);
-    if (!ok || !dominant) atomicOr(&bad[sl], 1);
+    if constexpr (kWindow) {
+      if (!ok || !dominant) atomicOr(&bad[sl], 1);
+    } else if (const int v = (ok ? 0 : kFlagVanished) | (dominant ? 0 : kFlagNotDominant); v) {
+      atomicOr(&bad[sl], v);
+    }
     if constexpr (kInterleaved) {
       StoreChunkInterleaved<M>(p, s, j, d, x);
     } else if constexpr (kWindow) {  // the core's rows: whole 16-byte words
@@ -229,7 +235,7 @@ __global__ void __launch_bounds__(256)
         stop = failed_elsewhere | bad[0];
       }
     } else if (tid < S && g * S + tid < p.batch && bad[tid]) {
-      flags[g * S + tid] = 1;
+      flags[g * S + tid] |= uint8_t(bad[tid]);
     }
   }
   if constexpr (kWindow) {

@@ -318,6 +318,10 @@ __global__ void __launch_bounds__(kP, kStreamThreads / kP)
       __syncthreads();
       next();
     }
+    // Uncoupled rows (a batch of tridiagonal systems): each certified by dominance too
+    // (partitioned.cuh, kFlagNotDominant); the sweeps' rows need no certificate.
+    bool dominant = true;
+    if constexpr (kUncoupled) dominant = ChunkDominant<CH>(a, b, c);
     bool ok = ChunkReduce<CH>(a, b, c, d);
     clock.Mark(kPhaseReduce);
     T x0, xl;
@@ -339,7 +343,12 @@ __global__ void __launch_bounds__(kP, kStreamThreads / kP)
     ChunkBack<CH>(a, c, d, x0, xl);
 #pragma unroll
     for (int q = 0; q < CH; ++q) ok &= Finite(d[q]);
-    if (!ok) task_bad = 1;
+    if constexpr (kUncoupled) {
+      if (const int v = (ok ? 0 : kFlagVanished) | (dominant ? 0 : kFlagNotDominant); v)
+        atomicOr(&task_bad, v);
+    } else if (!ok) {
+      task_bad = 1;
+    }
     if constexpr (Q > 1) __syncthreads();  // this block's threads have their x: ystage free
     clock.Mark(kPhaseBack);
     auto where = [&](int e, int64_t& gi, int& pos) {
@@ -357,7 +366,8 @@ __global__ void __launch_bounds__(kP, kStreamThreads / kP)
     clock.Mark(kPhaseStore);
     if (tid == 0) {
       if constexpr (kUncoupled) {
-        if (task_bad) g.bad[Perm(i, N)] = 1;
+        // (A cluster's blocks each flag the row they hold a part of: FlagOr.)
+        if (task_bad) FlagOr(g.bad, Perm(i, N), unsigned(task_bad));
       } else {
         PublishTask<Q, kWin>(g, s, i, task_bad);
       }

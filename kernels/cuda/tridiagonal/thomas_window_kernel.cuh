@@ -132,8 +132,12 @@ __device__ __forceinline__ int HaloNeeded(float p_m, int m, T left_sum, T tau, i
 // kFlat: the flat layout, a box holding kSys systems' rows (64 bytes each) with the copy
 // engine's 64-byte swizzle (16-byte units of a row XOR bits 7-8 of its address), so that a
 // warp's lanes, one a system, read their rows 4 to a bank group, not 16.
+// Registers: at most 168 (__maxnreg__, in place of __launch_bounds__(kLanes), which made ptxas
+// aim at 128: with the certificate's compare the float64 flat kernel spilled 24-44 bytes there,
+// sm_90). It then takes 150 (float64 flat), 144 (interleaved), 147-157 (float32), no spills;
+// the blocks an SM stay bound by the shared memory.
 template <typename T, int kRing, int kSys, int kStages, bool kFlat>
-__global__ void __launch_bounds__(kLanes)
+__global__ void __maxnreg__(168)
     ThomasWindowKernel(TridiagonalProblem<T> p, T* __restrict__ x, uint8_t* flags,
                        const __grid_constant__ Maps maps, const __grid_constant__ Maps maps2,
                        Args w) {
@@ -259,7 +263,7 @@ __global__ void __launch_bounds__(kLanes)
       // there is x_first), not 0 past a look-ahead.
       T x_first = T(0), x_next = T(0);
       bool linked = false;  // (uniform)
-      bool bad = false;  // a pivot vanished or x is not finite
+      bool bad = false;  // a pivot vanished, a |c'| is over 1 or x is not finite
       int failed = 0;    // kFail* (uniform)
       int rel = 0;                          // next row to sweep (relative, uniform)
       int fend = min(H + kOut, core_end);   // end of the chunk being swept
@@ -348,7 +352,21 @@ __global__ void __launch_bounds__(kLanes)
             }
             const T ac = a * cp;
             const T den = b - ac;
-            bad |= valid && Vanishes(den, fabs(b) + fabs(ac));
+            // A vanished pivot, or the certificate failing (partitioned.cuh's
+            // kFlagNotDominant, in this sweep's terms): |den| < |c|, a |c'| over 1 (a NaN
+            // fails too). Every row dominant keeps |c'| <= 1, and |c'| <= 1 on every row
+            // bounds each row sum of |L||U| by 3 times that of |A| (the factors' entries are
+            // a, a c' + den and c, with |den| <= |b| + |a c'|): Thomas' answer is then normwise
+            // backward stable. Judged as a vanished pivot: thomas-window runs under `auto` and
+            // `pivoting` only, which solve a flagged system again by the pivoting sweep; in a
+            // window past a system's first the problem goes to the exact path, which flags it.
+            // One compare more, in Vanishes' predicate (bitwise: branches cost the unrolled
+            // sweep registers).
+            {
+              const T m = fabs(den);
+              bad |= valid & !((m > Eps<T>() * (fabs(b) + fabs(ac))) & (m <= MaxFinite<T>()) &
+                               (m >= fabs(c)));
+            }
             const T rr = Rcp(den);
             cp = c * rr;
             dp = (d - a * dp) * rr;

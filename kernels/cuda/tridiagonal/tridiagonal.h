@@ -178,7 +178,8 @@ template <typename T>
 absl::Status SolvePivotingDevice(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
                                  Pool& pool, cudaStream_t stream);
 
-// Where `auto` solves again, on the device, the systems its kernel flagged (a vanished pivot):
+// Where `auto` (and `pivoting`) solve again, on the device, the systems the fast kernel flagged
+// (a vanished pivot, a row not diagonally dominant: flags.h):
 // the pivoting kernel's scratch (PivotingScratchBytes of the problem) and a host int mapped
 // for the device (`mapped` the kernel's pointer, `host` the caller's), which counts the
 // systems solved again; both the caller's until its wait for the stream.
@@ -188,15 +189,19 @@ struct PivotResolve {
   int* host = nullptr;
 };
 
-// Solves on `stream`. p's arrays and x are device pointers; status_flags (device, batch bytes)
-// are set to 1 for systems whose pivots vanished (x of those systems is then meaningless: the
-// caller zeroes it). Scratch comes from `pool`. Returns the kernel that ran (for `auto`, what
+// Solves on `stream`. p's arrays and x are device pointers; status_flags (device, batch bytes,
+// zeroed by the caller) get kFlagVanished for systems whose pivots vanished (x of those systems
+// is then meaningless: the caller zeroes it) and, from the fast kernels, kFlagNotDominant for
+// systems with a row that is not diagonally dominant (x stands: no status; flags.h). Scratch comes from `pool`. Returns the kernel that ran (for `auto`, what
 // ChooseTridiagonalKernel predicts unless the windows' check failed and sent the problem on).
 // With `later`, a kernel that answers later (thomas-window) is left to the caller's wait: the
 // call returns the kernel it launched and *later is pending (LaterAnswer above). With
-// `resolve` (auto only), the flagged systems are then solved again by the pivoting kernel on
-// the device (after the later answer's, where it solves again), *resolve->host counting them
-// once the caller has waited for the stream.
+// `resolve` (auto and pivoting), the kernel auto chooses runs and every system it flagged is
+// then solved again by the pivoting kernel on the device (after the later answer's, where it
+// solves again), *resolve->host counting them once the caller has waited for the stream: the
+// fast kernel's answer is kept only where every row is diagonally dominant (docs/kernels/
+// tridiagonal.md, "Certified by dominance"). pivoting without `resolve` runs the pivoting
+// sweep on every system.
 template <typename T>
 absl::StatusOr<TridiagonalKernel> SolveTridiagonalDevice(const TridiagonalProblem<T>& p,
                                                          TridiagonalMethod method, T* x,

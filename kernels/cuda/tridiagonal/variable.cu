@@ -111,6 +111,7 @@ __global__ void __launch_bounds__(kVariableThreads)
   } else {
     LoadChunkDirect<M>(a + o, b + o, c + o, d + o, int64_t(j) * M, n, vec, ra, rb, rc, rd);
   }
+  const bool dominant = ChunkDominant<M>(ra, rb, rc);  // (flags.h: kFlagNotDominant)
   bool ok = ChunkReduce<M>(ra, rb, rc, rd);
   T x0, xl;
   ok &= SolveReducedBlock<false, kLazyPcr, true>(sa, sl, j, P, S, ra[0], rc[0], rd[0],
@@ -118,10 +119,11 @@ __global__ void __launch_bounds__(kVariableThreads)
   ChunkBack<M>(ra, rc, rd, x0, xl);
 #pragma unroll
   for (int i = 0; i < M; ++i) ok &= Finite(rd[i]);
-  if (!ok) atomicOr(&bad[sl], 1);
+  if (const int v = (ok ? 0 : kFlagVanished) | (dominant ? 0 : kFlagNotDominant); v)
+    atomicOr(&bad[sl], v);
   if (n > 0) StoreRowsDirect<M>(x + o, int64_t(j) * M, n, vec, rd);
   __syncthreads();
-  if (tid < count && bad[tid]) flags[__ldg(order + blk.x + tid)] = 1;
+  if (tid < count && bad[tid]) flags[__ldg(order + blk.x + tid)] = uint8_t(bad[tid]);
 }
 
 
@@ -330,6 +332,7 @@ __global__ void __launch_bounds__(kVariableThreads)
       }
     }
     EndRows<M>(k0, n, ra, rc);
+    const bool dominant = ChunkDominant<M>(ra, rb, rc);  // (flags.h: kFlagNotDominant)
     if (j == 0) bad = 0;
     __syncthreads();  // the buffer read: the next system may land in it
     if (next.s >= 0) issue(next);
@@ -341,14 +344,15 @@ __global__ void __launch_bounds__(kVariableThreads)
     ChunkBack<M>(ra, rc, rd, x0, xl);
 #pragma unroll
     for (int i = 0; i < M; ++i) ok &= Finite(rd[i]);
-    if (!ok) bad = 1;
+    if (const int v = (ok ? 0 : kFlagVanished) | (dominant ? 0 : kFlagNotDominant); v)
+      atomicOr(&bad, v);
     if (x_aligned && k0 + M <= n) {
       WithShift<T>(sh, [&](auto SH) { StoreShifted<decltype(SH)::value>(x + cur.o, k0, rd); });
     } else if (n > 0) {
       StoreRowsDirect<M>(x + cur.o, k0, n, false, rd);
     }
     __syncthreads();
-    if (j == 0 && bad) flags[cur.s] = 1;
+    if (j == 0 && bad) flags[cur.s] = uint8_t(bad);
     cur = next;
     next = after;
   }
