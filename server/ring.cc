@@ -482,12 +482,7 @@ void RingManager::Ring::Serve() {
   while (!stop_.load()) {
     const uint32_t rung = Word(header_->doorbell).load();
     bool any = false;
-    for (int i = 0; i < slots_ && !stop_.load(); ++i) {
-      if (Word(slot_[i].state).load() == kSlotSubmitted) {
-        any = true;
-        Answer(slot_[i]);
-      }
-    }
+    while (Sweep(true)) any = true;  // every submitted slot, as a pool thread takes them
     if (any || stop_.load()) continue;
     // Nothing to do: spin a little (the next request of a client in a loop comes within
     // microseconds), then sleep until the doorbell rings. Never more rings spin at once than

@@ -420,15 +420,15 @@ void Name(RingArray& a, const char* name) {
   std::strncpy(a.name, name, sizeof a.name);
 }
 
-// A valid tridiagonal request of one system of n = 64, its arrays written into the arena.
-RingRequest ValidRequest(HandRing& r, uint64_t seed = 3) {
-  const auto arrays = examples::RandomTridiagonal(1, 64, false, seed);
+// A tridiagonal request of one system of n = 64 (`arrays`), its arrays written into the region
+// at `base` from offset `at` on, x and the status after them.
+RingRequest TridiagonalRequest(const examples::Arrays& arrays, std::byte* base, int64_t at,
+                               uint64_t tag) {
   RingRequest q{};
   q.op = kOpSolve;
   q.family = kFamilyTridiagonal;
   q.dtype = 1;
   q.narrays = 4;
-  int64_t at = r.arena;
   int i = 0;
   for (const char* name : {"a", "b", "c", "d"}) {
     RingArray& a = q.arrays[i++];
@@ -437,15 +437,21 @@ RingRequest ValidRequest(HandRing& r, uint64_t seed = 3) {
     a.shape[0] = 64;
     a.offset = at;
     a.bytes = 512;
-    std::memcpy(r.at(at), arrays.at(name).data.data(), 512);
+    std::memcpy(base + at, arrays.at(name).data.data(), 512);
     at += 512;
   }
   q.x_offset = at;
   q.x_bytes = 512;
   q.status_offset = at + 512;
   q.status_bytes = 64;
-  q.tag = seed;
+  q.tag = tag;
   return q;
+}
+
+// A valid tridiagonal request of one system of n = 64, its arrays written into the arena.
+RingRequest ValidRequest(HandRing& r, uint64_t seed = 3) {
+  return TridiagonalRequest(examples::RandomTridiagonal(1, 64, false, seed), r.at(0), r.arena,
+                            seed);
 }
 
 std::string Message(const RingAnswer& a) { return std::string(a.message, strnlen(a.message, sizeof a.message)); }
@@ -821,28 +827,7 @@ struct RingsInOneRegion {
   // client does: SUBMITTED, then the doorbell, then a wake if the server sleeps.
   examples::Arrays Submit(int i, uint64_t seed) {
     auto arrays = examples::RandomTridiagonal(1, 64, false, seed);
-    RingRequest q{};
-    q.op = kOpSolve;
-    q.family = kFamilyTridiagonal;
-    q.dtype = 1;
-    q.narrays = 4;
-    int64_t at = arena(i);
-    int k = 0;
-    for (const char* name : {"a", "b", "c", "d"}) {
-      RingArray& a = q.arrays[k++];
-      Name(a, name);
-      a.rank = 1;
-      a.shape[0] = 64;
-      a.offset = at;
-      a.bytes = 512;
-      std::memcpy(shm->data() + at, arrays.at(name).data.data(), 512);
-      at += 512;
-    }
-    q.x_offset = at;
-    q.x_bytes = 512;
-    q.status_offset = at + 512;
-    q.status_bytes = 64;
-    q.tag = seed;
+    const RingRequest q = TridiagonalRequest(arrays, shm->data(), arena(i), seed);
     RingSlot& s = slot(i);
     std::memcpy(&s.request, &q, sizeof q);
     Word(s.state).store(kSlotSubmitted);
