@@ -14,7 +14,9 @@
 
 #include "cuda_test_util.h"
 #include "runtime/memory_pool.h"
+#include "tridiagonal/flags.h"
 #include "tridiagonal/variable.h"
+#include "tuning_table.h"
 #include "gtest/gtest.h"
 #include "trisolve/backend.h"
 #include "trisolve/reference/tridiagonal.h"
@@ -74,7 +76,9 @@ void Compare(const Var<T>& v, TridiagonalMethod m, double tol, bool expect_devic
   auto info = Cuda()->Solve(p, m, TridiagonalOutput<T>{x.data(), st.data()}, SolveControl{});
   ASSERT_TRUE(info.ok()) << info.status();
   if (expect_device) {
-    EXPECT_EQ(info->method.rfind("partitioned-variable", 0), 0u) << info->method;
+    EXPECT_TRUE(info->method.rfind("partitioned-variable", 0) == 0 ||
+                info->method.find("(block-diagonal)") != std::string::npos)
+        << info->method;
   }
   cpu::SolveTridiagonal(p, m == TridiagonalMethod::kAuto ? TridiagonalMethod::kAuto
                                                          : TridiagonalMethod::kPartitioned,
@@ -246,6 +250,159 @@ TEST(CudaVariable, VanishingPivotsAreFlaggedPerSystemAndAutoPivots) {
   Compare(Make<double>(large, 12, 0, 2), TridiagonalMethod::kPartitioned, 1e-12);
   Compare(Make<double>(large, 12, 0, 2), TridiagonalMethod::kAuto, 1e-12);
   Compare(Make<float>(large, 13, 4, 1), TridiagonalMethod::kAuto, 2e-4);
+}
+
+// Large batches (kBlockDiagonalUnknowns or more) are first solved as one block-diagonal
+// system: its answer where every row is certified and no pivot vanished, else every system by
+// the per-system kernels. The systems' a[0] and c[n-1] are random here (Make), so an answer
+// that read them would differ from the reference.
+std::string MethodOf(const Var<double>& v, TridiagonalMethod m) {
+  std::vector<double> x(v.a.size());
+  std::vector<SystemStatus> st(v.offsets.size() - 1);
+  auto info = Cuda()->Solve(v.P(), m, TridiagonalOutput<double>{x.data(), st.data()},
+                            SolveControl{});
+  return info.ok() ? info->method : info.status().ToString();
+}
+
+TEST(CudaVariable, LargeBatchesRunAsOneBlockDiagonalSystem) {
+  REQUIRE_GPU();
+  const Var<double> v = Make<double>(EveryClass(21, 2200), 22);
+  ASSERT_GE(v.offsets.back(), cuda::kBlockDiagonalUnknowns);
+  for (auto m : {TridiagonalMethod::kAuto, TridiagonalMethod::kPartitioned}) {
+    Compare(v, m, 1e-12);
+    EXPECT_NE(MethodOf(v, m).find("(block-diagonal)"), std::string::npos) << MethodOf(v, m);
+  }
+  const Var<float> f = Make<float>(EveryClass(23, 2200), 24);
+  Compare(f, TridiagonalMethod::kAuto, 2e-4);
+  // Many short systems, and a few long ones past the variable kernel's rows.
+  std::vector<int64_t> shorts;
+  std::mt19937_64 rng(25);
+  for (int i = 0; i < 280000; ++i) shorts.push_back(int64_t(1 + rng() % 30));
+  const Var<double> many = Make<double>(shorts, 26);
+  ASSERT_GE(many.offsets.back(), cuda::kBlockDiagonalUnknowns);
+  Compare(many, TridiagonalMethod::kAuto, 1e-12);
+  EXPECT_NE(MethodOf(many, TridiagonalMethod::kAuto).find("(block-diagonal)"), std::string::npos);
+  const Var<double> longs = Make<double>({1500000, 7, 2500000, 4096, 300000}, 27);
+  Compare(longs, TridiagonalMethod::kAuto, 1e-12);
+  EXPECT_NE(MethodOf(longs, TridiagonalMethod::kAuto).find("(block-diagonal)"),
+            std::string::npos);
+}
+
+TEST(CudaVariable, BlockDiagonalFallsBackPerSystem) {
+  REQUIRE_GPU();
+  // A zero-diagonal system (nonsingular; not dominant, a pivot vanishes): auto's one system is
+  // flagged, so every system is solved again per system and that one pivoted on the host.
+  const Var<double> zd = Make<double>(EveryClass(31, 2200), 32, /*zero_diagonal=*/5);
+  ASSERT_GE(zd.offsets.back(), cuda::kBlockDiagonalUnknowns);  // (else the checks below are moot)
+  Compare(zd, TridiagonalMethod::kAuto, 1e-12);
+  EXPECT_EQ(MethodOf(zd, TridiagonalMethod::kAuto).find("(block-diagonal)"), std::string::npos);
+  // A zero matrix: SINGULAR for that system alone, under auto and partitioned.
+  const Var<double> zm = Make<double>(EveryClass(33, 2200), 34, -1, /*zero_matrix=*/7);
+  Compare(zm, TridiagonalMethod::kAuto, 1e-12);
+  Compare(zm, TridiagonalMethod::kPartitioned, 1e-12);
+  Compare(Make<float>(EveryClass(35, 2200), 36, 3, 9), TridiagonalMethod::kAuto, 2e-4);
+  // A system not dominant by the certificate's margin (a = c = 0.5, b = 1.005: |a| + |c| >
+  // 0.99 |b|) but well conditioned (about 400) and no pivot vanishing: auto's one system is
+  // flagged all the same, and the per-system kernels answer (that system by pivoting).
+  Var<double> nd = Make<double>(EveryClass(37, 2200), 38);
+  ASSERT_GE(nd.offsets.back(), cuda::kBlockDiagonalUnknowns);
+  for (int64_t i = nd.offsets[11]; i < nd.offsets[12]; ++i)
+    nd.a[i] = nd.c[i] = 0.5, nd.b[i] = 1.005;
+  Compare(nd, TridiagonalMethod::kAuto, 1e-12);
+  EXPECT_EQ(MethodOf(nd, TridiagonalMethod::kAuto).find("(block-diagonal)"), std::string::npos);
+}
+
+// The kernel call as the backend makes it: queued, its answer after the wait. A dominant batch
+// keeps the block-diagonal answer; one with a zero-diagonal system is solved again per system
+// (*again), that system flagged alone.
+TEST(CudaVariable, BlockDiagonalAnswersLater) {
+  REQUIRE_GPU();
+  for (int64_t zero_diagonal : {int64_t(-1), int64_t(9)}) {
+    SCOPED_TRACE("zero diagonal " + std::to_string(zero_diagonal));
+    const Var<double> v = Make<double>(EveryClass(51, 2200), 52, zero_diagonal);
+    const TridiagonalProblem<double> hp = v.P();
+    const int64_t N = int64_t(v.a.size()), B = hp.batch;
+    std::vector<double> xr(N);
+    std::vector<SystemStatus> sr(B);
+    cpu::SolveTridiagonal(hp, TridiagonalMethod::kPartitioned,
+                          TridiagonalOutput<double>{xr.data(), sr.data()});
+    double* dev[5];
+    for (auto& q : dev) ASSERT_EQ(cudaMalloc(&q, sizeof(double) * N), cudaSuccess);
+    const std::vector<double>* src[4] = {&v.a, &v.b, &v.c, &v.d};
+    for (int q = 0; q < 4; ++q)
+      ASSERT_EQ(cudaMemcpy(dev[q], src[q]->data(), sizeof(double) * N, cudaMemcpyHostToDevice),
+                cudaSuccess);
+    uint8_t* flags;
+    ASSERT_EQ(cudaMalloc(&flags, B), cudaSuccess);
+    ASSERT_EQ(cudaMemset(flags, 0, B), cudaSuccess);
+    const cuda::VariablePlan plan = cuda::PlanVariable(v.offsets.data(), B);
+    std::byte* meta;
+    ASSERT_EQ(cudaMalloc(&meta, plan.meta.size()), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(meta, plan.meta.data(), plan.meta.size(), cudaMemcpyHostToDevice),
+              cudaSuccess);
+    cuda::Pool pool(cuda::Pool::Kind::kDevice, 0, int64_t{1} << 30);
+    TridiagonalProblem<double> dp{B, hp.n, Layout::kFlat, dev[0], dev[1], dev[2], dev[3]};
+    dp.offsets = v.offsets.data();
+    cuda::LaterAnswer later;
+    auto queued = cuda::SolveVariableDevice(dp, plan, meta, TridiagonalMethod::kAuto, dev[4],
+                                            flags, pool, nullptr, true, &later);
+    ASSERT_TRUE(queued.ok()) << queued.status();
+    EXPECT_NE(queued->find("(block-diagonal)"), std::string::npos) << *queued;
+    ASSERT_TRUE(later.pending());
+    EXPECT_EQ(later.Finish().status().code(), absl::StatusCode::kFailedPrecondition);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    bool again = false;
+    auto answered = later.FinishNamed(&again);
+    ASSERT_TRUE(answered.ok()) << answered.status();
+    EXPECT_FALSE(later.pending());
+    std::vector<double> x(N);
+    std::vector<uint8_t> f(B);
+    ASSERT_EQ(cudaMemcpy(x.data(), dev[4], sizeof(double) * N, cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(f.data(), flags, B, cudaMemcpyDeviceToHost), cudaSuccess);
+    if (zero_diagonal < 0) {
+      EXPECT_NE(answered->find("(block-diagonal)"), std::string::npos) << *answered;
+      EXPECT_EQ(std::count(f.begin(), f.end(), 0), B);
+    } else {
+      EXPECT_EQ(answered->rfind("partitioned-variable", 0), 0u) << *answered;
+      EXPECT_TRUE(again);
+      for (int64_t s = 0; s < B; ++s)
+        EXPECT_EQ((f[s] & cuda::kFlagVanished) != 0, s == zero_diagonal) << "system " << s;
+    }
+    double diff = 0;
+    for (int64_t s = 0; s < B; ++s) {
+      if (s == zero_diagonal) continue;
+      for (int64_t i = v.offsets[s]; i < v.offsets[s + 1]; ++i)
+        diff = std::max(diff, std::isfinite(x[i]) ? std::abs(x[i] - xr[i]) : INFINITY);
+    }
+    EXPECT_LE(diff, 1e-10) << *answered;
+    for (auto q : dev) cudaFree(q);
+    cudaFree(flags);
+    cudaFree(meta);
+  }
+}
+
+TEST(CudaVariable, BlockDiagonalFormByTheTuning) {
+  REQUIRE_GPU();
+  const Var<double> small = Make<double>(EveryClass(41, 40), 42);
+  const Var<double> large = Make<double>(EveryClass(43, 2200), 44);
+  ASSERT_GE(large.offsets.back(), cuda::kBlockDiagonalUnknowns);
+  {
+    cuda::TuningTable t = cuda::ActiveTuning();
+    t.tridiagonal.block_diagonal = 1;  // wherever it applies: a small batch too
+    const cuda::UseTuning use(&t);
+    Compare(small, TridiagonalMethod::kAuto, 1e-12);
+    EXPECT_NE(MethodOf(small, TridiagonalMethod::kAuto).find("(block-diagonal)"),
+              std::string::npos);
+  }
+  {
+    cuda::TuningTable t = cuda::ActiveTuning();
+    t.tridiagonal.block_diagonal = -1;  // never
+    const cuda::UseTuning use(&t);
+    Compare(large, TridiagonalMethod::kAuto, 1e-12);
+    EXPECT_EQ(MethodOf(large, TridiagonalMethod::kAuto).rfind("partitioned-variable", 0), 0u);
+  }
+  EXPECT_EQ(MethodOf(small, TridiagonalMethod::kAuto).rfind("partitioned-variable", 0), 0u);
 }
 
 TEST(CudaVariable, OtherMethodsRunOnTheHostAndSaySo) {

@@ -90,6 +90,7 @@ absl::StatusOr<SolveInfo> CudaBackend::SolveTriVariable(const TridiagonalProblem
     p.offsets = uniform.data();
   }
   const cuda::VariablePlan plan = cuda::PlanVariable(p.offsets, p.batch);
+  cuda::LaterAnswer later;  // the block-diagonal form's (variable.h), answered after the wait
   std::vector<uint8_t> host_flags(m == TridiagonalMethod::kAuto ? size_t(p.batch) : 0);
   std::vector<T> meta((plan.meta.size() + 15) / 16 * (16 / sizeof(T)));
   std::memcpy(meta.data(), plan.meta.data(), plan.meta.size());
@@ -117,10 +118,12 @@ absl::StatusOr<SolveInfo> CudaBackend::SolveTriVariable(const TridiagonalProblem
           dp.c = d[3];
           dp.d = d[4];
         }
+        // (a client's device memory is read in place: its couplings are not ours to cut)
+        const bool own = dp.a != given.a && dp.c != given.c;
         return cuda::SolveVariableDevice(dp, plan, reinterpret_cast<const std::byte*>(d[0]), m,
-                                         dx, flags, device_pool_, stream);
+                                         dx, flags, device_pool_, stream, own, &later);
       },
-      nullptr, c.check_finite, p.offsets,
+      &later, c.check_finite, p.offsets,
       m == TridiagonalMethod::kAuto ? host_flags.data() : nullptr);
   // auto, certified as the uniform batches' (SolveTri): a system the kernels did not certify
   // (a row not dominant) or whose pivot vanished is solved again by the host's pivoting.

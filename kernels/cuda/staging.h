@@ -276,9 +276,9 @@ class Stager {
     if (later != nullptr && later->pending()) {
       // (kernel_us then counts from the first launch to the second copy back's start.)
       bool again = false;
-      auto ran = later->Finish(&again);
+      auto ran = later->FinishNamed(&again);
       if (!ran.ok()) return ran.status();
-      *method = cuda::KernelName(*ran);
+      *method = *std::move(ran);
       if (again)
         if (auto st = copy_back(); !st.ok()) return st;
     }

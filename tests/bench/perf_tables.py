@@ -120,6 +120,8 @@ def render_variable(baselines, gpu):
             shape = f"uniform in {lo} … {hi}"
             if layout.endswith(" unified"):
                 shape += " (unified)"
+            elif layout.endswith(" per system"):
+                shape += " (per system)"
         else:
             shape = f"{n} ({layout})"
         err = float(r["max_rel_diff"])

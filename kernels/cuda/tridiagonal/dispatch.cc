@@ -392,6 +392,25 @@ bool VariableOnDevice(TridiagonalMethod method) {
   return method == TridiagonalMethod::kAuto || method == TridiagonalMethod::kPartitioned;
 }
 
+absl::StatusOr<std::string> LaterAnswer::FinishNamed(bool* again) {
+  if (named_) {
+    bool a = false;
+    NamedRest rest = std::move(named_);
+    named_ = nullptr;
+    auto name = rest(&a);
+    if (again != nullptr) *again = a;
+    return name;
+  }
+  auto k = Finish(again);
+  if (!k.ok()) return k.status();
+  return std::string(KernelName(*k));
+}
+
+bool BlockDiagonalByShape(int64_t unknowns) {
+  const int knob = tridiagonal::Tuned().block_diagonal;
+  return knob > 0 || (knob == 0 && unknowns >= kBlockDiagonalUnknowns);
+}
+
 template absl::StatusOr<TridiagonalKernel> SolveTridiagonalDevice(
     const TridiagonalProblem<double>&, TridiagonalMethod, double*, uint8_t*, Pool&, cudaStream_t,
     LaterAnswer*, const PivotResolve*);

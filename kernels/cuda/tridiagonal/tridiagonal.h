@@ -60,6 +60,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 #include <utility>
 
 #include "absl/functional/any_invocable.h"
@@ -115,17 +116,28 @@ bool ThomasWindowByShape(int64_t n, int64_t batch, Layout layout, bool float32);
 // back again) and returns the kernel that solved it. The problem's arrays, x, the flags and
 // the pool stay the caller's until then. Destroyed unfinished, it waits for the stream (the
 // word goes back to be reused).
+// A rest that names what solved the problem itself (Named): a variable-size batch's, whose
+// answer is one block-diagonal system's or the per-system kernels' (variable.h); Finish is then
+// refused (FAILED_PRECONDITION) and FinishNamed answers.
 class LaterAnswer {
  public:
   using Rest = absl::AnyInvocable<absl::StatusOr<TridiagonalKernel>(bool* again)>;
+  using NamedRest = absl::AnyInvocable<absl::StatusOr<std::string>(bool* again)>;
   LaterAnswer() = default;
   explicit LaterAnswer(Rest rest) : rest_(std::move(rest)) {}
+  static LaterAnswer Named(NamedRest rest) {
+    LaterAnswer l;
+    l.named_ = std::move(rest);
+    return l;
+  }
   LaterAnswer(LaterAnswer&&) = default;
   LaterAnswer& operator=(LaterAnswer&&) = default;
   ~LaterAnswer() = default;  // (the rest's state waits for its stream when destroyed)
-  bool pending() const { return static_cast<bool>(rest_); }
+  bool pending() const { return static_cast<bool>(rest_) || static_cast<bool>(named_); }
   absl::StatusOr<TridiagonalKernel> Finish(bool* again = nullptr) {
-    if (!rest_) return absl::FailedPreconditionError("LaterAnswer: no answer pending");
+    if (!rest_)
+      return absl::FailedPreconditionError(named_ ? "LaterAnswer: a named answer (FinishNamed)"
+                                                  : "LaterAnswer: no answer pending");
     bool a = false;
     Rest rest = std::move(rest_);
     rest_ = nullptr;
@@ -133,9 +145,12 @@ class LaterAnswer {
     if (again != nullptr) *again = a;
     return k;
   }
+  // Either kind: the name of what solved the problem (KernelName of a kernel's rest).
+  absl::StatusOr<std::string> FinishNamed(bool* again = nullptr);
 
  private:
   Rest rest_;
+  NamedRest named_;
 };
 
 // thomas-window on p (device arrays 16-byte aligned, else false): `windows` a system (0 to fill

@@ -48,6 +48,9 @@ struct PartitionedTuning {
   int thomas_stages = 0;   // its copies in flight a warp: 0 for 2 (float32 also 1 or 4)
   int thomas_mirror = 0;   // its odd windows sweep backward (NOTES.md t39): 0 by layout
                            // (interleaved), 1 wherever they can (whole cores), -1 never
+  int block_diagonal = 0;  // a flat variable-size batch (variable.h) solved as one system
+                           // whose couplings between systems are zero: 0 by size (at least
+                           // kBlockDiagonalUnknowns), 1 wherever it applies, -1 never
 };
 
 // The sweeps' launch choices (the benchmark compares them). fused = false: the two-kernel

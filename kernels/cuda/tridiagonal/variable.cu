@@ -7,10 +7,12 @@
 #include <cstring>
 #include <optional>
 #include <type_traits>
+#include <utility>
 
 #include "common/numerics.cuh"
 #include "runtime/check.h"
 #include "runtime/launch.h"
+#include "tridiagonal/flags.h"
 #include "tridiagonal/internal.h"
 #include "tridiagonal/partitioned.cuh"
 #include "tridiagonal/tridiagonal.h"
@@ -430,11 +432,110 @@ bool Aligned16(const TridiagonalProblem<T>& p) {
   return aligned;
 }
 
+// Each system's a[0] and c[n-1] (read by no system) set to zero: the batch's rows then make
+// one block-diagonal tridiagonal system.
+template <typename T>
+__global__ void CutCouplingsKernel(const int64_t* __restrict__ offsets, int64_t batch, T* a,
+                                   T* c) {
+  for (int64_t s = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; s < batch;
+       s += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t o0 = offsets[s], o1 = offsets[s + 1];
+    if (o1 > o0) {
+      a[o0] = T(0);
+      c[o1 - 1] = T(0);
+    }
+  }
+}
+
+// A buffer the stream's work may still write: back to its pool only once the stream is done
+// (a pending answer dropped unfinished waits for it).
+struct StreamHeld {
+  Pool::Buffer buffer;
+  cudaStream_t stream;
+  StreamHeld(Pool::Buffer b, cudaStream_t s) : buffer(std::move(b)), stream(s) {}
+  StreamHeld(StreamHeld&& o) noexcept
+      : buffer(std::move(o.buffer)), stream(std::exchange(o.stream, nullptr)) {}
+  StreamHeld& operator=(StreamHeld&&) = delete;
+  ~StreamHeld() {
+    if (stream != nullptr) cudaStreamSynchronize(stream);
+  }
+};
+
+// The per-system kernels (below): every system of the batch, each flagged on its own.
+template <typename T>
+absl::StatusOr<std::string> SolvePerSystem(const TridiagonalProblem<T>& p, const VariablePlan& plan,
+                                           const std::byte* meta, TridiagonalMethod method, T* x,
+                                           uint8_t* flags, Pool& pool, cudaStream_t stream);
+
+// The batch as one block-diagonal system (kBlockDiagonalUnknowns), queued. Its answer stands
+// where no flag the method reads was set (auto: every flag, the certificate's too; partitioned:
+// a vanished pivot); otherwise the per-system kernels solve every system again. Who learns
+// which: `later` (after the caller's wait for the stream, as thomas-window's own answer: no
+// wait here, *again where the per-system kernels or the windows' second solve wrote x and the
+// flags again), else this call, which waits for the one flag.
+template <typename T>
+absl::StatusOr<std::string> SolveBlockDiagonal(const TridiagonalProblem<T>& p,
+                                               const VariablePlan& plan, const std::byte* meta,
+                                               TridiagonalMethod method, T* x, uint8_t* flags,
+                                               Pool& pool, cudaStream_t stream,
+                                               LaterAnswer* later) {
+  const int64_t total = p.offsets[p.batch];
+  auto flag = pool.Get(16);
+  if (!flag.ok()) return flag.status();
+  auto* one_flag = static_cast<uint8_t*>(flag->get());
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(one_flag, 0, 1, stream));
+  CutCouplingsKernel<T><<<dim3(unsigned(std::min<int64_t>((p.batch + 255) / 256, 4096))), 256, 0,
+                          stream>>>(reinterpret_cast<const int64_t*>(meta), p.batch,
+                                    const_cast<T*>(p.a), const_cast<T*>(p.c));
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  const TridiagonalProblem<T> one{1, total, Layout::kFlat, p.a, p.b, p.c, p.d};
+  LaterAnswer windows;
+  auto k = SolveTridiagonalDevice(one, method, x, one_flag, pool, stream,
+                                  later != nullptr ? &windows : nullptr);
+  if (!k.ok()) return k.status();
+  const uint8_t stops =
+      method == TridiagonalMethod::kAuto ? kFlagVanished | kFlagNotDominant : kFlagVanished;
+  LaterAnswer::NamedRest rest = [flag = StreamHeld(*std::move(flag), stream), windows = std::move(windows),
+                                 ran = *k, stops, p, &plan, meta, method, x, flags, &pool,
+                                 stream](bool* again) mutable -> absl::StatusOr<std::string> {
+    bool rewritten = false;
+    if (windows.pending()) {
+      auto r = windows.Finish(&rewritten);
+      if (!r.ok()) return r.status();
+      ran = *r;
+    }
+    uint8_t seen = 0;
+    TRISOLVE_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(&seen, flag.buffer.get(), 1, cudaMemcpyDeviceToHost, stream));
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    *again = rewritten;
+    if ((seen & stops) == 0) return std::string(KernelName(ran)) + " (block-diagonal)";
+    *again = true;
+    return SolvePerSystem(p, plan, meta, method, x, flags, pool, stream);
+  };
+  if (later != nullptr) {
+    *later = LaterAnswer::Named(std::move(rest));
+    return std::string(KernelName(*k)) + " (block-diagonal)";
+  }
+  bool again = false;
+  return rest(&again);
+}
+
 template <typename T>
 absl::StatusOr<std::string> SolveVariableDevice(const TridiagonalProblem<T>& p,
                                                 const VariablePlan& plan, const std::byte* meta,
                                                 TridiagonalMethod method, T* x, uint8_t* flags,
-                                                Pool& pool, cudaStream_t stream) {
+                                                Pool& pool, cudaStream_t stream,
+                                                bool own_couplings, LaterAnswer* later) {
+  if (own_couplings && !p.unified() && BlockDiagonalByShape(p.offsets[p.batch]))
+    return SolveBlockDiagonal(p, plan, meta, method, x, flags, pool, stream, later);
+  return SolvePerSystem(p, plan, meta, method, x, flags, pool, stream);
+}
+
+template <typename T>
+absl::StatusOr<std::string> SolvePerSystem(const TridiagonalProblem<T>& p, const VariablePlan& plan,
+                                           const std::byte* meta, TridiagonalMethod method, T* x,
+                                           uint8_t* flags, Pool& pool, cudaStream_t stream) {
   std::string name = "partitioned-variable";
   if (plan.blocks > 0) {
     const bool aligned = Aligned16(p) && reinterpret_cast<uintptr_t>(x) % 16 == 0;
@@ -520,10 +621,12 @@ absl::StatusOr<std::string> SolveVariableDevice(const TridiagonalProblem<T>& p,
 template absl::StatusOr<std::string> SolveVariableDevice(const TridiagonalProblem<double>&,
                                                          const VariablePlan&, const std::byte*,
                                                          TridiagonalMethod, double*, uint8_t*,
-                                                         Pool&, cudaStream_t);
+                                                         Pool&, cudaStream_t, bool,
+                                                         LaterAnswer*);
 template absl::StatusOr<std::string> SolveVariableDevice(const TridiagonalProblem<float>&,
                                                          const VariablePlan&, const std::byte*,
                                                          TridiagonalMethod, float*, uint8_t*,
-                                                         Pool&, cudaStream_t);
+                                                         Pool&, cudaStream_t, bool,
+                                                         LaterAnswer*);
 
 }  // namespace trisolve::cuda

@@ -18,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "runtime/memory_pool.h"
+#include "tridiagonal/tridiagonal.h"
 #include "trisolve/tridiagonal.h"
 
 namespace trisolve::cuda {
@@ -59,16 +60,38 @@ VariablePlan PlanVariable(const int64_t* offsets, int64_t batch,
 // Which methods the device runs for a variable-size batch (dispatch.cc): the others are solved
 // by the CPU reference on the host.
 bool VariableOnDevice(TridiagonalMethod method);
+// Whether a flat variable-size batch of these many unknowns is first solved as one
+// block-diagonal system (kBlockDiagonalUnknowns; the tuning's block_diagonal).
+bool BlockDiagonalByShape(int64_t unknowns);
+
+// A flat batch of at least this many unknowns is first solved as ONE tridiagonal system, its
+// systems' rows one after the other with the couplings between them zero (each system's a[0]
+// and c[n-1], which no system reads): a block-diagonal matrix, whose blocks the one-system
+// kernels (thomas-window, partitioned-window) solve independently at their bandwidth, whatever
+// the sizes. That answer stands where the one system's flags are clear (every row certified
+// dominant under auto, no pivot vanished); otherwise every system is solved again by the
+// per-system kernels below, which flag each system on its own. From 2^22, the smallest size
+// it was measured faster at: docs/performance.md, "Variable-size batches and the unified
+// layout"; tests/bench/NOTES.md, vb9.
+constexpr int64_t kBlockDiagonalUnknowns = int64_t{1} << 22;
 
 // p: device arrays a, b, c, d (p.offsets the host's; p.unified(): a = abc, b = abc + 1,
 // c = abc + 2, coef_stride 3, the unified-vector layout read in place); meta: plan.meta on the device (8-byte
 // aligned); x and flags (batch bytes, zeroed) on the device. Queues the kernel on `stream`;
 // long systems (plan.long_systems) are solved by SolveTridiagonalDevice(method), which may
 // wait. Returns the reported kernel name.
+// own_couplings: a and c are this solve's own copies, so each system's a[0] and c[n-1] may be
+// set to zero for the block-diagonal form (kBlockDiagonalUnknowns); false (a client's own
+// device memory, read in place): never that form. That form learns whether its answer stands
+// only once its kernel is done: given `later`, the call returns once it is queued and *later
+// answers after the caller's wait (LaterAnswer::FinishNamed: the per-system kernels' name
+// where they solved the batch again, *again then set); without, the call waits.
 template <typename T>
 absl::StatusOr<std::string> SolveVariableDevice(const TridiagonalProblem<T>& p,
                                                 const VariablePlan& plan, const std::byte* meta,
                                                 TridiagonalMethod method, T* x, uint8_t* flags,
-                                                Pool& pool, cudaStream_t stream);
+                                                Pool& pool, cudaStream_t stream,
+                                                bool own_couplings = false,
+                                                LaterAnswer* later = nullptr);
 
 }  // namespace trisolve::cuda
