@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "trisolve/block_tridiagonal.h"
 #include "trisolve/examples.h"
+#include "trisolve/system.h"
 #include "trisolve/reference/block_tridiagonal.h"
 #include "tuning_table.h"
 
@@ -71,6 +72,49 @@ std::string MethodRun(const Sys<T>& s, BlockMethod m, int64_t L = 2) {
                             SolveControl{});
   if (!info.ok()) return info.status().ToString();
   return info->method;
+}
+
+// A prepared system's symmetry (auto's choice of method with a tolerance) is tested once, and
+// again after each update: multigrid-cg while the matrix is symmetric, red-black once an update
+// of cA breaks the symmetry, multigrid-cg again once another restores it; every answer to the
+// tolerance, from the arrays as they then are.
+TEST(CudaBlock, PreparedSystemsTestTheirSymmetryAgainAfterAnUpdate) {
+  REQUIRE_GPU();
+  Sys<double> s = Experiment<double>(2, 64, 48);
+  SystemSpec spec;
+  spec.family = Family::kBlockTridiagonal;
+  spec.n = s.N * s.M;
+  spec.block_N = s.N;
+  spec.block_M = s.M;
+  spec.block_options = {4000, 1e-10, false};
+  const auto names = CoefficientNames(Family::kBlockTridiagonal);
+  for (size_t i = 0; i < names.size(); ++i)
+    spec.coefficients[i] = s.a.at(std::string(names[i])).data();
+  auto system = Cuda()->Prepare(spec);
+  ASSERT_TRUE(system.ok()) << system.status();
+  const std::vector<double> symmetric_cA = s.a.at("cA");
+  const std::vector<double> halved = [&] {
+    std::vector<double> h = symmetric_cA;
+    for (double& v : h) v *= 0.5;
+    return h;
+  }();
+  const int cA = CoefficientIndex(Family::kBlockTridiagonal, "cA");
+  for (const auto& [values, cg] : {std::pair{&symmetric_cA, true}, std::pair{&halved, false},
+                                   std::pair{&symmetric_cA, true}}) {
+    ASSERT_TRUE((*system)->Update(cA, values->data()).ok());
+    s.a["cA"] = *values;
+    for (int repeat = 0; repeat < 2; ++repeat) {
+      std::vector<double> y(size_t(s.N * s.M));
+      SystemStatus st = SystemStatus::kDiverged;
+      auto info = Cuda()->SolvePrepared(**system, RhsBlock<double>{s.a.at("f").data()}, y.data(),
+                                        &st, SolveControl{});
+      ASSERT_TRUE(info.ok()) << info.status();
+      EXPECT_EQ(st, SystemStatus::kOk) << info->method;
+      EXPECT_EQ(info->method.find("multigrid-cg") != std::string::npos, cg) << info->method;
+      // The residual from the arrays as they are now, on the host.
+      EXPECT_LE(BlockRelativeResidual(s.P(), y.data()), 1e-9) << info->method;
+    }
+  }
 }
 
 class CudaBlockFixedL

@@ -139,11 +139,12 @@ template <typename T>
 absl::StatusOr<SolveInfo> CudaBackend::SolveBlockOnDevice(const BlockTridiagonalProblem<T>& p, BlockMethod m,
                                                           const BlockOptions& o, BlockOutput<T> out,
                                                           const SolveControl& c,
-                                                          const Resident<T>* resident) {
+                                                          const Resident<T>* resident,
+                                                          std::optional<bool> symmetric) {
   const cuda::UseTuning tuned(&tuning_, cuda::UseTuning::kUnlessSet);
   const int64_t size = p.N * p.M;
   const bool automatic = m == BlockMethod::kAuto;
-  m = cuda::ResolveBlockMethod(p, m, o);  // block/dispatch.cu
+  m = cuda::ResolveBlockMethod(p, m, o, symmetric);  // block/dispatch.cu
   std::vector<Input<T>> in = {{p.aC, size}, {p.cC, size}, {p.bC, size},
                               {p.cA, size}, {p.cB, size}, {p.f, size}};
   if (p.y0) in.push_back({p.y0, size});
@@ -352,10 +353,10 @@ template absl::StatusOr<SolveInfo> CudaBackend::SolveTriVariable<float>(
     const SolveControl&);
 template absl::StatusOr<SolveInfo> CudaBackend::SolveBlockOnDevice<double>(
     const BlockTridiagonalProblem<double>&, BlockMethod, const BlockOptions&, BlockOutput<double>,
-    const SolveControl&, const Resident<double>*);
+    const SolveControl&, const Resident<double>*, std::optional<bool>);
 template absl::StatusOr<SolveInfo> CudaBackend::SolveBlockOnDevice<float>(
     const BlockTridiagonalProblem<float>&, BlockMethod, const BlockOptions&, BlockOutput<float>,
-    const SolveControl&, const Resident<float>*);
+    const SolveControl&, const Resident<float>*, std::optional<bool>);
 template absl::StatusOr<SolveInfo> CudaBackend::SolveDenseOnDevice<double>(
     const DenseProblem<double>&, DenseMethod, DenseOutput<double>, const SolveControl&,
     const Resident<double>*);

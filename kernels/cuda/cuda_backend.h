@@ -8,7 +8,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <array>
+#include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -247,7 +249,21 @@ class CudaBackend final : public Backend {
       if (auto st = PreparedSystem::Update(i, values); !st.ok()) return st;
       replicated.Release();
       replicated_k = 0;
+      symmetric_.store(kUnknown);
       return Upload(i);
+    }
+    // A block-tridiagonal system's symmetry (auto's choice of method, ResolveBlockMethod),
+    // tested on the host copy at the first solve that needs it and again after an update.
+    // Solves run concurrently (an update does not: the registry orders it), so the first few
+    // may each test it.
+    template <typename T>
+    bool Symmetric(const BlockTridiagonalProblem<T>& p) {
+      int known = symmetric_.load();
+      if (known == kUnknown) {
+        known = IsSymmetric(p) ? 1 : 0;
+        symmetric_.store(known);
+      }
+      return known == 1;
     }
     absl::Status Upload(int i) {
       if (IsTreeParent(spec_, i)) return absl::OkStatus();
@@ -271,7 +287,9 @@ class CudaBackend final : public Backend {
     Layout replicated_layout = Layout::kFlat;
 
    private:
+    static constexpr int kUnknown = -1;
     CudaBackend* backend_;
+    std::atomic<int> symmetric_{kUnknown};
   };
 
   // The coefficients of a system of one replicated for k right-hand sides in `layout`, by
@@ -311,7 +329,8 @@ class CudaBackend final : public Backend {
   template <typename T>
   absl::StatusOr<SolveInfo> SolveResident(const SystemSpec& hs, const Resident<T>& resident,
                                           const T* rhs, T* x, SystemStatus* status,
-                                          const SolveControl& c) {
+                                          const SolveControl& c,
+                                          std::optional<bool> symmetric = std::nullopt) {
     switch (hs.family) {
       case Family::kTridiagonal:
         return SolveTri(TridiagonalOf(hs, rhs), TridiagonalMethod(hs.method),
@@ -321,7 +340,7 @@ class CudaBackend final : public Backend {
                                  c, &resident);
       case Family::kBlockTridiagonal:
         return SolveBlockOnDevice(BlockOf(hs, rhs), BlockMethod(hs.method), hs.block_options,
-                                  BlockOutput<T>{x, status}, c, &resident);
+                                  BlockOutput<T>{x, status}, c, &resident, symmetric);
       case Family::kDense:
         return SolveDenseOnDevice(DenseOf(hs, rhs), DenseMethod(hs.method),
                                   DenseOutput<T>{x, status}, c, &resident);
@@ -349,7 +368,12 @@ class CudaBackend final : public Backend {
     if (rhs.systems > 0)
       for (int i = 0; i < s.num_coefficients(); ++i)
         if (resident[size_t(i)] != nullptr) resident[size_t(i)] += rhs.first_system * s.n;
-    if (rhs.k == 1) return SolveResident(s, resident, rhs.rhs, x, status, c);
+    // auto's method for a block system: its symmetry tested once, not at every solve.
+    std::optional<bool> symmetric;
+    if (s.family == Family::kBlockTridiagonal && BlockMethod(s.method) == BlockMethod::kAuto &&
+        s.block_options.tol > 0)
+      symmetric = dp->Symmetric(BlockOf(s, rhs.rhs));
+    if (rhs.k == 1) return SolveResident(s, resident, rhs.rhs, x, status, c, symmetric);
     if ((s.family == Family::kTridiagonal || s.family == Family::kTree) &&
         system.spec().batch == 1) {
       if (auto st = Replicate(*dp, rhs.k, rhs.layout); !st.ok()) return st;
@@ -361,7 +385,7 @@ class CudaBackend final : public Backend {
     const int64_t block = s.rhs_values();
     for (int64_t j = 0; j < rhs.k; ++j) {
       auto info = SolveResident(s, resident, rhs.rhs + j * block, x + j * block,
-                                status + j * s.batch, c);
+                                status + j * s.batch, c, symmetric);
       if (!info.ok()) return info.status();
       AccumulateSolveInfo(*info, j == 0, &total);
     }
@@ -573,7 +597,8 @@ class CudaBackend final : public Backend {
   absl::StatusOr<SolveInfo> SolveBlockOnDevice(const BlockTridiagonalProblem<T>& p, BlockMethod m,
                                                const BlockOptions& o, BlockOutput<T> out,
                                                const SolveControl& c,
-                                               const Resident<T>* resident = nullptr);
+                                               const Resident<T>* resident = nullptr,
+                                               std::optional<bool> symmetric = std::nullopt);
 
   template <typename T>
   absl::StatusOr<SolveInfo> SolveDenseOnDevice(const DenseProblem<T>& p, DenseMethod m,

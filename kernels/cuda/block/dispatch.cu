@@ -7,8 +7,9 @@ namespace trisolve::cuda {
 
 template <typename T>
 BlockMethod ResolveBlockMethod(const BlockTridiagonalProblem<T>& p, BlockMethod method,
-                               const BlockOptions& o) {
-  if (method == BlockMethod::kAuto && o.tol > 0 && IsSymmetric(p))
+                               const BlockOptions& o, std::optional<bool> symmetric) {
+  if (method == BlockMethod::kAuto && o.tol > 0 &&
+      (symmetric.has_value() ? *symmetric : IsSymmetric(p)))
     return BlockMethod::kMultigridCg;
   return method;
 }
@@ -35,9 +36,9 @@ absl::StatusOr<SolveInfo> SolveBlockTridiagonalDevice(const BlockTridiagonalProb
 }
 
 template BlockMethod ResolveBlockMethod(const BlockTridiagonalProblem<double>&, BlockMethod,
-                                        const BlockOptions&);
+                                        const BlockOptions&, std::optional<bool>);
 template BlockMethod ResolveBlockMethod(const BlockTridiagonalProblem<float>&, BlockMethod,
-                                        const BlockOptions&);
+                                        const BlockOptions&, std::optional<bool>);
 template absl::StatusOr<SolveInfo> SolveBlockTridiagonalDevice(
     const BlockTridiagonalProblem<double>&, BlockMethod, const BlockOptions&, double*,
     SystemStatus*, Pool&, const SolveControl&, cudaStream_t);
