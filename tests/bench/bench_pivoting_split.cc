@@ -69,7 +69,8 @@ int main(int argc, char** argv) {
       for (int64_t k = 0; k < n; ++k)
         a[k] = zero ? 1 : u(rng), b[k] = zero ? 0 : u(rng), c[k] = zero ? 1 : u(rng), d[k] = u(rng);
       a[0] = 0, c[n - 1] = 0;
-      const int64_t parts = std::max<int64_t>(8 * threads, 3);
+      const char* pe = std::getenv("PARTS");
+      const int64_t parts = pe ? std::atoll(pe) : std::max<int64_t>(8 * threads, 3);
       std::vector<double> ts, tp;
       trisolve::cpu::SplitPivoting r;
       for (int rep = 0; rep < reps; ++rep) {
