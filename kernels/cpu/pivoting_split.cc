@@ -124,6 +124,19 @@ SplitLayout SplitPivotingLayout(int64_t n, int64_t parts) {
   return l;
 }
 
+SplitLayout SplitPivotingLayoutOfRows(int64_t n, int64_t rows) {
+  // With m odd, the last part n - (parts - 1) m flips parity with parts: one fewer part makes
+  // it even (and m longer).
+  SplitLayout l;
+  if (rows < 3 || rows % 2 == 0) return l;
+  int64_t parts = n / rows;
+  if (parts >= 3 && (n - (parts - 1) * rows) % 2 != 0) --parts;
+  if (parts < 3) return l;
+  l.parts = parts;
+  l.rows = rows;
+  return l;
+}
+
 template <typename T>
 SplitPivoting PivotingSplit(int64_t n, int64_t s, const T* a, const T* b, const T* c,
                             const T* d, T* x, int64_t parts_wanted) {

@@ -178,15 +178,46 @@ template <typename T>
 absl::Status SolvePivotingDevice(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
                                  Pool& pool, cudaStream_t stream);
 
+// pivoting-split (pivoting_split.cu): the systems whose flag is set solved by a partition
+// method with partial pivoting, a thread a part of kPivotingSplitPartRows rows, the interfaces'
+// system by the same method a level down until it has kPivotingSplitSweepRows rows or fewer,
+// then by the sweep. A system keeps the answer only where its backward error (from p's arrays)
+// is within cpu::kSplitPivotingTolerance eps: then its flag is cleared and it is counted in
+// *solved (a mapped host int, or nullptr); the others keep their flags (x partly written) for
+// the caller's fallback. Flat layout (or one system) only, where PivotingSplitApplies;
+// `scratch` holds PivotingSplitScratchBytes until the kernels are done. Queued; no wait.
+constexpr int64_t kPivotingSplitPartRows = 33;
+constexpr int64_t kPivotingSplitSweepRows = 64;
+// Where the re-solve takes the split rather than the sweep (thread a system) at a batch of
+// kPivotingDeviceBatch or more: systems of kPivotingSplitMinRows rows or more, batches up to
+// kPivotingSplitMaxBatch; below kPivotingDeviceBatch wherever the split applies (it replaces
+// the host's sweep). docs/kernels/tridiagonal.md, "Partial pivoting, split".
+constexpr int64_t kPivotingSplitMinRows = 512;
+constexpr int64_t kPivotingSplitMaxBatch = 2048;
+bool PivotingSplitApplies(int64_t n, int64_t batch, Layout layout);
+bool PivotingSplitByShape(int64_t n, int64_t batch, Layout layout);
+int64_t PivotingSplitScratchBytes(int64_t n, int64_t batch, bool float32);
+template <typename T>
+absl::Status LaunchPivotingSplit(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
+                                 void* scratch, cudaStream_t stream, int* solved = nullptr);
+
 // Where `auto` (and `pivoting`) solve again, on the device, the systems the fast kernel flagged
 // (a vanished pivot, a row not diagonally dominant: flags.h):
 // the pivoting kernel's scratch (PivotingScratchBytes of the problem) and a host int mapped
 // for the device (`mapped` the kernel's pointer, `host` the caller's), which counts the
 // systems solved again; both the caller's until its wait for the stream.
+// With split_bytes > 0 (the scratch's size, at least PivotingSplitScratchBytes of the problem
+// for the split to run), the systems are first offered to pivoting-split where
+// PivotingSplitByShape says, counted in split_mapped / split_host; `sweep` false leaves the
+// ones it did not answer flagged (the caller solves them on the host) instead of the sweep.
 struct PivotResolve {
   void* scratch = nullptr;
   int* mapped = nullptr;
   int* host = nullptr;
+  int64_t split_bytes = 0;
+  int* split_mapped = nullptr;
+  int* split_host = nullptr;
+  bool sweep = true;
 };
 
 // Solves on `stream`. p's arrays and x are device pointers; status_flags (device, batch bytes,

@@ -56,6 +56,10 @@ struct SplitLayout {
   int64_t rows = 0;
 };
 SplitLayout SplitPivotingLayout(int64_t n, int64_t parts);
+// The parts of the GPU's split (pivoting_split.cu), whose parts are short and many: `rows`
+// rows a part (odd: interiors of even length), the last part holding the rest (rows to
+// 3 rows - 1, an even count), at least 3 parts; parts = 0 where n has too few rows for that.
+SplitLayout SplitPivotingLayoutOfRows(int64_t n, int64_t rows);
 // The parts for PivotingSplit on this process's threads, or 0 where the serial sweep is the
 // faster (fewer than kSplitPivotingMinThreads threads, or n under kSplitPivotingMinRows).
 template <typename T>
