@@ -9,6 +9,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -191,6 +192,207 @@ TEST(PivotingSplit, TheBatchSolverSplitsFewLargeSystems) {
     }
   }
   omp_set_num_threads(saved);
+}
+
+
+// ---- The device's split (kernels/cuda/tridiagonal/pivoting_split.cu), its layout and its
+// arithmetic modelled on the host, so that CI judges the method the GPU runs: parts of
+// cuda's kPivotingSplitPartRows (33) rows, each interior's ends by a forward and a reversed
+// elimination with dgtsv's interchanges, the interfaces' system by the same method until it
+// has 64 rows or fewer (then the sweep), each interior solved again with the interfaces'
+// values, kept where the backward error is within kSplitPivotingTolerance eps. (The GPU's
+// fused multiply-adds differ from these products in the last bit.)
+constexpr int64_t kDevicePartRows = 33, kDeviceSweepRows = 64;
+
+TEST(PivotingSplitDevice, LayoutOfShortParts) {
+  for (int64_t n = 0; n < 5000; ++n) {
+    const cpu::SplitLayout l = cpu::SplitPivotingLayoutOfRows(n, kDevicePartRows);
+    if (l.parts == 0) {
+      EXPECT_LT(n, 4 * kDevicePartRows) << n;  // too few rows for 3 parts of an even last
+      continue;
+    }
+    ASSERT_GE(l.parts, 3) << n;
+    ASSERT_EQ(l.rows, kDevicePartRows) << n;
+    const int64_t last = n - (l.parts - 1) * l.rows;
+    EXPECT_EQ(last % 2, 0) << n;                // interiors of even length
+    EXPECT_GE(last, l.rows + 1) << n;           // the last part no shorter than the others
+    EXPECT_LT(last, 3 * l.rows) << n;           // nor much longer (one thread runs it)
+  }
+  EXPECT_EQ(cpu::SplitPivotingLayoutOfRows(1 << 20, 32).parts, 0);  // even rows: refused
+  EXPECT_EQ(cpu::SplitPivotingLayoutOfRows(int64_t(1) << 24, 33).parts, 508399);
+}
+
+// dgtsv's elimination of rows [0, len) (a, b, c of those rows; a[0] and c[len - 1] dropped) for
+// three right-hand sides, the last entries of the three solutions (the device's EliminateEnds;
+// `reverse` runs it on the block reversed, giving the first entries).
+template <typename T>
+bool Ends(int64_t len, const T* a, const T* b, const T* c, const T* y, T w0, T vl, bool reverse,
+          T out[3]) {
+  auto A = [&](int64_t k) { return reverse ? c[len - 1 - k] : a[k]; };
+  auto B = [&](int64_t k) { return reverse ? b[len - 1 - k] : b[k]; };
+  auto C = [&](int64_t k) { return reverse ? a[len - 1 - k] : c[k]; };
+  auto Y = [&](int64_t k) { return reverse ? y[len - 1 - k] : y[k]; };
+  // w: w0 at the original row 0; v: vl at the original row len - 1.
+  auto W = [&](int64_t k) { return (reverse ? k == len - 1 : k == 0) ? w0 : T(0); };
+  auto V = [&](int64_t k) { return (reverse ? k == 0 : k == len - 1) ? vl : T(0); };
+  bool ok = true;
+  T d = B(0), u = C(0), r[3] = {Y(0), W(0), V(0)};
+  for (int64_t k = 1; k < len; ++k) {
+    const T ak = A(k), bk = B(k), ck = k + 1 < len ? C(k) : T(0);
+    const T in[3] = {Y(k), W(k), V(k)};
+    if (std::abs(d) >= std::abs(ak)) {
+      ok = ok && d != T(0) && std::isfinite(d);
+      const T f = ak / d;
+      d = bk - f * u;
+      u = ck;
+      for (int q = 0; q < 3; ++q) r[q] = in[q] - f * r[q];
+    } else {
+      ok = ok && std::isfinite(ak);
+      const T f = d / ak;
+      d = u - f * bk;
+      u = -f * ck;
+      for (int q = 0; q < 3; ++q) r[q] = r[q] - f * in[q];
+    }
+  }
+  ok = ok && d != T(0) && std::isfinite(d);
+  for (int q = 0; q < 3; ++q) out[q] = r[q] / d;
+  return ok;
+}
+
+// The device's levels on one system (x its answer): false where a block did not factor or the
+// bottom sweep failed (the device gives the system up).
+template <typename T>
+bool DeviceLevels(int64_t n, const T* a, const T* b, const T* c, const T* d, T* x) {
+  const cpu::SplitLayout l = cpu::SplitPivotingLayoutOfRows(n, kDevicePartRows);
+  const int64_t P = l.parts, m = l.rows, R = P - 1;
+  std::vector<T> e(size_t(6 * P));  // yf, wf, vf, yl, wl, vl a part
+  for (int64_t k = 0; k < P; ++k) {
+    const int64_t r0 = k * m, len = k + 1 < P ? m - 1 : n - r0;
+    const T w0 = k > 0 ? a[r0] : T(0), vl = k + 1 < P ? c[r0 + len - 1] : T(0);
+    T last[3], first[3];
+    if (!Ends(len, a + r0, b + r0, c + r0, d + r0, w0, vl, false, last) ||
+        !Ends(len, a + r0, b + r0, c + r0, d + r0, w0, vl, true, first))
+      return false;
+    for (int q = 0; q < 3; ++q) e[size_t(6 * k + q)] = first[q], e[size_t(6 * k + 3 + q)] = last[q];
+  }
+  std::vector<T> ra(static_cast<size_t>(R)), rb(ra.size()), rc(ra.size()), rd(ra.size()),
+      z(ra.size());
+  for (int64_t k = 0; k < R; ++k) {
+    const int64_t i = (k + 1) * m - 1;
+    const T* lo = &e[size_t(6 * k)];
+    const T* hi = &e[size_t(6 * (k + 1))];
+    ra[size_t(k)] = -a[i] * lo[4];
+    rb[size_t(k)] = b[i] - a[i] * lo[5] - c[i] * hi[1];
+    rc[size_t(k)] = -c[i] * hi[2];
+    rd[size_t(k)] = d[i] - a[i] * lo[3] - c[i] * hi[0];
+  }
+  if (R <= kDeviceSweepRows || cpu::SplitPivotingLayoutOfRows(R, kDevicePartRows).parts == 0) {
+    std::vector<T> work(static_cast<size_t>(3 * R));
+    if (!cpu::PivotingStrided(R, 1, ra.data(), rb.data(), rc.data(), rd.data(), z.data(),
+                              work.data()))
+      return false;
+  } else if (!DeviceLevels(R, ra.data(), rb.data(), rc.data(), rd.data(), z.data())) {
+    return false;
+  }
+  for (int64_t k = 0; k < P; ++k) {
+    const int64_t r0 = k * m, len = k + 1 < P ? m - 1 : n - r0;
+    std::vector<T> aa(a + r0, a + r0 + len), rhs(d + r0, d + r0 + len), work(size_t(3 * len));
+    if (k > 0) rhs[0] -= a[r0] * z[size_t(k - 1)];
+    if (k + 1 < P) {
+      rhs[size_t(len - 1)] -= c[r0 + len - 1] * z[size_t(k)];
+      x[r0 + len] = z[size_t(k)];
+    }
+    std::vector<T> cc(c + r0, c + r0 + len);
+    cc[size_t(len - 1)] = T(0);
+    aa[0] = T(0);
+    if (!cpu::PivotingStrided(len, 1, aa.data(), b + r0, cc.data(), rhs.data(), x + r0,
+                              work.data()))
+      return false;
+  }
+  return true;
+}
+
+// The device's answer: the levels, kept where the backward error is within tolerance, else
+// one step of iterative refinement (the residual carried exactly, rounded to T; the correction
+// by the levels again) and the check again. Returns the backward error of what the device
+// keeps (infinite where it gives the system up) and whether it refined.
+template <typename T>
+double DeviceSplit(const Tri& t, int64_t n, const T* a, const T* b, const T* c, const T* d,
+                   T* x, bool* refined) {
+  const double tol = cpu::kSplitPivotingTolerance * double(std::numeric_limits<T>::epsilon());
+  const std::vector<double> dd(d, d + n);
+  auto be = [&](bool ok) {
+    return BackwardError(t, dd, std::vector<double>(x, x + n), ok);
+  };
+  *refined = false;
+  if (!DeviceLevels<T>(n, a, b, c, d, x)) return INFINITY;
+  double e = be(true);
+  if (e <= tol) return e;
+  *refined = true;
+  std::vector<T> r(static_cast<size_t>(n)), dx(static_cast<size_t>(n));
+  for (int64_t k = 0; k < n; ++k) {
+    long double v = (long double)d[k] - (long double)b[k] * x[k];
+    if (k > 0) v -= (long double)a[k] * x[k - 1];
+    if (k + 1 < n) v -= (long double)c[k] * x[k + 1];
+    r[size_t(k)] = T(v);
+  }
+  if (!DeviceLevels<T>(n, a, b, c, r.data(), dx.data())) return INFINITY;
+  for (int64_t k = 0; k < n; ++k) x[k] += dx[size_t(k)];
+  e = be(true);
+  return e <= tol ? e : INFINITY;
+}
+
+// The twenty matrices at 2^14 and 2^16 rows, float64, and random and zero-diagonal float32: the
+// device's method answers the random ones (after a step of refinement: the parts alone leave
+// 3e-15 and 9e-14) and the zero diagonal; every answer it keeps is within 10x of max(dgtsv's,
+// eps).
+TEST(PivotingSplitDevice, TheDeviceMethodOnTheTwentyMatrices) {
+  for (int n : {1 << 14, 1 << 16}) {
+    const std::vector<Tri> suite = Suite(n, 2021 + n);
+    std::mt19937_64 rng(13 + n);
+    std::uniform_real_distribution<double> u(-1, 1);
+    int answered = 0;
+    for (size_t i = 0; i < suite.size(); ++i) {
+      const Tri& t = suite[i];
+      std::vector<double> d(static_cast<size_t>(n)), x(static_cast<size_t>(n));
+      for (double& v : d) v = u(rng);
+      bool refined = false;
+      const double be =
+          DeviceSplit<double>(t, n, t.a.data(), t.b.data(), t.c.data(), d.data(), x.data(),
+                              &refined);
+      const bool kept = std::isfinite(be);
+      answered += kept;
+      const double lb = DgtsvBackwardError(t, d);
+      std::printf("n %d #%zu %-36s device split %s%s, backward error %.1e (dgtsv %.1e)\n", n,
+                  i + 1, t.name.c_str(), kept ? "kept" : "given up",
+                  refined ? " (refined)" : "", be, lb);
+      if (kept) {
+        EXPECT_LE(be, 10 * std::max(lb, DBL_EPSILON)) << t.name;
+      }
+      if (t.name.rfind("tridiag(1, 0, 1)", 0) == 0 || i == 0 || i == 4) {
+        EXPECT_TRUE(kept) << t.name << ": " << be;
+      }
+    }
+    EXPECT_GE(answered, 17) << n;
+  }
+  for (bool zero : {false, true}) {
+    const int n = 1 << 16;
+    std::mt19937_64 rng(17);
+    std::uniform_real_distribution<float> u(-1, 1);
+    std::vector<float> a(n), b(n), c(n), d(n), x(n);
+    for (int k = 0; k < n; ++k)
+      a[k] = zero ? 1.f : u(rng), b[k] = zero ? 0.f : u(rng), c[k] = zero ? 1.f : u(rng),
+      d[k] = u(rng);
+    Tri t{"", std::vector<double>(a.begin(), a.end()), std::vector<double>(b.begin(), b.end()),
+          std::vector<double>(c.begin(), c.end())};
+    t.a[0] = 0, t.c[n - 1] = 0;
+    bool refined = false;
+    const double be =
+        DeviceSplit<float>(t, n, a.data(), b.data(), c.data(), d.data(), x.data(), &refined);
+    std::printf("float32 %s: device split backward error %.1e%s\n",
+                zero ? "zero diagonal" : "random", be, refined ? " (refined)" : "");
+    EXPECT_TRUE(std::isfinite(be)) << (zero ? "zero diagonal" : "random");
+  }
 }
 
 }  // namespace
