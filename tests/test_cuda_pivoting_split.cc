@@ -235,8 +235,7 @@ std::string CheckAgainstLapack(const Flat<T>& f, TridiagonalMethod m, const std:
 // or the partitioned kernels, then the split on what they flagged). The random ones (#1, #5)
 // must be the split's; every one within 10x of LAPACK.
 template <typename T>
-void TwentyMatricesOneSystemEach(int64_t n) {
-  const std::vector<Tri> suite = Suite(int(n), 2021 + uint64_t(n));
+void TwentyMatricesOneSystemEach(int64_t n, const std::vector<Tri>& suite) {
   std::printf("\n| matrix | dtype | n | GPU | CPU sweep | gtsv | method |\n"
               "|---|---|---|---|---|---|---|\n");
   for (size_t i = 0; i < suite.size(); ++i) {
@@ -251,8 +250,10 @@ void TwentyMatricesOneSystemEach(int64_t n) {
 
 TEST(CudaPivotingSplit, TwentyMatricesOneSystemOf2To20) {
   REQUIRE_GPU();
-  TwentyMatricesOneSystemEach<double>(int64_t(1) << 20);
-  TwentyMatricesOneSystemEach<float>(int64_t(1) << 20);
+  const int64_t n = int64_t(1) << 20;
+  const std::vector<Tri> suite = Suite(int(n), 2021 + uint64_t(n));  // (~30 s of the host's)
+  TwentyMatricesOneSystemEach<double>(n, suite);
+  TwentyMatricesOneSystemEach<float>(n, suite);
 }
 
 // 2^22 rows (and 2^20 + 2, whose parts end differently): random, half the couplings zero, the
@@ -396,12 +397,16 @@ TEST(CudaPivotingSplit, ABlockThatDoesNotFactorFallsBack) {
 }
 
 // The launch on device arrays: systems whose flag is clear are not touched (x keeps what it
-// held, the flag stays 0); flagged ones are answered, their flags cleared and counted.
-TEST(CudaPivotingSplit, LaunchTouchesOnlyFlaggedSystems) {
-  REQUIRE_GPU();
+// held, the flag stays 0); flagged ones are answered, their flags cleared and counted. Both
+// ways of staging the parts (whole, and 8 rows at a time), random systems (refined) and
+// zero-diagonal ones (not), and with nothing flagged the launch that asks first says so.
+void LaunchOnly(bool whole, bool zero) {
+  SCOPED_TRACE(::testing::Message() << "whole " << whole << " zero diagonal " << zero);
   const int64_t n = 5000, batch = 6;
   std::vector<Tri> tris;
-  for (int64_t s = 0; s < batch; ++s) tris.push_back(Random("random", n, 200 + uint64_t(s)));
+  for (int64_t s = 0; s < batch; ++s)
+    tris.push_back(zero ? Constant("tridiag(1, 0, 1)", n, 1, 0, 1)
+                        : Random("random", n, 200 + uint64_t(s)));
   const Flat<double> f(tris, n, 19);
   const size_t bytes = f.a.size() * sizeof(double);
   double *a, *b, *c, *d, *x;
@@ -429,7 +434,8 @@ TEST(CudaPivotingSplit, LaunchTouchesOnlyFlaggedSystems) {
   cudaMemcpy(flags, given.data(), size_t(batch), cudaMemcpyHostToDevice);
   *solved = 0;
   const TridiagonalProblem<double> dp{batch, n, Layout::kFlat, a, b, c, d};
-  ASSERT_TRUE(cuda::LaunchPivotingSplit(dp, x, flags, scratch, nullptr, solved).ok());
+  ASSERT_TRUE(cuda::LaunchPivotingSplit(dp, x, flags, scratch, nullptr, solved, nullptr, whole)
+                  .ok());
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   std::vector<double> hx(f.a.size());
   std::vector<uint8_t> hf(static_cast<size_t>(batch));
@@ -448,10 +454,30 @@ TEST(CudaPivotingSplit, LaunchTouchesOnlyFlaggedSystems) {
     const double gb = Backward(t, rhs, f.X(hx, s), true);
     EXPECT_LE(gb, 10 * std::max(Backward(t, rhs, xl, true), DBL_EPSILON)) << s;
   }
+  // Nothing flagged now: the launch that asks says so, and touches nothing.
+  int* any;
+  ASSERT_EQ(cudaMallocHost(&any, sizeof(int)), cudaSuccess);
+  *any = -1;
+  int* any_mapped = nullptr;
+  ASSERT_EQ(cudaHostGetDevicePointer(reinterpret_cast<void**>(&any_mapped), any, 0), cudaSuccess);
+  const cuda::SplitAny ask{any_mapped, any};
+  cudaMemcpy(x, sentinel.data(), bytes, cudaMemcpyHostToDevice);
+  ASSERT_TRUE(cuda::LaunchPivotingSplit(dp, x, flags, scratch, nullptr, solved, &ask, whole).ok());
+  EXPECT_EQ(*any, 0);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  cudaMemcpy(hx.data(), x, bytes, cudaMemcpyDeviceToHost);
+  EXPECT_EQ(hx, sentinel);
+  cudaFreeHost(any);
   for (void* q : {static_cast<void*>(a), static_cast<void*>(b), static_cast<void*>(c),
                   static_cast<void*>(d), static_cast<void*>(x), static_cast<void*>(flags),
                   scratch, static_cast<void*>(solved)})
     cudaFree(q);
+}
+
+TEST(CudaPivotingSplit, LaunchTouchesOnlyFlaggedSystems) {
+  REQUIRE_GPU();
+  for (bool whole : {true, false})
+    for (bool zero : {false, true}) LaunchOnly(whole, zero);
 }
 
 }  // namespace

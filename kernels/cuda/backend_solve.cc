@@ -28,7 +28,7 @@ absl::StatusOr<SolveInfo> CudaBackend::SolveTri(const TridiagonalProblem<T>& p, 
   cuda::LaterAnswer later;
   const bool resolve_on_device = certified && (pivot_on_device || split);
   Pool::Buffer pivot_scratch;
-  cuda::PinnedWord pivot_count;
+  cuda::PinnedWord pivot_count, split_any;
   cuda::PivotResolve resolve;
   if (resolve_on_device) {
     const int64_t split_bytes =
@@ -45,6 +45,12 @@ absl::StatusOr<SolveInfo> CudaBackend::SolveTri(const TridiagonalProblem<T>& p, 
     pivot_count.get()[1] = 0;
     resolve = {pivot_scratch.get(), pivot_count.mapped(), pivot_count.get(), split_bytes,
                pivot_count.mapped() + 1, pivot_count.get() + 1, pivot_on_device};
+    if (split) {  // (whether anything is flagged: the split launches nothing where not)
+      auto any = cuda::PinnedWord::Take();
+      if (!any.ok()) return any.status();
+      split_any = *std::move(any);
+      resolve.split_any = {split_any.mapped(), split_any.get()};
+    }
   }
   // (below a warp's worth: auto's kernel, its flags read back for the host's second solve)
   const TridiagonalMethod run = certified && !pivot_on_device ? TridiagonalMethod::kAuto : m;

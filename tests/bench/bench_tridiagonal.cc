@@ -648,9 +648,11 @@ void RunPivotSplit(int reps, double copy_gbs, trisolve::cuda::Pool& pool, std::v
     const int64_t sweep_bytes = tc::PivotingScratchBytes(n, batch, sizeof(T) == 4);
     auto scratch = pool.Get(std::max(split_bytes, sweep_bytes));
     auto word = tc::PinnedWord::Take();
-    if (!scratch.ok() || !word.ok()) std::exit(2);
+    auto any_word = tc::PinnedWord::Take();
+    if (!scratch.ok() || !word.ok() || !any_word.ok()) std::exit(2);
     int* host = word->get();
     int* mapped = word->mapped();
+    const tc::SplitAny any{any_word->mapped(), any_word->get()};
     for (const char* kind : {"random", "zero diagonal", "dominant"}) {
       if (std::strcmp(kind, "zero diagonal") == 0 && n % 2 != 0) continue;
       std::mt19937_64 rng(5);
@@ -724,36 +726,56 @@ void RunPivotSplit(int reps, double copy_gbs, trisolve::cuda::Pool& pool, std::v
       int64_t flagged = 0;
       for (uint8_t f : hf) flagged += f != 0;
       record(fast + " alone (" + std::to_string(flagged) + " flagged)", ms, -1);
-      // The fast kernel, then the split on what it flagged, then the sweep on what the split
-      // left (the service's path at 32 systems or more; below it the host takes what is left).
+      // The service's path: the fast kernel, the split on what it flagged (its launch asking
+      // first whether anything is), then at 32 systems or more the sweep on what the split
+      // left (below 32 the host takes what is left: counted, not timed).
+      const bool device_sweep = batch >= tc::kPivotingDeviceBatch;
       ms = trisolve::bench::TimeIt(reps, prep, [&] {
         if (!tc::SolveTridiagonalDevice(p, TridiagonalMethod::kAuto, x, flags, pool, nullptr).ok())
           std::exit(3);
-        if (!tc::LaunchPivotingSplit(p, x, flags, scratch->get(), nullptr, mapped + 1).ok())
+        if (!tc::LaunchPivotingSplit(p, x, flags, scratch->get(), nullptr, mapped + 1, &any).ok())
           std::exit(3);
-        if (!tc::LaunchPivoting(p, x, flags, scratch->get(), nullptr, true, mapped).ok())
+        if (device_sweep && *any.host != 0 &&
+            !tc::LaunchPivoting(p, x, flags, scratch->get(), nullptr, true, mapped).ok())
           std::exit(3);
       });
       CK(cudaDeviceSynchronize());
-      record(fast + " + split (" + std::to_string(host[1]) + ") + sweep (" +
-                 std::to_string(host[0]) + ")",
-             ms, worst());
-      // The split alone on every system (flags all set): its own cost.
-      ms = trisolve::bench::TimeIt(
-          reps,
-          [&] {
-            CK(cudaMemsetAsync(flags, tc::kFlagNotDominant, size_t(batch)));
-            host[1] = 0;
-          },
-          [&] {
-            if (!tc::LaunchPivotingSplit(p, x, flags, scratch->get(), nullptr, mapped + 1).ok())
-              std::exit(3);
-          });
+      CK(cudaMemcpy(hf.data(), flags, size_t(batch), cudaMemcpyDeviceToHost));
+      int64_t left = 0;
+      for (uint8_t f : hf) left += f != 0;
+      record(fast + " + split (" + std::to_string(host[1]) + ")" +
+                 (device_sweep ? " + sweep (" + std::to_string(host[0]) + ")"
+                               : ", host " + std::to_string(left)),
+             ms, device_sweep || left == 0 ? worst() : -1);
+      // The split alone on every system (flags all set): its own cost, the parts staged whole
+      // (the default) and 8 rows at a time.
+      for (bool whole : {true, false}) {
+        ms = trisolve::bench::TimeIt(
+            reps,
+            [&] {
+              CK(cudaMemsetAsync(flags, tc::kFlagNotDominant, size_t(batch)));
+              host[1] = 0;
+            },
+            [&] {
+              if (!tc::LaunchPivotingSplit(p, x, flags, scratch->get(), nullptr, mapped + 1,
+                                           nullptr, whole)
+                       .ok())
+                std::exit(3);
+            });
+        CK(cudaDeviceSynchronize());
+        record(std::string("split alone") + (whole ? "" : " (8-row tiles)") + ", every system (" +
+                   std::to_string(host[1]) + " answered)",
+               ms, worst());
+      }
+      // (the flags as the fast kernel left them, for the rows below)
+      CK(cudaMemsetAsync(flags, 0, size_t(batch)));
+      if (!tc::SolveTridiagonalDevice(p, TridiagonalMethod::kAuto, x, flags, pool, nullptr).ok())
+        std::exit(3);
       CK(cudaDeviceSynchronize());
-      record("split alone, every system (" + std::to_string(host[1]) + " answered)", ms, worst());
+      CK(cudaMemcpy(hf.data(), flags, size_t(batch), cudaMemcpyDeviceToHost));
       if (batch >= tc::kPivotingDeviceBatch) {
         // Before: the sweep, a thread a system, on every flagged system.
-        ms = trisolve::bench::TimeIt(std::min(reps, 5), prep, [&] {
+        ms = trisolve::bench::TimeIt(std::min(reps, 3), prep, [&] {
           if (!tc::SolveTridiagonalDevice(p, TridiagonalMethod::kAuto, x, flags, pool, nullptr)
                    .ok())
             std::exit(3);

@@ -321,11 +321,14 @@ absl::StatusOr<TridiagonalKernel> SolveTridiagonalDevice(const TridiagonalProble
   auto pivot_flagged = [p, x, flags, stream, resolve]() -> absl::Status {
     if (resolve == nullptr) return absl::OkStatus();
     if (resolve->split_bytes > 0 && PivotingSplitByShape(p.n, p.batch, p.layout) &&
-        PivotingSplitScratchBytes(p.n, p.batch, sizeof(T) == 4) <= resolve->split_bytes)
+        PivotingSplitScratchBytes(p.n, p.batch, sizeof(T) == 4) <= resolve->split_bytes) {
+      const SplitAny* any = resolve->split_any.host != nullptr ? &resolve->split_any : nullptr;
       if (auto st = LaunchPivotingSplit(p, x, flags, resolve->scratch, stream,
-                                        resolve->split_mapped);
+                                        resolve->split_mapped, any);
           !st.ok())
         return st;
+      if (any != nullptr && *any->host == 0) return absl::OkStatus();  // nothing flagged
+    }
     if (!resolve->sweep) return absl::OkStatus();
     return LaunchPivoting(p, x, flags, resolve->scratch, stream, true, resolve->mapped);
   };

@@ -54,15 +54,49 @@
 namespace trisolve::cuda {
 namespace {
 
-constexpr int kRows = 8;   // rows a part staged at a time; the final solve's checkpoint step
-constexpr int kWarps = 2;  // warps a block (each with its own tile)
-constexpr int kThreads = 32 * kWarps;
+constexpr int kRows = 8;       // rows a part staged at a time where a part is long
+constexpr int kPartMax = 32;   // rows of a part staged whole (the 33-row parts' interiors)
+constexpr int kThreads = 32;   // a warp a block, with its tile
 constexpr unsigned kAll = 0xffffffffu;
 
 template <typename T>
 struct Tile {
   T v[4][kRows][33];  // a, b, c, d; rows; the warp's 32 parts (+1: no bank conflicts)
 };
+
+// The whole interiors of the warp's 32 parts, where none is longer than kPartMax (every warp
+// but the one holding a system's last part): read once, coalesced, and both eliminations (or
+// the elimination and the back substitution) run from it. 33.8 KB in float64.
+template <typename T>
+struct PartTile {
+  T v[4][kPartMax][33];  // a, b, c, d (then U and x); rows; parts
+};
+
+// The tile of a warp: the whole parts, or (long parts) 8 rows at a time in the same memory.
+template <typename T>
+union WarpTile {
+  PartTile<T> whole;
+  Tile<T> rows;
+};
+
+// Every row of the warp's 32 parts (part j: `start` and `len` of lane j, len <= kPartMax; 0 for
+// a part that reads nothing) into the tile: step j reads part j's rows, lane t its row t (one
+// run of len values an array).
+template <typename T>
+__device__ __forceinline__ void LoadParts(const T* a, const T* b, const T* c, const T* d,
+                                          int64_t start, int64_t len, PartTile<T>* tile,
+                                          int lane) {
+  const T* arr[4] = {a, b, c, d};
+  __syncwarp();  // the tile's previous reads are done
+#pragma unroll 4
+  for (int j = 0; j < 32; ++j) {
+    const int64_t sj = __shfl_sync(kAll, start, j), lj = __shfl_sync(kAll, len, j);
+    const bool in = lane < lj;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) tile->v[q][lane][j] = in ? arr[q][sj + lane] : T(0);
+  }
+  __syncwarp();
+}
 
 // The parts of a level: `batch` systems of n rows, `parts` a system of m rows but the last.
 struct Parts {
@@ -171,22 +205,53 @@ __device__ __forceinline__ void EliminateEnds(const TridiagonalProblem<T>& p, co
   ov = rv / d;
 }
 
+// EliminateEnds from the whole-part tile (the lane's part in column `lane`).
+template <typename T, bool kReverse>
+__device__ __forceinline__ void EliminateEndsWhole(const PartTile<T>* tile, int64_t len,
+                                                   bool left, bool right, int lane, bool& ok,
+                                                   T& oy, T& ow, T& ov) {
+  T d = T(0), u = T(0), ry = T(0), rw = T(0), rv = T(0);
+  for (int k = 0; k < len; ++k) {
+    const int row = kReverse ? int(len) - 1 - k : k;
+    const T A = tile->v[0][row][lane], B = tile->v[1][row][lane], C = tile->v[2][row][lane],
+            Y = tile->v[3][row][lane];
+    const T sub = kReverse ? C : A, sup = kReverse ? A : C;
+    const bool last = k + 1 == len;
+    const bool at_first = kReverse ? last : k == 0, at_last = kReverse ? k == 0 : last;
+    const T w = left && at_first ? A : T(0);
+    const T v = right && at_last ? C : T(0);
+    if (k == 0) {
+      d = B;
+      u = sup;
+      ry = Y;
+      rw = w;
+      rv = v;
+      continue;
+    }
+    Absorb3(d, u, ry, rw, rv, sub, B, last ? T(0) : sup, Y, w, v, ok);
+  }
+  ok &= d != T(0) && Finite(d);
+  oy = ry / d;
+  ow = rw / d;
+  ov = rv / d;
+}
+
 // Warps a launch of the part kernels at most: grid-stride loops over the parts beyond it, so
 // that a launch with nothing to do (no system flagged: dominant data) costs its launch alone.
-constexpr int64_t kMaxBlocks = 132 * 16;
+constexpr int64_t kMaxBlocks = 132 * 32;
 
 // Step 1: ends[q * count + part], q = yf, wf, vf, yl, wl, vl, for the parts of live systems
 // not given up; a block that does not factor gives its system up (bad).
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     EndsKernel(TridiagonalProblem<T> p, Parts g, const int* any, const uint8_t* live,
-               uint8_t* bad, T* ends) {
+               uint8_t* bad, T* ends, bool whole) {
   if (*any == 0) return;
-  __shared__ Tile<T> tiles[kWarps];
-  Tile<T>* tile = &tiles[threadIdx.x / 32];
+  __shared__ WarpTile<T> shared;
+  Tile<T>* tile = &shared.rows;
   const int lane = threadIdx.x & 31;
   const int64_t count = g.Count();
-  const int64_t first = int64_t(blockIdx.x) * blockDim.x + (threadIdx.x & ~31);
+  const int64_t first = int64_t(blockIdx.x) * blockDim.x;
   for (int64_t w0 = first; w0 < count; w0 += int64_t(gridDim.x) * blockDim.x) {
     const int64_t part = w0 + lane;
     int64_t s = 0, k = 0, start = 0, len = 0;
@@ -199,8 +264,15 @@ __global__ void __launch_bounds__(kThreads)
     if (__ballot_sync(kAll, mine) == 0) continue;
     bool ok = true;
     T yl, wl, vl, yf, wf, vf;
-    EliminateEnds<T, false>(p, g, start, len, k, tile, lane, ok, yl, wl, vl);
-    EliminateEnds<T, true>(p, g, start, len, k, tile, lane, ok, yf, wf, vf);
+    if (whole && __reduce_max_sync(kAll, unsigned(len)) <= unsigned(kPartMax)) {
+      LoadParts(p.a, p.b, p.c, p.d, start, len, &shared.whole, lane);
+      const bool left = k > 0, right = k + 1 < g.parts;
+      EliminateEndsWhole<T, false>(&shared.whole, len, left, right, lane, ok, yl, wl, vl);
+      EliminateEndsWhole<T, true>(&shared.whole, len, left, right, lane, ok, yf, wf, vf);
+    } else {
+      EliminateEnds<T, false>(p, g, start, len, k, tile, lane, ok, yl, wl, vl);
+      EliminateEnds<T, true>(p, g, start, len, k, tile, lane, ok, yf, wf, vf);
+    }
     if (!mine) continue;
     ok = ok && Finite(yl) && Finite(wl) && Finite(vl) && Finite(yf) && Finite(wf) && Finite(vf);
     if (!ok) bad[s] = 1;
@@ -259,15 +331,15 @@ __device__ __forceinline__ T Rhs(T a, T c, T y, int64_t k, int64_t len, bool lef
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     FinalKernel(TridiagonalProblem<T> p, Parts g, const int* any, const uint8_t* live,
-                uint8_t* bad, const uint8_t* sweep, const T* z, T* x, T* ck) {
+                uint8_t* bad, const uint8_t* sweep, const T* z, T* x, T* ck, bool whole) {
   if (*any == 0) return;
-  __shared__ Tile<T> tiles[kWarps];
-  Tile<T>* tile = &tiles[threadIdx.x / 32];
+  __shared__ WarpTile<T> shared;
+  Tile<T>* tile = &shared.rows;
   const int lane = threadIdx.x & 31;
   const int64_t count = g.Count();
   const int64_t R = g.parts - 1;
   const int64_t nb = (g.max_len + kRows - 1) / kRows;
-  const int64_t first = int64_t(blockIdx.x) * blockDim.x + (threadIdx.x & ~31);
+  const int64_t first = int64_t(blockIdx.x) * blockDim.x;
   for (int64_t w0 = first; w0 < count; w0 += int64_t(gridDim.x) * blockDim.x) {
     const int64_t part = w0 + lane;
     int64_t s = 0, kp = 0, start = 0, len = 0;
@@ -286,6 +358,53 @@ __global__ void __launch_bounds__(kThreads)
     const bool left = kp > 0, right = kp + 1 < g.parts;
     const T zl = mine && left ? z[s * R + kp - 1] : T(0);
     const T zr = mine && right ? z[s * R + kp] : T(0);
+    if (whole && __reduce_max_sync(kAll, unsigned(len)) <= unsigned(kPartMax)) {
+      // The whole parts in the tile: the elimination writes each row of U over the row it came
+      // from (consumed by then), the back substitution reads it and writes x over its d.
+      PartTile<T>* w = &shared.whole;
+      LoadParts(p.a, p.b, p.c, p.d, start, len, w, lane);
+      bool ok = true;
+      T d = T(0), u = T(0), r = T(0);
+      for (int k = 0; k < len; ++k) {
+        const T A = w->v[0][k][lane], B = w->v[1][k][lane], C = w->v[2][k][lane];
+        const T y = Rhs(A, C, w->v[3][k][lane], k, len, left, right, zl, zr);
+        if (k == 0) {
+          d = B;
+          u = C;
+          r = y;
+          continue;
+        }
+        T oD, oU, oL, oY;
+        Absorb(d, u, r, A, B, k + 1 < len ? C : T(0), y, ok, oD, oU, oL, oY);
+        w->v[0][k - 1][lane] = oD;
+        w->v[1][k - 1][lane] = oU;
+        w->v[2][k - 1][lane] = oL;
+        w->v[3][k - 1][lane] = oY;
+      }
+      ok &= d != T(0) && Finite(d);
+      if (mine) {
+        T x1 = r / d, x2 = T(0);
+        ok &= Finite(x1);
+        w->v[3][len - 1][lane] = x1;
+        for (int i = int(len) - 2; i >= 0; --i) {
+          const T xi = (w->v[3][i][lane] - w->v[1][i][lane] * x1 - w->v[2][i][lane] * x2) /
+                       w->v[0][i][lane];
+          ok &= Finite(xi);
+          w->v[3][i][lane] = xi;
+          x2 = x1;
+          x1 = xi;
+        }
+      }
+      __syncwarp();
+      for (int j = 0; j < 32; ++j) {
+        const int64_t sj = __shfl_sync(kAll, start, j), lj = __shfl_sync(kAll, len, j);
+        if (((owners >> j) & 1u) && lane < lj) x[sj + lane] = w->v[3][lane][j];
+      }
+      if (!mine) continue;
+      if (right) x[start + len] = zr;
+      if (!ok) bad[s] = 1;
+      continue;
+    }
     T R4[4][kRows];
     bool ok = true;
     T d = T(0), u = T(0), r = T(0);
@@ -533,7 +652,7 @@ __global__ void UpdateKernel(int64_t batch, int64_t n, const int* any, const uin
 constexpr int kInitThreads = 1024;
 __global__ void __launch_bounds__(kInitThreads)
     InitKernel(int64_t batch, const uint8_t* flags, uint8_t* live, uint8_t* bad,
-               uint8_t* sweep, unsigned long long* acc, int* any, int* refine) {
+               uint8_t* sweep, unsigned long long* acc, int* any, int* refine, int* any_mapped) {
   int mine = 0;
   for (int64_t s = threadIdx.x; s < batch; s += blockDim.x) {
     live[s] = flags[s] != 0 ? 1 : 0;
@@ -546,6 +665,7 @@ __global__ void __launch_bounds__(kInitThreads)
   if (threadIdx.x == 0) {
     *any = all;
     *refine = 0;
+    if (any_mapped != nullptr) *any_mapped = all;
   }
 }
 
@@ -614,7 +734,7 @@ unsigned Blocks(int64_t threads, int per_block) {
 // (bad).
 template <typename T>
 absl::Status SolveLevel(const Plan& plan, size_t i, const TridiagonalProblem<T>& p, T* x,
-                        const int* any, std::byte* scratch, cudaStream_t stream) {
+                        const int* any, bool whole, std::byte* scratch, cudaStream_t stream) {
   const Level& v = plan.levels[i];
   auto at = [&](int64_t off) { return reinterpret_cast<T*>(scratch + off); };
   const uint8_t* live = reinterpret_cast<uint8_t*>(scratch + plan.live);
@@ -623,7 +743,7 @@ absl::Status SolveLevel(const Plan& plan, size_t i, const TridiagonalProblem<T>&
   uint8_t* sweep = bottom ? reinterpret_cast<uint8_t*>(scratch + plan.sweep_flags) : nullptr;
   const int64_t count = v.g.Count(), R = v.g.parts - 1;
   EndsKernel<T><<<Blocks(count, kThreads), kThreads, 0, stream>>>(p, v.g, any, live, bad,
-                                                                  at(v.ends));
+                                                                  at(v.ends), whole);
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   const TridiagonalProblem<T> r{p.batch, R, Layout::kFlat, at(v.ra), at(v.rb), at(v.rc),
                                 at(v.rd)};
@@ -631,7 +751,7 @@ absl::Status SolveLevel(const Plan& plan, size_t i, const TridiagonalProblem<T>&
       p, v.g, any, live, bad, at(v.ends), at(v.ra), at(v.rb), at(v.rc), at(v.rd), sweep);
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   if (!bottom) {
-    if (auto st = SolveLevel(plan, i + 1, r, at(v.z), any, scratch, stream); !st.ok())
+    if (auto st = SolveLevel(plan, i + 1, r, at(v.z), any, whole, scratch, stream); !st.ok())
       return st;
   } else {
     // (the sweep's kernel: a warp with no flagged system returns at once)
@@ -639,8 +759,8 @@ absl::Status SolveLevel(const Plan& plan, size_t i, const TridiagonalProblem<T>&
         !st.ok())
       return st;
   }
-  FinalKernel<T><<<Blocks(count, kThreads), kThreads, 0, stream>>>(p, v.g, any, live, bad, sweep,
-                                                                   at(v.z), x, at(v.ck));
+  FinalKernel<T><<<Blocks(count, kThreads), kThreads, 0, stream>>>(
+      p, v.g, any, live, bad, sweep, at(v.z), x, at(v.ck), whole);
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
@@ -655,7 +775,7 @@ bool PivotingSplitApplies(int64_t n, int64_t batch, Layout layout) {
 bool PivotingSplitByShape(int64_t n, int64_t batch, Layout layout) {
   if (!PivotingSplitApplies(n, batch, layout)) return false;
   if (batch < kPivotingDeviceBatch) return true;  // (else: the host's sweep)
-  return n >= kPivotingSplitMinRows && batch <= kPivotingSplitMaxBatch;
+  return n >= kPivotingSplitMinRows;
 }
 
 int64_t PivotingSplitScratchBytes(int64_t n, int64_t batch, bool float32) {
@@ -665,7 +785,8 @@ int64_t PivotingSplitScratchBytes(int64_t n, int64_t batch, bool float32) {
 
 template <typename T>
 absl::Status LaunchPivotingSplit(const TridiagonalProblem<T>& p_in, T* x, uint8_t* flags,
-                                 void* scratch, cudaStream_t stream, int* solved) {
+                                 void* scratch, cudaStream_t stream, int* solved,
+                                 const SplitAny* any_flagged, bool whole_parts) {
   if (p_in.batch <= 0 || p_in.n <= 0) return absl::OkStatus();
   TridiagonalProblem<T> p = p_in;
   if (p.batch == 1) p.layout = Layout::kFlat;
@@ -680,8 +801,15 @@ absl::Status LaunchPivotingSplit(const TridiagonalProblem<T>& p_in, T* x, uint8_
   auto* acc = reinterpret_cast<unsigned long long*>(base + plan.acc);
   uint8_t* sweep = reinterpret_cast<uint8_t*>(base + plan.sweep_flags);
   T* r = reinterpret_cast<T*>(base + plan.residual);
-  InitKernel<<<1, kInitThreads, 0, stream>>>(p.batch, flags, live, bad, sweep, acc, any, refine);
+  InitKernel<<<1, kInitThreads, 0, stream>>>(p.batch, flags, live, bad, sweep, acc, any, refine,
+                                             any_flagged ? any_flagged->mapped : nullptr);
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  if (any_flagged != nullptr) {
+    // Nothing flagged (dominant data): none of the ~20 launches below, each of which would
+    // cost its launch (65 us in all on the H100 for one system of 2^24 rows, 25% of auto).
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    if (*any_flagged->host == 0) return absl::OkStatus();
+  }
   const int64_t per_system = std::min<int64_t>(
       std::max<int64_t>((p.n + 4 * kCheckThreads - 1) / (4 * kCheckThreads), 1),
       std::max<int64_t>(kMaxBlocks / p.batch, 1));
@@ -693,7 +821,7 @@ absl::Status LaunchPivotingSplit(const TridiagonalProblem<T>& p_in, T* x, uint8_
   // carried exactly, the correction by the split again: a random matrix's parts leave backward
   // errors of 1e-14..1e-13 that one step takes to 1e-17, test_pivoting_split's model), and the
   // check again.
-  if (auto st = SolveLevel(plan, 0, p, x, any, base, stream); !st.ok()) return st;
+  if (auto st = SolveLevel(plan, 0, p, x, any, whole_parts, base, stream); !st.ok()) return st;
   CheckKernel<T><<<grid, kCheckThreads, 0, stream>>>(p, x, any, live, bad, acc);
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   VerdictKernel<<<Blocks(p.batch, 256), 256, 0, stream>>>(p.batch, flags, any, live, bad, acc,
@@ -704,7 +832,8 @@ absl::Status LaunchPivotingSplit(const TridiagonalProblem<T>& p_in, T* x, uint8_
   // (the correction overwrites its right-hand side: each part reads its rows before it writes
   // them, and the interface rows are read by the reduced system before any are written)
   const TridiagonalProblem<T> pr{p.batch, p.n, Layout::kFlat, p.a, p.b, p.c, r};
-  if (auto st = SolveLevel(plan, 0, pr, r, refine, base, stream); !st.ok()) return st;
+  if (auto st = SolveLevel(plan, 0, pr, r, refine, whole_parts, base, stream); !st.ok())
+    return st;
   UpdateKernel<T><<<rows_blocks, 256, 0, stream>>>(p.batch, p.n, refine, live, bad, r, x);
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   CheckKernel<T><<<grid, kCheckThreads, 0, stream>>>(p, x, refine, live, bad, acc);
@@ -716,8 +845,8 @@ absl::Status LaunchPivotingSplit(const TridiagonalProblem<T>& p_in, T* x, uint8_
 }
 
 template absl::Status LaunchPivotingSplit(const TridiagonalProblem<double>&, double*, uint8_t*,
-                                          void*, cudaStream_t, int*);
+                                          void*, cudaStream_t, int*, const SplitAny*, bool);
 template absl::Status LaunchPivotingSplit(const TridiagonalProblem<float>&, float*, uint8_t*,
-                                          void*, cudaStream_t, int*);
+                                          void*, cudaStream_t, int*, const SplitAny*, bool);
 
 }  // namespace trisolve::cuda

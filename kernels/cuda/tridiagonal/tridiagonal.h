@@ -189,17 +189,26 @@ absl::Status SolvePivotingDevice(const TridiagonalProblem<T>& p, T* x, uint8_t* 
 constexpr int64_t kPivotingSplitPartRows = 33;
 constexpr int64_t kPivotingSplitSweepRows = 64;
 // Where the re-solve takes the split rather than the sweep (thread a system) at a batch of
-// kPivotingDeviceBatch or more: systems of kPivotingSplitMinRows rows or more, batches up to
-// kPivotingSplitMaxBatch; below kPivotingDeviceBatch wherever the split applies (it replaces
-// the host's sweep). docs/kernels/tridiagonal.md, "Partial pivoting, split".
-constexpr int64_t kPivotingSplitMinRows = 512;
-constexpr int64_t kPivotingSplitMaxBatch = 2048;
+// kPivotingDeviceBatch or more: systems of kPivotingSplitMinRows rows or more (2^24 unknowns on
+// the H100, zero diagonal: n = 4096, split 2.4 ms against the sweep's 4.2; n = 1024: 2.6
+// against 1.8); below kPivotingDeviceBatch wherever the split applies (it replaces the host's
+// sweep). docs/kernels/tridiagonal.md, "Partial pivoting, split".
+constexpr int64_t kPivotingSplitMinRows = 4096;
 bool PivotingSplitApplies(int64_t n, int64_t batch, Layout layout);
 bool PivotingSplitByShape(int64_t n, int64_t batch, Layout layout);
 int64_t PivotingSplitScratchBytes(int64_t n, int64_t batch, bool float32);
+// `any_flagged` (a mapped host int: `mapped` the device's pointer, `host` the caller's), where
+// given: the launch waits for the stream once the flags are read and launches nothing more
+// where no system is flagged. `whole_parts`: parts staged whole through shared memory (read
+// once) rather than 8 rows at a time (read twice); the benchmark compares them.
+struct SplitAny {
+  int* mapped = nullptr;
+  int* host = nullptr;
+};
 template <typename T>
 absl::Status LaunchPivotingSplit(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
-                                 void* scratch, cudaStream_t stream, int* solved = nullptr);
+                                 void* scratch, cudaStream_t stream, int* solved = nullptr,
+                                 const SplitAny* any_flagged = nullptr, bool whole_parts = true);
 
 // Where `auto` (and `pivoting`) solve again, on the device, the systems the fast kernel flagged
 // (a vanished pivot, a row not diagonally dominant: flags.h):
@@ -210,6 +219,7 @@ absl::Status LaunchPivotingSplit(const TridiagonalProblem<T>& p, T* x, uint8_t* 
 // for the split to run), the systems are first offered to pivoting-split where
 // PivotingSplitByShape says, counted in split_mapped / split_host; `sweep` false leaves the
 // ones it did not answer flagged (the caller solves them on the host) instead of the sweep.
+// Where split_any is set and nothing was flagged, neither runs (the call waited for that).
 struct PivotResolve {
   void* scratch = nullptr;
   int* mapped = nullptr;
@@ -218,6 +228,7 @@ struct PivotResolve {
   int* split_mapped = nullptr;
   int* split_host = nullptr;
   bool sweep = true;
+  SplitAny split_any;  // (where set: the split's launch asks first whether any is flagged)
 };
 
 // Solves on `stream`. p's arrays and x are device pointers; status_flags (device, batch bytes,
