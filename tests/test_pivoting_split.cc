@@ -313,8 +313,8 @@ bool DeviceLevels(int64_t n, const T* a, const T* b, const T* c, const T* d, T* 
 }
 
 // The device's answer: the levels, kept where the backward error is within tolerance, else
-// one step of iterative refinement (the residual carried exactly, rounded to T; the correction
-// by the levels again) and the check again. Returns the backward error of what the device
+// up to two steps of iterative refinement (the residual carried exactly, rounded to T; the
+// correction by the levels again), each followed by the check. Returns the backward error of what the device
 // keeps (infinite where it gives the system up) and whether it refined.
 template <typename T>
 double DeviceSplit(const Tri& t, int64_t n, const T* a, const T* b, const T* c, const T* d,
@@ -327,18 +327,19 @@ double DeviceSplit(const Tri& t, int64_t n, const T* a, const T* b, const T* c, 
   *refined = false;
   if (!DeviceLevels<T>(n, a, b, c, d, x)) return INFINITY;
   double e = be(true);
-  if (e <= tol) return e;
-  *refined = true;
-  std::vector<T> r(static_cast<size_t>(n)), dx(static_cast<size_t>(n));
-  for (int64_t k = 0; k < n; ++k) {
-    long double v = (long double)d[k] - (long double)b[k] * x[k];
-    if (k > 0) v -= (long double)a[k] * x[k - 1];
-    if (k + 1 < n) v -= (long double)c[k] * x[k + 1];
-    r[size_t(k)] = T(v);
+  for (int step = 0; step < 2 && !(e <= tol); ++step) {  // (the device's kRefineSteps)
+    *refined = true;
+    std::vector<T> r(static_cast<size_t>(n)), dx(static_cast<size_t>(n));
+    for (int64_t k = 0; k < n; ++k) {
+      long double v = (long double)d[k] - (long double)b[k] * x[k];
+      if (k > 0) v -= (long double)a[k] * x[k - 1];
+      if (k + 1 < n) v -= (long double)c[k] * x[k + 1];
+      r[size_t(k)] = T(v);
+    }
+    if (!DeviceLevels<T>(n, a, b, c, r.data(), dx.data())) return INFINITY;
+    for (int64_t k = 0; k < n; ++k) x[k] += dx[size_t(k)];
+    e = be(true);
   }
-  if (!DeviceLevels<T>(n, a, b, c, r.data(), dx.data())) return INFINITY;
-  for (int64_t k = 0; k < n; ++k) x[k] += dx[size_t(k)];
-  e = be(true);
   return e <= tol ? e : INFINITY;
 }
 

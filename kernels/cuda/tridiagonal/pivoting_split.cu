@@ -19,8 +19,9 @@
 //     from the original arrays, the residual summed without rounding error in the terms
 //     (float64: products split by fma, sums by TwoSum; float32: in float64), compared with
 //     cpu::kSplitPivotingTolerance eps as the CPU form does.
-//  5. Where it fails, one step of iterative refinement: r = d - A x (carried the same way,
-//     rounded to T), the correction by steps 1-3 on r, x += it, and the check again. Parts this
+//  5. Where it fails, a step of iterative refinement: r = d - A x (carried the same way,
+//     rounded to T), the correction by steps 1-3 on r, x += it, and the check again (two steps
+//     at most: float32 at 2^24 rows needs the second). Parts this
 //     short leave random U(-1,1) matrices backward errors of 3e-15 (2^14 rows) to 9e-14 (2^16),
 //     some block of 32 rows being nearly singular; one step takes them to 2e-17, under dgtsv's
 //     4e-17 (Skeel: one step of fixed-precision refinement makes such an elimination
@@ -582,8 +583,8 @@ __global__ void __launch_bounds__(kCheckThreads)
 
 // The verdict: a system the split answered whose backward error is within tol keeps it, its
 // flag cleared and counted in *solved (mapped host memory); every other keeps its flag. With
-// `refine` (the first verdict), a system answered but not within tol stays live for a step of
-// iterative refinement (its sums cleared, *refine set); every other leaves (live 0).
+// `refine` (every verdict but the last), a system answered but not within tol stays live for a
+// step of iterative refinement (its sums cleared, *refine set); every other leaves (live 0).
 __global__ void VerdictKernel(int64_t batch, uint8_t* flags, const int* any, uint8_t* live,
                               const uint8_t* bad, unsigned long long* acc, double tol,
                               int* solved, int* refine) {
@@ -650,6 +651,9 @@ __global__ void UpdateKernel(int64_t batch, int64_t n, const int* any, const uin
 // sums cleared, *refine too, and *any: whether any system is live (every later kernel returns
 // at once where none is).
 constexpr int kInitThreads = 1024;
+// Steps of iterative refinement at most: float64 passes after one (random U(-1,1), 2^14-2^16
+// rows: 9e-14 -> 2e-17); float32 at 2^24 rows needs two (the host model: 990 eps -> 28 -> 0.8).
+constexpr int kRefineSteps = 2;
 __global__ void __launch_bounds__(kInitThreads)
     InitKernel(int64_t batch, const uint8_t* flags, uint8_t* live, uint8_t* bad,
                uint8_t* sweep, unsigned long long* acc, int* any, int* refine, int* any_mapped) {
@@ -664,7 +668,7 @@ __global__ void __launch_bounds__(kInitThreads)
   const int all = __syncthreads_or(mine);
   if (threadIdx.x == 0) {
     *any = all;
-    *refine = 0;
+    for (int q = 0; q < kRefineSteps; ++q) refine[q] = 0;
     if (any_mapped != nullptr) *any_mapped = all;
   }
 }
@@ -700,7 +704,7 @@ Plan MakePlan(int64_t n, int64_t batch, int64_t value_bytes) {
   plan.bad = take(batch);
   plan.sweep_flags = take(batch);
   plan.any = take(int64_t(sizeof(int)));
-  plan.refine = take(int64_t(sizeof(int)));
+  plan.refine = take(int64_t(kRefineSteps * sizeof(int)));
   plan.residual = take(n * batch * value_bytes);
   plan.acc = take(4 * batch * 8);
   int64_t rows = n;
@@ -817,28 +821,33 @@ absl::Status LaunchPivotingSplit(const TridiagonalProblem<T>& p_in, T* x, uint8_
   const double tol = cpu::kSplitPivotingTolerance * (sizeof(T) == 4 ? double(FLT_EPSILON)
                                                                     : DBL_EPSILON);
   const unsigned rows_blocks = Blocks(p.batch * p.n, 256);
-  // The split, its check; where the check fails, one step of iterative refinement (the residual
+  // The split, its check; where the check fails, a step of iterative refinement (the residual
   // carried exactly, the correction by the split again: a random matrix's parts leave backward
   // errors of 1e-14..1e-13 that one step takes to 1e-17, test_pivoting_split's model), and the
-  // check again.
+  // check again; a second step where that fails (float32). Each step's kernels are gated by
+  // the word the verdict before it sets where a system is still to refine.
   if (auto st = SolveLevel(plan, 0, p, x, any, whole_parts, base, stream); !st.ok()) return st;
-  CheckKernel<T><<<grid, kCheckThreads, 0, stream>>>(p, x, any, live, bad, acc);
-  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  VerdictKernel<<<Blocks(p.batch, 256), 256, 0, stream>>>(p.batch, flags, any, live, bad, acc,
-                                                          tol, solved, refine);
-  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  ResidualKernel<T><<<rows_blocks, 256, 0, stream>>>(p, x, refine, live, r);
-  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  const int* gate = any;
   // (the correction overwrites its right-hand side: each part reads its rows before it writes
   // them, and the interface rows are read by the reduced system before any are written)
   const TridiagonalProblem<T> pr{p.batch, p.n, Layout::kFlat, p.a, p.b, p.c, r};
-  if (auto st = SolveLevel(plan, 0, pr, r, refine, whole_parts, base, stream); !st.ok())
-    return st;
-  UpdateKernel<T><<<rows_blocks, 256, 0, stream>>>(p.batch, p.n, refine, live, bad, r, x);
+  for (int step = 0; step < kRefineSteps; ++step) {
+    CheckKernel<T><<<grid, kCheckThreads, 0, stream>>>(p, x, gate, live, bad, acc);
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    VerdictKernel<<<Blocks(p.batch, 256), 256, 0, stream>>>(p.batch, flags, gate, live, bad, acc,
+                                                            tol, solved, refine + step);
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    gate = refine + step;
+    ResidualKernel<T><<<rows_blocks, 256, 0, stream>>>(p, x, gate, live, r);
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    if (auto st = SolveLevel(plan, 0, pr, r, gate, whole_parts, base, stream); !st.ok())
+      return st;
+    UpdateKernel<T><<<rows_blocks, 256, 0, stream>>>(p.batch, p.n, gate, live, bad, r, x);
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  }
+  CheckKernel<T><<<grid, kCheckThreads, 0, stream>>>(p, x, gate, live, bad, acc);
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  CheckKernel<T><<<grid, kCheckThreads, 0, stream>>>(p, x, refine, live, bad, acc);
-  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  VerdictKernel<<<Blocks(p.batch, 256), 256, 0, stream>>>(p.batch, flags, refine, live, bad, acc,
+  VerdictKernel<<<Blocks(p.batch, 256), 256, 0, stream>>>(p.batch, flags, gate, live, bad, acc,
                                                           tol, solved, nullptr);
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
