@@ -185,7 +185,8 @@ std::string Sci(double v, bool ok = true) {
 // threshold, so the kernel runs), solved by `pivoting` on the GPU: every system OK where LAPACK
 // solves it, its backward error within 10x of LAPACK's (floor eps) and within 4x of the CPU
 // reference's (the same elimination: the two differ by rounding, fused multiply-adds on the
-// GPU); the same status as the CPU reference everywhere. Prints the table docs/stability.md
+// GPU; or, where pivoting-split answered, within its check's bound: Bound); the same status
+// as the CPU reference everywhere. Prints the table docs/stability.md
 // quotes.
 template <typename T>
 void TwentyMatrices(int n, Layout layout) {

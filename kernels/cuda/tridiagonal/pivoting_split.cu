@@ -31,14 +31,15 @@
 //     device, or on the host).
 //
 // Parts: m rows (odd: interiors of even length, which keeps a zero diagonal's blocks
-// nonsingular), the last part m to 3m - 1 rows, all interior, an even count
-// (PivotingSplitLayout). Threads of a warp run 32 consecutive parts; their rows are staged
-// through shared memory 8 rows a part at a time (whole 64-byte runs; a part's rows read by its
-// own thread would be 32 loads 256 bytes apart).
+// nonsingular), the last part m + 1 to 3m - 1 rows, all interior, an even count
+// (cpu::SplitPivotingLayoutOfRows). A warp (a block) runs 32 consecutive parts, read once,
+// whole, into shared memory (a part's rows one coalesced run; read by its own thread they
+// would be 32 loads 256 bytes apart); a warp holding a system's last part stages 8 rows a part
+// at a time instead and reads its parts twice.
 //
-// Traffic: the ends read a, b, c, d twice, the final solve twice and writes x; the check reads
-// the five arrays once: ~22 arrays against 5 for the fast kernels (the reduced levels add 1/33
-// of that each); a refinement about 30 more. Scratch about 1.8 n values.
+// Traffic: the ends read a, b, c, d once, the final solve once more and writes x; the check
+// reads the five arrays once: ~14 arrays against 5 for the fast kernels (the reduced levels
+// add 1/33 of that each); a refinement step about 20 more. Scratch about 1.8 n values.
 #include <cuda_runtime.h>
 
 #include <algorithm>

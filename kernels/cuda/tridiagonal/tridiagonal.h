@@ -55,6 +55,12 @@
 //    state every 8 rows, the backward sweep recomputes each block of 8 rows of U from there and
 //    substitutes back (9 arrays of traffic); flat systems staged through shared memory. A pivot
 //    exactly zero or not finite after the row choice flags the system (x written as zeros).
+//  - "pivoting-split" (reported after the fast kernel's name: "thomas-window + pivoting-split
+//    (1 system)"): `auto`'s and `pivoting`'s second solve of few or long flat systems
+//    (pivoting_split.cu): partial pivoting inside parts of 33 rows, a thread a part, the
+//    interfaces' system by the same method level by level, each answer kept only where its
+//    backward error, computed on the device, is within 8 eps (after up to two steps of
+//    iterative refinement); the others go to the sweep.
 #pragma once
 
 #include <cuda_runtime.h>
