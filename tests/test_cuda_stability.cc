@@ -196,11 +196,15 @@ Solved SolveGpu(const Batch<T>& bt, TridiagonalMethod m, std::vector<T>* x) {
   return r;
 }
 
-// The count in "... + pivoting (k systems)", or 0.
+// The systems solved again: the counts of " + pivoting-split (k ...)" (the device's split) and
+// " + pivoting (k ...)" (the sweep, on the device or the host) summed.
 int64_t Resolved(const std::string& method) {
-  const std::string key = " + pivoting (";
-  const size_t at = method.find(key);
-  return at == std::string::npos ? 0 : std::stoll(method.substr(at + key.size()));
+  int64_t total = 0;
+  for (const std::string key : {" + pivoting (", " + pivoting-split ("}) {
+    const size_t at = method.find(key);
+    if (at != std::string::npos) total += std::stoll(method.substr(at + key.size()));
+  }
+  return total;
 }
 
 // `m` (auto or pivoting) on the batch: every system LAPACK solves is OK with a backward error

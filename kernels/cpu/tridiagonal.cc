@@ -3,6 +3,8 @@
 #include "trisolve/reference/tridiagonal.h"
 #include "trisolve/tridiagonal.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -303,6 +305,32 @@ SolveInfo SolveTridiagonal(const TridiagonalProblem<T>& p, TridiagonalMethod met
       : method == TridiagonalMethod::kPivoting || automatic ? 3 * longest
                                                   : longest;
   int64_t resolved = 0;
+  // Fewer large systems than threads: pivoting goes one system at a time over every core
+  // (PivotingSplit), and auto leaves its Thomas failures to ResolveSingularWithPivoting, which
+  // does the same.
+  const bool split = p.batch < omp_get_max_threads() && SplitPivotingParts<T>(longest) > 0;
+  if (split && method == TridiagonalMethod::kPivoting) {
+    std::vector<T> coefficients;
+    for (int64_t s = 0; s < p.batch; ++s) {
+      const int64_t off = p.first(s), n = p.rows(s);
+      const T *a, *b, *c;
+      Coefficients(p, off, n, coefficients, &a, &b, &c);
+      T* x = out.x + off;
+      const int64_t parts = SplitPivotingParts<T>(n);
+      bool ok;
+      if (parts > 0) {
+        ok = PivotingSplit(n, stride, a, b, c, p.d + off, x, parts).ok;
+      } else {
+        std::vector<T> work(static_cast<size_t>(3 * n));
+        ok = PivotingStrided(n, stride, a, b, c, p.d + off, x, work.data());
+      }
+      if (!ok) ZeroStrided(n, stride, x);
+      out.status[s] = ok ? SystemStatus::kOk : SystemStatus::kSingular;
+    }
+    SolveInfo info;
+    info.method = std::string(MethodName(method));
+    return info;
+  }
   // Systems of a variable-size batch differ in cost: dynamic chunks keep the threads even.
 #pragma omp parallel reduction(+ : resolved)
   {
@@ -322,6 +350,10 @@ SolveInfo SolveTridiagonal(const TridiagonalProblem<T>& p, TridiagonalMethod met
         ok = PivotingStrided(n, stride, a, b, c, d, x, work.data());
       } else if (automatic) {
         ok = ThomasSweep<true>(n, stride, a, b, c, d, x, work.data()) == ThomasOutcome::kOk;
+        if (!ok && split) {
+          out.status[s] = SystemStatus::kSingular;  // solved again below
+          continue;
+        }
         if (!ok) {
           ok = PivotingStrided(n, stride, a, b, c, d, x, work.data());
           ++resolved;
@@ -336,6 +368,7 @@ SolveInfo SolveTridiagonal(const TridiagonalProblem<T>& p, TridiagonalMethod met
   SolveInfo info;
   info.method = std::string(MethodName(automatic ? TridiagonalMethod::kThomas : method));
   if (resolved > 0) info.method += " + pivoting (" + std::to_string(resolved) + " systems)";
+  if (split && automatic) ResolveSingularWithPivoting(p, out, &info);
   return info;
 }
 
@@ -350,6 +383,34 @@ int64_t ResolveSingularWithPivoting(const TridiagonalProblem<T>& p, TridiagonalO
     return 0;
   const int64_t stride = p.variable() ? 1 : ElementStride(p.layout, p.batch);
   int64_t resolved = 0;
+  // A few large systems (one of 2^24 rows from the CUDA backend's host path, say): one at a
+  // time over every core, where one thread a system would leave the others idle.
+  int64_t flagged = 0, longest = 0;
+  for (int64_t s = 0; s < p.batch; ++s)
+    if (out.status[s] == SystemStatus::kSingular) ++flagged, longest = std::max(longest, p.rows(s));
+  if (flagged < omp_get_max_threads() && SplitPivotingParts<T>(longest) > 0) {
+    std::vector<T> work, coefficients;
+    for (int64_t s = 0; s < p.batch; ++s) {
+      if (out.status[s] != SystemStatus::kSingular) continue;
+      const int64_t off = p.first(s), n = p.rows(s);
+      T* x = out.x + off;
+      const T *a, *b, *c;
+      Coefficients(p, off, n, coefficients, &a, &b, &c);
+      const int64_t parts = SplitPivotingParts<T>(n);
+      bool ok;
+      if (parts > 0) {
+        ok = PivotingSplit(n, stride, a, b, c, p.d + off, x, parts).ok;
+      } else {
+        work.resize(static_cast<size_t>(3 * n));
+        ok = PivotingStrided(n, stride, a, b, c, p.d + off, x, work.data());
+      }
+      if (!ok) ZeroStrided(n, stride, x);
+      out.status[s] = ok ? SystemStatus::kOk : SystemStatus::kSingular;
+      ++resolved;
+    }
+    if (info != nullptr) info->method += " + pivoting (" + std::to_string(resolved) + " systems)";
+    return resolved;
+  }
 #pragma omp parallel reduction(+ : resolved)
   {
     std::vector<T> work, coefficients;

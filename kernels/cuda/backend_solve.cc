@@ -15,24 +15,42 @@ absl::StatusOr<SolveInfo> CudaBackend::SolveTri(const TridiagonalProblem<T>& p, 
   // diagonally dominant; every other system (and every one whose pivot vanished) solved again
   // by partial pivoting. The pivoting kernel runs a thread a system: below a warp's worth of
   // systems each system is a sequential sweep at one GPU thread's pace, slower than the
-  // host's, so there the flagged systems are solved again on the host, from the host arrays.
+  // host's, so there the flagged systems are solved again on the host, from the host arrays
+  // (but those pivoting-split answers on the device, below).
   const bool certified = m == TridiagonalMethod::kAuto || m == TridiagonalMethod::kPivoting;
   const bool pivot_on_device = p.batch >= cuda::kPivotingDeviceBatch;
+  // Few or long systems (one of 2^24 rows: the host's sweep took ~1 s) are offered to
+  // pivoting-split on the device first (docs/kernels/tridiagonal.md, "Partial pivoting,
+  // split"); below a warp's worth what it leaves flagged (its check failed) still goes to the
+  // host.
+  const bool split = certified && cuda::PivotingSplitByShape(p.n, p.batch, p.layout);
   const int64_t e = p.batch * p.n;
   cuda::LaterAnswer later;
-  const bool resolve_on_device = certified && pivot_on_device;
+  const bool resolve_on_device = certified && (pivot_on_device || split);
   Pool::Buffer pivot_scratch;
-  cuda::PinnedWord pivot_count;
+  cuda::PinnedWord pivot_count, split_any;
   cuda::PivotResolve resolve;
   if (resolve_on_device) {
-    auto scratch = device_pool_.Get(cuda::PivotingScratchBytes(p.n, p.batch, sizeof(T) == 4));
+    const int64_t split_bytes =
+        split ? cuda::PivotingSplitScratchBytes(p.n, p.batch, sizeof(T) == 4) : 0;
+    const int64_t sweep_bytes =
+        pivot_on_device ? cuda::PivotingScratchBytes(p.n, p.batch, sizeof(T) == 4) : 0;
+    auto scratch = device_pool_.Get(std::max(split_bytes, sweep_bytes));
     if (!scratch.ok()) return scratch.status();
     pivot_scratch = *std::move(scratch);
     auto word = cuda::PinnedWord::Take();
     if (!word.ok()) return word.status();
     pivot_count = *std::move(word);
     pivot_count.get()[0] = 0;
-    resolve = {pivot_scratch.get(), pivot_count.mapped(), pivot_count.get()};
+    pivot_count.get()[1] = 0;
+    resolve = {pivot_scratch.get(), pivot_count.mapped(), pivot_count.get(), split_bytes,
+               pivot_count.mapped() + 1, pivot_count.get() + 1, pivot_on_device};
+    if (split) {  // (whether anything is flagged: the split launches nothing where not)
+      auto any = cuda::PinnedWord::Take();
+      if (!any.ok()) return any.status();
+      split_any = *std::move(any);
+      resolve.split_any = {split_any.mapped(), split_any.get()};
+    }
   }
   // (below a warp's worth: auto's kernel, its flags read back for the host's second solve)
   const TridiagonalMethod run = certified && !pivot_on_device ? TridiagonalMethod::kAuto : m;
@@ -58,12 +76,16 @@ absl::StatusOr<SolveInfo> CudaBackend::SolveTri(const TridiagonalProblem<T>& p, 
                    },
                    &later, c.check_finite, nullptr,
                    host_flags.empty() ? nullptr : host_flags.data());
+  if (solved.ok() && resolve_on_device && pivot_count.get()[1] > 0) {
+    const int k = pivot_count.get()[1];
+    solved->method += " + pivoting-split (" + std::to_string(k) + (k == 1 ? " system)" : " systems)");
+  }
   if (solved.ok() && resolve_on_device && pivot_count.get()[0] > 0)
     solved->method += " + pivoting (" + std::to_string(pivot_count.get()[0]) + " systems)";
   if (solved.ok() && certified && !pivot_on_device) {
     // (on the host, from the host arrays: TriOnDeviceOnly sends no such call with its arrays
-    // on the device) A system not certified is marked SINGULAR for the second solve, which
-    // answers it (its status then the sweep's).
+    // on the device) A system not certified (nor answered by the split) is marked SINGULAR for
+    // the second solve, which answers it (its status then the sweep's).
     for (int64_t s = 0; s < p.batch; ++s)
       if (host_flags[size_t(s)] & cuda::kFlagNotDominant) out.status[s] = SystemStatus::kSingular;
     cpu::ResolveSingularWithPivoting(p, out, &*solved);

@@ -9,6 +9,10 @@
 //                     [--tune]   (sweeps the partitioned kernel's launch parameters instead)
 //                     [--auto-only] [--wait] [--thomas-window|-windows|-stages|-halo|-mirror K]
 //                     [--window 1|-1] [--window-halo ROWS]   (the tuning `auto` runs under)
+//                     [--pivot-split] (only the rows of few, long systems not diagonally
+//                                     dominant: pivoting-split, the sweep, the host;
+//                                     TRISOLVE_BENCH_PIVOT_SHAPES=1x16777216,.. other shapes,
+//                                     TRISOLVE_BENCH_PIVOT_FLOAT32=1 float32 too)
 //                     [--variable]   (only the variable-size rows: n uniform in 32 .. 4096,
 //                                     float64, as the backend runs them and by the per-system
 //                                     kernels, beside uniform batches of 2048 and 4096)
@@ -33,6 +37,7 @@
 #include "runtime/memory_pool.h"
 #include "runtime/pinned_word.h"
 #include "trisolve/reference/tridiagonal.h"
+#include "tridiagonal/flags.h"
 #include "tridiagonal/tridiagonal.h"
 #include "tridiagonal/variable.h"
 #include "trisolve/reference/tridiagonal.h"
@@ -647,13 +652,198 @@ void Tune(int64_t N, int reps, double copy_gbs, trisolve::cuda::Pool& pool,
   CK(cudaFree(flags));
 }
 
+
+// --pivot-split: systems that are not diagonally dominant, few and long (issue 33), solved
+// again after auto's fast kernel flagged them: by pivoting-split on the device (the service's
+// path now), by the sweep of a thread a system on the device (before, at 32 systems or more),
+// or on the host (before, below 32: the CPU reference's ResolveSingularWithPivoting over every
+// core, timed by the host clock, no copies). Also the fast kernel alone and a dominant system
+// for reference. Each row says how many systems the split answered (its check passed) and how
+// many the sweep took after it; err: the largest backward error over the batch (residual in
+// long double on the host), -1 where not measured.
+template <typename T>
+void RunPivotSplit(int reps, double copy_gbs, trisolve::cuda::Pool& pool, std::vector<Row>& rows,
+                   const std::vector<std::pair<int64_t, int64_t>>& shapes) {
+  using trisolve::TridiagonalMethod;
+  namespace tc = trisolve::cuda;
+  const char* dtype = sizeof(T) == 8 ? "float64" : "float32";
+  for (auto [batch, n] : shapes) {
+    const int64_t N = batch * n;
+    const size_t bytes = sizeof(T) * size_t(N);
+    T *a, *b, *c, *d, *x;
+    uint8_t* flags;
+    for (T** q : {&a, &b, &c, &d, &x}) CK(cudaMalloc(q, bytes));
+    CK(cudaMalloc(&flags, size_t(batch)));
+    const int64_t split_bytes = tc::PivotingSplitScratchBytes(n, batch, sizeof(T) == 4);
+    const int64_t sweep_bytes = tc::PivotingScratchBytes(n, batch, sizeof(T) == 4);
+    auto scratch = pool.Get(std::max(split_bytes, sweep_bytes));
+    auto word = tc::PinnedWord::Take();
+    auto any_word = tc::PinnedWord::Take();
+    if (!scratch.ok() || !word.ok() || !any_word.ok()) std::exit(2);
+    int* host = word->get();
+    int* mapped = word->mapped();
+    const tc::SplitAny any{any_word->mapped(), any_word->get()};
+    for (const char* kind : {"random", "zero diagonal", "dominant"}) {
+      if (std::strcmp(kind, "zero diagonal") == 0 && n % 2 != 0) continue;
+      std::mt19937_64 rng(5);
+      std::uniform_real_distribution<double> u(-1, 1);
+      std::vector<T> h[4];
+      for (auto& v : h) v.resize(size_t(N));
+      for (int64_t e = 0; e < N; ++e) {
+        if (kind[0] == 'r') {
+          h[0][e] = T(u(rng)), h[1][e] = T(u(rng)), h[2][e] = T(u(rng));
+        } else if (kind[0] == 'z') {
+          h[0][e] = T(1), h[1][e] = T(0), h[2][e] = T(1);
+        } else {
+          h[0][e] = T(u(rng)), h[2][e] = T(u(rng));
+          h[1][e] = T(std::abs(double(h[0][e])) + std::abs(double(h[2][e])) + 0.5 + std::abs(u(rng)));
+        }
+        h[3][e] = T(u(rng));
+      }
+      T* dev[4] = {a, b, c, d};
+      for (int q = 0; q < 4; ++q)
+        CK(cudaMemcpy(dev[q], h[q].data(), bytes, cudaMemcpyHostToDevice));
+      const trisolve::TridiagonalProblem<T> p{batch, n, trisolve::Layout::kFlat, a, b, c, d};
+      const trisolve::TridiagonalProblem<T> hp{batch, n, trisolve::Layout::kFlat, h[0].data(),
+                                               h[1].data(), h[2].data(), h[3].data()};
+      // The largest backward error over the batch, of x on the device.
+      auto worst = [&]() {
+        std::vector<T> hx(static_cast<size_t>(N));
+        CK(cudaMemcpy(hx.data(), x, bytes, cudaMemcpyDeviceToHost));
+        double w = 0;
+        for (int64_t s = 0; s < batch; ++s) {
+          long double rm = 0, am = 0, xm = 0, dm = 0;
+          for (int64_t k = 0; k < n; ++k) {
+            const int64_t i = s * n + k;
+            long double r = (long double)h[3][i] - (long double)h[1][i] * hx[i];
+            long double row = std::abs((long double)h[1][i]);
+            if (k > 0) r -= (long double)h[0][i] * hx[i - 1], row += std::abs((long double)h[0][i]);
+            if (k + 1 < n)
+              r -= (long double)h[2][i] * hx[i + 1], row += std::abs((long double)h[2][i]);
+            if (!std::isfinite(double(hx[i]))) rm = INFINITY;
+            rm = std::max(rm, std::abs(r));
+            am = std::max(am, row);
+            xm = std::max(xm, std::abs((long double)hx[i]));
+            dm = std::max(dm, std::abs((long double)h[3][i]));
+          }
+          w = std::max(w, double(rm / (am * xm + dm)));
+        }
+        return w;
+      };
+      const double moved = 5.0 * double(bytes);
+      auto record = [&](const std::string& label, double ms, double err) {
+        rows.push_back({dtype, kind, label, n, batch, ms, moved / ms / 1e6,
+                        moved / ms / 1e6 / copy_gbs, err});
+        std::printf("%-8s %8lld %6lld %-13s %-48s %9.3f ms %6.0f GB/s %5.1f%% be %.1e\n", dtype,
+                    (long long)n, (long long)batch, kind, label.c_str(), ms, rows.back().gbs,
+                    100 * rows.back().frac, err);
+        std::fflush(stdout);
+      };
+      const std::string fast =
+          tc::KernelName(tc::ChooseTridiagonalKernel(TridiagonalMethod::kAuto, n, batch,
+                                                     trisolve::Layout::kFlat, sizeof(T) == 4));
+      auto prep = [&] {
+        CK(cudaMemsetAsync(flags, 0, size_t(batch)));
+        host[0] = host[1] = 0;
+      };
+      // The fast kernel alone (its flags, no second solve).
+      double ms = trisolve::bench::TimeIt(reps, prep, [&] {
+        if (!tc::SolveTridiagonalDevice(p, TridiagonalMethod::kAuto, x, flags, pool, nullptr).ok())
+          std::exit(3);
+      });
+      std::vector<uint8_t> hf(static_cast<size_t>(batch));
+      CK(cudaMemcpy(hf.data(), flags, size_t(batch), cudaMemcpyDeviceToHost));
+      int64_t flagged = 0;
+      for (uint8_t f : hf) flagged += f != 0;
+      record(fast + " alone (" + std::to_string(flagged) + " flagged)", ms, -1);
+      // The service's path: the fast kernel, the split on what it flagged (its launch asking
+      // first whether anything is), then at 32 systems or more the sweep on what the split
+      // left (below 32 the host takes what is left: counted, not timed).
+      const bool device_sweep = batch >= tc::kPivotingDeviceBatch;
+      ms = trisolve::bench::TimeIt(reps, prep, [&] {
+        if (!tc::SolveTridiagonalDevice(p, TridiagonalMethod::kAuto, x, flags, pool, nullptr).ok())
+          std::exit(3);
+        if (!tc::LaunchPivotingSplit(p, x, flags, scratch->get(), nullptr, mapped + 1, &any).ok())
+          std::exit(3);
+        if (device_sweep && *any.host != 0 &&
+            !tc::LaunchPivoting(p, x, flags, scratch->get(), nullptr, true, mapped).ok())
+          std::exit(3);
+      });
+      CK(cudaDeviceSynchronize());
+      CK(cudaMemcpy(hf.data(), flags, size_t(batch), cudaMemcpyDeviceToHost));
+      int64_t left = 0;
+      for (uint8_t f : hf) left += f != 0;
+      record(fast + " + split (" + std::to_string(host[1]) + ")" +
+                 (device_sweep ? " + sweep (" + std::to_string(host[0]) + ")"
+                               : ", host " + std::to_string(left)),
+             ms, device_sweep || left == 0 ? worst() : -1);
+      // The split alone on every system (flags all set): its own cost, the parts staged whole
+      // (the default) and 8 rows at a time.
+      for (bool whole : {true, false}) {
+        ms = trisolve::bench::TimeIt(
+            reps,
+            [&] {
+              CK(cudaMemsetAsync(flags, tc::kFlagNotDominant, size_t(batch)));
+              host[1] = 0;
+            },
+            [&] {
+              if (!tc::LaunchPivotingSplit(p, x, flags, scratch->get(), nullptr, mapped + 1,
+                                           nullptr, whole)
+                       .ok())
+                std::exit(3);
+            });
+        CK(cudaDeviceSynchronize());
+        record(std::string("split alone") + (whole ? "" : " (8-row tiles)") + ", every system (" +
+                   std::to_string(host[1]) + " answered)",
+               ms, worst());
+      }
+      // (the flags as the fast kernel left them, for the rows below)
+      CK(cudaMemsetAsync(flags, 0, size_t(batch)));
+      if (!tc::SolveTridiagonalDevice(p, TridiagonalMethod::kAuto, x, flags, pool, nullptr).ok())
+        std::exit(3);
+      CK(cudaDeviceSynchronize());
+      CK(cudaMemcpy(hf.data(), flags, size_t(batch), cudaMemcpyDeviceToHost));
+      if (batch >= tc::kPivotingDeviceBatch) {
+        // Before: the sweep, a thread a system, on every flagged system.
+        ms = trisolve::bench::TimeIt(std::min(reps, 3), prep, [&] {
+          if (!tc::SolveTridiagonalDevice(p, TridiagonalMethod::kAuto, x, flags, pool, nullptr)
+                   .ok())
+            std::exit(3);
+          if (!tc::LaunchPivoting(p, x, flags, scratch->get(), nullptr, true, mapped).ok())
+            std::exit(3);
+        });
+        CK(cudaDeviceSynchronize());
+        record(fast + " + sweep (" + std::to_string(host[0]) + ")", ms, worst());
+      } else if (flagged > 0) {
+        // Before: the flagged systems on the host (from the host arrays, no copies).
+        std::vector<T> hx(static_cast<size_t>(N));
+        std::vector<double> times;
+        for (int r = 0; r < 3; ++r) {
+          std::vector<trisolve::SystemStatus> st(size_t(batch), trisolve::SystemStatus::kOk);
+          for (int64_t s = 0; s < batch; ++s)
+            if (hf[size_t(s)] != 0) st[size_t(s)] = trisolve::SystemStatus::kSingular;
+          const auto t0 = std::chrono::steady_clock::now();
+          trisolve::cpu::ResolveSingularWithPivoting(
+              hp, trisolve::TridiagonalOutput<T>{hx.data(), st.data()}, nullptr);
+          times.push_back(std::chrono::duration<double, std::milli>(
+                              std::chrono::steady_clock::now() - t0).count());
+        }
+        std::sort(times.begin(), times.end());
+        record("host re-solve of the flagged (CPU, no copies)", times[1], -1);
+      }
+    }
+    for (T* q : {a, b, c, d, x}) CK(cudaFree(q));
+    CK(cudaFree(flags));
+  }
+}
 }  // namespace
 
 int main(int argc, char** argv) {
   // --auto-only: `auto` alone, in both layouts (the tuning runs of thomas-window).
   // --wait: `auto` timed waiting for its kernel's answer in each call.
-  bool variable = false;
+  bool variable = false, pivot_split = false;
   for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--pivot-split")) pivot_split = true;
     if (!std::strcmp(argv[i], "--auto-only")) g_auto_only = true;
     if (!std::strcmp(argv[i], "--wait")) g_wait = true;
     if (!std::strcmp(argv[i], "--variable")) variable = true;
@@ -670,7 +860,8 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--tune")) tune = true;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--tune") || !std::strcmp(argv[i], "--auto-only") ||
-        !std::strcmp(argv[i], "--wait") || !std::strcmp(argv[i], "--variable")) {
+        !std::strcmp(argv[i], "--wait") || !std::strcmp(argv[i], "--variable") ||
+        !std::strcmp(argv[i], "--pivot-split")) {
       --i;
       continue;
     }
@@ -719,7 +910,20 @@ int main(int argc, char** argv) {
     Tune<float>(N, reps, copy_gbs, pool, use);
     return 0;
   }
-  if (variable) {
+  if (pivot_split) {
+    // TRISOLVE_BENCH_PIVOT_SHAPES=batch x n,..: other shapes (e.g. 256x65536).
+    std::vector<std::pair<int64_t, int64_t>> shapes = {
+        {1, int64_t(1) << 24}, {4, int64_t(1) << 22}, {64, int64_t(1) << 18}};
+    if (const char* e = std::getenv("TRISOLVE_BENCH_PIVOT_SHAPES")) {
+      shapes.clear();
+      std::string list(e);
+      for (char* t = std::strtok(list.data(), ","); t; t = std::strtok(nullptr, ","))
+        shapes.push_back({std::atoll(t), std::atoll(std::strchr(t, 'x') + 1)});
+    }
+    RunPivotSplit<double>(reps, copy_gbs, pool, rows, shapes);
+    if (std::getenv("TRISOLVE_BENCH_PIVOT_FLOAT32"))
+      RunPivotSplit<float>(reps, copy_gbs, pool, rows, shapes);
+  } else if (variable) {
     // TRISOLVE_BENCH_VARIABLE_RANGES=lo-hi,..: float64 batches of those size ranges first.
     if (const char* r = std::getenv("TRISOLVE_BENCH_VARIABLE_RANGES")) {
       std::string list(r);

@@ -315,8 +315,21 @@ absl::StatusOr<TridiagonalKernel> SolveTridiagonalDevice(const TridiagonalProble
   else resolve = nullptr;
   const TridiagonalKernel k =
       ChooseTridiagonalKernel(method, p.n, p.batch, p.layout, sizeof(T) == 4);
+  // Few or long systems go to the split first (where its scratch was provided for them: a piece
+  // of a pipelined batch may take it where the whole batch did not), then the sweep takes what
+  // it left flagged, unless the caller solves that on the host.
   auto pivot_flagged = [p, x, flags, stream, resolve]() -> absl::Status {
     if (resolve == nullptr) return absl::OkStatus();
+    if (resolve->split_bytes > 0 && PivotingSplitByShape(p.n, p.batch, p.layout) &&
+        PivotingSplitScratchBytes(p.n, p.batch, sizeof(T) == 4) <= resolve->split_bytes) {
+      const SplitAny* any = resolve->split_any.host != nullptr ? &resolve->split_any : nullptr;
+      if (auto st = LaunchPivotingSplit(p, x, flags, resolve->scratch, stream,
+                                        resolve->split_mapped, any);
+          !st.ok())
+        return st;
+      if (any != nullptr && *any->host == 0) return absl::OkStatus();  // nothing flagged
+    }
+    if (!resolve->sweep) return absl::OkStatus();
     return LaunchPivoting(p, x, flags, resolve->scratch, stream, true, resolve->mapped);
   };
   switch (k) {
@@ -351,6 +364,7 @@ absl::StatusOr<TridiagonalKernel> SolveTridiagonalDevice(const TridiagonalProble
           auto kernel = rest(again);
           if (kernel.ok() && *again && resolve != nullptr) {
             *resolve->host = 0;  // (the stream was waited for: the first count is done)
+            if (resolve->split_host != nullptr) *resolve->split_host = 0;
             if (auto st = pivot_flagged(); !st.ok()) return st;
           }
           return kernel;

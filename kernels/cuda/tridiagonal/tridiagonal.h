@@ -55,6 +55,12 @@
 //    state every 8 rows, the backward sweep recomputes each block of 8 rows of U from there and
 //    substitutes back (9 arrays of traffic); flat systems staged through shared memory. A pivot
 //    exactly zero or not finite after the row choice flags the system (x written as zeros).
+//  - "pivoting-split" (reported after the fast kernel's name: "thomas-window + pivoting-split
+//    (1 system)"): `auto`'s and `pivoting`'s second solve of few or long flat systems
+//    (pivoting_split.cu): partial pivoting inside parts of 33 rows, a thread a part, the
+//    interfaces' system by the same method level by level, each answer kept only where its
+//    backward error, computed on the device, is within 8 eps (after up to two steps of
+//    iterative refinement); the others go to the sweep.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -193,15 +199,57 @@ template <typename T>
 absl::Status SolvePivotingDevice(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
                                  Pool& pool, cudaStream_t stream);
 
+// pivoting-split (pivoting_split.cu): the systems whose flag is set solved by a partition
+// method with partial pivoting, a thread a part of kPivotingSplitPartRows rows, the interfaces'
+// system by the same method a level down until it has kPivotingSplitSweepRows rows or fewer,
+// then by the sweep. A system keeps the answer only where its backward error (from p's arrays)
+// is within cpu::kSplitPivotingTolerance eps: then its flag is cleared and it is counted in
+// *solved (a mapped host int, or nullptr); the others keep their flags (x partly written) for
+// the caller's fallback. Flat layout (or one system) only, where PivotingSplitApplies;
+// `scratch` holds PivotingSplitScratchBytes until the kernels are done. Queued; no wait.
+constexpr int64_t kPivotingSplitPartRows = 33;
+constexpr int64_t kPivotingSplitSweepRows = 64;
+// Where the re-solve takes the split rather than the sweep (thread a system) at a batch of
+// kPivotingDeviceBatch or more: systems of kPivotingSplitMinRows rows or more (2^24 unknowns on
+// the H100, zero diagonal: n = 4096, split 2.4 ms against the sweep's 4.2; n = 1024: 2.6
+// against 1.8); below kPivotingDeviceBatch wherever the split applies (it replaces the host's
+// sweep). docs/kernels/tridiagonal.md, "Partial pivoting, split".
+constexpr int64_t kPivotingSplitMinRows = 4096;
+bool PivotingSplitApplies(int64_t n, int64_t batch, Layout layout);
+bool PivotingSplitByShape(int64_t n, int64_t batch, Layout layout);
+int64_t PivotingSplitScratchBytes(int64_t n, int64_t batch, bool float32);
+// `any_flagged` (a mapped host int: `mapped` the device's pointer, `host` the caller's), where
+// given: the launch waits for the stream once the flags are read and launches nothing more
+// where no system is flagged. `whole_parts`: parts staged whole through shared memory (read
+// once) rather than 8 rows at a time (read twice); the benchmark compares them.
+struct SplitAny {
+  int* mapped = nullptr;
+  int* host = nullptr;
+};
+template <typename T>
+absl::Status LaunchPivotingSplit(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
+                                 void* scratch, cudaStream_t stream, int* solved = nullptr,
+                                 const SplitAny* any_flagged = nullptr, bool whole_parts = true);
+
 // Where `auto` (and `pivoting`) solve again, on the device, the systems the fast kernel flagged
 // (a vanished pivot, a row not diagonally dominant: flags.h):
 // the pivoting kernel's scratch (PivotingScratchBytes of the problem) and a host int mapped
 // for the device (`mapped` the kernel's pointer, `host` the caller's), which counts the
 // systems solved again; both the caller's until its wait for the stream.
+// With split_bytes > 0 (the scratch's size, at least PivotingSplitScratchBytes of the problem
+// for the split to run), the systems are first offered to pivoting-split where
+// PivotingSplitByShape says, counted in split_mapped / split_host; `sweep` false leaves the
+// ones it did not answer flagged (the caller solves them on the host) instead of the sweep.
+// Where split_any is set and nothing was flagged, neither runs (the call waited for that).
 struct PivotResolve {
   void* scratch = nullptr;
   int* mapped = nullptr;
   int* host = nullptr;
+  int64_t split_bytes = 0;
+  int* split_mapped = nullptr;
+  int* split_host = nullptr;
+  bool sweep = true;
+  SplitAny split_any;  // (where set: the split's launch asks first whether any is flagged)
 };
 
 // Solves on `stream`. p's arrays and x are device pointers; status_flags (device, batch bytes,

@@ -30,6 +30,40 @@ bool PcrStrided(int64_t n, int64_t stride, const T* a, const T* b, const T* c, c
 template <typename T>
 bool PivotingStrided(int64_t n, int64_t stride, const T* a, const T* b, const T* c,
                      const T* d, T* x, T* work);
+// One large system by partial pivoting on every core: about `parts` parts
+// (SplitPivotingLayout) eliminated with dgtsv's interchanges inside each part, a tridiagonal
+// system of one interface row a part solved by the sweep, each part substituted back. The
+// answer is kept only where its backward error (residual in long double) is at most
+// kSplitPivotingTolerance eps and every part's block factored; otherwise, and where the parts
+// would be under 3 rows, the serial sweep answers (split = false). ok as PivotingStrided's.
+struct SplitPivoting {
+  bool ok = false;
+  bool split = false;
+  int64_t parts = 0;
+  double backward_error = 0;
+};
+constexpr double kSplitPivotingTolerance = 8;
+constexpr int kSplitPivotingMinThreads = 4;
+constexpr int64_t kSplitPivotingMinRows = int64_t(1) << 16;
+template <typename T>
+SplitPivoting PivotingSplit(int64_t n, int64_t stride, const T* a, const T* b, const T* c,
+                            const T* d, T* x, int64_t parts);
+// The parts PivotingSplit makes of n rows asked for `parts`: rows a part (odd) for all but the
+// last, which takes the rest (even where n is: every block of an even length); parts = 0
+// where the parts would be under 3 rows.
+struct SplitLayout {
+  int64_t parts = 0;
+  int64_t rows = 0;
+};
+SplitLayout SplitPivotingLayout(int64_t n, int64_t parts);
+// The parts of the GPU's split (pivoting_split.cu), whose parts are short and many: `rows`
+// rows a part (odd: interiors of even length), the last part holding the rest (rows to
+// 3 rows - 1, an even count), at least 3 parts; parts = 0 where n has too few rows for that.
+SplitLayout SplitPivotingLayoutOfRows(int64_t n, int64_t rows);
+// The parts for PivotingSplit on this process's threads, or 0 where the serial sweep is the
+// faster (fewer than kSplitPivotingMinThreads threads, or n under kSplitPivotingMinRows).
+template <typename T>
+int64_t SplitPivotingParts(int64_t n);
 // Solves again, by partial pivoting from the original arrays, every system of `out` whose
 // status is kSingular (a fast path's pivot vanished), patching x and status in place: a
 // nonsingular system never stays SINGULAR. Appends " + pivoting (k systems)" to info->method
