@@ -118,7 +118,9 @@ if want bench; then
           rq=${REQUESTS:-$r}
           [ $mode = unary ] && [ -z "${REQUESTS:-}" ] && rq=$((r / 2))
           before=$(device_jobs $port)
-          line=$($run trisolve --server 127.0.0.1:$port bench --clients $c --requests $rq \
+          # A bench that hangs must not take the whole call: BENCH_TIMEOUT seconds (default 150).
+          line=$(timeout "${BENCH_TIMEOUT:-150}" $run trisolve --server 127.0.0.1:$port bench \
+                   --clients $c --requests $rq \
                    "${size[@]}" --mode $mode --transport $t --json |
                  tee -a "$out/bench_$d.log" | grep '^{')
           split=$(job_split "$before" "$(device_jobs $port)")
