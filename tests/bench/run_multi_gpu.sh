@@ -22,6 +22,8 @@
 # (default 1e-8): ~11 iterations of a V-cycle on the device for the two arrays of 2 or 8 MiB a
 # request moves by handle, work the devices rather than the host should bound.
 # REQUESTS: requests a client (default: by size, halved for unary).
+# SLOTS: jobs solved at once a device (--max-concurrent-jobs SLOTS x D; default the server's, 2
+# a device).
 # After each bench the jobs each device ran during it (GetServerInfo before and after) are
 # printed and kept in the JSON line ("device_jobs": "J0/J1/..."): by handle they show how the
 # clients' systems were spread over the devices.
@@ -68,10 +70,10 @@ job_split() {
   echo "${s:--}"
 }
 
-start() {  # start PORT DEVICES: a server in the background, waits until it serves
+start() {  # start PORT DEVICES [SLOTS]: a server in the background, waits until it serves
   $run trisolved --backend cuda --listen "127.0.0.1:$1" --devices "$2" --max-queued-jobs 4096 \
     --max-message-bytes 1073741824 --max-systems-per-identity 4096 \
-    --max-system-bytes $((64 << 30)) \
+    --max-system-bytes $((64 << 30)) ${3:+--max-concurrent-jobs $3} \
     >"$out/trisolved_$1.log" 2>&1 &
   srv=$!
   for _ in $(seq 300); do
@@ -95,7 +97,7 @@ if want bench; then
     list=$(seq -s, 0 $((d - 1)))
     echo "=== $d device(s): --devices $list"
     port=$((port + 1))
-    start $port "$list" || continue
+    start $port "$list" ${SLOTS:+$((SLOTS * d))} || continue
     $run trisolve --server 127.0.0.1:$port info | tee -a "$out/info_$d.txt"
     for family in ${FAMILIES:-tridiagonal block}; do
     # tridiagonal: 256 x 1024 (2 MiB a right-hand side) and 2048 x 1024 (16 MiB), float64; above
