@@ -18,9 +18,10 @@
 # measured). MODES: default "handle unary". FAMILIES: default "tridiagonal block".
 # tridiagonal: SHAPES "BATCHxN ..." (default "256x1024 2048x1024"): ~0.2 ms of a device a
 # request, bound by the host's memory (the copies, the clients' checks). block: BLOCK_SHAPES
-# "NxM ..." (default "512x512 1024x1024"), the thesis' experiment 2 solved by multigrid-cg to TOL
-# (default 1e-8): ~11 iterations of a V-cycle on the device for the two arrays of 2 or 8 MiB a
-# request moves by handle, work the devices rather than the host should bound.
+# "NxM ..." (default "512x512 1024x1024"), the thesis' experiment 2 solved to TOL (default 1e-8)
+# by METHOD (default auto: multigrid-cg): ~11 iterations of a V-cycle on the device for the two
+# arrays of 2 or 8 MiB a request moves by handle, work the devices rather than the host should
+# bound.
 # REQUESTS: requests a client (default: by size, halved for unary).
 # SLOTS: jobs solved at once a device (--max-concurrent-jobs SLOTS x D; default the server's, 2
 # a device).
@@ -108,7 +109,7 @@ if want bench; then
     for shape in $shapes; do
       set -- ${shape/x/ }
       if [ "$family" = block ]; then
-        size=(--family block --N $1 --M $2 --tol "${TOL:-1e-8}")
+        size=(--family block --N $1 --M $2 --tol "${TOL:-1e-8}" --method "${METHOD:-auto}")
         r=$(( $1 * $2 >= 1 << 20 ? 20 : 50 ))
       else
         size=(--batch $1 --n $2)
