@@ -3,6 +3,7 @@
 #include "trisolve/bench.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -10,14 +11,22 @@
 #include <cstring>
 #include <iostream>
 #include <latch>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <random>
+#include <set>
 #include <thread>
 #include <vector>
 
+#include <omp.h>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "trisolve/block_tridiagonal.h"
+#include "trisolve/reference/block_tridiagonal.h"
+#include "trisolve/examples.h"
 #include "trisolve/client.h"
 #include "trisolve/swc.h"
 
@@ -390,9 +399,378 @@ int RunTreeLoop(const Client::Options& client_options, const BenchOptions& o) {
   return ok == total ? 0 : 1;
 }
 
+// ---- the block family: a 2D grid's block-tridiagonal system, solved iteratively ------------
+
+Transport TransportOf(const std::string& name) {
+  return name == "grpc"      ? Transport::kGrpc
+         : name == "shm"     ? Transport::kSharedMemory
+         : name == "streams" ? Transport::kStreams
+         : name == "ring"    ? Transport::kRing
+                             : Transport::kAuto;
+}
+
+int RunBlock(const Client::Options& client_options, const BenchOptions& o) {
+  if (o.mode == "info" || o.mode == "health") {
+    std::cerr << "bench --family block: --mode unary, handle or stream\n";
+    return 2;
+  }
+  if (o.N < 2 || o.M < 2 || !(o.tol > 0 && o.tol < 1)) {
+    std::cerr << "bench --family block: --N, --M >= 2 and 0 < --tol < 1\n";
+    return 2;
+  }
+  auto method = ParseBlockMethod(o.method);
+  if (!method.ok()) {
+    std::cerr << "bench: --method: " << method.status().message() << "\n";
+    return 2;
+  }
+  const int64_t N = o.N, M = o.M, values = N * M;
+  // The thesis' experiment 2: symmetric positive definite, so that auto takes multigrid-cg on
+  // the server and on the local core alike; its iterations stay at 12-13 for every N = M.
+  examples::Arrays ex = examples::ThesisExperiment2(N, M);
+  static constexpr std::array<const char*, 5> kCoefficients = {"aC", "cC", "bC", "cA", "cB"};
+  std::array<const double*, 5> coeff{};
+  for (size_t i = 0; i < kCoefficients.size(); ++i) coeff[i] = ex[kCoefficients[i]].as<double>();
+  const double norm_a = BlockTridiagonalNorm(N, M, coeff[0], coeff[1], coeff[2], coeff[3], coeff[4]);
+  const std::vector<int64_t> shape = {N, M};
+  auto view = [&](const double* p) { return ArrayView{DType::kFloat64, shape, p}; };
+  // Right-hand sides: a few of each client's own, so that an answer to another request shows as
+  // a residual of order one.
+  constexpr int kRhs = 3;
+
+  std::mutex mu;
+  std::vector<double> latency_us;
+  Timings server_sum;
+  int64_t server_n = 0, iterations_sum = 0, iterations_max = 0;
+  std::map<std::string, int64_t> errors, not_ok_by;
+  std::map<std::string, std::string> first_error;
+  std::set<std::string> methods;
+  std::atomic<int64_t> ok{0}, wrong{0}, lost{0}, not_ok{0};
+  std::atomic<bool> failed_setup{false};
+  double worst_residual = 0, check_sum_us = 0, call_sum_us = 0;
+  Clock::time_point last_answer{};
+  std::latch ready(o.clients), go(1);
+  struct Arrive {
+    std::latch* l;
+    void operator()() {
+      if (l != nullptr) l->count_down();
+      l = nullptr;
+    }
+    ~Arrive() { (*this)(); }
+  };
+  auto setup_failed = [&](const std::string& what, const absl::Status& st) {
+    std::lock_guard<std::mutex> lock(mu);
+    std::cerr << "bench: " << what << ": " << st << "\n";
+    failed_setup = true;
+  };
+
+  auto client_loop = [&](int id) {
+    Arrive arrive{&ready};
+    Client::Options co = client_options;
+    co.own_connection = true;
+    co.transport = TransportOf(o.transport);
+    Client client(co);
+    JobOptions jo;
+    jo.method = o.method;
+    jo.tol = o.tol;
+    std::vector<std::vector<double>> own_f(kRhs);
+    for (int k = 0; k < kRhs; ++k) {
+      std::mt19937_64 rng(5000 + uint64_t(id) * kRhs + uint64_t(k));
+      std::uniform_real_distribution<double> u(-1, 1);
+      own_f[size_t(k)].resize(size_t(values));
+      for (double& v : own_f[size_t(k)]) v = u(rng);
+    }
+    std::array<const double*, 5> c = coeff;
+    std::array<const double*, kRhs> f{};
+    for (int k = 0; k < kRhs; ++k) f[size_t(k)] = own_f[size_t(k)].data();
+    // shm: every array in the client's registered memory (filled before the clock), y written
+    // there too; otherwise y into an array of the client's own (--x-out) or in the answer.
+    std::unique_ptr<SharedMemory> shm;
+    double *x_area = nullptr, *x_area2 = nullptr;
+    std::vector<double> own_x, own_x2;
+    if (o.transport == "shm") {
+      auto made = SharedMemory::Create((5 + kRhs + 2) * values * 8 + 64 * 16);
+      absl::Status st = made.ok() ? absl::OkStatus() : made.status();
+      if (st.ok()) {
+        shm = *std::move(made);
+        auto place = [&](const double* src) {
+          double* p = *shm->Allocate<double>(values);
+          std::memcpy(p, src, size_t(values) * 8);
+          return p;
+        };
+        for (auto& p : c) p = place(p);
+        for (auto& p : f) p = place(p);
+        x_area = *shm->Allocate<double>(values);
+        x_area2 = *shm->Allocate<double>(values);
+        st = client.RegisterMemory(*shm);
+      }
+      if (!st.ok()) return setup_failed("shared memory", st);
+    } else if (o.x_out) {
+      own_x.resize(size_t(values));
+      own_x2.resize(size_t(values));
+      x_area = own_x.data();
+      x_area2 = own_x2.data();
+    }
+    jo.x_out = x_area;
+    auto job_of = [&](const double* rhs) {
+      Job job{Kind::kBlockTridiagonal};
+      for (size_t i = 0; i < kCoefficients.size(); ++i) job.arrays[kCoefficients[i]] = view(c[i]);
+      if (rhs != nullptr) job.arrays["f"] = view(rhs);
+      job.options = jo;
+      return job;
+    };
+    std::string handle;
+    std::unique_ptr<StepStream> stream;
+    if (o.mode != "unary") {
+      // The server prepares the system once (multigrid-cg: its hierarchy of coarse matrices).
+      auto made = client.CreateSystem(job_of(nullptr),
+                                      {.ttl_s = 600, .label = absl::StrCat("block-", id)});
+      if (!made.ok()) return setup_failed("CreateSystem", made.status());
+      handle = made->handle;
+      if (o.mode == "stream") {
+        auto st = client.OpenStepStream(handle, jo);
+        if (!st.ok()) return setup_failed("OpenStepStream", st.status());
+        stream = *std::move(st);
+      }
+    }
+    // One solve before the clock, not counted: a client's connection, staging region and the
+    // first touch of its arrays are set up once, not a request's cost.
+    if (o.mode == "unary") (void)client.Solve(job_of(f[0]));
+    if (o.mode == "handle") (void)client.SolveSystem(handle, view(f[0]), {}, jo);
+    arrive();
+    go.wait();
+
+    std::vector<double> local_lat;
+    Timings local_server;
+    std::map<std::string, int64_t> local_err, local_not_ok;
+    std::map<std::string, std::string> local_first;
+    std::set<std::string> local_methods;
+    double local_worst = 0, local_check_us = 0, local_call_us = 0;
+    int64_t local_iter = 0, local_iter_max = 0;
+    auto check = [&](const absl::StatusOr<Result>& r, int which, double us, const double* x_own) {
+      if (!r.ok()) {
+        const std::string code(absl::StatusCodeToString(r.status().code()));
+        local_err[code]++;
+        local_first.emplace(code, std::string(r.status().message().substr(0, 200)));
+        return;
+      }
+      const double* y = x_own != nullptr ? x_own : r->x.as<double>();
+      if (r->x.elements() != values || r->x.dtype != DType::kFloat64 || r->status.size() != 1 ||
+          (x_own == nullptr && int64_t(r->x.data.size()) != values * 8)) {
+        ++lost;
+        return;
+      }
+      if (r->status[0] != SolveStatus::kOk) {
+        ++not_ok;
+        local_not_ok[std::string(SolveStatusName(r->status[0]))]++;
+        return;
+      }
+      const auto c0 = Clock::now();
+      const BlockResidual res = BlockTridiagonalResidual(N, M, c[0], c[1], c[2], c[3], c[4],
+                                                         norm_a, f[size_t(which)], y);
+      local_check_us += std::chrono::duration<double, std::micro>(Clock::now() - c0).count();
+      local_call_us += us;
+      local_worst = std::max(local_worst, res.residual);
+      if (!(res.residual <= o.tol + res.rounding)) {
+        ++wrong;
+        return;
+      }
+      ++ok;
+      local_lat.push_back(us);
+      local_methods.insert(r->summary.method);
+      local_iter += r->summary.iterations;
+      local_iter_max = std::max(local_iter_max, r->summary.iterations);
+      const Timings& t = r->summary.timings;
+      local_server.receive_us += t.receive_us;
+      local_server.queue_us += t.queue_us;
+      local_server.h2d_us += t.h2d_us;
+      local_server.compute_us += t.compute_us;
+      local_server.d2h_us += t.d2h_us;
+      local_server.residual_us += t.residual_us;
+      local_server.server_total_us += t.server_total_us;
+    };
+    for (int64_t q = 0; q < o.requests; ++q) {
+      const int which = int(q % kRhs);
+      const auto t0 = Clock::now();
+      if (o.mode == "unary") {
+        auto r = client.Solve(job_of(f[size_t(which)]));
+        check(r, which, std::chrono::duration<double, std::micro>(Clock::now() - t0).count(),
+              x_area);
+      } else if (o.mode == "handle") {
+        auto r = client.SolveSystem(handle, view(f[size_t(which)]), {}, jo);
+        check(r, which, std::chrono::duration<double, std::micro>(Clock::now() - t0).count(),
+              x_area);
+      } else {
+        // Two steps in flight: the next is on its way while one is solved.
+        double* xq = q % 2 == 0 ? x_area : x_area2;
+        if (auto st = stream->Send(view(f[size_t(which)]), {}, xq); !st.ok()) {
+          local_err["UNAVAILABLE"]++;
+          break;
+        }
+        if (q >= 1) {
+          auto r = stream->Receive();
+          check(r, int((q - 1) % kRhs), r.ok() ? r->summary.timings.client_total_us : 0,
+                (q - 1) % 2 == 0 ? x_area : x_area2);
+        }
+      }
+    }
+    if (stream) {
+      auto r = stream->Receive();
+      check(r, int((o.requests - 1) % kRhs), r.ok() ? r->summary.timings.client_total_us : 0,
+            (o.requests - 1) % 2 == 0 ? x_area : x_area2);
+      if (auto st = stream->Finish(); !st.ok())
+        local_err[std::string(absl::StatusCodeToString(st.code()))]++;
+    }
+    const auto answered = Clock::now();
+    if (!handle.empty()) (void)client.ReleaseSystem(handle);
+    if (shm) (void)client.UnregisterMemory(*shm);
+    std::lock_guard<std::mutex> lock(mu);
+    last_answer = std::max(last_answer, answered);
+    latency_us.insert(latency_us.end(), local_lat.begin(), local_lat.end());
+    server_n += int64_t(local_lat.size());
+    server_sum.receive_us += local_server.receive_us;
+    server_sum.queue_us += local_server.queue_us;
+    server_sum.h2d_us += local_server.h2d_us;
+    server_sum.compute_us += local_server.compute_us;
+    server_sum.d2h_us += local_server.d2h_us;
+    server_sum.residual_us += local_server.residual_us;
+    server_sum.server_total_us += local_server.server_total_us;
+    check_sum_us += local_check_us;
+    call_sum_us += local_call_us;
+    iterations_sum += local_iter;
+    iterations_max = std::max(iterations_max, local_iter_max);
+    for (auto& [k, v] : local_err) errors[k] += v;
+    for (auto& [k, v] : local_not_ok) not_ok_by[k] += v;
+    for (auto& [k, v] : local_first) first_error.emplace(k, v);
+    methods.insert(local_methods.begin(), local_methods.end());
+    worst_residual = std::max(worst_residual, local_worst);
+  };
+
+  std::vector<std::thread> threads;
+  for (int i = 0; i < o.clients; ++i) threads.emplace_back(client_loop, i);
+  ready.wait();
+  const auto t0 = Clock::now();
+  go.count_down();
+  for (auto& t : threads) t.join();
+  const double wall = std::chrono::duration<double>(std::max(last_answer, t0) - t0).count();
+
+  // One local core: the CPU reference (what the server's CPU backend runs), the same method and
+  // tolerance, on one thread: up to 3 solves, none started after the first second (a
+  // 1024 x 1024 solve takes ~0.6 s: the multi-GPU script runs dozens of these benches).
+  omp_set_num_threads(1);
+  std::vector<double> y(static_cast<size_t>(values));
+  std::vector<double> f0(static_cast<size_t>(values));
+  {
+    std::mt19937_64 rng(5000);  // client 0's first right-hand side
+    std::uniform_real_distribution<double> u(-1, 1);
+    for (double& v : f0) v = u(rng);
+  }
+  BlockTridiagonalProblem<double> p;
+  p.N = N;
+  p.M = M;
+  p.aC = coeff[0];
+  p.cC = coeff[1];
+  p.bC = coeff[2];
+  p.cA = coeff[3];
+  p.cB = coeff[4];
+  p.f = f0.data();
+  BlockOptions bopt;
+  bopt.tol = o.tol;
+  SystemStatus local_status = SystemStatus::kOk;
+  std::string local_method = "(failed)";
+  int64_t local_iterations = 0, local_reps = 0;
+  const auto l0 = Clock::now();
+  double local_s = NAN;
+  do {
+    auto info = cpu::SolveBlockTridiagonal<double>(p, *method, bopt, {y.data(), &local_status});
+    if (!info.ok()) {
+      local_method = absl::StrCat("(", info.status().message(), ")");
+      break;
+    }
+    local_method = info->method;
+    local_iterations = info->iterations;
+    ++local_reps;
+    local_s = std::chrono::duration<double>(Clock::now() - l0).count() / double(local_reps);
+  } while (local_reps < std::min<int64_t>(o.requests, 3) &&
+           std::chrono::duration<double>(Clock::now() - l0).count() < 1);
+  const double local_residual =
+      local_reps > 0 ? BlockTridiagonalResidual(N, M, p.aC, p.cC, p.bC, p.cA, p.cB, norm_a,
+                                                f0.data(), y.data()).residual
+                     : NAN;
+
+  const int64_t total = int64_t(o.clients) * o.requests;
+  int64_t errs = 0;
+  for (auto& [k, v] : errors) errs += v;
+  const int64_t answered = ok + wrong + lost + not_ok;
+  // Payload: unary moves five coefficient arrays and f in, y out; by handle f in and y out.
+  const double bytes_per = double(values) * 8 * (o.mode == "unary" ? 7 : 2);
+  std::vector<double> lat = latency_us;
+  const double p50 = Percentile(lat, 0.5), p90 = Percentile(lat, 0.9), p99 = Percentile(lat, 0.99);
+  const std::string method_seen = absl::StrJoin(methods, ", ");
+  std::cout << absl::StrFormat(
+      "bench block-tridiagonal %s over %s: %d clients x %d requests, N x M = %d x %d float64 (the "
+      "thesis' experiment 2), --method %s, tol %.1e (%.1f MB a request)\n",
+      o.mode, o.transport, o.clients, o.requests, N, M, o.method, o.tol, bytes_per / 1e6);
+  std::cout << absl::StrFormat("  %-24s %12s %10s %10s %10s %10s\n", "", "requests/s", "p50 ms",
+                               "p90 ms", "p99 ms", "GB/s");
+  std::cout << absl::StrFormat("  %-24s %12.2f %10.3f %10.3f %10.3f %10.3f\n", "trisolve",
+                               double(ok) / wall, p50 / 1e3, p90 / 1e3, p99 / 1e3,
+                               double(ok) * bytes_per / wall / 1e9);
+  std::cout << absl::StrFormat("  %-24s %12.2f %10.3f %10s %10s %10s\n",
+                               "one local core (ref.)", 1 / local_s, local_s * 1e3, "-", "-", "-");
+  std::cout << absl::StrFormat(
+      "  the server ran %s, %.1f iterations a request on average (at most %d); the local core "
+      "%s, %d iterations, residual %.2e\n",
+      method_seen.empty() ? "-" : method_seen,
+      double(iterations_sum) / double(std::max<int64_t>(server_n, 1)), iterations_max,
+      local_method, local_iterations, local_residual);
+  if (server_n > 0) {
+    const double k = 1e3 * double(server_n);
+    std::cout << absl::StrFormat(
+        "  server, mean ms: receive+check %.3f, queue %.3f, h2d %.3f, compute %.3f, d2h %.3f, "
+        "residual %.3f, total %.3f\n",
+        server_sum.receive_us / k, server_sum.queue_us / k, server_sum.h2d_us / k,
+        server_sum.compute_us / k, server_sum.d2h_us / k, server_sum.residual_us / k,
+        server_sum.server_total_us / k);
+    std::cout << absl::StrFormat("  client, mean ms: call %.3f, check %.3f, cycle %.3f\n",
+                                 call_sum_us / k, check_sum_us / k,
+                                 1e3 * wall * double(o.clients) / double(server_n));
+  }
+  std::cout << absl::StrFormat(
+      "  answers: %d ok, %d wrong (||f - A y||_2 / ||f||_2 over tol), %d not ok (the server's "
+      "status), %d malformed, %d errors, %d not answered of %d; worst residual %.2e\n",
+      int64_t(ok), int64_t(wrong), int64_t(not_ok), int64_t(lost), errs,
+      total - answered - errs, total, worst_residual);
+  for (auto& [k, v] : not_ok_by) std::cout << "  not ok " << k << ": " << v << "\n";
+  for (auto& [k, v] : errors)
+    std::cout << "  error " << k << ": " << v << " (the first: " << first_error[k] << ")\n";
+  if (o.json)
+    std::cout << absl::StrFormat(
+        "{\"family\":\"block\",\"mode\":\"%s\",\"transport\":\"%s\",\"clients\":%d,"
+        "\"requests\":%d,\"N\":%d,\"M\":%d,\"shape\":\"%dx%d\",\"tol\":%.1e,\"ok\":%d,"
+        "\"wrong\":%d,\"not_ok\":%d,\"errors\":%d,\"requests_per_s\":%.3f,\"p50_ms\":%.4f,"
+        "\"p90_ms\":%.4f,\"p99_ms\":%.4f,\"payload_gb_s\":%.4f,\"local_ms\":%.4f,"
+        "\"local_per_s\":%.3f,\"worst_residual\":%.3e,\"iterations\":%.2f,"
+        "\"server_total_ms\":%.4f,\"compute_ms\":%.4f}\n",
+        o.mode, o.transport, o.clients, o.requests, N, M, N, M, o.tol, int64_t(ok),
+        int64_t(wrong), int64_t(not_ok), errs, double(ok) / wall, p50 / 1e3, p90 / 1e3,
+        p99 / 1e3, double(ok) * bytes_per / wall / 1e9, local_s * 1e3, 1 / local_s,
+        worst_residual, double(iterations_sum) / double(std::max<int64_t>(server_n, 1)),
+        server_sum.server_total_us / 1e3 / double(std::max<int64_t>(server_n, 1)),
+        server_sum.compute_us / 1e3 / double(std::max<int64_t>(server_n, 1)));
+  if (failed_setup) return 1;
+  return ok == total ? 0 : 1;
+}
+
 }  // namespace
 
 int RunBench(const Client::Options& client_options, const BenchOptions& o) {
+  if (o.family == "block") {
+    if (o.clients < 1 || o.requests < 1) {
+      std::cerr << "bench: --clients, --requests >= 1\n";
+      return 2;
+    }
+    return RunBlock(client_options, o);
+  }
   if (!o.swc.empty()) {
     if (o.mode == "info" || o.mode == "health") {
       std::cerr << "bench: --swc runs time steps: --mode unary, handle or stream\n";
@@ -453,11 +831,7 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
     Arrive arrive{&ready};
     Client::Options co = client_options;
     co.own_connection = true;  // one connection a client, as separate processes would have
-    co.transport = o.transport == "grpc"      ? Transport::kGrpc
-                   : o.transport == "shm"     ? Transport::kSharedMemory
-                   : o.transport == "streams" ? Transport::kStreams
-                   : o.transport == "ring"    ? Transport::kRing
-                                              : Transport::kAuto;
+    co.transport = TransportOf(o.transport);
     Client client(co);
     JobOptions jo;
     jo.skip_residual = true;  // the bench checks every answer itself
@@ -758,13 +1132,14 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
   for (auto& [k, v] : errors) std::cout << "  error " << k << ": " << v << "\n";
   if (o.json) {
     std::cout << absl::StrFormat(
-        "{\"mode\":\"%s\",\"transport\":\"%s\",\"clients\":%d,\"requests\":%d,\"batch\":%d,\"n\":%d,\"ok\":%d,"
+        "{\"family\":\"tridiagonal\",\"mode\":\"%s\",\"transport\":\"%s\",\"clients\":%d,"
+        "\"requests\":%d,\"batch\":%d,\"n\":%d,\"shape\":\"%dx%d\",\"ok\":%d,"
         "\"wrong\":%d,\"errors\":%d,\"requests_per_s\":%.3f,\"p50_ms\":%.4f,\"p90_ms\":%.4f,"
         "\"p99_ms\":%.4f,\"payload_gb_s\":%.4f,\"local_ms\":%.4f,\"local_per_s\":%.3f,"
         "\"worst_backward_error\":%.3e,\"batched\":%d,\"upload_ms\":%.4f,\"download_ms\":%.4f,"
         "\"server_total_ms\":%.4f,\"pieces\":%d}\n",
-        o.mode, o.transport, o.clients, o.requests, o.batch, o.n, int64_t(ok), int64_t(wrong),
-        errs,
+        o.mode, o.transport, o.clients, o.requests, o.batch, o.n, o.batch, o.n, int64_t(ok),
+        int64_t(wrong), errs,
         double(ok) / wall, p50 / 1e3, p90 / 1e3, p99 / 1e3, double(ok) * bytes_per / wall / 1e9,
         local_s * 1e3, 1 / local_s, worst_error, batched,
         server_sum.upload_us / 1e3 / double(std::max<int64_t>(server_n, 1)),
@@ -820,6 +1195,79 @@ double MaxRelativeDifference(const double* x, const double* expected, int64_t ba
     worst = std::max(worst, scale > 0 ? diff / scale : diff);
   }
   return worst;
+}
+
+}  // namespace trisolve
+
+namespace trisolve {
+
+double BlockTridiagonalNorm(int64_t N, int64_t M, const double* aC, const double* cC,
+                            const double* bC, const double* cA, const double* cB) {
+  double norm = 0;
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t k = 0; k < M; ++k) {
+      const int64_t e = i * M + k;
+      const double row = std::abs(cC[e]) + (k > 0 ? std::abs(aC[e]) : 0) +
+                         (k + 1 < M ? std::abs(bC[e]) : 0) + (i > 0 ? std::abs(cA[e]) : 0) +
+                         (i + 1 < N ? std::abs(cB[e]) : 0);
+      norm = std::max(norm, row);
+    }
+  return norm;
+}
+
+// One pass over the seven arrays, rows of the grid between the ends vectorised: the check runs
+// on every answer, so it must cost a client less than the server's solve (5-point: 9 flops a
+// value against a multigrid V-cycle's hundreds an iteration).
+BlockResidual BlockTridiagonalResidual(int64_t N, int64_t M, const double* aC, const double* cC,
+                                       const double* bC, const double* cA, const double* cB,
+                                       double norm_a, const double* f, const double* y) {
+  std::vector<double> zero(static_cast<size_t>(M), 0.0);
+  double rr = 0, yy = 0, ff = 0, poison = 0;
+  for (int64_t i = 0; i < N; ++i) {
+    const int64_t o = i * M;
+    const double* up = i > 0 ? y + o - M : zero.data();
+    const double* down = i + 1 < N ? y + o + M : zero.data();
+    // A's couplings to rows that do not exist are not A's, whatever the arrays hold there.
+    const double su = i > 0 ? 1 : 0, sd = i + 1 < N ? 1 : 0;
+    const double* yc = y + o;
+    auto row_at = [&](int64_t k) {
+      const int64_t e = o + k;
+      double ax = cC[e] * yc[k] + su * cA[e] * up[k] + sd * cB[e] * down[k];
+      if (k > 0) ax += aC[e] * yc[k - 1];
+      if (k + 1 < M) ax += bC[e] * yc[k + 1];
+      return f[e] - ax;
+    };
+    const double r0 = row_at(0);
+    rr += r0 * r0;
+    if (M > 1) {
+      const double r1 = row_at(M - 1);
+      rr += r1 * r1;
+    }
+#pragma omp simd reduction(+ : rr)
+    for (int64_t k = 1; k < M - 1; ++k) {
+      const int64_t e = o + k;
+      const double ax = aC[e] * yc[k - 1] + cC[e] * yc[k] + bC[e] * yc[k + 1] +
+                        su * cA[e] * up[k] + sd * cB[e] * down[k];
+      const double r = f[e] - ax;
+      rr += r * r;
+    }
+#pragma omp simd reduction(+ : yy, ff, poison)
+    for (int64_t k = 0; k < M; ++k) {
+      yy += yc[k] * yc[k];
+      ff += f[o + k] * f[o + k];
+      poison += yc[k] * 0;
+    }
+  }
+  BlockResidual out;
+  const double fn = std::sqrt(ff);
+  if (!std::isfinite(poison) || !std::isfinite(rr)) {
+    out.residual = INFINITY;
+    return out;
+  }
+  const double scale = fn > 0 ? fn : 1;
+  out.residual = std::sqrt(rr) / scale;
+  out.rounding = 16 * std::numeric_limits<double>::epsilon() * (norm_a * std::sqrt(yy) + fn) / scale;
+  return out;
 }
 
 }  // namespace trisolve

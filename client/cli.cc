@@ -5,6 +5,7 @@
 //   trisolve make-example KIND DIR          (writes example inputs as .npy files)
 //   trisolve system create|solve|update|release|list ...   (persistent systems)
 //   trisolve bench [--clients C] [--requests R] [--batch B] [--n N] [--mode unary|handle|stream]
+//                  [--family block --N N --M M --tol TOL]
 // Exit status: 0 solved (every system ok), 3 solved but some system was not ok, 1 error
 // (the server's status is printed), 2 usage.
 #include <algorithm>
@@ -449,9 +450,13 @@ int main(int argc, char** argv) {
   sys_release->add_option("handle", sys_handle, "the system's handle")->required();
   system->add_subcommand("list", "the systems this identity holds");
 
-  auto* bench = app.add_subcommand("bench", "load the server with checked tridiagonal solves, "
-                                            "beside one local core");
+  auto* bench = app.add_subcommand("bench", "load the server with checked solves (tridiagonal "
+                                            "or block-tridiagonal), beside one local core");
   trisolve::BenchOptions bo;
+  bench->add_option("--family", bo.family,
+                    "tridiagonal (--batch systems of --n unknowns) or block (the block-tridiagonal "
+                    "system of an --N x --M grid, solved to --tol by --method)")
+      ->check(CLI::IsMember({"tridiagonal", "block"}))->capture_default_str();
   bench->add_option("--clients", bo.clients, "concurrent clients (threads)")
       ->check(CLI::Range(1, std::numeric_limits<int>::max()))->capture_default_str();
   bench->add_option("--requests", bo.requests, "requests a client")
@@ -474,6 +479,21 @@ int main(int argc, char** argv) {
                   "x into an array of each client's own, reused every request (as a "
                   "time-stepping code keeps its x), not a new one each answer");
   bench->add_flag("--json", bo.json, "print a JSON summary as the last line");
+  bench->add_option("--N", bo.N, "block: block rows (grid rows)")
+      ->check(CLI::Range(int64_t{2}, int64_t{1} << 20))->capture_default_str();
+  bench->add_option("--M", bo.M, "block: the order of each block (grid columns)")
+      ->check(CLI::Range(int64_t{2}, int64_t{1} << 20))->capture_default_str();
+  bench->add_option("--method", bo.method,
+                    "block: auto (multigrid-cg here: the system is symmetric and a tolerance is "
+                    "asked), multigrid-cg, multigrid-bicgstab, cg, red-black, jacobi, "
+                    "gauss-seidel")
+      ->check(CLI::IsMember({"auto", "multigrid-cg", "multigrid-bicgstab", "cg", "red-black",
+                             "jacobi", "gauss-seidel"}))
+      ->capture_default_str();
+  bench->add_option("--tol", bo.tol,
+                    "block: ||f - A y||_2 / ||f||_2 every answer must reach (the server's "
+                    "tolerance, and the check's)")
+      ->capture_default_str();
   bench->add_option("--swc", bo.swc,
                     "a morphology: time steps of --batch cells of it (tree family; diagonal and "
                     "right-hand side new each step) instead of tridiagonal requests")
@@ -537,7 +557,21 @@ int main(int argc, char** argv) {
     while (!copt.token.empty() && (copt.token.back() == '\r' || copt.token.back() == ' '))
       copt.token.pop_back();
   }
-  if (*bench) return trisolve::RunBench(copt, bo);
+  if (*bench) {
+    // Options of the other family are refused, not ignored.
+    const bool block = bo.family == "block";
+    for (const char* name : {"--batch", "--n", "--swc"})
+      if (block && Given(bench, name))
+        return Usage(absl::StrCat(name, " does not apply to bench --family block (--N, --M)"));
+    for (const char* name : {"--N", "--M", "--method", "--tol"})
+      if (!block && Given(bench, name))
+        return Usage(absl::StrCat(name, " applies to bench --family block only"));
+    if (block && !(bo.tol > 0 && bo.tol < 1))
+      return Usage(absl::StrCat("--tol is ", bo.tol, ", expected 0 < tol < 1"));
+    if (block && (bo.mode == "info" || bo.mode == "health"))
+      return Usage("bench --family block solves: --mode unary, handle or stream");
+    return trisolve::RunBench(copt, bo);
+  }
   auto created = trisolve::Client::Create(copt);
   if (!created.ok()) return Fail(created.status());
   trisolve::Client& client = **created;

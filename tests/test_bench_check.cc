@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "trisolve/bench.h"
+#include "trisolve/examples.h"
+#include "trisolve/reference/block_tridiagonal.h"
 
 namespace trisolve {
 namespace {
@@ -140,6 +142,131 @@ TEST(BenchCheck, TheComparisonWithTheLocalAnswerMissesNothing) {
   for (int64_t i = 0; i < 300; ++i) e2[size_t(300 + i)] *= 1e-6, x[size_t(300 + i)] *= 1e-6;
   x[size_t(300 + 7)] += 1e-12;
   EXPECT_GT(MaxRelativeDifference(x.data(), e2.data(), 5, 300), 1e-9);
+}
+
+
+// ---- the block family's check ----------------------------------------------------------------
+
+// A grid's block-tridiagonal system, random coefficients (not symmetric, so that a coupling
+// read from the wrong side shows), garbage in the couplings A does not have, and its answer by
+// the CPU reference to 1e-13.
+struct Grid {
+  int64_t N, M;
+  std::vector<double> aC, cC, bC, cA, cB, f, y;
+  double norm;
+  const double* arr(int i) const {
+    const std::vector<double>* v[] = {&aC, &cC, &bC, &cA, &cB};
+    return v[i]->data();
+  }
+};
+
+Grid MakeGrid(int64_t N, int64_t M, uint64_t seed) {
+  Grid g{N, M, {}, {}, {}, {}, {}, {}, {}, 0};
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(-1, 1);
+  for (auto* v : {&g.aC, &g.cC, &g.bC, &g.cA, &g.cB, &g.f}) {
+    v->resize(size_t(N * M));
+    for (double& x : *v) x = u(rng);
+  }
+  for (double& x : g.cC) x += 6;  // dominant: the line iterations converge
+  g.norm = BlockTridiagonalNorm(N, M, g.aC.data(), g.cC.data(), g.bC.data(), g.cA.data(),
+                                g.cB.data());
+  BlockTridiagonalProblem<double> p;
+  p.N = N, p.M = M, p.aC = g.aC.data(), p.cC = g.cC.data(), p.bC = g.bC.data();
+  p.cA = g.cA.data(), p.cB = g.cB.data(), p.f = g.f.data();
+  g.y.resize(size_t(N * M));
+  SystemStatus st = SystemStatus::kOk;
+  BlockOptions o;
+  o.tol = 1e-13;
+  auto info = cpu::SolveBlockTridiagonal<double>(p, BlockMethod::kGaussSeidel, o, {g.y.data(), &st});
+  EXPECT_TRUE(info.ok() && st == SystemStatus::kOk);
+  return g;
+}
+
+// ||f - A y||_2 / ||f||_2 by the definition, in long double.
+double PlainBlock(const Grid& g, const std::vector<double>& y) {
+  long double rr = 0, ff = 0;
+  for (int64_t i = 0; i < g.N; ++i)
+    for (int64_t k = 0; k < g.M; ++k) {
+      const size_t e = size_t(i * g.M + k);
+      long double ax = (long double)g.cC[e] * y[e];
+      if (k > 0) ax += (long double)g.aC[e] * y[e - 1];
+      if (k + 1 < g.M) ax += (long double)g.bC[e] * y[e + 1];
+      if (i > 0) ax += (long double)g.cA[e] * y[e - size_t(g.M)];
+      if (i + 1 < g.N) ax += (long double)g.cB[e] * y[e + size_t(g.M)];
+      rr += (g.f[e] - ax) * (g.f[e] - ax);
+      ff += (long double)g.f[e] * g.f[e];
+    }
+  return double(std::sqrt(rr / ff));
+}
+
+BlockResidual CheckBlock(const Grid& g, const std::vector<double>& y) {
+  return BlockTridiagonalResidual(g.N, g.M, g.aC.data(), g.cC.data(), g.bC.data(), g.cA.data(),
+                                  g.cB.data(), g.norm, g.f.data(), y.data());
+}
+
+TEST(BenchCheck, BlockResidualAgreesWithTheDefinition) {
+  for (auto [N, M] : {std::pair<int64_t, int64_t>{2, 2}, {2, 9}, {7, 3}, {33, 64}, {64, 17}}) {
+    const Grid g = MakeGrid(N, M, uint64_t(N * 100 + M));
+    const BlockResidual good = CheckBlock(g, g.y);
+    EXPECT_LE(good.residual, 1e-12) << N << " x " << M;
+    EXPECT_GT(good.rounding, 0);
+    EXPECT_LT(good.rounding, 1e-13);
+    // A wrong value at a corner, an edge, the middle: each shows, as the definition says.
+    for (int64_t e : {int64_t{0}, M - 1, (N / 2) * M + M / 2, N * M - M, N * M - 1}) {
+      std::vector<double> w = g.y;
+      w[size_t(e)] += 1e-5;
+      const double plain = PlainBlock(g, w);
+      EXPECT_GT(plain, 1e-8);
+      EXPECT_NEAR(CheckBlock(g, w).residual, plain, 1e-8 * plain) << N << " x " << M << " @" << e;
+    }
+  }
+}
+
+TEST(BenchCheck, BlockCouplingsOutsideTheGridAreNotRead) {
+  Grid g = MakeGrid(9, 11, 3);
+  const double before = CheckBlock(g, g.y).residual;
+  // A has no coupling left of column 0, right of column M - 1, above row 0, below row N - 1.
+  for (int64_t i = 0; i < g.N; ++i) g.aC[size_t(i * g.M)] = 1e9, g.bC[size_t(i * g.M + g.M - 1)] = 1e9;
+  for (int64_t k = 0; k < g.M; ++k) g.cA[size_t(k)] = 1e9, g.cB[size_t((g.N - 1) * g.M + k)] = 1e9;
+  EXPECT_EQ(CheckBlock(g, g.y).residual, before);
+  EXPECT_EQ(BlockTridiagonalNorm(g.N, g.M, g.aC.data(), g.cC.data(), g.bC.data(), g.cA.data(),
+                                 g.cB.data()),
+            g.norm);
+}
+
+TEST(BenchCheck, BlockNaNInfinityAndAnotherRequestsAnswerAreWrong) {
+  const Grid g = MakeGrid(16, 24, 5), other = MakeGrid(16, 24, 6);
+  for (double v : {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()})
+    for (int64_t e : {int64_t{0}, int64_t{200}, int64_t{16 * 24 - 1}}) {
+      std::vector<double> w = g.y;
+      w[size_t(e)] = v;
+      EXPECT_EQ(CheckBlock(g, w).residual, INFINITY) << e << " " << v;
+    }
+  EXPECT_GT(CheckBlock(g, other.y).residual, 1e-2);
+  // The bench's own system (the thesis' experiment 2): an answer to 1e-8 passes at 1e-8, the
+  // same answer does not pass at 1e-10.
+  auto ex = examples::ThesisExperiment2(64, 48);
+  Grid t{64, 48, {}, {}, {}, {}, {}, {}, {}, 0};
+  for (auto [name, v] : {std::pair<const char*, std::vector<double>*>{"aC", &t.aC}, {"cC", &t.cC},
+                         {"bC", &t.bC}, {"cA", &t.cA}, {"cB", &t.cB}, {"f", &t.f}})
+    v->assign(ex[name].as<double>(), ex[name].as<double>() + 64 * 48);
+  t.norm = BlockTridiagonalNorm(64, 48, t.aC.data(), t.cC.data(), t.bC.data(), t.cA.data(),
+                                t.cB.data());
+  BlockTridiagonalProblem<double> p;
+  p.N = 64, p.M = 48, p.aC = t.aC.data(), p.cC = t.cC.data(), p.bC = t.bC.data();
+  p.cA = t.cA.data(), p.cB = t.cB.data(), p.f = t.f.data();
+  t.y.resize(64 * 48);
+  SystemStatus st = SystemStatus::kOk;
+  BlockOptions o;
+  o.tol = 1e-8;
+  auto info = cpu::SolveBlockTridiagonal<double>(p, BlockMethod::kMultigridCg, o, {t.y.data(), &st});
+  ASSERT_TRUE(info.ok());
+  ASSERT_EQ(st, SystemStatus::kOk);
+  const BlockResidual r = CheckBlock(t, t.y);
+  EXPECT_LE(r.residual, 1e-8 + r.rounding);
+  EXPECT_NEAR(r.residual, info->residual, 1e-12);
+  EXPECT_GT(r.residual, 1e-10);
 }
 
 }  // namespace

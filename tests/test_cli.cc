@@ -481,5 +481,49 @@ TEST_F(Cli, BenchChecksEveryAnswerAndMeasuresTheFloor) {
   EXPECT_TRUE(Has(out, "--swc runs time steps")) << out;
 }
 
+// The block family's load: every answer's ||f - A y||_2 / ||f||_2 computed on the client from
+// the original arrays and held to the tolerance, over each mode and the data paths; a run whose
+// answers the server could not bring within it (jacobi's 1000 sweeps) exits 1.
+TEST_F(Cli, BenchBlockChecksEveryAnswer) {
+  for (const std::string args :
+       {"--mode unary", "--mode handle", "--mode stream", "--mode unary --transport grpc",
+        "--mode handle --transport shm", "--mode handle --transport streams --x-out"}) {
+    auto [rc, out] = Run("bench --family block --N 40 --M 24 --clients 2 --requests 6 --json " + args);
+    EXPECT_EQ(rc, 0) << args << "\n" << out;
+    EXPECT_TRUE(Has(out, "answers: 12 ok, 0 wrong")) << args << "\n" << out;
+    EXPECT_TRUE(Has(out, " 0 not ok (the server's status), 0 malformed, 0 errors, 0 not answered "
+                         "of 12")) << args << "\n" << out;
+    EXPECT_TRUE(Has(out, "the server ran multigrid-cg")) << args << "\n" << out;
+    EXPECT_TRUE(Has(out, "\"family\":\"block\"")) << out;
+    EXPECT_TRUE(Has(out, "\"shape\":\"40x24\"")) << out;
+  }
+  {
+    auto [rc, out] = Run("bench --family block --N 64 --M 64 --requests 2 --method jacobi");
+    EXPECT_EQ(rc, 1) << out;
+    EXPECT_TRUE(Has(out, "0 ok, 0 wrong")) << out;
+    EXPECT_TRUE(Has(out, "2 not ok")) << out;
+    EXPECT_TRUE(Has(out, "not ok not_converged: 2")) << out;
+  }
+  // The tridiagonal JSON names its family too.
+  auto [rc, out] = Run("bench --requests 2 --n 16 --json");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_TRUE(Has(out, "{\"family\":\"tridiagonal\",")) << out;
+  // Options of the other family are refused before anything is sent.
+  for (auto [args, why] : std::vector<std::pair<std::string, std::string>>{
+           {"bench --family block --n 5", "--n does not apply to bench --family block"},
+           {"bench --family block --batch 5", "--batch does not apply"},
+           {"bench --tol 1e-6", "--tol applies to bench --family block only"},
+           {"bench --N 8", "--N applies to bench --family block only"},
+           {"bench --family block --tol 0", "--tol is 0"},
+           {"bench --family block --tol 1", "--tol is 1"},
+           {"bench --family block --mode info", "--family block solves"},
+           {"bench --family block --N 1", "--N"},
+           {"bench --family dense", "--family"}}) {
+    auto [rc2, out2] = Run(args);
+    EXPECT_EQ(rc2, 2) << args << "\n" << out2;
+    EXPECT_TRUE(Has(out2, why)) << args << "\n" << out2;
+  }
+}
+
 }  // namespace
 }  // namespace trisolve

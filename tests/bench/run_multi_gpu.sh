@@ -10,18 +10,32 @@
 #               build/tests/test_cuda_multi build/tests/bench_multi_device build/tests/test_ops
 #           strip .gpu/bin/*; tar -cf - .gpu | xz -9 -T2 > .gpu.tar.xz
 #   there:  bash tests/bench/run_multi_gpu.sh          (logs under $OUT)
+# GPU_DIR: the bundle's folder (default .gpu; unpacked from GPU_DIR.tar.xz where absent).
 # PARTS picks what runs (default all): tests backend bench. DEVICES: the device counts to compare
 # (default 1 and every count up to the GPUs present, doubling). CLIENTS: default "16 64".
 # TRANSPORTS: the bench's data paths (default "auto"; "shm" keeps each client's arrays in
 # registered shared memory, so the host copies nothing and the devices' links are what is
-# measured). SHAPES: "BATCHxN ..." (default "256x1024 2048x1024"). MODES: default "handle unary".
+# measured). MODES: default "handle unary". FAMILIES: default "tridiagonal block".
+# tridiagonal: SHAPES "BATCHxN ..." (default "256x1024 2048x1024"): ~0.2 ms of a device a
+# request, bound by the host's memory (the copies, the clients' checks). block: BLOCK_SHAPES
+# "NxM ..." (default "512x512 1024x1024"), the thesis' experiment 2 solved to TOL (default 1e-8)
+# by METHOD (default auto: multigrid-cg): ~11 iterations of a V-cycle on the device for the two
+# arrays of 2 or 8 MiB a request moves by handle, work the devices rather than the host should
+# bound.
+# REQUESTS: requests a client (default: by size, halved for unary).
+# SLOTS: jobs solved at once a device (--max-concurrent-jobs SLOTS x D; default the server's, 2
+# a device).
+# After each bench the jobs each device ran during it (GetServerInfo before and after) are
+# printed and kept in the JSON line ("device_jobs": "J0/J1/..."): by handle they show how the
+# clients' systems were spread over the devices.
 set -uo pipefail
 out=${OUT:-/tmp/trisolve-multi}
 mkdir -p "$out"
-[ -d .gpu ] || tar -xJf .gpu.tar.xz
+gpu=${GPU_DIR:-.gpu}  # the bundle (bundle.sh's OUT_DIR)
+[ -d "$gpu" ] || tar -xJf "$gpu.tar.xz"
 parts=" ${PARTS:-tests backend bench} "
 want() { [[ $parts == *" $1 "* ]]; }
-run=.gpu/run
+run=$gpu/run
 nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv | tee "$out/device.txt"
 nvidia-smi topo -m >>"$out/device.txt" 2>&1
 date -u +%Y-%m-%dT%H:%MZ | tee -a "$out/device.txt"
@@ -34,7 +48,7 @@ if want tests; then
   echo "test_cuda_multi: exit $? $(grep -E '^\[  (PASSED  |FAILED  |SKIPPED )\]' "$out/test_cuda_multi.log" | tr '\n' ' ')"
   grep -E '^\[  (FAILED|SKIPPED) ' "$out/test_cuda_multi.log" | head -30
   echo "=== test_ops DevicesFlag (trisolved --devices 0,0 on a GPU)"
-  TRISOLVED_BIN=$PWD/.gpu/bin/trisolved TRISOLVE_CLI_BIN=$PWD/.gpu/bin/trisolve \
+  TRISOLVED_BIN=$PWD/$gpu/bin/trisolved TRISOLVE_CLI_BIN=$PWD/$gpu/bin/trisolve \
     $run test_ops --gtest_filter=Ops.DevicesFlag >"$out/test_ops_devices.log" 2>&1
   echo "test_ops DevicesFlag: exit $? $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/test_ops_devices.log" | tr '\n' ' ')"
 fi
@@ -45,10 +59,22 @@ if want backend; then
     ${DEVICES:+--devices "$(echo $DEVICES | tr ' ' ,)"} 2>&1 | tee "$out/bench_multi_device.log"
 fi
 
-start() {  # start PORT DEVICES: a server in the background, waits until it serves
+# The jobs each device has run (GetServerInfo), "J0 J1 ..." by ordinal; and the difference of
+# two such readings as "J0/J1/..." (empty where the server counts none: one device, or CPU).
+device_jobs() {
+  $run trisolve --server "127.0.0.1:$1" info 2>/dev/null |
+    sed -n 's/^device: *cuda:\([0-9]*\) .*; \([0-9]*\) jobs,.*/\2/p' | tr '\n' ' '
+}
+job_split() {
+  local -a a=($1) b=($2); local s="" i
+  for i in "${!b[@]}"; do s="$s${s:+/}$(( b[i] - ${a[i]:-0} ))"; done
+  echo "${s:--}"
+}
+
+start() {  # start PORT DEVICES [SLOTS]: a server in the background, waits until it serves
   $run trisolved --backend cuda --listen "127.0.0.1:$1" --devices "$2" --max-queued-jobs 4096 \
     --max-message-bytes 1073741824 --max-systems-per-identity 4096 \
-    --max-system-bytes $((64 << 30)) \
+    --max-system-bytes $((64 << 30)) ${3:+--max-concurrent-jobs $3} \
     >"$out/trisolved_$1.log" 2>&1 &
   srv=$!
   for _ in $(seq 300); do
@@ -72,46 +98,71 @@ if want bench; then
     list=$(seq -s, 0 $((d - 1)))
     echo "=== $d device(s): --devices $list"
     port=$((port + 1))
-    start $port "$list" || continue
+    start $port "$list" ${SLOTS:+$((SLOTS * d))} || continue
     $run trisolve --server 127.0.0.1:$port info | tee -a "$out/info_$d.txt"
-    # Shapes: 256 x 1024 (2 MiB a right-hand side) and 2048 x 1024 (16 MiB), float64; above
-    # --gpu-min-unknowns, so every solve runs on a GPU.
-    for shape in ${SHAPES:-256x1024 2048x1024}; do
+    for family in ${FAMILIES:-tridiagonal block}; do
+    # tridiagonal: 256 x 1024 (2 MiB a right-hand side) and 2048 x 1024 (16 MiB), float64; above
+    # --gpu-min-unknowns, so every solve runs on a GPU. block: 512 x 512 (2 MiB) and 1024 x 1024
+    # (8 MiB), every solve on a GPU.
+    if [ "$family" = block ]; then shapes=${BLOCK_SHAPES:-512x512 1024x1024}
+    else shapes=${SHAPES:-256x1024 2048x1024}; fi
+    for shape in $shapes; do
       set -- ${shape/x/ }
+      if [ "$family" = block ]; then
+        size=(--family block --N $1 --M $2 --tol "${TOL:-1e-8}" --method "${METHOD:-auto}")
+        r=$(( $1 * $2 >= 1 << 20 ? 20 : 50 ))
+      else
+        size=(--batch $1 --n $2)
+        r=$(( $1 * $2 >= 1 << 21 ? 20 : 100 ))
+      fi
       for t in ${TRANSPORTS:-auto}; do
       for c in ${CLIENTS:-16 64}; do
         for mode in ${MODES:-handle unary}; do
-          r=$(( $1 * $2 >= 1 << 21 ? 20 : 100 ))
-          [ $mode = unary ] && r=$((r / 2))
-          line=$($run trisolve --server 127.0.0.1:$port bench --clients $c --requests $r \
-                   --batch $1 --n $2 --mode $mode --transport $t --json |
+          rq=${REQUESTS:-$r}
+          [ $mode = unary ] && [ -z "${REQUESTS:-}" ] && rq=$((r / 2))
+          before=$(device_jobs $port)
+          # A bench that hangs must not take the whole call: BENCH_TIMEOUT seconds (default 150).
+          line=$(timeout "${BENCH_TIMEOUT:-150}" $run trisolve --server 127.0.0.1:$port bench \
+                   --clients $c --requests $rq \
+                   "${size[@]}" --mode $mode --transport $t --json |
                  tee -a "$out/bench_$d.log" | grep '^{')
+          split=$(job_split "$before" "$(device_jobs $port)")
+          echo "  jobs per device during it: $split" | tee -a "$out/bench_$d.log"
           if [ -z "$line" ]; then
-            echo "bench $mode $t $1x$2 $c clients, $d devices: no result (bench_$d.log)"; continue
+            echo "bench $family $mode $t $shape $c clients, $d devices: no result (bench_$d.log)"
+            continue
           fi
-          echo "{\"devices\":$d,${line#\{}" | tee -a "$results"
+          echo "{\"devices\":$d,\"device_jobs\":\"$split\",${line#\{}" | tee -a "$results"
         done
       done
       done
+    done
     done
     $run trisolve --server 127.0.0.1:$port info >>"$out/info_$d.txt"
     tail -3 "$out/trisolved_$port.log"
     kill $srv; wait $srv
   done
 
-  echo "=== scaling: requests/s with D devices / (D x requests/s with 1)"
-  printf '%-8s %-6s %-11s %8s %8s %12s %8s\n' mode path shape clients devices requests/s scaling | tee "$out/scaling.txt"
+  echo "=== scaling: requests/s with D devices / (D x requests/s with 1); jobs: each device's"
+  printf '%-11s %-8s %-6s %-11s %8s %8s %12s %8s  %s\n' family mode path shape clients devices \
+    requests/s scaling jobs | tee "$out/scaling.txt"
   # One JSON object a line, flat: fields picked by name with sed (no jq or python needed there).
   field() { sed -n "s/.*\"$1\":\"\{0,1\}\([^,\"}]*\).*/\1/p" <<<"$2"; }
   declare -A base
   while read -r l; do
     [ -z "$l" ] && continue
-    key="$(field mode "$l") $(field transport "$l") $(field batch "$l")x$(field n "$l") $(field clients "$l")"
+    key="$(field family "$l") $(field mode "$l") $(field transport "$l") $(field shape "$l") $(field clients "$l")"
     d=$(field devices "$l"); rps=$(field requests_per_s "$l")
     [ "$d" = 1 ] && base[$key]=$rps
     b=${base[$key]:-}
     s=$([ -n "$b" ] && awk -v r="$rps" -v b="$b" -v d="$d" 'BEGIN{printf "%.2f", r / (d * b)}' || echo -)
-    printf '%-8s %-6s %-11s %8s %8s %12s %8s\n' $key "$d" "$rps" "$s" | tee -a "$out/scaling.txt"
+    # The devices' shares of the jobs: the least over the most (1.00: even).
+    jobs=$(field device_jobs "$l")
+    even=$(awk -v j="$jobs" 'BEGIN{n=split(j,v,"/"); if (n<2) exit; lo=hi=v[1];
+      for(i=2;i<=n;i++){if(v[i]<lo)lo=v[i]; if(v[i]>hi)hi=v[i]}
+      printf " (least/most %.2f)", (hi > 0 ? lo / hi : 0)}')
+    printf '%-11s %-8s %-6s %-11s %8s %8s %12s %8s  %s\n' $key "$d" "$rps" "$s" "$jobs$even" |
+      tee -a "$out/scaling.txt"
   done <"$results"
 fi
 echo "=== done"

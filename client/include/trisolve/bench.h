@@ -9,6 +9,10 @@
 namespace trisolve {
 
 struct BenchOptions {
+  // tridiagonal (--batch systems of --n unknowns), or block: the block-tridiagonal system of an
+  // N x M grid (the thesis' experiment 2, a 5-point matrix: one block row of M unknowns per grid
+  // row), solved by `method` to `tol`, each client's right-hand sides its own.
+  std::string family = "tridiagonal";
   int clients = 1;
   int64_t requests = 100;  // per client
   int64_t batch = 1;       // systems a request
@@ -31,6 +35,9 @@ struct BenchOptions {
   // family, Hines systems), the diagonal and the right-hand side new each step (by handle: sent
   // as an update and a right-hand side), beside Hines over the same cells on one local core.
   std::string swc;
+  int64_t N = 512, M = 512;  // block: block rows, and the order of each block
+  std::string method = "auto";
+  double tol = 1e-8;  // block: on ||f - A y||_2 / ||f||_2, what every answer is held to
 };
 
 // Prints requests/s, latency percentiles, payload GB/s, answers by outcome and the local
@@ -47,5 +54,21 @@ double TridiagonalBackwardError(const double* a, const double* b, const double* 
 // The other check: the worst over systems of max |x - expected| / max |expected| (x and
 // expected: batch * n values); infinity when x holds a NaN or an infinity.
 double MaxRelativeDifference(const double* x, const double* expected, int64_t batch, int64_t n);
+
+// The block family's check: ||f - A y||_2 / ||f||_2 for the block-tridiagonal system of an
+// N x M grid (arrays of N * M values, row-major, named as in trisolve/block_tridiagonal.h:
+// row i reads cA[i] y[i-1] + (aC, cC, bC) y[i] + cB[i] y[i+1]), and the rounding that
+// computing it in float64 may add, on the same scale: 16 eps (||A||_inf ||y||_2 + ||f||_2) /
+// ||f||_2. An answer within tol of the server's own measure passes residual <= tol + rounding.
+// residual is infinity when y holds a NaN or an infinity.
+struct BlockResidual {
+  double residual = 0, rounding = 0;
+};
+BlockResidual BlockTridiagonalResidual(int64_t N, int64_t M, const double* aC, const double* cC,
+                                       const double* bC, const double* cA, const double* cB,
+                                       double norm_a, const double* f, const double* y);
+// ||A||_inf of that system (the largest row sum of |coefficients| that A uses).
+double BlockTridiagonalNorm(int64_t N, int64_t M, const double* aC, const double* cC,
+                            const double* bC, const double* cA, const double* cB);
 
 }  // namespace trisolve
