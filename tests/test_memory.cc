@@ -18,6 +18,7 @@
 #include <limits>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "client_test_util.h"
 #include "server_process.h"
@@ -274,6 +275,155 @@ void Expect(const grpc::Status& st, grpc::StatusCode code, const std::string& wo
   EXPECT_EQ(st.error_code(), code) << st.error_message();
   EXPECT_NE(st.error_message().find(words), std::string::npos)
       << "'" << st.error_message() << "' does not say '" << words << "'";
+}
+
+// Statuses in the sparse form (the systems that are not OK) where the request asks and at most
+// a quarter of the systems are not OK, one a system otherwise; the client library asks for it and
+// answers every system's status as before, by handle, unary and streamed, one or k right-hand
+// sides, through shared memory and the socket.
+TEST(SharedMemory, SparseStatusesNameEverySystemThatIsNotOk) {
+  ServerProcess server({});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  const int64_t batch = 64, n = 50;
+  // Systems `bad` singular: a row of zeros (a, b and c) in each.
+  auto with_singular = [&](const std::vector<int64_t>& bad) {
+    auto arrays = examples::RandomTridiagonal(batch, n, false, 41);
+    for (int64_t s : bad)
+      for (const char* name : {"a", "b", "c"}) arrays.at(name).as<double>()[s * n + 7] = 0;
+    return arrays;
+  };
+  const std::vector<int64_t> few = {3, 40, 63};
+  const std::vector<int64_t> many = [] {  // 17 of 64: more than a quarter
+    std::vector<int64_t> v;
+    for (int64_t s = 0; s < 17; ++s) v.push_back(s * 3);
+    return v;
+  }();
+  auto expected = [&](const std::vector<int64_t>& bad, int64_t k) {
+    std::vector<SolveStatus> v(size_t(k * batch), SolveStatus::kOk);
+    for (int64_t j = 0; j < k; ++j)
+      for (int64_t s : bad) v[size_t(j * batch + s)] = SolveStatus::kSingular;
+    return v;
+  };
+
+  // On the wire, by raw requests.
+  Raw raw(server);
+  auto fill = [&](const examples::Arrays& arrays, v1::TridiagonalRequest* r) {
+    r->set_dtype(v1::FLOAT64);
+    r->set_skip_residual(true);
+    for (auto [name, field] : {std::pair{"a", r->mutable_a()}, {"b", r->mutable_b()},
+                               {"c", r->mutable_c()}, {"d", r->mutable_d()}}) {
+      const NdArray& a = arrays.at(name);
+      for (int64_t d : a.shape) field->add_shape(d);
+      field->set_data(a.data.data(), a.data.size());
+    }
+  };
+  for (const auto* bad : {&few, &many}) {
+    for (bool sparse : {false, true}) {
+      SCOPED_TRACE(absl::StrCat(bad->size(), " singular, sparse_status ", sparse));
+      const auto arrays = with_singular(*bad);
+      v1::TridiagonalRequest req;
+      fill(arrays, &req);
+      req.set_sparse_status(sparse);
+      v1::SolveResponse unary;
+      ASSERT_TRUE(raw.Do([&](v1::Solver::Stub& s, grpc::ClientContext* c) {
+                       return s.SolveTridiagonal(c, req, &unary);
+                     }).ok());
+      v1::CreateSystemRequest create;
+      *create.mutable_tridiagonal() = req;
+      create.mutable_tridiagonal()->clear_d();
+      v1::SystemInfo info;
+      ASSERT_TRUE(raw.Do([&](v1::Solver::Stub& s, grpc::ClientContext* c) {
+                       return s.CreateSystem(c, create, &info);
+                     }).ok());
+      v1::SolveSystemRequest step;
+      step.set_handle(info.handle());
+      *step.mutable_rhs() = req.d();
+      step.set_sparse_status(sparse);
+      v1::SolveResponse by_handle;
+      ASSERT_TRUE(raw.Do([&](v1::Solver::Stub& s, grpc::ClientContext* c) {
+                       return s.SolveSystem(c, step, &by_handle);
+                     }).ok());
+      for (const v1::SolveResponse* r : {&unary, &by_handle}) {
+        EXPECT_EQ(r->summary().singular(), int64_t(bad->size()));
+        if (sparse && bad == &few) {
+          EXPECT_EQ(r->status_size(), 0);
+          ASSERT_TRUE(r->has_sparse());
+          EXPECT_EQ(r->sparse().systems(), batch);
+          EXPECT_EQ(std::vector<int64_t>(r->sparse().index().begin(), r->sparse().index().end()),
+                    few);
+          ASSERT_EQ(r->sparse().status_size(), int(few.size()));
+          for (int s : r->sparse().status()) EXPECT_EQ(s, v1::SINGULAR);
+        } else {
+          EXPECT_FALSE(r->has_sparse());
+          ASSERT_EQ(r->status_size(), int(batch));
+          const auto want = expected(*bad, 1);
+          for (int64_t s = 0; s < batch; ++s)
+            EXPECT_EQ(r->status(int(s)), int(want[size_t(s)])) << "system " << s;
+        }
+      }
+    }
+  }
+
+  // Through the client library, which asks for sparse statuses: every system's status, and x
+  // zero where a system is singular.
+  Client client(Opts(server, Transport::kSharedMemory));
+  auto shm = SharedMemory::Create(16 << 20);
+  ASSERT_TRUE(shm.ok());
+  ASSERT_TRUE(client.RegisterMemory(**shm).ok());
+  for (const auto* bad : {&few, &many}) {
+    SCOPED_TRACE(absl::StrCat(bad->size(), " singular"));
+    (*shm)->Reset();
+    const auto arrays = with_singular(*bad);
+    Job create{Kind::kTridiagonal};
+    for (const char* name : {"a", "b", "c"}) create.arrays[name] = Into(**shm, arrays.at(name));
+    auto sys = client.CreateSystem(create);
+    ASSERT_TRUE(sys.ok()) << sys.status();
+    const int64_t k = 3;
+    NdArray d3{DType::kFloat64, {k, batch, n}, {}};
+    d3.data.resize(size_t(k * batch * n * 8));
+    for (int64_t j = 0; j < k; ++j)
+      std::memcpy(d3.data.data() + j * batch * n * 8, arrays.at("d").data.data(),
+                  size_t(batch * n * 8));
+    const ArrayView d = Into(**shm, arrays.at("d")), dk = Into(**shm, d3);
+    auto* x = *(*shm)->Allocate<double>(k * batch * n);
+    auto zero_where_singular = [&](const double* xs, const std::vector<SolveStatus>& st) {
+      for (size_t s = 0; s < st.size(); ++s) {
+        if (st[s] == SolveStatus::kOk) continue;
+        for (int64_t i = 0; i < n; ++i) EXPECT_EQ(xs[int64_t(s) * n + i], 0.0) << "system " << s;
+      }
+    };
+    JobOptions jo;
+    jo.x_out = x;
+    std::memset(x, 0xff, size_t(batch * n * 8));
+    auto one = client.SolveSystem(sys->handle, d, {}, jo);
+    ASSERT_TRUE(one.ok()) << one.status();
+    EXPECT_EQ(one->summary.transport, "shared-memory");
+    EXPECT_EQ(one->status, expected(*bad, 1));
+    zero_where_singular(x, one->status);
+    std::memset(x, 0xff, size_t(k * batch * n * 8));
+    auto three = client.SolveSystem(sys->handle, dk, {}, jo);
+    ASSERT_TRUE(three.ok()) << three.status();
+    EXPECT_EQ(three->status, expected(*bad, k));
+    zero_where_singular(x, three->status);
+
+    Job unary{Kind::kTridiagonal};
+    unary.arrays = create.arrays;
+    unary.arrays["d"] = d;
+    unary.options = jo;
+    auto whole = client.Solve(unary);
+    ASSERT_TRUE(whole.ok()) << whole.status();
+    EXPECT_EQ(whole->status, expected(*bad, 1));
+
+    auto stream = client.OpenStepStream(sys->handle);
+    ASSERT_TRUE(stream.ok());
+    ASSERT_TRUE((*stream)->Send(d, {}, x).ok());
+    auto streamed = (*stream)->Receive();
+    ASSERT_TRUE(streamed.ok()) << streamed.status();
+    EXPECT_EQ(streamed->status, expected(*bad, 1));
+    EXPECT_TRUE((*stream)->Finish().ok());
+    EXPECT_TRUE(client.ReleaseSystem(sys->handle).ok());
+  }
+  ASSERT_TRUE(client.UnregisterMemory(**shm).ok());
 }
 
 TEST(SharedMemory, EveryBadReferenceIsRefusedWithItsOwnStatus) {
