@@ -36,10 +36,13 @@ constexpr int64_t kStagingChunk = int64_t{16} << 20;  // bytes per pinned stagin
 // A solve whose arrays all lie in page-locked client memory moves in pieces of whole systems,
 // the copy in of one piece beside the solve of the one before and the copy back of the one
 // before that (docs/kernels/README.md, "Backends"): at least this many bytes to move in, and at
-// most kMaxPieces pieces of at least kMinPieceBytes each.
+// most PipelinePieces() pieces of at least kMinPieceBytes each.
 constexpr int64_t kPipelineBytes = int64_t{16} << 20;
 constexpr int64_t kMinPieceBytes = int64_t{4} << 20;
-constexpr int kMaxPieces = 8;
+constexpr int kMaxPieces = 32;  // the events a lane holds
+// The most pieces: 8, or TRISOLVE_STAGING_PIECES (2 to kMaxPieces) where set, for benchmarks
+// that weigh the last piece's copy back against the pieces' fixed costs.
+int PipelinePieces();
 
 // One input array of a solve: staged from the host, or already on the device (a prepared
 // system's coefficients).
@@ -365,7 +368,7 @@ class Stager {
     int64_t staged_bytes = 0;
     for (const auto& in : inputs) staged_bytes += in.device ? 0 : in.values * eb;
     const int pieces = int(std::clamp<int64_t>(staged_bytes / kMinPieceBytes, 2,
-                                               std::min<int64_t>(kMaxPieces, batch)));
+                                               std::min<int64_t>(PipelinePieces(), batch)));
     std::vector<T*> din(static_cast<size_t>(k));
     T* next = base;
     for (int64_t q = 0; q < k; ++q) {
