@@ -11,7 +11,8 @@
 # each job with, e.g. "0 4 8"; a base without the option ignores it); PIECE_BYTES (streams: the
 # fewest bytes moved a piece, --pipeline-piece-bytes; by handle only d and x move, so 2^24 by handle
 # needs 64 MiB or less for 4 pieces); STAGING_PIECES (the server's most pieces of a solve from
-# page-locked memory, TRISOLVE_STAGING_PIECES, e.g. "8 16 32": a server a value, each bundle).
+# page-locked memory, TRISOLVE_STAGING_PIECES, e.g. "8 16 32": a server a value, each bundle);
+# SHAPES (default "65536x256 64x65536", batch x n) and MODES (default "unary handle").
 set -uo pipefail
 out=${OUT:-/tmp/trisolve-datapath}
 mkdir -p "$out"
@@ -36,8 +37,9 @@ for b in ${BUNDLES:-base new}; do
       sleep 0.1
     done
     for tr in ${TRANSPORTS:-shm}; do
-      for args in "--batch 65536 --n 256 --mode unary" "--batch 65536 --n 256 --mode handle" \
-                  "--batch 64 --n 65536 --mode unary" "--batch 64 --n 65536 --mode handle"; do
+      for args in $(for sh in ${SHAPES:-65536x256 64x65536}; do for m in ${MODES:-unary handle}; do
+                      echo "--batch=${sh%x*},--n=${sh#*x},--mode=$m"; done; done); do
+        args=${args//,/ }
         for pieces in ${PIECES:-default}; do
           [ "$pieces" = default ] || echo "pipeline pieces $pieces" | tee -a "$out/datapath_$b.log"
           # shellcheck disable=SC2086
