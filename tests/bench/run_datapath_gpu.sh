@@ -12,7 +12,9 @@
 # fewest bytes moved a piece, --pipeline-piece-bytes; by handle only d and x move, so 2^24 by handle
 # needs 64 MiB or less for 4 pieces); STAGING_PIECES (the server's most pieces of a solve from
 # page-locked memory, TRISOLVE_STAGING_PIECES, e.g. "8 16 32": a server a value, each bundle);
-# SHAPES (default "65536x256 64x65536", batch x n) and MODES (default "unary handle").
+# SHAPES (default "65536x256 64x65536", batch x n) and MODES (default "unary handle");
+# SERVER_ARGS (more trisolved flags, e.g. "--log-level debug": a line a call by handle with the
+# backend's wall time beside its copies and kernels, in trisolved_<bundle>.log).
 set -uo pipefail
 out=${OUT:-/tmp/trisolve-datapath}
 mkdir -p "$out"
@@ -30,6 +32,7 @@ for b in ${BUNDLES:-base new}; do
     # shellcheck disable=SC2086
     env ${STAGING_PIECES:+TRISOLVE_STAGING_PIECES=$sp} \
       $dir/run trisolved --backend cuda --listen "127.0.0.1:$port" --max-message-bytes 1073741824 \
+      ${SERVER_ARGS:-} \
       >>"$out/trisolved_$b.log" 2>&1 &
     srv=$!
     for _ in $(seq 200); do
