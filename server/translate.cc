@@ -1,6 +1,7 @@
 // Protobuf in, plain jobs out: every field of a request checked and named in its error.
 #include "translate.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <new>
@@ -715,10 +716,8 @@ namespace {
 
 // The statuses that are not OK, where they are at most a quarter of them; false otherwise.
 bool SparseStatuses(const std::vector<SystemStatus>& all, v1::SparseStatus* out) {
-  const size_t most = all.size() / 4;
-  size_t found = 0;
-  for (SystemStatus st : all)
-    if (st != SystemStatus::kOk && ++found > most) return false;
+  size_t found = all.size() - size_t(std::count(all.begin(), all.end(), SystemStatus::kOk));
+  if (found > all.size() / 4) return false;
   out->set_systems(int64_t(all.size()));
   out->mutable_index()->Reserve(int(found));
   out->mutable_status()->Reserve(int(found));

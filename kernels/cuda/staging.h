@@ -315,11 +315,18 @@ class Stager {
   template <typename T>
   static void SetStatuses(const uint8_t* f, int64_t batch, int64_t n, Layout layout, T* out_x,
                           SystemStatus* out_status, const int64_t* offsets = nullptr) {
+    // A pass without branches first (it vectorizes: 65,536 systems a call by handle), then x
+    // zeroed only where some system is singular.
+    uint8_t any = 0;
+    for (int64_t s = 0; s < batch; ++s) {
+      const uint8_t singular = f[s] & cuda::kFlagVanished;
+      any |= singular;
+      out_status[s] = singular != 0 ? SystemStatus::kSingular : SystemStatus::kOk;
+    }
+    if (any == 0 || out_x == nullptr) return;
     const int64_t st = ElementStride(layout, batch);
     for (int64_t s = 0; s < batch; ++s) {
       const bool singular = (f[s] & cuda::kFlagVanished) != 0;
-      out_status[s] = singular ? SystemStatus::kSingular : SystemStatus::kOk;
-      if (out_x == nullptr) continue;
       if (singular && offsets != nullptr)
         std::fill(out_x + offsets[s], out_x + offsets[s + 1], T(0));
       else if (singular)
