@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -423,6 +424,65 @@ TEST(SharedMemory, SparseStatusesNameEverySystemThatIsNotOk) {
     EXPECT_TRUE((*stream)->Finish().ok());
     EXPECT_TRUE(client.ReleaseSystem(sys->handle).ok());
   }
+  ASSERT_TRUE(client.UnregisterMemory(**shm).ok());
+}
+
+// A batch large enough that a GPU server solves it in pieces straight from the page-locked
+// region (16 MiB of right-hand side): the singular systems named, their x zero, the others
+// solved (run with TRISOLVE_TEST_BACKEND=cuda on a GPU host; the CPU backend's answer here).
+TEST(SharedMemory, ALargeBatchByHandleNamesItsSingularSystemsAndZeroesTheirX) {
+  ServerProcess server({});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  const int64_t batch = 8192, n = 256;
+  auto arrays = examples::RandomTridiagonal(batch, n, false, 43);
+  const std::vector<int64_t> bad = {0, 4095, 8191};
+  for (int64_t s : bad)
+    for (const char* name : {"a", "b", "c"}) arrays.at(name).as<double>()[s * n + 100] = 0;
+  Client client(Opts(server, Transport::kSharedMemory));
+  auto shm = SharedMemory::Create(int64_t{6} * batch * n * 8 + (1 << 20));
+  ASSERT_TRUE(shm.ok()) << shm.status();
+  ASSERT_TRUE(client.RegisterMemory(**shm).ok());
+  Job create{Kind::kTridiagonal};
+  for (const char* name : {"a", "b", "c"}) create.arrays[name] = Into(**shm, arrays.at(name));
+  auto sys = client.CreateSystem(create);
+  ASSERT_TRUE(sys.ok()) << sys.status();
+  const ArrayView d = Into(**shm, arrays.at("d"));
+  auto* x = *(*shm)->Allocate<double>(batch * n);
+  std::fill(x, x + batch * n, 7.0);
+  JobOptions jo;
+  jo.x_out = x;
+  auto got = client.SolveSystem(sys->handle, d, {}, jo);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->summary.singular, int64_t(bad.size()));
+  ASSERT_EQ(got->status.size(), size_t(batch));
+  for (int64_t s = 0; s < batch; ++s) {
+    const bool singular = std::find(bad.begin(), bad.end(), s) != bad.end();
+    ASSERT_EQ(got->status[size_t(s)], singular ? SolveStatus::kSingular : SolveStatus::kOk)
+        << "system " << s;
+    if (singular) {
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(x[s * n + i], 0.0) << "system " << s;
+    } else {
+      ASSERT_NE(x[s * n], 7.0) << "system " << s << " was not written";
+    }
+  }
+  // Every other system solved: its residual from the original arrays.
+  const double* a = arrays.at("a").as<double>();
+  const double* b = arrays.at("b").as<double>();
+  const double* c = arrays.at("c").as<double>();
+  const double* dv = arrays.at("d").as<double>();
+  double worst = 0;
+  for (int64_t s = 1; s < batch; s += 97) {
+    if (std::find(bad.begin(), bad.end(), s) != bad.end()) continue;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t k = s * n + i;
+      double r = b[k] * x[k] - dv[k];
+      if (i > 0) r += a[k] * x[k - 1];
+      if (i + 1 < n) r += c[k] * x[k + 1];
+      worst = std::max(worst, std::abs(r) / (std::abs(dv[k]) + 1));
+    }
+  }
+  EXPECT_LT(worst, 1e-10);
+  EXPECT_TRUE(client.ReleaseSystem(sys->handle).ok());
   ASSERT_TRUE(client.UnregisterMemory(**shm).ok());
 }
 
