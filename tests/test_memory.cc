@@ -427,6 +427,60 @@ TEST(SharedMemory, SparseStatusesNameEverySystemThatIsNotOk) {
   ASSERT_TRUE(client.UnregisterMemory(**shm).ok());
 }
 
+// A server whose sparse statuses name a system outside the batch, out of order, or without
+// its status: the client answers DATA_LOSS, never a status read from past the batch.
+TEST(SharedMemory, AMalformedSparseAnswerIsDataLoss) {
+  class Fake final : public v1::Solver::Service {
+   public:
+    v1::SparseStatus sparse;
+    grpc::Status SolveSystem(grpc::ServerContext*, const v1::SolveSystemRequest* req,
+                             v1::SolveResponse* resp) override {
+      if (!req->sparse_status()) return grpc::Status(grpc::StatusCode::INTERNAL, "not asked");
+      resp->set_dtype(v1::FLOAT64);
+      resp->mutable_x()->add_shape(4);
+      resp->mutable_x()->add_shape(2);
+      resp->mutable_x()->set_data(std::string(64, '\0'));
+      *resp->mutable_sparse() = sparse;
+      return grpc::Status::OK;
+    }
+  } fake;
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&fake);
+  auto server = builder.BuildAndStart();
+  ASSERT_GT(port, 0);
+  Client::Options o;
+  o.target = "127.0.0.1:" + std::to_string(port);
+  o.transport = Transport::kGrpc;
+  o.pipeline_pieces = 0;
+  o.own_connection = true;
+  Client client(o);
+  const std::vector<double> d(8, 1.0);
+  const ArrayView rhs{DType::kFloat64, {4, 2}, d.data()};
+  auto with = [&](int64_t systems, std::vector<int64_t> index, std::vector<v1::SystemStatus> st) {
+    fake.sparse.Clear();
+    fake.sparse.set_systems(systems);
+    for (int64_t i : index) fake.sparse.add_index(i);
+    for (auto x : st) fake.sparse.add_status(x);
+    return client.SolveSystem("sys-fake", rhs);
+  };
+  auto good = with(4, {1, 3}, {v1::SINGULAR, v1::DIVERGED});
+  ASSERT_TRUE(good.ok()) << good.status();
+  EXPECT_EQ(good->status, (std::vector<SolveStatus>{SolveStatus::kOk, SolveStatus::kSingular,
+                                                    SolveStatus::kOk, SolveStatus::kDiverged}));
+  for (auto [what, r] : {std::pair{"past the batch", with(4, {4}, {v1::SINGULAR})},
+                         {"negative", with(4, {-1}, {v1::SINGULAR})},
+                         {"out of order", with(4, {2, 1}, {v1::SINGULAR, v1::SINGULAR})},
+                         {"repeated", with(4, {2, 2}, {v1::SINGULAR, v1::SINGULAR})},
+                         {"without its status", with(4, {1, 2}, {v1::SINGULAR})},
+                         {"a negative batch", with(-4, {}, {})}}) {
+    SCOPED_TRACE(what);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss) << r.status();
+  }
+  server->Shutdown();
+}
+
 // A batch large enough that a GPU server solves it in pieces straight from the page-locked
 // region (16 MiB of right-hand side): the singular systems named, their x zero, the others
 // solved (run with TRISOLVE_TEST_BACKEND=cuda on a GPU host; the CPU backend's answer here).
