@@ -412,6 +412,42 @@ absl::Status ReadResponse(const v1::SolveResponse& resp, DType dtype, Result* re
   return absl::OkStatus();
 }
 
+// A unary call's answer: `sync` makes the call and waits; `start` begins it on a completion
+// queue instead. A call whose arrays all travel by reference polls for its answer while it is
+// expected (Options::rpc_spin_us), so that the answer is taken on a running core.
+template <typename Response, typename Sync, typename Start>
+grpc::Status AwaitUnary(double cap, std::atomic<double>& last_wait_us, bool by_reference,
+                        Sync sync, Start start, Response* resp) {
+  const double last = last_wait_us.load(std::memory_order_relaxed);
+  const double spin_us =
+      by_reference && cap > 0 && last >= 0 && last <= cap ? std::min(2 * last, cap) : 0;
+  const auto t0 = Clock::now();
+  grpc::Status st;
+  if (spin_us <= 0) {
+    st = sync();
+  } else {
+    grpc::CompletionQueue cq;
+    auto rpc = start(&cq);
+    int tag = 0;
+    rpc->Finish(resp, &st, &tag);
+    void* got = nullptr;
+    bool ok = false, done = false;
+    const auto until = t0 + std::chrono::microseconds(int64_t(spin_us));
+    while (!done && Clock::now() < until)
+      done = cq.AsyncNext(&got, &ok, std::chrono::system_clock::now()) ==
+             grpc::CompletionQueue::GOT_EVENT;
+    if (!done) cq.Next(&got, &ok);
+    cq.Shutdown();
+    while (cq.Next(&got, &ok)) {
+    }
+  }
+  if (by_reference)
+    last_wait_us.store(
+        std::chrono::duration<double, std::micro>(Clock::now() - t0).count(),
+        std::memory_order_relaxed);
+  return st;
+}
+
 SystemInfo ReadSystemInfo(const v1::SystemInfo& i) {
   SystemInfo s;
   s.handle = i.handle();
@@ -575,15 +611,37 @@ absl::StatusOr<Result> Client::Solve(const Job& job) {
   } else if (!stream) {
     v1::SolveResponse resp;
     grpc::Status st;
+    v1::Solver::Stub* to = impl_->stub.get();
+    auto await = [&](auto sync, auto start) {
+      return AwaitUnary(impl_->options.rpc_spin_us, impl_->last_reference_wait_us,
+                        placed->transport == "shared-memory", sync, start, &resp);
+    };
     switch (job.kind) {
-      case Kind::kTridiagonal:
-        st = impl_->stub->SolveTridiagonal(&ctx, header.tridiagonal(), &resp);
+      case Kind::kTridiagonal: {
+        const auto& r = header.tridiagonal();
+        st = await([&] { return to->SolveTridiagonal(&ctx, r, &resp); },
+                   [&](grpc::CompletionQueue* cq) { return to->AsyncSolveTridiagonal(&ctx, r, cq); });
         break;
-      case Kind::kTree: st = impl_->stub->SolveTree(&ctx, header.tree(), &resp); break;
-      case Kind::kBlockTridiagonal:
-        st = impl_->stub->SolveBlockTridiagonal(&ctx, header.block_tridiagonal(), &resp);
+      }
+      case Kind::kTree: {
+        const auto& r = header.tree();
+        st = await([&] { return to->SolveTree(&ctx, r, &resp); },
+                   [&](grpc::CompletionQueue* cq) { return to->AsyncSolveTree(&ctx, r, cq); });
         break;
-      case Kind::kDense: st = impl_->stub->SolveDense(&ctx, header.dense(), &resp); break;
+      }
+      case Kind::kBlockTridiagonal: {
+        const auto& r = header.block_tridiagonal();
+        st = await(
+            [&] { return to->SolveBlockTridiagonal(&ctx, r, &resp); },
+            [&](grpc::CompletionQueue* cq) { return to->AsyncSolveBlockTridiagonal(&ctx, r, cq); });
+        break;
+      }
+      case Kind::kDense: {
+        const auto& r = header.dense();
+        st = await([&] { return to->SolveDense(&ctx, r, &resp); },
+                   [&](grpc::CompletionQueue* cq) { return to->AsyncSolveDense(&ctx, r, cq); });
+        break;
+      }
     }
     if (!st.ok()) return FromGrpc(st);
     if (auto read = ReadResponse(resp, out_type, &result); !read.ok()) return read;
@@ -1135,7 +1193,11 @@ absl::StatusOr<Result> Client::SolveSystem(const std::string& handle, const Arra
   grpc::ClientContext ctx;
   SetAuth(ctx, impl_->options, options);
   v1::SolveResponse resp;
-  grpc::Status st = route->first->SolveSystem(&ctx, req, &resp);
+  v1::Solver::Stub* to = route->first;
+  grpc::Status st = AwaitUnary(
+      impl_->options.rpc_spin_us, impl_->last_reference_wait_us,
+      placed->transport == "shared-memory", [&] { return to->SolveSystem(&ctx, req, &resp); },
+      [&](grpc::CompletionQueue* cq) { return to->AsyncSolveSystem(&ctx, req, cq); }, &resp);
   if (!st.ok()) return internal::Replicas::HandleCallStatus(st, handle, route->second);
   Result result;
   if (auto read = ReadResponse(resp, resp.dtype() == v1::FLOAT32 ? DType::kFloat32 : DType::kFloat64,
