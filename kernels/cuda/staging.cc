@@ -20,6 +20,15 @@ int PipelinePieces() {
   return pieces;
 }
 
+int PipelineTaper() {
+  static const int taper = [] {
+    const char* v = std::getenv("TRISOLVE_STAGING_TAPER");
+    const int n = v != nullptr ? std::atoi(v) : 0;
+    return n >= 1 && n <= 8 ? n : 1;
+  }();
+  return taper;
+}
+
 Stager::Stager(int device, int streams, Pool& device_pool, Pool& pinned_pool)
     : device_(device), device_pool_(device_pool), pinned_pool_(pinned_pool) {
   cudaSetDevice(device);
