@@ -379,7 +379,7 @@ int main(int argc, char** argv) {
   app.add_option("--rpc-spin-us", copt.rpc_spin_us,
                  "a call whose arrays all lie in shared memory polls for its answer, for up to "
                  "twice the last such call's wait where that was at most this long, before it "
-                 "sleeps (0: never)")
+                 "sleeps (0: never, the default)")
       ->envname("TRISOLVE_RPC_SPIN_US")
       ->check(CLI::Range(0.0, 1e6))
       ->capture_default_str();
