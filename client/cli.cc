@@ -377,6 +377,14 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40))
       ->capture_default_str();
 
+  app.add_option("--rpc-spin-us", copt.rpc_spin_us,
+                 "a call whose arrays all lie in shared memory polls for its answer, for up to "
+                 "twice the last such call's wait where that was at most this long, before it "
+                 "sleeps (0: never, the default)")
+      ->envname("TRISOLVE_RPC_SPIN_US")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
+
   auto* health = app.add_subcommand("health", "the server's grpc.health.v1 status");
   std::string health_service;
   health->add_option("--service", health_service, "service name ('' = the whole server)");

@@ -133,6 +133,17 @@ void SetOptions(v1::StreamRequest& h, Kind k, const JobOptions& o, v1::DType dt)
   }
 }
 
+// A solve's answer with the statuses of the systems that are not OK only (the client fills in
+// the rest): 65,536 statuses cost a call through shared memory ~1 ms of encoding and decoding.
+void SetSparseStatus(v1::StreamRequest& h, Kind k) {
+  switch (k) {
+    case Kind::kTridiagonal: h.mutable_tridiagonal()->set_sparse_status(true); break;
+    case Kind::kTree: h.mutable_tree()->set_sparse_status(true); break;
+    case Kind::kBlockTridiagonal: h.mutable_block_tridiagonal()->set_sparse_status(true); break;
+    case Kind::kDense: h.mutable_dense()->set_sparse_status(true); break;
+  }
+}
+
 void ReadSummary(const v1::SolveSummary& s, Summary* out) {
   out->method = s.method();
   out->backend = s.backend();
@@ -365,14 +376,76 @@ void SetAuth(grpc::ClientContext& ctx, const Client::Options& o, const JobOption
   if (!o.token.empty()) ctx.AddMetadata("authorization", "Bearer " + o.token);
 }
 
-void ReadResponse(const v1::SolveResponse& resp, DType dtype, Result* result) {
+// Appends an answer's statuses, given one a system or sparse (the systems not OK). A sparse
+// form that names a system outside its batch, out of order, or without its status is the
+// server's fault: DATA_LOSS, never a status read from past the batch.
+absl::Status AppendStatuses(const v1::SolveResponse& resp, std::vector<SolveStatus>* out) {
+  if (!resp.has_sparse()) {
+    out->reserve(out->size() + size_t(resp.status_size()));
+    for (int s : resp.status()) out->push_back(static_cast<SolveStatus>(s));
+    return absl::OkStatus();
+  }
+  const v1::SparseStatus& sp = resp.sparse();
+  if (sp.systems() < 0 || sp.index_size() != sp.status_size())
+    return absl::DataLossError("the server's sparse statuses are malformed");
+  const size_t at = out->size();
+  int64_t last = -1;
+  for (int i = 0; i < sp.index_size(); ++i) {
+    if (sp.index(i) <= last || sp.index(i) >= sp.systems())
+      return absl::DataLossError("the server's sparse statuses name a system out of order");
+    last = sp.index(i);
+  }
+  out->resize(at + size_t(sp.systems()), SolveStatus::kOk);
+  for (int i = 0; i < sp.index_size(); ++i)
+    (*out)[at + size_t(sp.index(i))] = static_cast<SolveStatus>(sp.status(i));
+  return absl::OkStatus();
+}
+
+absl::Status ReadResponse(const v1::SolveResponse& resp, DType dtype, Result* result) {
   result->x.dtype = dtype;
   result->x.shape.assign(resp.x().shape().begin(), resp.x().shape().end());
   const std::string& data = resp.x().data();
   result->x.data = internal::FreshBuffer(int64_t(data.size()));
   std::memcpy(result->x.data.data(), data.data(), data.size());
-  for (int s : resp.status()) result->status.push_back(static_cast<SolveStatus>(s));
+  if (auto st = AppendStatuses(resp, &result->status); !st.ok()) return st;
   ReadSummary(resp.summary(), &result->summary);
+  return absl::OkStatus();
+}
+
+// A unary call's answer: `sync` makes the call and waits; `start` begins it on a completion
+// queue instead. A call whose arrays all travel by reference polls for its answer while it is
+// expected (Options::rpc_spin_us), so that the answer is taken on a running core.
+template <typename Response, typename Sync, typename Start>
+grpc::Status AwaitUnary(double cap, std::atomic<double>& last_wait_us, bool by_reference,
+                        Sync sync, Start start, Response* resp) {
+  const double last = last_wait_us.load(std::memory_order_relaxed);
+  const double spin_us =
+      by_reference && cap > 0 && last >= 0 && last <= cap ? std::min(2 * last, cap) : 0;
+  const auto t0 = Clock::now();
+  grpc::Status st;
+  if (spin_us <= 0) {
+    st = sync();
+  } else {
+    grpc::CompletionQueue cq;
+    auto rpc = start(&cq);
+    int tag = 0;
+    rpc->Finish(resp, &st, &tag);
+    void* got = nullptr;
+    bool ok = false, done = false;
+    const auto until = t0 + std::chrono::microseconds(int64_t(spin_us));
+    while (!done && Clock::now() < until)
+      done = cq.AsyncNext(&got, &ok, std::chrono::system_clock::now()) ==
+             grpc::CompletionQueue::GOT_EVENT;
+    if (!done) cq.Next(&got, &ok);
+    cq.Shutdown();
+    while (cq.Next(&got, &ok)) {
+    }
+  }
+  if (by_reference)
+    last_wait_us.store(
+        std::chrono::duration<double, std::micro>(Clock::now() - t0).count(),
+        std::memory_order_relaxed);
+  return st;
 }
 
 SystemInfo ReadSystemInfo(const v1::SystemInfo& i) {
@@ -486,6 +559,7 @@ absl::StatusOr<Result> Client::Solve(const Job& job) {
   v1::StreamRequest header;
   const v1::DType dt = dtype == DType::kFloat64 ? v1::FLOAT64 : v1::FLOAT32;
   SetOptions(header, job.kind, job.options, dt);
+  SetSparseStatus(header, job.kind);
   const bool with_progress =
       job.options.progress && placed->inline_bytes <= kProgressInlineBytes;
   const bool stream =
@@ -523,7 +597,7 @@ absl::StatusOr<Result> Client::Solve(const Job& job) {
       if (msg.has_progress()) {
         job.options.progress(ReadProgress(msg.progress()));
       } else if (msg.has_answer()) {
-        ReadResponse(msg.answer(), out_type, &result);
+        if (auto st = ReadResponse(msg.answer(), out_type, &result); !st.ok()) return st;
         answered = true;
       }
     }
@@ -537,18 +611,40 @@ absl::StatusOr<Result> Client::Solve(const Job& job) {
   } else if (!stream) {
     v1::SolveResponse resp;
     grpc::Status st;
+    v1::Solver::Stub* to = impl_->stub.get();
+    auto await = [&](auto sync, auto start) {
+      return AwaitUnary(impl_->options.rpc_spin_us, impl_->last_reference_wait_us,
+                        placed->transport == "shared-memory", sync, start, &resp);
+    };
     switch (job.kind) {
-      case Kind::kTridiagonal:
-        st = impl_->stub->SolveTridiagonal(&ctx, header.tridiagonal(), &resp);
+      case Kind::kTridiagonal: {
+        const auto& r = header.tridiagonal();
+        st = await([&] { return to->SolveTridiagonal(&ctx, r, &resp); },
+                   [&](grpc::CompletionQueue* cq) { return to->AsyncSolveTridiagonal(&ctx, r, cq); });
         break;
-      case Kind::kTree: st = impl_->stub->SolveTree(&ctx, header.tree(), &resp); break;
-      case Kind::kBlockTridiagonal:
-        st = impl_->stub->SolveBlockTridiagonal(&ctx, header.block_tridiagonal(), &resp);
+      }
+      case Kind::kTree: {
+        const auto& r = header.tree();
+        st = await([&] { return to->SolveTree(&ctx, r, &resp); },
+                   [&](grpc::CompletionQueue* cq) { return to->AsyncSolveTree(&ctx, r, cq); });
         break;
-      case Kind::kDense: st = impl_->stub->SolveDense(&ctx, header.dense(), &resp); break;
+      }
+      case Kind::kBlockTridiagonal: {
+        const auto& r = header.block_tridiagonal();
+        st = await(
+            [&] { return to->SolveBlockTridiagonal(&ctx, r, &resp); },
+            [&](grpc::CompletionQueue* cq) { return to->AsyncSolveBlockTridiagonal(&ctx, r, cq); });
+        break;
+      }
+      case Kind::kDense: {
+        const auto& r = header.dense();
+        st = await([&] { return to->SolveDense(&ctx, r, &resp); },
+                   [&](grpc::CompletionQueue* cq) { return to->AsyncSolveDense(&ctx, r, cq); });
+        break;
+      }
     }
     if (!st.ok()) return FromGrpc(st);
-    ReadResponse(resp, out_type, &result);
+    if (auto read = ReadResponse(resp, out_type, &result); !read.ok()) return read;
     if (auto dst = impl_->DeliverX(*placed, x_out, x_bytes, &result.x, &result.summary.timings);
         !dst.ok())
       return dst;
@@ -607,11 +703,11 @@ namespace {
 
 // The pieces' answers as one: statuses in order, outcomes and server times summed, the worst
 // residual and iteration count.
-void MergePieces(const std::vector<v1::SolveResponse>& answers, Result* result) {
+absl::Status MergePieces(const std::vector<v1::SolveResponse>& answers, Result* result) {
   Summary& sum = result->summary;
   for (size_t k = 0; k < answers.size(); ++k) {
     const v1::SolveResponse& a = answers[k];
-    for (int s : a.status()) result->status.push_back(static_cast<SolveStatus>(s));
+    if (auto st = AppendStatuses(a, &result->status); !st.ok()) return st;
     if (k == 0) {
       ReadSummary(a.summary(), &sum);
       continue;
@@ -635,6 +731,7 @@ void MergePieces(const std::vector<v1::SolveResponse>& answers, Result* result) 
     t.residual_us += p.timings.residual_us;
     t.server_total_us += p.timings.server_total_us;
   }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -733,6 +830,7 @@ absl::StatusOr<Result> Client::Impl::SolveInPieces(
 
   v1::StreamRequest header;
   SetOptions(header, job.kind, job.options, dtype == DType::kFloat64 ? v1::FLOAT64 : v1::FLOAT32);
+  SetSparseStatus(header, job.kind);
   PipelineStages stages;
   stages.upload = [&](int k) {
     const int64_t s0 = first(k), s1 = first(k + 1);
@@ -783,7 +881,7 @@ absl::StatusOr<Result> Client::Impl::SolveInPieces(
   };
   double upload_us = 0, download_us = 0;
   if (auto st = RunPipeline(pieces, stages, &upload_us, &download_us); !st.ok()) return st;
-  MergePieces(answers, &result);
+  if (auto st = MergePieces(answers, &result); !st.ok()) return st;
   result.summary.timings.upload_us = upload_us;
   result.summary.timings.download_us = download_us;
   result.summary.transport = "streams";
@@ -1020,6 +1118,7 @@ absl::StatusOr<Result> Client::Impl::SolveSystemInPieces(const std::string& hand
     v1::SolveSystemRequest req;
     req.set_handle(handle);
     req.set_skip_residual(o.skip_residual);
+    req.set_sparse_status(true);
     v1::Array* a = req.mutable_rhs();
     a->add_shape(r1 - r0);
     for (size_t i = 1; i < rhs.shape.size(); ++i) a->add_shape(rhs.shape[i]);
@@ -1046,7 +1145,7 @@ absl::StatusOr<Result> Client::Impl::SolveSystemInPieces(const std::string& hand
   };
   double upload_us = 0, download_us = 0;
   if (auto st = RunPipeline(pieces, stages, &upload_us, &download_us); !st.ok()) return st;
-  MergePieces(answers, &result);
+  if (auto st = MergePieces(answers, &result); !st.ok()) return st;
   Summary& sum = result.summary;
   sum.handle = handle;
   sum.right_hand_sides = by_range ? 1 : rows;
@@ -1083,6 +1182,7 @@ absl::StatusOr<Result> Client::SolveSystem(const std::string& handle, const Arra
   v1::SolveSystemRequest req;
   req.set_handle(handle);
   req.set_skip_residual(options.skip_residual);
+  req.set_sparse_status(true);
   auto placed = impl_->Place({rhs}, options.x_out, rhs.bytes());
   if (!placed.ok()) return placed.status();
   const RefFinder ref_of = [this](const void* p, int64_t b) { return impl_->RefOf(p, b); };
@@ -1093,10 +1193,17 @@ absl::StatusOr<Result> Client::SolveSystem(const std::string& handle, const Arra
   grpc::ClientContext ctx;
   SetAuth(ctx, impl_->options, options);
   v1::SolveResponse resp;
-  grpc::Status st = route->first->SolveSystem(&ctx, req, &resp);
+  v1::Solver::Stub* to = route->first;
+  grpc::Status st = AwaitUnary(
+      impl_->options.rpc_spin_us, impl_->last_reference_wait_us,
+      placed->transport == "shared-memory", [&] { return to->SolveSystem(&ctx, req, &resp); },
+      [&](grpc::CompletionQueue* cq) { return to->AsyncSolveSystem(&ctx, req, cq); }, &resp);
   if (!st.ok()) return internal::Replicas::HandleCallStatus(st, handle, route->second);
   Result result;
-  ReadResponse(resp, resp.dtype() == v1::FLOAT32 ? DType::kFloat32 : DType::kFloat64, &result);
+  if (auto read = ReadResponse(resp, resp.dtype() == v1::FLOAT32 ? DType::kFloat32 : DType::kFloat64,
+                               &result);
+      !read.ok())
+    return read;
   if (auto dst =
           impl_->DeliverX(*placed, options.x_out, rhs.bytes(), &result.x, &result.summary.timings);
       !dst.ok())
@@ -1225,6 +1332,7 @@ absl::Status StepStream::Send(const ArrayView& rhs, const Updates& update, void*
   if (!impl_->rw) return absl::FailedPreconditionError("the stream has ended");
   v1::SolveSystemRequest req;
   if (impl_->first) req.set_handle(impl_->handle);
+  req.set_sparse_status(true);
   const std::optional<v1::RegionRef> x_ref =
       x_out != nullptr ? impl_->ref_of(x_out, rhs.bytes()) : std::nullopt;
   if (auto st = FillStep(rhs, update, impl_->ref_of, impl_->ref_of(rhs.data, rhs.bytes()), x_ref,
@@ -1272,7 +1380,10 @@ absl::StatusOr<Result> StepStream::Receive() {
     }
   }
   Result result;
-  ReadResponse(resp, resp.dtype() == v1::FLOAT32 ? DType::kFloat32 : DType::kFloat64, &result);
+  if (auto read = ReadResponse(resp, resp.dtype() == v1::FLOAT32 ? DType::kFloat32 : DType::kFloat64,
+                               &result);
+      !read.ok())
+    return read;
   result.summary.transport = "grpc";
   auto [x_out, in_shm] = out;
   if (in_shm) {

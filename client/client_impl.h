@@ -5,6 +5,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <cstdint>
@@ -42,6 +43,9 @@ struct Client::Impl {
   // (shared memory, the server's memory) live on one replica: a balanced client sends its
   // arrays in the messages.
   std::unique_ptr<internal::Replicas> replicas;
+  // The last unary call by reference's wait for its answer, microseconds (-1: none yet):
+  // Options::rpc_spin_us.
+  std::atomic<double> last_reference_wait_us{-1};
 
   ~Impl();
 

@@ -27,6 +27,17 @@ absl::Status CheckLabel(const std::string& label) {
   return absl::OkStatus();
 }
 
+// How many systems ended in each SystemStatus. Mostly all are OK: a count that vectorizes says
+// so (the histogram over 65,536 statuses took ~65 us a pass on the 2-core VM, and ran twice).
+std::array<int64_t, 4> Outcomes(const std::vector<SystemStatus>& status) {
+  std::array<int64_t, 4> o{};
+  o[0] = std::count(status.begin(), status.end(), SystemStatus::kOk);
+  if (o[0] == int64_t(status.size())) return o;
+  o[0] = 0;
+  for (SystemStatus st : status) ++o[static_cast<size_t>(st)];
+  return o;
+}
+
 void FillSample(int64_t unknowns, const JobResult& r, double receive_us, double queue_us,
                 CallSample* sample) {
   sample->solved = true;
@@ -36,7 +47,8 @@ void FillSample(int64_t unknowns, const JobResult& r, double receive_us, double 
   sample->compute_s = (r.info.kernel_us > 0 ? r.info.kernel_us : r.compute_us) * 1e-6;
   sample->bytes_out = int64_t(r.x.size());
   sample->unknowns = unknowns;
-  for (SystemStatus st : r.status) ++sample->outcomes[static_cast<size_t>(st)];
+  const auto o = Outcomes(r.status);
+  for (size_t i = 0; i < o.size(); ++i) sample->outcomes[i] += o[i];
 }
 
 void LogDone(const std::string& id, const char* rpc, const Job& job, const AnswerSummary& s) {
@@ -188,7 +200,7 @@ AnswerSummary Core::Summarize(const Call& call, Family family, int64_t systems,
   s.method = r.info.method;
   s.backend = backend_info_.name;
   s.systems = systems;
-  for (SystemStatus st : r.status) ++s.outcomes[static_cast<size_t>(st)];
+  s.outcomes = Outcomes(r.status);
   s.iterations = r.info.iterations;
   s.residual = Describe(family).iterative ? r.info.residual : r.backward_error;
   s.request_id = call.id;
@@ -411,9 +423,15 @@ absl::StatusOr<Answer> Core::SolveSystem(Call& call, const StepRequest& step) {
   a.summary.handle = e.handle;
   a.summary.right_hand_sides = rhs->k;
   a.result = *std::move(res);
-  spdlog::debug("[req {}] {} {} k={} -> ok={}/{} residual={:.3g} total={:.3f} ms", call.id,
-                call.rpc, e.handle, rhs->k, a.summary.outcomes[0], a.summary.systems,
-                a.summary.residual, a.summary.total_us / 1e3);
+  // The backend's call on the host's clock beside the device's own account of its copies and
+  // kernels: what a call costs past its transfers shows as their difference.
+  spdlog::debug(
+      "[req {}] {} {} k={} -> ok={}/{} residual={:.3g} total={:.3f} ms (receive {:.3f}, queue "
+      "{:.3f}, backend {:.3f}: h2d {:.3f} kernels {:.3f} d2h {:.3f})",
+      call.id, call.rpc, e.handle, rhs->k, a.summary.outcomes[0], a.summary.systems,
+      a.summary.residual, a.summary.total_us / 1e3, call.receive_us / 1e3, call.queue_us / 1e3,
+      a.result.compute_us / 1e3, a.summary.h2d_us / 1e3, a.summary.compute_us / 1e3,
+      a.summary.d2h_us / 1e3);
   return a;
 }
 

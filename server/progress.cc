@@ -168,7 +168,11 @@ grpc::Status SolverService::SolveWithProgress(grpc::ServerContext* ctx,
   if (!answer.ok()) return Finish(call, answer.status());
   reporter.Flush();
   v1::ProgressResponse last;
-  AnswerToProto(*answer, last.mutable_answer());
+  const bool sparse = req->has_tridiagonal()         ? req->tridiagonal().sparse_status()
+                      : req->has_tree()              ? req->tree().sparse_status()
+                      : req->has_block_tridiagonal() ? req->block_tridiagonal().sparse_status()
+                                                     : req->dense().sparse_status();
+  AnswerToProto(*answer, last.mutable_answer(), sparse);
   const int64_t x_bytes = int64_t(last.answer().x().data().size());
   reporter.Send({.phase = ProgressEvent::kSending, .bytes_done = 0, .bytes_total = x_bytes});
   if (!writer->Write(last, grpc::WriteOptions().set_last_message()))

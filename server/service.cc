@@ -128,7 +128,7 @@ grpc::Status SolverService::HandleUnary(grpc::ServerContext* ctx, const char* rp
   if (!job.ok()) return Finish(call, job.status());
   auto answer = core_.Solve(call, *job);
   if (!answer.ok()) return Finish(call, answer.status());
-  AnswerToProto(*answer, resp);
+  AnswerToProto(*answer, resp, req.sparse_status());
   return Finish(call, absl::OkStatus());
 }
 
@@ -319,7 +319,7 @@ grpc::Status SolverService::SolveSystem(grpc::ServerContext* ctx,
   StepFromProto(*req, &step);
   auto answer = core_.SolveSystem(call, step);
   if (!answer.ok()) return Finish(call, answer.status());
-  AnswerToProto(*answer, resp);
+  AnswerToProto(*answer, resp, req->sparse_status());
   return Finish(call, absl::OkStatus());
 }
 
@@ -435,7 +435,7 @@ grpc::Status SolverService::SolveSystemStream(
     }
     ++steps;
     v1::SolveResponse resp;
-    AnswerToProto(*answer, &resp);
+    AnswerToProto(*answer, &resp, msg.sparse_status());
     held.reset();
     start_read();
     const bool wrote = stream->Write(resp);

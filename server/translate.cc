@@ -1,6 +1,7 @@
 // Protobuf in, plain jobs out: every field of a request checked and named in its error.
 #include "translate.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <new>
@@ -711,13 +712,36 @@ void SummaryToProto(const AnswerSummary& a, v1::SolveSummary* s) {
   }
 }
 
-void AnswerToProto(Answer& a, v1::SolveResponse* resp) {
+namespace {
+
+// The statuses that are not OK, where they are at most a quarter of them; false otherwise.
+bool SparseStatuses(const std::vector<SystemStatus>& all, v1::SparseStatus* out) {
+  size_t found = all.size() - size_t(std::count(all.begin(), all.end(), SystemStatus::kOk));
+  if (found > all.size() / 4) return false;
+  out->set_systems(int64_t(all.size()));
+  out->mutable_index()->Reserve(int(found));
+  out->mutable_status()->Reserve(int(found));
+  for (size_t s = 0; s < all.size() && found > 0; ++s)
+    if (all[s] != SystemStatus::kOk) {
+      out->add_index(int64_t(s));
+      out->add_status(static_cast<v1::SystemStatus>(all[s]));
+      --found;
+    }
+  return true;
+}
+
+}  // namespace
+
+void AnswerToProto(Answer& a, v1::SolveResponse* resp, bool sparse_status) {
   resp->set_dtype(a.precision == Precision::kFloat64 ? v1::FLOAT64 : v1::FLOAT32);
   for (int64_t d : a.x_shape) resp->mutable_x()->add_shape(d);
   resp->mutable_x()->mutable_data()->swap(a.result.x);
-  resp->mutable_status()->Reserve(static_cast<int>(a.result.status.size()));
-  for (SystemStatus st : a.result.status)
-    resp->add_status(static_cast<v1::SystemStatus>(st));
+  if (!sparse_status || !SparseStatuses(a.result.status, resp->mutable_sparse())) {
+    resp->clear_sparse();
+    resp->mutable_status()->Reserve(static_cast<int>(a.result.status.size()));
+    for (SystemStatus st : a.result.status)
+      resp->add_status(static_cast<v1::SystemStatus>(st));
+  }
   SummaryToProto(a.summary, resp->mutable_summary());
 }
 

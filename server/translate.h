@@ -59,7 +59,9 @@ void UpdatesFromProto(const google::protobuf::RepeatedPtrField<v1::NamedArray>& 
 
 // The core's answers as messages (AnswerToProto moves x out of the answer).
 void SummaryToProto(const AnswerSummary& a, v1::SolveSummary* s);
-void AnswerToProto(Answer& a, v1::SolveResponse* resp);
+// sparse_status: the statuses in resp->sparse where at most a quarter are not OK (the request's
+// sparse_status), in resp->status otherwise.
+void AnswerToProto(Answer& a, v1::SolveResponse* resp, bool sparse_status = false);
 void SystemInfoToProto(const SystemView& v, v1::SystemInfo* info);
 void RegionToProto(const RegionInfo& r, v1::MemoryRegion* out);
 

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -18,6 +19,7 @@
 #include <limits>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "client_test_util.h"
 #include "server_process.h"
@@ -274,6 +276,270 @@ void Expect(const grpc::Status& st, grpc::StatusCode code, const std::string& wo
   EXPECT_EQ(st.error_code(), code) << st.error_message();
   EXPECT_NE(st.error_message().find(words), std::string::npos)
       << "'" << st.error_message() << "' does not say '" << words << "'";
+}
+
+// Statuses in the sparse form (the systems that are not OK) where the request asks and at most
+// a quarter of the systems are not OK, one a system otherwise; the client library asks for it and
+// answers every system's status as before, by handle, unary and streamed, one or k right-hand
+// sides, through shared memory and the socket.
+TEST(SharedMemory, SparseStatusesNameEverySystemThatIsNotOk) {
+  ServerProcess server({});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  const int64_t batch = 64, n = 50;
+  // Systems `bad` singular: a row of zeros (a, b and c) in each.
+  auto with_singular = [&](const std::vector<int64_t>& bad) {
+    auto arrays = examples::RandomTridiagonal(batch, n, false, 41);
+    for (int64_t s : bad)
+      for (const char* name : {"a", "b", "c"}) arrays.at(name).as<double>()[s * n + 7] = 0;
+    return arrays;
+  };
+  const std::vector<int64_t> few = {3, 40, 63};
+  const std::vector<int64_t> many = [] {  // 17 of 64: more than a quarter
+    std::vector<int64_t> v;
+    for (int64_t s = 0; s < 17; ++s) v.push_back(s * 3);
+    return v;
+  }();
+  auto expected = [&](const std::vector<int64_t>& bad, int64_t k) {
+    std::vector<SolveStatus> v(size_t(k * batch), SolveStatus::kOk);
+    for (int64_t j = 0; j < k; ++j)
+      for (int64_t s : bad) v[size_t(j * batch + s)] = SolveStatus::kSingular;
+    return v;
+  };
+
+  // On the wire, by raw requests.
+  Raw raw(server);
+  auto fill = [&](const examples::Arrays& arrays, v1::TridiagonalRequest* r) {
+    r->set_dtype(v1::FLOAT64);
+    r->set_skip_residual(true);
+    for (auto [name, field] : {std::pair{"a", r->mutable_a()}, {"b", r->mutable_b()},
+                               {"c", r->mutable_c()}, {"d", r->mutable_d()}}) {
+      const NdArray& a = arrays.at(name);
+      for (int64_t d : a.shape) field->add_shape(d);
+      field->set_data(a.data.data(), a.data.size());
+    }
+  };
+  for (const auto* bad : {&few, &many}) {
+    for (bool sparse : {false, true}) {
+      SCOPED_TRACE(absl::StrCat(bad->size(), " singular, sparse_status ", sparse));
+      const auto arrays = with_singular(*bad);
+      v1::TridiagonalRequest req;
+      fill(arrays, &req);
+      req.set_sparse_status(sparse);
+      v1::SolveResponse unary;
+      ASSERT_TRUE(raw.Do([&](v1::Solver::Stub& s, grpc::ClientContext* c) {
+                       return s.SolveTridiagonal(c, req, &unary);
+                     }).ok());
+      v1::CreateSystemRequest create;
+      *create.mutable_tridiagonal() = req;
+      create.mutable_tridiagonal()->clear_d();
+      v1::SystemInfo info;
+      ASSERT_TRUE(raw.Do([&](v1::Solver::Stub& s, grpc::ClientContext* c) {
+                       return s.CreateSystem(c, create, &info);
+                     }).ok());
+      v1::SolveSystemRequest step;
+      step.set_handle(info.handle());
+      *step.mutable_rhs() = req.d();
+      step.set_sparse_status(sparse);
+      v1::SolveResponse by_handle;
+      ASSERT_TRUE(raw.Do([&](v1::Solver::Stub& s, grpc::ClientContext* c) {
+                       return s.SolveSystem(c, step, &by_handle);
+                     }).ok());
+      for (const v1::SolveResponse* r : {&unary, &by_handle}) {
+        EXPECT_EQ(r->summary().singular(), int64_t(bad->size()));
+        if (sparse && bad == &few) {
+          EXPECT_EQ(r->status_size(), 0);
+          ASSERT_TRUE(r->has_sparse());
+          EXPECT_EQ(r->sparse().systems(), batch);
+          EXPECT_EQ(std::vector<int64_t>(r->sparse().index().begin(), r->sparse().index().end()),
+                    few);
+          ASSERT_EQ(r->sparse().status_size(), int(few.size()));
+          for (int s : r->sparse().status()) EXPECT_EQ(s, v1::SINGULAR);
+        } else {
+          EXPECT_FALSE(r->has_sparse());
+          ASSERT_EQ(r->status_size(), int(batch));
+          const auto want = expected(*bad, 1);
+          for (int64_t s = 0; s < batch; ++s)
+            EXPECT_EQ(r->status(int(s)), int(want[size_t(s)])) << "system " << s;
+        }
+      }
+    }
+  }
+
+  // Through the client library, which asks for sparse statuses: every system's status, and x
+  // zero where a system is singular (its calls by reference polling for their answers).
+  Client::Options polling = Opts(server, Transport::kSharedMemory);
+  polling.rpc_spin_us = 10000;
+  Client client(polling);
+  auto shm = SharedMemory::Create(16 << 20);
+  ASSERT_TRUE(shm.ok());
+  ASSERT_TRUE(client.RegisterMemory(**shm).ok());
+  for (const auto* bad : {&few, &many}) {
+    SCOPED_TRACE(absl::StrCat(bad->size(), " singular"));
+    (*shm)->Reset();
+    const auto arrays = with_singular(*bad);
+    Job create{Kind::kTridiagonal};
+    for (const char* name : {"a", "b", "c"}) create.arrays[name] = Into(**shm, arrays.at(name));
+    auto sys = client.CreateSystem(create);
+    ASSERT_TRUE(sys.ok()) << sys.status();
+    const int64_t k = 3;
+    NdArray d3{DType::kFloat64, {k, batch, n}, {}};
+    d3.data.resize(size_t(k * batch * n * 8));
+    for (int64_t j = 0; j < k; ++j)
+      std::memcpy(d3.data.data() + j * batch * n * 8, arrays.at("d").data.data(),
+                  size_t(batch * n * 8));
+    const ArrayView d = Into(**shm, arrays.at("d")), dk = Into(**shm, d3);
+    auto* x = *(*shm)->Allocate<double>(k * batch * n);
+    auto zero_where_singular = [&](const double* xs, const std::vector<SolveStatus>& st) {
+      for (size_t s = 0; s < st.size(); ++s) {
+        if (st[s] == SolveStatus::kOk) continue;
+        for (int64_t i = 0; i < n; ++i) EXPECT_EQ(xs[int64_t(s) * n + i], 0.0) << "system " << s;
+      }
+    };
+    JobOptions jo;
+    jo.x_out = x;
+    std::memset(x, 0xff, size_t(batch * n * 8));
+    auto one = client.SolveSystem(sys->handle, d, {}, jo);
+    ASSERT_TRUE(one.ok()) << one.status();
+    EXPECT_EQ(one->summary.transport, "shared-memory");
+    EXPECT_EQ(one->status, expected(*bad, 1));
+    zero_where_singular(x, one->status);
+    std::memset(x, 0xff, size_t(k * batch * n * 8));
+    auto three = client.SolveSystem(sys->handle, dk, {}, jo);
+    ASSERT_TRUE(three.ok()) << three.status();
+    EXPECT_EQ(three->status, expected(*bad, k));
+    zero_where_singular(x, three->status);
+
+    Job unary{Kind::kTridiagonal};
+    unary.arrays = create.arrays;
+    unary.arrays["d"] = d;
+    unary.options = jo;
+    auto whole = client.Solve(unary);
+    ASSERT_TRUE(whole.ok()) << whole.status();
+    EXPECT_EQ(whole->status, expected(*bad, 1));
+
+    auto stream = client.OpenStepStream(sys->handle);
+    ASSERT_TRUE(stream.ok());
+    ASSERT_TRUE((*stream)->Send(d, {}, x).ok());
+    auto streamed = (*stream)->Receive();
+    ASSERT_TRUE(streamed.ok()) << streamed.status();
+    EXPECT_EQ(streamed->status, expected(*bad, 1));
+    EXPECT_TRUE((*stream)->Finish().ok());
+    EXPECT_TRUE(client.ReleaseSystem(sys->handle).ok());
+  }
+  ASSERT_TRUE(client.UnregisterMemory(**shm).ok());
+}
+
+// A server whose sparse statuses name a system outside the batch, out of order, or without
+// its status: the client answers DATA_LOSS, never a status read from past the batch.
+TEST(SharedMemory, AMalformedSparseAnswerIsDataLoss) {
+  class Fake final : public v1::Solver::Service {
+   public:
+    v1::SparseStatus sparse;
+    grpc::Status SolveSystem(grpc::ServerContext*, const v1::SolveSystemRequest* req,
+                             v1::SolveResponse* resp) override {
+      if (!req->sparse_status()) return grpc::Status(grpc::StatusCode::INTERNAL, "not asked");
+      resp->set_dtype(v1::FLOAT64);
+      resp->mutable_x()->add_shape(4);
+      resp->mutable_x()->add_shape(2);
+      resp->mutable_x()->set_data(std::string(64, '\0'));
+      *resp->mutable_sparse() = sparse;
+      return grpc::Status::OK;
+    }
+  } fake;
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&fake);
+  auto server = builder.BuildAndStart();
+  ASSERT_GT(port, 0);
+  Client::Options o;
+  o.target = "127.0.0.1:" + std::to_string(port);
+  o.transport = Transport::kGrpc;
+  o.pipeline_pieces = 0;
+  o.own_connection = true;
+  Client client(o);
+  const std::vector<double> d(8, 1.0);
+  const ArrayView rhs{DType::kFloat64, {4, 2}, d.data()};
+  auto with = [&](int64_t systems, std::vector<int64_t> index, std::vector<v1::SystemStatus> st) {
+    fake.sparse.Clear();
+    fake.sparse.set_systems(systems);
+    for (int64_t i : index) fake.sparse.add_index(i);
+    for (auto x : st) fake.sparse.add_status(x);
+    return client.SolveSystem("sys-fake", rhs);
+  };
+  auto good = with(4, {1, 3}, {v1::SINGULAR, v1::DIVERGED});
+  ASSERT_TRUE(good.ok()) << good.status();
+  EXPECT_EQ(good->status, (std::vector<SolveStatus>{SolveStatus::kOk, SolveStatus::kSingular,
+                                                    SolveStatus::kOk, SolveStatus::kDiverged}));
+  for (auto [what, r] : {std::pair{"past the batch", with(4, {4}, {v1::SINGULAR})},
+                         {"negative", with(4, {-1}, {v1::SINGULAR})},
+                         {"out of order", with(4, {2, 1}, {v1::SINGULAR, v1::SINGULAR})},
+                         {"repeated", with(4, {2, 2}, {v1::SINGULAR, v1::SINGULAR})},
+                         {"without its status", with(4, {1, 2}, {v1::SINGULAR})},
+                         {"a negative batch", with(-4, {}, {})}}) {
+    SCOPED_TRACE(what);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss) << r.status();
+  }
+  server->Shutdown();
+}
+
+// A batch large enough that a GPU server solves it in pieces straight from the page-locked
+// region (16 MiB of right-hand side): the singular systems named, their x zero, the others
+// solved (run with TRISOLVE_TEST_BACKEND=cuda on a GPU host; the CPU backend's answer here).
+TEST(SharedMemory, ALargeBatchByHandleNamesItsSingularSystemsAndZeroesTheirX) {
+  ServerProcess server({});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  const int64_t batch = 8192, n = 256;
+  auto arrays = examples::RandomTridiagonal(batch, n, false, 43);
+  const std::vector<int64_t> bad = {0, 4095, 8191};
+  for (int64_t s : bad)
+    for (const char* name : {"a", "b", "c"}) arrays.at(name).as<double>()[s * n + 100] = 0;
+  Client client(Opts(server, Transport::kSharedMemory));
+  auto shm = SharedMemory::Create(int64_t{6} * batch * n * 8 + (1 << 20));
+  ASSERT_TRUE(shm.ok()) << shm.status();
+  ASSERT_TRUE(client.RegisterMemory(**shm).ok());
+  Job create{Kind::kTridiagonal};
+  for (const char* name : {"a", "b", "c"}) create.arrays[name] = Into(**shm, arrays.at(name));
+  auto sys = client.CreateSystem(create);
+  ASSERT_TRUE(sys.ok()) << sys.status();
+  const ArrayView d = Into(**shm, arrays.at("d"));
+  auto* x = *(*shm)->Allocate<double>(batch * n);
+  std::fill(x, x + batch * n, 7.0);
+  JobOptions jo;
+  jo.x_out = x;
+  auto got = client.SolveSystem(sys->handle, d, {}, jo);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->summary.singular, int64_t(bad.size()));
+  ASSERT_EQ(got->status.size(), size_t(batch));
+  for (int64_t s = 0; s < batch; ++s) {
+    const bool singular = std::find(bad.begin(), bad.end(), s) != bad.end();
+    ASSERT_EQ(got->status[size_t(s)], singular ? SolveStatus::kSingular : SolveStatus::kOk)
+        << "system " << s;
+    if (singular) {
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(x[s * n + i], 0.0) << "system " << s;
+    } else {
+      ASSERT_NE(x[s * n], 7.0) << "system " << s << " was not written";
+    }
+  }
+  // Every other system solved: its residual from the original arrays.
+  const double* a = arrays.at("a").as<double>();
+  const double* b = arrays.at("b").as<double>();
+  const double* c = arrays.at("c").as<double>();
+  const double* dv = arrays.at("d").as<double>();
+  double worst = 0;
+  for (int64_t s = 1; s < batch; s += 97) {
+    if (std::find(bad.begin(), bad.end(), s) != bad.end()) continue;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t k = s * n + i;
+      double r = b[k] * x[k] - dv[k];
+      if (i > 0) r += a[k] * x[k - 1];
+      if (i + 1 < n) r += c[k] * x[k + 1];
+      worst = std::max(worst, std::abs(r) / (std::abs(dv[k]) + 1));
+    }
+  }
+  EXPECT_LT(worst, 1e-10);
+  EXPECT_TRUE(client.ReleaseSystem(sys->handle).ok());
+  ASSERT_TRUE(client.UnregisterMemory(**shm).ok());
 }
 
 TEST(SharedMemory, EveryBadReferenceIsRefusedWithItsOwnStatus) {

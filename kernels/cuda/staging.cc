@@ -4,11 +4,30 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
 
 namespace trisolve::cuda {
+
+int PipelinePieces() {
+  static const int pieces = [] {
+    const char* v = std::getenv("TRISOLVE_STAGING_PIECES");
+    const int n = v != nullptr ? std::atoi(v) : 0;
+    return n >= 2 && n <= kMaxPieces ? n : 8;
+  }();
+  return pieces;
+}
+
+int PipelineTaper() {
+  static const int taper = [] {
+    const char* v = std::getenv("TRISOLVE_STAGING_TAPER");
+    const int n = v != nullptr ? std::atoi(v) : 0;
+    return n >= 1 && n <= 8 ? n : 1;
+  }();
+  return taper;
+}
 
 Stager::Stager(int device, int streams, Pool& device_pool, Pool& pinned_pool)
     : device_(device), device_pool_(device_pool), pinned_pool_(pinned_pool) {

@@ -36,10 +36,15 @@ constexpr int64_t kStagingChunk = int64_t{16} << 20;  // bytes per pinned stagin
 // A solve whose arrays all lie in page-locked client memory moves in pieces of whole systems,
 // the copy in of one piece beside the solve of the one before and the copy back of the one
 // before that (docs/kernels/README.md, "Backends"): at least this many bytes to move in, and at
-// most kMaxPieces pieces of at least kMinPieceBytes each.
+// most PipelinePieces() pieces of at least kMinPieceBytes each.
 constexpr int64_t kPipelineBytes = int64_t{16} << 20;
 constexpr int64_t kMinPieceBytes = int64_t{4} << 20;
-constexpr int kMaxPieces = 8;
+constexpr int kMaxPieces = 32;  // the events a lane holds
+// The most pieces: 8, or TRISOLVE_STAGING_PIECES (2 to kMaxPieces) where set, for benchmarks
+// that weigh the last piece's copy back against the pieces' fixed costs.
+int PipelinePieces();
+// The pieces the last equal piece is cut into: 1, or TRISOLVE_STAGING_TAPER (1 to 8) where set.
+int PipelineTaper();
 
 // One input array of a solve: staged from the host, or already on the device (a prepared
 // system's coefficients).
@@ -312,11 +317,18 @@ class Stager {
   template <typename T>
   static void SetStatuses(const uint8_t* f, int64_t batch, int64_t n, Layout layout, T* out_x,
                           SystemStatus* out_status, const int64_t* offsets = nullptr) {
+    // A pass without branches first (it vectorizes: 65,536 systems a call by handle), then x
+    // zeroed only where some system is singular.
+    uint8_t any = 0;
+    for (int64_t s = 0; s < batch; ++s) {
+      const uint8_t singular = f[s] & cuda::kFlagVanished;
+      any |= singular;
+      out_status[s] = singular != 0 ? SystemStatus::kSingular : SystemStatus::kOk;
+    }
+    if (any == 0 || out_x == nullptr) return;
     const int64_t st = ElementStride(layout, batch);
     for (int64_t s = 0; s < batch; ++s) {
       const bool singular = (f[s] & cuda::kFlagVanished) != 0;
-      out_status[s] = singular ? SystemStatus::kSingular : SystemStatus::kOk;
-      if (out_x == nullptr) continue;
       if (singular && offsets != nullptr)
         std::fill(out_x + offsets[s], out_x + offsets[s + 1], T(0));
       else if (singular)
@@ -364,8 +376,17 @@ class Stager {
     const int64_t k = int64_t(inputs.size()), elems = batch * n, eb = int64_t(sizeof(T));
     int64_t staged_bytes = 0;
     for (const auto& in : inputs) staged_bytes += in.device ? 0 : in.values * eb;
-    const int pieces = int(std::clamp<int64_t>(staged_bytes / kMinPieceBytes, 2,
-                                               std::min<int64_t>(kMaxPieces, batch)));
+    const int equal = int(std::clamp<int64_t>(staged_bytes / kMinPieceBytes, 2,
+                                              std::min<int64_t>(PipelinePieces(), batch)));
+    // The last of the equal pieces cut in PipelineTaper() (what follows the last byte in is
+    // the last piece's solve and copy back): boundaries in systems, ascending, 0 to batch.
+    std::vector<int64_t> bounds;
+    for (int i = 0; i < equal - 1; ++i) bounds.push_back(batch * i / equal);
+    const int64_t last0 = batch * (equal - 1) / equal;
+    const int64_t taper = std::min<int64_t>({PipelineTaper(), batch - last0, kMaxPieces - equal + 1});
+    for (int64_t j = 0; j < taper; ++j) bounds.push_back(last0 + (batch - last0) * j / taper);
+    bounds.push_back(batch);
+    const int pieces = int(bounds.size()) - 1;
     std::vector<T*> din(static_cast<size_t>(k));
     T* next = base;
     for (int64_t q = 0; q < k; ++q) {
@@ -390,7 +411,7 @@ class Stager {
         cudaStreamSynchronize(l.out);
       }
     } drain{l};
-    auto first = [&](int i) { return batch * i / pieces; };
+    auto first = [&](int i) { return bounds[size_t(i)]; };
     TRISOLVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.e0, l.in));
     for (int i = 0; i < pieces; ++i) {
       const int64_t s0 = first(i), off = s0 * n, len = (first(i + 1) - s0) * n * eb;

@@ -10,7 +10,11 @@
 # client's --parallel-streams, default its own); PIECES (streams: --pipeline-pieces values to run
 # each job with, e.g. "0 4 8"; a base without the option ignores it); PIECE_BYTES (streams: the
 # fewest bytes moved a piece, --pipeline-piece-bytes; by handle only d and x move, so 2^24 by handle
-# needs 64 MiB or less for 4 pieces).
+# needs 64 MiB or less for 4 pieces); STAGING_PIECES (the server's most pieces of a solve from
+# page-locked memory, TRISOLVE_STAGING_PIECES, e.g. "8 16 32": a server a value, each bundle);
+# SHAPES (default "65536x256 64x65536", batch x n) and MODES (default "unary handle");
+# SERVER_ARGS (more trisolved flags, e.g. "--log-level debug": a line a call by handle with the
+# backend's wall time beside its copies and kernels, in trisolved_<bundle>.log).
 set -uo pipefail
 out=${OUT:-/tmp/trisolve-datapath}
 mkdir -p "$out"
@@ -22,29 +26,36 @@ for b in ${BUNDLES:-base new}; do
   dir=.gpu
   [ "$b" = base ] && dir=.gpu-base
   [ -d "$dir" ] || { echo "no $dir: skipped"; continue; }
-  port=$((50170 + RANDOM % 500))
-  $dir/run trisolved --backend cuda --listen "127.0.0.1:$port" --max-message-bytes 1073741824 \
-    >"$out/trisolved_$b.log" 2>&1 &
-  srv=$!
-  for _ in $(seq 200); do
-    $dir/run trisolve --server "127.0.0.1:$port" --timeout 1 health >/dev/null 2>&1 && break
-    sleep 0.1
-  done
-  for tr in ${TRANSPORTS:-shm}; do
-    for args in "--batch 65536 --n 256 --mode unary" "--batch 65536 --n 256 --mode handle" \
-                "--batch 64 --n 65536 --mode unary" "--batch 64 --n 65536 --mode handle"; do
-      for pieces in ${PIECES:-default}; do
-        [ "$pieces" = default ] || echo "pipeline pieces $pieces" | tee -a "$out/datapath_$b.log"
-        # shellcheck disable=SC2086
-        env ${STREAMS:+TRISOLVE_PARALLEL_STREAMS=$STREAMS} \
-          ${PIECES:+TRISOLVE_PIPELINE_PIECES=$pieces} \
-          ${PIECE_BYTES:+TRISOLVE_PIPELINE_PIECE_BYTES=$PIECE_BYTES} \
-          $dir/run trisolve --server "127.0.0.1:$port" bench --transport "$tr" --clients 1 \
-          --requests "$rq" $args --json 2>&1 | tee -a "$out/datapath_$b.log"
+  for sp in ${STAGING_PIECES:-default}; do
+    port=$((50170 + RANDOM % 500))
+    [ "$sp" = default ] || echo "staging pieces $sp" | tee -a "$out/datapath_$b.log"
+    # shellcheck disable=SC2086
+    env ${STAGING_PIECES:+TRISOLVE_STAGING_PIECES=$sp} \
+      $dir/run trisolved --backend cuda --listen "127.0.0.1:$port" --max-message-bytes 1073741824 \
+      ${SERVER_ARGS:-} \
+      >>"$out/trisolved_$b.log" 2>&1 &
+    srv=$!
+    for _ in $(seq 200); do
+      $dir/run trisolve --server "127.0.0.1:$port" --timeout 1 health >/dev/null 2>&1 && break
+      sleep 0.1
+    done
+    for tr in ${TRANSPORTS:-shm}; do
+      for args in $(for sh in ${SHAPES:-65536x256 64x65536}; do for m in ${MODES:-unary handle}; do
+                      echo "--batch=${sh%x*},--n=${sh#*x},--mode=$m"; done; done); do
+        args=${args//,/ }
+        for pieces in ${PIECES:-default}; do
+          [ "$pieces" = default ] || echo "pipeline pieces $pieces" | tee -a "$out/datapath_$b.log"
+          # shellcheck disable=SC2086
+          env ${STREAMS:+TRISOLVE_PARALLEL_STREAMS=$STREAMS} \
+            ${PIECES:+TRISOLVE_PIPELINE_PIECES=$pieces} \
+            ${PIECE_BYTES:+TRISOLVE_PIPELINE_PIECE_BYTES=$PIECE_BYTES} \
+            $dir/run trisolve --server "127.0.0.1:$port" bench --transport "$tr" --clients 1 \
+            --requests "$rq" $args --json 2>&1 | tee -a "$out/datapath_$b.log"
+        done
       done
     done
+    kill $srv
+    wait $srv
   done
-  kill $srv
-  wait $srv
 done
 echo "=== done"
