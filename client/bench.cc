@@ -193,7 +193,7 @@ double TreeError(const Cells& c, const double* diag, const double* rhs, const do
 }
 
 int RunTreeLoop(const Client::Options& client_options, const BenchOptions& o) {
-  if (o.transport == "shm") {
+  if (o.transport == "shm" || o.transport == "shm-ring") {
     std::cerr << "bench --swc: --transport grpc, auto or streams\n";
     return 2;
   }
@@ -402,11 +402,17 @@ int RunTreeLoop(const Client::Options& client_options, const BenchOptions& o) {
 // ---- the block family: a 2D grid's block-tridiagonal system, solved iteratively ------------
 
 Transport TransportOf(const std::string& name) {
-  return name == "grpc"      ? Transport::kGrpc
-         : name == "shm"     ? Transport::kSharedMemory
-         : name == "streams" ? Transport::kStreams
-         : name == "ring"    ? Transport::kRing
-                             : Transport::kAuto;
+  return name == "grpc"                          ? Transport::kGrpc
+         : name == "shm"                         ? Transport::kSharedMemory
+         : name == "streams"                     ? Transport::kStreams
+         : name == "ring" || name == "shm-ring" ? Transport::kRing
+                                                 : Transport::kAuto;
+}
+
+// The arrays live in registered shared memory (x written into it): shm sends references to
+// them over gRPC, shm-ring through the client's request ring.
+bool ArraysInSharedMemory(const BenchOptions& o) {
+  return o.transport == "shm" || o.transport == "shm-ring";
 }
 
 int RunBlock(const Client::Options& client_options, const BenchOptions& o) {
@@ -487,7 +493,7 @@ int RunBlock(const Client::Options& client_options, const BenchOptions& o) {
     std::unique_ptr<SharedMemory> shm;
     double *x_area = nullptr, *x_area2 = nullptr;
     std::vector<double> own_x, own_x2;
-    if (o.transport == "shm") {
+    if (ArraysInSharedMemory(o)) {
       auto made = SharedMemory::Create((5 + kRhs + 2) * values * 8 + 64 * 16);
       absl::Status st = made.ok() ? absl::OkStatus() : made.status();
       if (st.ok()) {
@@ -772,6 +778,10 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
     return RunBlock(client_options, o);
   }
   if (!o.swc.empty()) {
+    if (o.pause_ms > 0) {
+      std::cerr << "bench: --pause-ms applies to tridiagonal requests, not --swc time steps\n";
+      return 2;
+    }
     if (o.mode == "info" || o.mode == "health") {
       std::cerr << "bench: --swc runs time steps: --mode unary, handle or stream\n";
       return 2;
@@ -854,7 +864,7 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
       }
     }
     double *x_area = nullptr, *x_area2 = nullptr;
-    if (o.transport == "shm") {
+    if (ArraysInSharedMemory(o)) {
       auto made = SharedMemory::Create((3 + kRhs + 2) * values * 8 + 64 * 16);
       absl::Status st = made.ok() ? absl::OkStatus() : made.status();
       if (st.ok()) {
@@ -978,6 +988,8 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
     };
     for (int64_t q = 0; q < o.requests; ++q) {
       const int which = id * kRhs + int(q % kRhs);
+      if (q > 0 && o.pause_ms > 0)
+        std::this_thread::sleep_for(std::chrono::microseconds(int64_t(o.pause_ms * 1e3)));
       const auto t0 = Clock::now();
       if (o.mode == "info" || o.mode == "health") {
         // The floor: the cheapest calls the server answers, over the same connection.
@@ -1094,6 +1106,9 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
         "bench %s (%s, no solve): %d clients x %d requests; the local core: %d x %d float64\n",
         o.mode, o.mode == "info" ? "GetServerInfo" : "the health check", o.clients, o.requests,
         o.batch, o.n);
+  if (o.pause_ms > 0)
+    std::cout << absl::StrFormat("  each client idles %.3f ms before each request after its first\n",
+                                 o.pause_ms);
   std::cout << absl::StrFormat("  %-24s %12s %10s %10s %10s %10s\n", "", "requests/s", "p50 ms",
                                "p90 ms", "p99 ms", "GB/s");
   std::cout << absl::StrFormat("  %-24s %12.1f %10.3f %10.3f %10.3f %10.3f\n", "trisolve",

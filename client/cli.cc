@@ -481,12 +481,19 @@ int main(int argc, char** argv) {
   bench->add_option("--transport", bo.transport,
                     "grpc, auto (the client's choice), shm (arrays kept in registered shared "
                     "memory, x written into it), streams (parallel streams into the server's "
-                    "memory), ring (a request ring a client: no socket)")
-      ->check(CLI::IsMember({"grpc", "auto", "shm", "streams", "ring"}))->capture_default_str();
+                    "memory), ring (a request ring a client: no socket), shm-ring (as shm, the "
+                    "references through the client's request ring)")
+      ->check(CLI::IsMember({"grpc", "auto", "shm", "streams", "ring", "shm-ring"}))
+      ->capture_default_str();
   bench->add_flag("--x-out", bo.x_out,
                   "x into an array of each client's own, reused every request (as a "
                   "time-stepping code keeps its x), not a new one each answer");
   bench->add_flag("--json", bo.json, "print a JSON summary as the last line");
+  bench->add_option("--pause-ms", bo.pause_ms,
+                    "tridiagonal: each client idles this long before each request after its "
+                    "first (a simulation's own work between steps), so that every call finds "
+                    "the threads asleep")
+      ->check(CLI::Range(0.0, 60000.0))->capture_default_str();
   bench->add_option("--N", bo.N, "block: block rows (grid rows)")
       ->check(CLI::Range(int64_t{2}, int64_t{1} << 20))->capture_default_str();
   bench->add_option("--M", bo.M, "block: the order of each block (grid columns)")
@@ -568,7 +575,7 @@ int main(int argc, char** argv) {
   if (*bench) {
     // Options of the other family are refused, not ignored.
     const bool block = bo.family == "block";
-    for (const char* name : {"--batch", "--n", "--swc"})
+    for (const char* name : {"--batch", "--n", "--swc", "--pause-ms"})
       if (block && Given(bench, name))
         return Usage(absl::StrCat(name, " does not apply to bench --family block (--N, --M)"));
     for (const char* name : {"--N", "--M", "--method", "--tol"})

@@ -539,8 +539,8 @@ absl::StatusOr<Result> Client::Solve(const Job& job) {
     if (f == rhs_field) x_bytes = v.bytes();
   }
   void* x_out = job.options.x_out;
-  if (auto r = impl_->SolveOnRing(ring::kOpSolve, job.kind, dtype, send, job.options, "", x_out,
-                                  x_bytes)) {
+  if (auto r = impl_->SolveOnRing(ring::kOpSolve, job.kind, dtype, send, rhs_field, job.options,
+                                  "", x_out, x_bytes)) {
     if (r->ok())
       (*r)->summary.timings.client_total_us =
           std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
@@ -1168,7 +1168,7 @@ absl::StatusOr<Result> Client::SolveSystem(const std::string& handle, const Arra
   if (update.empty() && (rhs.dtype == DType::kFloat64 || rhs.dtype == DType::kFloat32)) {
     const Kind unused = Kind::kTridiagonal;  // the server knows the system's family
     if (auto r = impl_->SolveOnRing(ring::kOpSolveSystem, unused, rhs.dtype, {{"rhs", rhs}},
-                                    options, handle, options.x_out, rhs.bytes())) {
+                                    "rhs", options, handle, options.x_out, rhs.bytes())) {
       if (r->ok())
         (*r)->summary.timings.client_total_us =
             std::chrono::duration<double, std::micro>(Clock::now() - t0).count();

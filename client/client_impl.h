@@ -206,11 +206,12 @@ struct Client::Impl {
   static std::unique_ptr<RingPool, RingPoolDeleter> MakeRingPool(Impl* impl);
   // A small call through one of the client's rings: nullopt when it takes another path (auto:
   // not eligible, or the server serves no rings to this process), else its answer. op: a
-  // ring_abi.h RingOp; send: the arrays by request field (SolveSystem: "rhs" alone).
+  // ring_abi.h RingOp; send: the arrays by request field (SolveSystem: "rhs" alone), the
+  // right-hand side's named rhs_field. Arrays and x in registered regions go by reference.
   std::optional<absl::StatusOr<Result>> SolveOnRing(
       uint32_t op, Kind kind, DType dtype,
-      const std::vector<std::pair<std::string, ArrayView>>& send, const JobOptions& jo,
-      const std::string& handle, void* x_out, int64_t x_bytes);
+      const std::vector<std::pair<std::string, ArrayView>>& send, const std::string& rhs_field,
+      const JobOptions& jo, const std::string& handle, void* x_out, int64_t x_bytes);
   // A ring whose arena holds `need` bytes: an idle one, or a new one (registered, opened).
   // *fall_back: the call should take the RPC instead (auto).
   absl::StatusOr<std::unique_ptr<RingLane>> AcquireRing(int64_t need, bool* fall_back);

@@ -41,6 +41,14 @@ const int max_spinners = std::max(1, int(std::thread::hardware_concurrency()) / 
 // call in kSpinProbe spins anyway, to notice that the load fell.
 constexpr uint64_t kSpinProbe = 16;
 
+// A long call (its ring's last answer took kLongCallUs or more: a large solve by reference)
+// sleeps until kEarlyUs before the time its last answer took, then spins up to 2 kEarlyUs for
+// this one: the answer then finds the caller awake, instead of paying the wake-up of a thread
+// asleep on a futex (about 0.1 ms on the lent H100 host's virtual machine). At most a sixth of
+// such a call's time is spent spinning, and only within the spinners' bound.
+constexpr double kLongCallUs = 1500;
+constexpr double kEarlyUs = 125;
+
 // A server that stops advancing a ring's heartbeat for this long is taken for gone.
 constexpr double kHeartbeatTimeoutS = 3;
 
@@ -232,7 +240,8 @@ namespace {
 
 // Hands the slot's request to the server and waits for its answer (spinning `spin_us`, then
 // on the slot's futex). The answer is copied to `out`; the slot is free again afterwards.
-absl::Status Exchange(RingHeader& h, RingSlot& s, double spin_us,
+// expect_us > 0: the answer is expected about then; sleep until a little before it, then spin.
+absl::Status Exchange(RingHeader& h, RingSlot& s, double spin_us, double expect_us,
                       std::optional<Clock::time_point> deadline, RingAnswer* out, bool* broken) {
   const auto closed = [&h] { return Word(h.closed).load() != kRingOpen; };
   if (closed()) {
@@ -241,9 +250,26 @@ absl::Status Exchange(RingHeader& h, RingSlot& s, double spin_us,
   }
   Word(s.waiting).store(0);
   Word(s.state).store(kSlotSubmitted);
+  const auto submitted = Clock::now();
   Word(h.doorbell).fetch_add(1);
   if (Word(h.sleeping).load() != 0) FutexWake(&h.doorbell);
   uint32_t state = Word(s.state).load();
+  if (expect_us > 0) {
+    // Asleep (woken by the server should it answer sooner) until shortly before the answer.
+    const auto wake_at = submitted + std::chrono::nanoseconds(int64_t((expect_us - kEarlyUs) * 1e3));
+    while (state != kSlotDone && !closed()) {
+      const double left_s = std::chrono::duration<double>(wake_at - Clock::now()).count();
+      if (left_s <= 0) break;
+      Word(s.waiting).store(1);
+      state = Word(s.state).load();
+      if (state == kSlotDone) break;
+      FutexWait(&s.state, state, std::min(left_s, 0.05));
+      state = Word(s.state).load();
+    }
+    Word(s.waiting).store(0);
+    state = Word(s.state).load();
+    spin_us = 2 * kEarlyUs;
+  }
   if (spin_us > 0 && spinners.fetch_add(1) < max_spinners) {
     const auto spin_until = Clock::now() + std::chrono::nanoseconds(int64_t(spin_us * 1e3));
     while (state != kSlotDone && Clock::now() < spin_until) {
@@ -318,7 +344,8 @@ void ReadAnswer(const RingAnswer& a, const std::string& request_id, Summary* out
 
 std::optional<absl::StatusOr<Result>> Client::Impl::SolveOnRing(
     uint32_t op, Kind kind, DType dtype, const std::vector<std::pair<std::string, ArrayView>>& send,
-    const JobOptions& jo, const std::string& handle, void* x_out, int64_t x_bytes) {
+    const std::string& rhs_field, const JobOptions& jo, const std::string& handle, void* x_out,
+    int64_t x_bytes) {
   const Transport t = options.transport;
   const bool forced = t == Transport::kRing;
   if (t != Transport::kAuto && !forced) return std::nullopt;
@@ -336,17 +363,58 @@ std::optional<absl::StatusOr<Result>> Client::Impl::SolveOnRing(
   if (x_out != nullptr && internal::InCudaMemory(x_out, x_bytes))
     return skip("x in CUDA memory travels by reference");
   const int elem = dtype == DType::kFloat32 ? 4 : 8;
-  int64_t need = Align(x_bytes) + Align(x_bytes / elem);  // x, and a status a system at most
-  for (const auto& [field, v] : send) {
+  // Arrays (and x) already in a region this client registered travel by reference, read and
+  // written there in place: only the others are copied into the ring's arena. Their regions
+  // are named in the request, at most kRingMaxRegions of them (an array of a further region
+  // is copied).
+  std::vector<std::string> regions;
+  auto region_of = [&](const void* p, int64_t bytes) -> std::optional<v1::RegionRef> {
+    auto ref = RefOf(p, bytes);
+    if (!ref || ref->region().size() >= sizeof(RingRequest::regions[0])) return std::nullopt;
+    if (std::find(regions.begin(), regions.end(), ref->region()) == regions.end()) {
+      if (int(regions.size()) >= kRingMaxRegions) return std::nullopt;
+      regions.push_back(ref->region());
+    }
+    return ref;
+  };
+  auto index_of = [&](const v1::RegionRef& ref) {
+    return uint32_t(std::find(regions.begin(), regions.end(), ref.region()) - regions.begin()) + 1;
+  };
+  std::vector<std::optional<v1::RegionRef>> refs(send.size());
+  const std::optional<v1::RegionRef> x_ref =
+      x_out != nullptr ? region_of(x_out, x_bytes) : std::nullopt;
+  // Room for a status a system. The systems are at most the right-hand side's values over its
+  // shortest dimension (a batch's systems, or k right-hand sides, each of n >= that dimension),
+  // or a variable-size batch's lengths; a 1-D right-hand side may be a variable-size batch by
+  // handle: a status a value.
+  int64_t most_systems = x_bytes / elem;
+  for (const auto& [field, v] : send)
+    if (field == rhs_field && v.shape.size() >= 2) {
+      const int64_t shortest = *std::min_element(v.shape.begin(), v.shape.end());
+      if (shortest > 0) most_systems = v.elements() / shortest;
+    }
+  for (const auto& [field, v] : send)
+    if (field == "lengths") most_systems = std::max<int64_t>(1, v.elements());
+  int64_t need = (x_ref ? 0 : Align(x_bytes)) + Align(std::max<int64_t>(1, most_systems));
+  bool referenced = x_ref.has_value();
+  for (size_t i = 0; i < send.size(); ++i) {
+    const auto& [field, v] = send[i];
     if (v.shape.empty() || v.shape.size() > size_t(kRingMaxRank))
       return skip("an array of rank 0 or above 4");
     if (field.size() >= sizeof(RingArray::name)) return skip("an array name is too long");
     if (internal::InCudaMemory(v.data, v.bytes()))
       return skip("arrays in CUDA memory travel by reference");
-    need += Align(v.bytes());
+    refs[i] = region_of(v.data, v.bytes());
+    if (refs[i]) {
+      referenced = true;
+    } else {
+      need += Align(v.bytes());
+    }
   }
-  // auto: small calls only, those the client would send in one message over gRPC.
-  if (!forced && (need > options.ring_arena_bytes || need > options.stream_threshold_bytes))
+  // auto: small calls only, those the client would send in one message over gRPC, where their
+  // bytes are copied; arrays already in registered memory are not, whatever their size.
+  if (!forced && (need > options.ring_arena_bytes ||
+                  (!referenced && need > options.stream_threshold_bytes)))
     return std::nullopt;
   bool fall_back = false;
   auto lane = AcquireRing(need, &fall_back);
@@ -394,6 +462,8 @@ std::optional<absl::StatusOr<Result>> Client::Impl::SolveOnRing(
     deadline = Clock::now() + std::chrono::microseconds(int64_t(*jo.timeout_s * 1e6));
   }
   int64_t at = l.arena;
+  for (size_t k = 0; k < regions.size(); ++k)
+    SetText(rq.regions[k], sizeof rq.regions[k], regions[k]);
   rq.narrays = int32_t(send.size());
   for (size_t i = 0; i < send.size(); ++i) {
     const auto& [field, v] = send[i];
@@ -401,22 +471,36 @@ std::optional<absl::StatusOr<Result>> Client::Impl::SolveOnRing(
     SetText(a.name, sizeof a.name, field);
     a.rank = int32_t(v.shape.size());
     for (size_t k = 0; k < v.shape.size(); ++k) a.shape[k] = v.shape[k];
-    a.offset = at;
     a.bytes = v.bytes();
+    if (refs[i]) {
+      a.region = index_of(*refs[i]);
+      a.offset = refs[i]->offset();
+      continue;
+    }
+    a.offset = at;
     std::memcpy(base + at, v.data, size_t(v.bytes()));
     at += Align(v.bytes());
   }
-  rq.x_offset = at;
   rq.x_bytes = x_bytes;
-  at += Align(x_bytes);
+  if (x_ref) {
+    rq.x_region = index_of(*x_ref);
+    rq.x_offset = x_ref->offset();
+  } else {
+    rq.x_offset = at;
+    at += Align(x_bytes);
+  }
   rq.status_offset = at;
-  rq.status_bytes = x_bytes / elem;
+  rq.status_bytes = std::max<int64_t>(1, most_systems);
   rq.tag = ++l.sequence;
   RingAnswer ans;
   const bool spin = l.last_wait_us <= options.ring_spin_us || rq.tag % kSpinProbe == 0;
+  // (Not past a second: the sleep does not watch the heartbeat or the deadline.)
+  const bool long_call =
+      options.ring_spin_us > 0 && l.last_wait_us >= kLongCallUs && l.last_wait_us <= 1e6;
   const auto asked = Clock::now();
   absl::Status st =
-      Exchange(*l.header, *l.slot, spin ? options.ring_spin_us : 0, deadline, &ans, &l.broken);
+      Exchange(*l.header, *l.slot, spin ? options.ring_spin_us : 0,
+               long_call ? l.last_wait_us : 0, deadline, &ans, &l.broken);
   l.last_wait_us = std::chrono::duration<double, std::micro>(Clock::now() - asked).count();
   if (!st.ok()) {
     ReleaseRing(*std::move(lane));
@@ -441,7 +525,9 @@ std::optional<absl::StatusOr<Result>> Client::Impl::SolveOnRing(
     ReleaseRing(*std::move(lane));
     return absl::StatusOr<Result>(absl::DataLossError("the ring's answer does not fit its request"));
   }
-  if (x_out != nullptr) {
+  if (x_ref) {
+    // The server wrote x in place.
+  } else if (x_out != nullptr) {
     std::memcpy(x_out, base + rq.x_offset, size_t(x_bytes));
   } else {
     result.x.data.resize(size_t(x_bytes));

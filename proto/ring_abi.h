@@ -2,8 +2,10 @@
 // beside the data (docs/api.md, "The request ring"). A client registers a shared-memory region
 // (RegisterSharedMemory), writes a ring header at an offset of it, and opens the ring (OpenRing);
 // the server then serves the ring's slots from a thread of its own, as the identity that opened
-// it. A slot carries one request descriptor and its answer; the arrays, x and the per-system
-// statuses lie in the same region, named by (offset, bytes) from the region's start.
+// it. A slot carries one request descriptor and its answer; the arrays and x lie in the same
+// region, or in other regions the same identity registered (named in the request, read and
+// written in place: a client whose arrays already live in shared memory copies nothing), each
+// named by (offset, bytes) from its region's start; the per-system statuses lie in the ring's.
 //
 // Everything here is plain data, the same bytes in both processes (x86-64 and aarch64 Linux,
 // little-endian). The words that change hands (RingHeader's doorbell, sleeping, heartbeat,
@@ -25,10 +27,12 @@
 namespace trisolve::ring {
 
 inline constexpr uint64_t kRingMagic = 0x31474e4952535454ull;  // "TTSRING1", little-endian
-inline constexpr uint32_t kRingVersion = 1;
+inline constexpr uint32_t kRingVersion = 2;
 inline constexpr int kRingMaxArrays = 8;
 inline constexpr int kRingMaxRank = 4;
 inline constexpr int kRingMessageBytes = 240;
+// Other regions a request may name (RingRequest::regions).
+inline constexpr int kRingMaxRegions = 2;
 // Where a ring may start in its region, and what every slot is aligned to.
 inline constexpr int64_t kRingAlign = 64;
 
@@ -71,13 +75,16 @@ enum RingClosed : uint32_t {
 };
 
 // One array of a request: its name as the family's request message names the field ("a",
-// "d", "rhs", "a_c", ...), its shape, and where its bytes lie in the region.
+// "d", "rhs", "a_c", ...), its shape, and where its bytes lie.
 struct RingArray {
   char name[16];  // NUL-terminated unless all 16 bytes are used
   int32_t rank;   // 1 .. kRingMaxRank
-  uint32_t reserved;
+  // 0: the ring's region (the bytes are copied out once, before any check); k in 1 ..
+  // kRingMaxRegions: the region RingRequest::regions[k - 1] names, read in place as a
+  // RegionRef of the RPCs is.
+  uint32_t region;
   int64_t shape[kRingMaxRank];
-  int64_t offset;  // from the region's start, aligned for the element type
+  int64_t offset;  // from its region's start, aligned for the element type
   int64_t bytes;   // the array's byte size (its shape's values at the dtype's size; int32 indices)
 };
 
@@ -101,10 +108,16 @@ struct RingRequest {
   int64_t max_iterations;  // block-tridiagonal, with kFlagMaxIterations
   double tol;              // block-tridiagonal, with kFlagTol
   RingArray arrays[kRingMaxArrays];  // kOpSolveSystem: arrays[0] is the right-hand side "rhs"
-  // Where x goes (its bytes: the right-hand side's), and the per-system statuses (one byte a
-  // system, trisolve.v1.SystemStatus), in the region.
+  // Where x goes (its bytes: the right-hand side's; in the region x_region says, as
+  // RingArray::region), and the per-system statuses (one byte a system,
+  // trisolve.v1.SystemStatus), in the ring's region.
   int64_t x_offset, x_bytes;
   int64_t status_offset, status_bytes;
+  // Names of the caller's other registered regions (RegisterSharedMemory) that arrays or x lie
+  // in, NUL-terminated (at most 63 characters). Never the ring's own region (that is region 0).
+  char regions[kRingMaxRegions][64];
+  uint32_t x_region;
+  uint32_t reserved;
   uint64_t tag;  // the client's, echoed in the answer
 };
 
@@ -135,7 +148,7 @@ struct RingSlot {
   uint8_t reserved[48];
   RingRequest request;
   RingAnswer answer;
-  uint8_t tail[32];  // to a multiple of kRingAlign
+  uint8_t tail[24];  // to a multiple of kRingAlign
 };
 
 // At the ring's offset in its region; the slots follow it, the rest of the region is the
@@ -168,9 +181,9 @@ inline RingSlot* Slots(RingHeader* h) {
 inline std::atomic_ref<uint32_t> Word(uint32_t& w) { return std::atomic_ref<uint32_t>(w); }
 
 static_assert(sizeof(RingArray) == 72);
-static_assert(sizeof(RingRequest) == 824);
+static_assert(sizeof(RingRequest) == 960);
 static_assert(sizeof(RingAnswer) == 488);
-static_assert(sizeof(RingSlot) == 1408 && sizeof(RingSlot) % kRingAlign == 0);
+static_assert(sizeof(RingSlot) == 1536 && sizeof(RingSlot) % kRingAlign == 0);
 static_assert(sizeof(RingHeader) == 64);
 static_assert(offsetof(RingSlot, request) == 64);
 static_assert(std::atomic_ref<uint32_t>::is_always_lock_free);

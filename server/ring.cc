@@ -254,6 +254,10 @@ class RingManager::Ring {
   absl::Status FillFamily(const RingRequest& req, Req* msg);
   // [offset, offset + bytes) of the region, outside the ring's header and slots.
   absl::Status CheckRange(absl::string_view field, int64_t offset, int64_t bytes) const;
+  // The region an array or x lies in (RingArray::region): "" for the ring's own, else the name
+  // request.regions[k - 1] gives (resolved later as the identity's, as an RPC's RegionRef is).
+  absl::StatusOr<std::string> OtherRegion(const RingRequest& req, absl::string_view field,
+                                          uint32_t k) const;
   absl::Status WriteStatuses(const RingRequest& req, const std::vector<SystemStatus>& status,
                              RingAnswer* ans);
   void Fill(const server::Answer& a, RingAnswer* ans) const;
@@ -609,6 +613,24 @@ absl::Status RingManager::Ring::CheckRange(absl::string_view field, int64_t offs
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::string> RingManager::Ring::OtherRegion(const RingRequest& req,
+                                                           absl::string_view field,
+                                                           uint32_t k) const {
+  if (k == 0) return std::string();
+  if (k > uint32_t(kRingMaxRegions))
+    return Invalid(field, absl::StrCat(k, ", expected 0 (the ring's region) .. ",
+                                       kRingMaxRegions, " (regions[", kRingMaxRegions - 1, "])"));
+  const std::string at = absl::StrCat("regions[", k - 1, "]");
+  auto name = Text(at, req.regions[k - 1], sizeof req.regions[k - 1]);
+  if (!name.ok()) return name.status();
+  if (name->empty()) return Invalid(at, absl::StrCat("is empty, and ", field, " names it"));
+  // The ring's own bytes are reached only as region 0, where CheckRange keeps x and the arrays
+  // off its header and slots.
+  if (*name == region_->name())
+    return Invalid(at, "names the ring's own region: give its arrays as region 0");
+  return name;
+}
+
 template <typename Req>
 absl::Status RingManager::Ring::FillFamily(const RingRequest& req, Req* msg) {
   constexpr bool kBlock = std::is_same_v<Req, v1::BlockTridiagonalRequest>;
@@ -669,17 +691,31 @@ absl::Status RingManager::Ring::FillFamily(const RingRequest& req, Req* msg) {
     if (a.rank < 1 || a.rank > kRingMaxRank)
       return Invalid(absl::StrCat(*name, ".rank"),
                      absl::StrCat(a.rank, ", expected 1 .. ", kRingMaxRank));
-    if (auto st = CheckRange(*name, a.offset, a.bytes); !st.ok()) return st;
+    auto where = OtherRegion(req, absl::StrCat(*name, ".region"), a.region);
+    if (!where.ok()) return where.status();
     auto* arr = static_cast<v1::Array*>(r->MutableMessage(msg, f));
     for (int k = 0; k < a.rank; ++k) arr->add_shape(a.shape[k]);
+    if (!where->empty()) {
+      // Read in place, as an RPC's RegionRef: the job resolves it as this identity's (another's
+      // region is NOT_FOUND) and checks its range and alignment.
+      v1::RegionRef* ref = arr->mutable_region();
+      ref->set_region(*where);
+      ref->set_offset(a.offset);
+      ref->set_bytes(a.bytes);
+      continue;
+    }
+    if (auto st = CheckRange(*name, a.offset, a.bytes); !st.ok()) return st;
     // The one copy out of shared memory: what is checked is what is solved.
     arr->set_data(reinterpret_cast<const char*>(region_->base() + a.offset), size_t(a.bytes));
   }
   // x's size is given (never "the shape's", which would let it reach into the ring's slots).
   if (req.x_bytes <= 0) return Invalid("x_bytes", absl::StrCat(req.x_bytes, ": give x's size"));
-  if (auto st = CheckRange("x_offset", req.x_offset, req.x_bytes); !st.ok()) return st;
+  auto x_where = OtherRegion(req, "x_region", req.x_region);
+  if (!x_where.ok()) return x_where.status();
+  if (x_where->empty())
+    if (auto st = CheckRange("x_offset", req.x_offset, req.x_bytes); !st.ok()) return st;
   v1::RegionRef* x = msg->mutable_x_region();
-  x->set_region(region_->name());
+  x->set_region(x_where->empty() ? region_->name() : *x_where);
   x->set_offset(req.x_offset);
   x->set_bytes(req.x_bytes);
   return absl::OkStatus();
@@ -752,12 +788,18 @@ absl::Status RingManager::Ring::RunSolveSystem(Call& call, const RingRequest& re
     return Invalid("arrays[0].name", absl::StrCat("'", Sanitized(*name), "', expected 'rhs'"));
   if (a.rank < 1 || a.rank > kRingMaxRank)
     return Invalid("rhs.rank", absl::StrCat(a.rank, ", expected 1 .. ", kRingMaxRank));
-  if (auto st = CheckRange("rhs", a.offset, a.bytes); !st.ok()) return st;
+  auto rhs_where = OtherRegion(req, "rhs.region", a.region);
+  if (!rhs_where.ok()) return rhs_where.status();
+  if (rhs_where->empty())
+    if (auto st = CheckRange("rhs", a.offset, a.bytes); !st.ok()) return st;
   if (a.bytes > core_->options().limits.max_job_bytes)
     return absl::ResourceExhaustedError(absl::StrCat("rhs: ", a.bytes, " bytes exceed the server's limit of ",
                                                      core_->options().limits.max_job_bytes));
   if (req.x_bytes <= 0) return Invalid("x_bytes", absl::StrCat(req.x_bytes, ": give x's size"));
-  if (auto st = CheckRange("x_offset", req.x_offset, req.x_bytes); !st.ok()) return st;
+  auto x_where = OtherRegion(req, "x_region", req.x_region);
+  if (!x_where.ok()) return x_where.status();
+  if (x_where->empty())
+    if (auto st = CheckRange("x_offset", req.x_offset, req.x_bytes); !st.ok()) return st;
   if (auto st = CheckRange("status_offset", req.status_offset, req.status_bytes); !st.ok())
     return st;
   if (auto st = region_->StillMapped("rhs"); !st.ok()) return st;
@@ -765,13 +807,21 @@ absl::Status RingManager::Ring::RunSolveSystem(Call& call, const RingRequest& re
   step.handle = *handle;
   step.skip_residual = (req.flags & kFlagSkipResidual) != 0;
   step.rhs.shape.assign(a.shape, a.shape + a.rank);
-  // The one copy out of shared memory, aligned for any element type.
-  std::unique_ptr<uint64_t[]> copy(new uint64_t[size_t(a.bytes + 7) / 8]);
-  std::memcpy(copy.get(), region_->base() + a.offset, size_t(a.bytes));
-  step.rhs.data = copy.get();
-  step.rhs.bytes = a.bytes;
+  std::unique_ptr<uint64_t[]> copy;
+  if (!rhs_where->empty()) {
+    // Read in place, as SolveSystem's RegionRef (resolved as this identity's region).
+    step.rhs.in_region = true;
+    step.rhs.region = RegionRef{*rhs_where, a.offset, a.bytes};
+  } else {
+    // The one copy out of the ring's region, aligned for any element type.
+    copy.reset(new uint64_t[size_t(a.bytes + 7) / 8]);
+    std::memcpy(copy.get(), region_->base() + a.offset, size_t(a.bytes));
+    step.rhs.data = copy.get();
+    step.rhs.bytes = a.bytes;
+  }
   step.has_x_region = true;
-  step.x_region = RegionRef{region_->name(), req.x_offset, req.x_bytes};
+  step.x_region =
+      RegionRef{x_where->empty() ? region_->name() : *x_where, req.x_offset, req.x_bytes};
   call.receive_us = Micros(Clock::now() - call.start);
   auto answer = core_->SolveSystem(call, step);
   if (!answer.ok()) return answer.status();

@@ -3,6 +3,7 @@
 // what x holds, and how trees are numbered (item 6).
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -479,6 +480,33 @@ TEST_F(Cli, BenchChecksEveryAnswerAndMeasuresTheFloor) {
                        "/neuron_10-2012-02-09-001.CNG.swc");
   EXPECT_EQ(rc, 2) << out;
   EXPECT_TRUE(Has(out, "--swc runs time steps")) << out;
+}
+
+// Idling between requests (a simulation's work between steps): the pause is not counted in a
+// call's latency, so 5 requests after 60 ms pauses still answer each well under 60 ms here,
+// while the run takes at least the 4 pauses; where the pause does not apply it is refused.
+TEST_F(Cli, BenchPausesBetweenRequestsOutsideTheLatency) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto [rc, out] = Run("bench --requests 5 --n 64 --json --mode handle --pause-ms 60");
+  const double wall_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_TRUE(Has(out, "each client idles 60.000 ms before each request")) << out;
+  EXPECT_TRUE(Has(out, "answers: 5 ok, 0 wrong")) << out;
+  EXPECT_GE(wall_s, 0.24) << out;
+  const auto at = out.find("\"p99_ms\":");
+  ASSERT_NE(at, std::string::npos) << out;
+  EXPECT_LT(std::stod(out.substr(at + 9)), 60.0) << out;
+  for (auto [args, why] : std::vector<std::pair<std::string, std::string>>{
+           {"bench --family block --pause-ms 5", "--pause-ms does not apply"},
+           {"bench --pause-ms -1", "--pause-ms"},
+           {"bench --pause-ms 5 --mode handle --swc " + std::string(TRISOLVE_TEST_DATA) +
+                "/neuron_10-2012-02-09-001.CNG.swc",
+            "--pause-ms applies to tridiagonal requests"}}) {
+    auto [rc2, out2] = Run(args);
+    EXPECT_EQ(rc2, 2) << args << "\n" << out2;
+    EXPECT_TRUE(Has(out2, why)) << args << "\n" << out2;
+  }
 }
 
 // The block family's load: every answer's ||f - A y||_2 / ||f||_2 computed on the client from

@@ -19,6 +19,8 @@
 #include <cstddef>
 #include <cstring>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <random>
 #include <regex>
 #include <thread>
@@ -39,28 +41,31 @@ using namespace trisolve::ring;  // NOLINT
 using testing::ServerProcess;
 using Clock = std::chrono::steady_clock;
 
-// The ABI of version 1, pinned: a change of any size or offset must come with a new version
-// (and this table extended), or this fails to compile.
-static_assert(kRingVersion != 1 ||
-              (sizeof(RingHeader) == 64 && sizeof(RingSlot) == 1408 &&
-               sizeof(RingRequest) == 824 && sizeof(RingAnswer) == 488 &&
+// The ABI of version 2, pinned: a change of any size or offset must come with a new version
+// (and this table extended), or this fails to compile. (Version 2 added RingArray::region,
+// RingRequest::regions and x_region: arrays and x read and written in other regions in place.)
+static_assert(kRingVersion != 2 ||
+              (sizeof(RingHeader) == 64 && sizeof(RingSlot) == 1536 &&
+               sizeof(RingRequest) == 960 && sizeof(RingAnswer) == 488 &&
                sizeof(RingArray) == 72 && offsetof(RingHeader, doorbell) == 24 &&
                offsetof(RingHeader, sleeping) == 28 && offsetof(RingHeader, heartbeat) == 32 &&
                offsetof(RingHeader, closed) == 36 && offsetof(RingSlot, state) == 0 &&
                offsetof(RingSlot, waiting) == 4 && offsetof(RingSlot, request) == 64 &&
-               offsetof(RingSlot, answer) == 888 && offsetof(RingRequest, method) == 24 &&
+               offsetof(RingSlot, answer) == 1024 && offsetof(RingRequest, method) == 24 &&
                offsetof(RingRequest, handle) == 56 && offsetof(RingRequest, request_id) == 120 &&
                offsetof(RingRequest, deadline_unix_ns) == 184 &&
                offsetof(RingRequest, arrays) == 208 && offsetof(RingRequest, x_offset) == 784 &&
-               offsetof(RingRequest, tag) == 816 && offsetof(RingAnswer, message) == 8 &&
+               offsetof(RingRequest, regions) == 816 && offsetof(RingRequest, x_region) == 944 &&
+               offsetof(RingRequest, tag) == 952 && offsetof(RingAnswer, message) == 8 &&
                offsetof(RingAnswer, x_shape) == 256 && offsetof(RingAnswer, statuses) == 288 &&
-               offsetof(RingAnswer, tag) == 480 && offsetof(RingArray, offset) == 56 &&
+               offsetof(RingAnswer, tag) == 480 && offsetof(RingArray, region) == 20 &&
+               offsetof(RingArray, offset) == 56 && kRingMaxRegions == 2 &&
                kRingMagic == 0x31474e4952535454ull),
               "the ring's layout changed: bump kRingVersion and document it (docs/api.md)");
 
 TEST(RingAbi, LayoutIsPinnedToItsVersion) {
-  EXPECT_EQ(kRingVersion, 1u);
-  EXPECT_EQ(RingBytes(1), 64 + 1408);
+  EXPECT_EQ(kRingVersion, 2u);
+  EXPECT_EQ(RingBytes(1), 64 + 1536);
   EXPECT_EQ(sizeof(RingSlot) % kRingAlign, 0u);
 }
 
@@ -612,7 +617,7 @@ TEST(Ring, OpenChecksItsArgumentsAndLimits) {
             grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(raw.Open("reg", 4096, 2, &info).error_code(), grpc::StatusCode::INVALID_ARGUMENT)
       << "no header there";
-  r.h->version = 2;
+  r.h->version = kRingVersion + 1;
   EXPECT_EQ(raw.Open("reg", 0, 2, &info).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   r.h->version = kRingVersion;
   // Two rings, then the cap. Rings at different offsets of one region.
@@ -821,7 +826,7 @@ struct RingsInOneRegion {
   }
   RingHeader* header(int i) { return reinterpret_cast<RingHeader*>(shm->data() + i * kStride); }
   RingSlot& slot(int i) { return Slots(header(i))[0]; }
-  int64_t arena(int i) const { return i * kStride + 1536; }
+  int64_t arena(int i) const { return i * kStride + (RingBytes(1) + kRingAlign - 1) / kRingAlign * kRingAlign; }
 
   // Writes ring i's request (a system of its own, from `seed`) and hands the slot over, as a
   // client does: SUBMITTED, then the doorbell, then a wake if the server sleeps.
@@ -1024,6 +1029,181 @@ INSTANTIATE_TEST_SUITE_P(Pool, RingThreads, ::testing::Values("1", "2", "0"),
                                                                 : "Threads") +
                                   (p.param[0] == '0' ? "" : p.param);
                          });
+
+}  // namespace
+}  // namespace trisolve
+
+// ---- arrays already in registered memory: by reference through the ring (ABI v2) -----------
+
+namespace trisolve {
+namespace {
+
+// Views of a tridiagonal batch's arrays copied into registered shared memory, x there too.
+struct InShm {
+  std::unique_ptr<SharedMemory> shm;
+  std::map<std::string, ArrayView> view;
+  double* x = nullptr;
+  int64_t values = 0;
+
+  InShm(const examples::Arrays& arrays, int64_t batch, int64_t n) : values(batch * n) {
+    shm = *SharedMemory::Create((5 * values + 64) * 8);
+    for (const char* name : {"a", "b", "c", "d"}) {
+      double* p = *shm->Allocate<double>(values);
+      std::memcpy(p, arrays.at(name).data.data(), size_t(values) * 8);
+      view[name] = {DType::kFloat64, {batch, n}, p};
+    }
+    x = *shm->Allocate<double>(values);
+  }
+};
+
+// A call whose arrays lie in memory the client registered sends references through its ring,
+// whatever their size: nothing is copied into the ring's arena, x is written in place, and the
+// answer is the socket's, bit for bit, unary and by handle, forced and under auto.
+TEST(Ring, ArraysInRegisteredMemoryTravelByReference) {
+  ServerProcess server({"--request-log", "errors"});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  const int64_t batch = 1024, n = 256;  // 2 MiB an array: past the arena and the stream cut
+  const auto arrays = examples::RandomTridiagonal(batch, n, false, 77);
+  Client grpc_client(Opts(server, Transport::kGrpc));
+  auto want = grpc_client.Solve(testing::MakeJob(Kind::kTridiagonal, arrays));
+  ASSERT_TRUE(want.ok()) << want.status();
+  for (const Transport t : {Transport::kRing, Transport::kAuto}) {
+    Client client(Opts(server, t));
+    InShm in(arrays, batch, n);
+    ASSERT_TRUE(client.RegisterMemory(*in.shm).ok());
+    Job job{Kind::kTridiagonal};
+    for (const char* name : {"a", "b", "c", "d"}) job.arrays[name] = in.view[name];
+    job.options.x_out = in.x;
+    for (int round = 0; round < 3; ++round) {
+      std::fill(in.x, in.x + in.values, -1.0);
+      auto got = client.Solve(job);
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_EQ(got->summary.transport, "ring");
+      EXPECT_EQ(got->status, want->status);
+      EXPECT_EQ(std::memcmp(in.x, want->x.data.data(), size_t(in.values) * 8), 0);
+    }
+    // Some arrays in registered memory, the others copied into the arena; x into a new array.
+    Job mixed{Kind::kTridiagonal};
+    mixed.arrays = {{"a", arrays.at("a").view()}, {"b", in.view["b"]}, {"c", in.view["c"]},
+                    {"d", in.view["d"]}};
+    mixed.arrays["a"].shape = {batch, n};
+    if (t == Transport::kRing) {
+      // The copied array alone (2 MiB) fits no default arena: a forced ring makes one that does.
+      auto got = client.Solve(mixed);
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_EQ(got->summary.transport, "ring");
+      EXPECT_EQ(got->x.data, want->x.data);
+    }
+    // By handle: the right-hand side and x in registered memory.
+    Job coefficients = testing::MakeJob(Kind::kTridiagonal, arrays);
+    coefficients.arrays.erase("d");
+    auto sys = grpc_client.CreateSystem(coefficients);
+    ASSERT_TRUE(sys.ok()) << sys.status();
+    std::fill(in.x, in.x + in.values, -1.0);
+    JobOptions jo;
+    jo.x_out = in.x;
+    auto step = client.SolveSystem(sys->handle, in.view["d"], {}, jo);
+    ASSERT_TRUE(step.ok()) << step.status();
+    EXPECT_EQ(step->summary.transport, "ring");
+    EXPECT_EQ(std::memcmp(in.x, want->x.data.data(), size_t(in.values) * 8), 0);
+    EXPECT_TRUE(client.UnregisterMemory(*in.shm).ok());
+  }
+}
+
+// The request's other regions, by hand: each is the caller's, named in the request, and checked
+// as an RPC's RegionRef is; the ring's own region is reached only as region 0.
+TEST(Ring, OtherRegionsAreTheCallersAndChecked) {
+  const std::string tokens = "/tmp/trisolve_ring_tokens3_" + std::to_string(getpid());
+  std::ofstream(tokens) << "alice-token\nbob-token\n";
+  ServerProcess server({"--token-file", tokens, "--request-log", "errors"});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  Raw alice(server, "alice-token"), bob(server, "bob-token");
+  HandRing r = HandRing::Make();
+  auto data = *SharedMemory::Create(64 << 10);
+  auto bobs = *SharedMemory::Create(64 << 10);
+  ASSERT_TRUE(alice.Register(*r.shm, "alice-ring").ok());
+  ASSERT_TRUE(alice.Register(*data, "alice-data").ok());
+  ASSERT_TRUE(bob.Register(*bobs, "bob-data").ok());
+  v1::RingInfo info;
+  ASSERT_TRUE(alice.Open("alice-ring", 0, 2, &info).ok());
+  const auto arrays = examples::RandomTridiagonal(1, 64, false, 5);
+  // The arrays and x at the start of alice-data (region 1), the status in the ring's arena.
+  auto request = [&](const char* region_name) {
+    RingRequest q = TridiagonalRequest(arrays, data->data(), 0, 9);
+    std::memset(q.regions, 0, sizeof q.regions);
+    std::strncpy(q.regions[0], region_name, sizeof q.regions[0]);
+    for (int i = 0; i < q.narrays; ++i) q.arrays[i].region = 1;
+    q.x_region = 1;
+    q.status_offset = r.arena;
+    return q;
+  };
+  RingAnswer ans;
+  {
+    auto* x = reinterpret_cast<double*>(data->data() + 2048);
+    std::fill(x, x + 64, -1.0);
+    ASSERT_TRUE(r.Ask(0, request("alice-data"), &ans));
+    ASSERT_EQ(ans.code, 0) << Message(ans);
+    // a x = d, computed from the original arrays.
+    const auto& a = arrays.at("a"), &b = arrays.at("b"), &c = arrays.at("c"), &d = arrays.at("d");
+    const double* av = a.as<double>(), *bv = b.as<double>(), *cv = c.as<double>(),
+                *dv = d.as<double>();
+    double worst = 0;
+    for (int i = 0; i < 64; ++i) {
+      double lhs = bv[i] * x[i];
+      if (i > 0) lhs += av[i] * x[i - 1];
+      if (i < 63) lhs += cv[i] * x[i + 1];
+      worst = std::max(worst, std::abs(lhs - dv[i]) / (std::abs(dv[i]) + 1));
+    }
+    EXPECT_LT(worst, 1e-12);
+    EXPECT_EQ(ans.statuses, 1);
+  }
+  struct Bad {
+    std::function<void(RingRequest&)> change;
+    int code;
+    std::string names;
+  };
+  for (const Bad& bad : std::vector<Bad>{
+           {[](RingRequest& q) { q.arrays[1].region = 3; }, 3, "b.region"},
+           {[](RingRequest& q) { q.x_region = 7; }, 3, "x_region"},
+           {[](RingRequest& q) { std::strcpy(q.regions[0], "alice-ring"); }, 3,
+            "names the ring's own region"},
+           {[](RingRequest& q) { std::strcpy(q.regions[0], "bob-data"); }, 5, "bob-data"},
+           {[](RingRequest& q) { std::strcpy(q.regions[0], "no-such"); }, 5, "no-such"},
+           {[](RingRequest& q) { std::memset(q.regions[0], 'x', sizeof q.regions[0]); }, 3,
+            "regions[0]"},
+           {[](RingRequest& q) { q.arrays[0].region = 2; }, 3, "regions[1]"},
+           {[](RingRequest& q) { q.arrays[3].offset = (64 << 10) - 8; }, 3, "d"},
+           {[](RingRequest& q) { q.x_offset = 3; }, 3, "x"}}) {
+    RingRequest q = request("alice-data");
+    bad.change(q);
+    ASSERT_TRUE(r.Ask(0, q, &ans));
+    EXPECT_EQ(ans.code, bad.code) << bad.names << ": " << Message(ans);
+    EXPECT_TRUE(Message(ans).find(bad.names) != std::string::npos) << bad.names << ": " << Message(ans);
+  }
+  // By handle: the right-hand side and x in alice-data.
+  Client client(Opts(server, Transport::kGrpc, "alice-token"));
+  Job job = testing::MakeJob(Kind::kTridiagonal, arrays);
+  job.arrays.erase("d");
+  auto sys = client.CreateSystem(job);
+  ASSERT_TRUE(sys.ok()) << sys.status();
+  RingRequest q = request("alice-data");
+  q.op = kOpSolveSystem;
+  std::strncpy(q.handle, sys->handle.c_str(), sizeof q.handle - 1);
+  q.narrays = 1;
+  q.arrays[0] = q.arrays[3];
+  Name(q.arrays[0], "rhs");
+  auto* x = reinterpret_cast<double*>(data->data() + 2048);
+  std::fill(x, x + 64, -1.0);
+  ASSERT_TRUE(r.Ask(0, q, &ans));
+  ASSERT_EQ(ans.code, 0) << Message(ans);
+  auto direct = client.SolveSystem(sys->handle, arrays.at("d").view());
+  ASSERT_TRUE(direct.ok()) << direct.status();
+  EXPECT_EQ(std::memcmp(x, direct->x.data.data(), 512), 0);
+  q.regions[0][0] = 'B';  // "Blice-data": no region of alice's
+  ASSERT_TRUE(r.Ask(0, q, &ans));
+  EXPECT_EQ(ans.code, 5) << Message(ans);
+  std::remove(tokens.c_str());
+}
 
 }  // namespace
 }  // namespace trisolve

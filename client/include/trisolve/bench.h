@@ -24,13 +24,19 @@ struct BenchOptions {
   // region for large jobs on the same host); shm: the arrays live in a registered SharedMemory
   // and x is written into it (zero-copy, as a simulation that keeps its arrays there); streams:
   // the bytes written into the server's memory over parallel connections (remote clients);
-  // ring: each client's requests through a request ring of its own (the server on this host).
+  // ring: each client's requests through a request ring of its own (the server on this host);
+  // shm-ring: the arrays in registered shared memory as with shm, the requests (references to
+  // them) through the client's ring.
   std::string transport = "auto";
   // x into an array of each client's own, reused every request (JobOptions::x_out), as a
   // time-stepping code keeps its x; otherwise each answer brings a new x (Result::x). shm: x
   // is in the registered memory either way.
   bool x_out = false;
   bool json = false;
+  // Milliseconds each client idles before each of its requests after the first (a simulation's
+  // own work between two steps): the server's and client's threads are then asleep when a
+  // call comes, as in a time-stepping code, and the latency counts their waking. Tridiagonal.
+  double pause_ms = 0;
   // A morphology (SWC file): the bench is then a time-step loop of `batch` cells of it (tree
   // family, Hines systems), the diagonal and the right-hand side new each step (by handle: sent
   // as an update and a right-hand side), beside Hines over the same cells on one local core.
