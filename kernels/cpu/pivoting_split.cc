@@ -18,7 +18,8 @@ namespace trisolve {
 namespace cpu {
 namespace {
 
-// One part's factors, made and used within EliminatePart (a thread's, reused part after part).
+// One part's factors, made and used within EliminateParts (a thread's, reused part after
+// part).
 template <typename T>
 struct PartScratch {
   std::vector<T> d, du, du2, ry, rw;
@@ -28,18 +29,6 @@ struct PartScratch {
   }
 };
 
-// One part's interior, rows [0, L) of a strided block (a, b, c, d offset to its first row; the
-// couplings a[0] and c[L - 1] to the interfaces around it dropped from the block), eliminated
-// with dgtsv's interchanges and solved for three right-hand sides at once: the part's own rows
-// of d (y), the left interface's column a[0] e_1 (w) and the right one's c[L - 1] e_L (v). The
-// spikes w and v are kept whole, so that the second pass is x = y - w z_left - v z_right, no
-// second factorisation nor substitution, and the interface rows' residuals are those of the
-// reduced system (its coefficients are these very ends). The factors live only in `sc` (five
-// arrays of L, one part at a time), so memory beyond x is the two spikes: 2 n values.
-// The interchange is a select, not a branch: random rows pivot half the time, which a branch
-// predictor cannot learn. The arithmetic is dgtsv's term for term. rhs and y have stride
-// rs (y may be rhs); w (v) null where there is no left (right) interface or the spikes are
-// not wanted.
 // A spike's entries under kSpikeCut in magnitude are dropped (not stored, read as zero): the
 // interfaces' values are entries of x, so each dropped entry moves x_i by under kSpikeCut
 // ||x||, which adds at most 2 kSpikeCut = eps / 8 to the backward error. Spikes of most
@@ -58,82 +47,124 @@ struct PartEnds {
 };
 
 template <typename T>
-bool EliminatePart(int64_t L, int64_t s, int64_t rs, const T* a, const T* b, const T* c,
-                   const T* rhs, T* y, T* w, T* v, PartEnds<T>& ends, PartScratch<T>& sc) {
-  sc.Reserve(L);
-  T* sd = sc.d.data();
-  T* sdu = sc.du.data();
-  T* sdu2 = sc.du2.data();
-  T* sry = sc.ry.data();
-  T* srw = sc.rw.data();
-  const T w0 = w != nullptr ? a[0] : T(0), vl = v != nullptr ? c[(L - 1) * s] : T(0);
-  T di = b[0], dui = L > 1 ? c[0] : T(0), yi = rhs[0], wi = w0;
-  // The last step's interchange and multiplier: v's right-hand side is zero above row L - 2.
-  bool last_swapped = false;
-  T last_fact = T(0);
-  bool good = true;
-  for (int64_t i = 0; i + 1 < L; ++i) {
-    const T dl = a[(i + 1) * s], b1 = b[(i + 1) * s], c1 = i + 2 < L ? c[(i + 1) * s] : T(0);
-    const T y1 = rhs[(i + 1) * rs];
-    const bool sw = std::abs(di) < std::abs(dl);
-    const T p0 = sw ? dl : di, p1 = sw ? b1 : dui, p2 = sw ? c1 : T(0), py = sw ? y1 : yi,
-            pw = sw ? T(0) : wi;
-    const T o0 = sw ? di : dl, o1 = sw ? dui : b1, o2 = sw ? T(0) : c1, oy = sw ? yi : y1,
-            ow = sw ? wi : T(0);
-    const T fact = o0 / p0;
-    const T ap = std::abs(p0);
-    good &= (ap > T(0)) & (ap <= std::numeric_limits<T>::max());
-    sd[i] = p0, sdu[i] = p1, sdu2[i] = p2, sry[i] = py, srw[i] = pw;
-    di = o1 - fact * p1;
-    dui = o2 - fact * p2;
-    yi = oy - fact * py;
-    // w decays in most matrices: flushed once subnormal, where x86 arithmetic is ~100 times
-    // slower (reached only in parts far longer than SplitPivotingPartsFor's ~4096 rows).
-    wi = ow - fact * pw;
-    wi = std::abs(wi) < std::numeric_limits<T>::min() ? T(0) : wi;
-    last_swapped = sw, last_fact = fact;
+struct Lane {
+  const T *a, *b, *c, *rhs;
+  T *y, *w, *v;
+  PartEnds<T>* ends;
+  PartScratch<T>* sc;
+};
+
+// A part's interior, rows [0, L) of a strided block (a, b, c, rhs offset to its first row; the
+// couplings a[0] and c[L - 1] to the interfaces around it dropped from the block), eliminated
+// with dgtsv's interchanges and solved for three right-hand sides at once: the part's own rows
+// of d (y), the left interface's column a[0] e_1 (w) and the right one's c[L - 1] e_L (v). The
+// spikes w and v are kept whole, so that the second pass is x = y - w z_left - v z_right, no
+// second factorisation nor substitution, and the interface rows' residuals are those of the
+// reduced system (its coefficients are these very ends). The factors live only in the lane's scratch
+// (five arrays of L, one part at a time), so memory beyond x is the two spikes: 2 n values.
+// The interchange is a select, not a branch: random rows pivot half the time, which a branch
+// predictor cannot learn. The arithmetic is dgtsv's but for the pivot's reciprocal, made
+// once and multiplied by (one division a row, not four). rhs and y have stride
+// rs (y may be rhs); w (v) null where there is no left (right) interface or the spikes are
+// not wanted.
+// K parts of the same length L at once, each a lane (K = 2 for pairs of parts): the
+// elimination is one dependent chain a row (a division, then the next pivot), so a core
+// runs K chains in little more than the time of one. True where every lane's block factored.
+template <typename T, int K>
+bool EliminateParts(int64_t L, int64_t s, int64_t rs, const Lane<T> (&lane)[K]) {
+  T *sd[K], *sdu[K], *sdu2[K], *sry[K], *srw[K];
+  T vl[K], di[K], dui[K], yi[K], wi[K], last_fact[K];
+  bool last_swapped[K], good = true;
+  for (int l = 0; l < K; ++l) {
+    const Lane<T>& q = lane[l];
+    q.sc->Reserve(L);
+    sd[l] = q.sc->d.data(), sdu[l] = q.sc->du.data(), sdu2[l] = q.sc->du2.data();
+    sry[l] = q.sc->ry.data(), srw[l] = q.sc->rw.data();
+    vl[l] = q.v != nullptr ? q.c[(L - 1) * s] : T(0);
+    di[l] = q.b[0], dui[l] = L > 1 ? q.c[0] : T(0), yi[l] = q.rhs[0];
+    wi[l] = q.w != nullptr ? q.a[0] : T(0);
+    // The last step's interchange and multiplier: v's right-hand side is zero above L - 2.
+    last_swapped[l] = false, last_fact[l] = T(0);
   }
-  {
-    const T ap = std::abs(di);
+  for (int64_t i = 0; i + 1 < L; ++i) {
+    for (int l = 0; l < K; ++l) {
+      const Lane<T>& q = lane[l];
+      const T dl = q.a[(i + 1) * s], b1 = q.b[(i + 1) * s];
+      const T c1 = i + 2 < L ? q.c[(i + 1) * s] : T(0), y1 = q.rhs[(i + 1) * rs];
+      const bool sw = std::abs(di[l]) < std::abs(dl);
+      const T p0 = sw ? dl : di[l], p1 = sw ? b1 : dui[l], p2 = sw ? c1 : T(0),
+              py = sw ? y1 : yi[l], pw = sw ? T(0) : wi[l];
+      const T o0 = sw ? di[l] : dl, o1 = sw ? dui[l] : b1, o2 = sw ? T(0) : c1,
+              oy = sw ? yi[l] : y1, ow = sw ? wi[l] : T(0);
+      // One division a row, its reciprocal kept for the back substitution: the divider, not
+      // the chain, bounded the loop (four divisions a row took as long as the sweep).
+      const T inv = T(1) / p0;
+      const T fact = o0 * inv;
+      const T ap = std::abs(p0);
+      good &= (ap > T(0)) & (ap <= std::numeric_limits<T>::max());
+      sd[l][i] = inv, sdu[l][i] = p1, sdu2[l][i] = p2, sry[l][i] = py, srw[l][i] = pw;
+      di[l] = o1 - fact * p1;
+      dui[l] = o2 - fact * p2;
+      yi[l] = oy - fact * py;
+      // w decays in most matrices: flushed once subnormal, where x86 arithmetic is ~100
+      // times slower (reached only in parts far longer than SplitPivotingPartsFor's ~4096).
+      const T wn = ow - fact * pw;
+      wi[l] = std::abs(wn) < std::numeric_limits<T>::min() ? T(0) : wn;
+      last_swapped[l] = sw, last_fact[l] = fact;
+    }
+  }
+  for (int l = 0; l < K; ++l) {
+    const T ap = std::abs(di[l]);
     good &= (ap > T(0)) & (ap <= std::numeric_limits<T>::max());
   }
   if (!good) return false;
-  sd[L - 1] = di, sdu[L - 1] = T(0), sdu2[L - 1] = T(0), sry[L - 1] = yi, srw[L - 1] = wi;
-  if (L > 1) sdu2[L - 2] = T(0);
-  // v's right-hand side after the last step: rows L - 2 and L - 1 of (0, ..., 0, vl).
-  T rv_prev = L > 1 && last_swapped ? vl : T(0);
-  const T rv_last = L == 1 ? vl : last_swapped ? -(last_fact * vl) : vl;
-  // Back substitution, three columns in one sweep (independent chains, so their latencies
-  // overlap): x_i = (r_i - du_i x_{i+1} - du2_i x_{i+2}) / d_i, the rows past L zero. w and v
-  // go over their right-hand sides in the scratch (read before written), the stored ranges
-  // copied out after.
-  T y1 = 0, y2 = 0, w1 = 0, w2 = 0, v1 = 0, v2 = 0;
-  int64_t w_end = 0, v_begin = L;
+  T rv_prev[K], rv_last[K];
+  for (int l = 0; l < K; ++l) {
+    sd[l][L - 1] = T(1) / di[l], sdu[l][L - 1] = T(0), sdu2[l][L - 1] = T(0);
+    sry[l][L - 1] = yi[l], srw[l][L - 1] = wi[l];
+    if (L > 1) sdu2[l][L - 2] = T(0);
+    // v's right-hand side after the last step: rows L - 2 and L - 1 of (0, ..., 0, vl).
+    rv_prev[l] = L > 1 && last_swapped[l] ? vl[l] : T(0);
+    rv_last[l] = L == 1 ? vl[l] : last_swapped[l] ? -(last_fact[l] * vl[l]) : vl[l];
+  }
+  // Back substitution, three columns a lane in one sweep (independent chains, so their
+  // latencies overlap): x_i = (r_i - du_i x_{i+1} - du2_i x_{i+2}) / d_i, the rows past L
+  // zero. w and v go over their right-hand sides in the scratch (read before written), the
+  // stored ranges copied out after.
+  T y1[K] = {}, y2[K] = {}, w1[K] = {}, w2[K] = {}, v1[K] = {}, v2[K] = {};
+  int64_t w_end[K], v_begin[K];
+  for (int l = 0; l < K; ++l) w_end[l] = 0, v_begin[l] = L;
   constexpr T tiny = std::numeric_limits<T>::min(), cut = kSpikeCut<T>;
   for (int64_t i = L - 1; i >= 0; --i) {
-    const T rv = i == L - 1 ? rv_last : i == L - 2 ? rv_prev : T(0);
-    const T yn = (sry[i] - sdu[i] * y1 - sdu2[i] * y2) / sd[i];
-    T wn = (srw[i] - sdu[i] * w1 - sdu2[i] * w2) / sd[i];
-    T vn = (rv - sdu[i] * v1 - sdu2[i] * v2) / sd[i];
-    wn = std::abs(wn) < tiny ? T(0) : wn;
-    vn = std::abs(vn) < tiny ? T(0) : vn;
-    y[i * rs] = yn;
-    srw[i] = wn, sry[i] = vn;
-    if (w_end == 0 && std::abs(wn) >= cut) w_end = i + 1;
-    if (std::abs(vn) >= cut) v_begin = i;
-    y2 = y1, y1 = yn, w2 = w1, w1 = wn, v2 = v1, v1 = vn;
+    for (int l = 0; l < K; ++l) {
+      const T rv = i == L - 1 ? rv_last[l] : i == L - 2 ? rv_prev[l] : T(0);
+      const T yn = (sry[l][i] - sdu[l][i] * y1[l] - sdu2[l][i] * y2[l]) * sd[l][i];
+      T wn = (srw[l][i] - sdu[l][i] * w1[l] - sdu2[l][i] * w2[l]) * sd[l][i];
+      T vn = (rv - sdu[l][i] * v1[l] - sdu2[l][i] * v2[l]) * sd[l][i];
+      wn = std::abs(wn) < tiny ? T(0) : wn;
+      vn = std::abs(vn) < tiny ? T(0) : vn;
+      lane[l].y[i * rs] = yn;
+      srw[l][i] = wn, sry[l][i] = vn;
+      if (w_end[l] == 0 && std::abs(wn) >= cut) w_end[l] = i + 1;
+      if (std::abs(vn) >= cut) v_begin[l] = i;
+      y2[l] = y1[l], y1[l] = yn, w2[l] = w1[l], w1[l] = wn, v2[l] = v1[l], v1[l] = vn;
+    }
   }
-  if (w == nullptr) w_end = 0;
-  if (v == nullptr) v_begin = L;
-  if (w_end > 0) std::copy(srw, srw + w_end, w);
-  if (v_begin < L) std::copy(sry + v_begin, sry + L, v + v_begin);
-  ends.yf = y[0], ends.yl = y[(L - 1) * rs];
-  // The ends as computed, the dropped ones included: the interfaces' system is the one the
-  // parts define (dropping a tiny wf of a zero diagonal's block, say, would make it
-  // singular); only x's interior rows read the stored ranges.
-  ends.wf = w != nullptr ? srw[0] : T(0), ends.wl = w != nullptr ? srw[L - 1] : T(0);
-  ends.vf = v != nullptr ? sry[0] : T(0), ends.vl = v != nullptr ? sry[L - 1] : T(0);
-  ends.w_end = w_end, ends.v_begin = v_begin;
+  for (int l = 0; l < K; ++l) {
+    const Lane<T>& q = lane[l];
+    if (q.w == nullptr) w_end[l] = 0;
+    if (q.v == nullptr) v_begin[l] = L;
+    if (w_end[l] > 0) std::copy(srw[l], srw[l] + w_end[l], q.w);
+    if (v_begin[l] < L) std::copy(sry[l] + v_begin[l], sry[l] + L, q.v + v_begin[l]);
+    PartEnds<T>& e = *q.ends;
+    e.yf = q.y[0], e.yl = q.y[(L - 1) * rs];
+    // The ends as computed, the dropped ones included: the interfaces' system is the one the
+    // parts define (dropping a tiny wf of a zero diagonal's block, say, would make it
+    // singular); only x's interior rows read the stored ranges.
+    e.wf = q.w != nullptr ? srw[l][0] : T(0), e.wl = q.w != nullptr ? srw[l][L - 1] : T(0);
+    e.vf = q.v != nullptr ? sry[l][0] : T(0), e.vl = q.v != nullptr ? sry[l][L - 1] : T(0);
+    e.w_end = w_end[l], e.v_begin = v_begin[l];
+  }
   return true;
 }
 
@@ -229,26 +260,45 @@ class Split {
   bool Eliminate(const T* rhs, T* y, int64_t rs, bool spikes) {
     std::atomic<bool> failed{false};
     int64_t count = 0;
+    // Parts in pairs (the last, longer, alone).
+    const int64_t pairs = (parts_ - 1 + 1) / 2, tasks = pairs + 1;
 #pragma omp parallel reduction(+ : count)
     {
-      PartScratch<T> sc;
+      PartScratch<T> sc[2];
+      PartEnds<T> e[2];
 #pragma omp for schedule(dynamic, 1)
-      for (int64_t k = 0; k < parts_; ++k) {
+      for (int64_t t = 0; t < tasks; ++t) {
         if (failed.load(std::memory_order_relaxed)) continue;
-        const int64_t r0 = First(k), L = Length(k);
-        T* w = spikes && k > 0 ? W() + r0 : nullptr;
-        T* v = spikes && k + 1 < parts_ ? V() + r0 : nullptr;
-        ++count;
-        PartEnds<T> e;
-        if (!EliminatePart(L, s_, rs, a_ + r0 * s_, b_ + r0 * s_, c_ + r0 * s_, rhs + r0 * rs,
-                           y + r0 * rs, w, v, e, sc)) {
+        const int64_t k0 = t < pairs ? 2 * t : parts_ - 1;
+        const int64_t lanes = t < pairs ? std::min<int64_t>(2, parts_ - 1 - k0) : 1;
+        Lane<T> q[2];
+        for (int64_t l = 0; l < lanes; ++l) {
+          const int64_t k = k0 + l, r0 = First(k);
+          q[l] = Lane<T>{a_ + r0 * s_, b_ + r0 * s_, c_ + r0 * s_, rhs + r0 * rs, y + r0 * rs,
+                         spikes && k > 0 ? W() + r0 : nullptr,
+                         spikes && k + 1 < parts_ ? V() + r0 : nullptr, &e[l], &sc[l]};
+        }
+        const int64_t L = Length(k0);
+        count += lanes;
+        bool ok;
+        if (lanes == 2) {
+          const Lane<T> two[2] = {q[0], q[1]};
+          ok = EliminateParts<T, 2>(L, s_, rs, two);
+        } else {
+          const Lane<T> one[1] = {q[0]};
+          ok = EliminateParts<T, 1>(L, s_, rs, one);
+        }
+        if (!ok) {
           failed.store(true, std::memory_order_relaxed);
           continue;
         }
-        if (spikes) {
-          ends_[size_t(k)] = e;
-        } else {  // a refinement's right-hand side: the spikes are the first pass's
-          ends_[size_t(k)].yf = e.yf, ends_[size_t(k)].yl = e.yl;
+        for (int64_t l = 0; l < lanes; ++l) {
+          PartEnds<T>& to = ends_[size_t(k0 + l)];
+          if (spikes) {
+            to = e[l];
+          } else {  // a refinement's right-hand side: the spikes are the first pass's
+            to.yf = e[l].yf, to.yl = e[l].yl;
+          }
         }
       }
     }
