@@ -241,8 +241,9 @@ class Split {
         spikes_(new T[size_t(2 * n)]), ends_(size_t(layout.parts)) {
     // Not zeroed: only the spikes' stored ranges are written (and so touched), the first
     // touch in the parallel pass. In 2 MiB pages where the kernel grants them: a fresh page
-    // of 4 KiB faults at every 512 rows of a spike, and on the 2-core build machine the faults
-    // cost more than the elimination (as client/transport.cc's FreshBuffer measured).
+    // of 4 KiB faults at every 512 rows of a spike, and on the 2-core build machine (a VM)
+    // those faults took half as long as the elimination itself (perf, full spikes, 2^22
+    // rows), as client/transport.cc's FreshBuffer found for its buffers.
     constexpr uintptr_t kHuge = uintptr_t{2} << 20;
     const auto p = reinterpret_cast<uintptr_t>(spikes_.get());
     const uintptr_t lo = (p + kHuge - 1) & ~(kHuge - 1);
@@ -260,8 +261,8 @@ class Split {
   bool Eliminate(const T* rhs, T* y, int64_t rs, bool spikes) {
     std::atomic<bool> failed{false};
     int64_t count = 0;
-    // Parts in pairs (the last, longer, alone).
-    const int64_t pairs = (parts_ - 1 + 1) / 2, tasks = pairs + 1;
+    // The parts of equal length in pairs (ceil((parts - 1) / 2) of them), the last alone.
+    const int64_t pairs = parts_ / 2, tasks = pairs + 1;
 #pragma omp parallel reduction(+ : count)
     {
       PartScratch<T> sc[2];
