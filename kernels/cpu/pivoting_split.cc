@@ -60,8 +60,8 @@ struct Lane {
 // of d (y), the left interface's column a[0] e_1 (w) and the right one's c[L - 1] e_L (v). The
 // spikes w and v are kept whole, so that the second pass is x = y - w z_left - v z_right, no
 // second factorisation nor substitution, and the interface rows' residuals are those of the
-// reduced system (its coefficients are these very ends). The factors live only in the lane's scratch
-// (five arrays of L, one part at a time), so memory beyond x is the two spikes: 2 n values.
+// reduced system (its coefficients are these very ends). The factors live only in the lane's
+// scratch (five arrays of L, one part at a time), so memory beyond x is the two spikes: 2 n values.
 // The interchange is a select, not a branch: random rows pivot half the time, which a branch
 // predictor cannot learn. The arithmetic is dgtsv's but for the pivot's reciprocal, made
 // once and multiplied by (one division a row, not four). rhs and y have stride

@@ -91,8 +91,9 @@ int main(int argc, char** argv) {
       std::printf("| %s | %lld | %.1f ms | %.1f ms%s | %.2fx | %lld | %.1e | %.1e |\n", kind,
                   (long long)n, ms, mp,
                   !r.split           ? " (fell back)"
-                  : r.refinements > 0 ? (r.refinements == 1 ? " (refined once)" : " (refined twice)")
-                                     : "",
+                  : r.refinements == 1 ? " (refined once)"
+                  : r.refinements > 1  ? " (refined twice)"
+                                       : "",
                   ms / mp,
                   (long long)r.parts, BackwardError(n, a, b, c, d, x),
                   BackwardError(n, a, b, c, d, xs));

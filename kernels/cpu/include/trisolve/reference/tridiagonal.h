@@ -50,7 +50,9 @@ struct SplitPivoting {
 };
 constexpr double kSplitPivotingTolerance = 8;
 constexpr int kSplitPivotingRefineSteps = 2;
-constexpr int kSplitPivotingMinThreads = 4;
+// From 2 threads: on the H100 host's CPU, 2 threads split 2^16 rows or more 2.0-3.4x faster than
+// the sweep (tests/bench/results/pivoting-split-cpu-h100host-2026-11-28-pivsplit2).
+constexpr int kSplitPivotingMinThreads = 2;
 constexpr int64_t kSplitPivotingMinRows = int64_t(1) << 16;
 template <typename T>
 SplitPivoting PivotingSplit(int64_t n, int64_t stride, const T* a, const T* b, const T* c,
