@@ -2,7 +2,8 @@
 // core) against cpu::PivotingSplit on this process's OpenMP threads, on the same data, with
 // both answers' backward errors. Random rows U(-1, 1) (not diagonally dominant: what reaches
 // pivoting once auto's certificate fails) and tridiag(1, 0, 1) (a zero diagonal).
-//   bench_pivoting_split [--sizes 1048576,16777216] [--reps 5]   (OMP_NUM_THREADS sets T)
+//   bench_pivoting_split [--sizes 1048576,16777216] [--reps 5]   (OMP_NUM_THREADS sets T;
+//   PARTS=k asks for k parts instead of the library's choice)
 #include <omp.h>
 
 #include <algorithm>
@@ -57,7 +58,8 @@ int main(int argc, char** argv) {
     }
   }
   const int threads = omp_get_max_threads();
-  std::printf("threads %d; parts asked %d a thread (SplitPivotingParts)\n", threads, 8);
+  std::printf("threads %d; parts asked: SplitPivotingPartsFor(n, threads), PARTS overrides\n",
+              threads);
   std::printf("| matrix | n | serial sweep | split | speed-up | parts | split's backward error | sweep's |\n");
   std::printf("|---|---|---|---|---|---|---|---|\n");
   for (const char* kind : {"U(-1,1)", "tridiag(1, 0, 1)"}) {
@@ -70,7 +72,8 @@ int main(int argc, char** argv) {
         a[k] = zero ? 1 : u(rng), b[k] = zero ? 0 : u(rng), c[k] = zero ? 1 : u(rng), d[k] = u(rng);
       a[0] = 0, c[n - 1] = 0;
       const char* pe = std::getenv("PARTS");
-      const int64_t parts = pe ? std::atoll(pe) : std::max<int64_t>(8 * threads, 3);
+      const int64_t parts =
+          pe ? std::atoll(pe) : trisolve::cpu::SplitPivotingPartsFor(n, threads);
       std::vector<double> ts, tp;
       trisolve::cpu::SplitPivoting r;
       for (int rep = 0; rep < reps; ++rep) {
@@ -86,7 +89,12 @@ int main(int argc, char** argv) {
       }
       const double ms = Median(ts), mp = Median(tp);
       std::printf("| %s | %lld | %.1f ms | %.1f ms%s | %.2fx | %lld | %.1e | %.1e |\n", kind,
-                  (long long)n, ms, mp, r.split ? "" : " (fell back)", ms / mp,
+                  (long long)n, ms, mp,
+                  !r.split           ? " (fell back)"
+                  : r.refinements == 1 ? " (refined once)"
+                  : r.refinements > 1  ? " (refined twice)"
+                                       : "",
+                  ms / mp,
                   (long long)r.parts, BackwardError(n, a, b, c, d, x),
                   BackwardError(n, a, b, c, d, xs));
     }

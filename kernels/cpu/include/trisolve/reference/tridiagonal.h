@@ -31,19 +31,28 @@ template <typename T>
 bool PivotingStrided(int64_t n, int64_t stride, const T* a, const T* b, const T* c,
                      const T* d, T* x, T* work);
 // One large system by partial pivoting on every core: about `parts` parts
-// (SplitPivotingLayout) eliminated with dgtsv's interchanges inside each part, a tridiagonal
-// system of one interface row a part solved by the sweep, each part substituted back. The
-// answer is kept only where its backward error (residual in long double) is at most
-// kSplitPivotingTolerance eps and every part's block factored; otherwise, and where the parts
-// would be under 3 rows, the serial sweep answers (split = false). ok as PivotingStrided's.
+// (SplitPivotingLayout), each part's interior eliminated once with dgtsv's interchanges for
+// its right-hand side and its two spikes (the columns coupling it to the interfaces around
+// it), a tridiagonal system of one interface row a part solved by the sweep, then x = y minus
+// the spikes times the interfaces' values. The answer is kept only where its backward error
+// (residual in long double) is at most kSplitPivotingTolerance eps, after up to
+// kSplitPivotingRefineSteps steps of iterative refinement, and every part's block factored;
+// otherwise, and where the parts would be under 3 rows, the serial sweep answers (split =
+// false). ok as PivotingStrided's. Memory: the spikes, 2 n values (3 n with refinement), and
+// 5 values a row of one part a thread.
 struct SplitPivoting {
   bool ok = false;
   bool split = false;
   int64_t parts = 0;
   double backward_error = 0;
+  int refinements = 0;         // refinement steps taken
+  int64_t factorizations = 0;  // blocks factored, refinement included (tests read it)
 };
 constexpr double kSplitPivotingTolerance = 8;
-constexpr int kSplitPivotingMinThreads = 4;
+constexpr int kSplitPivotingRefineSteps = 2;
+// From 2 threads: on the H100 host's CPU, 2 threads split 2^16 rows or more 2.0-3.4x faster than
+// the sweep (tests/bench/results/pivoting-split-cpu-h100host-2026-11-28-pivsplit2).
+constexpr int kSplitPivotingMinThreads = 2;
 constexpr int64_t kSplitPivotingMinRows = int64_t(1) << 16;
 template <typename T>
 SplitPivoting PivotingSplit(int64_t n, int64_t stride, const T* a, const T* b, const T* c,
@@ -64,6 +73,9 @@ SplitLayout SplitPivotingLayoutOfRows(int64_t n, int64_t rows);
 // faster (fewer than kSplitPivotingMinThreads threads, or n under kSplitPivotingMinRows).
 template <typename T>
 int64_t SplitPivotingParts(int64_t n);
+// The parts SplitPivotingParts asks for on `threads` threads, without its thresholds (the
+// benchmark's, to time the split where the thresholds would not choose it).
+int64_t SplitPivotingPartsFor(int64_t n, int threads);
 // Solves again, by partial pivoting from the original arrays, every system of `out` whose
 // status is kSingular (a fast path's pivot vanished), patching x and status in place: a
 // nonsingular system never stays SINGULAR. Appends " + pivoting (k systems)" to info->method
