@@ -320,7 +320,26 @@ grpc::ChannelArguments ChannelArgs(const Client::Options& options, bool own_conn
   args.SetMaxSendMessageSize(-1);
   args.SetInt(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, 4 << 20);  // as the server: bulk arrays
   args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 20);
+  // A failed connection attempt is tried again after this (gRPC's default: 1 s, growing 1.6
+  // times an attempt up to 120 s): a call waiting for its connection (connect_timeout_s) gets
+  // the next attempt within its wait.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   return args;
+}
+
+void Client::Impl::AwaitConnection(grpc::Channel& ch,
+                                   std::chrono::system_clock::time_point deadline) const {
+  grpc_connectivity_state state = ch.GetState(/*try_to_connect=*/true);
+  if (state == GRPC_CHANNEL_READY || options.connect_timeout_s <= 0) return;
+  const auto now = std::chrono::system_clock::now();
+  const double wait_s = std::min(options.connect_timeout_s, 1e6);
+  auto until = now + std::chrono::microseconds(int64_t(wait_s * 1e6));
+  if (deadline != std::chrono::system_clock::time_point::max())
+    until = std::min(until, deadline <= now ? now : now + (deadline - now) / 2);
+  while (state != GRPC_CHANNEL_READY && state != GRPC_CHANNEL_SHUTDOWN) {
+    if (!ch.WaitForStateChange(state, until)) return;
+    state = ch.GetState(/*try_to_connect=*/true);
+  }
 }
 
 Client::Client(Options options) : impl_(std::make_unique<Impl>()) {
@@ -582,6 +601,7 @@ absl::StatusOr<Result> Client::Solve(const Job& job) {
 
   grpc::ClientContext ctx;
   SetAuth(ctx, impl_->options, job.options);
+  impl_->AwaitConnection(ctx);
 
   Result result;
   result.summary.streamed = stream;
@@ -777,6 +797,7 @@ bool Client::Impl::ServerSolvesOnGpu() {
   if (on_gpu == OnGpu::kUnknown) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    AwaitConnection(ctx);
     v1::ServerInfo info;
     // Unanswered: as if on a GPU (the pieces are what the options ask for); not remembered.
     if (!stub->GetServerInfo(&ctx, v1::GetServerInfoRequest(), &info).ok()) return true;
@@ -868,6 +889,7 @@ absl::StatusOr<Result> Client::Impl::SolveInPieces(
     ref(MutableXRegion(h, job.kind), x_at + s0 * x_row, (s1 - s0) * x_row);
     grpc::ClientContext ctx;
     SetAuth(ctx, options, job.options);
+    AwaitConnection(ctx);
     grpc::Status st = job.kind == Kind::kTridiagonal
                           ? stub->SolveTridiagonal(&ctx, h.tridiagonal(), &answers[size_t(k)])
                           : stub->SolveTree(&ctx, h.tree(), &answers[size_t(k)]);
@@ -968,6 +990,7 @@ absl::StatusOr<SystemInfo> Client::CreateSystem(const Job& job, const SystemOpti
   req.set_label(options.label);
   grpc::ClientContext ctx;
   SetAuth(ctx, impl_->options, job.options);
+  impl_->AwaitConnection(ctx);
   v1::SystemInfo info;
   grpc::Status st = impl_->stub->CreateSystem(&ctx, req, &info);
   if (!st.ok()) return FromGrpc(st);
@@ -997,6 +1020,7 @@ std::optional<SystemInfo> Client::Impl::SystemOf(const std::string& handle, cons
   }
   grpc::ClientContext ctx;
   SetAuth(ctx, options, o);
+  AwaitConnection(ctx);
   v1::ListSystemsResponse resp;
   if (!stub->ListSystems(&ctx, v1::ListSystemsRequest(), &resp).ok()) return std::nullopt;
   std::optional<SystemInfo> found;
@@ -1077,6 +1101,7 @@ absl::StatusOr<Result> Client::Impl::SolveSystemInPieces(const std::string& hand
     grpc::ClientContext ctx;
     SetAuth(ctx, options, o);
     if (o.timeout_s) ctx.set_deadline(deadline);
+    if (!route->second) AwaitConnection(ctx);
     v1::SystemInfo info;
     grpc::Status st = to->UpdateSystem(&ctx, req, &info);
     if (!st.ok()) return internal::Replicas::HandleCallStatus(st, handle, route->second);
@@ -1136,6 +1161,7 @@ absl::StatusOr<Result> Client::Impl::SolveSystemInPieces(const std::string& hand
     grpc::ClientContext ctx;
     SetAuth(ctx, options, o);
     if (o.timeout_s) ctx.set_deadline(deadline);
+    if (!route->second) AwaitConnection(ctx);
     grpc::Status st = to->SolveSystem(&ctx, req, &answers[size_t(k)]);
     if (st.ok()) return absl::OkStatus();
     const absl::Status e = internal::Replicas::HandleCallStatus(st, handle, route->second);
@@ -1192,6 +1218,7 @@ absl::StatusOr<Result> Client::SolveSystem(const std::string& handle, const Arra
   if (!route.ok()) return route.status();
   grpc::ClientContext ctx;
   SetAuth(ctx, impl_->options, options);
+  if (!route->second) impl_->AwaitConnection(ctx);
   v1::SolveResponse resp;
   v1::Solver::Stub* to = route->first;
   grpc::Status st = AwaitUnary(
@@ -1228,6 +1255,7 @@ absl::StatusOr<SystemInfo> Client::UpdateSystem(const std::string& handle, const
   if (!route.ok()) return route.status();
   grpc::ClientContext ctx;
   SetAuth(ctx, impl_->options, options);
+  if (!route->second) impl_->AwaitConnection(ctx);
   v1::SystemInfo info;
   grpc::Status st = route->first->UpdateSystem(&ctx, req, &info);
   if (!st.ok()) return internal::Replicas::HandleCallStatus(st, handle, route->second);
@@ -1243,6 +1271,7 @@ absl::StatusOr<SystemInfo> Client::ReleaseSystem(const std::string& handle,
   if (!route.ok()) return route.status();
   grpc::ClientContext ctx;
   SetAuth(ctx, impl_->options, options);
+  if (!route->second) impl_->AwaitConnection(ctx);
   v1::SystemInfo info;
   grpc::Status st = route->first->ReleaseSystem(&ctx, req, &info);
   impl_->Forget(handle);
@@ -1263,6 +1292,7 @@ absl::StatusOr<std::vector<SystemInfo>> Client::ListSystems(const JobOptions& op
   for (const auto& [address, stub] : stubs) {
     grpc::ClientContext ctx;
     SetAuth(ctx, impl_->options, options);
+    if (address.empty()) impl_->AwaitConnection(ctx);
     v1::ListSystemsResponse resp;
     grpc::Status st = stub->ListSystems(&ctx, v1::ListSystemsRequest(), &resp);
     if (!address.empty() && st.error_code() == grpc::StatusCode::UNAVAILABLE) continue;
@@ -1415,6 +1445,7 @@ absl::StatusOr<std::unique_ptr<StepStream>> Client::OpenStepStream(const std::st
   if (!route.ok()) return route.status();
   auto impl = std::make_unique<StepStream::Impl>();
   SetAuth(impl->ctx, impl_->options, options);
+  if (!route->second) impl_->AwaitConnection(impl->ctx);
   impl->handle = handle;
   impl->ref_of = [this](const void* p, int64_t b) { return impl_->RefOf(p, b); };
   impl->routed = route->second;
@@ -1428,6 +1459,7 @@ absl::StatusOr<ServerInfoSummary> Client::Info(double timeout_s) {
   if (!impl_->options.token.empty()) ctx.AddMetadata("authorization", "Bearer " + impl_->options.token);
   ctx.set_deadline(std::chrono::system_clock::now() +
                    std::chrono::microseconds(int64_t(timeout_s * 1e6)));
+  impl_->AwaitConnection(ctx);
   v1::ServerInfo info;
   grpc::Status st = impl_->stub->GetServerInfo(&ctx, v1::GetServerInfoRequest(), &info);
   if (!st.ok()) return FromGrpc(st);
@@ -1469,6 +1501,7 @@ absl::StatusOr<std::string> Client::Health(const std::string& service, double ti
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() +
                    std::chrono::microseconds(int64_t(timeout_s * 1e6)));
+  impl_->AwaitConnection(ctx);
   grpc::health::v1::HealthCheckRequest req;
   req.set_service(service);
   grpc::health::v1::HealthCheckResponse resp;

@@ -49,6 +49,15 @@ struct Client::Impl {
 
   ~Impl();
 
+  // Before a call on `channel`: returns once it is connected, or when Options::connect_timeout_s
+  // or half the time left to `deadline` has passed (the call is then made, and gRPC answers it
+  // with its own reason). At once where it is connected already.
+  void AwaitConnection(grpc::Channel& ch, std::chrono::system_clock::time_point deadline) const;
+  // The same for a call on the client's channel with the context `ctx`.
+  void AwaitConnection(const grpc::ClientContext& ctx) const {
+    AwaitConnection(*channel, ctx.deadline());
+  }
+
   // ---- shared memory (the server on this host) --------------------------------------------
   struct Registered {
     const std::byte* base;

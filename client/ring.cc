@@ -201,6 +201,7 @@ absl::StatusOr<std::unique_ptr<Client::Impl::RingLane>> Client::Impl::AcquireRin
   req.set_slots(1);
   grpc::ClientContext ctx;
   Auth(ctx);
+  AwaitConnection(ctx);
   v1::RingInfo info;
   const grpc::Status st = stub->OpenRing(&ctx, req, &info);
   if (!st.ok()) {

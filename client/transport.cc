@@ -85,6 +85,7 @@ absl::Status Client::Impl::Register(const SharedMemory& m, const std::string& na
   req.set_bytes(m.size());
   grpc::ClientContext ctx;
   Auth(ctx);
+  AwaitConnection(ctx);
   v1::MemoryRegion resp;
   grpc::Status st = stub->RegisterSharedMemory(&ctx, req, &resp);
   if (!st.ok()) return FromGrpc(st);
@@ -110,6 +111,7 @@ absl::Status Client::Impl::RegisterCuda(const CudaMemory& m, const std::string& 
   req.set_ttl_s(ttl_s);
   grpc::ClientContext ctx;
   Auth(ctx);
+  AwaitConnection(ctx);
   v1::MemoryRegion resp;
   grpc::Status st = stub->RegisterCudaMemory(&ctx, req, &resp);
   if (!st.ok()) return FromGrpc(st);
@@ -183,6 +185,7 @@ absl::Status Client::Impl::Unregister(const std::byte* base) {
   req.set_name(name);
   grpc::ClientContext ctx;
   Auth(ctx);
+  AwaitConnection(ctx);
   v1::MemoryRegion resp;
   return FromGrpc(stub->UnregisterMemory(&ctx, req, &resp));
 }
@@ -313,6 +316,7 @@ std::unique_ptr<Client::Impl::Remote> Client::Impl::AcquireRemoteOrNull(int64_t 
   for (int attempt = 0; attempt < 2; ++attempt) {
     grpc::ClientContext ctx;
     Auth(ctx);
+    AwaitConnection(ctx);
     st = stub->AllocateMemory(&ctx, req, &resp);
     // Over the caller's caps: this client's own idle regions count against them, so they go
     // (their bytes are nobody's now) and the allocation is asked for once more.
@@ -345,7 +349,7 @@ void Client::Impl::UnregisterRemote(const std::string& name) {
   v1::UnregisterMemoryRequest req;
   req.set_name(name);
   grpc::ClientContext ctx;
-  Auth(ctx);
+  Auth(ctx);  // errors are ignored (it may have expired): no wait for the connection either
   v1::MemoryRegion resp;
   (void)stub->UnregisterMemory(&ctx, req, &resp);
 }
@@ -486,7 +490,9 @@ absl::Status Client::Impl::Upload(const std::string& region, const std::vector<P
     auto [begin, end] = shares[lane];
     grpc::ClientContext ctx;
     if (!options.token.empty()) ctx.AddMetadata("authorization", "Bearer " + options.token);
-    RawStream w(Lane(lane), &ctx, "/trisolve.v1.Solver/WriteMemory");
+    const auto lane_channel = Lane(lane);
+    AwaitConnection(*lane_channel, ctx.deadline());
+    RawStream w(lane_channel, &ctx, "/trisolve.v1.Solver/WriteMemory");
     int64_t at = 0;  // position in the concatenation of the pieces
     bool sent = true;
     for (const Piece& p : pieces) {
@@ -516,8 +522,9 @@ absl::Status Client::Impl::Download(const std::string& region, int64_t offset, i
     req.set_bytes(end - begin);
     // Connections of their own: a connection's reads and writes take turns in gRPC's
     // transport, and a piece's x comes down while the next piece goes up (RunPipeline).
-    RawStream r(Lane(size_t(std::max(options.parallel_streams, 1)) + lane), &ctx,
-                "/trisolve.v1.Solver/ReadMemory");
+    const auto lane_channel = Lane(size_t(std::max(options.parallel_streams, 1)) + lane);
+    AwaitConnection(*lane_channel, ctx.deadline());
+    RawStream r(lane_channel, &ctx, "/trisolve.v1.Solver/ReadMemory");
     r.WriteMessage(req);
     grpc::ByteBuffer bb;
     wire::MemoryChunkView c;

@@ -88,6 +88,25 @@ class ServerProcess {
     ss << in.rdbuf();
     return ss.str();
   }
+  // The log once it holds `needle` (lines logged after the listening line may not be there yet
+  // when the port is known), or as it is after `seconds`.
+  std::string LogWith(const std::string& needle, double seconds = 5) const {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    std::string log = Log();
+    while (log.find(needle) == std::string::npos && std::chrono::steady_clock::now() < end) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      log = Log();
+    }
+    return log;
+  }
+  // The port --metrics-listen got (its log line), or 0 when none was logged within 5 s.
+  int MetricsPort() const {
+    std::smatch m;
+    const std::string log = LogWith("metrics on http");
+    return std::regex_search(log, m, std::regex("metrics on http://\\S*:([0-9]+)/metrics"))
+               ? std::stoi(m[1])
+               : 0;
+  }
   void Signal(int sig) { kill(pid_, sig); }
   // The exit status, or -1 if it did not exit in time.
   int Wait(double seconds) {
@@ -111,6 +130,37 @@ class ServerProcess {
   bool exited_ = false;
   int exit_status_ = -1;
   std::string log_;
+};
+
+// `args` (the program first) run as a child process, its standard output into `stdout_path`
+// where one is given; killed at the latest when this goes, so that a test that stops early
+// leaves no child holding ctest's output pipe.
+class ChildProcess {
+ public:
+  explicit ChildProcess(std::vector<std::string> args, const char* stdout_path = nullptr) {
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    if (stdout_path != nullptr) posix_spawn_file_actions_addopen(&fa, 1, stdout_path, O_WRONLY, 0);
+    if (posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ) != 0) pid_ = -1;
+    posix_spawn_file_actions_destroy(&fa);
+  }
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+  ~ChildProcess() { Kill(); }
+  pid_t pid() const { return pid_; }  // -1 where it could not start
+  // SIGKILL, and waits for it.
+  void Kill() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
 };
 
 // Runs a shell command; returns its exit status and what it printed (stdout and stderr).

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "gtest/gtest.h"
+#include "raw_stub.h"
 #include "server_process.h"
 #include "trisolve/client.h"
 #include "trisolve/v1/trisolve.grpc.pb.h"
@@ -144,21 +145,11 @@ double RelDiff(const std::string& bytes, const std::vector<double>& y) {
   return d / m;
 }
 
-std::unique_ptr<v1::Solver::Stub> Stub(const ServerProcess& s) {
-  return v1::Solver::NewStub(grpc::CreateChannel(s.target(), grpc::InsecureChannelCredentials()));
-}
-
 std::string Metrics(const ServerProcess& s) {
-  std::smatch m;
-  std::string log;
-  for (int i = 0; i < 200; ++i) {
-    log = s.Log();
-    if (std::regex_search(log, m, std::regex("metrics on http://127.0.0.1:([0-9]+)/metrics"))) break;
-    std::this_thread::sleep_for(milliseconds(20));
-  }
-  EXPECT_FALSE(m.empty()) << log;
-  if (m.empty()) return "";
-  auto r = httplib::Client("127.0.0.1", std::stoi(m[1])).Get("/metrics");
+  const int port = s.MetricsPort();
+  EXPECT_GT(port, 0) << s.Log();
+  if (port == 0) return "";
+  auto r = httplib::Client("127.0.0.1", port).Get("/metrics");
   EXPECT_TRUE(r);
   return r ? r->body : "";
 }
@@ -186,7 +177,7 @@ TEST(Batching, ManyConcurrentCallersEachGetTheirOwnAnswer) {
   std::vector<std::thread> threads;
   for (int t = 0; t < kClients; ++t)
     threads.emplace_back([&, t] {
-      auto stub = Stub(server);
+      auto stub = testing::DefaultStub(server.target());
       for (int q = 0; q < kRequests; ++q) {
         // One system, or three at once: callers of different sizes share one batch.
         const TriCase tc((t + q) % 3 == 0 ? 3 : 1, 64, uint64_t(t) * 1000 + uint64_t(q));
@@ -243,7 +234,7 @@ class HeldLane : public ::testing::Test {
         "--max-batches-in-flight", "1", "--batch-window-us", "300000", "--max-batch-bytes",
         "67108864", "--max-batch-systems", "4096", "--cpu-threads", "1"});
     ASSERT_GT(server_->port(), 0) << server_->Log();
-    stub_ = Stub(*server_);
+    stub_ = testing::DefaultStub(server_->target());
   }
   // Starts the large dense job (n = 64, 900 systems) and returns once the server runs it.
   void HoldTheLane() {
@@ -386,7 +377,7 @@ TEST(Batching, ALoneClientIsNeverHeld) {
   // A long window: a request that finds nothing of its kind running must not wait it out.
   ServerProcess server({"--batch-window-us", "500000", "--max-batch-systems", "256"});
   ASSERT_GT(server.port(), 0) << server.Log();
-  auto stub = Stub(server);
+  auto stub = testing::DefaultStub(server.target());
   const TriCase tc(1, 64, 5);
   const auto t0 = std::chrono::steady_clock::now();
   for (int q = 0; q < 20; ++q) {
@@ -403,7 +394,7 @@ TEST(Batching, ALoneClientIsNeverHeld) {
 TEST(Batching, OffWithOneSystemABatch) {
   ServerProcess server({"--max-batch-systems", "1"});
   ASSERT_GT(server.port(), 0) << server.Log();
-  auto stub = Stub(server);
+  auto stub = testing::DefaultStub(server.target());
   grpc::ClientContext ctx;
   v1::ServerInfo info;
   ASSERT_TRUE(stub->GetServerInfo(&ctx, v1::GetServerInfoRequest(), &info).ok());

@@ -250,6 +250,48 @@ TEST_F(Cli, ParallelStreamsCarryALargeJob) {
   EXPECT_LE(worst, 1e-14);
 }
 
+// A connection attempt that libgrpc 1.51 fails by chance, to a server that listens (it reads
+// connect's errno after other calls overwrote it: connect_errno_fault.cc), costs a first call
+// nothing: the call waits for gRPC's next attempt (Client::Options::connect_timeout_s). Over
+// the one connection of `info`, and over the streams transport's lanes (the main connection
+// first, then 4 lanes up for 32 MiB, each lane's first attempt failed). Where every attempt
+// fails, the call still fails UNAVAILABLE with gRPC's reason, once the wait is over.
+TEST_F(Cli, AConnectionAttemptThatFailsByChanceIsTriedAgain) {
+  const auto faulted = [](const std::string& which, const std::string& args) {
+    return Shell("LD_PRELOAD=" CONNECT_ERRNO_FAULT_LIB " TRISOLVE_TEST_CONNECT_ERRNO=" + which +
+                 " " + ServerProcess::CliBin() + " --server " + server_->target() + " " + args);
+  };
+  const auto faults = [](const std::string& out) {
+    const std::string said = "connect_errno_fault: errno ENOENT";
+    int n = 0;
+    for (size_t at = out.find(said); at != std::string::npos; at = out.find(said, at + 1)) ++n;
+    return n;
+  };
+  {
+    auto [rc, out] = faulted("1", "--timeout 20 info");
+    EXPECT_EQ(rc, 0) << out;
+    EXPECT_EQ(faults(out), 1) << out;
+    EXPECT_NE(out.find("version:"), std::string::npos) << out;
+  }
+  {
+    auto [rc, out] = faulted("1:4", "bench --transport streams --batch 1024 --n 1024 --requests 1");
+    EXPECT_EQ(rc, 0) << out;
+    EXPECT_EQ(faults(out), 4) << out;
+    EXPECT_NE(out.find("answers: 1 ok, 0 wrong"), std::string::npos) << out;
+  }
+  {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto [rc, out] = faulted("1000", "--timeout 60 info");
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(rc, 1) << out;
+    EXPECT_NE(out.find("UNAVAILABLE"), std::string::npos) << out;
+    EXPECT_NE(out.find("No such file or directory"), std::string::npos) << out;
+    EXPECT_GT(faults(out), 1) << out;  // tried again before it failed
+    // 2 s of waiting (connect_timeout_s), not half the deadline's 60: room for a loaded machine.
+    EXPECT_LT(s, 20) << "the wait for a connection is bounded by connect_timeout_s";
+  }
+}
+
 TEST_F(Cli, OutOfRangeValuesAreRefusedNotDefaulted) {
   auto ex = examples::ThesisExperiment1(8, 8);
   std::string block = "solve block-tridiagonal";

@@ -19,6 +19,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "client_test_util.h"
+#include "raw_stub.h"
 #include "server_process.h"
 #include "trisolve/client.h"
 #include "trisolve/examples.h"
@@ -49,15 +50,12 @@ Client::Options To(const ServerProcess& s) {
   return o;
 }
 
-std::unique_ptr<v1::Solver::Stub> SolverStub(const ServerProcess& s) {
-  return v1::Solver::NewStub(grpc::CreateChannel(s.target(), grpc::InsecureChannelCredentials()));
-}
-
 absl::StatusOr<v1::ServerInfo> RawInfo(const ServerProcess& s) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   v1::ServerInfo info;
-  grpc::Status st = SolverStub(s)->GetServerInfo(&ctx, v1::GetServerInfoRequest(), &info);
+  grpc::Status st =
+      testing::DefaultStub(s.target())->GetServerInfo(&ctx, v1::GetServerInfoRequest(), &info);
   if (!st.ok()) return absl::Status(absl::StatusCode(st.error_code()), st.error_message());
   return info;
 }
@@ -185,9 +183,9 @@ TEST_P(Faults, AnAllocationFailureFailsThatRequestOnly) {
       << log;
   EXPECT_EQ(log.find("backend lost"), std::string::npos) << log;
   // Counted under its code.
-  std::smatch m;
-  ASSERT_TRUE(std::regex_search(log, m, std::regex("metrics on http://127.0.0.1:([0-9]+)/metrics")));
-  httplib::Client http("127.0.0.1", std::stoi(m[1]));
+  const int metrics_port = s->MetricsPort();
+  ASSERT_GT(metrics_port, 0) << log;
+  httplib::Client http("127.0.0.1", metrics_port);
   auto scraped = http.Get("/metrics");
   ASSERT_TRUE(scraped);
   const std::string metrics = scraped->body;
@@ -262,11 +260,9 @@ TEST_P(Faults, AStickyErrorTurnsHealthNotServingAndTheServerExits69) {
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable) << refused.status();
   EXPECT_NE(refused.status().message().find("shutting down"), absl::string_view::npos);
   // While the stream below is open the server still answers: its metrics say it is down.
-  std::smatch m;
-  const std::string log_now = s->Log();
-  ASSERT_TRUE(
-      std::regex_search(log_now, m, std::regex("metrics on http://127.0.0.1:([0-9]+)/metrics")));
-  httplib::Client http("127.0.0.1", std::stoi(m[1]));
+  const int metrics_port = s->MetricsPort();
+  ASSERT_GT(metrics_port, 0) << s->Log();
+  httplib::Client http("127.0.0.1", metrics_port);
   auto scraped = http.Get("/metrics");
   ASSERT_TRUE(scraped);
   EXPECT_NE(scraped->body.find("trisolve_backend_up 0\n"), std::string::npos) << scraped->body;

@@ -7,7 +7,6 @@
 // given up under the caps).
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 
 #include <chrono>
@@ -27,20 +26,13 @@
 #include "trisolve/examples.h"
 #include "trisolve/v1/trisolve.grpc.pb.h"
 
-extern char** environ;
-
 namespace trisolve {
 namespace {
 
+using testing::Branchy;
+using testing::ClientOptions;
+using testing::Expect;
 using testing::ServerProcess;
-
-Client::Options Opts(const ServerProcess& s, Transport t) {
-  Client::Options o;
-  o.target = s.target();
-  o.transport = t;
-  o.own_connection = true;
-  return o;
-}
 
 // The system's coefficients (every array but the right-hand side).
 Job Coefficients(Kind kind, const examples::Arrays& arrays, const std::string& rhs) {
@@ -75,32 +67,13 @@ Step SolveRaw(v1::Solver::Stub& stub, const std::string& handle, const NdArray& 
   return s;
 }
 
-void Expect(const grpc::Status& st, grpc::StatusCode code, const std::string& words) {
-  EXPECT_EQ(st.error_code(), code) << st.error_message();
-  EXPECT_NE(st.error_message().find(words), std::string::npos)
-      << "'" << st.error_message() << "' does not say '" << words << "'";
-}
-
-Morphology Branchy(int nodes) {
-  Morphology m;
-  for (int i = 0; i < nodes; ++i) {
-    m.parent.push_back(i == 0 ? -1 : (i % 5 == 0 ? i / 3 : i - 1));
-    m.type.push_back(i == 0 ? 1 : 3);
-    m.x.push_back(i * 1.5);
-    m.y.push_back(i % 7);
-    m.z.push_back(0);
-    m.radius.push_back(i == 0 ? 4 : 0.4 + 0.02 * (i % 13));
-  }
-  return m;
-}
-
 // Each range's x is the whole solve's rows, bit for bit, with the range's statuses and counts;
 // k right-hand sides of a range likewise; tridiagonal in both precisions and a tree batch.
 TEST(SystemRanges, ARangesAnswerIsTheWholeSolvesRowsBitForBit) {
   ServerProcess server({});
   ASSERT_GT(server.port(), 0) << server.Log();
   auto stub = testing::RawStub(server.target());
-  Client client(Opts(server, Transport::kGrpc));
+  Client client(ClientOptions(server, Transport::kGrpc));
   struct Case {
     Kind kind;
     examples::Arrays arrays;
@@ -164,7 +137,7 @@ TEST(SystemRanges, EveryBadRangeIsRefusedNamingTheField) {
   ServerProcess server({});
   ASSERT_GT(server.port(), 0) << server.Log();
   auto stub = testing::RawStub(server.target());
-  Client client(Opts(server, Transport::kGrpc));
+  Client client(ClientOptions(server, Transport::kGrpc));
   const auto tri = examples::RandomTridiagonal(16, 50, false, 21);
   auto sys = client.CreateSystem(Coefficients(Kind::kTridiagonal, tri, "d"));
   ASSERT_TRUE(sys.ok()) << sys.status();
@@ -266,10 +239,10 @@ TEST(HandlePipeline, AJobOver64MiBMatchesTheSerialPathAndItsResidual) {
   ASSERT_GT(server.port(), 0) << server.Log();
   const int64_t batch = 4352, n = 2048;  // 8.9 M unknowns, 71 MB an array
   const auto arrays = examples::RandomTridiagonal(batch, n, false, 31);
-  Client::Options serial_o = Opts(server, Transport::kStreams);
+  Client::Options serial_o = ClientOptions(server, Transport::kStreams);
   serial_o.pipeline_pieces = 0;
   Client serial(serial_o);
-  Client::Options o = Opts(server, Transport::kStreams);
+  Client::Options o = ClientOptions(server, Transport::kStreams);
   o.parallel_streams = 4;
   o.pipeline_pieces = 4;
   o.pipeline_piece_bytes = int64_t{32} << 20;
@@ -312,10 +285,10 @@ TEST(HandlePipeline, AJobOver64MiBMatchesTheSerialPathAndItsResidual) {
 TEST(HandlePipeline, TreesManyRightHandSidesAndUpdatesAsTheSerialPath) {
   ServerProcess server({});
   ASSERT_GT(server.port(), 0) << server.Log();
-  Client::Options serial_o = Opts(server, Transport::kStreams);
+  Client::Options serial_o = ClientOptions(server, Transport::kStreams);
   serial_o.pipeline_pieces = 0;
   Client serial(serial_o);
-  Client::Options o = Opts(server, Transport::kStreams);
+  Client::Options o = ClientOptions(server, Transport::kStreams);
   o.pipeline_pieces = 5;
   o.pipeline_piece_bytes = 1 << 20;
   Client piped(o);
@@ -385,7 +358,7 @@ TEST(HandlePipeline, TreesManyRightHandSidesAndUpdatesAsTheSerialPath) {
 TEST(HandlePipeline, AFailingPieceNamesItsPieceAndSystem) {
   ServerProcess server({});
   ASSERT_GT(server.port(), 0) << server.Log();
-  Client::Options o = Opts(server, Transport::kStreams);
+  Client::Options o = ClientOptions(server, Transport::kStreams);
   o.pipeline_pieces = 7;
   o.pipeline_piece_bytes = 1 << 20;
   Client piped(o);
@@ -419,27 +392,19 @@ TEST(HandlePipeline, AClientKilledMidPipelineLeavesTheServerHealthy) {
                                    "--pipeline-piece-bytes", "4194304", "bench", "--transport",
                                    "streams", "--mode", "handle", "--batch", "2048", "--n",
                                    "2048", "--requests", "1000000"};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = -1;
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-  ASSERT_EQ(posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ), 0);
-  posix_spawn_file_actions_destroy(&fa);
+  testing::ChildProcess cli(args, "/dev/null");
+  ASSERT_GT(cli.pid(), 0);
   // Killed once it has had pieces solved (eight a request) and is moving more.
-  Client watcher(Opts(server, Transport::kGrpc));
+  Client watcher(ClientOptions(server, Transport::kGrpc));
   ASSERT_TRUE(testing::WaitForServer(watcher, [](const ServerInfoSummary& i) {
     return i.jobs_done >= 20;
   })) << server.Log();
-  kill(pid, SIGKILL);
-  waitpid(pid, nullptr, 0);
+  cli.Kill();
 
   auto health = watcher.Health();
   ASSERT_TRUE(health.ok()) << health.status();
   const auto tri = examples::RandomTridiagonal(1024, 1024, false, 61);  // 8 MiB an array
-  Client::Options o = Opts(server, Transport::kStreams);
+  Client::Options o = ClientOptions(server, Transport::kStreams);
   o.pipeline_pieces = 8;
   o.pipeline_piece_bytes = 1 << 20;
   Client client(o);
@@ -470,14 +435,14 @@ TEST(HandleRegions, AKeptRegionIsNeverAnotherIdentitysNorAStaleAnswer) {
   const int64_t batch = 2304, n = 1024;  // 18.9 MB an array: x made while d goes up
   const auto one = examples::RandomTridiagonal(batch, n, false, 71);
   const auto two = examples::RandomTridiagonal(batch, n, false, 72);  // its d: another rhs
-  Client::Options ao = Opts(server, Transport::kStreams);
+  Client::Options ao = ClientOptions(server, Transport::kStreams);
   ao.token = "alice-token";
   ao.pipeline_pieces = 0;
   Client alice(ao);
   ao.pipeline_pieces = 3;
   ao.pipeline_piece_bytes = 4 << 20;
   Client alice_piped(ao);
-  Client::Options bo = Opts(server, Transport::kStreams);
+  Client::Options bo = ClientOptions(server, Transport::kStreams);
   bo.token = "bob-token";
   bo.pipeline_pieces = 0;
   Client bob(bo);
@@ -557,10 +522,10 @@ TEST(HandleRegions, KeptRegionsGiveWayUnderTheCaps) {
   ServerProcess server(
       {"--max-region-bytes", std::to_string(cap), "--max-message-bytes", "200000000"});
   ASSERT_GT(server.port(), 0) << server.Log();
-  Client::Options o = Opts(server, Transport::kStreams);
+  Client::Options o = ClientOptions(server, Transport::kStreams);
   o.pipeline_pieces = 0;
   Client client(o);
-  Client maker(Opts(server, Transport::kGrpc));  // the coefficients in the messages
+  Client maker(ClientOptions(server, Transport::kGrpc));  // the coefficients in the messages
   auto stub = testing::RawStub(server.target());
   auto held = [&] {
     grpc::ClientContext ctx;

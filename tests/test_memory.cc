@@ -5,7 +5,6 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,27 +21,23 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "client_test_util.h"
+#include "raw_stub.h"
 #include "server_process.h"
 #include "trisolve/client.h"
 #include "trisolve/examples.h"
 #include "trisolve/shared_memory.h"
 #include "trisolve/v1/trisolve.grpc.pb.h"
 
-extern char** environ;
 
 namespace trisolve {
 namespace {
 
+using testing::ClientOptions;
+using testing::EveryFamily;
+using testing::Expect;
+using testing::Family;
+using testing::MakeJob;
 using testing::ServerProcess;
-
-Client::Options Opts(const ServerProcess& s, Transport t, const std::string& token = "") {
-  Client::Options o;
-  o.target = s.target();
-  o.transport = t;
-  o.token = token;
-  o.own_connection = true;
-  return o;
-}
 
 // A copy of `a` inside `shm`, as a view.
 ArrayView Into(SharedMemory& shm, const NdArray& a) {
@@ -51,48 +46,17 @@ ArrayView Into(SharedMemory& shm, const NdArray& a) {
   return ArrayView{a.dtype, a.shape, p};
 }
 
-Job JobOf(Kind kind, const examples::Arrays& arrays) {
-  Job job{kind};
-  for (const auto& [name, a] : arrays) job.arrays[name] = a.view();
-  return job;
-}
-
-struct Family {
-  Kind kind;
-  examples::Arrays arrays;
-  bool interleaved = false;
-};
-
-std::vector<Family> EveryFamily() {
-  std::vector<Family> f;
-  f.push_back({Kind::kTridiagonal, examples::RandomTridiagonal(64, 300, false, 11)});
-  f.push_back({Kind::kTridiagonal, examples::RandomTridiagonal(48, 200, true, 12), true});
-  Morphology m;
-  for (int i = 0; i < 200; ++i) {
-    m.parent.push_back(i == 0 ? -1 : (i % 7 == 0 ? i / 2 : i - 1));
-    m.type.push_back(i == 0 ? 1 : 3);
-    m.x.push_back(i * 2.0);
-    m.y.push_back(i % 5);
-    m.z.push_back(0);
-    m.radius.push_back(i == 0 ? 5 : 0.5 + 0.01 * (i % 11));
-  }
-  f.push_back({Kind::kTree, examples::CableTree(m, 16, 13)});
-  f.push_back({Kind::kBlockTridiagonal, examples::ThesisExperiment1(24, 20)});
-  f.push_back({Kind::kDense, examples::RandomDense(8, 40, false, 14)});
-  return f;
-}
-
 TEST(SharedMemory, EveryFamilySolvesFromAndIntoARegionAsOverTheSocket) {
   ServerProcess server({});
   ASSERT_GT(server.port(), 0) << server.Log();
-  Client grpc_client(Opts(server, Transport::kGrpc));
-  Client shm_client(Opts(server, Transport::kSharedMemory));
+  Client grpc_client(ClientOptions(server, Transport::kGrpc));
+  Client shm_client(ClientOptions(server, Transport::kSharedMemory));
   auto shm = SharedMemory::Create(64 << 20);
   ASSERT_TRUE(shm.ok()) << shm.status();
   ASSERT_TRUE(shm_client.RegisterMemory(**shm, "arrays").ok());
   for (const Family& f : EveryFamily()) {
     SCOPED_TRACE(std::string(KindName(f.kind)));
-    Job over_socket = JobOf(f.kind, f.arrays);
+    Job over_socket = MakeJob(f.kind, f.arrays);
     over_socket.options.interleaved = f.interleaved;
     auto want = grpc_client.Solve(over_socket);
     ASSERT_TRUE(want.ok()) << want.status();
@@ -125,12 +89,12 @@ TEST(SharedMemory, AutoStagesLargeJobsAndFallsBackWhereRefused) {
   ASSERT_GT(server.port(), 0) << server.Log();
   ASSERT_GT(refusing.port(), 0) << refusing.Log();
   const auto arrays = examples::RandomTridiagonal(512, 1024, false, 21);  // 16 MiB
-  const Job job = JobOf(Kind::kTridiagonal, arrays);
-  auto want = Client(Opts(server, Transport::kGrpc)).Solve(job);
+  const Job job = MakeJob(Kind::kTridiagonal, arrays);
+  auto want = Client(ClientOptions(server, Transport::kGrpc)).Solve(job);
   ASSERT_TRUE(want.ok()) << want.status();
   EXPECT_EQ(want->summary.transport, "grpc-stream");
 
-  Client client(Opts(server, Transport::kAuto));
+  Client client(ClientOptions(server, Transport::kAuto));
   EXPECT_EQ(client.SharedMemoryState(), "untried");
   for (int rep = 0; rep < 3; ++rep) {  // the staging region is reused
     auto got = client.Solve(job);
@@ -140,14 +104,14 @@ TEST(SharedMemory, AutoStagesLargeJobsAndFallsBackWhereRefused) {
   }
   EXPECT_EQ(client.SharedMemoryState(), "shared-memory");
 
-  Client fallback(Opts(refusing, Transport::kAuto));
+  Client fallback(ClientOptions(refusing, Transport::kAuto));
   auto got = fallback.Solve(job);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->summary.transport, "grpc-stream");
   EXPECT_EQ(got->x.data, want->x.data);
   EXPECT_EQ(fallback.SharedMemoryState(), "grpc");
 
-  Client insisting(Opts(refusing, Transport::kSharedMemory));
+  Client insisting(ClientOptions(refusing, Transport::kSharedMemory));
   auto refused = insisting.Solve(job);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
@@ -157,7 +121,7 @@ TEST(SharedMemory, AutoStagesLargeJobsAndFallsBackWhereRefused) {
 TEST(SharedMemory, PersistentSystemsAndTheStepStreamReadAndWriteRegions) {
   ServerProcess server({});
   ASSERT_GT(server.port(), 0) << server.Log();
-  Client client(Opts(server, Transport::kSharedMemory));
+  Client client(ClientOptions(server, Transport::kSharedMemory));
   auto shm = SharedMemory::Create(8 << 20);
   ASSERT_TRUE(shm.ok());
   ASSERT_TRUE(client.RegisterMemory(**shm).ok());
@@ -167,8 +131,8 @@ TEST(SharedMemory, PersistentSystemsAndTheStepStreamReadAndWriteRegions) {
   auto sys = client.CreateSystem(create);
   ASSERT_TRUE(sys.ok()) << sys.status();
 
-  Client reference(Opts(server, Transport::kGrpc));
-  auto want = reference.Solve(JobOf(Kind::kTridiagonal, arrays));
+  Client reference(ClientOptions(server, Transport::kGrpc));
+  auto want = reference.Solve(MakeJob(Kind::kTridiagonal, arrays));
   ASSERT_TRUE(want.ok());
   const ArrayView d = Into(**shm, arrays.at("d"));
   auto* x = *(*shm)->Allocate<double>(16 * 500);
@@ -185,7 +149,7 @@ TEST(SharedMemory, PersistentSystemsAndTheStepStreamReadAndWriteRegions) {
   const ArrayView b2_view = Into(**shm, b2);
   auto two = arrays;
   two["b"] = b2;
-  auto want2 = reference.Solve(JobOf(Kind::kTridiagonal, two));
+  auto want2 = reference.Solve(MakeJob(Kind::kTridiagonal, two));
   ASSERT_TRUE(want2.ok());
   auto stream = client.OpenStepStream(sys->handle);
   ASSERT_TRUE(stream.ok());
@@ -264,18 +228,6 @@ v1::TridiagonalRequest InRegion(const std::string& region, int64_t offset, int64
     a->mutable_region()->set_offset(offset + k++ * batch * n * 8);
   }
   return r;
-}
-
-void Expect(const absl::Status& st, absl::StatusCode code, const std::string& words) {
-  EXPECT_EQ(st.code(), code) << st;
-  EXPECT_NE(st.message().find(words), std::string::npos)
-      << "'" << st.message() << "' does not say '" << words << "'";
-}
-
-void Expect(const grpc::Status& st, grpc::StatusCode code, const std::string& words) {
-  EXPECT_EQ(st.error_code(), code) << st.error_message();
-  EXPECT_NE(st.error_message().find(words), std::string::npos)
-      << "'" << st.error_message() << "' does not say '" << words << "'";
 }
 
 // Statuses in the sparse form (the systems that are not OK) where the request asks and at most
@@ -367,7 +319,7 @@ TEST(SharedMemory, SparseStatusesNameEverySystemThatIsNotOk) {
 
   // Through the client library, which asks for sparse statuses: every system's status, and x
   // zero where a system is singular (its calls by reference polling for their answers).
-  Client::Options polling = Opts(server, Transport::kSharedMemory);
+  Client::Options polling = ClientOptions(server, Transport::kSharedMemory);
   polling.rpc_spin_us = 10000;
   Client client(polling);
   auto shm = SharedMemory::Create(16 << 20);
@@ -494,7 +446,7 @@ TEST(SharedMemory, ALargeBatchByHandleNamesItsSingularSystemsAndZeroesTheirX) {
   const std::vector<int64_t> bad = {0, 4095, 8191};
   for (int64_t s : bad)
     for (const char* name : {"a", "b", "c"}) arrays.at(name).as<double>()[s * n + 100] = 0;
-  Client client(Opts(server, Transport::kSharedMemory));
+  Client client(ClientOptions(server, Transport::kSharedMemory));
   auto shm = SharedMemory::Create(int64_t{6} * batch * n * 8 + (1 << 20));
   ASSERT_TRUE(shm.ok()) << shm.status();
   ASSERT_TRUE(client.RegisterMemory(**shm).ok());
@@ -697,7 +649,7 @@ TEST(CudaMemory, RefusedByAServerWithoutADeviceAndEveryBadFieldNamed) {
   Expect(raw.Solve(InRegion("dev", 0, 4, 100)), grpc::StatusCode::NOT_FOUND, "no region named");
 
   // Through the client library, with a CudaMemory it did not make itself (no CUDA here).
-  Client client(Opts(server, Transport::kGrpc));
+  Client client(ClientOptions(server, Transport::kGrpc));
   CudaMemory m;
   static double host_stand_in[512];
   m.data = host_stand_in;
@@ -717,15 +669,8 @@ TEST(SharedMemory, AKilledClientsRegionExpiresAndTheServerCarriesOn) {
   std::vector<std::string> args = {ServerProcess::CliBin(), "--server", server.target(),
                                    "bench", "--transport", "shm", "--mode", "unary",
                                    "--batch", "256", "--n", "1024", "--requests", "1000000"};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = -1;
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-  ASSERT_EQ(posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ), 0);
-  posix_spawn_file_actions_destroy(&fa);
+  testing::ChildProcess cli(args, "/dev/null");
+  ASSERT_GT(cli.pid(), 0);
   // Killed once its region is registered and its requests are running.
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (raw.Regions() < 1 && std::chrono::steady_clock::now() < give_up)
@@ -733,23 +678,22 @@ TEST(SharedMemory, AKilledClientsRegionExpiresAndTheServerCarriesOn) {
   std::vector<std::string> keys;
   ASSERT_EQ(raw.Regions(&keys), 1) << server.Log();
   // Killed with its requests running: the server has answered some of them, and counts more.
-  Client watcher(Opts(server, Transport::kGrpc));
+  Client watcher(ClientOptions(server, Transport::kGrpc));
   ASSERT_TRUE(testing::WaitForServer(watcher, [](const ServerInfoSummary& i) {
     return i.jobs_done >= 5 && i.jobs_in_flight + i.jobs_queued > 0;
   })) << server.Log();
-  kill(pid, SIGKILL);
-  waitpid(pid, nullptr, 0);
+  cli.Kill();
   for (const auto& k : keys) shm_unlink(k.c_str());  // what the dead client left in /dev/shm
   // The server answers as before, and the dead client's region expires.
   const auto arrays = examples::RandomTridiagonal(8, 64, false, 41);
-  Client client(Opts(server, Transport::kGrpc));
-  EXPECT_TRUE(client.Solve(JobOf(Kind::kTridiagonal, arrays)).ok());
+  Client client(ClientOptions(server, Transport::kGrpc));
+  EXPECT_TRUE(client.Solve(MakeJob(Kind::kTridiagonal, arrays)).ok());
   const auto expire_by = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (raw.Regions() != 0 && std::chrono::steady_clock::now() < expire_by)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_EQ(raw.Regions(), 0);
   EXPECT_NE(server.Log().find("expired"), std::string::npos);
-  EXPECT_TRUE(client.Solve(JobOf(Kind::kTridiagonal, arrays)).ok());
+  EXPECT_TRUE(client.Solve(MakeJob(Kind::kTridiagonal, arrays)).ok());
 }
 
 }  // namespace
@@ -764,7 +708,7 @@ namespace {
 TEST(SharedMemory, ALargeJobsNonFiniteValueIsRefusedByPosition) {
   ServerProcess server({});
   ASSERT_GT(server.port(), 0) << server.Log();
-  Client client(Opts(server, Transport::kSharedMemory));
+  Client client(ClientOptions(server, Transport::kSharedMemory));
   const int64_t batch = 2048, n = 1024;  // 2^21 unknowns, 2^23 values: the threaded check
   auto arrays = examples::RandomTridiagonal(batch, n, false, 51);
   auto shm = SharedMemory::Create(10 * batch * n * 8 + 4096);
@@ -825,12 +769,12 @@ TEST(ServerMemory, ParallelStreamsSolveAsOverTheSocket) {
   ServerProcess server({});
   ASSERT_GT(server.port(), 0) << server.Log();
   const auto arrays = examples::RandomTridiagonal(512, 1024, false, 61);  // 4 MiB an array
-  const Job job = JobOf(Kind::kTridiagonal, arrays);
-  Client reference(Opts(server, Transport::kGrpc));
+  const Job job = MakeJob(Kind::kTridiagonal, arrays);
+  Client reference(ClientOptions(server, Transport::kGrpc));
   auto want = reference.Solve(job);
   ASSERT_TRUE(want.ok()) << want.status();
 
-  Client::Options o = Opts(server, Transport::kStreams);
+  Client::Options o = ClientOptions(server, Transport::kStreams);
   o.parallel_streams = 3;  // 20 MiB over three connections
   Client client(o);
   for (int rep = 0; rep < 2; ++rep) {  // the second reuses the server region
@@ -874,13 +818,13 @@ TEST(ServerMemory, StreamsCarryAJobOver64MiBCheckedByResidual) {
   ASSERT_GT(server.port(), 0) << server.Log();
   const int64_t batch = 2048, n = 2048;  // 32 MiB an array: 128 MiB in, 32 MiB out
   const auto arrays = examples::RandomTridiagonal(batch, n, false, 71);
-  Client::Options o = Opts(server, Transport::kStreams);
+  Client::Options o = ClientOptions(server, Transport::kStreams);
   o.parallel_streams = 4;
   o.pipeline_pieces = 4;
   o.pipeline_piece_bytes = int64_t{32} << 20;  // below the default, so that 160 MB goes in pieces
   Client client(o);
   std::vector<double> x(size_t(batch * n), std::nan(""));
-  Job job = JobOf(Kind::kTridiagonal, arrays);
+  Job job = MakeJob(Kind::kTridiagonal, arrays);
   job.options.x_out = x.data();
   auto got = client.Solve(job);
   ASSERT_TRUE(got.ok()) << got.status();
@@ -924,16 +868,16 @@ TEST(ServerMemory, PiecesByDefaultOnlyWhereTheServerSolvesOnAGpu) {
   const int64_t batch = 256, n = 2048;  // 4 MiB an array
   const auto arrays = examples::RandomTridiagonal(batch, n, false, 72);
   for (const int pieces : {-1, 4}) {
-    Client::Options o = Opts(server, Transport::kStreams);
+    Client::Options o = ClientOptions(server, Transport::kStreams);
     o.pipeline_pieces = pieces;
     o.pipeline_piece_bytes = int64_t{2} << 20;
     Client client(o);
-    auto got = client.Solve(JobOf(Kind::kTridiagonal, arrays));
+    auto got = client.Solve(MakeJob(Kind::kTridiagonal, arrays));
     ASSERT_TRUE(got.ok()) << got.status();
     EXPECT_EQ(got->summary.ok, batch);
     const bool gpu = ServerProcess::TestBackend() != "cpu";
     EXPECT_EQ(got->summary.pieces, pieces < 0 && !gpu ? 0 : 4) << "pipeline_pieces " << pieces;
-    Job sys = JobOf(Kind::kTridiagonal, arrays);
+    Job sys = MakeJob(Kind::kTridiagonal, arrays);
     sys.arrays.erase("d");
     auto made = client.CreateSystem(sys, {});
     ASSERT_TRUE(made.ok()) << made.status();
@@ -950,26 +894,17 @@ TEST(ServerMemory, PiecesByDefaultOnlyWhereTheServerSolvesOnAGpu) {
 TEST(ServerMemory, ABatchInPiecesAnswersAsTheWholeJob) {
   ServerProcess server({});
   ASSERT_GT(server.port(), 0) << server.Log();
-  Morphology m;
-  for (int i = 0; i < 300; ++i) {
-    m.parent.push_back(i == 0 ? -1 : (i % 5 == 0 ? i / 3 : i - 1));
-    m.type.push_back(i == 0 ? 1 : 3);
-    m.x.push_back(i * 1.5);
-    m.y.push_back(i % 7);
-    m.z.push_back(0);
-    m.radius.push_back(i == 0 ? 4 : 0.4 + 0.02 * (i % 13));
-  }
-  const auto tree = examples::CableTree(m, 1000, 91);  // 4 arrays of 2.4 MB
+  const auto tree = examples::CableTree(testing::Branchy(300), 1000, 91);  // 4 arrays of 2.4 MB
   const auto tri = examples::RandomTridiagonal(3001, 512, false, 92);  // 12.3 MB an array
-  Client::Options whole_o = Opts(server, Transport::kStreams);
+  Client::Options whole_o = ClientOptions(server, Transport::kStreams);
   whole_o.pipeline_pieces = 0;
   Client whole(whole_o);
-  Client::Options pieces_o = Opts(server, Transport::kStreams);
+  Client::Options pieces_o = ClientOptions(server, Transport::kStreams);
   pieces_o.pipeline_piece_bytes = 1 << 20;
   pieces_o.pipeline_pieces = 7;
   Client pieces(pieces_o);
   for (const auto* arrays : {&tree, &tri}) {
-    const Job job = JobOf(arrays == &tree ? Kind::kTree : Kind::kTridiagonal, *arrays);
+    const Job job = MakeJob(arrays == &tree ? Kind::kTree : Kind::kTridiagonal, *arrays);
     auto want = whole.Solve(job);
     ASSERT_TRUE(want.ok()) << want.status();
     EXPECT_EQ(want->summary.pieces, 0);
@@ -994,7 +929,7 @@ TEST(ServerMemory, ABatchInPiecesAnswersAsTheWholeJob) {
   // System 2000 of 3001 lies in the fifth of seven pieces, [1714, 2143).
   auto bad = tri;
   reinterpret_cast<double*>(bad.at("d").data.data())[2000 * 512 + 7] = std::nan("");
-  auto refused = pieces.Solve(JobOf(Kind::kTridiagonal, bad));
+  auto refused = pieces.Solve(MakeJob(Kind::kTridiagonal, bad));
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(refused.status().message().find("systems [1714, 2143) of the batch"),
@@ -1003,7 +938,7 @@ TEST(ServerMemory, ABatchInPiecesAnswersAsTheWholeJob) {
   EXPECT_NE(refused.status().message().find("d[286][7] is NaN"), std::string::npos)
       << refused.status();
   // The client goes on after the refusal.
-  auto again = pieces.Solve(JobOf(Kind::kTridiagonal, tri));
+  auto again = pieces.Solve(MakeJob(Kind::kTridiagonal, tri));
   ASSERT_TRUE(again.ok()) << again.status();
 }
 
@@ -1016,27 +951,19 @@ TEST(ServerMemory, AClientKilledMidUploadLeavesTheServerServing) {
   std::vector<std::string> args = {ServerProcess::CliBin(), "--server", server.target(),
                                    "bench", "--transport", "streams", "--mode", "unary",
                                    "--batch", "2048", "--n", "2048", "--requests", "1000000"};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = -1;
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-  ASSERT_EQ(posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ), 0);
-  posix_spawn_file_actions_destroy(&fa);
+  testing::ChildProcess cli(args, "/dev/null");
+  ASSERT_GT(cli.pid(), 0);
   // Killed once it has had jobs solved and is moving more.
-  Client watcher(Opts(server, Transport::kGrpc));
+  Client watcher(ClientOptions(server, Transport::kGrpc));
   ASSERT_TRUE(testing::WaitForServer(watcher, [](const ServerInfoSummary& i) {
     return i.jobs_done >= 3;
   })) << server.Log();
-  kill(pid, SIGKILL);
-  waitpid(pid, nullptr, 0);
+  cli.Kill();
   const auto arrays = examples::RandomTridiagonal(1024, 1024, false, 42);  // 8 MiB an array
-  const Job job = JobOf(Kind::kTridiagonal, arrays);
-  auto want = Client(Opts(server, Transport::kGrpc)).Solve(job);
+  const Job job = MakeJob(Kind::kTridiagonal, arrays);
+  auto want = Client(ClientOptions(server, Transport::kGrpc)).Solve(job);
   ASSERT_TRUE(want.ok()) << want.status();
-  Client::Options o = Opts(server, Transport::kStreams);
+  Client::Options o = ClientOptions(server, Transport::kStreams);
   o.pipeline_pieces = 8;
   o.pipeline_piece_bytes = 8 << 20;
   Client client(o);
@@ -1088,13 +1015,13 @@ TEST(ServerMemory, ABrokenUploadFailsThatCallAlone) {
   ServerProcess server({});
   ASSERT_GT(server.port(), 0) << server.Log();
   const auto arrays = examples::RandomTridiagonal(512, 1024, false, 81);  // 4 MiB an array
-  const Job job = JobOf(Kind::kTridiagonal, arrays);
-  auto want = Client(Opts(server, Transport::kGrpc)).Solve(job);
+  const Job job = MakeJob(Kind::kTridiagonal, arrays);
+  auto want = Client(ClientOptions(server, Transport::kGrpc)).Solve(job);
   ASSERT_TRUE(want.ok()) << want.status();
   std::atomic<bool> stop{false};
   std::atomic<int> solved{0}, wrong{0};
   std::thread busy([&] {
-    Client::Options o = Opts(server, Transport::kStreams);
+    Client::Options o = ClientOptions(server, Transport::kStreams);
     o.parallel_streams = 2;
     Client client(o);
     while ((!stop || solved < 3) && wrong == 0) {

@@ -36,18 +36,6 @@ Client::Options To(const ServerProcess& s) {
   return o;
 }
 
-// The server's log once it holds `needle` (lines logged just after the listening line may not
-// be there yet when the port is known), or as it is after 5 s.
-std::string LogWith(ServerProcess& s, const std::string& needle) {
-  std::string log;
-  for (int i = 0; i < 100; ++i) {
-    log = s.Log();
-    if (log.find(needle) != std::string::npos) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return log;
-}
-
 // The value of one exact series line of a Prometheus exposition (0 when absent).
 double Series(const std::string& text, const std::string& series) {
   const std::string prefix = series + " ";
@@ -63,11 +51,9 @@ TEST(Ops, MetricsCountersMoveAsExpected) {
   ServerProcess s({"--metrics-listen", "127.0.0.1:0"});
   ASSERT_GT(s.port(), 0) << s.Log();
   // The metrics listener logs its port just after the gRPC listening line.
-  std::smatch m;
-  const std::string log = LogWith(s, "metrics on http");
-  ASSERT_TRUE(std::regex_search(log, m, std::regex("metrics on http://127.0.0.1:([0-9]+)/metrics")))
-      << log;
-  httplib::Client http("127.0.0.1", std::stoi(m[1]));
+  const int metrics_port = s.MetricsPort();
+  ASSERT_GT(metrics_port, 0) << s.Log();
+  httplib::Client http("127.0.0.1", metrics_port);
   auto scrape = [&] {
     auto r = http.Get("/metrics");
     EXPECT_TRUE(r) << "no answer from /metrics";
@@ -226,16 +212,14 @@ TEST(Ops, UnauthenticatedLargeRequestsAreRefusedBeforeTheirBytesAreRead) {
   EXPECT_LT(grown, payload) << "peak resident memory grew by " << grown << " bytes for " << kCalls
                             << " refused requests of " << payload << " bytes";
   // Counted and logged (by the method's name, never the client's free text).
-  EXPECT_NE(LogWith(s, "rejected before its message was read").find(
+  EXPECT_NE(s.LogWith("rejected before its message was read").find(
                 "/trisolve.v1.Solver/SolveTridiagonal rejected before its message was read: "
                 "UNAUTHENTICATED missing bearer token"),
             std::string::npos)
       << s.Log();
-  std::smatch m;
-  const std::string log = LogWith(s, "metrics on http");
-  ASSERT_TRUE(std::regex_search(log, m, std::regex("metrics on http://127.0.0.1:([0-9]+)/metrics")))
-      << log;
-  auto scraped = httplib::Client("127.0.0.1", std::stoi(m[1])).Get("/metrics");
+  const int metrics_port = s.MetricsPort();
+  ASSERT_GT(metrics_port, 0) << s.Log();
+  auto scraped = httplib::Client("127.0.0.1", metrics_port).Get("/metrics");
   ASSERT_TRUE(scraped);
   EXPECT_EQ(Series(scraped->body, "trisolve_requests_total{rpc=\"SolveTridiagonal\",family=\"-\","
                                   "method=\"-\",code=\"UNAUTHENTICATED\"}"),
@@ -267,7 +251,7 @@ TEST(Ops, TlsAndMutualTls) {
   {
     ServerProcess s({"--tls-cert", d + "/server.pem", "--tls-key", d + "/server.key"});
     ASSERT_GT(s.port(), 0) << s.Log();
-    EXPECT_NE(LogWith(s, "security: TLS").find("security: TLS"), std::string::npos);
+    EXPECT_NE(s.LogWith("security: TLS").find("security: TLS"), std::string::npos);
     Client::Options o = To(s);
     o.tls_ca_file = d + "/ca.pem";
     auto r = Client(o).Solve(job);
@@ -284,7 +268,7 @@ TEST(Ops, TlsAndMutualTls) {
     ServerProcess s({"--tls-cert", d + "/server.pem", "--tls-key", d + "/server.key",
                      "--tls-client-ca", d + "/ca.pem"});
     ASSERT_GT(s.port(), 0) << s.Log();
-    EXPECT_NE(LogWith(s, "security: mutual TLS").find("security: mutual TLS"), std::string::npos);
+    EXPECT_NE(s.LogWith("security: mutual TLS").find("security: mutual TLS"), std::string::npos);
     Client::Options o = To(s);
     o.tls_ca_file = d + "/ca.pem";
     EXPECT_EQ(Client(o).Solve(job).status().code(), absl::StatusCode::kUnavailable)
@@ -363,7 +347,7 @@ TEST(Ops, RequestLogErrorsLogsFailuresOnly) {
   bad.options.request_id = "loud-bad";
   bad.options.method = "no-such-method";
   EXPECT_EQ(Client(To(s)).Solve(bad).status().code(), absl::StatusCode::kInvalidArgument);
-  const std::string log = LogWith(s, "[req loud-bad]");
+  const std::string log = s.LogWith("[req loud-bad]");
   EXPECT_NE(log.find("[req loud-bad] SolveTridiagonal rejected: INVALID_ARGUMENT"),
             std::string::npos)
       << log;
@@ -372,7 +356,7 @@ TEST(Ops, RequestLogErrorsLogsFailuresOnly) {
   ServerProcess all({});
   ASSERT_GT(all.port(), 0) << all.Log();
   ASSERT_TRUE(Client(To(all)).Solve(ok).ok());
-  EXPECT_NE(LogWith(all, "[req quiet-ok]").find("[req quiet-ok] SolveTridiagonal tridiagonal"),
+  EXPECT_NE(all.LogWith("[req quiet-ok]").find("[req quiet-ok] SolveTridiagonal tridiagonal"),
             std::string::npos)
       << all.Log();
 }
@@ -414,11 +398,9 @@ TEST(Ops, DevicesFlag) {
       ASSERT_TRUE(r.ok()) << r.status();
       EXPECT_LT(r->summary.residual, 1e-12);
     }
-    std::smatch m;
-    const std::string log = LogWith(s, "metrics on http");
-    ASSERT_TRUE(std::regex_search(log, m, std::regex("metrics on http://127.0.0.1:([0-9]+)/metrics")))
-        << log;
-    auto metrics = httplib::Client("127.0.0.1", std::stoi(m[1])).Get("/metrics");
+    const int metrics_port = s.MetricsPort();
+    ASSERT_GT(metrics_port, 0) << s.Log();
+    auto metrics = httplib::Client("127.0.0.1", metrics_port).Get("/metrics");
     ASSERT_TRUE(metrics);
     if (info->backend == "cuda") {
       ASSERT_EQ(info->devices.size(), 2u);

@@ -38,6 +38,7 @@ namespace trisolve {
 namespace {
 
 using namespace trisolve::ring;  // NOLINT
+using testing::ClientOptions;
 using testing::ServerProcess;
 using Clock = std::chrono::steady_clock;
 
@@ -69,60 +70,26 @@ TEST(RingAbi, LayoutIsPinnedToItsVersion) {
   EXPECT_EQ(sizeof(RingSlot) % kRingAlign, 0u);
 }
 
-Client::Options Opts(const ServerProcess& s, Transport t, const std::string& token = "") {
-  Client::Options o;
-  o.target = s.target();
-  o.transport = t;
-  o.token = token;
-  o.own_connection = true;
-  return o;
-}
-
-struct Family {
-  Kind kind;
-  examples::Arrays arrays;
-  bool interleaved = false;
-};
-
-std::vector<Family> EveryFamily() {
-  std::vector<Family> f;
-  f.push_back({Kind::kTridiagonal, examples::RandomTridiagonal(1, 64, false, 1)});
-  f.push_back({Kind::kTridiagonal, examples::RandomTridiagonal(64, 300, false, 11)});
-  f.push_back({Kind::kTridiagonal, examples::RandomTridiagonal(48, 200, true, 12), true});
-  Morphology m;
-  for (int i = 0; i < 200; ++i) {
-    m.parent.push_back(i == 0 ? -1 : (i % 7 == 0 ? i / 2 : i - 1));
-    m.type.push_back(i == 0 ? 1 : 3);
-    m.x.push_back(i * 2.0);
-    m.y.push_back(i % 5);
-    m.z.push_back(0);
-    m.radius.push_back(i == 0 ? 5 : 0.5 + 0.01 * (i % 11));
-  }
-  f.push_back({Kind::kTree, examples::CableTree(m, 16, 13)});
-  f.push_back({Kind::kBlockTridiagonal, examples::ThesisExperiment1(24, 20)});
-  f.push_back({Kind::kDense, examples::RandomDense(8, 40, false, 14)});
+// Every family, and first a single system (the smallest request a ring carries).
+std::vector<testing::Family> EveryFamilyAndOneSystem() {
+  std::vector<testing::Family> f = testing::EveryFamily();
+  f.insert(f.begin(), {Kind::kTridiagonal, examples::RandomTridiagonal(1, 64, false, 1)});
   return f;
-}
-
-Job JobOf(const Family& f) {
-  Job job = testing::MakeJob(f.kind, f.arrays);
-  job.options.interleaved = f.interleaved;
-  return job;
 }
 
 TEST(Ring, EveryFamilyAnswersAsOverTheSocketBitForBit) {
   ServerProcess server({});
   ASSERT_GT(server.port(), 0) << server.Log();
-  Client grpc_client(Opts(server, Transport::kGrpc));
-  Client ring_client(Opts(server, Transport::kRing));
-  Client::Options auto_opts = Opts(server, Transport::kAuto);
+  Client grpc_client(ClientOptions(server, Transport::kGrpc));
+  Client ring_client(ClientOptions(server, Transport::kRing));
+  Client::Options auto_opts = ClientOptions(server, Transport::kAuto);
   auto_opts.ring_arena_bytes = 1 << 20;  // the largest job here: 64 x 300
   Client auto_client(auto_opts);
   EXPECT_EQ(ring_client.RingState(), "untried");
   EXPECT_EQ(grpc_client.RingState(), "off");
-  for (const Family& f : EveryFamily()) {
+  for (const testing::Family& f : EveryFamilyAndOneSystem()) {
     SCOPED_TRACE(std::string(KindName(f.kind)));
-    const Job job = JobOf(f);
+    const Job job = f.AsJob();
     auto want = grpc_client.Solve(job);
     ASSERT_TRUE(want.ok()) << want.status();
     EXPECT_EQ(want->summary.transport, "grpc");
@@ -170,7 +137,7 @@ TEST(Ring, EveryFamilyAnswersAsOverTheSocketBitForBit) {
   EXPECT_EQ(over_ring.status(), over_grpc.status()) << "the same check, the same status";
 
   // A job larger than the arena: auto takes the RPC, ring refuses.
-  Client::Options small = Opts(server, Transport::kAuto);
+  Client::Options small = ClientOptions(server, Transport::kAuto);
   small.ring_arena_bytes = 4096;
   const auto big_arrays = examples::RandomTridiagonal(16, 64, false, 7);  // the job views them
   const Job big = testing::MakeJob(Kind::kTridiagonal, big_arrays);
@@ -182,19 +149,17 @@ TEST(Ring, EveryFamilyAnswersAsOverTheSocketBitForBit) {
 TEST(Ring, MetricsCountRingCallsUnderTheirTransport) {
   ServerProcess server({"--metrics-listen", "127.0.0.1:0"});
   ASSERT_GT(server.port(), 0) << server.Log();
-  Client ring_client(Opts(server, Transport::kRing));
+  Client ring_client(ClientOptions(server, Transport::kRing));
   const auto job_arrays = examples::RandomTridiagonal(1, 64, false, 3);  // the job views them
   const Job job = testing::MakeJob(Kind::kTridiagonal, job_arrays);
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(ring_client.Solve(job).ok());
   Job bad = job;
   bad.options.method = "nope";
   ASSERT_FALSE(ring_client.Solve(bad).ok());
-  ASSERT_TRUE(Client(Opts(server, Transport::kGrpc)).Solve(job).ok());
-  std::smatch m;
-  const std::string log = server.Log();
-  ASSERT_TRUE(std::regex_search(log, m, std::regex("metrics on http://127.0.0.1:([0-9]+)/metrics")))
-      << log;
-  auto scraped = httplib::Client("127.0.0.1", std::stoi(m[1])).Get("/metrics");
+  ASSERT_TRUE(Client(ClientOptions(server, Transport::kGrpc)).Solve(job).ok());
+  const int metrics_port = server.MetricsPort();
+  ASSERT_GT(metrics_port, 0) << server.Log();
+  auto scraped = httplib::Client("127.0.0.1", metrics_port).Get("/metrics");
   ASSERT_TRUE(scraped);
   const std::string& body = scraped->body;
   // (The method label is what ran, as for the RPC.)
@@ -212,8 +177,8 @@ TEST(Ring, MetricsCountRingCallsUnderTheirTransport) {
 TEST(Ring, SolvesByHandleAsOverTheSocket) {
   ServerProcess server({});
   ASSERT_GT(server.port(), 0) << server.Log();
-  Client grpc_client(Opts(server, Transport::kGrpc));
-  Client ring_client(Opts(server, Transport::kRing));
+  Client grpc_client(ClientOptions(server, Transport::kGrpc));
+  Client ring_client(ClientOptions(server, Transport::kRing));
   const auto arrays = examples::RandomTridiagonal(8, 64, false, 31);
   Job job = testing::MakeJob(Kind::kTridiagonal, arrays);
   job.arrays.erase("d");
@@ -235,7 +200,7 @@ TEST(Ring, SolvesByHandleAsOverTheSocket) {
   const auto diag = arrays.at("b");
   auto refused = ring_client.SolveSystem(sys->handle, arrays.at("d").view(), {{"b", diag.view()}});
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
-  auto via_auto = Client(Opts(server, Transport::kAuto))
+  auto via_auto = Client(ClientOptions(server, Transport::kAuto))
                       .SolveSystem(sys->handle, arrays.at("d").view(), {{"b", diag.view()}});
   ASSERT_TRUE(via_auto.ok()) << via_auto.status();
   EXPECT_NE(via_auto->summary.transport, "ring");
@@ -249,8 +214,8 @@ TEST(Ring, ForeignHandlesAreNotFoundAndRingsActAsTheirOpener) {
   std::ofstream(tokens) << "alice-token\nbob-token\n";
   ServerProcess server({"--token-file", tokens, "--max-rings-per-identity", "1"});
   ASSERT_GT(server.port(), 0) << server.Log();
-  Client alice(Opts(server, Transport::kRing, "alice-token"));
-  Client bob(Opts(server, Transport::kRing, "bob-token"));
+  Client alice(ClientOptions(server, Transport::kRing, "alice-token"));
+  Client bob(ClientOptions(server, Transport::kRing, "bob-token"));
   const auto arrays = examples::RandomTridiagonal(2, 64, false, 41);
   Job job = testing::MakeJob(Kind::kTridiagonal, arrays);
   auto sys = alice.CreateSystem(job);
@@ -262,9 +227,9 @@ TEST(Ring, ForeignHandlesAreNotFoundAndRingsActAsTheirOpener) {
   EXPECT_EQ(theirs.status().code(), absl::StatusCode::kNotFound) << theirs.status();
   // One ring an identity: alice's second client gets none (forced: RESOURCE_EXHAUSTED; auto
   // takes the RPC).
-  auto second = Client(Opts(server, Transport::kRing, "alice-token")).Solve(job);
+  auto second = Client(ClientOptions(server, Transport::kRing, "alice-token")).Solve(job);
   EXPECT_EQ(second.status().code(), absl::StatusCode::kResourceExhausted) << second.status();
-  auto second_auto = Client(Opts(server, Transport::kAuto, "alice-token")).Solve(job);
+  auto second_auto = Client(ClientOptions(server, Transport::kAuto, "alice-token")).Solve(job);
   ASSERT_TRUE(second_auto.ok()) << second_auto.status();
   EXPECT_EQ(second_auto->summary.transport, "grpc");
   std::remove(tokens.c_str());
@@ -274,16 +239,16 @@ TEST(Ring, ManyThreadsManyRingsEachTheirOwnAnswer) {
   ServerProcess server({"--request-log", "errors"});
   ASSERT_GT(server.port(), 0) << server.Log();
   constexpr int kThreads = 12, kRequests = 150;
-  Client shared(Opts(server, Transport::kRing));
+  Client shared(ClientOptions(server, Transport::kRing));
   std::atomic<int> wrong{0}, failed{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       // Half the threads share one Client (a ring each while they call), half have their own.
       std::unique_ptr<Client> own;
-      if (t % 2) own = std::make_unique<Client>(Opts(server, Transport::kRing));
+      if (t % 2) own = std::make_unique<Client>(ClientOptions(server, Transport::kRing));
       Client& c = own ? *own : shared;
-      Client reference(Opts(server, Transport::kGrpc));
+      Client reference(ClientOptions(server, Transport::kGrpc));
       for (int r = 0; r < kRequests; ++r) {
         const auto arrays = examples::RandomTridiagonal(1 + r % 3, 64, false, uint64_t(t * 1000 + r));
         const Job job = testing::MakeJob(Kind::kTridiagonal, arrays);
@@ -589,7 +554,7 @@ TEST(Ring, RandomDescriptorsAreAnsweredAndTheServerSurvives) {
   }
   EXPECT_GT(answered, 1000);
   // Alive: the health check serves and the ring (or a new one) answers a valid request.
-  Client c(Opts(server, Transport::kGrpc));
+  Client c(ClientOptions(server, Transport::kGrpc));
   auto health = c.Health();
   ASSERT_TRUE(health.ok()) << health.status();
   EXPECT_EQ(*health, "SERVING");
@@ -641,12 +606,12 @@ TEST(Ring, OpenChecksItsArgumentsAndLimits) {
   EXPECT_EQ(raw_off.Open("reg", 0, 2, &info).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   const auto job_arrays = examples::RandomTridiagonal(1, 64, false, 2);  // the job views them
   const Job job = testing::MakeJob(Kind::kTridiagonal, job_arrays);
-  Client auto_client(Opts(off, Transport::kAuto));
+  Client auto_client(ClientOptions(off, Transport::kAuto));
   auto got = auto_client.Solve(job);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->summary.transport, "grpc");
   EXPECT_EQ(auto_client.RingState(), "grpc");
-  EXPECT_EQ(Client(Opts(off, Transport::kRing)).Solve(job).status().code(),
+  EXPECT_EQ(Client(ClientOptions(off, Transport::kRing)).Solve(job).status().code(),
             absl::StatusCode::kFailedPrecondition);
 }
 
@@ -703,7 +668,7 @@ TEST(Ring, ARegionUnregisteredOrExpiredClosesItsRings) {
   EXPECT_EQ(Word(e.h->closed).load(), uint32_t(kClosedRegionGone));
 
   // The client notices a closed ring and opens a new one.
-  Client c(Opts(server, Transport::kRing));
+  Client c(ClientOptions(server, Transport::kRing));
   const auto job_arrays = examples::RandomTridiagonal(1, 64, false, 9);  // the job views them
   const Job job = testing::MakeJob(Kind::kTridiagonal, job_arrays);
   ASSERT_TRUE(c.Solve(job).ok());
@@ -734,12 +699,12 @@ TEST(Ring, AnObjectShrunkUnderItsRingClosesTheRingNotTheServer) {
   }, 10)) << server.Log();
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   EXPECT_EQ(server.Wait(0), -1) << "the server exited: " << server.Log();
-  auto health = Client(Opts(server, Transport::kGrpc)).Health();
+  auto health = Client(ClientOptions(server, Transport::kGrpc)).Health();
   ASSERT_TRUE(health.ok()) << health.status();
   EXPECT_EQ(*health, "SERVING");
   const auto job_arrays = examples::RandomTridiagonal(1, 64, false, 9);  // the job views them
   const Job job = testing::MakeJob(Kind::kTridiagonal, job_arrays);
-  auto got = Client(Opts(server, Transport::kRing)).Solve(job);
+  auto got = Client(ClientOptions(server, Transport::kRing)).Solve(job);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->summary.transport, "ring");
 }
@@ -749,19 +714,15 @@ TEST(Ring, AClientKilledMidRequestCostsTheServerNothing) {
   ASSERT_GT(server.port(), 0) << server.Log();
   // The CLI's bench through rings, killed while its requests are in flight.
   const std::string cmd = ServerProcess::CliBin();
-  pid_t pid = 0;
   std::vector<std::string> args = {cmd, "--server", server.target(), "bench", "--transport", "ring",
                                    "--clients", "4", "--requests", "100000000", "--n", "64"};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  ASSERT_EQ(posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ), 0);
+  testing::ChildProcess cli(args);
+  ASSERT_GT(cli.pid(), 0);
   EXPECT_TRUE(WaitUntil([&] { return server.Log().find("opened") != std::string::npos; }, 30))
       << server.Log();
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  kill(pid, SIGKILL);
-  waitpid(pid, nullptr, 0);
-  Client c(Opts(server, Transport::kRing));
+  cli.Kill();
+  Client c(ClientOptions(server, Transport::kRing));
   const auto job_arrays = examples::RandomTridiagonal(1, 64, false, 9);  // the job views them
   const Job job = testing::MakeJob(Kind::kTridiagonal, job_arrays);
   auto got = c.Solve(job);

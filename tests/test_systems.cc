@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "error_measure.h"
 #include "gtest/gtest.h"
+#include "raw_stub.h"
 #include "server_process.h"
 #include "trisolve/backend.h"
 #include "trisolve/client.h"
@@ -721,14 +722,10 @@ v1::StreamRequest StreamHeader(int64_t n) {
   return h;
 }
 
-std::unique_ptr<v1::Solver::Stub> RawStub(const ServerProcess& s) {
-  return v1::Solver::NewStub(grpc::CreateChannel(s.target(), grpc::InsecureChannelCredentials()));
-}
-
 TEST(Receiving, StreamsAreAdmittedAtTheirHeaderAgainstTheBudget) {
   ServerProcess server({"--max-receiving-bytes", "1000000", "--max-receiving-streams", "2"});
   ASSERT_GT(server.port(), 0) << server.Log();
-  auto stub = RawStub(server);
+  auto stub = testing::DefaultStub(server.target());
   // A header declaring more than the budget: refused at once, nothing allocated.
   {
     grpc::ClientContext ctx;
@@ -785,7 +782,7 @@ TEST(Receiving, StreamsAreAdmittedAtTheirHeaderAgainstTheBudget) {
 TEST(Receiving, ASilentStreamEndsAtTheServersDeadline) {
   ServerProcess server({"--default-deadline", "1"});
   ASSERT_GT(server.port(), 0) << server.Log();
-  auto stub = RawStub(server);
+  auto stub = testing::DefaultStub(server.target());
   grpc::ClientContext ctx;  // no deadline of its own
   auto rw = stub->SolveStream(&ctx);
   rw->Write(StreamHeader(1000));

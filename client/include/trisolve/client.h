@@ -258,6 +258,15 @@ class Client {
     // fails its calls over (or makes its handles NOT_FOUND) instead of leaving them waiting
     // for TCP (0: off). The server accepts pings 1 s apart and more.
     double keepalive_s = 30, keepalive_timeout_s = 10;
+    // A call on a connection that is not up waits for it this long, and at most half the time
+    // left to its deadline, before it is made (0: made at once, gRPC's fail-fast). gRPC fails a
+    // call at once, UNAVAILABLE, while its channel's last connection attempt has failed, and an
+    // attempt can fail by chance on a server that listens (libgrpc 1.51, Debian 12's, reads
+    // errno after other calls have overwritten it: docs/testing.md, "A first call that failed
+    // to connect"); gRPC tries again after its backoff (100 ms here), so a call waits for that
+    // attempt instead of failing. A server that cannot be reached still fails the call
+    // UNAVAILABLE, this much later.
+    double connect_timeout_s = 2;
   };
   // Whether the options ask for TLS.
   static bool UsesTls(const Options& o) { return !o.tls_ca_file.empty() || !o.tls_cert_file.empty(); }
