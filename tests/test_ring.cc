@@ -1025,11 +1025,11 @@ TEST(Ring, ArraysInRegisteredMemoryTravelByReference) {
   ASSERT_GT(server.port(), 0) << server.Log();
   const int64_t batch = 1024, n = 256;  // 2 MiB an array: past the arena and the stream cut
   const auto arrays = examples::RandomTridiagonal(batch, n, false, 77);
-  Client grpc_client(Opts(server, Transport::kGrpc));
+  Client grpc_client(ClientOptions(server, Transport::kGrpc));
   auto want = grpc_client.Solve(testing::MakeJob(Kind::kTridiagonal, arrays));
   ASSERT_TRUE(want.ok()) << want.status();
   for (const Transport t : {Transport::kRing, Transport::kAuto}) {
-    Client client(Opts(server, t));
+    Client client(ClientOptions(server, t));
     InShm in(arrays, batch, n);
     ASSERT_TRUE(client.RegisterMemory(*in.shm).ok());
     Job job{Kind::kTridiagonal};
@@ -1142,7 +1142,7 @@ TEST(Ring, OtherRegionsAreTheCallersAndChecked) {
     EXPECT_TRUE(Message(ans).find(bad.names) != std::string::npos) << bad.names << ": " << Message(ans);
   }
   // By handle: the right-hand side and x in alice-data.
-  Client client(Opts(server, Transport::kGrpc, "alice-token"));
+  Client client(ClientOptions(server, Transport::kGrpc, "alice-token"));
   Job job = testing::MakeJob(Kind::kTridiagonal, arrays);
   job.arrays.erase("d");
   auto sys = client.CreateSystem(job);
