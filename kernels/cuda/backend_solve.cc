@@ -369,8 +369,11 @@ absl::StatusOr<SolveInfo> CudaBackend::SolveTreeForest(const TreeProblem<T>& p, 
   const cuda::UseTuning tuned(&tuning_, cuda::UseTuning::kUnlessSet);
   // hines is one thread a cell on the device (hines-batch, cells of one size): a forest as one
   // tree would be one thread. The host's sweeps, a cell a thread, instead.
-  if (m == TreeMethod::kHines) return Host(cpu_->Solve(p, m, out, c));
   const int64_t total = p.unknowns();
+  // (contraction runs on the device one block a tree: the plan's rounds exist below 65,535
+  // nodes, and a larger forest would build a plan only to run on the host.)
+  if (m == TreeMethod::kHines || (m == TreeMethod::kContraction && total >= 65535))
+    return Host(cpu_->Solve(p, m, out, c));
   const std::vector<int32_t> parent = ForestAsOneTree(p.parent, p.offsets, p.batch);
   TreeProblem<T> one = p;
   one.batch = 1;
@@ -378,10 +381,22 @@ absl::StatusOr<SolveInfo> CudaBackend::SolveTreeForest(const TreeProblem<T>& p, 
   one.offsets = nullptr;
   one.parent = parent.data();
   one.parent_per_system = false;
-  // (The plan is cached by the joined parent array: a time-stepping client's same cells find it.)
-  auto made = plans_.Get(parent.data(), total, device_pool_, nullptr);
-  if (!made.ok()) return made.status();
-  const std::shared_ptr<const cuda::TreeCablesPlan> plan = *made;
+  // The joined tree's plan is kept by its parent array (a time-stepping client's same cells find
+  // it). Its analysis is host work of some 30-45 ns a node, single-threaded (H100 host: 1.4 s for
+  // 20,326 cells, 32.6 M nodes; bench_tree), against 4.2-5 ms for the device's solve and a few
+  // hundred ms for the host's sweeps over every core: auto builds it only for cells it sees a
+  // second time, and solves the first sight on the host.
+  std::shared_ptr<const cuda::TreeCablesPlan> plan = plans_.Find(parent.data(), total);
+  if (plan == nullptr && m == TreeMethod::kAuto && !plans_.SeenBefore(parent.data(), total)) {
+    auto host = cpu_->Solve(p, m, out, c);
+    if (host.ok()) host->method += " (host; the cells' plan is built if they come again)";
+    return host;
+  }
+  if (plan == nullptr) {
+    auto made = plans_.Get(parent.data(), total, device_pool_, nullptr);
+    if (!made.ok()) return made.status();
+    plan = *made;
+  }
   const cuda::TreePath path = cuda::ChooseTreePath(one, m, plan.get());
   // (kHinesBatch is not chosen with a plan; contraction too large for a block: the host's.)
   if (path == cuda::TreePath::kHost || path == cuda::TreePath::kHinesBatch)
