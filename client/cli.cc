@@ -181,7 +181,7 @@ absl::Status ReadArrays(const std::vector<std::pair<std::string, std::string>>& 
     if (name == "lengths" && !integer)
       return absl::InvalidArgumentError(absl::StrCat(
           "lengths (", path, ") is ", trisolve::DTypeName(a.dtype),
-          ": the systems' sizes must be an integer array (int32 or int64)"));
+          ": the systems' (cells') sizes must be an integer array (int32 or int64)"));
     if (!trisolve::IsIndexArray(name) && integer) {
       trisolve::NdArray f = trisolve::NdArray::Zeros(trisolve::DType::kFloat64, a.shape);
       constexpr int64_t kExact = int64_t{1} << 53;

@@ -61,6 +61,7 @@ v1::Array* MutableField(v1::StreamRequest& h, Kind k, const std::string& field) 
       if (field == "upper") return r->mutable_upper();
       if (field == "diag") return r->mutable_diag();
       if (field == "rhs") return r->mutable_rhs();
+      if (field == "lengths") return r->mutable_lengths();
       break;
     }
     case Kind::kBlockTridiagonal: {
@@ -233,7 +234,8 @@ bool IsIndexArray(absl::string_view name) { return name == "parent" || name == "
 
 const std::vector<std::string>& ArrayNames(Kind k) {
   static const std::vector<std::string> tri = {"d", "a", "b", "c", "lengths", "abc"};
-  static const std::vector<std::string> tree = {"rhs", "parent", "lower", "upper", "diag"};
+  static const std::vector<std::string> tree = {"rhs", "parent", "lower", "upper", "diag",
+                                                 "lengths"};
   static const std::vector<std::string> block = {"f", "aC", "cC", "bC", "cA", "cB", "y0"};
   static const std::vector<std::string> dense = {"b", "A"};
   switch (k) {

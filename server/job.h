@@ -109,8 +109,9 @@ struct Job {
   // false: a large job's values were not yet checked for NaN and Inf (DeclareOptions::
   // defer_finite); the core has the backend check them on the device, or checks them itself.
   bool values_checked = true;
-  // Tridiagonal systems of different sizes (TridiagonalRequest.lengths, int32 "lengths"): the
-  // arrays are the systems concatenated, batch the systems, n their total.
+  // Tridiagonal systems or tree cells of different sizes (TridiagonalRequest.lengths,
+  // TreeRequest.lengths; int32 "lengths"): the arrays are the systems concatenated, batch the
+  // systems, n their total.
   bool variable = false;
   // Tridiagonal coefficients in the unified-vector layout (TridiagonalRequest.abc, array "abc":
   // a, b, c of a row together) instead of arrays a, b, c.

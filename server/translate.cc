@@ -286,8 +286,43 @@ absl::Status Declare(Job& job, const v1::TridiagonalRequest& r) {
       job, "d", {{"a", r.has_a(), &r.a()}, {"b", r.has_b(), &r.b()}, {"c", r.has_c(), &r.c()}});
 }
 
+// Cells of different sizes: parent, lower, upper, diag, rhs concatenated ([total]), lengths
+// [cells] (int32). The lengths' and parents' values are checked once they are there
+// (CheckStructure).
+absl::Status DeclareCells(Job& job, const v1::TreeRequest& r) {
+  if (job.rhs_optional)
+    return Invalid("lengths", "cells of different sizes are solved by Solve, SolveStream or "
+                              "SolveWithProgress; CreateSystem takes cells of one size");
+  if (job.layout != Layout::kFlat)
+    return Invalid("lengths", "cells of different sizes take layout FLAT (each array the "
+                              "cells' nodes one cell after the other)");
+  auto lengths = DeclareArray(job, "lengths", true, r.lengths(), "[cells]");
+  if (!lengths.ok()) return lengths.status();
+  auto rhs = DeclareArray(job, "rhs", r.has_rhs(), r.rhs(),
+                          "[total] (the cells' nodes concatenated, as lengths says)", 1);
+  if (!rhs.ok()) return rhs.status();
+  job.variable = true;
+  job.parent_per_system = false;
+  job.batch = (*lengths)->shape[0];
+  job.n = (*rhs)->shape[0];
+  if (job.n > std::numeric_limits<int32_t>::max())
+    return Invalid("rhs", absl::StrCat("has ", job.n, " nodes in all; at most 2^31 - 1"));
+  if (job.batch > job.n)
+    return Invalid("lengths", absl::StrCat("has ", job.batch, " cells of at least one node "
+                                           "each, but rhs holds ", job.n, " values"));
+  for (auto [name, has, arr] :
+       {std::tuple{"parent", r.has_parent(), &r.parent()}, {"lower", r.has_lower(), &r.lower()},
+        {"upper", r.has_upper(), &r.upper()}, {"diag", r.has_diag(), &r.diag()}}) {
+    auto st = DeclareArray(job, name, has, *arr, ShapeStr((*rhs)->shape));
+    if (!st.ok()) return st.status();
+    if (auto s2 = SameShape(job, name, "rhs"); !s2.ok()) return s2;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Declare(Job& job, const v1::TreeRequest& r) {
   if (auto st = DeclareCommon(job, Family::kTree, r); !st.ok()) return st;
+  if (r.has_lengths() || r.lengths().shape_size() > 0) return DeclareCells(job, r);
   const char* expect = job.layout == Layout::kFlat ? "[batch, n] or [n]" : "[n, batch] or [n]";
   auto rhs = DeclareRhs(job, "rhs", r.has_rhs(), r.rhs(), r.diag(), expect);
   if (!rhs.ok()) return rhs.status();

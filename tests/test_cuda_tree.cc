@@ -7,6 +7,7 @@
 
 #include "cuda_test_util.h"
 #include "error_measure.h"
+#include "tree_cells.h"
 #include "gtest/gtest.h"
 #include "trisolve/backend.h"
 #include "trisolve/examples.h"
@@ -447,6 +448,160 @@ TEST(CudaCablesMorphology, PerCellTreesDiffer) {
     }
     EXPECT_LE(dm, 1e-12 * xm);
   }
+}
+
+// Cells of different sizes (TreeProblem::offsets): the device solves them as one tree whose
+// roots are joined by zero couplings; every status and x against the CPU reference's, a cell
+// at a time, by the same method (auto: hines on the CPU). `expect`: the method string's start.
+// auto builds the joined tree's plan only for cells it has seen before: the first call may be
+// the host's (unless an earlier test sent the same cells), the second is the device's.
+template <typename T>
+void CompareCellsOnce(const testing::Cells& c, TreeMethod m, const std::string& expect,
+                      double tol, bool first_sight) {
+  const auto typed = c.As<T>();
+  const TreeProblem<T> p = c.Problem(typed);
+  const int64_t total = c.total();
+  std::vector<T> xg(static_cast<size_t>(total), T(std::nan(""))), xc(static_cast<size_t>(total));
+  std::vector<SystemStatus> sg(size_t(c.cells()), SystemStatus::kDiverged), sc(sg);
+  auto info = Cuda()->Solve(p, m, TreeOutput<T>{xg.data(), sg.data()}, SolveControl{});
+  ASSERT_TRUE(info.ok()) << info.status();
+  const bool host_first =
+      first_sight && info->method == "hines (host; the cells' plan is built if they come again)";
+  if (!host_first) {
+    EXPECT_EQ(info->method.rfind(expect, 0), 0u) << info->method << " (expected " << expect << ")";
+  }
+  cpu::SolveTree(p, m == TreeMethod::kAuto ? TreeMethod::kHines : m,
+                 TreeOutput<T>{xc.data(), sc.data()});
+  double worst = 0;
+  for (int64_t s = 0; s < c.cells(); ++s) {
+    ASSERT_EQ(sg[size_t(s)], sc[size_t(s)]) << "cell " << s << ": " << info->method;
+    double dm = 0, xm = 0;
+    for (int64_t i = c.offsets[size_t(s)]; i < c.offsets[size_t(s) + 1]; ++i) {
+      if (sc[size_t(s)] != SystemStatus::kOk) {
+        ASSERT_EQ(xg[size_t(i)], T(0)) << "cell " << s;
+        continue;
+      }
+      dm = testing::WorseOf(dm, std::abs(double(xg[size_t(i)]) - double(xc[size_t(i)])));
+      xm = testing::WorseOf(xm, std::abs(double(xc[size_t(i)])));
+    }
+    worst = testing::WorseOf(worst, xm > 0 ? dm / xm : dm);
+  }
+  EXPECT_LE(worst, tol) << info->method;
+  EXPECT_LE(TreeBackwardError(p, xg.data(), sg.data()), sizeof(T) == 8 ? 1e-15 : 1e-6)
+      << info->method;
+}
+
+template <typename T>
+void CompareCells(const testing::Cells& c, TreeMethod m, const std::string& expect, double tol) {
+  for (int call = 0; call < (m == TreeMethod::kAuto ? 2 : 1); ++call) {
+    SCOPED_TRACE(::testing::Message() << "call " << call);
+    CompareCellsOnce<T>(c, m, expect, tol, call == 0 && m == TreeMethod::kAuto);
+  }
+}
+
+// Subtrees of the real morphology (its first k nodes) of many sizes, the whole cell among them,
+// and random small trees: 1,200 cells.
+testing::Cells MorphologyCells(int64_t cells, uint64_t seed, int singular_at = -1) {
+  auto m = ReadSwc(std::string(TRISOLVE_TEST_DATA) + "/neuron_10-2012-02-09-001.CNG.swc");
+  EXPECT_TRUE(m.ok());
+  std::mt19937_64 rng(seed);
+  testing::Cells c;
+  const int64_t sizes[] = {3187, 1, 2, 17, 400, 1500, 2900, 3186, 64};
+  for (int64_t k = 0; k < cells; ++k) {
+    if (k == singular_at) {
+      c.AddSingular();
+    } else if (k % 3 == 2) {
+      c.AddRandom(testing::RandomParents(1 + int64_t(rng() % 300), rng), rng);
+    } else {
+      const int64_t n = sizes[size_t(k) % std::size(sizes)];
+      c.AddRandom(std::vector<int32_t>(m->parent.begin(), m->parent.begin() + n), rng);
+    }
+  }
+  return c;
+}
+
+TEST(CudaTreeCells, HandWorkedCells) {
+  REQUIRE_GPU();
+  const testing::Cells c = testing::HandWorkedCells();
+  const auto typed = c.As<double>();
+  // (auto: the host's the first time these cells come, the device's the second.)
+  for (int call = 0; call < 2; ++call) {
+    std::vector<double> x(8);
+    std::vector<SystemStatus> st(3);
+    auto info = Cuda()->Solve(c.Problem(typed), TreeMethod::kAuto,
+                              TreeOutput<double>{x.data(), st.data()}, SolveControl{});
+    ASSERT_TRUE(info.ok()) << info.status();
+    if (call == 1) {
+      EXPECT_EQ(info->method, "contraction-block (the cells as one tree)");
+    }
+    const std::vector<double> want = testing::HandWorkedX();
+    for (SystemStatus s : st) EXPECT_EQ(s, SystemStatus::kOk);
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(x[i], want[i], 1e-14) << i;
+  }
+  // The caller's root couplings (not part of the matrix) are untouched: zeroed on the device
+  // copy only.
+  EXPECT_EQ(typed.lower[1], 3.5);
+  EXPECT_EQ(typed.upper[3], -6.0);
+}
+
+TEST(CudaTreeCells, RealMorphologySubtreesAsOneTree) {
+  REQUIRE_GPU();
+  const testing::Cells c = MorphologyCells(1200, 1);
+  CompareCells<double>(c, TreeMethod::kAuto, "cables (the cells as one tree)", 1e-12);
+  CompareCells<float>(c, TreeMethod::kAuto, "cables (the cells as one tree)", 2e-3);
+  CompareCells<double>(c, TreeMethod::kCables, "cables (the cells as one tree)", 1e-12);
+  // hines is one thread a cell on the device; contraction's rounds fit a block only for small
+  // forests: both on the host, a cell at a time.
+  CompareCells<double>(c, TreeMethod::kHines, "hines (host)", 0);
+  CompareCells<double>(c, TreeMethod::kContraction, "contraction (host)", 0);
+}
+
+TEST(CudaTreeCells, ManySmallRandomCells) {
+  REQUIRE_GPU();
+  // More cells than fan-out^2 (the roots three levels deep), most of 1 .. 40 nodes.
+  std::mt19937_64 rng(2);
+  testing::Cells c;
+  for (int k = 0; k < 40000; ++k)
+    c.AddRandom(testing::RandomParents(1 + int64_t(rng() % 40), rng), rng);
+  CompareCells<double>(c, TreeMethod::kAuto, "cables (the cells as one tree)", 1e-12);
+  CompareCells<float>(c, TreeMethod::kCables, "cables (the cells as one tree)", 2e-3);
+}
+
+TEST(CudaTreeCells, SmallForestOneBlock) {
+  REQUIRE_GPU();
+  // A few thousand nodes in all: the joined tree fits one block (contraction-block for auto
+  // and contraction, cables-block for cables).
+  std::mt19937_64 rng(4);
+  testing::Cells c;
+  for (int k = 0; k < 90; ++k) c.AddRandom(testing::RandomParents(1 + int64_t(rng() % 60), rng), rng);
+  CompareCells<double>(c, TreeMethod::kAuto, "contraction-block (the cells as one tree)", 1e-12);
+  CompareCells<double>(c, TreeMethod::kContraction, "contraction-block (the cells as one tree)",
+                       1e-12);
+  CompareCells<double>(c, TreeMethod::kCables, "cables", 1e-12);
+  CompareCells<float>(c, TreeMethod::kAuto, "contraction-block (the cells as one tree)", 2e-3);
+}
+
+TEST(CudaTreeCells, ASingularCellAmongGoodOnes) {
+  REQUIRE_GPU();
+  // Where the singular cell is decides what the joined elimination carries past it (its root
+  // is the joined tree's root, an inner root, a leaf root): the statuses are the CPU's anyway.
+  for (int at : {0, 1, 33, 600, 1199}) {
+    const testing::Cells c = MorphologyCells(1200, 5, at);
+    CompareCells<double>(c, TreeMethod::kAuto, "cables (the cells as one tree); a pivot vanished",
+                         1e-12);
+    CompareCells<float>(c, TreeMethod::kCables, "cables (the cells as one tree); a pivot vanished",
+                        2e-3);
+  }
+  std::mt19937_64 rng(6);
+  testing::Cells small;
+  for (int k = 0; k < 50; ++k) {
+    if (k == 20) {
+      small.AddSingular();
+    } else {
+      small.AddRandom(testing::RandomParents(1 + int64_t(rng() % 60), rng), rng);
+    }
+  }
+  CompareCells<double>(small, TreeMethod::kAuto, "contraction-block (the cells as one tree); a pivot vanished", 1e-12);
 }
 
 std::string TreeName(const ::testing::TestParamInfo<std::tuple<Shape, Layout>>& i) {

@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "trisolve/backend.h"
 #include "trisolve/swc.h"
+#include "tree_cells.h"
 
 namespace trisolve {
 namespace {
@@ -403,6 +404,31 @@ TEST(PlacedBackend, ABatchTooLargeForOneDeviceIsSplitBySystems) {
       EXPECT_EQ(dev[0]->batches().size(), 1u);
       EXPECT_EQ(dev[1]->batches().size(), 1u);
     }
+}
+
+TEST(PlacedBackend, TreeCellsOfDifferentSizesGoWholeToOneDevice) {
+  // Cells of different sizes are never split by systems (the parts would need offsets of their
+  // own): one device takes them all; a singular cell last keeps its place.
+  std::mt19937_64 rng(12);
+  testing::Cells c;
+  for (int k = 0; k < 300; ++k)
+    c.AddRandom(testing::RandomParents(1 + int64_t(rng() % 400), rng), rng);
+  c.AddSingular();
+  std::vector<FakeDevice*> dev;
+  auto be = Placed({40 * kMiB, 30 * kMiB}, &dev);
+  const auto typed = c.As<double>();
+  const TreeProblem<double> p = c.Problem(typed);
+  std::vector<double> x(size_t(c.total()), NAN), want(x.size());
+  std::vector<SystemStatus> st(size_t(c.cells())), wst(st.size());
+  auto got = be->Solve(p, TreeMethod::kHines, TreeOutput<double>{x.data(), st.data()}, {});
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_TRUE(
+      Cpu().Solve(p, TreeMethod::kHines, TreeOutput<double>{want.data(), wst.data()}, {}).ok());
+  EXPECT_EQ(st, wst);
+  EXPECT_EQ(st.back(), SystemStatus::kSingular);
+  EXPECT_EQ(Distance(x, want), 0);
+  EXPECT_EQ(dev[0]->batches().size() + dev[1]->batches().size(), 1u);
+  EXPECT_EQ(Sum(dev[0]->batches()) + Sum(dev[1]->batches()), c.cells());
 }
 
 TEST(PlacedBackend, ABatchIsSplitOnlyWhereNoOneDeviceHoldsIt) {

@@ -50,19 +50,8 @@ constexpr int kTridiagonalCoefficients[] = {0, 2, 3};
 
 absl::Status TridiagonalStructure(const SystemSpec& s, const OneShotArrays& e) {
   if (e.lengths == nullptr) return absl::OkStatus();
-  // Read before any solve: the offsets the solvers index by come from these.
-  int64_t total = 0;
-  for (int64_t q = 0; q < s.batch; ++q) {
-    if (e.lengths[q] < 1)
-      return Invalid("lengths", absl::StrCat("lengths[", q, "] is ", e.lengths[q],
-                                             "; every system needs at least one row"));
-    total += e.lengths[q];
-  }
-  if (total != s.n)
-    return Invalid("lengths", absl::StrCat("the ", s.batch, " lengths sum to ", total,
-                                           ", but a, b, c and d hold ", s.n,
-                                           " values (their sum must be the arrays' length)"));
-  return absl::OkStatus();
+  return CheckLengths(e.lengths, s.batch, s.n, "a, b, c and d",
+                      "every system needs at least one row");
 }
 
 template <typename T>
@@ -83,9 +72,15 @@ double TridiagonalResidual(const SystemSpec& s, const T* rhs, const OneShotArray
 // ---- tree -------------------------------------------------------------------------------------
 
 // Shapes: rhs as the tridiagonal d; lower, upper, diag as rhs (or [n] for one matrix); parent
-// [n] (one tree for the batch) or [batch, n] (one a system).
+// [n] (one tree for the batch) or [batch, n] (one a system); cells of different sizes: every
+// array [total] and lengths [cells].
 constexpr ArrayDescriptor kTreeArrays[] = {
     {.name = "diag", .field = "diag", .role = ArrayRole::kCoefficient, .coefficient = 2},
+    {.name = "lengths",
+     .field = "lengths",
+     .role = ArrayRole::kLengths,
+     .int32 = true,
+     .max_rank = 1},
     {.name = "lower", .field = "lower", .role = ArrayRole::kCoefficient, .coefficient = 0},
     {.name = "parent",
      .field = "parent",
@@ -95,11 +90,40 @@ constexpr ArrayDescriptor kTreeArrays[] = {
     {.name = "rhs", .field = "rhs", .role = ArrayRole::kRhs},
     {.name = "upper", .field = "upper", .role = ArrayRole::kCoefficient, .coefficient = 1},
 };
-constexpr int kTreeCoefficients[] = {1, 4, 0, 2};
+constexpr int kTreeCoefficients[] = {2, 5, 0, 3};
 constexpr int kTreeParent = 3;
 
-absl::Status TreeStructure(const SystemSpec& s, const OneShotArrays&) {
+// Cells of different sizes: each cell's parent array a tree of its own nodes (ValidateParents'
+// rule, the values local to the cell). The error names the cell, its node and the element of
+// the request's parent array.
+absl::Status CellParents(const int32_t* parent, const int32_t* lengths, int64_t cells) {
+  int64_t first = 0;
+  for (int64_t q = 0; q < cells; first += lengths[q], ++q) {
+    const int32_t* p = parent + first;
+    if (p[0] != -1)
+      return Invalid("parent", absl::StrCat("cell ", q, ": parent[", first, "] (its node 0) is ",
+                                            p[0], ", expected -1 (a cell's first node is its "
+                                            "root; parent values count from the cell's start)"));
+    for (int64_t i = 1; i < lengths[q]; ++i)
+      if (p[i] < 0 || p[i] >= i)
+        return Invalid("parent",
+                       absl::StrCat("cell ", q, ": parent[", first + i, "] (its node ", i,
+                                    ") is ", p[i], ", expected 0 <= parent < ", i,
+                                    " (parent values count from the cell's start)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TreeStructure(const SystemSpec& s, const OneShotArrays& e) {
   const auto* parent = static_cast<const int32_t*>(s.coefficients[kTreeParent]);
+  if (e.lengths != nullptr) {
+    // Read before any solve: the offsets the solvers index by come from these.
+    if (auto st = CheckLengths(e.lengths, s.batch, s.n, "parent, lower, upper, diag and rhs",
+                               "every cell needs at least one node");
+        !st.ok())
+      return st;
+    return CellParents(parent, e.lengths, s.batch);
+  }
   const int64_t trees = s.parent_per_system ? s.batch : 1;
   for (int64_t q = 0; q < trees; ++q) {
     absl::Status st = ValidateParents(parent + q * s.n, s.n);
@@ -122,14 +146,17 @@ absl::Status TreeUpdate(const SystemSpec& s, int coefficient, const void* values
 
 template <typename T>
 absl::StatusOr<SolveInfo> TreeSolve(Backend& be, const SystemSpec& s, const T* rhs,
-                                    const OneShotArrays&, T* x, SystemStatus* status,
+                                    const OneShotArrays& e, T* x, SystemStatus* status,
                                     const SolveControl& control) {
-  return be.Solve(TreeOf(s, rhs), TreeMethod(s.method), TreeOutput<T>{x, status}, control);
+  std::vector<int64_t> offsets;
+  return be.Solve(TreeOf(s, rhs, e, &offsets), TreeMethod(s.method), TreeOutput<T>{x, status},
+                  control);
 }
 template <typename T>
-double TreeResidual(const SystemSpec& s, const T* rhs, const OneShotArrays&, const T* x,
+double TreeResidual(const SystemSpec& s, const T* rhs, const OneShotArrays& e, const T* x,
                     const SystemStatus* status) {
-  return TreeBackwardError(TreeOf(s, rhs), x, status);
+  std::vector<int64_t> offsets;
+  return TreeBackwardError(TreeOf(s, rhs, e, &offsets), x, status);
 }
 
 // ---- block-tridiagonal ------------------------------------------------------------------------
@@ -248,7 +275,7 @@ const FamilyDescriptor kFamilies[] = {
      .name = "tree",
      .arrays = kTreeArrays,
      .coefficient_slots = kTreeCoefficients,
-     .rhs_slot = 3,
+     .rhs_slot = 4,
      .replicates = true,
      .parse_method = ParseAs<TreeMethod, ParseTreeMethod>,
      .method_name = NameOf<TreeMethod>,
@@ -285,6 +312,21 @@ constexpr Family kAllFamilies[] = {Family::kTridiagonal, Family::kTree, Family::
                                    Family::kDense};
 
 }  // namespace
+
+absl::Status CheckLengths(const int32_t* lengths, int64_t batch, int64_t total,
+                          absl::string_view arrays, absl::string_view need) {
+  int64_t sum = 0;
+  for (int64_t q = 0; q < batch; ++q) {
+    if (lengths[q] < 1)
+      return Invalid("lengths", absl::StrCat("lengths[", q, "] is ", lengths[q], "; ", need));
+    sum += lengths[q];
+  }
+  if (sum != total)
+    return Invalid("lengths", absl::StrCat("the ", batch, " lengths sum to ", sum, ", but ",
+                                           arrays, " hold ", total,
+                                           " values (their sum must be the arrays' length)"));
+  return absl::OkStatus();
+}
 
 const FamilyDescriptor& Describe(Family f) { return kFamilies[size_t(f)]; }
 

@@ -254,7 +254,7 @@ class MultiDeviceBackend final : public Backend {
   }
   template <typename T>
   static int64_t TreeBytes(const TreeProblem<T>& p) {
-    return 5 * p.batch * p.n * int64_t(sizeof(T)) + p.n * 5;
+    return 5 * p.unknowns() * int64_t(sizeof(T)) + (p.variable() ? p.unknowns() : p.n) * 5;
   }
   // One tree of n nodes solved on a device (a batch of one): its arrays and x, the cable
   // plan (some 32 bytes a node: the cables, their order and their children) and the solver's
@@ -611,6 +611,11 @@ class MultiDeviceBackend final : public Backend {
   absl::StatusOr<SolveInfo> SolveTree(const TreeProblem<T>& p, TreeMethod m, TreeOutput<T> out,
                                       const SolveControl& c) {
     const int64_t bytes = p.batch == 1 ? OneTreeBytes<T>(p.n) : TreeBytes(p);
+    // Cells of different sizes go whole to one worker (solved there as one tree: the plan and
+    // scratch of OneTreeBytes); parts would need offsets of their own.
+    if (p.variable())
+      return OnPlaced(OneTreeBytes<T>(p.unknowns()),
+                      [&](Backend& b) { return b.Solve(p, m, out, c); });
     if (p.batch == 1) {
       const RowSplit split =
           SplitSystem(p.n, bytes, m == TreeMethod::kAuto, options_.split_tree_nodes);

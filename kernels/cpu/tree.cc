@@ -28,6 +28,18 @@ absl::Status ValidateParents(const int32_t* parent, int64_t n) {
   return absl::OkStatus();
 }
 
+std::vector<int32_t> ForestAsOneTree(const int32_t* parent, const int64_t* offsets,
+                                     int64_t cells) {
+  std::vector<int32_t> one(size_t(offsets[cells]));
+  for (int64_t k = 0; k < cells; ++k) {
+    const int64_t first = offsets[k];
+    one[size_t(first)] = k == 0 ? -1 : int32_t(offsets[(k - 1) / kForestFanout]);
+    for (int64_t i = first + 1; i < offsets[k + 1]; ++i)
+      one[size_t(i)] = int32_t(first + parent[i]);
+  }
+  return one;
+}
+
 TreeCables BuildTreeCables(const int32_t* parent, int64_t n) {
   TreeCables t;
   t.n = n;
@@ -303,39 +315,49 @@ SolveInfo SolveTree(const TreeProblem<T>& p, TreeMethod method, TreeOutput<T> ou
   const int64_t stride = ElementStride(p.layout, p.batch);
   const bool cables = method == TreeMethod::kCables;
   const bool contraction = method == TreeMethod::kContraction;
+  // A plan a cell where the cells' trees differ (per-system parent arrays, cells of different
+  // sizes), else one for the batch.
+  const bool own_plans = p.parent_per_system || p.variable();
   TreeCables shared;
-  if (cables && !p.parent_per_system) shared = BuildTreeCables(p.parent, p.n);
+  if (cables && !own_plans) shared = BuildTreeCables(p.parent, p.n);
   TreeContraction shared_rounds;
-  if (contraction && !p.parent_per_system) shared_rounds = BuildTreeContraction(p.parent, p.n);
+  if (contraction && !own_plans) shared_rounds = BuildTreeContraction(p.parent, p.n);
 #pragma omp parallel
   {
     std::vector<T> D(p.n), S(p.n), U, cD, cR;
     TreeCables own;
     TreeContraction own_rounds;
-#pragma omp for schedule(static)
-    for (int64_t s = 0; s < p.batch; ++s) {
-      const int64_t off = SystemOffset(p.layout, p.n, s);
-      const int32_t* parent = p.parent + (p.parent_per_system ? s * p.n : 0);
+    const auto solve_cell = [&](int64_t s) {
+      const int64_t off = p.first(s), n = p.nodes(s);
+      const int32_t* parent = p.parent_of(s);
       bool ok;
       if (contraction) {
-        if (p.parent_per_system) own_rounds = BuildTreeContraction(parent, p.n);
+        if (own_plans) own_rounds = BuildTreeContraction(parent, n);
         U.resize(p.n);
-        ok = ContractionOne(p.parent_per_system ? own_rounds : shared_rounds, stride, p.lower + off,
+        ok = ContractionOne(own_plans ? own_rounds : shared_rounds, stride, p.lower + off,
                             p.upper + off, p.diag + off, p.rhs + off, out.x + off, D.data(),
                             S.data(), U.data());
       } else if (cables) {
-        if (p.parent_per_system) own = BuildTreeCables(parent, p.n);
-        const TreeCables& t = p.parent_per_system ? own : shared;
+        if (own_plans) own = BuildTreeCables(parent, n);
+        const TreeCables& t = own_plans ? own : shared;
         cD.resize(t.cables());
         cR.resize(t.cables());
         ok = CablesOne(t, stride, parent, p.lower + off, p.upper + off, p.diag + off,
                        p.rhs + off, out.x + off, D.data(), cD.data(), cR.data());
       } else {
-        ok = HinesOne(p.n, stride, parent, p.lower + off, p.upper + off, p.diag + off,
+        ok = HinesOne(n, stride, parent, p.lower + off, p.upper + off, p.diag + off,
                       p.rhs + off, out.x + off, D.data(), S.data());
       }
-      if (!ok) ZeroStrided(p.n, stride, out.x + off);
+      if (!ok) ZeroStrided(n, stride, out.x + off);
       out.status[s] = ok ? SystemStatus::kOk : SystemStatus::kSingular;
+    };
+    // Cells of different sizes take different times: handed out a few at a time.
+    if (p.variable()) {
+#pragma omp for schedule(dynamic, 16)
+      for (int64_t s = 0; s < p.batch; ++s) solve_cell(s);
+    } else {
+#pragma omp for schedule(static)
+      for (int64_t s = 0; s < p.batch; ++s) solve_cell(s);
     }
   }
   SolveInfo info;
@@ -359,14 +381,14 @@ double TreeBackwardError(const TreeProblem<T>& p, const T* x, const SystemStatus
 #pragma omp for schedule(static)
     for (int64_t s = 0; s < p.batch; ++s) {
       if (status && status[s] != SystemStatus::kOk) continue;
-      const int64_t off = SystemOffset(p.layout, p.n, s);
-      const int32_t* parent = p.parent + (p.parent_per_system ? s * p.n : 0);
-      for (int64_t i = 0; i < p.n; ++i) {
+      const int64_t off = p.first(s), n = p.nodes(s);
+      const int32_t* parent = p.parent_of(s);
+      for (int64_t i = 0; i < n; ++i) {
         ax[i] = double(p.diag[off + i * st]) * x[off + i * st];
         rowabs[i] = std::abs(double(p.diag[off + i * st]));
       }
       double xmax = 0, bmax = 0;
-      for (int64_t i = 0; i < p.n; ++i) {
+      for (int64_t i = 0; i < n; ++i) {
         const int64_t e = off + i * st;
         xmax = std::max(xmax, std::abs(double(x[e])));
         bmax = std::max(bmax, std::abs(double(p.rhs[e])));
@@ -378,15 +400,15 @@ double TreeBackwardError(const TreeProblem<T>& p, const T* x, const SystemStatus
         rowabs[q] += std::abs(double(p.upper[e]));
       }
       double rmax = 0, amax = 0;
-      for (int64_t i = 0; i < p.n; ++i) {
+      for (int64_t i = 0; i < n; ++i) {
         rmax = std::max(rmax, std::abs(double(p.rhs[off + i * st]) - ax[i]));
         amax = std::max(amax, rowabs[i]);
       }
       const double denom = amax * xmax + bmax;
       // A non-finite x is the worst error there is (std::max would drop a NaN).
-      const double e = !cpu::AllFinite(p.n, st, x + off) ? std::numeric_limits<double>::infinity()
-                       : denom > 0                        ? rmax / denom
-                                                          : 0.0;
+      const double e = !cpu::AllFinite(n, st, x + off) ? std::numeric_limits<double>::infinity()
+                       : denom > 0                      ? rmax / denom
+                                                        : 0.0;
       worst = std::max(worst, e);
     }
   }

@@ -3,6 +3,8 @@
 // and the pivoting re-solve each needs.
 #include "cuda_backend.h"
 
+#include <algorithm>
+
 namespace trisolve::cuda_backend {
 
 template <typename T>
@@ -360,6 +362,102 @@ absl::StatusOr<SolveInfo> CudaBackend::SolveTreeOnDevice(const TreeProblem<T>& p
                    nullptr, c.check_finite);
 }
 
+template <typename T>
+absl::StatusOr<SolveInfo> CudaBackend::SolveTreeForest(const TreeProblem<T>& p, TreeMethod m,
+                                                       TreeOutput<T> out,
+                                                       const SolveControl& c) {
+  const cuda::UseTuning tuned(&tuning_, cuda::UseTuning::kUnlessSet);
+  // hines is one thread a cell on the device (hines-batch, cells of one size): a forest as one
+  // tree would be one thread. The host's sweeps, a cell a thread, instead.
+  const int64_t total = p.unknowns();
+  // (contraction runs on the device one block a tree: the plan's rounds exist below 65,535
+  // nodes, and a larger forest would build a plan only to run on the host.)
+  if (m == TreeMethod::kHines || (m == TreeMethod::kContraction && total >= 65535))
+    return Host(cpu_->Solve(p, m, out, c));
+  const std::vector<int32_t> parent = ForestAsOneTree(p.parent, p.offsets, p.batch);
+  TreeProblem<T> one = p;
+  one.batch = 1;
+  one.n = total;
+  one.offsets = nullptr;
+  one.parent = parent.data();
+  one.parent_per_system = false;
+  // The joined tree's plan is kept by its parent array (a time-stepping client's same cells find
+  // it). Its analysis is host work of some 30-45 ns a node, single-threaded (H100 host: 1.4 s for
+  // 20,326 cells, 32.6 M nodes; bench_tree), against 4.2-5 ms for the device's solve and a few
+  // hundred ms for the host's sweeps over every core: auto builds it only for cells it sees a
+  // second time, and solves the first sight on the host.
+  std::shared_ptr<const cuda::TreeCablesPlan> plan = plans_.Find(parent.data(), total);
+  if (plan == nullptr && m == TreeMethod::kAuto && !plans_.SeenBefore(parent.data(), total)) {
+    auto host = cpu_->Solve(p, m, out, c);
+    if (host.ok()) host->method += " (host; the cells' plan is built if they come again)";
+    return host;
+  }
+  if (plan == nullptr) {
+    auto made = plans_.Get(parent.data(), total, device_pool_, nullptr);
+    if (!made.ok()) return made.status();
+    plan = *made;
+  }
+  const cuda::TreePath path = cuda::ChooseTreePath(one, m, plan.get());
+  // (kHinesBatch is not chosen with a plan; contraction too large for a block: the host's.)
+  if (path == cuda::TreePath::kHost || path == cuda::TreePath::kHinesBatch)
+    return Host(cpu_->Solve(p, m, out, c));
+  // The roots whose couplings join the cells, staged with the arrays (int32 packed in T).
+  const int64_t joins = p.batch - 1;
+  std::vector<T> roots((size_t(std::max<int64_t>(joins, 1)) * 4 + sizeof(T) - 1) / sizeof(T));
+  auto* r32 = reinterpret_cast<int32_t*>(roots.data());
+  for (int64_t k = 1; k < p.batch; ++k) r32[k - 1] = int32_t(p.offsets[k]);
+  std::vector<Input<T>> in = {{p.lower, total}, {p.upper, total}, {p.diag, total}, {p.rhs, total},
+                              {roots.data(), int64_t(roots.size()), nullptr, /*scanned=*/false}};
+  SystemStatus joined = SystemStatus::kOk;
+  auto solved = stager_.Staged<T>(
+      in, 1, total, Layout::kFlat, out.x, &joined,
+      [&](const std::vector<T*>& d, T* dx, uint8_t* flags,
+          cudaStream_t stream) -> absl::StatusOr<std::string> {
+        if (auto st = cuda::ZeroForestCouplings(d[0], d[1], reinterpret_cast<const int32_t*>(d[4]),
+                                                joins, stream);
+            !st.ok())
+          return st;
+        TreeProblem<T> dp = one;
+        dp.parent = nullptr;  // the plan holds the tree
+        dp.lower = d[0];
+        dp.upper = d[1];
+        dp.diag = d[2];
+        dp.rhs = d[3];
+        if (path == cuda::TreePath::kContractionBlock) {
+          if (auto st = cuda::SolveTreeContractionBlockDevice(dp, *plan, dx, flags, stream);
+              !st.ok())
+            return st;
+          return std::string("contraction-block");
+        }
+        if (path == cuda::TreePath::kCablesBlock) {
+          if (auto st = cuda::SolveTreeCablesBlockDevice(dp, *plan, dx, flags, stream); !st.ok())
+            return st;
+          return std::string("cables-block");
+        }
+        if (auto st = cuda::SolveTreeCablesDevice(dp, *plan, dx, flags, device_pool_, stream);
+            !st.ok())
+          return st;
+        return std::string("cables");
+      },
+      nullptr, c.check_finite);
+  if (!solved.ok()) return solved;
+  solved->method += " (the cells as one tree)";
+  if (joined == SystemStatus::kOk) {
+    std::fill(out.status, out.status + p.batch, SystemStatus::kOk);
+    return solved;
+  }
+  // A pivot vanished in some cell, and past it the joined elimination carried 0/0 into the
+  // roots above: every cell is solved again on its own, on the host (the arrays are host
+  // memory: SolveFamily sent a client's device arrays through the host).
+  auto again = cpu_->Solve(p, m, out, c);
+  if (!again.ok()) return again.status();
+  const int64_t singular = std::count(out.status, out.status + p.batch, SystemStatus::kSingular);
+  solved->method += absl::StrCat("; a pivot vanished: the cells solved again by ", again->method,
+                                 " on the host (", singular, singular == 1 ? " cell" : " cells",
+                                 " singular)");
+  return solved;
+}
+
 // The two precisions every caller uses.
 template absl::StatusOr<SolveInfo> CudaBackend::SolveTri<double>(
     const TridiagonalProblem<double>&, TridiagonalMethod, TridiagonalOutput<double>,
@@ -388,6 +486,10 @@ template absl::StatusOr<SolveInfo> CudaBackend::SolveDenseOnDevice<float>(
 template absl::StatusOr<SolveInfo> CudaBackend::SolveTreeOnDevice<double>(
     const TreeProblem<double>&, TreeMethod, TreeOutput<double>, const SolveControl&,
     const Resident<double>*);
+template absl::StatusOr<SolveInfo> CudaBackend::SolveTreeForest<double>(
+    const TreeProblem<double>&, TreeMethod, TreeOutput<double>, const SolveControl&);
+template absl::StatusOr<SolveInfo> CudaBackend::SolveTreeForest<float>(
+    const TreeProblem<float>&, TreeMethod, TreeOutput<float>, const SolveControl&);
 template absl::StatusOr<SolveInfo> CudaBackend::SolveTreeOnDevice<float>(
     const TreeProblem<float>&, TreeMethod, TreeOutput<float>, const SolveControl&,
     const Resident<float>*);

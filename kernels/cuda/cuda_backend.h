@@ -23,6 +23,7 @@
 #include "runtime/pinned_word.h"
 #include "staging.h"
 #include "tree/dispatch.h"
+#include "tree/forest.h"
 #include "tree/plan_cache.h"
 #include "tree/tree.h"
 #include "tridiagonal/tridiagonal.h"
@@ -208,9 +209,13 @@ class CudaBackend final : public Backend {
   template <typename T>
   absl::StatusOr<SolveInfo> SolveFamily(const TreeProblem<T>& p, TreeMethod m, TreeOutput<T> out,
                                         const SolveControl& c) {
-    if (ClientDevice(p, out.x) && !TreeMayStayOnDevice(p, m)) return ThroughHost(p, m, out, c);
-    if (OnHost(m == TreeMethod::kAuto, p.batch * p.n)) return Host(cpu_->Solve(p, m, out, c));
+    // (Cells of different sizes: their roots' couplings are zeroed on the device copy, which
+    // must be the backend's own.)
+    if (ClientDevice(p, out.x) && (p.variable() || !TreeMayStayOnDevice(p, m)))
+      return ThroughHost(p, m, out, c);
+    if (OnHost(m == TreeMethod::kAuto, p.unknowns())) return Host(cpu_->Solve(p, m, out, c));
     UseDevice();
+    if (p.variable()) return SolveTreeForest(p, m, out, c);
     return SolveTreeOnDevice(p, m, out, c);
   }
   template <typename T>
@@ -452,11 +457,14 @@ class CudaBackend final : public Backend {
            OnDevice(p.d, e) || OnDevice(x, e);
   }
   template <typename T>
+  static int64_t ParentValues(const TreeProblem<T>& p) {
+    return p.variable() ? p.unknowns() : p.parent_per_system ? p.batch * p.n : p.n;
+  }
+  template <typename T>
   bool ClientDevice(const TreeProblem<T>& p, const T* x) const {
-    const int64_t e = p.batch * p.n;
+    const int64_t e = p.unknowns();
     return OnDevice(p.lower, e) || OnDevice(p.upper, e) || OnDevice(p.diag, e) ||
-           OnDevice(p.rhs, e) || OnDevice(x, e) ||
-           OnDevice(p.parent, p.parent_per_system ? e : p.n);
+           OnDevice(p.rhs, e) || OnDevice(x, e) || OnDevice(p.parent, ParentValues(p));
   }
   template <typename T>
   bool ClientDevice(const BlockTridiagonalProblem<T>& p, const T* y) const {
@@ -487,8 +495,7 @@ class CudaBackend final : public Backend {
   // out to be the host's through host copies.
   template <typename T>
   bool TreeMayStayOnDevice(const TreeProblem<T>& p, TreeMethod m) const {
-    return !OnHost(m == TreeMethod::kAuto, p.batch * p.n) &&
-           !OnDevice(p.parent, p.parent_per_system ? p.batch * p.n : p.n);
+    return !OnHost(m == TreeMethod::kAuto, p.unknowns()) && !OnDevice(p.parent, ParentValues(p));
   }
   // (range_systems: a range's systems, RhsBlock::systems; 0: the whole batch.)
   bool PreparedOnDeviceOnly(const PreparedSystem& system, int64_t k, int64_t range_systems) const {
@@ -530,10 +537,10 @@ class CudaBackend final : public Backend {
   absl::StatusOr<SolveInfo> ThroughHost(TreeProblem<T> p, TreeMethod m, TreeOutput<T> out,
                                         const SolveControl& c) {
     HostCopies h(stager_);
-    const int64_t e = p.batch * p.n, eb = int64_t(sizeof(T));
+    const int64_t e = p.unknowns(), eb = int64_t(sizeof(T));
     for (const T** q : {&p.lower, &p.upper, &p.diag, &p.rhs})
       if (auto st = h.In(*q, e * eb); !st.ok()) return st;
-    if (auto st = h.In(p.parent, (p.parent_per_system ? e : p.n) * 4); !st.ok()) return st;
+    if (auto st = h.In(p.parent, ParentValues(p) * 4); !st.ok()) return st;
     h.Out(out.x, e * eb);
     auto r = Solve(p, m, out, c);
     if (r.ok())
@@ -609,6 +616,12 @@ class CudaBackend final : public Backend {
   absl::StatusOr<SolveInfo> SolveTreeOnDevice(const TreeProblem<T>& p, TreeMethod m,
                                               TreeOutput<T> out, const SolveControl& c,
                                               const Resident<T>* resident = nullptr);
+  // Cells of different sizes (p.offsets; host arrays): one tree of them all (tree/forest.h)
+  // by the one-tree paths; where a pivot vanished in it, the cells solved again one by one on
+  // the host, which says which (every cell's status the CPU reference's).
+  template <typename T>
+  absl::StatusOr<SolveInfo> SolveTreeForest(const TreeProblem<T>& p, TreeMethod m,
+                                            TreeOutput<T> out, const SolveControl& c);
 
   const CudaOptions options_;
   const cudaDeviceProp prop_;

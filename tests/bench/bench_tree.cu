@@ -2,7 +2,9 @@
 // trisolve's hines-batch kernel (interleaved and flat), its cable elimination and the
 // one-block-a-cell kernels (cables-block, contraction-block; both layouts) against a
 // plain one-thread-per-cell kernel over the interleaved layout and the sequential CPU sweep
-// (one core), on the same data, in the same run. Part 2: one random tree (a random recursive
+// (one core), on the same data, in the same run; and cells of different sizes (subtrees of the
+// morphology), as many nodes, solved as one tree as the backend does for TreeRequest.lengths.
+// Part 2: one random tree (a random recursive
 // tree, numbered depth-first) of 2^16 .. 2^24 nodes, and one chain: the cables against the
 // plain kernel (one thread: run once, up to 2^20 nodes) and the CPU sweep.
 // Effective bandwidth = 40 bytes a node (lower, upper, diag, rhs read, x written) over the
@@ -24,6 +26,8 @@
 
 #include "bench_util.h"
 #include "runtime/memory_pool.h"
+#include "tree/dispatch.h"
+#include "tree/forest.h"
 #include "tree/tree.h"
 #include "trisolve/examples.h"
 #include "trisolve/reference/tree.h"
@@ -235,6 +239,101 @@ int main(int argc, char** argv) {
                                                           dint[2], dint[3], x, D);
     });
     report("plain one thread a cell (interl.)", plain, true, true);
+    // Cells of different sizes, as many nodes in all: subtrees of the morphology (its first k
+    // nodes, k uniform in 32 .. n; the last cut to the total), each node's values those of the
+    // same node of a uniform cell (a subtree drops children, so its diagonal stays dominant),
+    // solved as the backend solves TreeRequest.lengths: one tree of them all, the roots joined
+    // by couplings zeroed on the device (ZeroForestCouplings, timed with the solve).
+    {
+      std::mt19937_64 vr(cells);
+      std::vector<int64_t> off = {0};
+      std::vector<int32_t> local;
+      while (off.back() < N) {
+        const int64_t k = std::min<int64_t>(std::uniform_int_distribution<int64_t>(32, n)(vr),
+                                            N - off.back());
+        local.insert(local.end(), m->parent.begin(), m->parent.begin() + k);
+        off.push_back(off.back() + k);
+      }
+      const int64_t vcells = int64_t(off.size()) - 1;
+      std::vector<double> vv[4];
+      for (int q = 0; q < 4; ++q) {
+        const double* h = ar[names[q]].as<double>();
+        vv[q].resize(N);
+        for (int64_t c = 0; c < vcells; ++c)
+          std::copy(h + (c % cells) * n, h + (c % cells) * n + (off[c + 1] - off[c]),
+                    vv[q].begin() + off[c]);
+        CK(cudaMemcpy(dflat[q], vv[q].data(), bytes, cudaMemcpyHostToDevice));
+      }
+      const std::vector<int32_t> one = trisolve::ForestAsOneTree(local.data(), off.data(), vcells);
+      const auto v0 = std::chrono::steady_clock::now();
+      auto vplan = trisolve::cuda::TreeCablesPlan::Make(one.data(), N, pool, nullptr);
+      if (!vplan.ok()) std::exit(2);
+      const double vplan_ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - v0).count();
+      std::vector<int32_t> roots(off.begin() + 1, off.end() - 1);
+      int32_t* droots;
+      CK(cudaMalloc(&droots, std::max<size_t>(roots.size(), 1) * 4));
+      CK(cudaMemcpy(droots, roots.data(), roots.size() * 4, cudaMemcpyHostToDevice));
+      trisolve::TreeProblem<double> vp;
+      vp.batch = 1;
+      vp.n = N;
+      vp.lower = dflat[0];
+      vp.upper = dflat[1];
+      vp.diag = dflat[2];
+      vp.rhs = dflat[3];
+      trisolve::TreeProblem<double> vh = hp;  // the cells on the host, for the reference
+      vh.batch = vcells;
+      vh.n = n;
+      vh.parent = local.data();
+      vh.offsets = off.data();
+      vh.lower = vv[0].data();
+      vh.upper = vv[1].data();
+      vh.diag = vv[2].data();
+      vh.rhs = vv[3].data();
+      std::vector<double> vx(N);
+      std::vector<trisolve::SystemStatus> vst(vcells);
+      trisolve::cpu::SolveTree(vh, trisolve::TreeMethod::kHines,
+                               trisolve::TreeOutput<double>{vx.data(), vst.data()});
+      trisolve::TreeProblem<double> vchoose = vp;
+      const trisolve::cuda::TreePath path =
+          trisolve::cuda::ChooseTreePath(vchoose, trisolve::TreeMethod::kAuto, vplan->get());
+      const char* vname = path == trisolve::cuda::TreePath::kContractionBlock
+                              ? "variable cells, contraction-block"
+                          : path == trisolve::cuda::TreePath::kCablesBlock
+                              ? "variable cells, cables-block"
+                              : "variable cells, cables";
+      const double vms = TimeIt(reps, [&] {
+        CK(cudaMemset(flags, 0, 1));
+        if (!trisolve::cuda::ZeroForestCouplings(dflat[0], dflat[1], droots,
+                                                 int64_t(roots.size()), nullptr)
+                 .ok())
+          std::exit(2);
+        const auto solve = [&]() -> absl::Status {
+          if (path == trisolve::cuda::TreePath::kContractionBlock)
+            return trisolve::cuda::SolveTreeContractionBlockDevice(vp, **vplan, x, flags, nullptr);
+          if (path == trisolve::cuda::TreePath::kCablesBlock)
+            return trisolve::cuda::SolveTreeCablesBlockDevice(vp, **vplan, x, flags, nullptr);
+          return trisolve::cuda::SolveTreeCablesDevice(vp, **vplan, x, flags, pool, nullptr);
+        };
+        if (!solve().ok()) std::exit(2);
+      });
+      CK(cudaMemcpy(xg.data(), x, bytes, cudaMemcpyDeviceToHost));
+      double dm = 0, xm = 0;
+      for (int64_t i = 0; i < N; ++i) {
+        dm = std::max(dm, std::abs(xg[i] - vx[i]));
+        xm = std::max(xm, std::abs(vx[i]));
+      }
+      int64_t vsingular = 0;
+      for (auto st2 : vst) vsingular += st2 != trisolve::SystemStatus::kOk;
+      if (vsingular > 0) std::printf("(variable cells: %lld singular on the CPU)\n", (long long)vsingular);
+      const double gbs = 40.0 * N / vms / 1e6;
+      std::printf("%8lld %11lld %-34s %7.3f ms %9.0f %6.1f%% %9.1e  (%lld cells of 32..%lld "
+                  "nodes, %lld heights; analysis %.0f ms, host, once)\n",
+                  (long long)cells, (long long)N, vname, vms, gbs, 100 * gbs / copy_gbs, dm / xm,
+                  (long long)vcells, (long long)n, (long long)(*vplan)->levels(), vplan_ms);
+      std::fflush(stdout);
+      CK(cudaFree(droots));
+    }
     report("CPU sweep, one core", cpu_ms, false, false);
     for (int q = 0; q < 4; ++q) {
       CK(cudaFree(dflat[q]));

@@ -36,9 +36,11 @@ absl::string_view KindName(Kind k);
 // (optional) makes it a batch of systems of different sizes: a, b, c, d each the systems' rows
 // concatenated ([total]), lengths their sizes ([systems], int32 or int64; sent as int32). Its
 // `abc` (instead of a, b, c) is the unified-vector layout: a, b, c of a row together, d's shape
-// and 3 ([batch, n, 3]).
+// and 3 ([batch, n, 3]). A tree job's `lengths` (optional) makes it cells of different sizes:
+// parent, lower, upper, diag, rhs each the cells' nodes concatenated ([total], every cell's
+// parent values counted from its own first node, its root), lengths their sizes ([cells]).
 const std::vector<std::string>& ArrayNames(Kind k);
-// Arrays of integers (tree parent, tridiagonal lengths): sent as int32, never as the job's type.
+// Arrays of integers (tree parent, lengths): sent as int32, never as the job's type.
 bool IsIndexArray(absl::string_view name);
 
 // Where a solve is, as the server reports it (SolveWithProgress). phase: "received" (bytes: the

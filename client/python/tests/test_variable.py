@@ -1,13 +1,13 @@
-"""Variable-size tridiagonal batches through the Python client (``lengths=``) against the real
-trisolved: every system checked against a dense solve of its own rows; the refusals name
-``lengths``."""
+"""Variable-size tridiagonal batches and tree cells of different sizes through the Python client
+(``lengths=``) against the real trisolved: every system checked against a dense solve of its own
+rows; the refusals name ``lengths`` (or the cell whose parent array is bad)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 import trisolve
-from reference import tridiagonal_matrix
+from reference import tree_matrix, tridiagonal_matrix
 
 
 def concatenated(sizes, seed, zero_diagonal=None):
@@ -83,3 +83,65 @@ def test_unified_layout(client):
         client.solve_tridiagonal(None, None, None, d, abc=abc[..., :2])
     with pytest.raises(ValueError, match="abc holds a, b and c"):
         client.solve_tridiagonal(a, None, None, d, abc=abc)
+
+
+def tree_cells(sizes, seed, singular=None):
+    """Cells of the given sizes concatenated, each numbered on its own (its node 0 its root),
+    diagonally dominant; `singular` names a cell made [[1, 1], [1, 1]] (size 2)."""
+    rng = np.random.default_rng(seed)
+    parent, lower, upper, diag, rhs = [], [], [], [], []
+    for k, n in enumerate(sizes):
+        p = np.array([-1] + [int(rng.integers(0, i)) for i in range(1, n)], dtype=np.int64)
+        lo, up = -rng.uniform(0.1, 1, n), -rng.uniform(0.1, 1, n)
+        lo[0], up[0] = 77.0, -55.0  # not part of the matrix: ignored
+        dg = rng.uniform(0.5, 1.5, n) + np.abs(lo) * (np.arange(n) > 0)
+        np.add.at(dg, p[1:], np.abs(up[1:]))
+        if k == singular:
+            assert n == 2
+            lo[1], up[1], dg[:] = 1, 1, 1
+        parent.append(p), lower.append(lo), upper.append(up), diag.append(dg)
+        rhs.append(rng.uniform(-1, 1, n))
+    return [np.concatenate(v) for v in (parent, lower, upper, diag, rhs)]
+
+
+def per_cell_reference(sizes, parent, lower, upper, diag, rhs):
+    out, o = [], 0
+    for n in sizes:
+        s = slice(o, o + n)
+        out.append(np.linalg.solve(tree_matrix(parent[s], lower[s], upper[s], diag[s]), rhs[s]))
+        o += n
+    return np.concatenate(out)
+
+
+@pytest.mark.parametrize("dtype,tol", [(np.float64, 1e-11), (np.float32, 2e-4)])
+def test_tree_cells_of_different_sizes(client, dtype, tol):
+    sizes = [1, 2, 5, 40, 3, 120, 7]
+    parent, lower, upper, diag, rhs = tree_cells(sizes, 4)
+    r = client.solve_tree(parent, lower.astype(dtype), upper.astype(dtype), diag.astype(dtype),
+                          rhs.astype(dtype), lengths=np.array(sizes, dtype=np.int64))
+    assert r.x.shape == (sum(sizes),) and r.x.dtype == dtype
+    assert r.status.shape == (len(sizes),) and r.ok, r.status
+    ref = per_cell_reference(sizes, parent, *(v.astype(dtype).astype(np.float64)
+                                               for v in (lower, upper, diag, rhs)))
+    assert np.max(np.abs(r.x - ref)) <= tol * np.max(np.abs(ref))
+    assert r.summary.systems == len(sizes)
+
+
+def test_tree_cells_singular_cell_and_refusals(client):
+    sizes = [3, 2, 4]
+    parent, lower, upper, diag, rhs = tree_cells(sizes, 6, singular=1)
+    r = client.solve_tree(parent, lower, upper, diag, rhs, lengths=sizes)
+    assert list(r.status) == [trisolve.SystemStatus.OK, trisolve.SystemStatus.SINGULAR,
+                              trisolve.SystemStatus.OK], r.status
+    assert np.all(r.x[3:5] == 0)
+    with pytest.raises(trisolve.InvalidArgument, match="lengths: the 3 lengths sum to 8"):
+        client.solve_tree(parent, lower, upper, diag, rhs, lengths=[3, 2, 3])
+    bad = parent.copy()
+    bad[6] = 5  # cell 2's node 1 given the request's index of a node, not the cell's
+    with pytest.raises(trisolve.InvalidArgument,
+                       match=r"parent: cell 2: parent\[6\] \(its node 1\) is 5"):
+        client.solve_tree(bad, lower, upper, diag, rhs, lengths=sizes)
+    with pytest.raises(trisolve.InvalidArgument, match="cells of different sizes take layout FLAT"):
+        client.solve_tree(parent, lower, upper, diag, rhs, layout="interleaved", lengths=sizes)
+    with pytest.raises(TypeError, match="lengths has dtype float64"):
+        client.solve_tree(parent, lower, upper, diag, rhs, lengths=np.array([3.0, 2.0, 4.0]))

@@ -12,7 +12,8 @@
   *logical* shape and values are what is sent, never its memory reinterpreted. So ``X.T`` of a
   ``batch x n`` array is the ``n x batch`` interleaved array of the same systems. Big-endian
   arrays are converted to little-endian.
-- ``parent`` (tree) and ``lengths`` (variable-size tridiagonal batches) must be integer arrays;
+- ``parent`` (tree) and ``lengths`` (variable-size tridiagonal batches, tree cells of different
+  sizes) must be integer arrays;
   values are sent as int32 (an int64 or other integer array is converted after checking every
   value fits int32; ``ValueError`` otherwise).
 - Arrays must have at least one dimension; a 1-D array is a batch of one.
@@ -90,7 +91,7 @@ def parent_array(value: Any) -> np.ndarray:
 
 
 def lengths_array(value: Any) -> np.ndarray:
-    """A variable-size tridiagonal batch's ``lengths`` (``[systems]``) as int32."""
+    """A variable-size batch's ``lengths`` (``[systems]`` or ``[cells]``) as int32."""
     arr = index_array("lengths", value, "[systems]")
     if arr.ndim != 1:
         raise ValueError(f"lengths has shape {arr.shape}; expected [systems]")

@@ -117,7 +117,7 @@ _TRIDIAGONAL = _Family("tridiagonal", "tridiagonal", pb.TridiagonalRequest, "Sol
                         ("lengths", "lengths"), ("abc", "abc")))
 _TREE = _Family("tree", "tree", pb.TreeRequest, "SolveTree",
                 (("rhs", "rhs"), ("parent", "parent"), ("lower", "lower"), ("upper", "upper"),
-                 ("diag", "diag")))
+                 ("diag", "diag"), ("lengths", "lengths")))
 _BLOCK = _Family("block-tridiagonal", "block_tridiagonal", pb.BlockTridiagonalRequest,
                  "SolveBlockTridiagonal",
                  (("f", "f"), ("aC", "a_c"), ("cC", "c_c"), ("bC", "b_c"), ("cA", "c_a"),
@@ -846,7 +846,7 @@ class Client:
                    *, dtype: DTypeLike = None, timeout: Optional[float] = None,
                    request_id: Optional[str] = None, out: Optional[np.ndarray] = None,
                    progress: Optional[ProgressCallback] = None,
-                   progress_interval: float = 0.0) -> Result:
+                   progress_interval: float = 0.0, lengths: Any = None) -> Result:
         """Solves Hines (tree) systems: ``A[i][i] = diag[i]``, ``A[i][parent[i]] = lower[i]``,
         ``A[parent[i]][i] = upper[i]``.
 
@@ -859,10 +859,18 @@ class Client:
             layout, skip_residual, dtype, timeout, request_id, out, progress,
                 progress_interval: as in :meth:`solve_tridiagonal`.
             method: ``"auto"``, ``"hines"``, ``"cables"``, ``"contraction"``.
+            lengths: cells of different sizes in one call: ``parent``, ``lower``, ``upper``,
+                ``diag``, ``rhs`` 1-D, each the cells' nodes one cell after the other (every
+                cell's ``parent`` values counted from its own first node, its root: -1), and
+                ``lengths`` (an integer array, sent as int32) their sizes, every one >= 1,
+                summing to ``len(rhs)``; ``layout`` flat. ``x`` comes back concatenated the
+                same way, ``status`` holds one entry a cell.
         """
         dt, arrays = _arrays.prepare({"rhs": rhs, "lower": lower, "upper": upper, "diag": diag},
                                      dtype)
         arrays["parent"] = _arrays.parent_array(parent)
+        if lengths is not None:
+            arrays["lengths"] = _arrays.lengths_array(lengths)
         req = pb.TreeRequest(dtype=proto_dtype(dt), layout=int(_arrays.parse_layout(layout)),
                              method=method, skip_residual=skip_residual)
         return self._solve(_TREE, req, arrays, dt, timeout, request_id, out, progress,

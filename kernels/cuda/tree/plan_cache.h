@@ -47,7 +47,54 @@ class TreePlanCache {
     return plan;
   }
 
+  // The cached plan of `parent`, or null; builds nothing.
+  std::shared_ptr<const TreeCablesPlan> Find(const int32_t* parent, int64_t n) {
+    std::lock_guard<std::mutex> lock(plans_mu_);
+    for (auto it = plans_.begin(); it != plans_.end(); ++it)
+      if (Same(it->first, parent, n)) {
+        auto plan = it->second;
+        plans_.splice(plans_.begin(), plans_, it);
+        return plan;
+      }
+    return nullptr;
+  }
+  // Whether `parent` was asked for before without its plan being built (among the last
+  // kSeenKept such arrays, by n and a 64-bit hash of their values: a false match only builds a
+  // plan, and no array is copied); records it if not. A caller that builds a plan only for a
+  // tree it sees a second time (a time-stepping client's next step) pays no analysis for
+  // one-off requests.
+  static constexpr size_t kSeenKept = 16;
+  bool SeenBefore(const int32_t* parent, int64_t n) {
+    const std::pair<int64_t, uint64_t> key(n, Hash(parent, n));
+    std::lock_guard<std::mutex> lock(plans_mu_);
+    for (auto it = seen_.begin(); it != seen_.end(); ++it)
+      if (*it == key) {
+        seen_.erase(it);
+        return true;
+      }
+    seen_.push_front(key);
+    while (seen_.size() > kSeenKept) seen_.pop_back();
+    return false;
+  }
+
  private:
+  static bool Same(const std::vector<int32_t>& kept, const int32_t* parent, int64_t n) {
+    return int64_t(kept.size()) == n && std::memcmp(kept.data(), parent, size_t(n) * 4) == 0;
+  }
+  // Two int32 values a step, each step's word multiplied in and folded (a memory-speed pass).
+  static uint64_t Hash(const int32_t* v, int64_t n) {
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ uint64_t(n);
+    int64_t i = 0;
+    for (; i + 1 < n; i += 2) {
+      uint64_t w;
+      std::memcpy(&w, v + i, 8);
+      h = (h ^ w) * 0xff51afd7ed558ccdull;
+      h ^= h >> 32;
+    }
+    if (i < n) h = ((h ^ uint32_t(v[i])) * 0xc4ceb9fe1a85ec53ull) ^ (h >> 29);
+    return h;
+  }
+  std::list<std::pair<int64_t, uint64_t>> seen_;  // (n, hash); guarded by plans_mu_
   std::mutex plans_mu_;
   std::list<std::pair<std::vector<int32_t>, std::shared_ptr<const TreeCablesPlan>>> plans_;
 };

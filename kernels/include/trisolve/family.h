@@ -52,7 +52,8 @@ struct ArrayDescriptor {
 // none of them). Null: not given.
 struct OneShotArrays {
   const void* initial_guess = nullptr;  // block-tridiagonal y0 (as f)
-  const int32_t* lengths = nullptr;     // tridiagonal: `batch` systems of these sizes, n their sum
+  // Tridiagonal systems or tree cells of these sizes (`batch` of them; n their sum).
+  const int32_t* lengths = nullptr;
   const void* unified = nullptr;        // tridiagonal abc (then coefficients[0..2] are unset)
 };
 
@@ -123,6 +124,25 @@ const FamilyDescriptor& Describe(Family f);
 // Every family, in Family's order.
 absl::Span<const Family> Families();
 
+// A variable-size batch's offsets from its lengths (checked: every one >= 1): batch + 1 values
+// in *offsets, offsets[s] the first element of system s. Returns the largest length.
+inline int64_t VariableOffsets(const int32_t* lengths, int64_t batch,
+                               std::vector<int64_t>* offsets) {
+  offsets->assign(size_t(batch) + 1, 0);
+  int64_t longest = 0;
+  for (int64_t q = 0; q < batch; ++q) {
+    (*offsets)[size_t(q) + 1] = (*offsets)[size_t(q)] + lengths[q];
+    longest = std::max<int64_t>(longest, lengths[q]);
+  }
+  return longest;
+}
+
+// What must hold of a variable-size batch's lengths before its offsets are used: every one
+// >= 1 (`need` says why: "every system needs at least one row"), their sum `total`, the length
+// of `arrays` ("a, b, c and d"). INVALID_ARGUMENT naming the field `lengths`.
+absl::Status CheckLengths(const int32_t* lengths, int64_t batch, int64_t total,
+                          absl::string_view arrays, absl::string_view need);
+
 // The typed problems of a one-shot solve: the spec's system with its extra arrays. A
 // variable-size batch's offsets are kept in *offsets.
 template <typename T>
@@ -137,14 +157,20 @@ TridiagonalProblem<T> TridiagonalOf(const SystemSpec& s, const T* rhs, const One
     p.coef_stride = 3;
   }
   if (e.lengths != nullptr) {
-    offsets->assign(size_t(s.batch) + 1, 0);
-    int64_t longest = 0;
-    for (int64_t q = 0; q < s.batch; ++q) {
-      (*offsets)[size_t(q) + 1] = (*offsets)[size_t(q)] + e.lengths[q];
-      longest = std::max<int64_t>(longest, e.lengths[q]);
-    }
+    p.n = VariableOffsets(e.lengths, s.batch, offsets);
     p.offsets = offsets->data();
-    p.n = longest;
+  }
+  return p;
+}
+// (Cells of different sizes: s.n is their total, s.parent_per_system false.)
+template <typename T>
+TreeProblem<T> TreeOf(const SystemSpec& s, const T* rhs, const OneShotArrays& e,
+                      std::vector<int64_t>* offsets) {
+  TreeProblem<T> p = TreeOf(s, rhs);
+  if (e.lengths != nullptr) {
+    p.n = VariableOffsets(e.lengths, s.batch, offsets);
+    p.offsets = offsets->data();
+    p.parent_per_system = false;
   }
   return p;
 }

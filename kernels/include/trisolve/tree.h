@@ -34,6 +34,23 @@ struct TreeProblem {
   const T* upper = nullptr;
   const T* diag = nullptr;
   const T* rhs = nullptr;
+  // Cells of different sizes (layout kFlat, every array the cells' nodes concatenated, parent
+  // too, each cell's parent values local to it: its node 0 is its root): cell s is nodes
+  // offsets[s] .. offsets[s + 1] - 1, batch + 1 host values, every cell at least one node; n is
+  // then the largest cell's size and parent_per_system false. nullptr: every cell has n nodes.
+  const int64_t* offsets = nullptr;
+
+  bool variable() const { return offsets != nullptr; }
+  int64_t unknowns() const { return offsets != nullptr ? offsets[batch] : batch * n; }
+  // Nodes of cell s, the index of its first element (flat: s * n; interleaved: s) and of its
+  // parent array.
+  int64_t nodes(int64_t s) const { return offsets != nullptr ? offsets[s + 1] - offsets[s] : n; }
+  int64_t first(int64_t s) const {
+    return offsets != nullptr ? offsets[s] : SystemOffset(layout, n, s);
+  }
+  const int32_t* parent_of(int64_t s) const {
+    return parent + (offsets != nullptr ? offsets[s] : parent_per_system ? s * n : 0);
+  }
 };
 
 template <typename T>
@@ -111,6 +128,19 @@ struct TreeContraction {
 };
 // parent must be valid (ValidateParents).
 TreeContraction BuildTreeContraction(const int32_t* parent, int64_t n);
+
+// Cells of different sizes (TreeProblem::offsets, `cells` of them, each parent array local to
+// its cell) as the parent array of one tree of offsets[cells] nodes: cell k's nodes keep their
+// places, its parent values move by offsets[k], and its root (k > 0) hangs from the root of
+// cell (k - 1) / kForestFanout. With the roots' couplings (lower and upper at each root but the
+// first) set to zero, that tree's matrix is the cells' block-diagonal matrix exactly: every
+// elimination step across a root adds 0 * 0 / D and 0 * x, so each cell's pivots, their
+// vanishing tests and x are those of the cell solved alone (while its pivots are finite). The
+// fan-out keeps the roots' chain log_F(cells) deep, not `cells`: the cable elimination runs a
+// launch a height of the cable tree (a chain of 10,240 roots would be 10,240 heights).
+constexpr int64_t kForestFanout = 32;
+std::vector<int32_t> ForestAsOneTree(const int32_t* parent, const int64_t* offsets,
+                                     int64_t cells);
 
 template <typename T>
 double TreeBackwardError(const TreeProblem<T>& p, const T* x, const SystemStatus* status);
