@@ -284,6 +284,7 @@ std::unique_ptr<Client::Impl::Remote> Client::Impl::AcquireRemoteOrNull(int64_t 
     if (best != idle_remote.end()) {
       auto r = std::make_unique<Remote>(std::move(*best));
       idle_remote.erase(best);
+      r->since = Clock::now();  // in use from now (ReleaseRemote)
       return r;
     }
     if (remotes >= kMaxArenas && !idle_remote.empty()) {
@@ -331,6 +332,7 @@ std::unique_ptr<Client::Impl::Remote> Client::Impl::AcquireRemoteOrNull(int64_t 
     return nullptr;
   }
   r->ttl_s = resp.ttl_s();
+  r->since = Clock::now();
   return r;
 }
 
@@ -355,6 +357,15 @@ void Client::Impl::UnregisterRemote(const std::string& name) {
 }
 
 void Client::Impl::ReleaseRemote(Remote r) {
+  // A call that held the region for half its time-to-live or more (a slow job, a loaded host)
+  // may have outlived it on the server, which counts a region's idle time from its last write:
+  // given up, never reused, so that no later call meets NOT_FOUND for it.
+  if (Stale(r.since, r.ttl_s)) {
+    UnregisterRemote(r.name);
+    std::lock_guard<std::mutex> lock(remote_mu);
+    --remotes;
+    return;
+  }
   r.since = Clock::now();
   std::lock_guard<std::mutex> lock(remote_mu);
   idle_remote.push_back(std::move(r));
