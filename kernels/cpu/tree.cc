@@ -30,7 +30,7 @@ absl::Status ValidateParents(const int32_t* parent, int64_t n) {
 
 std::vector<int32_t> ForestAsOneTree(const int32_t* parent, const int64_t* offsets,
                                      int64_t cells) {
-  std::vector<int32_t> one(size_t(offsets[cells]));
+  std::vector<int32_t> one(static_cast<size_t>(offsets[cells]));
   for (int64_t k = 0; k < cells; ++k) {
     const int64_t first = offsets[k];
     one[size_t(first)] = k == 0 ? -1 : int32_t(offsets[(k - 1) / kForestFanout]);
