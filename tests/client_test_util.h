@@ -97,4 +97,26 @@ inline std::vector<Family> EveryFamily() {
   return f;
 }
 
+// A suite whose tests share one trisolved (started once, large jobs allowed) and make gRPC
+// clients of it; `stream_threshold` >= 0 sets the client's stream_threshold_bytes.
+class SharedServerSuite : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    server_ = new ServerProcess({"--max-job-unknowns", "20000000"});
+    ASSERT_GT(server_->port(), 0) << server_->Log();
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  static Client MakeClient(int64_t stream_threshold = -1) {
+    Client::Options o;
+    o.target = server_->target();
+    o.transport = Transport::kGrpc;
+    if (stream_threshold >= 0) o.stream_threshold_bytes = stream_threshold;
+    return Client(o);
+  }
+  inline static ServerProcess* server_ = nullptr;
+};
+
 }  // namespace trisolve::testing

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "client_test_util.h"
 #include "gtest/gtest.h"
 #include "raw_stub.h"
 #include "server_process.h"
@@ -30,26 +31,7 @@ using testing::Cells;
 using testing::ServerProcess;
 using testing::Shell;
 
-class TreeCellsService : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    server_ = new ServerProcess({"--max-job-unknowns", "20000000"});
-    ASSERT_GT(server_->port(), 0) << server_->Log();
-  }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
-  static Client MakeClient(int64_t stream_threshold = -1) {
-    Client::Options o;
-    o.target = server_->target();
-    o.transport = Transport::kGrpc;
-    if (stream_threshold >= 0) o.stream_threshold_bytes = stream_threshold;
-    return Client(o);
-  }
-  static ServerProcess* server_;
-};
-ServerProcess* TreeCellsService::server_ = nullptr;
+class TreeCellsService : public testing::SharedServerSuite {};
 
 // The CPU reference's answer (hines, a cell at a time) and statuses for c, in precision T.
 template <typename T>

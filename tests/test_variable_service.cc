@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "client_test_util.h"
 #include "gtest/gtest.h"
 #include "raw_stub.h"
 #include "server_process.h"
@@ -26,26 +27,7 @@ namespace {
 using testing::ServerProcess;
 using testing::Shell;
 
-class VariableService : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    server_ = new ServerProcess({"--max-job-unknowns", "20000000"});
-    ASSERT_GT(server_->port(), 0) << server_->Log();
-  }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
-  static Client MakeClient(int64_t stream_threshold = -1) {
-    Client::Options o;
-    o.target = server_->target();
-    o.transport = Transport::kGrpc;
-    if (stream_threshold >= 0) o.stream_threshold_bytes = stream_threshold;
-    return Client(o);
-  }
-  static ServerProcess* server_;
-};
-ServerProcess* VariableService::server_ = nullptr;
+class VariableService : public testing::SharedServerSuite {};
 
 // A batch of systems of the given sizes, concatenated, with a zero-diagonal system (b = 0,
 // a = c = 1: nonsingular for even n, which the callers choose) where `zero_diagonal` names one.
