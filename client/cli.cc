@@ -494,6 +494,10 @@ int main(int argc, char** argv) {
                     "first (a simulation's own work between steps), so that every call finds "
                     "the threads asleep")
       ->check(CLI::Range(0.0, 60000.0))->capture_default_str();
+  bench->add_option("--check-every", bo.check_every,
+                    "tridiagonal and block: every answer's shape and statuses are checked, its "
+                    "values for each client's first answer and every K-th after it (1: all)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40))->capture_default_str();
   bench->add_option("--N", bo.N, "block: block rows (grid rows)")
       ->check(CLI::Range(int64_t{2}, int64_t{1} << 20))->capture_default_str();
   bench->add_option("--M", bo.M, "block: the order of each block (grid columns)")

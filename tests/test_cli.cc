@@ -551,6 +551,36 @@ TEST_F(Cli, BenchPausesBetweenRequestsOutsideTheLatency) {
   }
 }
 
+// Sampled checks (--check-every K): every answer counted by its statuses, the values of each
+// client's first and every K-th after it checked (2 clients x 10 requests, K = 4: answers 0, 4
+// and 8 of each, 6 in all); the tree loop and the no-solve modes refuse it.
+TEST_F(Cli, BenchChecksEveryKthAnswerWhenAsked) {
+  for (const std::string args : {"--mode handle", "--mode unary --transport shm",
+                                 "--family block --N 24 --M 16 --mode handle"}) {
+    auto [rc, out] = Run("bench --clients 2 --requests 10 --check-every 4 --json " + args +
+                         (args.find("block") == std::string::npos ? " --n 64" : ""));
+    EXPECT_EQ(rc, 0) << args << "\n" << out;
+    EXPECT_TRUE(Has(out, "answers: 20 ok, 0 wrong")) << args << "\n" << out;
+    EXPECT_TRUE(Has(out, "checked: 6 answers (each client's first and every 4-th)"))
+        << args << "\n" << out;
+    EXPECT_TRUE(Has(out, "\"checked\":6}")) << args << "\n" << out;
+  }
+  auto [rc, out] = Run("bench --clients 2 --requests 3 --n 64 --json");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_TRUE(Has(out, "\"checked\":6}")) << out;
+  EXPECT_FALSE(Has(out, "values checked")) << out;
+  for (auto [args, why] : std::vector<std::pair<std::string, std::string>>{
+           {"bench --check-every 0", "--check-every"},
+           {"bench --check-every 4 --mode health", "--check-every applies to"},
+           {"bench --check-every 2 --mode handle --swc " + std::string(TRISOLVE_TEST_DATA) +
+                "/neuron_10-2012-02-09-001.CNG.swc",
+            "--check-every applies to"}}) {
+    auto [rc2, out2] = Run(args);
+    EXPECT_EQ(rc2, 2) << args << "\n" << out2;
+    EXPECT_TRUE(Has(out2, why)) << args << "\n" << out2;
+  }
+}
+
 // The block family's load: every answer's ||f - A y||_2 / ||f||_2 computed on the client from
 // the original arrays and held to the tolerance, over each mode and the data paths; a run whose
 // answers the server could not bring within it (jacobi's 1000 sweeps) exits 1.

@@ -23,6 +23,9 @@
 # arrays of 2 or 8 MiB a request moves by handle, work the devices rather than the host should
 # bound.
 # REQUESTS: requests a client (default: by size, halved for unary).
+# CHECK_EVERY: the values of each client's first answer and every K-th after it are checked, the
+# statuses of all (default 1: every answer; the clients share the server's host, and at many
+# clients of large requests their checks' memory traffic bounds what the node measures).
 # SLOTS: jobs solved at once a device (--max-concurrent-jobs SLOTS x D; default the server's, 2
 # a device).
 # After each bench the jobs each device ran during it (GetServerInfo before and after) are
@@ -124,7 +127,8 @@ if want bench; then
           # A bench that hangs must not take the whole call: BENCH_TIMEOUT seconds (default 150).
           line=$(timeout "${BENCH_TIMEOUT:-150}" $run trisolve --server 127.0.0.1:$port bench \
                    --clients $c --requests $rq \
-                   "${size[@]}" --mode $mode --transport $t --json |
+                   "${size[@]}" --mode $mode --transport $t --json \
+                   ${CHECK_EVERY:+--check-every $CHECK_EVERY} |
                  tee -a "$out/bench_$d.log" | grep '^{')
           split=$(job_split "$before" "$(device_jobs $port)")
           echo "  jobs per device during it: $split" | tee -a "$out/bench_$d.log"

@@ -44,6 +44,12 @@ struct BenchOptions {
   int64_t N = 512, M = 512;  // block: block rows, and the order of each block
   std::string method = "auto";
   double tol = 1e-8;  // block: on ||f - A y||_2 / ||f||_2, what every answer is held to
+  // Tridiagonal and block: every answer's shape and statuses are checked; its values (against
+  // one local core's x, or the block residual) for a client's first answer and every
+  // check_every-th after it. 1 (the default): every answer. Larger values keep the clients'
+  // own memory traffic (two arrays read a check) from bounding what many clients measure on the
+  // server's host; the report says how many answers were checked.
+  int64_t check_every = 1;
 };
 
 // Prints requests/s, latency percentiles, payload GB/s, answers by outcome and the local
