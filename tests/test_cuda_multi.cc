@@ -296,7 +296,7 @@ TEST_P(MultiDevice, ConcurrentCallsSpreadOverTheWorkers) {
   for (const DeviceInfo& d : backend_->Info().devices) EXPECT_EQ(d.jobs_in_flight, 0);
 }
 
-// Systems spread over the workers as they are made (memory to spare), and every solve of one,
+// Systems spread over the workers as they are made (what each holds), and every solve of one,
 // from any thread, runs on the worker that holds it; updates reach its copy there.
 TEST_P(MultiDevice, PersistentSystemsStayOnTheirWorker) {
   const int kSystems = 2 * int(workers()) + 1, kSteps = 16;

@@ -293,15 +293,79 @@ TEST(PlacedBackend, ABusyDeviceIsPassedOver) {
   EXPECT_EQ(dev[size_t(busy)]->entered(), 1);
 }
 
+// Systems are spread by what each device holds, also when created at once from many threads
+// (their solves all go where they live): 8 equal systems over 4 devices, 2 each; a released
+// system's share is given back, so the next system goes to the device that released two; a
+// system 3 times as large counts 3 times.
+TEST(PlacedBackend, SystemsSpreadByWhatEachDeviceHolds) {
+  std::vector<FakeDevice*> dev;
+  auto be = Placed(std::vector<int64_t>(4, 64 * kMiB), &dev);
+  auto spec_of = [](const Tri& t, int64_t n) {
+    SystemSpec spec;
+    spec.family = Family::kTridiagonal;
+    spec.n = n;
+    spec.coefficients = {t.a.data(), t.b.data(), t.c.data()};
+    return spec;
+  };
+  const Tri small = MakeTri(1, 100, Layout::kFlat, 7), large = MakeTri(1, 300, Layout::kFlat, 8);
+  auto device_of = [&](const PreparedSystem& s) {
+    for (size_t k = 0; k < dev.size(); ++k)
+      if (s.holder() == dev[k]) return int(k);
+    return -1;
+  };
+  std::vector<std::unique_ptr<PreparedSystem>> systems(8);
+  {
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 8; ++i)
+      threads.emplace_back([&, i] {
+        auto made = be->Prepare(spec_of(small, 100));
+        ASSERT_TRUE(made.ok()) << made.status();
+        systems[size_t(i)] = *std::move(made);
+      });
+    for (auto& t : threads) t.join();
+  }
+  std::vector<int> count(4);
+  for (const auto& s : systems) {
+    ASSERT_NE(s, nullptr);
+    ASSERT_GE(device_of(*s), 0);
+    ++count[size_t(device_of(*s))];
+  }
+  EXPECT_EQ(count, (std::vector<int>{2, 2, 2, 2}));
+  // Device 2's two released: the next two go there, one after the other.
+  for (auto& s : systems)
+    if (s != nullptr && device_of(*s) == 2) s.reset();
+  for (int i = 0; i < 2; ++i) {
+    auto made = be->Prepare(spec_of(small, 100));
+    ASSERT_TRUE(made.ok()) << made.status();
+    EXPECT_EQ(device_of(**made), 2) << i;
+    systems.push_back(*std::move(made));
+  }
+  // One system of 3 times the bytes on some device: the next three small ones go elsewhere.
+  auto big = be->Prepare(spec_of(large, 300));
+  ASSERT_TRUE(big.ok());
+  const int big_on = device_of(**big);
+  for (int i = 0; i < 3; ++i) {
+    auto made = be->Prepare(spec_of(small, 100));
+    ASSERT_TRUE(made.ok()) << made.status();
+    EXPECT_NE(device_of(**made), big_on) << i;
+    systems.push_back(*std::move(made));
+  }
+  // A system outliving its backend releases into its own count, not freed memory.
+  be.reset();
+  systems.clear();
+  big->reset();
+}
+
 TEST(PlacedBackend, PreparedSystemsStayOnTheirDevice) {
   std::vector<FakeDevice*> dev;
-  auto be = Placed({32 * kMiB, 64 * kMiB}, &dev);
+  // (Device 0's room, 4 KiB, is less than a system's 4,800 bytes of coefficients.)
+  auto be = Placed({4096, 64 * kMiB}, &dev);
   const Tri t = MakeTri(1, 200, Layout::kFlat, 5);
   SystemSpec spec;
   spec.family = Family::kTridiagonal;
   spec.n = 200;
   spec.coefficients = {t.a.data(), t.b.data(), t.c.data()};
-  // The device with more memory to spare takes them.
+  // Only the device with room for them takes them.
   std::vector<std::unique_ptr<PreparedSystem>> systems;
   for (int s = 0; s < 3; ++s) {
     auto made = be->Prepare(spec);

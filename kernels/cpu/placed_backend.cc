@@ -2,7 +2,8 @@
 // MakeMultiDeviceCudaBackend builds; the tests give it stand-in workers). A call goes to the worker
 // with the fewest calls in flight among those with room for it (free memory, refreshed every few
 // milliseconds), the one with a GiB more to spare at equal queues, else the next in turn; a
-// prepared system stays where it was prepared, and its solves go there; a tridiagonal or tree
+// prepared system goes to the worker holding the fewest bytes of systems among those with room
+// for it, stays where it was prepared, and its solves go there; a tridiagonal or tree
 // batch too large for any one worker is split by systems over them, and one system or tree
 // too large (or large enough, under auto) by rows or subtrees (split_system.h, tree_split.h).
 // A worker's room is read from its Info(): its first pool's cap less what is in use, at most
@@ -83,6 +84,10 @@ class MultiDeviceBackend final : public Backend {
     std::atomic<int64_t> jobs{0};
     // Bytes it can still take: min(pool cap - pool in use, device free + pool idle).
     std::atomic<int64_t> room{0};
+    // The coefficient bytes of the prepared systems it holds (their solves' share of the work
+    // that will come to it); shared with each system's release hook, which may run after the
+    // backend is gone.
+    std::shared_ptr<std::atomic<int64_t>> held = std::make_shared<std::atomic<int64_t>>(0);
   };
 
   MultiDeviceBackend(std::vector<std::unique_ptr<Worker>> workers, const PlacementOptions& options)
@@ -166,22 +171,41 @@ class MultiDeviceBackend final : public Backend {
     return OnPlaced(DenseBytes(p), [&](Backend& b) { return b.Solve(p, m, out, c); });
   }
 
-  // The device with the most memory to spare keeps the system (a system lives as long as its
-  // client wants: memory, not the queue of the moment, is what it takes from a device); the
-  // figures are read now, so that systems made one after another spread.
+  // A system stays on the device that prepares it and every solve of it goes there, so systems
+  // are spread by what each device already holds: among the devices with room for it, the one
+  // holding the fewest coefficient bytes, then a GiB more to spare, then the next in turn.
+  // (The devices' free memory alone, read while many clients create their systems at once,
+  // differs by the pools' buffers of the moment: on the lent 4 x H100 host it put 64 equal
+  // systems 14/19/18/13 over the devices, and the busiest device bounded their solves.) The
+  // choice and its count are made under one lock, so systems created at once spread too.
   absl::StatusOr<std::unique_ptr<PreparedSystem>> Prepare(const SystemSpec& spec) override {
     Refresh();
-    const size_t n = workers_.size(), start = next_.fetch_add(1) % n;
-    Worker* best = workers_[start].get();
-    for (size_t k = 1; k < n; ++k) {
-      Worker* w = workers_[(start + k) % n].get();
-      if (w->room.load() > best->room.load() ||
-          (w->room.load() == best->room.load() && w->in_flight.load() < best->in_flight.load()))
-        best = w;
+    const int64_t bytes = spec.coefficient_total_bytes();
+    Worker* best = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(prepare_mu_);
+      const size_t n = workers_.size(), start = next_.fetch_add(1) % n;
+      bool best_fits = false;
+      for (size_t k = 0; k < n; ++k) {
+        Worker* w = workers_[(start + k) % n].get();
+        const bool fits = w->room.load() >= bytes;
+        if (best == nullptr || fits != best_fits) {
+          if (best == nullptr || fits) best = w, best_fits = fits;
+          continue;
+        }
+        const int64_t h = w->held->load(), bh = best->held->load();
+        if (h < bh || (h == bh && w->room.load() > best->room.load() + kMemoryGrain)) best = w;
+      }
+      best->held->fetch_add(bytes);
     }
     const InFlight busy(*best, /*count_job=*/false);
     auto system = best->backend->Prepare(spec);
     last_refresh_.store(0);  // its memory is taken: read again before the next placement
+    if (!system.ok()) {
+      best->held->fetch_sub(bytes);
+      return system;
+    }
+    (*system)->OnRelease([held = best->held, bytes] { held->fetch_sub(bytes); });
     return system;
   }
   absl::StatusOr<SolveInfo> SolvePrepared(PreparedSystem& system, RhsBlock<double> rhs, double* x,
@@ -648,6 +672,7 @@ class MultiDeviceBackend final : public Backend {
   const PlacementOptions options_;
   std::atomic<size_t> next_{0};
   mutable std::mutex refresh_mu_;
+  std::mutex prepare_mu_;  // a system's placement and its count in Worker::held
   std::mutex cut_mu_;
   std::vector<int32_t> cut_parent_;
   std::vector<double> cut_weights_;

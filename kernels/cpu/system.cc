@@ -54,6 +54,10 @@ PreparedSystem::PreparedSystem(const SystemSpec& spec) : spec_(spec) {
   }
 }
 
+PreparedSystem::~PreparedSystem() {
+  if (on_release_) on_release_();
+}
+
 int64_t PreparedSystem::bytes() const {
   int64_t t = 0;
   for (const auto& h : host_) t += int64_t(h.size());

@@ -76,7 +76,7 @@ job_split() {
 
 start() {  # start PORT DEVICES [SLOTS]: a server in the background, waits until it serves
   $run trisolved --backend cuda --listen "127.0.0.1:$1" --devices "$2" --max-queued-jobs 4096 \
-    --max-message-bytes 1073741824 --max-systems-per-identity 4096 \
+    --max-message-bytes 1073741824 --max-systems-per-identity 4096 --max-regions-per-identity 4096 \
     --max-system-bytes $((64 << 30)) ${3:+--max-concurrent-jobs $3} \
     >"$out/trisolved_$1.log" 2>&1 &
   srv=$!

@@ -5,6 +5,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -124,7 +125,7 @@ class Backend;
 class PreparedSystem {
  public:
   explicit PreparedSystem(const SystemSpec& spec);
-  virtual ~PreparedSystem() = default;
+  virtual ~PreparedSystem();
   PreparedSystem(const PreparedSystem&) = delete;
   PreparedSystem& operator=(const PreparedSystem&) = delete;
 
@@ -142,6 +143,10 @@ class PreparedSystem {
   // whatever was derived from the old values.
   virtual absl::Status Update(int i, const void* values);
 
+  // Runs once when the system is destroyed, after its subclass's members are gone (the
+  // multi-device backend's account of what each device holds). One hook; a second replaces it.
+  void OnRelease(std::function<void()> hook) { on_release_ = std::move(hook); }
+
   // The coefficients replicated for k right-hand sides of a system of one in `layout`
   // (tridiagonal and tree): spec() with batch k, kept until the next update or another k.
   const SystemSpec& Replicated(int64_t k, Layout layout);
@@ -155,6 +160,7 @@ class PreparedSystem {
   int64_t replicated_k_ = 0;
   Layout replicated_layout_ = Layout::kFlat;
   std::vector<std::vector<std::byte>> replicated_host_;
+  std::function<void()> on_release_;
 };
 
 // The family's method name for spec.method ("auto", "thomas", ...).
