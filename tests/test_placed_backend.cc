@@ -90,6 +90,13 @@ class FakeDevice final : public Backend {
     return cpu_->Solve(p, m, out, c);
   }
 
+  // Its pool's figure for a tridiagonal call: tri_arrays arrays of the call's size.
+  int64_t TridiagonalDeviceBytes(int64_t n, int64_t batch, Layout, int elem_bytes,
+                                 TridiagonalMethod) const override {
+    return tri_arrays * n * batch * elem_bytes;
+  }
+  int64_t tri_arrays = 5;
+
   // A system it holds (as a device backend's would be): only it solves it.
   class Held final : public PreparedSystem {
    public:
@@ -410,6 +417,27 @@ TEST(PlacedBackend, PreparedSystemsStayOnTheirDevice) {
   r = be->SolvePrepared(**host, RhsBlock<double>{d.data()}, x.data(), st.data(), {});
   EXPECT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(dev[0]->entered() + dev[1]->entered(), 2);
+}
+
+// A call is weighed by the devices' own figure (a device backend's scratch beside the five
+// arrays): 100 systems of 1000 unknowns are 4 MB by five arrays, under either device's 5 MB,
+// and 6.4 MB by eight, over it: then split, in proportion to the rooms.
+TEST(PlacedBackend, ABatchIsWeighedByTheDevicesOwnFigure) {
+  const Tri t = MakeTri(100, 1000, Layout::kFlat, 9);
+  for (int64_t arrays : {5, 8}) {
+    std::vector<FakeDevice*> dev;
+    auto be = Placed({5 * 1000 * 1000, 5 * 1000 * 1000}, &dev);
+    for (FakeDevice* d : dev) d->tri_arrays = arrays;
+    EXPECT_EQ(be->TridiagonalDeviceBytes(1000, 100, Layout::kFlat, 8, TridiagonalMethod::kAuto),
+              arrays * 800 * 1000);
+    ExpectTriLikeReference(*be, t, arrays == 5 ? "five arrays" : "eight arrays");
+    if (arrays == 5) {
+      EXPECT_EQ(dev[0]->entered() + dev[1]->entered(), 1);
+    } else {
+      EXPECT_EQ(dev[0]->batches(), std::vector<int64_t>{50});
+      EXPECT_EQ(dev[1]->batches(), std::vector<int64_t>{50});
+    }
+  }
 }
 
 TEST(PlacedBackend, ABatchTooLargeForOneDeviceIsSplitBySystems) {

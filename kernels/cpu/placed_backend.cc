@@ -127,6 +127,12 @@ class MultiDeviceBackend final : public Backend {
     return info;
   }
 
+  // The workers' (one kind of backend, one a device).
+  int64_t TridiagonalDeviceBytes(int64_t n, int64_t batch, Layout layout, int elem_bytes,
+                                 TridiagonalMethod m) const override {
+    return workers_.front()->backend->TridiagonalDeviceBytes(n, batch, layout, elem_bytes, m);
+  }
+
   // One device lost is the process's loss: its context cannot come back without a restart,
   // and the systems it held are gone.
   absl::Status Health() const override {
@@ -271,10 +277,12 @@ class MultiDeviceBackend final : public Backend {
     Worker& w_;
   };
 
-  // Device bytes a one-shot call takes: its arrays in and x out (what Staged allocates).
+  // Device bytes a one-shot call takes, as the workers' backend counts them (its arrays in, x
+  // out and the method's scratch: auto's second solve keeps three arrays of its own beside the
+  // five). Linear enough in the batch for its parts to be cut in proportion.
   template <typename T>
-  static int64_t TridiagonalBytes(const TridiagonalProblem<T>& p) {
-    return 5 * p.unknowns() * int64_t(sizeof(T));
+  int64_t TridiagonalBytes(const TridiagonalProblem<T>& p, TridiagonalMethod m) const {
+    return TridiagonalDeviceBytes(p.n, p.batch, p.layout, int(sizeof(T)), m);
   }
   template <typename T>
   static int64_t TreeBytes(const TreeProblem<T>& p) {
@@ -519,7 +527,7 @@ class MultiDeviceBackend final : public Backend {
   template <typename T>
   absl::StatusOr<SolveInfo> SolveTridiagonal(const TridiagonalProblem<T>& p, TridiagonalMethod m,
                                              TridiagonalOutput<T> out, const SolveControl& c) {
-    const int64_t bytes = TridiagonalBytes(p);
+    const int64_t bytes = TridiagonalBytes(p, m);
     // A variable-size or unified batch goes whole to one worker: its parts would need offsets
     // of their own (or a strided view).
     if (p.variable() || p.unified()) return OnPlaced(bytes, [&](Backend& b) { return b.Solve(p, m, out, c); });

@@ -220,6 +220,11 @@ absl::StatusOr<SolveInfo> Backend::SolvePrepared(PreparedSystem& system, RhsBloc
                                                  const SolveControl& control) {
   return SolveThroughBackend(*this, system, rhs, x, status, control);
 }
+int64_t Backend::TridiagonalDeviceBytes(int64_t n, int64_t batch, Layout, int elem_bytes,
+                                        TridiagonalMethod) const {
+  return 5 * n * batch * elem_bytes;
+}
+
 absl::StatusOr<bool> Backend::PinHostMemory(void*, int64_t) { return false; }
 void Backend::UnpinHostMemory(void*) {}
 absl::StatusOr<void*> Backend::OpenDeviceMemory(const std::string&, int, int64_t, int64_t) {

@@ -67,6 +67,26 @@ class CudaBackend final : public Backend {
     dense_libs_.Reset();  // the handles use the lanes' streams (stager_, destroyed after)
   }
 
+  // As SolveTri allocates: the staged arrays, x and a flag byte a system in one buffer; the
+  // kernel's own scratch (Thomas' one array, the partitioned solver's reduced systems: less than
+  // one array); for auto and pivoting from a warp's worth of systems (or where pivoting-split
+  // takes the shape) the second solve's scratch; each in the pool's size classes.
+  int64_t TridiagonalDeviceBytes(int64_t n, int64_t batch, Layout layout, int elem_bytes,
+                                 TridiagonalMethod m) const override {
+    const int64_t e = n * batch;
+    int64_t bytes = Pool::SizeClass(5 * e * elem_bytes + batch) + Pool::SizeClass(e * elem_bytes);
+    const bool certified = m == TridiagonalMethod::kAuto || m == TridiagonalMethod::kPivoting;
+    if (!certified) return bytes;
+    const bool f32 = elem_bytes == 4;
+    const bool pivot_on_device = batch >= cuda::kPivotingDeviceBatch;
+    const bool split = cuda::PivotingSplitByShape(n, batch, layout);
+    const int64_t scratch =
+        std::max(split ? cuda::PivotingSplitScratchBytes(n, batch, f32) : 0,
+                 pivot_on_device ? cuda::PivotingScratchBytes(n, batch, f32) : 0);
+    if (scratch > 0) bytes += Pool::SizeClass(scratch);
+    return bytes;
+  }
+
   BackendInfo Info() const override {
     BackendInfo info = cpu_->Info();
     info.name = "cuda";

@@ -104,6 +104,13 @@ class Backend {
                                                   float* x, SystemStatus* status,
                                                   const SolveControl& control);
 
+  // Device memory a one-shot tridiagonal call of this shape takes at its peak (its arrays in, x
+  // and the flags out, the method's scratch), as the device's pool counts it: what the
+  // multi-device backend places calls by and cuts batches and systems by. The default, for a
+  // backend without a device pool: the five arrays.
+  virtual int64_t TridiagonalDeviceBytes(int64_t n, int64_t batch, Layout layout, int elem_bytes,
+                                         TridiagonalMethod m) const;
+
   // Host memory that many requests will read and write in place (a client's shared-memory
   // region): page-locks it where the backend copies to a device, so that the copies run
   // straight from and into it at the link's rate. Returns whether it did (false: nothing to do
