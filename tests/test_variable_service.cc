@@ -573,6 +573,24 @@ TEST_F(VariableService, CliSolvesWithALengthsFile) {
   EXPECT_EQ(code, 1) << out;
   EXPECT_NE(out.find("lengths: a variable-size batch takes layout FLAT"), std::string::npos)
       << out;
+  // By handle: system create with lengths=FILE.npy, then solve rhs=FILE.npy: the same x.
+  std::tie(code, out) = Shell(cli + "system create tridiagonal a=" + dir + "/a.npy b=" + dir +
+                              "/b.npy c=" + dir + "/c.npy lengths=" + dir + "/lengths.npy");
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("rhs [44] (4 systems of different sizes)"), std::string::npos) << out;
+  const std::string handle = out.substr(0, out.find(' '));
+  std::tie(code, out) = Shell(cli + "system solve " + handle + " rhs=" + dir + "/d.npy -o " +
+                              dir + "/xh.npy");
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("4 ok"), std::string::npos) << out;
+  auto xh = ReadNpy(dir + "/xh.npy");
+  ASSERT_TRUE(xh.ok()) << xh.status();
+  EXPECT_EQ(xh->data, x->data);
+  std::tie(code, out) = Shell(cli + "system update " + handle + " lengths=" + dir + "/lengths.npy");
+  EXPECT_EQ(code, 1) << out;
+  EXPECT_NE(out.find("'lengths' is fixed when the system is created"), std::string::npos) << out;
+  std::tie(code, out) = Shell(cli + "system release " + handle);
+  EXPECT_EQ(code, 0) << out;
   std::filesystem::remove_all(dir);
 }
 

@@ -378,9 +378,11 @@ class CudaBackend final : public Backend {
       const Resident<T> resident = dp->ResidentOf<T>(dp->device, dp->offset);
       SolveInfo total;
       for (int64_t j = 0; j < rhs.k; ++j) {
-        std::vector<int64_t> offsets;
-        auto info = SolveTriVariable(TridiagonalOf(s, rhs.rhs + j * s.n, {}, &offsets),
-                                     TridiagonalMethod(s.method),
+        // (the offsets the host copy keeps)
+        TridiagonalProblem<T> p = TridiagonalOf(s, rhs.rhs + j * s.n);
+        p.n = s.longest;
+        p.offsets = s.offsets;
+        auto info = SolveTriVariable(p, TridiagonalMethod(s.method),
                                      TridiagonalOutput<T>{x + j * s.n, status + j * s.batch}, c,
                                      &resident);
         if (!info.ok()) return info.status();
