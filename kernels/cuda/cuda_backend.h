@@ -366,7 +366,9 @@ class CudaBackend final : public Backend {
     // to it (RangeOf), the same kernels over a smaller batch.
     const SystemSpec s = BlockSpec(system.spec(), rhs);
     // The smallest by handle go where the one-shot calls send them (Solve: the host for auto).
-    const bool small = s.method == 0 && rhs.k * s.rhs_values() < options_.host_below_unknowns &&
+    // (A variable batch's k right-hand sides are k solves, each judged as its one-shot call.)
+    const int64_t solved_at_once = s.variable() ? s.rhs_values() : rhs.k * s.rhs_values();
+    const bool small = s.method == 0 && solved_at_once < options_.host_below_unknowns &&
                        (s.family == Family::kTridiagonal || s.family == Family::kTree);
     if (dp == nullptr || small) return SolveThroughBackend(*this, system, rhs, x, status, c);
     // Systems of different sizes: tree cells by the one-shot path (one tree of them all,
