@@ -314,7 +314,9 @@ std::string JobOptionsFault(const CLI::App* cmd, trisolve::Kind kind, int64_t it
 void PrintSystem(const trisolve::SystemInfo& s) {
   std::cout << s.handle << "  " << s.family << " " << trisolve::DTypeName(s.dtype)
             << (s.interleaved ? " interleaved" : "") << ", rhs ["
-            << absl::StrJoin(s.rhs_shape, ", ") << "], method " << s.method << ", "
+            << absl::StrJoin(s.rhs_shape, ", ") << "]"
+            << (s.variable ? absl::StrCat(" (", s.systems, " systems of different sizes)") : "")
+            << ", method " << s.method << ", "
             << s.prepared << ", " << s.bytes << " bytes, " << s.solves << " solves, "
             << s.updates << " updates, idle " << absl::StrFormat("%.1f", s.idle_s) << " s of "
             << absl::StrFormat("%.0f", s.ttl_s) << (s.label.empty() ? "" : ", label " + s.label)

@@ -479,6 +479,8 @@ SystemInfo ReadSystemInfo(const v1::SystemInfo& i) {
   s.dtype = i.dtype() == v1::FLOAT32 ? DType::kFloat32 : DType::kFloat64;
   s.interleaved = i.layout() == v1::INTERLEAVED;
   s.rhs_shape.assign(i.rhs_shape().begin(), i.rhs_shape().end());
+  s.systems = i.systems();
+  s.variable = i.variable();
   s.bytes = i.bytes();
   s.solves = i.solves();
   s.updates = i.updates();

@@ -386,14 +386,24 @@ std::optional<absl::StatusOr<Result>> Client::Impl::SolveOnRing(
       x_out != nullptr ? region_of(x_out, x_bytes) : std::nullopt;
   // Room for a status a system. The systems are at most the right-hand side's values over its
   // shortest dimension (a batch's systems, or k right-hand sides, each of n >= that dimension),
-  // or a variable-size batch's lengths; a 1-D right-hand side may be a variable-size batch by
-  // handle: a status a value.
+  // or a variable-size batch's lengths. By handle, a system of different sizes takes [total]
+  // or [k, total] and answers k statuses a system: its count where this client created or
+  // listed it, else a status a value.
   int64_t most_systems = x_bytes / elem;
-  for (const auto& [field, v] : send)
-    if (field == rhs_field && v.shape.size() >= 2) {
+  std::optional<SystemInfo> system;
+  if (!handle.empty()) {
+    std::lock_guard<std::mutex> lock(systems_mu);
+    if (auto it = systems.find(handle); it != systems.end()) system = it->second;
+  }
+  for (const auto& [field, v] : send) {
+    if (field != rhs_field) continue;
+    if (system && system->variable) {
+      most_systems = (v.shape.size() == 2 ? v.shape[0] : 1) * system->systems;
+    } else if (v.shape.size() >= 2 && (handle.empty() || system)) {
       const int64_t shortest = *std::min_element(v.shape.begin(), v.shape.end());
       if (shortest > 0) most_systems = v.elements() / shortest;
     }
+  }
   for (const auto& [field, v] : send)
     if (field == "lengths") most_systems = std::max<int64_t>(1, v.elements());
   int64_t need = (x_ref ? 0 : Align(x_bytes)) + Align(std::max<int64_t>(1, most_systems));

@@ -271,6 +271,8 @@ SystemView Core::ViewOf(const SystemRegistry::Entry& e) const {
   v.method = std::string(SpecMethodName(s));
   v.prepared = e.system->prepared();
   v.rhs_shape = e.rhs_shape;
+  v.systems = s.batch;
+  v.variable = s.variable();
   const SystemRegistry::Usage u = systems_.UsageOf(e);
   v.bytes = u.bytes;
   v.ttl_s = e.ttl_s;

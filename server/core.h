@@ -141,6 +141,8 @@ struct SystemView {
   Precision precision = Precision::kFloat64;
   Layout layout = Layout::kFlat;
   std::vector<int64_t> rhs_shape;
+  int64_t systems = 1;    // the batch's (a tree's cells)
+  bool variable = false;  // systems of different sizes: rhs_shape [total]
   int64_t bytes = 0, solves = 0, updates = 0;
   double ttl_s = 0, idle_s = 0;
 };

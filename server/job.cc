@@ -234,6 +234,7 @@ SystemSpec Job::Spec() const {
   s.block_options = block_options;
   const auto slots = descriptor().coefficient_slots;
   for (size_t i = 0; i < slots.size(); ++i) s.coefficients[i] = arrays[size_t(slots[i])].data;
+  if (variable) s.lengths = reinterpret_cast<const int32_t*>(Find("lengths")->data);
   return s;
 }
 
@@ -294,6 +295,12 @@ absl::StatusOr<CheckedUpdate> CheckUpdate(const SystemSpec& spec,
                                           const std::vector<std::vector<int64_t>>& shapes,
                                           const std::string& name, const ArrayIn& values) {
   const int i = CoefficientIndex(spec.family, name);
+  if (i < 0 && spec.variable() && Describe(spec.family).Find(name) >= 0 &&
+      Describe(spec.family).arrays[size_t(Describe(spec.family).Find(name))].role ==
+          ArrayRole::kLengths)
+    return Invalid("update", absl::StrCat("'lengths' is fixed when the system is created (the ",
+                                          spec.batch, " systems' sizes): create a new system "
+                                          "for other sizes"));
   if (i < 0) {
     std::vector<std::string> names;
     for (absl::string_view n : CoefficientNames(spec.family)) names.emplace_back(n);

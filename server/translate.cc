@@ -213,34 +213,66 @@ absl::Status DeclareAbc(Job& job, const v1::TridiagonalRequest& r) {
   return absl::OkStatus();
 }
 
-// Systems of different sizes: a, b, c, d concatenated ([total]), lengths [systems] (int32).
-// The lengths' values are checked once they are there (CheckStructure).
-absl::Status DeclareVariable(Job& job, const v1::TridiagonalRequest& r) {
-  if (job.rhs_optional)
-    return Invalid("lengths", "a variable-size batch is solved by Solve, SolveStream or "
-                              "SolveWithProgress; CreateSystem takes systems of one size");
-  if (job.layout != Layout::kFlat)
-    return Invalid("lengths", "a variable-size batch takes layout FLAT (each array the "
-                              "systems' rows one system after the other)");
-  auto lengths = DeclareArray(job, "lengths", true, r.lengths(), "[systems]");
-  if (!lengths.ok()) return lengths.status();
-  auto d = DeclareArray(job, "d", r.has_d(), r.d(),
-                        "[total] (the systems' rows concatenated, as lengths says)", 1);
-  if (!d.ok()) return d.status();
+// A family's words for its systems of different sizes, in the errors.
+struct Concatenated {
+  const char* count;   // "systems", "cells"
+  const char* part;    // "row", "node"
+  const char* layout;  // why layout FLAT
+};
+constexpr Concatenated kVariableSystems{
+    "systems", "row",
+    "a variable-size batch takes layout FLAT (each array the systems' rows one system after "
+    "the other)"};
+constexpr Concatenated kTreeCells{
+    "cells", "node",
+    "cells of different sizes take layout FLAT (each array the cells' nodes one cell after the "
+    "other)"};
+
+// Systems (or tree cells) of different sizes, in a one-shot call or CreateSystem: the right-hand
+// side `rhs` [total] (a CreateSystem may leave it out: then `like`, a coefficient, gives its
+// shape), lengths [count] (int32), and each of `coefficients` rhs's shape. The lengths' values
+// are checked once they are there (CheckStructure).
+absl::Status DeclareConcatenated(
+    Job& job, const Concatenated& words, const Array& lengths, absl::string_view rhs,
+    bool has_rhs, const Array& rhs_array, const Array& like,
+    std::initializer_list<std::tuple<const char*, bool, const Array*>> coefficients) {
+  if (job.layout != Layout::kFlat) return Invalid("lengths", words.layout);
+  auto l = DeclareArray(job, "lengths", true, lengths, absl::StrCat("[", words.count, "]"));
+  if (!l.ok()) return l.status();
+  const std::string expect =
+      absl::StrCat("[total] (the ", words.count, "' ", words.part, "s concatenated, as lengths says)");
+  const bool absent = (!has_rhs || rhs_array.shape_size() == 0) && job.rhs_optional;
+  auto r = absent ? DeclareArray(job, rhs, like.shape_size() > 0, like, expect, 1)
+                  : DeclareArray(job, rhs, has_rhs, rhs_array, expect, 1);
+  if (!r.ok()) return r.status();
+  (*r)->absent = absent;
   job.variable = true;
-  job.batch = (*lengths)->shape[0];
-  job.n = (*d)->shape[0];
+  job.batch = (*l)->shape[0];
+  job.n = (*r)->shape[0];
   if (job.batch > job.n)
-    return Invalid("lengths", absl::StrCat("has ", job.batch, " systems of at least one row "
-                                           "each, but d holds ", job.n, " values"));
-  if (job.unified) return DeclareAbc(job, r);
-  for (auto [name, has, arr] : {std::tuple{"a", r.has_a(), &r.a()}, {"b", r.has_b(), &r.b()},
-                                {"c", r.has_c(), &r.c()}}) {
-    auto st = DeclareArray(job, name, has, *arr, ShapeStr((*d)->shape));
+    return Invalid("lengths", absl::StrCat("has ", job.batch, " ", words.count, " of at least one ",
+                                           words.part, " each, but ", rhs, " holds ", job.n,
+                                           " values"));
+  for (auto [name, has, arr] : coefficients) {
+    auto st = DeclareArray(job, name, has, *arr, ShapeStr((*r)->shape));
     if (!st.ok()) return st.status();
-    if (auto s2 = SameShape(job, name, "d"); !s2.ok()) return s2;
+    if (auto s2 = SameShape(job, name, rhs); !s2.ok()) return s2;
   }
   return absl::OkStatus();
+}
+
+// Systems of different sizes: a, b, c, d concatenated ([total]), lengths [systems] (int32).
+absl::Status DeclareVariable(Job& job, const v1::TridiagonalRequest& r) {
+  if (job.unified) {
+    if (auto st = DeclareConcatenated(job, kVariableSystems, r.lengths(), "d", r.has_d(), r.d(),
+                                      r.b(), {});
+        !st.ok())
+      return st;
+    return DeclareAbc(job, r);
+  }
+  return DeclareConcatenated(job, kVariableSystems, r.lengths(), "d", r.has_d(), r.d(), r.b(),
+                             {{"a", r.has_a(), &r.a()}, {"b", r.has_b(), &r.b()},
+                              {"c", r.has_c(), &r.c()}});
 }
 
 // What every request states first: its family, dtype, layout (where it has one), method and
@@ -287,36 +319,17 @@ absl::Status Declare(Job& job, const v1::TridiagonalRequest& r) {
 }
 
 // Cells of different sizes: parent, lower, upper, diag, rhs concatenated ([total]), lengths
-// [cells] (int32). The lengths' and parents' values are checked once they are there
-// (CheckStructure).
+// [cells] (int32). The parents' values are checked once they are there (CheckStructure).
 absl::Status DeclareCells(Job& job, const v1::TreeRequest& r) {
-  if (job.rhs_optional)
-    return Invalid("lengths", "cells of different sizes are solved by Solve, SolveStream or "
-                              "SolveWithProgress; CreateSystem takes cells of one size");
-  if (job.layout != Layout::kFlat)
-    return Invalid("lengths", "cells of different sizes take layout FLAT (each array the "
-                              "cells' nodes one cell after the other)");
-  auto lengths = DeclareArray(job, "lengths", true, r.lengths(), "[cells]");
-  if (!lengths.ok()) return lengths.status();
-  auto rhs = DeclareArray(job, "rhs", r.has_rhs(), r.rhs(),
-                          "[total] (the cells' nodes concatenated, as lengths says)", 1);
-  if (!rhs.ok()) return rhs.status();
-  job.variable = true;
   job.parent_per_system = false;
-  job.batch = (*lengths)->shape[0];
-  job.n = (*rhs)->shape[0];
+  if (auto st = DeclareConcatenated(
+          job, kTreeCells, r.lengths(), "rhs", r.has_rhs(), r.rhs(), r.diag(),
+          {{"parent", r.has_parent(), &r.parent()}, {"lower", r.has_lower(), &r.lower()},
+           {"upper", r.has_upper(), &r.upper()}, {"diag", r.has_diag(), &r.diag()}});
+      !st.ok())
+    return st;
   if (job.n > std::numeric_limits<int32_t>::max())
     return Invalid("rhs", absl::StrCat("has ", job.n, " nodes in all; at most 2^31 - 1"));
-  if (job.batch > job.n)
-    return Invalid("lengths", absl::StrCat("has ", job.batch, " cells of at least one node "
-                                           "each, but rhs holds ", job.n, " values"));
-  for (auto [name, has, arr] :
-       {std::tuple{"parent", r.has_parent(), &r.parent()}, {"lower", r.has_lower(), &r.lower()},
-        {"upper", r.has_upper(), &r.upper()}, {"diag", r.has_diag(), &r.diag()}}) {
-    auto st = DeclareArray(job, name, has, *arr, ShapeStr((*rhs)->shape));
-    if (!st.ok()) return st.status();
-    if (auto s2 = SameShape(job, name, "rhs"); !s2.ok()) return s2;
-  }
   return absl::OkStatus();
 }
 
@@ -789,6 +802,8 @@ void SystemInfoToProto(const SystemView& v, v1::SystemInfo* info) {
   info->set_method(v.method);
   info->set_prepared(v.prepared);
   for (int64_t d : v.rhs_shape) info->add_rhs_shape(d);
+  info->set_systems(v.systems);
+  info->set_variable(v.variable);
   info->set_bytes(v.bytes);
   info->set_ttl_s(v.ttl_s);
   info->set_idle_s(v.idle_s);

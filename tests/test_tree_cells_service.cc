@@ -175,17 +175,123 @@ TEST_F(TreeCellsService, Int64LengthsAndFloat32) {
   EXPECT_LE(r->summary.residual, 1e-6);
 }
 
-TEST_F(TreeCellsService, ByHandleIsRefusedNamingLengths) {
-  const Cells c = testing::HandWorkedCells();
-  Job job = CellsJob(c);
-  job.arrays.erase("rhs");
-  auto sys = MakeClient().CreateSystem(job, {});
-  ASSERT_FALSE(sys.ok());
-  EXPECT_EQ(sys.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(sys.status().message().find("lengths: cells of different sizes are solved by Solve"),
+// x and the statuses of a by-handle answer equal a one-shot answer's, bit for bit (the CPU
+// backend runs the same solve on the same arrays).
+void ExpectSameAs(const Result& by_handle, const Result& one_shot, const std::string& what) {
+  EXPECT_EQ(by_handle.x.shape, one_shot.x.shape) << what;
+  EXPECT_TRUE(by_handle.x.data == one_shot.x.data) << what;
+  EXPECT_EQ(by_handle.status, one_shot.status) << what;
+}
+
+TEST_F(TreeCellsService, ByHandleAnswersAreTheOneShotOnes) {
+  Cells c = MixedCells(9, 31);  // cell 31 singular
+  Client client = MakeClient();
+  Job create = CellsJob(c);
+  create.arrays.erase("rhs");
+  auto sys = client.CreateSystem(create, {.label = "cells"});
+  ASSERT_TRUE(sys.ok()) << sys.status();
+  EXPECT_TRUE(sys->variable);
+  EXPECT_EQ(sys->systems, c.cells());
+  EXPECT_EQ(sys->rhs_shape, std::vector<int64_t>{c.total()});
+  // The host copy: four arrays of total values and the lengths.
+  EXPECT_GE(sys->bytes, c.total() * (3 * 8 + 4) + c.cells() * 4);
+  auto listed = client.ListSystems();
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  bool found = false;
+  for (const SystemInfo& i : *listed)
+    if (i.handle == sys->handle) {
+      found = true;
+      EXPECT_TRUE(i.variable);
+      EXPECT_EQ(i.systems, c.cells());
+    }
+  EXPECT_TRUE(found);
+
+  auto one_shot = client.Solve(CellsJob(c));
+  ASSERT_TRUE(one_shot.ok()) << one_shot.status();
+  const ArrayView rhs{DType::kFloat64, {c.total()}, c.rhs.data()};
+  auto by_handle = client.SolveSystem(sys->handle, rhs);
+  ASSERT_TRUE(by_handle.ok()) << by_handle.status();
+  ExpectSameAs(*by_handle, *one_shot, "one right-hand side");
+  ExpectReferenceAnswer(*by_handle, c, 1e-12);
+  for (int64_t s = 0; s < c.cells(); ++s)
+    EXPECT_EQ(by_handle->status[size_t(s)] == SolveStatus::kSingular, s == 31) << "cell " << s;
+
+  // k = 2 right-hand sides, [2, total]: each block the one-shot answer for it, 2 x cells
+  // statuses.
+  std::vector<double> two = c.rhs;
+  for (double v : c.rhs) two.push_back(-3 * v);
+  auto k2 = client.SolveSystem(sys->handle, {DType::kFloat64, {2, c.total()}, two.data()});
+  ASSERT_TRUE(k2.ok()) << k2.status();
+  ASSERT_EQ(k2->x.shape, (std::vector<int64_t>{2, c.total()}));
+  ASSERT_EQ(k2->status.size(), size_t(2 * c.cells()));
+  Cells negated = c;
+  for (double& v : negated.rhs) v *= -3;
+  auto second = client.Solve(CellsJob(negated));
+  ASSERT_TRUE(second.ok()) << second.status();
+  const size_t half = size_t(c.total()) * sizeof(double);
+  EXPECT_TRUE(std::equal(k2->x.data.begin(), k2->x.data.begin() + long(half),
+                         one_shot->x.data.begin()));
+  EXPECT_TRUE(std::equal(k2->x.data.begin() + long(half), k2->x.data.end(),
+                         second->x.data.begin()));
+  EXPECT_EQ(k2->summary.right_hand_sides, 2);
+
+  // An update of the diagonal that cures cell 31: every cell OK, the one-shot answer with it.
+  Cells cured = c;
+  for (int64_t i = c.offsets[31]; i < c.offsets[32]; ++i) cured.diag[size_t(i)] = 3;
+  auto updated = client.UpdateSystem(
+      sys->handle, {{"diag", ArrayView{DType::kFloat64, {c.total()}, cured.diag.data()}}});
+  ASSERT_TRUE(updated.ok()) << updated.status();
+  EXPECT_EQ(updated->updates, 1);
+  auto after = client.SolveSystem(sys->handle, rhs);
+  ASSERT_TRUE(after.ok()) << after.status();
+  auto cured_one_shot = client.Solve(CellsJob(cured));
+  ASSERT_TRUE(cured_one_shot.ok()) << cured_one_shot.status();
+  ExpectSameAs(*after, *cured_one_shot, "after the update");
+  for (SolveStatus st : after->status) EXPECT_EQ(st, SolveStatus::kOk);
+
+  // The time-step stream by handle: each step's answer the one-shot one, in order.
+  auto stream = client.OpenStepStream(sys->handle);
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  ASSERT_TRUE((*stream)->Send(rhs).ok());
+  ASSERT_TRUE((*stream)->Send({DType::kFloat64, {c.total()}, negated.rhs.data()}).ok());
+  auto s1 = (*stream)->Receive();
+  auto s2 = (*stream)->Receive();
+  ASSERT_TRUE(s1.ok()) << s1.status();
+  ASSERT_TRUE(s2.ok()) << s2.status();
+  EXPECT_TRUE((*stream)->Finish().ok());
+  ExpectSameAs(*s1, *cured_one_shot, "stream step 1");
+  Cells cured_negated = cured;
+  cured_negated.rhs = negated.rhs;
+  auto want2 = client.Solve(CellsJob(cured_negated));
+  ASSERT_TRUE(want2.ok()) << want2.status();
+  ExpectSameAs(*s2, *want2, "stream step 2");
+
+  // A parent update is taken, checked cell by cell as at creation.
+  auto same_parent = client.UpdateSystem(
+      sys->handle, {{"parent", ArrayView{DType::kInt32, {c.total()}, c.parent.data()}}});
+  EXPECT_TRUE(same_parent.ok()) << same_parent.status();
+  std::vector<int32_t> bad = c.parent;
+  bad[size_t(c.offsets[2] + 1)] = 1;  // node 1 of cell 2 its own parent
+  auto refused = client.UpdateSystem(sys->handle,
+                                     {{"parent", ArrayView{DType::kInt32, {c.total()}, bad.data()}}});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("parent: cell 2: parent["), std::string::npos)
+      << refused.status();
+  // The lengths are the system's shape: not updatable.
+  auto lengths = client.UpdateSystem(
+      sys->handle, {{"lengths", ArrayView{DType::kInt32, {c.cells()}, c.lengths.data()}}});
+  ASSERT_FALSE(lengths.ok());
+  EXPECT_EQ(lengths.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(lengths.status().message().find("'lengths' is fixed when the system is created"),
             std::string::npos)
-      << sys.status();
-  EXPECT_NE(sys.status().message().find("CreateSystem"), std::string::npos) << sys.status();
+      << lengths.status();
+  // The refused updates changed nothing.
+  auto still = client.SolveSystem(sys->handle, rhs);
+  ASSERT_TRUE(still.ok()) << still.status();
+  ExpectSameAs(*still, *cured_one_shot, "after the refused updates");
+  ASSERT_TRUE(client.ReleaseSystem(sys->handle).ok());
+  EXPECT_EQ(client.SolveSystem(sys->handle, rhs).status().code(), absl::StatusCode::kNotFound);
 }
 
 void Arr(v1::Array* a, std::vector<int64_t> shape, const std::vector<double>& v) {
@@ -304,17 +410,25 @@ TEST_F(TreeCellsService, EveryBadLengthsOrParentHasItsStatusAndNamesTheField) {
       for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(x[i], want[i], 1e-14) << i;
     }
   }
-  // CreateSystem takes cells of one size.
-  v1::CreateSystemRequest create;
-  *create.mutable_tree() = GoodCells();
-  create.mutable_tree()->clear_rhs();
-  grpc::ClientContext ctx;
-  v1::SystemInfo info;
-  const grpc::Status st = stub->CreateSystem(&ctx, create, &info);
-  EXPECT_EQ(st.error_code(), C::INVALID_ARGUMENT);
-  EXPECT_NE(st.error_message().find("lengths: cells of different sizes are solved by Solve"),
-            std::string::npos)
-      << st.error_message();
+  // CreateSystem checks the cells as a solve does: lengths, then every cell's parents.
+  for (const auto& [what, edit, part] :
+       std::vector<std::tuple<const char*, std::function<void(v1::TreeRequest&)>, const char*>>{
+           {"lengths short", [](auto& r) { Ints(r.mutable_lengths(), {1, 2, 2}); },
+            "lengths: the 3 lengths sum to 5"},
+           {"a cell's parent", [](auto& r) { r.mutable_parent()->mutable_data()->at(4) = 9; },
+            "parent: cell 1"},
+           {"interleaved", [](auto& r) { r.set_layout(v1::INTERLEAVED); },
+            "lengths: cells of different sizes take layout FLAT"}}) {
+    v1::CreateSystemRequest create;
+    *create.mutable_tree() = GoodCells();
+    create.mutable_tree()->clear_rhs();
+    edit(*create.mutable_tree());
+    grpc::ClientContext ctx;
+    v1::SystemInfo info;
+    const grpc::Status st = stub->CreateSystem(&ctx, create, &info);
+    EXPECT_EQ(st.error_code(), C::INVALID_ARGUMENT) << what;
+    EXPECT_NE(st.error_message().find(part), std::string::npos) << what << ": " << st.error_message();
+  }
 }
 
 TEST_F(TreeCellsService, StreamedBadParentIsRefusedOnceTheBytesAreThere) {

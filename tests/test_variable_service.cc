@@ -6,6 +6,9 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <tuple>
+#include <unistd.h>
 #include <functional>
 #include <random>
 #include <string>
@@ -136,15 +139,252 @@ TEST_F(VariableService, Int64LengthsAndFloat32) {
   EXPECT_LE(r->summary.residual, 1e-6);
 }
 
-TEST_F(VariableService, ByHandleIsRefusedNamingLengths) {
-  const VarArrays v = MakeVar({3, 4}, -1, 1);
+// x and the statuses of a by-handle answer equal a one-shot answer's, bit for bit (the CPU
+// backend runs the same solve on the same arrays).
+void ExpectSameAs(const Result& by_handle, const Result& one_shot, const std::string& what) {
+  EXPECT_EQ(by_handle.x.shape, one_shot.x.shape) << what;
+  EXPECT_TRUE(by_handle.x.data == one_shot.x.data) << what;
+  EXPECT_EQ(by_handle.status, one_shot.status) << what;
+}
+
+// The system without its right-hand side, for CreateSystem.
+Job VarSystem(const VarArrays& v) {
   Job job = VarJob(v);
   job.arrays.erase("d");
-  auto sys = MakeClient().CreateSystem(job, {});
-  ASSERT_FALSE(sys.ok());
-  EXPECT_EQ(sys.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(sys.status().message().find("lengths"), std::string::npos) << sys.status();
-  EXPECT_NE(sys.status().message().find("CreateSystem"), std::string::npos) << sys.status();
+  return job;
+}
+
+// System `s` of v made exactly singular: every row of it zero.
+void ZeroSystem(VarArrays& v, size_t s) {
+  for (int64_t i = v.offsets[s]; i < v.offsets[s + 1]; ++i) v.a[size_t(i)] = v.b[size_t(i)] = v.c[size_t(i)] = 0;
+}
+
+TEST_F(VariableService, ByHandleAnswersAreTheOneShotOnes) {
+  std::vector<int32_t> sizes = {1, 2, 3, 17, 100, 4096, 5000, 33};
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < 100; ++i) sizes.push_back(int32_t(1 + rng() % 300));
+  VarArrays v = MakeVar(sizes, 5, 13);  // system 5 a zero diagonal (nonsingular, pivots)
+  ZeroSystem(v, 3);                     // system 3 singular
+  const int64_t total = int64_t(v.a.size()), systems = int64_t(sizes.size());
+  Client client = MakeClient();
+  auto sys = client.CreateSystem(VarSystem(v), {.label = "lines"});
+  ASSERT_TRUE(sys.ok()) << sys.status();
+  EXPECT_TRUE(sys->variable);
+  EXPECT_EQ(sys->systems, systems);
+  EXPECT_EQ(sys->rhs_shape, std::vector<int64_t>{total});
+  EXPECT_GE(sys->bytes, 3 * total * 8 + systems * 4);  // a, b, c and the lengths at least
+
+  auto one_shot = client.Solve(VarJob(v));
+  ASSERT_TRUE(one_shot.ok()) << one_shot.status();
+  const ArrayView d{DType::kFloat64, {total}, v.d.data()};
+  auto by_handle = client.SolveSystem(sys->handle, d);
+  ASSERT_TRUE(by_handle.ok()) << by_handle.status();
+  ExpectSameAs(*by_handle, *one_shot, "one right-hand side");
+  ASSERT_EQ(by_handle->status.size(), size_t(systems));
+  for (int64_t s = 0; s < systems; ++s)
+    EXPECT_EQ(by_handle->status[size_t(s)], s == 3 ? SolveStatus::kSingular : SolveStatus::kOk)
+        << "system " << s;
+  EXPECT_LE(by_handle->summary.residual, 1e-14);
+
+  // k = 3 right-hand sides [3, total]: each block the one-shot answer for it.
+  std::vector<double> three;
+  std::vector<VarArrays> each(3, v);
+  for (int j = 0; j < 3; ++j) {
+    for (double& x : each[size_t(j)].d) x = x * (j + 1) - j;
+    three.insert(three.end(), each[size_t(j)].d.begin(), each[size_t(j)].d.end());
+  }
+  auto k3 = client.SolveSystem(sys->handle, {DType::kFloat64, {3, total}, three.data()});
+  ASSERT_TRUE(k3.ok()) << k3.status();
+  ASSERT_EQ(k3->x.shape, (std::vector<int64_t>{3, total}));
+  ASSERT_EQ(k3->status.size(), size_t(3 * systems));
+  EXPECT_EQ(k3->summary.right_hand_sides, 3);
+  const long block = long(total * 8);
+  for (int j = 0; j < 3; ++j) {
+    auto want = client.Solve(VarJob(each[size_t(j)]));
+    ASSERT_TRUE(want.ok()) << want.status();
+    EXPECT_TRUE(std::equal(want->x.data.begin(), want->x.data.end(),
+                           k3->x.data.begin() + j * block))
+        << "block " << j;
+    EXPECT_TRUE(std::equal(want->status.begin(), want->status.end(),
+                           k3->status.begin() + j * systems));
+  }
+
+  // An update of b that cures system 3: every system OK, the one-shot answer with it.
+  VarArrays cured = v;
+  for (int64_t i = v.offsets[3]; i < v.offsets[4]; ++i) cured.b[size_t(i)] = 2;
+  auto updated = client.UpdateSystem(sys->handle,
+                                     {{"b", ArrayView{DType::kFloat64, {total}, cured.b.data()}}});
+  ASSERT_TRUE(updated.ok()) << updated.status();
+  auto after = client.SolveSystem(sys->handle, d);
+  ASSERT_TRUE(after.ok()) << after.status();
+  auto cured_one_shot = client.Solve(VarJob(cured));
+  ASSERT_TRUE(cured_one_shot.ok()) << cured_one_shot.status();
+  ExpectSameAs(*after, *cured_one_shot, "after the update");
+  for (SolveStatus st : after->status) EXPECT_EQ(st, SolveStatus::kOk);
+
+  // The time-step stream by handle, a step with an update of c among them.
+  VarArrays step2 = cured;
+  for (double& x : step2.c) x *= 0.5;
+  auto stream = client.OpenStepStream(sys->handle);
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  ASSERT_TRUE((*stream)->Send(d).ok());
+  ASSERT_TRUE(
+      (*stream)->Send(d, {{"c", ArrayView{DType::kFloat64, {total}, step2.c.data()}}}).ok());
+  auto s1 = (*stream)->Receive();
+  auto s2 = (*stream)->Receive();
+  ASSERT_TRUE(s1.ok()) << s1.status();
+  ASSERT_TRUE(s2.ok()) << s2.status();
+  EXPECT_TRUE((*stream)->Finish().ok());
+  ExpectSameAs(*s1, *cured_one_shot, "stream step 1");
+  auto want2 = client.Solve(VarJob(step2));
+  ASSERT_TRUE(want2.ok()) << want2.status();
+  ExpectSameAs(*s2, *want2, "stream step 2 (c updated)");
+
+  // Through a request ring: its status room from the system's count, k right-hand sides too.
+  Client::Options ro;
+  ro.target = server_->target();
+  ro.transport = Transport::kRing;
+  ro.own_connection = true;
+  Client ring(ro);
+  auto listed = ring.ListSystems();  // the ring client learns the system's shape here
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  bool found = false;
+  for (const SystemInfo& i : *listed)
+    if (i.handle == sys->handle) {
+      found = true;
+      EXPECT_TRUE(i.variable);
+      EXPECT_EQ(i.systems, systems);
+    }
+  EXPECT_TRUE(found);
+  auto r1 = ring.SolveSystem(sys->handle, d);
+  ASSERT_TRUE(r1.ok()) << r1.status();
+  EXPECT_EQ(r1->summary.transport, "ring");
+  ExpectSameAs(*r1, *want2, "ring");
+  std::vector<double> two(v.d);
+  two.insert(two.end(), v.d.begin(), v.d.end());
+  auto r2 = ring.SolveSystem(sys->handle, {DType::kFloat64, {2, total}, two.data()});
+  ASSERT_TRUE(r2.ok()) << r2.status();
+  EXPECT_EQ(r2->summary.transport, "ring");
+  ASSERT_EQ(r2->status.size(), size_t(2 * systems));
+  EXPECT_TRUE(std::equal(want2->x.data.begin(), want2->x.data.end(), r2->x.data.begin()));
+  EXPECT_TRUE(std::equal(want2->x.data.begin(), want2->x.data.end(), r2->x.data.begin() + block));
+
+  ASSERT_TRUE(client.ReleaseSystem(sys->handle).ok());
+  EXPECT_EQ(client.SolveSystem(sys->handle, d).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(VariableService, Float32ByHandle) {
+  const VarArrays v = MakeVar({5, 9, 1, 12, 300}, -1, 11);
+  std::vector<float> a(v.a.begin(), v.a.end()), b(v.b.begin(), v.b.end()),
+      c(v.c.begin(), v.c.end()), d(v.d.begin(), v.d.end());
+  const std::vector<int64_t> total = {int64_t(a.size())};
+  Job job;
+  job.arrays["a"] = {DType::kFloat32, total, a.data()};
+  job.arrays["b"] = {DType::kFloat32, total, b.data()};
+  job.arrays["c"] = {DType::kFloat32, total, c.data()};
+  job.arrays["lengths"] = {DType::kInt32, {5}, v.lengths.data()};
+  Client client = MakeClient();
+  auto sys = client.CreateSystem(job, {});
+  ASSERT_TRUE(sys.ok()) << sys.status();
+  job.arrays["d"] = {DType::kFloat32, total, d.data()};
+  auto one_shot = client.Solve(job);
+  ASSERT_TRUE(one_shot.ok()) << one_shot.status();
+  auto by_handle = client.SolveSystem(sys->handle, {DType::kFloat32, total, d.data()});
+  ASSERT_TRUE(by_handle.ok()) << by_handle.status();
+  EXPECT_EQ(by_handle->x.dtype, DType::kFloat32);
+  ExpectSameAs(*by_handle, *one_shot, "float32");
+  EXPECT_LE(by_handle->summary.residual, 1e-6);
+  ASSERT_TRUE(client.ReleaseSystem(sys->handle).ok());
+}
+
+TEST_F(VariableService, ByHandleRefusalsNameTheField) {
+  const VarArrays v = MakeVar({3, 4}, -1, 1);
+  Client client = MakeClient();
+  auto sys = client.CreateSystem(VarSystem(v), {});
+  ASSERT_TRUE(sys.ok()) << sys.status();
+  const ArrayView d{DType::kFloat64, {7}, v.d.data()};
+  std::vector<double> eight(8, 1.0);
+  using C = absl::StatusCode;
+  testing::Expect(client.SolveSystem(sys->handle, {DType::kFloat64, {8}, eight.data()}).status(),
+                  C::kInvalidArgument, "rhs has shape [8], expected [7]");
+  testing::Expect(client.SolveSystem(sys->handle, {DType::kFloat64, {2, 4}, eight.data()}).status(),
+                  C::kInvalidArgument, "rhs has shape [2, 4], expected [7]");
+  testing::Expect(
+      client.UpdateSystem(sys->handle, {{"b", ArrayView{DType::kFloat64, {8}, eight.data()}}})
+          .status(),
+      C::kInvalidArgument, "b has shape [8], expected [7]");
+  testing::Expect(
+      client.UpdateSystem(sys->handle, {{"lengths", ArrayView{DType::kInt32, {2}, v.lengths.data()}}})
+          .status(),
+      C::kInvalidArgument, "update: 'lengths' is fixed when the system is created");
+  std::vector<double> nan(v.b);
+  nan[4] = std::nan("");
+  testing::Expect(
+      client.UpdateSystem(sys->handle, {{"b", ArrayView{DType::kFloat64, {7}, nan.data()}}})
+          .status(),
+      C::kInvalidArgument, "b[4]");
+  // A range of its systems: refused, solved whole.
+  auto stub = testing::RawStub(server_->target());
+  for (auto [first, count] : {std::pair{0, 1}, {1, 1}, {0, 2}}) {
+    v1::SolveSystemRequest req;
+    req.set_handle(sys->handle);
+    req.mutable_rhs()->add_shape(v.lengths[size_t(first)]);
+    req.mutable_rhs()->set_data(v.d.data(), size_t(v.lengths[size_t(first)]) * 8);
+    req.set_first_system(first);
+    req.set_systems(count);
+    grpc::ClientContext ctx;
+    v1::SolveResponse resp;
+    const grpc::Status st = stub->SolveSystem(&ctx, req, &resp);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << first << " " << count;
+    EXPECT_NE(st.error_message().find("first_system: a range of systems is solved for batches of "
+                                      "one size; this batch's 2 systems have different sizes"),
+              std::string::npos)
+        << st.error_message();
+  }
+  // Still answers whole, as before the refusals.
+  auto whole = client.SolveSystem(sys->handle, d);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  ExpectSameAnswer(*whole, v, 1e-14);
+  ASSERT_TRUE(client.ReleaseSystem(sys->handle).ok());
+
+  // CreateSystem checks lengths as a solve does.
+  for (const auto& [what, edit, part] :
+       std::vector<std::tuple<const char*, std::function<void(Job&)>, const char*>>{
+           {"sum short", [&](Job& j) { j.arrays["lengths"].shape = {1}; },
+            "lengths: the 1 lengths sum to 3, but a, b, c and d hold 7"},
+           {"interleaved", [](Job& j) { j.options.interleaved = true; },
+            "lengths: a variable-size batch takes layout FLAT"}}) {
+    Job job = VarSystem(v);
+    edit(job);
+    testing::Expect(client.CreateSystem(job, {}).status(), C::kInvalidArgument, part);
+  }
+  std::vector<int32_t> zero = {7, 0};
+  Job job = VarSystem(v);
+  job.arrays["lengths"].data = zero.data();
+  testing::Expect(client.CreateSystem(job, {}).status(), C::kInvalidArgument,
+                  "lengths: lengths[1] is 0");
+}
+
+TEST(VariableByHandle, AnotherIdentityGetsNotFound) {
+  const std::string tokens = "/tmp/trisolve_varhandle_tokens_" + std::to_string(getpid());
+  std::ofstream(tokens) << "alice-token\nbob-token\n";
+  ServerProcess server({"--token-file", tokens});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  Client alice(testing::ClientOptions(server, Transport::kGrpc, "alice-token"));
+  Client bob(testing::ClientOptions(server, Transport::kGrpc, "bob-token"));
+  const VarArrays v = MakeVar({3, 4, 9}, -1, 2);
+  auto sys = alice.CreateSystem(VarSystem(v), {});
+  ASSERT_TRUE(sys.ok()) << sys.status();
+  const ArrayView d{DType::kFloat64, {16}, v.d.data()};
+  for (const absl::Status& st :
+       {bob.SolveSystem(sys->handle, d).status(),
+        bob.UpdateSystem(sys->handle, {{"b", ArrayView{DType::kFloat64, {16}, v.b.data()}}}).status(),
+        bob.ReleaseSystem(sys->handle).status()})
+    testing::Expect(st, absl::StatusCode::kNotFound, "no such system");
+  auto mine = alice.SolveSystem(sys->handle, d);
+  ASSERT_TRUE(mine.ok()) << mine.status();
+  ExpectSameAnswer(*mine, v, 1e-14);
+  std::remove(tokens.c_str());
 }
 
 void Arr(v1::Array* a, std::vector<int64_t> shape, const std::vector<double>& v) {
@@ -333,6 +573,24 @@ TEST_F(VariableService, CliSolvesWithALengthsFile) {
   EXPECT_EQ(code, 1) << out;
   EXPECT_NE(out.find("lengths: a variable-size batch takes layout FLAT"), std::string::npos)
       << out;
+  // By handle: system create with lengths=FILE.npy, then solve rhs=FILE.npy: the same x.
+  std::tie(code, out) = Shell(cli + "system create tridiagonal a=" + dir + "/a.npy b=" + dir +
+                              "/b.npy c=" + dir + "/c.npy lengths=" + dir + "/lengths.npy");
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("rhs [44] (4 systems of different sizes)"), std::string::npos) << out;
+  const std::string handle = out.substr(0, out.find(' '));
+  std::tie(code, out) = Shell(cli + "system solve " + handle + " rhs=" + dir + "/d.npy -o " +
+                              dir + "/xh.npy");
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("4 ok"), std::string::npos) << out;
+  auto xh = ReadNpy(dir + "/xh.npy");
+  ASSERT_TRUE(xh.ok()) << xh.status();
+  EXPECT_EQ(xh->data, x->data);
+  std::tie(code, out) = Shell(cli + "system update " + handle + " lengths=" + dir + "/lengths.npy");
+  EXPECT_EQ(code, 1) << out;
+  EXPECT_NE(out.find("'lengths' is fixed when the system is created"), std::string::npos) << out;
+  std::tie(code, out) = Shell(cli + "system release " + handle);
+  EXPECT_EQ(code, 0) << out;
   std::filesystem::remove_all(dir);
 }
 

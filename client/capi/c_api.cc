@@ -33,9 +33,12 @@ struct Geometry {
   int64_t n = 0, batch = 1;    // block: n = N block rows, batch = M unknowns a block row
   int layout = TRISOLVE_FLAT;  // tridiagonal and tree: FLAT / INTERLEAVED; dense: ROW / COL_MAJOR
   int64_t parent_systems = 1;  // tree: 1 (one morphology) or batch (one per system)
+  // Systems (tree cells) of different sizes: batch of them, n their total, every array [n].
+  bool variable = false;
 
   // One right-hand side (and one x).
   std::vector<int64_t> RhsShape() const {
+    if (variable) return {n};
     switch (kind) {
       case Kind::kTridiagonal:
       case Kind::kTree:
@@ -47,7 +50,9 @@ struct Geometry {
     return {};
   }
   std::vector<int64_t> Shape(const std::string& name) const {
+    if (name == "lengths") return {batch};
     if (kind == Kind::kTree && name == "parent") {
+      if (variable) return {n};
       return parent_systems == 1 ? std::vector<int64_t>{n} : std::vector<int64_t>{batch, n};
     }
     if (kind == Kind::kDense && name == "A") return {batch, n, n};
@@ -192,6 +197,13 @@ int CheckGeometry(trisolve_context* ctx, const Geometry& g) {
   }
   // The largest array (dense A: batch * n * n) must be countable in int64 bytes.
   const int64_t limit = INT64_MAX / 8;
+  if (g.variable) {
+    if (g.batch > g.n)
+      return Fail(ctx, TRISOLVE_INVALID_ARGUMENT,
+                  std::to_string(g.batch) + " systems of at least one row each need total >= " +
+                      std::to_string(g.batch) + ", not " + std::to_string(g.n));
+    return TRISOLVE_OK;  // flat; the lengths' values are the server's to check
+  }
   if (g.n > limit / g.batch || (g.kind == Kind::kDense && g.n * g.batch > limit / g.n)) {
     return Fail(ctx, TRISOLVE_INVALID_ARGUMENT, "the arrays' sizes overflow int64");
   }
@@ -243,7 +255,7 @@ struct Arrays {
   std::deque<std::vector<std::byte>> owned;
 
   void Add(const Geometry& g, const std::string& name, const void* p) {
-    const DType t = name == "parent" ? DType::kInt32 : g.dtype;
+    const DType t = name == "parent" || name == "lengths" ? DType::kInt32 : g.dtype;
     if (g.Transposed(name)) {
       owned.push_back(Transpose(p, g.n, g.batch, g.dtype));
       p = owned.back().data();
@@ -315,14 +327,18 @@ int SolveOnce(trisolve_context* ctx, const Geometry& g, std::initializer_list<co
   return Statuses(ctx, *r, g.SystemsPerRhs(), status_out);
 }
 
+// (lengths: a variable-size batch's, g.variable.)
 int CreateSystem(trisolve_context* ctx, const Geometry& g, std::initializer_list<const void*> coef,
-                 trisolve_system** out, double tol = -1, int64_t max_iterations = 0) {
+                 trisolve_system** out, double tol = -1, int64_t max_iterations = 0,
+                 const int32_t* lengths = nullptr) {
   if (ctx == nullptr) return Fail(nullptr, TRISOLVE_INVALID_ARGUMENT, "ctx is NULL");
   if (out == nullptr) return Fail(ctx, TRISOLVE_INVALID_ARGUMENT, "out is NULL");
   *out = nullptr;
   if (int rc = CheckGeometry(ctx, g); rc != TRISOLVE_OK) return rc;
+  auto named = Named(g, coef);
+  if (g.variable) named.emplace_back("lengths", lengths);
   Arrays arrays;
-  if (int rc = Collect(ctx, g, Named(g, coef), &arrays); rc != TRISOLVE_OK) return rc;
+  if (int rc = Collect(ctx, g, named, &arrays); rc != TRISOLVE_OK) return rc;
   trisolve::Job job{g.kind};
   job.arrays = std::move(arrays.views);
   job.options = Options(ctx);
@@ -538,6 +554,14 @@ Geometry Tree(DType t, int64_t n, int64_t batch, int64_t parent_systems, int lay
   return g;
 }
 
+// `systems` tridiagonal systems (tree cells) of different sizes, `total` rows in all.
+Geometry Variable(Kind kind, DType t, int64_t systems, int64_t total) {
+  Geometry g = Tri(t, total, systems, TRISOLVE_FLAT);
+  g.kind = kind;
+  g.variable = true;
+  return g;
+}
+
 Geometry Block(DType t, int64_t N, int64_t M) {
   Geometry g = Tri(t, N, M, TRISOLVE_FLAT);
   g.kind = Kind::kBlockTridiagonal;
@@ -741,6 +765,37 @@ int trisolve_system_create_tree_f32(trisolve_context* ctx, int64_t n, int64_t ba
                                     int layout, trisolve_system** out) {
   return CreateSystem(ctx, Tree(F32, n, batch, parent_systems, layout),
                       {parent, lower, upper, diag}, out);
+}
+
+int trisolve_system_create_tridiagonal_variable(trisolve_context* ctx, int64_t systems,
+                                                const int32_t* lengths, int64_t total,
+                                                const double* a, const double* b,
+                                                const double* c, trisolve_system** out) {
+  return CreateSystem(ctx, Variable(Kind::kTridiagonal, F64, systems, total), {a, b, c}, out, -1,
+                      0, lengths);
+}
+int trisolve_system_create_tridiagonal_variable_f32(trisolve_context* ctx, int64_t systems,
+                                                    const int32_t* lengths, int64_t total,
+                                                    const float* a, const float* b,
+                                                    const float* c, trisolve_system** out) {
+  return CreateSystem(ctx, Variable(Kind::kTridiagonal, F32, systems, total), {a, b, c}, out, -1,
+                      0, lengths);
+}
+int trisolve_system_create_tree_variable(trisolve_context* ctx, int64_t cells,
+                                         const int32_t* lengths, int64_t total,
+                                         const int32_t* parent, const double* lower,
+                                         const double* upper, const double* diag,
+                                         trisolve_system** out) {
+  return CreateSystem(ctx, Variable(Kind::kTree, F64, cells, total),
+                      {parent, lower, upper, diag}, out, -1, 0, lengths);
+}
+int trisolve_system_create_tree_variable_f32(trisolve_context* ctx, int64_t cells,
+                                             const int32_t* lengths, int64_t total,
+                                             const int32_t* parent, const float* lower,
+                                             const float* upper, const float* diag,
+                                             trisolve_system** out) {
+  return CreateSystem(ctx, Variable(Kind::kTree, F32, cells, total),
+                      {parent, lower, upper, diag}, out, -1, 0, lengths);
 }
 
 int trisolve_system_create_block(trisolve_context* ctx, int64_t N, int64_t M, const double* aC,

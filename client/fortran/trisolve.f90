@@ -72,6 +72,7 @@ module trisolve
     trisolve_sgtsv_strided_batch, trisolve_solve_tridiagonal, trisolve_solve_tree, &
     trisolve_solve_block, trisolve_solve_dense, trisolve_system_create_tridiagonal, &
     trisolve_system_create_tree, trisolve_system_create_block, trisolve_system_create_dense, &
+    trisolve_system_create_tridiagonal_variable, trisolve_system_create_tree_variable, &
     trisolve_system_solve, trisolve_system_update, trisolve_system_release, &
     trisolve_system_destroy, trisolve_system_handle, trisolve_system_last_summary, &
     trisolve_stream_open, trisolve_stream_update, trisolve_stream_send, &
@@ -116,6 +117,12 @@ module trisolve
   end interface
   interface trisolve_system_create_tree
     module procedure create_tree_r8, create_tree_r4
+  end interface
+  interface trisolve_system_create_tridiagonal_variable
+    module procedure create_tridiagonal_variable_r8, create_tridiagonal_variable_r4
+  end interface
+  interface trisolve_system_create_tree_variable
+    module procedure create_tree_variable_r8, create_tree_variable_r4
   end interface
   interface trisolve_system_create_block
     module procedure create_block_r8, create_block_r4
@@ -189,6 +196,20 @@ module trisolve
       integer(c_int), value :: layout
       type(c_ptr), intent(out) :: out
     end function
+    integer(c_int) function create_tridiagonal_variable_fn(ctx, systems, lengths, total, a, b, &
+                                                           c, out) bind(c)
+      import :: c_ptr, c_int, c_int64_t
+      type(c_ptr), value :: ctx, lengths, a, b, c
+      integer(c_int64_t), value :: systems, total
+      type(c_ptr), intent(out) :: out
+    end function
+    integer(c_int) function create_tree_variable_fn(ctx, cells, lengths, total, parent, lower, &
+                                                    upper, diag, out) bind(c)
+      import :: c_ptr, c_int, c_int64_t
+      type(c_ptr), value :: ctx, lengths, parent, lower, upper, diag
+      integer(c_int64_t), value :: cells, total
+      type(c_ptr), intent(out) :: out
+    end function
     integer(c_int) function create_block_fn(ctx, nn, mm, aC, cC, bC, cA, cB, tol, max_it, out) &
         bind(c)
       import :: c_ptr, c_int, c_int64_t, c_double
@@ -242,6 +263,14 @@ module trisolve
     c_create_tri_f32
   procedure(create_tree_fn), bind(c, name='trisolve_system_create_tree') :: c_create_tree
   procedure(create_tree_fn), bind(c, name='trisolve_system_create_tree_f32') :: c_create_tree_f32
+  procedure(create_tridiagonal_variable_fn), &
+    bind(c, name='trisolve_system_create_tridiagonal_variable') :: c_create_tri_var
+  procedure(create_tridiagonal_variable_fn), &
+    bind(c, name='trisolve_system_create_tridiagonal_variable_f32') :: c_create_tri_var_f32
+  procedure(create_tree_variable_fn), bind(c, name='trisolve_system_create_tree_variable') :: &
+    c_create_tree_var
+  procedure(create_tree_variable_fn), &
+    bind(c, name='trisolve_system_create_tree_variable_f32') :: c_create_tree_var_f32
   procedure(create_block_fn), bind(c, name='trisolve_system_create_block') :: c_create_block
   procedure(create_block_fn), bind(c, name='trisolve_system_create_block_f32') :: &
     c_create_block_f32
@@ -639,6 +668,50 @@ contains
     rc = c_create_tree_f32(ctx%ptr, i64(n), i64(nbatch), c_loc(parent), &
                            parent_systems(parent, n), c_loc(lower), c_loc(upper), c_loc(diag), &
                            int(layout, c_int), sys%ptr)
+  end function
+
+  ! Systems of different sizes: size(lengths) tridiagonal systems of lengths(s) rows each, a, b
+  ! and c their rows one system after the other (sum(lengths) values). A solve takes k
+  ! right-hand sides of sum(lengths) values and answers k * size(lengths) statuses.
+  integer function create_tridiagonal_variable_r8(ctx, lengths, a, b, c, sys) result(rc)
+    type(trisolve_context), intent(in) :: ctx
+    integer(c_int32_t), intent(in), target, contiguous :: lengths(:)
+    real(c_double), intent(in), target, contiguous :: a(:), b(:), c(:)
+    type(trisolve_system), intent(out) :: sys
+    rc = c_create_tri_var(ctx%ptr, size(lengths, kind=c_int64_t), c_loc(lengths), &
+                          size(a, kind=c_int64_t), c_loc(a), c_loc(b), c_loc(c), sys%ptr)
+  end function
+  integer function create_tridiagonal_variable_r4(ctx, lengths, a, b, c, sys) result(rc)
+    type(trisolve_context), intent(in) :: ctx
+    integer(c_int32_t), intent(in), target, contiguous :: lengths(:)
+    real(c_float), intent(in), target, contiguous :: a(:), b(:), c(:)
+    type(trisolve_system), intent(out) :: sys
+    rc = c_create_tri_var_f32(ctx%ptr, size(lengths, kind=c_int64_t), c_loc(lengths), &
+                              size(a, kind=c_int64_t), c_loc(a), c_loc(b), c_loc(c), sys%ptr)
+  end function
+
+  ! Tree cells of different sizes: size(lengths) cells, every array their nodes one cell after
+  ! the other; a cell's parent values count from its own root (parent -1 at its node 0, in C
+  ! numbering). Solves as the variable tridiagonal systems'.
+  integer function create_tree_variable_r8(ctx, lengths, parent, lower, upper, diag, sys) &
+      result(rc)
+    type(trisolve_context), intent(in) :: ctx
+    integer(c_int32_t), intent(in), target, contiguous :: lengths(:), parent(:)
+    real(c_double), intent(in), target, contiguous :: lower(:), upper(:), diag(:)
+    type(trisolve_system), intent(out) :: sys
+    rc = c_create_tree_var(ctx%ptr, size(lengths, kind=c_int64_t), c_loc(lengths), &
+                           size(parent, kind=c_int64_t), c_loc(parent), c_loc(lower), &
+                           c_loc(upper), c_loc(diag), sys%ptr)
+  end function
+  integer function create_tree_variable_r4(ctx, lengths, parent, lower, upper, diag, sys) &
+      result(rc)
+    type(trisolve_context), intent(in) :: ctx
+    integer(c_int32_t), intent(in), target, contiguous :: lengths(:), parent(:)
+    real(c_float), intent(in), target, contiguous :: lower(:), upper(:), diag(:)
+    type(trisolve_system), intent(out) :: sys
+    rc = c_create_tree_var_f32(ctx%ptr, size(lengths, kind=c_int64_t), c_loc(lengths), &
+                               size(parent, kind=c_int64_t), c_loc(parent), c_loc(lower), &
+                               c_loc(upper), c_loc(diag), sys%ptr)
   end function
 
   ! A block-tridiagonal system: nblocks block rows of order m, every array (m, nblocks). Block

@@ -49,8 +49,9 @@ constexpr ArrayDescriptor kTridiagonalArrays[] = {
 constexpr int kTridiagonalCoefficients[] = {0, 2, 3};
 
 absl::Status TridiagonalStructure(const SystemSpec& s, const OneShotArrays& e) {
-  if (e.lengths == nullptr) return absl::OkStatus();
-  return CheckLengths(e.lengths, s.batch, s.n, "a, b, c and d",
+  const int32_t* lengths = LengthsOf(s, e);
+  if (lengths == nullptr) return absl::OkStatus();
+  return CheckLengths(lengths, s.batch, s.n, "a, b, c and d",
                       "every system needs at least one row");
 }
 
@@ -116,13 +117,13 @@ absl::Status CellParents(const int32_t* parent, const int32_t* lengths, int64_t 
 
 absl::Status TreeStructure(const SystemSpec& s, const OneShotArrays& e) {
   const auto* parent = static_cast<const int32_t*>(s.coefficients[kTreeParent]);
-  if (e.lengths != nullptr) {
+  if (const int32_t* lengths = LengthsOf(s, e); lengths != nullptr) {
     // Read before any solve: the offsets the solvers index by come from these.
-    if (auto st = CheckLengths(e.lengths, s.batch, s.n, "parent, lower, upper, diag and rhs",
+    if (auto st = CheckLengths(lengths, s.batch, s.n, "parent, lower, upper, diag and rhs",
                                "every cell needs at least one node");
         !st.ok())
       return st;
-    return CellParents(parent, e.lengths, s.batch);
+    return CellParents(parent, lengths, s.batch);
   }
   const int64_t trees = s.parent_per_system ? s.batch : 1;
   for (int64_t q = 0; q < trees; ++q) {
@@ -137,6 +138,8 @@ absl::Status TreeStructure(const SystemSpec& s, const OneShotArrays& e) {
 absl::Status TreeUpdate(const SystemSpec& s, int coefficient, const void* values) {
   if (coefficient != kTreeParent) return absl::OkStatus();
   const auto* parent = static_cast<const int32_t*>(values);
+  // Cells of different sizes: each cell's parents a tree of its own nodes, as at creation.
+  if (s.variable()) return CellParents(parent, s.lengths, s.batch);
   const int64_t trees = s.parent_per_system ? s.batch : 1;
   for (int64_t q = 0; q < trees; ++q)
     if (auto st = ValidateParents(parent + q * s.n, s.n); !st.ok())

@@ -32,7 +32,7 @@ int64_t SystemSpec::coefficient_values(int i) const {
   const ArrayDescriptor& c = Describe(family).coefficient(i);
   if (c.role == ArrayRole::kParent) return parent_per_system ? batch * n : n;
   if (c.square) return batch * n * n;
-  return batch * n;
+  return rhs_values();
 }
 
 int64_t SystemSpec::coefficient_bytes(int i) const {
@@ -52,6 +52,12 @@ PreparedSystem::PreparedSystem(const SystemSpec& spec) : spec_(spec) {
     host_[size_t(i)].assign(src, src + spec.coefficient_bytes(i));
     spec_.coefficients[size_t(i)] = host_[size_t(i)].data();
   }
+  if (spec.variable()) {
+    lengths_.assign(spec.lengths, spec.lengths + spec.batch);
+    spec_.lengths = lengths_.data();
+    spec_.longest = VariableOffsets(spec_.lengths, spec_.batch, &offsets_);
+    spec_.offsets = offsets_.data();
+  }
 }
 
 PreparedSystem::~PreparedSystem() {
@@ -62,7 +68,7 @@ int64_t PreparedSystem::bytes() const {
   int64_t t = 0;
   for (const auto& h : host_) t += int64_t(h.size());
   for (const auto& h : replicated_host_) t += int64_t(h.size());
-  return t;
+  return t + int64_t(lengths_.size() * sizeof(int32_t) + offsets_.size() * sizeof(int64_t));
 }
 
 absl::Status PreparedSystem::Update(int i, const void* values) {
@@ -119,6 +125,10 @@ absl::Status CheckSystemRange(const SystemSpec& s, int64_t first_system, int64_t
         absl::StrCat("first_system: a range of systems is solved for tridiagonal and tree "
                      "batches; this system is ",
                      FamilyName(s.family), " (solve it whole)"));
+  if (s.variable())
+    return absl::InvalidArgumentError(absl::StrCat(
+        "first_system: a range of systems is solved for batches of one size; this batch's ",
+        s.batch, " systems have different sizes (lengths): solve it whole"));
   if (s.layout != Layout::kFlat)
     return absl::InvalidArgumentError(
         "first_system: a range of systems needs a flat batch; this one is interleaved ([n, "
@@ -151,7 +161,7 @@ absl::StatusOr<SolveInfo> SolveThroughBackend(Backend& be, PreparedSystem& syste
     return st;
   const SystemSpec s = BlockSpec(system.spec(), rhs);
   if (rhs.k == 1) return SolveOne(be, s, rhs.rhs, x, status, control);
-  if (Describe(s.family).replicates && system.spec().batch == 1)
+  if (Describe(s.family).replicates && system.spec().batch == 1 && !s.variable())
     return SolveOne(be, system.Replicated(rhs.k, rhs.layout), rhs.rhs, x, status, control);
   SolveInfo total;
   const int64_t block = s.rhs_values();
@@ -180,7 +190,7 @@ double PreparedBackwardError(PreparedSystem& system, RhsBlock<T> rhs, const T* x
                              const SystemStatus* status) {
   const SystemSpec s = BlockSpec(system.spec(), rhs);
   if (rhs.k == 1) return BackwardErrorOne(s, rhs.rhs, x, status);
-  if (Describe(s.family).replicates && system.spec().batch == 1)
+  if (Describe(s.family).replicates && system.spec().batch == 1 && !s.variable())
     return BackwardErrorOne(system.Replicated(rhs.k, rhs.layout), rhs.rhs, x, status);
   double worst = std::numeric_limits<double>::quiet_NaN();  // NaN: no system was OK
   bool any = false;

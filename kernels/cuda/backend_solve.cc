@@ -103,7 +103,8 @@ absl::StatusOr<SolveInfo> CudaBackend::SolveTri(const TridiagonalProblem<T>& p, 
 template <typename T>
 absl::StatusOr<SolveInfo> CudaBackend::SolveTriVariable(const TridiagonalProblem<T>& given,
                                                         TridiagonalMethod m, TridiagonalOutput<T> out,
-                                                        const SolveControl& c) {
+                                                        const SolveControl& c,
+                                                        const Resident<T>* resident) {
   const cuda::UseTuning tuned(&tuning_, cuda::UseTuning::kUnlessSet);
   if (!cuda::VariableOnDevice(m)) return Host(cpu::SolveTridiagonal(given, m, out));
   TridiagonalProblem<T> p = given;
@@ -125,6 +126,9 @@ absl::StatusOr<SolveInfo> CudaBackend::SolveTriVariable(const TridiagonalProblem
     in.push_back({p.d, e});
   } else {
     for (const T* q : {p.a, p.b, p.c, p.d}) in.push_back({q, e});
+    // (after the plan's entry: a, b, c)
+    if (resident != nullptr)
+      for (size_t i = 0; i < 3; ++i) in[i + 1].device = (*resident)[i];
   }
   auto solved = stager_.Staged<T>(
       in, p.batch, p.n, Layout::kFlat, out.x, out.status,
@@ -467,10 +471,10 @@ template absl::StatusOr<SolveInfo> CudaBackend::SolveTri<float>(
     const SolveControl&, const Resident<float>*);
 template absl::StatusOr<SolveInfo> CudaBackend::SolveTriVariable<double>(
     const TridiagonalProblem<double>&, TridiagonalMethod, TridiagonalOutput<double>,
-    const SolveControl&);
+    const SolveControl&, const Resident<double>*);
 template absl::StatusOr<SolveInfo> CudaBackend::SolveTriVariable<float>(
     const TridiagonalProblem<float>&, TridiagonalMethod, TridiagonalOutput<float>,
-    const SolveControl&);
+    const SolveControl&, const Resident<float>*);
 template absl::StatusOr<SolveInfo> CudaBackend::SolveBlockOnDevice<double>(
     const BlockTridiagonalProblem<double>&, BlockMethod, const BlockOptions&, BlockOutput<double>,
     const SolveControl&, const Resident<double>*, std::optional<bool>);

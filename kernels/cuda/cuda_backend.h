@@ -386,9 +386,32 @@ class CudaBackend final : public Backend {
     // to it (RangeOf), the same kernels over a smaller batch.
     const SystemSpec s = BlockSpec(system.spec(), rhs);
     // The smallest by handle go where the one-shot calls send them (Solve: the host for auto).
-    const bool small = s.method == 0 && rhs.k * s.rhs_values() < options_.host_below_unknowns &&
+    // (A variable batch's k right-hand sides are k solves, each judged as its one-shot call.)
+    const int64_t solved_at_once = s.variable() ? s.rhs_values() : rhs.k * s.rhs_values();
+    const bool small = s.method == 0 && solved_at_once < options_.host_below_unknowns &&
                        (s.family == Family::kTridiagonal || s.family == Family::kTree);
     if (dp == nullptr || small) return SolveThroughBackend(*this, system, rhs, x, status, c);
+    // Systems of different sizes: tree cells by the one-shot path (one tree of them all,
+    // SolveTreeForest) from the host copy; a tridiagonal batch by the variable kernels with
+    // the coefficients read from the device copy, a right-hand side block at a time.
+    if (s.variable()) {
+      if (s.family != Family::kTridiagonal)
+        return SolveThroughBackend(*this, system, rhs, x, status, c);
+      const Resident<T> resident = dp->ResidentOf<T>(dp->device, dp->offset);
+      SolveInfo total;
+      for (int64_t j = 0; j < rhs.k; ++j) {
+        // (the offsets the host copy keeps)
+        TridiagonalProblem<T> p = TridiagonalOf(s, rhs.rhs + j * s.n);
+        p.n = s.longest;
+        p.offsets = s.offsets;
+        auto info = SolveTriVariable(p, TridiagonalMethod(s.method),
+                                     TridiagonalOutput<T>{x + j * s.n, status + j * s.batch}, c,
+                                     &resident);
+        if (!info.ok()) return info.status();
+        AccumulateSolveInfo(*info, j == 0, &total);
+      }
+      return total;
+    }
     Resident<T> resident = dp->ResidentOf<T>(dp->device, dp->offset);
     if (rhs.systems > 0)
       for (int i = 0; i < s.num_coefficients(); ++i)
@@ -523,6 +546,7 @@ class CudaBackend final : public Backend {
     if (range_systems > 0) s.batch = range_systems;
     if (dynamic_cast<const DevicePrepared*>(&system) == nullptr) return false;
     if (s.family == Family::kDense) return true;
+    if (s.variable()) return false;  // (auto re-solves on the host, as the one-shot form does)
     if (s.family != Family::kTridiagonal) return false;
     const auto m = TridiagonalMethod(s.method);
     // (SolvePreparedOnDevice: k right-hand sides of one system are one batch of k; of several,
@@ -614,11 +638,13 @@ class CudaBackend final : public Backend {
   // uniform one given offsets s * n): the variable kernel for auto and partitioned, reading
   // the rows as they are staged (abc in place: no transpose anywhere), after its plan
   // (variable.h), which goes first so that its int64 offsets are aligned whatever the arrays'
-  // length (16 bytes a unit, for a's loads).
+  // length (16 bytes a unit, for a's loads). resident: a prepared system's a, b and c on the
+  // device (its own copies: their couplings may be cut), `given`'s the host copy's.
   template <typename T>
   absl::StatusOr<SolveInfo> SolveTriVariable(const TridiagonalProblem<T>& given,
                                              TridiagonalMethod m, TridiagonalOutput<T> out,
-                                             const SolveControl& c);
+                                             const SolveControl& c,
+                                             const Resident<T>* resident = nullptr);
 
   template <typename T>
   absl::StatusOr<SolveInfo> SolveBlockOnDevice(const BlockTridiagonalProblem<T>& p, BlockMethod m,

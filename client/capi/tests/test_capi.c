@@ -711,6 +711,86 @@ static void errors(void) {
   check(trisolve_stream_open(NULL, NULL) == TRISOLVE_INVALID_ARGUMENT, "stream_open(NULL)");
 }
 
+/* ---- systems of different sizes by handle ----
+ * Tridiagonal systems of 1, 2, 5 and 40 rows, the third all zero (singular): a solve of two
+ * right-hand sides answers 2 x 4 statuses, that system SINGULAR in each and the others solved to
+ * the residual; an update of b that cures it leaves every system OK; lengths are checked by the
+ * server. Then the hand-worked tree cells (1, 2 and 5 nodes) with x known exactly. */
+static void variable_systems(void) {
+  enum { S = 4, T = 48 };
+  const int32_t lengths[S] = {1, 2, 5, 40};
+  double a[T], b[T], c[T], d[2 * T], x[2 * T];
+  int status[2 * S];
+  for (int64_t i = 0; i < T; ++i) {
+    a[i] = rnd();
+    c[i] = rnd();
+    b[i] = 3 + rnd();
+    d[i] = rnd();
+    d[T + i] = 2 * d[i] - 1;
+  }
+  for (int64_t i = 3; i < 8; ++i) a[i] = b[i] = c[i] = 0; /* system 2: rows 3 .. 7 */
+  trisolve_system* sys = NULL;
+  int rc = trisolve_system_create_tridiagonal_variable(ctx, S, lengths, T, a, b, c, &sys);
+  check(rc == TRISOLVE_OK, "variable tridiagonal system create: %s", trisolve_code_name(rc));
+  if (rc != TRISOLVE_OK) return;
+  rc = trisolve_system_solve(sys, d, 2, x, status);
+  int ok = rc == TRISOLVE_NOT_SOLVED;
+  for (int j = 0; j < 2; ++j)
+    for (int s = 0; s < S; ++s)
+      ok &= status[j * S + s] == (s == 2 ? TRISOLVE_SYSTEM_SINGULAR : TRISOLVE_SYSTEM_OK);
+  /* Each solved system's residual, from the caller's arrays. */
+  int64_t o = 0;
+  double worst = 0;
+  for (int s = 0; s < S; o += lengths[s], ++s) {
+    if (s == 2) continue;
+    for (int j = 0; j < 2; ++j)
+      worst = fmax(worst, res_tri(TRISOLVE_FLAT, lengths[s], 1, a + o, b + o, c + o,
+                                  x + j * T + o, d + j * T + o));
+  }
+  check(ok && worst < 1e-13, "variable: k = 2, only system 2 singular, residual %.1e (%s)",
+        worst, trisolve_code_name(rc));
+  for (int64_t i = 3; i < 8; ++i) b[i] = 2;
+  rc = trisolve_system_update(sys, "b", b);
+  check(rc == TRISOLVE_OK, "variable: update b: %s", trisolve_code_name(rc));
+  rc = trisolve_system_solve(sys, d, 1, x, status);
+  o = 0;
+  worst = 0;
+  for (int s = 0; s < S; o += lengths[s], ++s)
+    worst = fmax(worst, res_tri(TRISOLVE_FLAT, lengths[s], 1, a + o, b + o, c + o, x + o, d + o));
+  check(rc == TRISOLVE_OK && worst < 1e-13, "variable: after the update all ok, residual %.1e (%s)",
+        worst, trisolve_code_name(rc));
+  trisolve_system_destroy(sys);
+
+  const int32_t short_lengths[S] = {1, 2, 5, 39}; /* sum 47, not 48 */
+  sys = (trisolve_system*)&status;
+  rc = trisolve_system_create_tridiagonal_variable(ctx, S, short_lengths, T, a, b, c, &sys);
+  check(rc == TRISOLVE_INVALID_ARGUMENT && sys == NULL &&
+            strstr(trisolve_last_error(ctx), "lengths: the 4 lengths sum to 47") != NULL,
+        "variable: lengths summing short: %s", trisolve_code_name(rc));
+  rc = trisolve_system_create_tridiagonal_variable(ctx, S, NULL, T, a, b, c, &sys);
+  check(rc == TRISOLVE_INVALID_ARGUMENT && strcmp(trisolve_last_error(ctx), "lengths is NULL") == 0,
+        "variable: lengths NULL: %s", trisolve_code_name(rc));
+
+  /* Tree cells: the hand-worked forest of tests/tree_cells.h, x = 2 1 -1 1 2 3 -1 2. */
+  const int32_t cells[3] = {1, 2, 5};
+  const int32_t parent[8] = {-1, -1, 0, -1, 0, 1, 0, 3};
+  const float lower[8] = {9, 3.5f, 1, 6, 1, -1, 0.5f, 1};
+  const float upper[8] = {-9, -2.5f, 1, -6, 2, 1, -1, 0.5f};
+  const float diag[8] = {4, 3, 2, 5, 4, 3, 4, 2};
+  const float rhs[8] = {8, 2, -1, 10, 12, 7, -2.5f, 3};
+  const float want[8] = {2, 1, -1, 1, 2, 3, -1, 2};
+  float xf[8];
+  rc = trisolve_system_create_tree_variable_f32(ctx, 3, cells, 8, parent, lower, upper, diag, &sys);
+  check(rc == TRISOLVE_OK, "variable tree cells (f32) create: %s", trisolve_code_name(rc));
+  if (rc != TRISOLVE_OK) return;
+  rc = trisolve_system_solve_f32(sys, rhs, 1, xf, status);
+  double err = 0;
+  for (int i = 0; i < 8; ++i) err = fmax(err, fabs(xf[i] - want[i]));
+  check(rc == TRISOLVE_OK && status[0] == 0 && status[1] == 0 && status[2] == 0 && err < 1e-5,
+        "variable tree cells: x as hand-worked, error %.1e (%s)", err, trisolve_code_name(rc));
+  trisolve_system_destroy(sys);
+}
+
 int main(void) {
   if (trisolve_create(NULL, NULL, &ctx) != TRISOLVE_OK) {
     fprintf(stderr, "trisolve_create: %s\n", trisolve_last_error(NULL));
@@ -742,6 +822,7 @@ int main(void) {
     free_family(&F);
   }
   progress_and_history();
+  variable_systems();
   errors();
   trisolve_destroy(ctx);
   printf("%s (%d failures)\n", failures ? "FAILED" : "OK", failures);

@@ -53,6 +53,7 @@ program test_trisolve
   call block_progress()
   call tree_time_loop()
   call dense_system()
+  call variable_systems()
   call trisolve_destroy(ctx)
   if (failures > 0) then
     print '(a, i0, a)', 'FAILED (', failures, ' failures)'
@@ -407,6 +408,54 @@ contains
     rc = trisolve_system_release(sys)
     rc = trisolve_system_solve(sys, real(b, 4), sx, k=2)
     call check(rc == TRISOLVE_NOT_FOUND, 'solve after release: ' // trisolve_code_name(rc))
+    call trisolve_system_destroy(sys)
+  end subroutine
+
+  ! Tridiagonal systems of 3, 1 and 6 rows by handle (a, b, c concatenated): each system's
+  ! residual from its own rows; then the hand-worked tree cells of 1, 2 and 5 nodes, real(4).
+  subroutine variable_systems()
+    integer(c_int32_t), parameter :: lengths(3) = [3, 1, 6]
+    real(8) :: a(10), b(10), c(10), d(10), x(10), r, ax, scale
+    integer(c_int) :: st(3)
+    type(trisolve_system) :: sys
+    integer :: s, k, o, m
+    integer(c_int32_t), parameter :: cells(3) = [1, 2, 5]
+    integer(c_int32_t), parameter :: parent(8) = [-1, -1, 0, -1, 0, 1, 0, 3]
+    real(4), parameter :: lower(8) = [9., 3.5, 1., 6., 1., -1., 0.5, 1.]
+    real(4), parameter :: upper(8) = [-9., -2.5, 1., -6., 2., 1., -1., 0.5]
+    real(4), parameter :: diag(8) = [4., 3., 2., 5., 4., 3., 4., 2.]
+    real(4), parameter :: rhs(8) = [8., 2., -1., 10., 12., 7., -2.5, 3.]
+    real(4), parameter :: want(8) = [2., 1., -1., 1., 2., 3., -1., 2.]
+    real(4) :: xs(8)
+    call random_number(a)
+    call random_number(c)
+    call random_number(d)
+    b = 3
+    rc = trisolve_system_create_tridiagonal_variable(ctx, lengths, a, b, c, sys)
+    call check(rc == TRISOLVE_OK, 'system_create_tridiagonal_variable real(8)')
+    rc = trisolve_system_solve(sys, d, x, status=st)
+    r = 0
+    scale = 0
+    o = 0
+    do s = 1, 3
+      m = lengths(s)
+      do k = 1, m
+        ax = b(o + k) * x(o + k)
+        if (k > 1) ax = ax + a(o + k) * x(o + k - 1)
+        if (k < m) ax = ax + c(o + k) * x(o + k + 1)
+        r = max(r, abs(ax - d(o + k)))
+        scale = max(scale, abs(d(o + k)) + abs(b(o + k) * x(o + k)))
+      end do
+      o = o + m
+    end do
+    call check(rc == TRISOLVE_OK .and. all(st == TRISOLVE_SYSTEM_OK) .and. r / scale < 1d-14, &
+               'variable systems by handle: each residual')
+    call trisolve_system_destroy(sys)
+    rc = trisolve_system_create_tree_variable(ctx, cells, parent, lower, upper, diag, sys)
+    call check(rc == TRISOLVE_OK, 'system_create_tree_variable real(4)')
+    rc = trisolve_system_solve(sys, rhs, xs, status=st)
+    call check(rc == TRISOLVE_OK .and. all(st == TRISOLVE_SYSTEM_OK) .and. &
+               maxval(abs(xs - want)) < 1e-5, 'tree cells by handle: x as hand-worked')
     call trisolve_system_destroy(sys)
   end subroutine
 

@@ -149,6 +149,8 @@ struct SystemInfo {
   DType dtype = DType::kFloat64;
   bool interleaved = false;
   std::vector<int64_t> rhs_shape;  // one right-hand side; [k, ...] solves k at once
+  int64_t systems = 1;    // the batch's systems (a tree's cells)
+  bool variable = false;  // systems of different sizes (created with lengths): rhs_shape [total]
   int64_t bytes = 0, solves = 0, updates = 0;
   double ttl_s = 0, idle_s = 0;
 };

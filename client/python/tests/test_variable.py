@@ -145,3 +145,44 @@ def test_tree_cells_singular_cell_and_refusals(client):
         client.solve_tree(parent, lower, upper, diag, rhs, layout="interleaved", lengths=sizes)
     with pytest.raises(TypeError, match="lengths has dtype float64"):
         client.solve_tree(parent, lower, upper, diag, rhs, lengths=np.array([3.0, 2.0, 4.0]))
+
+
+def test_variable_systems_by_handle(systems):
+    """create_system(..., lengths=): a solve sends d (total,) or (k, total) alone and answers as
+    the one-shot call; an update of b cures a singular system; lengths cannot be updated."""
+    client = systems
+    sizes = [1, 2, 3, 64, 7, 250, 4]
+    a, b, c, d = concatenated(sizes, 8)
+    o = sum(sizes[:4])
+    b_zero = b.copy()
+    a_zero, c_zero = a.copy(), c.copy()
+    a_zero[o:o + 7], b_zero[o:o + 7], c_zero[o:o + 7] = 0, 0, 0  # system 4 singular
+    with client.create_system("tridiagonal", a=a_zero, b=b_zero, c=c_zero, lengths=sizes) as sys:
+        assert sys.last_info.variable and sys.last_info.systems == len(sizes)
+        assert sys.last_info.rhs_shape == (sum(sizes),)
+        r = sys.solve(d)
+        one_shot = client.solve_tridiagonal(a_zero, b_zero, c_zero, d, lengths=sizes)
+        assert np.array_equal(r.x, one_shot.x) and list(r.status) == list(one_shot.status)
+        assert [s == trisolve.SystemStatus.SINGULAR for s in r.status] == \
+            [k == 4 for k in range(len(sizes))]
+        two = np.stack([d, 2 * d])
+        rk = sys.solve(two)
+        assert rk.x.shape == (2, sum(sizes)) and rk.status.shape == (2 * len(sizes),)
+        assert np.array_equal(rk.x[0], one_shot.x)
+        r = sys.solve(d, update={"a": a, "b": b, "c": c})
+        ref = per_system_reference(sizes, a, b, c, d)
+        assert r.ok and np.max(np.abs(r.x - ref)) <= 1e-11 * np.max(np.abs(ref))
+        with pytest.raises(trisolve.InvalidArgument, match="'lengths' is fixed"):
+            sys.update(lengths=np.array(sizes, dtype=np.float64))
+        with pytest.raises(trisolve.InvalidArgument, match=r"rhs has shape \[7\]"):
+            sys.solve(d[:7])
+    parent, lower, upper, diag, rhs = tree_cells([3, 2, 4], 9, singular=1)
+    with client.create_system("tree", parent=parent, lower=lower, upper=upper, diag=diag,
+                              lengths=[3, 2, 4]) as cells:
+        r = cells.solve(rhs)
+        one_shot = client.solve_tree(parent, lower, upper, diag, rhs, lengths=[3, 2, 4])
+        assert np.array_equal(r.x, one_shot.x)
+        assert list(r.status) == [trisolve.SystemStatus.OK, trisolve.SystemStatus.SINGULAR,
+                                  trisolve.SystemStatus.OK]
+    with pytest.raises(ValueError, match="lengths: a dense system"):
+        client.create_system("dense", A=np.eye(3), lengths=[3])

@@ -1064,7 +1064,7 @@ class Client:
                       dtype: DTypeLike = None, ttl_s: float = 0.0, label: str = "",
                       max_iterations: Optional[int] = None, tol: Optional[float] = None,
                       scale_rows: bool = False, timeout: Optional[float] = None,
-                      **arrays: Any) -> "System":
+                      lengths: Any = None, **arrays: Any) -> "System":
         """Keeps a system on the server and returns a :class:`System` handle to solve it.
 
         The coefficients travel once; each :meth:`System.solve` sends only right-hand sides
@@ -1089,6 +1089,11 @@ class Client:
             ttl_s: seconds the system may stay unused before the server drops it (0: the
                 server's default).
             label: a name for listings and logs (``[A-Za-z0-9._-]``, at most 64 characters).
+            lengths: systems (tridiagonal) or cells (tree) of different sizes, as in
+                :meth:`solve_tridiagonal` / :meth:`solve_tree`: every coefficient 1-D, the
+                systems one after the other, ``lengths`` (integers, sent as int32) their sizes.
+                A solve then takes ``rhs`` of shape ``(total,)`` or ``(k, total)`` and answers a
+                status a system; ``lengths`` cannot be updated.
 
         Raises:
             Unimplemented: the server has no persistent systems.
@@ -1098,7 +1103,8 @@ class Client:
         req, dt, by_field = build_create_request(self, family, arrays, layout=layout,
                                                  method=method, dtype=dtype, ttl_s=ttl_s,
                                                  label=label, max_iterations=max_iterations,
-                                                 tol=tol, scale_rows=scale_rows)
+                                                 tol=tol, scale_rows=scale_rows,
+                                                 lengths=lengths)
         inner = getattr(req, req.WhichOneof("system"))
         pl = self._place(by_field, None, None, dt)
         try:

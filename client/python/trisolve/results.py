@@ -231,13 +231,16 @@ class SystemInfo:
     idle_s: float
     solves: int
     updates: int
+    systems: int = 1            # the batch's systems (a tree's cells)
+    variable: bool = False      # systems of different sizes (lengths): rhs_shape is (total,)
 
     @classmethod
     def from_proto(cls, s: "pb.SystemInfo") -> "SystemInfo":
         return cls(handle=s.handle, label=s.label, family=s.family,
                    dtype=_DTYPES.get(s.dtype), layout=Layout(s.layout), method=s.method,
                    prepared=s.prepared, rhs_shape=tuple(s.rhs_shape), bytes=s.bytes,
-                   ttl_s=s.ttl_s, idle_s=s.idle_s, solves=s.solves, updates=s.updates)
+                   ttl_s=s.ttl_s, idle_s=s.idle_s, solves=s.solves, updates=s.updates,
+                   systems=s.systems, variable=s.variable)
 
 
 @dataclass

@@ -37,7 +37,7 @@ def _coefficient_names(fam: Any) -> Tuple[str, List[str]]:
 def build_create_request(client: "Client", family_name: str, arrays: Mapping[str, Any], *,
                          layout: LayoutLike, method: str, dtype: DTypeLike, ttl_s: float,
                          label: str, max_iterations: Optional[int], tol: Optional[float],
-                         scale_rows: bool
+                         scale_rows: bool, lengths: Any = None
                          ) -> Tuple["pb.CreateSystemRequest", np.dtype, Dict[str, np.ndarray]]:
     """The CreateSystemRequest for :meth:`Client.create_system` (shapes set, no data yet), the
     system's dtype, and its arrays by proto field, ready for the wire."""
@@ -60,6 +60,11 @@ def build_create_request(client: "Client", family_name: str, arrays: Mapping[str
     dt, named = _arrays.prepare(floats, dtype)
     if "parent" in arrays:
         named["parent"] = _arrays.parent_array(arrays["parent"])
+    if lengths is not None:
+        if fam.name not in ("tridiagonal", "tree"):
+            raise ValueError(f"lengths: a {fam.name} system has no systems of different sizes "
+                             "(tridiagonal and tree take lengths)")
+        named["lengths"] = _arrays.lengths_array(lengths)
     inner = fam.request(dtype=proto_dtype(dt), method=method)
     if fam.name in ("tridiagonal", "tree"):
         inner.layout = int(_arrays.parse_layout(layout))

@@ -143,8 +143,26 @@ inline int64_t VariableOffsets(const int32_t* lengths, int64_t batch,
 absl::Status CheckLengths(const int32_t* lengths, int64_t batch, int64_t total,
                           absl::string_view arrays, absl::string_view need);
 
+// A variable-size batch's lengths: the one-shot call's (extra) or the spec's; null for a batch
+// of one size.
+inline const int32_t* LengthsOf(const SystemSpec& s, const OneShotArrays& e) {
+  return e.lengths != nullptr ? e.lengths : s.lengths;
+}
+// A variable-size batch's offsets and its longest system: the spec's where its holder keeps
+// them (a prepared system), else computed into *offsets. Returns the longest.
+inline int64_t OffsetsOf(const SystemSpec& s, const int32_t* lengths, const int64_t** out,
+                         std::vector<int64_t>* offsets) {
+  if (lengths == s.lengths && s.offsets != nullptr) {
+    *out = s.offsets;
+    return s.longest;
+  }
+  const int64_t longest = VariableOffsets(lengths, s.batch, offsets);
+  *out = offsets->data();
+  return longest;
+}
+
 // The typed problems of a one-shot solve: the spec's system with its extra arrays. A
-// variable-size batch's offsets are kept in *offsets.
+// variable-size batch's offsets are kept in *offsets (unless the spec has them).
 template <typename T>
 TridiagonalProblem<T> TridiagonalOf(const SystemSpec& s, const T* rhs, const OneShotArrays& e,
                                     std::vector<int64_t>* offsets) {
@@ -156,10 +174,8 @@ TridiagonalProblem<T> TridiagonalOf(const SystemSpec& s, const T* rhs, const One
     p.c = abc + 2;
     p.coef_stride = 3;
   }
-  if (e.lengths != nullptr) {
-    p.n = VariableOffsets(e.lengths, s.batch, offsets);
-    p.offsets = offsets->data();
-  }
+  if (const int32_t* lengths = LengthsOf(s, e); lengths != nullptr)
+    p.n = OffsetsOf(s, lengths, &p.offsets, offsets);
   return p;
 }
 // (Cells of different sizes: s.n is their total, s.parent_per_system false.)
@@ -167,9 +183,8 @@ template <typename T>
 TreeProblem<T> TreeOf(const SystemSpec& s, const T* rhs, const OneShotArrays& e,
                       std::vector<int64_t>* offsets) {
   TreeProblem<T> p = TreeOf(s, rhs);
-  if (e.lengths != nullptr) {
-    p.n = VariableOffsets(e.lengths, s.batch, offsets);
-    p.offsets = offsets->data();
+  if (const int32_t* lengths = LengthsOf(s, e); lengths != nullptr) {
+    p.n = OffsetsOf(s, lengths, &p.offsets, offsets);
     p.parent_per_system = false;
   }
   return p;

@@ -46,13 +46,22 @@ struct SystemSpec {
   uint8_t method = 0;              // the family's method enum (0: auto)
   BlockOptions block_options;
   std::array<const void*, kMaxCoefficients> coefficients{};
+  // Systems of different sizes (flat tridiagonal batches and tree cells): `batch` lengths
+  // (int32, host), n their total, every coefficient [n] (a tree cell's parent values counted
+  // from its own root). offsets (batch + 1, host) and longest (the largest length) where the
+  // holder computed them once (a prepared system does); null: computed from lengths.
+  const int32_t* lengths = nullptr;
+  const int64_t* offsets = nullptr;
+  int64_t longest = 0;
+
+  bool variable() const { return lengths != nullptr; }
 
   int num_coefficients() const { return int(CoefficientNames(family).size()); }
   int64_t elem_bytes() const { return precision == Precision::kFloat64 ? 8 : 4; }
   // Values of coefficient i (int32 for the tree's parent) and its bytes.
   int64_t coefficient_values(int i) const;
   int64_t coefficient_bytes(int i) const;
-  int64_t rhs_values() const { return batch * n; }
+  int64_t rhs_values() const { return variable() ? n : batch * n; }
   int64_t coefficient_total_bytes() const;
 };
 
@@ -104,7 +113,8 @@ struct RhsBlock {
 };
 
 // Whether a range of systems can be solved for `s` (OK), or why not (INVALID_ARGUMENT naming
-// first_system or systems): flat tridiagonal and tree batches, a range inside the batch.
+// first_system or systems): flat tridiagonal and tree batches of one size, a range inside the
+// batch.
 absl::Status CheckSystemRange(const SystemSpec& s, int64_t first_system, int64_t systems);
 // Systems [first, first + count) of a flat tridiagonal or tree batch as a batch of their own:
 // the coefficients' pointers moved to the range (a tree's shared parent array stays), batch
@@ -154,6 +164,9 @@ class PreparedSystem {
  protected:
   SystemSpec spec_;
   std::vector<std::vector<std::byte>> host_;
+  // A variable-size batch's lengths and their offsets (spec_.lengths, spec_.offsets).
+  std::vector<int32_t> lengths_;
+  std::vector<int64_t> offsets_;
 
  private:
   SystemSpec replicated_;

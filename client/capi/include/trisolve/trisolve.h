@@ -246,6 +246,35 @@ TRISOLVE_API int trisolve_system_create_tree_f32(trisolve_context* ctx, int64_t 
                                                  const float* lower, const float* upper,
                                                  const float* diag, int layout,
                                                  trisolve_system** out);
+/* Systems of different sizes: `systems` tridiagonal systems (tree cells) whose sizes
+ * lengths[0 .. systems-1], each >= 1, sum to `total`; every array holds the systems' rows (the
+ * cells' nodes) one system after the other, `total` values (a tree cell's parent values count
+ * from its own root: its node 0 has parent -1). A solve takes k right-hand sides of `total`
+ * values each and answers k * systems statuses; an update takes `total` values. The lengths
+ * are fixed: other sizes are another system. */
+TRISOLVE_API int trisolve_system_create_tridiagonal_variable(trisolve_context* ctx,
+                                                             int64_t systems,
+                                                             const int32_t* lengths,
+                                                             int64_t total, const double* a,
+                                                             const double* b, const double* c,
+                                                             trisolve_system** out);
+TRISOLVE_API int trisolve_system_create_tridiagonal_variable_f32(trisolve_context* ctx,
+                                                                 int64_t systems,
+                                                                 const int32_t* lengths,
+                                                                 int64_t total, const float* a,
+                                                                 const float* b, const float* c,
+                                                                 trisolve_system** out);
+TRISOLVE_API int trisolve_system_create_tree_variable(trisolve_context* ctx, int64_t cells,
+                                                      const int32_t* lengths, int64_t total,
+                                                      const int32_t* parent, const double* lower,
+                                                      const double* upper, const double* diag,
+                                                      trisolve_system** out);
+TRISOLVE_API int trisolve_system_create_tree_variable_f32(trisolve_context* ctx, int64_t cells,
+                                                          const int32_t* lengths, int64_t total,
+                                                          const int32_t* parent,
+                                                          const float* lower, const float* upper,
+                                                          const float* diag,
+                                                          trisolve_system** out);
 /* Dense: batch matrices of order n in `layout` (TRISOLVE_ROW_MAJOR or TRISOLVE_COL_MAJOR). */
 TRISOLVE_API int trisolve_system_create_dense(trisolve_context* ctx, int64_t n, int64_t batch,
                                               const double* A, int layout,
