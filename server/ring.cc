@@ -196,16 +196,19 @@ class RingManager::Waker {
     if (asleep_.load()) Bell();
     return true;
   }
-  // Makes the wakes it was handed, then ends; later Offers are refused.
-  void Stop() {
+  // Makes the wakes it was handed, then ends; later Offers are refused. True when this call
+  // ended it.
+  bool Stop() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       stopping_ = true;
     }
     Bell();
-    if (thread_.joinable()) thread_.join();
+    if (!thread_.joinable()) return false;
+    thread_.join();
+    return true;
   }
-  // Wakes handed over and made, for the tests' log line at the end.
+  // Wakes handed over and made (logged at the end: the tests look for it).
   int64_t woken() const { return woken_.load(); }
   int index() const { return index_; }
 
@@ -1170,10 +1173,8 @@ void RingManager::Shutdown() {
   for (auto& p : pools_) p->Quit();
   for (auto& p : pools_) p->Join();
   // No serving thread is left to hand a wake over; what was handed over is made first.
-  for (auto& w : wakers_) {
-    w->Stop();
-    spdlog::info("ring waker {} made {} wakes", w->index(), w->woken());
-  }
+  for (auto& w : wakers_)
+    if (w->Stop()) spdlog::info("ring waker {} made {} wakes", w->index(), w->woken());
 }
 
 int64_t RingManager::count() const {
