@@ -499,11 +499,10 @@ std::optional<absl::StatusOr<Result>> Client::Impl::SolveOnRing(
   rq.tag = ++l.sequence;
   RingAnswer ans;
   const bool queue = l.last_queued > 1;
-  const bool spin =
-      l.last_wait_us <= options.ring_spin_us || (!queue && rq.tag % kSpinProbe == 0);
+  const bool spin = l.last_wait_us <= options.ring_spin_us || (!queue && rq.tag % kSpinProbe == 0);
   // (Not past a second: the sleep does not watch the heartbeat or the deadline.)
-  const bool long_call = !queue && options.ring_spin_us > 0 && l.last_wait_us >= kLongCallUs &&
-                         l.last_wait_us <= 1e6;
+  const bool long_call =
+      !queue && options.ring_spin_us > 0 && l.last_wait_us >= kLongCallUs && l.last_wait_us <= 1e6;
   const auto asked = Clock::now();
   absl::Status st =
       Exchange(*l.header, *l.slot, spin ? options.ring_spin_us : 0,

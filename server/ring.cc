@@ -178,7 +178,8 @@ class RingManager::Waker {
 
   void Start() {
     thread_ = std::thread([this] { Run(); });
-    pthread_setname_np(thread_.native_handle(), absl::StrCat("ring-wake-", index_).substr(0, 15).c_str());
+    pthread_setname_np(thread_.native_handle(),
+                       absl::StrCat("ring-wake-", index_).substr(0, 15).c_str());
   }
   // Takes over the FUTEX_WAKE of `word`, a slot's state in `ring`'s mapping (kept mapped until
   // the wake is done). False: the caller wakes it itself, because the waker is asleep and the
@@ -1040,16 +1041,18 @@ RingManager::RingManager(Core* core, RingOptions options)
       watcher_([this] { Watch(); }) {
   if (!options_.enabled) return;
   if (pooled_) {
-    const int wakers = std::min(options_.threads,
-                                options_.wakers < 0 ? options_.threads / 4 : options_.wakers);
+    const int wakers =
+        std::min(options_.threads, options_.wakers < 0 ? options_.threads / 4 : options_.wakers);
     for (int i = 0; i < wakers; ++i) {
       wakers_.push_back(std::make_unique<Waker>(options_, &spinners_, max_spinners_, i));
       wakers_.back()->Start();
     }
   }
   if (pooled_)
-    spdlog::info("rings served by up to {} threads ({} rings a thread at most; more threads past "
-                 "that), {} waker threads", options_.threads, kRingsPerThread, wakers_.size());
+    spdlog::info(
+        "rings served by up to {} threads ({} rings a thread at most; more threads past "
+        "that), {} waker threads",
+        options_.threads, kRingsPerThread, wakers_.size());
   else if (options_.threads > 0)
     spdlog::warn("futex_waitv is missing (Linux < 5.16, or refused): each request ring gets a "
                  "serving thread of its own");
@@ -1118,10 +1121,9 @@ absl::StatusOr<RingView> RingManager::Open(Call& call, const std::string& region
         if (p->load() < kRingsPerThread && (pool == nullptr || p->load() < pool->load()))
           pool = p.get();
       if (pool == nullptr || (pool->load() > 0 && int(pools_.size()) < options_.threads)) {
-        Waker* waker =
-            wakers_.empty() ? nullptr : wakers_[pools_.size() % wakers_.size()].get();
-        pools_.push_back(std::make_unique<Pool>(options_, &spinners_, max_spinners_,
-                                                int(pools_.size()), waker));
+        Waker* waker = wakers_.empty() ? nullptr : wakers_[pools_.size() % wakers_.size()].get();
+        pools_.push_back(
+            std::make_unique<Pool>(options_, &spinners_, max_spinners_, int(pools_.size()), waker));
         pool = pools_.back().get();
         pool->Start();
       }
