@@ -295,8 +295,8 @@ int main(int argc, char** argv) {
       ->envname("TRISOLVE_RING_THREADS")->check(CLI::Range(0, 1024))->capture_default_str();
   app.add_option("--ring-wakers", opt.rings.wakers,
                  "threads that wake the rings' sleeping clients for the serving threads while "
-                 "those have more requests to answer; -1: one for every four ring threads; 0: "
-                 "none (each ring thread wakes its own clients)")
+                 "those have more requests to answer; 0: none (each ring thread wakes its own "
+                 "clients); -1: one for every four ring threads")
       ->envname("TRISOLVE_RING_WAKERS")->check(CLI::Range(-1, 1024))->capture_default_str();
   app.add_option("--ring-spin-us", opt.rings.spin_us,
                  "microseconds an idle ring thread spins for the next request before it sleeps")
