@@ -38,14 +38,17 @@ const int max_spinners = std::max(1, int(std::thread::hardware_concurrency()) / 
 // A ring whose last answer took longer than the spin sleeps at once on its next call: with more
 // calling threads than cores the answers wait in the server's queue for longer than any spin,
 // and a spinning caller holds a core that a ring thread or another caller with work needs. One
-// call in kSpinProbe spins anyway, to notice that the load fell.
+// call in kSpinProbe spins anyway, to notice that the load fell, unless the server said with
+// its last answer that its thread had others queued (RingHeader::queued above 1): then the
+// load has not fallen, and the next answer will find the caller asleep anyway.
 constexpr uint64_t kSpinProbe = 16;
 
 // A long call (its ring's last answer took kLongCallUs or more: a large solve by reference)
 // sleeps until kEarlyUs before the time its last answer took, then spins up to 2 kEarlyUs for
 // this one: the answer then finds the caller awake, instead of paying the wake-up of a thread
 // asleep on a futex (about 0.1 ms on the lent H100 host's virtual machine). At most a sixth of
-// such a call's time is spent spinning, and only within the spinners' bound.
+// such a call's time is spent spinning, and only within the spinners' bound; never where the
+// server's thread had others queued (the time was the queue's, not the solve's).
 constexpr double kLongCallUs = 1500;
 constexpr double kEarlyUs = 125;
 
@@ -70,6 +73,7 @@ struct Client::Impl::RingLane {
   int64_t arena = 0;  // where the arena starts in the region
   uint64_t sequence = 0;
   double last_wait_us = 0;  // from submitting the last request to its answer
+  uint32_t last_queued = 0;  // RingHeader::queued with the last answer (0: not told)
   bool broken = false;  // the server went, or a request was left with it: not reused
 
   bool closed() const { return Word(header->closed).load() != kRingOpen; }
@@ -504,15 +508,17 @@ std::optional<absl::StatusOr<Result>> Client::Impl::SolveOnRing(
   rq.status_bytes = std::max<int64_t>(1, most_systems);
   rq.tag = ++l.sequence;
   RingAnswer ans;
-  const bool spin = l.last_wait_us <= options.ring_spin_us || rq.tag % kSpinProbe == 0;
+  const bool queue = l.last_queued > 1;
+  const bool spin = l.last_wait_us <= options.ring_spin_us || (!queue && rq.tag % kSpinProbe == 0);
   // (Not past a second: the sleep does not watch the heartbeat or the deadline.)
   const bool long_call =
-      options.ring_spin_us > 0 && l.last_wait_us >= kLongCallUs && l.last_wait_us <= 1e6;
+      !queue && options.ring_spin_us > 0 && l.last_wait_us >= kLongCallUs && l.last_wait_us <= 1e6;
   const auto asked = Clock::now();
   absl::Status st =
       Exchange(*l.header, *l.slot, spin ? options.ring_spin_us : 0,
                long_call ? l.last_wait_us : 0, deadline, &ans, &l.broken);
   l.last_wait_us = std::chrono::duration<double, std::micro>(Clock::now() - asked).count();
+  l.last_queued = Word(l.header->queued).load();
   if (!st.ok()) {
     ReleaseRing(*std::move(lane));
     return absl::StatusOr<Result>(st);

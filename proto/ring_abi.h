@@ -9,9 +9,12 @@
 //
 // Everything here is plain data, the same bytes in both processes (x86-64 and aarch64 Linux,
 // little-endian). The words that change hands (RingHeader's doorbell, sleeping, heartbeat,
-// closed; RingSlot's state, waiting) are read and written only through std::atomic_ref and are
-// futex words of the shared mapping (FUTEX_WAIT / FUTEX_WAKE without FUTEX_PRIVATE_FLAG).
-// A change of any size or offset below is a new kRingVersion (tests/test_ring.cc pins them).
+// closed, queued; RingSlot's state, waiting) are read and written only through std::atomic_ref;
+// the doorbell and the slots' states are futex words of the shared mapping (FUTEX_WAIT /
+// FUTEX_WAKE without FUTEX_PRIVATE_FLAG).
+// A change of any size or offset below is a new kRingVersion (tests/test_ring.cc pins them); a
+// field taken from reserved bytes (zeros in a header written into fresh memory) is not: a side
+// that predates it leaves it 0, and the other reads 0.
 #pragma once
 
 #include <linux/futex.h>
@@ -167,7 +170,11 @@ struct RingHeader {
   // a slot whose heartbeat stops learns that the server is gone (UNAVAILABLE).
   uint32_t heartbeat;
   uint32_t closed;  // RingClosed; the server sets it (and wakes every waiting slot) on closing
-  uint8_t reserved[24];
+  // The server stores it before each answer: requests its serving thread answered in its last
+  // pass over its rings (this ring's among them; at least 1). Above 1 the next request will
+  // queue behind others': a client need not spin for it. 0 from a server that predates it.
+  uint32_t queued;
+  uint8_t reserved[20];
 };
 
 inline constexpr int64_t RingBytes(int64_t slots) {

@@ -293,6 +293,11 @@ int main(int argc, char** argv) {
                  "127 a thread; more start past that); default half the usable cores; 0: a "
                  "thread per ring")
       ->envname("TRISOLVE_RING_THREADS")->check(CLI::Range(0, 1024))->capture_default_str();
+  app.add_option("--ring-wakers", opt.rings.wakers,
+                 "threads that wake the rings' sleeping clients for the serving threads while "
+                 "those have more requests to answer; 0: none (each ring thread wakes its own "
+                 "clients); -1: one for every four ring threads")
+      ->envname("TRISOLVE_RING_WAKERS")->check(CLI::Range(-1, 1024))->capture_default_str();
   app.add_option("--ring-spin-us", opt.rings.spin_us,
                  "microseconds an idle ring thread spins for the next request before it sleeps")
       ->envname("TRISOLVE_RING_SPIN_US")->check(CLI::Range(0.0, 1e6))->capture_default_str();

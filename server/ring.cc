@@ -165,7 +165,84 @@ bool HaveFutexWaitv() {
 
 }  // namespace
 
-class RingManager::Ring {
+// A thread that makes the FUTEX_WAKEs of clients asleep on their slots for the serving threads
+// (RingOptions::wakers). With more calling threads than cores nearly every caller sleeps, and
+// each answer's wake (a system call, the scheduler's wake-up of the caller, on a virtual
+// machine an interrupt to another core) cost the serving thread as much as the request's solve;
+// handed over, the serving thread goes back to the requests waiting at once.
+class RingManager::Waker {
+ public:
+  Waker(const RingOptions& options, std::atomic<int>* spinners, int max_spinners, int index)
+      : options_(options), spinners_(spinners), max_spinners_(max_spinners), index_(index) {}
+  ~Waker() { Stop(); }
+
+  void Start() {
+    thread_ = std::thread([this] { Run(); });
+    pthread_setname_np(thread_.native_handle(),
+                       absl::StrCat("ring-wake-", index_).substr(0, 15).c_str());
+  }
+  // Takes over the FUTEX_WAKE of `word`, a slot's state in `ring`'s mapping (kept mapped until
+  // the wake is done). False: the caller wakes it itself, because the waker is asleep and the
+  // caller has nothing else to do (waking the waker would cost what it saves, and a hop), it
+  // has kMaxPending wakes waiting already (it fell behind: the caller's own wake is sooner), or
+  // it is stopping.
+  bool Offer(std::shared_ptr<Ring> ring, uint32_t* word, bool busy) {
+    if (!busy && asleep_.load()) return false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_ || pending_.size() >= kMaxPending) return false;
+      pending_.push_back(Pending{std::move(ring), word});
+      count_.fetch_add(1);
+    }
+    if (asleep_.load()) Bell();
+    return true;
+  }
+  // Makes the wakes it was handed, then ends; later Offers are refused. True when this call
+  // ended it.
+  bool Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    Bell();
+    if (!thread_.joinable()) return false;
+    thread_.join();
+    return true;
+  }
+  // Wakes handed over and made (logged at the end: the tests look for it).
+  int64_t woken() const { return woken_.load(); }
+  int index() const { return index_; }
+
+ private:
+  struct Pending {
+    std::shared_ptr<RingManager::Ring> ring;
+    uint32_t* word;
+  };
+  // Past this many waiting, a serving thread wakes its client itself: each wake waits for the
+  // ones before it, a microsecond or a few each.
+  static constexpr size_t kMaxPending = 16;
+
+  void Bell() {
+    Word(bell_).fetch_add(1);
+    syscall(SYS_futex, &bell_, FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr, nullptr, 0);
+  }
+  void Run();
+
+  const RingOptions& options_;
+  std::atomic<int>* const spinners_;
+  const int max_spinners_;
+  const int index_;
+  std::mutex mu_;
+  std::vector<Pending> pending_;  // under mu_
+  bool stopping_ = false;         // under mu_
+  std::atomic<int> count_{0};     // pending_'s size, read without mu_
+  std::atomic<bool> asleep_{false};
+  std::atomic<int64_t> woken_{0};
+  uint32_t bell_ = 0;  // a futex word of this process only
+  std::thread thread_;
+};
+
+class RingManager::Ring : public std::enable_shared_from_this<RingManager::Ring> {
  public:
   Ring(Core* core, const RingOptions& options, std::atomic<int>* spinners, int max_spinners,
        std::string id, std::string identity, std::shared_ptr<Region> region, int64_t offset,
@@ -290,12 +367,22 @@ class RingManager::Ring {
 // of its rings' doorbells and its own word (rings added or stopped, the manager shutting down).
 class RingManager::Pool {
  public:
-  Pool(const RingOptions& options, std::atomic<int>* spinners, int max_spinners, int index)
-      : options_(options), spinners_(spinners), max_spinners_(max_spinners), index_(index) {}
+  Pool(const RingOptions& options, std::atomic<int>* spinners, int max_spinners, int index,
+       Waker* waker)
+      : options_(options),
+        spinners_(spinners),
+        max_spinners_(max_spinners),
+        index_(index),
+        waker_(waker) {}
   ~Pool() { Join(); }
 
   int index() const { return index_; }
   int load() const { return load_.load(); }
+  // ---- for its own thread (its rings' Answer) ----
+  Waker* waker() const { return waker_; }
+  // Requests its last pass over its rings answered (a request a ring a pass), at least 1: the
+  // queue a client's next request joins.
+  int queued() const { return std::max(1, queued_); }
   void Start() {
     thread_ = std::thread([this] { Run(); });
     // Named for top -H and perf (else it carries the name of the gRPC thread that opened the
@@ -335,6 +422,8 @@ class RingManager::Pool {
   std::atomic<int>* const spinners_;
   const int max_spinners_;
   const int index_;
+  Waker* const waker_;        // null: its rings wake their clients themselves
+  int queued_ = 0;            // its thread's: requests answered in the last pass
   std::atomic<int> load_{0};  // rings it owns and has not closed
   std::atomic<bool> quit_{false};
   uint32_t poke_ = 0;  // a futex word of this process only
@@ -387,6 +476,14 @@ bool RingManager::Ring::Sweep(bool full) {
 // with its expected value under the word's futex lock as it queues, and returns at once
 // (EAGAIN) when D has moved. The thread's own word (poke_) follows the same rule: read before
 // the ring list and the stop flags are looked at, expected unchanged in the sleep.
+// The other direction, the answer's wake of a client asleep on its slot (Answer): the thread
+// stores the slot DONE, then reads `waiting` W; the client stores W = 1, then reads the state
+// and sleeps only if it is not DONE, in FUTEX_WAIT with that state as the expected value. So
+// either the thread sees W = 1 and a FUTEX_WAKE follows, or the client sees DONE and does not
+// sleep; and a FUTEX_WAIT that queues after DONE was stored returns at once (EAGAIN). The wake
+// may therefore come late without being lost: a thread with more requests waiting hands it to
+// a waker (Waker::Offer, whose own sleep is argued beside Waker::Run), which makes every wake it
+// took before it ends; a closing ring wakes all its slots in any case.
 void RingManager::Pool::Run() {
   std::vector<std::shared_ptr<Ring>> mine;
   std::vector<Ring*> awake;  // mine's rings whose headers may be read
@@ -423,10 +520,11 @@ void RingManager::Pool::Run() {
       mine = rings_;
     }
     if (quit_.load() && mine.empty()) break;
-    bool any = false;
-    for (auto& r : mine) any |= r->Sweep(full);
+    int answered = 0;
+    for (auto& r : mine) answered += r->Sweep(full) ? 1 : 0;
     full = false;
-    if (any) continue;
+    queued_ = answered;
+    if (answered > 0) continue;
     awake.clear();
     for (auto& r : mine)
       if (r->touchable() && !r->stopped()) awake.push_back(r.get());
@@ -479,6 +577,53 @@ bool RingManager::Pool::Sleep(const std::vector<Ring*>& rings, uint32_t poked) {
   // Not expected (the kernel was probed at start): a short nap instead of a busy loop.
   FutexWait(&poke_, poked, 1e-3);
   return false;
+}
+
+// Why no wake is lost between a serving thread and its waker: Offer adds to count_ (under mu_),
+// then reads asleep_; the waker stores asleep_ = 1, then reads count_, and sleeps only if it is
+// 0, on bell_ with the value it read before it took the last batch. Both pairs are seq_cst, so
+// either the waker sees the new wake waiting and does not sleep, or Offer sees asleep_ and
+// rings bell_, which the waker's FUTEX_WAIT then finds moved (EAGAIN) or is woken by. Stop sets
+// stopping_ under mu_ and rings; the waker ends only when, under mu_, it finds stopping_ with
+// nothing pending, and Offer refuses under mu_ once stopping_ is set: no wake handed over is
+// left unmade.
+void RingManager::Waker::Run() {
+  std::vector<Pending> batch;
+  const auto spin = std::chrono::nanoseconds(int64_t(options_.spin_us * 1e3));
+  while (true) {
+    const uint32_t bell = Word(bell_).load();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      batch.swap(pending_);
+      count_.store(0);
+      if (batch.empty() && stopping_) break;
+    }
+    if (!batch.empty()) {
+      for (const Pending& p : batch)
+        if (p.ring->touchable()) FutexWake(p.word);
+      woken_.fetch_add(int64_t(batch.size()));
+      batch.clear();  // the rings may be let go now (their mappings with the last of them)
+      continue;
+    }
+    // As an idle serving thread: a spin (the next wake comes within microseconds while the
+    // serving threads are busy), within the spinners' bound, then a sleep.
+    bool more = false;
+    if (spin.count() > 0 && spinners_->fetch_add(1) < max_spinners_) {
+      const auto until = Clock::now() + spin;
+      while (!more && Clock::now() < until) {
+        for (int k = 0; k < 32; ++k) CpuRelax();
+        more = count_.load() > 0 || Word(bell_).load() != bell;
+      }
+    }
+    if (spin.count() > 0) spinners_->fetch_sub(1);
+    if (more) continue;
+    asleep_.store(true);
+    if (count_.load() == 0 && Word(bell_).load() == bell) {
+      timespec ts{0, 100'000'000};
+      syscall(SYS_futex, &bell_, FUTEX_WAIT_PRIVATE, bell, &ts, nullptr, 0);
+    }
+    asleep_.store(false);
+  }
 }
 
 void RingManager::Ring::Serve() {
@@ -587,8 +732,16 @@ void RingManager::Ring::Answer(RingSlot& slot) {
   ans.total_us = Micros(Clock::now() - call.start);
   if (!touch_.load()) return;
   std::memcpy(&slot.answer, &ans, sizeof ans);
+  // Before DONE, so the client reads this answer's: the queue its next request joins.
+  Word(header_->queued).store(pool_ != nullptr ? uint32_t(pool_->queued()) : 1u);
   Word(slot.state).store(kSlotDone);
-  if (Word(slot.waiting).load() != 0) FutexWake(&slot.state);
+  if (Word(slot.waiting).load() == 0) return;
+  // A thread with more requests to answer (the last pass answered more than this one) hands
+  // the wake to its waker and goes on to them.
+  if (pool_ != nullptr && pool_->waker() != nullptr &&
+      pool_->waker()->Offer(shared_from_this(), &slot.state, pool_->queued() > 1))
+    return;
+  FutexWake(&slot.state);
 }
 
 absl::Status RingManager::Ring::Run(Call& call, const RingRequest& req, RingAnswer* ans) {
@@ -887,9 +1040,19 @@ RingManager::RingManager(Core* core, RingOptions options)
       pooled_(options_.threads > 0 && HaveFutexWaitv()),
       watcher_([this] { Watch(); }) {
   if (!options_.enabled) return;
+  if (pooled_) {
+    const int wakers =
+        std::min(options_.threads, options_.wakers < 0 ? options_.threads / 4 : options_.wakers);
+    for (int i = 0; i < wakers; ++i) {
+      wakers_.push_back(std::make_unique<Waker>(options_, &spinners_, max_spinners_, i));
+      wakers_.back()->Start();
+    }
+  }
   if (pooled_)
-    spdlog::info("rings served by up to {} threads ({} rings a thread at most; more threads past "
-                 "that)", options_.threads, kRingsPerThread);
+    spdlog::info(
+        "rings served by up to {} threads ({} rings a thread at most; more threads past "
+        "that), {} waker threads",
+        options_.threads, kRingsPerThread, wakers_.size());
   else if (options_.threads > 0)
     spdlog::warn("futex_waitv is missing (Linux < 5.16, or refused): each request ring gets a "
                  "serving thread of its own");
@@ -958,8 +1121,9 @@ absl::StatusOr<RingView> RingManager::Open(Call& call, const std::string& region
         if (p->load() < kRingsPerThread && (pool == nullptr || p->load() < pool->load()))
           pool = p.get();
       if (pool == nullptr || (pool->load() > 0 && int(pools_.size()) < options_.threads)) {
-        pools_.push_back(std::make_unique<Pool>(options_, &spinners_, max_spinners_,
-                                                int(pools_.size())));
+        Waker* waker = wakers_.empty() ? nullptr : wakers_[pools_.size() % wakers_.size()].get();
+        pools_.push_back(
+            std::make_unique<Pool>(options_, &spinners_, max_spinners_, int(pools_.size()), waker));
         pool = pools_.back().get();
         pool->Start();
       }
@@ -1010,6 +1174,9 @@ void RingManager::Shutdown() {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& p : pools_) p->Quit();
   for (auto& p : pools_) p->Join();
+  // No serving thread is left to hand a wake over; what was handed over is made first.
+  for (auto& w : wakers_)
+    if (w->Stop()) spdlog::info("ring waker {} made {} wakes", w->index(), w->woken());
 }
 
 int64_t RingManager::count() const {

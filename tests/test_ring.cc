@@ -44,13 +44,16 @@ using Clock = std::chrono::steady_clock;
 
 // The ABI of version 2, pinned: a change of any size or offset must come with a new version
 // (and this table extended), or this fails to compile. (Version 2 added RingArray::region,
-// RingRequest::regions and x_region: arrays and x read and written in other regions in place.)
+// RingRequest::regions and x_region: arrays and x read and written in other regions in place.
+// RingHeader::queued came later out of its reserved bytes, which a side that predates it leaves
+// 0, so the version stayed.)
 static_assert(kRingVersion != 2 ||
               (sizeof(RingHeader) == 64 && sizeof(RingSlot) == 1536 &&
                sizeof(RingRequest) == 960 && sizeof(RingAnswer) == 488 &&
                sizeof(RingArray) == 72 && offsetof(RingHeader, doorbell) == 24 &&
                offsetof(RingHeader, sleeping) == 28 && offsetof(RingHeader, heartbeat) == 32 &&
-               offsetof(RingHeader, closed) == 36 && offsetof(RingSlot, state) == 0 &&
+               offsetof(RingHeader, closed) == 36 && offsetof(RingHeader, queued) == 40 &&
+               offsetof(RingSlot, state) == 0 &&
                offsetof(RingSlot, waiting) == 4 && offsetof(RingSlot, request) == 64 &&
                offsetof(RingSlot, answer) == 1024 && offsetof(RingRequest, method) == 24 &&
                offsetof(RingRequest, handle) == 56 && offsetof(RingRequest, request_id) == 120 &&
@@ -815,6 +818,30 @@ struct RingsInOneRegion {
     Word(s.state).store(kSlotFree);
     return true;
   }
+  // Ring i's answer, waited for as the client library waits once it sleeps: `waiting` set, the
+  // state read again, FUTEX_WAIT on it, woken only by the server (each wait's own timeout is
+  // 5 s: a wake-up lost shows as a wait that long). `longest_s` gets the longest single wait.
+  bool TakeAsleep(int i, RingAnswer* ans, double* longest_s, double limit_s = 30) {
+    RingSlot& s = slot(i);
+    const auto end = Clock::now() + std::chrono::duration<double>(limit_s);
+    while (true) {
+      uint32_t state = Word(s.state).load();
+      if (state == kSlotDone) break;
+      if (Clock::now() > end) return false;
+      Word(s.waiting).store(1);
+      state = Word(s.state).load();
+      if (state == kSlotDone) break;
+      const auto t0 = Clock::now();
+      timespec ts{5, 0};
+      syscall(SYS_futex, &s.state, FUTEX_WAIT, state, &ts, nullptr, 0);
+      *longest_s =
+          std::max(*longest_s, std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+    Word(s.waiting).store(0);
+    std::memcpy(ans, &s.answer, sizeof *ans);
+    Word(s.state).store(kSlotFree);
+    return true;
+  }
   // Whether ring i's x (after an OK answer) solves its system: the residual, on this side.
   bool Solves(int i, const examples::Arrays& arrays) {
     const auto* pa = reinterpret_cast<const double*>(arrays.at("a").data.data());
@@ -983,6 +1010,135 @@ TEST_P(RingThreads, ASleepingThreadWakesForAnyOfItsRings) {
   std::sort(ms.begin(), ms.end());
   EXPECT_LT(ms[kTrials / 2], 20) << "median " << ms[kTrials / 2] << " ms: wake-ups are lost";
 }
+
+// ---- the wakers (--ring-wakers): wakes handed over by a busy serving thread ---------------
+
+// Parameter: --ring-wakers, with one serving thread ("1": its wakes go to a waker while it has
+// more requests to answer; "0": it makes them itself).
+class RingWakers : public ::testing::TestWithParam<const char*> {};
+
+// The waker count a server's log gives at shutdown, -1 when it has none.
+int64_t WakesMade(const std::string& log) {
+  std::smatch m;
+  if (!std::regex_search(log, m, std::regex("ring waker 0 made ([0-9]+) wakes"))) return -1;
+  return std::stoll(m[1]);
+}
+
+// 48 callers at once on one serving thread, each asleep on its slot (no spinning on either
+// side), 25 requests each: every request answered with its own x and every caller woken by
+// the server (a lost wake-up would show as a 5 s wait), the queue each answer reports at least
+// 1 and, with 48 rings in flight on one thread, above 1 at times. With a waker it made wakes.
+TEST_P(RingWakers, ManyCallersAsleepAllAnsweredAndWoken) {
+  const std::string wakers = GetParam();
+  ServerProcess server({"--ring-threads", "1", "--ring-wakers", wakers, "--ring-spin-us", "0",
+                        "--request-log", "errors"});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  Raw raw(server);
+  constexpr int kRings = 48, kRequests = 25;
+  RingsInOneRegion rings(kRings);
+  ASSERT_TRUE(raw.Register(*rings.shm, "r").ok());
+  for (int i = 0; i < kRings; ++i) {
+    v1::RingInfo info;
+    ASSERT_TRUE(raw.Open("r", i * RingsInOneRegion::kStride, 1, &info).ok());
+  }
+  std::atomic<int> wrong{0}, unanswered{0}, low_queue{0};
+  std::atomic<uint32_t> most_queued{0};
+  std::vector<double> longest(kRings, 0);
+  std::vector<std::thread> callers;
+  for (int i = 0; i < kRings; ++i)
+    callers.emplace_back([&, i] {
+      for (int k = 0; k < kRequests; ++k) {
+        const uint64_t seed = uint64_t(i) * 1000 + uint64_t(k);
+        const auto arrays = rings.Submit(i, seed);
+        RingAnswer ans;
+        if (!rings.TakeAsleep(i, &ans, &longest[size_t(i)])) {
+          ++unanswered;
+          return;
+        }
+        if (ans.code != 0 || ans.tag != seed || !rings.Solves(i, arrays)) ++wrong;
+        const uint32_t q = Word(rings.header(i)->queued).load();
+        if (q < 1) ++low_queue;
+        uint32_t seen = most_queued.load();
+        while (q > seen && !most_queued.compare_exchange_weak(seen, q)) {
+        }
+      }
+    });
+  for (auto& t : callers) t.join();
+  EXPECT_EQ(unanswered.load(), 0);
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(low_queue.load(), 0);
+  EXPECT_GT(most_queued.load(), 1u);
+  EXPECT_LT(*std::max_element(longest.begin(), longest.end()), 2.5) << "a wake-up was lost";
+  server.Signal(SIGTERM);
+  EXPECT_GE(server.Wait(20), 0);
+  const std::string log = server.Log();
+  if (wakers == "0") {
+    EXPECT_EQ(WakesMade(log), -1) << log;
+  } else {
+    EXPECT_GT(WakesMade(log), 0) << log;
+  }
+}
+
+// Shutdown while 48 callers keep a waker busy: every caller is woken for each answer up to the
+// last (OK, or UNAVAILABLE once the server drains; the ring ends closed for the shutdown), none
+// left asleep on a wake the waker was handed when it stopped.
+TEST_P(RingWakers, AWakerStoppedWithWakesPendingLeavesNoCallerAsleep) {
+  ServerProcess server({"--ring-threads", "1", "--ring-wakers", GetParam(), "--ring-spin-us",
+                        "0", "--request-log", "errors", "--grace", "5"});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  Raw raw(server);
+  constexpr int kRings = 48;
+  RingsInOneRegion rings(kRings);
+  ASSERT_TRUE(raw.Register(*rings.shm, "r").ok());
+  for (int i = 0; i < kRings; ++i) {
+    v1::RingInfo info;
+    ASSERT_TRUE(raw.Open("r", i * RingsInOneRegion::kStride, 1, &info).ok());
+  }
+  std::atomic<int> wrong{0}, unanswered{0}, ok{0}, unavailable{0};
+  std::vector<double> longest(kRings, 0);
+  std::vector<std::thread> callers;
+  for (int i = 0; i < kRings; ++i)
+    callers.emplace_back([&, i] {
+      for (uint64_t k = 0; Word(rings.header(i)->closed).load() == kRingOpen; ++k) {
+        const uint64_t seed = uint64_t(i) * 1000000 + k;
+        const auto arrays = rings.Submit(i, seed);
+        RingAnswer ans;
+        if (!rings.TakeAsleep(i, &ans, &longest[size_t(i)])) {
+          ++unanswered;
+          return;
+        }
+        if (ans.tag != seed) {
+          ++wrong;
+        } else if (ans.code == 0) {
+          if (rings.Solves(i, arrays)) {
+            ++ok;
+          } else {
+            ++wrong;
+          }
+        } else if (ans.code == int(absl::StatusCode::kUnavailable)) {
+          ++unavailable;
+        } else {
+          ++wrong;
+        }
+      }
+    });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  server.Signal(SIGTERM);
+  for (auto& t : callers) t.join();
+  EXPECT_GE(server.Wait(20), 0);
+  EXPECT_EQ(unanswered.load(), 0);
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_GT(ok.load(), 0);
+  EXPECT_LT(*std::max_element(longest.begin(), longest.end()), 2.5) << "a wake-up was lost";
+  for (int i = 0; i < kRings; ++i)
+    EXPECT_EQ(Word(rings.header(i)->closed).load(), uint32_t(kClosedShutdown));
+  (void)unavailable;
+}
+
+INSTANTIATE_TEST_SUITE_P(Pool, RingWakers, ::testing::Values("1", "0"),
+                         [](const ::testing::TestParamInfo<const char*>& p) {
+                           return std::string(p.param[0] == '0' ? "NoWaker" : "Waker");
+                         });
 
 INSTANTIATE_TEST_SUITE_P(Pool, RingThreads, ::testing::Values("1", "2", "0"),
                          [](const ::testing::TestParamInfo<const char*>& p) {
