@@ -14,6 +14,7 @@
 #include "trisolve/reference/tree.h"
 #include "trisolve/swc.h"
 #include "trisolve/tree.h"
+#include "tree/cells.h"
 #include "tree/tree.h"
 #include "runtime/memory_pool.h"
 
@@ -450,14 +451,16 @@ TEST(CudaCablesMorphology, PerCellTreesDiffer) {
   }
 }
 
-// Cells of different sizes (TreeProblem::offsets): the device solves them as one tree whose
+// Cells of different sizes (TreeProblem::offsets): auto and contraction one block a cell with
+// its structure's plan (cells too large for a block as one tree), cables as one tree whose
 // roots are joined by zero couplings; every status and x against the CPU reference's, a cell
-// at a time, by the same method (auto: hines on the CPU). `expect`: the method string's start.
-// auto builds the joined tree's plan only for cells it has seen before: the first call may be
-// the host's (unless an earlier test sent the same cells), the second is the device's.
+// at a time, by the same method (auto: hines on the CPU). `expect`: the method string's start;
+// `also`: a part it must hold further on. auto builds the plan only for cells it has seen
+// before: the first call may be the host's (unless an earlier test sent the same cells), the
+// second is the device's.
 template <typename T>
 void CompareCellsOnce(const testing::Cells& c, TreeMethod m, const std::string& expect,
-                      double tol, bool first_sight) {
+                      double tol, bool first_sight, const std::string& also = "") {
   const auto typed = c.As<T>();
   const TreeProblem<T> p = c.Problem(typed);
   const int64_t total = c.total();
@@ -469,6 +472,8 @@ void CompareCellsOnce(const testing::Cells& c, TreeMethod m, const std::string& 
       first_sight && info->method == "hines (host; the cells' plan is built if they come again)";
   if (!host_first) {
     EXPECT_EQ(info->method.rfind(expect, 0), 0u) << info->method << " (expected " << expect << ")";
+    EXPECT_NE(info->method.find(also), std::string::npos) << info->method << " (expected " << also
+                                                          << " in it)";
   }
   cpu::SolveTree(p, m == TreeMethod::kAuto ? TreeMethod::kHines : m,
                  TreeOutput<T>{xc.data(), sc.data()});
@@ -492,12 +497,15 @@ void CompareCellsOnce(const testing::Cells& c, TreeMethod m, const std::string& 
 }
 
 template <typename T>
-void CompareCells(const testing::Cells& c, TreeMethod m, const std::string& expect, double tol) {
+void CompareCells(const testing::Cells& c, TreeMethod m, const std::string& expect, double tol,
+                  const std::string& also = "") {
   for (int call = 0; call < (m == TreeMethod::kAuto ? 2 : 1); ++call) {
     SCOPED_TRACE(::testing::Message() << "call " << call);
-    CompareCellsOnce<T>(c, m, expect, tol, call == 0 && m == TreeMethod::kAuto);
+    CompareCellsOnce<T>(c, m, expect, tol, call == 0 && m == TreeMethod::kAuto, also);
   }
 }
+
+constexpr const char* kPerCell = "contraction-block (per-cell plans, ";
 
 // Subtrees of the real morphology (its first k nodes) of many sizes, the whole cell among them,
 // and random small trees: 1,200 cells.
@@ -532,28 +540,114 @@ TEST(CudaTreeCells, HandWorkedCells) {
                               TreeOutput<double>{x.data(), st.data()}, SolveControl{});
     ASSERT_TRUE(info.ok()) << info.status();
     if (call == 1) {
-      EXPECT_EQ(info->method, "contraction-block (the cells as one tree)");
+      EXPECT_EQ(info->method, "contraction-block (per-cell plans, 3 structures)");
     }
     const std::vector<double> want = testing::HandWorkedX();
     for (SystemStatus s : st) EXPECT_EQ(s, SystemStatus::kOk);
     for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(x[i], want[i], 1e-14) << i;
   }
-  // The caller's root couplings (not part of the matrix) are untouched: zeroed on the device
-  // copy only.
+  // The caller's root couplings (not part of the matrix) are untouched.
   EXPECT_EQ(typed.lower[1], 3.5);
   EXPECT_EQ(typed.upper[3], -6.0);
 }
 
-TEST(CudaTreeCells, RealMorphologySubtreesAsOneTree) {
+TEST(CudaTreeCells, RealMorphologySubtreesOneBlockACell) {
   REQUIRE_GPU();
   const testing::Cells c = MorphologyCells(1200, 1);
-  CompareCells<double>(c, TreeMethod::kAuto, "cables (the cells as one tree)", 1e-12);
-  CompareCells<float>(c, TreeMethod::kAuto, "cables (the cells as one tree)", 2e-3);
+  CompareCells<double>(c, TreeMethod::kAuto, kPerCell, 1e-12);
+  CompareCells<float>(c, TreeMethod::kAuto, kPerCell, 2e-3);
+  CompareCells<double>(c, TreeMethod::kContraction, kPerCell, 1e-12);
+  CompareCells<float>(c, TreeMethod::kContraction, kPerCell, 2e-3);
   CompareCells<double>(c, TreeMethod::kCables, "cables (the cells as one tree)", 1e-12);
-  // hines is one thread a cell on the device; contraction's rounds fit a block only for small
-  // forests: both on the host, a cell at a time.
+  // hines is one thread a cell on the device: on the host, a cell at a time.
   CompareCells<double>(c, TreeMethod::kHines, "hines (host)", 0);
-  CompareCells<double>(c, TreeMethod::kContraction, "contraction (host)", 0);
+}
+
+TEST(CudaTreeCells, OneMorphologySentWithLengths) {
+  REQUIRE_GPU();
+  // Every cell the whole morphology: one structure, the uniform batch's work.
+  auto m = ReadSwc(std::string(TRISOLVE_TEST_DATA) + "/neuron_10-2012-02-09-001.CNG.swc");
+  ASSERT_TRUE(m.ok());
+  std::mt19937_64 rng(11);
+  testing::Cells c;
+  for (int k = 0; k < 300; ++k) c.AddRandom(m->parent, rng);
+  CompareCells<double>(c, TreeMethod::kAuto, "contraction-block (per-cell plans, 1 structure)",
+                       1e-12);
+  CompareCells<float>(c, TreeMethod::kContraction,
+                      "contraction-block (per-cell plans, 1 structure)", 2e-3);
+}
+
+TEST(CudaTreeCells, CellsTooLargeForABlockAmongSmallOnes) {
+  REQUIRE_GPU();
+  // 15,000 and 70,000 nodes: over shared memory in both precisions (and over the 16-bit
+  // fields): the cells as one tree; the others one a block; a singular cell among both kinds.
+  std::mt19937_64 rng(12);
+  testing::Cells c;
+  for (int k = 0; k < 200; ++k) {
+    if (k == 7 || k == 150) {
+      c.AddRandom(testing::RandomParents(k == 7 ? 15000 : 70000, rng), rng);
+    } else if (k == 90) {
+      c.AddSingular();
+    } else {
+      c.AddRandom(testing::RandomParents(1 + int64_t(rng() % 500), rng), rng);
+    }
+  }
+  for (TreeMethod m : {TreeMethod::kAuto, TreeMethod::kContraction}) {
+    CompareCells<double>(c, m, kPerCell, 1e-12, "; 2 cells too large for a block: ");
+    CompareCells<float>(c, m, kPerCell, 2e-3, "; 2 cells too large for a block: ");
+  }
+}
+
+TEST(CudaTreeCells, PlanGroupsStructuresAndLeavesLargeCells) {
+  REQUIRE_GPU();
+  // Sizes 3, 3 (same tree), 3 (another), 9,000 (too large in float64, not in float32), 1, 1.
+  testing::Cells c;
+  std::mt19937_64 rng(13);
+  c.AddRandom({-1, 0, 1}, rng);
+  c.AddRandom({-1, 0, 1}, rng);
+  c.AddRandom({-1, 0, 0}, rng);
+  c.AddRandom(testing::RandomParents(9000, rng), rng);
+  c.AddRandom({-1}, rng);
+  c.AddRandom({-1}, rng);
+  cuda::Pool pool(cuda::Pool::Kind::kDevice, 0, int64_t{1} << 30);
+  auto p8 = cuda::TreeCellsPlan::Make(c.parent.data(), c.offsets.data(), c.cells(), 8, pool,
+                                      nullptr, 3);
+  ASSERT_TRUE(p8.ok()) << p8.status();
+  EXPECT_EQ((*p8)->structures(), 4);
+  EXPECT_EQ((*p8)->block_cells(), 5);
+  EXPECT_EQ((*p8)->rest(), std::vector<int32_t>{3});
+  auto p4 = cuda::TreeCellsPlan::Make(c.parent.data(), c.offsets.data(), c.cells(), 4, pool,
+                                      nullptr, 1);
+  ASSERT_TRUE(p4.ok()) << p4.status();
+  EXPECT_EQ((*p4)->block_cells(), 6);
+  EXPECT_TRUE((*p4)->rest().empty());
+}
+
+// Host only: runs without a GPU.
+TEST(TreeCellGroups, SameSizeAndParentsShareAStructure) {
+  testing::Cells c;
+  std::mt19937_64 rng(14);
+  for (const std::vector<int32_t>& p : std::vector<std::vector<int32_t>>{
+           {-1, 0, 1}, {-1, 0, 0}, {-1, 0, 1}, {-1}, {-1}, {-1, 0, 1, 2}, {-1, 0, 0}})
+    c.AddRandom(p, rng);
+  const cuda::TreeCellGroups g =
+      cuda::GroupTreeCells(c.parent.data(), c.offsets.data(), c.cells());
+  EXPECT_EQ(g.structure_of, (std::vector<int32_t>{0, 1, 0, 2, 2, 3, 1}));
+  EXPECT_EQ(g.first_cell, (std::vector<int64_t>{0, 1, 3, 5}));
+  // The prefix {-1, 0, 1} of {-1, 0, 1, 2} is not the same tree: sizes differ.
+  testing::Cells d;
+  d.AddRandom({-1, 0, 1, 2}, rng);
+  d.AddRandom({-1, 0, 1}, rng);
+  EXPECT_EQ(cuda::GroupTreeCells(d.parent.data(), d.offsets.data(), 2).first_cell.size(), 2u);
+}
+
+TEST(TreeCellGroups, WhatFitsABlock) {
+  EXPECT_TRUE(cuda::TreeCellFitsBlock(3187, 12, 8));
+  EXPECT_TRUE(cuda::TreeCellFitsBlock(1, 1, 8));
+  EXPECT_FALSE(cuda::TreeCellFitsBlock(7300, 14, 8));  // 4 arrays of 8 bytes: 233,600 bytes
+  EXPECT_TRUE(cuda::TreeCellFitsBlock(7300, 14, 4));
+  EXPECT_FALSE(cuda::TreeCellFitsBlock(65535, 20, 2));  // the 16-bit fields
+  EXPECT_FALSE(cuda::TreeCellFitsBlock(100, 256, 8));   // the rounds' offsets in shared memory
 }
 
 TEST(CudaTreeCells, ManySmallRandomCells) {
@@ -563,32 +657,34 @@ TEST(CudaTreeCells, ManySmallRandomCells) {
   testing::Cells c;
   for (int k = 0; k < 40000; ++k)
     c.AddRandom(testing::RandomParents(1 + int64_t(rng() % 40), rng), rng);
-  CompareCells<double>(c, TreeMethod::kAuto, "cables (the cells as one tree)", 1e-12);
+  CompareCells<double>(c, TreeMethod::kAuto, kPerCell, 1e-12);
   CompareCells<float>(c, TreeMethod::kCables, "cables (the cells as one tree)", 2e-3);
 }
 
 TEST(CudaTreeCells, SmallForestOneBlock) {
   REQUIRE_GPU();
-  // A few thousand nodes in all: the joined tree fits one block (contraction-block for auto
-  // and contraction, cables-block for cables).
+  // A few thousand nodes in all: one block a cell for auto and contraction; as one tree, which
+  // fits one block, for cables (cables-block).
   std::mt19937_64 rng(4);
   testing::Cells c;
   for (int k = 0; k < 90; ++k) c.AddRandom(testing::RandomParents(1 + int64_t(rng() % 60), rng), rng);
-  CompareCells<double>(c, TreeMethod::kAuto, "contraction-block (the cells as one tree)", 1e-12);
-  CompareCells<double>(c, TreeMethod::kContraction, "contraction-block (the cells as one tree)",
-                       1e-12);
+  CompareCells<double>(c, TreeMethod::kAuto, kPerCell, 1e-12);
+  CompareCells<double>(c, TreeMethod::kContraction, kPerCell, 1e-12);
   CompareCells<double>(c, TreeMethod::kCables, "cables", 1e-12);
-  CompareCells<float>(c, TreeMethod::kAuto, "contraction-block (the cells as one tree)", 2e-3);
+  CompareCells<float>(c, TreeMethod::kAuto, kPerCell, 2e-3);
 }
 
 TEST(CudaTreeCells, ASingularCellAmongGoodOnes) {
   REQUIRE_GPU();
-  // Where the singular cell is decides what the joined elimination carries past it (its root
-  // is the joined tree's root, an inner root, a leaf root): the statuses are the CPU's anyway.
+  // One block a cell: the singular cell alone is flagged and solved again on the host. As one
+  // tree (cables), where the singular cell is decides what the joined elimination carries past
+  // it (its root is the joined tree's root, an inner root, a leaf root): the statuses are the
+  // CPU's anyway.
   for (int at : {0, 1, 33, 600, 1199}) {
     const testing::Cells c = MorphologyCells(1200, 5, at);
-    CompareCells<double>(c, TreeMethod::kAuto, "cables (the cells as one tree); a pivot vanished",
-                         1e-12);
+    CompareCells<double>(c, TreeMethod::kAuto, kPerCell, 1e-12, "; a pivot vanished in 1 cell:");
+    CompareCells<float>(c, TreeMethod::kContraction, kPerCell, 2e-3,
+                        "; a pivot vanished in 1 cell:");
     CompareCells<float>(c, TreeMethod::kCables, "cables (the cells as one tree); a pivot vanished",
                         2e-3);
   }
@@ -601,7 +697,7 @@ TEST(CudaTreeCells, ASingularCellAmongGoodOnes) {
       small.AddRandom(testing::RandomParents(1 + int64_t(rng() % 60), rng), rng);
     }
   }
-  CompareCells<double>(small, TreeMethod::kAuto, "contraction-block (the cells as one tree); a pivot vanished", 1e-12);
+  CompareCells<double>(small, TreeMethod::kAuto, kPerCell, 1e-12, "; a pivot vanished in 1 cell:");
 }
 
 std::string TreeName(const ::testing::TestParamInfo<std::tuple<Shape, Layout>>& i) {
