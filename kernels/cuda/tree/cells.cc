@@ -80,16 +80,12 @@ TreeCellGroups GroupTreeCells(const int32_t* parent, const int64_t* offsets, int
   return g;
 }
 
-absl::StatusOr<std::unique_ptr<TreeCellsPlan>> TreeCellsPlan::Make(
-    const int32_t* parent, const int64_t* offsets, int64_t cells, int elem_bytes, Pool& pool,
-    cudaStream_t stream, int threads) {
-  const auto t0 = std::chrono::steady_clock::now();
-  auto plan = std::unique_ptr<TreeCellsPlan>(new TreeCellsPlan);
-  plan->cells_ = cells;
-  plan->elem_bytes_ = elem_bytes;
+TreeCellsSchedule ScheduleTreeCells(const int32_t* parent, const int64_t* offsets, int64_t cells,
+                                    int elem_bytes, int threads) {
+  TreeCellsSchedule out;
   const TreeCellGroups g = GroupTreeCells(parent, offsets, cells);
   const int64_t S = int64_t(g.first_cell.size());
-  plan->structures_ = S;
+  out.structures = S;
   auto size_of = [&](int64_t s) {
     const int64_t f = g.first_cell[size_t(s)];
     return offsets[f + 1] - offsets[f];
@@ -105,8 +101,12 @@ absl::StatusOr<std::unique_ptr<TreeCellsPlan>> TreeCellsPlan::Make(
     fits[size_t(s)] = TreeCellFitsBlock(n, rc[size_t(s)].rounds(), elem_bytes);
   });
   // The schedules end to end, each structure's offsets rebased to the whole arrays.
-  std::vector<int2> el, up, more;
-  std::vector<int32_t> ptr_e, ptr_u, children;
+  std::vector<int2>& el = out.elim;
+  std::vector<int2>& up = out.upd;
+  std::vector<int2>& more = out.upd_more;
+  std::vector<int32_t>& ptr_e = out.ptr_e;
+  std::vector<int32_t>& ptr_u = out.ptr_u;
+  std::vector<int32_t>& children = out.children;
   std::vector<int32_t> ptr_base(size_t(S), -1), rounds(size_t(S), 0);
   auto pack = [](int32_t lo, int32_t hi) { return int32_t(uint32_t(lo) | uint32_t(hi) << 16); };
   for (int64_t s = 0; s < S; ++s) {
@@ -114,8 +114,12 @@ absl::StatusOr<std::unique_ptr<TreeCellsPlan>> TreeCellsPlan::Make(
     const TreeContraction& c = rc[size_t(s)];
     const int32_t be = int32_t(el.size()), bu = int32_t(up.size()),
                   bc = int32_t(children.size());
-    if (int64_t(el.size()) + int64_t(c.elim.size()) > (int64_t(1) << 31) - 1)
-      return absl::ResourceExhaustedError("the cells' contraction schedules exceed 2^31 entries");
+    if (int64_t(el.size()) + int64_t(c.elim.size()) + int64_t(c.upd.size()) +
+            int64_t(children.size()) + int64_t(c.children.size()) >
+        (int64_t(1) << 31) - 1) {
+      fits[size_t(s)] = 0;  // (int32 offsets: the structures past 2^31 entries go elsewhere)
+      continue;
+    }
     ptr_base[size_t(s)] = int32_t(ptr_e.size());
     rounds[size_t(s)] = int32_t(c.rounds());
     for (int32_t v : c.elim_ptr) ptr_e.push_back(be + v);
@@ -137,32 +141,36 @@ absl::StatusOr<std::unique_ptr<TreeCellsPlan>> TreeCellsPlan::Make(
     children.insert(children.end(), c.children.begin(), c.children.end());
   }
   rc.clear();
-  // Blocks largest cell first (the long ones start early, the short ones fill the end), cut
-  // into launches of similar sizes: shared memory sized for a launch's largest cell, and
+  // Blocks largest cell first (the long ones start early, the short ones fill the end), cells
+  // of one structure next to one another (its schedule read from L2 by all but the first),
+  // cut into launches of similar sizes: shared memory sized for a launch's largest cell, and
   // threads for its size.
   std::vector<int32_t> order;
   for (int64_t k = 0; k < cells; ++k) {
     if (fits[size_t(g.structure_of[size_t(k)])])
       order.push_back(int32_t(k));
     else
-      plan->rest_.push_back(int32_t(k));
+      out.rest.push_back(int32_t(k));
   }
   auto cell_n = [&](int32_t k) { return offsets[k + 1] - offsets[k]; };
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int32_t a, int32_t b) { return cell_n(a) > cell_n(b); });
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    const int64_t na = cell_n(a), nb = cell_n(b);
+    return na != nb ? na > nb : g.structure_of[size_t(a)] < g.structure_of[size_t(b)];
+  });
   auto threads_for = [](int64_t n) { return n > 1024 ? 512 : n > 256 ? 256 : 128; };
   for (size_t b = 0; b < order.size();) {
     const int64_t top = cell_n(order[b]);
-    Launch l{int32_t(b), 0, int32_t(top), threads_for(top)};
+    TreeCellsSchedule::Launch l{int32_t(b), 0, int32_t(top), threads_for(top)};
     size_t e = b;
     while (e < order.size() && cell_n(order[e]) * 2 > top &&
            threads_for(cell_n(order[e])) == l.threads && e - b < (size_t(1) << 30))
       ++e;
     l.blocks = int32_t(e - b);
-    plan->launches_.push_back(l);
+    out.launches.push_back(l);
     b = e;
   }
-  std::vector<int4> info(order.size());
+  std::vector<int4>& info = out.info;
+  info.resize(order.size());
   for (size_t b = 0; b < order.size(); ++b) {
     const int32_t k = order[b];
     const int32_t s = g.structure_of[size_t(k)];
@@ -170,6 +178,29 @@ absl::StatusOr<std::unique_ptr<TreeCellsPlan>> TreeCellsPlan::Make(
     info[b] = int4{int32_t(uint32_t(first)), int32_t(uint32_t(first >> 32)),
                    int32_t(cell_n(k)) | rounds[size_t(s)] << 16, ptr_base[size_t(s)]};
   }
+  out.cell_of_block = std::move(order);
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<TreeCellsPlan>> TreeCellsPlan::Make(
+    const int32_t* parent, const int64_t* offsets, int64_t cells, int elem_bytes, Pool& pool,
+    cudaStream_t stream, int threads) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto plan = std::unique_ptr<TreeCellsPlan>(new TreeCellsPlan);
+  plan->cells_ = cells;
+  plan->elem_bytes_ = elem_bytes;
+  TreeCellsSchedule sc = ScheduleTreeCells(parent, offsets, cells, elem_bytes, threads);
+  plan->structures_ = sc.structures;
+  plan->rest_ = std::move(sc.rest);
+  plan->launches_ = std::move(sc.launches);
+  std::vector<int2>& el = sc.elim;
+  std::vector<int2>& up = sc.upd;
+  std::vector<int2>& more = sc.upd_more;
+  std::vector<int32_t>& ptr_e = sc.ptr_e;
+  std::vector<int32_t>& ptr_u = sc.ptr_u;
+  std::vector<int32_t>& children = sc.children;
+  std::vector<int4>& info = sc.info;
+  const std::vector<int32_t>& order = sc.cell_of_block;
   // One device buffer: the 16-byte entries first, then the 8-byte ones, then the ints.
   children.push_back(0);  // (never empty)
   if (up.empty()) {
@@ -219,7 +250,7 @@ absl::StatusOr<std::unique_ptr<TreeCellsPlan>> TreeCellsPlan::Make(
   plan->children_ = dch;
   // The host vectors must outlive the copies.
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-  plan->cell_of_block_ = std::move(order);
+  plan->cell_of_block_ = order;
   plan->analysis_ms_ =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return plan;

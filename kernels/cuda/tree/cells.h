@@ -30,6 +30,28 @@ TreeCellGroups GroupTreeCells(const int32_t* parent, const int64_t* offsets, int
 // of elem_bytes values in shared memory.
 bool TreeCellFitsBlock(int64_t n, int64_t rounds, int elem_bytes);
 
+// The forest's analysis as the block kernel reads it (host arrays; TreeCellsPlan copies them
+// to the device). Blocks run largest cell first, in launches of similar sizes.
+struct TreeCellsSchedule {
+  struct Launch {
+    int32_t block0, blocks, max_n, threads;
+  };
+  int64_t structures = 0;
+  std::vector<int32_t> cell_of_block;  // the cells one a block, in block order
+  std::vector<int32_t> rest;           // the cells left to another path (ascending)
+  std::vector<Launch> launches;
+  // Per block {first node, low and high halves; n | rounds << 16; where its structure's
+  // round offsets start in ptr_e and ptr_u}.
+  std::vector<int4> info;
+  // The distinct structures' contraction schedules end to end, packed as for one morphology
+  // (cables_kernels.cuh, ContractionBlockKernel), every offset rebased to these arrays.
+  std::vector<int2> elim, upd, upd_more;
+  std::vector<int32_t> ptr_e, ptr_u, children;
+};
+// threads: host threads for the distinct structures' contractions (0: the hardware's).
+TreeCellsSchedule ScheduleTreeCells(const int32_t* parent, const int64_t* offsets, int64_t cells,
+                                    int elem_bytes, int threads = 0);
+
 class TreeCellsPlan {
  public:
   // Analyses the forest (valid local parent arrays, host) for arrays of elem_bytes values
@@ -53,9 +75,7 @@ class TreeCellsPlan {
   template <typename T>
   friend absl::Status SolveTreeCellsBlockDevice(const TreeProblem<T>&, const TreeCellsPlan&, T*,
                                                 uint8_t*, cudaStream_t);
-  struct Launch {
-    int32_t block0, blocks, max_n, threads;
-  };
+  using Launch = TreeCellsSchedule::Launch;
   int64_t cells_ = 0, structures_ = 0;
   int elem_bytes_ = 8;
   double analysis_ms_ = 0;
