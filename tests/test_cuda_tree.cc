@@ -452,9 +452,10 @@ TEST(CudaCablesMorphology, PerCellTreesDiffer) {
   }
 }
 
-// Cells of different sizes (TreeProblem::offsets): auto and contraction one block a cell with
-// its structure's plan (cells too large for a block as one tree), cables as one tree whose
-// roots are joined by zero couplings; every status and x against the CPU reference's, a cell
+// Cells of different sizes (TreeProblem::offsets): one block a cell with its structure's plan
+// (contraction-block for auto and contraction, cables-block for cables), cells too large for
+// a block as one tree whose roots are joined by zero couplings; every status and x against
+// the CPU reference's, a cell
 // at a time, by the same method (auto: hines on the CPU). `expect`: the method string's start;
 // `also`: a part it must hold further on. auto builds the plan only for cells it has seen
 // before: the first call may be the host's (unless an earlier test sent the same cells), the
@@ -507,6 +508,7 @@ void CompareCells(const testing::Cells& c, TreeMethod m, const std::string& expe
 }
 
 constexpr const char* kPerCell = "contraction-block (per-cell plans, ";
+constexpr const char* kPerCellCables = "cables-block (per-cell plans, ";
 
 // Subtrees of the real morphology (its first k nodes) of many sizes, the whole cell among them,
 // and random small trees: 1,200 cells.
@@ -559,7 +561,8 @@ TEST(CudaTreeCells, RealMorphologySubtreesOneBlockACell) {
   CompareCells<float>(c, TreeMethod::kAuto, kPerCell, 2e-3);
   CompareCells<double>(c, TreeMethod::kContraction, kPerCell, 1e-12);
   CompareCells<float>(c, TreeMethod::kContraction, kPerCell, 2e-3);
-  CompareCells<double>(c, TreeMethod::kCables, "cables (the cells as one tree)", 1e-12);
+  CompareCells<double>(c, TreeMethod::kCables, kPerCellCables, 1e-12);
+  CompareCells<float>(c, TreeMethod::kCables, kPerCellCables, 2e-3);
   // hines is one thread a cell on the device: on the host, a cell at a time.
   CompareCells<double>(c, TreeMethod::kHines, "hines (host)", 0);
 }
@@ -581,7 +584,8 @@ TEST(CudaTreeCells, OneMorphologySentWithLengths) {
 TEST(CudaTreeCells, CellsTooLargeForABlockAmongSmallOnes) {
   REQUIRE_GPU();
   // 15,000 and 70,000 nodes: over shared memory in both precisions (and over the 16-bit
-  // fields): the cells as one tree; the others one a block; a singular cell among both kinds.
+  // fields): the cells as one tree; the others one a block. A singular cell among each kind:
+  // the 15,000-node cell's last leaf has a zero row.
   std::mt19937_64 rng(12);
   testing::Cells c;
   for (int k = 0; k < 200; ++k) {
@@ -593,10 +597,19 @@ TEST(CudaTreeCells, CellsTooLargeForABlockAmongSmallOnes) {
       c.AddRandom(testing::RandomParents(1 + int64_t(rng() % 500), rng), rng);
     }
   }
+  const size_t leaf = size_t(c.offsets[8] - 1);  // (a random recursive tree's last node)
+  c.diag[leaf] = 0;
+  c.lower[leaf] = 0;
   for (TreeMethod m : {TreeMethod::kAuto, TreeMethod::kContraction}) {
     CompareCells<double>(c, m, kPerCell, 1e-12, "; 2 cells too large for a block: ");
     CompareCells<float>(c, m, kPerCell, 2e-3, "; 2 cells too large for a block: ");
   }
+  // (cables builds the joined tree's plan at once: the two large cells on the device, their
+  // vanished pivot re-solved on the host as the joined tree does)
+  const std::string joined =
+      "; 2 cells too large for a block: cables (the cells as one tree); a pivot vanished";
+  CompareCells<double>(c, TreeMethod::kCables, kPerCellCables, 1e-12, joined);
+  CompareCells<float>(c, TreeMethod::kCables, kPerCellCables, 2e-3, joined);
 }
 
 TEST(CudaTreeCells, PlanGroupsStructuresAndLeavesLargeCells) {
@@ -714,16 +727,86 @@ void EmulateCellBlocks(const cuda::TreeCellsSchedule& sc, const TreeProblem<T>& 
   }
 }
 
-TEST(TreeCellGroups, ScheduleSolvesEveryCellLikeTheReference) {
+// CablesCellsKernel's arithmetic on the host (CablesBlockKernel's, a level at a time).
+template <typename T>
+void EmulateCablesCells(const cuda::TreeCellsSchedule& sc, const TreeProblem<T>& p, T* x,
+                        std::vector<uint8_t>& flagged) {
+  const T eps = std::numeric_limits<T>::epsilon();
+  for (size_t b = 0; b < sc.info.size(); ++b) {
+    const int4 info = sc.info[b];
+    const int64_t first = int64_t((uint64_t(uint32_t(info.y)) << 32) | uint32_t(info.x));
+    const int n = info.z & 0xffff, H = (info.z >> 16) & 0xffff;
+    const int32_t* lp = sc.level_ptr.data() + info.w;
+    std::vector<T> lo(p.lower + first, p.lower + first + n), up(p.upper + first, p.upper + first + n),
+        dg(p.diag + first, p.diag + first + n), rh(p.rhs + first, p.rhs + first + n);
+    bool ok = true;
+    auto decode = [](int4 ci, int& s0, int& e0, int& anchor) {
+      const unsigned u = unsigned(ci.x);
+      s0 = int(u & 0xffffu);
+      e0 = s0 + int((u >> 16) & 0x7fffu);
+      anchor = ci.y;
+    };
+    for (int h = 0; h < H; ++h)
+      for (int k = lp[h]; k < lp[h + 1]; ++k) {
+        const int4 ci = sc.cinfo[size_t(k)];
+        int s0, e0, anchor;
+        decode(ci, s0, e0, anchor);
+        T cD = 0, cR = 0, cS = 0;
+        auto gather = [&](int top) {
+          cD += dg[top];
+          cR += up[top];
+          cS += std::abs(dg[top]);
+        };
+        if (ci.z >= 0) gather(ci.z);
+        if (ci.w >= 0) gather(ci.w);
+        if ((unsigned(ci.x) >> 31) != 0) {
+          const int2 m = sc.cmore[size_t(k)];
+          for (int q = m.x; q < m.x + m.y; ++q) gather(sc.ctop[size_t(q)]);
+        }
+        for (int j = e0; j >= s0; --j) {
+          const T D = dg[j] - cD, R = rh[j] - cR;
+          ok &= std::abs(D) > eps * (std::abs(dg[j]) + cS) && std::isfinite(D);
+          const T inv = T(1) / D;
+          rh[j] = R * inv;
+          const T l = lo[j], u = up[j];
+          lo[j] = j > 0 ? l * inv : T(0);
+          const T g = j > 0 ? u * inv : T(0);
+          cD = g * l;
+          cR = g * R;
+          cS = std::abs(cD);
+        }
+        if (anchor >= 0) {
+          dg[s0] = cD;
+          up[s0] = cR;
+        }
+      }
+    for (int h = H - 1; h >= 0; --h)
+      for (int k = lp[h]; k < lp[h + 1]; ++k) {
+        int s0, e0, anchor;
+        decode(sc.cinfo[size_t(k)], s0, e0, anchor);
+        T xp = anchor >= 0 ? rh[anchor] : T(0);
+        for (int j = s0; j <= e0; ++j) rh[j] = xp = rh[j] - lo[j] * xp;
+      }
+    std::copy(rh.begin(), rh.end(), x + first);
+    flagged[size_t(sc.cell_of_block[b])] = !ok;
+  }
+}
+
+class TreeCellSchedule : public ::testing::TestWithParam<cuda::TreeCellsKind> {};
+
+TEST_P(TreeCellSchedule, SolvesEveryCellLikeTheReference) {
   // Real morphology subtrees, random trees, repeated structures, one- and two-node cells, a
   // singular cell and one too large for a block in float64: every block cell's x against the
-  // CPU reference's contraction, only the singular one flagged, the large one left over.
+  // CPU reference's (the same elimination), only the singular one flagged, the large one left
+  // over.
+  const cuda::TreeCellsKind kind = GetParam();
+  const bool cables = kind == cuda::TreeCellsKind::kCables;
   std::mt19937_64 rng(15);
   testing::Cells c = MorphologyCells(300, 3, 40);
   c.AddRandom(testing::RandomParents(8000, rng), rng);
   for (int k = 0; k < 30; ++k) c.AddRandom({-1, 0, 0, 2}, rng);
   const cuda::TreeCellsSchedule sc =
-      cuda::ScheduleTreeCells(c.parent.data(), c.offsets.data(), c.cells(), 8, 2);
+      cuda::ScheduleTreeCells(c.parent.data(), c.offsets.data(), c.cells(), 8, 2, kind);
   EXPECT_EQ(sc.rest, std::vector<int32_t>{int32_t(c.cells() - 31)});
   EXPECT_EQ(int64_t(sc.cell_of_block.size()), c.cells() - 1);
   EXPECT_LT(sc.structures, c.cells() - 29);
@@ -740,9 +823,14 @@ TEST(TreeCellGroups, ScheduleSolvesEveryCellLikeTheReference) {
   const TreeProblem<double> p = c.Problem(typed);
   std::vector<double> x(size_t(c.total()), std::nan("")), xc(x.size());
   std::vector<uint8_t> flagged(size_t(c.cells()), 0);
-  EmulateCellBlocks(sc, p, x.data(), flagged);
+  if (cables) {
+    EmulateCablesCells(sc, p, x.data(), flagged);
+  } else {
+    EmulateCellBlocks(sc, p, x.data(), flagged);
+  }
   std::vector<SystemStatus> sc_ref(size_t(c.cells()));
-  cpu::SolveTree(p, TreeMethod::kContraction, TreeOutput<double>{xc.data(), sc_ref.data()});
+  cpu::SolveTree(p, cables ? TreeMethod::kCables : TreeMethod::kContraction,
+                 TreeOutput<double>{xc.data(), sc_ref.data()});
   for (int32_t k : sc.cell_of_block) {
     EXPECT_EQ(flagged[size_t(k)] != 0, sc_ref[size_t(k)] != SystemStatus::kOk) << "cell " << k;
     if (sc_ref[size_t(k)] != SystemStatus::kOk) continue;
@@ -753,6 +841,15 @@ TEST(TreeCellGroups, ScheduleSolvesEveryCellLikeTheReference) {
   EXPECT_EQ(sc_ref[40], SystemStatus::kSingular);
 }
 
+INSTANTIATE_TEST_SUITE_P(Kinds, TreeCellSchedule,
+                         ::testing::Values(cuda::TreeCellsKind::kContraction,
+                                           cuda::TreeCellsKind::kCables),
+                         [](const ::testing::TestParamInfo<cuda::TreeCellsKind>& i) {
+                           return std::string(i.param == cuda::TreeCellsKind::kCables
+                                                  ? "cables"
+                                                  : "contraction");
+                         });
+
 TEST(TreeCellGroups, WhatFitsABlock) {
   EXPECT_TRUE(cuda::TreeCellFitsBlock(3187, 12, 8));
   EXPECT_TRUE(cuda::TreeCellFitsBlock(1, 1, 8));
@@ -760,6 +857,10 @@ TEST(TreeCellGroups, WhatFitsABlock) {
   EXPECT_TRUE(cuda::TreeCellFitsBlock(7300, 14, 4));
   EXPECT_FALSE(cuda::TreeCellFitsBlock(65535, 20, 2));  // the 16-bit fields
   EXPECT_FALSE(cuda::TreeCellFitsBlock(100, 256, 8));   // the rounds' offsets in shared memory
+  EXPECT_TRUE(cuda::TreeCellFitsCablesBlock(3187, 17, 8));
+  EXPECT_FALSE(cuda::TreeCellFitsCablesBlock(3187, 65, 8));  // a cable over 64 nodes
+  EXPECT_FALSE(cuda::TreeCellFitsCablesBlock(7300, 10, 8));
+  EXPECT_TRUE(cuda::TreeCellFitsCablesBlock(7300, 10, 4));
 }
 
 TEST(CudaTreeCells, ManySmallRandomCells) {
@@ -770,35 +871,32 @@ TEST(CudaTreeCells, ManySmallRandomCells) {
   for (int k = 0; k < 40000; ++k)
     c.AddRandom(testing::RandomParents(1 + int64_t(rng() % 40), rng), rng);
   CompareCells<double>(c, TreeMethod::kAuto, kPerCell, 1e-12);
-  CompareCells<float>(c, TreeMethod::kCables, "cables (the cells as one tree)", 2e-3);
+  CompareCells<float>(c, TreeMethod::kCables, kPerCellCables, 2e-3);
 }
 
 TEST(CudaTreeCells, SmallForestOneBlock) {
   REQUIRE_GPU();
-  // A few thousand nodes in all: one block a cell for auto and contraction; as one tree, which
-  // fits one block, for cables (cables-block).
+  // A few thousand nodes in all.
   std::mt19937_64 rng(4);
   testing::Cells c;
   for (int k = 0; k < 90; ++k) c.AddRandom(testing::RandomParents(1 + int64_t(rng() % 60), rng), rng);
   CompareCells<double>(c, TreeMethod::kAuto, kPerCell, 1e-12);
   CompareCells<double>(c, TreeMethod::kContraction, kPerCell, 1e-12);
-  CompareCells<double>(c, TreeMethod::kCables, "cables", 1e-12);
+  CompareCells<double>(c, TreeMethod::kCables, kPerCellCables, 1e-12);
   CompareCells<float>(c, TreeMethod::kAuto, kPerCell, 2e-3);
 }
 
 TEST(CudaTreeCells, ASingularCellAmongGoodOnes) {
   REQUIRE_GPU();
-  // One block a cell: the singular cell alone is flagged and solved again on the host. As one
-  // tree (cables), where the singular cell is decides what the joined elimination carries past
-  // it (its root is the joined tree's root, an inner root, a leaf root): the statuses are the
-  // CPU's anyway.
+  // One block a cell: the singular cell alone is flagged and solved again on the host,
+  // wherever it is among the blocks.
   for (int at : {0, 1, 33, 600, 1199}) {
     const testing::Cells c = MorphologyCells(1200, 5, at);
     CompareCells<double>(c, TreeMethod::kAuto, kPerCell, 1e-12, "; a pivot vanished in 1 cell:");
     CompareCells<float>(c, TreeMethod::kContraction, kPerCell, 2e-3,
                         "; a pivot vanished in 1 cell:");
-    CompareCells<float>(c, TreeMethod::kCables, "cables (the cells as one tree); a pivot vanished",
-                        2e-3);
+    CompareCells<float>(c, TreeMethod::kCables, kPerCellCables, 2e-3,
+                        "; a pivot vanished in 1 cell:");
   }
   std::mt19937_64 rng(6);
   testing::Cells small;

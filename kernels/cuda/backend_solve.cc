@@ -413,15 +413,17 @@ absl::StatusOr<SolveInfo> CudaBackend::SolveTreeForest(const TreeProblem<T>& p, 
                                                        const SolveControl& c) {
   const cuda::UseTuning tuned(&tuning_, cuda::UseTuning::kUnlessSet);
   // hines is one thread a cell on the device (hines-batch, cells of one size); the host's
-  // sweeps, a cell a thread, instead. cables: the cable elimination, of the cells as one tree.
+  // sweeps, a cell a thread, instead.
   if (m == TreeMethod::kHines) return Host(cpu_->Solve(p, m, out, c));
-  if (m == TreeMethod::kCables) return SolveTreeForestJoined(p, m, out, c);
   // The forest's plan is kept by its cells (a time-stepping client's same cells find it). Its
-  // analysis is one tree contraction per distinct cell structure, on host threads: auto builds
-  // it only for cells it sees a second time, and solves the first sight on the host.
+  // analysis is one tree contraction (cable decomposition) per distinct cell structure, on host
+  // threads: auto builds it only for cells it sees a second time, and solves the first sight
+  // on the host.
   const int eb = int(sizeof(T));
+  const cuda::TreeCellsKind kind =
+      m == TreeMethod::kCables ? cuda::TreeCellsKind::kCables : cuda::TreeCellsKind::kContraction;
   std::shared_ptr<const cuda::TreeCellsPlan> plan =
-      cell_plans_.Find(p.parent, p.offsets, p.batch, eb);
+      cell_plans_.Find(p.parent, p.offsets, p.batch, eb, kind);
   if (plan == nullptr && m == TreeMethod::kAuto &&
       !cell_plans_.SeenBefore(p.parent, p.offsets, p.batch)) {
     auto host = cpu_->Solve(p, m, out, c);
@@ -429,13 +431,15 @@ absl::StatusOr<SolveInfo> CudaBackend::SolveTreeForest(const TreeProblem<T>& p, 
     return host;
   }
   if (plan == nullptr) {
-    auto made = cell_plans_.Get(p.parent, p.offsets, p.batch, eb, device_pool_, nullptr);
+    auto made = cell_plans_.Get(p.parent, p.offsets, p.batch, eb, kind, device_pool_, nullptr);
     if (!made.ok()) return made.status();
     plan = *made;
   }
   const int64_t structures = plan->structures();
   SolveInfo solved;
-  solved.method = absl::StrCat("contraction-block (per-cell plans, ", structures,
+  solved.method = absl::StrCat(kind == cuda::TreeCellsKind::kCables ? "cables-block"
+                                                                    : "contraction-block",
+                               " (per-cell plans, ", structures,
                                structures == 1 ? " structure)" : " structures)");
   if (plan->block_cells() > 0) {
     const int64_t total = p.unknowns();
@@ -473,8 +477,8 @@ absl::StatusOr<SolveInfo> CudaBackend::SolveTreeForest(const TreeProblem<T>& p, 
                     rest.size() == 1 ? " cell" : " cells", " too large for a block: ",
                     joined->method);
   }
-  // A cell whose pivot vanished in the contraction (flagged singular, x = 0): solved again on
-  // the host, alone with the others flagged; its status is then the CPU reference's.
+  // A cell whose pivot vanished in its block (flagged singular, x = 0): solved again on the
+  // host, alone with the others flagged; its status is then the CPU reference's.
   std::vector<int32_t> flagged;
   {
     std::vector<char> in_rest(size_t(p.batch), 0);

@@ -616,10 +616,10 @@ class CudaBackend final : public Backend {
   absl::StatusOr<SolveInfo> SolveTreeOnDevice(const TreeProblem<T>& p, TreeMethod m,
                                               TreeOutput<T> out, const SolveControl& c,
                                               const Resident<T>* resident = nullptr);
-  // Cells of different sizes (p.offsets; host arrays). auto and contraction: one thread block
-  // a cell, each cell with its structure's plan (tree/cells.h); the cells too large for a
-  // block by SolveTreeForestJoined; a cell whose pivot vanished solved again on the host (its
-  // status the CPU reference's). cables: SolveTreeForestJoined.
+  // Cells of different sizes (p.offsets; host arrays): one thread block a cell, each cell with
+  // its structure's plan (tree/cells.h; contraction-block for auto and contraction,
+  // cables-block for cables); the cells too large for a block by SolveTreeForestJoined; a cell
+  // whose pivot vanished solved again on the host (its status the CPU reference's).
   template <typename T>
   absl::StatusOr<SolveInfo> SolveTreeForest(const TreeProblem<T>& p, TreeMethod m,
                                             TreeOutput<T> out, const SolveControl& c);

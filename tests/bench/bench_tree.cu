@@ -365,10 +365,13 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
       CK(cudaFree(droots));
       // The same cells one block a cell, each with its structure's plan (tree/cells.h): what
-      // the backend runs for auto and contraction. The flags are a byte a cell here.
-      {
+      // the backend runs for auto and contraction (contraction-block) and for cables
+      // (cables-block). The flags are a byte a cell here.
+      for (const auto kind : {trisolve::cuda::TreeCellsKind::kContraction,
+                              trisolve::cuda::TreeCellsKind::kCables}) {
+        const bool cab = kind == trisolve::cuda::TreeCellsKind::kCables;
         auto cplan = trisolve::cuda::TreeCellsPlan::Make(local.data(), off.data(), vcells, 8,
-                                                         pool, nullptr);
+                                                         pool, nullptr, 0, kind);
         if (!cplan.ok()) std::exit(2);
         uint8_t* cflags;
         CK(cudaMalloc(&cflags, vcells));
@@ -381,7 +384,7 @@ int main(int argc, char** argv) {
         cp.upper = dflat[1];
         cp.diag = dflat[2];
         cp.rhs = dflat[3];
-        // (the joined solve above zeroed the roots' couplings: the per-cell kernel reads none)
+        // (the joined solve above zeroed the roots' couplings: the per-cell kernels read none)
         const double cms = TimeIt(reps, [&] {
           if (!trisolve::cuda::SolveTreeCellsBlockDevice(cp, **cplan, x, cflags, nullptr).ok())
             std::exit(2);
@@ -396,8 +399,10 @@ int main(int argc, char** argv) {
         const double cgbs = 40.0 * N / cms / 1e6;
         std::printf("%8lld %11lld %-34s %7.3f ms %9.0f %6.1f%% %9.1e  (%lld structures, %lld "
                     "cells one a block, %lld flagged; analysis %.1f ms, host threads, once)\n",
-                    (long long)cells, (long long)N, "variable cells, per-cell contr.-block", cms,
-                    cgbs, 100 * cgbs / copy_gbs, cdm / xm, (long long)(*cplan)->structures(),
+                    (long long)cells, (long long)N,
+                    cab ? "variable cells, per-cell cables-block"
+                        : "variable cells, per-cell contr.-block",
+                    cms, cgbs, 100 * cgbs / copy_gbs, cdm / xm, (long long)(*cplan)->structures(),
                     (long long)(*cplan)->block_cells(), (long long)flagged,
                     (*cplan)->analysis_ms());
         std::fflush(stdout);

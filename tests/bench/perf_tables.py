@@ -177,13 +177,14 @@ def render_tree_cells(baselines, gpu):
 
 def render_tree_forest(baselines, gpu):
     """bench_tree.csv, the cells of different sizes (TreeRequest.lengths) beside the uniform
-    batch of as many nodes: one block a cell with per-cell plans, the cells as one tree, and
-    the uniform cells sent with lengths."""
+    batch of as many nodes: one block a cell with per-cell plans (both kernels), the cells as
+    one tree, and the uniform cells sent with lengths."""
     rows = [r for r in tree_rows(baselines, gpu) if r["tree"] == "morphology"]
     by = defaultdict(dict)
     for r in rows:
         by[int(r["cells"])][(r["solver"], r["layout"])] = r
     per_cell = ("variable cells, per-cell contr.-block", "")
+    per_cell_cables = ("variable cells, per-cell cables-block", "")
     joined = ("variable cells, cables", "")
     same = ("lengths, one morphology, per-cell", "")
     uniform = ("trisolve contraction-block", "flat")
@@ -206,13 +207,14 @@ def render_tree_forest(baselines, gpu):
         body.append([f"{cells:,}", f"{int(got[per_cell]['nodes']):,}",
                      f"{int(varied):,}" if varied != "-" else "-",
                      f"{int(kinds):,}" if (kinds := note(got, per_cell, structures)) != "-"
-                     else "-", cell(got, per_cell),
+                     else "-", cell(got, per_cell), cell(got, per_cell_cables),
                      cell(got, joined), cell(got, same), cell(got, uniform),
                      f"{note(got, per_cell, analysis)} ms", f"{note(got, joined, analysis)} ms"])
     if not body:
         raise TableError("bench_tree.csv has no 'variable cells, per-cell contr.-block' rows")
     return table(["uniform cells", "nodes", "cells of 32 … 3,187 nodes", "structures",
-                  "one block a cell (per-cell plans)", "as one tree (`cables`)",
+                  "`contraction-block`, per-cell plans", "`cables-block`, per-cell plans",
+                  "as one tree (`cables`)",
                   "uniform cells sent with lengths", "uniform `contraction-block` flat",
                   "analysis, per-cell (host threads)", "analysis, one tree (one thread)"], body)
 

@@ -671,5 +671,70 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads)
   if (!ok) status[__ldg(cell_id + b)] = kFlagVanished;
 }
 
+// Cells of different sizes one a block by the cable heights (tree/cells.h): CablesBlockKernel,
+// flat, each block reading its cell's description first: {first node (two halves), n |
+// heights << 16, where its structure's level offsets start in level_ptr}. The structures'
+// cable descriptions lie end to end (cmore's child-list offsets and the levels rebased).
+template <typename T, int kThreads>
+__global__ void __launch_bounds__(kThreads, 1024 / kThreads)
+    CablesCellsKernel(const T* __restrict__ g_lower, const T* __restrict__ g_upper,
+                      const T* __restrict__ g_diag, const T* __restrict__ g_rhs,
+                      const int4* __restrict__ cell_info, const int32_t* __restrict__ cell_id,
+                      int32_t block0, const int4* __restrict__ cinfo,
+                      const int2* __restrict__ cmore, const int32_t* __restrict__ ctop,
+                      const int32_t* __restrict__ level_ptr, T* x, uint8_t* status) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const int tid = threadIdx.x;
+  const int b = block0 + int(blockIdx.x);
+  const int4 info = __ldg(cell_info + b);
+  const int64_t first = int64_t((uint64_t(uint32_t(info.y)) << 32) | uint32_t(info.x));
+  const int n = info.z & 0xffff, H = (info.z >> 16) & 0xffff;
+  const int32_t* lp = level_ptr + info.w;
+  T* lower = reinterpret_cast<T*>(smem_raw);
+  T* upper = lower + n;
+  T* diag = upper + n;
+  T* rhs = diag + n;  // R/D, then x
+  int kb = __ldg(lp), ke = __ldg(lp + 1);
+  int4 ci = CableAt(cinfo, kb + tid, ke);
+  for (int i = tid; i < n; i += kThreads) {
+    __pipeline_memcpy_async(lower + i, g_lower + first + i, sizeof(T));
+    __pipeline_memcpy_async(upper + i, g_upper + first + i, sizeof(T));
+    __pipeline_memcpy_async(diag + i, g_diag + first + i, sizeof(T));
+    __pipeline_memcpy_async(rhs + i, g_rhs + first + i, sizeof(T));
+  }
+  __pipeline_commit();
+  __pipeline_wait_prior(0);
+  __syncthreads();
+  bool ok = true;
+  for (int h = 0; h < H; ++h) {
+    const int nkb = ke, nke = h + 1 < H ? __ldg(lp + h + 2) : ke;
+    const int4 nci = CableAt(cinfo, nkb + tid, nke);
+    if (kb + tid < ke)
+      BlockBackward(Decode(ci), kb + tid, cmore, ctop, lower, upper, diag, rhs, ok);
+    for (int k = kb + tid + kThreads; k < ke; k += kThreads)
+      BlockBackward(Decode(__ldg(cinfo + k)), k, cmore, ctop, lower, upper, diag, rhs, ok);
+    __syncthreads();
+    kb = nkb;
+    ke = nke;
+    ci = nci;
+  }
+  kb = __ldg(lp + H - 1);
+  ke = __ldg(lp + H);
+  ci = CableAt(cinfo, kb + tid, ke);
+  for (int h = H - 1; h >= 0; --h) {
+    const int nke = kb, nkb = h > 0 ? __ldg(lp + h - 1) : kb;
+    const int4 nci = CableAt(cinfo, nkb + tid, nke);
+    if (kb + tid < ke) BlockForward(Decode(ci), lower, rhs, ok);
+    for (int k = kb + tid + kThreads; k < ke; k += kThreads)
+      BlockForward(Decode(__ldg(cinfo + k)), lower, rhs, ok);
+    __syncthreads();
+    kb = nkb;
+    ke = nke;
+    ci = nci;
+  }
+  for (int i = tid; i < n; i += kThreads) x[first + i] = rhs[i];
+  if (!ok) status[__ldg(cell_id + b)] = kFlagVanished;
+}
+
 }  // namespace
 }  // namespace trisolve::cuda

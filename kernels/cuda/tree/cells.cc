@@ -81,8 +81,10 @@ TreeCellGroups GroupTreeCells(const int32_t* parent, const int64_t* offsets, int
 }
 
 TreeCellsSchedule ScheduleTreeCells(const int32_t* parent, const int64_t* offsets, int64_t cells,
-                                    int elem_bytes, int threads) {
+                                    int elem_bytes, int threads, TreeCellsKind kind) {
   TreeCellsSchedule out;
+  out.kind = kind;
+  const bool cables = kind == TreeCellsKind::kCables;
   const TreeCellGroups g = GroupTreeCells(parent, offsets, cells);
   const int64_t S = int64_t(g.first_cell.size());
   out.structures = S;
@@ -92,12 +94,23 @@ TreeCellsSchedule ScheduleTreeCells(const int32_t* parent, const int64_t* offset
   };
   // Each distinct structure's contraction, on host threads; none for cells too large for a
   // block in any precision (the 16-bit fields stop at 65,534 nodes).
-  std::vector<TreeContraction> rc(static_cast<size_t>(S));
+  std::vector<TreeContraction> rc(static_cast<size_t>(cables ? 0 : S));
+  std::vector<TreeCables> tc(static_cast<size_t>(cables ? S : 0));
   std::vector<char> fits(size_t(S), 0);
   ParallelFor(S, HostThreads(threads), [&](int64_t s) {
     const int64_t n = size_of(s);
+    const int32_t* ps = parent + offsets[g.first_cell[size_t(s)]];
+    if (cables) {
+      if (!TreeCellFitsCablesBlock(n, 1, elem_bytes)) return;
+      TreeCables& t = tc[size_t(s)];
+      t = BuildTreeCables(ps, n);
+      int64_t longest = 0;
+      for (int64_t c = 0; c < t.cables(); ++c) longest = std::max<int64_t>(longest, t.length(c));
+      fits[size_t(s)] = TreeCellFitsCablesBlock(n, longest, elem_bytes);
+      return;
+    }
     if (!TreeCellFitsBlock(n, 1, elem_bytes)) return;
-    rc[size_t(s)] = BuildTreeContraction(parent + offsets[g.first_cell[size_t(s)]], n);
+    rc[size_t(s)] = BuildTreeContraction(ps, n);
     fits[size_t(s)] = TreeCellFitsBlock(n, rc[size_t(s)].rounds(), elem_bytes);
   });
   // The schedules end to end, each structure's offsets rebased to the whole arrays.
@@ -109,7 +122,33 @@ TreeCellsSchedule ScheduleTreeCells(const int32_t* parent, const int64_t* offset
   std::vector<int32_t>& children = out.children;
   std::vector<int32_t> ptr_base(size_t(S), -1), rounds(size_t(S), 0);
   auto pack = [](int32_t lo, int32_t hi) { return int32_t(uint32_t(lo) | uint32_t(hi) << 16); };
-  for (int64_t s = 0; s < S; ++s) {
+  for (int64_t s = 0; s < S && cables; ++s) {
+    if (!fits[size_t(s)]) continue;
+    // As TreeCablesPlan::Make's one-block-a-cell part (every cable short: `order` as built),
+    // the child lists' and the levels' offsets rebased.
+    const TreeCables& t = tc[size_t(s)];
+    const int64_t C = t.cables();
+    const int32_t bk = int32_t(out.cinfo.size()), bt = int32_t(out.ctop.size());
+    if (int64_t(bk) + C + int64_t(bt) + int64_t(t.child_list.size()) > (int64_t(1) << 31) - 1) {
+      fits[size_t(s)] = 0;
+      continue;
+    }
+    ptr_base[size_t(s)] = int32_t(out.level_ptr.size());
+    rounds[size_t(s)] = int32_t(t.levels());
+    for (int32_t v : t.level_ptr) out.level_ptr.push_back(bk + v);
+    for (size_t q = 0; q < t.child_list.size(); ++q) out.ctop.push_back(t.start[t.child_list[q]]);
+    for (int64_t k = 0; k < C; ++k) {
+      const int32_t c = t.order[k];
+      const int32_t cb = t.child_ptr[c], cc = t.child_ptr[c + 1] - cb;
+      const uint32_t x = uint32_t(t.start[c]) | (uint32_t(t.length(c) - 1) << 16) |
+                         (cc > 2 ? 1u << 31 : 0u);
+      out.cinfo.push_back(int4{int32_t(x), t.anchor[c], cc > 0 ? out.ctop[size_t(bt + cb)] : -1,
+                               cc > 1 ? out.ctop[size_t(bt + cb + 1)] : -1});
+      out.cmore.push_back(cc > 2 ? int2{bt + cb + 2, cc - 2} : int2{0, 0});
+    }
+  }
+  tc.clear();
+  for (int64_t s = 0; s < S && !cables; ++s) {
     if (!fits[size_t(s)]) continue;
     const TreeContraction& c = rc[size_t(s)];
     const int32_t be = int32_t(el.size()), bu = int32_t(up.size()),
@@ -184,12 +223,13 @@ TreeCellsSchedule ScheduleTreeCells(const int32_t* parent, const int64_t* offset
 
 absl::StatusOr<std::unique_ptr<TreeCellsPlan>> TreeCellsPlan::Make(
     const int32_t* parent, const int64_t* offsets, int64_t cells, int elem_bytes, Pool& pool,
-    cudaStream_t stream, int threads) {
+    cudaStream_t stream, int threads, TreeCellsKind kind) {
   const auto t0 = std::chrono::steady_clock::now();
   auto plan = std::unique_ptr<TreeCellsPlan>(new TreeCellsPlan);
   plan->cells_ = cells;
   plan->elem_bytes_ = elem_bytes;
-  TreeCellsSchedule sc = ScheduleTreeCells(parent, offsets, cells, elem_bytes, threads);
+  plan->kind_ = kind;
+  TreeCellsSchedule sc = ScheduleTreeCells(parent, offsets, cells, elem_bytes, threads, kind);
   plan->structures_ = sc.structures;
   plan->rest_ = std::move(sc.rest);
   plan->launches_ = std::move(sc.launches);
@@ -212,13 +252,20 @@ absl::StatusOr<std::unique_ptr<TreeCellsPlan>> TreeCellsPlan::Make(
     ptr_e.push_back(0);
     ptr_u.push_back(0);
   }
+  if (sc.cinfo.empty()) {
+    sc.cinfo.push_back(int4{0, -1, -1, -1});
+    sc.cmore.push_back(int2{0, 0});
+  }
+  sc.ctop.push_back(0);
+  if (sc.level_ptr.empty()) sc.level_ptr.push_back(0);
   std::vector<int32_t> cell_id(order.begin(), order.end());
   if (cell_id.empty()) cell_id.push_back(0);
   if (info.empty()) info.push_back(int4{0, 0, 0, 0});
-  const int64_t bytes = int64_t(sizeof(int4)) * int64_t(info.size()) +
-                        int64_t(sizeof(int2)) * int64_t(el.size() + up.size() + more.size()) +
-                        4 * int64_t(cell_id.size() + ptr_e.size() + ptr_u.size() +
-                                    children.size());
+  const int64_t bytes =
+      int64_t(sizeof(int4)) * int64_t(info.size() + sc.cinfo.size()) +
+      int64_t(sizeof(int2)) * int64_t(el.size() + up.size() + more.size() + sc.cmore.size()) +
+      4 * int64_t(cell_id.size() + ptr_e.size() + ptr_u.size() + children.size() +
+                  sc.ctop.size() + sc.level_ptr.size());
   auto buf = pool.Get(bytes);
   if (!buf.ok()) return buf.status();
   plan->buf_ = std::move(*buf);
@@ -236,10 +283,18 @@ absl::StatusOr<std::unique_ptr<TreeCellsPlan>> TreeCellsPlan::Make(
   const int4* ci = nullptr;
   const int2 *de = nullptr, *du = nullptr, *dm = nullptr;
   const int32_t *dc = nullptr, *dpe = nullptr, *dpu = nullptr, *dch = nullptr;
-  for (absl::Status st : {put(info, &ci), put(el, &de), put(up, &du), put(more, &dm),
-                          put(cell_id, &dc), put(ptr_e, &dpe), put(ptr_u, &dpu),
-                          put(children, &dch)})
+  const int4* dci = nullptr;
+  const int2* dcm = nullptr;
+  const int32_t *dct = nullptr, *dlp = nullptr;
+  for (absl::Status st : {put(info, &ci), put(sc.cinfo, &dci), put(el, &de), put(up, &du),
+                          put(more, &dm), put(sc.cmore, &dcm), put(cell_id, &dc),
+                          put(ptr_e, &dpe), put(ptr_u, &dpu), put(children, &dch),
+                          put(sc.ctop, &dct), put(sc.level_ptr, &dlp)})
     if (!st.ok()) return st;
+  plan->cinfo_ = dci;
+  plan->cmore_ = dcm;
+  plan->ctop_ = dct;
+  plan->level_ptr_ = dlp;
   plan->cell_info_ = ci;
   plan->elim_ = de;
   plan->upd_ = du;

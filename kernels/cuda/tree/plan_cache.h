@@ -101,17 +101,18 @@ class TreePlanCache {
 };
 
 // The per-cell plans of forests (TreeProblem::offsets), kept by the forest: its cells' sizes
-// and local parent arrays and the precision it was built for (which cells fit a block).
+// and local parent arrays, the precision it was built for (which cells fit a block) and the
+// kernel's kind.
 class TreeCellsPlanCache {
  public:
   static constexpr size_t kPlansKept = 4;
 
   // The cached plan of the forest, or null; builds nothing.
   std::shared_ptr<const TreeCellsPlan> Find(const int32_t* parent, const int64_t* offsets,
-                                            int64_t cells, int elem_bytes) {
+                                            int64_t cells, int elem_bytes, TreeCellsKind kind) {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto it = plans_.begin(); it != plans_.end(); ++it)
-      if (it->Same(parent, offsets, cells, elem_bytes)) {
+      if (it->kind == kind && it->Same(parent, offsets, cells, elem_bytes)) {
         auto plan = it->plan;
         plans_.splice(plans_.begin(), plans_, it);
         return plan;
@@ -121,14 +122,15 @@ class TreeCellsPlanCache {
   // The forest's plan: the cached one, else one built now and kept.
   absl::StatusOr<std::shared_ptr<const TreeCellsPlan>> Get(const int32_t* parent,
                                                            const int64_t* offsets, int64_t cells,
-                                                           int elem_bytes, Pool& pool,
-                                                           cudaStream_t stream) {
-    if (auto plan = Find(parent, offsets, cells, elem_bytes)) return plan;
-    auto made = TreeCellsPlan::Make(parent, offsets, cells, elem_bytes, pool, stream);
+                                                           int elem_bytes, TreeCellsKind kind,
+                                                           Pool& pool, cudaStream_t stream) {
+    if (auto plan = Find(parent, offsets, cells, elem_bytes, kind)) return plan;
+    auto made = TreeCellsPlan::Make(parent, offsets, cells, elem_bytes, pool, stream, 0, kind);
     if (!made.ok()) return made.status();
     std::shared_ptr<const TreeCellsPlan> plan(std::move(*made));
     Entry e;
     e.elem_bytes = elem_bytes;
+    e.kind = kind;
     e.offsets.assign(offsets, offsets + cells + 1);
     e.parent.assign(parent, parent + offsets[cells]);
     e.plan = plan;
@@ -160,6 +162,7 @@ class TreeCellsPlanCache {
  private:
   struct Entry {
     int elem_bytes = 0;
+    TreeCellsKind kind = TreeCellsKind::kContraction;
     std::vector<int64_t> offsets;
     std::vector<int32_t> parent;
     std::shared_ptr<const TreeCellsPlan> plan;

@@ -249,11 +249,33 @@ bool TreeCellFitsBlock(int64_t n, int64_t rounds, int elem_bytes) {
          int64_t(elem_bytes) * 4 * n + 8 * (kMaxRounds + 1) <= kBlockMaxSmem;
 }
 
+bool TreeCellFitsCablesBlock(int64_t n, int64_t longest_cable, int elem_bytes) {
+  return n < 65535 && longest_cable <= kBlockMaxCable &&
+         int64_t(elem_bytes) * 4 * n <= kBlockMaxSmem;
+}
+
 template <typename T>
 absl::Status SolveTreeCellsBlockDevice(const TreeProblem<T>& p, const TreeCellsPlan& plan, T* x,
                                        uint8_t* status_flags, cudaStream_t stream) {
   if (plan.elem_bytes() != int(sizeof(T)) || p.layout != Layout::kFlat || p.batch != plan.cells())
     return absl::InvalidArgumentError("the cells' plan was built for other cells or precision");
+  if (plan.kind() == TreeCellsKind::kCables) {
+    for (const TreeCellsPlan::Launch& l : plan.launches_) {
+      const size_t smem = sizeof(T) * 4 * size_t(l.max_n);
+      auto kernel = l.threads == 128   ? CablesCellsKernel<T, 128>
+                    : l.threads == 256 ? CablesCellsKernel<T, 256>
+                                       : CablesCellsKernel<T, 512>;
+      TRISOLVE_CUDA_RETURN_IF_ERROR(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
+          kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+      kernel<<<unsigned(l.blocks), unsigned(l.threads), smem, stream>>>(
+          p.lower, p.upper, p.diag, p.rhs, plan.cell_info_, plan.cell_id_, l.block0, plan.cinfo_,
+          plan.cmore_, plan.ctop_, plan.level_ptr_, x, status_flags);
+      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    }
+    return absl::OkStatus();
+  }
   for (const TreeCellsPlan::Launch& l : plan.launches_) {
     const size_t smem = sizeof(T) * 4 * size_t(l.max_n);
     auto kernel = l.threads == 128   ? ContractionCellsKernel<T, 128>
