@@ -1,6 +1,7 @@
 // The CUDA backend's tree solves against the CPU reference. Skips, saying so, without a GPU.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "trisolve/reference/tree.h"
 #include "trisolve/swc.h"
 #include "trisolve/tree.h"
+#include "tree/cells.h"
 #include "tree/tree.h"
 #include "runtime/memory_pool.h"
 
@@ -450,14 +452,17 @@ TEST(CudaCablesMorphology, PerCellTreesDiffer) {
   }
 }
 
-// Cells of different sizes (TreeProblem::offsets): the device solves them as one tree whose
-// roots are joined by zero couplings; every status and x against the CPU reference's, a cell
-// at a time, by the same method (auto: hines on the CPU). `expect`: the method string's start.
-// auto builds the joined tree's plan only for cells it has seen before: the first call may be
-// the host's (unless an earlier test sent the same cells), the second is the device's.
+// Cells of different sizes (TreeProblem::offsets): one block a cell with its structure's plan
+// (contraction-block for auto and contraction, cables-block for cables), cells too large for
+// a block as one tree whose roots are joined by zero couplings; every status and x against
+// the CPU reference's, a cell
+// at a time, by the same method (auto: hines on the CPU). `expect`: the method string's start;
+// `also`: a part it must hold further on. auto builds the plan only for cells it has seen
+// before: the first call may be the host's (unless an earlier test sent the same cells), the
+// second is the device's.
 template <typename T>
 void CompareCellsOnce(const testing::Cells& c, TreeMethod m, const std::string& expect,
-                      double tol, bool first_sight) {
+                      double tol, bool first_sight, const std::string& also = "") {
   const auto typed = c.As<T>();
   const TreeProblem<T> p = c.Problem(typed);
   const int64_t total = c.total();
@@ -469,6 +474,8 @@ void CompareCellsOnce(const testing::Cells& c, TreeMethod m, const std::string& 
       first_sight && info->method == "hines (host; the cells' plan is built if they come again)";
   if (!host_first) {
     EXPECT_EQ(info->method.rfind(expect, 0), 0u) << info->method << " (expected " << expect << ")";
+    EXPECT_NE(info->method.find(also), std::string::npos) << info->method << " (expected " << also
+                                                          << " in it)";
   }
   cpu::SolveTree(p, m == TreeMethod::kAuto ? TreeMethod::kHines : m,
                  TreeOutput<T>{xc.data(), sc.data()});
@@ -492,12 +499,16 @@ void CompareCellsOnce(const testing::Cells& c, TreeMethod m, const std::string& 
 }
 
 template <typename T>
-void CompareCells(const testing::Cells& c, TreeMethod m, const std::string& expect, double tol) {
+void CompareCells(const testing::Cells& c, TreeMethod m, const std::string& expect, double tol,
+                  const std::string& also = "") {
   for (int call = 0; call < (m == TreeMethod::kAuto ? 2 : 1); ++call) {
     SCOPED_TRACE(::testing::Message() << "call " << call);
-    CompareCellsOnce<T>(c, m, expect, tol, call == 0 && m == TreeMethod::kAuto);
+    CompareCellsOnce<T>(c, m, expect, tol, call == 0 && m == TreeMethod::kAuto, also);
   }
 }
+
+constexpr const char* kPerCell = "contraction-block (per-cell plans, ";
+constexpr const char* kPerCellCables = "cables-block (per-cell plans, ";
 
 // Subtrees of the real morphology (its first k nodes) of many sizes, the whole cell among them,
 // and random small trees: 1,200 cells.
@@ -532,28 +543,324 @@ TEST(CudaTreeCells, HandWorkedCells) {
                               TreeOutput<double>{x.data(), st.data()}, SolveControl{});
     ASSERT_TRUE(info.ok()) << info.status();
     if (call == 1) {
-      EXPECT_EQ(info->method, "contraction-block (the cells as one tree)");
+      EXPECT_EQ(info->method, "contraction-block (per-cell plans, 3 structures)");
     }
     const std::vector<double> want = testing::HandWorkedX();
     for (SystemStatus s : st) EXPECT_EQ(s, SystemStatus::kOk);
     for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(x[i], want[i], 1e-14) << i;
   }
-  // The caller's root couplings (not part of the matrix) are untouched: zeroed on the device
-  // copy only.
+  // The caller's root couplings (not part of the matrix) are untouched.
   EXPECT_EQ(typed.lower[1], 3.5);
   EXPECT_EQ(typed.upper[3], -6.0);
 }
 
-TEST(CudaTreeCells, RealMorphologySubtreesAsOneTree) {
+TEST(CudaTreeCells, RealMorphologySubtreesOneBlockACell) {
   REQUIRE_GPU();
   const testing::Cells c = MorphologyCells(1200, 1);
-  CompareCells<double>(c, TreeMethod::kAuto, "cables (the cells as one tree)", 1e-12);
-  CompareCells<float>(c, TreeMethod::kAuto, "cables (the cells as one tree)", 2e-3);
-  CompareCells<double>(c, TreeMethod::kCables, "cables (the cells as one tree)", 1e-12);
-  // hines is one thread a cell on the device; contraction's rounds fit a block only for small
-  // forests: both on the host, a cell at a time.
+  CompareCells<double>(c, TreeMethod::kAuto, kPerCell, 1e-12);
+  CompareCells<float>(c, TreeMethod::kAuto, kPerCell, 2e-3);
+  CompareCells<double>(c, TreeMethod::kContraction, kPerCell, 1e-12);
+  CompareCells<float>(c, TreeMethod::kContraction, kPerCell, 2e-3);
+  CompareCells<double>(c, TreeMethod::kCables, kPerCellCables, 1e-12);
+  CompareCells<float>(c, TreeMethod::kCables, kPerCellCables, 2e-3);
+  // hines is one thread a cell on the device: on the host, a cell at a time.
   CompareCells<double>(c, TreeMethod::kHines, "hines (host)", 0);
-  CompareCells<double>(c, TreeMethod::kContraction, "contraction (host)", 0);
+}
+
+TEST(CudaTreeCells, OneMorphologySentWithLengths) {
+  REQUIRE_GPU();
+  // Every cell the whole morphology: one structure, the uniform batch's work.
+  auto m = ReadSwc(std::string(TRISOLVE_TEST_DATA) + "/neuron_10-2012-02-09-001.CNG.swc");
+  ASSERT_TRUE(m.ok());
+  std::mt19937_64 rng(11);
+  testing::Cells c;
+  for (int k = 0; k < 300; ++k) c.AddRandom(m->parent, rng);
+  CompareCells<double>(c, TreeMethod::kAuto, "contraction-block (per-cell plans, 1 structure)",
+                       1e-12);
+  CompareCells<float>(c, TreeMethod::kContraction,
+                      "contraction-block (per-cell plans, 1 structure)", 2e-3);
+}
+
+TEST(CudaTreeCells, CellsTooLargeForABlockAmongSmallOnes) {
+  REQUIRE_GPU();
+  // 15,000 and 70,000 nodes: over shared memory in both precisions (and over the 16-bit
+  // fields): the cells as one tree; the others one a block. A singular cell among each kind:
+  // the 15,000-node cell's last leaf has a zero row.
+  std::mt19937_64 rng(12);
+  testing::Cells c;
+  for (int k = 0; k < 200; ++k) {
+    if (k == 7 || k == 150) {
+      c.AddRandom(testing::RandomParents(k == 7 ? 15000 : 70000, rng), rng);
+    } else if (k == 90) {
+      c.AddSingular();
+    } else {
+      c.AddRandom(testing::RandomParents(1 + int64_t(rng() % 500), rng), rng);
+    }
+  }
+  const size_t leaf = size_t(c.offsets[8] - 1);  // (a random recursive tree's last node)
+  c.diag[leaf] = 0;
+  c.lower[leaf] = 0;
+  for (TreeMethod m : {TreeMethod::kAuto, TreeMethod::kContraction}) {
+    CompareCells<double>(c, m, kPerCell, 1e-12, "; 2 cells too large for a block: ");
+    CompareCells<float>(c, m, kPerCell, 2e-3, "; 2 cells too large for a block: ");
+  }
+  // (cables builds the joined tree's plan at once: the two large cells on the device, their
+  // vanished pivot re-solved on the host as the joined tree does)
+  const std::string joined =
+      "; 2 cells too large for a block: cables (the cells as one tree); a pivot vanished";
+  CompareCells<double>(c, TreeMethod::kCables, kPerCellCables, 1e-12, joined);
+  CompareCells<float>(c, TreeMethod::kCables, kPerCellCables, 2e-3, joined);
+}
+
+TEST(CudaTreeCells, PlanGroupsStructuresAndLeavesLargeCells) {
+  REQUIRE_GPU();
+  // Sizes 3, 3 (same tree), 3 (another), 9,000 (too large in float64, not in float32), 1, 1.
+  testing::Cells c;
+  std::mt19937_64 rng(13);
+  c.AddRandom({-1, 0, 1}, rng);
+  c.AddRandom({-1, 0, 1}, rng);
+  c.AddRandom({-1, 0, 0}, rng);
+  c.AddRandom(testing::RandomParents(9000, rng), rng);
+  c.AddRandom({-1}, rng);
+  c.AddRandom({-1}, rng);
+  cuda::Pool pool(cuda::Pool::Kind::kDevice, 0, int64_t{1} << 30);
+  auto p8 = cuda::TreeCellsPlan::Make(c.parent.data(), c.offsets.data(), c.cells(), 8, pool,
+                                      nullptr, 3);
+  ASSERT_TRUE(p8.ok()) << p8.status();
+  EXPECT_EQ((*p8)->structures(), 4);
+  EXPECT_EQ((*p8)->block_cells(), 5);
+  EXPECT_EQ((*p8)->rest(), std::vector<int32_t>{3});
+  auto p4 = cuda::TreeCellsPlan::Make(c.parent.data(), c.offsets.data(), c.cells(), 4, pool,
+                                      nullptr, 1);
+  ASSERT_TRUE(p4.ok()) << p4.status();
+  EXPECT_EQ((*p4)->block_cells(), 6);
+  EXPECT_TRUE((*p4)->rest().empty());
+}
+
+// Host only: runs without a GPU.
+TEST(TreeCellGroups, SameSizeAndParentsShareAStructure) {
+  testing::Cells c;
+  std::mt19937_64 rng(14);
+  for (const std::vector<int32_t>& p : std::vector<std::vector<int32_t>>{
+           {-1, 0, 1}, {-1, 0, 0}, {-1, 0, 1}, {-1}, {-1}, {-1, 0, 1, 2}, {-1, 0, 0}})
+    c.AddRandom(p, rng);
+  const cuda::TreeCellGroups g =
+      cuda::GroupTreeCells(c.parent.data(), c.offsets.data(), c.cells());
+  EXPECT_EQ(g.structure_of, (std::vector<int32_t>{0, 1, 0, 2, 2, 3, 1}));
+  EXPECT_EQ(g.first_cell, (std::vector<int64_t>{0, 1, 3, 5}));
+  // The prefix {-1, 0, 1} of {-1, 0, 1, 2} is not the same tree: sizes differ.
+  testing::Cells d;
+  d.AddRandom({-1, 0, 1, 2}, rng);
+  d.AddRandom({-1, 0, 1}, rng);
+  EXPECT_EQ(cuda::GroupTreeCells(d.parent.data(), d.offsets.data(), 2).first_cell.size(), 2u);
+}
+
+// The block kernel's arithmetic on the host over the schedule as packed for the device
+// (ContractionCellsKernel, one round at a time, entries in order): checks the grouping, the
+// rebased offsets and the per-block descriptions without a GPU.
+template <typename T>
+void EmulateCellBlocks(const cuda::TreeCellsSchedule& sc, const TreeProblem<T>& p, T* x,
+                       std::vector<uint8_t>& flagged) {
+  const T eps = std::numeric_limits<T>::epsilon();
+  for (size_t b = 0; b < sc.info.size(); ++b) {
+    const int4 info = sc.info[b];
+    const int64_t first = int64_t((uint64_t(uint32_t(info.y)) << 32) | uint32_t(info.x));
+    const int n = info.z & 0xffff, R = (info.z >> 16) & 0xff, pb = info.w;
+    std::vector<T> lo(p.lower + first, p.lower + first + n), up(p.upper + first, p.upper + first + n),
+        dg(p.diag + first, p.diag + first + n), rh(p.rhs + first, p.rhs + first + n);
+    bool ok = true;
+    auto vanishes = [&](T d, T scale) { return !(std::abs(d) > eps * scale) || !std::isfinite(d); };
+    for (int r = 0; r < R; ++r) {
+      for (int k = sc.ptr_e[size_t(pb + r)]; k < sc.ptr_e[size_t(pb + r + 1)]; ++k) {
+        const int2 e = sc.elim[size_t(k)];
+        const int v = e.x & 0xffff, par = (e.x >> 16) - 1, c = e.y - 1;
+        const T D = dg[v], inv = T(1) / D;
+        ok &= !vanishes(D, T(0));
+        const T uc = c >= 0 ? up[c] : T(0), l = lo[v], u = up[v];
+        rh[v] = rh[v] * inv;
+        lo[v] = par >= 0 ? l * inv : T(0);
+        up[v] = c >= 0 ? uc * inv : T(0);
+        dg[v] = par >= 0 ? u : T(0);
+      }
+      for (int k = sc.ptr_u[size_t(pb + r)]; k < sc.ptr_u[size_t(pb + r + 1)]; ++k) {
+        const int2 e = sc.upd[size_t(k)];
+        const int u = e.x & 0xffff, from = (e.x >> 16) - 1;
+        const int c0 = (e.y & 0xffff) - 1, c1f = (e.y >> 16) & 0xffff;
+        T D = dg[u], Rr = rh[u], S = std::abs(D);
+        if (from >= 0) {
+          const T l = lo[u], wc = up[from], d = l * wc;
+          D -= d;
+          S += std::abs(d);
+          Rr -= l * rh[from];
+          lo[u] = -l * lo[from];
+          up[u] = -dg[from] * wc;
+        }
+        auto take = [&](int w) {
+          const T d = dg[w] * lo[w];
+          D -= d;
+          S += std::abs(d);
+          Rr -= dg[w] * rh[w];
+        };
+        if (c1f == 0xffff) {
+          const int2 m = sc.upd_more[size_t(k)];
+          for (int q = m.x; q < m.x + m.y; ++q) take(sc.children[size_t(q)]);
+        } else {
+          if (c0 >= 0) take(c0);
+          if (c1f > 0) take(c1f - 1);
+        }
+        ok &= !vanishes(D, S);
+        dg[u] = D;
+        rh[u] = Rr;
+      }
+    }
+    for (int r = R - 1; r >= 0; --r)
+      for (int k = sc.ptr_e[size_t(pb + r)]; k < sc.ptr_e[size_t(pb + r + 1)]; ++k) {
+        const int2 e = sc.elim[size_t(k)];
+        const int v = e.x & 0xffff, par = (e.x >> 16) - 1, c = e.y - 1;
+        T xv = rh[v];
+        if (par >= 0) xv -= lo[v] * rh[par];
+        if (c >= 0) xv -= up[v] * rh[c];
+        rh[v] = xv;
+      }
+    std::copy(rh.begin(), rh.end(), x + first);
+    flagged[size_t(sc.cell_of_block[b])] = !ok;
+  }
+}
+
+// CablesCellsKernel's arithmetic on the host (CablesBlockKernel's, a level at a time).
+template <typename T>
+void EmulateCablesCells(const cuda::TreeCellsSchedule& sc, const TreeProblem<T>& p, T* x,
+                        std::vector<uint8_t>& flagged) {
+  const T eps = std::numeric_limits<T>::epsilon();
+  for (size_t b = 0; b < sc.info.size(); ++b) {
+    const int4 info = sc.info[b];
+    const int64_t first = int64_t((uint64_t(uint32_t(info.y)) << 32) | uint32_t(info.x));
+    const int n = info.z & 0xffff, H = (info.z >> 16) & 0xffff;
+    const int32_t* lp = sc.level_ptr.data() + info.w;
+    std::vector<T> lo(p.lower + first, p.lower + first + n), up(p.upper + first, p.upper + first + n),
+        dg(p.diag + first, p.diag + first + n), rh(p.rhs + first, p.rhs + first + n);
+    bool ok = true;
+    auto decode = [](int4 ci, int& s0, int& e0, int& anchor) {
+      const unsigned u = unsigned(ci.x);
+      s0 = int(u & 0xffffu);
+      e0 = s0 + int((u >> 16) & 0x7fffu);
+      anchor = ci.y;
+    };
+    for (int h = 0; h < H; ++h)
+      for (int k = lp[h]; k < lp[h + 1]; ++k) {
+        const int4 ci = sc.cinfo[size_t(k)];
+        int s0, e0, anchor;
+        decode(ci, s0, e0, anchor);
+        T cD = 0, cR = 0, cS = 0;
+        auto gather = [&](int top) {
+          cD += dg[top];
+          cR += up[top];
+          cS += std::abs(dg[top]);
+        };
+        if (ci.z >= 0) gather(ci.z);
+        if (ci.w >= 0) gather(ci.w);
+        if ((unsigned(ci.x) >> 31) != 0) {
+          const int2 m = sc.cmore[size_t(k)];
+          for (int q = m.x; q < m.x + m.y; ++q) gather(sc.ctop[size_t(q)]);
+        }
+        for (int j = e0; j >= s0; --j) {
+          const T D = dg[j] - cD, R = rh[j] - cR;
+          ok &= std::abs(D) > eps * (std::abs(dg[j]) + cS) && std::isfinite(D);
+          const T inv = T(1) / D;
+          rh[j] = R * inv;
+          const T l = lo[j], u = up[j];
+          lo[j] = j > 0 ? l * inv : T(0);
+          const T g = j > 0 ? u * inv : T(0);
+          cD = g * l;
+          cR = g * R;
+          cS = std::abs(cD);
+        }
+        if (anchor >= 0) {
+          dg[s0] = cD;
+          up[s0] = cR;
+        }
+      }
+    for (int h = H - 1; h >= 0; --h)
+      for (int k = lp[h]; k < lp[h + 1]; ++k) {
+        int s0, e0, anchor;
+        decode(sc.cinfo[size_t(k)], s0, e0, anchor);
+        T xp = anchor >= 0 ? rh[anchor] : T(0);
+        for (int j = s0; j <= e0; ++j) rh[j] = xp = rh[j] - lo[j] * xp;
+      }
+    std::copy(rh.begin(), rh.end(), x + first);
+    flagged[size_t(sc.cell_of_block[b])] = !ok;
+  }
+}
+
+class TreeCellSchedule : public ::testing::TestWithParam<cuda::TreeCellsKind> {};
+
+TEST_P(TreeCellSchedule, SolvesEveryCellLikeTheReference) {
+  // Real morphology subtrees, random trees, repeated structures, one- and two-node cells, a
+  // singular cell and one too large for a block in float64: every block cell's x against the
+  // CPU reference's (the same elimination), only the singular one flagged, the large one left
+  // over.
+  const cuda::TreeCellsKind kind = GetParam();
+  const bool cables = kind == cuda::TreeCellsKind::kCables;
+  std::mt19937_64 rng(15);
+  testing::Cells c = MorphologyCells(300, 3, 40);
+  c.AddRandom(testing::RandomParents(8000, rng), rng);
+  for (int k = 0; k < 30; ++k) c.AddRandom({-1, 0, 0, 2}, rng);
+  const cuda::TreeCellsSchedule sc =
+      cuda::ScheduleTreeCells(c.parent.data(), c.offsets.data(), c.cells(), 8, 2, kind);
+  EXPECT_EQ(sc.rest, std::vector<int32_t>{int32_t(c.cells() - 31)});
+  EXPECT_EQ(int64_t(sc.cell_of_block.size()), c.cells() - 1);
+  EXPECT_LT(sc.structures, c.cells() - 29);
+  for (size_t b = 1; b < sc.cell_of_block.size(); ++b)
+    EXPECT_GE(c.lengths[size_t(sc.cell_of_block[b - 1])], c.lengths[size_t(sc.cell_of_block[b])]);
+  int64_t blocks = 0;
+  for (const auto& l : sc.launches) {
+    EXPECT_EQ(l.block0, blocks);
+    EXPECT_EQ(l.max_n, c.lengths[size_t(sc.cell_of_block[size_t(l.block0)])]);
+    blocks += l.blocks;
+  }
+  EXPECT_EQ(blocks, int64_t(sc.cell_of_block.size()));
+  const auto typed = c.As<double>();
+  const TreeProblem<double> p = c.Problem(typed);
+  std::vector<double> x(size_t(c.total()), std::nan("")), xc(x.size());
+  std::vector<uint8_t> flagged(size_t(c.cells()), 0);
+  if (cables) {
+    EmulateCablesCells(sc, p, x.data(), flagged);
+  } else {
+    EmulateCellBlocks(sc, p, x.data(), flagged);
+  }
+  std::vector<SystemStatus> sc_ref(size_t(c.cells()));
+  cpu::SolveTree(p, cables ? TreeMethod::kCables : TreeMethod::kContraction,
+                 TreeOutput<double>{xc.data(), sc_ref.data()});
+  for (int32_t k : sc.cell_of_block) {
+    EXPECT_EQ(flagged[size_t(k)] != 0, sc_ref[size_t(k)] != SystemStatus::kOk) << "cell " << k;
+    if (sc_ref[size_t(k)] != SystemStatus::kOk) continue;
+    for (int64_t i = c.offsets[size_t(k)]; i < c.offsets[size_t(k) + 1]; ++i)
+      ASSERT_NEAR(x[size_t(i)], xc[size_t(i)], 1e-12 * (1 + std::abs(xc[size_t(i)])))
+          << "cell " << k << " node " << i - c.offsets[size_t(k)];
+  }
+  EXPECT_EQ(sc_ref[40], SystemStatus::kSingular);
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, TreeCellSchedule,
+                         ::testing::Values(cuda::TreeCellsKind::kContraction,
+                                           cuda::TreeCellsKind::kCables),
+                         [](const ::testing::TestParamInfo<cuda::TreeCellsKind>& i) {
+                           return std::string(i.param == cuda::TreeCellsKind::kCables
+                                                  ? "cables"
+                                                  : "contraction");
+                         });
+
+TEST(TreeCellGroups, WhatFitsABlock) {
+  EXPECT_TRUE(cuda::TreeCellFitsBlock(3187, 12, 8));
+  EXPECT_TRUE(cuda::TreeCellFitsBlock(1, 1, 8));
+  EXPECT_FALSE(cuda::TreeCellFitsBlock(7300, 14, 8));  // 4 arrays of 8 bytes: 233,600 bytes
+  EXPECT_TRUE(cuda::TreeCellFitsBlock(7300, 14, 4));
+  EXPECT_FALSE(cuda::TreeCellFitsBlock(65535, 20, 2));  // the 16-bit fields
+  EXPECT_FALSE(cuda::TreeCellFitsBlock(100, 256, 8));   // the rounds' offsets in shared memory
+  EXPECT_TRUE(cuda::TreeCellFitsCablesBlock(3187, 17, 8));
+  EXPECT_FALSE(cuda::TreeCellFitsCablesBlock(3187, 65, 8));  // a cable over 64 nodes
+  EXPECT_FALSE(cuda::TreeCellFitsCablesBlock(7300, 10, 8));
+  EXPECT_TRUE(cuda::TreeCellFitsCablesBlock(7300, 10, 4));
 }
 
 TEST(CudaTreeCells, ManySmallRandomCells) {
@@ -563,34 +870,33 @@ TEST(CudaTreeCells, ManySmallRandomCells) {
   testing::Cells c;
   for (int k = 0; k < 40000; ++k)
     c.AddRandom(testing::RandomParents(1 + int64_t(rng() % 40), rng), rng);
-  CompareCells<double>(c, TreeMethod::kAuto, "cables (the cells as one tree)", 1e-12);
-  CompareCells<float>(c, TreeMethod::kCables, "cables (the cells as one tree)", 2e-3);
+  CompareCells<double>(c, TreeMethod::kAuto, kPerCell, 1e-12);
+  CompareCells<float>(c, TreeMethod::kCables, kPerCellCables, 2e-3);
 }
 
 TEST(CudaTreeCells, SmallForestOneBlock) {
   REQUIRE_GPU();
-  // A few thousand nodes in all: the joined tree fits one block (contraction-block for auto
-  // and contraction, cables-block for cables).
+  // A few thousand nodes in all.
   std::mt19937_64 rng(4);
   testing::Cells c;
   for (int k = 0; k < 90; ++k) c.AddRandom(testing::RandomParents(1 + int64_t(rng() % 60), rng), rng);
-  CompareCells<double>(c, TreeMethod::kAuto, "contraction-block (the cells as one tree)", 1e-12);
-  CompareCells<double>(c, TreeMethod::kContraction, "contraction-block (the cells as one tree)",
-                       1e-12);
-  CompareCells<double>(c, TreeMethod::kCables, "cables", 1e-12);
-  CompareCells<float>(c, TreeMethod::kAuto, "contraction-block (the cells as one tree)", 2e-3);
+  CompareCells<double>(c, TreeMethod::kAuto, kPerCell, 1e-12);
+  CompareCells<double>(c, TreeMethod::kContraction, kPerCell, 1e-12);
+  CompareCells<double>(c, TreeMethod::kCables, kPerCellCables, 1e-12);
+  CompareCells<float>(c, TreeMethod::kAuto, kPerCell, 2e-3);
 }
 
 TEST(CudaTreeCells, ASingularCellAmongGoodOnes) {
   REQUIRE_GPU();
-  // Where the singular cell is decides what the joined elimination carries past it (its root
-  // is the joined tree's root, an inner root, a leaf root): the statuses are the CPU's anyway.
+  // One block a cell: the singular cell alone is flagged and solved again on the host,
+  // wherever it is among the blocks.
   for (int at : {0, 1, 33, 600, 1199}) {
     const testing::Cells c = MorphologyCells(1200, 5, at);
-    CompareCells<double>(c, TreeMethod::kAuto, "cables (the cells as one tree); a pivot vanished",
-                         1e-12);
-    CompareCells<float>(c, TreeMethod::kCables, "cables (the cells as one tree); a pivot vanished",
-                        2e-3);
+    CompareCells<double>(c, TreeMethod::kAuto, kPerCell, 1e-12, "; a pivot vanished in 1 cell:");
+    CompareCells<float>(c, TreeMethod::kContraction, kPerCell, 2e-3,
+                        "; a pivot vanished in 1 cell:");
+    CompareCells<float>(c, TreeMethod::kCables, kPerCellCables, 2e-3,
+                        "; a pivot vanished in 1 cell:");
   }
   std::mt19937_64 rng(6);
   testing::Cells small;
@@ -601,7 +907,7 @@ TEST(CudaTreeCells, ASingularCellAmongGoodOnes) {
       small.AddRandom(testing::RandomParents(1 + int64_t(rng() % 60), rng), rng);
     }
   }
-  CompareCells<double>(small, TreeMethod::kAuto, "contraction-block (the cells as one tree); a pivot vanished", 1e-12);
+  CompareCells<double>(small, TreeMethod::kAuto, kPerCell, 1e-12, "; a pivot vanished in 1 cell:");
 }
 
 std::string TreeName(const ::testing::TestParamInfo<std::tuple<Shape, Layout>>& i) {

@@ -366,11 +366,148 @@ absl::StatusOr<SolveInfo> CudaBackend::SolveTreeOnDevice(const TreeProblem<T>& p
                    nullptr, c.check_finite);
 }
 
+namespace {
+
+// Cells `which` (ascending) of a forest p (host arrays) as a forest of their own: solved by
+// `solve(problem, output)`, then x and the statuses put back in their places in out.
+template <typename T, typename Solve>
+absl::StatusOr<SolveInfo> SolveSomeCells(const TreeProblem<T>& p, const std::vector<int32_t>& which,
+                                         TreeOutput<T> out, Solve solve) {
+  std::vector<int64_t> offsets = {0};
+  int64_t n = 0;
+  for (int32_t k : which) {
+    offsets.push_back(offsets.back() + p.offsets[k + 1] - p.offsets[k]);
+    n = std::max<int64_t>(n, p.offsets[k + 1] - p.offsets[k]);
+  }
+  const size_t total = size_t(offsets.back());
+  std::vector<int32_t> parent(total);
+  std::vector<T> lower(total), upper(total), diag(total), rhs(total), x(total);
+  std::vector<SystemStatus> status(which.size());
+  for (size_t q = 0; q < which.size(); ++q) {
+    const int64_t a = p.offsets[which[q]], len = offsets[q + 1] - offsets[q];
+    std::copy(p.parent + a, p.parent + a + len, parent.begin() + offsets[q]);
+    std::copy(p.lower + a, p.lower + a + len, lower.begin() + offsets[q]);
+    std::copy(p.upper + a, p.upper + a + len, upper.begin() + offsets[q]);
+    std::copy(p.diag + a, p.diag + a + len, diag.begin() + offsets[q]);
+    std::copy(p.rhs + a, p.rhs + a + len, rhs.begin() + offsets[q]);
+  }
+  TreeProblem<T> sub = p;
+  sub.batch = int64_t(which.size());
+  sub.n = n;
+  sub.parent = parent.data();
+  sub.offsets = offsets.data();
+  sub.lower = lower.data();
+  sub.upper = upper.data();
+  sub.diag = diag.data();
+  sub.rhs = rhs.data();
+  auto info = solve(sub, TreeOutput<T>{x.data(), status.data()});
+  if (!info.ok()) return info;
+  for (size_t q = 0; q < which.size(); ++q) {
+    std::copy(x.begin() + offsets[q], x.begin() + offsets[q + 1], out.x + p.offsets[which[q]]);
+    out.status[which[q]] = status[q];
+  }
+  return info;
+}
+
+}  // namespace
+
 template <typename T>
 absl::StatusOr<SolveInfo> CudaBackend::SolveTreeForest(const TreeProblem<T>& p, TreeMethod m,
                                                        TreeOutput<T> out,
                                                        const SolveControl& c) {
   const cuda::UseTuning tuned(&tuning_, cuda::UseTuning::kUnlessSet);
+  // hines is one thread a cell on the device (hines-batch, cells of one size); the host's
+  // sweeps, a cell a thread, instead.
+  if (m == TreeMethod::kHines) return Host(cpu_->Solve(p, m, out, c));
+  // The forest's plan is kept by its cells (a time-stepping client's same cells find it). Its
+  // analysis is one tree contraction (cable decomposition) per distinct cell structure, on host
+  // threads: auto builds it only for cells it sees a second time, and solves the first sight
+  // on the host.
+  const int eb = int(sizeof(T));
+  const cuda::TreeCellsKind kind =
+      m == TreeMethod::kCables ? cuda::TreeCellsKind::kCables : cuda::TreeCellsKind::kContraction;
+  std::shared_ptr<const cuda::TreeCellsPlan> plan =
+      cell_plans_.Find(p.parent, p.offsets, p.batch, eb, kind);
+  if (plan == nullptr && m == TreeMethod::kAuto &&
+      !cell_plans_.SeenBefore(p.parent, p.offsets, p.batch)) {
+    auto host = cpu_->Solve(p, m, out, c);
+    if (host.ok()) host->method += " (host; the cells' plan is built if they come again)";
+    return host;
+  }
+  if (plan == nullptr) {
+    auto made = cell_plans_.Get(p.parent, p.offsets, p.batch, eb, kind, device_pool_, nullptr);
+    if (!made.ok()) return made.status();
+    plan = *made;
+  }
+  const int64_t structures = plan->structures();
+  SolveInfo solved;
+  solved.method = absl::StrCat(kind == cuda::TreeCellsKind::kCables ? "cables-block"
+                                                                    : "contraction-block",
+                               " (per-cell plans, ", structures,
+                               structures == 1 ? " structure)" : " structures)");
+  if (plan->block_cells() > 0) {
+    const int64_t total = p.unknowns();
+    std::vector<Input<T>> in = {
+        {p.lower, total}, {p.upper, total}, {p.diag, total}, {p.rhs, total}};
+    auto blocks = stager_.Staged<T>(
+        in, p.batch, p.n, Layout::kFlat, out.x, out.status,
+        [&](const std::vector<T*>& d, T* dx, uint8_t* flags,
+            cudaStream_t stream) -> absl::StatusOr<std::string> {
+          TreeProblem<T> dp = p;
+          dp.parent = nullptr;  // the plan holds the cells' trees
+          dp.lower = d[0];
+          dp.upper = d[1];
+          dp.diag = d[2];
+          dp.rhs = d[3];
+          if (auto st = cuda::SolveTreeCellsBlockDevice(dp, *plan, dx, flags, stream); !st.ok())
+            return st;
+          return solved.method;
+        },
+        nullptr, c.check_finite, p.offsets);
+    if (!blocks.ok()) return blocks;
+    const std::string method = solved.method;
+    solved = *blocks;
+    solved.method = method;
+  }
+  // Cells too large for a block (their x and statuses from the staged copy are not theirs):
+  // the cells as one tree.
+  const std::vector<int32_t>& rest = plan->rest();
+  if (!rest.empty()) {
+    auto joined = SolveSomeCells(p, rest, out, [&](const TreeProblem<T>& q, TreeOutput<T> o) {
+      return SolveTreeForestJoined(q, m, o, c);
+    });
+    if (!joined.ok()) return joined;
+    absl::StrAppend(&solved.method, "; ", rest.size(),
+                    rest.size() == 1 ? " cell" : " cells", " too large for a block: ",
+                    joined->method);
+  }
+  // A cell whose pivot vanished in its block (flagged singular, x = 0): solved again on the
+  // host, alone with the others flagged; its status is then the CPU reference's.
+  std::vector<int32_t> flagged;
+  {
+    std::vector<char> in_rest(size_t(p.batch), 0);
+    for (int32_t k : rest) in_rest[size_t(k)] = 1;
+    for (int64_t k = 0; k < p.batch; ++k)
+      if (!in_rest[size_t(k)] && out.status[k] != SystemStatus::kOk) flagged.push_back(int32_t(k));
+  }
+  if (!flagged.empty()) {
+    auto again = SolveSomeCells(p, flagged, out, [&](const TreeProblem<T>& q, TreeOutput<T> o) {
+      return cpu_->Solve(q, m, o, c);
+    });
+    if (!again.ok()) return again.status();
+    int64_t singular = 0;
+    for (int32_t k : flagged) singular += out.status[k] == SystemStatus::kSingular;
+    absl::StrAppend(&solved.method, "; a pivot vanished in ", flagged.size(),
+                    flagged.size() == 1 ? " cell" : " cells", ": solved again by ",
+                    again->method, " on the host (", singular, " singular)");
+  }
+  return solved;
+}
+
+template <typename T>
+absl::StatusOr<SolveInfo> CudaBackend::SolveTreeForestJoined(const TreeProblem<T>& p,
+                                                             TreeMethod m, TreeOutput<T> out,
+                                                             const SolveControl& c) {
   // hines is one thread a cell on the device (hines-batch, cells of one size): a forest as one
   // tree would be one thread. The host's sweeps, a cell a thread, instead.
   const int64_t total = p.unknowns();
@@ -493,6 +630,10 @@ template absl::StatusOr<SolveInfo> CudaBackend::SolveTreeOnDevice<double>(
 template absl::StatusOr<SolveInfo> CudaBackend::SolveTreeForest<double>(
     const TreeProblem<double>&, TreeMethod, TreeOutput<double>, const SolveControl&);
 template absl::StatusOr<SolveInfo> CudaBackend::SolveTreeForest<float>(
+    const TreeProblem<float>&, TreeMethod, TreeOutput<float>, const SolveControl&);
+template absl::StatusOr<SolveInfo> CudaBackend::SolveTreeForestJoined<double>(
+    const TreeProblem<double>&, TreeMethod, TreeOutput<double>, const SolveControl&);
+template absl::StatusOr<SolveInfo> CudaBackend::SolveTreeForestJoined<float>(
     const TreeProblem<float>&, TreeMethod, TreeOutput<float>, const SolveControl&);
 template absl::StatusOr<SolveInfo> CudaBackend::SolveTreeOnDevice<float>(
     const TreeProblem<float>&, TreeMethod, TreeOutput<float>, const SolveControl&,

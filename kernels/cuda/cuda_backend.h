@@ -662,12 +662,18 @@ class CudaBackend final : public Backend {
   absl::StatusOr<SolveInfo> SolveTreeOnDevice(const TreeProblem<T>& p, TreeMethod m,
                                               TreeOutput<T> out, const SolveControl& c,
                                               const Resident<T>* resident = nullptr);
-  // Cells of different sizes (p.offsets; host arrays): one tree of them all (tree/forest.h)
-  // by the one-tree paths; where a pivot vanished in it, the cells solved again one by one on
-  // the host, which says which (every cell's status the CPU reference's).
+  // Cells of different sizes (p.offsets; host arrays): one thread block a cell, each cell with
+  // its structure's plan (tree/cells.h; contraction-block for auto and contraction,
+  // cables-block for cables); the cells too large for a block by SolveTreeForestJoined; a cell
+  // whose pivot vanished solved again on the host (its status the CPU reference's).
   template <typename T>
   absl::StatusOr<SolveInfo> SolveTreeForest(const TreeProblem<T>& p, TreeMethod m,
                                             TreeOutput<T> out, const SolveControl& c);
+  // The cells as one tree (tree/forest.h) by the one-tree paths; where a pivot vanished in it,
+  // the cells solved again one by one on the host, which says which.
+  template <typename T>
+  absl::StatusOr<SolveInfo> SolveTreeForestJoined(const TreeProblem<T>& p, TreeMethod m,
+                                                  TreeOutput<T> out, const SolveControl& c);
 
   const CudaOptions options_;
   const cudaDeviceProp prop_;
@@ -681,6 +687,7 @@ class CudaBackend final : public Backend {
   cuda::Stager stager_;  // the lanes, the pinned staging and the pinned client memory
   cuda::DenseLibs dense_libs_;  // destroyed before the pools
   cuda::TreePlanCache plans_;  // the tree family's cable plans, by morphology
+  cuda::TreeCellsPlanCache cell_plans_;  // the per-cell plans of forests, by forest
 };
 
 }  // namespace trisolve::cuda_backend

@@ -3,7 +3,9 @@
 // one-block-a-cell kernels (cables-block, contraction-block; both layouts) against a
 // plain one-thread-per-cell kernel over the interleaved layout and the sequential CPU sweep
 // (one core), on the same data, in the same run; and cells of different sizes (subtrees of the
-// morphology), as many nodes, solved as one tree as the backend does for TreeRequest.lengths.
+// morphology), as many nodes, solved as one tree (cables for TreeRequest.lengths) and one
+// block a cell with per-cell plans (auto and contraction), and the uniform cells sent with
+// lengths (the per-cell path, one structure).
 // Part 2: one random tree (a random recursive
 // tree, numbered depth-first) of 2^16 .. 2^24 nodes, and one chain: the cables against the
 // plain kernel (one thread: run once, up to 2^20 nodes) and the CPU sweep.
@@ -26,6 +28,7 @@
 
 #include "bench_util.h"
 #include "runtime/memory_pool.h"
+#include "tree/cells.h"
 #include "tree/dispatch.h"
 #include "tree/forest.h"
 #include "tree/tree.h"
@@ -239,6 +242,34 @@ int main(int argc, char** argv) {
                                                           dint[2], dint[3], x, D);
     });
     report("plain one thread a cell (interl.)", plain, true, true);
+    // The same cells sent with lengths (every cell the whole morphology): the per-cell path
+    // (tree/cells.h), one structure, beside the uniform contraction-block above.
+    {
+      std::vector<int64_t> off(cells + 1);
+      for (int64_t c = 0; c <= cells; ++c) off[c] = c * n;
+      std::vector<int32_t> local(N);
+      for (int64_t c = 0; c < cells; ++c)
+        std::copy(m->parent.begin(), m->parent.end(), local.begin() + c * n);
+      auto cplan = trisolve::cuda::TreeCellsPlan::Make(local.data(), off.data(), cells, 8, pool,
+                                                       nullptr);
+      if (!cplan.ok()) std::exit(2);
+      trisolve::TreeProblem<double> cp;
+      cp.batch = cells;
+      cp.n = n;
+      cp.offsets = off.data();
+      cp.lower = dflat[0];
+      cp.upper = dflat[1];
+      cp.diag = dflat[2];
+      cp.rhs = dflat[3];
+      const double cms = TimeIt(reps, [&] {
+        if (!trisolve::cuda::SolveTreeCellsBlockDevice(cp, **cplan, x, flags, nullptr).ok())
+          std::exit(2);
+      });
+      report("lengths, one morphology, per-cell", cms, false, true);
+      std::printf("%8s %11s (%lld structure, %lld cells one a block; analysis %.1f ms, host)\n",
+                  "", "", (long long)(*cplan)->structures(), (long long)(*cplan)->block_cells(),
+                  (*cplan)->analysis_ms());
+    }
     // Cells of different sizes, as many nodes in all: subtrees of the morphology (its first k
     // nodes, k uniform in 32 .. n; the last cut to the total), each node's values those of the
     // same node of a uniform cell (a subtree drops children, so its diagonal stays dominant),
@@ -333,6 +364,50 @@ int main(int argc, char** argv) {
                   (long long)vcells, (long long)n, (long long)(*vplan)->levels(), vplan_ms);
       std::fflush(stdout);
       CK(cudaFree(droots));
+      // The same cells one block a cell, each with its structure's plan (tree/cells.h): what
+      // the backend runs for auto and contraction (contraction-block) and for cables
+      // (cables-block). The flags are a byte a cell here.
+      for (const auto kind : {trisolve::cuda::TreeCellsKind::kContraction,
+                              trisolve::cuda::TreeCellsKind::kCables}) {
+        const bool cab = kind == trisolve::cuda::TreeCellsKind::kCables;
+        auto cplan = trisolve::cuda::TreeCellsPlan::Make(local.data(), off.data(), vcells, 8,
+                                                         pool, nullptr, 0, kind);
+        if (!cplan.ok()) std::exit(2);
+        uint8_t* cflags;
+        CK(cudaMalloc(&cflags, vcells));
+        CK(cudaMemset(cflags, 0, vcells));
+        trisolve::TreeProblem<double> cp;
+        cp.batch = vcells;
+        cp.n = n;
+        cp.offsets = off.data();
+        cp.lower = dflat[0];
+        cp.upper = dflat[1];
+        cp.diag = dflat[2];
+        cp.rhs = dflat[3];
+        // (the joined solve above zeroed the roots' couplings: the per-cell kernels read none)
+        const double cms = TimeIt(reps, [&] {
+          if (!trisolve::cuda::SolveTreeCellsBlockDevice(cp, **cplan, x, cflags, nullptr).ok())
+            std::exit(2);
+        });
+        CK(cudaMemcpy(xg.data(), x, bytes, cudaMemcpyDeviceToHost));
+        std::vector<uint8_t> hf(vcells);
+        CK(cudaMemcpy(hf.data(), cflags, vcells, cudaMemcpyDeviceToHost));
+        int64_t flagged = 0;
+        for (uint8_t f : hf) flagged += f != 0;
+        double cdm = 0;
+        for (int64_t i = 0; i < N; ++i) cdm = std::max(cdm, std::abs(xg[i] - vx[i]));
+        const double cgbs = 40.0 * N / cms / 1e6;
+        std::printf("%8lld %11lld %-34s %7.3f ms %9.0f %6.1f%% %9.1e  (%lld structures, %lld "
+                    "cells one a block, %lld flagged; analysis %.1f ms, host threads, once)\n",
+                    (long long)cells, (long long)N,
+                    cab ? "variable cells, per-cell cables-block"
+                        : "variable cells, per-cell contr.-block",
+                    cms, cgbs, 100 * cgbs / copy_gbs, cdm / xm, (long long)(*cplan)->structures(),
+                    (long long)(*cplan)->block_cells(), (long long)flagged,
+                    (*cplan)->analysis_ms());
+        std::fflush(stdout);
+        CK(cudaFree(cflags));
+      }
     }
     report("CPU sweep, one core", cpu_ms, false, false);
     for (int q = 0; q < 4; ++q) {

@@ -24,7 +24,9 @@ def split_layout(solver):
 def tree(lines):
     device = copy = ""
     out = []
-    cell = re.compile(rf"\s*(\d+)\s+(\d+)\s+(.+?)\s+{NUM} ms\s+(\d+)\s+{NUM}%\s+{NUM}$")
+    # (a row of cells of different sizes ends with a note in parentheses: their count, ...)
+    cell = re.compile(rf"\s*(\d+)\s+(\d+)\s+(.+?)\s+{NUM} ms\s+(\d+)\s+{NUM}%\s+{NUM}"
+                      r"(?:\s+\((.*)\))?$")
     whole = re.compile(rf"((?:random|chain) 2\^\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(.+?)\s+{NUM} ms"
                        rf"\s+(\d+)\s+{NUM}%\s+{NUM}$")
     for line in lines:
@@ -37,16 +39,16 @@ def tree(lines):
             name, nodes, heights, cables, solver, ms, gbs, frac, diff = m.groups()
             solver, layout = split_layout(solver)
             out.append([device, copy, name, 1, nodes, heights, cables, solver, layout, ms, gbs,
-                        f"{float(frac) / 100:.3f}", diff])
+                        f"{float(frac) / 100:.3f}", diff, ""])
             continue
         m = cell.match(line)
         if m:
-            cells, nodes, solver, ms, gbs, frac, diff = m.groups()
+            cells, nodes, solver, ms, gbs, frac, diff, note = m.groups()
             solver, layout = split_layout(solver)
             out.append([device, copy, "morphology", cells, nodes, "", "", solver, layout, ms,
-                        gbs, f"{float(frac) / 100:.3f}", diff])
+                        gbs, f"{float(frac) / 100:.3f}", diff, note or ""])
     header = ["device", "copy_gbs", "tree", "cells", "nodes", "heights", "cables", "solver",
-              "layout", "ms", "gbs", "fraction_of_copy", "max_diff"]
+              "layout", "ms", "gbs", "fraction_of_copy", "max_diff", "note"]
     return header, out
 
 

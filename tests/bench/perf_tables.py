@@ -175,6 +175,50 @@ def render_tree_cells(baselines, gpu):
     return lines + table(header, body)
 
 
+def render_tree_forest(baselines, gpu):
+    """bench_tree.csv, the cells of different sizes (TreeRequest.lengths) beside the uniform
+    batch of as many nodes: one block a cell with per-cell plans (both kernels), the cells as
+    one tree, and the uniform cells sent with lengths."""
+    rows = [r for r in tree_rows(baselines, gpu) if r["tree"] == "morphology"]
+    by = defaultdict(dict)
+    for r in rows:
+        by[int(r["cells"])][(r["solver"], r["layout"])] = r
+    per_cell = ("variable cells, per-cell contr.-block", "")
+    per_cell_cables = ("variable cells, per-cell cables-block", "")
+    joined = ("variable cells, cables", "")
+    same = ("lengths, one morphology, per-cell", "")
+    uniform = ("trisolve contraction-block", "flat")
+
+    def cell(got, key):
+        if key not in got:
+            return "-"
+        return f"{ms_as_logged(got[key]['ms'])} ({pct(got[key]['fraction_of_copy'])})"
+
+    def note(got, key, pattern):
+        m = re.search(pattern, got[key]["note"]) if key in got else None
+        return m.group(1) if m else "-"
+    count, structures, analysis = r"(\d+) cells of", r"(\d+) structures", r"analysis ([\d.]+) ms"
+    body = []
+    for cells in sorted(by):
+        got = by[cells]
+        if per_cell not in got:
+            continue
+        varied = note(got, joined, count)
+        body.append([f"{cells:,}", f"{int(got[per_cell]['nodes']):,}",
+                     f"{int(varied):,}" if varied != "-" else "-",
+                     f"{int(kinds):,}" if (kinds := note(got, per_cell, structures)) != "-"
+                     else "-", cell(got, per_cell), cell(got, per_cell_cables),
+                     cell(got, joined), cell(got, same), cell(got, uniform),
+                     f"{note(got, per_cell, analysis)} ms", f"{note(got, joined, analysis)} ms"])
+    if not body:
+        raise TableError("bench_tree.csv has no 'variable cells, per-cell contr.-block' rows")
+    return table(["uniform cells", "nodes", "cells of 32 … 3,187 nodes", "structures",
+                  "`contraction-block`, per-cell plans", "`cables-block`, per-cell plans",
+                  "as one tree (`cables`)",
+                  "uniform cells sent with lengths", "uniform `contraction-block` flat",
+                  "analysis, per-cell (host threads)", "analysis, one tree (one thread)"], body)
+
+
 def render_tree_large(baselines, gpu):
     """bench_tree.csv, the single random trees and the chain: `cables` against the CPU sweep."""
     rows = [r for r in tree_rows(baselines, gpu) if r["tree"] != "morphology"]
@@ -338,6 +382,7 @@ RENDERERS = {
     "variable": render_variable,
     "tree-cells": render_tree_cells,
     "tree-large": render_tree_large,
+    "tree-forest": render_tree_forest,
     "dense-batched": render_dense_batched,
     "dense-single": render_dense_single,
     "block-fixed-l": render_block_fixed_l,

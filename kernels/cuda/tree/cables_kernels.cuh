@@ -575,5 +575,166 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
   a.CopyOut(x, status, ok);
 }
 
+
+// Cells of different sizes one a block (tree/cells.h): the contraction-block kernel, flat,
+// each block reading its cell's description first: {first node (two halves), n | rounds <<
+// 16, where its structure's round offsets start in ptr_e / ptr_u}. The structures' schedules
+// lie end to end (the offsets rebased to the whole arrays), so a round's entries are read as
+// for one morphology; cells of one structure read the same entries. A launch covers blocks of
+// similar sizes (dynamic shared memory for its largest); kThreads follows the sizes (a warp
+// per round's two removals at most wastes little: rounds halve the nodes left).
+template <typename T, int kThreads>
+__global__ void __launch_bounds__(kThreads, 1024 / kThreads)
+    ContractionCellsKernel(const T* __restrict__ g_lower, const T* __restrict__ g_upper,
+                           const T* __restrict__ g_diag, const T* __restrict__ g_rhs,
+                           const int4* __restrict__ cell_info, const int32_t* __restrict__ cell_id,
+                           int32_t block0, const int2* __restrict__ elim,
+                           const int2* __restrict__ upd, const int2* __restrict__ upd_more,
+                           const int32_t* __restrict__ children,
+                           const int32_t* __restrict__ elim_ptr,
+                           const int32_t* __restrict__ upd_ptr, T* x, uint8_t* status) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const int tid = threadIdx.x;
+  const int b = block0 + int(blockIdx.x);
+  const int4 info = __ldg(cell_info + b);
+  const int64_t first = int64_t((uint64_t(uint32_t(info.y)) << 32) | uint32_t(info.x));
+  const int n = info.z & 0xffff, R = (info.z >> 16) & 0xff, pb = info.w;
+  T* lower = reinterpret_cast<T*>(smem_raw);
+  T* upper = lower + n;
+  T* diag = upper + n;
+  T* rhs = diag + n;
+  __shared__ int ptr_e[kMaxRounds + 1], ptr_u[kMaxRounds + 1];
+  for (int r = tid; r <= R; r += kThreads) {
+    ptr_e[r] = __ldg(elim_ptr + pb + r);
+    ptr_u[r] = __ldg(upd_ptr + pb + r);
+  }
+  int eb = __ldg(elim_ptr + pb), ee = __ldg(elim_ptr + pb + 1);
+  int ub = __ldg(upd_ptr + pb), ue = __ldg(upd_ptr + pb + 1);
+  int2 e = EntryAt(elim, eb + tid, ee), u = EntryAt(upd, ub + tid, ue);
+  for (int i = tid; i < n; i += kThreads) {
+    __pipeline_memcpy_async(lower + i, g_lower + first + i, sizeof(T));
+    __pipeline_memcpy_async(upper + i, g_upper + first + i, sizeof(T));
+    __pipeline_memcpy_async(diag + i, g_diag + first + i, sizeof(T));
+    __pipeline_memcpy_async(rhs + i, g_rhs + first + i, sizeof(T));
+  }
+  __pipeline_commit();
+  __pipeline_wait_prior(0);
+  __syncthreads();
+  bool ok = true;
+  for (int r = 0; r < R; ++r) {
+    const int neb = ee, nee = r + 1 < R ? ptr_e[r + 2] : ee;
+    const int nub = ue, nue = r + 1 < R ? ptr_u[r + 2] : ue;
+    const int2 ne = EntryAt(elim, neb + tid, nee), nu = EntryAt(upd, nub + tid, nue);
+    if (eb + tid < ee) ContractRemove(e, lower, upper, diag, rhs, ok);
+    for (int k = eb + tid + kThreads; k < ee; k += 2 * kThreads) {
+      const int2 a = __ldg(elim + k), c = EntryAt(elim, k + kThreads, ee);
+      ContractRemove(a, lower, upper, diag, rhs, ok);
+      if (k + kThreads < ee) ContractRemove(c, lower, upper, diag, rhs, ok);
+    }
+    __syncthreads();
+    if (ub < ue) {
+      if (ub + tid < ue)
+        ContractUpdate(u, ub + tid, upd_more, children, lower, upper, diag, rhs, ok);
+      for (int k = ub + tid + kThreads; k < ue; k += 2 * kThreads) {
+        const int2 a = __ldg(upd + k), c = EntryAt(upd, k + kThreads, ue);
+        ContractUpdate(a, k, upd_more, children, lower, upper, diag, rhs, ok);
+        if (k + kThreads < ue)
+          ContractUpdate(c, k + kThreads, upd_more, children, lower, upper, diag, rhs, ok);
+      }
+      __syncthreads();
+    }
+    eb = neb;
+    ee = nee;
+    ub = nub;
+    ue = nue;
+    e = ne;
+    u = nu;
+  }
+  eb = ptr_e[R - 1];
+  ee = ptr_e[R];
+  e = EntryAt(elim, eb + tid, ee);
+  for (int r = R - 1; r >= 0; --r) {
+    const int nee = eb, neb = r > 0 ? ptr_e[r - 1] : eb;
+    const int2 ne = EntryAt(elim, neb + tid, nee);
+    if (eb + tid < ee) ContractSubstitute(e, lower, upper, rhs, ok);
+    for (int k = eb + tid + kThreads; k < ee; k += 2 * kThreads) {
+      const int2 a = __ldg(elim + k), c = EntryAt(elim, k + kThreads, ee);
+      ContractSubstitute(a, lower, upper, rhs, ok);
+      if (k + kThreads < ee) ContractSubstitute(c, lower, upper, rhs, ok);
+    }
+    __syncthreads();
+    eb = neb;
+    ee = nee;
+    e = ne;
+  }
+  for (int i = tid; i < n; i += kThreads) x[first + i] = rhs[i];
+  if (!ok) status[__ldg(cell_id + b)] = kFlagVanished;
+}
+
+// Cells of different sizes one a block by the cable heights (tree/cells.h): CablesBlockKernel,
+// flat, each block reading its cell's description first: {first node (two halves), n |
+// heights << 16, where its structure's level offsets start in level_ptr}. The structures'
+// cable descriptions lie end to end (cmore's child-list offsets and the levels rebased).
+template <typename T, int kThreads>
+__global__ void __launch_bounds__(kThreads, 1024 / kThreads)
+    CablesCellsKernel(const T* __restrict__ g_lower, const T* __restrict__ g_upper,
+                      const T* __restrict__ g_diag, const T* __restrict__ g_rhs,
+                      const int4* __restrict__ cell_info, const int32_t* __restrict__ cell_id,
+                      int32_t block0, const int4* __restrict__ cinfo,
+                      const int2* __restrict__ cmore, const int32_t* __restrict__ ctop,
+                      const int32_t* __restrict__ level_ptr, T* x, uint8_t* status) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const int tid = threadIdx.x;
+  const int b = block0 + int(blockIdx.x);
+  const int4 info = __ldg(cell_info + b);
+  const int64_t first = int64_t((uint64_t(uint32_t(info.y)) << 32) | uint32_t(info.x));
+  const int n = info.z & 0xffff, H = (info.z >> 16) & 0xffff;
+  const int32_t* lp = level_ptr + info.w;
+  T* lower = reinterpret_cast<T*>(smem_raw);
+  T* upper = lower + n;
+  T* diag = upper + n;
+  T* rhs = diag + n;  // R/D, then x
+  int kb = __ldg(lp), ke = __ldg(lp + 1);
+  int4 ci = CableAt(cinfo, kb + tid, ke);
+  for (int i = tid; i < n; i += kThreads) {
+    __pipeline_memcpy_async(lower + i, g_lower + first + i, sizeof(T));
+    __pipeline_memcpy_async(upper + i, g_upper + first + i, sizeof(T));
+    __pipeline_memcpy_async(diag + i, g_diag + first + i, sizeof(T));
+    __pipeline_memcpy_async(rhs + i, g_rhs + first + i, sizeof(T));
+  }
+  __pipeline_commit();
+  __pipeline_wait_prior(0);
+  __syncthreads();
+  bool ok = true;
+  for (int h = 0; h < H; ++h) {
+    const int nkb = ke, nke = h + 1 < H ? __ldg(lp + h + 2) : ke;
+    const int4 nci = CableAt(cinfo, nkb + tid, nke);
+    if (kb + tid < ke)
+      BlockBackward(Decode(ci), kb + tid, cmore, ctop, lower, upper, diag, rhs, ok);
+    for (int k = kb + tid + kThreads; k < ke; k += kThreads)
+      BlockBackward(Decode(__ldg(cinfo + k)), k, cmore, ctop, lower, upper, diag, rhs, ok);
+    __syncthreads();
+    kb = nkb;
+    ke = nke;
+    ci = nci;
+  }
+  kb = __ldg(lp + H - 1);
+  ke = __ldg(lp + H);
+  ci = CableAt(cinfo, kb + tid, ke);
+  for (int h = H - 1; h >= 0; --h) {
+    const int nke = kb, nkb = h > 0 ? __ldg(lp + h - 1) : kb;
+    const int4 nci = CableAt(cinfo, nkb + tid, nke);
+    if (kb + tid < ke) BlockForward(Decode(ci), lower, rhs, ok);
+    for (int k = kb + tid + kThreads; k < ke; k += kThreads)
+      BlockForward(Decode(__ldg(cinfo + k)), lower, rhs, ok);
+    __syncthreads();
+    kb = nkb;
+    ke = nke;
+    ci = nci;
+  }
+  for (int i = tid; i < n; i += kThreads) x[first + i] = rhs[i];
+  if (!ok) status[__ldg(cell_id + b)] = kFlagVanished;
+}
+
 }  // namespace
 }  // namespace trisolve::cuda

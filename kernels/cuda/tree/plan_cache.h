@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "runtime/memory_pool.h"
+#include "tree/cells.h"
 #include "tree/tree.h"
 
 namespace trisolve::cuda {
@@ -97,6 +98,83 @@ class TreePlanCache {
   std::list<std::pair<int64_t, uint64_t>> seen_;  // (n, hash); guarded by plans_mu_
   std::mutex plans_mu_;
   std::list<std::pair<std::vector<int32_t>, std::shared_ptr<const TreeCablesPlan>>> plans_;
+};
+
+// The per-cell plans of forests (TreeProblem::offsets), kept by the forest: its cells' sizes
+// and local parent arrays, the precision it was built for (which cells fit a block) and the
+// kernel's kind.
+class TreeCellsPlanCache {
+ public:
+  static constexpr size_t kPlansKept = 4;
+
+  // The cached plan of the forest, or null; builds nothing.
+  std::shared_ptr<const TreeCellsPlan> Find(const int32_t* parent, const int64_t* offsets,
+                                            int64_t cells, int elem_bytes, TreeCellsKind kind) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = plans_.begin(); it != plans_.end(); ++it)
+      if (it->kind == kind && it->Same(parent, offsets, cells, elem_bytes)) {
+        auto plan = it->plan;
+        plans_.splice(plans_.begin(), plans_, it);
+        return plan;
+      }
+    return nullptr;
+  }
+  // The forest's plan: the cached one, else one built now and kept.
+  absl::StatusOr<std::shared_ptr<const TreeCellsPlan>> Get(const int32_t* parent,
+                                                           const int64_t* offsets, int64_t cells,
+                                                           int elem_bytes, TreeCellsKind kind,
+                                                           Pool& pool, cudaStream_t stream) {
+    if (auto plan = Find(parent, offsets, cells, elem_bytes, kind)) return plan;
+    auto made = TreeCellsPlan::Make(parent, offsets, cells, elem_bytes, pool, stream, 0, kind);
+    if (!made.ok()) return made.status();
+    std::shared_ptr<const TreeCellsPlan> plan(std::move(*made));
+    Entry e;
+    e.elem_bytes = elem_bytes;
+    e.kind = kind;
+    e.offsets.assign(offsets, offsets + cells + 1);
+    e.parent.assign(parent, parent + offsets[cells]);
+    e.plan = plan;
+    std::lock_guard<std::mutex> lock(mu_);
+    plans_.push_front(std::move(e));
+    while (plans_.size() > kPlansKept) plans_.pop_back();
+    return plan;
+  }
+  // As TreePlanCache::SeenBefore, for a forest: (cells, nodes, a hash of the lengths and the
+  // parent values) among the last kSeenKept forests asked for without a plan built.
+  static constexpr size_t kSeenKept = 16;
+  bool SeenBefore(const int32_t* parent, const int64_t* offsets, int64_t cells) {
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ uint64_t(cells);
+    for (int64_t k = 0; k <= cells; ++k) h = (h ^ uint64_t(offsets[k])) * 0xff51afd7ed558ccdull;
+    for (int64_t i = 0; i < offsets[cells]; ++i)
+      h = (h ^ uint32_t(parent[i])) * 0xc4ceb9fe1a85ec53ull ^ (h >> 29);
+    const std::pair<int64_t, uint64_t> key(offsets[cells], h);
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = seen_.begin(); it != seen_.end(); ++it)
+      if (*it == key) {
+        seen_.erase(it);
+        return true;
+      }
+    seen_.push_front(key);
+    while (seen_.size() > kSeenKept) seen_.pop_back();
+    return false;
+  }
+
+ private:
+  struct Entry {
+    int elem_bytes = 0;
+    TreeCellsKind kind = TreeCellsKind::kContraction;
+    std::vector<int64_t> offsets;
+    std::vector<int32_t> parent;
+    std::shared_ptr<const TreeCellsPlan> plan;
+    bool Same(const int32_t* p, const int64_t* off, int64_t cells, int eb) const {
+      return eb == elem_bytes && int64_t(offsets.size()) == cells + 1 &&
+             std::memcmp(offsets.data(), off, size_t(cells + 1) * 8) == 0 &&
+             std::memcmp(parent.data(), p, size_t(off[cells]) * 4) == 0;
+    }
+  };
+  std::mutex mu_;
+  std::list<Entry> plans_;
+  std::list<std::pair<int64_t, uint64_t>> seen_;
 };
 
 }  // namespace trisolve::cuda

@@ -8,6 +8,7 @@
 
 #include "runtime/check.h"
 #include "common/numerics.cuh"
+#include "tree/cells.h"
 #include "tree/tree.h"
 #include "tridiagonal/tridiagonal.h"
 #include "tree/cables_kernels.cuh"
@@ -242,6 +243,60 @@ template absl::Status SolveTreeContractionBlockDevice(const TreeProblem<double>&
 template absl::Status SolveTreeContractionBlockDevice(const TreeProblem<float>&,
                                                       const TreeCablesPlan&, float*, uint8_t*,
                                                       cudaStream_t);
+
+bool TreeCellFitsBlock(int64_t n, int64_t rounds, int elem_bytes) {
+  return n < 65535 && rounds >= 1 && rounds <= kMaxRounds &&
+         int64_t(elem_bytes) * 4 * n + 8 * (kMaxRounds + 1) <= kBlockMaxSmem;
+}
+
+bool TreeCellFitsCablesBlock(int64_t n, int64_t longest_cable, int elem_bytes) {
+  return n < 65535 && longest_cable <= kBlockMaxCable &&
+         int64_t(elem_bytes) * 4 * n <= kBlockMaxSmem;
+}
+
+template <typename T>
+absl::Status SolveTreeCellsBlockDevice(const TreeProblem<T>& p, const TreeCellsPlan& plan, T* x,
+                                       uint8_t* status_flags, cudaStream_t stream) {
+  if (plan.elem_bytes() != int(sizeof(T)) || p.layout != Layout::kFlat || p.batch != plan.cells())
+    return absl::InvalidArgumentError("the cells' plan was built for other cells or precision");
+  if (plan.kind() == TreeCellsKind::kCables) {
+    for (const TreeCellsPlan::Launch& l : plan.launches_) {
+      const size_t smem = sizeof(T) * 4 * size_t(l.max_n);
+      auto kernel = l.threads == 128   ? CablesCellsKernel<T, 128>
+                    : l.threads == 256 ? CablesCellsKernel<T, 256>
+                                       : CablesCellsKernel<T, 512>;
+      TRISOLVE_CUDA_RETURN_IF_ERROR(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
+          kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+      kernel<<<unsigned(l.blocks), unsigned(l.threads), smem, stream>>>(
+          p.lower, p.upper, p.diag, p.rhs, plan.cell_info_, plan.cell_id_, l.block0, plan.cinfo_,
+          plan.cmore_, plan.ctop_, plan.level_ptr_, x, status_flags);
+      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    }
+    return absl::OkStatus();
+  }
+  for (const TreeCellsPlan::Launch& l : plan.launches_) {
+    const size_t smem = sizeof(T) * 4 * size_t(l.max_n);
+    auto kernel = l.threads == 128   ? ContractionCellsKernel<T, 128>
+                  : l.threads == 256 ? ContractionCellsKernel<T, 256>
+                                     : ContractionCellsKernel<T, 512>;
+    TRISOLVE_CUDA_RETURN_IF_ERROR(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
+        kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+    kernel<<<unsigned(l.blocks), unsigned(l.threads), smem, stream>>>(
+        p.lower, p.upper, p.diag, p.rhs, plan.cell_info_, plan.cell_id_, l.block0, plan.elim_,
+        plan.upd_, plan.upd_more_, plan.children_, plan.ptr_e_, plan.ptr_u_, x, status_flags);
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  }
+  return absl::OkStatus();
+}
+
+template absl::Status SolveTreeCellsBlockDevice(const TreeProblem<double>&, const TreeCellsPlan&,
+                                                double*, uint8_t*, cudaStream_t);
+template absl::Status SolveTreeCellsBlockDevice(const TreeProblem<float>&, const TreeCellsPlan&,
+                                                float*, uint8_t*, cudaStream_t);
 
 template bool CablesBlockFits(const TreeProblem<double>&, const TreeCablesPlan&);
 template bool CablesBlockFits(const TreeProblem<float>&, const TreeCablesPlan&);
