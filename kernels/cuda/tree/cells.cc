@@ -16,20 +16,6 @@ namespace {
 // The removed-children list mark of the packed updates (cables_kernels.cuh, kListMark).
 constexpr int32_t kListMark = 0xffff;
 
-// Two int32 values a step, each step's word multiplied in and folded (a memory-speed pass).
-uint64_t HashParents(const int32_t* v, int64_t n) {
-  uint64_t h = 0x9e3779b97f4a7c15ull ^ uint64_t(n);
-  int64_t i = 0;
-  for (; i + 1 < n; i += 2) {
-    uint64_t w;
-    std::memcpy(&w, v + i, 8);
-    h = (h ^ w) * 0xff51afd7ed558ccdull;
-    h ^= h >> 32;
-  }
-  if (i < n) h = ((h ^ uint32_t(v[i])) * 0xc4ceb9fe1a85ec53ull) ^ (h >> 29);
-  return h;
-}
-
 // Runs f(k) for k < count on `threads` host threads (the calling one among them), k handed
 // out one at a time: the distinct structures' sizes differ by 100x.
 template <typename F>
@@ -51,6 +37,20 @@ int HostThreads(int threads) {
 }
 
 }  // namespace
+
+// Two int32 values a step, each step's word multiplied in and folded.
+uint64_t HashParents(const int32_t* v, int64_t n) {
+  uint64_t h = 0x9e3779b97f4a7c15ull ^ uint64_t(n);
+  int64_t i = 0;
+  for (; i + 1 < n; i += 2) {
+    uint64_t w;
+    std::memcpy(&w, v + i, 8);
+    h = (h ^ w) * 0xff51afd7ed558ccdull;
+    h ^= h >> 32;
+  }
+  if (i < n) h = ((h ^ uint32_t(v[i])) * 0xc4ceb9fe1a85ec53ull) ^ (h >> 29);
+  return h;
+}
 
 TreeCellGroups GroupTreeCells(const int32_t* parent, const int64_t* offsets, int64_t cells) {
   TreeCellGroups g;

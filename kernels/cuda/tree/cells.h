@@ -19,6 +19,10 @@
 
 namespace trisolve::cuda {
 
+// A 64-bit hash of n int32 values at memory speed (the plan caches' keys and the cells'
+// structures: a match is then compared exactly, or only costs a plan built).
+uint64_t HashParents(const int32_t* v, int64_t n);
+
 // The cells grouped by structure: cells of the same size and the same local parent array
 // (compared exactly after a hash) share a structure. Host only.
 struct TreeCellGroups {

@@ -66,7 +66,7 @@ class TreePlanCache {
   // one-off requests.
   static constexpr size_t kSeenKept = 16;
   bool SeenBefore(const int32_t* parent, int64_t n) {
-    const std::pair<int64_t, uint64_t> key(n, Hash(parent, n));
+    const std::pair<int64_t, uint64_t> key(n, HashParents(parent, n));
     std::lock_guard<std::mutex> lock(plans_mu_);
     for (auto it = seen_.begin(); it != seen_.end(); ++it)
       if (*it == key) {
@@ -81,19 +81,6 @@ class TreePlanCache {
  private:
   static bool Same(const std::vector<int32_t>& kept, const int32_t* parent, int64_t n) {
     return int64_t(kept.size()) == n && std::memcmp(kept.data(), parent, size_t(n) * 4) == 0;
-  }
-  // Two int32 values a step, each step's word multiplied in and folded (a memory-speed pass).
-  static uint64_t Hash(const int32_t* v, int64_t n) {
-    uint64_t h = 0x9e3779b97f4a7c15ull ^ uint64_t(n);
-    int64_t i = 0;
-    for (; i + 1 < n; i += 2) {
-      uint64_t w;
-      std::memcpy(&w, v + i, 8);
-      h = (h ^ w) * 0xff51afd7ed558ccdull;
-      h ^= h >> 32;
-    }
-    if (i < n) h = ((h ^ uint32_t(v[i])) * 0xc4ceb9fe1a85ec53ull) ^ (h >> 29);
-    return h;
   }
   std::list<std::pair<int64_t, uint64_t>> seen_;  // (n, hash); guarded by plans_mu_
   std::mutex plans_mu_;
@@ -143,10 +130,8 @@ class TreeCellsPlanCache {
   // parent values) among the last kSeenKept forests asked for without a plan built.
   static constexpr size_t kSeenKept = 16;
   bool SeenBefore(const int32_t* parent, const int64_t* offsets, int64_t cells) {
-    uint64_t h = 0x9e3779b97f4a7c15ull ^ uint64_t(cells);
+    uint64_t h = HashParents(parent, offsets[cells]) ^ uint64_t(cells);
     for (int64_t k = 0; k <= cells; ++k) h = (h ^ uint64_t(offsets[k])) * 0xff51afd7ed558ccdull;
-    for (int64_t i = 0; i < offsets[cells]; ++i)
-      h = (h ^ uint32_t(parent[i])) * 0xc4ceb9fe1a85ec53ull ^ (h >> 29);
     const std::pair<int64_t, uint64_t> key(offsets[cells], h);
     std::lock_guard<std::mutex> lock(mu_);
     for (auto it = seen_.begin(); it != seen_.end(); ++it)
