@@ -113,7 +113,16 @@ TEST(FaultInjection, ParsesTheSwitchAndRefusesWhatItCannotRead) {
   EXPECT_FALSE(both->NextSolveIsSticky());
   EXPECT_TRUE(both->NextSolveIsSticky());
   EXPECT_FALSE(both->NextSolveIsSticky());
-  for (const char* bad : {"sticky", "sticky:0", "sticky:x", "oom:1", "alloc-fail:-2"})
+  auto stall = FaultInjection::Parse("stall:2,stall-ms:30");
+  ASSERT_TRUE(stall.ok()) << stall.status();
+  EXPECT_TRUE(stall->enabled());
+  EXPECT_EQ(stall->Describe(), "stall:2,stall-ms:30");
+  EXPECT_EQ(stall->NextSolveStallMs(), 0);
+  EXPECT_EQ(stall->NextSolveStallMs(), 30);
+  EXPECT_EQ(stall->NextSolveStallMs(), 0);
+  EXPECT_EQ(FaultInjection::Parse("stall:1")->Describe(), "stall:1,stall-ms:1000");
+  for (const char* bad : {"sticky", "sticky:0", "sticky:x", "oom:1", "alloc-fail:-2",
+                          "stall-ms:0", "stall-ms:600001"})
     EXPECT_EQ(FaultInjection::Parse(bad).status().code(), absl::StatusCode::kInvalidArgument)
         << bad;
 }

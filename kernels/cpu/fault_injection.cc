@@ -2,8 +2,10 @@
 // faults, which lets the server's handling of them be tested where there is no GPU.
 #include "trisolve/fault_injection.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <mutex>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -25,15 +27,24 @@ absl::StatusOr<FaultInjection> FaultInjection::Parse(const std::string& spec) {
     if (colon == absl::string_view::npos || !absl::SimpleAtoi(part.substr(colon + 1), &n) || n < 1)
       return absl::InvalidArgumentError(
           absl::StrCat("TRISOLVE_FAULT_INJECTION '", shown,
-                       "': expected alloc-fail:N and/or sticky:N, N >= 1, separated by commas"));
+                       "': expected alloc-fail:N, sticky:N, stall:N, stall-ms:N (N >= 1), "
+                       "separated by commas"));
     const absl::string_view kind = part.substr(0, colon);
     if (kind == "alloc-fail") {
       f.alloc_fail_at_ = n;
     } else if (kind == "sticky") {
       f.sticky_at_ = n;
+    } else if (kind == "stall") {
+      f.stall_at_ = n;
+    } else if (kind == "stall-ms") {
+      if (n > 600000)
+        return absl::InvalidArgumentError(absl::StrCat("TRISOLVE_FAULT_INJECTION '", shown,
+                                                       "': stall-ms is at most 600000"));
+      f.stall_ms_ = n;
     } else {
-      return absl::InvalidArgumentError(absl::StrCat("TRISOLVE_FAULT_INJECTION '", shown,
-                                                     "': unknown fault (alloc-fail, sticky)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "TRISOLVE_FAULT_INJECTION '", shown,
+          "': unknown fault (alloc-fail, sticky, stall, stall-ms)"));
     }
   }
   return f;
@@ -65,6 +76,8 @@ std::string FaultInjection::Describe() const {
   std::string s;
   if (alloc_fail_at_ > 0) absl::StrAppend(&s, "alloc-fail:", alloc_fail_at_);
   if (sticky_at_ > 0) absl::StrAppend(&s, s.empty() ? "" : ",", "sticky:", sticky_at_);
+  if (stall_at_ > 0)
+    absl::StrAppend(&s, s.empty() ? "" : ",", "stall:", stall_at_, ",stall-ms:", stall_ms_);
   return s.empty() ? "none" : s;
 }
 
@@ -119,6 +132,8 @@ class FaultInjectingBackend final : public Backend {
   absl::StatusOr<SolveInfo> Run(F solve) {
     if (auto st = Health(); !st.ok()) return st;
     const bool sticky = faults_->NextSolveIsSticky();
+    if (const int64_t ms = faults_->NextSolveStallMs(); ms > 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
     if (faults_->NextAllocationFails())
       return absl::ResourceExhaustedError(
           "host allocation for the solve: out of memory (fault injection: alloc-fail)");
