@@ -416,6 +416,7 @@ absl::StatusOr<Answer> Core::SolveSystem(Call& call, const StepRequest& step) {
         !st.ok())
       return st;
   if (!res.ok()) return res.status();
+  if (auto st = regions.AfterUse(); !st.ok()) return st;
   systems_.Touch(e, true, false);
   FillSample(unknowns, *res, call.receive_us, call.queue_us, &sample);
   Answer a;
@@ -447,6 +448,9 @@ absl::StatusOr<SystemView> Core::UpdateSystem(Call& call, const std::string& han
   call.sample.family = std::string(FamilyName(e.system->spec().family));
   RequestRegions regions(&memory_, call.identity);
   if (auto st = ApplyUpdates(e, updates, &regions, call.sample); !st.ok()) return st;
+  if (auto st = regions.AfterUse(); !st.ok())
+    return absl::Status(st.code(), absl::StrCat(st.message(), "; the update read zeros there: "
+                                                "update the system again or release it"));
   if (updates.updates.empty()) systems_.Touch(e, false, true);
   return ViewOf(e);
 }

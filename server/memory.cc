@@ -70,7 +70,12 @@ Region::Region(Backend* backend, std::string name, std::string key, int fd, void
       bytes_(bytes),
       object_end_(object_end),
       pinned_(pinned),
-      ttl_s_(ttl_s) {}
+      ttl_s_(ttl_s),
+      guard_(fd >= 0 ? std::make_unique<BusGuard>(map, map_bytes) : nullptr) {
+  if (guard_ && !guard_->active())
+    spdlog::warn("region {}: all {} guards are taken; its size is checked by fstat a request",
+                 name_, BusGuard::kSlots);
+}
 
 Region::Region(Backend* backend, std::string name, std::byte* device_base, int64_t bytes,
                int device, double ttl_s)
@@ -92,12 +97,25 @@ Region::~Region() {
     return;
   }
   if (pinned_ && backend_ != nullptr) backend_->UnpinHostMemory(map_);
+  guard_.reset();  // before the range can be mapped again by anyone else
   munmap(map_, size_t(map_bytes_));
   if (fd_ >= 0) close(fd_);
 }
 
 absl::Status Region::StillMapped(absl::string_view field) const {
   if (fd_ < 0) return absl::OkStatus();  // the server's own memory
+  if (guard_ && guard_->faulted())
+    return absl::FailedPreconditionError(absl::StrCat(
+        field, ": region '", name_,
+        "' shrank under the server: an access found pages of its object missing (what was "
+        "read or written there did not reach the object); register the memory again"));
+  if (guard_ && guard_->active()) return absl::OkStatus();
+  return ObjectSpans(field);
+}
+
+absl::Status Region::ObjectSpans(absl::string_view field) const {
+  if (fd_ < 0) return absl::OkStatus();
+  if (guard_ && guard_->faulted()) return StillMapped(field);
   struct stat st {};
   if (fstat(fd_, &st) != 0 || int64_t(st.st_size) < object_end_)
     return absl::FailedPreconditionError(absl::StrCat(
@@ -405,6 +423,12 @@ absl::StatusOr<std::byte*> RequestRegions::Resolve(absl::string_view field,
   }
   held_.push_back(*std::move(r));
   return p;
+}
+
+absl::Status RequestRegions::AfterUse() const {
+  for (const auto& r : held_)
+    if (auto st = r->StillMapped("region"); !st.ok()) return st;
+  return absl::OkStatus();
 }
 
 }  // namespace trisolve::server

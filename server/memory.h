@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "bus_guard.h"
 #include "sweeper.h"
 #include "job.h"
 #include "trisolve/backend.h"
@@ -56,9 +57,15 @@ class Region {
   int64_t bytes() const { return bytes_; }
   bool pinned() const { return pinned_; }
   double ttl_s() const { return ttl_s_; }
-  // The object still spans the region (a client that truncated it would make a read fault):
-  // FAILED_PRECONDITION naming `field` otherwise.
+  // The region still shows the client's object: FAILED_PRECONDITION naming `field` where an
+  // access to it faulted (the client shrank the object under the server: bus_guard.h), or, for
+  // a region left unguarded, where the object no longer spans it (an fstat). Cheap where
+  // guarded (a flag): checked before a request's arrays are read and again once its work is
+  // done, so that work which met a missing page is failed, not answered.
   absl::Status StillMapped(absl::string_view field) const;
+  // The same, and the object's size read now (an fstat) whether or not an access faulted: for
+  // the checks that run once (registering, opening a ring) or on a timer (a ring's watcher).
+  absl::Status ObjectSpans(absl::string_view field) const;
 
  private:
   Backend* backend_;
@@ -71,6 +78,7 @@ class Region {
   const bool pinned_;
   const double ttl_s_;
   const int device_ = -1;
+  std::unique_ptr<BusGuard> guard_;  // a client's shared memory: its mapping guarded
 };
 
 struct RegionInfo {
@@ -153,6 +161,9 @@ class RequestRegions final : public RegionResolver {
   absl::StatusOr<std::byte*> Resolve(absl::string_view field, const std::string& region,
                                      int64_t offset, int64_t bytes, int64_t expected_bytes,
                                      int align, RegionUse use, bool* on_device) override;
+  // Once the request's work is done, before it is answered: every region it used still shows
+  // its client's object (StillMapped), else that region's FAILED_PRECONDITION.
+  absl::Status AfterUse() const;
 
  private:
   MemoryRegistry* registry_;

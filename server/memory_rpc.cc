@@ -98,6 +98,8 @@ grpc::Status SolverService::WriteMemoryRaw(grpc::ServerContext* ctx, RawStream* 
     auto r = core_.FindRegion(call, name);
     if (!r.ok()) return done(r.status());
     if (*r != region) {
+      if (region)  // what was written to the last one reached its object
+        if (auto st = region->StillMapped("region"); !st.ok()) return done(st);
       region = *std::move(r);
       // A client's shared memory that it truncated would fault the copy below.
       if (auto st = region->StillMapped("region"); !st.ok()) return done(st);
@@ -108,6 +110,8 @@ grpc::Status SolverService::WriteMemoryRaw(grpc::ServerContext* ctx, RawStream* 
     chunk.CopyTo(region->base() + off);
     written += len;
   }
+  if (region)
+    if (auto st = region->StillMapped("region"); !st.ok()) return done(st);
   // The client's half-close, or the call is gone.
   if (ctx->IsCancelled())
     return done(std::chrono::system_clock::now() + Admission::kDeadlineSkew >= call.deadline
@@ -147,6 +151,9 @@ grpc::Status SolverService::ReadMemoryRaw(grpc::ServerContext* ctx, RawStream* s
     if (!stream->Write(out)) return Finish(call, absl::CancelledError("the client went away"));
   }
   call.sample.bytes_out = bytes;
+  // (gRPC may read the last slices after this: a page missing then reads as zeros, and the
+  // region fails every later use.)
+  if (auto st = region->StillMapped("region"); !st.ok()) return Finish(call, st);
   return Finish(call, absl::OkStatus());
 }
 

@@ -166,6 +166,7 @@ grpc::Status SolverService::SolveWithProgress(grpc::ServerContext* ctx,
   reporter.Stop();
   call.progress = nullptr;
   if (!answer.ok()) return Finish(call, answer.status());
+  if (auto st = regions.AfterUse(); !st.ok()) return Finish(call, st);
   reporter.Flush();
   v1::ProgressResponse last;
   const bool sparse = req->has_tridiagonal()         ? req->tridiagonal().sparse_status()

@@ -34,68 +34,6 @@ using Clock = std::chrono::steady_clock;
 
 double Micros(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
 
-// A client can shrink its shared-memory object under its ring at any time; the server's next
-// read of a slot there would then fault (SIGBUS) and take the process down. The mappings of
-// rings' regions are guarded: a fault inside one gets a page of zeros mapped in its place (the
-// read sees an empty slot) and the watcher closes the ring at its next check, since the object
-// no longer spans the region. Faults elsewhere go to the previous handler or the default action.
-constexpr int kGuards = 4096;
-struct BusGuard {
-  std::atomic<uintptr_t> begin{0}, end{0};
-};
-BusGuard bus_guards[kGuards];
-struct sigaction previous_bus;
-long page_bytes = 4096;
-
-void OnBus(int sig, siginfo_t* info, void* context) {
-  const auto at = reinterpret_cast<uintptr_t>(info->si_addr);
-  for (BusGuard& g : bus_guards) {
-    const uintptr_t b = g.begin.load(std::memory_order_acquire);
-    if (b != 0 && b <= at && at < g.end.load(std::memory_order_acquire)) {
-      void* page = reinterpret_cast<void*>(at & ~uintptr_t(page_bytes - 1));
-      if (mmap(page, size_t(page_bytes), PROT_READ | PROT_WRITE,
-               MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) != MAP_FAILED)
-        return;  // the access is retried on the zero page
-      break;
-    }
-  }
-  if ((previous_bus.sa_flags & SA_SIGINFO) != 0 && previous_bus.sa_sigaction != nullptr) {
-    previous_bus.sa_sigaction(sig, info, context);
-  } else if ((previous_bus.sa_flags & SA_SIGINFO) == 0 && previous_bus.sa_handler != SIG_DFL &&
-             previous_bus.sa_handler != SIG_IGN) {
-    previous_bus.sa_handler(sig);
-  } else {
-    signal(SIGBUS, SIG_DFL);  // the access faults again, with the default action
-  }
-}
-
-// Guards [p, p + bytes); returns its index (-1: every guard taken, the range unguarded).
-int AddGuard(const std::byte* p, int64_t bytes) {
-  static std::once_flag installed;
-  std::call_once(installed, [] {
-    page_bytes = sysconf(_SC_PAGESIZE);
-    struct sigaction sa {};
-    sa.sa_sigaction = OnBus;
-    sa.sa_flags = SA_SIGINFO;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGBUS, &sa, &previous_bus);
-  });
-  static std::mutex mu;
-  std::lock_guard<std::mutex> lock(mu);
-  for (int i = 0; i < kGuards; ++i) {
-    if (bus_guards[i].begin.load() != 0) continue;
-    bus_guards[i].end.store(reinterpret_cast<uintptr_t>(p) + uintptr_t(bytes));
-    bus_guards[i].begin.store(reinterpret_cast<uintptr_t>(p));
-    return i;
-  }
-  return -1;
-}
-void RemoveGuard(int i) {
-  if (i < 0) return;
-  bus_guards[i].begin.store(0);
-  bus_guards[i].end.store(0);
-}
-
 absl::Status Invalid(absl::string_view field, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
 }
@@ -258,12 +196,8 @@ class RingManager::Ring : public std::enable_shared_from_this<RingManager::Ring>
         slots_(slots),
         header_(reinterpret_cast<RingHeader*>(region_->base() + offset)),
         slot_(Slots(header_)),
-        guard_(AddGuard(region_->base(), region_->bytes())),
         pool_(pool) {}
-  ~Ring() {
-    Join();
-    RemoveGuard(guard_);
-  }
+  ~Ring() { Join(); }
 
   const std::string& id() const { return id_; }
   const std::string& identity() const { return identity_; }
@@ -353,7 +287,6 @@ class RingManager::Ring : public std::enable_shared_from_this<RingManager::Ring>
   std::atomic<bool> stop_{false}, touch_{true}, ended_{false};
   std::atomic<uint32_t> why_{kRingOpen};
   int64_t served_ = 0;
-  const int guard_;
   Pool* const pool_;  // null: the ring has a thread of its own
   std::thread thread_;
   // A pool's thread's state of the ring (only that thread touches them).
@@ -821,7 +754,8 @@ absl::Status RingManager::Ring::FillFamily(const RingRequest& req, Req* msg) {
     return Invalid("narrays", absl::StrCat(req.narrays, ", expected 0 .. ", kRingMaxArrays));
   const google::protobuf::Descriptor* d = msg->GetDescriptor();
   const google::protobuf::Reflection* r = msg->GetReflection();
-  // Once a request (an fstat): the object still spans the region before its arrays are read.
+  // Before its arrays are read (a flag; an fstat where the region is unguarded), and again once
+  // the work is done (RunSolve).
   if (auto st = region_->StillMapped("region"); !st.ok()) return st;
   // Nothing is copied for a job over the limit (refused as CheckLimits words it).
   int64_t total = 0;
@@ -922,8 +856,11 @@ absl::Status RingManager::Ring::RunSolve(Call& call, const RingRequest& req, Rin
                                                 statuses, " statuses"));
   auto answer = core_->Solve(call, *job);
   if (!answer.ok()) return answer.status();
+  if (auto used = regions.AfterUse(); !used.ok()) return used;
   Fill(*answer, ans);
-  return WriteStatuses(req, answer->result.status, ans);
+  if (auto written = WriteStatuses(req, answer->result.status, ans); !written.ok())
+    return written;
+  return region_->StillMapped("status_offset");
 }
 
 absl::Status RingManager::Ring::RunSolveSystem(Call& call, const RingRequest& req,
@@ -978,8 +915,10 @@ absl::Status RingManager::Ring::RunSolveSystem(Call& call, const RingRequest& re
   call.receive_us = Micros(Clock::now() - call.start);
   auto answer = core_->SolveSystem(call, step);
   if (!answer.ok()) return answer.status();
+  if (auto st = region_->StillMapped("rhs"); !st.ok()) return st;  // the copy out of it
   Fill(*answer, ans);
-  return WriteStatuses(req, answer->result.status, ans);
+  if (auto st = WriteStatuses(req, answer->result.status, ans); !st.ok()) return st;
+  return region_->StillMapped("status_offset");
 }
 
 absl::Status RingManager::Ring::WriteStatuses(const RingRequest& req,
@@ -1082,7 +1021,7 @@ absl::StatusOr<RingView> RingManager::Open(Call& call, const std::string& region
     return Invalid("offset", absl::StrCat("a ring of ", slots, " slots (", RingBytes(slots),
                                           " bytes) at ", offset, " does not fit region '",
                                           (*region)->name(), "' of ", (*region)->bytes(), " bytes"));
-  if (auto st = (*region)->StillMapped("region"); !st.ok()) return st;
+  if (auto st = (*region)->ObjectSpans("region"); !st.ok()) return st;
   const auto* h = reinterpret_cast<const RingHeader*>((*region)->base() + offset);
   RingHeader seen;
   std::memcpy(&seen, h, sizeof seen);
@@ -1203,7 +1142,7 @@ void RingManager::Watch() {
         it = rings_.erase(it);
         continue;
       }
-      if (!r.region().StillMapped("region").ok()) {
+      if (!r.region().ObjectSpans("region").ok()) {
         r.Stop(kClosedBroken, /*touch=*/false);
       } else if (!core_->HoldsRegion(r.identity(), r.region().name(), &r.region())) {
         r.Stop(kClosedRegionGone);

@@ -128,6 +128,7 @@ grpc::Status SolverService::HandleUnary(grpc::ServerContext* ctx, const char* rp
   if (!job.ok()) return Finish(call, job.status());
   auto answer = core_.Solve(call, *job);
   if (!answer.ok()) return Finish(call, answer.status());
+  if (auto st = regions.AfterUse(); !st.ok()) return Finish(call, st);
   AnswerToProto(*answer, resp, req.sparse_status());
   return Finish(call, absl::OkStatus());
 }
@@ -305,6 +306,10 @@ grpc::Status SolverService::CreateSystem(grpc::ServerContext* ctx,
   if (!job.ok()) return Finish(call, job.status());
   auto view = core_.CreateSystem(call, *job, req->label(), req->ttl_s());
   if (!view.ok()) return Finish(call, view.status());
+  if (auto st = regions.AfterUse(); !st.ok()) {
+    (void)core_.ReleaseSystem(call, view->handle);  // it holds what the missing pages gave
+    return Finish(call, st);
+  }
   SystemInfoToProto(*view, resp);
   return Finish(call, absl::OkStatus());
 }

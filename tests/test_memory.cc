@@ -604,6 +604,74 @@ TEST(SharedMemory, EveryBadReferenceIsRefusedWithItsOwnStatus) {
   std::remove(tokens.c_str());
 }
 
+// A client that shrinks its object while the server reads it (a hostile or broken client)
+// fails the request that met the missing pages, FAILED_PRECONDITION, and every later use of
+// that region; the server, its other regions and other clients carry on. Without the guard
+// the server's read past the object's end is a SIGBUS that ends the process.
+TEST(SharedMemory, AnObjectShrunkDuringASolveFailsThatRegionNotTheServer) {
+  ServerProcess server({"--cpu-threads", "1"});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  Raw raw(server);
+  const int64_t batch = 1024, n = 1024, e = batch * n;  // 32 MiB of arrays, ms a solve
+  auto shrinks = SharedMemory::Create(5 * e * 8);
+  auto stays = SharedMemory::Create(5 * e * 8);
+  ASSERT_TRUE(shrinks.ok() && stays.ok());
+  for (auto* m : {shrinks->get(), stays->get()}) {
+    auto* v = reinterpret_cast<double*>(m->data());
+    for (int64_t i = 0; i < e; ++i) v[i] = v[2 * e + i] = v[3 * e + i] = 1, v[e + i] = 4;
+  }
+  ASSERT_TRUE(raw.Register(**shrinks, "shrinks").ok());
+  ASSERT_TRUE(raw.Register(**stays, "stays").ok());
+  // Solves back to back, x into the region too (this process must not touch the shrunk pages
+  // either), and the object shrunk under them.
+  auto in_region = [&](const std::string& name) {
+    v1::TridiagonalRequest r = InRegion(name, 0, batch, n);
+    r.mutable_x_region()->set_region(name);
+    r.mutable_x_region()->set_offset(4 * e * 8);
+    return r;
+  };
+  std::atomic<bool> stop{false};
+  std::vector<grpc::Status> seen;
+  std::thread solver([&] {
+    while (!stop.load()) {
+      seen.push_back(raw.Solve(in_region("shrinks")));
+      if (!seen.back().ok()) break;
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const int fd = shm_open((*shrinks)->key().c_str(), O_RDWR, 0);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 0), 0);
+  close(fd);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  stop = true;
+  solver.join();
+  ASSERT_FALSE(seen.empty());
+  EXPECT_EQ(server.Wait(0), -1) << "the server exited: " << server.Log();
+  Expect(seen.back(), grpc::StatusCode::FAILED_PRECONDITION, "shrank under the server");
+  for (size_t i = 0; i + 1 < seen.size(); ++i) EXPECT_TRUE(seen[i].ok()) << seen[i].error_message();
+  // The region stays failed; the other region and the socket serve on.
+  Expect(raw.Solve(in_region("shrinks")), grpc::StatusCode::FAILED_PRECONDITION,
+         "shrank");
+  {
+    const grpc::Status st = raw.Solve(in_region("stays"));
+    EXPECT_TRUE(st.ok()) << st.error_message();
+  }
+  Client client(ClientOptions(server, Transport::kGrpc));
+  const auto arrays = examples::RandomTridiagonal(4, 64, false, 3);
+  auto got = client.Solve(MakeJob(Kind::kTridiagonal, arrays));
+  ASSERT_TRUE(got.ok()) << got.status();
+  // Unregistered (unmapped), and the server still serving.
+  v1::UnregisterMemoryRequest un;
+  un.set_name("shrinks");
+  v1::MemoryRegion out;
+  EXPECT_TRUE(raw.Do([&](v1::Solver::Stub& st, grpc::ClientContext* c) {
+    return st.UnregisterMemory(c, un, &out);
+  }).ok());
+  EXPECT_EQ(raw.Regions(), 1);
+  EXPECT_TRUE(raw.Solve(in_region("stays")).ok());
+}
+
 // RegisterCudaMemory where the server has no device (the CPU backend, as CI runs it): refused
 // FAILED_PRECONDITION saying how to get it, after the fields are checked, each named; nothing
 // is registered. (The CUDA backend's side: test_cuda_ipc on a GPU.)
