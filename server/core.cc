@@ -321,7 +321,8 @@ absl::Status Core::ApplyUpdates(SystemRegistry::Entry& e, const StepRequest& ste
     const int i = CoefficientIndex(spec.family, name);
     const bool int32 = i >= 0 && Describe(spec.family).coefficient(i).int32;
     const int eb = int32 ? 4 : int(spec.elem_bytes());
-    auto in = ResolveArray(arg, regions, "update", eb);
+    auto in = ResolveArray(arg, regions, "update", eb,
+                           int32 ? RegionUse::kStructure : RegionUse::kHost);
     if (!in.ok()) return in.status();
     auto checked = CheckUpdate(spec, e.coefficient_shapes, name, *in);
     if (!checked.ok()) return checked.status();

@@ -50,8 +50,12 @@ struct JobArray {
 
 // Who reads a resolved array: the server on the host (its checks, the residual, the batcher;
 // a region of device memory is then copied to the host for it), or only the backend (device
-// memory passes as it is, *on_device set).
-enum class RegionUse : uint8_t { kHost, kBackend };
+// memory passes as it is, *on_device set). kStructure: an array whose values the server and
+// the backend index memory by (a tree's parent, a batch's lengths), copied into the server's
+// own memory from any region before it is checked: its client can write the region at any
+// time, and a value changed between the check and the solve would send the solve outside its
+// arrays.
+enum class RegionUse : uint8_t { kHost, kBackend, kStructure };
 
 // Arrays that lie in a caller's registered memory (shared-memory regions, CUDA regions)
 // instead of in the message: resolves a (region, offset, bytes) reference to memory the job

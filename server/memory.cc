@@ -408,14 +408,19 @@ absl::StatusOr<std::byte*> RequestRegions::Resolve(absl::string_view field,
                                                    "' of ", (*r)->bytes(), " bytes"));
   if (auto st = (*r)->StillMapped(field); !st.ok()) return st;
   std::byte* p = (*r)->base() + offset;
-  if ((*r)->on_device() && use == RegionUse::kHost) {
-    // Read on the host (a parent array, lengths, an update): its bytes copied across, once.
+  if (use == RegionUse::kStructure || ((*r)->on_device() && use == RegionUse::kHost)) {
+    // Read on the host from device memory (a parent array, lengths, an update), or a structure
+    // array from anywhere (RegionUse): its bytes copied into the server's own, once.
     std::unique_ptr<std::byte[]> copy(new (std::nothrow) std::byte[size_t(bytes)]);
     if (!copy)
       return absl::ResourceExhaustedError(
           absl::StrCat(field, ": cannot allocate ", bytes, " bytes to copy it to the host"));
-    if (auto st = registry_->backend()->CopyFromDevice(copy.get(), p, bytes); !st.ok())
-      return absl::Status(st.code(), absl::StrCat(field, ": ", st.message()));
+    if ((*r)->on_device()) {
+      if (auto st = registry_->backend()->CopyFromDevice(copy.get(), p, bytes); !st.ok())
+        return absl::Status(st.code(), absl::StrCat(field, ": ", st.message()));
+    } else {
+      std::memcpy(copy.get(), p, size_t(bytes));
+    }
     p = copy.get();
     host_copies_.push_back(std::move(copy));
   } else if (on_device != nullptr) {

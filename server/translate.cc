@@ -491,8 +491,10 @@ absl::Status BorrowAll(Job& job, const google::protobuf::Message& r, RegionResol
     JobArray& ja = job.arrays[size_t(slot)];
     if (!ja.declared || ja.absent) continue;
     const auto& a = static_cast<const Array&>(reflection->GetMessage(r, f));
-    if (auto st = Borrow(d.arrays[size_t(slot)].name, ja, a, regions,
-                         ReadOnHost(job, size_t(slot)) ? RegionUse::kHost : RegionUse::kBackend);
+    const RegionUse use = d.arrays[size_t(slot)].int32    ? RegionUse::kStructure
+                          : ReadOnHost(job, size_t(slot)) ? RegionUse::kHost
+                                                          : RegionUse::kBackend;
+    if (auto st = Borrow(d.arrays[size_t(slot)].name, ja, a, regions, use);
         !st.ok())
       return st;
   }

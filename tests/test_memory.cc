@@ -672,6 +672,79 @@ TEST(SharedMemory, AnObjectShrunkDuringASolveFailsThatRegionNotTheServer) {
   EXPECT_TRUE(raw.Solve(in_region("stays")).ok());
 }
 
+// A client that rewrites a tree's parent array in its region while the server solves from it
+// (a hostile client): the server checks and solves from its own copy of the structure, so each
+// request is answered for the parents it checked, or refused naming the bad one, and the server
+// lives. Solved in place, a parent changed between the check and the sweep sent the sweep
+// outside its arrays (SIGSEGV).
+TEST(SharedMemory, AParentArrayRewrittenDuringSolvesNeverLeadsTheServerAstray) {
+  ServerProcess server({"--cpu-threads", "1"});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  Raw raw(server);
+  const int64_t n = int64_t{1} << 20;  // one cable of 2^20 nodes
+  auto shm = SharedMemory::Create(n * 4 + 5 * n * 8);
+  ASSERT_TRUE(shm.ok());
+  auto* parent = reinterpret_cast<std::atomic<int32_t>*>((*shm)->data());
+  auto* v = reinterpret_cast<double*>((*shm)->data() + n * 4);  // lower, upper, diag, rhs, x
+  for (int64_t i = 0; i < n; ++i) {
+    parent[i].store(int32_t(i - 1), std::memory_order_relaxed);
+    v[i] = v[n + i] = -1, v[2 * n + i] = 4, v[3 * n + i] = 1;
+  }
+  ASSERT_TRUE(raw.Register(**shm, "tree").ok());
+  v1::TreeRequest req;
+  req.set_dtype(v1::FLOAT64);
+  req.set_method("hines");
+  int k = 0;
+  for (v1::Array* a : {req.mutable_parent(), req.mutable_lower(), req.mutable_upper(),
+                       req.mutable_diag(), req.mutable_rhs()}) {
+    a->add_shape(n);
+    a->mutable_region()->set_region("tree");
+    a->mutable_region()->set_offset(a == req.mutable_parent() ? 0 : n * 4 + (k++) * n * 8);
+  }
+  req.mutable_x_region()->set_region("tree");
+  req.mutable_x_region()->set_offset(n * 4 + 4 * n * 8);
+  std::atomic<bool> stop{false};
+  std::thread flipper([&] {  // the last nodes' parents, far out of range and back, over and over
+    while (!stop.load())
+      for (int64_t i = n - 1; i >= n - 256; --i) {
+        parent[i].store(int32_t{1} << 30, std::memory_order_relaxed);
+        parent[i].store(int32_t(i - 1), std::memory_order_relaxed);
+      }
+  });
+  int ok = 0, refused = 0;
+  for (int q = 0; q < 60 && server.Wait(0) == -1; ++q) {
+    v1::SolveResponse resp;
+    const grpc::Status st = raw.Do([&](v1::Solver::Stub& s, grpc::ClientContext* c) {
+      return s.SolveTree(c, req, &resp);
+    });
+    if (st.ok()) {
+      ++ok;
+    } else {
+      ++refused;
+      EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+      EXPECT_NE(st.error_message().find("parent"), std::string::npos) << st.error_message();
+    }
+  }
+  stop = true;
+  flipper.join();
+  EXPECT_EQ(server.Wait(0), -1) << "the server exited: " << server.Log();
+  EXPECT_EQ(ok + refused, 60);
+  // Once the client stops, the answer is the cable's, from the region.
+  v1::SolveResponse resp;
+  ASSERT_TRUE(raw.Do([&](v1::Solver::Stub& s, grpc::ClientContext* c) {
+    return s.SolveTree(c, req, &resp);
+  }).ok());
+  double worst = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double* x = v + 4 * n;
+    double r = 4 * x[i] - 1;
+    if (i > 0) r -= x[i - 1];
+    if (i + 1 < n) r -= x[i + 1];
+    worst = std::max(worst, std::abs(r));
+  }
+  EXPECT_LT(worst, 1e-12);
+}
+
 // RegisterCudaMemory where the server has no device (the CPU backend, as CI runs it): refused
 // FAILED_PRECONDITION saying how to get it, after the fields are checked, each named; nothing
 // is registered. (The CUDA backend's side: test_cuda_ipc on a GPU.)
