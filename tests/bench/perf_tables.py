@@ -198,6 +198,9 @@ def render_tree_forest(baselines, gpu):
         m = re.search(pattern, got[key]["note"]) if key in got else None
         return m.group(1) if m else "-"
     count, structures, analysis = r"(\d+) cells of", r"(\d+) structures", r"analysis ([\d.]+) ms"
+
+    def ms_or_dash(v):
+        return "-" if v == "-" else f"{v} ms"
     body = []
     for cells in sorted(by):
         got = by[cells]
@@ -209,7 +212,8 @@ def render_tree_forest(baselines, gpu):
                      f"{int(kinds):,}" if (kinds := note(got, per_cell, structures)) != "-"
                      else "-", cell(got, per_cell), cell(got, per_cell_cables),
                      cell(got, joined), cell(got, same), cell(got, uniform),
-                     f"{note(got, per_cell, analysis)} ms", f"{note(got, joined, analysis)} ms"])
+                     ms_or_dash(note(got, per_cell, analysis)),
+                     ms_or_dash(note(got, joined, analysis))])
     if not body:
         raise TableError("bench_tree.csv has no 'variable cells, per-cell contr.-block' rows")
     return table(["uniform cells", "nodes", "cells of 32 … 3,187 nodes", "structures",
