@@ -15,7 +15,9 @@
 #include <latch>
 #include <limits>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <new>
 #include <random>
 #include <set>
 #include <thread>
@@ -1294,8 +1296,19 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
                    "and --batch x --n x --n <= 2^31\n";
       return 2;
     }
-    DenseWorkload w(o);
-    return Drive(client_options, o, w);
+    // Within the bound, the matrices and their factors (16 bytes a value) may still be more
+    // than this host holds: that is an error to report, not a crash.
+    std::unique_ptr<DenseWorkload> w;
+    try {
+      w = std::make_unique<DenseWorkload>(o);
+    } catch (const std::bad_alloc&) {
+      std::cerr << absl::StrFormat(
+          "bench --family dense: %d matrices of order %d and their factors (%.1f GB) do not fit "
+          "in this host's memory\n",
+          o.batch, o.n, 16e-9 * double(o.batch) * double(o.n) * double(o.n));
+      return 1;
+    }
+    return Drive(client_options, o, *w);
   }
   if (!o.swc.empty()) {
     if (o.pause_ms > 0) {

@@ -669,6 +669,11 @@ TEST_F(Cli, BenchDenseChecksEveryAnswer) {
     EXPECT_EQ(rc2, 2) << args << "\n" << out2;
     EXPECT_TRUE(Has(out2, why)) << args << "\n" << out2;
   }
+  // Within the bound but beyond the memory the process may have: an error, not a crash.
+  auto [rc, out] = Shell("ulimit -v 4000000; " + ServerProcess::CliBin() + " --server " +
+                         server_->target() + " bench --family dense --batch 1 --n 40000");
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_TRUE(Has(out, "do not fit in this host's memory")) << out;
 }
 
 }  // namespace
