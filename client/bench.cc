@@ -2,6 +2,8 @@
 // work on one local core.
 #include "trisolve/bench.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -13,21 +15,22 @@
 #include <latch>
 #include <limits>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <new>
 #include <random>
 #include <set>
 #include <thread>
 #include <vector>
 
-#include <omp.h>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "trisolve/block_tridiagonal.h"
-#include "trisolve/reference/block_tridiagonal.h"
-#include "trisolve/examples.h"
 #include "trisolve/client.h"
+#include "trisolve/examples.h"
+#include "trisolve/reference/block_tridiagonal.h"
+#include "trisolve/reference/dense.h"
 #include "trisolve/swc.h"
 
 namespace trisolve {
@@ -399,7 +402,7 @@ int RunTreeLoop(const Client::Options& client_options, const BenchOptions& o) {
   return ok == total ? 0 : 1;
 }
 
-// ---- the block family: a 2D grid's block-tridiagonal system, solved iteratively ------------
+// ---- one driver for every family -------------------------------------------------------------
 
 Transport TransportOf(const std::string& name) {
   return name == "grpc"                          ? Transport::kGrpc
@@ -415,46 +418,81 @@ bool ArraysInSharedMemory(const BenchOptions& o) {
   return o.transport == "shm" || o.transport == "shm-ring";
 }
 
-int RunBlock(const Client::Options& client_options, const BenchOptions& o) {
-  if (o.mode == "info" || o.mode == "health") {
-    std::cerr << "bench --family block: --mode unary, handle or stream\n";
-    return 2;
-  }
-  if (o.N < 2 || o.M < 2 || !(o.tol > 0 && o.tol < 1)) {
-    std::cerr << "bench --family block: --N, --M >= 2 and 0 < --tol < 1\n";
-    return 2;
-  }
-  auto method = ParseBlockMethod(o.method);
-  if (!method.ok()) {
-    std::cerr << "bench: --method: " << method.status().message() << "\n";
-    return 2;
-  }
-  const int64_t N = o.N, M = o.M, values = N * M;
-  // The thesis' experiment 2: symmetric positive definite, so that auto takes multigrid-cg on
-  // the server and on the local core alike; its iterations stay at 12-13 for every N = M.
-  examples::Arrays ex = examples::ThesisExperiment2(N, M);
-  static constexpr std::array<const char*, 5> kCoefficients = {"aC", "cC", "bC", "cA", "cB"};
-  std::array<const double*, 5> coeff{};
-  for (size_t i = 0; i < kCoefficients.size(); ++i) coeff[i] = ex[kCoefficients[i]].as<double>();
-  const double norm_a = BlockTridiagonalNorm(N, M, coeff[0], coeff[1], coeff[2], coeff[3], coeff[4]);
-  const std::vector<int64_t> shape = {N, M};
-  auto view = [&](const double* p) { return ArrayView{DType::kFloat64, shape, p}; };
-  // Right-hand sides: a few of each client's own, so that an answer to another request shows as
-  // a residual of order one.
-  constexpr int kRhs = 3;
+double Micros(Clock::time_point t0) {
+  return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+}
 
-  std::mutex mu;
-  std::vector<double> latency_us;
-  Timings server_sum;
-  int64_t server_n = 0, iterations_sum = 0, iterations_max = 0;
-  std::map<std::string, int64_t> errors, not_ok_by;
-  std::map<std::string, std::string> first_error;
-  std::set<std::string> methods;
+// One client's share of a family's work: the arrays it sends and the check of its answers.
+// The views may be repointed into the client's shared memory by the driver; the check reads the
+// family's own original arrays, never what was sent.
+class ClientWork {
+ public:
+  virtual ~ClientWork() = default;
+  // CreateSystem's job (a unary job adds rhs_name = the right-hand side).
+  std::vector<std::pair<std::string, ArrayView>> coefficients;
+  std::string rhs_name;
+  std::vector<ArrayView> rhs;  // request q sends rhs[q % rhs.size()]
+  // The values of x (the answer to rhs[k]; its shape and statuses already checked): right or
+  // wrong. first: the client's first checked answer (some families check it further).
+  virtual bool Check(int k, const double* x, bool first) = 0;
+  // An answer that passed: the family's account of it (iterations, methods).
+  virtual void Accepted(const Summary&) {}
+};
+
+// What the driver tallies over every client's answers.
+struct Tally {
   std::atomic<int64_t> ok{0}, wrong{0}, lost{0}, not_ok{0};
-  std::atomic<bool> failed_setup{false};
-  double worst_residual = 0, check_sum_us = 0, call_sum_us = 0;
-  int64_t checked = 0;  // answers whose residual was computed (check_every)
+  std::atomic<int> most_pieces{0};  // the streams transport's pipelining (Summary::pieces)
+  std::mutex mu;                    // the rest: merged once a client
+  std::vector<double> latency_us;
+  Timings server;  // the server's own account, summed over the answers accepted
+  int64_t server_n = 0, batched = 0, batched_with = 0, checked = 0;
+  double check_us = 0, call_us = 0;
+  std::map<std::string, int64_t> errors, not_ok_by;  // by status code; by the server's status
+  std::map<std::string, std::string> first_error;    // by status code: its first message
   Clock::time_point last_answer{};
+};
+
+// A family's workload: its arrays, its checks, the local alternative and its report.
+class Workload {
+ public:
+  virtual ~Workload() = default;
+  virtual const char* family() const = 0;  // the JSON's name
+  virtual Kind kind() const = 0;
+  virtual int64_t values() const = 0;   // x's values an answer
+  virtual int64_t systems() const = 0;  // statuses an answer
+  virtual JobOptions options() const = 0;
+  // Called in the client's thread, before the clock.
+  virtual std::unique_ptr<ClientWork> ForClient(int id) const = 0;
+  // After the client's last answer, under the tally's mutex.
+  virtual void Merge(ClientWork&) {}
+  // What a request must move in `mode` (x out included).
+  virtual double PayloadBytes(const std::string& mode) const = 0;
+  // One local core's seconds a request of `mode`; called after every client is done.
+  virtual double LocalSeconds(const BenchOptions& o) = 0;
+  // A server's answer whose status is not ok: counted apart (not_ok), or as wrong.
+  virtual bool CountsNotOk() const { return true; }
+  virtual int RateDecimals() const { return 2; }
+  virtual std::string Header(const BenchOptions& o, double bytes_per) const = 0;
+  virtual std::string LocalLabel() const = 0;
+  virtual void ExtraLines(const Tally&) const {}           // after the table
+  virtual std::string WrongMeaning() const = 0;            // "wrong (...)"
+  virtual std::string WorstLine() const = 0;               // the answers line's end
+  virtual std::string CheckedNoun() const = 0;             // "values", "residuals"
+  virtual std::string JsonShape() const = 0;               // after "requests"
+  virtual std::string JsonTail(const Tally& t) const = 0;  // after "local_per_s"
+  virtual std::string JsonEnd(const Tally& t) const = 0;   // after "server_total_ms"
+};
+
+int Drive(const Client::Options& client_options, const BenchOptions& o, Workload& w) {
+  const int64_t values = w.values();
+  const bool solves = o.mode != "info" && o.mode != "health";
+  Tally tally;
+  std::atomic<bool> failed_setup{false};
+  // The clock runs from the moment every client has set up (its connection, its shared
+  // memory, its system) until the last one has its last answer: setup and teardown (releasing
+  // the system, unregistering the memory: the server unpins it, tens of milliseconds for a
+  // large region) happen once a client, not a request.
   std::latch ready(o.clients), go(1);
   struct Arrive {
     std::latch* l;
@@ -465,7 +503,7 @@ int RunBlock(const Client::Options& client_options, const BenchOptions& o) {
     ~Arrive() { (*this)(); }
   };
   auto setup_failed = [&](const std::string& what, const absl::Status& st) {
-    std::lock_guard<std::mutex> lock(mu);
+    std::lock_guard<std::mutex> lock(tally.mu);
     std::cerr << "bench: " << what << ": " << st << "\n";
     failed_setup = true;
   };
@@ -473,39 +511,34 @@ int RunBlock(const Client::Options& client_options, const BenchOptions& o) {
   auto client_loop = [&](int id) {
     Arrive arrive{&ready};
     Client::Options co = client_options;
-    co.own_connection = true;
+    co.own_connection = true;  // one connection a client, as separate processes would have
     co.transport = TransportOf(o.transport);
     Client client(co);
-    JobOptions jo;
-    jo.method = o.method;
-    jo.tol = o.tol;
-    std::vector<std::vector<double>> own_f(kRhs);
-    for (int k = 0; k < kRhs; ++k) {
-      std::mt19937_64 rng(5000 + uint64_t(id) * kRhs + uint64_t(k));
-      std::uniform_real_distribution<double> u(-1, 1);
-      own_f[size_t(k)].resize(size_t(values));
-      for (double& v : own_f[size_t(k)]) v = u(rng);
-    }
-    std::array<const double*, 5> c = coeff;
-    std::array<const double*, kRhs> f{};
-    for (int k = 0; k < kRhs; ++k) f[size_t(k)] = own_f[size_t(k)].data();
-    // shm: every array in the client's registered memory (filled before the clock), y written
-    // there too; otherwise y into an array of the client's own (--x-out) or in the answer.
+    JobOptions jo = w.options();
+    std::unique_ptr<ClientWork> work = w.ForClient(id);
+    const int nrhs = int(work->rhs.size());
+    // shm: every array in the client's registered memory (filled once, before the clock, as a
+    // simulation that keeps them there would), x written there too; otherwise x into arrays of
+    // the client's own (--x-out) or in the answer. The stream keeps two steps in flight: the
+    // second x area is the one in flight's.
     std::unique_ptr<SharedMemory> shm;
     double *x_area = nullptr, *x_area2 = nullptr;
     std::vector<double> own_x, own_x2;
     if (ArraysInSharedMemory(o)) {
-      auto made = SharedMemory::Create((5 + kRhs + 2) * values * 8 + 64 * 16);
+      int64_t bytes = 2 * (values * 8 + 256);
+      for (auto& [name, v] : work->coefficients) bytes += v.elements() * 8 + 256;
+      for (auto& v : work->rhs) bytes += v.elements() * 8 + 256;
+      auto made = SharedMemory::Create(bytes);
       absl::Status st = made.ok() ? absl::OkStatus() : made.status();
       if (st.ok()) {
         shm = *std::move(made);
-        auto place = [&](const double* src) {
-          double* p = *shm->Allocate<double>(values);
-          std::memcpy(p, src, size_t(values) * 8);
-          return p;
+        auto place = [&](ArrayView& v) {
+          double* p = *shm->Allocate<double>(v.elements());
+          std::memcpy(p, v.data, size_t(v.elements()) * 8);
+          v.data = p;
         };
-        for (auto& p : c) p = place(p);
-        for (auto& p : f) p = place(p);
+        for (auto& [name, v] : work->coefficients) place(v);
+        for (auto& v : work->rhs) place(v);
         x_area = *shm->Allocate<double>(values);
         x_area2 = *shm->Allocate<double>(values);
         st = client.RegisterMemory(*shm);
@@ -518,19 +551,19 @@ int RunBlock(const Client::Options& client_options, const BenchOptions& o) {
       x_area2 = own_x2.data();
     }
     jo.x_out = x_area;
-    auto job_of = [&](const double* rhs) {
-      Job job{Kind::kBlockTridiagonal};
-      for (size_t i = 0; i < kCoefficients.size(); ++i) job.arrays[kCoefficients[i]] = view(c[i]);
-      if (rhs != nullptr) job.arrays["f"] = view(rhs);
+    auto job_of = [&](const ArrayView* rhs) {
+      Job job{w.kind()};
+      for (auto& [name, v] : work->coefficients) job.arrays[name] = v;
+      if (rhs != nullptr) job.arrays[work->rhs_name] = *rhs;
       job.options = jo;
       return job;
     };
     std::string handle;
     std::unique_ptr<StepStream> stream;
-    if (o.mode != "unary") {
-      // The server prepares the system once (multigrid-cg: its hierarchy of coarse matrices).
+    if (o.mode == "handle" || o.mode == "stream") {
+      // The server prepares the system once (factors, a multigrid hierarchy).
       auto made = client.CreateSystem(job_of(nullptr),
-                                      {.ttl_s = 600, .label = absl::StrCat("block-", id)});
+                                      {.ttl_s = 600, .label = absl::StrCat(w.family(), "-", id)});
       if (!made.ok()) return setup_failed("CreateSystem", made.status());
       handle = made->handle;
       if (o.mode == "stream") {
@@ -539,10 +572,11 @@ int RunBlock(const Client::Options& client_options, const BenchOptions& o) {
         stream = *std::move(st);
       }
     }
-    // One solve before the clock, not counted: a client's connection, staging region and the
-    // first touch of its arrays are set up once, not a request's cost.
-    if (o.mode == "unary") (void)client.Solve(job_of(f[0]));
-    if (o.mode == "handle") (void)client.SolveSystem(handle, view(f[0]), {}, jo);
+    if (o.mode == "unary" || !solves) (void)client.Info();  // the connection up before the clock
+    // One solve before the clock, not counted: what a client sets up once (a request ring and
+    // its region, a staging region, the first touch of x) is not a request's cost.
+    if (o.mode == "unary") (void)client.Solve(job_of(&work->rhs[0]));
+    if (o.mode == "handle") (void)client.SolveSystem(handle, work->rhs[0], {}, jo);
     arrive();
     go.wait();
 
@@ -550,48 +584,25 @@ int RunBlock(const Client::Options& client_options, const BenchOptions& o) {
     Timings local_server;
     std::map<std::string, int64_t> local_err, local_not_ok;
     std::map<std::string, std::string> local_first;
-    std::set<std::string> local_methods;
-    double local_worst = 0, local_check_us = 0, local_call_us = 0;
-    int64_t local_iter = 0, local_iter_max = 0, answers_seen = 0, local_checked = 0;
-    auto check = [&](const absl::StatusOr<Result>& r, int which, double us, const double* x_own) {
-      if (!r.ok()) {
-        const std::string code(absl::StatusCodeToString(r.status().code()));
-        local_err[code]++;
-        local_first.emplace(code, std::string(r.status().message().substr(0, 200)));
-        return;
-      }
-      const double* y = x_own != nullptr ? x_own : r->x.as<double>();
-      if (r->x.elements() != values || r->x.dtype != DType::kFloat64 || r->status.size() != 1 ||
-          (x_own == nullptr && int64_t(r->x.data.size()) != values * 8)) {
-        ++lost;
-        return;
-      }
-      if (r->status[0] != SolveStatus::kOk) {
-        ++not_ok;
-        local_not_ok[std::string(SolveStatusName(r->status[0]))]++;
-        return;
-      }
-      // The residual of the first and every check_every-th answer; the status of every one.
-      if (answers_seen++ % o.check_every == 0) {
-        ++local_checked;
-        const auto c0 = Clock::now();
-        const BlockResidual res = BlockTridiagonalResidual(N, M, c[0], c[1], c[2], c[3], c[4],
-                                                           norm_a, f[size_t(which)], y);
-        local_check_us += std::chrono::duration<double, std::micro>(Clock::now() - c0).count();
-        local_worst = std::max(local_worst, res.residual);
-        if (!(res.residual <= o.tol + res.rounding)) {
-          local_call_us += us;
-          ++wrong;
-          return;
-        }
-      }
-      local_call_us += us;
-      ++ok;
+    int64_t local_batched = 0, local_batched_with = 0, answers_seen = 0, local_checked = 0;
+    double local_check_us = 0, local_call_us = 0;  // the client's own account
+    auto error = [&](const absl::Status& st) {
+      const std::string code(absl::StatusCodeToString(st.code()));
+      local_err[code]++;
+      local_first.emplace(code, std::string(st.message().substr(0, 200)));
+    };
+    auto accept = [&](const Summary& summary, double us) {
+      ++tally.ok;
       local_lat.push_back(us);
-      local_methods.insert(r->summary.method);
-      local_iter += r->summary.iterations;
-      local_iter_max = std::max(local_iter_max, r->summary.iterations);
-      const Timings& t = r->summary.timings;
+      work->Accepted(summary);
+      for (int p = tally.most_pieces.load();
+           summary.pieces > p && !tally.most_pieces.compare_exchange_weak(p, summary.pieces);) {
+      }
+      if (summary.batched_with > 1) {
+        ++local_batched;
+        local_batched_with += summary.batched_with;
+      }
+      const Timings& t = summary.timings;
       local_server.receive_us += t.receive_us;
       local_server.queue_us += t.queue_us;
       local_server.h2d_us += t.h2d_us;
@@ -599,63 +610,117 @@ int RunBlock(const Client::Options& client_options, const BenchOptions& o) {
       local_server.d2h_us += t.d2h_us;
       local_server.residual_us += t.residual_us;
       local_server.server_total_us += t.server_total_us;
+      local_server.upload_us += t.upload_us;
+      local_server.download_us += t.download_us;
+    };
+    auto check = [&](const absl::StatusOr<Result>& r, int k, double us, const double* x_own) {
+      if (!r.ok()) return error(r.status());
+      local_call_us += us;
+      if (r->x.elements() != values || r->x.dtype != DType::kFloat64 ||
+          int64_t(r->status.size()) != w.systems() ||
+          (x_own == nullptr && int64_t(r->x.data.size()) != values * 8)) {
+        ++tally.lost;
+        return;
+      }
+      // Every answer's statuses; its values for the first and every check_every-th answer.
+      const auto bad = std::find_if(r->status.begin(), r->status.end(),
+                                    [](SolveStatus s) { return s != SolveStatus::kOk; });
+      if (bad != r->status.end()) {
+        if (!w.CountsNotOk()) {
+          ++tally.wrong;
+          return;
+        }
+        ++tally.not_ok;
+        local_not_ok[std::string(SolveStatusName(*bad))]++;
+        return;
+      }
+      const bool first = answers_seen == 0;
+      if (answers_seen++ % o.check_every == 0) {
+        ++local_checked;
+        const auto c0 = Clock::now();
+        const bool right = work->Check(k, x_own != nullptr ? x_own : r->x.as<double>(), first);
+        local_check_us += Micros(c0);
+        if (!right) {
+          ++tally.wrong;
+          return;
+        }
+      }
+      accept(r->summary, us);
     };
     for (int64_t q = 0; q < o.requests; ++q) {
-      const int which = int(q % kRhs);
+      const int k = int(q % nrhs);
+      if (q > 0 && o.pause_ms > 0)
+        std::this_thread::sleep_for(std::chrono::microseconds(int64_t(o.pause_ms * 1e3)));
       const auto t0 = Clock::now();
-      if (o.mode == "unary") {
-        auto r = client.Solve(job_of(f[size_t(which)]));
-        check(r, which, std::chrono::duration<double, std::micro>(Clock::now() - t0).count(),
-              x_area);
+      if (!solves) {
+        // The floor: the cheapest calls the server answers, over the same connection.
+        absl::Status st;
+        if (o.mode == "info") {
+          auto r = client.Info();
+          st = r.ok() ? absl::OkStatus() : r.status();
+        } else {
+          auto r = client.Health();
+          st = !r.ok()           ? r.status()
+               : *r == "SERVING" ? absl::OkStatus()
+                                 : absl::UnavailableError(*r);
+        }
+        if (!st.ok()) {
+          error(st);
+        } else {
+          ++tally.ok;
+          local_lat.push_back(Micros(t0));
+        }
+      } else if (o.mode == "unary") {
+        auto r = client.Solve(job_of(&work->rhs[size_t(k)]));
+        check(r, k, Micros(t0), x_area);
       } else if (o.mode == "handle") {
-        auto r = client.SolveSystem(handle, view(f[size_t(which)]), {}, jo);
-        check(r, which, std::chrono::duration<double, std::micro>(Clock::now() - t0).count(),
-              x_area);
+        auto r = client.SolveSystem(handle, work->rhs[size_t(k)], {}, jo);
+        check(r, k, Micros(t0), x_area);
       } else {
-        // Two steps in flight: the next is on its way while one is solved.
         double* xq = q % 2 == 0 ? x_area : x_area2;
-        if (auto st = stream->Send(view(f[size_t(which)]), {}, xq); !st.ok()) {
-          local_err["UNAVAILABLE"]++;
+        if (auto st = stream->Send(work->rhs[size_t(k)], {}, xq); !st.ok()) {
+          error(st);
           break;
         }
         if (q >= 1) {
           auto r = stream->Receive();
-          check(r, int((q - 1) % kRhs), r.ok() ? r->summary.timings.client_total_us : 0,
+          check(r, int((q - 1) % nrhs), r.ok() ? r->summary.timings.client_total_us : 0,
                 (q - 1) % 2 == 0 ? x_area : x_area2);
         }
       }
     }
     if (stream) {
       auto r = stream->Receive();
-      check(r, int((o.requests - 1) % kRhs), r.ok() ? r->summary.timings.client_total_us : 0,
+      check(r, int((o.requests - 1) % nrhs), r.ok() ? r->summary.timings.client_total_us : 0,
             (o.requests - 1) % 2 == 0 ? x_area : x_area2);
-      if (auto st = stream->Finish(); !st.ok())
-        local_err[std::string(absl::StatusCodeToString(st.code()))]++;
+      if (auto st = stream->Finish(); !st.ok()) error(st);
     }
     const auto answered = Clock::now();
     if (!handle.empty()) (void)client.ReleaseSystem(handle);
     if (shm) (void)client.UnregisterMemory(*shm);
-    std::lock_guard<std::mutex> lock(mu);
-    last_answer = std::max(last_answer, answered);
-    latency_us.insert(latency_us.end(), local_lat.begin(), local_lat.end());
-    server_n += int64_t(local_lat.size());
-    server_sum.receive_us += local_server.receive_us;
-    server_sum.queue_us += local_server.queue_us;
-    server_sum.h2d_us += local_server.h2d_us;
-    server_sum.compute_us += local_server.compute_us;
-    server_sum.d2h_us += local_server.d2h_us;
-    server_sum.residual_us += local_server.residual_us;
-    server_sum.server_total_us += local_server.server_total_us;
-    check_sum_us += local_check_us;
-    checked += local_checked;
-    call_sum_us += local_call_us;
-    iterations_sum += local_iter;
-    iterations_max = std::max(iterations_max, local_iter_max);
-    for (auto& [k, v] : local_err) errors[k] += v;
-    for (auto& [k, v] : local_not_ok) not_ok_by[k] += v;
-    for (auto& [k, v] : local_first) first_error.emplace(k, v);
-    methods.insert(local_methods.begin(), local_methods.end());
-    worst_residual = std::max(worst_residual, local_worst);
+    std::lock_guard<std::mutex> lock(tally.mu);
+    tally.last_answer = std::max(tally.last_answer, answered);
+    tally.latency_us.insert(tally.latency_us.end(), local_lat.begin(), local_lat.end());
+    if (solves) tally.server_n += int64_t(local_lat.size());
+    Timings& s = tally.server;
+    s.receive_us += local_server.receive_us;
+    s.queue_us += local_server.queue_us;
+    s.h2d_us += local_server.h2d_us;
+    s.compute_us += local_server.compute_us;
+    s.d2h_us += local_server.d2h_us;
+    s.residual_us += local_server.residual_us;
+    s.server_total_us += local_server.server_total_us;
+    s.upload_us += local_server.upload_us;
+    s.download_us += local_server.download_us;
+    tally.check_us += local_check_us;
+    tally.checked += local_checked;
+    tally.call_us += local_call_us;
+    tally.batched += local_batched;
+    tally.batched_with += local_batched_with;
+    for (auto& [k, v] : local_err) tally.errors[k] += v;
+    for (auto& [k, v] : local_not_ok) tally.not_ok_by[k] += v;
+    for (auto& [k, v] : local_first) tally.first_error.emplace(k, v);
+    w.Merge(*work);
   };
 
   std::vector<std::thread> threads;
@@ -664,120 +729,526 @@ int RunBlock(const Client::Options& client_options, const BenchOptions& o) {
   const auto t0 = Clock::now();
   go.count_down();
   for (auto& t : threads) t.join();
-  const double wall = std::chrono::duration<double>(std::max(last_answer, t0) - t0).count();
+  const double wall = std::chrono::duration<double>(std::max(tally.last_answer, t0) - t0).count();
+  const double local_s = w.LocalSeconds(o);
 
-  // One local core: the CPU reference (what the server's CPU backend runs), the same method and
-  // tolerance, on one thread: up to 3 solves, none started after the first second (a
-  // 1024 x 1024 solve takes ~0.6 s: the multi-GPU script runs dozens of these benches).
-  omp_set_num_threads(1);
-  std::vector<double> y(static_cast<size_t>(values));
-  std::vector<double> f0(static_cast<size_t>(values));
-  {
-    std::mt19937_64 rng(5000);  // client 0's first right-hand side
-    std::uniform_real_distribution<double> u(-1, 1);
-    for (double& v : f0) v = u(rng);
-  }
-  BlockTridiagonalProblem<double> p;
-  p.N = N;
-  p.M = M;
-  p.aC = coeff[0];
-  p.cC = coeff[1];
-  p.bC = coeff[2];
-  p.cA = coeff[3];
-  p.cB = coeff[4];
-  p.f = f0.data();
-  BlockOptions bopt;
-  bopt.tol = o.tol;
-  SystemStatus local_status = SystemStatus::kOk;
-  std::string local_method = "(failed)";
-  int64_t local_iterations = 0, local_reps = 0;
-  const auto l0 = Clock::now();
-  double local_s = NAN;
-  do {
-    auto info = cpu::SolveBlockTridiagonal<double>(p, *method, bopt, {y.data(), &local_status});
-    if (!info.ok()) {
-      local_method = absl::StrCat("(", info.status().message(), ")");
-      break;
-    }
-    local_method = info->method;
-    local_iterations = info->iterations;
-    ++local_reps;
-    local_s = std::chrono::duration<double>(Clock::now() - l0).count() / double(local_reps);
-  } while (local_reps < std::min<int64_t>(o.requests, 3) &&
-           std::chrono::duration<double>(Clock::now() - l0).count() < 1);
-  const double local_residual =
-      local_reps > 0 ? BlockTridiagonalResidual(N, M, p.aC, p.cC, p.bC, p.cA, p.cB, norm_a,
-                                                f0.data(), y.data()).residual
-                     : NAN;
-
+  const int64_t ok = tally.ok, wrong = tally.wrong, lost = tally.lost, not_ok = tally.not_ok;
   const int64_t total = int64_t(o.clients) * o.requests;
   int64_t errs = 0;
-  for (auto& [k, v] : errors) errs += v;
+  for (auto& [k, v] : tally.errors) errs += v;
   const int64_t answered = ok + wrong + lost + not_ok;
-  // Payload: unary moves five coefficient arrays and f in, y out; by handle f in and y out.
-  const double bytes_per = double(values) * 8 * (o.mode == "unary" ? 7 : 2);
-  std::vector<double> lat = latency_us;
+  const double bytes_per = solves ? w.PayloadBytes(o.mode) : 0;
+  std::vector<double> lat = tally.latency_us;
   const double p50 = Percentile(lat, 0.5), p90 = Percentile(lat, 0.9), p99 = Percentile(lat, 0.99);
-  const std::string method_seen = absl::StrJoin(methods, ", ");
-  std::cout << absl::StrFormat(
-      "bench block-tridiagonal %s over %s: %d clients x %d requests, N x M = %d x %d float64 (the "
-      "thesis' experiment 2), --method %s, tol %.1e (%.1f MB a request)\n",
-      o.mode, o.transport, o.clients, o.requests, N, M, o.method, o.tol, bytes_per / 1e6);
+  const int dec = w.RateDecimals();
+  std::cout << w.Header(o, bytes_per);
+  if (o.pause_ms > 0)
+    std::cout << absl::StrFormat(
+        "  each client idles %.3f ms before each request after its first\n", o.pause_ms);
   std::cout << absl::StrFormat("  %-24s %12s %10s %10s %10s %10s\n", "", "requests/s", "p50 ms",
                                "p90 ms", "p99 ms", "GB/s");
-  std::cout << absl::StrFormat("  %-24s %12.2f %10.3f %10.3f %10.3f %10.3f\n", "trisolve",
+  std::cout << absl::StrFormat("  %-24s %12.*f %10.3f %10.3f %10.3f %10.3f\n", "trisolve", dec,
                                double(ok) / wall, p50 / 1e3, p90 / 1e3, p99 / 1e3,
                                double(ok) * bytes_per / wall / 1e9);
-  std::cout << absl::StrFormat("  %-24s %12.2f %10.3f %10s %10s %10s\n",
-                               "one local core (ref.)", 1 / local_s, local_s * 1e3, "-", "-", "-");
-  std::cout << absl::StrFormat(
-      "  the server ran %s, %.1f iterations a request on average (at most %d); the local core "
-      "%s, %d iterations, residual %.2e\n",
-      method_seen.empty() ? "-" : method_seen,
-      double(iterations_sum) / double(std::max<int64_t>(server_n, 1)), iterations_max,
-      local_method, local_iterations, local_residual);
-  if (server_n > 0) {
-    const double k = 1e3 * double(server_n);
+  std::cout << absl::StrFormat("  %-24s %12.*f %10.3f %10s %10s %10s\n", w.LocalLabel(), dec,
+                               1 / local_s, local_s * 1e3, "-", "-", "-");
+  w.ExtraLines(tally);
+  const Timings& s = tally.server;
+  if (solves && tally.server_n > 0) {
+    const double k = 1e3 * double(tally.server_n);
     std::cout << absl::StrFormat(
         "  server, mean ms: receive+check %.3f, queue %.3f, h2d %.3f, compute %.3f, d2h %.3f, "
-        "residual %.3f, total %.3f\n",
-        server_sum.receive_us / k, server_sum.queue_us / k, server_sum.h2d_us / k,
-        server_sum.compute_us / k, server_sum.d2h_us / k, server_sum.residual_us / k,
-        server_sum.server_total_us / k);
+        "%stotal %.3f\n",
+        s.receive_us / k, s.queue_us / k, s.h2d_us / k, s.compute_us / k, s.d2h_us / k,
+        w.options().skip_residual ? "" : absl::StrFormat("residual %.3f, ", s.residual_us / k),
+        s.server_total_us / k);
+    if (s.upload_us > 0)
+      std::cout << absl::StrFormat("  client, mean ms: upload %.3f, download %.3f\n",
+                                   s.upload_us / k, s.download_us / k);
+    // What a client's requests took on average, its check of each answer, and the whole cycle
+    // (clients x wall / answers): where call + check falls short of the cycle, the client's
+    // threads waited on something else (the machine's cores, its memory).
     std::cout << absl::StrFormat("  client, mean ms: call %.3f, check %.3f, cycle %.3f\n",
-                                 call_sum_us / k, check_sum_us / k,
-                                 1e3 * wall * double(o.clients) / double(server_n));
+                                 tally.call_us / k, tally.check_us / k,
+                                 1e3 * wall * double(o.clients) / double(tally.server_n));
   }
+  if (tally.batched > 0)
+    std::cout << absl::StrFormat(
+        "  batched by the server: %d of %d answers (%.1f%%), in backend calls of %.1f requests "
+        "on average\n",
+        tally.batched, ok, 100.0 * double(tally.batched) / double(std::max<int64_t>(1, ok)),
+        double(tally.batched_with) / double(tally.batched));
   std::cout << absl::StrFormat(
-      "  answers: %d ok, %d wrong (||f - A y||_2 / ||f||_2 over tol), %d not ok (the server's "
-      "status), %d malformed, %d errors, %d not answered of %d; worst residual %.2e\n",
-      int64_t(ok), int64_t(wrong), int64_t(not_ok), int64_t(lost), errs,
-      total - answered - errs, total, worst_residual);
-  if (o.check_every > 1)
+      "  answers: %d ok, %d wrong (%s), %s%d malformed, %d errors, %d not answered of %d; %s\n", ok,
+      wrong, w.WrongMeaning(),
+      w.CountsNotOk() ? absl::StrFormat("%d not ok (the server's status), ", not_ok) : "", lost,
+      errs, total - answered - errs, total, w.WorstLine());
+  if (solves && o.check_every > 1)
     std::cout << absl::StrFormat(
-        "  residuals checked: %d answers (each client's first and every %d-th); the statuses "
-        "of all\n",
-        checked, o.check_every);
-  for (auto& [k, v] : not_ok_by) std::cout << "  not ok " << k << ": " << v << "\n";
-  for (auto& [k, v] : errors)
-    std::cout << "  error " << k << ": " << v << " (the first: " << first_error[k] << ")\n";
-  if (o.json)
+        "  %s checked: %d answers (each client's first and every %d-th); the statuses of all\n",
+        w.CheckedNoun(), tally.checked, o.check_every);
+  for (auto& [k, v] : tally.not_ok_by) std::cout << "  not ok " << k << ": " << v << "\n";
+  for (auto& [k, v] : tally.errors)
+    std::cout << "  error " << k << ": " << v << " (the first: " << tally.first_error[k] << ")\n";
+  if (o.json) {
+    const double n = double(std::max<int64_t>(tally.server_n, 1));
     std::cout << absl::StrFormat(
-        "{\"family\":\"block\",\"mode\":\"%s\",\"transport\":\"%s\",\"clients\":%d,"
-        "\"requests\":%d,\"N\":%d,\"M\":%d,\"shape\":\"%dx%d\",\"tol\":%.1e,\"ok\":%d,"
-        "\"wrong\":%d,\"not_ok\":%d,\"errors\":%d,\"requests_per_s\":%.3f,\"p50_ms\":%.4f,"
-        "\"p90_ms\":%.4f,\"p99_ms\":%.4f,\"payload_gb_s\":%.4f,\"local_ms\":%.4f,"
-        "\"local_per_s\":%.3f,\"worst_residual\":%.3e,\"iterations\":%.2f,"
-        "\"server_total_ms\":%.4f,\"compute_ms\":%.4f,\"checked\":%d}\n",
-        o.mode, o.transport, o.clients, o.requests, N, M, N, M, o.tol, int64_t(ok),
-        int64_t(wrong), int64_t(not_ok), errs, double(ok) / wall, p50 / 1e3, p90 / 1e3,
-        p99 / 1e3, double(ok) * bytes_per / wall / 1e9, local_s * 1e3, 1 / local_s,
-        worst_residual, double(iterations_sum) / double(std::max<int64_t>(server_n, 1)),
-        server_sum.server_total_us / 1e3 / double(std::max<int64_t>(server_n, 1)),
-        server_sum.compute_us / 1e3 / double(std::max<int64_t>(server_n, 1)), checked);
+        "{\"family\":\"%s\",\"mode\":\"%s\",\"transport\":\"%s\",\"clients\":%d,"
+        "\"requests\":%d,%s,\"ok\":%d,\"wrong\":%d,%s\"errors\":%d,\"requests_per_s\":%.3f,"
+        "\"p50_ms\":%.4f,\"p90_ms\":%.4f,\"p99_ms\":%.4f,\"payload_gb_s\":%.4f,"
+        "\"local_ms\":%.4f,\"local_per_s\":%.3f,%s,\"server_total_ms\":%.4f,%s,\"checked\":%d}\n",
+        w.family(), o.mode, o.transport, o.clients, o.requests, w.JsonShape(), ok, wrong,
+        w.CountsNotOk() ? absl::StrFormat("\"not_ok\":%d,", not_ok) : "", errs, double(ok) / wall,
+        p50 / 1e3, p90 / 1e3, p99 / 1e3, double(ok) * bytes_per / wall / 1e9, local_s * 1e3,
+        1 / local_s, w.JsonTail(tally), s.server_total_us / 1e3 / n, w.JsonEnd(tally),
+        tally.checked);
+  }
   if (failed_setup) return 1;
   return ok == total ? 0 : 1;
 }
+
+// ---- tridiagonal: --batch diagonally dominant systems of --n unknowns -------------------------
+
+class TridiagonalWork final : public ClientWork {
+ public:
+  TridiagonalWork(const Matrix& m, int64_t batch, int64_t n) : m_(m), batch_(batch), n_(n) {}
+  // The matrices are well conditioned (|b| >= 3, |a| + |c| <= 2): a forward error of 1e-12 is
+  // far above rounding and far below any wrong answer. Against one local core's x (two arrays
+  // read a check, where the residual reads five: at 16 clients of 2048 x 1024 on the lent
+  // 2 x H200 host the residual bound the bench, not the server); the first answer also by its
+  // backward error.
+  bool Check(int k, const double* x, bool first) override {
+    const double e = MaxRelativeDifference(x, expect[size_t(k)].data(), batch_, n_);
+    if (first && e <= 1e-12)
+      worst = std::max(worst, BackwardError(m_, d[size_t(k)], x, batch_, n_));
+    return e <= 1e-12;
+  }
+  std::vector<const double*> d;  // the original right-hand sides
+  std::vector<std::vector<double>> expect;
+  double worst = 0;
+
+ private:
+  const Matrix& m_;
+  const int64_t batch_, n_;
+};
+
+class TridiagonalWorkload final : public Workload {
+ public:
+  // Right-hand sides: a few distinct ones per client, so that an answer given to the wrong
+  // request shows as a large error.
+  static constexpr int kRhs = 4;
+  explicit TridiagonalWorkload(const BenchOptions& o)
+      : o_(o), m_(MakeMatrix(o.batch, o.n, 7)), rhs_(size_t(o.clients) * kRhs) {
+    for (size_t i = 0; i < rhs_.size(); ++i) {
+      std::mt19937_64 rng(1000 + i);
+      std::uniform_real_distribution<double> u(-1, 1);
+      rhs_[i].resize(size_t(values()));
+      for (double& v : rhs_[i]) v = u(rng);
+    }
+    shape_ = o.batch == 1 ? std::vector<int64_t>{o.n} : std::vector<int64_t>{o.batch, o.n};
+  }
+  const char* family() const override { return "tridiagonal"; }
+  Kind kind() const override { return Kind::kTridiagonal; }
+  int64_t values() const override { return o_.batch * o_.n; }
+  int64_t systems() const override { return o_.batch; }
+  JobOptions options() const override {
+    JobOptions jo;
+    jo.skip_residual = true;  // the bench checks every answer itself
+    return jo;
+  }
+  std::unique_ptr<ClientWork> ForClient(int id) const override {
+    auto w = std::make_unique<TridiagonalWork>(m_, o_.batch, o_.n);
+    auto view = [&](const double* p) { return ArrayView{DType::kFloat64, shape_, p}; };
+    w->coefficients = {
+        {"a", view(m_.a.data())}, {"b", view(m_.b.data())}, {"c", view(m_.c.data())}};
+    w->rhs_name = "d";
+    // Each right-hand side's answer on this core, before the clock starts.
+    std::vector<double> cp;
+    for (int k = 0; k < kRhs; ++k) {
+      const double* d = rhs_[size_t(id * kRhs + k)].data();
+      w->rhs.push_back(view(d));
+      w->d.push_back(d);
+      w->expect.emplace_back(size_t(values()));
+      Thomas(m_, d, w->expect.back().data(), o_.batch, o_.n, cp);
+    }
+    return w;
+  }
+  void Merge(ClientWork& w) override {
+    worst_ = std::max(worst_, static_cast<TridiagonalWork&>(w).worst);
+  }
+  // unary: a, b, c, d in and x out; by handle: d and x.
+  double PayloadBytes(const std::string& mode) const override {
+    return double(values()) * 8 * (mode == "unary" ? 5 : 2);
+  }
+  // The same systems, the same number of solves per client (up to 200), serially.
+  double LocalSeconds(const BenchOptions& o) override {
+    std::vector<double> x(static_cast<size_t>(values())), cp;
+    const int64_t reps = std::max<int64_t>(1, std::min<int64_t>(o.requests, 200));
+    const auto l0 = Clock::now();
+    for (int64_t q = 0; q < reps; ++q)
+      Thomas(m_, rhs_[size_t(q % kRhs)].data(), x.data(), o.batch, o.n, cp);
+    return std::chrono::duration<double>(Clock::now() - l0).count() / double(reps);
+  }
+  // A server's status other than ok is a wrong answer here (the JSON line has no not_ok: the
+  // scripts read "wrong":0,"errors":0 as a clean run).
+  bool CountsNotOk() const override { return false; }
+  int RateDecimals() const override { return 1; }
+  std::string Header(const BenchOptions& o, double bytes_per) const override {
+    if (o.mode == "info" || o.mode == "health")
+      return absl::StrFormat(
+          "bench %s (%s, no solve): %d clients x %d requests; the local core: %d x %d float64\n",
+          o.mode, o.mode == "info" ? "GetServerInfo" : "the health check", o.clients, o.requests,
+          o.batch, o.n);
+    return absl::StrFormat(
+        "bench tridiagonal %s over %s: %d clients x %d requests, %d x %d float64 (%.1f MB a "
+        "request)\n",
+        o.mode, o.transport, o.clients, o.requests, o.batch, o.n, bytes_per / 1e6);
+  }
+  std::string LocalLabel() const override { return "one local core (Thomas)"; }
+  std::string WrongMeaning() const override { return "x more than 1e-12 from one local core's"; }
+  std::string WorstLine() const override {
+    return absl::StrFormat("worst backward error %.2e (each client's first answer)", worst_);
+  }
+  std::string CheckedNoun() const override { return "values"; }
+  std::string JsonShape() const override {
+    return absl::StrFormat("\"batch\":%d,\"n\":%d,\"shape\":\"%dx%d\"", o_.batch, o_.n, o_.batch,
+                           o_.n);
+  }
+  std::string JsonTail(const Tally& t) const override {
+    const double n = double(std::max<int64_t>(t.server_n, 1));
+    return absl::StrFormat(
+        "\"worst_backward_error\":%.3e,\"batched\":%d,\"upload_ms\":%.4f,\"download_ms\":%.4f",
+        worst_, t.batched, t.server.upload_us / 1e3 / n, t.server.download_us / 1e3 / n);
+  }
+  std::string JsonEnd(const Tally& t) const override {
+    return absl::StrFormat("\"pieces\":%d", t.most_pieces.load());
+  }
+
+ private:
+  const BenchOptions& o_;
+  const Matrix m_;
+  std::vector<std::vector<double>> rhs_;
+  std::vector<int64_t> shape_;
+  double worst_ = 0;
+};
+
+// ---- block: a 2D grid's block-tridiagonal system, solved iteratively --------------------------
+
+static constexpr std::array<const char*, 5> kCoefficients = {"aC", "cC", "bC", "cA", "cB"};
+
+class BlockWork final : public ClientWork {
+ public:
+  BlockWork(int64_t N, int64_t M, const std::array<const double*, 5>& c, double norm_a, double tol)
+      : N_(N), M_(M), c_(c), norm_a_(norm_a), tol_(tol) {}
+  // ||f - A y||_2 / ||f||_2 from the original arrays, held to the server's own tolerance.
+  bool Check(int k, const double* y, bool) override {
+    const BlockResidual res = BlockTridiagonalResidual(N_, M_, c_[0], c_[1], c_[2], c_[3], c_[4],
+                                                       norm_a_, f[size_t(k)].data(), y);
+    worst = std::max(worst, res.residual);
+    return res.residual <= tol_ + res.rounding;
+  }
+  void Accepted(const Summary& s) override {
+    methods.insert(s.method);
+    iterations += s.iterations;
+    iterations_max = std::max(iterations_max, s.iterations);
+    ++accepted;
+  }
+  std::vector<std::vector<double>> f;
+  double worst = 0;
+  std::set<std::string> methods;
+  int64_t iterations = 0, iterations_max = 0, accepted = 0;
+
+ private:
+  const int64_t N_, M_;
+  const std::array<const double*, 5> c_;
+  const double norm_a_, tol_;
+};
+
+class BlockWorkload final : public Workload {
+ public:
+  // A few right-hand sides of each client's own, so that an answer to another request shows as
+  // a residual of order one.
+  static constexpr int kRhs = 3;
+  BlockWorkload(const BenchOptions& o, BlockMethod method)
+      : o_(o),
+        method_(method),
+        // The thesis' experiment 2: symmetric positive definite, so that auto takes
+        // multigrid-cg on the server and on the local core alike; its iterations stay at 12-13
+        // for every N = M.
+        ex_(examples::ThesisExperiment2(o.N, o.M)) {
+    for (size_t i = 0; i < kCoefficients.size(); ++i)
+      coeff_[i] = ex_[kCoefficients[i]].as<double>();
+    norm_a_ = BlockTridiagonalNorm(o.N, o.M, coeff_[0], coeff_[1], coeff_[2], coeff_[3], coeff_[4]);
+  }
+  const char* family() const override { return "block"; }
+  Kind kind() const override { return Kind::kBlockTridiagonal; }
+  int64_t values() const override { return o_.N * o_.M; }
+  int64_t systems() const override { return 1; }
+  JobOptions options() const override {
+    JobOptions jo;
+    jo.method = o_.method;
+    jo.tol = o_.tol;
+    return jo;
+  }
+  static std::vector<double> Rhs(int id, int k, int64_t values) {
+    std::mt19937_64 rng(5000 + uint64_t(id) * kRhs + uint64_t(k));
+    std::uniform_real_distribution<double> u(-1, 1);
+    std::vector<double> f(static_cast<size_t>(values));
+    for (double& v : f) v = u(rng);
+    return f;
+  }
+  std::unique_ptr<ClientWork> ForClient(int id) const override {
+    auto w = std::make_unique<BlockWork>(o_.N, o_.M, coeff_, norm_a_, o_.tol);
+    const std::vector<int64_t> shape = {o_.N, o_.M};
+    auto view = [&](const double* p) { return ArrayView{DType::kFloat64, shape, p}; };
+    for (size_t i = 0; i < kCoefficients.size(); ++i)
+      w->coefficients.emplace_back(kCoefficients[i], view(coeff_[i]));
+    w->rhs_name = "f";
+    for (int k = 0; k < kRhs; ++k) w->f.push_back(Rhs(id, k, values()));
+    for (auto& f : w->f) w->rhs.push_back(view(f.data()));
+    return w;
+  }
+  void Merge(ClientWork& cw) override {
+    auto& w = static_cast<BlockWork&>(cw);
+    worst_ = std::max(worst_, w.worst);
+    methods_.insert(w.methods.begin(), w.methods.end());
+    iterations_ += w.iterations;
+    iterations_max_ = std::max(iterations_max_, w.iterations_max);
+    accepted_ += w.accepted;
+  }
+  // unary: five coefficient arrays and f in, y out; by handle f in and y out.
+  double PayloadBytes(const std::string& mode) const override {
+    return double(values()) * 8 * (mode == "unary" ? 7 : 2);
+  }
+  // The CPU reference (what the server's CPU backend runs), the same method and tolerance, on
+  // one thread: up to 3 solves, none started after the first second (a 1024 x 1024 solve takes
+  // ~0.6 s: the multi-GPU script runs dozens of these benches).
+  double LocalSeconds(const BenchOptions& o) override {
+    omp_set_num_threads(1);
+    std::vector<double> y(static_cast<size_t>(values()));
+    const std::vector<double> f0 = Rhs(0, 0, values());  // client 0's first right-hand side
+    BlockTridiagonalProblem<double> p;
+    p.N = o.N;
+    p.M = o.M;
+    p.aC = coeff_[0];
+    p.cC = coeff_[1];
+    p.bC = coeff_[2];
+    p.cA = coeff_[3];
+    p.cB = coeff_[4];
+    p.f = f0.data();
+    BlockOptions bopt;
+    bopt.tol = o.tol;
+    SystemStatus status = SystemStatus::kOk;
+    int64_t reps = 0;
+    const auto l0 = Clock::now();
+    double local_s = NAN;
+    do {
+      auto info = cpu::SolveBlockTridiagonal<double>(p, method_, bopt, {y.data(), &status});
+      if (!info.ok()) {
+        local_method_ = absl::StrCat("(", info.status().message(), ")");
+        break;
+      }
+      local_method_ = info->method;
+      local_iterations_ = info->iterations;
+      ++reps;
+      local_s = std::chrono::duration<double>(Clock::now() - l0).count() / double(reps);
+    } while (reps < std::min<int64_t>(o.requests, 3) &&
+             std::chrono::duration<double>(Clock::now() - l0).count() < 1);
+    local_residual_ = reps > 0 ? BlockTridiagonalResidual(o.N, o.M, p.aC, p.cC, p.bC, p.cA, p.cB,
+                                                          norm_a_, f0.data(), y.data())
+                                     .residual
+                               : NAN;
+    return local_s;
+  }
+  std::string Header(const BenchOptions& o, double bytes_per) const override {
+    return absl::StrFormat(
+        "bench block-tridiagonal %s over %s: %d clients x %d requests, N x M = %d x %d float64 "
+        "(the thesis' experiment 2), --method %s, tol %.1e (%.1f MB a request)\n",
+        o.mode, o.transport, o.clients, o.requests, o.N, o.M, o.method, o.tol, bytes_per / 1e6);
+  }
+  std::string LocalLabel() const override { return "one local core (ref.)"; }
+  void ExtraLines(const Tally&) const override {
+    const std::string seen = absl::StrJoin(methods_, ", ");
+    std::cout << absl::StrFormat(
+        "  the server ran %s, %.1f iterations a request on average (at most %d); the local core "
+        "%s, %d iterations, residual %.2e\n",
+        seen.empty() ? "-" : seen, double(iterations_) / double(std::max<int64_t>(accepted_, 1)),
+        iterations_max_, local_method_, local_iterations_, local_residual_);
+  }
+  std::string WrongMeaning() const override { return "||f - A y||_2 / ||f||_2 over tol"; }
+  std::string WorstLine() const override { return absl::StrFormat("worst residual %.2e", worst_); }
+  std::string CheckedNoun() const override { return "residuals"; }
+  std::string JsonShape() const override {
+    return absl::StrFormat("\"N\":%d,\"M\":%d,\"shape\":\"%dx%d\",\"tol\":%.1e", o_.N, o_.M, o_.N,
+                           o_.M, o_.tol);
+  }
+  std::string JsonTail(const Tally&) const override {
+    return absl::StrFormat("\"worst_residual\":%.3e,\"iterations\":%.2f", worst_,
+                           double(iterations_) / double(std::max<int64_t>(accepted_, 1)));
+  }
+  std::string JsonEnd(const Tally& t) const override {
+    return absl::StrFormat("\"compute_ms\":%.4f",
+                           t.server.compute_us / 1e3 / double(std::max<int64_t>(t.server_n, 1)));
+  }
+
+ private:
+  const BenchOptions& o_;
+  const BlockMethod method_;
+  examples::Arrays ex_;
+  std::array<const double*, 5> coeff_{};
+  double norm_a_ = 0, worst_ = 0;
+  std::set<std::string> methods_;
+  int64_t iterations_ = 0, iterations_max_ = 0, accepted_ = 0;
+  std::string local_method_ = "(failed)";
+  int64_t local_iterations_ = 0;
+  double local_residual_ = NAN;
+};
+
+// ---- dense: --batch matrices of order --n, LU on the server and on the local core ------------
+
+class DenseWork final : public ClientWork {
+ public:
+  DenseWork(const DenseBatch& m, DenseTolerance tol) : m_(m), tol_(tol) {}
+  // Against the local core's x for the same right-hand side; the client's first answer also by
+  // its own normwise backward error.
+  bool Check(int k, const double* x, bool first) override {
+    const double e = MaxRelativeDifference(x, expect[size_t(k)].data(), m_.batch, m_.n);
+    worst_forward = std::max(worst_forward, e);
+    if (!(e <= tol_.forward)) return false;
+    if (first) {
+      const double eta =
+          DenseNormwiseBackwardError(m_.A.data(), b[size_t(k)].data(), x, m_.batch, m_.n);
+      worst_backward = std::max(worst_backward, eta);
+      return eta <= tol_.backward;
+    }
+    return true;
+  }
+  std::vector<std::vector<double>> b, expect;
+  double worst_forward = 0, worst_backward = 0;
+
+ private:
+  const DenseBatch& m_;
+  const DenseTolerance tol_;
+};
+
+class DenseWorkload final : public Workload {
+ public:
+  static constexpr int kRhs = 3;
+  explicit DenseWorkload(const BenchOptions& o)
+      : o_(o),
+        m_(MakeDenseBatch(o.batch, o.n, 17)),
+        tol_(DenseCheckTolerance(o.n, m_.kappa_bound)),
+        // LU with partial pivoting, as getrf / getrs (what the GPU backend runs for n > 64),
+        // on every core here, once: each client's expected answers before the clock.
+        factors_(cpu::FactorDense<double>(o.batch, o.n, m_.A.data(), DenseMethod::kLu)) {
+    rhs_.resize(size_t(o.clients) * kRhs);
+    expect_.resize(rhs_.size());
+    std::vector<SystemStatus> status(static_cast<size_t>(o.batch));
+    for (size_t i = 0; i < rhs_.size(); ++i) {
+      std::mt19937_64 rng(9000 + i);
+      std::uniform_real_distribution<double> u(-1, 1);
+      rhs_[i].resize(size_t(values()));
+      for (double& v : rhs_[i]) v = u(rng);
+      expect_[i].resize(size_t(values()));
+      cpu::SolveFactored(factors_, rhs_[i].data(), expect_[i].data(), status.data());
+    }
+  }
+  const char* family() const override { return "dense"; }
+  Kind kind() const override { return Kind::kDense; }
+  int64_t values() const override { return o_.batch * o_.n; }
+  int64_t systems() const override { return o_.batch; }
+  JobOptions options() const override {
+    JobOptions jo;
+    jo.skip_residual = true;  // the bench checks every answer itself
+    return jo;
+  }
+  std::unique_ptr<ClientWork> ForClient(int id) const override {
+    auto w = std::make_unique<DenseWork>(m_, tol_);
+    w->coefficients = {{"A", ArrayView{DType::kFloat64, {o_.batch, o_.n, o_.n}, m_.A.data()}}};
+    w->rhs_name = "b";
+    for (int k = 0; k < kRhs; ++k) {
+      w->b.push_back(rhs_[size_t(id * kRhs + k)]);
+      w->expect.push_back(expect_[size_t(id * kRhs + k)]);
+    }
+    for (auto& b : w->b) w->rhs.push_back(ArrayView{DType::kFloat64, {o_.batch, o_.n}, b.data()});
+    return w;
+  }
+  void Merge(ClientWork& cw) override {
+    auto& w = static_cast<DenseWork&>(cw);
+    worst_forward_ = std::max(worst_forward_, w.worst_forward);
+    worst_backward_ = std::max(worst_backward_, w.worst_backward);
+  }
+  // unary: A and b in, x out; by handle (the factors kept on the server): b in, x out.
+  double PayloadBytes(const std::string& mode) const override {
+    return double(values()) * 8 * (mode == "unary" ? double(o_.n) + 2 : 2);
+  }
+  // The CPU reference's LU on one thread: unary factors and solves each request, by handle the
+  // factors are kept and a request is the solve alone. Up to 200 requests, none started after
+  // the first second (a 16 x 1024 factorisation takes seconds here).
+  double LocalSeconds(const BenchOptions& o) override {
+    omp_set_num_threads(1);
+    std::vector<double> x(static_cast<size_t>(values()));
+    std::vector<SystemStatus> status(static_cast<size_t>(o.batch));
+    int64_t reps = 0;
+    const auto l0 = Clock::now();
+    do {
+      const double* b = rhs_[size_t(reps % kRhs)].data();
+      if (o.mode == "unary") {
+        // Factor and solve in one pass, each matrix's factors in a scratch of n x n (what a
+        // user's code would do): FactorDense keeps all of them, batch x n x n written out,
+        // 2.4x slower at 64 x 256 on the development VM.
+        cpu::SolveDense<double>({o.batch, o.n, m_.A.data(), b}, DenseMethod::kLu,
+                                {x.data(), status.data()});
+      } else {
+        cpu::SolveFactored(factors_, b, x.data(), status.data());
+      }
+      ++reps;
+    } while (reps < std::min<int64_t>(o.requests, 200) &&
+             std::chrono::duration<double>(Clock::now() - l0).count() < 1);
+    return std::chrono::duration<double>(Clock::now() - l0).count() / double(reps);
+  }
+  std::string Header(const BenchOptions& o, double bytes_per) const override {
+    return absl::StrFormat(
+        "bench dense %s over %s: %d clients x %d requests, %d matrices of order %d float64 (rows "
+        "diagonally dominant, kappa_inf <= %.2f; %.1f MB a request)\n",
+        o.mode, o.transport, o.clients, o.requests, o.batch, o.n, m_.kappa_bound, bytes_per / 1e6);
+  }
+  std::string LocalLabel() const override {
+    return o_.mode == "unary" ? "one local core (LU)" : "one local core (LU solve)";
+  }
+  std::string WrongMeaning() const override {
+    return absl::StrFormat(
+        "x more than %.1e from one local core's, or a first answer's backward error over %.1e",
+        tol_.forward, tol_.backward);
+  }
+  std::string WorstLine() const override {
+    return absl::StrFormat(
+        "worst forward difference %.2e, worst backward error %.2e (each client's first answer)",
+        worst_forward_, worst_backward_);
+  }
+  std::string CheckedNoun() const override { return "values"; }
+  std::string JsonShape() const override {
+    return absl::StrFormat("\"batch\":%d,\"n\":%d,\"shape\":\"%dx%d\"", o_.batch, o_.n, o_.batch,
+                           o_.n);
+  }
+  std::string JsonTail(const Tally&) const override {
+    return absl::StrFormat(
+        "\"worst_backward_error\":%.3e,\"worst_forward_error\":%.3e,\"kappa_bound\":%.3f",
+        worst_backward_, worst_forward_, m_.kappa_bound);
+  }
+  std::string JsonEnd(const Tally& t) const override {
+    return absl::StrFormat("\"compute_ms\":%.4f",
+                           t.server.compute_us / 1e3 / double(std::max<int64_t>(t.server_n, 1)));
+  }
+
+ private:
+  const BenchOptions& o_;
+  const DenseBatch m_;
+  const DenseTolerance tol_;
+  const cpu::DenseFactors<double> factors_;
+  std::vector<std::vector<double>> rhs_, expect_;
+  double worst_forward_ = 0, worst_backward_ = 0;
+};
 
 }  // namespace
 
@@ -787,16 +1258,57 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
     return 2;
   }
   if (o.check_every > 1 && (!o.swc.empty() || o.mode == "info" || o.mode == "health")) {
-    std::cerr << "bench: --check-every applies to tridiagonal and block solves, not --swc time "
-                 "steps or --mode info/health\n";
+    std::cerr << "bench: --check-every applies to tridiagonal, block and dense solves, not --swc "
+                 "time steps or --mode info/health\n";
     return 2;
   }
   if (o.family == "block") {
+    if (o.mode == "info" || o.mode == "health") {
+      std::cerr << "bench --family block: --mode unary, handle or stream\n";
+      return 2;
+    }
     if (o.clients < 1 || o.requests < 1) {
       std::cerr << "bench: --clients, --requests >= 1\n";
       return 2;
     }
-    return RunBlock(client_options, o);
+    if (o.N < 2 || o.M < 2 || !(o.tol > 0 && o.tol < 1)) {
+      std::cerr << "bench --family block: --N, --M >= 2 and 0 < --tol < 1\n";
+      return 2;
+    }
+    auto method = ParseBlockMethod(o.method);
+    if (!method.ok()) {
+      std::cerr << "bench: --method: " << method.status().message() << "\n";
+      return 2;
+    }
+    BlockWorkload w(o, *method);
+    return Drive(client_options, o, w);
+  }
+  if (o.family == "dense") {
+    if (o.mode == "info" || o.mode == "health") {
+      std::cerr << "bench --family dense: --mode unary, handle or stream\n";
+      return 2;
+    }
+    // The matrices are held in full, here and in each client's shared memory (shm): 2^31
+    // values (16 GiB) is far beyond what a request should be, and keeps batch * n * n in range.
+    if (o.clients < 1 || o.requests < 1 || o.batch < 1 || o.n < 1 || o.n > 65536 ||
+        double(o.batch) * double(o.n) * double(o.n) > double(int64_t{1} << 31)) {
+      std::cerr << "bench --family dense: --clients, --requests, --batch >= 1, 1 <= --n <= 65536 "
+                   "and --batch x --n x --n <= 2^31\n";
+      return 2;
+    }
+    // Within the bound, the matrices and their factors (16 bytes a value) may still be more
+    // than this host holds: that is an error to report, not a crash.
+    std::unique_ptr<DenseWorkload> w;
+    try {
+      w = std::make_unique<DenseWorkload>(o);
+    } catch (const std::bad_alloc&) {
+      std::cerr << absl::StrFormat(
+          "bench --family dense: %d matrices of order %d and their factors (%.1f GB) do not fit "
+          "in this host's memory\n",
+          o.batch, o.n, 16e-9 * double(o.batch) * double(o.n) * double(o.n));
+      return 1;
+    }
+    return Drive(client_options, o, *w);
   }
   if (!o.swc.empty()) {
     if (o.pause_ms > 0) {
@@ -817,404 +1329,77 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
     std::cerr << "bench: --clients, --requests, --batch >= 1 and --n >= 2\n";
     return 2;
   }
-  const int64_t values = o.batch * o.n;
-  const Matrix m = MakeMatrix(o.batch, o.n, 7);
-  // Right-hand sides: a few distinct ones per client, so that an answer given to the wrong
-  // request shows as a large residual.
-  constexpr int kRhs = 4;
-  std::vector<std::vector<double>> rhs(size_t(o.clients) * kRhs);
-  for (size_t i = 0; i < rhs.size(); ++i) {
-    std::mt19937_64 rng(1000 + i);
-    std::uniform_real_distribution<double> u(-1, 1);
-    rhs[i].resize(size_t(values));
-    for (double& v : rhs[i]) v = u(rng);
+  TridiagonalWorkload w(o);
+  return Drive(client_options, o, w);
+}
+
+// The dense family's systems. Varah's bound: a matrix whose every row is strictly diagonally
+// dominant by delta has ||A^-1||_inf <= 1 / delta, so kappa_inf(A) <= ||A||_inf / delta. With
+// off-diagonal entries in (-1, 1) (row sums ~ n / 2) and delta = max(1, n / 2), ||A||_inf is
+// about 3 n / 2 and kappa_inf about 3, for every n.
+DenseBatch MakeDenseBatch(int64_t batch, int64_t n, uint64_t seed) {
+  DenseBatch m;
+  m.batch = batch;
+  m.n = n;
+  m.A.resize(size_t(batch * n * n));
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(-1, 1);
+  const double delta = std::max(1.0, double(n) / 2);
+  for (int64_t s = 0; s < batch; ++s)
+    for (int64_t i = 0; i < n; ++i) {
+      double* row = m.A.data() + (s * n + i) * n;
+      double off = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        row[j] = j == i ? 0 : u(rng);
+        off += std::abs(row[j]);
+      }
+      row[i] = off + delta;
+      m.kappa_bound = std::max(m.kappa_bound, (2 * off + delta) / delta);
+    }
+  return m;
+}
+
+// LU with partial pivoting on a diagonally dominant matrix has growth factor <= 2, so its
+// computed x has normwise backward error within a small multiple of n eps (rounding errors
+// accumulate over the n terms of each inner product); Gauss-Jordan, which the CPU backend runs,
+// is forward stable: its residual carries kappa as well. 8 n eps kappa bounds both with room.
+// Two such answers differ by at most 2 kappa eta / (1 - kappa eta) (the forward error bound
+// of each, added); an answer to another right-hand side differs by O(1).
+DenseTolerance DenseCheckTolerance(int64_t n, double kappa_bound) {
+  DenseTolerance t;
+  t.backward = 8 * double(n) * std::numeric_limits<double>::epsilon() * kappa_bound;
+  t.forward = 2 * kappa_bound * t.backward / (1 - kappa_bound * t.backward);
+  return t;
+}
+
+double DenseNormwiseBackwardError(const double* A, const double* b, const double* x, int64_t batch,
+                                  int64_t n) {
+  double worst = 0;
+  for (int64_t s = 0; s < batch; ++s) {
+    const double* As = A + s * n * n;
+    const double* bs = b + s * n;
+    const double* xs = x + s * n;
+    double r = 0, an = 0, xn = 0, bn = 0, poison = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double* row = As + i * n;
+      double ax = 0, arow = 0;
+#pragma omp simd reduction(+ : ax, arow)
+      for (int64_t j = 0; j < n; ++j) {
+        ax += row[j] * xs[j];
+        arow += std::abs(row[j]);
+      }
+      r = std::max(r, std::abs(bs[i] - ax));
+      an = std::max(an, arow);
+      xn = std::max(xn, std::abs(xs[i]));
+      bn = std::max(bn, std::abs(bs[i]));
+      poison += xs[i] * 0;
+    }
+    // x * 0 sums to NaN for any NaN or infinity in x (std::max would drop a NaN).
+    if (!std::isfinite(poison)) return INFINITY;
+    const double denom = an * xn + bn;
+    worst = std::max(worst, denom > 0 ? r / denom : r);
   }
-  const std::vector<int64_t> shape =
-      o.batch == 1 ? std::vector<int64_t>{o.n} : std::vector<int64_t>{o.batch, o.n};
-
-  std::mutex mu;
-  std::vector<double> latency_us;
-  Timings server_sum;  // the server's own account, summed over the answers checked
-  int64_t server_n = 0;
-  std::map<std::string, int64_t> errors;  // by status code
-  std::atomic<int64_t> ok{0}, wrong{0}, lost{0};
-  std::atomic<int> most_pieces{0};  // the streams transport's pipelining (Summary::pieces)
-  double worst_error = 0;
-  int64_t batched = 0, batched_with = 0;  // answers the server solved with others, and with how many
-  std::atomic<bool> failed_setup{false};
-  double check_sum_us = 0, call_sum_us = 0;
-  int64_t checked = 0;  // answers whose values were checked (check_every)
-  // The clock runs from the moment every client has set up (its connection, its shared
-  // memory, its system) until the last one has its last answer: setup and teardown (releasing
-  // the system, unregistering the memory: the server unpins it, tens of milliseconds for a
-  // large region) happen once a client, not a request.
-  Clock::time_point last_answer{};
-  std::latch ready(o.clients), go(1);
-  struct Arrive {
-    std::latch* l;
-    void operator()() {
-      if (l != nullptr) l->count_down();
-      l = nullptr;
-    }
-    ~Arrive() { (*this)(); }
-  };
-
-  auto client_loop = [&](int id) {
-    Arrive arrive{&ready};
-    Client::Options co = client_options;
-    co.own_connection = true;  // one connection a client, as separate processes would have
-    co.transport = TransportOf(o.transport);
-    Client client(co);
-    JobOptions jo;
-    jo.skip_residual = true;  // the bench checks every answer itself
-    // shm: the client's arrays live in shared memory it registered (filled once, before the
-    // clock starts, as a simulation that keeps them there would), x is written into it.
-    std::unique_ptr<SharedMemory> shm;
-    const double *ma = m.a.data(), *mb = m.b.data(), *mc = m.c.data();
-    std::vector<const double*> my_rhs(kRhs);
-    for (int k = 0; k < kRhs; ++k) my_rhs[size_t(k)] = rhs[size_t(id * kRhs + k)].data();
-    // Each right-hand side's answer on this core, before the clock starts: every answer is
-    // compared with it (x and the expected x: two arrays a check, where the residual reads
-    // five, which bound the bench, not the server, at 16 clients of 2048 x 1024 on the lent
-    // 2 x H200 host). The first answer of each client is also checked by its residual.
-    std::vector<std::vector<double>> expect(kRhs);
-    {
-      std::vector<double> cp;
-      for (int k = 0; k < kRhs; ++k) {
-        expect[size_t(k)].resize(size_t(values));
-        Thomas(m, my_rhs[size_t(k)], expect[size_t(k)].data(), o.batch, o.n, cp);
-      }
-    }
-    double *x_area = nullptr, *x_area2 = nullptr;
-    if (ArraysInSharedMemory(o)) {
-      auto made = SharedMemory::Create((3 + kRhs + 2) * values * 8 + 64 * 16);
-      absl::Status st = made.ok() ? absl::OkStatus() : made.status();
-      if (st.ok()) {
-        shm = *std::move(made);
-        auto place = [&](const double* src) {
-          double* p = *shm->Allocate<double>(values);
-          std::memcpy(p, src, size_t(values) * 8);
-          return p;
-        };
-        ma = place(ma);
-        mb = place(mb);
-        mc = place(mc);
-        for (auto& r : my_rhs) r = place(r);
-        x_area = *shm->Allocate<double>(values);
-        x_area2 = *shm->Allocate<double>(values);  // the stream's step in flight writes here
-        st = client.RegisterMemory(*shm);
-      }
-      if (!st.ok()) {
-        std::lock_guard<std::mutex> lock(mu);
-        std::cerr << "bench: shared memory: " << st << "\n";
-        failed_setup = true;
-        return;
-      }
-      jo.x_out = x_area;
-    }
-    std::vector<double> own_x, own_x2;
-    if (o.x_out && !shm) {
-      own_x.resize(size_t(values));
-      own_x2.resize(size_t(values));
-      x_area = own_x.data();
-      x_area2 = own_x2.data();
-      jo.x_out = x_area;
-    }
-    auto ptr_view = [&](const double* p) { return ArrayView{DType::kFloat64, shape, p}; };
-    std::string handle;
-    if (o.mode == "handle" || o.mode == "stream") {
-      Job job{Kind::kTridiagonal};
-      job.arrays = {{"a", ptr_view(ma)}, {"b", ptr_view(mb)}, {"c", ptr_view(mc)}};
-      auto made = client.CreateSystem(job, {.ttl_s = 600, .label = absl::StrCat("bench-", id)});
-      if (!made.ok()) {
-        std::lock_guard<std::mutex> lock(mu);
-        std::cerr << "bench: CreateSystem: " << made.status() << "\n";
-        failed_setup = true;
-        return;
-      }
-      handle = made->handle;
-    }
-    std::unique_ptr<StepStream> stream;
-    if (o.mode == "stream") {
-      auto s = client.OpenStepStream(handle, jo);
-      if (!s.ok()) {
-        failed_setup = true;
-        return;
-      }
-      stream = *std::move(s);
-    }
-    if (o.mode == "unary" || o.mode == "info" || o.mode == "health")
-      (void)client.Info();  // the connection up before the clock starts
-    // One solve before the clock, not counted: what a client sets up once (a request ring and
-    // its region, a staging region, the first touch of x) is not a request's cost.
-    if (o.mode == "unary") {
-      Job job{Kind::kTridiagonal};
-      job.arrays = {{"a", ptr_view(ma)}, {"b", ptr_view(mb)}, {"c", ptr_view(mc)},
-                    {"d", ptr_view(my_rhs[0])}};
-      job.options = jo;
-      (void)client.Solve(job);
-    } else if (o.mode == "handle") {
-      (void)client.SolveSystem(handle, ptr_view(my_rhs[0]), {}, jo);
-    }
-    arrive();
-    go.wait();
-    std::vector<double> local_lat;
-    Timings local_server;
-    std::map<std::string, int64_t> local_err;
-    double local_worst = 0;
-    int64_t local_batched = 0, local_batched_with = 0;
-    double local_check_us = 0, local_call_us = 0;  // the client's own account
-    int64_t answers_seen = 0, local_checked = 0;
-    auto record_server = [&](const Summary& summary) {
-      for (int p = most_pieces.load();
-           summary.pieces > p && !most_pieces.compare_exchange_weak(p, summary.pieces);) {
-      }
-      if (summary.batched_with > 1) {
-        ++local_batched;
-        local_batched_with += summary.batched_with;
-      }
-      const Timings& t = summary.timings;
-      local_server.receive_us += t.receive_us;
-      local_server.queue_us += t.queue_us;
-      local_server.h2d_us += t.h2d_us;
-      local_server.compute_us += t.compute_us;
-      local_server.d2h_us += t.d2h_us;
-      local_server.server_total_us += t.server_total_us;
-      local_server.upload_us += t.upload_us;
-      local_server.download_us += t.download_us;
-    };
-    auto check = [&](const absl::StatusOr<Result>& r, int which, double us,
-                     const double* x_in_shm) {
-      if (!r.ok()) {
-        local_err[std::string(absl::StatusCodeToString(r.status().code()))]++;
-        return;
-      }
-      const double* x = x_in_shm != nullptr ? x_in_shm : r->x.as<double>();
-      if (r->x.elements() != values || r->x.dtype != DType::kFloat64 ||
-          (x_in_shm == nullptr && int64_t(r->x.data.size()) != values * 8)) {
-        ++lost;
-        return;
-      }
-      // Every answer's statuses; its values for the first and every check_every-th answer.
-      const bool full = answers_seen++ % o.check_every == 0;
-      if (!full) {
-        if (int64_t(r->status.size()) != o.batch) {
-          ++lost;
-          return;
-        }
-        if (std::any_of(r->status.begin(), r->status.end(),
-                        [](SolveStatus s) { return s != SolveStatus::kOk; })) {
-          ++wrong;
-          return;
-        }
-        ++ok;
-        local_lat.push_back(us);
-        local_call_us += us;
-        record_server(r->summary);
-        return;
-      }
-      ++local_checked;
-      // The matrices are well conditioned (|b| >= 3, |a| + |c| <= 2): a forward error of
-      // 1e-12 is far above rounding and far below any wrong answer.
-      const auto c0 = Clock::now();
-      double e = MaxRelativeDifference(x, expect[size_t(which % kRhs)].data(), o.batch, o.n);
-      if (local_lat.empty() && e <= 1e-12)
-        local_worst = std::max(local_worst, BackwardError(m, rhs[size_t(which)].data(), x, o.batch,
-                                                          o.n));
-      local_check_us += std::chrono::duration<double, std::micro>(Clock::now() - c0).count();
-      local_call_us += us;
-      if (!(e <= 1e-12)) {
-        ++wrong;
-        return;
-      }
-      ++ok;
-      local_lat.push_back(us);
-      record_server(r->summary);
-    };
-    for (int64_t q = 0; q < o.requests; ++q) {
-      const int which = id * kRhs + int(q % kRhs);
-      if (q > 0 && o.pause_ms > 0)
-        std::this_thread::sleep_for(std::chrono::microseconds(int64_t(o.pause_ms * 1e3)));
-      const auto t0 = Clock::now();
-      if (o.mode == "info" || o.mode == "health") {
-        // The floor: the cheapest calls the server answers, over the same connection.
-        absl::Status st;
-        if (o.mode == "info") {
-          auto r = client.Info();
-          st = r.ok() ? absl::OkStatus() : r.status();
-        } else {
-          auto r = client.Health();
-          st = !r.ok() ? r.status()
-               : *r == "SERVING" ? absl::OkStatus()
-                                 : absl::UnavailableError(*r);
-        }
-        if (!st.ok()) {
-          local_err[std::string(absl::StatusCodeToString(st.code()))]++;
-        } else {
-          ++ok;
-          local_lat.push_back(
-              std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
-        }
-      } else if (o.mode == "unary") {
-        Job job{Kind::kTridiagonal};
-        job.arrays = {{"a", ptr_view(ma)}, {"b", ptr_view(mb)}, {"c", ptr_view(mc)},
-                      {"d", ptr_view(my_rhs[size_t(q % kRhs)])}};
-        job.options = jo;
-        auto r = client.Solve(job);
-        check(r, which, std::chrono::duration<double, std::micro>(Clock::now() - t0).count(),
-              x_area);
-      } else if (o.mode == "handle") {
-        auto r = client.SolveSystem(handle, ptr_view(my_rhs[size_t(q % kRhs)]), {}, jo);
-        check(r, which, std::chrono::duration<double, std::micro>(Clock::now() - t0).count(),
-              x_area);
-      } else {
-        // The stream keeps two steps in flight: the next is on its way while one is solved.
-        double* xq = q % 2 == 0 ? x_area : x_area2;
-        if (auto st = stream->Send(ptr_view(my_rhs[size_t(q % kRhs)]), {}, xq); !st.ok()) {
-          local_err["UNAVAILABLE"]++;
-          break;
-        }
-        if (q >= 1) {
-          auto r = stream->Receive();
-          check(r, id * kRhs + int((q - 1) % kRhs),
-                r.ok() ? r->summary.timings.client_total_us : 0,
-                (q - 1) % 2 == 0 ? x_area : x_area2);
-        }
-      }
-    }
-    if (stream) {
-      if (o.requests >= 1) {
-        auto r = stream->Receive();
-        check(r, id * kRhs + int((o.requests - 1) % kRhs),
-              r.ok() ? r->summary.timings.client_total_us : 0,
-              (o.requests - 1) % 2 == 0 ? x_area : x_area2);
-      }
-      if (auto st = stream->Finish(); !st.ok())
-        local_err[std::string(absl::StatusCodeToString(st.code()))]++;
-    }
-    const auto answered = Clock::now();
-    if (!handle.empty()) (void)client.ReleaseSystem(handle);
-    if (shm) (void)client.UnregisterMemory(*shm);
-    std::lock_guard<std::mutex> lock(mu);
-    last_answer = std::max(last_answer, answered);
-    latency_us.insert(latency_us.end(), local_lat.begin(), local_lat.end());
-    server_n += int64_t(local_lat.size());
-    server_sum.receive_us += local_server.receive_us;
-    server_sum.queue_us += local_server.queue_us;
-    server_sum.h2d_us += local_server.h2d_us;
-    server_sum.compute_us += local_server.compute_us;
-    server_sum.d2h_us += local_server.d2h_us;
-    server_sum.server_total_us += local_server.server_total_us;
-    server_sum.upload_us += local_server.upload_us;
-    check_sum_us += local_check_us;
-    checked += local_checked;
-    call_sum_us += local_call_us;
-    server_sum.download_us += local_server.download_us;
-    for (auto& [k, v] : local_err) errors[k] += v;
-    batched += local_batched;
-    batched_with += local_batched_with;
-    worst_error = std::max(worst_error, local_worst);
-  };
-
-  std::vector<std::thread> threads;
-  for (int i = 0; i < o.clients; ++i) threads.emplace_back(client_loop, i);
-  ready.wait();
-  const auto t0 = Clock::now();
-  go.count_down();
-  for (auto& t : threads) t.join();
-  const double wall = std::chrono::duration<double>(std::max(last_answer, t0) - t0).count();
-
-  // One local core: the same systems, the same number of solves per client, serially.
-  std::vector<double> x(static_cast<size_t>(values)), cp;
-  const int64_t local_reps = std::max<int64_t>(1, std::min<int64_t>(o.requests, 200));
-  const auto l0 = Clock::now();
-  for (int64_t q = 0; q < local_reps; ++q)
-    Thomas(m, rhs[size_t(q % kRhs)].data(), x.data(), o.batch, o.n, cp);
-  const double local_s = std::chrono::duration<double>(Clock::now() - l0).count() / double(local_reps);
-
-  const int64_t total = int64_t(o.clients) * o.requests;
-  int64_t errs = 0;
-  for (auto& [k, v] : errors) errs += v;
-  const int64_t answered = ok + wrong + lost;
-  // Payload: what a request must move (unary: a, b, c, d in and x out; by handle: d and x).
-  const double bytes_per = double(values) * 8 *
-                           (o.mode == "unary" ? 5 : o.mode == "handle" || o.mode == "stream" ? 2 : 0);
-  std::vector<double> lat = latency_us;
-  const double p50 = Percentile(lat, 0.5), p90 = Percentile(lat, 0.9), p99 = Percentile(lat, 0.99);
-  const bool solves = o.mode != "info" && o.mode != "health";
-  if (solves)
-    std::cout << absl::StrFormat(
-        "bench tridiagonal %s over %s: %d clients x %d requests, %d x %d float64 (%.1f MB a "
-        "request)\n",
-        o.mode, o.transport, o.clients, o.requests, o.batch, o.n, bytes_per / 1e6);
-  else
-    std::cout << absl::StrFormat(
-        "bench %s (%s, no solve): %d clients x %d requests; the local core: %d x %d float64\n",
-        o.mode, o.mode == "info" ? "GetServerInfo" : "the health check", o.clients, o.requests,
-        o.batch, o.n);
-  if (o.pause_ms > 0)
-    std::cout << absl::StrFormat("  each client idles %.3f ms before each request after its first\n",
-                                 o.pause_ms);
-  std::cout << absl::StrFormat("  %-24s %12s %10s %10s %10s %10s\n", "", "requests/s", "p50 ms",
-                               "p90 ms", "p99 ms", "GB/s");
-  std::cout << absl::StrFormat("  %-24s %12.1f %10.3f %10.3f %10.3f %10.3f\n", "trisolve",
-                               double(ok) / wall, p50 / 1e3, p90 / 1e3, p99 / 1e3,
-                               double(ok) * bytes_per / wall / 1e9);
-  std::cout << absl::StrFormat("  %-24s %12.1f %10.3f %10s %10s %10s\n", "one local core (Thomas)",
-                               1 / local_s, local_s * 1e3, "-", "-", "-");
-  if (solves && server_n > 0) {
-    const double k = 1e3 * double(server_n);
-    std::cout << absl::StrFormat(
-        "  server, mean ms: receive+check %.3f, queue %.3f, h2d %.3f, compute %.3f, d2h %.3f, "
-        "total %.3f\n",
-        server_sum.receive_us / k, server_sum.queue_us / k, server_sum.h2d_us / k,
-        server_sum.compute_us / k, server_sum.d2h_us / k, server_sum.server_total_us / k);
-    if (server_sum.upload_us > 0)
-      std::cout << absl::StrFormat("  client, mean ms: upload %.3f, download %.3f\n",
-                                   server_sum.upload_us / k, server_sum.download_us / k);
-    // What a client's requests took on average, its check of each answer, and the whole cycle
-    // (clients x wall / answers): where call + check falls short of the cycle, the client's
-    // threads waited on something else (the machine's cores, its memory).
-    std::cout << absl::StrFormat("  client, mean ms: call %.3f, check %.3f, cycle %.3f\n",
-                                 call_sum_us / k, check_sum_us / k,
-                                 1e3 * wall * double(o.clients) / double(server_n));
-  }
-  if (batched > 0)
-    std::cout << absl::StrFormat(
-        "  batched by the server: %d of %d answers (%.1f%%), in backend calls of %.1f requests "
-        "on average\n",
-        batched, int64_t(ok), 100.0 * double(batched) / double(std::max<int64_t>(1, ok)),
-        double(batched_with) / double(batched));
-  std::cout << absl::StrFormat(
-      "  answers: %d ok, %d wrong (x more than 1e-12 from one local core's), %d malformed, %d "
-      "errors, %d not answered of %d; worst backward error %.2e (each client's first answer)\n",
-      int64_t(ok), int64_t(wrong), int64_t(lost), errs, total - answered - errs, total,
-      worst_error);
-  if (solves && o.check_every > 1)
-    std::cout << absl::StrFormat(
-        "  values checked: %d answers (each client's first and every %d-th); the statuses of "
-        "all\n",
-        checked, o.check_every);
-  for (auto& [k, v] : errors) std::cout << "  error " << k << ": " << v << "\n";
-  if (o.json) {
-    std::cout << absl::StrFormat(
-        "{\"family\":\"tridiagonal\",\"mode\":\"%s\",\"transport\":\"%s\",\"clients\":%d,"
-        "\"requests\":%d,\"batch\":%d,\"n\":%d,\"shape\":\"%dx%d\",\"ok\":%d,"
-        "\"wrong\":%d,\"errors\":%d,\"requests_per_s\":%.3f,\"p50_ms\":%.4f,\"p90_ms\":%.4f,"
-        "\"p99_ms\":%.4f,\"payload_gb_s\":%.4f,\"local_ms\":%.4f,\"local_per_s\":%.3f,"
-        "\"worst_backward_error\":%.3e,\"batched\":%d,\"upload_ms\":%.4f,\"download_ms\":%.4f,"
-        "\"server_total_ms\":%.4f,\"pieces\":%d,\"checked\":%d}\n",
-        o.mode, o.transport, o.clients, o.requests, o.batch, o.n, o.batch, o.n, int64_t(ok),
-        int64_t(wrong), errs,
-        double(ok) / wall, p50 / 1e3, p90 / 1e3, p99 / 1e3, double(ok) * bytes_per / wall / 1e9,
-        local_s * 1e3, 1 / local_s, worst_error, batched,
-        server_sum.upload_us / 1e3 / double(std::max<int64_t>(server_n, 1)),
-        server_sum.download_us / 1e3 / double(std::max<int64_t>(server_n, 1)),
-        server_sum.server_total_us / 1e3 / double(std::max<int64_t>(server_n, 1)),
-        most_pieces.load(), checked);
-  }
-  if (failed_setup) return 1;
-  return ok == total ? 0 : 1;
+  return worst;
 }
 
 // Every answer is checked, so the check must cost the client less than the server's answer:

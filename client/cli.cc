@@ -5,7 +5,7 @@
 //   trisolve make-example KIND DIR          (writes example inputs as .npy files)
 //   trisolve system create|solve|update|release|list ...   (persistent systems)
 //   trisolve bench [--clients C] [--requests R] [--batch B] [--n N] [--mode unary|handle|stream]
-//                  [--family block --N N --M M --tol TOL]
+//                  [--family block --N N --M M --tol TOL] [--family dense --batch B --n N]
 // Exit status: 0 solved (every system ok), 3 solved but some system was not ok, 1 error
 // (the server's status is printed), 2 usage.
 #include <algorithm>
@@ -460,21 +460,27 @@ int main(int argc, char** argv) {
   sys_release->add_option("handle", sys_handle, "the system's handle")->required();
   system->add_subcommand("list", "the systems this identity holds");
 
-  auto* bench = app.add_subcommand("bench", "load the server with checked solves (tridiagonal "
-                                            "or block-tridiagonal), beside one local core");
+  auto* bench = app.add_subcommand("bench",
+                                   "load the server with checked solves (tridiagonal, "
+                                   "block-tridiagonal or dense), beside one local core");
   trisolve::BenchOptions bo;
-  bench->add_option("--family", bo.family,
-                    "tridiagonal (--batch systems of --n unknowns) or block (the block-tridiagonal "
-                    "system of an --N x --M grid, solved to --tol by --method)")
-      ->check(CLI::IsMember({"tridiagonal", "block"}))->capture_default_str();
+  bench
+      ->add_option("--family", bo.family,
+                   "tridiagonal (--batch systems of --n unknowns), block (the block-tridiagonal "
+                   "system of an --N x --M grid, solved to --tol by --method) or dense (--batch "
+                   "diagonally dominant matrices of order --n; by handle the server keeps their "
+                   "LU factors)")
+      ->check(CLI::IsMember({"tridiagonal", "block", "dense"}))
+      ->capture_default_str();
   bench->add_option("--clients", bo.clients, "concurrent clients (threads)")
       ->check(CLI::Range(1, std::numeric_limits<int>::max()))->capture_default_str();
   bench->add_option("--requests", bo.requests, "requests a client")
       ->check(CLI::Range(1, std::numeric_limits<int>::max()))->capture_default_str();
   bench->add_option("--batch", bo.batch, "systems a request")
       ->check(CLI::Range(1, std::numeric_limits<int>::max()))->capture_default_str();
-  bench->add_option("--n", bo.n, "unknowns a system")
-      ->check(CLI::Range(1, std::numeric_limits<int>::max()))->capture_default_str();
+  bench->add_option("--n", bo.n, "unknowns a system (dense: the matrices' order)")
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()))
+      ->capture_default_str();
   bench->add_option("--mode", bo.mode,
                     "unary (whole system), handle (rhs only), stream; info (GetServerInfo) and "
                     "health (the health check): the cheapest calls, no solve")
@@ -496,10 +502,12 @@ int main(int argc, char** argv) {
                     "first (a simulation's own work between steps), so that every call finds "
                     "the threads asleep")
       ->check(CLI::Range(0.0, 60000.0))->capture_default_str();
-  bench->add_option("--check-every", bo.check_every,
-                    "tridiagonal and block: every answer's shape and statuses are checked, its "
-                    "values for each client's first answer and every K-th after it (1: all)")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40))->capture_default_str();
+  bench
+      ->add_option("--check-every", bo.check_every,
+                   "solves: every answer's shape and statuses are checked, its values for each "
+                   "client's first answer and every K-th after it (1: all)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40))
+      ->capture_default_str();
   bench->add_option("--N", bo.N, "block: block rows (grid rows)")
       ->check(CLI::Range(int64_t{2}, int64_t{1} << 20))->capture_default_str();
   bench->add_option("--M", bo.M, "block: the order of each block (grid columns)")
@@ -579,18 +587,29 @@ int main(int argc, char** argv) {
       copt.token.pop_back();
   }
   if (*bench) {
-    // Options of the other family are refused, not ignored.
-    const bool block = bo.family == "block";
+    // Options of the other families are refused, not ignored.
+    const bool block = bo.family == "block", dense = bo.family == "dense";
     for (const char* name : {"--batch", "--n", "--swc", "--pause-ms"})
       if (block && Given(bench, name))
         return Usage(absl::StrCat(name, " does not apply to bench --family block (--N, --M)"));
+    for (const char* name : {"--swc", "--pause-ms"})
+      if (dense && Given(bench, name))
+        return Usage(absl::StrCat(name, " does not apply to bench --family dense"));
     for (const char* name : {"--N", "--M", "--method", "--tol"})
       if (!block && Given(bench, name))
         return Usage(absl::StrCat(name, " applies to bench --family block only"));
     if (block && !(bo.tol > 0 && bo.tol < 1))
       return Usage(absl::StrCat("--tol is ", bo.tol, ", expected 0 < tol < 1"));
-    if (block && (bo.mode == "info" || bo.mode == "health"))
-      return Usage("bench --family block solves: --mode unary, handle or stream");
+    if ((block || dense) && (bo.mode == "info" || bo.mode == "health"))
+      return Usage(
+          absl::StrCat("bench --family ", bo.family, " solves: --mode unary, handle or stream"));
+    if (dense && bo.n > 65536)
+      return Usage(absl::StrCat("--n is ", bo.n,
+                                ", expected at most 65536 (the largest dense "
+                                "order) for bench --family dense"));
+    if (dense && double(bo.batch) * double(bo.n) * double(bo.n) > double(int64_t{1} << 31))
+      return Usage(absl::StrCat("--batch x --n x --n is ", bo.batch, " x ", bo.n, " x ", bo.n,
+                                ", expected at most 2^31 values for bench --family dense"));
     return trisolve::RunBench(copt, bo);
   }
   auto created = trisolve::Client::Create(copt);

@@ -10,6 +10,7 @@
 #include "trisolve/bench.h"
 #include "trisolve/examples.h"
 #include "trisolve/reference/block_tridiagonal.h"
+#include "trisolve/reference/dense.h"
 
 namespace trisolve {
 namespace {
@@ -267,6 +268,160 @@ TEST(BenchCheck, BlockNaNInfinityAndAnotherRequestsAnswerAreWrong) {
   EXPECT_LE(r.residual, 1e-8 + r.rounding);
   EXPECT_NEAR(r.residual, info->residual, 1e-12);
   EXPECT_GT(r.residual, 1e-10);
+}
+
+// ---- the dense family's check ----------------------------------------------------------------
+
+// x = A^-1 b by Gauss-Jordan with partial pivoting in long double: an answer as right as
+// float64 can hold (kappa ~ 3), and A^-1 itself where inverse is given.
+std::vector<double> SolveLong(const double* A, const double* b, int64_t n,
+                              std::vector<long double>* inverse = nullptr) {
+  const int64_t w = 2 * n + 1;
+  std::vector<long double> t(static_cast<size_t>(n * w), 0);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < n; ++j) t[size_t(i * w + j)] = A[i * n + j];
+    t[size_t(i * w + n + i)] = 1;
+    t[size_t(i * w + 2 * n)] = b[i];
+  }
+  for (int64_t k = 0; k < n; ++k) {
+    int64_t p = k;
+    for (int64_t i = k + 1; i < n; ++i)
+      if (std::abs(t[size_t(i * w + k)]) > std::abs(t[size_t(p * w + k)])) p = i;
+    for (int64_t j = 0; j < w; ++j) std::swap(t[size_t(k * w + j)], t[size_t(p * w + j)]);
+    const long double piv = t[size_t(k * w + k)];
+    for (int64_t j = 0; j < w; ++j) t[size_t(k * w + j)] /= piv;
+    for (int64_t i = 0; i < n; ++i)
+      if (i != k) {
+        const long double f = t[size_t(i * w + k)];
+        for (int64_t j = 0; j < w; ++j) t[size_t(i * w + j)] -= f * t[size_t(k * w + j)];
+      }
+  }
+  std::vector<double> x(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) x[size_t(i)] = double(t[size_t(i * w + 2 * n)]);
+  if (inverse != nullptr) {
+    inverse->resize(size_t(n * n));
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < n; ++j) (*inverse)[size_t(i * n + j)] = t[size_t(i * w + n + j)];
+  }
+  return x;
+}
+
+std::vector<double> RandomVector(int64_t size, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(-1, 1);
+  std::vector<double> v(static_cast<size_t>(size));
+  for (double& x : v) x = u(rng);
+  return v;
+}
+
+// kappa_bound bounds kappa_inf of every matrix (Varah's bound, computed here from the exact
+// inverse), and stays near 3 at every order, so the check's tolerances stay near n eps.
+TEST(BenchCheck, DenseKappaBoundHoldsAndStaysSmall) {
+  for (int64_t n : {1, 2, 3, 16, 100}) {
+    const DenseBatch m = MakeDenseBatch(3, n, uint64_t(n));
+    ASSERT_EQ(m.A.size(), size_t(3 * n * n));
+    EXPECT_LE(m.kappa_bound, 3.5) << n;
+    for (int64_t s = 0; s < 3; ++s) {
+      const double* A = m.A.data() + s * n * n;
+      std::vector<long double> inv;
+      SolveLong(A, std::vector<double>(size_t(n), 1).data(), n, &inv);
+      long double an = 0, in = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        long double ra = 0, ri = 0;
+        for (int64_t j = 0; j < n; ++j)
+          ra += std::abs(A[i * n + j]), ri += std::abs(inv[size_t(i * n + j)]);
+        an = std::max(an, ra);
+        in = std::max(in, ri);
+      }
+      EXPECT_LE(double(an * in), m.kappa_bound * (1 + 1e-12)) << n << " system " << s;
+      EXPECT_GE(double(an * in), 1.0) << n;
+    }
+  }
+}
+
+// The backward error by the definition (long double), and the check against it.
+TEST(BenchCheck, DenseBackwardErrorAgreesWithTheDefinition) {
+  for (int64_t n : {1, 2, 7, 64}) {
+    const int64_t batch = 3;
+    const DenseBatch m = MakeDenseBatch(batch, n, uint64_t(40 + n));
+    const std::vector<double> b = RandomVector(batch * n, uint64_t(n));
+    std::vector<double> x(static_cast<size_t>(batch * n));
+    for (int64_t s = 0; s < batch; ++s) {
+      const auto xs = SolveLong(m.A.data() + s * n * n, b.data() + s * n, n);
+      std::copy(xs.begin(), xs.end(), x.begin() + s * n);
+    }
+    EXPECT_LE(DenseNormwiseBackwardError(m.A.data(), b.data(), x.data(), batch, n), 1e-15) << n;
+    for (int64_t e : {int64_t{0}, batch * n / 2, batch * n - 1}) {
+      std::vector<double> w = x;
+      w[size_t(e)] += 1e-6;
+      long double worst = 0;
+      for (int64_t s = 0; s < batch; ++s) {
+        long double r = 0, an = 0, xn = 0, bn = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          long double ax = 0, row = 0;
+          for (int64_t j = 0; j < n; ++j)
+            ax += (long double)m.A[size_t((s * n + i) * n + j)] * w[size_t(s * n + j)],
+                row += std::abs(m.A[size_t((s * n + i) * n + j)]);
+          r = std::max(r, std::abs(b[size_t(s * n + i)] - ax));
+          an = std::max(an, row);
+          xn = std::max<long double>(xn, std::abs(w[size_t(s * n + i)]));
+          bn = std::max<long double>(bn, std::abs(b[size_t(s * n + i)]));
+        }
+        worst = std::max(worst, r / (an * xn + bn));
+      }
+      EXPECT_GT(double(worst), 1e-9);
+      EXPECT_NEAR(DenseNormwiseBackwardError(m.A.data(), b.data(), w.data(), batch, n),
+                  double(worst), 1e-8 * double(worst))
+          << n << " @" << e;
+    }
+  }
+}
+
+// What the server may answer (Gauss-Jordan: the CPU backend's auto, and the GPU's to n = 64;
+// LU: the GPU's above) passes against the local core's LU x, at every order the bench runs; an
+// answer to another request, a NaN or an infinity anywhere, or an error ten times the tolerance
+// does not.
+TEST(BenchCheck, DenseCheckPassesEveryMethodAndCatchesWrongAnswers) {
+  for (int64_t n : {1, 2, 16, 256}) {
+    const int64_t batch = 4;
+    const DenseBatch m = MakeDenseBatch(batch, n, uint64_t(n) + 7);
+    const DenseTolerance tol = DenseCheckTolerance(n, m.kappa_bound);
+    EXPECT_LT(tol.forward, 1e-10) << n;
+    const std::vector<double> b = RandomVector(batch * n, 1), b2 = RandomVector(batch * n, 2);
+    std::vector<SystemStatus> status(static_cast<size_t>(batch));
+    std::vector<double> local(static_cast<size_t>(batch * n));
+    const auto f = cpu::FactorDense<double>(batch, n, m.A.data(), DenseMethod::kLu);
+    cpu::SolveFactored(f, b.data(), local.data(), status.data());
+    for (DenseMethod method : {DenseMethod::kGaussJordan, DenseMethod::kLu}) {
+      std::vector<double> x(static_cast<size_t>(batch * n));
+      cpu::SolveDense<double>({batch, n, m.A.data(), b.data()}, method, {x.data(), status.data()});
+      const double e = MaxRelativeDifference(x.data(), local.data(), batch, n);
+      EXPECT_LE(e, tol.forward / 10) << n << " " << MethodName(method);
+      EXPECT_LE(DenseNormwiseBackwardError(m.A.data(), b.data(), x.data(), batch, n),
+                tol.backward / 10)
+          << n << " " << MethodName(method);
+    }
+    // Another request's answer.
+    std::vector<double> other(static_cast<size_t>(batch * n));
+    cpu::SolveFactored(f, b2.data(), other.data(), status.data());
+    EXPECT_GT(MaxRelativeDifference(other.data(), local.data(), batch, n), 1e-2) << n;
+    EXPECT_GT(DenseNormwiseBackwardError(m.A.data(), b.data(), other.data(), batch, n), 1e-2);
+    for (int64_t e : {int64_t{0}, batch * n / 2, batch * n - 1}) {
+      std::vector<double> w = local;
+      double scale = 0;  // the system's max |x|, what the difference is relative to
+      for (int64_t i = 0; i < n; ++i)
+        scale = std::max(scale, std::abs(local[size_t((e / n) * n + i)]));
+      w[size_t(e)] += 10 * tol.forward * scale;
+      EXPECT_GT(MaxRelativeDifference(w.data(), local.data(), batch, n), tol.forward) << n;
+      for (double v :
+           {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity(),
+            -std::numeric_limits<double>::infinity()}) {
+        w[size_t(e)] = v;
+        EXPECT_EQ(MaxRelativeDifference(w.data(), local.data(), batch, n), INFINITY);
+        EXPECT_EQ(DenseNormwiseBackwardError(m.A.data(), b.data(), w.data(), batch, n), INFINITY);
+      }
+    }
+  }
 }
 
 }  // namespace

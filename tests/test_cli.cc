@@ -618,11 +618,62 @@ TEST_F(Cli, BenchBlockChecksEveryAnswer) {
            {"bench --family block --tol 1", "--tol is 1"},
            {"bench --family block --mode info", "--family block solves"},
            {"bench --family block --N 1", "--N"},
-           {"bench --family dense", "--family"}}) {
+           {"bench --family qr", "--family"}}) {
     auto [rc2, out2] = Run(args);
     EXPECT_EQ(rc2, 2) << args << "\n" << out2;
     EXPECT_TRUE(Has(out2, why)) << args << "\n" << out2;
   }
+}
+
+// The dense family's load: each answer against the local core's LU x (the first also by its
+// backward error), in every mode and over shared memory; the options of the other families,
+// and matrices too large to hold, are refused before anything is sent.
+TEST_F(Cli, BenchDenseChecksEveryAnswer) {
+  for (const std::string args :
+       {"--mode unary", "--mode handle", "--mode stream", "--mode handle --transport shm",
+        "--mode unary --transport grpc --x-out"}) {
+    auto [rc, out] =
+        Run("bench --family dense --batch 3 --n 48 --clients 2 --requests 6 --json " + args);
+    EXPECT_EQ(rc, 0) << args << "\n" << out;
+    EXPECT_TRUE(Has(out, "answers: 12 ok, 0 wrong")) << args << "\n" << out;
+    EXPECT_TRUE(Has(out,
+                    " 0 not ok (the server's status), 0 malformed, 0 errors, 0 not answered "
+                    "of 12"))
+        << args << "\n"
+        << out;
+    EXPECT_TRUE(Has(out, "{\"family\":\"dense\",")) << out;
+    EXPECT_TRUE(Has(out, "\"shape\":\"3x48\"")) << out;
+    EXPECT_TRUE(Has(out, "\"checked\":12}")) << out;
+  }
+  {
+    auto [rc, out] =
+        Run("bench --family dense --batch 2 --n 32 --clients 2 --requests 10 "
+            "--check-every 4 --mode handle");
+    EXPECT_EQ(rc, 0) << out;
+    EXPECT_TRUE(Has(out, "answers: 20 ok, 0 wrong")) << out;
+    EXPECT_TRUE(Has(out, "values checked: 6 answers (each client's first and every 4-th)")) << out;
+  }
+  for (auto [args, why] : std::vector<std::pair<std::string, std::string>>{
+           {"bench --family dense --N 8", "--N applies to bench --family block only"},
+           {"bench --family dense --tol 1e-6", "--tol applies to bench --family block only"},
+           {"bench --family dense --method cg", "--method applies to bench --family block only"},
+           {"bench --family dense --pause-ms 5",
+            "--pause-ms does not apply to bench --family dense"},
+           {"bench --family dense --swc " + std::string(TRISOLVE_TEST_DATA) +
+                "/neuron_10-2012-02-09-001.CNG.swc",
+            "--swc does not apply to bench --family dense"},
+           {"bench --family dense --mode info", "--family dense solves"},
+           {"bench --family dense --n 70000", "--n is 70000"},
+           {"bench --family dense --batch 4096 --n 1024", "--batch x --n x --n is 4096 x 1024"}}) {
+    auto [rc2, out2] = Run(args);
+    EXPECT_EQ(rc2, 2) << args << "\n" << out2;
+    EXPECT_TRUE(Has(out2, why)) << args << "\n" << out2;
+  }
+  // Within the bound but beyond the memory the process may have: an error, not a crash.
+  auto [rc, out] = Shell("ulimit -v 4000000; " + ServerProcess::CliBin() + " --server " +
+                         server_->target() + " bench --family dense --batch 1 --n 40000");
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_TRUE(Has(out, "do not fit in this host's memory")) << out;
 }
 
 }  // namespace

@@ -15,13 +15,24 @@
 # (default 1 and every count up to the GPUs present, doubling). CLIENTS: default "16 64".
 # TRANSPORTS: the bench's data paths (default "auto"; "shm" keeps each client's arrays in
 # registered shared memory, so the host copies nothing and the devices' links are what is
-# measured). MODES: default "handle unary". FAMILIES: default "tridiagonal block".
+# measured). MODES: default "handle unary". FAMILIES: default "tridiagonal block"; "dense" adds
+# the dense family.
 # tridiagonal: SHAPES "BATCHxN ..." (default "256x1024 2048x1024"): ~0.2 ms of a device a
 # request, bound by the host's memory (the copies, the clients' checks). block: BLOCK_SHAPES
 # "NxM ..." (default "512x512 1024x1024"), the thesis' experiment 2 solved to TOL (default 1e-8)
 # by METHOD (default auto: multigrid-cg): ~11 iterations of a V-cycle on the device for the two
 # arrays of 2 or 8 MiB a request moves by handle, work the devices rather than the host should
-# bound.
+# bound. dense: DENSE_SHAPES "BATCHxN ..." (default "64x256 16x1024"): diagonally dominant
+# float64 matrices, LU on the device (auto, n > 64; --gpu-min-unknowns applies to tridiagonal
+# and tree requests only). By handle a request sends b and reads the kept factors (32 or
+# 128 MiB, tens of microseconds of an H100's memory) for two triangular sweeps of each matrix of
+# order 256 or 1024: ~0.1-1 ms a request (an estimate, not yet measured through the server),
+# small enough that many clients keep several devices busy, with only b and x (128 KiB each at
+# both shapes) to copy, so that the devices rather than the host's memory should bound it. Unary
+# adds the factorisation (0.7 or 11.5 GFLOP, by the dense tables' rates ~0.3 ms and a few ms)
+# and 32 or 128 MiB of A copied in: the unary rows measure the copies as much as the devices.
+# Each client's expected answers are computed by the CPU reference before the clock, and the
+# local core's unary time is one factorisation on one thread (seconds at 16 x 1024).
 # REQUESTS: requests a client (default: by size, halved for unary).
 # CHECK_EVERY: the values of each client's first answer and every K-th after it are checked, the
 # statuses of all (default 1: every answer; the clients share the server's host, and at many
@@ -108,12 +119,16 @@ if want bench; then
     # --gpu-min-unknowns, so every solve runs on a GPU. block: 512 x 512 (2 MiB) and 1024 x 1024
     # (8 MiB), every solve on a GPU.
     if [ "$family" = block ]; then shapes=${BLOCK_SHAPES:-512x512 1024x1024}
+    elif [ "$family" = dense ]; then shapes=${DENSE_SHAPES:-64x256 16x1024}
     else shapes=${SHAPES:-256x1024 2048x1024}; fi
     for shape in $shapes; do
       set -- ${shape/x/ }
       if [ "$family" = block ]; then
         size=(--family block --N $1 --M $2 --tol "${TOL:-1e-8}" --method "${METHOD:-auto}")
         r=$(( $1 * $2 >= 1 << 20 ? 20 : 50 ))
+      elif [ "$family" = dense ]; then
+        size=(--family dense --batch $1 --n $2)
+        r=$(( $1 * $2 * $2 >= 1 << 24 ? 20 : 50 ))
       else
         size=(--batch $1 --n $2)
         r=$(( $1 * $2 >= 1 << 21 ? 20 : 100 ))

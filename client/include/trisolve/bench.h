@@ -3,15 +3,17 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "trisolve/client.h"
 
 namespace trisolve {
 
 struct BenchOptions {
-  // tridiagonal (--batch systems of --n unknowns), or block: the block-tridiagonal system of an
+  // tridiagonal (--batch systems of --n unknowns); block: the block-tridiagonal system of an
   // N x M grid (the thesis' experiment 2, a 5-point matrix: one block row of M unknowns per grid
-  // row), solved by `method` to `tol`, each client's right-hand sides its own.
+  // row), solved by `method` to `tol`; dense: --batch matrices of order --n (MakeDenseBatch).
+  // Each client's right-hand sides are its own.
   std::string family = "tridiagonal";
   int clients = 1;
   int64_t requests = 100;  // per client
@@ -44,8 +46,8 @@ struct BenchOptions {
   int64_t N = 512, M = 512;  // block: block rows, and the order of each block
   std::string method = "auto";
   double tol = 1e-8;  // block: on ||f - A y||_2 / ||f||_2, what every answer is held to
-  // Tridiagonal and block: every answer's shape and statuses are checked; its values (against
-  // one local core's x, or the block residual) for a client's first answer and every
+  // Every answer's shape and statuses are checked; its values (against one local core's x, or
+  // the block residual) for a client's first answer and every
   // check_every-th after it. 1 (the default): every answer. Larger values keep the clients'
   // own memory traffic (two arrays read a check) from bounding what many clients measure on the
   // server's host; the report says how many answers were checked.
@@ -53,7 +55,8 @@ struct BenchOptions {
 };
 
 // Prints requests/s, latency percentiles, payload GB/s, answers by outcome and the local
-// alternative. Exit status 0 when every request was answered correctly.
+// alternative. Exit status 0 when every request was answered correctly, 2 for options out of
+// range.
 int RunBench(const Client::Options& client_options, const BenchOptions& options);
 
 // The check the bench applies to every answer: the worst backward error
@@ -82,5 +85,27 @@ BlockResidual BlockTridiagonalResidual(int64_t N, int64_t M, const double* aC, c
 // ||A||_inf of that system (the largest row sum of |coefficients| that A uses).
 double BlockTridiagonalNorm(int64_t N, int64_t M, const double* aC, const double* cC,
                             const double* bC, const double* cA, const double* cB);
+
+// The dense family's systems: `batch` matrices of order n (float64, row-major, batch x n x n),
+// off-diagonal entries uniform in (-1, 1), each row strictly diagonally dominant by
+// max(1, n / 2); kappa_bound = max ||A||_inf / that margin, an upper bound on kappa_inf of every
+// matrix (Varah), about 3 for every n.
+struct DenseBatch {
+  int64_t batch = 0, n = 0;
+  std::vector<double> A;
+  double kappa_bound = 0;
+};
+DenseBatch MakeDenseBatch(int64_t batch, int64_t n, uint64_t seed);
+// What the dense check holds an answer to: its normwise backward error (the client's first
+// answer) and its difference from one local core's LU x (MaxRelativeDifference; every checked
+// answer).
+struct DenseTolerance {
+  double backward = 0, forward = 0;
+};
+DenseTolerance DenseCheckTolerance(int64_t n, double kappa_bound);
+// The worst over a batch of ||b - A x||_inf / (||A||_inf ||x||_inf + ||b||_inf) (A: batch x n x n,
+// b and x: batch x n); infinity when x holds a NaN or an infinity.
+double DenseNormwiseBackwardError(const double* A, const double* b, const double* x, int64_t batch,
+                                  int64_t n);
 
 }  // namespace trisolve
