@@ -9,9 +9,13 @@ server's heartbeat. No compiled code: the ABI's structs are NumPy dtypes over th
 futex is ``syscall(SYS_futex, ...)`` through ctypes.
 
 Memory order: the words that change hands are written with single aligned 4-byte stores and
-read with single loads, in program order. That is enough on x86-64 (stores are not reordered
-with stores, nor loads with loads), which is why the ring is used only there: on other
-architectures Python has no fence to put between the request and its ``state`` word.
+read with single loads, in program order. On x86-64 that orders the request before its
+``state`` word (stores are not reordered with stores) and the answer after it (nor loads with
+loads). A store then a load of another word may pass each other there, and the two handshakes
+need that order (doorbell += 1 then read ``sleeping``; ``waiting`` = 1 then read ``state``: of
+the client's store and the server's, one side must see the other's), so a full fence sits
+between them: a locked instruction, which ``pthread_spin_trylock`` on a lock of our own is.
+On other architectures Python has no fence for the first order, hence x86-64 only.
 """
 from __future__ import annotations
 
@@ -99,9 +103,18 @@ class _Timespec(ctypes.Structure):
 
 _libc = ctypes.CDLL(None, use_errno=True) if SUPPORTED else None
 _syscall = None
+_fence_lock = ctypes.c_int(0)  # a pthread_spinlock_t (an int on Linux) of this module's
 if _libc is not None:
     _syscall = _libc.syscall
     _syscall.restype = ctypes.c_long
+    _libc.pthread_spin_init(ctypes.byref(_fence_lock), 0)
+    _trylock, _unlock = _libc.pthread_spin_trylock, _libc.pthread_spin_unlock
+
+
+def fence() -> None:
+    """A full memory fence (store-load included): the lock's locked compare-exchange."""
+    if _trylock(ctypes.byref(_fence_lock)) == 0:
+        _unlock(ctypes.byref(_fence_lock))
 
 
 def futex_wait(address: int, expected: int, timeout_s: float) -> None:
@@ -220,6 +233,7 @@ def exchange(lane: Lane, spin_us: float, deadline: Optional[float]) -> None:
     # The request was written before this store (x86-64: stores stay in order).
     lane.state.value = SLOT_SUBMITTED
     lane.doorbell.value = (lane.doorbell.value + 1) & 0xFFFFFFFF  # only this client rings it
+    fence()
     if lane.sleeping.value != 0:
         futex_wake(lane.doorbell_address)
     state = lane.state.value
@@ -233,6 +247,7 @@ def exchange(lane: Lane, spin_us: float, deadline: Optional[float]) -> None:
     beat_seen = time.monotonic()
     while state != SLOT_DONE:
         lane.waiting.value = 1
+        fence()
         state = lane.state.value
         if state == SLOT_DONE:
             break
