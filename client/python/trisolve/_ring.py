@@ -20,6 +20,7 @@ On other architectures Python has no fence for the first order, hence x86-64 onl
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import platform
 import re
@@ -101,14 +102,20 @@ class _Timespec(ctypes.Structure):
     _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
 
 
+# CDLL's functions release the GIL around the call, PyDLL's keep it. Only the futex wait
+# blocks; every other call here is short, and a GIL released there is a switch to another
+# calling thread that this one then waits (up to the interpreter's 5 ms interval) to get back.
 _libc = ctypes.CDLL(None, use_errno=True) if SUPPORTED else None
-_syscall = None
+_libc_held = ctypes.PyDLL(None) if SUPPORTED else None
+_syscall = _syscall_held = None
 _fence_lock = ctypes.c_int(0)  # a pthread_spinlock_t (an int on Linux) of this module's
-if _libc is not None:
+if _libc is not None and _libc_held is not None:
     _syscall = _libc.syscall
     _syscall.restype = ctypes.c_long
-    _libc.pthread_spin_init(ctypes.byref(_fence_lock), 0)
-    _trylock, _unlock = _libc.pthread_spin_trylock, _libc.pthread_spin_unlock
+    _syscall_held = _libc_held.syscall
+    _syscall_held.restype = ctypes.c_long
+    _libc_held.pthread_spin_init(ctypes.byref(_fence_lock), 0)
+    _trylock, _unlock = _libc_held.pthread_spin_trylock, _libc_held.pthread_spin_unlock
 
 
 def fence() -> None:
@@ -127,8 +134,8 @@ def futex_wait(address: int, expected: int, timeout_s: float) -> None:
 
 
 def futex_wake(address: int) -> None:
-    assert _syscall is not None
-    _syscall(ctypes.c_long(_SYS_FUTEX), ctypes.c_void_p(address), ctypes.c_int(_FUTEX_WAKE),
+    assert _syscall_held is not None
+    _syscall_held(ctypes.c_long(_SYS_FUTEX), ctypes.c_void_p(address), ctypes.c_int(_FUTEX_WAKE),
              ctypes.c_int(0x7FFFFFFF), None, None, ctypes.c_int(0))
 
 
@@ -318,7 +325,7 @@ def not_on_ring(call: Call) -> Optional[str]:
 def most_systems(call: Call) -> int:
     """Room for a status a system (as client/ring.cc): the right-hand side's values over its
     shortest dimension, a variable-size batch's lengths, or a status a value."""
-    most = max(1, int(np.prod(call.x_shape)))
+    most = max(1, math.prod(call.x_shape))
     for field, arr, _ in call.arrays:
         if field != call.rhs_field:
             continue
@@ -346,7 +353,7 @@ def region_names(call: Call) -> Optional[List[str]]:
 
 
 def need_bytes(call: Call) -> int:
-    x_bytes = int(np.prod(call.x_shape)) * call.dtype.itemsize
+    x_bytes = math.prod(call.x_shape) * call.dtype.itemsize
     need = (0 if call.x_ref is not None else _align(x_bytes)) + _align(most_systems(call))
     for _, arr, ref in call.arrays:
         if ref is None:
@@ -396,7 +403,7 @@ def ask(lane: Lane, call: Call, spin_us: float) -> Tuple[np.ndarray, np.ndarray,
         a["offset"][i] = at
         base[at:at + arr.nbytes] = arr.reshape(-1).view(np.uint8)
         at += _align(arr.nbytes)
-    x_bytes = int(np.prod(call.x_shape)) * call.dtype.itemsize
+    x_bytes = math.prod(call.x_shape) * call.dtype.itemsize
     rq["x_bytes"] = x_bytes
     if call.x_ref is not None:
         rq["x_region"] = names.index(call.x_ref.region) + 1
@@ -416,6 +423,10 @@ def ask(lane: Lane, call: Call, spin_us: float) -> Tuple[np.ndarray, np.ndarray,
     asked = time.perf_counter()
     try:
         exchange(lane, spin_us if spin else 0.0, deadline)
+    except BaseException:
+        # (KeyboardInterrupt in the futex wait, too) the slot may still be the server's.
+        lane.broken = True
+        raise
     finally:
         lane.last_wait_us = (time.perf_counter() - asked) * 1e6
         if lane.mem is not None:
@@ -427,7 +438,7 @@ def ask(lane: Lane, call: Call, spin_us: float) -> Tuple[np.ndarray, np.ndarray,
         dt = np.dtype(np.float32 if ans["dtype"] == 2 else np.float64)
         rank = min(max(int(ans["x_rank"]), 0), MAX_RANK)
         shape = tuple(int(v) for v in ans["x_shape"][:rank])
-        if (int(np.prod(shape)) * dt.itemsize != x_bytes or statuses < 0
+        if (math.prod(shape) * dt.itemsize != x_bytes or statuses < 0
                 or statuses > status_bytes):
             lane.state.value = SLOT_FREE
             lane.broken = True
