@@ -165,6 +165,9 @@ def test_auto_uses_the_ring_for_small_calls_only(server, client):
         assert p.summary.transport == "grpc"
     with trisolve.Client(server.target, transport="grpc") as g:
         assert g.ring_state() == "off"
+    with trisolve.Client(server.target, transport="ring") as forced:
+        with pytest.raises(trisolve.FailedPrecondition, match="transport ring: progress"):
+            forced.solve_tridiagonal(a, b, c, d, progress=lambda _: None)
 
 
 def test_arrays_in_registered_memory_by_reference(server, client):
@@ -270,7 +273,8 @@ def test_threads_each_get_their_own_answer(server, client):
         for t in ts:
             t.join()
         assert not failed and not wrong
-        assert 1 <= rc._rings.open <= threads
+        # Six threads released at once, 40 calls each: they overlap, so several rings opened.
+        assert 2 <= rc._rings.open <= threads
         assert len(rc._rings.idle) == rc._rings.open  # every ring handed back
 
 

@@ -32,8 +32,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import grpc
 import numpy as np
 
-from .errors import (DataLoss, DeadlineExceeded, FailedPrecondition, TrisolveError, Unavailable,
-                     error_for)
+from .errors import DataLoss, DeadlineExceeded, TrisolveError, Unavailable, error_for
 from .shm import SharedMemory
 
 # ---- the ABI (proto/ring_abi.h; tests/test_ring_abi.py pins it to the header) -----------------
@@ -497,4 +496,4 @@ def refusal_is_final(e: TrisolveError) -> bool:
 
 
 __all__ = ["Lane", "Pool", "Call", "ask", "need_bytes", "not_on_ring", "region_names",
-           "ring_bytes", "FailedPrecondition", "unsupported_reason", "refusal_is_final"]
+           "ring_bytes", "unsupported_reason", "refusal_is_final"]
