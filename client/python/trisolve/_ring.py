@@ -145,6 +145,13 @@ HEARTBEAT_TIMEOUT_S = 3.0
 # in SPIN_PROBE spins anyway to notice that the load fell, unless the server said its thread
 # had others queued (RingHeader.queued above 1).
 SPIN_PROBE = 16
+# A long call (its ring's last answer took LONG_CALL_US or more: a large solve by reference)
+# sleeps until EARLY_US before the time its last answer took, then spins up to 2 EARLY_US for
+# this one: the answer then finds the caller awake instead of paying a futex wake-up. Not past
+# a second (that sleep watches neither the heartbeat nor the deadline), nor where the server's
+# thread had others queued (the time was the queue's, not the solve's).
+LONG_CALL_US = 1500.0
+EARLY_US = 125.0
 # Calls of this process spinning now, and the most that may: past half the cores a spinning
 # caller takes the core a ring thread (or, in Python, the GIL another caller) needs.
 _MAX_SPINNERS = max(1, (os.cpu_count() or 2) // 2)
@@ -228,10 +235,11 @@ def _spin_leave() -> None:
         _spinners -= 1
 
 
-def exchange(lane: Lane, spin_us: float, deadline: Optional[float]) -> None:
+def exchange(lane: Lane, spin_us: float, deadline: Optional[float], expect_us: float = 0.0) -> None:
     """Hands the slot's request to the server and waits for its answer (spinning ``spin_us``,
-    then on the slot's futex). Raises Unavailable / DeadlineExceeded (the lane broken) where
-    no answer comes; on return the answer is in the slot, which is still DONE."""
+    then on the slot's futex; ``expect_us`` > 0: asleep until a little before the answer is
+    expected, then spinning). Raises Unavailable / DeadlineExceeded (the lane broken) where no
+    answer comes; on return the answer is in the slot, which is still DONE."""
     if lane.closed:
         lane.broken = True
         raise Unavailable(grpc.StatusCode.UNAVAILABLE, "the server closed the ring")
@@ -242,7 +250,24 @@ def exchange(lane: Lane, spin_us: float, deadline: Optional[float]) -> None:
     fence()
     if lane.sleeping.value != 0:
         futex_wake(lane.doorbell_address)
+    submitted = time.perf_counter()
     state = lane.state.value
+    if expect_us > 0:
+        wake_at = submitted + (expect_us - EARLY_US) * 1e-6
+        while state != SLOT_DONE and not lane.closed:
+            left = wake_at - time.perf_counter()
+            if left <= 0:
+                break
+            lane.waiting.value = 1
+            fence()
+            state = lane.state.value
+            if state == SLOT_DONE:
+                break
+            futex_wait(lane.state_address, state, min(left, 0.05))
+            state = lane.state.value
+        lane.waiting.value = 0
+        state = lane.state.value
+        spin_us = 2 * EARLY_US
     if spin_us > 0:
         if _spin_enter():
             until = time.perf_counter() + spin_us * 1e-6
@@ -419,9 +444,11 @@ def ask(lane: Lane, call: Call, spin_us: float) -> Tuple[np.ndarray, np.ndarray,
     rq["tag"] = tag
     queue = lane.last_queued > 1
     spin = lane.last_wait_us <= spin_us or (not queue and tag % SPIN_PROBE == 0)
+    long_call = (not queue and spin_us > 0 and LONG_CALL_US <= lane.last_wait_us <= 1e6)
     asked = time.perf_counter()
     try:
-        exchange(lane, spin_us if spin else 0.0, deadline)
+        exchange(lane, spin_us if spin else 0.0, deadline,
+                 lane.last_wait_us if long_call else 0.0)
     except BaseException:
         # (KeyboardInterrupt in the futex wait, too) the slot may still be the server's.
         lane.broken = True
