@@ -12,9 +12,12 @@ handle, and each step sends only the new diagonal and right-hand side over the t
 If the server answers UNIMPLEMENTED for handles, the loop says so and sends the whole system
 each step instead. With --shm (a client on the server's host), diag and rhs are written into
 registered shared memory and the server writes V there too: no array crosses the socket.
+With --no-handles each step is one small unary solve, which a client on the server's host sends
+through a request ring (--transport auto or ring) instead of a gRPC call.
 
     python3 client/python/examples/cable_time_loop.py --server 127.0.0.1:50051 --steps 200
     python3 client/python/examples/cable_time_loop.py --shm
+    python3 client/python/examples/cable_time_loop.py --no-handles --transport ring
 
 Prints the server's residual (normwise backward error) and the steps per second.
 """
@@ -63,6 +66,8 @@ def main() -> int:
                    help="send the whole system each step (what the fallback does)")
     p.add_argument("--shm", action="store_true",
                    help="diag, rhs and V in registered shared memory (client on the server's host)")
+    p.add_argument("--transport", choices=["auto", "shm", "streams", "grpc", "ring"], default="auto",
+                   help="the client's transport (ring: every step through a request ring)")
     args = p.parse_args()
 
     dt_np = np.dtype(args.dtype)
@@ -99,7 +104,7 @@ def main() -> int:
         return diag.astype(dt_np), rhs.astype(dt_np)
 
     V = np.full((cells, n), E_L)
-    client = trisolve.Client(args.server, token=args.token, timeout=60)
+    client = trisolve.Client(args.server, token=args.token, timeout=60, transport=args.transport)
     print(f"cable time loop: {cells} cells x {n} nodes ({args.dendrites} dendrites), "
           f"{args.steps} steps of {args.dt} ms, {args.dtype}, server {args.server}")
 

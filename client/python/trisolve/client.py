@@ -28,12 +28,12 @@ from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Mapping,
 import grpc
 import numpy as np
 
-from . import _arrays, _replicas, _streams
+from . import _arrays, _replicas, _ring, _streams
 from ._arrays import DTypeLike, LayoutLike
 from ._proto import pb, pb_grpc
-from .errors import (DataLoss, FailedPrecondition, NotFound, TrisolveError, Unavailable,
-                     from_rpc_error)
-from .results import (MemoryRegion, Progress, Result, Summary, SystemInfo, numpy_dtype,
+from .errors import (DataLoss, FailedPrecondition, NotFound, ResourceExhausted, TrisolveError,
+                     Unavailable, error_for, from_rpc_error)
+from .results import (MemoryRegion, Progress, Result, Summary, SystemInfo, Timings, numpy_dtype,
                       proto_dtype)
 
 ProgressCallback = Callable[[Progress], Any]
@@ -49,7 +49,10 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["Client", "TLS", "DEFAULT_TARGET", "TRANSPORTS"]
 
 DEFAULT_TARGET = "127.0.0.1:50051"
-TRANSPORTS = ("auto", "shm", "streams", "grpc")
+TRANSPORTS = ("auto", "shm", "streams", "grpc", "ring")
+# grpc.ChannelConnectivity's values, as the channel's core reports them.
+_READY = grpc.ChannelConnectivity.READY.value[0]
+_SHUTDOWN = grpc.ChannelConnectivity.SHUTDOWN.value[0]
 _MAX_ARENAS = 16             # staging regions a client keeps at most (as the C++ client)
 _MIN_ARENA = 16 << 20        # the smallest staging region; larger ones double from there
 PathOrPem = Union[str, bytes, "os.PathLike[str]", None]
@@ -158,7 +161,8 @@ def _parse_transport(transport: str) -> str:
     if t == "shared-memory":
         t = "shm"
     if t not in TRANSPORTS:
-        raise ValueError(f"transport={transport!r}: expected 'auto', 'shm', 'streams' or 'grpc'")
+        raise ValueError(f"transport={transport!r}: expected 'auto', 'shm', 'streams', 'grpc' "
+                         "or 'ring'")
     return t
 
 
@@ -276,11 +280,33 @@ class Client:
             memory over several connections at once and x is read back the same way (for
             large jobs to a server on another host). ``"auto"`` does that too for jobs of
             ``streams_min_bytes`` or more where shared memory is not possible. ``"grpc"``: in
-            the messages.
+            the messages. ``"ring"``: every one-shot solve and ``System.solve`` without
+            ``update`` goes through a request ring (below), raising ``FailedPrecondition`` where
+            it cannot (another host, a server with ``--rings off``, progress reports); other
+            calls take gRPC. ``"auto"`` uses a ring too for such calls whose arrays, x and
+            statuses fit ``ring_arena_bytes`` (and, unless some lie in registered memory, are at
+            most ``stream_threshold_bytes``), falling back to gRPC for good when the server
+            refuses rings to this process.
+
+            A request ring (x86-64 Linux, a client on the server's host): a shared-memory
+            region of this client's with a slot the server serves from a thread of its own,
+            without the socket (docs/serving.md). Each calling thread takes a ring of its own
+            (at most ``max_rings``), opened on first use and kept; a call spins
+            ``ring_spin_us`` for its answer where the ring's last answer came that fast, then
+            sleeps on the slot's futex. A server that stops serving the ring fails the call
+            (``Unavailable``) within 3 s.
         shm_min_bytes: the size from which ``"auto"`` stages a job (1 MiB).
         streams_min_bytes: the size from which ``"auto"`` uses parallel streams (32 MiB).
         parallel_streams: the connections a large job's bytes are spread over (8; one for
             every 8 MiB up to that).
+        connect_timeout: seconds a call on a channel that is not connected yet waits for the
+            connection (at most half the time left to its deadline) before it is sent: a
+            client made just before its server listens then succeeds instead of failing
+            ``Unavailable`` at once; a server that cannot be reached still fails, that much
+            later. 0: no wait.
+        ring_arena_bytes: each ring's room for a call's arrays, x and statuses (256 KiB).
+        ring_spin_us: how long a call spins for its answer (50 us; 0: sleep at once).
+        max_rings: rings this client holds at most (one a concurrently calling thread).
 
     Use it as a context manager, or call :meth:`close`, to close the channel.
     """
@@ -290,8 +316,13 @@ class Client:
                  stream_threshold_bytes: int = (4 << 20) - (64 << 10),
                  chunk_bytes: int = 2 << 20, transport: str = "auto",
                  shm_min_bytes: int = 1 << 20, streams_min_bytes: int = 32 << 20,
-                 parallel_streams: int = 8) -> None:
+                 parallel_streams: int = 8, connect_timeout: float = 2.0,
+                 ring_arena_bytes: int = 256 << 10, ring_spin_us: float = 50.0,
+                 max_rings: int = 64) -> None:
         self.transport = _parse_transport(transport)
+        self.connect_timeout = float(connect_timeout)
+        self.ring_spin_us = float(ring_spin_us)
+        self._rings = _ring.Pool(max_rings, ring_arena_bytes)
         self.shm_min_bytes = int(shm_min_bytes)
         self.streams_min_bytes = int(streams_min_bytes)
         self._shm_lock = threading.Lock()
@@ -315,6 +346,10 @@ class Client:
             # As the server: bulk arrays want large HTTP/2 frames and a deep receive window.
             ("grpc.http2.max_frame_size", 4 << 20),
             ("grpc.http2.lookahead_bytes", 64 << 20),
+            # A failed connection attempt is tried again after this (gRPC's default: 1 s,
+            # growing 1.6 times an attempt): a call waiting for its connection
+            # (connect_timeout) gets the next attempt within its wait.
+            ("grpc.initial_reconnect_backoff_ms", 100),
         ]
         t = _tls(tls)
         creds = None
@@ -361,6 +396,10 @@ class Client:
             self._closed = True
             regions, self._regions = self._regions, []
             idle, self._idle_arenas = self._idle_arenas, []
+        with self._rings.lock:
+            lanes, self._rings.idle = self._rings.idle, []
+        for lane in lanes:
+            self._close_ring(lane)
         for r in regions:
             r.shm._clients.discard(self)
             self._unregister_quietly(r.name)
@@ -392,8 +431,32 @@ class Client:
     def _timeout(self, timeout: Optional[float]) -> Optional[float]:
         return self.timeout if timeout is None else timeout
 
+    def _await_connection(self, timeout: Optional[float]) -> None:
+        """Before a call: returns once the channel is connected, or after ``connect_timeout``
+        (at most half the time left to the call's deadline); the call then fails as gRPC
+        says. Asks the channel's core directly (as the C++ client's GetState and
+        WaitForStateChange): ``subscribe`` would start a polling thread that outlives
+        ``close``."""
+        core = getattr(self._channel, "_channel", None)
+        if self.connect_timeout <= 0 or not hasattr(core, "check_connectivity_state"):
+            return
+        state = core.check_connectivity_state(True)
+        if state in (_READY, _SHUTDOWN):
+            return
+        wait = self.connect_timeout
+        t = self._timeout(timeout)
+        if t is not None:
+            wait = min(wait, max(0.0, t) / 2)
+        until = time.time() + wait  # watch_connectivity_state takes a wall-clock deadline
+        while state not in (_READY, _SHUTDOWN):
+            if time.time() >= until or not core.watch_connectivity_state(state, until).success:
+                return
+            state = core.check_connectivity_state(True)
+
     def _unary(self, rpc: str, request: Any, timeout: Optional[float] = None,
-               request_id: Optional[str] = None) -> Any:
+               request_id: Optional[str] = None, wait: bool = True) -> Any:
+        if wait:
+            self._await_connection(timeout)
         try:
             return getattr(self._stub, rpc)(request, timeout=self._timeout(timeout),
                                             metadata=self._metadata(request_id))
@@ -423,6 +486,8 @@ class Client:
     def _handle_unary(self, rpc: str, handle: str, request: Any,
                       timeout: Optional[float] = None) -> Any:
         stub, routed = self._by_handle(handle)
+        if not routed:
+            self._await_connection(timeout)
         try:
             return getattr(stub, rpc)(request, timeout=self._timeout(timeout),
                                       metadata=self._metadata())
@@ -523,7 +588,9 @@ class Client:
 
     def _unregister_quietly(self, name: str) -> None:
         try:
-            self._unary("UnregisterMemory", pb.UnregisterMemoryRequest(name=name), 5.0)
+            # Best effort: no wait for a connection that is not there.
+            self._unary("UnregisterMemory", pb.UnregisterMemoryRequest(name=name), 5.0,
+                        wait=False)
         except (TrisolveError, ValueError):
             pass  # the server is gone, or dropped it already: its time-to-live ends it anyway
 
@@ -573,7 +640,7 @@ class Client:
                 need += -(-x_bytes // ALIGN) * ALIGN
         moved = pl.inline_bytes + (x_bytes if pl.x_ref is None else 0)
         tr = self.transport
-        if need == 0 or tr == "grpc":
+        if need == 0 or tr in ("grpc", "ring"):  # ring: the calls a ring cannot take, in messages
             return pl
         if self._replicas.spec.balanced:
             if tr == "auto":
@@ -736,6 +803,183 @@ class Client:
                 return
             self._arenas -= 1
         self._retire_arena(arena)
+
+
+    # ---- request rings ----------------------------------------------------------------------
+    def ring_state(self) -> str:
+        """``"ring"`` once a request ring was opened, ``"grpc"`` when the server serves none to
+        this process, ``"off"`` when the transport is neither auto nor ring, ``"untried"``
+        before (as the C++ client's ``RingState()``)."""
+        if self.transport not in ("auto", "ring"):
+            return "off"
+        with self._rings.lock:
+            return self._rings.state
+
+    def _on_ring(self, call: "_ring.Call", out: Optional[np.ndarray], *,
+                 progress: bool = False, residual_history: bool = False) -> Optional[Result]:
+        """The call through a ring of this client's; None where it takes gRPC instead (auto).
+        Raises FailedPrecondition where transport="ring" cannot use one."""
+        forced = self.transport == "ring"
+        if not forced and self.transport != "auto":
+            return None
+
+        def skip(why: str) -> None:
+            if forced:
+                raise FailedPrecondition(grpc.StatusCode.FAILED_PRECONDITION,
+                                         f"transport ring: {why}")
+
+        why = _ring.unsupported_reason()
+        if self._replicas.spec.balanced:
+            why = "needs a client of one server"
+        elif progress:
+            why = "progress reports travel through the RPC"
+        elif residual_history:
+            why = "a residual history travels through the RPC"
+        why = why or _ring.not_on_ring(call)
+        if why:
+            return skip(why)
+        # Arrays (and x) in registered memory travel by reference, read and written there in
+        # place; the others are copied into the ring's arena.
+        call.arrays = [(f, a, self._ref_of(a)) for f, a, _ in call.arrays]
+        if out is not None and not overlaps(out, [a for _, a, _ in call.arrays]):
+            call.x_ref = self._ref_of(out)
+        if _ring.region_names(call) is None:  # more regions than a request names: copy them
+            call.arrays = [(f, a, None) for f, a, _ in call.arrays]
+            call.x_ref = None
+        need = _ring.need_bytes(call)
+        referenced = call.x_ref is not None or any(r is not None for _, _, r in call.arrays)
+        # auto: small calls only, those that would go in one message, where their bytes are
+        # copied; arrays already in registered memory are not, whatever their size.
+        if not forced and (need > self._rings.arena_bytes or
+                           (not referenced and need > self.stream_threshold_bytes)):
+            return None
+        lane = self._acquire_ring(need, forced, call.timeout)
+        if lane is None:
+            return None
+        try:
+            x, status, fields = _ring.ask(lane, call, self.ring_spin_us)
+        finally:
+            self._release_ring(lane)
+        if call.x_ref is not None:
+            assert out is not None
+            x = out
+        elif out is not None:
+            np.copyto(out, x)
+            x = out
+        t = Timings(**{k: fields.pop(k) for k in ("receive_us", "queue_us", "h2d_us", "compute_us",
+                                                   "d2h_us", "residual_us", "total_us")})
+        return Result(x=x, status=status,
+                      summary=Summary(timings=t, handle=call.handle, transport="ring", **fields))
+
+    def _acquire_ring(self, need: int, forced: bool,
+                      timeout: Optional[float]) -> Optional["_ring.Lane"]:
+        """An idle ring with room for ``need`` bytes, or a new one; None where auto takes gRPC."""
+        pool = self._rings
+        gone: List[_ring.Lane] = []
+        try:
+            with pool.lock:
+                if self._closed:
+                    raise ValueError("the client is closed")
+                if pool.state == "grpc":
+                    if forced:
+                        raise FailedPrecondition(grpc.StatusCode.FAILED_PRECONDITION,
+                                                 f"transport ring: {pool.why_not}")
+                    return None
+                for lane in list(pool.idle):
+                    if lane.closed:  # its region expired meanwhile, or the server restarted
+                        pool.idle.remove(lane)
+                        pool.open -= 1
+                        gone.append(lane)
+                for lane in pool.idle:
+                    if lane.arena_bytes >= need:
+                        pool.idle.remove(lane)
+                        return lane
+                if time.monotonic() < pool.retry_after:
+                    if forced:
+                        raise ResourceExhausted(
+                            grpc.StatusCode.RESOURCE_EXHAUSTED,
+                            "transport ring: the server refused a new ring a moment ago (its "
+                            "ring or region caps)")
+                    return None
+                if pool.open >= pool.max_rings:
+                    if forced:
+                        raise ResourceExhausted(
+                            grpc.StatusCode.RESOURCE_EXHAUSTED,
+                            f"transport ring: this client holds {pool.open} rings (max_rings)")
+                    return None
+                pool.open += 1
+        finally:
+            for lane in gone:
+                self._close_ring(lane)
+        return self._open_ring(need, forced, timeout)
+
+    def _open_ring(self, need: int, forced: bool,
+                   timeout: Optional[float]) -> Optional["_ring.Lane"]:
+        pool = self._rings
+        lane: Optional[_ring.Lane] = None
+        registered = False
+        try:
+            arena = -(-_ring.ring_bytes(1) // _ring.ALIGN) * _ring.ALIGN
+            shm = SharedMemory(arena + max(need, pool.arena_bytes))
+            lane = _ring.Lane(shm, "ring-" + shm.name[len("trisolve-"):])
+            lane.write_header()
+            self._unary("RegisterSharedMemory", pb.RegisterSharedMemoryRequest(
+                name=lane.region, key=shm.key, offset=0, bytes=shm.size), timeout)
+            registered = True
+            info = self._unary("OpenRing", pb.OpenRingRequest(region=lane.region, offset=0,
+                                                              slots=1), timeout)
+            lane.ring_id = info.ring
+        except (OSError, TrisolveError) as e:
+            if lane is not None:
+                if registered:
+                    self._unregister_quietly(lane.region)
+                lane.release_views()
+                lane.shm.close()
+            with pool.lock:
+                pool.open -= 1
+                if isinstance(e, TrisolveError) and _ring.refusal_is_final(e):
+                    # Another host, or a server that serves no rings: never on this client.
+                    pool.state = "grpc"
+                    pool.why_not = e.message[:200]
+                elif isinstance(e, TrisolveError) and e.code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                    pool.retry_after = time.monotonic() + 1.0
+            if isinstance(e, TrisolveError) and e.code == grpc.StatusCode.UNAVAILABLE:
+                # The server cannot be reached (connect_timeout was waited out already): the
+                # RPC would fail the same, a wait later.
+                raise e from None
+            if forced:
+                if isinstance(e, TrisolveError):
+                    raise error_for(e.code, f"transport ring: {e.message}") from None
+                raise
+            return None
+        with pool.lock:
+            pool.state = "ring"
+        return lane
+
+    def _release_ring(self, lane: "_ring.Lane") -> None:
+        if lane.broken or lane.closed:
+            self._close_ring(lane)
+            with self._rings.lock:
+                self._rings.open -= 1
+            return
+        with self._rings.lock:
+            if not self._closed:
+                self._rings.idle.append(lane)
+                return
+            self._rings.open -= 1
+        self._close_ring(lane)
+
+    def _close_ring(self, lane: "_ring.Lane") -> None:
+        if not lane.server_gone:  # else the ring and its region went with the server
+            if lane.ring_id and lane.mem is not None and not lane.closed:
+                try:
+                    self._unary("CloseRing", pb.CloseRingRequest(ring=lane.ring_id), 5.0,
+                                wait=False)
+                except TrisolveError:
+                    pass  # the server is gone: the ring went with it
+            self._unregister_quietly(lane.region)
+        lane.release_views()
+        lane.shm.close()
 
     @staticmethod
     def _deliver(pl: _Placement, resp: Any, out: Optional[np.ndarray], streamed: bool = False,
@@ -961,6 +1205,13 @@ class Client:
         x_shape = tuple(arrays[fam.fields[0][1]].shape)
         if out is not None:
             check_out(out, x_shape, dt)
+        on_ring = self._on_ring(self._ring_call(fam, req, arrays, order, dt, self._timeout(timeout),
+                                                request_id),
+                                out, progress=progress is not None,
+                                residual_history=getattr(req, "residual_history", False))
+        if on_ring is not None:
+            on_ring.summary.timings.client_total_us = (time.perf_counter() - t0) * 1e6
+            return on_ring
         for field in order:
             getattr(req, field).shape.extend(arrays[field].shape)
         pl = self._place({f: arrays[f] for f in order}, out, x_shape, dt)
@@ -991,12 +1242,39 @@ class Client:
         result.summary.timings.client_total_us = (time.perf_counter() - t0) * 1e6
         return result
 
+    @staticmethod
+    def _ring_call(fam: _Family, req: Any, arrays: Dict[str, np.ndarray], order: List[str],
+                   dt: np.dtype, timeout: Optional[float], request_id: Optional[str]
+                   ) -> "_ring.Call":
+        """A one-shot solve as a ring request: the request message's options as ring flags."""
+        has = req.DESCRIPTOR.fields_by_name
+        flags = 0
+        if "skip_residual" in has and req.skip_residual:
+            flags |= _ring.FLAG_SKIP_RESIDUAL
+        if "scale_rows" in has and req.scale_rows:
+            flags |= _ring.FLAG_SCALE_ROWS
+        call = _ring.Call(
+            op=_ring.OP_SOLVE, family=fam.name, dtype=np.dtype(dt),
+            arrays=[(f, np.ascontiguousarray(arrays[f]), None) for f in order],
+            rhs_field=order[0], x_shape=tuple(arrays[order[0]].shape),
+            layout=int(req.layout) if "layout" in has else 0, method=req.method or "",
+            request_id=request_id or "", timeout=timeout)
+        if "max_iterations" in has and req.HasField("max_iterations"):
+            flags |= _ring.FLAG_MAX_ITERATIONS
+            call.max_iterations = int(req.max_iterations)
+        if "tol" in has and req.HasField("tol"):
+            flags |= _ring.FLAG_TOL
+            call.tol = float(req.tol)
+        call.flags = flags
+        return call
+
     def _solve_with_progress(self, fam: _Family, req: Any, progress: ProgressCallback,
                              interval: float, timeout: Optional[float],
                              request_id: Optional[str]) -> Any:
         """SolveWithProgress: ``progress`` called with each report; the answer returned."""
         preq = pb.ProgressRequest(interval_s=float(interval))
         getattr(preq, fam.oneof).CopyFrom(req)
+        self._await_connection(timeout)
         call = self._stub.SolveWithProgress(preq, timeout=self._timeout(timeout),
                                             metadata=self._metadata(request_id))
         answer = None
@@ -1033,6 +1311,7 @@ class Client:
         xb: Optional[np.ndarray] = None
         statuses: List[np.ndarray] = []
         summary = pb.SolveSummary()
+        self._await_connection(timeout)
         try:
             for msg in self._stub.SolveStream(requests(), timeout=self._timeout(timeout),
                                               metadata=self._metadata(request_id)):

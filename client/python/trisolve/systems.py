@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any, Deque, Dict, Iterator, List, Mapping, Opt
 import grpc
 import numpy as np
 
-from . import _arrays
+from . import _arrays, _ring
 from ._arrays import DTypeLike, LayoutLike
 from ._proto import pb
-from .errors import NotFound, TrisolveError
+from .errors import FailedPrecondition, NotFound, TrisolveError
 from .results import Result, SystemInfo, proto_dtype
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -205,6 +205,20 @@ class System:
         updates = self._update_arrays(update)
         if out is not None:
             check_out(out, arr.shape, self.dtype)
+        if not updates:
+            call = _ring.Call(op=_ring.OP_SOLVE_SYSTEM, family=self.family, dtype=self.dtype,
+                              arrays=[("rhs", np.ascontiguousarray(arr), None)], rhs_field="rhs",
+                              x_shape=tuple(arr.shape),
+                              flags=_ring.FLAG_SKIP_RESIDUAL if skip_residual else 0,
+                              handle=self.handle, timeout=client._timeout(timeout),
+                              system=(self.last_info.systems, self.last_info.variable))
+            on_ring = client._on_ring(call, out)
+            if on_ring is not None:
+                on_ring.summary.timings.client_total_us = (time.perf_counter() - t0) * 1e6
+                return on_ring
+        elif client.transport == "ring":
+            raise FailedPrecondition(grpc.StatusCode.FAILED_PRECONDITION,
+                                     "transport ring: updates travel through the RPC")
         pl = client._place({"rhs": arr}, out, tuple(arr.shape), self.dtype,
                            also_read=[v for _, v in updates])
         try:
