@@ -38,6 +38,16 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// `count` values uniform in [-1, 1) from `seed`: the benches' right-hand sides, each its own seed
+// so that an answer to another request shows as a large error.
+std::vector<double> UniformValues(int64_t count, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(-1, 1);
+  std::vector<double> v(static_cast<size_t>(count));
+  for (double& x : v) x = u(rng);
+  return v;
+}
+
 // A diagonally dominant tridiagonal batch, flat: a, b, c of batch * n values.
 struct Matrix {
   std::vector<double> a, b, c;
@@ -218,12 +228,7 @@ int RunTreeLoop(const Client::Options& client_options, const BenchOptions& o) {
     diag[size_t(k)] = cells.diag0;
     for (double& v : diag[size_t(k)]) v += u(rng);
   }
-  for (int k = 0; k < kRhs; ++k) {
-    std::mt19937_64 rng(300 + uint64_t(k));
-    std::uniform_real_distribution<double> u(-1, 1);
-    rhs[size_t(k)].resize(size_t(values));
-    for (double& v : rhs[size_t(k)]) v = u(rng);
-  }
+  for (int k = 0; k < kRhs; ++k) rhs[size_t(k)] = UniformValues(values, 300 + uint64_t(k));
   const std::vector<int64_t> shape = {cells.cells, cells.n};
   auto view = [&](const double* p) { return ArrayView{DType::kFloat64, shape, p}; };
   const ArrayView parent{DType::kInt32, {cells.n}, cells.parent.data()};
@@ -839,12 +844,7 @@ class TridiagonalWorkload final : public Workload {
   static constexpr int kRhs = 4;
   explicit TridiagonalWorkload(const BenchOptions& o)
       : o_(o), m_(MakeMatrix(o.batch, o.n, 7)), rhs_(size_t(o.clients) * kRhs) {
-    for (size_t i = 0; i < rhs_.size(); ++i) {
-      std::mt19937_64 rng(1000 + i);
-      std::uniform_real_distribution<double> u(-1, 1);
-      rhs_[i].resize(size_t(values()));
-      for (double& v : rhs_[i]) v = u(rng);
-    }
+    for (size_t i = 0; i < rhs_.size(); ++i) rhs_[i] = UniformValues(values(), 1000 + i);
     shape_ = o.batch == 1 ? std::vector<int64_t>{o.n} : std::vector<int64_t>{o.batch, o.n};
   }
   const char* family() const override { return "tridiagonal"; }
@@ -991,11 +991,7 @@ class BlockWorkload final : public Workload {
     return jo;
   }
   static std::vector<double> Rhs(int id, int k, int64_t values) {
-    std::mt19937_64 rng(5000 + uint64_t(id) * kRhs + uint64_t(k));
-    std::uniform_real_distribution<double> u(-1, 1);
-    std::vector<double> f(static_cast<size_t>(values));
-    for (double& v : f) v = u(rng);
-    return f;
+    return UniformValues(values, 5000 + uint64_t(id) * kRhs + uint64_t(k));
   }
   std::unique_ptr<ClientWork> ForClient(int id) const override {
     auto w = std::make_unique<BlockWork>(o_.N, o_.M, coeff_, norm_a_, o_.tol);
@@ -1145,10 +1141,7 @@ class DenseWorkload final : public Workload {
     expect_.resize(rhs_.size());
     std::vector<SystemStatus> status(static_cast<size_t>(o.batch));
     for (size_t i = 0; i < rhs_.size(); ++i) {
-      std::mt19937_64 rng(9000 + i);
-      std::uniform_real_distribution<double> u(-1, 1);
-      rhs_[i].resize(size_t(values()));
-      for (double& v : rhs_[i]) v = u(rng);
+      rhs_[i] = UniformValues(values(), 9000 + i);
       expect_[i].resize(size_t(values()));
       cpu::SolveFactored(factors_, rhs_[i].data(), expect_[i].data(), status.data());
     }
