@@ -173,6 +173,7 @@ TEST(CudaDenseLarge, LuBatchedAndSingle) {
   // float32: tol_x unused, the bound of tests/dense_bound.h instead.
   CheckLarge<float>(300, 8, DenseMethod::kAuto, false, "lu (cublas getrfBatched)", 1e-5, 0);
   CheckLarge<float>(2000, 1, DenseMethod::kAuto, false, "lu (cusolver getrf)", 1e-5, 0);
+  CheckLarge<float>(700, 3, DenseMethod::kAuto, false, "lu (cusolver getrf)", 1e-5, 0);
 }
 
 // gauss-jordan for n > 128: blocked, panels of 512 columns. One panel (129, 512), a panel and

@@ -143,6 +143,19 @@ cublasStatus_t Trsm(cublasHandle_t h, cublasFillMode_t fill, cublasDiagType_t di
   const float one = 1;
   return cublasStrsm(h, CUBLAS_SIDE_LEFT, fill, CUBLAS_OP_N, diag, m, cols, &one, A, lda, B, ldb);
 }
+// B_i = A_i^-1 B_i for every i (n x 1 each), A_i triangular.
+cublasStatus_t TrsmBatched(cublasHandle_t h, cublasFillMode_t fill, cublasDiagType_t diag, int n,
+                           double* const* A, double* const* B, int batch) {
+  const double one = 1;
+  return cublasDtrsmBatched(h, CUBLAS_SIDE_LEFT, fill, CUBLAS_OP_N, diag, n, 1, &one, A, n, B, n,
+                            batch);
+}
+cublasStatus_t TrsmBatched(cublasHandle_t h, cublasFillMode_t fill, cublasDiagType_t diag, int n,
+                           float* const* A, float* const* B, int batch) {
+  const float one = 1;
+  return cublasStrsmBatched(h, CUBLAS_SIDE_LEFT, fill, CUBLAS_OP_N, diag, n, 1, &one, A, n, B, n,
+                            batch);
+}
 // C -= A B (m x k times k x cols).
 cublasStatus_t GemmSub(cublasHandle_t h, int m, int cols, int k, const double* A, int lda,
                        const double* B, int ldb, double* C, int ldc) {
@@ -238,6 +251,35 @@ __global__ void PointersKernel(int64_t count, int64_t batch, T* base, int64_t st
     ptrs[q] = base + (q % batch) * stride;
 }
 
+// getrf's interchanges (row i swapped with row ipiv[i] - 1, in order) as one permutation:
+// (P b)[i] = b[perm[i]]. One thread a system, once a factorisation.
+__global__ void PermutationKernel(int64_t batch, int64_t n, const int* __restrict__ ipiv,
+                                  int* __restrict__ perm) {
+  for (int64_t s = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; s < batch;
+       s += int64_t(gridDim.x) * blockDim.x) {
+    int* p = perm + s * n;
+    const int* v = ipiv + s * n;
+    for (int64_t i = 0; i < n; ++i) p[i] = int(i);
+    for (int64_t i = 0; i < n; ++i) {
+      const int j = v[i] - 1;
+      const int t = p[i];
+      p[i] = p[j];
+      p[j] = t;
+    }
+  }
+}
+
+// x_s = P_s b_s for every system s (k of them a factorisation: systems q = j batch + s).
+template <typename T>
+__global__ void PermuteKernel(int64_t count, int64_t batch, int64_t n, const int* __restrict__ perm,
+                              const T* __restrict__ b, T* __restrict__ x) {
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < count;
+       e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t q = e / n, i = e - q * n, s = q % batch;
+    x[e] = b[q * n + perm[s * n + i]];
+  }
+}
+
 // A right-hand side's system inherits its factors' flag (a pivot vanished).
 __global__ void CombineFlagsKernel(int64_t systems, int64_t batch,
                                    const uint8_t* __restrict__ factor_flags,
@@ -267,6 +309,13 @@ unsigned Blocks(int64_t count, int threads) {
 template <typename T>
 bool LuBatched(const DenseFactorsDevice<T>& f) {
   return f.n <= kDenseBatchedLuMaxN && f.batch > 1;
+}
+// Larger systems, several: the solves of every system at once (the interchanges as one gather,
+// then two batched triangular solves) rather than cuSOLVER's getrs system by system, three
+// launches a system.
+template <typename T>
+bool LuTrsmBatched(const DenseFactorsDevice<T>& f) {
+  return !LuBatched(f) && f.batch > 1;
 }
 
 }  // namespace
@@ -350,6 +399,10 @@ absl::Status FactorDenseLuDevice(const DenseProblem<T>& p, DenseFactorsDevice<T>
         n, bs, f.values + s0 * nn, colmax + s0 * n, f.flags + s0);
     TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   }
+  if (LuTrsmBatched(f)) {
+    PermutationKernel<<<Blocks(batch, 128), 128, 0, stream>>>(batch, n, f.ipiv, f.perm);
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  }
   return CudaStatus(cudaStreamSynchronize(stream), "lu factors");  // before work returns
 }
 
@@ -359,9 +412,15 @@ absl::Status SolveDenseLuFactoredDevice(const DenseFactorsDevice<T>& f, int64_t 
                                         cudaStream_t stream) {
   const int64_t n = f.n, batch = f.batch, systems = k * batch;
   if (systems == 0) return absl::OkStatus();
-  if (b != x)
+  const bool trsm_batched = LuTrsmBatched(f) && b != x;
+  if (trsm_batched) {
+    PermuteKernel<T><<<Blocks(systems * n, 256), 256, 0, stream>>>(systems * n, batch, n,
+                                                                     f.perm, b, x);
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  } else if (b != x) {
     TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(x, b, sizeof(T) * systems * n,
                                                   cudaMemcpyDeviceToDevice, stream));
+  }
   // getrs's infos (and the batched path's x pointers, a right-hand side block at a time).
   auto work = pool.Get(int64_t(sizeof(int)) * batch + int64_t(sizeof(T*)) * batch);
   if (!work.ok()) return work.status();
@@ -380,6 +439,19 @@ absl::Status SolveDenseLuFactoredDevice(const DenseFactorsDevice<T>& f, int64_t 
           GetrsBatched(*blas, int(n), f.lu_ptrs, f.ipiv, xptrs, &host_info, int(batch)));
       if (host_info != 0)
         return absl::InternalError(absl::StrCat("getrsBatched: argument ", -host_info));
+    }
+  } else if (trsm_batched) {
+    auto blas = libs.Blas(stream);
+    if (!blas.ok()) return blas.status();
+    for (int64_t j = 0; j < k; ++j) {
+      PointersKernel<T><<<Blocks(batch, 256), 256, 0, stream>>>(batch, batch, x + j * batch * n,
+                                                                n, xptrs);
+      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+      TRISOLVE_BLAS_RETURN_IF_ERROR(TrsmBatched(*blas, CUBLAS_FILL_MODE_LOWER, CUBLAS_DIAG_UNIT,
+                                                int(n), f.lu_ptrs, xptrs, int(batch)));
+      TRISOLVE_BLAS_RETURN_IF_ERROR(TrsmBatched(*blas, CUBLAS_FILL_MODE_UPPER,
+                                                CUBLAS_DIAG_NON_UNIT, int(n), f.lu_ptrs, xptrs,
+                                                int(batch)));
     }
   } else {
     auto solver = libs.Solver(stream);

@@ -25,11 +25,13 @@ bool DenseKeepsFactors(DensePath path) {
 namespace {
 constexpr int64_t kAlign = 256;
 int64_t Aligned(int64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
-// The parts' sizes, in layout order: values, pivot rows or interchanges, LU addresses, flags.
-std::array<int64_t, 4> Parts(DenseFactorsKind kind, int64_t batch, int64_t n, int elem_bytes) {
+// The parts' sizes, in layout order: values, pivot rows or interchanges, the permutation, LU
+// addresses, flags.
+std::array<int64_t, 5> Parts(DenseFactorsKind kind, int64_t batch, int64_t n, int elem_bytes) {
   const bool lu = kind == DenseFactorsKind::kLu;
   return {Aligned(batch * n * n * elem_bytes), Aligned(batch * n * (lu ? 4 : 1)),
-          lu ? Aligned(batch * int64_t(sizeof(void*))) : 0, Aligned(batch)};
+          lu ? Aligned(batch * n * 4) : 0, lu ? Aligned(batch * int64_t(sizeof(void*))) : 0,
+          Aligned(batch)};
 }
 }  // namespace
 
@@ -55,8 +57,10 @@ DenseFactorsDevice<T> DenseFactorsAt(DenseFactorsKind kind, int64_t batch, int64
   else
     f.pivot_row = reinterpret_cast<uint8_t*>(p);
   p += parts[1];
-  if (kind == DenseFactorsKind::kLu) f.lu_ptrs = reinterpret_cast<T**>(p);
+  if (kind == DenseFactorsKind::kLu) f.perm = reinterpret_cast<int*>(p);
   p += parts[2];
+  if (kind == DenseFactorsKind::kLu) f.lu_ptrs = reinterpret_cast<T**>(p);
+  p += parts[3];
   f.flags = reinterpret_cast<uint8_t*>(p);
   return f;
 }

@@ -31,8 +31,8 @@ bool DenseKeepsFactors(DensePath path);
 // The factors' layout in one device buffer of DenseFactorsBytes, every part 256-byte aligned.
 // kGaussJordan: for each system, step and row, the row's multiplier at that step (the pivot
 // row's slot: 1 / pivot) [batch][n][n], and the row each step took as its pivot [batch][n]
-// (uint8). kLu: the column-major LU factors [batch][n][n] and interchanges [batch][n] (int), and
-// each system's LU address (getrsBatched). Both: a byte a system, set where a pivot vanished.
+// (uint8). kLu: the column-major LU factors [batch][n][n], interchanges [batch][n] (int) and
+// the permutation they make [batch][n] (int), and each system's LU address (the batched calls). Both: a byte a system, set where a pivot vanished.
 template <typename T>
 struct DenseFactorsDevice {
   DenseFactorsKind kind = DenseFactorsKind::kGaussJordan;
@@ -40,6 +40,7 @@ struct DenseFactorsDevice {
   T* values = nullptr;           // multipliers, or LU
   uint8_t* pivot_row = nullptr;  // kGaussJordan
   int* ipiv = nullptr;           // kLu
+  int* perm = nullptr;           // kLu: the interchanges as one permutation, (P b)[i] = b[perm[i]]
   T** lu_ptrs = nullptr;         // kLu
   uint8_t* flags = nullptr;
   std::string name;  // the one-shot path's name: "gauss-jordan-warp", "lu (cublas getrfBatched)"
