@@ -1,6 +1,7 @@
 // The CUDA backend's tree solves against the CPU reference. Skips, saying so, without a GPU.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -908,6 +909,100 @@ TEST(CudaTreeCells, ASingularCellAmongGoodOnes) {
     }
   }
   CompareCells<double>(small, TreeMethod::kAuto, kPerCell, 1e-12, "; a pivot vanished in 1 cell:");
+}
+
+// Tree cells by handle: lower, upper and diag stay on the device, and the per-cell plan is the
+// system's own, built at Prepare (no first sight on the host). x and the statuses are the
+// one-shot device call's on the same arrays bit for bit, for one and for two right-hand sides,
+// after an update of diag and after an update of parent (every cell a chain: a new plan).
+template <typename T>
+void ComparePreparedCells(testing::Cells c, TreeMethod m, int64_t singular,
+                          const std::string& expect) {
+  SCOPED_TRACE(::testing::Message() << (sizeof(T) == 8 ? "float64 " : "float32 ")
+                                    << MethodName(m));
+  auto typed = c.As<T>();
+  SystemSpec spec;
+  spec.family = Family::kTree;
+  spec.precision = sizeof(T) == 8 ? Precision::kFloat64 : Precision::kFloat32;
+  spec.batch = c.cells();
+  spec.n = c.total();
+  spec.method = uint8_t(m);
+  spec.coefficients = {typed.lower.data(), typed.upper.data(), typed.diag.data(), c.parent.data()};
+  spec.lengths = c.lengths.data();
+  auto system = Cuda()->Prepare(spec);
+  ASSERT_TRUE(system.ok()) << system.status();
+  const size_t N = size_t(c.total()), B = size_t(c.cells());
+  const auto same = [](const std::vector<T>& want, const std::vector<T>& got, size_t at) {
+    for (size_t i = 0; i < want.size(); ++i)
+      if (std::memcmp(&want[i], &got[at + i], sizeof(T)) != 0)
+        return ::testing::AssertionFailure() << "value " << at + i << ": " << got[at + i]
+                                             << " against the one-shot " << want[i];
+    return ::testing::AssertionSuccess();
+  };
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE(::testing::Message() << "round " << round);
+    std::vector<T> two(typed.rhs);
+    for (T v : typed.rhs) two.push_back(T(-3) * v);
+    std::vector<T> x2(2 * N, T(std::nan("")));
+    std::vector<SystemStatus> s2(2 * B, SystemStatus::kDiverged);
+    auto k2 = Cuda()->SolvePrepared(**system, RhsBlock<T>{two.data(), 2}, x2.data(), s2.data(),
+                                    SolveControl{});
+    ASSERT_TRUE(k2.ok()) << k2.status();
+    EXPECT_EQ(k2->method.rfind(expect, 0), 0u) << k2->method;
+    for (int j = 0; j < 2; ++j) {
+      auto t = typed;
+      t.rhs.assign(two.begin() + long(j * N), two.begin() + long((j + 1) * N));
+      TreeProblem<T> p = c.Problem(t);
+      std::vector<T> want(N);
+      std::vector<SystemStatus> want_st(B);
+      for (int call = 0; call < 2; ++call) {  // (auto: the second sight is the device's)
+        auto one = Cuda()->Solve(p, m, TreeOutput<T>{want.data(), want_st.data()}, SolveControl{});
+        ASSERT_TRUE(one.ok()) << one.status();
+        if (call == 1) {
+          EXPECT_EQ(one->method, k2->method);
+        }
+      }
+      std::vector<T> x(N, T(std::nan("")));
+      std::vector<SystemStatus> st(B, SystemStatus::kDiverged);
+      auto by_handle = Cuda()->SolvePrepared(**system, RhsBlock<T>{t.rhs.data()}, x.data(),
+                                             st.data(), SolveControl{});
+      ASSERT_TRUE(by_handle.ok()) << by_handle.status();
+      EXPECT_TRUE(same(want, x, 0)) << "rhs " << j;
+      EXPECT_TRUE(same(want, x2, j * N)) << "rhs " << j << " of 2";
+      EXPECT_EQ(st, want_st);
+      EXPECT_TRUE(std::equal(want_st.begin(), want_st.end(), s2.begin() + long(j * B)));
+      for (size_t k = 0; k < B; ++k)
+        EXPECT_EQ(st[k] == SystemStatus::kSingular, int64_t(k) == singular) << "cell " << k;
+      // (Round 2's chains keep coefficients made dominant for other trees.)
+      EXPECT_LE(TreeBackwardError(p, x.data(), st.data()),
+                (sizeof(T) == 8 ? 1e-15 : 1e-6) * (round == 2 ? 10 : 1));
+    }
+    if (round == 0) {
+      for (size_t i = 0; i < N; ++i) typed.diag[i] = T(typed.diag[i] * T(1.5));
+      ASSERT_TRUE((*system)->Update(2, typed.diag.data()).ok());
+      if (singular >= 0) singular = -1;  // ([[1.5, 1], [1, 1.5]] is not singular)
+    } else if (round == 1) {
+      for (int64_t k = 0; k < c.cells(); ++k)
+        for (int64_t i = c.offsets[size_t(k)]; i < c.offsets[size_t(k) + 1]; ++i)
+          c.parent[size_t(i)] = i == c.offsets[size_t(k)] ? -1 : int32_t(i - c.offsets[size_t(k)] - 1);
+      ASSERT_TRUE((*system)->Update(3, c.parent.data()).ok());
+    }
+  }
+}
+
+TEST(CudaTreeCellsPrepared, AnswerAsTheOneShotDeviceCallBitForBit) {
+  REQUIRE_GPU();
+  const testing::Cells c = MorphologyCells(1200, 11, 33);
+  ComparePreparedCells<double>(c, TreeMethod::kAuto, 33, kPerCell);
+  ComparePreparedCells<float>(c, TreeMethod::kContraction, 33, kPerCell);
+  ComparePreparedCells<double>(c, TreeMethod::kCables, 33, kPerCellCables);
+  // Cells too large for a block among small ones: those as one tree, from the host copy.
+  std::mt19937_64 rng(12);
+  testing::Cells mixed;
+  for (int k = 0; k < 300; ++k)
+    mixed.AddRandom(testing::RandomParents(k % 100 == 7 ? 9000 : 1 + int64_t(rng() % 500), rng),
+                    rng);
+  ComparePreparedCells<double>(mixed, TreeMethod::kAuto, -1, kPerCell);
 }
 
 std::string TreeName(const ::testing::TestParamInfo<std::tuple<Shape, Layout>>& i) {

@@ -270,6 +270,9 @@ TEST_F(Systems, DenseByHandleKeepsItsEliminationThroughUpdates) {
     if (backend == nullptr || std::string(backend) == "cpu") {
       EXPECT_EQ(info->prepared, std::string(method) == "lu" ? "LU factors on the host"
                                                             : "Gauss-Jordan factors on the host");
+    } else if (std::string(backend) == "cuda") {
+      EXPECT_EQ(info->prepared, std::string(method) == "lu" ? "LU factors on CUDA device 0"
+                                                            : "Gauss-Jordan factors on CUDA device 0");
     }
     NdArray A2 = A;
     for (int64_t i = 0; i < batch * n * n; ++i) A2.as<double>()[i] *= 1.5;

@@ -414,9 +414,9 @@ absl::StatusOr<SolveInfo> SolveSomeCells(const TreeProblem<T>& p, const std::vec
 }  // namespace
 
 template <typename T>
-absl::StatusOr<SolveInfo> CudaBackend::SolveTreeForest(const TreeProblem<T>& p, TreeMethod m,
-                                                       TreeOutput<T> out,
-                                                       const SolveControl& c) {
+absl::StatusOr<SolveInfo> CudaBackend::SolveTreeForest(
+    const TreeProblem<T>& p, TreeMethod m, TreeOutput<T> out, const SolveControl& c,
+    const Resident<T>* resident, std::shared_ptr<const cuda::TreeCellsPlan> held) {
   const cuda::UseTuning tuned(&tuning_, cuda::UseTuning::kUnlessSet);
   // hines is one thread a cell on the device (hines-batch, cells of one size); the host's
   // sweeps, a cell a thread, instead.
@@ -429,8 +429,8 @@ absl::StatusOr<SolveInfo> CudaBackend::SolveTreeForest(const TreeProblem<T>& p, 
   const cuda::TreeCellsKind kind =
       m == TreeMethod::kCables ? cuda::TreeCellsKind::kCables : cuda::TreeCellsKind::kContraction;
   std::shared_ptr<const cuda::TreeCellsPlan> plan =
-      cell_plans_.Find(p.parent, p.offsets, p.batch, eb, kind);
-  if (plan == nullptr && m == TreeMethod::kAuto &&
+      held != nullptr ? std::move(held) : cell_plans_.Find(p.parent, p.offsets, p.batch, eb, kind);
+  if (plan == nullptr && m == TreeMethod::kAuto && resident == nullptr &&
       !cell_plans_.SeenBefore(p.parent, p.offsets, p.batch)) {
     auto host = cpu_->Solve(p, m, out, c);
     if (host.ok()) host->method += " (host; the cells' plan is built if they come again)";
@@ -451,6 +451,7 @@ absl::StatusOr<SolveInfo> CudaBackend::SolveTreeForest(const TreeProblem<T>& p, 
     const int64_t total = p.unknowns();
     std::vector<Input<T>> in = {
         {p.lower, total}, {p.upper, total}, {p.diag, total}, {p.rhs, total}};
+    MarkResident(in, resident);
     auto blocks = stager_.Staged<T>(
         in, p.batch, p.n, Layout::kFlat, out.x, out.status,
         [&](const std::vector<T*>& d, T* dx, uint8_t* flags,
@@ -476,7 +477,7 @@ absl::StatusOr<SolveInfo> CudaBackend::SolveTreeForest(const TreeProblem<T>& p, 
   const std::vector<int32_t>& rest = plan->rest();
   if (!rest.empty()) {
     auto joined = SolveSomeCells(p, rest, out, [&](const TreeProblem<T>& q, TreeOutput<T> o) {
-      return SolveTreeForestJoined(q, m, o, c);
+      return SolveTreeForestJoined(q, m, o, c, resident != nullptr);
     });
     if (!joined.ok()) return joined;
     absl::StrAppend(&solved.method, "; ", rest.size(),
@@ -509,7 +510,8 @@ absl::StatusOr<SolveInfo> CudaBackend::SolveTreeForest(const TreeProblem<T>& p, 
 template <typename T>
 absl::StatusOr<SolveInfo> CudaBackend::SolveTreeForestJoined(const TreeProblem<T>& p,
                                                              TreeMethod m, TreeOutput<T> out,
-                                                             const SolveControl& c) {
+                                                             const SolveControl& c,
+                                                             bool prepared) {
   // hines is one thread a cell on the device (hines-batch, cells of one size): a forest as one
   // tree would be one thread. The host's sweeps, a cell a thread, instead.
   const int64_t total = p.unknowns();
@@ -528,9 +530,10 @@ absl::StatusOr<SolveInfo> CudaBackend::SolveTreeForestJoined(const TreeProblem<T
   // it). Its analysis is host work of some 30-45 ns a node, single-threaded (H100 host: 1.4 s for
   // 20,326 cells, 32.6 M nodes; bench_tree), against 4.2-5 ms for the device's solve and a few
   // hundred ms for the host's sweeps over every core: auto builds it only for cells it sees a
-  // second time, and solves the first sight on the host.
+  // second time, and solves the first sight on the host (a prepared system's cells come again).
   std::shared_ptr<const cuda::TreeCablesPlan> plan = plans_.Find(parent.data(), total);
-  if (plan == nullptr && m == TreeMethod::kAuto && !plans_.SeenBefore(parent.data(), total)) {
+  if (plan == nullptr && m == TreeMethod::kAuto && !prepared &&
+      !plans_.SeenBefore(parent.data(), total)) {
     auto host = cpu_->Solve(p, m, out, c);
     if (host.ok()) host->method += " (host; the cells' plan is built if they come again)";
     return host;
@@ -601,7 +604,72 @@ absl::StatusOr<SolveInfo> CudaBackend::SolveTreeForestJoined(const TreeProblem<T
   return solved;
 }
 
+template <typename T>
+absl::Status CudaBackend::KeepDenseFactors(DevicePrepared& s) {
+  const SystemSpec& spec = s.spec();
+  const cuda::DensePath path = cuda::ChooseDensePath(spec.n, DenseMethod(spec.method));
+  const cuda::DenseFactorsKind kind = path == cuda::DensePath::kLu
+                                          ? cuda::DenseFactorsKind::kLu
+                                          : cuda::DenseFactorsKind::kGaussJordan;
+  const int64_t a_bytes = spec.coefficient_bytes(0);
+  auto a = device_pool_.Get(a_bytes);
+  if (!a.ok()) return a.status();
+  auto buf = device_pool_.Get(cuda::DenseFactorsBytes(kind, spec.batch, spec.n, int(sizeof(T))));
+  if (!buf.ok()) return buf.status();
+  if (auto st = stager_.CopyToDevice(spec.coefficients[0], a->get(), a_bytes); !st.ok())
+    return st;
+  cuda::DenseFactorsDevice<T> f = cuda::DenseFactorsAt<T>(kind, spec.batch, spec.n, buf->get());
+  const DenseProblem<T> p{spec.batch, spec.n, a->as<const T>(), nullptr};
+  cudaSetDevice(options_.device);
+  const cuda::Stager::LaneLease lease(&stager_);
+  cudaStream_t stream = lease.lane().stream;
+  if (kind == cuda::DenseFactorsKind::kLu) {
+    if (auto st = cuda::FactorDenseLuDevice(p, f, dense_libs_, device_pool_, stream); !st.ok())
+      return st;
+  } else {
+    if (auto st = cuda::FactorDenseGaussJordanDevice(p, f, stream); !st.ok()) return st;
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));  // before `a` returns
+  }
+  s.factors = *std::move(buf);
+  s.factors_kind = kind;
+  s.factors_name = f.name;
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::StatusOr<SolveInfo> CudaBackend::SolveDenseFactored(DevicePrepared& s, RhsBlock<T> rhs,
+                                                          T* x, SystemStatus* status,
+                                                          const SolveControl& c) {
+  const SystemSpec& spec = s.spec();
+  const int64_t systems = rhs.k * spec.batch;
+  cuda::DenseFactorsDevice<T> f =
+      cuda::DenseFactorsAt<T>(s.factors_kind, spec.batch, spec.n, s.factors.get());
+  const std::string name = s.factors_name;
+  std::vector<Input<T>> in = {{rhs.rhs, systems * spec.n}};
+  return stager_.Staged<T>(
+      in, systems, spec.n, Layout::kFlat, x, status,
+      [&](const std::vector<T*>& d, T* dx, uint8_t* flags,
+          cudaStream_t stream) -> absl::StatusOr<std::string> {
+        if (f.kind == cuda::DenseFactorsKind::kLu) {
+          auto st = cuda::SolveDenseLuFactoredDevice(f, rhs.k, d[0], dx, flags, dense_libs_,
+                                                     device_pool_, stream);
+          if (!st.ok()) return st;
+        } else {
+          auto st = cuda::SolveDenseGaussJordanFactoredDevice(f, rhs.k, d[0], dx, flags, stream);
+          if (!st.ok()) return st;
+        }
+        return name;
+      },
+      nullptr, c.check_finite);
+}
+
 // The two precisions every caller uses.
+template absl::Status CudaBackend::KeepDenseFactors<double>(DevicePrepared&);
+template absl::Status CudaBackend::KeepDenseFactors<float>(DevicePrepared&);
+template absl::StatusOr<SolveInfo> CudaBackend::SolveDenseFactored<double>(
+    DevicePrepared&, RhsBlock<double>, double*, SystemStatus*, const SolveControl&);
+template absl::StatusOr<SolveInfo> CudaBackend::SolveDenseFactored<float>(
+    DevicePrepared&, RhsBlock<float>, float*, SystemStatus*, const SolveControl&);
 template absl::StatusOr<SolveInfo> CudaBackend::SolveTri<double>(
     const TridiagonalProblem<double>&, TridiagonalMethod, TridiagonalOutput<double>,
     const SolveControl&, const Resident<double>*);
@@ -632,13 +700,15 @@ template absl::StatusOr<SolveInfo> CudaBackend::SolveTreeOnDevice<double>(
     const TreeProblem<double>&, TreeMethod, TreeOutput<double>, const SolveControl&,
     const Resident<double>*);
 template absl::StatusOr<SolveInfo> CudaBackend::SolveTreeForest<double>(
-    const TreeProblem<double>&, TreeMethod, TreeOutput<double>, const SolveControl&);
+    const TreeProblem<double>&, TreeMethod, TreeOutput<double>, const SolveControl&,
+    const Resident<double>*, std::shared_ptr<const cuda::TreeCellsPlan>);
 template absl::StatusOr<SolveInfo> CudaBackend::SolveTreeForest<float>(
-    const TreeProblem<float>&, TreeMethod, TreeOutput<float>, const SolveControl&);
+    const TreeProblem<float>&, TreeMethod, TreeOutput<float>, const SolveControl&,
+    const Resident<float>*, std::shared_ptr<const cuda::TreeCellsPlan>);
 template absl::StatusOr<SolveInfo> CudaBackend::SolveTreeForestJoined<double>(
-    const TreeProblem<double>&, TreeMethod, TreeOutput<double>, const SolveControl&);
+    const TreeProblem<double>&, TreeMethod, TreeOutput<double>, const SolveControl&, bool);
 template absl::StatusOr<SolveInfo> CudaBackend::SolveTreeForestJoined<float>(
-    const TreeProblem<float>&, TreeMethod, TreeOutput<float>, const SolveControl&);
+    const TreeProblem<float>&, TreeMethod, TreeOutput<float>, const SolveControl&, bool);
 template absl::StatusOr<SolveInfo> CudaBackend::SolveTreeOnDevice<float>(
     const TreeProblem<float>&, TreeMethod, TreeOutput<float>, const SolveControl&,
     const Resident<float>*);

@@ -10,6 +10,7 @@
 #include <array>
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "block/block.h"
 #include "dense/dense.h"
 #include "dense/dispatch.h"
+#include "dense/factors.h"
 #include "runtime/check.h"
 #include "runtime/device_health.h"
 #include "runtime/memory_pool.h"
@@ -183,6 +185,13 @@ class CudaBackend final : public Backend {
         return st;
     auto system = std::make_unique<DevicePrepared>(spec, this);
     const SystemSpec& s = system->spec();
+    // A dense system whose method's elimination can be kept keeps it, not A.
+    if (s.family == Family::kDense &&
+        cuda::DenseKeepsFactors(cuda::ChooseDensePath(s.n, DenseMethod(s.method)))) {
+      system->keeps_factors = true;
+      if (auto st = KeepDenseFactors(*system); !st.ok()) return st;
+      return std::unique_ptr<PreparedSystem>(std::move(system));
+    }
     int64_t total = 0;
     for (int i = 0; i < s.num_coefficients(); ++i) {
       system->offset[size_t(i)] = total;
@@ -193,6 +202,8 @@ class CudaBackend final : public Backend {
     system->device = *std::move(dev);
     for (int i = 0; i < s.num_coefficients(); ++i)
       if (auto st = system->Upload(i); !st.ok()) return st;
+    if (s.family == Family::kTree && s.variable())
+      if (auto st = KeepCellPlan(*system); !st.ok()) return st;
     if (auto st = KeepBlockSetup(*system); !st.ok()) return st;
     return std::unique_ptr<PreparedSystem>(std::move(system));
   }
@@ -263,11 +274,15 @@ class CudaBackend final : public Backend {
     DevicePrepared(const SystemSpec& spec, CudaBackend* backend)
         : PreparedSystem(spec), backend_(backend) {}
     int64_t bytes() const override {
-      return PreparedSystem::bytes() + device.size() + replicated.size() +
+      return PreparedSystem::bytes() + device.size() + replicated.size() + factors.size() +
              (block_f64 ? cuda::BlockDeviceSetupBytes(*block_f64) : 0) +
              (block_f32 ? cuda::BlockDeviceSetupBytes(*block_f32) : 0);
     }
     std::string prepared() const override {
+      if (factors.size() > 0)
+        return absl::StrCat(factors_kind == cuda::DenseFactorsKind::kLu ? "LU" : "Gauss-Jordan",
+                            " factors on CUDA device ", backend_->options_.device);
+      if (keeps_factors) return "the host copy (the factorisation failed at the last update)";
       const std::string block = block_f64   ? cuda::DescribeBlockDeviceSetup(*block_f64)
                                 : block_f32 ? cuda::DescribeBlockDeviceSetup(*block_f32)
                                             : std::string();
@@ -282,8 +297,18 @@ class CudaBackend final : public Backend {
       replicated.Release();
       replicated_k = 0;
       symmetric_.store(kUnknown);
+      if (keeps_factors) return backend_->KeepDenseFactors(*this);
+      if (IsTreeParent(spec_, i) && spec_.variable()) return backend_->KeepCellPlan(*this);
       if (auto st = Upload(i); !st.ok()) return st;
       return backend_->KeepBlockSetup(*this);
+    }
+    std::shared_ptr<const cuda::TreeCellsPlan> CellPlan() const {
+      std::lock_guard<std::mutex> lock(plan_mu_);
+      return cell_plan_;
+    }
+    void SetCellPlan(std::shared_ptr<const cuda::TreeCellsPlan> plan) {
+      std::lock_guard<std::mutex> lock(plan_mu_);
+      cell_plan_ = std::move(plan);
     }
     // A block-tridiagonal system's symmetry (auto's choice of method, ResolveBlockMethod),
     // tested on the host copy at the first solve that needs it and again after an update.
@@ -327,11 +352,22 @@ class CudaBackend final : public Backend {
     std::array<int64_t, kMaxCoefficients> replicated_offset{};
     int64_t replicated_k = 0;
     Layout replicated_layout = Layout::kFlat;
+    // A dense system's kept elimination (cuda::DenseKeepsFactors) in place of its device copy:
+    // made at Prepare and again at every update (empty after a failed one: the solves then
+    // factor the host copy's A).
+    bool keeps_factors = false;
+    cuda::Pool::Buffer factors;
+    cuda::DenseFactorsKind factors_kind = cuda::DenseFactorsKind::kGaussJordan;
+    std::string factors_name;
 
    private:
     static constexpr int kUnknown = -1;
     CudaBackend* backend_;
     std::atomic<int> symmetric_{kUnknown};
+    // Tree cells of different sizes: their per-cell plan (tree/cells.h), built at Prepare and
+    // after an update of parent; null where the solves do not use it (hines, the host's sizes).
+    mutable std::mutex plan_mu_;
+    std::shared_ptr<const cuda::TreeCellsPlan> cell_plan_;
   };
 
   // A block system's method setup on the device (cuda::PrepareBlockDevice: the multigrid
@@ -364,6 +400,37 @@ class CudaBackend final : public Backend {
     kept = *std::move(made);
     return absl::OkStatus();
   }
+
+  // A prepared forest's per-cell plan, from the cache or built now, for the method's kernel;
+  // none where the solves will not read one (hines, auto at the host's sizes).
+  absl::Status KeepCellPlan(DevicePrepared& s) {
+    const SystemSpec& spec = s.spec();
+    s.SetCellPlan(nullptr);
+    const TreeMethod m = TreeMethod(spec.method);
+    if (m == TreeMethod::kHines || (m == TreeMethod::kAuto && OnHost(true, spec.n)))
+      return absl::OkStatus();
+    const cuda::TreeCellsKind kind = m == TreeMethod::kCables ? cuda::TreeCellsKind::kCables
+                                                              : cuda::TreeCellsKind::kContraction;
+    cudaSetDevice(options_.device);
+    auto plan = cell_plans_.Get(static_cast<const int32_t*>(spec.coefficients[3]), spec.offsets,
+                                spec.batch, int(spec.elem_bytes()), kind, device_pool_, nullptr);
+    if (!plan.ok()) return plan.status();
+    s.SetCellPlan(*std::move(plan));
+    return absl::OkStatus();
+  }
+
+  // Factors a dense system's A (the host copy, moved to the device for the factorisation alone)
+  // into s.factors.
+  absl::Status KeepDenseFactors(DevicePrepared& s) {
+    s.factors.Release();
+    return s.spec().precision == Precision::kFloat64 ? KeepDenseFactors<double>(s)
+                                                     : KeepDenseFactors<float>(s);
+  }
+  template <typename T>
+  absl::Status KeepDenseFactors(DevicePrepared& s);
+  template <typename T>
+  absl::StatusOr<SolveInfo> SolveDenseFactored(DevicePrepared& s, RhsBlock<T> rhs, T* x,
+                                               SystemStatus* status, const SolveControl& c);
 
   // The coefficients of a system of one replicated for k right-hand sides in `layout`, by
   // doubling device-to-device copies (log2 k of them): [k, n] flat, or [n, k] interleaved.
@@ -441,22 +508,33 @@ class CudaBackend final : public Backend {
     const bool small = s.method == 0 && solved_at_once < options_.host_below_unknowns &&
                        (s.family == Family::kTridiagonal || s.family == Family::kTree);
     if (dp == nullptr || small) return SolveThroughBackend(*this, system, rhs, x, status, c);
-    // Systems of different sizes: tree cells by the one-shot path (one tree of them all,
-    // SolveTreeForest) from the host copy; a tridiagonal batch by the variable kernels with
-    // the coefficients read from the device copy, a right-hand side block at a time.
+    if (dp->keeps_factors) {
+      if (dp->factors.size() == 0) return SolveThroughBackend(*this, system, rhs, x, status, c);
+      return SolveDenseFactored(*dp, rhs, x, status, c);
+    }
+    // Systems of different sizes, a right-hand side block at a time with the coefficients read
+    // from the device copy (the offsets the host copy keeps): a tridiagonal batch by the
+    // variable kernels, tree cells one thread block a cell with the system's own plan.
     if (s.variable()) {
-      if (s.family != Family::kTridiagonal)
-        return SolveThroughBackend(*this, system, rhs, x, status, c);
       const Resident<T> resident = dp->ResidentOf<T>(dp->device, dp->offset);
       SolveInfo total;
       for (int64_t j = 0; j < rhs.k; ++j) {
-        // (the offsets the host copy keeps)
-        TridiagonalProblem<T> p = TridiagonalOf(s, rhs.rhs + j * s.n);
-        p.n = s.longest;
-        p.offsets = s.offsets;
-        auto info = SolveTriVariable(p, TridiagonalMethod(s.method),
-                                     TridiagonalOutput<T>{x + j * s.n, status + j * s.batch}, c,
-                                     &resident);
+        absl::StatusOr<SolveInfo> info;
+        if (s.family == Family::kTridiagonal) {
+          TridiagonalProblem<T> p = TridiagonalOf(s, rhs.rhs + j * s.n);
+          p.n = s.longest;
+          p.offsets = s.offsets;
+          info = SolveTriVariable(p, TridiagonalMethod(s.method),
+                                  TridiagonalOutput<T>{x + j * s.n, status + j * s.batch}, c,
+                                  &resident);
+        } else {
+          TreeProblem<T> p = TreeOf(s, rhs.rhs + j * s.n);
+          p.n = s.longest;
+          p.offsets = s.offsets;
+          info = SolveTreeForest(p, TreeMethod(s.method),
+                                 TreeOutput<T>{x + j * s.n, status + j * s.batch}, c, &resident,
+                                 dp->CellPlan());
+        }
         if (!info.ok()) return info.status();
         AccumulateSolveInfo(*info, j == 0, &total);
       }
@@ -717,14 +795,20 @@ class CudaBackend final : public Backend {
   // its structure's plan (tree/cells.h; contraction-block for auto and contraction,
   // cables-block for cables); the cells too large for a block by SolveTreeForestJoined; a cell
   // whose pivot vanished solved again on the host (its status the CPU reference's).
+  // By handle, `resident` holds the cells' lower, upper and diag on the device and `held` is
+  // the prepared system's own plan (built at Prepare: no first sight on the host).
   template <typename T>
-  absl::StatusOr<SolveInfo> SolveTreeForest(const TreeProblem<T>& p, TreeMethod m,
-                                            TreeOutput<T> out, const SolveControl& c);
+  absl::StatusOr<SolveInfo> SolveTreeForest(
+      const TreeProblem<T>& p, TreeMethod m, TreeOutput<T> out, const SolveControl& c,
+      const Resident<T>* resident = nullptr,
+      std::shared_ptr<const cuda::TreeCellsPlan> held = nullptr);
   // The cells as one tree (tree/forest.h) by the one-tree paths; where a pivot vanished in it,
   // the cells solved again one by one on the host, which says which.
+  // (prepared: a prepared system's cells, whose plan is built at the first sight.)
   template <typename T>
   absl::StatusOr<SolveInfo> SolveTreeForestJoined(const TreeProblem<T>& p, TreeMethod m,
-                                                  TreeOutput<T> out, const SolveControl& c);
+                                                  TreeOutput<T> out, const SolveControl& c,
+                                                  bool prepared = false);
 
   const CudaOptions options_;
   const cudaDeviceProp prop_;

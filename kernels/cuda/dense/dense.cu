@@ -1,9 +1,12 @@
 // Batched small dense systems: Gauss-Jordan with partial pivoting, one warp a system.
 #include <cfloat>
+#include <algorithm>
+#include <limits>
 
 #include "runtime/check.h"
 #include "common/numerics.cuh"
 #include "dense/dense.h"
+#include "dense/factors.h"
 
 namespace trisolve::cuda {
 namespace {
@@ -69,9 +72,17 @@ __device__ __forceinline__ T Pick(const T (&row)[W + 1], int k) {
   return r;
 }
 
-template <typename T, int W>
+// kRecord: the elimination of A alone, recorded (Factors below), b neither read nor solved.
+template <typename T>
+struct Record {
+  T* mult = nullptr;            // [batch][n steps][n rows]
+  uint8_t* pivot_row = nullptr;  // [batch][n]
+};
+
+template <typename T, int W, bool kRecord = false>
 __global__ void __launch_bounds__(RowsShape<W>::kThreads, RowsShape<W>::kMinBlocks)
-    GaussJordanRowsKernel(DenseProblem<T> p, T* __restrict__ x, uint8_t* __restrict__ flags) {
+    GaussJordanRowsKernel(DenseProblem<T> p, T* __restrict__ x, uint8_t* __restrict__ flags,
+                          Record<T> rec = {}) {
   using S = RowsShape<W>;
   constexpr int kWidth = W < 32 ? W : 32;  // the shuffles' width
   __shared__ __align__(16) T prow[2][S::kSystems][S::kPitch];
@@ -88,7 +99,7 @@ __global__ void __launch_bounds__(RowsShape<W>::kThreads, RowsShape<W>::kMinBloc
   T row[W + 1];
 #pragma unroll
   for (int c = 0; c < W; ++c) row[c] = (live && c < n) ? __ldg(A + j * p.n + c) : T(0);
-  row[W] = live ? __ldg(p.b + s * p.n + j) : T(0);
+  row[W] = (live && !kRecord) ? __ldg(p.b + s * p.n + j) : T(0);
   // Column j's largest magnitude (lane j reads column j: coalesced, and in cache).
   {
     T m = T(0);
@@ -135,6 +146,10 @@ __global__ void __launch_bounds__(RowsShape<W>::kThreads, RowsShape<W>::kMinBloc
       // k's chunk on (the columns left of k are never read again; whatever they hold).
       ok &= v <= tmax && !(v <= DenseEps<T>() * T(n) * colmax_s[g][k]);
       const T inv = T(1) / mk;
+      if constexpr (kRecord) {
+        rec.mult[(s * p.n + k) * p.n + j] = inv;
+        rec.pivot_row[s * p.n + k] = uint8_t(j);
+      }
       T* pw = prow[k & 1][g];
 #pragma unroll
       for (int c0 = 0; c0 <= W; c0 += kChunk)
@@ -154,6 +169,8 @@ __global__ void __launch_bounds__(RowsShape<W>::kThreads, RowsShape<W>::kMinBloc
     }
     GroupSync<W>();
     if (!pivot_lane) {
+      if constexpr (kRecord)
+        if (live) rec.mult[(s * p.n + k) * p.n + j] = mk;
       // C, D, F: every other row, used or not, subtracts row[k] times the pivot row.
 #pragma unroll
       for (int c0 = 0; c0 <= W; c0 += kChunk)
@@ -172,7 +189,7 @@ __global__ void __launch_bounds__(RowsShape<W>::kThreads, RowsShape<W>::kMinBloc
     }
   }
   ok &= fabs(row[W]) <= tmax;
-  if (live) x[s * p.n + my_step] = row[W];
+  if (live && !kRecord) x[s * p.n + my_step] = row[W];
   // A system is flagged when one of its pivot lanes saw a vanishing pivot, or an x is not
   // finite.
   if constexpr (W <= 32) {
@@ -193,9 +210,10 @@ __global__ void __launch_bounds__(RowsShape<W>::kThreads, RowsShape<W>::kMinBloc
 // pivot row's two threads write it divided by the pivot; barrier; every other row subtracts
 // row[k] times it, each half on its own columns from k's chunk on. Two barriers a step.
 constexpr int kBlockGjThreads = 256;
-template <typename T>
+template <typename T, bool kRecord = false>
 __global__ void __launch_bounds__(kBlockGjThreads, 1)
-    GaussJordanBlockKernel(DenseProblem<T> p, T* __restrict__ x, uint8_t* __restrict__ flags) {
+    GaussJordanBlockKernel(DenseProblem<T> p, T* __restrict__ x, uint8_t* __restrict__ flags,
+                           Record<T> rec = {}) {
   constexpr int kHalf = 64, kRows = 128;
   __shared__ __align__(16) T prow[2][kRows + 2];
   __shared__ T mk_s[2][kRows];
@@ -213,7 +231,7 @@ __global__ void __launch_bounds__(kBlockGjThreads, 1)
     const int gc = h * kHalf + c;
     row[c] = (live && gc < n) ? __ldg(A + j * p.n + gc) : T(0);
   }
-  row[kHalf] = (live && h == 1) ? __ldg(p.b + s * p.n + j) : T(0);
+  row[kHalf] = (live && h == 1 && !kRecord) ? __ldg(p.b + s * p.n + j) : T(0);
   if (t < kRows) {  // column t's largest magnitude: coalesced reads
     T m = T(0);
     if (t < n)
@@ -252,6 +270,11 @@ __global__ void __launch_bounds__(kBlockGjThreads, 1)
       const T v = fabs(mk);
       ok &= v <= tmax && !(v <= DenseEps<T>() * T(n) * colmax_s[k]);
       const T inv = T(1) / mk;
+      if constexpr (kRecord)
+        if (h == 0) {
+          rec.mult[(s * p.n + k) * p.n + j] = inv;
+          rec.pivot_row[s * p.n + k] = uint8_t(j);
+        }
       T* pw = prow[k & 1] + h * kHalf;
 #pragma unroll
       for (int c0 = 0; c0 <= kHalf; c0 += 8)
@@ -268,6 +291,8 @@ __global__ void __launch_bounds__(kBlockGjThreads, 1)
     }
     __syncthreads();
     if (!pivot_row) {
+      if constexpr (kRecord)
+        if (live && h == 0) rec.mult[(s * p.n + k) * p.n + j] = mk;
       const T* pr = prow[k & 1] + h * kHalf;
 #pragma unroll
       for (int c0 = 0; c0 <= kHalf; c0 += 8)
@@ -285,22 +310,157 @@ __global__ void __launch_bounds__(kBlockGjThreads, 1)
         }
     }
   }
-  if (live && h == 1) {
+  if (live && h == 1 && !kRecord) {
     ok &= fabs(row[kHalf]) <= tmax;
     x[s * p.n + my_step] = row[kHalf];
   }
   if (__syncthreads_or(live && !ok) && t == 0) flags[s] = 1;
 }
 
-template <typename T, int W>
-absl::Status LaunchRows(const DenseProblem<T>& p, T* x, uint8_t* flags, cudaStream_t stream) {
+template <typename T, int W, bool kRecord = false>
+absl::Status LaunchRows(const DenseProblem<T>& p, T* x, uint8_t* flags, cudaStream_t stream,
+                        Record<T> rec = {}) {
   using S = RowsShape<W>;
   const unsigned blocks = unsigned((p.batch + S::kSystems - 1) / S::kSystems);
-  GaussJordanRowsKernel<T, W><<<blocks, S::kThreads, 0, stream>>>(p, x, flags);
+  GaussJordanRowsKernel<T, W, kRecord><<<blocks, S::kThreads, 0, stream>>>(p, x, flags, rec);
   return CudaStatus(cudaGetLastError(), "GaussJordanRowsKernel launch");
 }
 
+// The recorded elimination applied to b alone: at step k the pivot row's value times its slot
+// (1 / pivot), then every other row less its multiplier times that value -- the operations the
+// kernels above apply to b's column, in the same order and form, so that x is theirs bit for
+// bit. W lanes a system (W <= 32: 128 / W systems a block, the pivot's value by a shuffle of
+// width W; W = 64, 128: one block a system, the value through shared memory, a slot a step so
+// that one barrier a step suffices). The multipliers of step k are n consecutive values:
+// coalesced, read once. Systems q = j * batch + s: k right-hand sides of the same factors.
+template <int W>
+struct ReplayShape {
+  static constexpr int kThreads = W <= 32 ? 128 : W;
+  static constexpr int kSystems = kThreads / W;
+};
+
+template <typename T, int W>
+__global__ void __launch_bounds__(ReplayShape<W>::kThreads)
+    GaussJordanReplayKernel(int64_t batch, int n, const T* __restrict__ mult,
+                            const uint8_t* __restrict__ pivot_row,
+                            const uint8_t* __restrict__ factor_flags, const T* __restrict__ b,
+                            T* __restrict__ x, uint8_t* __restrict__ flags) {
+  using S = ReplayShape<W>;
+  constexpr int kWidth = W < 32 ? W : 32;
+  __shared__ T bcast[W > 32 ? W : 1];
+  __shared__ uint8_t piv_s[S::kSystems][W];
+  const int j = threadIdx.x % W, g = threadIdx.x / W;
+  const int64_t s0 = int64_t(blockIdx.x) * S::kSystems + g;  // the system; blockIdx.y: its rhs
+  const bool valid = s0 < batch;
+  const int64_t s = valid ? s0 : 0, q = int64_t(blockIdx.y) * batch + s;
+  const bool live = valid && j < n;
+  const T tmax = sizeof(T) == 8 ? T(DBL_MAX) : T(FLT_MAX);
+  piv_s[g][j] = live ? pivot_row[s * n + j] : uint8_t(0);
+  T v = live ? __ldg(b + q * n + j) : T(0);
+  const T* m = mult + s * int64_t(n) * n;
+  GroupSync<W>();
+  int my_step = 0;
+#pragma unroll 8
+  for (int k = 0; k < n; ++k) {
+    const int pk = piv_s[g][k];
+    const T mk = live ? __ldg(m + int64_t(k) * n + j) : T(0);
+    const bool pivot = j == pk;
+    if (pivot) {
+      v *= mk;
+      my_step = k;
+    }
+    T vp;
+    if constexpr (W <= 32) {
+      vp = __shfl_sync(0xffffffffu, v, pk, kWidth);
+    } else {
+      if (pivot) bcast[k] = v;
+      __syncthreads();
+      vp = bcast[k];
+    }
+    if (!pivot) v -= mk * vp;
+  }
+  const bool ok = !live || fabs(v) <= tmax;
+  if (live) x[q * n + my_step] = v;
+  const bool factor_bad = valid && factor_flags[s] != 0;
+  if constexpr (W <= 32) {
+    const unsigned bad = __ballot_sync(0xffffffffu, !ok || factor_bad);
+    const int lane = threadIdx.x & 31, gw = lane / W;
+    const unsigned group = (W == 32 ? 0xffffffffu : ((1u << W) - 1u)) << (gw * W);
+    if (valid && j == 0 && (bad & group)) flags[q] = 1;
+  } else {
+    if (__syncthreads_or(!ok || factor_bad) && threadIdx.x == 0 && valid) flags[q] = 1;
+  }
+}
+
+template <typename T, int W>
+absl::Status LaunchReplay(const DenseFactorsDevice<T>& f, int64_t systems, const T* b, T* x,
+                          uint8_t* flags, cudaStream_t stream) {
+  using S = ReplayShape<W>;
+  const int64_t blocks = (f.batch + S::kSystems - 1) / S::kSystems;
+  if (blocks > int64_t(std::numeric_limits<int>::max()))
+    return absl::InvalidArgumentError("too many systems for one launch");
+  const int64_t k = systems / f.batch, per_launch = 65535;  // right-hand sides: gridDim.y
+  for (int64_t j0 = 0; j0 < k; j0 += per_launch) {
+    const int64_t at = j0 * f.batch * f.n;
+    GaussJordanReplayKernel<T, W>
+        <<<dim3(unsigned(blocks), unsigned(std::min(per_launch, k - j0))), S::kThreads, 0,
+           stream>>>(f.batch, int(f.n), f.values, f.pivot_row, f.flags, b + at, x + at,
+                     flags + j0 * f.batch);
+    if (auto st = CudaStatus(cudaGetLastError(), "GaussJordanReplayKernel launch"); !st.ok())
+      return st;
+  }
+  return absl::OkStatus();
+}
+
+const char* GaussJordanName(int64_t n) {
+  return n <= kDenseWarpMaxN ? "gauss-jordan-warp"
+         : n <= kDenseTwoWarpsMaxN ? "gauss-jordan-2warps"
+                                   : "gauss-jordan-block";
+}
+
 }  // namespace
+
+template <typename T>
+absl::Status FactorDenseGaussJordanDevice(const DenseProblem<T>& p, DenseFactorsDevice<T>& f,
+                                          cudaStream_t stream) {
+  if (p.n > kDenseGpuMaxN || f.kind != DenseFactorsKind::kGaussJordan)
+    return absl::InvalidArgumentError("the kept GPU Gauss-Jordan takes n <= 128");
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(f.flags, 0, size_t(p.batch), stream));
+  const Record<T> rec{f.values, f.pivot_row};
+  f.name = GaussJordanName(p.n);
+  if (p.n <= 8) return LaunchRows<T, 8, true>(p, nullptr, f.flags, stream, rec);
+  if (p.n <= 16) return LaunchRows<T, 16, true>(p, nullptr, f.flags, stream, rec);
+  if (p.n <= 32) return LaunchRows<T, 32, true>(p, nullptr, f.flags, stream, rec);
+  if (p.n <= 64) return LaunchRows<T, 64, true>(p, nullptr, f.flags, stream, rec);
+  GaussJordanBlockKernel<T, true>
+      <<<unsigned(p.batch), kBlockGjThreads, 0, stream>>>(p, nullptr, f.flags, rec);
+  return CudaStatus(cudaGetLastError(), "GaussJordanBlockKernel launch");
+}
+
+template <typename T>
+absl::Status SolveDenseGaussJordanFactoredDevice(const DenseFactorsDevice<T>& f, int64_t k,
+                                                 const T* b, T* x, uint8_t* flags,
+                                                 cudaStream_t stream) {
+  const int64_t systems = k * f.batch;
+  if (systems == 0) return absl::OkStatus();
+  if (f.n <= 8) return LaunchReplay<T, 8>(f, systems, b, x, flags, stream);
+  if (f.n <= 16) return LaunchReplay<T, 16>(f, systems, b, x, flags, stream);
+  if (f.n <= 32) return LaunchReplay<T, 32>(f, systems, b, x, flags, stream);
+  if (f.n <= 64) return LaunchReplay<T, 64>(f, systems, b, x, flags, stream);
+  if (f.n <= 128) return LaunchReplay<T, 128>(f, systems, b, x, flags, stream);
+  return absl::InvalidArgumentError("the kept GPU Gauss-Jordan takes n <= 128");
+}
+
+template absl::Status FactorDenseGaussJordanDevice(const DenseProblem<double>&,
+                                                   DenseFactorsDevice<double>&, cudaStream_t);
+template absl::Status FactorDenseGaussJordanDevice(const DenseProblem<float>&,
+                                                   DenseFactorsDevice<float>&, cudaStream_t);
+template absl::Status SolveDenseGaussJordanFactoredDevice(const DenseFactorsDevice<double>&,
+                                                          int64_t, const double*, double*,
+                                                          uint8_t*, cudaStream_t);
+template absl::Status SolveDenseGaussJordanFactoredDevice(const DenseFactorsDevice<float>&,
+                                                          int64_t, const float*, float*,
+                                                          uint8_t*, cudaStream_t);
 
 template <typename T>
 absl::Status SolveDenseWarpDevice(const DenseProblem<T>& p, T* x, uint8_t* flags,

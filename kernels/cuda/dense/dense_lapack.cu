@@ -8,6 +8,7 @@
 #include "runtime/check.h"
 #include "common/numerics.cuh"
 #include "dense/dense.h"
+#include "dense/factors.h"
 #include "tridiagonal/tridiagonal.h"
 
 namespace trisolve::cuda {
@@ -47,13 +48,13 @@ cusolverStatus_t Getrf(cusolverDnHandle_t h, int n, double* A, double* w, int* i
 cusolverStatus_t Getrf(cusolverDnHandle_t h, int n, float* A, float* w, int* ipiv, int* info) {
   return cusolverDnSgetrf(h, n, n, A, n, w, ipiv, info);
 }
-cusolverStatus_t Getrs(cusolverDnHandle_t h, int n, const double* A, const int* ipiv, double* b,
-                       int* info) {
-  return cusolverDnDgetrs(h, CUBLAS_OP_N, n, 1, A, n, ipiv, b, n, info);
+cusolverStatus_t Getrs(cusolverDnHandle_t h, int n, int nrhs, const double* A, const int* ipiv,
+                       double* b, int* info) {
+  return cusolverDnDgetrs(h, CUBLAS_OP_N, n, nrhs, A, n, ipiv, b, n, info);
 }
-cusolverStatus_t Getrs(cusolverDnHandle_t h, int n, const float* A, const int* ipiv, float* b,
-                       int* info) {
-  return cusolverDnSgetrs(h, CUBLAS_OP_N, n, 1, A, n, ipiv, b, n, info);
+cusolverStatus_t Getrs(cusolverDnHandle_t h, int n, int nrhs, const float* A, const int* ipiv,
+                       float* b, int* info) {
+  return cusolverDnSgetrs(h, CUBLAS_OP_N, n, nrhs, A, n, ipiv, b, n, info);
 }
 cublasStatus_t GetrfBatched(cublasHandle_t h, int n, double* const* A, int* ipiv, int* info,
                             int batch) {
@@ -142,6 +143,19 @@ cublasStatus_t Trsm(cublasHandle_t h, cublasFillMode_t fill, cublasDiagType_t di
   const float one = 1;
   return cublasStrsm(h, CUBLAS_SIDE_LEFT, fill, CUBLAS_OP_N, diag, m, cols, &one, A, lda, B, ldb);
 }
+// B_i = A_i^-1 B_i for every i (n x 1 each), A_i triangular.
+cublasStatus_t TrsmBatched(cublasHandle_t h, cublasFillMode_t fill, cublasDiagType_t diag, int n,
+                           double* const* A, double* const* B, int batch) {
+  const double one = 1;
+  return cublasDtrsmBatched(h, CUBLAS_SIDE_LEFT, fill, CUBLAS_OP_N, diag, n, 1, &one, A, n, B, n,
+                            batch);
+}
+cublasStatus_t TrsmBatched(cublasHandle_t h, cublasFillMode_t fill, cublasDiagType_t diag, int n,
+                           float* const* A, float* const* B, int batch) {
+  const float one = 1;
+  return cublasStrsmBatched(h, CUBLAS_SIDE_LEFT, fill, CUBLAS_OP_N, diag, n, 1, &one, A, n, B, n,
+                            batch);
+}
 // C -= A B (m x k times k x cols).
 cublasStatus_t GemmSub(cublasHandle_t h, int m, int cols, int k, const double* A, int lda,
                        const double* B, int ldb, double* C, int ldc) {
@@ -228,6 +242,53 @@ __global__ void FiniteCheckKernel(int64_t count, int64_t n, const T* __restrict_
     if (!Finite(x[e])) flags[e / n] = 1;
 }
 
+// ptrs[q] = base + (q % batch) stride, q < count.
+template <typename T>
+__global__ void PointersKernel(int64_t count, int64_t batch, T* base, int64_t stride,
+                               T** __restrict__ ptrs) {
+  for (int64_t q = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; q < count;
+       q += int64_t(gridDim.x) * blockDim.x)
+    ptrs[q] = base + (q % batch) * stride;
+}
+
+// getrf's interchanges (row i swapped with row ipiv[i] - 1, in order) as one permutation:
+// (P b)[i] = b[perm[i]]. One thread a system, once a factorisation.
+__global__ void PermutationKernel(int64_t batch, int64_t n, const int* __restrict__ ipiv,
+                                  int* __restrict__ perm) {
+  for (int64_t s = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; s < batch;
+       s += int64_t(gridDim.x) * blockDim.x) {
+    int* p = perm + s * n;
+    const int* v = ipiv + s * n;
+    for (int64_t i = 0; i < n; ++i) p[i] = int(i);
+    for (int64_t i = 0; i < n; ++i) {
+      const int j = v[i] - 1;
+      const int t = p[i];
+      p[i] = p[j];
+      p[j] = t;
+    }
+  }
+}
+
+// x_s = P_s b_s for every system s (k of them a factorisation: systems q = j batch + s).
+template <typename T>
+__global__ void PermuteKernel(int64_t count, int64_t batch, int64_t n, const int* __restrict__ perm,
+                              const T* __restrict__ b, T* __restrict__ x) {
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < count;
+       e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t q = e / n, i = e - q * n, s = q % batch;
+    x[e] = b[q * n + perm[s * n + i]];
+  }
+}
+
+// A right-hand side's system inherits its factors' flag (a pivot vanished).
+__global__ void CombineFlagsKernel(int64_t systems, int64_t batch,
+                                   const uint8_t* __restrict__ factor_flags,
+                                   uint8_t* __restrict__ flags) {
+  for (int64_t q = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; q < systems;
+       q += int64_t(gridDim.x) * blockDim.x)
+    if (factor_flags[q % batch] != 0) flags[q] = 1;
+}
+
 // T's diagonals from sytrd's d (n) and e (n - 1), in the tridiagonal kernels' convention.
 template <typename T>
 __global__ void TridiagonalFromSytrd(int64_t n, const T* d, const T* e, T* ta, T* tb, T* tc) {
@@ -241,6 +302,20 @@ __global__ void TridiagonalFromSytrd(int64_t n, const T* d, const T* e, T* ta, T
 
 unsigned Blocks(int64_t count, int threads) {
   return unsigned(std::min<int64_t>((count + threads - 1) / threads, 65535));
+}
+
+// getrfBatched / getrsBatched for batches of order <= kDenseBatchedLuMaxN, else cuSOLVER
+// system by system.
+template <typename T>
+bool LuBatched(const DenseFactorsDevice<T>& f) {
+  return f.n <= kDenseBatchedLuMaxN && f.batch > 1;
+}
+// Larger systems, several: the solves of every system at once (the interchanges as one gather,
+// then two batched triangular solves) rather than cuSOLVER's getrs system by system, three
+// launches a system.
+template <typename T>
+bool LuTrsmBatched(const DenseFactorsDevice<T>& f) {
+  return !LuBatched(f) && f.batch > 1;
 }
 
 }  // namespace
@@ -274,80 +349,143 @@ absl::StatusOr<cublasHandle_t> DenseLibs::Blas(cudaStream_t stream) {
 }
 
 template <typename T>
-absl::StatusOr<std::string> SolveDenseLuDevice(const DenseProblem<T>& p, T* x, uint8_t* flags,
-                                               DenseLibs& libs, Pool& pool,
-                                               cudaStream_t stream) {
+absl::Status FactorDenseLuDevice(const DenseProblem<T>& p, DenseFactorsDevice<T>& f,
+                                 DenseLibs& libs, Pool& pool, cudaStream_t stream) {
   const int64_t n = p.n, nn = n * n, batch = p.batch;
-  const bool batched = n <= kDenseBatchedLuMaxN && batch > 1;
-  // M (column-major copies) and colmax; pivots and infos; the batched path's pointers.
-  auto work = pool.Get(int64_t(sizeof(T)) * (batch * nn + batch * n));
-  auto piv = pool.Get(int64_t(sizeof(int)) * (batch * n + batch));
-  auto ptr = pool.Get(int64_t(sizeof(T*)) * 2 * batch);
-  for (auto* b : {&work, &piv, &ptr})
-    if (!b->ok()) return b->status();
-  T* M = work->as<T>();
-  T* colmax = M + batch * nn;
-  int* ipiv = piv->as<int>();
-  int* info = ipiv + batch * n;
-  T** ptrs = ptr->as<T*>();
+  if (f.kind != DenseFactorsKind::kLu || f.batch != batch || f.n != n)
+    return absl::InvalidArgumentError("FactorDenseLuDevice: factors of another shape");
+  if (n > std::numeric_limits<int>::max() / 2)
+    return absl::InvalidArgumentError("lu: n too large for cuSOLVER");
+  // colmax and getrf's infos.
+  auto work = pool.Get(int64_t(sizeof(T)) * batch * n + int64_t(sizeof(int)) * batch);
+  if (!work.ok()) return work.status();
+  T* colmax = work->as<T>();
+  int* info = reinterpret_cast<int*>(colmax + batch * n);
   const dim3 tb(32, 8);
   for (int64_t s0 = 0; s0 < batch; s0 += 65535) {
     const int64_t bs = std::min<int64_t>(65535, batch - s0);
     const dim3 grid(unsigned((n + 31) / 32), unsigned((n + 31) / 32), unsigned(bs));
-    TransposeKernel<T><<<grid, tb, 0, stream>>>(n, p.A + s0 * nn, M + s0 * nn);
+    TransposeKernel<T><<<grid, tb, 0, stream>>>(n, p.A + s0 * nn, f.values + s0 * nn);
     TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-    ColumnMaxKernel<T><<<dim3(unsigned(n), unsigned(bs)), 256, 0, stream>>>(n, M + s0 * nn,
-                                                                           colmax + s0 * n);
+    ColumnMaxKernel<T><<<dim3(unsigned(n), unsigned(bs)), 256, 0, stream>>>(
+        n, f.values + s0 * nn, colmax + s0 * n);
     TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   }
-  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(x, p.b, sizeof(T) * batch * n,
-                                                cudaMemcpyDeviceToDevice, stream));
-  std::string name;
-  if (batched) {
+  PointersKernel<T><<<Blocks(batch, 256), 256, 0, stream>>>(batch, batch, f.values, nn,
+                                                            f.lu_ptrs);
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  if (LuBatched(f)) {
     auto blas = libs.Blas(stream);
     if (!blas.ok()) return blas.status();
-    std::vector<T*> hp(2 * batch);
-    for (int64_t s = 0; s < batch; ++s) {
-      hp[s] = M + s * nn;
-      hp[batch + s] = x + s * n;
-    }
-    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(ptrs, hp.data(), sizeof(T*) * 2 * batch,
-                                                  cudaMemcpyHostToDevice, stream));
-    TRISOLVE_BLAS_RETURN_IF_ERROR(GetrfBatched(*blas, int(n), ptrs, ipiv, info, int(batch)));
-    int host_info = 0;
-    TRISOLVE_BLAS_RETURN_IF_ERROR(
-        GetrsBatched(*blas, int(n), ptrs, ipiv, ptrs + batch, &host_info, int(batch)));
-    if (host_info != 0)
-      return absl::InternalError(absl::StrCat("getrsBatched: argument ", -host_info));
-    // hp must live until the copy has been made.
-    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-    name = "lu (cublas getrfBatched)";
+    TRISOLVE_BLAS_RETURN_IF_ERROR(GetrfBatched(*blas, int(n), f.lu_ptrs, f.ipiv, info, int(batch)));
+    f.name = "lu (cublas getrfBatched)";
   } else {
     auto solver = libs.Solver(stream);
     if (!solver.ok()) return solver.status();
     int lw = 0;
-    TRISOLVE_SOLVER_RETURN_IF_ERROR(GetrfBuf(*solver, int(n), M, &lw));
+    TRISOLVE_SOLVER_RETURN_IF_ERROR(GetrfBuf(*solver, int(n), f.values, &lw));
     auto ws = pool.Get(int64_t(sizeof(T)) * std::max(lw, 1));
     if (!ws.ok()) return ws.status();
-    for (int64_t s = 0; s < batch; ++s) {
+    for (int64_t s = 0; s < batch; ++s)
       TRISOLVE_SOLVER_RETURN_IF_ERROR(
-          Getrf(*solver, int(n), M + s * nn, ws->as<T>(), ipiv + s * n, info + s));
-      TRISOLVE_SOLVER_RETURN_IF_ERROR(
-          Getrs(*solver, int(n), M + s * nn, ipiv + s * n, x + s * n, info + s));
-    }
+          Getrf(*solver, int(n), f.values + s * nn, ws->as<T>(), f.ipiv + s * n, info + s));
     TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));  // before ws returns
-    name = "lu (cusolver getrf)";
+    f.name = "lu (cusolver getrf)";
   }
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(f.flags, 0, size_t(batch), stream));
   for (int64_t s0 = 0; s0 < batch; s0 += 65535) {
     const int64_t bs = std::min<int64_t>(65535, batch - s0);
     PivotCheckKernel<T><<<dim3(Blocks(n, 256), unsigned(bs)), 256, 0, stream>>>(
-        n, bs, M + s0 * nn, colmax + s0 * n, flags + s0);
+        n, bs, f.values + s0 * nn, colmax + s0 * n, f.flags + s0);
     TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   }
-  FiniteCheckKernel<T><<<Blocks(batch * n, 256), 256, 0, stream>>>(batch * n, n, x, flags);
+  if (LuTrsmBatched(f)) {
+    PermutationKernel<<<Blocks(batch, 128), 128, 0, stream>>>(batch, n, f.ipiv, f.perm);
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  }
+  return CudaStatus(cudaStreamSynchronize(stream), "lu factors");  // before work returns
+}
+
+template <typename T>
+absl::Status SolveDenseLuFactoredDevice(const DenseFactorsDevice<T>& f, int64_t k, const T* b,
+                                        T* x, uint8_t* flags, DenseLibs& libs, Pool& pool,
+                                        cudaStream_t stream) {
+  const int64_t n = f.n, batch = f.batch, systems = k * batch;
+  if (systems == 0) return absl::OkStatus();
+  const bool trsm_batched = LuTrsmBatched(f) && b != x;
+  if (trsm_batched) {
+    PermuteKernel<T><<<Blocks(systems * n, 256), 256, 0, stream>>>(systems * n, batch, n,
+                                                                     f.perm, b, x);
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  } else if (b != x) {
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(x, b, sizeof(T) * systems * n,
+                                                  cudaMemcpyDeviceToDevice, stream));
+  }
+  // getrs's infos (and the batched path's x pointers, a right-hand side block at a time).
+  auto work = pool.Get(int64_t(sizeof(int)) * batch + int64_t(sizeof(T*)) * batch);
+  if (!work.ok()) return work.status();
+  T** xptrs = work->as<T*>();
+  int* info = reinterpret_cast<int*>(xptrs + batch);
+  if (LuBatched(f)) {
+    auto blas = libs.Blas(stream);
+    if (!blas.ok()) return blas.status();
+    // getrsBatched reads system i's interchanges at ipiv + i n: one call a block of batch.
+    for (int64_t j = 0; j < k; ++j) {
+      PointersKernel<T><<<Blocks(batch, 256), 256, 0, stream>>>(batch, batch, x + j * batch * n,
+                                                                n, xptrs);
+      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+      int host_info = 0;
+      TRISOLVE_BLAS_RETURN_IF_ERROR(
+          GetrsBatched(*blas, int(n), f.lu_ptrs, f.ipiv, xptrs, &host_info, int(batch)));
+      if (host_info != 0)
+        return absl::InternalError(absl::StrCat("getrsBatched: argument ", -host_info));
+    }
+  } else if (trsm_batched) {
+    auto blas = libs.Blas(stream);
+    if (!blas.ok()) return blas.status();
+    for (int64_t j = 0; j < k; ++j) {
+      PointersKernel<T><<<Blocks(batch, 256), 256, 0, stream>>>(batch, batch, x + j * batch * n,
+                                                                n, xptrs);
+      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+      TRISOLVE_BLAS_RETURN_IF_ERROR(TrsmBatched(*blas, CUBLAS_FILL_MODE_LOWER, CUBLAS_DIAG_UNIT,
+                                                int(n), f.lu_ptrs, xptrs, int(batch)));
+      TRISOLVE_BLAS_RETURN_IF_ERROR(TrsmBatched(*blas, CUBLAS_FILL_MODE_UPPER,
+                                                CUBLAS_DIAG_NON_UNIT, int(n), f.lu_ptrs, xptrs,
+                                                int(batch)));
+    }
+  } else {
+    auto solver = libs.Solver(stream);
+    if (!solver.ok()) return solver.status();
+    const int64_t nn = n * n;
+    if (batch == 1 && k <= std::numeric_limits<int>::max()) {
+      // k right-hand sides of one system: x [k][n] is the column-major n x k block getrs takes.
+      TRISOLVE_SOLVER_RETURN_IF_ERROR(Getrs(*solver, int(n), int(k), f.values, f.ipiv, x, info));
+    } else {
+      for (int64_t q = 0; q < systems; ++q) {
+        const int64_t s = q % batch;
+        TRISOLVE_SOLVER_RETURN_IF_ERROR(
+            Getrs(*solver, int(n), 1, f.values + s * nn, f.ipiv + s * n, x + q * n, info + s));
+      }
+    }
+  }
+  FiniteCheckKernel<T><<<Blocks(systems * n, 256), 256, 0, stream>>>(systems * n, n, x, flags);
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));  // before work returns
-  return name;
+  CombineFlagsKernel<<<Blocks(systems, 256), 256, 0, stream>>>(systems, batch, f.flags, flags);
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return CudaStatus(cudaStreamSynchronize(stream), "lu solve");  // before work returns
+}
+
+template <typename T>
+absl::StatusOr<std::string> SolveDenseLuDevice(const DenseProblem<T>& p, T* x, uint8_t* flags,
+                                               DenseLibs& libs, Pool& pool,
+                                               cudaStream_t stream) {
+  auto buf = pool.Get(DenseFactorsBytes(DenseFactorsKind::kLu, p.batch, p.n, int(sizeof(T))));
+  if (!buf.ok()) return buf.status();
+  DenseFactorsDevice<T> f = DenseFactorsAt<T>(DenseFactorsKind::kLu, p.batch, p.n, buf->get());
+  if (auto st = FactorDenseLuDevice(p, f, libs, pool, stream); !st.ok()) return st;
+  if (auto st = SolveDenseLuFactoredDevice(f, 1, p.b, x, flags, libs, pool, stream); !st.ok())
+    return st;
+  return f.name;
 }
 
 template <typename T>
@@ -493,6 +631,16 @@ template absl::StatusOr<std::string> SolveDenseLuDevice(const DenseProblem<doubl
 template absl::StatusOr<std::string> SolveDenseLuDevice(const DenseProblem<float>&, float*,
                                                         uint8_t*, DenseLibs&, Pool&,
                                                         cudaStream_t);
+template absl::Status FactorDenseLuDevice(const DenseProblem<double>&, DenseFactorsDevice<double>&,
+                                          DenseLibs&, Pool&, cudaStream_t);
+template absl::Status FactorDenseLuDevice(const DenseProblem<float>&, DenseFactorsDevice<float>&,
+                                          DenseLibs&, Pool&, cudaStream_t);
+template absl::Status SolveDenseLuFactoredDevice(const DenseFactorsDevice<double>&, int64_t,
+                                                 const double*, double*, uint8_t*, DenseLibs&,
+                                                 Pool&, cudaStream_t);
+template absl::Status SolveDenseLuFactoredDevice(const DenseFactorsDevice<float>&, int64_t,
+                                                 const float*, float*, uint8_t*, DenseLibs&,
+                                                 Pool&, cudaStream_t);
 template absl::Status SolveDenseGaussJordanBlockedDevice(const DenseProblem<double>&, double*,
                                                          uint8_t*, DenseLibs&, Pool&,
                                                          cudaStream_t, int);

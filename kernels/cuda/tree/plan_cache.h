@@ -21,6 +21,30 @@
 
 namespace trisolve::cuda {
 
+// The last kKept keys (a size and a 64-bit hash of the values) asked for without a plan built:
+// a caller that builds a plan only for a tree it sees a second time (a time-stepping client's
+// next step) pays no analysis for one-off requests; a false match only builds a plan, and no
+// array is copied. Guarded by its owner's lock.
+class SeenKeys {
+ public:
+  static constexpr size_t kKept = 16;
+  using Key = std::pair<int64_t, uint64_t>;
+  // Whether `key` is among them (then dropped: its plan is about to be built); records it if not.
+  bool SeenBefore(const Key& key) {
+    for (auto it = keys_.begin(); it != keys_.end(); ++it)
+      if (*it == key) {
+        keys_.erase(it);
+        return true;
+      }
+    keys_.push_front(key);
+    while (keys_.size() > kKept) keys_.pop_back();
+    return false;
+  }
+
+ private:
+  std::list<Key> keys_;
+};
+
 class TreePlanCache {
  public:
   static constexpr size_t kPlansKept = 4;
@@ -29,16 +53,7 @@ class TreePlanCache {
   // `pool`) and kept.
   absl::StatusOr<std::shared_ptr<const TreeCablesPlan>> Get(const int32_t* parent, int64_t n,
                                                             Pool& pool, cudaStream_t stream) {
-    {
-      std::lock_guard<std::mutex> lock(plans_mu_);
-      for (auto it = plans_.begin(); it != plans_.end(); ++it)
-        if (int64_t(it->first.size()) == n &&
-            std::memcmp(it->first.data(), parent, size_t(n) * 4) == 0) {
-          auto plan = it->second;
-          plans_.splice(plans_.begin(), plans_, it);  // most recent first
-          return plan;
-        }
-    }
+    if (auto plan = Find(parent, n)) return plan;
     auto made = TreeCablesPlan::Make(parent, n, pool, stream);
     if (!made.ok()) return made.status();
     std::shared_ptr<const TreeCablesPlan> plan(std::move(*made));
@@ -48,7 +63,7 @@ class TreePlanCache {
     return plan;
   }
 
-  // The cached plan of `parent`, or null; builds nothing.
+  // The cached plan of `parent`, or null; builds nothing. Most recent first.
   std::shared_ptr<const TreeCablesPlan> Find(const int32_t* parent, int64_t n) {
     std::lock_guard<std::mutex> lock(plans_mu_);
     for (auto it = plans_.begin(); it != plans_.end(); ++it)
@@ -59,30 +74,18 @@ class TreePlanCache {
       }
     return nullptr;
   }
-  // Whether `parent` was asked for before without its plan being built (among the last
-  // kSeenKept such arrays, by n and a 64-bit hash of their values: a false match only builds a
-  // plan, and no array is copied); records it if not. A caller that builds a plan only for a
-  // tree it sees a second time (a time-stepping client's next step) pays no analysis for
-  // one-off requests.
-  static constexpr size_t kSeenKept = 16;
+  // Whether `parent` was asked for before without its plan being built (SeenKeys).
   bool SeenBefore(const int32_t* parent, int64_t n) {
-    const std::pair<int64_t, uint64_t> key(n, HashParents(parent, n));
+    const SeenKeys::Key key(n, HashParents(parent, n));
     std::lock_guard<std::mutex> lock(plans_mu_);
-    for (auto it = seen_.begin(); it != seen_.end(); ++it)
-      if (*it == key) {
-        seen_.erase(it);
-        return true;
-      }
-    seen_.push_front(key);
-    while (seen_.size() > kSeenKept) seen_.pop_back();
-    return false;
+    return seen_.SeenBefore(key);
   }
 
  private:
   static bool Same(const std::vector<int32_t>& kept, const int32_t* parent, int64_t n) {
     return int64_t(kept.size()) == n && std::memcmp(kept.data(), parent, size_t(n) * 4) == 0;
   }
-  std::list<std::pair<int64_t, uint64_t>> seen_;  // (n, hash); guarded by plans_mu_
+  SeenKeys seen_;  // guarded by plans_mu_
   std::mutex plans_mu_;
   std::list<std::pair<std::vector<int32_t>, std::shared_ptr<const TreeCablesPlan>>> plans_;
 };
@@ -126,22 +129,14 @@ class TreeCellsPlanCache {
     while (plans_.size() > kPlansKept) plans_.pop_back();
     return plan;
   }
-  // As TreePlanCache::SeenBefore, for a forest: (cells, nodes, a hash of the lengths and the
-  // parent values) among the last kSeenKept forests asked for without a plan built.
-  static constexpr size_t kSeenKept = 16;
+  // As TreePlanCache::SeenBefore, for a forest: its nodes and a hash of the cells, their
+  // lengths and the parent values.
   bool SeenBefore(const int32_t* parent, const int64_t* offsets, int64_t cells) {
     uint64_t h = HashParents(parent, offsets[cells]) ^ uint64_t(cells);
     for (int64_t k = 0; k <= cells; ++k) h = (h ^ uint64_t(offsets[k])) * 0xff51afd7ed558ccdull;
-    const std::pair<int64_t, uint64_t> key(offsets[cells], h);
+    const SeenKeys::Key key(offsets[cells], h);
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto it = seen_.begin(); it != seen_.end(); ++it)
-      if (*it == key) {
-        seen_.erase(it);
-        return true;
-      }
-    seen_.push_front(key);
-    while (seen_.size() > kSeenKept) seen_.pop_back();
-    return false;
+    return seen_.SeenBefore(key);
   }
 
  private:
@@ -159,7 +154,7 @@ class TreeCellsPlanCache {
   };
   std::mutex mu_;
   std::list<Entry> plans_;
-  std::list<std::pair<int64_t, uint64_t>> seen_;
+  SeenKeys seen_;  // guarded by mu_
 };
 
 }  // namespace trisolve::cuda
