@@ -2,6 +2,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <map>
 #include <random>
 #include <string>
 #include <utility>
@@ -115,6 +117,124 @@ TEST(CudaBlock, PreparedSystemsTestTheirSymmetryAgainAfterAnUpdate) {
       EXPECT_LE(BlockRelativeResidual(s.P(), y.data()), 1e-9) << info->method;
     }
   }
+}
+
+// A prepared block system keeps its method's setup on the device (the multigrid hierarchy,
+// cg's sign test): by handle, x is bit for bit the backend's one-shot answer on the same arrays
+// (status, method and iterations too), for every method with a setup, float64 and float32,
+// positive and negative definite, k = 1 and 2, and after updates (the diagonal scaled, then the
+// whole matrix negated array by array); and the answer's residual, from the host arrays, is
+// the CPU reference's to within the tolerance.
+template <typename T>
+void KeptMatchesOneShot(BlockMethod m, int sign, double tol) {
+  Sys<T> s = Experiment<T>(2, 96, 80);
+  if (sign < 0)
+    for (auto& [k, v] : s.a)
+      for (T& x : v) x = -x;
+  const std::string what = std::string(MethodName(m)) + (sizeof(T) == 8 ? " float64" : " float32") +
+                           (sign > 0 ? " positive" : " negative") + " definite";
+  SystemSpec spec;
+  spec.family = Family::kBlockTridiagonal;
+  spec.precision = sizeof(T) == 8 ? Precision::kFloat64 : Precision::kFloat32;
+  spec.n = s.N * s.M;
+  spec.block_N = s.N;
+  spec.block_M = s.M;
+  spec.method = uint8_t(m);
+  spec.block_options = {600, tol, false};
+  const auto names = CoefficientNames(Family::kBlockTridiagonal);
+  for (size_t i = 0; i < names.size(); ++i)
+    spec.coefficients[i] = s.a.at(std::string(names[i])).data();
+  auto system = Cuda()->Prepare(spec);
+  ASSERT_TRUE(system.ok()) << system.status();
+  if (m != BlockMethod::kCg) {
+    EXPECT_NE((*system)->prepared().find("multigrid hierarchy"), std::string::npos)
+        << (*system)->prepared();
+  }
+  const int64_t n = s.N * s.M;
+  // definite: the matrix is (negative or positive) definite now, so that the CPU reference's
+  // status must be the device's (on the matrices between, half negated, either may stop or
+  // break down an iteration apart).
+  auto round = [&](const std::string& when, bool definite) {
+    std::vector<T> two(size_t(2 * n));
+    for (int64_t e = 0; e < n; ++e) {
+      two[size_t(e)] = s.a.at("f")[size_t(e)];
+      two[size_t(n + e)] = T(0.5) * s.a.at("f")[size_t(e)] + T((e % 7) - 3);
+    }
+    for (int64_t j = 0; j < 2; ++j) {
+      Sys<T> one = s;
+      one.a["f"].assign(two.begin() + j * n, two.begin() + (j + 1) * n);
+      std::vector<T> y1(size_t(n), T(std::nan(""))), yk(size_t(n), T(std::nan(""))),
+          yc(static_cast<size_t>(n));
+      SystemStatus s1 = SystemStatus::kDiverged, sk = s1, sc = s1;
+      auto once = Cuda()->Solve(one.P(), m, spec.block_options, BlockOutput<T>{y1.data(), &s1},
+                                SolveControl{});
+      ASSERT_TRUE(once.ok()) << once.status();
+      auto kept = Cuda()->SolvePrepared(**system, RhsBlock<T>{one.a.at("f").data()}, yk.data(),
+                                        &sk, SolveControl{});
+      ASSERT_TRUE(kept.ok()) << kept.status();
+      EXPECT_EQ(sk, s1) << what << when;
+      EXPECT_EQ(kept->method, once->method) << what << when;
+      EXPECT_EQ(kept->iterations, once->iterations) << what << when;
+      EXPECT_EQ(std::memcmp(yk.data(), y1.data(), size_t(n) * sizeof(T)), 0)
+          << what << when << ", right-hand side " << j << ": x differs from the one-shot answer";
+      auto cpu = cpu::SolveBlockTridiagonal(one.P(), m, spec.block_options,
+                                            BlockOutput<T>{yc.data(), &sc});
+      ASSERT_TRUE(cpu.ok());
+      if (!definite) continue;
+      EXPECT_EQ(sk, sc) << what << when << ": " << kept->method << " / " << cpu->method;
+      const double rk = BlockRelativeResidual(one.P(), yk.data());
+      const double rc = BlockRelativeResidual(one.P(), yc.data());
+      if (sc == SystemStatus::kOk) {
+        EXPECT_LE(rk, 10 * tol) << what << when << ": " << kept->method;
+        EXPECT_LE(rc, 10 * tol) << what << when;
+      }
+    }
+    // k = 2 in one call: each block the one-shot answer (checked above).
+    std::vector<T> yk(two.size(), T(std::nan("")));
+    std::vector<SystemStatus> st(2, SystemStatus::kDiverged);
+    RhsBlock<T> block;
+    block.rhs = two.data();
+    block.k = 2;
+    auto both = Cuda()->SolvePrepared(**system, block, yk.data(), st.data(), SolveControl{});
+    ASSERT_TRUE(both.ok()) << both.status();
+    for (int64_t j = 0; j < 2; ++j) {
+      std::vector<T> y1(static_cast<size_t>(n));
+      SystemStatus s1;
+      auto r = Cuda()->SolvePrepared(**system, RhsBlock<T>{two.data() + j * n}, y1.data(), &s1,
+                                     SolveControl{});
+      ASSERT_TRUE(r.ok());
+      EXPECT_EQ(st[size_t(j)], s1);
+      EXPECT_EQ(std::memcmp(yk.data() + j * n, y1.data(), size_t(n) * sizeof(T)), 0)
+          << what << when << ", k = 2, block " << j;
+    }
+  };
+  round("", true);
+  std::vector<std::pair<std::string, std::vector<T>>> updates;
+  std::vector<T> c15 = s.a.at("cC");
+  for (T& x : c15) x *= T(1.5);
+  updates.push_back({"cC", c15});
+  for (size_t i = 0; i < names.size(); ++i) {
+    std::vector<T> v = names[i] == "cC" ? c15 : s.a.at(std::string(names[i]));
+    for (T& x : v) x = -x;
+    updates.push_back({std::string(names[i]), v});
+  }
+  for (size_t u = 0; u < updates.size(); ++u) {
+    const auto& [name, values] = updates[u];
+    ASSERT_TRUE(
+        (*system)->Update(CoefficientIndex(Family::kBlockTridiagonal, name), values.data()).ok());
+    s.a[name] = values;
+    round(", after updating " + name, u == 0 || u + 1 == updates.size());
+  }
+}
+
+TEST(CudaBlock, KeptSetupGivesTheOneShotAnswerBitForBit) {
+  REQUIRE_GPU();
+  for (auto m : {BlockMethod::kMultigridCg, BlockMethod::kCg, BlockMethod::kMultigridBicgstab,
+                 BlockMethod::kAuto})
+    for (int sign : {1, -1}) {
+      KeptMatchesOneShot<double>(m, sign, 1e-10);
+      KeptMatchesOneShot<float>(m, sign, 1e-5);
+    }
 }
 
 class CudaBlockFixedL

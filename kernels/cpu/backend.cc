@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <memory>
+#include <string>
 #include <thread>
 #include <variant>
 
@@ -59,6 +60,11 @@ class CpuBackend final : public Backend {
   // A dense system keeps its elimination (Gauss-Jordan's or LU's): each right-hand side then
   // costs O(n^2), and gives the x a one-shot solve would, bit for bit.
   absl::StatusOr<std::unique_ptr<PreparedSystem>> Prepare(const SystemSpec& spec) override {
+    if (spec.family == Family::kBlockTridiagonal) {
+      auto system = std::make_unique<BlockPrepared>(spec, this);
+      system->Setup();
+      return std::unique_ptr<PreparedSystem>(std::move(system));
+    }
     if (spec.family != Family::kDense || !cpu::Factorable(DenseMethod(spec.method)))
       return Backend::Prepare(spec);
     auto system = std::make_unique<DensePrepared>(spec, this);
@@ -112,11 +118,71 @@ class CpuBackend final : public Backend {
     CpuBackend* backend_;
   };
 
+  // A block-tridiagonal system keeps its method's setup (cpu::PrepareBlock: the multigrid
+  // hierarchy, the line factors, auto's symmetry and the pivot tests), built when it is made and
+  // again after an update: a solve by handle runs the iterations alone, x bit for bit the
+  // one-shot call's. Solves only read it.
+  class BlockPrepared final : public PreparedSystem {
+   public:
+    BlockPrepared(const SystemSpec& spec, CpuBackend* backend)
+        : PreparedSystem(spec), backend_(backend) {}
+    int64_t bytes() const override {
+      return PreparedSystem::bytes() + (f64 ? cpu::BlockSetupBytes(*f64) : 0) +
+             (f32 ? cpu::BlockSetupBytes(*f32) : 0);
+    }
+    std::string prepared() const override {
+      const std::string kept = f64 ? cpu::DescribeBlockSetup(*f64)
+                               : f32 ? cpu::DescribeBlockSetup(*f32) : std::string();
+      return kept.empty() ? PreparedSystem::prepared() : kept + " on the host";
+    }
+    absl::Status Update(int i, const void* values) override {
+      if (auto st = PreparedSystem::Update(i, values); !st.ok()) return st;
+      Setup();
+      return absl::OkStatus();
+    }
+    void Setup() {
+      Team team(*backend_, spec_.n);
+      const BlockMethod m = BlockMethod(spec_.method);
+      f64.reset();
+      f32.reset();
+      if (spec_.precision == Precision::kFloat64)
+        f64 = cpu::PrepareBlock(BlockOf<double>(spec_, nullptr), m, spec_.block_options);
+      else
+        f32 = cpu::PrepareBlock(BlockOf<float>(spec_, nullptr), m, spec_.block_options);
+    }
+    const cpu::BlockSetup<double>* Kept(double*) const { return f64.get(); }
+    const cpu::BlockSetup<float>* Kept(float*) const { return f32.get(); }
+
+   private:
+    CpuBackend* backend_;
+    std::shared_ptr<const cpu::BlockSetup<double>> f64;
+    std::shared_ptr<const cpu::BlockSetup<float>> f32;
+  };
+
+  template <typename T>
+  absl::StatusOr<SolveInfo> SolveKeptBlock(const BlockPrepared& system, RhsBlock<T> rhs, T* x,
+                                           SystemStatus* status, const SolveControl& c) {
+    const SystemSpec& s = system.spec();
+    const cpu::BlockSetup<T>* kept = system.Kept(static_cast<T*>(nullptr));
+    Team team(*this, s.n);
+    SolveInfo total;
+    for (int64_t j = 0; j < rhs.k; ++j) {
+      auto info = cpu::SolveBlockTridiagonal(BlockOf(s, rhs.rhs + j * s.n), BlockMethod(s.method),
+                                             s.block_options,
+                                             BlockOutput<T>{x + j * s.n, status + j}, c, kept);
+      if (!info.ok()) return info.status();
+      AccumulateSolveInfo(*info, j == 0, &total);
+    }
+    return total;
+  }
+
   template <typename T>
   absl::StatusOr<SolveInfo> SolvePreparedTyped(PreparedSystem& system, RhsBlock<T> rhs, T* x,
                                                SystemStatus* status, const SolveControl& c) {
     if (auto st = CheckSystemRange(system.spec(), rhs.first_system, rhs.systems); !st.ok())
       return st;
+    if (const auto* block = dynamic_cast<const BlockPrepared*>(&system))
+      return SolveKeptBlock(*block, rhs, x, status, c);
     auto* dense = dynamic_cast<DensePrepared*>(&system);
     const auto* f = dense ? std::get_if<cpu::DenseFactors<T>>(&dense->factors) : nullptr;
     if (f == nullptr) return SolveThroughBackend(*this, system, rhs, x, status, c);

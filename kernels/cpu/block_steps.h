@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -54,14 +55,65 @@ inline const char* BicgstabName(Precond k) {
                                 : "bicgstab";
 }
 
+// The line solves' factors: Thomas' elimination of every C_i with ThomasStrided's arithmetic
+// (the pivots' reciprocals and the normalised super-diagonals), so that applying the line
+// preconditioner is the two substitutions alone and gives ThomasStrided's x bit for bit.
+template <typename T>
+struct LineFactors {
+  std::vector<T> inv, cp;
+};
+
+// False where a pivot vanishes (ThomasStrided fails there for every right-hand side; the
+// caller then keeps no factors and the solves run ThomasStrided, as without them).
+template <typename T>
+bool FactorLines(const BlockTridiagonalProblem<T>& p, LineFactors<T>& f) {
+  const int64_t N = p.N, M = p.M;
+  f.inv.resize(size_t(N * M));
+  f.cp.resize(size_t(N * M));
+  bool vanished = false;
+#pragma omp parallel for schedule(static) reduction(|| : vanished)
+  for (int64_t i = 0; i < N; ++i) {
+    const T *a = p.aC + i * M, *b = p.cC + i * M, *c = p.bC + i * M;
+    T *inv = f.inv.data() + i * M, *cp = f.cp.data() + i * M;
+    if (PivotVanishes(b[0], std::abs(b[0]))) {
+      vanished = true;
+      continue;
+    }
+    inv[0] = T(1) / b[0];
+    cp[0] = M > 1 ? c[0] * inv[0] : T(0);
+    for (int64_t k = 1; k < M; ++k) {
+      const T ac = a[k] * cp[k - 1];
+      const T gamma = b[k] - ac;
+      if (PivotVanishes(gamma, std::abs(b[k]) + std::abs(ac))) {
+        vanished = true;
+        break;
+      }
+      inv[k] = T(1) / gamma;
+      cp[k] = k + 1 < M ? c[k] * inv[k] : T(0);
+    }
+  }
+  return !vanished;
+}
+
+// Line i's solve from its factors; false where x is not finite (as ThomasStrided).
+template <typename T>
+bool SolveFactoredLine(int64_t M, const T* a, const T* inv, const T* cp, const T* d, T* x) {
+  x[0] = d[0] * inv[0];
+  for (int64_t k = 1; k < M; ++k) x[k] = (d[k] - a[k] * x[k - 1]) * inv[k];
+  for (int64_t k = M - 2; k >= 0; --k) x[k] -= cp[k] * x[k + 1];
+  return AllFinite(M, 1, x);
+}
+
 // The CPU reference's step kernels for driver::Cg and driver::Bicgstab
 // (trisolve/driver/block_krylov.h): OpenMP loops, dots summed in a fixed order (Dot).
+// lines: the line solves' factors where they were kept (kLines), else each application
+// eliminates every line again.
 template <typename T>
 class CpuSteps {
  public:
   CpuSteps(const BlockTridiagonalProblem<T>& p, Precond kind,
-           const std::vector<MgLevel<T>>* levels)
-      : p_(p), size_(p.N * p.M), kind_(kind), levels_(levels) {
+           const std::vector<MgLevel<T>>* levels, const LineFactors<T>* lines = nullptr)
+      : p_(p), size_(p.N * p.M), kind_(kind), levels_(levels), lines_(lines) {
     if (levels) tmp_.resize(2 * levels->size());
   }
   const T* rhs() const { return p_.f; }
@@ -88,6 +140,14 @@ class CpuSteps {
     }
     const int64_t N = p_.N, M = p_.M;
     bool failed = false;
+    if (lines_) {
+#pragma omp parallel for schedule(static) reduction(|| : failed)
+      for (int64_t i = 0; i < N; ++i)
+        if (!SolveFactoredLine(M, p_.aC + i * M, lines_->inv.data() + i * M,
+                               lines_->cp.data() + i * M, in + i * M, out + i * M))
+          failed = true;
+      return !failed;
+    }
 #pragma omp parallel reduction(|| : failed)
     {
       std::vector<T> work(M);
@@ -142,6 +202,7 @@ class CpuSteps {
   int64_t size_;
   Precond kind_;
   const std::vector<MgLevel<T>>* levels_;
+  const LineFactors<T>* lines_;
   std::vector<std::vector<T>> tmp_;  // the V-cycle's coarse vectors
 };
 

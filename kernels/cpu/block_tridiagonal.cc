@@ -8,6 +8,10 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -116,33 +120,123 @@ bool AnyZeroRow(const BlockTridiagonalProblem<T>& p) {
   return false;
 }
 
-// CG preconditioned by the line solves (levels null) or the V-cycle of `levels`; sign: the
-// diagonals' (driver::Cg).
+// The multigrid hierarchy and its diagonals' tests (DiagonalSign, MgDiagonalsNonzero).
+template <typename T>
+struct MgSetup {
+  std::vector<MgLevel<T>> levels;
+  int sign = 0;
+  bool nonzero = false;
+};
+// The line solves' factors, where every line factored (ok).
+template <typename T>
+struct KeptLines {
+  bool ok = false;
+  LineFactors<T> f;
+};
+
+}  // namespace
+
+// Each member is set where it was built: a solve builds what is missing (SetupOf).
+template <typename T>
+struct BlockSetup {
+  std::optional<bool> symmetric;             // IsSymmetric: auto's choice
+  std::optional<bool> zero_row;              // AnyZeroRow
+  std::optional<bool> lines_singular;        // AnyLineSingular of the arrays as given
+  std::optional<bool> sweep_lines_singular;  // the same of the sweeps' (rows scaled or not)
+  std::optional<int> fine_sign;              // FineDiagonalSign: cg's
+  std::optional<MgSetup<T>> multigrid;
+  std::optional<KeptLines<T>> lines;
+};
+
+namespace {
+
+// A solve's setup: the kept one's parts where present, the rest built here at the first use
+// (once a solve: auto's fall-backs test the hierarchy and then precondition with it). The
+// kept parts are only read.
+template <typename T>
+class SetupOf {
+ public:
+  SetupOf(const BlockTridiagonalProblem<T>& p, const BlockSetup<T>* kept) : p_(p), kept_(kept) {}
+  bool Symmetric() {
+    return Get(&BlockSetup<T>::symmetric, [&] { return IsSymmetric(p_); });
+  }
+  bool ZeroRow() {
+    return Get(&BlockSetup<T>::zero_row, [&] { return AnyZeroRow(p_); });
+  }
+  bool LinesSingular() {
+    return Get(&BlockSetup<T>::lines_singular, [&] { return AnyLineSingular(p_); });
+  }
+  // q: the arrays the sweeps run on (p's rows scaled where the options ask).
+  bool SweepLinesSingular(const BlockTridiagonalProblem<T>& q) {
+    return Get(&BlockSetup<T>::sweep_lines_singular, [&] { return AnyLineSingular(q); });
+  }
+  int FineSign() {
+    return Get(&BlockSetup<T>::fine_sign, [&] { return FineDiagonalSign(p_); });
+  }
+  const MgSetup<T>& Multigrid() {
+    return Get(&BlockSetup<T>::multigrid, [&] {
+      MgSetup<T> m;
+      m.levels = BuildMultigrid(p_);
+      m.sign = DiagonalSign(m.levels);
+      m.nonzero = MgDiagonalsNonzero(m.levels);
+      return m;
+    });
+  }
+  // nullptr where a line's pivot vanishes (the line solves then eliminate as they go).
+  const LineFactors<T>* Lines() {
+    const KeptLines<T>& l = Get(&BlockSetup<T>::lines, [&] {
+      KeptLines<T> k;
+      k.ok = FactorLines(p_, k.f);
+      if (!k.ok) k.f = {};
+      return k;
+    });
+    return l.ok ? &l.f : nullptr;
+  }
+  // What was built here, for a prepared system to keep.
+  BlockSetup<T> Built() && { return std::move(own_); }
+
+ private:
+  template <typename V, typename F>
+  const V& Get(std::optional<V> BlockSetup<T>::*member, F build) {
+    if (kept_ != nullptr && (kept_->*member).has_value()) return *(kept_->*member);
+    if (!(own_.*member).has_value()) own_.*member = build();
+    return *(own_.*member);
+  }
+  const BlockTridiagonalProblem<T>& p_;
+  const BlockSetup<T>* kept_;
+  BlockSetup<T> own_;
+};
+
+// CG preconditioned by the line solves (levels null; their factors `lines` where kept) or the
+// V-cycle of `levels`; sign: the diagonals' (driver::Cg).
 template <typename T>
 absl::StatusOr<driver::KrylovResult> BlockCg(const BlockTridiagonalProblem<T>& p,
                                              const BlockOptions& o, T* y,
                                              const SolveControl& control, BlockMonitor& mon,
-                                             const std::vector<MgLevel<T>>* levels, int sign) {
+                                             const std::vector<MgLevel<T>>* levels,
+                                             const LineFactors<T>* lines, int sign) {
   const size_t size = size_t(p.N * p.M);
   std::vector<T> r(size), z(size), d(size), q(size);
-  CpuSteps<T> steps(p, levels ? Precond::kVCycle : Precond::kLines, levels);
+  CpuSteps<T> steps(p, levels ? Precond::kVCycle : Precond::kLines, levels, lines);
   return driver::Cg(steps, driver::CgVectors<T>{r.data(), z.data(), d.data(), q.data()}, y, o,
                     sign, levels ? "multigrid-cg" : "cg", control, mon);
 }
 
-// BiCGStab preconditioned by `kind` (driver::Bicgstab); the caller checks that it can run
-// (nonzero diagonals on every level, nonsingular lines).
+// BiCGStab preconditioned by `kind` (driver::Bicgstab; levels for the V-cycle, lines the
+// line solves' factors where kept); the caller checks that it can run (nonzero diagonals on
+// every level, nonsingular lines).
 template <typename T>
 absl::StatusOr<driver::KrylovResult> BlockBicgstab(const BlockTridiagonalProblem<T>& p,
                                                    const BlockOptions& o, T* y,
                                                    const SolveControl& control,
                                                    BlockMonitor& mon, Precond kind,
-                                                   int64_t max_iterations) {
+                                                   int64_t max_iterations,
+                                                   const std::vector<MgLevel<T>>* levels,
+                                                   const LineFactors<T>* lines) {
   const size_t size = size_t(p.N * p.M);
   std::vector<T> work(8 * size);
-  std::vector<MgLevel<T>> levels;
-  if (kind == Precond::kVCycle) levels = BuildMultigrid(p);
-  CpuSteps<T> steps(p, kind, &levels);
+  CpuSteps<T> steps(p, kind, kind == Precond::kVCycle ? levels : nullptr,
+                    kind == Precond::kLines ? lines : nullptr);
   T* w = work.data();
   driver::BicgstabVectors<T> v{w,            w + size,     w + 2 * size, w + 3 * size,
                                w + 4 * size, w + 5 * size, w + 6 * size, w + 7 * size};
@@ -168,13 +262,14 @@ template <typename T>
 absl::StatusOr<SolveInfo> BicgstabFallback(const BlockTridiagonalProblem<T>& p,
                                            const BlockOptions& o, T* y, SystemStatus* status,
                                            const SolveControl& control, BlockMonitor& mon,
-                                           int64_t max_iterations) {
+                                           int64_t max_iterations, SetupOf<T>& setup) {
   Precond kind = Precond::kNone;
-  if (DiagonalSign(BuildMultigrid(p)) != 0)
+  if (setup.Multigrid().sign != 0)
     kind = Precond::kVCycle;
-  else if (!AnyLineSingular(p))
+  else if (!setup.LinesSingular())
     kind = Precond::kLines;
-  auto r = BlockBicgstab(p, o, y, control, mon, kind, max_iterations);
+  auto r = BlockBicgstab(p, o, y, control, mon, kind, max_iterations, &setup.Multigrid().levels,
+                         kind == Precond::kLines ? setup.Lines() : nullptr);
   if (!r.ok()) return r.status();
   *status = r->status;
   return r->info;
@@ -218,15 +313,17 @@ SolveInfo ZeroRowAnswer(const BlockTridiagonalProblem<T>& p, std::string method,
   return info;
 }
 
+// The method's setup comes from `setup` (SetupOf: kept, or built at its first use).
 template <typename T>
 absl::StatusOr<SolveInfo> SolveBlock(const BlockTridiagonalProblem<T>& p0, BlockMethod method,
                                      const BlockOptions& options, BlockOutput<T> out,
-                                     const SolveControl& control, BlockMonitor& mon) {
+                                     const SolveControl& control, BlockMonitor& mon,
+                                     SetupOf<T>& setup) {
   const int64_t N = p0.N, M = p0.M, size = N * M;
   const bool automatic = method == BlockMethod::kAuto;
   if (automatic)
-    method = options.tol > 0 && IsSymmetric(p0) ? BlockMethod::kMultigridCg
-                                                 : BlockMethod::kGaussSeidel;
+    method = options.tol > 0 && setup.Symmetric() ? BlockMethod::kMultigridCg
+                                                   : BlockMethod::kGaussSeidel;
   auto start = [&] {
     if (p0.y0)
       std::copy(p0.y0, p0.y0 + size, out.y);
@@ -247,7 +344,7 @@ absl::StatusOr<SolveInfo> SolveBlock(const BlockTridiagonalProblem<T>& p0, Block
     if (!AllFinite(size, 1, out.y)) start();
     mon.set_offset(used);
     auto info = BicgstabFallback(p0, options, out.y, out.status, control, mon,
-                                 std::max<int64_t>(options.max_iterations - used, 1));
+                                 std::max<int64_t>(options.max_iterations - used, 1), setup);
     if (!info.ok()) return info;
     info->method = before + " -> " + info->method + " (" + why + ")";
     info->iterations += used;
@@ -257,30 +354,31 @@ absl::StatusOr<SolveInfo> SolveBlock(const BlockTridiagonalProblem<T>& p0, Block
       method == BlockMethod::kMultigridBicgstab) {
     // The line preconditioner already holds the diagonal: the row scaling (which would break
     // the symmetry CG needs) is not applied.
-    if (AnyZeroRow(p0))  // singular to working precision whatever the method
+    if (setup.ZeroRow())  // singular to working precision whatever the method
       return ZeroRowAnswer(p0, std::string(MethodName(method)), out);
     start();
     if (method == BlockMethod::kMultigridBicgstab) {
-      if (!MgDiagonalsNonzero(BuildMultigrid(p0)))
-        return not_run("a zero diagonal on a multigrid level");
+      if (!setup.Multigrid().nonzero) return not_run("a zero diagonal on a multigrid level");
       auto r = BlockBicgstab(p0, options, out.y, control, mon, Precond::kVCycle,
-                             options.max_iterations);
+                             options.max_iterations, &setup.Multigrid().levels,
+                             static_cast<const LineFactors<T>*>(nullptr));
       if (!r.ok()) return r.status();
       out.status[0] = r->status;
       return r->info;
     }
     const bool multigrid = method == BlockMethod::kMultigridCg;
-    std::vector<MgLevel<T>> levels;
-    if (multigrid) levels = BuildMultigrid(p0);
-    const int sign = multigrid ? DiagonalSign(levels) : FineDiagonalSign(p0);
+    const int sign = multigrid ? setup.Multigrid().sign : setup.FineSign();
     const char* why = "not definite: diagonals of both signs";
     // (auto never runs cg by name: it picks multigrid-cg.)
-    if (!multigrid && sign != 0 && AnyLineSingular(p0)) return not_run("a line block is singular");
+    if (!multigrid && sign != 0 && setup.LinesSingular())
+      return not_run("a line block is singular");
     if (sign == 0) {
       if (!automatic) return not_run(why);
       return fallback(std::string(MethodName(method)) + " skipped", why, 0);
     }
-    auto r = BlockCg(p0, options, out.y, control, mon, multigrid ? &levels : nullptr, sign);
+    auto r = BlockCg(p0, options, out.y, control, mon,
+                     multigrid ? &setup.Multigrid().levels : nullptr,
+                     multigrid ? nullptr : setup.Lines(), sign);
     if (!r.ok()) return r.status();
     out.status[0] = r->status;
     if (automatic && r->indefinite)
@@ -320,9 +418,9 @@ absl::StatusOr<SolveInfo> SolveBlock(const BlockTridiagonalProblem<T>& p0, Block
   }
 
   T* y = out.y;
-  if (AnyLineSingular(p)) {
+  if (setup.SweepLinesSingular(p)) {
     if (automatic) {  // the thesis' line solves cannot run; the matrix may be nonsingular
-      if (AnyZeroRow(p0)) {  // (the residual left unset, NaN: as the Krylov paths it is not)
+      if (setup.ZeroRow()) {  // (the residual left unset, NaN: as the Krylov paths it is not)
         std::fill(y, y + size, T(0));
         out.status[0] = SystemStatus::kSingular;
         info.method += " (a row of A is zero)";
@@ -411,13 +509,15 @@ template <typename T>
 absl::StatusOr<SolveInfo> BlockIndefinite(const BlockTridiagonalProblem<T>& p,
                                           const BlockOptions& options, BlockOutput<T> out,
                                           const SolveControl& control, BlockMonitor& mon) {
-  if (AnyZeroRow(p)) return ZeroRowAnswer(p, "bicgstab", out);
+  SetupOf<T> setup(p, nullptr);
+  if (setup.ZeroRow()) return ZeroRowAnswer(p, "bicgstab", out);
   const int64_t size = p.N * p.M;
   if (p.y0)
     std::copy(p.y0, p.y0 + size, out.y);
   else
     std::fill(out.y, out.y + size, T(0));
-  return BicgstabFallback(p, options, out.y, out.status, control, mon, options.max_iterations);
+  return BicgstabFallback(p, options, out.y, out.status, control, mon, options.max_iterations,
+                          setup);
 }
 
 }  // namespace
@@ -425,12 +525,79 @@ absl::StatusOr<SolveInfo> BlockIndefinite(const BlockTridiagonalProblem<T>& p,
 template <typename T>
 absl::StatusOr<SolveInfo> SolveBlockTridiagonal(const BlockTridiagonalProblem<T>& p,
                                                 BlockMethod method, const BlockOptions& options,
-                                                BlockOutput<T> out, const SolveControl& control) {
+                                                BlockOutput<T> out, const SolveControl& control,
+                                                const BlockSetup<T>* kept) {
   BlockMonitor mon(control);
-  auto info = SolveBlock(p, method, options, out, control, mon);
+  SetupOf<T> setup(p, kept);
+  auto info = SolveBlock(p, method, options, out, control, mon, setup);
   if (info.ok()) mon.Finish(&*info);
   return info;
 }
+
+// Builds what SolveBlock would ask `setup` for on this matrix, whatever the right-hand side
+// (the paths that depend on it -- CG meeting indefiniteness, auto's fall-backs -- included):
+// its steps, in its order.
+template <typename T>
+std::shared_ptr<const BlockSetup<T>> PrepareBlock(const BlockTridiagonalProblem<T>& p,
+                                                  BlockMethod method,
+                                                  const BlockOptions& options) {
+  SetupOf<T> setup(p, nullptr);
+  const bool automatic = method == BlockMethod::kAuto;
+  if (automatic)
+    method = options.tol > 0 && setup.Symmetric() ? BlockMethod::kMultigridCg
+                                                  : BlockMethod::kGaussSeidel;
+  // auto's fall-back (BicgstabFallback): the hierarchy, else the line solves.
+  auto fallback = [&] {
+    if (setup.Multigrid().sign == 0 && !setup.LinesSingular()) setup.Lines();
+  };
+  if (method == BlockMethod::kCg || method == BlockMethod::kMultigridCg ||
+      method == BlockMethod::kMultigridBicgstab) {
+    if (!setup.ZeroRow()) {
+      if (method == BlockMethod::kMultigridBicgstab) {
+        setup.Multigrid();
+      } else if (method == BlockMethod::kMultigridCg) {
+        if (automatic) fallback();  // (CG may meet indefiniteness with either sign)
+        setup.Multigrid();
+      } else if (setup.FineSign() != 0 && !setup.LinesSingular()) {
+        setup.Lines();
+      }
+    }
+  } else if (!options.scale_rows) {  // the sweeps' test on scaled rows is left to each solve
+    if (setup.SweepLinesSingular(p) && automatic && !setup.ZeroRow()) fallback();
+  }
+  return std::make_shared<const BlockSetup<T>>(std::move(setup).Built());
+}
+
+template <typename T>
+int64_t BlockSetupBytes(const BlockSetup<T>& s) {
+  int64_t values = 0;
+  if (s.multigrid)
+    for (const auto& l : s.multigrid->levels) values += 5 * l.N * l.M;
+  if (s.lines) values += int64_t(s.lines->f.inv.size() + s.lines->f.cp.size());
+  return values * int64_t(sizeof(T)) + int64_t(sizeof(BlockSetup<T>));
+}
+
+template <typename T>
+std::string DescribeBlockSetup(const BlockSetup<T>& s) {
+  std::vector<std::string> parts;
+  if (s.multigrid)
+    parts.push_back("multigrid hierarchy (" + std::to_string(s.multigrid->levels.size()) +
+                    " levels)");
+  if (s.lines && s.lines->ok) parts.push_back("line factors");
+  if (s.symmetric) parts.push_back(*s.symmetric ? "symmetric" : "not symmetric");
+  std::string out;
+  for (size_t i = 0; i < parts.size(); ++i) out += (i ? ", " : "") + parts[i];
+  return out;
+}
+
+#define TRISOLVE_BLOCK_SETUP(T)                                                           \
+  template std::shared_ptr<const BlockSetup<T>> PrepareBlock(                             \
+      const BlockTridiagonalProblem<T>&, BlockMethod, const BlockOptions&);               \
+  template int64_t BlockSetupBytes(const BlockSetup<T>&);                                 \
+  template std::string DescribeBlockSetup(const BlockSetup<T>&);
+TRISOLVE_BLOCK_SETUP(double)
+TRISOLVE_BLOCK_SETUP(float)
+#undef TRISOLVE_BLOCK_SETUP
 
 template <typename T>
 absl::StatusOr<SolveInfo> SolveBlockIndefinite(const BlockTridiagonalProblem<T>& p,
@@ -450,10 +617,10 @@ template absl::StatusOr<SolveInfo> SolveBlockIndefinite(const BlockTridiagonalPr
                                                         const SolveControl&);
 template absl::StatusOr<SolveInfo> SolveBlockTridiagonal(
     const BlockTridiagonalProblem<double>&, BlockMethod, const BlockOptions&,
-    BlockOutput<double>, const SolveControl&);
+    BlockOutput<double>, const SolveControl&, const BlockSetup<double>*);
 template absl::StatusOr<SolveInfo> SolveBlockTridiagonal(
     const BlockTridiagonalProblem<float>&, BlockMethod, const BlockOptions&,
-    BlockOutput<float>, const SolveControl&);
+    BlockOutput<float>, const SolveControl&, const BlockSetup<float>*);
 
 }  // namespace cpu
 

@@ -168,7 +168,8 @@ absl::StatusOr<SolveInfo> CudaBackend::SolveBlockOnDevice(const BlockTridiagonal
                                                           const BlockOptions& o, BlockOutput<T> out,
                                                           const SolveControl& c,
                                                           const Resident<T>* resident,
-                                                          std::optional<bool> symmetric) {
+                                                          std::optional<bool> symmetric,
+                                                          const cuda::BlockDeviceSetup<T>* setup) {
   const cuda::UseTuning tuned(&tuning_, cuda::UseTuning::kUnlessSet);
   const int64_t size = p.N * p.M;
   const bool automatic = m == BlockMethod::kAuto;
@@ -189,7 +190,8 @@ absl::StatusOr<SolveInfo> CudaBackend::SolveBlockOnDevice(const BlockTridiagonal
         else
           TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dx, 0, size * sizeof(T), stream));
         BlockTridiagonalProblem<T> dp{p.N, p.M, d[0], d[1], d[2], d[3], d[4], d[5], nullptr};
-        auto r = cuda::SolveBlockTridiagonalDevice(dp, m, o, dx, &st, device_pool_, c, stream);
+        auto r = cuda::SolveBlockTridiagonalDevice(dp, m, o, dx, &st, device_pool_, c, stream,
+                                                   setup);
         if (!r.ok()) return r.status();
         solved = *r;
         // Singular or diverged: the answer is zeros (Staged zeroes flagged systems).
@@ -682,10 +684,12 @@ template absl::StatusOr<SolveInfo> CudaBackend::SolveTriVariable<float>(
     const SolveControl&, const Resident<float>*);
 template absl::StatusOr<SolveInfo> CudaBackend::SolveBlockOnDevice<double>(
     const BlockTridiagonalProblem<double>&, BlockMethod, const BlockOptions&, BlockOutput<double>,
-    const SolveControl&, const Resident<double>*, std::optional<bool>);
+    const SolveControl&, const Resident<double>*, std::optional<bool>,
+    const cuda::BlockDeviceSetup<double>*);
 template absl::StatusOr<SolveInfo> CudaBackend::SolveBlockOnDevice<float>(
     const BlockTridiagonalProblem<float>&, BlockMethod, const BlockOptions&, BlockOutput<float>,
-    const SolveControl&, const Resident<float>*, std::optional<bool>);
+    const SolveControl&, const Resident<float>*, std::optional<bool>,
+    const cuda::BlockDeviceSetup<float>*);
 template absl::StatusOr<SolveInfo> CudaBackend::SolveDenseOnDevice<double>(
     const DenseProblem<double>&, DenseMethod, DenseOutput<double>, const SolveControl&,
     const Resident<double>*);

@@ -204,6 +204,7 @@ class CudaBackend final : public Backend {
       if (auto st = system->Upload(i); !st.ok()) return st;
     if (s.family == Family::kTree && s.variable())
       if (auto st = KeepCellPlan(*system); !st.ok()) return st;
+    if (auto st = KeepBlockSetup(*system); !st.ok()) return st;
     return std::unique_ptr<PreparedSystem>(std::move(system));
   }
   absl::StatusOr<SolveInfo> SolvePrepared(PreparedSystem& system, RhsBlock<double> rhs, double* x,
@@ -273,14 +274,20 @@ class CudaBackend final : public Backend {
     DevicePrepared(const SystemSpec& spec, CudaBackend* backend)
         : PreparedSystem(spec), backend_(backend) {}
     int64_t bytes() const override {
-      return PreparedSystem::bytes() + device.size() + replicated.size() + factors.size();
+      return PreparedSystem::bytes() + device.size() + replicated.size() + factors.size() +
+             (block_f64 ? cuda::BlockDeviceSetupBytes(*block_f64) : 0) +
+             (block_f32 ? cuda::BlockDeviceSetupBytes(*block_f32) : 0);
     }
     std::string prepared() const override {
       if (factors.size() > 0)
         return absl::StrCat(factors_kind == cuda::DenseFactorsKind::kLu ? "LU" : "Gauss-Jordan",
                             " factors on CUDA device ", backend_->options_.device);
       if (keeps_factors) return "the host copy (the factorisation failed at the last update)";
-      return absl::StrCat("coefficients on CUDA device ", backend_->options_.device);
+      const std::string block = block_f64   ? cuda::DescribeBlockDeviceSetup(*block_f64)
+                                : block_f32 ? cuda::DescribeBlockDeviceSetup(*block_f32)
+                                            : std::string();
+      return absl::StrCat("coefficients", block.empty() ? "" : " and " + block,
+                          " on CUDA device ", backend_->options_.device);
     }
     const Backend* holder() const override { return backend_; }
     absl::Status Update(int i, const void* values) override {
@@ -292,7 +299,8 @@ class CudaBackend final : public Backend {
       symmetric_.store(kUnknown);
       if (keeps_factors) return backend_->KeepDenseFactors(*this);
       if (IsTreeParent(spec_, i) && spec_.variable()) return backend_->KeepCellPlan(*this);
-      return Upload(i);
+      if (auto st = Upload(i); !st.ok()) return st;
+      return backend_->KeepBlockSetup(*this);
     }
     std::shared_ptr<const cuda::TreeCellsPlan> CellPlan() const {
       std::lock_guard<std::mutex> lock(plan_mu_);
@@ -329,6 +337,15 @@ class CudaBackend final : public Backend {
       return r;
     }
 
+    // A block system's method setup on the device (KeepBlockSetup), the one of its precision.
+    std::shared_ptr<const cuda::BlockDeviceSetup<double>> block_f64;
+    std::shared_ptr<const cuda::BlockDeviceSetup<float>> block_f32;
+    template <typename T>
+    const cuda::BlockDeviceSetup<T>* BlockKept() const {
+      if constexpr (sizeof(T) == 8) return block_f64.get();
+      else return block_f32.get();
+    }
+
     cuda::Pool::Buffer device;
     std::array<int64_t, kMaxCoefficients> offset{};
     cuda::Pool::Buffer replicated;
@@ -352,6 +369,37 @@ class CudaBackend final : public Backend {
     mutable std::mutex plan_mu_;
     std::shared_ptr<const cuda::TreeCellsPlan> cell_plan_;
   };
+
+  // A block system's method setup on the device (cuda::PrepareBlockDevice: the multigrid
+  // hierarchy, cg's sign test), from its device copy, for the method a solve resolves auto to:
+  // made when the system is prepared and again after every update, then only read by solves.
+  absl::Status KeepBlockSetup(DevicePrepared& s) {
+    if (s.spec().family != Family::kBlockTridiagonal) return absl::OkStatus();
+    s.block_f64.reset();
+    s.block_f32.reset();
+    return s.spec().precision == Precision::kFloat64 ? KeepBlockSetup<double>(s, s.block_f64)
+                                                     : KeepBlockSetup<float>(s, s.block_f32);
+  }
+  template <typename T>
+  absl::Status KeepBlockSetup(DevicePrepared& s,
+                              std::shared_ptr<const cuda::BlockDeviceSetup<T>>& kept) {
+    const SystemSpec& spec = s.spec();
+    const BlockTridiagonalProblem<T> host = BlockOf<T>(spec, nullptr);
+    const BlockMethod m = BlockMethod(spec.method);
+    std::optional<bool> symmetric;  // (as SolvePreparedOnDevice asks)
+    if (m == BlockMethod::kAuto && spec.block_options.tol > 0) symmetric = s.Symmetric(host);
+    const Resident<T> r = s.ResidentOf<T>(s.device, s.offset);
+    const BlockTridiagonalProblem<T> dp{spec.block_N, spec.block_M, r[0], r[1], r[2], r[3],
+                                        r[4], nullptr, nullptr};
+    UseDevice();
+    const cuda::Stager::LaneLease lease(&stager_);
+    auto made = cuda::PrepareBlockDevice(
+        dp, cuda::ResolveBlockMethod(host, m, spec.block_options, symmetric), device_pool_,
+        lease.lane().stream);
+    if (!made.ok()) return made.status();
+    kept = *std::move(made);
+    return absl::OkStatus();
+  }
 
   // A prepared forest's per-cell plan, from the cache or built now, for the method's kernel;
   // none where the solves will not read one (hines, auto at the host's sizes).
@@ -422,7 +470,8 @@ class CudaBackend final : public Backend {
   absl::StatusOr<SolveInfo> SolveResident(const SystemSpec& hs, const Resident<T>& resident,
                                           const T* rhs, T* x, SystemStatus* status,
                                           const SolveControl& c,
-                                          std::optional<bool> symmetric = std::nullopt) {
+                                          std::optional<bool> symmetric = std::nullopt,
+                                          const DevicePrepared* dp = nullptr) {
     switch (hs.family) {
       case Family::kTridiagonal:
         return SolveTri(TridiagonalOf(hs, rhs), TridiagonalMethod(hs.method),
@@ -432,7 +481,8 @@ class CudaBackend final : public Backend {
                                  c, &resident);
       case Family::kBlockTridiagonal:
         return SolveBlockOnDevice(BlockOf(hs, rhs), BlockMethod(hs.method), hs.block_options,
-                                  BlockOutput<T>{x, status}, c, &resident, symmetric);
+                                  BlockOutput<T>{x, status}, c, &resident, symmetric,
+                                  dp ? dp->BlockKept<T>() : nullptr);
       case Family::kDense:
         return SolveDenseOnDevice(DenseOf(hs, rhs), DenseMethod(hs.method),
                                   DenseOutput<T>{x, status}, c, &resident);
@@ -499,7 +549,7 @@ class CudaBackend final : public Backend {
     if (s.family == Family::kBlockTridiagonal && BlockMethod(s.method) == BlockMethod::kAuto &&
         s.block_options.tol > 0)
       symmetric = dp->Symmetric(BlockOf(s, rhs.rhs));
-    if (rhs.k == 1) return SolveResident(s, resident, rhs.rhs, x, status, c, symmetric);
+    if (rhs.k == 1) return SolveResident(s, resident, rhs.rhs, x, status, c, symmetric, dp);
     if ((s.family == Family::kTridiagonal || s.family == Family::kTree) &&
         system.spec().batch == 1) {
       if (auto st = Replicate(*dp, rhs.k, rhs.layout); !st.ok()) return st;
@@ -511,7 +561,7 @@ class CudaBackend final : public Backend {
     const int64_t block = s.rhs_values();
     for (int64_t j = 0; j < rhs.k; ++j) {
       auto info = SolveResident(s, resident, rhs.rhs + j * block, x + j * block,
-                                status + j * s.batch, c, symmetric);
+                                status + j * s.batch, c, symmetric, dp);
       if (!info.ok()) return info.status();
       AccumulateSolveInfo(*info, j == 0, &total);
     }
@@ -729,7 +779,8 @@ class CudaBackend final : public Backend {
                                                const BlockOptions& o, BlockOutput<T> out,
                                                const SolveControl& c,
                                                const Resident<T>* resident = nullptr,
-                                               std::optional<bool> symmetric = std::nullopt);
+                                               std::optional<bool> symmetric = std::nullopt,
+                                               const cuda::BlockDeviceSetup<T>* kept = nullptr);
 
   template <typename T>
   absl::StatusOr<SolveInfo> SolveDenseOnDevice(const DenseProblem<T>& p, DenseMethod m,

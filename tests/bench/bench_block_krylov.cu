@@ -4,6 +4,9 @@
 // a change to the shared driver (trisolve/driver/block_krylov.h) or to a backend's steps: the
 // columns after '|' must be identical (the device's sums are in a fixed order), the times
 // within their run-to-run spread (alternate the builds: the second of a pair runs slower).
+// Each case's second line times the solve again with the setup a prepared system keeps
+// (cuda::PrepareBlockDevice: the hierarchy, cg's sign test) and the setup alone; its
+// fingerprint must be the first line's ("same bits").
 //   bench_block_krylov [REPS=5]   (median of REPS after a warm-up; of 3 where a solve > 50 ms)
 #include <cuda_runtime.h>
 
@@ -60,15 +63,39 @@ void Case(cuda::Pool& pool, int which, int64_t NM, BlockMethod m, double tol, in
         if (!info.ok()) std::exit(2);
         last = *info;
       });
-  std::vector<T> h(NM * NM);
-  CK(cudaMemcpy(h.data(), d.y, h.size() * sizeof(T), cudaMemcpyDeviceToHost));
-  uint64_t x = 1469598103934665603ull;
-  auto* b = reinterpret_cast<const unsigned char*>(h.data());
-  for (size_t i = 0; i < h.size() * sizeof(T); ++i) x = (x ^ b[i]) * 1099511628211ull;
+  auto hash = [&] {
+    std::vector<T> h(NM * NM);
+    CK(cudaMemcpy(h.data(), d.y, h.size() * sizeof(T), cudaMemcpyDeviceToHost));
+    uint64_t x = 1469598103934665603ull;
+    auto* b = reinterpret_cast<const unsigned char*>(h.data());
+    for (size_t i = 0; i < h.size() * sizeof(T); ++i) x = (x ^ b[i]) * 1099511628211ull;
+    return x;
+  };
+  const uint64_t x = hash();
   std::printf("exp%d f%zu %5lld %-20s %9.3f ms | %s it=%lld st=%d res=%a y=%016llx\n", which,
               8 * sizeof(T), (long long)NM, std::string(MethodName(m)).c_str(), ms,
               last.method.c_str(), (long long)last.iterations, int(st), last.residual,
               (unsigned long long)x);
+  std::fflush(stdout);
+  // The same solve with the setup kept (what a solve by handle runs), and the setup alone.
+  const double setup_ms = bench::TimeIt(reps, [&] {
+    if (!cuda::PrepareBlockDevice(d.prob, m, pool, nullptr).ok()) std::exit(2);
+  });
+  auto kept = cuda::PrepareBlockDevice(d.prob, m, pool, nullptr);
+  if (!kept.ok()) std::exit(2);
+  SolveInfo again;
+  const double kept_ms = bench::TimeIt(
+      reps, [&] { CK(cudaMemset(d.y, 0, NM * NM * sizeof(T))); },
+      [&] {
+        auto info = cuda::SolveBlockTridiagonalDevice(d.prob, m, o, d.y, &st, pool, SolveControl{},
+                                                      nullptr, kept->get());
+        if (!info.ok()) std::exit(2);
+        again = *info;
+      });
+  const uint64_t xk = hash();
+  std::printf("     kept setup %23.3f ms (setup alone %.3f ms) | it=%lld y=%016llx %s\n",
+              kept_ms, setup_ms, (long long)again.iterations, (unsigned long long)xk,
+              xk == x && again.iterations == last.iterations ? "same bits" : "DIFFERENT BITS");
   std::fflush(stdout);
 }
 

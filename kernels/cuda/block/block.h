@@ -22,6 +22,8 @@
 
 #include <cuda_runtime.h>
 
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -44,15 +46,35 @@ BlockMethod ResolveBlockMethod(const BlockTridiagonalProblem<T>& p, BlockMethod 
                                const BlockOptions& options,
                                std::optional<bool> symmetric = std::nullopt);
 
+// What a prepared block system keeps on the device between solves (krylov.cu): for
+// multigrid-cg and multigrid-bicgstab the hierarchy's levels and their diagonals' signs, for cg
+// the fine diagonals' sign. Built from the device copy of the coefficients by the kernels a
+// solve would run (the same values); only read by the solves, which give the V-cycle coarse
+// vectors of their own.
+template <typename T>
+struct BlockDeviceSetup;
+// The setup of `method` (resolved: not auto) for p's coefficients (device arrays; f unread);
+// nullptr for a method with nothing to keep. Synchronises `stream`.
+template <typename T>
+absl::StatusOr<std::shared_ptr<const BlockDeviceSetup<T>>> PrepareBlockDevice(
+    const BlockTridiagonalProblem<T>& p, BlockMethod method, Pool& pool, cudaStream_t stream);
+template <typename T>
+int64_t BlockDeviceSetupBytes(const BlockDeviceSetup<T>& setup);
+template <typename T>
+std::string DescribeBlockDeviceSetup(const BlockDeviceSetup<T>& setup);
+
 // p's arrays and y (in: the initial guess, out: the iterate) are device arrays in the natural
 // layout (row i at i * M). Fills status like the CPU reference. auto here is red-black (the
-// backend resolves it first, ResolveBlockMethod).
+// backend resolves it first, ResolveBlockMethod). kept: PrepareBlockDevice's for p's
+// coefficients and this method, used instead of building the setup again (x bit for bit the
+// same).
 template <typename T>
 absl::StatusOr<SolveInfo> SolveBlockTridiagonalDevice(const BlockTridiagonalProblem<T>& p,
                                                       BlockMethod method,
                                                       const BlockOptions& options, T* y,
                                                       SystemStatus* status, Pool& pool,
                                                       const SolveControl& control,
-                                                      cudaStream_t stream);
+                                                      cudaStream_t stream,
+                                                      const BlockDeviceSetup<T>* kept = nullptr);
 
 }  // namespace trisolve::cuda

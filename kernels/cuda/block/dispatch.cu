@@ -20,15 +20,16 @@ absl::StatusOr<SolveInfo> SolveBlockTridiagonalDevice(const BlockTridiagonalProb
                                                       const BlockOptions& o, T* y,
                                                       SystemStatus* status, Pool& pool,
                                                       const SolveControl& control,
-                                                      cudaStream_t stream) {
+                                                      cudaStream_t stream,
+                                                      const BlockDeviceSetup<T>* kept) {
   if (method == BlockMethod::kAuto) method = BlockMethod::kRedBlack;  // (ResolveBlockMethod: cg)
   BlockMonitor mon(control);
   absl::StatusOr<SolveInfo> info;
   if (method == BlockMethod::kMultigridBicgstab)
-    info = BicgstabDevice(p, o, y, status, pool, control, mon, stream);
+    info = BicgstabDevice(p, o, y, status, pool, control, mon, stream, kept);
   else if (method == BlockMethod::kCg || method == BlockMethod::kMultigridCg)
     info = CgDevice(p, o, y, status, pool, control, mon, stream,
-                    method == BlockMethod::kMultigridCg);
+                    method == BlockMethod::kMultigridCg, kept);
   else
     info = SweepsDevice(p, method, o, y, status, pool, control, mon, stream);
   if (info.ok()) mon.Finish(&*info);
@@ -41,9 +42,9 @@ template BlockMethod ResolveBlockMethod(const BlockTridiagonalProblem<float>&, B
                                         const BlockOptions&, std::optional<bool>);
 template absl::StatusOr<SolveInfo> SolveBlockTridiagonalDevice(
     const BlockTridiagonalProblem<double>&, BlockMethod, const BlockOptions&, double*,
-    SystemStatus*, Pool&, const SolveControl&, cudaStream_t);
+    SystemStatus*, Pool&, const SolveControl&, cudaStream_t, const BlockDeviceSetup<double>*);
 template absl::StatusOr<SolveInfo> SolveBlockTridiagonalDevice(
     const BlockTridiagonalProblem<float>&, BlockMethod, const BlockOptions&, float*,
-    SystemStatus*, Pool&, const SolveControl&, cudaStream_t);
+    SystemStatus*, Pool&, const SolveControl&, cudaStream_t, const BlockDeviceSetup<float>*);
 
 }  // namespace trisolve::cuda

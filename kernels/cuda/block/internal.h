@@ -11,19 +11,24 @@
 
 namespace trisolve::cuda {
 
+template <typename T>
+struct BlockDeviceSetup;  // block.h
+
 // Conjugate gradients preconditioned by the line solves, or (multigrid) by the V-cycle.
 template <typename T>
 absl::StatusOr<SolveInfo> CgDevice(const BlockTridiagonalProblem<T>& p, const BlockOptions& o,
                                    T* y, SystemStatus* status, Pool& pool,
                                    const SolveControl& control, BlockMonitor& mon,
-                                   cudaStream_t stream, bool multigrid);
+                                   cudaStream_t stream, bool multigrid,
+                                   const BlockDeviceSetup<T>* kept);
 
 // BiCGStab right-preconditioned by the V-cycle.
 template <typename T>
 absl::StatusOr<SolveInfo> BicgstabDevice(const BlockTridiagonalProblem<T>& p,
                                          const BlockOptions& o, T* y, SystemStatus* status,
                                          Pool& pool, const SolveControl& control,
-                                         BlockMonitor& mon, cudaStream_t stream);
+                                         BlockMonitor& mon, cudaStream_t stream,
+                                         const BlockDeviceSetup<T>* kept);
 
 // Each feeds `mon` (BlockMonitor) where it reads its residual back anyway; the dispatch
 // finishes it.

@@ -4,9 +4,12 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "block/block.h"
 #include "block/internal.h"
 #include "block/multigrid.cuh"
 #include "block/vector_kernels.cuh"
@@ -158,7 +161,63 @@ absl::StatusOr<SolveInfo> Answer(absl::StatusOr<driver::KrylovResult> r, SystemS
   return std::move(r->info);
 }
 
+// The fine diagonals' common sign (cg's definiteness test), through the device bytes
+// flags[0..2], zeroed again after.
+template <typename T>
+absl::StatusOr<int> FineDiagonalSign(const BlockTridiagonalProblem<T>& p, uint8_t* flags,
+                                     cudaStream_t stream) {
+  const int64_t size = p.N * p.M;
+  MgDiagonalCheck<T><<<Blocks(size), kThreads, 0, stream>>>(size, p.cC, flags);
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  uint8_t bad[3] = {0, 0, 0};
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(bad, flags, 3, cudaMemcpyDeviceToHost, stream));
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flags, 0, 3, stream));
+  return SignsOf(bad).sign;
+}
+
 }  // namespace
+
+template <typename T>
+struct BlockDeviceSetup {
+  std::optional<MgHierarchy<T>> mg;  // multigrid-cg, multigrid-bicgstab: levels without vectors
+  std::optional<int> fine_sign;      // cg
+};
+
+template <typename T>
+absl::StatusOr<std::shared_ptr<const BlockDeviceSetup<T>>> PrepareBlockDevice(
+    const BlockTridiagonalProblem<T>& p, BlockMethod method, Pool& pool, cudaStream_t stream) {
+  if (method != BlockMethod::kCg && method != BlockMethod::kMultigridCg &&
+      method != BlockMethod::kMultigridBicgstab)
+    return std::shared_ptr<const BlockDeviceSetup<T>>();
+  auto flag_buf = pool.Get(256);
+  if (!flag_buf.ok()) return flag_buf.status();
+  auto* flags = flag_buf->template as<uint8_t>();
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flags, 0, 3, stream));
+  auto s = std::make_shared<BlockDeviceSetup<T>>();
+  if (method == BlockMethod::kCg) {
+    auto sign = FineDiagonalSign(p, flags, stream);
+    if (!sign.ok()) return sign.status();
+    s->fine_sign = *sign;
+  } else {
+    auto h = BuildMgDevice(p, pool, flags, stream, /*vectors=*/false);  // (synchronises)
+    if (!h.ok()) return h.status();
+    s->mg = std::move(*h);
+  }
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  return std::shared_ptr<const BlockDeviceSetup<T>>(std::move(s));
+}
+
+template <typename T>
+int64_t BlockDeviceSetupBytes(const BlockDeviceSetup<T>& s) {
+  return s.mg ? s.mg->buf.size() : 0;
+}
+
+template <typename T>
+std::string DescribeBlockDeviceSetup(const BlockDeviceSetup<T>& s) {
+  if (s.mg) return "multigrid hierarchy (" + std::to_string(s.mg->levels.size()) + " levels)";
+  return s.fine_sign ? "the diagonals' sign" : "";
+}
 
 // Conjugate gradients (driver::Cg) preconditioned by the line solves or by the multigrid
 // V-cycle, natural layout; y in: the initial guess, out: the iterate. A negative definite
@@ -170,7 +229,8 @@ template <typename T>
 absl::StatusOr<SolveInfo> CgDevice(const BlockTridiagonalProblem<T>& p, const BlockOptions& o,
                                    T* y, SystemStatus* status, Pool& pool,
                                    const SolveControl& control, BlockMonitor& mon,
-                                   cudaStream_t stream, bool multigrid) {
+                                   cudaStream_t stream, bool multigrid,
+                                   const BlockDeviceSetup<T>* kept) {
   const int64_t N = p.N, M = p.M, size = N * M;
   auto buf = pool.Get(kAccBytes + int64_t(sizeof(T)) * 4 * size + N + 3);
   if (!buf.ok()) return buf.status();
@@ -182,19 +242,18 @@ absl::StatusOr<SolveInfo> CgDevice(const BlockTridiagonalProblem<T>& p, const Bl
   MgHierarchy<T> mg;
   const char* name = multigrid ? "multigrid-cg" : "cg";
   int sign = 0;
-  if (multigrid) {
-    auto h = BuildMgDevice(p, pool, flags, stream);
+  if (multigrid) {  // the kept levels with vectors of this solve's own, else built here
+    auto h = kept && kept->mg ? WithOwnVectors(*kept->mg, pool)
+                              : BuildMgDevice(p, pool, flags, stream);
     if (!h.ok()) return h.status();
     mg = std::move(*h);
     sign = mg.signs.sign;
+  } else if (kept && kept->fine_sign) {
+    sign = *kept->fine_sign;
   } else {  // the line solves: the fine diagonals' sign
-    MgDiagonalCheck<T><<<Blocks(size), kThreads, 0, stream>>>(size, p.cC, flags);
-    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-    uint8_t bad[3] = {0, 0, 0};
-    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(bad, flags, 3, cudaMemcpyDeviceToHost, stream));
-    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flags, 0, 3, stream));
-    sign = SignsOf(bad).sign;
+    auto s = FineDiagonalSign(p, flags, stream);
+    if (!s.ok()) return s.status();
+    sign = *s;
   }
   if (sign == 0)
     return NotRun(p, std::string(name) + " (not run: not definite: diagonals of both signs)", y,
@@ -212,7 +271,8 @@ template <typename T>
 absl::StatusOr<SolveInfo> BicgstabDevice(const BlockTridiagonalProblem<T>& p,
                                          const BlockOptions& o, T* y, SystemStatus* status,
                                          Pool& pool, const SolveControl& control,
-                                         BlockMonitor& mon, cudaStream_t stream) {
+                                         BlockMonitor& mon, cudaStream_t stream,
+                                         const BlockDeviceSetup<T>* kept) {
   const int64_t size = p.N * p.M;
   // r, r0, p, v, y-hat, s, z, t; the levels in their own buffer.
   auto buf = pool.Get(kAccBytes + int64_t(sizeof(T)) * 8 * size + 16);
@@ -223,7 +283,8 @@ absl::StatusOr<SolveInfo> BicgstabDevice(const BlockTridiagonalProblem<T>& p,
   driver::BicgstabVectors<T> v{w,            w + size,     w + 2 * size, w + 3 * size,
                                w + 4 * size, w + 5 * size, w + 6 * size, w + 7 * size};
   auto* flag = reinterpret_cast<uint8_t*>(w + 8 * size);
-  auto mg = BuildMgDevice(p, pool, flag, stream);
+  auto mg = kept && kept->mg ? WithOwnVectors(*kept->mg, pool)
+                             : BuildMgDevice(p, pool, flag, stream);
   if (!mg.ok()) return mg.status();
   if (!mg->signs.nonzero)
     return NotRun(p, "multigrid-bicgstab (not run: a zero diagonal on a multigrid level)", y,
@@ -234,21 +295,20 @@ absl::StatusOr<SolveInfo> BicgstabDevice(const BlockTridiagonalProblem<T>& p,
                 status);
 }
 
-template absl::StatusOr<SolveInfo> CgDevice(const BlockTridiagonalProblem<double>&,
-                                            const BlockOptions&, double*, SystemStatus*, Pool&,
-                                            const SolveControl&, BlockMonitor&, cudaStream_t,
-                                            bool);
-template absl::StatusOr<SolveInfo> CgDevice(const BlockTridiagonalProblem<float>&,
-                                            const BlockOptions&, float*, SystemStatus*, Pool&,
-                                            const SolveControl&, BlockMonitor&, cudaStream_t,
-                                            bool);
-template absl::StatusOr<SolveInfo> BicgstabDevice(const BlockTridiagonalProblem<double>&,
-                                                  const BlockOptions&, double*, SystemStatus*,
-                                                  Pool&, const SolveControl&, BlockMonitor&,
-                                                  cudaStream_t);
-template absl::StatusOr<SolveInfo> BicgstabDevice(const BlockTridiagonalProblem<float>&,
-                                                  const BlockOptions&, float*, SystemStatus*,
-                                                  Pool&, const SolveControl&, BlockMonitor&,
-                                                  cudaStream_t);
+#define TRISOLVE_BLOCK_KRYLOV(T)                                                            \
+  template absl::StatusOr<SolveInfo> CgDevice(const BlockTridiagonalProblem<T>&,           \
+                                              const BlockOptions&, T*, SystemStatus*, Pool&, \
+                                              const SolveControl&, BlockMonitor&,            \
+                                              cudaStream_t, bool, const BlockDeviceSetup<T>*); \
+  template absl::StatusOr<SolveInfo> BicgstabDevice(                                       \
+      const BlockTridiagonalProblem<T>&, const BlockOptions&, T*, SystemStatus*, Pool&,    \
+      const SolveControl&, BlockMonitor&, cudaStream_t, const BlockDeviceSetup<T>*);       \
+  template absl::StatusOr<std::shared_ptr<const BlockDeviceSetup<T>>> PrepareBlockDevice(  \
+      const BlockTridiagonalProblem<T>&, BlockMethod, Pool&, cudaStream_t);                \
+  template int64_t BlockDeviceSetupBytes(const BlockDeviceSetup<T>&);                      \
+  template std::string DescribeBlockDeviceSetup(const BlockDeviceSetup<T>&);
+TRISOLVE_BLOCK_KRYLOV(double)
+TRISOLVE_BLOCK_KRYLOV(float)
+#undef TRISOLVE_BLOCK_KRYLOV
 
 }  // namespace trisolve::cuda

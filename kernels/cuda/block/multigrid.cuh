@@ -1,6 +1,7 @@
 // The multigrid V-cycle of multigrid-cg and multigrid-bicgstab on the device.
 #pragma once
 
+#include <algorithm>
 #include <cfloat>
 #include <utility>
 #include <vector>
@@ -193,16 +194,18 @@ struct MgHierarchy {
 };
 
 // Builds the levels and checks their diagonals (through the device bytes flag[0..2], zeroed
-// here).
+// here). vectors = false: the coarse levels' r and z are left out (null), for a hierarchy that
+// a prepared system keeps and each solve gives vectors of its own (WithOwnVectors).
 template <typename T>
 absl::StatusOr<MgHierarchy<T>> BuildMgDevice(const BlockTridiagonalProblem<T>& p, Pool& pool,
-                                             uint8_t* flag, cudaStream_t stream) {
+                                             uint8_t* flag, cudaStream_t stream,
+                                             bool vectors = true) {
   std::vector<std::pair<int64_t, int64_t>> dims = {{p.N, p.M}};
   while (dims.back().first * dims.back().second > kMgCoarsest && dims.size() < 32)
     dims.push_back({(dims.back().first + 1) / 2, (dims.back().second + 1) / 2});
   int64_t total = 0;
   for (size_t l = 0; l < dims.size(); ++l)
-    total += dims[l].first * dims[l].second * (l == 0 ? 5 : 7);
+    total += dims[l].first * dims[l].second * (l == 0 || !vectors ? 5 : 7);
   MgHierarchy<T> h;
   auto b = pool.Get(int64_t(sizeof(T)) * total);
   if (!b.ok()) return b.status();
@@ -215,7 +218,8 @@ absl::StatusOr<MgHierarchy<T>> BuildMgDevice(const BlockTridiagonalProblem<T>& p
       *a = next;
       next += sz;
     }
-    if (l > 0) {
+    lv.r = lv.z = nullptr;
+    if (l > 0 && vectors) {
       lv.r = next;
       lv.z = next + sz;
       next += 2 * sz;
@@ -235,6 +239,29 @@ absl::StatusOr<MgHierarchy<T>> BuildMgDevice(const BlockTridiagonalProblem<T>& p
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flag, 0, 3, stream));
   h.signs = SignsOf(bad);
+  return h;
+}
+
+// A solve's hierarchy over kept levels (BuildMgDevice without vectors): their coefficients
+// shared and only read, the coarse levels' r and z in a buffer of the solve's own, so that two
+// solves over the same kept levels never write the same memory.
+template <typename T>
+absl::StatusOr<MgHierarchy<T>> WithOwnVectors(const MgHierarchy<T>& kept, Pool& pool) {
+  MgHierarchy<T> h;
+  h.levels = kept.levels;
+  h.signs = kept.signs;
+  int64_t total = 0;
+  for (size_t l = 1; l < h.levels.size(); ++l) total += 2 * h.levels[l].N * h.levels[l].M;
+  auto b = pool.Get(std::max<int64_t>(int64_t(sizeof(T)) * total, 256));
+  if (!b.ok()) return b.status();
+  h.buf = std::move(*b);
+  T* next = static_cast<T*>(h.buf.get());
+  for (size_t l = 1; l < h.levels.size(); ++l) {
+    const int64_t sz = h.levels[l].N * h.levels[l].M;
+    h.levels[l].r = next;
+    h.levels[l].z = next + sz;
+    next += 2 * sz;
+  }
   return h;
 }
 
