@@ -5,8 +5,9 @@ The same choices as the C++ client (client/ring.cc): each call takes a ring of t
 (one a calling thread at a time, opened on first use and kept), copies its arrays into the
 ring's arena, rings the server's doorbell, spins briefly where the ring's last answer came
 within the spin, then sleeps on its slot's futex until the answer is there, watching the
-server's heartbeat. No compiled code: the ABI's structs are NumPy dtypes over the mapping, the
-futex is ``syscall(SYS_futex, ...)`` through ctypes.
+server's heartbeat. No compiled code: the ABI's structs are NumPy dtypes (the layout, pinned to
+the header by the tests) and precompiled ``struct`` layouts that a call writes its request and
+reads its answer with; the futex is ``syscall(SYS_futex, ...)`` through ctypes.
 
 Memory order: the words that change hands are written with single aligned 4-byte stores and
 read with single loads, in program order. On x86-64 that orders the request before its
@@ -208,9 +209,8 @@ class Lane:
         mem = shm._mapping
         self.mem = mem
         self.base = np.frombuffer(mem, dtype=np.uint8)
-        # 0-d structured arrays: their fields are views that write through to the mapping.
+        # A 0-d structured array: its fields are views that write through to the mapping.
         self.header = self.base[:HEADER.itemsize].view(HEADER).reshape(())
-        self.slot = self.base[HEADER.itemsize:HEADER.itemsize + SLOT.itemsize].view(SLOT).reshape(())
         # The words that change hands, as single 4-byte loads and stores.
         h = 0
         s = HEADER.itemsize
@@ -249,7 +249,7 @@ class Lane:
 
     def release_views(self) -> None:
         """Drops every view of the mapping, so that closing it is not refused."""
-        for name in ("header", "slot", "base", "doorbell", "sleeping", "heartbeat",
+        for name in ("header", "base", "doorbell", "sleeping", "heartbeat",
                      "closed_word", "queued", "state", "waiting", "mem"):
             setattr(self, name, None)
 
