@@ -443,7 +443,8 @@ def ask(lane: Lane, call: Call, spin_us: float) -> Tuple[np.ndarray, np.ndarray,
                        arr.nbytes)
             continue
         values += (field.encode(), arr.ndim, 0, *shape, at, arr.nbytes)
-        base[at:at + arr.nbytes] = arr.reshape(-1).view(np.uint8)
+        # The mapping takes a contiguous array's buffer: one memcpy, no NumPy views to make.
+        lane.mem[at:at + arr.nbytes] = np.ascontiguousarray(arr)
         at += _align(arr.nbytes)
     x_bytes = math.prod(call.x_shape) * call.dtype.itemsize
     if call.x_ref is not None:
