@@ -137,6 +137,11 @@ MemoryRegistry::Shard& MemoryRegistry::ShardOf(absl::string_view identity,
   return shards_[absl::HashOf(identity, name) % kShards];
 }
 
+double MemoryRegistry::IdleSeconds(const Entry& e, Clock::time_point now) {
+  const Clock::time_point last(Clock::duration(e.last_used_ns.load(std::memory_order_relaxed)));
+  return std::chrono::duration<double>(now - last).count();
+}
+
 RegionInfo MemoryRegistry::Info(const Entry& e, Clock::time_point now) {
   RegionInfo info;
   info.name = e.region->name();
@@ -146,8 +151,7 @@ RegionInfo MemoryRegistry::Info(const Entry& e, Clock::time_point now) {
   info.server_owned = e.region->server_owned();
   info.ttl_s = e.region->ttl_s();
   info.device = e.region->device();
-  const Clock::time_point last(Clock::duration(e.last_used_ns.load(std::memory_order_relaxed)));
-  info.idle_s = std::max(0.0, std::chrono::duration<double>(now - last).count());
+  info.idle_s = std::max(0.0, IdleSeconds(e, now));
   info.uses = e.uses.load(std::memory_order_relaxed);
   return info;
 }
@@ -219,7 +223,7 @@ absl::Status MemoryRegistry::CheckRoomLocked(const std::string& identity, const 
                      limits_.max_bytes_per_identity));
   {
     const Shard& shard = ShardOf(identity, name);
-    std::shared_lock<std::shared_mutex> lock(shard.mu);
+    absl::ReaderMutexLock lock(&shard.mu);
     if (shard.regions.count(KeyView{identity, name}))
       return absl::AlreadyExistsError(absl::StrCat("a region named '", name,
                                                    "' is registered already"));
@@ -254,7 +258,7 @@ absl::StatusOr<RegionInfo> MemoryRegistry::Keep(const std::string& identity,
   ++count_;
   bytes_ += bytes;
   Shard& shard = ShardOf(identity, region->name());
-  std::lock_guard<std::shared_mutex> write(shard.mu);
+  absl::WriterMutexLock write(&shard.mu);
   auto [it, added] =
       shard.regions.try_emplace(Key{identity, region->name()}, std::move(region), now);
   return Info(it->second, now);
@@ -337,7 +341,7 @@ absl::StatusOr<RegionInfo> MemoryRegistry::Unregister(const std::string& identit
   std::shared_ptr<Region> dropped;  // unmapped outside the locks, once no request holds it
   std::lock_guard<std::mutex> lock(admin_mu_);
   Shard& shard = ShardOf(identity, name);
-  std::lock_guard<std::shared_mutex> write(shard.mu);
+  absl::WriterMutexLock write(&shard.mu);
   auto it = shard.regions.find(KeyView{identity, name});
   if (it == shard.regions.end())
     return absl::NotFoundError("name: no such region (never registered, unregistered or expired)");
@@ -352,7 +356,7 @@ std::vector<RegionInfo> MemoryRegistry::List(const std::string& identity) const 
   std::vector<RegionInfo> out;
   const auto now = Clock::now();
   for (const Shard& shard : shards_) {
-    std::shared_lock<std::shared_mutex> lock(shard.mu);
+    absl::ReaderMutexLock lock(&shard.mu);
     for (auto it = shard.regions.lower_bound(KeyView{identity, ""});
          it != shard.regions.end() && it->first.identity == identity; ++it)
       out.push_back(Info(it->second, now));
@@ -368,7 +372,7 @@ absl::StatusOr<std::shared_ptr<Region>> MemoryRegistry::Find(const std::string& 
   const auto now = Clock::now();  // outside the lock: a clock read is most of a lookup's time
   {
     Shard& shard = ShardOf(identity, name);
-    std::shared_lock<std::shared_mutex> lock(shard.mu);
+    absl::ReaderMutexLock lock(&shard.mu);
     auto it = shard.regions.find(KeyView{identity, name});
     if (it != shard.regions.end()) {
       it->second.last_used_ns.store(now.time_since_epoch().count(), std::memory_order_relaxed);
@@ -384,7 +388,7 @@ absl::StatusOr<std::shared_ptr<Region>> MemoryRegistry::Find(const std::string& 
 bool MemoryRegistry::Holds(const std::string& identity, const std::string& name,
                            const Region* region) const {
   const Shard& shard = ShardOf(identity, name);
-  std::shared_lock<std::shared_mutex> lock(shard.mu);
+  absl::ReaderMutexLock lock(&shard.mu);
   auto it = shard.regions.find(KeyView{identity, name});
   return it != shard.regions.end() && it->second.region.get() == region;
 }
@@ -413,14 +417,25 @@ int MemoryRegistry::ExpireIdle() {
   {
     std::lock_guard<std::mutex> lock(admin_mu_);
     for (Shard& shard : shards_) {
-      std::lock_guard<std::shared_mutex> write(shard.mu);
-      // Read under the writer lock: no Find can mark a region used between this test and the
-      // erase.
+      // Most sweeps find nothing to drop: a reader lock to look, so that lookups of the shard's
+      // regions go on meanwhile, and the writer lock only where something is to go.
+      bool idle_found = false;
+      {
+        absl::ReaderMutexLock look(&shard.mu);
+        const auto now = Clock::now();
+        for (const auto& [key, e] : shard.regions)
+          if (IdleSeconds(e, now) > e.region->ttl_s()) {
+            idle_found = true;
+            break;
+          }
+      }
+      if (!idle_found) continue;
+      absl::WriterMutexLock write(&shard.mu);
+      // Tested again under the writer lock: no Find can mark a region used between this test
+      // and the erase, and one may have between the look and now.
       const auto now = Clock::now();
       for (auto it = shard.regions.begin(); it != shard.regions.end();) {
-        const Clock::time_point last(
-            Clock::duration(it->second.last_used_ns.load(std::memory_order_relaxed)));
-        const double idle = std::chrono::duration<double>(now - last).count();
+        const double idle = IdleSeconds(it->second, now);
         if (idle > it->second.region->ttl_s()) {
           spdlog::info("region {} expired after {:.0f} s idle", it->first.name, idle);
           Forget(it->first.identity, it->second.region->bytes());

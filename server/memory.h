@@ -14,7 +14,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -22,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "bus_guard.h"
 #include "sweeper.h"
 #include "job.h"
@@ -140,9 +140,10 @@ class MemoryRegistry {
     Entry(std::shared_ptr<Region> r, Clock::time_point now)
         : region(std::move(r)), last_used_ns(now.time_since_epoch().count()) {}
     std::shared_ptr<Region> region;
-    // Written by Find under its shard's reader lock, by any number of threads at once; read
-    // under the writer lock (expiry) or as a snapshot (List). A cache line of their own, so
-    // that lookups of neighbouring entries do not take it from each other.
+    // Written by Find under its shard's reader lock, by any number of threads at once; read by
+    // the expiry sweep (which removes an entry only under the writer lock) and List. A cache
+    // line of their own, so that lookups of neighbouring entries do not take it from each
+    // other.
     alignas(64) std::atomic<Clock::rep> last_used_ns;
     std::atomic<int64_t> uses{0};
     char pad[64 - sizeof(std::atomic<Clock::rep>) - sizeof(std::atomic<int64_t>)];
@@ -167,9 +168,13 @@ class MemoryRegistry {
   using Map = std::map<Key, Entry, KeyLess>;
   // The regions by a hash of (identity, name): a lookup takes one shard's reader lock, so that
   // requests of different regions share no lock word and those of one region do not wait for
-  // each other (every RPC by reference and every ring request resolves one or more).
+  // each other (every RPC by reference and every ring request resolves one or more). An
+  // absl::Mutex, not std::shared_mutex: glibc's rwlock lets new readers in past a waiting
+  // writer, and lookups without pause (a reader descheduled inside one, on a loaded host) kept
+  // registration and the expiry sweep out for up to a second (bench_memory_find --writer);
+  // absl::Mutex holds new readers back once a writer waits.
   struct alignas(64) Shard {
-    mutable std::shared_mutex mu;
+    mutable absl::Mutex mu;
     Map regions;
   };
   static constexpr size_t kShards = 64;
@@ -179,6 +184,7 @@ class MemoryRegistry {
     int64_t bytes = 0;
   };
   Shard& ShardOf(absl::string_view identity, absl::string_view name) const;
+  static double IdleSeconds(const Entry& e, Clock::time_point now);
   static RegionInfo Info(const Entry& e, Clock::time_point now);
   // Refuses a name taken or caps exceeded for one more region of `bytes` (admin_mu_ held).
   absl::Status CheckRoomLocked(const std::string& identity, const std::string& name,
