@@ -13,6 +13,7 @@
 #include <limits>
 #include <new>
 
+#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
 
@@ -131,7 +132,17 @@ MemoryRegistry::MemoryRegistry(MemoryLimits limits, Backend* backend)
 
 MemoryRegistry::~MemoryRegistry() = default;
 
-RegionInfo MemoryRegistry::InfoLocked(const Entry& e) const {
+MemoryRegistry::Shard& MemoryRegistry::ShardOf(absl::string_view identity,
+                                                absl::string_view name) const {
+  return shards_[absl::HashOf(identity, name) % kShards];
+}
+
+double MemoryRegistry::IdleSeconds(const Entry& e, Clock::time_point now) {
+  const Clock::time_point last(Clock::duration(e.last_used_ns.load(std::memory_order_relaxed)));
+  return std::chrono::duration<double>(now - last).count();
+}
+
+RegionInfo MemoryRegistry::Info(const Entry& e, Clock::time_point now) {
   RegionInfo info;
   info.name = e.region->name();
   info.key = e.region->key();
@@ -140,8 +151,8 @@ RegionInfo MemoryRegistry::InfoLocked(const Entry& e) const {
   info.server_owned = e.region->server_owned();
   info.ttl_s = e.region->ttl_s();
   info.device = e.region->device();
-  info.idle_s = std::chrono::duration<double>(Clock::now() - e.last_used).count();
-  info.uses = e.uses;
+  info.idle_s = std::max(0.0, IdleSeconds(e, now));
+  info.uses = e.uses.load(std::memory_order_relaxed);
   return info;
 }
 
@@ -159,7 +170,7 @@ absl::StatusOr<RegionInfo> MemoryRegistry::Register(const std::string& identity,
         absl::StrCat("offset is ", offset, ", expected a multiple of the page size (", page, ")"));
   if (auto st = CheckBytesAndTtl(offset, bytes, ttl_s); !st.ok()) return st;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<std::mutex> lock(admin_mu_);
     if (auto st = CheckRoomLocked(identity, name, bytes); !st.ok()) return st;
   }
   const int fd = shm_open(key.c_str(), O_RDWR, 0);
@@ -210,15 +221,18 @@ absl::Status MemoryRegistry::CheckRoomLocked(const std::string& identity, const 
     return absl::ResourceExhaustedError(
         absl::StrCat("the region has ", bytes, " bytes, over the limit max_region_bytes = ",
                      limits_.max_bytes_per_identity));
-  if (regions_.count({identity, name}))
-    return absl::AlreadyExistsError(absl::StrCat("a region named '", name,
-                                                 "' is registered already"));
+  {
+    const Shard& shard = ShardOf(identity, name);
+    absl::ReaderMutexLock lock(&shard.mu);
+    if (shard.regions.count(KeyView{identity, name}))
+      return absl::AlreadyExistsError(absl::StrCat("a region named '", name,
+                                                   "' is registered already"));
+  }
   int count = 0;
   int64_t held = 0;
-  for (auto it = regions_.lower_bound({identity, ""});
-       it != regions_.end() && it->first.first == identity; ++it) {
-    ++count;
-    held += it->second.region->bytes();
+  if (auto a = accounts_.find(identity); a != accounts_.end()) {
+    count = a->second.count;
+    held = a->second.bytes;
   }
   if (count >= limits_.max_regions_per_identity)
     return absl::ResourceExhaustedError(
@@ -233,14 +247,21 @@ absl::Status MemoryRegistry::CheckRoomLocked(const std::string& identity, const 
 
 absl::StatusOr<RegionInfo> MemoryRegistry::Keep(const std::string& identity,
                                                 std::shared_ptr<Region> region) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(admin_mu_);
   // Checked again: a concurrent call of the same identity may have taken the room meanwhile.
   if (auto st = CheckRoomLocked(identity, region->name(), region->bytes()); !st.ok()) return st;
-  Entry& e = regions_[{identity, region->name()}];
-  bytes_ += region->bytes();
-  e.region = std::move(region);
-  e.last_used = Clock::now();
-  return InfoLocked(e);
+  const auto now = Clock::now();
+  const int64_t bytes = region->bytes();
+  Account& account = accounts_[identity];
+  ++account.count;
+  account.bytes += bytes;
+  ++count_;
+  bytes_ += bytes;
+  Shard& shard = ShardOf(identity, region->name());
+  absl::WriterMutexLock write(&shard.mu);
+  auto [it, added] =
+      shard.regions.try_emplace(Key{identity, region->name()}, std::move(region), now);
+  return Info(it->second, now);
 }
 
 absl::StatusOr<RegionInfo> MemoryRegistry::RegisterCuda(const std::string& identity,
@@ -263,7 +284,7 @@ absl::StatusOr<RegionInfo> MemoryRegistry::RegisterCuda(const std::string& ident
     return absl::InvalidArgumentError(absl::StrCat("offset is ", offset, ", expected >= 0"));
   if (auto st = CheckBytesAndTtl(offset, bytes, ttl_s); !st.ok()) return st;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<std::mutex> lock(admin_mu_);
     if (auto st = CheckRoomLocked(identity, name, bytes); !st.ok()) return st;
   }
   if (backend_ == nullptr)
@@ -294,7 +315,7 @@ absl::StatusOr<RegionInfo> MemoryRegistry::Allocate(const std::string& identity,
     return absl::InvalidArgumentError(
         absl::StrCat("ttl_s is ", ttl_s, ", expected >= 0 (0: the default)"));
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<std::mutex> lock(admin_mu_);
     if (auto st = CheckRoomLocked(identity, name, bytes); !st.ok()) return st;
   }
   void* map = mmap(nullptr, size_t(bytes), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
@@ -317,70 +338,112 @@ absl::StatusOr<RegionInfo> MemoryRegistry::Allocate(const std::string& identity,
 
 absl::StatusOr<RegionInfo> MemoryRegistry::Unregister(const std::string& identity,
                                                       const std::string& name) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = regions_.find({identity, name});
-  if (it == regions_.end())
+  std::shared_ptr<Region> dropped;  // unmapped outside the locks, once no request holds it
+  std::lock_guard<std::mutex> lock(admin_mu_);
+  Shard& shard = ShardOf(identity, name);
+  absl::WriterMutexLock write(&shard.mu);
+  auto it = shard.regions.find(KeyView{identity, name});
+  if (it == shard.regions.end())
     return absl::NotFoundError("name: no such region (never registered, unregistered or expired)");
-  RegionInfo info = InfoLocked(it->second);
-  bytes_ -= it->second.region->bytes();
-  regions_.erase(it);  // unmapped once the requests using it finish
+  RegionInfo info = Info(it->second, Clock::now());
+  dropped = std::move(it->second.region);
+  shard.regions.erase(it);
+  Forget(identity, dropped->bytes());
   return info;
 }
 
 std::vector<RegionInfo> MemoryRegistry::List(const std::string& identity) const {
-  std::lock_guard<std::mutex> lock(mu_);
   std::vector<RegionInfo> out;
-  for (auto it = regions_.lower_bound({identity, ""});
-       it != regions_.end() && it->first.first == identity; ++it)
-    out.push_back(InfoLocked(it->second));
+  const auto now = Clock::now();
+  for (const Shard& shard : shards_) {
+    absl::ReaderMutexLock lock(&shard.mu);
+    for (auto it = shard.regions.lower_bound(KeyView{identity, ""});
+         it != shard.regions.end() && it->first.identity == identity; ++it)
+      out.push_back(Info(it->second, now));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const RegionInfo& a, const RegionInfo& b) { return a.name < b.name; });
   return out;
 }
 
 absl::StatusOr<std::shared_ptr<Region>> MemoryRegistry::Find(const std::string& identity,
                                                              const std::string& name,
                                                              absl::string_view field) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = regions_.find({identity, name});
-  if (it == regions_.end())
-    return absl::NotFoundError(absl::StrCat(
-        field, ": no region named '", Sanitized(name),
-        "' (never registered by this caller, unregistered or expired)"));
-  it->second.last_used = Clock::now();
-  ++it->second.uses;
-  return it->second.region;
+  const auto now = Clock::now();  // outside the lock: a clock read is most of a lookup's time
+  {
+    Shard& shard = ShardOf(identity, name);
+    absl::ReaderMutexLock lock(&shard.mu);
+    auto it = shard.regions.find(KeyView{identity, name});
+    if (it != shard.regions.end()) {
+      it->second.last_used_ns.store(now.time_since_epoch().count(), std::memory_order_relaxed);
+      it->second.uses.fetch_add(1, std::memory_order_relaxed);
+      return it->second.region;
+    }
+  }
+  return absl::NotFoundError(absl::StrCat(
+      field, ": no region named '", Sanitized(name),
+      "' (never registered by this caller, unregistered or expired)"));
 }
 
 bool MemoryRegistry::Holds(const std::string& identity, const std::string& name,
                            const Region* region) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = regions_.find({identity, name});
-  return it != regions_.end() && it->second.region.get() == region;
+  const Shard& shard = ShardOf(identity, name);
+  absl::ReaderMutexLock lock(&shard.mu);
+  auto it = shard.regions.find(KeyView{identity, name});
+  return it != shard.regions.end() && it->second.region.get() == region;
 }
 
 int64_t MemoryRegistry::count() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return int64_t(regions_.size());
+  std::lock_guard<std::mutex> lock(admin_mu_);
+  return count_;
 }
 
 int64_t MemoryRegistry::bytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(admin_mu_);
   return bytes_;
+}
+
+void MemoryRegistry::Forget(const std::string& identity, int64_t bytes) {
+  if (auto a = accounts_.find(identity); a != accounts_.end()) {
+    a->second.bytes -= bytes;
+    if (--a->second.count == 0) accounts_.erase(a);
+  }
+  --count_;
+  bytes_ -= bytes;
 }
 
 int MemoryRegistry::ExpireIdle() {
   std::vector<std::shared_ptr<Region>> dropped;  // unmapped outside the lock
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    const auto now = Clock::now();
-    for (auto it = regions_.begin(); it != regions_.end();) {
-      const double idle = std::chrono::duration<double>(now - it->second.last_used).count();
-      if (idle > it->second.region->ttl_s()) {
-        spdlog::info("region {} expired after {:.0f} s idle", it->first.second, idle);
-        bytes_ -= it->second.region->bytes();
-        dropped.push_back(std::move(it->second.region));
-        it = regions_.erase(it);
-      } else {
-        ++it;
+    std::lock_guard<std::mutex> lock(admin_mu_);
+    for (Shard& shard : shards_) {
+      // Most sweeps find nothing to drop: a reader lock to look, so that lookups of the shard's
+      // regions go on meanwhile, and the writer lock only where something is to go.
+      bool idle_found = false;
+      {
+        absl::ReaderMutexLock look(&shard.mu);
+        const auto now = Clock::now();
+        for (const auto& [key, e] : shard.regions)
+          if (IdleSeconds(e, now) > e.region->ttl_s()) {
+            idle_found = true;
+            break;
+          }
+      }
+      if (!idle_found) continue;
+      absl::WriterMutexLock write(&shard.mu);
+      // Tested again under the writer lock: no Find can mark a region used between this test
+      // and the erase, and one may have between the look and now.
+      const auto now = Clock::now();
+      for (auto it = shard.regions.begin(); it != shard.regions.end();) {
+        const double idle = IdleSeconds(it->second, now);
+        if (idle > it->second.region->ttl_s()) {
+          spdlog::info("region {} expired after {:.0f} s idle", it->first.name, idle);
+          Forget(it->first.identity, it->second.region->bytes());
+          dropped.push_back(std::move(it->second.region));
+          it = shard.regions.erase(it);
+        } else {
+          ++it;
+        }
       }
     }
   }

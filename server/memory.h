@@ -5,6 +5,8 @@
 // request or when idle past its time-to-live. Nothing here knows gRPC, protobuf or CUDA.
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -18,6 +20,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "bus_guard.h"
 #include "sweeper.h"
 #include "job.h"
@@ -133,22 +137,70 @@ class MemoryRegistry {
 
  private:
   struct Entry {
+    Entry(std::shared_ptr<Region> r, Clock::time_point now)
+        : region(std::move(r)), last_used_ns(now.time_since_epoch().count()) {}
     std::shared_ptr<Region> region;
-    Clock::time_point last_used;
-    int64_t uses = 0;
+    // Written by Find under its shard's reader lock, by any number of threads at once; read by
+    // the expiry sweep (which removes an entry only under the writer lock) and List. A cache
+    // line of their own, so that lookups of neighbouring entries do not take it from each
+    // other.
+    alignas(64) std::atomic<Clock::rep> last_used_ns;
+    std::atomic<int64_t> uses{0};
+    char pad[64 - sizeof(std::atomic<Clock::rep>) - sizeof(std::atomic<int64_t>)];
   };
-  using Key = std::pair<std::string, std::string>;  // identity, name
-  RegionInfo InfoLocked(const Entry& e) const;
-  // Refuses a name taken or caps exceeded for one more region of `bytes`.
+  struct Key {
+    std::string identity, name;
+  };
+  // Lookups by the caller's strings, without building a Key (two allocations) for each.
+  struct KeyView {
+    absl::string_view identity, name;
+  };
+  struct KeyLess {
+    using is_transparent = void;
+    static KeyView View(const Key& k) { return {k.identity, k.name}; }
+    static KeyView View(const KeyView& k) { return k; }
+    template <typename A, typename B>
+    bool operator()(const A& a, const B& b) const {
+      const KeyView x = View(a), y = View(b);
+      return x.identity != y.identity ? x.identity < y.identity : x.name < y.name;
+    }
+  };
+  using Map = std::map<Key, Entry, KeyLess>;
+  // The regions by a hash of (identity, name): a lookup takes one shard's reader lock, so that
+  // requests of different regions share no lock word and those of one region do not wait for
+  // each other (every RPC by reference and every ring request resolves one or more). An
+  // absl::Mutex, not std::shared_mutex: glibc's rwlock lets new readers in past a waiting
+  // writer, and lookups without pause (a reader descheduled inside one, on a loaded host) kept
+  // registration and the expiry sweep out for up to a second (bench_memory_find --writer);
+  // absl::Mutex holds new readers back once a writer waits.
+  struct alignas(64) Shard {
+    mutable absl::Mutex mu;
+    Map regions;
+  };
+  static constexpr size_t kShards = 64;
+  // What an identity holds, for its caps without a walk over every shard.
+  struct Account {
+    int count = 0;
+    int64_t bytes = 0;
+  };
+  Shard& ShardOf(absl::string_view identity, absl::string_view name) const;
+  static double IdleSeconds(const Entry& e, Clock::time_point now);
+  static RegionInfo Info(const Entry& e, Clock::time_point now);
+  // Refuses a name taken or caps exceeded for one more region of `bytes` (admin_mu_ held).
   absl::Status CheckRoomLocked(const std::string& identity, const std::string& name,
                                int64_t bytes) const;
   absl::StatusOr<RegionInfo> Keep(const std::string& identity, std::shared_ptr<Region> region);
+  // One region of `bytes` gone from the identity's account and the totals (admin_mu_ held).
+  void Forget(const std::string& identity, int64_t bytes);
 
   const MemoryLimits limits_;
   Backend* const backend_;
-  mutable std::mutex mu_;
-  std::map<Key, Entry> regions_;
-  int64_t bytes_ = 0;
+  // Taken by whatever adds or removes regions (registering, unregistering, expiry), before the
+  // shard's writer lock; never by Find or Holds.
+  mutable std::mutex admin_mu_;
+  std::map<std::string, Account, std::less<>> accounts_;
+  int64_t count_ = 0, bytes_ = 0;
+  mutable std::array<Shard, kShards> shards_;
   Sweeper sweeper_;  // last: stops first
 };
 

@@ -91,6 +91,63 @@ def test_layout_matches_compiled_offsets(tmp_path):
             assert int(got[f"{struct}.{name}"]) == dt.fields[name][1], f"{struct}.{name}"
 
 
+@pytest.mark.parametrize("narrays", range(_ring.MAX_ARRAYS + 1))
+def test_struct_layouts_write_and_read_what_the_dtypes_do(narrays):
+    """The request as ask() packs it, read back through the REQUEST dtype (pinned to ring_abi.h
+    above), and an answer written through the ANSWER dtype, read as ask() unpacks it: every
+    member with a value of its own, so that a member packed at another's place shows."""
+    buf = bytearray(b"\xa5" * _ring.REQUEST.itemsize)  # the arrays past narrays must be zeroed
+    head = [1, 2, 3, 4, 5, narrays, b"m" * 31, b"h" * 63, b"r" * 63, -7, 9, 0.25]
+    arrays = []
+    for i in range(narrays):
+        arrays += [b"a%d" % i, 1 + i % 4, i % 3, 10 + i, 20 + i, 30 + i, 40 + i, 64 * i, 8 * i + 8]
+    tail = [1000, 1008, 2000, 2008, b"region-one", b"region-two", 2, 0, 2**64 - 3]
+    _ring._REQUESTS[narrays].pack_into(buf, 0, *head, *arrays, *tail)
+    rq = np.frombuffer(bytes(buf), _ring.REQUEST)[0]
+    for k, name in enumerate(("op", "family", "dtype", "layout", "flags", "narrays", "method",
+                              "handle", "request_id", "deadline_unix_ns", "max_iterations",
+                              "tol")):
+        assert rq[name] == head[k], name
+    for i in range(_ring.MAX_ARRAYS):
+        a = rq["arrays"][i]
+        if i >= narrays:
+            assert a.tobytes() == bytes(_ring.ARRAY.itemsize), i
+            continue
+        v = arrays[9 * i:9 * i + 9]
+        assert (a["name"], a["rank"], a["region"]) == tuple(v[:3])
+        assert list(a["shape"]) == v[3:7] and (a["offset"], a["bytes"]) == tuple(v[7:])
+    for k, name in enumerate(("x_offset", "x_bytes", "status_offset", "status_bytes")):
+        assert rq[name] == tail[k], name
+    assert list(rq["regions"]) == tail[4:6]
+    assert (rq["x_region"], rq["reserved"], rq["tag"]) == tuple(tail[6:])
+
+    ans = np.zeros((), _ring.ANSWER)
+    values = {}
+    for k, name in enumerate(_ring.ANSWER.names):
+        kind = _ring.ANSWER.fields[name][0]
+        if kind.kind == "S":
+            values[name] = b"%s-%d" % (name.encode()[:8], k)
+        elif kind.shape:
+            values[name] = [100 * k + j for j in range(kind.shape[0])]
+        elif kind.kind == "f":
+            values[name] = k + 0.5
+        else:
+            values[name] = k + 1
+        ans[name] = values[name]
+    got = _ring._ANSWER.unpack_from(ans.tobytes())
+    assert got[_ring._A_CODE] == values["code"]
+    assert got[_ring._A_MESSAGE_BYTES] == values["message_bytes"]
+    assert got[_ring._A_MESSAGE].rstrip(b"\0") == values["message"]
+    assert got[_ring._A_DTYPE] == values["dtype"] and got[_ring._A_X_RANK] == values["x_rank"]
+    assert list(got[_ring._A_X_SHAPE:_ring._A_X_SHAPE + 4]) == values["x_shape"]
+    assert got[_ring._A_STATUSES] == values["statuses"]
+    for name, i in _ring._A_SUMMARY.items():
+        assert got[i] == values[name], name
+    assert got[_ring._A_METHOD].rstrip(b"\0") == values["method"]
+    assert got[_ring._A_BACKEND].rstrip(b"\0") == values["backend"]
+    assert got[_ring._A_TAG] == values["tag"]
+
+
 # ---- answers as over gRPC -----------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def ring_client(server):

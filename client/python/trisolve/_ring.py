@@ -5,8 +5,9 @@ The same choices as the C++ client (client/ring.cc): each call takes a ring of t
 (one a calling thread at a time, opened on first use and kept), copies its arrays into the
 ring's arena, rings the server's doorbell, spins briefly where the ring's last answer came
 within the spin, then sleeps on its slot's futex until the answer is there, watching the
-server's heartbeat. No compiled code: the ABI's structs are NumPy dtypes over the mapping, the
-futex is ``syscall(SYS_futex, ...)`` through ctypes.
+server's heartbeat. No compiled code: the ABI's structs are NumPy dtypes (the layout, pinned to
+the header by the tests) and precompiled ``struct`` layouts that a call writes its request and
+reads its answer with; the futex is ``syscall(SYS_futex, ...)`` through ctypes.
 
 Memory order: the words that change hands are written with single aligned 4-byte stores and
 read with single loads, in program order. On x86-64 that orders the request before its
@@ -24,6 +25,7 @@ import math
 import os
 import platform
 import re
+import struct
 import threading
 import time
 from dataclasses import dataclass
@@ -80,6 +82,35 @@ HEADER = np.dtype([("magic", "<u8"), ("version", "<u4"), ("slots", "<u4"),
 # The sizes ring_abi.h asserts; a dtype that disagrees is a bug here, caught on import.
 assert (ARRAY.itemsize, REQUEST.itemsize, ANSWER.itemsize, SLOT.itemsize, HEADER.itemsize) == (
     72, 960, 488, 1536, 64)
+
+
+# The request and the answer as struct layouts: a call writes its request with one pack_into
+# and reads its answer with one unpack_from, where a NumPy field write or read costs about a
+# microsecond each and a request took some forty of them. Little-endian, no padding: the C
+# layout has none inside these (every member falls on its natural alignment), which the
+# offsets checked below, and test_ring.py's round trip through the dtypes, hold to.
+_REQUEST_HEAD = "<6I32s64s64sqqd"  # op .. tol
+_ARRAY_FIELDS = "16siI4qqq"  # RingArray
+_REQUEST_TAIL = "4q64s64sIIQ"  # x_offset .. tag
+# One layout for each count of arrays used; the arrays past it are written as zeros.
+_REQUESTS = [struct.Struct(_REQUEST_HEAD + _ARRAY_FIELDS * k + "%dx" % (ARRAY.itemsize *
+                                                                         (MAX_ARRAYS - k))
+                           + _REQUEST_TAIL) for k in range(MAX_ARRAYS + 1)]
+_ANSWER = struct.Struct("<iI%dsIi4qq6qd7dii2q32s16sQ" % MESSAGE_BYTES)
+# Where each answer member lies in _ANSWER's tuple.
+(_A_CODE, _A_MESSAGE_BYTES, _A_MESSAGE, _A_DTYPE, _A_X_RANK, _A_X_SHAPE, _A_STATUSES,
+ _A_SYSTEMS) = (0, 1, 2, 3, 4, 5, 9, 10)
+_A_SUMMARY = {name: i for i, name in enumerate(
+    ("systems", "ok", "singular", "not_converged", "diverged", "iterations", "residual",
+     "receive_us", "queue_us", "h2d_us", "compute_us", "d2h_us", "residual_us", "total_us",
+     "batched_with"), start=_A_SYSTEMS)}
+_A_SUMMARY["right_hand_sides"] = 27
+_A_METHOD, _A_BACKEND, _A_TAG = 28, 29, 30
+assert all(r.size == REQUEST.itemsize for r in _REQUESTS) and _ANSWER.size == ANSWER.itemsize
+assert struct.calcsize(_REQUEST_HEAD) == REQUEST.fields["arrays"][1]
+assert struct.calcsize("<" + _ARRAY_FIELDS) == ARRAY.itemsize
+assert (struct.calcsize("<iI%dsIi4qq6qd7di" % MESSAGE_BYTES) == ANSWER.fields["reserved"][1]
+        and struct.calcsize("<iI%dsIi4qq6qd7dii2q" % MESSAGE_BYTES) == ANSWER.fields["method"][1])
 
 
 def ring_bytes(slots: int) -> int:
@@ -178,9 +209,8 @@ class Lane:
         mem = shm._mapping
         self.mem = mem
         self.base = np.frombuffer(mem, dtype=np.uint8)
-        # 0-d structured arrays: their fields are views that write through to the mapping.
+        # A 0-d structured array: its fields are views that write through to the mapping.
         self.header = self.base[:HEADER.itemsize].view(HEADER).reshape(())
-        self.slot = self.base[HEADER.itemsize:HEADER.itemsize + SLOT.itemsize].view(SLOT).reshape(())
         # The words that change hands, as single 4-byte loads and stores.
         h = 0
         s = HEADER.itemsize
@@ -191,6 +221,8 @@ class Lane:
         self.queued = _u32(mem, h + HEADER.fields["queued"][1])
         self.state = _u32(mem, s + SLOT.fields["state"][1])
         self.waiting = _u32(mem, s + SLOT.fields["waiting"][1])
+        self.request_at = s + SLOT.fields["request"][1]
+        self.answer_at = s + SLOT.fields["answer"][1]
         self.doorbell_address = shm.address + HEADER.fields["doorbell"][1]
         self.state_address = shm.address + s + SLOT.fields["state"][1]
         self.sequence = 0
@@ -217,7 +249,7 @@ class Lane:
 
     def release_views(self) -> None:
         """Drops every view of the mapping, so that closing it is not refused."""
-        for name in ("header", "slot", "base", "doorbell", "sleeping", "heartbeat",
+        for name in ("header", "base", "doorbell", "sleeping", "heartbeat",
                      "closed_word", "queued", "state", "waiting", "mem"):
             setattr(self, name, None)
 
@@ -388,60 +420,45 @@ def need_bytes(call: Call) -> int:
 def ask(lane: Lane, call: Call, spin_us: float) -> Tuple[np.ndarray, np.ndarray, Dict[str, Any]]:
     """Writes the call into the lane's slot, waits for the answer and returns x, the statuses
     and the answer's summary fields. Raises the answer's error as over gRPC."""
-    rq = lane.slot["request"]
-    rq[...] = np.zeros((), REQUEST)
-    rq["op"] = call.op
-    rq["family"] = FAMILY[call.family] if call.op == OP_SOLVE else 0
-    rq["dtype"] = 2 if call.dtype == np.float32 else 1
-    rq["layout"] = call.layout
-    rq["flags"] = call.flags
-    if call.max_iterations is not None:
-        rq["max_iterations"] = call.max_iterations
-    if call.tol is not None:
-        rq["tol"] = call.tol
-    rq["method"] = b"" if call.method == "auto" else call.method.encode()
-    rq["handle"] = call.handle.encode()
     own_id = bool(call.request_id) and _REQUEST_ID.fullmatch(call.request_id) is not None
-    if own_id:
-        rq["request_id"] = call.request_id.encode()
     deadline = None
+    deadline_ns = 0
     if call.timeout is not None:
-        rq["deadline_unix_ns"] = time.time_ns() + int(call.timeout * 1e9)
+        deadline_ns = time.time_ns() + int(call.timeout * 1e9)
         deadline = time.monotonic() + call.timeout
     names = region_names(call) or []
-    for k, name in enumerate(names):
-        rq["regions"][k] = name.encode()
     at = lane.arena
     base = lane.base
-    rq["narrays"] = len(call.arrays)
-    a = rq["arrays"]  # column by column: each field an array view of the slot's
-    for i, (field, arr, ref) in enumerate(call.arrays):
-        a["name"][i] = field.encode()
-        a["rank"][i] = arr.ndim
-        a["shape"][i, :arr.ndim] = arr.shape
-        a["bytes"][i] = arr.nbytes
+    values: List[Any] = [
+        call.op, FAMILY[call.family] if call.op == OP_SOLVE else 0,
+        2 if call.dtype == np.float32 else 1, call.layout, call.flags, len(call.arrays),
+        b"" if call.method == "auto" else call.method.encode(), call.handle.encode(),
+        call.request_id.encode() if own_id else b"", deadline_ns,
+        call.max_iterations if call.max_iterations is not None else 0,
+        call.tol if call.tol is not None else 0.0]
+    for field, arr, ref in call.arrays:
+        shape = arr.shape + (0,) * (MAX_RANK - arr.ndim)
         if ref is not None:
-            a["region"][i] = names.index(ref.region) + 1
-            a["offset"][i] = ref.offset
+            values += (field.encode(), arr.ndim, names.index(ref.region) + 1, *shape, ref.offset,
+                       arr.nbytes)
             continue
-        a["offset"][i] = at
-        base[at:at + arr.nbytes] = arr.reshape(-1).view(np.uint8)
+        values += (field.encode(), arr.ndim, 0, *shape, at, arr.nbytes)
+        # The mapping takes a contiguous array's buffer: one memcpy, no NumPy views to make.
+        lane.mem[at:at + arr.nbytes] = np.ascontiguousarray(arr)
         at += _align(arr.nbytes)
     x_bytes = math.prod(call.x_shape) * call.dtype.itemsize
-    rq["x_bytes"] = x_bytes
     if call.x_ref is not None:
-        rq["x_region"] = names.index(call.x_ref.region) + 1
-        rq["x_offset"] = call.x_ref.offset
+        x_region, x_offset = names.index(call.x_ref.region) + 1, call.x_ref.offset
     else:
-        rq["x_offset"] = at
+        x_region, x_offset = 0, at  # in the arena
         at += _align(x_bytes)
-    x_offset = int(rq["x_offset"])  # in the arena unless x_ref
     status_offset, status_bytes = at, most_systems(call)
-    rq["status_offset"] = status_offset
-    rq["status_bytes"] = status_bytes
+    names += [""] * (MAX_REGIONS - len(names))
     lane.sequence += 1
     tag = lane.sequence
-    rq["tag"] = tag
+    values += (x_offset, x_bytes, status_offset, status_bytes, names[0].encode(),
+               names[1].encode(), x_region, 0, tag)
+    _REQUESTS[len(call.arrays)].pack_into(lane.mem, lane.request_at, *values)
     queue = lane.last_queued > 1
     spin = lane.last_wait_us <= spin_us or (not queue and tag % SPIN_PROBE == 0)
     long_call = (not queue and spin_us > 0 and LONG_CALL_US <= lane.last_wait_us <= 1e6)
@@ -457,13 +474,13 @@ def ask(lane: Lane, call: Call, spin_us: float) -> Tuple[np.ndarray, np.ndarray,
         lane.last_wait_us = (time.perf_counter() - asked) * 1e6
         if lane.mem is not None:
             lane.last_queued = lane.queued.value
-    ans = lane.slot["answer"].copy()
-    statuses = int(ans["statuses"])
+    ans = _ANSWER.unpack_from(lane.mem, lane.answer_at)
+    code, statuses = ans[_A_CODE], ans[_A_STATUSES]
     x = None
-    if ans["code"] == 0:
-        dt = np.dtype(np.float32 if ans["dtype"] == 2 else np.float64)
-        rank = min(max(int(ans["x_rank"]), 0), MAX_RANK)
-        shape = tuple(int(v) for v in ans["x_shape"][:rank])
+    if code == 0:
+        dt = np.dtype(np.float32 if ans[_A_DTYPE] == 2 else np.float64)
+        rank = min(max(ans[_A_X_RANK], 0), MAX_RANK)
+        shape = ans[_A_X_SHAPE:_A_X_SHAPE + rank]
         if (math.prod(shape) * dt.itemsize != x_bytes or statuses < 0
                 or statuses > status_bytes):
             lane.state.value = SLOT_FREE
@@ -475,20 +492,18 @@ def ask(lane: Lane, call: Call, spin_us: float) -> Tuple[np.ndarray, np.ndarray,
             x = np.empty(0, dt)  # the server wrote x in place
     status = base[status_offset:status_offset + max(statuses, 0)].view(np.int8).copy()
     lane.state.value = SLOT_FREE
-    if int(ans["tag"]) != tag:
+    if ans[_A_TAG] != tag:
         lane.broken = True
         raise DataLoss(grpc.StatusCode.DATA_LOSS, "the ring's answer is not its request's")
-    if ans["code"] != 0:
-        n = min(int(ans["message_bytes"]), MESSAGE_BYTES)
-        message = ans["message"].tobytes()[:n].decode("utf-8", "replace")
-        raise error_for(_CODES.get(int(ans["code"]), grpc.StatusCode.UNKNOWN), message)
+    if code != 0:
+        n = min(ans[_A_MESSAGE_BYTES], MESSAGE_BYTES)
+        message = ans[_A_MESSAGE][:n].decode("utf-8", "replace")
+        raise error_for(_CODES.get(code, grpc.StatusCode.UNKNOWN), message)
     assert x is not None
-    fields = {k: ans[k].item() for k in (
-        "systems", "ok", "singular", "not_converged", "diverged", "iterations", "residual",
-        "receive_us", "queue_us", "h2d_us", "compute_us", "d2h_us", "residual_us", "total_us",
-        "batched_with", "right_hand_sides")}
-    fields["method"] = ans["method"].item().decode("utf-8", "replace")  # NULs stripped
-    fields["backend"] = ans["backend"].item().decode("utf-8", "replace")
+    fields = {k: ans[i] for k, i in _A_SUMMARY.items()}
+    # NUL-terminated
+    fields["method"] = ans[_A_METHOD].partition(b"\0")[0].decode("utf-8", "replace")
+    fields["backend"] = ans[_A_BACKEND].partition(b"\0")[0].decode("utf-8", "replace")
     fields["request_id"] = call.request_id if own_id else f"{lane.ring_id}.{tag}"
     return x, status, fields
 
