@@ -39,19 +39,19 @@ SystemRegistry::SystemRegistry(SystemLimits limits)
 SystemRegistry::~SystemRegistry() = default;
 
 void SystemRegistry::SetReplicaAddress(std::string address) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   replica_ = std::move(address);
 }
 
 std::string SystemRegistry::replica_address() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::ReaderMutexLock lock(&mu_);
   return replica_;
 }
 
 void SystemRegistry::EraseLocked(std::map<std::string, std::shared_ptr<Entry>>::iterator it,
                                  const char* why) {
   Entry& e = *it->second;
-  e.gone = true;
+  e.gone.store(true);
   bytes_ -= e.bytes;
   spdlog::info("system {} ({}) {}: {} bytes returned", e.handle, e.label.empty() ? "-" : e.label,
                why, e.bytes);
@@ -59,7 +59,7 @@ void SystemRegistry::EraseLocked(std::map<std::string, std::shared_ptr<Entry>>::
 }
 
 absl::Status SystemRegistry::Reserve(const std::string& identity, int64_t bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   int mine = 0;
   for (const auto& [h, e] : by_handle_) mine += e->identity == identity;
   if (mine >= limits_.max_per_identity)
@@ -74,8 +74,8 @@ absl::Status SystemRegistry::Reserve(const std::string& identity, int64_t bytes)
   while (bytes_ + bytes > limits_.max_bytes) {
     auto victim = by_handle_.end();
     for (auto it = by_handle_.begin(); it != by_handle_.end(); ++it)
-      if (it->second->busy == 0 &&
-          (victim == by_handle_.end() || it->second->last_used < victim->second->last_used))
+      if (it->second->busy.load() == 0 &&
+          (victim == by_handle_.end() || it->second->LastUsed() < victim->second->LastUsed()))
         victim = it;
     if (victim == by_handle_.end())
       return absl::ResourceExhaustedError(absl::StrCat(
@@ -98,10 +98,10 @@ absl::StatusOr<std::shared_ptr<SystemRegistry::Entry>> SystemRegistry::Add(
   e->system = std::move(system);
   e->coefficient_shapes = std::move(coefficient_shapes);
   e->rhs_shape = std::move(rhs_shape);
-  e->last_used = Clock::now();
+  e->Used();
   // The prepared system may hold more than the estimate Reserve made room for.
   if (auto st = Reserve(identity, e->bytes); !st.ok()) return st;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   do e->handle = NewHandle(replica_);
   while (by_handle_.count(e->handle) > 0);
   by_handle_[e->handle] = e;
@@ -111,32 +111,33 @@ absl::StatusOr<std::shared_ptr<SystemRegistry::Entry>> SystemRegistry::Add(
 
 absl::StatusOr<SystemRegistry::Use> SystemRegistry::Acquire(const std::string& identity,
                                                             const std::string& handle) {
-  std::lock_guard<std::mutex> lock(mu_);
+  // Under the reader lock: eviction and expiry, which read busy, hold the writer lock.
+  absl::ReaderMutexLock lock(&mu_);
   auto it = by_handle_.find(handle);
   if (it == by_handle_.end() || it->second->identity != identity) return NotFound();
-  it->second->busy++;
-  it->second->last_used = Clock::now();
+  it->second->busy.fetch_add(1);
+  it->second->Used();
   return Use(this, it->second);
 }
 
 void SystemRegistry::Release(Entry& e) {
-  std::lock_guard<std::mutex> lock(mu_);
-  e.busy--;
-  e.last_used = Clock::now();
+  e.Used();
+  e.busy.fetch_sub(1);
 }
 
 void SystemRegistry::Touch(Entry& e, bool solved, bool updated) {
   const int64_t now_bytes = e.system ? e.system->bytes() : 0;  // the caller holds e.mu
-  std::lock_guard<std::mutex> lock(mu_);
-  e.solves += solved;
-  e.updates += updated;
-  if (!e.gone) bytes_ += now_bytes - e.bytes;
+  e.solves.fetch_add(solved, std::memory_order_relaxed);
+  e.updates.fetch_add(updated, std::memory_order_relaxed);
+  if (now_bytes == e.bytes) return;  // (e.bytes is written only here, under e.mu)
+  absl::MutexLock lock(&mu_);
+  if (!e.gone.load()) bytes_ += now_bytes - e.bytes;
   e.bytes = now_bytes;
 }
 
 absl::StatusOr<std::shared_ptr<SystemRegistry::Entry>> SystemRegistry::Remove(
     const std::string& identity, const std::string& handle) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = by_handle_.find(handle);
   if (it == by_handle_.end() || it->second->identity != identity) return NotFound();
   auto e = it->second;
@@ -146,7 +147,7 @@ absl::StatusOr<std::shared_ptr<SystemRegistry::Entry>> SystemRegistry::Remove(
 
 std::vector<std::shared_ptr<SystemRegistry::Entry>> SystemRegistry::List(
     const std::string& identity) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::ReaderMutexLock lock(&mu_);
   std::vector<std::shared_ptr<Entry>> out;
   for (const auto& [h, e] : by_handle_)
     if (e->identity == identity) out.push_back(e);
@@ -154,18 +155,18 @@ std::vector<std::shared_ptr<SystemRegistry::Entry>> SystemRegistry::List(
 }
 
 SystemRegistry::Usage SystemRegistry::UsageOf(const Entry& e) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return {e.bytes, e.solves, e.updates,
-          std::chrono::duration<double>(Clock::now() - e.last_used).count()};
+  absl::ReaderMutexLock lock(&mu_);
+  return {e.bytes, e.solves.load(), e.updates.load(),
+          std::chrono::duration<double>(Clock::now() - e.LastUsed()).count()};
 }
 
 int64_t SystemRegistry::count() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::ReaderMutexLock lock(&mu_);
   return int64_t(by_handle_.size());
 }
 
 int64_t SystemRegistry::bytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::ReaderMutexLock lock(&mu_);
   return bytes_;
 }
 
@@ -173,12 +174,12 @@ int SystemRegistry::ExpireIdle() {
   std::vector<std::shared_ptr<Entry>> dropped;  // freed outside the lock
   int n = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     const auto now = Clock::now();
     for (auto it = by_handle_.begin(); it != by_handle_.end();) {
       auto next = std::next(it);
       Entry& e = *it->second;
-      if (e.busy == 0 && now - e.last_used > std::chrono::duration<double>(e.ttl_s)) {
+      if (e.busy.load() == 0 && now - e.LastUsed() > std::chrono::duration<double>(e.ttl_s)) {
         dropped.push_back(it->second);
         EraseLocked(it, "expired (idle past its time-to-live)");
         ++n;

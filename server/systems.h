@@ -3,6 +3,7 @@
 // protobuf; the backend's PreparedSystem holds the memory.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "sweeper.h"
 #include "trisolve/system.h"
 
@@ -39,12 +41,17 @@ class SystemRegistry {
     // Held while a solve or an update runs: the calls on one system run in arrival order.
     std::mutex mu;
     std::unique_ptr<PreparedSystem> system;  // guarded by mu
-    // Guarded by the registry:
-    Clock::time_point last_used;
-    int64_t bytes = 0;
-    int64_t solves = 0, updates = 0;
-    int busy = 0;        // calls holding or waiting for mu: not evicted meanwhile
-    bool gone = false;   // released, expired or evicted: later calls get NOT_FOUND
+    // Every by-handle call counts itself here (Acquire, Touch, the Use's end) without the
+    // registry's writer lock: atomics, read by eviction and expiry under that lock.
+    std::atomic<Clock::rep> last_used{0};  // Clock ticks
+    std::atomic<int64_t> solves{0}, updates{0};
+    std::atomic<int> busy{0};      // calls holding or waiting for mu: not evicted meanwhile
+    std::atomic<bool> gone{false};  // released, expired or evicted: later calls get NOT_FOUND
+    int64_t bytes = 0;  // written under mu and the registry's writer lock; read under either
+    void Used() { last_used.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed); }
+    Clock::time_point LastUsed() const {
+      return Clock::time_point(Clock::duration(last_used.load(std::memory_order_relaxed)));
+    }
   };
 
   // A system in use: counts as busy until destroyed.
@@ -108,7 +115,10 @@ class SystemRegistry {
   void Release(Entry& e);
 
   const SystemLimits limits_;
-  mutable std::mutex mu_;
+  // Readers: the lookups of every by-handle call (Acquire) and the listings; writers: adding,
+  // removing, evicting, expiring and a change of a system's bytes. (absl::Mutex: lookups without
+  // pause do not starve its writers.)
+  mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<Entry>> by_handle_;
   int64_t bytes_ = 0;
   std::string replica_;
