@@ -385,27 +385,38 @@ int main(int argc, char** argv) {
         cp.diag = dflat[2];
         cp.rhs = dflat[3];
         // (the joined solve above zeroed the roots' couplings: the per-cell kernels read none)
-        const double cms = TimeIt(reps, [&] {
-          if (!trisolve::cuda::SolveTreeCellsBlockDevice(cp, **cplan, x, cflags, nullptr).ok())
-            std::exit(2);
-        });
-        CK(cudaMemcpy(xg.data(), x, bytes, cudaMemcpyDeviceToHost));
-        std::vector<uint8_t> hf(vcells);
-        CK(cudaMemcpy(hf.data(), cflags, vcells, cudaMemcpyDeviceToHost));
-        int64_t flagged = 0;
-        for (uint8_t f : hf) flagged += f != 0;
-        double cdm = 0;
-        for (int64_t i = 0; i < N; ++i) cdm = std::max(cdm, std::abs(xg[i] - vx[i]));
-        const double cgbs = 40.0 * N / cms / 1e6;
-        std::printf("%8lld %11lld %-34s %7.3f ms %9.0f %6.1f%% %9.1e  (%lld structures, %lld "
-                    "cells one a block, %lld flagged; analysis %.1f ms, host threads, once)\n",
-                    (long long)cells, (long long)N,
-                    cab ? "variable cells, per-cell cables-block"
-                        : "variable cells, per-cell contr.-block",
-                    cms, cgbs, 100 * cgbs / copy_gbs, cdm / xm, (long long)(*cplan)->structures(),
-                    (long long)(*cplan)->block_cells(), (long long)flagged,
-                    (*cplan)->analysis_ms());
-        std::fflush(stdout);
+        // The size classes' launches overlapped (the backend's default), then one after the
+        // other on one stream (TRISOLVE_TREE_CELLS_SERIAL=1), on the same data.
+        for (const auto order : {trisolve::cuda::TreeCellsLaunches::kOverlapped,
+                                 trisolve::cuda::TreeCellsLaunches::kSerial}) {
+          const bool serial = order == trisolve::cuda::TreeCellsLaunches::kSerial;
+          CK(cudaMemset(x, 0, bytes));
+          CK(cudaMemset(cflags, 0, vcells));
+          const double cms = TimeIt(reps, [&] {
+            if (!trisolve::cuda::SolveTreeCellsBlockDevice(cp, **cplan, x, cflags, nullptr, order)
+                     .ok())
+              std::exit(2);
+          });
+          CK(cudaMemcpy(xg.data(), x, bytes, cudaMemcpyDeviceToHost));
+          std::vector<uint8_t> hf(vcells);
+          CK(cudaMemcpy(hf.data(), cflags, vcells, cudaMemcpyDeviceToHost));
+          int64_t flagged = 0;
+          for (uint8_t f : hf) flagged += f != 0;
+          double cdm = 0;
+          for (int64_t i = 0; i < N; ++i) cdm = std::max(cdm, std::abs(xg[i] - vx[i]));
+          const double cgbs = 40.0 * N / cms / 1e6;
+          std::printf("%8lld %11lld %-34s %7.3f ms %9.0f %6.1f%% %9.1e  (%lld structures, %lld "
+                      "cells one a block, %lld flagged, %lld launches%s; analysis %.1f ms, host "
+                      "threads, once)\n",
+                      (long long)cells, (long long)N,
+                      cab ? "variable cells, per-cell cables-block"
+                          : "variable cells, per-cell contr.-block",
+                      cms, cgbs, 100 * cgbs / copy_gbs, cdm / xm,
+                      (long long)(*cplan)->structures(), (long long)(*cplan)->block_cells(),
+                      (long long)flagged, (long long)(*cplan)->launches(),
+                      serial ? " one after the other" : " overlapped", (*cplan)->analysis_ms());
+          std::fflush(stdout);
+        }
         CK(cudaFree(cflags));
       }
     }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 #include <type_traits>
@@ -221,6 +222,20 @@ TreeCellsSchedule ScheduleTreeCells(const int32_t* parent, const int64_t* offset
   return out;
 }
 
+TreeCellsLaunches TreeCellsLaunchesFromEnv() {
+  static const TreeCellsLaunches launches = [] {
+    const char* v = std::getenv("TRISOLVE_TREE_CELLS_SERIAL");
+    return v != nullptr && std::atoi(v) == 1 ? TreeCellsLaunches::kSerial
+                                             : TreeCellsLaunches::kOverlapped;
+  }();
+  return launches;
+}
+
+TreeCellsPlan::~TreeCellsPlan() {
+  // (a stream destroyed with work queued is released once that work is done)
+  for (cudaStream_t s : side_streams_) cudaStreamDestroy(s);
+}
+
 absl::StatusOr<std::unique_ptr<TreeCellsPlan>> TreeCellsPlan::Make(
     const int32_t* parent, const int64_t* offsets, int64_t cells, int elem_bytes, Pool& pool,
     cudaStream_t stream, int threads, TreeCellsKind kind) {
@@ -233,6 +248,12 @@ absl::StatusOr<std::unique_ptr<TreeCellsPlan>> TreeCellsPlan::Make(
   plan->structures_ = sc.structures;
   plan->rest_ = std::move(sc.rest);
   plan->launches_ = std::move(sc.launches);
+  // Non-blocking: a caller on the legacy default stream must not serialise them again.
+  for (size_t l = 1; l < plan->launches_.size(); ++l) {
+    cudaStream_t s;
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    plan->side_streams_.push_back(s);
+  }
   std::vector<int2>& el = sc.elim;
   std::vector<int2>& up = sc.upd;
   std::vector<int2>& more = sc.upd_more;
