@@ -865,6 +865,31 @@ TEST(TreeCellGroups, WhatFitsABlock) {
   EXPECT_TRUE(cuda::TreeCellFitsCablesBlock(7300, 10, 4));
 }
 
+// Host only: a launch's threads a block, by hand: float64 cells of 3,187 nodes (102 KB + 3 KB
+// of shared memory) run 2 an SM, at 512 threads; of 2,000 (67 KB) 3, at 256 (3 x 512 would pass
+// the 1,024 threads an SM runs at 64 registers); of 1,100 (38 KB) 6, at 128; of 40, 8 at 128.
+TEST(TreeCellGroups, LaunchThreadsForOccupancy) {
+  using cuda::TreeCellsBlockThreads;
+  constexpr auto kC = cuda::TreeCellsKind::kContraction, kK = cuda::TreeCellsKind::kCables;
+  constexpr auto kOcc = cuda::TreeCellsThreads::kOccupancy, kSize = cuda::TreeCellsThreads::kBySize;
+  EXPECT_EQ(TreeCellsBlockThreads(3187, 8, kC, kOcc), 512);
+  EXPECT_EQ(TreeCellsBlockThreads(2000, 8, kC, kOcc), 256);
+  EXPECT_EQ(TreeCellsBlockThreads(1100, 8, kC, kOcc), 128);
+  EXPECT_EQ(TreeCellsBlockThreads(40, 8, kC, kOcc), 128);
+  // float32: 3,187 nodes in 51 KB + 3 KB, 4 an SM at 256 threads.
+  EXPECT_EQ(TreeCellsBlockThreads(3187, 4, kC, kOcc), 256);
+  // Where 3 blocks fit (3 x 76 KB of an SM's 228 KB): 2,336 nodes with the contraction's 2 KB of
+  // round offsets, 2,400 for cables-block, which has none.
+  EXPECT_EQ(TreeCellsBlockThreads(2337, 8, kC, kOcc), 512);
+  EXPECT_EQ(TreeCellsBlockThreads(2336, 8, kC, kOcc), 256);
+  EXPECT_EQ(TreeCellsBlockThreads(2401, 8, kK, kOcc), 512);
+  EXPECT_EQ(TreeCellsBlockThreads(2400, 8, kK, kOcc), 256);
+  EXPECT_EQ(TreeCellsBlockThreads(7000, 8, kC, kOcc), 512);  // one an SM
+  EXPECT_EQ(TreeCellsBlockThreads(1100, 8, kC, kSize), 512);
+  EXPECT_EQ(TreeCellsBlockThreads(1000, 8, kC, kSize), 256);
+  EXPECT_EQ(TreeCellsBlockThreads(200, 8, kC, kSize), 128);
+}
+
 TEST(CudaTreeCells, ManySmallRandomCells) {
   REQUIRE_GPU();
   // More cells than fan-out^2 (the roots three levels deep), most of 1 .. 40 nodes.

@@ -367,11 +367,15 @@ int main(int argc, char** argv) {
       // The same cells one block a cell, each with its structure's plan (tree/cells.h): what
       // the backend runs for auto and contraction (contraction-block) and for cables
       // (cables-block). The flags are a byte a cell here.
+      // Each with the launches' threads chosen for occupancy (the backend's) and by size.
       for (const auto kind : {trisolve::cuda::TreeCellsKind::kContraction,
-                              trisolve::cuda::TreeCellsKind::kCables}) {
+                              trisolve::cuda::TreeCellsKind::kCables})
+      for (const auto rule : {trisolve::cuda::TreeCellsThreads::kOccupancy,
+                              trisolve::cuda::TreeCellsThreads::kBySize}) {
         const bool cab = kind == trisolve::cuda::TreeCellsKind::kCables;
+        const bool by_size = rule == trisolve::cuda::TreeCellsThreads::kBySize;
         auto cplan = trisolve::cuda::TreeCellsPlan::Make(local.data(), off.data(), vcells, 8,
-                                                         pool, nullptr, 0, kind);
+                                                         pool, nullptr, 0, kind, rule);
         if (!cplan.ok()) std::exit(2);
         uint8_t* cflags;
         CK(cudaMalloc(&cflags, vcells));
@@ -406,15 +410,16 @@ int main(int argc, char** argv) {
           for (int64_t i = 0; i < N; ++i) cdm = std::max(cdm, std::abs(xg[i] - vx[i]));
           const double cgbs = 40.0 * N / cms / 1e6;
           std::printf("%8lld %11lld %-34s %7.3f ms %9.0f %6.1f%% %9.1e  (%lld structures, %lld "
-                      "cells one a block, %lld flagged, %lld launches%s; analysis %.1f ms, host "
-                      "threads, once)\n",
+                      "cells one a block, %lld flagged, %lld launches%s, threads by %s; "
+                      "analysis %.1f ms, host threads, once)\n",
                       (long long)cells, (long long)N,
                       cab ? "variable cells, per-cell cables-block"
                           : "variable cells, per-cell contr.-block",
                       cms, cgbs, 100 * cgbs / copy_gbs, cdm / xm,
                       (long long)(*cplan)->structures(), (long long)(*cplan)->block_cells(),
                       (long long)flagged, (long long)(*cplan)->launches(),
-                      serial ? " one after the other" : " overlapped", (*cplan)->analysis_ms());
+                      serial ? " one after the other" : " overlapped",
+                      by_size ? "size" : "occupancy", (*cplan)->analysis_ms());
           std::fflush(stdout);
         }
         CK(cudaFree(cflags));

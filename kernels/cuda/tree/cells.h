@@ -66,10 +66,18 @@ struct TreeCellsSchedule {
   std::vector<int2> cmore;
   std::vector<int32_t> ctop, level_ptr;
 };
+// A launch's threads a block. kBySize: by its largest cell (128 up to 256 nodes, 256 up to
+// 1,024, 512 above). kOccupancy: as many of its blocks on an SM as their shared memory lets
+// run, within the 1,024 threads an SM runs of kernels of 64 registers a thread (float64).
+enum class TreeCellsThreads : uint8_t { kOccupancy, kBySize };
+int TreeCellsBlockThreads(int64_t max_n, int elem_bytes, TreeCellsKind kind,
+                          TreeCellsThreads rule);
+
 // threads: host threads for the distinct structures' analyses (0: the hardware's).
 TreeCellsSchedule ScheduleTreeCells(const int32_t* parent, const int64_t* offsets, int64_t cells,
                                     int elem_bytes, int threads = 0,
-                                    TreeCellsKind kind = TreeCellsKind::kContraction);
+                                    TreeCellsKind kind = TreeCellsKind::kContraction,
+                                    TreeCellsThreads rule = TreeCellsThreads::kOccupancy);
 
 // How a plan's launches (one a size class) are ordered. kSerial: one after the other on the
 // caller's stream, each launch's last wave leaving SMs idle until the next starts. kOverlapped:
@@ -104,7 +112,9 @@ class TreeCellsPlan {
                                                              Pool& pool, cudaStream_t stream,
                                                              int threads = 0,
                                                              TreeCellsKind kind =
-                                                                 TreeCellsKind::kContraction);
+                                                                 TreeCellsKind::kContraction,
+                                                             TreeCellsThreads rule =
+                                                                 TreeCellsThreads::kOccupancy);
   int64_t cells() const { return cells_; }
   int64_t structures() const { return structures_; }
   int elem_bytes() const { return elem_bytes_; }

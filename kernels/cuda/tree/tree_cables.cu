@@ -261,9 +261,22 @@ absl::Status SolveTreeCellsBlockDevice(const TreeProblem<T>& p, const TreeCellsP
   if (plan.elem_bytes() != int(sizeof(T)) || p.layout != Layout::kFlat || p.batch != plan.cells())
     return absl::InvalidArgumentError("the cells' plan was built for other cells or precision");
   if (launches == TreeCellsLaunches::kDefault) launches = TreeCellsLaunchesFromEnv();
-  auto shared = [](auto kernel, size_t smem) -> absl::Status {
+  // A kernel's shared-memory limit is set to the most a cell a block may use (TreeCellFitsBlock,
+  // within what this device lets a block opt in to), not to this launch's need: launches of one
+  // kernel with different sizes run at once (overlapped, or from two requests), and one
+  // lowering the limit between another's setting and its launch would fail that launch.
+  int device = 0, optin = 0;
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  TRISOLVE_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  int64_t largest = 0;
+  for (const TreeCellsPlan::Launch& l : plan.launches_)
+    largest = std::max<int64_t>(largest, int64_t(sizeof(T)) * 4 * l.max_n);
+  auto shared = [&](auto kernel, int64_t static_bytes) -> absl::Status {
+    const int64_t most =
+        std::max(largest, std::min(kBlockMaxSmem, int64_t(optin)) - static_bytes);
     TRISOLVE_CUDA_RETURN_IF_ERROR(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(most)));
     TRISOLVE_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
         kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
     return absl::OkStatus();
@@ -274,7 +287,7 @@ absl::Status SolveTreeCellsBlockDevice(const TreeProblem<T>& p, const TreeCellsP
       auto kernel = l.threads == 128   ? CablesCellsKernel<T, 128>
                     : l.threads == 256 ? CablesCellsKernel<T, 256>
                                        : CablesCellsKernel<T, 512>;
-      if (auto st = shared(kernel, smem); !st.ok()) return st;
+      if (auto st = shared(kernel, 0); !st.ok()) return st;
       kernel<<<unsigned(l.blocks), unsigned(l.threads), smem, s>>>(
           p.lower, p.upper, p.diag, p.rhs, plan.cell_info_, plan.cell_id_, l.block0, plan.cinfo_,
           plan.cmore_, plan.ctop_, plan.level_ptr_, x, status_flags);
@@ -282,7 +295,8 @@ absl::Status SolveTreeCellsBlockDevice(const TreeProblem<T>& p, const TreeCellsP
       auto kernel = l.threads == 128   ? ContractionCellsKernel<T, 128>
                     : l.threads == 256 ? ContractionCellsKernel<T, 256>
                                        : ContractionCellsKernel<T, 512>;
-      if (auto st = shared(kernel, smem); !st.ok()) return st;
+      // (its static round offsets, 8 bytes a round, count against the same limit)
+      if (auto st = shared(kernel, 8 * (kMaxRounds + 1)); !st.ok()) return st;
       kernel<<<unsigned(l.blocks), unsigned(l.threads), smem, s>>>(
           p.lower, p.upper, p.diag, p.rhs, plan.cell_info_, plan.cell_id_, l.block0, plan.elim_,
           plan.upd_, plan.upd_more_, plan.children_, plan.ptr_e_, plan.ptr_u_, x, status_flags);
