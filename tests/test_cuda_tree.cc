@@ -5,6 +5,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cuda_test_util.h"
@@ -864,6 +865,31 @@ TEST(TreeCellGroups, WhatFitsABlock) {
   EXPECT_TRUE(cuda::TreeCellFitsCablesBlock(7300, 10, 4));
 }
 
+// Host only: a launch's threads a block, by hand: float64 cells of 3,187 nodes (102 KB + 3 KB
+// of shared memory) run 2 an SM, at 512 threads; of 2,000 (67 KB) 3, at 256 (3 x 512 would pass
+// the 1,024 threads an SM runs at 64 registers); of 1,100 (38 KB) 6, at 128; of 40, 8 at 128.
+TEST(TreeCellGroups, LaunchThreadsForOccupancy) {
+  using cuda::TreeCellsBlockThreads;
+  constexpr auto kC = cuda::TreeCellsKind::kContraction, kK = cuda::TreeCellsKind::kCables;
+  constexpr auto kOcc = cuda::TreeCellsThreads::kOccupancy, kSize = cuda::TreeCellsThreads::kBySize;
+  EXPECT_EQ(TreeCellsBlockThreads(3187, 8, kC, kOcc), 512);
+  EXPECT_EQ(TreeCellsBlockThreads(2000, 8, kC, kOcc), 256);
+  EXPECT_EQ(TreeCellsBlockThreads(1100, 8, kC, kOcc), 128);
+  EXPECT_EQ(TreeCellsBlockThreads(40, 8, kC, kOcc), 128);
+  // float32: 3,187 nodes in 51 KB + 3 KB, 4 an SM at 256 threads.
+  EXPECT_EQ(TreeCellsBlockThreads(3187, 4, kC, kOcc), 256);
+  // Where 3 blocks fit (3 x 76 KB of an SM's 228 KB): 2,336 nodes with the contraction's 2 KB of
+  // round offsets, 2,400 for cables-block, which has none.
+  EXPECT_EQ(TreeCellsBlockThreads(2337, 8, kC, kOcc), 512);
+  EXPECT_EQ(TreeCellsBlockThreads(2336, 8, kC, kOcc), 256);
+  EXPECT_EQ(TreeCellsBlockThreads(2401, 8, kK, kOcc), 512);
+  EXPECT_EQ(TreeCellsBlockThreads(2400, 8, kK, kOcc), 256);
+  EXPECT_EQ(TreeCellsBlockThreads(7000, 8, kC, kOcc), 512);  // one an SM
+  EXPECT_EQ(TreeCellsBlockThreads(1100, 8, kC, kSize), 512);
+  EXPECT_EQ(TreeCellsBlockThreads(1000, 8, kC, kSize), 256);
+  EXPECT_EQ(TreeCellsBlockThreads(200, 8, kC, kSize), 128);
+}
+
 TEST(CudaTreeCells, ManySmallRandomCells) {
   REQUIRE_GPU();
   // More cells than fan-out^2 (the roots three levels deep), most of 1 .. 40 nodes.
@@ -1003,6 +1029,121 @@ TEST(CudaTreeCellsPrepared, AnswerAsTheOneShotDeviceCallBitForBit) {
     mixed.AddRandom(testing::RandomParents(k % 100 == 7 ? 9000 : 1 + int64_t(rng() % 500), rng),
                     rng);
   ComparePreparedCells<double>(mixed, TreeMethod::kAuto, -1, kPerCell);
+}
+
+// One device call on the per-cell plan, on its own non-blocking stream, as a caller of the
+// kernels library makes it: the inputs arrive on that stream behind a long copy (a launch that
+// did not wait for the caller's stream would read zeros), and x is copied on it right after
+// the call (a launch not joined back could still be writing). rhs_scale varies the answer.
+template <typename T>
+void SolveCellsOnItsStream(const testing::Cells& c, const cuda::TreeCellsPlan& plan,
+                           cuda::TreeCellsLaunches order, double rhs_scale, std::vector<T>& x,
+                           std::vector<uint8_t>& flags) {
+  const auto typed = c.As<T>();
+  const int64_t total = c.total(), cells = c.cells();
+  const size_t bytes = sizeof(T) * size_t(total), filler = size_t(1) << 29;
+  std::vector<T> rhs(typed.rhs.begin(), typed.rhs.end());
+  for (T& v : rhs) v = T(double(v) * rhs_scale);
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  T *src[4], *in[4], *dx, *dx_copy;
+  uint8_t* df;
+  void *fa, *fb;
+  for (int q = 0; q < 4; ++q) {
+    ASSERT_EQ(cudaMalloc(&src[q], bytes), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&in[q], bytes), cudaSuccess);
+    ASSERT_EQ(cudaMemset(in[q], 0, bytes), cudaSuccess);
+  }
+  const T* host[4] = {typed.lower.data(), typed.upper.data(), typed.diag.data(), rhs.data()};
+  for (int q = 0; q < 4; ++q)
+    ASSERT_EQ(cudaMemcpy(src[q], host[q], bytes, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dx, bytes), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dx_copy, bytes), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&df, size_t(cells)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&fa, filler), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&fb, filler), cudaSuccess);
+  ASSERT_EQ(cudaMemset(dx, 0xff, bytes), cudaSuccess);  // NaN wherever no block writes
+  ASSERT_EQ(cudaMemset(df, 0, size_t(cells)), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(fb, fa, filler, cudaMemcpyDeviceToDevice, s), cudaSuccess);
+  for (int q = 0; q < 4; ++q)
+    ASSERT_EQ(cudaMemcpyAsync(in[q], src[q], bytes, cudaMemcpyDeviceToDevice, s), cudaSuccess);
+  TreeProblem<T> p = c.Problem(typed);
+  p.parent = nullptr;
+  p.lower = in[0];
+  p.upper = in[1];
+  p.diag = in[2];
+  p.rhs = in[3];
+  const absl::Status st = cuda::SolveTreeCellsBlockDevice(p, plan, dx, df, s, order);
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_EQ(cudaMemcpyAsync(dx_copy, dx, bytes, cudaMemcpyDeviceToDevice, s), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  x.assign(size_t(total), T(0));
+  flags.assign(size_t(cells), 0);
+  ASSERT_EQ(cudaMemcpy(x.data(), dx_copy, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(flags.data(), df, size_t(cells), cudaMemcpyDeviceToHost), cudaSuccess);
+  for (void* b : {static_cast<void*>(dx), static_cast<void*>(dx_copy), static_cast<void*>(df), fa,
+                  fb})
+    cudaFree(b);
+  for (int q = 0; q < 4; ++q) {
+    cudaFree(src[q]);
+    cudaFree(in[q]);
+  }
+  cudaStreamDestroy(s);
+}
+
+// The size classes' launches overlapped (the default) answer as one after the other, bit for
+// bit, alone and as two calls on one plan at once from two threads (each call's own events:
+// one call's fork or join must not wait for the other's launches, nor miss its own).
+template <typename T>
+void CompareLaunchOrders(const testing::Cells& c, cuda::TreeCellsKind kind, double tol) {
+  cuda::Pool pool(cuda::Pool::Kind::kDevice, 0, int64_t{1} << 30);
+  auto plan = cuda::TreeCellsPlan::Make(c.parent.data(), c.offsets.data(), c.cells(),
+                                        int(sizeof(T)), pool, nullptr, 0, kind);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ((*plan)->block_cells(), c.cells());
+  ASSERT_GE((*plan)->launches(), 5);  // (sizes 1 .. 3,187: a launch a halving)
+  std::vector<T> xs[2], xo[2];
+  std::vector<uint8_t> fs[2], fo[2];
+  for (int k = 0; k < 2; ++k)
+    SolveCellsOnItsStream<T>(c, **plan, cuda::TreeCellsLaunches::kSerial, 1.0 + k, xs[k], fs[k]);
+  // The serial answer against the CPU reference, a cell at a time.
+  const auto typed = c.As<T>();
+  const TreeProblem<T> hp = c.Problem(typed);
+  std::vector<T> xc(size_t(c.total()));
+  std::vector<SystemStatus> sc(size_t(c.cells()));
+  cpu::SolveTree(hp, kind == cuda::TreeCellsKind::kCables ? TreeMethod::kCables
+                                                          : TreeMethod::kContraction,
+                 TreeOutput<T>{xc.data(), sc.data()});
+  for (int64_t s = 0; s < c.cells(); ++s) {
+    ASSERT_EQ(fs[0][size_t(s)] != 0, sc[size_t(s)] != SystemStatus::kOk) << "cell " << s;
+    if (sc[size_t(s)] != SystemStatus::kOk) continue;
+    for (int64_t i = c.offsets[size_t(s)]; i < c.offsets[size_t(s) + 1]; ++i)
+      ASSERT_NEAR(double(xs[0][size_t(i)]), double(xc[size_t(i)]),
+                  tol * (1 + std::abs(double(xc[size_t(i)]))))
+          << "cell " << s << ", node " << i;
+  }
+  SolveCellsOnItsStream<T>(c, **plan, cuda::TreeCellsLaunches::kOverlapped, 1.0, xo[0], fo[0]);
+  EXPECT_EQ(std::memcmp(xo[0].data(), xs[0].data(), sizeof(T) * xs[0].size()), 0);
+  EXPECT_EQ(fo[0], fs[0]);
+  std::thread other([&] {
+    SolveCellsOnItsStream<T>(c, **plan, cuda::TreeCellsLaunches::kOverlapped, 2.0, xo[1], fo[1]);
+  });
+  SolveCellsOnItsStream<T>(c, **plan, cuda::TreeCellsLaunches::kOverlapped, 1.0, xo[0], fo[0]);
+  other.join();
+  for (int k = 0; k < 2; ++k) {
+    SCOPED_TRACE(::testing::Message() << "concurrent call " << k);
+    EXPECT_EQ(std::memcmp(xo[k].data(), xs[k].data(), sizeof(T) * xs[k].size()), 0);
+    EXPECT_EQ(fo[k], fs[k]);
+  }
+}
+
+TEST(CudaTreeCells, OverlappedLaunchesAnswerAsSerialBitForBit) {
+  REQUIRE_GPU();
+  const testing::Cells c = MorphologyCells(3000, 23, 500);
+  CompareLaunchOrders<double>(c, cuda::TreeCellsKind::kContraction, 1e-12);
+  CompareLaunchOrders<float>(c, cuda::TreeCellsKind::kContraction, 2e-3);
+  CompareLaunchOrders<double>(c, cuda::TreeCellsKind::kCables, 1e-12);
 }
 
 std::string TreeName(const ::testing::TestParamInfo<std::tuple<Shape, Layout>>& i) {

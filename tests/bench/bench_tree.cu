@@ -367,11 +367,15 @@ int main(int argc, char** argv) {
       // The same cells one block a cell, each with its structure's plan (tree/cells.h): what
       // the backend runs for auto and contraction (contraction-block) and for cables
       // (cables-block). The flags are a byte a cell here.
+      // Each with the launches' threads chosen for occupancy (the backend's) and by size.
       for (const auto kind : {trisolve::cuda::TreeCellsKind::kContraction,
-                              trisolve::cuda::TreeCellsKind::kCables}) {
+                              trisolve::cuda::TreeCellsKind::kCables})
+      for (const auto rule : {trisolve::cuda::TreeCellsThreads::kOccupancy,
+                              trisolve::cuda::TreeCellsThreads::kBySize}) {
         const bool cab = kind == trisolve::cuda::TreeCellsKind::kCables;
+        const bool by_size = rule == trisolve::cuda::TreeCellsThreads::kBySize;
         auto cplan = trisolve::cuda::TreeCellsPlan::Make(local.data(), off.data(), vcells, 8,
-                                                         pool, nullptr, 0, kind);
+                                                         pool, nullptr, 0, kind, rule);
         if (!cplan.ok()) std::exit(2);
         uint8_t* cflags;
         CK(cudaMalloc(&cflags, vcells));
@@ -385,27 +389,42 @@ int main(int argc, char** argv) {
         cp.diag = dflat[2];
         cp.rhs = dflat[3];
         // (the joined solve above zeroed the roots' couplings: the per-cell kernels read none)
-        const double cms = TimeIt(reps, [&] {
-          if (!trisolve::cuda::SolveTreeCellsBlockDevice(cp, **cplan, x, cflags, nullptr).ok())
-            std::exit(2);
-        });
-        CK(cudaMemcpy(xg.data(), x, bytes, cudaMemcpyDeviceToHost));
-        std::vector<uint8_t> hf(vcells);
-        CK(cudaMemcpy(hf.data(), cflags, vcells, cudaMemcpyDeviceToHost));
-        int64_t flagged = 0;
-        for (uint8_t f : hf) flagged += f != 0;
-        double cdm = 0;
-        for (int64_t i = 0; i < N; ++i) cdm = std::max(cdm, std::abs(xg[i] - vx[i]));
-        const double cgbs = 40.0 * N / cms / 1e6;
-        std::printf("%8lld %11lld %-34s %7.3f ms %9.0f %6.1f%% %9.1e  (%lld structures, %lld "
-                    "cells one a block, %lld flagged; analysis %.1f ms, host threads, once)\n",
-                    (long long)cells, (long long)N,
-                    cab ? "variable cells, per-cell cables-block"
-                        : "variable cells, per-cell contr.-block",
-                    cms, cgbs, 100 * cgbs / copy_gbs, cdm / xm, (long long)(*cplan)->structures(),
-                    (long long)(*cplan)->block_cells(), (long long)flagged,
-                    (*cplan)->analysis_ms());
-        std::fflush(stdout);
+        // The size classes' launches overlapped (the backend's default), then one after the
+        // other on one stream (TRISOLVE_TREE_CELLS_SERIAL=1), on the same data.
+        for (const auto order : {trisolve::cuda::TreeCellsLaunches::kOverlapped,
+                                 trisolve::cuda::TreeCellsLaunches::kSerial}) {
+          const bool serial = order == trisolve::cuda::TreeCellsLaunches::kSerial;
+          CK(cudaMemset(x, 0, bytes));
+          CK(cudaMemset(cflags, 0, vcells));
+          const double cms = TimeIt(reps, [&] {
+            if (!trisolve::cuda::SolveTreeCellsBlockDevice(cp, **cplan, x, cflags, nullptr, order)
+                     .ok())
+              std::exit(2);
+          });
+          CK(cudaMemcpy(xg.data(), x, bytes, cudaMemcpyDeviceToHost));
+          std::vector<uint8_t> hf(vcells);
+          CK(cudaMemcpy(hf.data(), cflags, vcells, cudaMemcpyDeviceToHost));
+          int64_t flagged = 0;
+          for (uint8_t f : hf) flagged += f != 0;
+          double cdm = 0;
+          for (int64_t i = 0; i < N; ++i) cdm = std::max(cdm, std::abs(xg[i] - vx[i]));
+          const double cgbs = 40.0 * N / cms / 1e6;
+          // The backend's way keeps the row's name (perf_tables.py reads it); the others say
+          // how they differ.
+          const std::string name =
+              std::string(cab ? "variable cells, per-cell cables-block"
+                              : "variable cells, per-cell contr.-block") +
+              (serial ? ", serial" : "") + (by_size ? ", size threads" : "");
+          std::printf("%8lld %11lld %-34s %7.3f ms %9.0f %6.1f%% %9.1e  (%lld structures, %lld "
+                      "cells one a block, %lld flagged, %lld launches%s, threads by %s; "
+                      "analysis %.1f ms, host threads, once)\n",
+                      (long long)cells, (long long)N, name.c_str(), cms, cgbs, 100 * cgbs / copy_gbs, cdm / xm,
+                      (long long)(*cplan)->structures(), (long long)(*cplan)->block_cells(),
+                      (long long)flagged, (long long)(*cplan)->launches(),
+                      serial ? " one after the other" : " overlapped",
+                      by_size ? "size" : "occupancy", (*cplan)->analysis_ms());
+          std::fflush(stdout);
+        }
         CK(cudaFree(cflags));
       }
     }

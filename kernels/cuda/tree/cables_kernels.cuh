@@ -581,8 +581,9 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
 // 16, where its structure's round offsets start in ptr_e / ptr_u}. The structures' schedules
 // lie end to end (the offsets rebased to the whole arrays), so a round's entries are read as
 // for one morphology; cells of one structure read the same entries. A launch covers blocks of
-// similar sizes (dynamic shared memory for its largest); kThreads follows the sizes (a warp
-// per round's two removals at most wastes little: rounds halve the nodes left).
+// similar sizes (dynamic shared memory for its largest); kThreads is what lets as many of its
+// blocks run on an SM as that shared memory holds (TreeCellsBlockThreads; rounds halve the
+// nodes left, so fewer threads a cell cost only the first rounds' removals).
 template <typename T, int kThreads>
 __global__ void __launch_bounds__(kThreads, 1024 / kThreads)
     ContractionCellsKernel(const T* __restrict__ g_lower, const T* __restrict__ g_upper,
@@ -603,6 +604,14 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads)
   T* upper = lower + n;
   T* diag = upper + n;
   T* rhs = diag + n;
+  // The cell's values are asked for first: the round offsets' reads (which wait on the cell's
+  // description too) then overlap them instead of delaying them.
+  for (int i = tid; i < n; i += kThreads) {
+    __pipeline_memcpy_async(lower + i, g_lower + first + i, sizeof(T));
+    __pipeline_memcpy_async(upper + i, g_upper + first + i, sizeof(T));
+    __pipeline_memcpy_async(diag + i, g_diag + first + i, sizeof(T));
+    __pipeline_memcpy_async(rhs + i, g_rhs + first + i, sizeof(T));
+  }
   __shared__ int ptr_e[kMaxRounds + 1], ptr_u[kMaxRounds + 1];
   for (int r = tid; r <= R; r += kThreads) {
     ptr_e[r] = __ldg(elim_ptr + pb + r);
@@ -611,12 +620,6 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads)
   int eb = __ldg(elim_ptr + pb), ee = __ldg(elim_ptr + pb + 1);
   int ub = __ldg(upd_ptr + pb), ue = __ldg(upd_ptr + pb + 1);
   int2 e = EntryAt(elim, eb + tid, ee), u = EntryAt(upd, ub + tid, ue);
-  for (int i = tid; i < n; i += kThreads) {
-    __pipeline_memcpy_async(lower + i, g_lower + first + i, sizeof(T));
-    __pipeline_memcpy_async(upper + i, g_upper + first + i, sizeof(T));
-    __pipeline_memcpy_async(diag + i, g_diag + first + i, sizeof(T));
-    __pipeline_memcpy_async(rhs + i, g_rhs + first + i, sizeof(T));
-  }
   __pipeline_commit();
   __pipeline_wait_prior(0);
   __syncthreads();
@@ -694,14 +697,15 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads)
   T* upper = lower + n;
   T* diag = upper + n;
   T* rhs = diag + n;  // R/D, then x
-  int kb = __ldg(lp), ke = __ldg(lp + 1);
-  int4 ci = CableAt(cinfo, kb + tid, ke);
+  // (the cell's values asked for before its first cables, as ContractionCellsKernel)
   for (int i = tid; i < n; i += kThreads) {
     __pipeline_memcpy_async(lower + i, g_lower + first + i, sizeof(T));
     __pipeline_memcpy_async(upper + i, g_upper + first + i, sizeof(T));
     __pipeline_memcpy_async(diag + i, g_diag + first + i, sizeof(T));
     __pipeline_memcpy_async(rhs + i, g_rhs + first + i, sizeof(T));
   }
+  int kb = __ldg(lp), ke = __ldg(lp + 1);
+  int4 ci = CableAt(cinfo, kb + tid, ke);
   __pipeline_commit();
   __pipeline_wait_prior(0);
   __syncthreads();

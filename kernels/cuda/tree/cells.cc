@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 #include <type_traits>
@@ -80,8 +81,26 @@ TreeCellGroups GroupTreeCells(const int32_t* parent, const int64_t* offsets, int
   return g;
 }
 
+int TreeCellsBlockThreads(int64_t max_n, int elem_bytes, TreeCellsKind kind,
+                          TreeCellsThreads rule) {
+  if (rule == TreeCellsThreads::kBySize) return max_n > 1024 ? 512 : max_n > 256 ? 256 : 128;
+  // Both kernels hold 64 registers a thread in float64 (48 in float32): an SM runs 1,024 of
+  // their threads, so 512 threads a block let only 2 blocks of 1,100 nodes run where their
+  // shared memory would hold 6, and an SM held a third of the nodes it could. The shared
+  // memory an SM gives blocks (228 KB on sm_90, 1 KB a block reserved), the contraction's
+  // round offsets (2 KB) beside the cell's four arrays.
+  constexpr int64_t kSmemPerSm = 228 * 1024, kReserved = 1024, kRoundOffsets = 2048;
+  const int64_t per_block = int64_t(elem_bytes) * 4 * max_n + kReserved +
+                            (kind == TreeCellsKind::kContraction ? kRoundOffsets : 0);
+  const int64_t blocks = std::clamp<int64_t>(kSmemPerSm / per_block, 1, 8);
+  int t = 512;
+  while (t > 128 && t * blocks > 1024) t /= 2;
+  return t;
+}
+
 TreeCellsSchedule ScheduleTreeCells(const int32_t* parent, const int64_t* offsets, int64_t cells,
-                                    int elem_bytes, int threads, TreeCellsKind kind) {
+                                    int elem_bytes, int threads, TreeCellsKind kind,
+                                    TreeCellsThreads rule) {
   TreeCellsSchedule out;
   out.kind = kind;
   const bool cables = kind == TreeCellsKind::kCables;
@@ -183,7 +202,7 @@ TreeCellsSchedule ScheduleTreeCells(const int32_t* parent, const int64_t* offset
   // Blocks largest cell first (the long ones start early, the short ones fill the end), cells
   // of one structure next to one another (its schedule read from L2 by all but the first),
   // cut into launches of similar sizes: shared memory sized for a launch's largest cell, and
-  // threads for its size.
+  // threads for as many of its blocks an SM as that shared memory lets run.
   std::vector<int32_t> order;
   for (int64_t k = 0; k < cells; ++k) {
     if (fits[size_t(g.structure_of[size_t(k)])])
@@ -196,7 +215,7 @@ TreeCellsSchedule ScheduleTreeCells(const int32_t* parent, const int64_t* offset
     const int64_t na = cell_n(a), nb = cell_n(b);
     return na != nb ? na > nb : g.structure_of[size_t(a)] < g.structure_of[size_t(b)];
   });
-  auto threads_for = [](int64_t n) { return n > 1024 ? 512 : n > 256 ? 256 : 128; };
+  auto threads_for = [&](int64_t n) { return TreeCellsBlockThreads(n, elem_bytes, kind, rule); };
   for (size_t b = 0; b < order.size();) {
     const int64_t top = cell_n(order[b]);
     TreeCellsSchedule::Launch l{int32_t(b), 0, int32_t(top), threads_for(top)};
@@ -221,18 +240,39 @@ TreeCellsSchedule ScheduleTreeCells(const int32_t* parent, const int64_t* offset
   return out;
 }
 
+TreeCellsLaunches TreeCellsLaunchesFromEnv() {
+  static const TreeCellsLaunches launches = [] {
+    const char* v = std::getenv("TRISOLVE_TREE_CELLS_SERIAL");
+    return v != nullptr && std::atoi(v) == 1 ? TreeCellsLaunches::kSerial
+                                             : TreeCellsLaunches::kOverlapped;
+  }();
+  return launches;
+}
+
+TreeCellsPlan::~TreeCellsPlan() {
+  // (a stream destroyed with work queued is released once that work is done)
+  for (cudaStream_t s : side_streams_) cudaStreamDestroy(s);
+}
+
 absl::StatusOr<std::unique_ptr<TreeCellsPlan>> TreeCellsPlan::Make(
     const int32_t* parent, const int64_t* offsets, int64_t cells, int elem_bytes, Pool& pool,
-    cudaStream_t stream, int threads, TreeCellsKind kind) {
+    cudaStream_t stream, int threads, TreeCellsKind kind, TreeCellsThreads rule) {
   const auto t0 = std::chrono::steady_clock::now();
   auto plan = std::unique_ptr<TreeCellsPlan>(new TreeCellsPlan);
   plan->cells_ = cells;
   plan->elem_bytes_ = elem_bytes;
   plan->kind_ = kind;
-  TreeCellsSchedule sc = ScheduleTreeCells(parent, offsets, cells, elem_bytes, threads, kind);
+  TreeCellsSchedule sc =
+      ScheduleTreeCells(parent, offsets, cells, elem_bytes, threads, kind, rule);
   plan->structures_ = sc.structures;
   plan->rest_ = std::move(sc.rest);
   plan->launches_ = std::move(sc.launches);
+  // Non-blocking: a caller on the legacy default stream must not serialise them again.
+  for (size_t l = 1; l < plan->launches_.size(); ++l) {
+    cudaStream_t s;
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    plan->side_streams_.push_back(s);
+  }
   std::vector<int2>& el = sc.elim;
   std::vector<int2>& up = sc.upd;
   std::vector<int2>& more = sc.upd_more;

@@ -66,13 +66,43 @@ struct TreeCellsSchedule {
   std::vector<int2> cmore;
   std::vector<int32_t> ctop, level_ptr;
 };
+// A launch's threads a block. kBySize: by its largest cell (128 up to 256 nodes, 256 up to
+// 1,024, 512 above). kOccupancy: as many of its blocks on an SM as their shared memory lets
+// run, within the 1,024 threads an SM runs of kernels of 64 registers a thread (float64).
+enum class TreeCellsThreads : uint8_t { kOccupancy, kBySize };
+int TreeCellsBlockThreads(int64_t max_n, int elem_bytes, TreeCellsKind kind,
+                          TreeCellsThreads rule);
+
 // threads: host threads for the distinct structures' analyses (0: the hardware's).
 TreeCellsSchedule ScheduleTreeCells(const int32_t* parent, const int64_t* offsets, int64_t cells,
                                     int elem_bytes, int threads = 0,
-                                    TreeCellsKind kind = TreeCellsKind::kContraction);
+                                    TreeCellsKind kind = TreeCellsKind::kContraction,
+                                    TreeCellsThreads rule = TreeCellsThreads::kOccupancy);
+
+// How a plan's launches (one a size class) are ordered. kSerial: one after the other on the
+// caller's stream, each launch's last wave leaving SMs idle until the next starts. kOverlapped:
+// the largest cells' launch on the caller's stream, every other on a stream of the plan forked
+// from it (an event a call) and joined back, so the smaller cells fill the SMs the larger ones'
+// tail leaves. kDefault: kOverlapped unless TRISOLVE_TREE_CELLS_SERIAL=1.
+enum class TreeCellsLaunches : uint8_t { kDefault, kSerial, kOverlapped };
+TreeCellsLaunches TreeCellsLaunchesFromEnv();
+
+class TreeCellsPlan;
+
+// Solves the cells of p (flat, p.offsets given on the host, device arrays) that the plan runs
+// one a block; x and status_flags (a byte per cell, kFlagVanished where a pivot vanished) of
+// the other cells are not touched. Every launch is ordered after the work already on `stream`
+// and the work enqueued on `stream` afterwards after every launch, whichever `launches`.
+template <typename T>
+absl::Status SolveTreeCellsBlockDevice(const TreeProblem<T>& p, const TreeCellsPlan& plan, T* x,
+                                       uint8_t* status_flags, cudaStream_t stream,
+                                       TreeCellsLaunches launches = TreeCellsLaunches::kDefault);
 
 class TreeCellsPlan {
  public:
+  ~TreeCellsPlan();
+  TreeCellsPlan(const TreeCellsPlan&) = delete;
+  TreeCellsPlan& operator=(const TreeCellsPlan&) = delete;
   // Analyses the forest (valid local parent arrays, host) for arrays of elem_bytes values
   // (4 or 8) and copies the analysis to the device (synchronously). threads: host threads for
   // the distinct structures' analyses (0: the hardware's).
@@ -82,7 +112,9 @@ class TreeCellsPlan {
                                                              Pool& pool, cudaStream_t stream,
                                                              int threads = 0,
                                                              TreeCellsKind kind =
-                                                                 TreeCellsKind::kContraction);
+                                                                 TreeCellsKind::kContraction,
+                                                             TreeCellsThreads rule =
+                                                                 TreeCellsThreads::kOccupancy);
   int64_t cells() const { return cells_; }
   int64_t structures() const { return structures_; }
   int elem_bytes() const { return elem_bytes_; }
@@ -92,11 +124,14 @@ class TreeCellsPlan {
   const std::vector<int32_t>& rest() const { return rest_; }
   // Host time of Make's analysis (grouping, contractions, packing), milliseconds.
   double analysis_ms() const { return analysis_ms_; }
+  // The kernel launches a solve makes (one a size class).
+  int64_t launches() const { return int64_t(launches_.size()); }
 
  private:
+  TreeCellsPlan() = default;
   template <typename T>
   friend absl::Status SolveTreeCellsBlockDevice(const TreeProblem<T>&, const TreeCellsPlan&, T*,
-                                                uint8_t*, cudaStream_t);
+                                                uint8_t*, cudaStream_t, TreeCellsLaunches);
   using Launch = TreeCellsSchedule::Launch;
   int64_t cells_ = 0, structures_ = 0;
   int elem_bytes_ = 8;
@@ -105,6 +140,9 @@ class TreeCellsPlan {
   std::vector<int32_t> cell_of_block_;  // largest cells first
   std::vector<int32_t> rest_;
   std::vector<Launch> launches_;  // blocks of similar sizes: one shared-memory size a launch
+  // The streams of launches 1.. when they overlap (non-blocking; a call's events order them
+  // after the caller's stream's work and the caller's after them, so two calls may share them).
+  std::vector<cudaStream_t> side_streams_;
   Pool::Buffer buf_;
   const int4* cell_info_ = nullptr;  // per block {first lo, first hi, n | rounds << 16, ptr}
   const int32_t* cell_id_ = nullptr;  // per block: its cell (the status index)
@@ -114,12 +152,5 @@ class TreeCellsPlan {
   const int2* cmore_ = nullptr;
   const int32_t *ctop_ = nullptr, *level_ptr_ = nullptr;
 };
-
-// Solves the cells of p (flat, p.offsets given on the host, device arrays) that the plan runs
-// one a block; x and status_flags (a byte per cell, kFlagVanished where a pivot vanished) of
-// the other cells are not touched.
-template <typename T>
-absl::Status SolveTreeCellsBlockDevice(const TreeProblem<T>& p, const TreeCellsPlan& plan, T* x,
-                                       uint8_t* status_flags, cudaStream_t stream);
 
 }  // namespace trisolve::cuda

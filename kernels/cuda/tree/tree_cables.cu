@@ -256,47 +256,98 @@ bool TreeCellFitsCablesBlock(int64_t n, int64_t longest_cable, int elem_bytes) {
 
 template <typename T>
 absl::Status SolveTreeCellsBlockDevice(const TreeProblem<T>& p, const TreeCellsPlan& plan, T* x,
-                                       uint8_t* status_flags, cudaStream_t stream) {
+                                       uint8_t* status_flags, cudaStream_t stream,
+                                       TreeCellsLaunches launches) {
   if (plan.elem_bytes() != int(sizeof(T)) || p.layout != Layout::kFlat || p.batch != plan.cells())
     return absl::InvalidArgumentError("the cells' plan was built for other cells or precision");
-  if (plan.kind() == TreeCellsKind::kCables) {
-    for (const TreeCellsPlan::Launch& l : plan.launches_) {
-      const size_t smem = sizeof(T) * 4 * size_t(l.max_n);
+  if (launches == TreeCellsLaunches::kDefault) launches = TreeCellsLaunchesFromEnv();
+  // A kernel's shared-memory limit is set to the most a cell a block may use (TreeCellFitsBlock,
+  // within what this device lets a block opt in to), not to this launch's need: launches of one
+  // kernel with different sizes run at once (overlapped, or from two requests), and one
+  // lowering the limit between another's setting and its launch would fail that launch.
+  int device = 0, optin = 0;
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  TRISOLVE_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  int64_t largest = 0;
+  for (const TreeCellsPlan::Launch& l : plan.launches_)
+    largest = std::max<int64_t>(largest, int64_t(sizeof(T)) * 4 * l.max_n);
+  auto shared = [&](auto kernel, int64_t static_bytes) -> absl::Status {
+    const int64_t most =
+        std::max(largest, std::min(kBlockMaxSmem, int64_t(optin)) - static_bytes);
+    TRISOLVE_CUDA_RETURN_IF_ERROR(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(most)));
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
+        kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+    return absl::OkStatus();
+  };
+  auto launch = [&](const TreeCellsPlan::Launch& l, cudaStream_t s) -> absl::Status {
+    const size_t smem = sizeof(T) * 4 * size_t(l.max_n);
+    if (plan.kind() == TreeCellsKind::kCables) {
       auto kernel = l.threads == 128   ? CablesCellsKernel<T, 128>
                     : l.threads == 256 ? CablesCellsKernel<T, 256>
                                        : CablesCellsKernel<T, 512>;
-      TRISOLVE_CUDA_RETURN_IF_ERROR(
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
-          kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
-      kernel<<<unsigned(l.blocks), unsigned(l.threads), smem, stream>>>(
+      if (auto st = shared(kernel, 0); !st.ok()) return st;
+      kernel<<<unsigned(l.blocks), unsigned(l.threads), smem, s>>>(
           p.lower, p.upper, p.diag, p.rhs, plan.cell_info_, plan.cell_id_, l.block0, plan.cinfo_,
           plan.cmore_, plan.ctop_, plan.level_ptr_, x, status_flags);
-      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    } else {
+      auto kernel = l.threads == 128   ? ContractionCellsKernel<T, 128>
+                    : l.threads == 256 ? ContractionCellsKernel<T, 256>
+                                       : ContractionCellsKernel<T, 512>;
+      // (its static round offsets, 8 bytes a round, count against the same limit)
+      if (auto st = shared(kernel, 8 * (kMaxRounds + 1)); !st.ok()) return st;
+      kernel<<<unsigned(l.blocks), unsigned(l.threads), smem, s>>>(
+          p.lower, p.upper, p.diag, p.rhs, plan.cell_info_, plan.cell_id_, l.block0, plan.elim_,
+          plan.upd_, plan.upd_more_, plan.children_, plan.ptr_e_, plan.ptr_u_, x, status_flags);
     }
+    return CudaStatus(cudaGetLastError(), "cells' launch");
+  };
+  const size_t L = plan.launches_.size();
+  if (launches == TreeCellsLaunches::kSerial || L < 2 || plan.side_streams_.size() + 1 < L) {
+    for (const TreeCellsPlan::Launch& l : plan.launches_)
+      if (auto st = launch(l, stream); !st.ok()) return st;
     return absl::OkStatus();
   }
-  for (const TreeCellsPlan::Launch& l : plan.launches_) {
-    const size_t smem = sizeof(T) * 4 * size_t(l.max_n);
-    auto kernel = l.threads == 128   ? ContractionCellsKernel<T, 128>
-                  : l.threads == 256 ? ContractionCellsKernel<T, 256>
-                                     : ContractionCellsKernel<T, 512>;
-    TRISOLVE_CUDA_RETURN_IF_ERROR(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
-        kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
-    kernel<<<unsigned(l.blocks), unsigned(l.threads), smem, stream>>>(
-        p.lower, p.upper, p.diag, p.rhs, plan.cell_info_, plan.cell_id_, l.block0, plan.elim_,
-        plan.upd_, plan.upd_more_, plan.children_, plan.ptr_e_, plan.ptr_u_, x, status_flags);
-    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  // Events of this call only: a plan's streams may carry two calls at once, and an event
+  // re-recorded by the other would move what this call waits for.
+  std::vector<cudaEvent_t> ev(L, nullptr);  // [0] the fork, [i] launch i done
+  struct Destroy {
+    std::vector<cudaEvent_t>& ev;
+    ~Destroy() {
+      for (cudaEvent_t e : ev)
+        if (e != nullptr) cudaEventDestroy(e);  // (a recorded one is released once it fires)
+    }
+  } destroy{ev};
+  for (cudaEvent_t& e : ev)
+    TRISOLVE_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(ev[0], stream));
+  // The largest cells' launch first, on the caller's stream: the longest blocks start first,
+  // and the smaller launches, enqueued after it in falling size, take the SMs its tail frees.
+  absl::Status st = launch(plan.launches_[0], stream);
+  size_t forked = 1;
+  for (; st.ok() && forked < L; ++forked) {
+    cudaStream_t s = plan.side_streams_[forked - 1];
+    st = CudaStatus(cudaStreamWaitEvent(s, ev[0], 0), "fork the cells' launches");
+    if (st.ok()) st = launch(plan.launches_[forked], s);
+    // Recorded even after a failed launch: the join below must cover what was enqueued.
+    if (auto r = CudaStatus(cudaEventRecord(ev[forked], s), "cells' launch done"); !r.ok()) {
+      st.Update(r);
+      break;
+    }
   }
-  return absl::OkStatus();
+  // Joined whatever happened: the caller frees x and the flags after its stream's work.
+  for (size_t i = 1; i < forked; ++i)
+    st.Update(CudaStatus(cudaStreamWaitEvent(stream, ev[i], 0), "join the cells' launches"));
+  return st;
 }
 
 template absl::Status SolveTreeCellsBlockDevice(const TreeProblem<double>&, const TreeCellsPlan&,
-                                                double*, uint8_t*, cudaStream_t);
+                                                double*, uint8_t*, cudaStream_t,
+                                                TreeCellsLaunches);
 template absl::Status SolveTreeCellsBlockDevice(const TreeProblem<float>&, const TreeCellsPlan&,
-                                                float*, uint8_t*, cudaStream_t);
+                                                float*, uint8_t*, cudaStream_t,
+                                                TreeCellsLaunches);
 
 template bool CablesBlockFits(const TreeProblem<double>&, const TreeCablesPlan&);
 template bool CablesBlockFits(const TreeProblem<float>&, const TreeCablesPlan&);
