@@ -24,14 +24,14 @@ absl::StatusOr<SolveInfo> SolveBlockTridiagonalDevice(const BlockTridiagonalProb
                                                       const BlockDeviceSetup<T>* kept) {
   if (method == BlockMethod::kAuto) method = BlockMethod::kRedBlack;  // (ResolveBlockMethod: cg)
   BlockMonitor mon(control);
-  absl::StatusOr<SolveInfo> info;
-  if (method == BlockMethod::kMultigridBicgstab)
-    info = BicgstabDevice(p, o, y, status, pool, control, mon, stream, kept);
-  else if (method == BlockMethod::kCg || method == BlockMethod::kMultigridCg)
-    info = CgDevice(p, o, y, status, pool, control, mon, stream,
-                    method == BlockMethod::kMultigridCg, kept);
-  else
-    info = SweepsDevice(p, method, o, y, status, pool, control, mon, stream);
+  absl::StatusOr<SolveInfo> info = [&]() -> absl::StatusOr<SolveInfo> {
+    if (method == BlockMethod::kMultigridBicgstab)
+      return BicgstabDevice(p, o, y, status, pool, control, mon, stream, kept);
+    if (method == BlockMethod::kCg || method == BlockMethod::kMultigridCg)
+      return CgDevice(p, o, y, status, pool, control, mon, stream,
+                      method == BlockMethod::kMultigridCg, kept);
+    return SweepsDevice(p, method, o, y, status, pool, control, mon, stream);
+  }();
   if (info.ok()) mon.Finish(&*info);
   return info;
 }

@@ -328,8 +328,8 @@ absl::Status SolveTreeCellsBlockDevice(const TreeProblem<T>& p, const TreeCellsP
   size_t forked = 1;
   for (; st.ok() && forked < L; ++forked) {
     cudaStream_t s = plan.side_streams_[forked - 1];
-    st = CudaStatus(cudaStreamWaitEvent(s, ev[0], 0), "fork the cells' launches");
-    if (st.ok()) st = launch(plan.launches_[forked], s);
+    st.Update(CudaStatus(cudaStreamWaitEvent(s, ev[0], 0), "fork the cells' launches"));
+    if (st.ok()) st.Update(launch(plan.launches_[forked], s));
     // Recorded even after a failed launch: the join below must cover what was enqueued.
     if (auto r = CudaStatus(cudaEventRecord(ev[forked], s), "cells' launch done"); !r.ok()) {
       st.Update(r);
