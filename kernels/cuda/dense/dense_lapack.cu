@@ -426,32 +426,28 @@ absl::Status SolveDenseLuFactoredDevice(const DenseFactorsDevice<T>& f, int64_t 
   if (!work.ok()) return work.status();
   T** xptrs = work->as<T*>();
   int* info = reinterpret_cast<int*>(xptrs + batch);
-  if (LuBatched(f)) {
+  if (LuBatched(f) || trsm_batched) {
     auto blas = libs.Blas(stream);
     if (!blas.ok()) return blas.status();
-    // getrsBatched reads system i's interchanges at ipiv + i n: one call a block of batch.
+    // A right-hand-side block of batch systems a call (getrsBatched reads system i's
+    // interchanges at ipiv + i n).
     for (int64_t j = 0; j < k; ++j) {
       PointersKernel<T><<<Blocks(batch, 256), 256, 0, stream>>>(batch, batch, x + j * batch * n,
                                                                 n, xptrs);
       TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+      if (trsm_batched) {
+        TRISOLVE_BLAS_RETURN_IF_ERROR(TrsmBatched(*blas, CUBLAS_FILL_MODE_LOWER, CUBLAS_DIAG_UNIT,
+                                                  int(n), f.lu_ptrs, xptrs, int(batch)));
+        TRISOLVE_BLAS_RETURN_IF_ERROR(TrsmBatched(*blas, CUBLAS_FILL_MODE_UPPER,
+                                                  CUBLAS_DIAG_NON_UNIT, int(n), f.lu_ptrs, xptrs,
+                                                  int(batch)));
+        continue;
+      }
       int host_info = 0;
       TRISOLVE_BLAS_RETURN_IF_ERROR(
           GetrsBatched(*blas, int(n), f.lu_ptrs, f.ipiv, xptrs, &host_info, int(batch)));
       if (host_info != 0)
         return absl::InternalError(absl::StrCat("getrsBatched: argument ", -host_info));
-    }
-  } else if (trsm_batched) {
-    auto blas = libs.Blas(stream);
-    if (!blas.ok()) return blas.status();
-    for (int64_t j = 0; j < k; ++j) {
-      PointersKernel<T><<<Blocks(batch, 256), 256, 0, stream>>>(batch, batch, x + j * batch * n,
-                                                                n, xptrs);
-      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-      TRISOLVE_BLAS_RETURN_IF_ERROR(TrsmBatched(*blas, CUBLAS_FILL_MODE_LOWER, CUBLAS_DIAG_UNIT,
-                                                int(n), f.lu_ptrs, xptrs, int(batch)));
-      TRISOLVE_BLAS_RETURN_IF_ERROR(TrsmBatched(*blas, CUBLAS_FILL_MODE_UPPER,
-                                                CUBLAS_DIAG_NON_UNIT, int(n), f.lu_ptrs, xptrs,
-                                                int(batch)));
     }
   } else {
     auto solver = libs.Solver(stream);
