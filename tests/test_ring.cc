@@ -821,16 +821,32 @@ struct RingsInOneRegion {
   // Ring i's answer, waited for as the client library waits once it sleeps: `waiting` set, the
   // state read again, FUTEX_WAIT on it, woken only by the server (each wait's own timeout is
   // 5 s: a wake-up lost shows as a wait that long). `longest_s` gets the longest single wait.
+  // A request the server never takes because it closed the ring first (the caller saw it
+  // open, then submitted) is taken back and answered UNAVAILABLE here, as the client library
+  // does: no one will answer or wake it.
   bool TakeAsleep(int i, RingAnswer* ans, double* longest_s, double limit_s = 30) {
     RingSlot& s = slot(i);
     const auto end = Clock::now() + std::chrono::duration<double>(limit_s);
+    const auto taken_back = [&] {
+      uint32_t submitted = kSlotSubmitted;
+      if (Word(header(i)->closed).load() == kRingOpen ||
+          !Word(s.state).compare_exchange_strong(submitted, kSlotFree))
+        return false;
+      *ans = RingAnswer{};
+      ans->code = int32_t(absl::StatusCode::kUnavailable);
+      ans->tag = s.request.tag;
+      Word(s.waiting).store(0);
+      return true;
+    };
     while (true) {
       uint32_t state = Word(s.state).load();
       if (state == kSlotDone) break;
+      if (taken_back()) return true;
       if (Clock::now() > end) return false;
       Word(s.waiting).store(1);
       state = Word(s.state).load();
       if (state == kSlotDone) break;
+      if (taken_back()) return true;
       const auto t0 = Clock::now();
       timespec ts{5, 0};
       syscall(SYS_futex, &s.state, FUTEX_WAIT, state, &ts, nullptr, 0);
