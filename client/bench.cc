@@ -38,16 +38,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// `count` values uniform in [-1, 1) from `seed`: the benches' right-hand sides, each its own seed
-// so that an answer to another request shows as a large error.
-std::vector<double> UniformValues(int64_t count, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> u(-1, 1);
-  std::vector<double> v(static_cast<size_t>(count));
-  for (double& x : v) x = u(rng);
-  return v;
-}
-
 // A diagonally dominant tridiagonal batch, flat: a, b, c of batch * n values.
 struct Matrix {
   std::vector<double> a, b, c;
@@ -489,6 +479,19 @@ class Workload {
   virtual std::string JsonEnd(const Tally& t) const = 0;   // after "server_total_ms"
 };
 
+// The server's account of answers, summed (client_total_us is the client's own: not summed).
+void AddTimings(const Timings& t, Timings* sum) {
+  sum->receive_us += t.receive_us;
+  sum->queue_us += t.queue_us;
+  sum->h2d_us += t.h2d_us;
+  sum->compute_us += t.compute_us;
+  sum->d2h_us += t.d2h_us;
+  sum->residual_us += t.residual_us;
+  sum->server_total_us += t.server_total_us;
+  sum->upload_us += t.upload_us;
+  sum->download_us += t.download_us;
+}
+
 int Drive(const Client::Options& client_options, const BenchOptions& o, Workload& w) {
   const int64_t values = w.values();
   const bool solves = o.mode != "info" && o.mode != "health";
@@ -607,16 +610,7 @@ int Drive(const Client::Options& client_options, const BenchOptions& o, Workload
         ++local_batched;
         local_batched_with += summary.batched_with;
       }
-      const Timings& t = summary.timings;
-      local_server.receive_us += t.receive_us;
-      local_server.queue_us += t.queue_us;
-      local_server.h2d_us += t.h2d_us;
-      local_server.compute_us += t.compute_us;
-      local_server.d2h_us += t.d2h_us;
-      local_server.residual_us += t.residual_us;
-      local_server.server_total_us += t.server_total_us;
-      local_server.upload_us += t.upload_us;
-      local_server.download_us += t.download_us;
+      AddTimings(summary.timings, &local_server);
     };
     auto check = [&](const absl::StatusOr<Result>& r, int k, double us, const double* x_own) {
       if (!r.ok()) return error(r.status());
@@ -707,16 +701,7 @@ int Drive(const Client::Options& client_options, const BenchOptions& o, Workload
     tally.last_answer = std::max(tally.last_answer, answered);
     tally.latency_us.insert(tally.latency_us.end(), local_lat.begin(), local_lat.end());
     if (solves) tally.server_n += int64_t(local_lat.size());
-    Timings& s = tally.server;
-    s.receive_us += local_server.receive_us;
-    s.queue_us += local_server.queue_us;
-    s.h2d_us += local_server.h2d_us;
-    s.compute_us += local_server.compute_us;
-    s.d2h_us += local_server.d2h_us;
-    s.residual_us += local_server.residual_us;
-    s.server_total_us += local_server.server_total_us;
-    s.upload_us += local_server.upload_us;
-    s.download_us += local_server.download_us;
+    AddTimings(local_server, &tally.server);
     tally.check_us += local_check_us;
     tally.checked += local_checked;
     tally.call_us += local_call_us;
@@ -837,18 +822,11 @@ class TridiagonalWork final : public ClientWork {
   const int64_t batch_, n_;
 };
 
-class TridiagonalWorkload final : public Workload {
+// A batch of `batch` systems of n unknowns each (tridiagonal, dense): one status a system,
+// answers checked by their values against one local core's, the server's residual skipped.
+class BatchWorkload : public Workload {
  public:
-  // Right-hand sides: a few distinct ones per client, so that an answer given to the wrong
-  // request shows as a large error.
-  static constexpr int kRhs = 4;
-  explicit TridiagonalWorkload(const BenchOptions& o)
-      : o_(o), m_(MakeMatrix(o.batch, o.n, 7)), rhs_(size_t(o.clients) * kRhs) {
-    for (size_t i = 0; i < rhs_.size(); ++i) rhs_[i] = UniformValues(values(), 1000 + i);
-    shape_ = o.batch == 1 ? std::vector<int64_t>{o.n} : std::vector<int64_t>{o.batch, o.n};
-  }
-  const char* family() const override { return "tridiagonal"; }
-  Kind kind() const override { return Kind::kTridiagonal; }
+  explicit BatchWorkload(const BenchOptions& o) : o_(o) {}
   int64_t values() const override { return o_.batch * o_.n; }
   int64_t systems() const override { return o_.batch; }
   JobOptions options() const override {
@@ -856,6 +834,28 @@ class TridiagonalWorkload final : public Workload {
     jo.skip_residual = true;  // the bench checks every answer itself
     return jo;
   }
+  std::string CheckedNoun() const override { return "values"; }
+  std::string JsonShape() const override {
+    return absl::StrFormat("\"batch\":%d,\"n\":%d,\"shape\":\"%dx%d\"", o_.batch, o_.n, o_.batch,
+                           o_.n);
+  }
+
+ protected:
+  const BenchOptions& o_;
+};
+
+class TridiagonalWorkload final : public BatchWorkload {
+ public:
+  // Right-hand sides: a few distinct ones per client, so that an answer given to the wrong
+  // request shows as a large error.
+  static constexpr int kRhs = 4;
+  explicit TridiagonalWorkload(const BenchOptions& o)
+      : BatchWorkload(o), m_(MakeMatrix(o.batch, o.n, 7)), rhs_(size_t(o.clients) * kRhs) {
+    for (size_t i = 0; i < rhs_.size(); ++i) rhs_[i] = UniformValues(values(), 1000 + i);
+    shape_ = o.batch == 1 ? std::vector<int64_t>{o.n} : std::vector<int64_t>{o.batch, o.n};
+  }
+  const char* family() const override { return "tridiagonal"; }
+  Kind kind() const override { return Kind::kTridiagonal; }
   std::unique_ptr<ClientWork> ForClient(int id) const override {
     auto w = std::make_unique<TridiagonalWork>(m_, o_.batch, o_.n);
     auto view = [&](const double* p) { return ArrayView{DType::kFloat64, shape_, p}; };
@@ -909,11 +909,6 @@ class TridiagonalWorkload final : public Workload {
   std::string WorstLine() const override {
     return absl::StrFormat("worst backward error %.2e (each client's first answer)", worst_);
   }
-  std::string CheckedNoun() const override { return "values"; }
-  std::string JsonShape() const override {
-    return absl::StrFormat("\"batch\":%d,\"n\":%d,\"shape\":\"%dx%d\"", o_.batch, o_.n, o_.batch,
-                           o_.n);
-  }
   std::string JsonTail(const Tally& t) const override {
     const double n = double(std::max<int64_t>(t.server_n, 1));
     return absl::StrFormat(
@@ -925,7 +920,6 @@ class TridiagonalWorkload final : public Workload {
   }
 
  private:
-  const BenchOptions& o_;
   const Matrix m_;
   std::vector<std::vector<double>> rhs_;
   std::vector<int64_t> shape_;
@@ -1127,11 +1121,11 @@ class DenseWork final : public ClientWork {
   const DenseTolerance tol_;
 };
 
-class DenseWorkload final : public Workload {
+class DenseWorkload final : public BatchWorkload {
  public:
   static constexpr int kRhs = 3;
   explicit DenseWorkload(const BenchOptions& o)
-      : o_(o),
+      : BatchWorkload(o),
         m_(MakeDenseBatch(o.batch, o.n, 17)),
         tol_(DenseCheckTolerance(o.n, m_.kappa_bound)),
         // LU with partial pivoting, as getrf / getrs (what the GPU backend runs for n > 64),
@@ -1148,13 +1142,6 @@ class DenseWorkload final : public Workload {
   }
   const char* family() const override { return "dense"; }
   Kind kind() const override { return Kind::kDense; }
-  int64_t values() const override { return o_.batch * o_.n; }
-  int64_t systems() const override { return o_.batch; }
-  JobOptions options() const override {
-    JobOptions jo;
-    jo.skip_residual = true;  // the bench checks every answer itself
-    return jo;
-  }
   std::unique_ptr<ClientWork> ForClient(int id) const override {
     auto w = std::make_unique<DenseWork>(m_, tol_);
     w->coefficients = {{"A", ArrayView{DType::kFloat64, {o_.batch, o_.n, o_.n}, m_.A.data()}}};
@@ -1219,11 +1206,6 @@ class DenseWorkload final : public Workload {
         "worst forward difference %.2e, worst backward error %.2e (each client's first answer)",
         worst_forward_, worst_backward_);
   }
-  std::string CheckedNoun() const override { return "values"; }
-  std::string JsonShape() const override {
-    return absl::StrFormat("\"batch\":%d,\"n\":%d,\"shape\":\"%dx%d\"", o_.batch, o_.n, o_.batch,
-                           o_.n);
-  }
   std::string JsonTail(const Tally&) const override {
     return absl::StrFormat(
         "\"worst_backward_error\":%.3e,\"worst_forward_error\":%.3e,\"kappa_bound\":%.3f",
@@ -1235,7 +1217,6 @@ class DenseWorkload final : public Workload {
   }
 
  private:
-  const BenchOptions& o_;
   const DenseBatch m_;
   const DenseTolerance tol_;
   const cpu::DenseFactors<double> factors_;
@@ -1324,6 +1305,14 @@ int RunBench(const Client::Options& client_options, const BenchOptions& o) {
   }
   TridiagonalWorkload w(o);
   return Drive(client_options, o, w);
+}
+
+std::vector<double> UniformValues(int64_t count, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(-1, 1);
+  std::vector<double> v(static_cast<size_t>(count));
+  for (double& x : v) x = u(rng);
+  return v;
 }
 
 // The dense family's systems. Varah's bound: a matrix whose every row is strictly diagonally

@@ -306,14 +306,6 @@ std::vector<double> SolveLong(const double* A, const double* b, int64_t n,
   return x;
 }
 
-std::vector<double> RandomVector(int64_t size, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> u(-1, 1);
-  std::vector<double> v(static_cast<size_t>(size));
-  for (double& x : v) x = u(rng);
-  return v;
-}
-
 // kappa_bound bounds kappa_inf of every matrix (Varah's bound, computed here from the exact
 // inverse), and stays near 3 at every order, so the check's tolerances stay near n eps.
 TEST(BenchCheck, DenseKappaBoundHoldsAndStaysSmall) {
@@ -344,7 +336,7 @@ TEST(BenchCheck, DenseBackwardErrorAgreesWithTheDefinition) {
   for (int64_t n : {1, 2, 7, 64}) {
     const int64_t batch = 3;
     const DenseBatch m = MakeDenseBatch(batch, n, uint64_t(40 + n));
-    const std::vector<double> b = RandomVector(batch * n, uint64_t(n));
+    const std::vector<double> b = UniformValues(batch * n, uint64_t(n));
     std::vector<double> x(static_cast<size_t>(batch * n));
     for (int64_t s = 0; s < batch; ++s) {
       const auto xs = SolveLong(m.A.data() + s * n * n, b.data() + s * n, n);
@@ -387,7 +379,7 @@ TEST(BenchCheck, DenseCheckPassesEveryMethodAndCatchesWrongAnswers) {
     const DenseBatch m = MakeDenseBatch(batch, n, uint64_t(n) + 7);
     const DenseTolerance tol = DenseCheckTolerance(n, m.kappa_bound);
     EXPECT_LT(tol.forward, 1e-10) << n;
-    const std::vector<double> b = RandomVector(batch * n, 1), b2 = RandomVector(batch * n, 2);
+    const std::vector<double> b = UniformValues(batch * n, 1), b2 = UniformValues(batch * n, 2);
     std::vector<SystemStatus> status(static_cast<size_t>(batch));
     std::vector<double> local(static_cast<size_t>(batch * n));
     const auto f = cpu::FactorDense<double>(batch, n, m.A.data(), DenseMethod::kLu);

@@ -86,6 +86,9 @@ BlockResidual BlockTridiagonalResidual(int64_t N, int64_t M, const double* aC, c
 double BlockTridiagonalNorm(int64_t N, int64_t M, const double* aC, const double* cC,
                             const double* bC, const double* cA, const double* cB);
 
+// `count` values uniform in [-1, 1) from `seed`: the benches' right-hand sides, each its own seed
+// so that an answer to another request shows as a large error.
+std::vector<double> UniformValues(int64_t count, uint64_t seed);
 // The dense family's systems: `batch` matrices of order n (float64, row-major, batch x n x n),
 // off-diagonal entries uniform in (-1, 1), each row strictly diagonally dominant by
 // max(1, n / 2); kappa_bound = max ||A||_inf / that margin, an upper bound on kappa_inf of every
