@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -352,6 +353,87 @@ TEST(CudaContractionBlock, MatchesTheCpuContraction) {
     CompareBlock<double>(Parents(Shape::kRecursiveDfs, 7000, 5), 3, 1e-13, layout, c);
     CompareBlock<double>(Parents(Shape::kChain, 7000, 5), 3, 1e-13, layout, c);
     CompareBlock<float>(Parents(Shape::kStar, 4000, 3), 3, 1e-4, layout, c);
+  }
+}
+
+// One kernel, two callers at once with different shared-memory needs (the one-block-a-cell
+// contraction kernel at 100 nodes, 3.2 KB, and 3,000 nodes, 96 KB), as two requests on one
+// device are: each launch must run, and give what it gives alone, bit for bit. When each launch
+// set the kernel's limit to its own need, the small caller lowered it between the large one's
+// setting and its launch, and that launch failed.
+TEST(CudaContractionBlock, CallersOfDifferentSizesAtOnceEachRun) {
+  REQUIRE_GPU();
+  struct Caller {
+    std::vector<int32_t> parent;
+    int64_t n, batch = 4;
+    std::unique_ptr<cuda::TreeCablesPlan> plan;
+    double* d[5] = {};
+    uint8_t* flags = nullptr;
+    cudaStream_t stream = nullptr;
+    std::vector<double> alone;
+    int failed = 0;
+    std::string first_error;
+  };
+  cuda::Pool pool(cuda::Pool::Kind::kDevice, 0, int64_t{1} << 30);
+  Caller callers[2];
+  callers[0].parent = Parents(Shape::kRecursiveDfs, 100, 3);
+  callers[1].parent = Parents(Shape::kRecursiveDfs, 3000, 4);
+  auto problem = [](Caller& c) {
+    TreeProblem<double> p;
+    p.batch = c.batch;
+    p.n = c.n;
+    p.lower = c.d[0];
+    p.upper = c.d[1];
+    p.diag = c.d[2];
+    p.rhs = c.d[3];
+    return p;
+  };
+  for (Caller& c : callers) {
+    c.n = int64_t(c.parent.size());
+    auto plan = cuda::TreeCablesPlan::Make(c.parent.data(), c.n, pool, nullptr);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    c.plan = std::move(*plan);
+    const size_t e = size_t(c.n * c.batch);
+    std::vector<double> h[4];
+    for (int q = 0; q < 4; ++q) {
+      h[q].resize(e);
+      for (size_t i = 0; i < e; ++i) h[q][i] = q == 2 ? 4.0 : 0.25 + 0.001 * double(i % 97);
+    }
+    for (int q = 0; q < 5; ++q) ASSERT_EQ(cudaMalloc(&c.d[q], 8 * e), cudaSuccess);
+    for (int q = 0; q < 4; ++q)
+      ASSERT_EQ(cudaMemcpy(c.d[q], h[q].data(), 8 * e, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&c.flags, size_t(c.batch)), cudaSuccess);
+    ASSERT_EQ(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking), cudaSuccess);
+    ASSERT_TRUE(cuda::ContractionBlockFits(problem(c), *c.plan));
+    ASSERT_TRUE(
+        cuda::SolveTreeContractionBlockDevice(problem(c), *c.plan, c.d[4], c.flags, c.stream)
+            .ok());
+    c.alone.resize(e);
+    ASSERT_EQ(cudaMemcpyAsync(c.alone.data(), c.d[4], 8 * e, cudaMemcpyDeviceToHost, c.stream),
+              cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(c.stream), cudaSuccess);
+  }
+  auto run = [&](Caller& c) {
+    cudaSetDevice(0);
+    for (int k = 0; k < 2000; ++k) {
+      auto st =
+          cuda::SolveTreeContractionBlockDevice(problem(c), *c.plan, c.d[4], c.flags, c.stream);
+      if (!st.ok() && c.failed++ == 0) c.first_error = std::string(st.message());
+      if (k % 64 == 63) cudaStreamSynchronize(c.stream);  // (a bounded queue)
+    }
+    cudaStreamSynchronize(c.stream);
+  };
+  std::thread other(run, std::ref(callers[0]));
+  run(callers[1]);
+  other.join();
+  for (Caller& c : callers) {
+    EXPECT_EQ(c.failed, 0) << c.n << " nodes: " << c.first_error;
+    std::vector<double> x(c.alone.size());
+    ASSERT_EQ(cudaMemcpy(x.data(), c.d[4], 8 * x.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(std::memcmp(x.data(), c.alone.data(), 8 * x.size()), 0) << c.n << " nodes";
+    for (double* q : c.d) cudaFree(q);
+    cudaFree(c.flags);
+    cudaStreamDestroy(c.stream);
   }
 }
 

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "runtime/check.h"
+#include "runtime/launch.h"
 #include "common/numerics.cuh"
 #include "dense/dense.h"
 #include "dense/factors.h"
@@ -618,8 +619,7 @@ absl::Status SolveDenseHouseholderPcrBlockDevice(const DenseProblem<T>& p, T* x,
   if (p.n > kHhThreads)
     return absl::InvalidArgumentError("the batched householder-pcr kernel takes n <= 64");
   const size_t smem = sizeof(T) * (2 * size_t(p.n) * p.n + 12 * size_t(p.n));
-  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
-      HouseholderPcrBlockKernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  if (auto st = AllowSharedBytes(HouseholderPcrBlockKernel<T>, smem); !st.ok()) return st;
   for (int64_t s0 = 0; s0 < p.batch; s0 += int64_t(1) << 30) {
     DenseProblem<T> q{std::min<int64_t>(p.batch - s0, int64_t(1) << 30), p.n,
                       p.A + s0 * p.n * p.n, p.b + s0 * p.n};

@@ -14,6 +14,18 @@
 
 namespace trisolve::cuda {
 
+// Lets `kernel` take `bytes` of dynamic shared memory on the current device: raises the kernel's
+// limit there to at least `bytes` and never lowers it. Launches of one kernel with different
+// needs run at once (two requests on one device, overlapped launches); setting each launch's
+// exact need would let one launch lower the limit between another's setting and its launch,
+// which then fails. The limit only bounds what a launch may ask: a launch's occupancy follows
+// what it asks.
+absl::Status AllowSharedBytes(const void* kernel, size_t bytes);
+template <typename... Params>
+absl::Status AllowSharedBytes(void (*kernel)(Params...), size_t bytes) {
+  return AllowSharedBytes(reinterpret_cast<const void*>(kernel), bytes);
+}
+
 // A launch of `blocks` blocks of `threads` with `smem` bytes of dynamic shared memory on `stream`,
 // in clusters of `cluster` blocks when cluster > 1. Not copyable: cfg points at attr.
 struct LaunchConfig {
@@ -38,12 +50,11 @@ struct LaunchConfig {
 
 // How many blocks of `kernel` -- clusters of them, where `launch` asks for clusters -- run on the
 // device at once with `launch`'s block size and shared memory: the grid of a persistent kernel.
-// 0 where not one fits. Sets the kernel's dynamic shared-memory attribute to `launch`'s first
-// (the launch needs it too).
+// 0 where not one fits. Lets the kernel take `launch`'s dynamic shared memory first (the launch
+// needs it too).
 template <typename... Params>
 absl::StatusOr<int64_t> ResidentGroups(void (*kernel)(Params...), LaunchConfig& launch) {
-  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
-      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(launch.cfg.dynamicSmemBytes)));
+  if (auto st = AllowSharedBytes(kernel, launch.cfg.dynamicSmemBytes); !st.ok()) return st;
   const unsigned cluster = launch.cfg.numAttrs > 0 ? launch.attr[0].val.clusterDim.x : 1;
   if (cluster > 1) {
     const dim3 grid = launch.cfg.gridDim;

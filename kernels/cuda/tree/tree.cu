@@ -2,6 +2,7 @@
 #include <cfloat>
 
 #include "runtime/check.h"
+#include "runtime/launch.h"
 #include "tree/tree.h"
 
 namespace trisolve::cuda {
@@ -169,8 +170,7 @@ absl::Status SolveTreeBatchDevice(const TreeProblem<T>& p, const uint8_t* node_f
   auto kernel = global ? (il ? HinesBatchKernel<T, true, true> : HinesBatchKernel<T, false, true>)
                        : (il ? HinesBatchKernel<T, true, false> : HinesBatchKernel<T, false, false>);
   if (!global)
-    TRISOLVE_CUDA_RETURN_IF_ERROR(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    if (auto st = AllowSharedBytes(kernel, smem); !st.ok()) return st;
   kernel<<<blocks, kTreeThreads, smem, stream>>>(p, node_flags, x, lnorm, accD, accR,
                                                  status_flags);
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());

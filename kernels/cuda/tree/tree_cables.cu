@@ -7,6 +7,7 @@
 #include <cuda_pipeline.h>
 
 #include "runtime/check.h"
+#include "runtime/launch.h"
 #include "common/numerics.cuh"
 #include "tree/cells.h"
 #include "tree/tree.h"
@@ -173,8 +174,7 @@ bool CablesBlockFits(const TreeProblem<T>& p, const TreeCablesPlan& plan) {
 template <typename T, typename Kernel, typename Launch>
 absl::Status LaunchCellBlocks(const TreeProblem<T>& p, Kernel kernel, size_t smem, T* x,
                               uint8_t* status_flags, Launch launch) {
-  TRISOLVE_CUDA_RETURN_IF_ERROR(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  if (auto st = AllowSharedBytes(kernel, smem); !st.ok()) return st;
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
       kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
   const bool il = p.layout == Layout::kInterleaved;
@@ -261,22 +261,13 @@ absl::Status SolveTreeCellsBlockDevice(const TreeProblem<T>& p, const TreeCellsP
   if (plan.elem_bytes() != int(sizeof(T)) || p.layout != Layout::kFlat || p.batch != plan.cells())
     return absl::InvalidArgumentError("the cells' plan was built for other cells or precision");
   if (launches == TreeCellsLaunches::kDefault) launches = TreeCellsLaunchesFromEnv();
-  // A kernel's shared-memory limit is set to the most a cell a block may use (TreeCellFitsBlock,
-  // within what this device lets a block opt in to), not to this launch's need: launches of one
-  // kernel with different sizes run at once (overlapped, or from two requests), and one
-  // lowering the limit between another's setting and its launch would fail that launch.
-  int device = 0, optin = 0;
-  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
-  TRISOLVE_CUDA_RETURN_IF_ERROR(
-      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  // Each kernel may take this plan's largest launch's shared memory (AllowSharedBytes: never
+  // lowered by a smaller launch running at once).
   int64_t largest = 0;
   for (const TreeCellsPlan::Launch& l : plan.launches_)
     largest = std::max<int64_t>(largest, int64_t(sizeof(T)) * 4 * l.max_n);
-  auto shared = [&](auto kernel, int64_t static_bytes) -> absl::Status {
-    const int64_t most =
-        std::max(largest, std::min(kBlockMaxSmem, int64_t(optin)) - static_bytes);
-    TRISOLVE_CUDA_RETURN_IF_ERROR(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(most)));
+  auto shared = [&](auto kernel) -> absl::Status {
+    if (auto st = AllowSharedBytes(kernel, size_t(largest)); !st.ok()) return st;
     TRISOLVE_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
         kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
     return absl::OkStatus();
@@ -287,7 +278,7 @@ absl::Status SolveTreeCellsBlockDevice(const TreeProblem<T>& p, const TreeCellsP
       auto kernel = l.threads == 128   ? CablesCellsKernel<T, 128>
                     : l.threads == 256 ? CablesCellsKernel<T, 256>
                                        : CablesCellsKernel<T, 512>;
-      if (auto st = shared(kernel, 0); !st.ok()) return st;
+      if (auto st = shared(kernel); !st.ok()) return st;
       kernel<<<unsigned(l.blocks), unsigned(l.threads), smem, s>>>(
           p.lower, p.upper, p.diag, p.rhs, plan.cell_info_, plan.cell_id_, l.block0, plan.cinfo_,
           plan.cmore_, plan.ctop_, plan.level_ptr_, x, status_flags);
@@ -295,8 +286,7 @@ absl::Status SolveTreeCellsBlockDevice(const TreeProblem<T>& p, const TreeCellsP
       auto kernel = l.threads == 128   ? ContractionCellsKernel<T, 128>
                     : l.threads == 256 ? ContractionCellsKernel<T, 256>
                                        : ContractionCellsKernel<T, 512>;
-      // (its static round offsets, 8 bytes a round, count against the same limit)
-      if (auto st = shared(kernel, 8 * (kMaxRounds + 1)); !st.ok()) return st;
+      if (auto st = shared(kernel); !st.ok()) return st;
       kernel<<<unsigned(l.blocks), unsigned(l.threads), smem, s>>>(
           p.lower, p.upper, p.diag, p.rhs, plan.cell_info_, plan.cell_id_, l.block0, plan.elim_,
           plan.upd_, plan.upd_more_, plan.children_, plan.ptr_e_, plan.ptr_u_, x, status_flags);

@@ -33,8 +33,7 @@ absl::Status LaunchFusedSweeps(SweepArgs<T> g, cudaStream_t stream) {
   const size_t smem = sizeof(T) * size_t(SweepSharedValues(P, CH, Q, kStaged));
   // float32 reads the PCR neighbours lazily, float64 eagerly (as the tridiagonal kernel, t6b).
   auto kernel = FusedSweepKernel<CH, Q, T, sizeof(T) == 4, kStaged>;
-  TRISOLVE_CUDA_RETURN_IF_ERROR(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  if (auto st = AllowSharedBytes(kernel, smem); !st.ok()) return st;
   const int64_t total = int64_t(g.sweeps) * g.N;
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(g.done, 0, sizeof(int) * size_t(g.N), stream));
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(g.next, 0, sizeof(unsigned), stream));

@@ -64,8 +64,7 @@ absl::Status LaunchOnChipM(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
                : direct ? PartitionedOnChipKernel<M, T, false, true, true>
                         : PartitionedOnChipKernel<M, T, false, true>;
   }
-  TRISOLVE_CUDA_RETURN_IF_ERROR(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  if (auto st = AllowSharedBytes(kernel, smem); !st.ok()) return st;
   kernel<<<dim3(unsigned(blocks)), threads, smem, stream>>>(p, x, flags, P, S, vec);
   return CudaStatus(cudaGetLastError(), "PartitionedOnChipKernel launch");
 }
@@ -139,8 +138,7 @@ absl::Status LaunchClusterMK(const TridiagonalProblem<T>& p, T* x, uint8_t* flag
   const int Rp = Rb * c.Q + c.Pb;  // R + R / K
   const size_t smem = sizeof(T) * size_t(c.S) * (7 * Rb + 3 * Rp);
   if (smem > 48 * 1024)
-    TRISOLVE_CUDA_RETURN_IF_ERROR(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    if (auto st = AllowSharedBytes(kernel, smem); !st.ok()) return st;
   const int64_t clusters = (p.batch + c.S - 1) / c.S;
   LaunchConfig launch(clusters * c.Q, c.S * c.Pb, smem, stream, c.Q);
   return CudaStatus(cudaLaunchKernelEx(&launch.cfg, kernel, p, x, flags, c.Pb, c.S, vec),
@@ -341,8 +339,7 @@ absl::Status LaunchPcr(const TridiagonalProblem<T>& p, T* x, uint8_t* flags,
   const int per_block = std::max(1, 256 / d);
   const int threads = per_block * d;
   const size_t smem = sizeof(T) * 8 * size_t(threads);
-  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
-      PcrNotesKernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  if (auto st = AllowSharedBytes(PcrNotesKernel<T>, smem); !st.ok()) return st;
   const unsigned blocks = unsigned((p.batch + per_block - 1) / per_block);
   PcrNotesKernel<T><<<blocks, threads, smem, stream>>>(p, x, flags, inter);
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());

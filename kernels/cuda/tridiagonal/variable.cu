@@ -576,8 +576,7 @@ absl::StatusOr<std::string> SolvePerSystem(const TridiagonalProblem<T>& p, const
       LaunchConfig launch(0, P, smem, stream);
       auto r = ResidentGroups(kernel, launch);
       // The attribute is the kernel's, whatever the class: left at the largest class's need.
-      TRISOLVE_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
-          kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_of(1 << kMaxLog2P))));
+      if (auto st = AllowSharedBytes(kernel, smem_of(1 << kMaxLog2P)); !st.ok()) return st;
       return r;
     });
     if (!blocks.ok()) return blocks.status();
