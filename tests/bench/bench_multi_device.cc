@@ -3,9 +3,15 @@
 // the server's host work (run_multi_gpu.sh measures through trisolved). Every answer is checked
 // against the CPU reference's once.
 //   bench_multi_device [--clients 16,64] [--calls 40] [--shapes 256x1024,2048x1024]
-//                      [--devices 1,2] [--mode unary,prepared]
+//                      [--devices 1,2] [--mode unary,prepared,copies] [--pinned 0|1]
 // unary: the whole system each call (arrays copied in, x out); prepared: a system a client kept
-// on its device (right-hand side in, x out).
+// on its device (right-hand side in, x out). --pinned 1: each client's arrays page-locked
+// (Backend::PinHostMemory), as a client's registered shared memory is in trisolved, so the
+// devices copy straight from and into them.
+// copies: no solve, only what a prepared call moves -- the right-hand side in and x out, from
+// and into page-locked memory, each client on its own stream of device (client mod D): the
+// most prepared calls a second the host's memory and the devices' links allow, the roofline of
+// tridiagonal requests by handle.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -18,6 +24,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <cuda_runtime.h>
 
 #include "trisolve/backend.h"
 
@@ -79,9 +87,7 @@ double Distance(const std::vector<double>& x, const std::vector<double>& want) {
 
 // Calls per second of `clients` threads each making `calls` calls; -1 where an answer was wrong
 // or a call failed.
-double Run(Backend& be, const Case& k, int clients, int calls, bool prepared) {
-  const TridiagonalProblem<double> p{k.batch,    k.n,        Layout::kFlat, k.a.data(),
-                                     k.b.data(), k.c.data(), k.d.data()};
+double Run(Backend& be, const Case& k, int clients, int calls, bool prepared, bool pinned) {
   SystemSpec spec;
   spec.family = Family::kTridiagonal;
   spec.batch = k.batch;
@@ -98,14 +104,29 @@ double Run(Backend& be, const Case& k, int clients, int calls, bool prepared) {
       s = *std::move(made);
     }
   std::atomic<int> bad{0};
+  // Each client's own arrays (d, x; unary also a, b, c), page-locked with --pinned.
+  struct Own {
+    std::vector<double> a, b, c, d, x;
+  };
+  std::vector<Own> own(static_cast<size_t>(clients));
+  for (auto& o : own) {
+    o.d = k.d;
+    o.x.resize(k.a.size());
+    if (!prepared) o.a = k.a, o.b = k.b, o.c = k.c;
+    if (pinned)
+      for (auto* v : {&o.a, &o.b, &o.c, &o.d, &o.x})
+        if (!v->empty() && !be.PinHostMemory(v->data(), int64_t(v->size() * 8)).ok()) ++bad;
+  }
   auto client = [&](int id, int n_calls) {
-    std::vector<double> x(k.a.size());
+    Own& o = own[size_t(id)];
+    const TridiagonalProblem<double> mine{k.batch,    k.n,        Layout::kFlat, o.a.data(),
+                                          o.b.data(), o.c.data(), o.d.data()};
     std::vector<SystemStatus> st(static_cast<size_t>(k.batch));
     for (int q = 0; q < n_calls; ++q) {
-      auto r = prepared ? be.SolvePrepared(*systems[size_t(id)], RhsBlock<double>{k.d.data()},
-                                           x.data(), st.data(), {})
-                        : be.Solve(p, TridiagonalMethod::kAuto, {x.data(), st.data()}, {});
-      if (!r.ok() || (q == 0 && !(Distance(x, k.want) <= 1e-12))) ++bad;
+      auto r = prepared ? be.SolvePrepared(*systems[size_t(id)], RhsBlock<double>{o.d.data()},
+                                           o.x.data(), st.data(), {})
+                        : be.Solve(mine, TridiagonalMethod::kAuto, {o.x.data(), st.data()}, {});
+      if (!r.ok() || (q == 0 && !(Distance(o.x, k.want) <= 1e-12))) ++bad;
     }
   };
   {  // warm: every client's first call (pools, plans)
@@ -118,8 +139,69 @@ double Run(Backend& be, const Case& k, int clients, int calls, bool prepared) {
   for (int i = 0; i < clients; ++i) t.emplace_back(client, i, calls);
   for (auto& th : t) th.join();
   const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (pinned)
+    for (auto& o : own)
+      for (auto* v : {&o.a, &o.b, &o.c, &o.d, &o.x})
+        if (!v->empty()) be.UnpinHostMemory(v->data());
   if (bad > 0) return -1;
   return double(clients) * calls / s;
+}
+
+// The copies alone of `clients` threads each making `calls` prepared calls' worth of traffic
+// (d in, x out, page-locked, a stream a client) over devices 0..devices-1; -1 on a CUDA error.
+double Copies(const Case& k, int clients, int calls, int devices) {
+  const size_t bytes = k.d.size() * sizeof(double);
+  struct Lane {
+    int device;
+    cudaStream_t stream = nullptr;
+    double *host_d = nullptr, *host_x = nullptr, *dev = nullptr;
+  };
+  std::vector<Lane> lanes(static_cast<size_t>(clients));
+  std::atomic<int> bad{0};
+  for (int i = 0; i < clients; ++i) {
+    Lane& l = lanes[size_t(i)];
+    l.device = i % devices;
+    bool ok = cudaSetDevice(l.device) == cudaSuccess &&
+              cudaStreamCreateWithFlags(&l.stream, cudaStreamNonBlocking) == cudaSuccess &&
+              cudaHostAlloc(&l.host_d, bytes, cudaHostAllocPortable) == cudaSuccess &&
+              cudaHostAlloc(&l.host_x, bytes, cudaHostAllocPortable) == cudaSuccess &&
+              cudaMalloc(&l.dev, bytes) == cudaSuccess;
+    if (ok) std::memcpy(l.host_d, k.d.data(), bytes);
+    if (!ok) ++bad;
+  }
+  auto client = [&](int id, int n_calls) {
+    Lane& l = lanes[size_t(id)];
+    cudaSetDevice(l.device);
+    for (int q = 0; q < n_calls; ++q)
+      if (cudaMemcpyAsync(l.dev, l.host_d, bytes, cudaMemcpyHostToDevice, l.stream) !=
+              cudaSuccess ||
+          cudaMemcpyAsync(l.host_x, l.dev, bytes, cudaMemcpyDeviceToHost, l.stream) !=
+              cudaSuccess ||
+          cudaStreamSynchronize(l.stream) != cudaSuccess)
+        ++bad;
+  };
+  double rate = -1;
+  if (bad == 0) {
+    {
+      std::vector<std::thread> t;
+      for (int i = 0; i < clients; ++i) t.emplace_back(client, i, 1);
+      for (auto& th : t) th.join();
+    }
+    const auto t0 = Clock::now();
+    std::vector<std::thread> t;
+    for (int i = 0; i < clients; ++i) t.emplace_back(client, i, calls);
+    for (auto& th : t) th.join();
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (bad == 0) rate = double(clients) * calls / s;
+  }
+  for (auto& l : lanes) {
+    cudaSetDevice(l.device);
+    if (l.stream != nullptr) cudaStreamDestroy(l.stream);
+    cudaFreeHost(l.host_d);
+    cudaFreeHost(l.host_x);
+    cudaFree(l.dev);
+  }
+  return rate;
 }
 
 }  // namespace
@@ -128,6 +210,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> clients = {"16", "64"}, shapes = {"256x1024", "2048x1024"}, counts,
                            modes = {"unary", "prepared"};
   int calls = 40;
+  bool pinned = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--clients"))
       clients = Split(argv[i + 1]);
@@ -139,6 +222,8 @@ int main(int argc, char** argv) {
       modes = Split(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--calls"))
       calls = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--pinned"))
+      pinned = std::atoi(argv[i + 1]) != 0;
   }
   const int present = CudaDeviceCount();
   if (present == 0) {
@@ -147,8 +232,10 @@ int main(int argc, char** argv) {
   }
   if (counts.empty())
     for (int d = 1; d <= present; d *= 2) counts.push_back(std::to_string(d));
-  std::printf("%d CUDA devices; calls/s of the backend, float64 flat, every first answer checked\n",
-              present);
+  std::printf(
+      "%d CUDA devices; calls/s of the backend, float64 flat, every first answer checked, arrays "
+      "%s; copies: d in and x out alone, page-locked, GB/s both ways together\n",
+      present, pinned ? "page-locked" : "pageable");
   std::printf("%-9s %-11s %8s %8s %12s %8s\n", "mode", "shape", "clients", "devices", "calls/s",
               "scaling");
   for (const std::string& mode : modes)
@@ -161,22 +248,29 @@ int main(int argc, char** argv) {
         for (const std::string& dc : counts) {
           const int d = std::atoi(dc.c_str());
           if (d > present) continue;
-          std::vector<int> list;
-          for (int q = 0; q < d; ++q) list.push_back(q);
-          auto be = MakeMultiDeviceCudaBackend(list);
-          if (!be.ok()) {
-            std::fprintf(stderr, "%s\n", std::string(be.status().message()).c_str());
-            return 1;
+          double rate;
+          if (mode == "copies") {
+            rate = Copies(k, std::atoi(c.c_str()), calls, d);
+          } else {
+            std::vector<int> list;
+            for (int q = 0; q < d; ++q) list.push_back(q);
+            auto be = MakeMultiDeviceCudaBackend(list);
+            if (!be.ok()) {
+              std::fprintf(stderr, "%s\n", std::string(be.status().message()).c_str());
+              return 1;
+            }
+            rate = Run(**be, k, std::atoi(c.c_str()), calls, mode == "prepared", pinned);
           }
-          const double rate = Run(**be, k, std::atoi(c.c_str()), calls, mode == "prepared");
           if (rate < 0) {
             std::printf("%-9s %-11s %8s %8d   WRONG OR FAILED\n", mode.c_str(), shape.c_str(),
                         c.c_str(), d);
             return 1;
           }
           if (d == 1) one = rate;
-          std::printf("%-9s %-11s %8s %8d %12.1f %8s\n", mode.c_str(), shape.c_str(), c.c_str(), d,
+          std::printf("%-9s %-11s %8s %8d %12.1f %8s", mode.c_str(), shape.c_str(), c.c_str(), d,
                       rate, one > 0 ? std::to_string(rate / (d * one)).substr(0, 4).c_str() : "-");
+          if (mode == "copies") std::printf("  %6.1f GB/s", rate * 16.0 * double(batch * n) / 1e9);
+          std::printf("\n");
           std::fflush(stdout);
         }
       }

@@ -42,6 +42,11 @@
 # After each bench the jobs each device ran during it (GetServerInfo before and after) are
 # printed and kept in the JSON line ("device_jobs": "J0/J1/..."): by handle they show how the
 # clients' systems were spread over the devices.
+# The tridiagonal rows by handle are set beside their roofline: bench_multi_device --mode copies
+# (where the bundle has it) moves what such a request moves -- the right-hand side in and x out,
+# page-locked, a stream a client -- with no solve and no server, at the same shapes, clients and
+# device counts; "of links" is the server's requests/s over those copies' calls/s. The copies'
+# own scaling is what the host's memory and links allow the server's.
 set -uo pipefail
 out=${OUT:-/tmp/trisolve-multi}
 mkdir -p "$out"
@@ -162,9 +167,22 @@ if want bench; then
     kill $srv; wait $srv
   done
 
-  echo "=== scaling: requests/s with D devices / (D x requests/s with 1); jobs: each device's"
-  printf '%-11s %-8s %-6s %-11s %8s %8s %12s %8s  %s\n' family mode path shape clients devices \
-    requests/s scaling jobs | tee "$out/scaling.txt"
+  # The roofline of tridiagonal requests by handle: their copies alone (see the header).
+  declare -A links
+  if [[ " ${FAMILIES:-tridiagonal block} " == *" tridiagonal "* ]] && [ -x "$gpu/bin/bench_multi_device" ]; then
+    echo "=== the copies alone of a request by handle (d in, x out, page-locked; no solve)"
+    $run bench_multi_device --mode copies --shapes "$(echo ${SHAPES:-256x1024 2048x1024} | tr ' ' ,)" \
+      --clients "$(echo ${CLIENTS:-16 64} | tr ' ' ,)" --devices "$(echo $counts | tr ' ' ,)" \
+      2>&1 | tee "$out/links.txt"
+    while read -r m sh c d rate _; do
+      [ "$m" = copies ] && links["$sh $c $d"]=$rate
+    done <"$out/links.txt"
+  fi
+
+  echo "=== scaling: requests/s with D devices / (D x requests/s with 1); jobs: each device's;"
+  echo "    of links: requests/s over the same requests' copies alone (tridiagonal by handle)"
+  printf '%-11s %-8s %-6s %-11s %8s %8s %12s %8s %8s  %s\n' family mode path shape clients devices \
+    requests/s scaling "of links" jobs | tee "$out/scaling.txt"
   # One JSON object a line, flat: fields picked by name with sed (no jq or python needed there).
   field() { sed -n "s/.*\"$1\":\"\{0,1\}\([^,\"}]*\).*/\1/p" <<<"$2"; }
   declare -A base
@@ -180,8 +198,13 @@ if want bench; then
     even=$(awk -v j="$jobs" 'BEGIN{n=split(j,v,"/"); if (n<2) exit; lo=hi=v[1];
       for(i=2;i<=n;i++){if(v[i]<lo)lo=v[i]; if(v[i]>hi)hi=v[i]}
       printf " (least/most %.2f)", (hi > 0 ? lo / hi : 0)}')
-    printf '%-11s %-8s %-6s %-11s %8s %8s %12s %8s  %s\n' $key "$d" "$rps" "$s" "$jobs$even" |
-      tee -a "$out/scaling.txt"
+    fam=$(field family "$l"); md=$(field mode "$l"); sh=$(field shape "$l"); c=$(field clients "$l")
+    lk=${links["$sh $c $d"]:-}
+    of=-
+    [ "$fam $md" = "tridiagonal handle" ] && [ -n "$lk" ] &&
+      of=$(awk -v r="$rps" -v k="$lk" 'BEGIN{printf "%.2f", r / k}')
+    printf '%-11s %-8s %-6s %-11s %8s %8s %12s %8s %8s  %s\n' $key "$d" "$rps" "$s" "$of" \
+      "$jobs$even" | tee -a "$out/scaling.txt"
   done <"$results"
 fi
 echo "=== done"
