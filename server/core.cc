@@ -85,10 +85,14 @@ Core::Core(std::unique_ptr<Backend> backend, CoreOptions options)
       systems_(options_.systems),
       memory_(options_.memory, backend_.get()),
       started_(Clock::now()) {
+  if (const int workers = backend_->WorkerCount(); workers > 1)
+    for (int w = 0; w < workers; ++w)
+      worker_admission_.push_back(std::make_unique<Admission>(
+          std::max(1, (options_.max_concurrent_jobs + workers - 1) / workers),
+          options_.max_queued_jobs));
   // A lost backend: queued calls are refused, new ones too (health.h).
   health_.OnLost([this] {
-    admission_.Shutdown();
-    small_admission_.Shutdown();
+    for (Admission* a : Pools()) a->Shutdown();
   });
   if (options_.batching.max_systems > 1)
     batcher_ = std::make_unique<Batcher>(
@@ -101,6 +105,18 @@ Core::Core(std::unique_ptr<Backend> backend, CoreOptions options)
 
 Core::~Core() = default;
 
+int64_t Core::QueuedJobs() const {
+  int64_t queued = admission_.queued() + small_admission_.queued();
+  for (const auto& a : worker_admission_) queued += a->queued();
+  return queued;
+}
+
+std::vector<Admission*> Core::Pools() {
+  std::vector<Admission*> pools = {&admission_, &small_admission_};
+  for (auto& a : worker_admission_) pools.push_back(a.get());
+  return pools;
+}
+
 std::atomic<int64_t>& LiveCall::count() {
   static std::atomic<int64_t> live{0};
   return live;
@@ -110,7 +126,7 @@ CoreStatus Core::Status() const {
   CoreStatus s;
   s.backend = backend_->Info();  // fresh: free device memory changes
   s.jobs_in_flight = admission_.running() + small_admission_.running();
-  s.jobs_queued = admission_.queued() + small_admission_.queued();
+  s.jobs_queued = QueuedJobs();
   s.jobs_done = admission_.done() + small_admission_.done();
   s.systems = systems_.count();
   s.system_bytes = systems_.bytes();
@@ -132,10 +148,10 @@ std::chrono::system_clock::time_point Core::EffectiveDeadline(
 }
 
 bool Core::Drain(std::chrono::system_clock::time_point deadline) {
-  admission_.Shutdown();
-  small_admission_.Shutdown();
-  const bool big = admission_.WaitIdle(deadline);
-  return small_admission_.WaitIdle(deadline) && big;
+  bool idle = true;
+  for (Admission* a : Pools()) a->Shutdown();
+  for (Admission* a : Pools()) idle &= a->WaitIdle(deadline);
+  return idle;
 }
 
 absl::Status Core::Finish(Call& call, const absl::Status& st) {
@@ -153,7 +169,7 @@ absl::Status Core::Finish(Call& call, const absl::Status& st) {
 
 std::string Core::RenderMetrics() const {
   std::string out = metrics_.Render(backend_->Info(), admission_.running() + small_admission_.running(),
-                                    admission_.queued() + small_admission_.queued());
+                                    QueuedJobs());
   absl::StrAppend(&out,
                   "# HELP trisolve_systems Persistent systems held (every identity).\n"
                   "# TYPE trisolve_systems gauge\ntrisolve_systems ", systems_.count(), "\n",
@@ -166,12 +182,18 @@ std::string Core::RenderMetrics() const {
 
 absl::StatusOr<JobResult> Core::Admit(
     Call& call, int64_t unknowns,
-    const std::function<absl::StatusOr<JobResult>(const SolveControl&)>& run) {
+    const std::function<absl::StatusOr<JobResult>(const SolveControl&)>& run, int worker) {
   const auto t0 = Clock::now();
-  Admission::Slot slot;
-  Admission& pool = unknowns <= options_.small_job_unknowns ? small_admission_ : admission_;
+  Admission::Slot worker_slot, slot;
+  const bool small = unknowns <= options_.small_job_unknowns;
+  Admission& pool = small ? small_admission_ : admission_;
   if (call.progress) call.progress({.phase = ProgressEvent::kQueued});
-  absl::Status st = pool.Acquire(call.deadline, call.cancelled, &slot);
+  absl::Status st;
+  // (Always the worker's share first, then the pool: a fixed order, so no two callers each
+  // hold what the other waits for.)
+  if (!small && worker >= 0 && size_t(worker) < worker_admission_.size())
+    st = worker_admission_[size_t(worker)]->Acquire(call.deadline, call.cancelled, &worker_slot);
+  if (st.ok()) st = pool.Acquire(call.deadline, call.cancelled, &slot);
   call.queue_us = Micros(Clock::now() - t0);
   if (!st.ok()) return st;
   if (call.progress) call.progress({.phase = ProgressEvent::kSolving});
@@ -407,7 +429,7 @@ absl::StatusOr<Answer> Core::SolveSystem(Call& call, const StepRequest& step) {
     // (The residual would read device memory back: the client has it there.)
     return RunPrepared(*backend_, system, rhs->data, rhs->k, Layout::kFlat,
                        step.skip_residual || rhs_in->on_device || x_on_device, c, x_out, range);
-  });
+  }, backend_->WorkerOf(system));
   if (on_device)
     if (auto st = AfterDeviceCheck(res.status(), res.ok() && res->info.inputs_checked,
                                    [&] {

@@ -226,10 +226,16 @@ class Core {
 
  private:
   // Runs `run` once a slot of the pool for `unknowns` is free (deadline, cancellation and
-  // shutdown as Admission says).
+  // shutdown as Admission says). A large job bound to one of several workers (`worker`: a
+  // persistent system's device, Backend::WorkerOf) first takes a slot of that worker's share.
   absl::StatusOr<JobResult> Admit(
       Call& call, int64_t unknowns,
-      const std::function<absl::StatusOr<JobResult>(const SolveControl&)>& run);
+      const std::function<absl::StatusOr<JobResult>(const SolveControl&)>& run,
+      int worker = -1);
+  // Every pool: the large jobs', the small jobs', the workers' shares.
+  std::vector<Admission*> Pools();
+  // Jobs waiting in any pool.
+  int64_t QueuedJobs() const;
   absl::Status ApplyUpdates(SystemRegistry::Entry& e, const StepRequest& step,
                             RegionResolver* regions, CallSample& sample);
   SystemView ViewOf(const SystemRegistry::Entry& e) const;
@@ -244,6 +250,10 @@ class Core {
   const CoreOptions options_;
   Admission admission_;
   Admission small_admission_;
+  // With several workers, each one's share of max_concurrent_jobs, taken before a slot of
+  // admission_ by the large solves of the systems it holds: with one pool only, the solves of
+  // one device's systems could hold every slot while another device idled.
+  std::vector<std::unique_ptr<Admission>> worker_admission_;
   ReceiveBudget receiving_;
   SystemRegistry systems_;
   MemoryRegistry memory_;  // after the backend, which unpins its regions

@@ -214,6 +214,13 @@ class MultiDeviceBackend final : public Backend {
     (*system)->OnRelease([held = best->held, bytes] { held->fetch_sub(bytes); });
     return system;
   }
+  int WorkerCount() const override { return int(workers_.size()); }
+  int WorkerOf(const PreparedSystem& system) const override {
+    const Backend* holder = system.holder();
+    for (size_t i = 0; holder != nullptr && i < workers_.size(); ++i)
+      if (workers_[i]->backend.get() == holder) return int(i);
+    return -1;
+  }
   absl::StatusOr<SolveInfo> SolvePrepared(PreparedSystem& system, RhsBlock<double> rhs, double* x,
                                           SystemStatus* status, const SolveControl& c) override {
     return OnHolder(system, rhs.k * system.spec().rhs_values() * 16,

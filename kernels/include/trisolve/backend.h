@@ -97,6 +97,12 @@ class Backend {
   // can prepare from them; SolvePrepared solves k right-hand sides (RhsBlock), x in their shape,
   // k * batch statuses. By default the system is kept on the host and solved through Solve.
   virtual absl::StatusOr<std::unique_ptr<PreparedSystem>> Prepare(const SystemSpec& spec);
+  // Where the backend spreads calls over workers of their own (the multi-device backend: one a
+  // device): how many, and the one a prepared system's solves run on (-1: any). The server
+  // admits a system's solves against that worker's share of its slots, so that solves of the
+  // systems one device holds never take the slots another device's solves could use.
+  virtual int WorkerCount() const { return 1; }
+  virtual int WorkerOf(const PreparedSystem&) const { return -1; }
   virtual absl::StatusOr<SolveInfo> SolvePrepared(PreparedSystem& system, RhsBlock<double> rhs,
                                                   double* x, SystemStatus* status,
                                                   const SolveControl& control);
