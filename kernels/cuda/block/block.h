@@ -46,6 +46,19 @@ BlockMethod ResolveBlockMethod(const BlockTridiagonalProblem<T>& p, BlockMethod 
                                const BlockOptions& options,
                                std::optional<bool> symmetric = std::nullopt);
 
+// How multigrid-cg and multigrid-bicgstab launch their V-cycle (the same bits either way).
+// kGraph: the V-cycle of each pair of vectors a solve applies it to is captured as a CUDA graph
+// at its first application and replayed by one launch (on a stream the caller created; on the
+// legacy default stream, or where a capture fails, the plain launches); kPlain: its kernels one
+// launch each (6 a level and the coarsest level's). kDefault: kGraph unless the environment has
+// TRISOLVE_BLOCK_GRAPHS=0 (read once). SetBlockLaunches sets it for the process from then on
+// (tests, benchmarks); BlockGraphsOn is what solves starting now use.
+enum class BlockLaunches : uint8_t { kDefault, kPlain, kGraph };
+void SetBlockLaunches(BlockLaunches launches);
+bool BlockGraphsOn();
+// V-cycles launched as a graph in this process so far (how a test knows the graphs ran).
+int64_t VCycleGraphLaunches();
+
 // What a prepared block system keeps on the device between solves (krylov.cu): for
 // multigrid-cg and multigrid-bicgstab the hierarchy's levels and their diagonals' signs, for cg
 // the fine diagonals' sign. Built from the device copy of the coefficients by the kernels a

@@ -3,7 +3,9 @@
 // method needs first (its buffers, the multigrid hierarchy, the diagonals' sign).
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
@@ -60,10 +62,26 @@ __global__ void BicgUpdate(int64_t n, T a, const T* __restrict__ u, const T* __r
   out[e] = in[e] - a * w[e];
 }
 
+std::atomic<uint8_t> block_launches{uint8_t(BlockLaunches::kDefault)};
+std::atomic<int64_t> vcycle_graph_launches{0};
+
+bool GraphsFromEnv() {
+  static const bool graphs = [] {
+    const char* v = std::getenv("TRISOLVE_BLOCK_GRAPHS");
+    return !(v != nullptr && std::atoi(v) == 0);
+  }();
+  return graphs;
+}
+
 // The step kernels of driver::Cg and driver::Bicgstab on the device, natural layout: one
 // launch a step, the dots two at a time into acc (GridSum2's scratch) and read back with one
 // wait. The preconditioner: the V-cycle of `mg`, else the line solves (one batched partitioned
 // tridiagonal solve over all N block rows, its vanished pivots flagged in flags[0..N)).
+// With graphs the V-cycle of each (in, out) pair the driver applies it to (CG: (r, z); BiCGStab:
+// (p, y-hat) and (s, z)) is captured at the pair's first application and replayed by one
+// cudaGraphLaunch after that; the graphs name this solve's own vectors (its coarse ones
+// included), so they live and die with the solve: two solves over one kept hierarchy never
+// share one.
 template <typename T>
 class DeviceSteps {
  public:
@@ -71,7 +89,14 @@ class DeviceSteps {
               MgHierarchy<T>* mg, Pool& pool, cudaStream_t stream)
       : p_(p), size_(p.N * p.M), acc_(acc), flags_(flags), mg_(mg), pool_(pool),
         stream_(stream), blocks_(Blocks(size_)),
-        reduce_blocks_(unsigned(std::min<int64_t>(Blocks(size_), kReduceBlocks))) {}
+        reduce_blocks_(unsigned(std::min<int64_t>(Blocks(size_), kReduceBlocks))),
+        graphs_(mg != nullptr && BlockGraphsOn()) {}
+  ~DeviceSteps() {
+    // (an executable graph still running is freed when it completes)
+    for (const PairGraph& g : pairs_) cudaGraphExecDestroy(g.exec);
+  }
+  DeviceSteps(const DeviceSteps&) = delete;
+  DeviceSteps& operator=(const DeviceSteps&) = delete;
   const T* rhs() const { return p_.f; }
   absl::Status Residual(const T* y, T* r) {
     ApplyKernel<T><<<blocks_, kThreads, 0, stream_>>>(p_, y, r, true);
@@ -92,6 +117,7 @@ class DeviceSteps {
   }
   absl::StatusOr<bool> Precondition(const T* in, T* out) {
     if (mg_) {
+      if (graphs_ && LaunchGraph(in, out)) return true;
       if (auto st = ApplyVCycle(*mg_, in, out, stream_); !st.ok()) return st;
       return true;
     }
@@ -145,6 +171,36 @@ class DeviceSteps {
 
  private:
   static absl::Status Launched() { return CudaStatus(cudaGetLastError(), "Krylov step"); }
+  // The V-cycle of (in, out) by its graph; false where none could be made or launched: the
+  // caller launches the kernels instead, and this solve does from then on (a failure is never
+  // the answer's error where the plain launches work; where they fail too, theirs is).
+  bool LaunchGraph(const T* in, T* out) {
+    cudaGraphExec_t exec = nullptr;
+    for (const PairGraph& g : pairs_)
+      if (g.in == in && g.out == out) exec = g.exec;
+    if (exec == nullptr) {
+      if (pairs_.size() == kMaxPairs) return false;  // (the driver applies P to at most 2)
+      exec = CaptureVCycle(*mg_, in, out, stream_);
+      if (exec == nullptr) {
+        graphs_ = false;
+        return false;
+      }
+      pairs_.push_back({in, out, exec});
+    }
+    if (cudaGraphLaunch(exec, stream_) != cudaSuccess) {
+      (void)cudaGetLastError();  // a sticky error is still there for the plain launches
+      graphs_ = false;
+      return false;
+    }
+    vcycle_graph_launches.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+  struct PairGraph {
+    const T* in;
+    T* out;
+    cudaGraphExec_t exec;
+  };
+  static constexpr size_t kMaxPairs = 4;
   BlockTridiagonalProblem<T> p_;
   int64_t size_;
   double* acc_;
@@ -153,6 +209,8 @@ class DeviceSteps {
   Pool& pool_;
   cudaStream_t stream_;
   unsigned blocks_, reduce_blocks_;
+  bool graphs_;
+  std::vector<PairGraph> pairs_;
 };
 
 absl::StatusOr<SolveInfo> Answer(absl::StatusOr<driver::KrylovResult> r, SystemStatus* status) {
@@ -177,6 +235,17 @@ absl::StatusOr<int> FineDiagonalSign(const BlockTridiagonalProblem<T>& p, uint8_
 }
 
 }  // namespace
+
+void SetBlockLaunches(BlockLaunches launches) {
+  block_launches.store(uint8_t(launches), std::memory_order_relaxed);
+}
+
+bool BlockGraphsOn() {
+  const auto l = BlockLaunches(block_launches.load(std::memory_order_relaxed));
+  return l == BlockLaunches::kDefault ? GraphsFromEnv() : l == BlockLaunches::kGraph;
+}
+
+int64_t VCycleGraphLaunches() { return vcycle_graph_launches.load(std::memory_order_relaxed); }
 
 template <typename T>
 struct BlockDeviceSetup {

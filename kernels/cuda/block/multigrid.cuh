@@ -273,6 +273,33 @@ absl::Status ApplyVCycle(MgHierarchy<T>& h, const T* in, T* out, cudaStream_t st
   return VCycleDevice(h.levels, 0, stream);
 }
 
+// ApplyVCycle(h, in, out) captured from `stream` as an executable graph: the same kernels with
+// the same arguments and launch shapes, in the same order (one chain of kernel nodes), so its
+// replay computes the same bits; nullptr where it cannot be made. The capture is thread-local
+// (cudaStreamCaptureModeThreadLocal): the server's other threads launch on their own streams
+// meanwhile, which a global capture would make fail. On every failure the capture is ended, what
+// was made destroyed and the runtime's last error cleared, so the stream and the next launch's
+// error check are as if nothing had been tried (the legacy default stream, which cannot be
+// captured, takes that path). The graph names h's coarse vectors, in and out: it is valid
+// while they are.
+template <typename T>
+cudaGraphExec_t CaptureVCycle(MgHierarchy<T>& h, const T* in, T* out, cudaStream_t stream) {
+  if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  const bool launched = ApplyVCycle(h, in, out, stream).ok();
+  cudaGraph_t graph = nullptr;
+  const bool ended = cudaStreamEndCapture(stream, &graph) == cudaSuccess;
+  cudaGraphExec_t exec = nullptr;
+  if (launched && ended && graph != nullptr &&
+      cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess)
+    exec = nullptr;
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  if (exec == nullptr) (void)cudaGetLastError();
+  return exec;
+}
+
 
 }  // namespace
 }  // namespace trisolve::cuda
