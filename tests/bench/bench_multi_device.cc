@@ -85,6 +85,22 @@ double Distance(const std::vector<double>& x, const std::vector<double>& want) {
   return d / m;
 }
 
+// Calls per second of `clients` threads each running client(id, calls), after a warm-up of one
+// call each (pools, plans, streams).
+template <typename Client>
+double Timed(int clients, int calls, const Client& client) {
+  {
+    std::vector<std::thread> t;
+    for (int i = 0; i < clients; ++i) t.emplace_back(client, i, 1);
+    for (auto& th : t) th.join();
+  }
+  const auto t0 = Clock::now();
+  std::vector<std::thread> t;
+  for (int i = 0; i < clients; ++i) t.emplace_back(client, i, calls);
+  for (auto& th : t) th.join();
+  return double(clients) * calls / std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
 // Calls per second of `clients` threads each making `calls` calls; -1 where an answer was wrong
 // or a call failed.
 double Run(Backend& be, const Case& k, int clients, int calls, bool prepared, bool pinned) {
@@ -129,22 +145,12 @@ double Run(Backend& be, const Case& k, int clients, int calls, bool prepared, bo
       if (!r.ok() || (q == 0 && !(Distance(o.x, k.want) <= 1e-12))) ++bad;
     }
   };
-  {  // warm: every client's first call (pools, plans)
-    std::vector<std::thread> t;
-    for (int i = 0; i < clients; ++i) t.emplace_back(client, i, 1);
-    for (auto& th : t) th.join();
-  }
-  const auto t0 = Clock::now();
-  std::vector<std::thread> t;
-  for (int i = 0; i < clients; ++i) t.emplace_back(client, i, calls);
-  for (auto& th : t) th.join();
-  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double rate = Timed(clients, calls, client);
   if (pinned)
     for (auto& o : own)
       for (auto* v : {&o.a, &o.b, &o.c, &o.d, &o.x})
         if (!v->empty()) be.UnpinHostMemory(v->data());
-  if (bad > 0) return -1;
-  return double(clients) * calls / s;
+  return bad > 0 ? -1 : rate;
 }
 
 // The copies alone of `clients` threads each making `calls` prepared calls' worth of traffic
@@ -181,19 +187,8 @@ double Copies(const Case& k, int clients, int calls, int devices) {
         ++bad;
   };
   double rate = -1;
-  if (bad == 0) {
-    {
-      std::vector<std::thread> t;
-      for (int i = 0; i < clients; ++i) t.emplace_back(client, i, 1);
-      for (auto& th : t) th.join();
-    }
-    const auto t0 = Clock::now();
-    std::vector<std::thread> t;
-    for (int i = 0; i < clients; ++i) t.emplace_back(client, i, calls);
-    for (auto& th : t) th.join();
-    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (bad == 0) rate = double(clients) * calls / s;
-  }
+  if (bad == 0) rate = Timed(clients, calls, client);
+  if (bad > 0) rate = -1;
   for (auto& l : lanes) {
     cudaSetDevice(l.device);
     if (l.stream != nullptr) cudaStreamDestroy(l.stream);
