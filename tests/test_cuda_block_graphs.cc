@@ -1,6 +1,7 @@
 // The multigrid V-cycle of multigrid-cg and multigrid-bicgstab launched as a CUDA graph against
 // its plain launches (cuda::SetBlockLaunches): the same bits, one-shot and by a prepared
-// system, float64 and float32, and from two threads at once. Skips, saying so, without a GPU.
+// system (whose second solve reuses the kept work and captures nothing), float64 and float32,
+// and from two threads at once. Skips, saying so, without a GPU.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -137,6 +138,7 @@ void GraphsGiveThePlainAnswer(const Sys<T>& s, BlockMethod m, double tol) {
     const LaunchesFor launches(l);
     ASSERT_EQ(cuda::BlockGraphsOn(), l == cuda::BlockLaunches::kGraph);
     const int64_t before = cuda::VCycleGraphLaunches();
+    const int64_t captured = cuda::VCycleGraphCaptures();
     Answer<T> once = OneShot(s, m, o);
     const int64_t between = cuda::VCycleGraphLaunches();
     Answer<T> kept = ByHandle(s, *system);
@@ -145,8 +147,18 @@ void GraphsGiveThePlainAnswer(const Sys<T>& s, BlockMethod m, double tol) {
       EXPECT_GE(between - before, Applications(m, once.info.iterations)) << what;
       EXPECT_GE(after - between, Applications(m, kept.info.iterations)) << what;
       EXPECT_GT(after - between, 0) << what;
+      // The next solve by handle reuses the work the system kept, graphs included: it
+      // captures nothing, replays them, and answers the same bits.
+      const int64_t captures = cuda::VCycleGraphCaptures();
+      Answer<T> again = ByHandle(s, *system);
+      EXPECT_EQ(cuda::VCycleGraphCaptures(), captures)
+          << what << ": the second solve by handle captured its graphs again";
+      EXPECT_GE(cuda::VCycleGraphLaunches() - after, Applications(m, again.info.iterations))
+          << what;
+      ExpectSameBits(kept, again, what + ", by handle twice");
     } else {
       EXPECT_EQ(after, before) << what << ": plain launches ran a graph";
+      EXPECT_EQ(cuda::VCycleGraphCaptures(), captured) << what << ": plain launches captured";
     }
     got[l] = {std::move(once), std::move(kept)};
   }
@@ -282,6 +294,40 @@ TEST(CudaBlockGraphs, TwoThreadsAtOnceAnswerAsSerially) {
   }
   EXPECT_LE(BlockRelativeResidual(cg.P(), cg_serial.y.data()), 1e-9);
   EXPECT_LE(BlockRelativeResidual(bicg.P(), bicg_serial.y.data()), 1e-9);
+}
+
+// One prepared system solved from two threads at once: one solve takes the work the system
+// keeps, the other makes its own (the library does not count on its callers to serialise a
+// handle's solves); every answer bit for bit the serial one.
+TEST(CudaBlockGraphs, OneHandleFromTwoThreadsAtOnce) {
+  REQUIRE_GPU();
+  const LaunchesFor launches(cuda::BlockLaunches::kGraph);
+  const Sys<double> s = Experiment<double>(2, 160, 144);
+  const BlockOptions o{400, 1e-10, false};
+  for (BlockMethod m : {BlockMethod::kMultigridCg, BlockMethod::kMultigridBicgstab}) {
+    const std::string what = std::string(MethodName(m));
+    auto system = Prepared(s, m, o);
+    ASSERT_NE(system, nullptr);
+    const Answer<double> serial = ByHandle(s, *system);
+    ASSERT_EQ(serial.status, SystemStatus::kOk) << what;
+    constexpr int kRounds = 10;
+    std::vector<Answer<double>> got(2 * kRounds);
+    const int64_t before = cuda::VCycleGraphLaunches();
+    std::thread a([&] {
+      for (int r = 0; r < kRounds; ++r) got[size_t(r)] = ByHandle(s, *system);
+    });
+    std::thread b([&] {
+      for (int r = 0; r < kRounds; ++r) got[size_t(kRounds + r)] = ByHandle(s, *system);
+    });
+    a.join();
+    b.join();
+    EXPECT_GE(cuda::VCycleGraphLaunches() - before,
+              2 * kRounds * Applications(m, serial.info.iterations))
+        << what;
+    for (size_t r = 0; r < got.size(); ++r)
+      ExpectSameBits(serial, got[r], what + ", solve " + std::to_string(r));
+    EXPECT_LE(BlockRelativeResidual(s.P(), serial.y.data()), 1e-9) << what;
+  }
 }
 
 }  // namespace

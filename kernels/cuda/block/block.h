@@ -56,14 +56,18 @@ BlockMethod ResolveBlockMethod(const BlockTridiagonalProblem<T>& p, BlockMethod 
 enum class BlockLaunches : uint8_t { kDefault, kPlain, kGraph };
 void SetBlockLaunches(BlockLaunches launches);
 bool BlockGraphsOn();
-// V-cycles launched as a graph in this process so far (how a test knows the graphs ran).
+// V-cycles launched as a graph in this process so far (how a test knows the graphs ran), and
+// graphs captured (a prepared system's solves after its first capture none: they reuse the work
+// the system keeps, its vectors and graphs).
 int64_t VCycleGraphLaunches();
+int64_t VCycleGraphCaptures();
 
 // What a prepared block system keeps on the device between solves (krylov.cu): for
-// multigrid-cg and multigrid-bicgstab the hierarchy's levels and their diagonals' signs, for cg
-// the fine diagonals' sign. Built from the device copy of the coefficients by the kernels a
-// solve would run (the same values); only read by the solves, which give the V-cycle coarse
-// vectors of their own.
+// multigrid-cg and multigrid-bicgstab the hierarchy's levels and their diagonals' signs, and
+// one solve's work (its Krylov and coarse vectors, and the V-cycle's graphs over them) that one
+// solve at a time takes and gives back; for cg the fine diagonals' sign. Built from the device
+// copy of the coefficients by the kernels a solve would run (the same values); the levels only
+// read by the solves, two of which at once never share vectors.
 template <typename T>
 struct BlockDeviceSetup;
 // The setup of `method` (resolved: not auto) for p's coefficients (device arrays; f unread);

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -64,6 +65,7 @@ __global__ void BicgUpdate(int64_t n, T a, const T* __restrict__ u, const T* __r
 
 std::atomic<uint8_t> block_launches{uint8_t(BlockLaunches::kDefault)};
 std::atomic<int64_t> vcycle_graph_launches{0};
+std::atomic<int64_t> vcycle_graph_captures{0};
 
 bool GraphsFromEnv() {
   static const bool graphs = [] {
@@ -73,30 +75,71 @@ bool GraphsFromEnv() {
   return graphs;
 }
 
+// The V-cycle of one (in, out) pair as an executable graph (CaptureVCycle).
+template <typename T>
+struct PairGraph {
+  const T* in;
+  T* out;
+  cudaGraphExec_t exec;
+};
+
+// What a Krylov solve works in besides y: one buffer (GridSum2's scratch, the method's vectors,
+// the flags), for the V-cycle the hierarchy with coarse vectors of the work's own, and the
+// V-cycle's graphs over those vectors. A prepared system keeps one for its next solve
+// (BlockDeviceSetup::spare), so that a solve by handle after the first allocates and captures
+// nothing.
+template <typename T>
+struct KrylovWork {
+  explicit KrylovWork(BlockMethod m) : method(m) {}
+  ~KrylovWork() {
+    // (an executable graph still running is freed when it completes)
+    for (const PairGraph<T>& g : graphs) cudaGraphExecDestroy(g.exec);
+  }
+  KrylovWork(const KrylovWork&) = delete;
+  KrylovWork& operator=(const KrylovWork&) = delete;
+  BlockMethod method;  // the layout of buf: multigrid-bicgstab's, else CG's
+  Pool::Buffer buf;
+  MgHierarchy<T> mg;
+  std::vector<PairGraph<T>> graphs;
+};
+
+// The bytes of a work's buffer: kAccBytes, then r, z, d, q and N + 3 flag bytes (CG), or r, r0,
+// p, v, y-hat, s, z, t and 16 (BiCGStab).
+template <typename T>
+int64_t WorkBytes(BlockMethod m, int64_t N, int64_t M) {
+  const int64_t size = N * M;
+  return m == BlockMethod::kMultigridBicgstab ? kAccBytes + int64_t(sizeof(T)) * 8 * size + 16
+                                              : kAccBytes + int64_t(sizeof(T)) * 4 * size + N + 3;
+}
+
+template <typename T>
+absl::StatusOr<std::unique_ptr<KrylovWork<T>>> NewWork(BlockMethod m, int64_t N, int64_t M,
+                                                       Pool& pool) {
+  auto w = std::make_unique<KrylovWork<T>>(m);
+  auto buf = pool.Get(WorkBytes<T>(m, N, M));
+  if (!buf.ok()) return buf.status();
+  w->buf = std::move(*buf);
+  return w;
+}
+
 // The step kernels of driver::Cg and driver::Bicgstab on the device, natural layout: one
 // launch a step, the dots two at a time into acc (GridSum2's scratch) and read back with one
 // wait. The preconditioner: the V-cycle of `mg`, else the line solves (one batched partitioned
 // tridiagonal solve over all N block rows, its vanished pivots flagged in flags[0..N)).
 // With graphs the V-cycle of each (in, out) pair the driver applies it to (CG: (r, z); BiCGStab:
 // (p, y-hat) and (s, z)) is captured at the pair's first application and replayed by one
-// cudaGraphLaunch after that; the graphs name this solve's own vectors (its coarse ones
-// included), so they live and die with the solve: two solves over one kept hierarchy never
-// share one.
+// cudaGraphLaunch after that; the graphs (in `graphs`, the work's) name the work's vectors, its
+// coarse ones included, so they live and die with the work: two solves at once never share one.
 template <typename T>
 class DeviceSteps {
  public:
   DeviceSteps(const BlockTridiagonalProblem<T>& p, double* acc, uint8_t* flags,
-              MgHierarchy<T>* mg, Pool& pool, cudaStream_t stream)
+              MgHierarchy<T>* mg, std::vector<PairGraph<T>>* graphs, Pool& pool,
+              cudaStream_t stream)
       : p_(p), size_(p.N * p.M), acc_(acc), flags_(flags), mg_(mg), pool_(pool),
         stream_(stream), blocks_(Blocks(size_)),
         reduce_blocks_(unsigned(std::min<int64_t>(Blocks(size_), kReduceBlocks))),
-        graphs_(mg != nullptr && BlockGraphsOn()) {}
-  ~DeviceSteps() {
-    // (an executable graph still running is freed when it completes)
-    for (const PairGraph& g : pairs_) cudaGraphExecDestroy(g.exec);
-  }
-  DeviceSteps(const DeviceSteps&) = delete;
-  DeviceSteps& operator=(const DeviceSteps&) = delete;
+        graphs_(mg != nullptr && BlockGraphsOn()), pairs_(graphs) {}
   const T* rhs() const { return p_.f; }
   absl::Status Residual(const T* y, T* r) {
     ApplyKernel<T><<<blocks_, kThreads, 0, stream_>>>(p_, y, r, true);
@@ -176,16 +219,17 @@ class DeviceSteps {
   // the answer's error where the plain launches work; where they fail too, theirs is).
   bool LaunchGraph(const T* in, T* out) {
     cudaGraphExec_t exec = nullptr;
-    for (const PairGraph& g : pairs_)
+    for (const PairGraph<T>& g : *pairs_)
       if (g.in == in && g.out == out) exec = g.exec;
     if (exec == nullptr) {
-      if (pairs_.size() == kMaxPairs) return false;  // (the driver applies P to at most 2)
+      if (pairs_->size() == kMaxPairs) return false;  // (the driver applies P to at most 2)
       exec = CaptureVCycle(*mg_, in, out, stream_);
       if (exec == nullptr) {
         graphs_ = false;
         return false;
       }
-      pairs_.push_back({in, out, exec});
+      pairs_->push_back({in, out, exec});
+      vcycle_graph_captures.fetch_add(1, std::memory_order_relaxed);
     }
     if (cudaGraphLaunch(exec, stream_) != cudaSuccess) {
       (void)cudaGetLastError();  // a sticky error is still there for the plain launches
@@ -195,11 +239,6 @@ class DeviceSteps {
     vcycle_graph_launches.fetch_add(1, std::memory_order_relaxed);
     return true;
   }
-  struct PairGraph {
-    const T* in;
-    T* out;
-    cudaGraphExec_t exec;
-  };
   static constexpr size_t kMaxPairs = 4;
   BlockTridiagonalProblem<T> p_;
   int64_t size_;
@@ -210,7 +249,7 @@ class DeviceSteps {
   cudaStream_t stream_;
   unsigned blocks_, reduce_blocks_;
   bool graphs_;
-  std::vector<PairGraph> pairs_;
+  std::vector<PairGraph<T>>* pairs_;
 };
 
 absl::StatusOr<SolveInfo> Answer(absl::StatusOr<driver::KrylovResult> r, SystemStatus* status) {
@@ -246,11 +285,32 @@ bool BlockGraphsOn() {
 }
 
 int64_t VCycleGraphLaunches() { return vcycle_graph_launches.load(std::memory_order_relaxed); }
+int64_t VCycleGraphCaptures() { return vcycle_graph_captures.load(std::memory_order_relaxed); }
 
 template <typename T>
 struct BlockDeviceSetup {
   std::optional<MgHierarchy<T>> mg;  // multigrid-cg, multigrid-bicgstab: levels without vectors
   std::optional<int> fine_sign;      // cg
+  // With mg: one solve's work over these levels, kept for the next solve (its buffers, and the
+  // V-cycle's graphs once a solve has captured them). A solve takes it, and gives it back when
+  // it has ended well (its stream drained: nothing of it still runs); a solve that finds none
+  // (another has it) makes its own, kept after only if none is. Made with the setup, so its
+  // bytes are the setup's.
+  BlockMethod method = BlockMethod::kAuto;
+  int64_t work_bytes = 0;
+  mutable std::mutex mu;
+  mutable std::unique_ptr<KrylovWork<T>> spare;
+  std::unique_ptr<KrylovWork<T>> Take(BlockMethod m) const {
+    std::lock_guard<std::mutex> lock(mu);
+    if (m != method) return nullptr;
+    return std::move(spare);
+  }
+  void GiveBack(std::unique_ptr<KrylovWork<T>> w) const {
+    std::unique_ptr<KrylovWork<T>> dropped;  // (destroyed outside the lock)
+    std::lock_guard<std::mutex> lock(mu);
+    if (w->method == method && !spare) spare = std::move(w);
+    else dropped = std::move(w);
+  }
 };
 
 template <typename T>
@@ -272,6 +332,14 @@ absl::StatusOr<std::shared_ptr<const BlockDeviceSetup<T>>> PrepareBlockDevice(
     auto h = BuildMgDevice(p, pool, flags, stream, /*vectors=*/false);  // (synchronises)
     if (!h.ok()) return h.status();
     s->mg = std::move(*h);
+    auto w = NewWork<T>(method, p.N, p.M, pool);
+    if (!w.ok()) return w.status();
+    auto own = WithOwnVectors(*s->mg, pool);
+    if (!own.ok()) return own.status();
+    (*w)->mg = std::move(*own);
+    s->method = method;
+    s->work_bytes = (*w)->buf.size() + (*w)->mg.buf.size();
+    s->spare = std::move(*w);
   }
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
   return std::shared_ptr<const BlockDeviceSetup<T>>(std::move(s));
@@ -279,7 +347,7 @@ absl::StatusOr<std::shared_ptr<const BlockDeviceSetup<T>>> PrepareBlockDevice(
 
 template <typename T>
 int64_t BlockDeviceSetupBytes(const BlockDeviceSetup<T>& s) {
-  return s.mg ? s.mg->buf.size() : 0;
+  return s.mg ? s.mg->buf.size() + s.work_bytes : 0;
 }
 
 template <typename T>
@@ -301,22 +369,29 @@ absl::StatusOr<SolveInfo> CgDevice(const BlockTridiagonalProblem<T>& p, const Bl
                                    cudaStream_t stream, bool multigrid,
                                    const BlockDeviceSetup<T>* kept) {
   const int64_t N = p.N, M = p.M, size = N * M;
-  auto buf = pool.Get(kAccBytes + int64_t(sizeof(T)) * 4 * size + N + 3);
-  if (!buf.ok()) return buf.status();
-  auto* acc = static_cast<double*>(buf->get());
+  const BlockMethod method = multigrid ? BlockMethod::kMultigridCg : BlockMethod::kCg;
+  const bool keeps = multigrid && kept && kept->mg;  // over a prepared system's levels
+  std::unique_ptr<KrylovWork<T>> work = keeps ? kept->Take(method) : nullptr;
+  const bool reused = work != nullptr;
+  if (!reused) {
+    auto w = NewWork<T>(method, N, M, pool);
+    if (!w.ok()) return w.status();
+    work = std::move(*w);
+  }
+  auto* acc = static_cast<double*>(work->buf.get());
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(acc, 0, kAccBytes, stream));
   T *r = reinterpret_cast<T*>(acc + kAccBytes / 8), *z = r + size, *d = z + size, *q = d + size;
   auto* flags = reinterpret_cast<uint8_t*>(q + size);
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flags, 0, size_t(N) + 3, stream));
-  MgHierarchy<T> mg;
   const char* name = multigrid ? "multigrid-cg" : "cg";
   int sign = 0;
-  if (multigrid) {  // the kept levels with vectors of this solve's own, else built here
-    auto h = kept && kept->mg ? WithOwnVectors(*kept->mg, pool)
-                              : BuildMgDevice(p, pool, flags, stream);
-    if (!h.ok()) return h.status();
-    mg = std::move(*h);
-    sign = mg.signs.sign;
+  if (multigrid) {  // the kept levels with vectors of the work's own, else built here
+    if (!reused) {
+      auto h = keeps ? WithOwnVectors(*kept->mg, pool) : BuildMgDevice(p, pool, flags, stream);
+      if (!h.ok()) return h.status();
+      work->mg = std::move(*h);
+    }
+    sign = work->mg.signs.sign;
   } else if (kept && kept->fine_sign) {
     sign = *kept->fine_sign;
   } else {  // the line solves: the fine diagonals' sign
@@ -327,10 +402,12 @@ absl::StatusOr<SolveInfo> CgDevice(const BlockTridiagonalProblem<T>& p, const Bl
   if (sign == 0)
     return NotRun(p, std::string(name) + " (not run: not definite: diagonals of both signs)", y,
                   acc, status, stream);
-  DeviceSteps<T> steps(p, acc, flags, multigrid ? &mg : nullptr, pool, stream);
-  return Answer(driver::Cg(steps, driver::CgVectors<T>{r, z, d, q}, y, o, sign, name, control,
-                           mon),
-                status);
+  DeviceSteps<T> steps(p, acc, flags, multigrid ? &work->mg : nullptr, &work->graphs, pool,
+                       stream);
+  auto result =
+      driver::Cg(steps, driver::CgVectors<T>{r, z, d, q}, y, o, sign, name, control, mon);
+  if (result.ok() && keeps) kept->GiveBack(std::move(work));  // (Final drained the stream)
+  return Answer(std::move(result), status);
 }
 
 // BiCGStab (driver::Bicgstab) right-preconditioned by the V-cycle, natural layout; y in: the
@@ -343,25 +420,35 @@ absl::StatusOr<SolveInfo> BicgstabDevice(const BlockTridiagonalProblem<T>& p,
                                          BlockMonitor& mon, cudaStream_t stream,
                                          const BlockDeviceSetup<T>* kept) {
   const int64_t size = p.N * p.M;
+  const bool keeps = kept && kept->mg;  // over a prepared system's levels
+  std::unique_ptr<KrylovWork<T>> work =
+      keeps ? kept->Take(BlockMethod::kMultigridBicgstab) : nullptr;
+  const bool reused = work != nullptr;
+  if (!reused) {
+    auto made = NewWork<T>(BlockMethod::kMultigridBicgstab, p.N, p.M, pool);
+    if (!made.ok()) return made.status();
+    work = std::move(*made);
+  }
   // r, r0, p, v, y-hat, s, z, t; the levels in their own buffer.
-  auto buf = pool.Get(kAccBytes + int64_t(sizeof(T)) * 8 * size + 16);
-  if (!buf.ok()) return buf.status();
-  auto* acc = static_cast<double*>(buf->get());
+  auto* acc = static_cast<double*>(work->buf.get());
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(acc, 0, kAccBytes, stream));
   T* w = reinterpret_cast<T*>(acc + kAccBytes / 8);
   driver::BicgstabVectors<T> v{w,            w + size,     w + 2 * size, w + 3 * size,
                                w + 4 * size, w + 5 * size, w + 6 * size, w + 7 * size};
   auto* flag = reinterpret_cast<uint8_t*>(w + 8 * size);
-  auto mg = kept && kept->mg ? WithOwnVectors(*kept->mg, pool)
-                             : BuildMgDevice(p, pool, flag, stream);
-  if (!mg.ok()) return mg.status();
-  if (!mg->signs.nonzero)
+  if (!reused) {
+    auto mg = keeps ? WithOwnVectors(*kept->mg, pool) : BuildMgDevice(p, pool, flag, stream);
+    if (!mg.ok()) return mg.status();
+    work->mg = std::move(*mg);
+  }
+  if (!work->mg.signs.nonzero)
     return NotRun(p, "multigrid-bicgstab (not run: a zero diagonal on a multigrid level)", y,
                   acc, status, stream);
-  DeviceSteps<T> steps(p, acc, flag, &*mg, pool, stream);
-  return Answer(driver::Bicgstab(steps, v, y, o, o.max_iterations, "multigrid-bicgstab",
-                                 control, mon),
-                status);
+  DeviceSteps<T> steps(p, acc, flag, &work->mg, &work->graphs, pool, stream);
+  auto result = driver::Bicgstab(steps, v, y, o, o.max_iterations, "multigrid-bicgstab",
+                                 control, mon);
+  if (result.ok() && keeps) kept->GiveBack(std::move(work));  // (Final drained the stream)
+  return Answer(std::move(result), status);
 }
 
 #define TRISOLVE_BLOCK_KRYLOV(T)                                                            \
