@@ -11,6 +11,7 @@
 
 #include "block/block.h"
 #include "block_history.h"
+#include "block_systems.h"
 #include "cuda_test_util.h"
 #include "gtest/gtest.h"
 #include "trisolve/block_tridiagonal.h"
@@ -23,27 +24,8 @@ namespace trisolve {
 namespace {
 
 using ::trisolve::testing::Cuda;
-
-template <typename T>
-struct Sys {
-  int64_t N, M;
-  std::map<std::string, std::vector<T>> a;
-  BlockTridiagonalProblem<T> P() const {
-    return {N, M, a.at("aC").data(), a.at("cC").data(), a.at("bC").data(), a.at("cA").data(),
-            a.at("cB").data(), a.at("f").data(), nullptr};
-  }
-};
-
-template <typename T>
-Sys<T> Experiment(int which, int64_t N, int64_t M) {
-  auto ex = which == 1 ? examples::ThesisExperiment1(N, M) : examples::ThesisExperiment2(N, M);
-  Sys<T> s{N, M, {}};
-  for (auto& [k, v] : ex) {
-    const double* d = v.template as<double>();
-    s.a[k] = std::vector<T>(d, d + N * M);
-  }
-  return s;
-}
+using ::trisolve::testing::Experiment;
+using ::trisolve::testing::Sys;
 
 template <typename T>
 void Compare(const Sys<T>& s, BlockMethod m, BlockOptions o, double tol) {
@@ -133,17 +115,8 @@ void KeptMatchesOneShot(BlockMethod m, int sign, double tol) {
       for (T& x : v) x = -x;
   const std::string what = std::string(MethodName(m)) + (sizeof(T) == 8 ? " float64" : " float32") +
                            (sign > 0 ? " positive" : " negative") + " definite";
-  SystemSpec spec;
-  spec.family = Family::kBlockTridiagonal;
-  spec.precision = sizeof(T) == 8 ? Precision::kFloat64 : Precision::kFloat32;
-  spec.n = s.N * s.M;
-  spec.block_N = s.N;
-  spec.block_M = s.M;
-  spec.method = uint8_t(m);
-  spec.block_options = {600, tol, false};
+  const SystemSpec spec = s.Spec(m, {600, tol, false});
   const auto names = CoefficientNames(Family::kBlockTridiagonal);
-  for (size_t i = 0; i < names.size(); ++i)
-    spec.coefficients[i] = s.a.at(std::string(names[i])).data();
   auto system = Cuda()->Prepare(spec);
   ASSERT_TRUE(system.ok()) << system.status();
   if (m != BlockMethod::kCg) {
