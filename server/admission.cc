@@ -12,6 +12,7 @@ void Admission::Slot::Release() {
 void Admission::ReleaseOne() {
   std::lock_guard<std::mutex> lock(mu_);
   ++done_;
+  ended_.notify_all();
   PassOnLocked();
 }
 
@@ -85,6 +86,19 @@ void Admission::Shutdown() {
   shutdown_ = true;
   for (Waiter* w : waiters_) w->cv.notify_one();
   idle_.notify_all();
+  ended_.notify_all();
+}
+
+bool Admission::AwaitDone(int64_t seen, std::chrono::system_clock::time_point deadline,
+                          const std::function<bool()>& cancelled) {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (done_ <= seen) {
+    const auto now = std::chrono::system_clock::now();
+    if (shutdown_ || now >= deadline || (cancelled && cancelled())) return false;
+    // Every 50 ms at least, to notice a cancelled caller (gRPC does not tell).
+    ended_.wait_until(lock, std::min(deadline, now + std::chrono::milliseconds(50)));
+  }
+  return true;
 }
 
 bool Admission::shutting_down() const {

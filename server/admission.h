@@ -64,6 +64,10 @@ class Admission {
   int max_queued() const { return max_queued_; }
   // Blocks until no job runs or the deadline passes; true when idle.
   bool WaitIdle(std::chrono::system_clock::time_point deadline);
+  // Blocks until a job ends after `done` had reached `seen` (true), or the deadline passes, the
+  // caller goes or the server shuts down (false).
+  bool AwaitDone(int64_t seen, std::chrono::system_clock::time_point deadline,
+                 const std::function<bool()>& cancelled);
 
  private:
   // A queued caller; lives on its Acquire's stack, in waiters_ until granted or gone.
@@ -79,6 +83,7 @@ class Admission {
   const int max_queued_;
   mutable std::mutex mu_;
   std::condition_variable idle_;  // WaitIdle
+  std::condition_variable ended_;  // AwaitDone: a job ended
   std::list<Waiter*> waiters_;    // oldest first
   int64_t running_ = 0;
   int64_t done_ = 0;

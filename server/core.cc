@@ -175,7 +175,11 @@ std::string Core::RenderMetrics() const {
                   "# TYPE trisolve_systems gauge\ntrisolve_systems ", systems_.count(), "\n",
                   "# HELP trisolve_system_bytes Memory the persistent systems hold.\n"
                   "# TYPE trisolve_system_bytes gauge\ntrisolve_system_bytes ", systems_.bytes(),
-                  "\n");
+                  "\n",
+                  "# HELP trisolve_memory_retries_total Large jobs run again after a refusal for "
+                  "memory that jobs beside them held.\n"
+                  "# TYPE trisolve_memory_retries_total counter\ntrisolve_memory_retries_total ",
+                  memory_retries_.load(std::memory_order_relaxed), "\n");
   out += health_.RenderMetrics();
   return out;
 }
@@ -208,7 +212,19 @@ absl::StatusOr<JobResult> Core::Admit(
     control.progress = [&call](int64_t it, double r) {
       call.progress({.phase = ProgressEvent::kSolving, .iteration = it, .residual = r});
     };
+  // Slots count jobs, not bytes: a large job refused for memory that the jobs beside it hold
+  // runs again once one of them ends (one has ended since it started: at once); refused with
+  // none beside it, the refusal is its own.
+  int64_t seen = pool.done();
   auto res = run(control);
+  while (!small && !res.ok() && IsMemoryHeldByOthers(res.status())) {
+    if (pool.done() == seen &&
+        (pool.running() <= 1 || !pool.AwaitDone(seen, deadline, call.cancelled)))
+      break;
+    memory_retries_.fetch_add(1, std::memory_order_relaxed);
+    seen = pool.done();
+    res = run(control);
+  }
   if (!res.ok()) res = health_.Check(res.status());  // UNAVAILABLE where the backend is lost
   if (!res.ok() && res.status().code() == absl::StatusCode::kCancelled &&
       std::chrono::system_clock::now() + Admission::kDeadlineSkew >= deadline)

@@ -254,6 +254,7 @@ class Core {
   // admission_ by the large solves of the systems it holds: with one pool only, the solves of
   // one device's systems could hold every slot while another device idled.
   std::vector<std::unique_ptr<Admission>> worker_admission_;
+  std::atomic<int64_t> memory_retries_{0};  // Admit's runs again after MemoryHeldByOthers
   ReceiveBudget receiving_;
   SystemRegistry systems_;
   MemoryRegistry memory_;  // after the backend, which unpins its regions

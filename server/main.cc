@@ -213,7 +213,7 @@ int main(int argc, char** argv) {
   app.add_option("--max-job-unknowns", opt.limits.max_job_unknowns, "largest job, unknowns")
       ->envname("TRISOLVE_MAX_JOB_UNKNOWNS")->capture_default_str();
   auto* concurrent_flag = app.add_option("--max-concurrent-jobs", opt.max_concurrent_jobs,
-                 "jobs solved at once (default: 2 a device with --devices)")
+                 "jobs solved at once (default: 4 a CUDA device, 2 on the CPU backend)")
       ->envname("TRISOLVE_MAX_CONCURRENT_JOBS")->check(CLI::Range(1, 1024))->capture_default_str();
   app.add_option("--max-queued-jobs", opt.max_queued_jobs, "jobs waiting for a slot")
       ->envname("TRISOLVE_MAX_QUEUED_JOBS")->check(CLI::Range(0, 1 << 20))->capture_default_str();
@@ -420,9 +420,14 @@ int main(int argc, char** argv) {
     spdlog::error("backend {}: {}", backend, std::string(be.status().message()));
     return 1;
   }
-  // The default of 2 large jobs at once is one device's: each device solves its own.
-  if (const size_t n = (*be)->Info().devices.size(); n > 1 && concurrent_flag->count() == 0)
-    opt.max_concurrent_jobs = std::min<int>(1024, opt.max_concurrent_jobs * int(n));
+  // Large jobs at once, unless given: 4 a CUDA device (a device idles between one job's copies
+  // and kernels, which another job's fill; a job refused for memory the others hold runs again
+  // when one of them ends), 2 on the CPU backend (a job takes every thread).
+  if (concurrent_flag->count() == 0) {
+    const trisolve::BackendInfo info = (*be)->Info();
+    if (info.name == "cuda")
+      opt.max_concurrent_jobs = std::min<int>(1024, 4 * std::max<int>(1, int(info.devices.size())));
+  }
   auto service = std::make_unique<trisolve::server::SolverService>(*std::move(be), opt);
   const auto& info = service->backend_info();
   spdlog::info("trisolved {} backend={} cpu_threads={}", TRISOLVE_VERSION, info.name, info.threads);

@@ -381,8 +381,9 @@ TEST(Ops, EveryFlagAlsoFromTheEnvironment) {
 }
 
 // --devices: device 0 listed twice (two workers on one GPU) where CUDA is, the CPU backend
-// otherwise (auto); the default of concurrent jobs is 2 a device; each device's solves show in
-// the metrics. A malformed list, and --device beside --devices, stop the server at start.
+// otherwise (auto); the default of concurrent jobs is 4 a CUDA device (2 on the CPU backend);
+// each device's solves show in the metrics. A malformed list, and --device beside --devices,
+// stop the server at start.
 TEST(Ops, DevicesFlag) {
   {
     ServerProcess s({"--devices", "0,0", "--metrics-listen", "127.0.0.1:0"}, "auto");
@@ -404,7 +405,7 @@ TEST(Ops, DevicesFlag) {
     ASSERT_TRUE(metrics);
     if (info->backend == "cuda") {
       ASSERT_EQ(info->devices.size(), 2u);
-      EXPECT_EQ(info->max_concurrent_jobs, 4);
+      EXPECT_EQ(info->max_concurrent_jobs, 8);
       EXPECT_NE(info->devices[1].find("cuda:0 "), std::string::npos) << info->devices[1];
       EXPECT_EQ(info->pools.size(), 4u);
       // Four solves one after another: the two workers in turn.

@@ -3,8 +3,13 @@
 // slot of their device's share of --max-concurrent-jobs, so the solves of the systems one device
 // holds never take the slots another device's solves could use. Over two stand-in devices (the
 // CPU reference, calls held on demand): runs everywhere, no GPU.
+// And slots count jobs, not bytes: a large job refused for memory the jobs beside it hold
+// (MemoryHeldByOthers) runs again when one of them ends; alone, its refusal is the answer.
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <future>
+#include <mutex>
 #include <map>
 #include <memory>
 #include <string>
@@ -150,6 +155,157 @@ TEST_F(WorkerAdmission, DrainRefusesTheCallersWaitingForADevicesShare) {
   dev_[size_t(d)]->Hold(false);
   EXPECT_TRUE(first.get().ok());
   EXPECT_TRUE(drained.get());
+}
+
+// A device of `room` bytes: a tridiagonal call takes 5 arrays' bytes for as long as it runs
+// (held while the gate is closed) and is refused, MemoryHeldByOthers, where they do not fit.
+class RoomDevice final : public Backend {
+ public:
+  explicit RoomDevice(int64_t room) : room_(room), cpu_(MakeCpuBackend(1)) {}
+  BackendInfo Info() const override {
+    BackendInfo info = cpu_->Info();
+    info.name = "room";
+    return info;
+  }
+  absl::StatusOr<SolveInfo> Solve(const TridiagonalProblem<double>& p, TridiagonalMethod m,
+                                  TridiagonalOutput<double> out, const SolveControl& c) override {
+    const int64_t bytes = 5 * 8 * p.batch * p.n;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      ++calls;
+      if (used_ + bytes > room_) {
+        ++refused;
+        cv_.notify_all();
+        return MemoryHeldByOthers(absl::ResourceExhaustedError("room: memory in use"));
+      }
+      used_ += bytes;
+      ++running;
+      cv_.notify_all();
+      cv_.wait_for(lock, std::chrono::seconds(10), [&] { return !closed_; });
+    }
+    auto r = cpu_->Solve(p, m, out, c);
+    std::lock_guard<std::mutex> lock(mu_);
+    used_ -= bytes;
+    --running;
+    return r;
+  }
+  absl::StatusOr<SolveInfo> Solve(const TridiagonalProblem<float>& p, TridiagonalMethod m,
+                                  TridiagonalOutput<float> out, const SolveControl& c) override {
+    return cpu_->Solve(p, m, out, c);
+  }
+  absl::StatusOr<SolveInfo> Solve(const TreeProblem<double>& p, TreeMethod m,
+                                  TreeOutput<double> out, const SolveControl& c) override {
+    return cpu_->Solve(p, m, out, c);
+  }
+  absl::StatusOr<SolveInfo> Solve(const TreeProblem<float>& p, TreeMethod m, TreeOutput<float> out,
+                                  const SolveControl& c) override {
+    return cpu_->Solve(p, m, out, c);
+  }
+  absl::StatusOr<SolveInfo> Solve(const BlockTridiagonalProblem<double>& p, BlockMethod m,
+                                  const BlockOptions& o, BlockOutput<double> out,
+                                  const SolveControl& c) override {
+    return cpu_->Solve(p, m, o, out, c);
+  }
+  absl::StatusOr<SolveInfo> Solve(const BlockTridiagonalProblem<float>& p, BlockMethod m,
+                                  const BlockOptions& o, BlockOutput<float> out,
+                                  const SolveControl& c) override {
+    return cpu_->Solve(p, m, o, out, c);
+  }
+  absl::StatusOr<SolveInfo> Solve(const DenseProblem<double>& p, DenseMethod m,
+                                  DenseOutput<double> out, const SolveControl& c) override {
+    return cpu_->Solve(p, m, out, c);
+  }
+  absl::StatusOr<SolveInfo> Solve(const DenseProblem<float>& p, DenseMethod m,
+                                  DenseOutput<float> out, const SolveControl& c) override {
+    return cpu_->Solve(p, m, out, c);
+  }
+  void Hold(bool closed) {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = closed;
+    cv_.notify_all();
+  }
+  // Waits (up to 10 s) until `n` calls run and `r` have been refused.
+  bool WaitFor(int n, int r) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(10),
+                        [&] { return running >= n && refused >= r; });
+  }
+  int running = 0, refused = 0, calls = 0;  // (under mu_)
+
+ private:
+  const int64_t room_;
+  std::unique_ptr<Backend> cpu_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool closed_ = false;
+  int64_t used_ = 0;
+};
+
+class MemoryRetry : public ::testing::Test {
+ protected:
+  // Room for two jobs of kBatch x kN (5 arrays each), four slots, every job a large one.
+  MemoryRetry() {
+    auto b = std::make_unique<RoomDevice>(2 * 5 * 8 * kE + 8);
+    dev_ = b.get();
+    CoreOptions o;
+    o.max_concurrent_jobs = 4;
+    o.small_job_unknowns = 0;
+    o.batching.max_systems = 0;
+    core_ = std::make_unique<Core>(std::move(b), o);
+  }
+  // A unary tridiagonal job of `batch` x kN; its answer's statuses all OK, or its error.
+  absl::Status SolveUnary(int64_t batch = kBatch) {
+    v1::TridiagonalRequest r;
+    r.set_dtype(v1::FLOAT64);
+    const double value[4] = {-1, 4, -1, 1};
+    int k = 0;
+    for (v1::Array* a : {r.mutable_a(), r.mutable_b(), r.mutable_c(), r.mutable_d()}) {
+      a->add_shape(batch);
+      a->add_shape(kN);
+      std::vector<double> v(size_t(batch * kN), value[k++]);
+      a->set_data(v.data(), v.size() * 8);
+    }
+    auto job = JobFromRequest(r, JobLimits());
+    if (!job.ok()) return job.status();
+    Call c("t", "Test");
+    c.identity = "alice";
+    auto a = core_->Solve(c, *job);
+    if (!a.ok()) return a.status();
+    for (SystemStatus s : a->result.status)
+      if (s != SystemStatus::kOk) return absl::InternalError("a system not OK");
+    return absl::OkStatus();
+  }
+  int64_t Retries() const {
+    const std::string m = core_->RenderMetrics();
+    const std::string key = "\ntrisolve_memory_retries_total ";
+    const size_t at = m.find(key);
+    return at == std::string::npos ? -1 : std::stoll(m.substr(at + key.size()));
+  }
+  RoomDevice* dev_;
+  std::unique_ptr<Core> core_;
+};
+
+TEST_F(MemoryRetry, JobsRefusedForOthersMemoryRunWhenItIsFree) {
+  EXPECT_EQ(Retries(), 0);
+  dev_->Hold(true);
+  std::vector<std::future<absl::Status>> jobs;
+  for (int i = 0; i < 4; ++i)
+    jobs.push_back(std::async(std::launch::async, [&] { return SolveUnary(); }));
+  // Two run and hold the room; the other two were refused and wait for one of them to end.
+  ASSERT_TRUE(dev_->WaitFor(2, 2));
+  dev_->Hold(false);
+  for (auto& j : jobs) EXPECT_TRUE(j.get().ok());
+  EXPECT_GE(Retries(), 2);
+}
+
+TEST_F(MemoryRetry, AJobRefusedAloneGetsItsRefusal) {
+  // A job larger than the whole room: refused with nothing beside it, at once.
+  const auto t0 = std::chrono::steady_clock::now();
+  const absl::Status st = SolveUnary(3 * kBatch);
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  EXPECT_EQ(Retries(), 0);
+  EXPECT_TRUE(SolveUnary().ok());  // and the next job runs
 }
 
 }  // namespace

@@ -24,6 +24,7 @@ absl::string_view StatusName(SystemStatus s) {
 
 namespace {
 constexpr absl::string_view kNonFiniteInput = "trisolve.dev/non-finite-input";
+constexpr absl::string_view kMemoryHeldByOthers = "trisolve.dev/memory-held-by-others";
 }  // namespace
 
 absl::Status NonFiniteInputError() {
@@ -34,6 +35,16 @@ absl::Status NonFiniteInputError() {
 bool IsNonFiniteInput(const absl::Status& s) {
   return s.code() == absl::StatusCode::kInvalidArgument &&
          s.GetPayload(kNonFiniteInput).has_value();
+}
+
+absl::Status MemoryHeldByOthers(absl::Status st) {
+  if (st.code() == absl::StatusCode::kResourceExhausted)
+    st.SetPayload(kMemoryHeldByOthers, absl::Cord("1"));
+  return st;
+}
+bool IsMemoryHeldByOthers(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kResourceExhausted &&
+         s.GetPayload(kMemoryHeldByOthers).has_value();
 }
 
 namespace {

@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include "runtime/check.h"
+#include "trisolve/backend.h"
 #include "trisolve/fault_injection.h"
 
 namespace trisolve::cuda {
@@ -67,10 +68,11 @@ absl::StatusOr<Pool::Buffer> Pool::Get(int64_t bytes) {
       return b;
     }
     ++stats_.misses;
+    // (Both refusals below may be other calls' memory: MemoryHeldByOthers.)
     if (stats_.in_use_bytes + size > cap_)
-      return absl::ResourceExhaustedError(absl::StrCat(
+      return MemoryHeldByOthers(absl::ResourceExhaustedError(absl::StrCat(
           kind_ == Kind::kDevice ? "device" : "pinned host", " memory pool: ", size,
-          " more bytes would pass its cap of ", cap_, " (", stats_.in_use_bytes, " in use)"));
+          " more bytes would pass its cap of ", cap_, " (", stats_.in_use_bytes, " in use)")));
     EvictLocked(size);
     stats_.in_use_bytes += size;  // reserved before allocating outside the lock
   }
@@ -84,7 +86,7 @@ absl::StatusOr<Pool::Buffer> Pool::Get(int64_t bytes) {
     if (!inject) st = Allocate(size, &p);
     if (!st.ok()) {
       stats_.in_use_bytes -= size;
-      return st;
+      return inject ? st : MemoryHeldByOthers(st);
     }
   }
   std::lock_guard<std::mutex> lock(mu_);

@@ -53,6 +53,12 @@ struct BackendInfo {
 absl::Status NonFiniteInputError();
 bool IsNonFiniteInput(const absl::Status& s);
 
+// A call refused for memory (a device pool's cap, the device itself, page-locked staging) while
+// other calls may hold it: the same call can succeed once they end. `st` (RESOURCE_EXHAUSTED)
+// with a payload that says so; the server runs such a call again when a job beside it ends.
+absl::Status MemoryHeldByOthers(absl::Status st);
+bool IsMemoryHeldByOthers(const absl::Status& s);
+
 class Backend {
  public:
   virtual ~Backend() = default;
