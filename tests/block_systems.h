@@ -1,5 +1,5 @@
 // Block-tridiagonal test systems as host arrays by name (the thesis' experiments), for the
-// GPU block tests (test_cuda_block, test_cuda_block_graphs).
+// block tests (test_block_kept, test_cuda_block, test_cuda_block_graphs).
 #pragma once
 
 #include <cstdint>
@@ -39,14 +39,17 @@ struct Sys {
   }
 };
 
-// The thesis' experiment 1 (not symmetric) or 2 (symmetric positive definite) in T.
+// The thesis' experiment 1 (not symmetric) or 2 (symmetric positive definite) in T; sign -1
+// negates it (experiment 2 then negative definite).
 template <typename T>
-Sys<T> Experiment(int which, int64_t N, int64_t M) {
+Sys<T> Experiment(int which, int64_t N, int64_t M, int sign = 1) {
   auto ex = which == 1 ? examples::ThesisExperiment1(N, M) : examples::ThesisExperiment2(N, M);
   Sys<T> s{N, M, {}};
   for (auto& [k, v] : ex) {
     const double* d = v.template as<double>();
-    s.a[k] = std::vector<T>(d, d + N * M);
+    std::vector<T>& out = s.a[k];
+    out.reserve(size_t(N * M));
+    for (int64_t e = 0; e < N * M; ++e) out.push_back(T(sign * d[e]));
   }
   return s;
 }

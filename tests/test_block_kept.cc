@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "../kernels/cpu/block_steps.h"  // internal to cpu/: the line factors
+#include "block_systems.h"
 #include "gtest/gtest.h"
 #include "trisolve/backend.h"
 #include "trisolve/block_tridiagonal.h"
@@ -29,42 +30,8 @@ namespace {
 
 const char* const kNames[] = {"aC", "cC", "bC", "cA", "cB"};
 
-template <typename T>
-struct Sys {
-  int64_t N = 0, M = 0;
-  std::map<std::string, std::vector<T>> a;
-  BlockTridiagonalProblem<T> P() const {
-    return {N, M, a.at("aC").data(), a.at("cC").data(), a.at("bC").data(), a.at("cA").data(),
-            a.at("cB").data(), a.at("f").data(), nullptr};
-  }
-  SystemSpec Spec(BlockMethod m, BlockOptions o) const {
-    SystemSpec s;
-    s.family = Family::kBlockTridiagonal;
-    s.precision = sizeof(T) == 8 ? Precision::kFloat64 : Precision::kFloat32;
-    s.n = N * M;
-    s.block_N = N;
-    s.block_M = M;
-    s.method = uint8_t(m);
-    s.block_options = o;
-    for (int i = 0; i < 5; ++i) s.coefficients[size_t(i)] = a.at(kNames[i]).data();
-    return s;
-  }
-};
-
-// The thesis' experiments (1: not symmetric; 2: symmetric positive definite), sign -1 negated
-// (experiment 2 then negative definite, issue 33).
-template <typename T>
-Sys<T> Experiment(int which, int64_t N, int64_t M, int sign = 1) {
-  auto ex = which == 1 ? examples::ThesisExperiment1(N, M) : examples::ThesisExperiment2(N, M);
-  Sys<T> s;
-  s.N = N;
-  s.M = M;
-  for (auto& [k, v] : ex) {
-    const double* d = v.template as<double>();
-    for (int64_t e = 0; e < N * M; ++e) s.a[k].push_back(T(sign * d[e]));
-  }
-  return s;
-}
+using testing::Experiment;
+using testing::Sys;
 
 struct Answer {
   std::vector<char> x;  // the bytes
