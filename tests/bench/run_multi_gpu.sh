@@ -37,8 +37,8 @@
 # CHECK_EVERY: the values of each client's first answer and every K-th after it are checked, the
 # statuses of all (default 1: every answer; the clients share the server's host, and at many
 # clients of large requests their checks' memory traffic bounds what the node measures).
-# SLOTS: jobs solved at once a device (--max-concurrent-jobs SLOTS x D; default the server's, 2
-# a device).
+# SLOTS: jobs solved at once a device (--max-concurrent-jobs SLOTS x D; default the server's, 4
+# a CUDA device). SERVER_FLAGS: more trisolved flags (e.g. "--streams 8").
 # After each bench the jobs each device ran during it (GetServerInfo before and after) are
 # printed and kept in the JSON line ("device_jobs": "J0/J1/..."): by handle they show how the
 # clients' systems were spread over the devices.
@@ -93,7 +93,7 @@ job_split() {
 start() {  # start PORT DEVICES [SLOTS]: a server in the background, waits until it serves
   $run trisolved --backend cuda --listen "127.0.0.1:$1" --devices "$2" --max-queued-jobs 4096 \
     --max-message-bytes 1073741824 --max-systems-per-identity 4096 --max-regions-per-identity 4096 \
-    --max-system-bytes $((64 << 30)) ${3:+--max-concurrent-jobs $3} \
+    --max-system-bytes $((64 << 30)) ${3:+--max-concurrent-jobs $3} ${SERVER_FLAGS:-} \
     >"$out/trisolved_$1.log" 2>&1 &
   srv=$!
   for _ in $(seq 300); do
