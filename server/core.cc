@@ -213,11 +213,15 @@ absl::StatusOr<JobResult> Core::Admit(
       call.progress({.phase = ProgressEvent::kSolving, .iteration = it, .residual = r});
     };
   // Slots count jobs, not bytes: a large job refused for memory that the jobs beside it hold
-  // runs again once one of them ends (one has ended since it started: at once); refused with
-  // none beside it, the refusal is its own.
+  // runs again once one of them ends (one has ended since it started: at once), at most
+  // kMemoryRetries times (a job too large for what it can ever get, or one that the jobs coming
+  // after it keep beating to the memory, must not hold its slot for ever); refused with none
+  // beside it, the refusal is its own.
   int64_t seen = pool.done();
   auto res = run(control);
-  while (!small && !res.ok() && IsMemoryHeldByOthers(res.status())) {
+  for (int retries = 0;
+       !small && !res.ok() && IsMemoryHeldByOthers(res.status()) && retries < kMemoryRetries;
+       ++retries) {
     if (pool.done() == seen &&
         (pool.running() <= 1 || !pool.AwaitDone(seen, deadline, call.cancelled)))
       break;

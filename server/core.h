@@ -255,6 +255,7 @@ class Core {
   // one device's systems could hold every slot while another device idled.
   std::vector<std::unique_ptr<Admission>> worker_admission_;
   std::atomic<int64_t> memory_retries_{0};  // Admit's runs again after MemoryHeldByOthers
+  static constexpr int kMemoryRetries = 16;  // a job's most
   ReceiveBudget receiving_;
   SystemRegistry systems_;
   MemoryRegistry memory_;  // after the backend, which unpins its regions

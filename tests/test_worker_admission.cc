@@ -183,6 +183,7 @@ class RoomDevice final : public Backend {
       cv_.notify_all();
       cv_.wait_for(lock, std::chrono::seconds(10), [&] { return !closed_; });
     }
+    std::this_thread::sleep_for(std::chrono::microseconds(hold_us.load()));
     auto r = cpu_->Solve(p, m, out, c);
     std::lock_guard<std::mutex> lock(mu_);
     used_ -= bytes;
@@ -231,6 +232,7 @@ class RoomDevice final : public Backend {
                         [&] { return running >= n && refused >= r; });
   }
   int running = 0, refused = 0, calls = 0;  // (under mu_)
+  std::atomic<int> hold_us{0};                // how long a call holds its memory at least
 
  private:
   const int64_t room_;
@@ -306,6 +308,31 @@ TEST_F(MemoryRetry, AJobRefusedAloneGetsItsRefusal) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
   EXPECT_EQ(Retries(), 0);
   EXPECT_TRUE(SolveUnary().ok());  // and the next job runs
+}
+
+TEST_F(MemoryRetry, AJobThatNeverFitsStopsTryingWhileOthersKeepRunning) {
+  // Two callers keep solving jobs that fit, so that one of them always runs and jobs keep
+  // ending; a job larger than the whole room gets its refusal after its most runs again, not
+  // when they stop.
+  dev_->hold_us = 3000;
+  std::atomic<bool> stop{false};
+  std::atomic<int> fed{0};
+  auto feed = [&] {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!stop.load() && std::chrono::steady_clock::now() < until)
+      if (SolveUnary().ok()) ++fed;
+  };
+  std::thread a(feed), b(feed);
+  while (fed.load() < 4) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const auto t0 = std::chrono::steady_clock::now();
+  const absl::Status st = SolveUnary(3 * kBatch);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  stop = true;
+  a.join();
+  b.join();
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
+  EXPECT_LT(took, std::chrono::seconds(5));
+  EXPECT_LE(Retries(), 16);
 }
 
 }  // namespace
