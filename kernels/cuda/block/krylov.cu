@@ -356,6 +356,22 @@ std::string DescribeBlockDeviceSetup(const BlockDeviceSetup<T>& s) {
   return s.fine_sign ? "the diagonals' sign" : "";
 }
 
+namespace {
+
+// A solve's work for method m: the prepared system's spare where `kept` has one for m, else a
+// new one (its hierarchy still to be given: mg.levels empty).
+template <typename T>
+absl::StatusOr<std::unique_ptr<KrylovWork<T>>> WorkOf(BlockMethod m,
+                                                      const BlockTridiagonalProblem<T>& p,
+                                                      const BlockDeviceSetup<T>* kept,
+                                                      Pool& pool) {
+  if (kept != nullptr)
+    if (std::unique_ptr<KrylovWork<T>> w = kept->Take(m)) return w;
+  return NewWork<T>(m, p.N, p.M, pool);
+}
+
+}  // namespace
+
 // Conjugate gradients (driver::Cg) preconditioned by the line solves or by the multigrid
 // V-cycle, natural layout; y in: the initial guess, out: the iterate. A negative definite
 // matrix (every diagonal negative, on every level) runs as CG on -A with -P, "(negated:
@@ -369,15 +385,11 @@ absl::StatusOr<SolveInfo> CgDevice(const BlockTridiagonalProblem<T>& p, const Bl
                                    cudaStream_t stream, bool multigrid,
                                    const BlockDeviceSetup<T>* kept) {
   const int64_t N = p.N, M = p.M, size = N * M;
-  const BlockMethod method = multigrid ? BlockMethod::kMultigridCg : BlockMethod::kCg;
   const bool keeps = multigrid && kept && kept->mg;  // over a prepared system's levels
-  std::unique_ptr<KrylovWork<T>> work = keeps ? kept->Take(method) : nullptr;
-  const bool reused = work != nullptr;
-  if (!reused) {
-    auto w = NewWork<T>(method, N, M, pool);
-    if (!w.ok()) return w.status();
-    work = std::move(*w);
-  }
+  auto made = WorkOf(multigrid ? BlockMethod::kMultigridCg : BlockMethod::kCg, p,
+                     keeps ? kept : nullptr, pool);
+  if (!made.ok()) return made.status();
+  std::unique_ptr<KrylovWork<T>> work = *std::move(made);
   auto* acc = static_cast<double*>(work->buf.get());
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(acc, 0, kAccBytes, stream));
   T *r = reinterpret_cast<T*>(acc + kAccBytes / 8), *z = r + size, *d = z + size, *q = d + size;
@@ -386,7 +398,7 @@ absl::StatusOr<SolveInfo> CgDevice(const BlockTridiagonalProblem<T>& p, const Bl
   const char* name = multigrid ? "multigrid-cg" : "cg";
   int sign = 0;
   if (multigrid) {  // the kept levels with vectors of the work's own, else built here
-    if (!reused) {
+    if (work->mg.levels.empty()) {
       auto h = keeps ? WithOwnVectors(*kept->mg, pool) : BuildMgDevice(p, pool, flags, stream);
       if (!h.ok()) return h.status();
       work->mg = std::move(*h);
@@ -421,14 +433,9 @@ absl::StatusOr<SolveInfo> BicgstabDevice(const BlockTridiagonalProblem<T>& p,
                                          const BlockDeviceSetup<T>* kept) {
   const int64_t size = p.N * p.M;
   const bool keeps = kept && kept->mg;  // over a prepared system's levels
-  std::unique_ptr<KrylovWork<T>> work =
-      keeps ? kept->Take(BlockMethod::kMultigridBicgstab) : nullptr;
-  const bool reused = work != nullptr;
-  if (!reused) {
-    auto made = NewWork<T>(BlockMethod::kMultigridBicgstab, p.N, p.M, pool);
-    if (!made.ok()) return made.status();
-    work = std::move(*made);
-  }
+  auto made = WorkOf(BlockMethod::kMultigridBicgstab, p, keeps ? kept : nullptr, pool);
+  if (!made.ok()) return made.status();
+  std::unique_ptr<KrylovWork<T>> work = *std::move(made);
   // r, r0, p, v, y-hat, s, z, t; the levels in their own buffer.
   auto* acc = static_cast<double*>(work->buf.get());
   TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(acc, 0, kAccBytes, stream));
@@ -436,7 +443,7 @@ absl::StatusOr<SolveInfo> BicgstabDevice(const BlockTridiagonalProblem<T>& p,
   driver::BicgstabVectors<T> v{w,            w + size,     w + 2 * size, w + 3 * size,
                                w + 4 * size, w + 5 * size, w + 6 * size, w + 7 * size};
   auto* flag = reinterpret_cast<uint8_t*>(w + 8 * size);
-  if (!reused) {
+  if (work->mg.levels.empty()) {  // the kept levels with vectors of the work's own, else built
     auto mg = keeps ? WithOwnVectors(*kept->mg, pool) : BuildMgDevice(p, pool, flag, stream);
     if (!mg.ok()) return mg.status();
     work->mg = std::move(*mg);
