@@ -15,6 +15,51 @@
 
 namespace trisolve::testing {
 
+// A backend that solves every call through the CPU reference: the base of stand-ins that
+// change one call and pass the rest on (`using CpuPassThrough::Solve;` keeps the others seen).
+class CpuPassThrough : public Backend {
+ public:
+  CpuPassThrough() : cpu_(MakeCpuBackend(1)) {}
+  BackendInfo Info() const override { return cpu_->Info(); }
+  absl::StatusOr<SolveInfo> Solve(const TridiagonalProblem<double>& p, TridiagonalMethod m,
+                                  TridiagonalOutput<double> out, const SolveControl& c) override {
+    return cpu_->Solve(p, m, out, c);
+  }
+  absl::StatusOr<SolveInfo> Solve(const TridiagonalProblem<float>& p, TridiagonalMethod m,
+                                  TridiagonalOutput<float> out, const SolveControl& c) override {
+    return cpu_->Solve(p, m, out, c);
+  }
+  absl::StatusOr<SolveInfo> Solve(const TreeProblem<double>& p, TreeMethod m,
+                                  TreeOutput<double> out, const SolveControl& c) override {
+    return cpu_->Solve(p, m, out, c);
+  }
+  absl::StatusOr<SolveInfo> Solve(const TreeProblem<float>& p, TreeMethod m, TreeOutput<float> out,
+                                  const SolveControl& c) override {
+    return cpu_->Solve(p, m, out, c);
+  }
+  absl::StatusOr<SolveInfo> Solve(const BlockTridiagonalProblem<double>& p, BlockMethod m,
+                                  const BlockOptions& o, BlockOutput<double> out,
+                                  const SolveControl& c) override {
+    return cpu_->Solve(p, m, o, out, c);
+  }
+  absl::StatusOr<SolveInfo> Solve(const BlockTridiagonalProblem<float>& p, BlockMethod m,
+                                  const BlockOptions& o, BlockOutput<float> out,
+                                  const SolveControl& c) override {
+    return cpu_->Solve(p, m, o, out, c);
+  }
+  absl::StatusOr<SolveInfo> Solve(const DenseProblem<double>& p, DenseMethod m,
+                                  DenseOutput<double> out, const SolveControl& c) override {
+    return cpu_->Solve(p, m, out, c);
+  }
+  absl::StatusOr<SolveInfo> Solve(const DenseProblem<float>& p, DenseMethod m,
+                                  DenseOutput<float> out, const SolveControl& c) override {
+    return cpu_->Solve(p, m, out, c);
+  }
+
+ protected:
+  std::unique_ptr<Backend> cpu_;
+};
+
 // A stand-in device: the CPU reference, a memory to spare it reports through Info(), the
 // batches of the calls it took, and a gate that holds its calls while closed.
 class FakeDevice final : public Backend {

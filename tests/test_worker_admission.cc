@@ -159,14 +159,15 @@ TEST_F(WorkerAdmission, DrainRefusesTheCallersWaitingForADevicesShare) {
 
 // A device of `room` bytes: a tridiagonal call takes 5 arrays' bytes for as long as it runs
 // (held while the gate is closed) and is refused, MemoryHeldByOthers, where they do not fit.
-class RoomDevice final : public Backend {
+class RoomDevice final : public testing::CpuPassThrough {
  public:
-  explicit RoomDevice(int64_t room) : room_(room), cpu_(MakeCpuBackend(1)) {}
+  explicit RoomDevice(int64_t room) : room_(room) {}
   BackendInfo Info() const override {
     BackendInfo info = cpu_->Info();
     info.name = "room";
     return info;
   }
+  using CpuPassThrough::Solve;
   absl::StatusOr<SolveInfo> Solve(const TridiagonalProblem<double>& p, TridiagonalMethod m,
                                   TridiagonalOutput<double> out, const SolveControl& c) override {
     const int64_t bytes = 5 * 8 * p.batch * p.n;
@@ -190,36 +191,6 @@ class RoomDevice final : public Backend {
     --running;
     return r;
   }
-  absl::StatusOr<SolveInfo> Solve(const TridiagonalProblem<float>& p, TridiagonalMethod m,
-                                  TridiagonalOutput<float> out, const SolveControl& c) override {
-    return cpu_->Solve(p, m, out, c);
-  }
-  absl::StatusOr<SolveInfo> Solve(const TreeProblem<double>& p, TreeMethod m,
-                                  TreeOutput<double> out, const SolveControl& c) override {
-    return cpu_->Solve(p, m, out, c);
-  }
-  absl::StatusOr<SolveInfo> Solve(const TreeProblem<float>& p, TreeMethod m, TreeOutput<float> out,
-                                  const SolveControl& c) override {
-    return cpu_->Solve(p, m, out, c);
-  }
-  absl::StatusOr<SolveInfo> Solve(const BlockTridiagonalProblem<double>& p, BlockMethod m,
-                                  const BlockOptions& o, BlockOutput<double> out,
-                                  const SolveControl& c) override {
-    return cpu_->Solve(p, m, o, out, c);
-  }
-  absl::StatusOr<SolveInfo> Solve(const BlockTridiagonalProblem<float>& p, BlockMethod m,
-                                  const BlockOptions& o, BlockOutput<float> out,
-                                  const SolveControl& c) override {
-    return cpu_->Solve(p, m, o, out, c);
-  }
-  absl::StatusOr<SolveInfo> Solve(const DenseProblem<double>& p, DenseMethod m,
-                                  DenseOutput<double> out, const SolveControl& c) override {
-    return cpu_->Solve(p, m, out, c);
-  }
-  absl::StatusOr<SolveInfo> Solve(const DenseProblem<float>& p, DenseMethod m,
-                                  DenseOutput<float> out, const SolveControl& c) override {
-    return cpu_->Solve(p, m, out, c);
-  }
   void Hold(bool closed) {
     std::lock_guard<std::mutex> lock(mu_);
     closed_ = closed;
@@ -236,7 +207,6 @@ class RoomDevice final : public Backend {
 
  private:
   const int64_t room_;
-  std::unique_ptr<Backend> cpu_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool closed_ = false;
