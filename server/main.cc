@@ -214,7 +214,7 @@ int main(int argc, char** argv) {
       ->envname("TRISOLVE_MAX_JOB_UNKNOWNS")->capture_default_str();
   auto* concurrent_flag = app.add_option("--max-concurrent-jobs", opt.max_concurrent_jobs,
                  "jobs solved at once (default: 4 a CUDA device, 2 on the CPU backend)")
-      ->envname("TRISOLVE_MAX_CONCURRENT_JOBS")->check(CLI::Range(1, 1024))->capture_default_str();
+      ->envname("TRISOLVE_MAX_CONCURRENT_JOBS")->check(CLI::Range(1, 1024));
   app.add_option("--max-queued-jobs", opt.max_queued_jobs, "jobs waiting for a slot")
       ->envname("TRISOLVE_MAX_QUEUED_JOBS")->check(CLI::Range(0, 1 << 20))->capture_default_str();
   app.add_option("--max-concurrent-small-jobs", opt.max_concurrent_small_jobs,
