@@ -702,8 +702,8 @@ int main(int argc, char** argv) {
               << " B / " << s->max_job_unknowns << " unknowns, " << s->max_concurrent_jobs
               << " concurrent, " << s->max_queued_jobs << " queued\n"
               << "jobs:      " << s->jobs_in_flight << " running, " << s->jobs_queued
-              << " queued, " << s->jobs_done << " done; up " << absl::StrFormat("%.1f", s->uptime_s)
-              << " s\n";
+              << " queued, " << s->jobs_done << " done; up "
+              << absl::StrFormat("%.1f s, %.1f s of CPU", s->uptime_s, s->cpu_s) << "\n";
     if (!s->replica.empty()) std::cout << "replica:   " << s->replica << " (handles end with @" << s->replica << ")\n";
     return 0;
   }

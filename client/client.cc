@@ -1496,6 +1496,7 @@ absl::StatusOr<ServerInfoSummary> Client::Info(double timeout_s) {
   s.systems = info.systems();
   s.system_bytes = info.system_bytes();
   s.uptime_s = info.uptime_s();
+  s.cpu_s = info.cpu_s();
   s.replica = info.replica();
   return s;
 }

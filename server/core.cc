@@ -5,7 +5,10 @@
 #include <cmath>
 #include <mutex>
 
+#include <sys/resource.h>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "spdlog/spdlog.h"
 
@@ -134,7 +137,15 @@ CoreStatus Core::Status() const {
   s.memory_region_bytes = memory_.bytes();
   s.replica = systems_.replica_address();
   s.uptime_s = std::chrono::duration<double>(Clock::now() - started_).count();
+  s.cpu_s = ProcessCpuSeconds();
   return s;
+}
+
+double ProcessCpuSeconds() {
+  rusage u{};
+  if (getrusage(RUSAGE_SELF, &u) != 0) return 0;
+  auto s = [](const timeval& t) { return double(t.tv_sec) + 1e-6 * double(t.tv_usec); };
+  return s(u.ru_utime) + s(u.ru_stime);
 }
 
 std::chrono::system_clock::time_point Core::EffectiveDeadline(
@@ -179,7 +190,10 @@ std::string Core::RenderMetrics() const {
                   "# HELP trisolve_memory_retries_total Large jobs run again after a refusal for "
                   "memory that jobs beside them held.\n"
                   "# TYPE trisolve_memory_retries_total counter\ntrisolve_memory_retries_total ",
-                  memory_retries_.load(std::memory_order_relaxed), "\n");
+                  memory_retries_.load(std::memory_order_relaxed), "\n",
+                  "# HELP process_cpu_seconds_total The process's CPU time, user and system.\n"
+                  "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total ",
+                  absl::StrFormat("%.3f", ProcessCpuSeconds()), "\n");
   out += health_.RenderMetrics();
   return out;
 }

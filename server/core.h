@@ -154,7 +154,11 @@ struct CoreStatus {
   int64_t systems = 0, system_bytes = 0, memory_regions = 0, memory_region_bytes = 0;
   std::string replica;
   double uptime_s = 0;
+  double cpu_s = 0;  // the process's CPU time, user and system
 };
+
+// The process's CPU time so far (user and system, every thread), in seconds.
+double ProcessCpuSeconds();
 
 class Core {
  public:

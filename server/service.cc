@@ -290,6 +290,7 @@ grpc::Status SolverService::GetServerInfo(grpc::ServerContext* ctx, const v1::Ge
   l->set_max_regions_per_identity(o.memory.max_regions_per_identity);
   resp->set_replica(st.replica);
   resp->set_uptime_s(st.uptime_s);
+  resp->set_cpu_s(st.cpu_s);
   return grpc::Status::OK;
 }
 

@@ -90,6 +90,7 @@ TEST(Ops, MetricsCountersMoveAsExpected) {
             2 * 4 * 70 * 8);
   EXPECT_EQ(Series(after, "trisolve_sent_bytes_total"), 2 * 70 * 8);
   EXPECT_EQ(Series(after, "trisolve_jobs_in_flight"), 0);
+  EXPECT_GT(Series(after, "process_cpu_seconds_total"), Series(before, "process_cpu_seconds_total"));
   EXPECT_NE(after.find("# TYPE trisolve_queue_seconds histogram"), std::string::npos);
   EXPECT_NE(after.find(R"(trisolve_transfer_seconds_bucket{family="tridiagonal",le="+Inf"} 2)"),
             std::string::npos);

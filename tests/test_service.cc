@@ -10,6 +10,7 @@
 #include <limits>
 #include <random>
 #include <tuple>
+#include <chrono>
 #include <thread>
 
 #include "gtest/gtest.h"
@@ -85,6 +86,17 @@ TEST_F(Service, HealthAndInfo) {
   EXPECT_EQ(info->backend, ServerProcess::TestBackend());
   EXPECT_EQ(info->max_job_unknowns, 20000000);
   EXPECT_EQ(info->max_concurrent_jobs, 2);
+  // The server's CPU time: its start cost some; solves cost more, and no more than its cores
+  // could give in the time they took.
+  EXPECT_GT(info->cpu_s, 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto ar = examples::RandomTridiagonal(2000, 500, false, 3);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(c.Solve(MakeJob(Kind::kTridiagonal, ar)).ok());
+  auto later = c.Info();
+  ASSERT_TRUE(later.ok()) << later.status();
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_GT(later->cpu_s, info->cpu_s);
+  EXPECT_LE(later->cpu_s - info->cpu_s, wall * std::thread::hardware_concurrency() + 0.05);
 }
 
 TEST_F(Service, TridiagonalBothLayoutsAndFloat32) {

@@ -140,6 +140,7 @@ struct ServerInfoSummary {
   int64_t jobs_in_flight = 0, jobs_queued = 0, jobs_done = 0;
   int64_t systems = 0, system_bytes = 0;
   double uptime_s = 0;
+  double cpu_s = 0;  // the server process's CPU time since it started (user and system)
   std::string replica;  // the address the server advertises, which its handles end with
 };
 
