@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <latch>
 #include <limits>
@@ -20,8 +21,11 @@
 #include <new>
 #include <random>
 #include <set>
+#include <sstream>
 #include <thread>
 #include <vector>
+
+#include <sys/resource.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -492,6 +496,75 @@ void AddTimings(const Timings& t, Timings* sum) {
   sum->download_us += t.download_us;
 }
 
+// Where the cores went, read at the clock's start and end: the server process's CPU seconds
+// (GetServerInfo; < 0 where it did not answer), this process's (the clients'), and the host's
+// busy and total ticks over every core (/proc/stat; < 0 where it cannot be read).
+struct CpuSample {
+  Clock::time_point at;
+  double server_s = -1, clients_s = 0, host_busy = -1, host_total = -1;
+  int host_cores = 0;
+};
+
+CpuSample SampleCpu(Client& client) {
+  CpuSample c;
+  if (auto info = client.Info(); info.ok()) c.server_s = info->cpu_s;
+  rusage u{};
+  if (getrusage(RUSAGE_SELF, &u) == 0)
+    c.clients_s = double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+                  1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+  std::ifstream stat("/proc/stat");
+  std::string line;
+  while (std::getline(stat, line)) {
+    if (line.rfind("cpu ", 0) == 0) {
+      std::istringstream in(line.substr(4));
+      double v, total = 0, idle = 0;
+      for (int i = 0; in >> v; ++i) {
+        total += v;
+        if (i == 3 || i == 4) idle += v;  // idle, iowait
+      }
+      c.host_busy = total - idle;
+      c.host_total = total;
+    } else if (line.rfind("cpu", 0) == 0) {
+      ++c.host_cores;
+    }
+  }
+  c.at = Clock::now();
+  return c;
+}
+
+// The cores each kept busy between two samples, and the line and JSON fields that say so.
+struct CoresBusy {
+  double server = -1, clients = 0, host = -1;
+  int host_cores = 0;
+  std::string Line() const {
+    std::string s = absl::StrFormat("  cores busy during the clock: the clients' %.1f", clients);
+    if (server >= 0) absl::StrAppend(&s, absl::StrFormat(", the server's %.1f", server));
+    if (host >= 0)
+      absl::StrAppend(&s, absl::StrFormat(", the host's %.1f of %d (everything on it)", host,
+                                          host_cores));
+    return s + "\n";
+  }
+  std::string Json() const {
+    std::string s = absl::StrFormat("\"client_cores\":%.2f", clients);
+    if (server >= 0) absl::StrAppend(&s, absl::StrFormat(",\"server_cores\":%.2f", server));
+    if (host >= 0) absl::StrAppend(&s, absl::StrFormat(",\"host_cores\":%.2f", host));
+    return s;
+  }
+};
+
+CoresBusy Between(const CpuSample& a, const CpuSample& b) {
+  CoresBusy c;
+  const double wall = std::chrono::duration<double>(b.at - a.at).count();
+  if (wall <= 0) return c;
+  c.clients = (b.clients_s - a.clients_s) / wall;
+  if (a.server_s >= 0 && b.server_s >= 0) c.server = (b.server_s - a.server_s) / wall;
+  if (a.host_total >= 0 && b.host_total > a.host_total) {
+    c.host_cores = b.host_cores;
+    c.host = double(b.host_cores) * (b.host_busy - a.host_busy) / (b.host_total - a.host_total);
+  }
+  return c;
+}
+
 int Drive(const Client::Options& client_options, const BenchOptions& o, Workload& w) {
   const int64_t values = w.values();
   const bool solves = o.mode != "info" && o.mode != "health";
@@ -716,9 +789,12 @@ int Drive(const Client::Options& client_options, const BenchOptions& o, Workload
   std::vector<std::thread> threads;
   for (int i = 0; i < o.clients; ++i) threads.emplace_back(client_loop, i);
   ready.wait();
+  Client observer(client_options);  // reads the server's CPU time at the clock's ends
+  const CpuSample cpu0 = SampleCpu(observer);
   const auto t0 = Clock::now();
   go.count_down();
   for (auto& t : threads) t.join();
+  const CoresBusy cores = Between(cpu0, SampleCpu(observer));
   const double wall = std::chrono::duration<double>(std::max(tally.last_answer, t0) - t0).count();
   const double local_s = w.LocalSeconds(o);
 
@@ -743,6 +819,7 @@ int Drive(const Client::Options& client_options, const BenchOptions& o, Workload
   std::cout << absl::StrFormat("  %-24s %12.*f %10.3f %10s %10s %10s\n", w.LocalLabel(), dec,
                                1 / local_s, local_s * 1e3, "-", "-", "-");
   w.ExtraLines(tally);
+  std::cout << cores.Line();
   const Timings& s = tally.server;
   if (solves && tally.server_n > 0) {
     const double k = 1e3 * double(tally.server_n);
@@ -786,12 +863,13 @@ int Drive(const Client::Options& client_options, const BenchOptions& o, Workload
         "{\"family\":\"%s\",\"mode\":\"%s\",\"transport\":\"%s\",\"clients\":%d,"
         "\"requests\":%d,%s,\"ok\":%d,\"wrong\":%d,%s\"errors\":%d,\"requests_per_s\":%.3f,"
         "\"p50_ms\":%.4f,\"p90_ms\":%.4f,\"p99_ms\":%.4f,\"payload_gb_s\":%.4f,"
-        "\"local_ms\":%.4f,\"local_per_s\":%.3f,%s,\"server_total_ms\":%.4f,%s,\"checked\":%d}\n",
+        "\"local_ms\":%.4f,\"local_per_s\":%.3f,%s,\"server_total_ms\":%.4f,%s,\"checked\":%d,"
+        "%s}\n",
         w.family(), o.mode, o.transport, o.clients, o.requests, w.JsonShape(), ok, wrong,
         w.CountsNotOk() ? absl::StrFormat("\"not_ok\":%d,", not_ok) : "", errs, double(ok) / wall,
         p50 / 1e3, p90 / 1e3, p99 / 1e3, double(ok) * bytes_per / wall / 1e9, local_s * 1e3,
         1 / local_s, w.JsonTail(tally), s.server_total_us / 1e3 / n, w.JsonEnd(tally),
-        tally.checked);
+        tally.checked, cores.Json());
   }
   if (failed_setup) return 1;
   return ok == total ? 0 : 1;

@@ -563,11 +563,14 @@ TEST_F(Cli, BenchChecksEveryKthAnswerWhenAsked) {
     EXPECT_TRUE(Has(out, "answers: 20 ok, 0 wrong")) << args << "\n" << out;
     EXPECT_TRUE(Has(out, "checked: 6 answers (each client's first and every 4-th)"))
         << args << "\n" << out;
-    EXPECT_TRUE(Has(out, "\"checked\":6}")) << args << "\n" << out;
+    EXPECT_TRUE(Has(out, "\"checked\":6,\"client_cores\":")) << args << "\n" << out;
+    // Where the cores went during the clock: the clients' and the server's (GetServerInfo).
+    EXPECT_TRUE(Has(out, "cores busy during the clock: the clients' ")) << args << "\n" << out;
+    EXPECT_TRUE(Has(out, ",\"server_cores\":")) << args << "\n" << out;
   }
   auto [rc, out] = Run("bench --clients 2 --requests 3 --n 64 --json");
   EXPECT_EQ(rc, 0) << out;
-  EXPECT_TRUE(Has(out, "\"checked\":6}")) << out;
+  EXPECT_TRUE(Has(out, "\"checked\":6,")) << out;
   EXPECT_FALSE(Has(out, "values checked")) << out;
   for (auto [args, why] : std::vector<std::pair<std::string, std::string>>{
            {"bench --check-every 0", "--check-every"},
@@ -643,7 +646,7 @@ TEST_F(Cli, BenchDenseChecksEveryAnswer) {
         << out;
     EXPECT_TRUE(Has(out, "{\"family\":\"dense\",")) << out;
     EXPECT_TRUE(Has(out, "\"shape\":\"3x48\"")) << out;
-    EXPECT_TRUE(Has(out, "\"checked\":12}")) << out;
+    EXPECT_TRUE(Has(out, "\"checked\":12,")) << out;
   }
   {
     auto [rc, out] =

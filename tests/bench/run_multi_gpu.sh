@@ -39,6 +39,11 @@
 # clients of large requests their checks' memory traffic bounds what the node measures).
 # SLOTS: jobs solved at once a device (--max-concurrent-jobs SLOTS x D; default the server's, 4
 # a CUDA device). SERVER_FLAGS: more trisolved flags (e.g. "--streams 8").
+# BACKEND: the server's (default cuda; cpu runs the script here, to try it). SERVER_CPUS, CLIENT_CPUS: taskset CPU lists for the server and the bench's clients (e.g.
+# "0-15" and "16-31"), so that the clients' threads do not take the server's cores.
+# The bench prints the cores its clients, the server and the whole host kept busy during its
+# clock ("client_cores", "server_cores", "host_cores"): where the host's cores are all busy, the
+# host bounds what is measured.
 # After each bench the jobs each device ran during it (GetServerInfo before and after) are
 # printed and kept in the JSON line ("device_jobs": "J0/J1/..."): by handle they show how the
 # clients' systems were spread over the devices.
@@ -90,8 +95,10 @@ job_split() {
   echo "${s:--}"
 }
 
+pin() { [ -n "$1" ] && echo "taskset -c $1"; }
+
 start() {  # start PORT DEVICES [SLOTS]: a server in the background, waits until it serves
-  $run trisolved --backend cuda --listen "127.0.0.1:$1" --devices "$2" --max-queued-jobs 4096 \
+  $(pin "${SERVER_CPUS:-}") $run trisolved --backend "${BACKEND:-cuda}" --listen "127.0.0.1:$1" --devices "$2" --max-queued-jobs 4096 \
     --max-message-bytes 1073741824 --max-systems-per-identity 4096 --max-regions-per-identity 4096 \
     --max-system-bytes $((64 << 30)) ${3:+--max-concurrent-jobs $3} ${SERVER_FLAGS:-} \
     >"$out/trisolved_$1.log" 2>&1 &
@@ -108,7 +115,7 @@ if want bench; then
   if [ -z "$counts" ]; then
     counts=1
     for ((d = 2; d <= gpus; d *= 2)); do counts="$counts $d"; done
-    [[ " $counts " == *" $gpus "* ]] || counts="$counts $gpus"
+    [ "$gpus" -lt 2 ] || [[ " $counts " == *" $gpus "* ]] || counts="$counts $gpus"
   fi
   results="$out/multi_bench.jsonl"
   : >"$results"
@@ -145,7 +152,8 @@ if want bench; then
           [ $mode = unary ] && [ -z "${REQUESTS:-}" ] && rq=$((r / 2))
           before=$(device_jobs $port)
           # A bench that hangs must not take the whole call: BENCH_TIMEOUT seconds (default 150).
-          line=$(timeout "${BENCH_TIMEOUT:-150}" $run trisolve --server 127.0.0.1:$port bench \
+          line=$(timeout "${BENCH_TIMEOUT:-150}" $(pin "${CLIENT_CPUS:-}") $run trisolve \
+                   --server 127.0.0.1:$port bench \
                    --clients $c --requests $rq \
                    "${size[@]}" --mode $mode --transport $t --json \
                    ${CHECK_EVERY:+--check-every $CHECK_EVERY} |
@@ -180,9 +188,10 @@ if want bench; then
   fi
 
   echo "=== scaling: requests/s with D devices / (D x requests/s with 1); jobs: each device's;"
-  echo "    of links: requests/s over the same requests' copies alone (tridiagonal by handle)"
-  printf '%-11s %-8s %-6s %-11s %8s %8s %12s %8s %8s  %s\n' family mode path shape clients devices \
-    requests/s scaling "of links" jobs | tee "$out/scaling.txt"
+  echo "    of links: requests/s over the same requests' copies alone (tridiagonal by handle);"
+  echo "    cores: those busy during the bench, the host's / the server's / the clients' (of $(nproc))"
+  printf '%-11s %-8s %-6s %-11s %8s %8s %12s %8s %8s %14s  %s\n' family mode path shape clients \
+    devices requests/s scaling "of links" cores jobs | tee "$out/scaling.txt"
   # One JSON object a line, flat: fields picked by name with sed (no jq or python needed there).
   field() { sed -n "s/.*\"$1\":\"\{0,1\}\([^,\"}]*\).*/\1/p" <<<"$2"; }
   declare -A base
@@ -203,8 +212,9 @@ if want bench; then
     of=-
     [ "$fam $md" = "tridiagonal handle" ] && [ -n "$lk" ] &&
       of=$(awk -v r="$rps" -v k="$lk" 'BEGIN{printf "%.2f", r / k}')
-    printf '%-11s %-8s %-6s %-11s %8s %8s %12s %8s %8s  %s\n' $key "$d" "$rps" "$s" "$of" \
-      "$jobs$even" | tee -a "$out/scaling.txt"
+    cores="$(field host_cores "$l")/$(field server_cores "$l")/$(field client_cores "$l")"
+    printf '%-11s %-8s %-6s %-11s %8s %8s %12s %8s %8s %14s  %s\n' $key "$d" "$rps" "$s" "$of" \
+      "$cores" "$jobs$even" | tee -a "$out/scaling.txt"
   done <"$results"
 fi
 echo "=== done"
