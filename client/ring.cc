@@ -133,6 +133,7 @@ absl::StatusOr<std::unique_ptr<Client::Impl::RingLane>> Client::Impl::AcquireRin
                                                                               bool* fall_back) {
   *fall_back = false;
   const bool forced = options.transport == Transport::kRing;
+  std::unique_ptr<Client::Impl::RingLane> smaller;  // closed below, outside the lock
   {
     std::lock_guard<std::mutex> lock(rings->mu);
     if (rings->state == RingPool::State::kNo) {
@@ -159,13 +160,25 @@ absl::StatusOr<std::unique_ptr<Client::Impl::RingLane>> Client::Impl::AcquireRin
       return absl::ResourceExhaustedError(
           "transport ring: the server refused a new ring a moment ago (its ring or region caps)");
     }
+    // None idle holds the call: an idle ring too small gives way to a larger one, so that the
+    // rings stay one a calling thread (a thread whose calls grow grows its ring).
+    if (!rings->idle.empty()) {
+      smaller = std::move(rings->idle.front());
+      rings->idle.erase(rings->idle.begin());
+      --rings->open;
+    }
     if (rings->open >= std::max(1, options.max_rings)) {
+      if (smaller) {
+        rings->idle.push_back(std::move(smaller));
+        ++rings->open;
+      }
       *fall_back = !forced;
       return absl::ResourceExhaustedError(
           absl::StrCat("transport ring: this client holds ", rings->open, " rings (max_rings)"));
     }
     ++rings->open;
   }
+  if (smaller) rings->Close(*smaller);
   auto lane = std::make_unique<Client::Impl::RingLane>();
   auto fail = [&](absl::Status st, bool never) -> absl::Status {
     std::lock_guard<std::mutex> lock(rings->mu);
@@ -180,7 +193,12 @@ absl::StatusOr<std::unique_ptr<Client::Impl::RingLane>> Client::Impl::AcquireRin
     return st;
   };
   const int64_t arena = Align(RingBytes(1));
-  auto memory = SharedMemory::Create(arena + std::max(need, options.ring_arena_bytes));
+  // Grown rings double, so that a thread whose calls grow by a little each time does not
+  // replace its ring each call.
+  int64_t room = std::max<int64_t>(options.ring_arena_bytes, 4096);
+  while (room < need) room *= 2;
+  if (!forced) room = std::max(need, std::min(room, options.ring_max_arena_bytes));
+  auto memory = SharedMemory::Create(arena + room);
   if (!memory.ok()) return fail(memory.status(), false);
   lane->shm = *std::move(memory);
   lane->arena = arena;
@@ -428,7 +446,7 @@ std::optional<absl::StatusOr<Result>> Client::Impl::SolveOnRing(
   }
   // auto: small calls only, those the client would send in one message over gRPC, where their
   // bytes are copied; arrays already in registered memory are not, whatever their size.
-  if (!forced && (need > options.ring_arena_bytes ||
+  if (!forced && (need > std::max(options.ring_arena_bytes, options.ring_max_arena_bytes) ||
                   (!referenced && need > options.stream_threshold_bytes)))
     return std::nullopt;
   bool fall_back = false;

@@ -25,6 +25,7 @@
 #include <regex>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "client_test_util.h"
 #include "gtest/gtest.h"
 #include "ring_abi.h"
@@ -139,14 +140,59 @@ TEST(Ring, EveryFamilyAnswersAsOverTheSocketBitForBit) {
   ASSERT_FALSE(over_grpc.ok());
   EXPECT_EQ(over_ring.status(), over_grpc.status()) << "the same check, the same status";
 
-  // A job larger than the arena: auto takes the RPC, ring refuses.
+  // A job larger than the most a ring may grow to: auto takes the RPC.
   Client::Options small = ClientOptions(server, Transport::kAuto);
-  small.ring_arena_bytes = 4096;
+  small.ring_arena_bytes = small.ring_max_arena_bytes = 4096;
   const auto big_arrays = examples::RandomTridiagonal(16, 64, false, 7);  // the job views them
   const Job big = testing::MakeJob(Kind::kTridiagonal, big_arrays);
   auto via_auto = Client(small).Solve(big);
   ASSERT_TRUE(via_auto.ok()) << via_auto.status();
   EXPECT_EQ(via_auto->summary.transport, "grpc");
+}
+
+// Under auto a call larger than its ring's arena replaces the ring with one of twice the room or
+// more (up to ring_max_arena_bytes), which then serves the small calls too; past the most, the
+// call takes another path. Every answer is the RPC's, bit for bit.
+TEST(Ring, AutoGrowsACallersRingUpToItsMost) {
+  ServerProcess server({});
+  ASSERT_GT(server.port(), 0) << server.Log();
+  Client grpc_client(ClientOptions(server, Transport::kGrpc));
+  Client::Options o = ClientOptions(server, Transport::kAuto);
+  o.ring_arena_bytes = 4096;
+  o.ring_max_arena_bytes = 1 << 20;
+  Client c(o);
+  const auto small = examples::RandomTridiagonal(1, 64, false, 11);   // 2.5 KiB with x
+  const auto mid = examples::RandomTridiagonal(16, 512, false, 12);   // 320 KiB with x
+  const auto big = examples::RandomTridiagonal(64, 512, false, 13);   // 1.25 MiB with x
+  struct Step {
+    const examples::Arrays* arrays;
+    int64_t batch, n;
+    bool ring;
+  };
+  for (const Step& s : {Step{&small, 1, 64, true}, Step{&mid, 16, 512, true},
+                        Step{&small, 1, 64, true}, Step{&mid, 16, 512, true},
+                        Step{&big, 64, 512, false}}) {
+    SCOPED_TRACE(absl::StrCat(s.batch, " x ", s.n));
+    const Job job = testing::MakeJob(Kind::kTridiagonal, *s.arrays);
+    auto want = grpc_client.Solve(job);
+    auto got = c.Solve(job);
+    ASSERT_TRUE(want.ok()) << want.status();
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->summary.transport == "ring", s.ring) << got->summary.transport;
+    ASSERT_EQ(got->x.data, want->x.data);
+  }
+  // One ring replaced (the first, of 4 KiB, by one of 512 KiB), none since: the small calls
+  // after the growth took the grown ring.
+  auto closed = [&] {
+    const std::string log = server.Log();
+    int k = 0;
+    for (size_t at = 0; (at = log.find("closed (by its client)", at)) != std::string::npos; ++at) ++k;
+    return k;
+  };
+  for (int i = 0; i < 100 && closed() < 1; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(closed(), 1) << server.Log();
 }
 
 TEST(Ring, MetricsCountRingCallsUnderTheirTransport) {

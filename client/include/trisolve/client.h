@@ -195,9 +195,9 @@ class StepStream {
 //   where the call cannot go so (progress, residual history, updates, CUDA memory, a server
 //   elsewhere or with --rings off). Other calls take gRPC.
 // - kAuto: a request ring for unary solves and solves by handle whose arrays and x fit
-//   ring_arena_bytes while the server serves rings to this process, shared memory for jobs of
-//   shm_min_bytes or more while it can map this process's memory, else parallel streams from
-//   streams_min_bytes, else gRPC.
+//   ring_max_arena_bytes while the server serves rings to this process, shared memory for jobs
+//   of shm_min_bytes or more while it can map this process's memory, else parallel streams
+//   from streams_min_bytes, else gRPC.
 enum class Transport { kAuto, kSharedMemory, kStreams, kGrpc, kRing };
 // auto, shm, streams, grpc, ring
 absl::StatusOr<Transport> ParseTransport(absl::string_view name);
@@ -226,12 +226,17 @@ class Client {
     // into a staging region of the client's (arrays already in registered memory always do).
     int64_t shm_min_bytes = int64_t{1} << 20;
     int64_t streams_min_bytes = int64_t{32} << 20;
-    // Request rings: the arena of each ring (a call whose arrays, x and statuses exceed it
-    // takes another path under auto), how long a call spins for its answer before it sleeps,
-    // and the most rings a Client holds (one a concurrent calling thread). Each ring is a
-    // shared-memory region of its own on the server (its --max-regions-per-identity counts
-    // them); one it refuses sends auto's calls through the RPC for a second.
+    // Request rings: the arena a ring starts with, and the most it grows to under auto (a
+    // call whose copied arrays, x and statuses exceed the ring's arena replaces it with one of
+    // twice the room, or more, up to ring_max_arena_bytes; a call larger still takes another
+    // path, from shm_min_bytes a staging region, whose solve holds no ring thread; the arena is
+    // shared memory reserved while the ring is open), how long a call spins for its answer
+    // before it sleeps, and the most rings a Client holds (one a concurrent calling thread).
+    // Each ring is a shared-memory region of its own on the server (its
+    // --max-regions-per-identity counts them); one it refuses sends auto's calls through the
+    // RPC for a second.
     int64_t ring_arena_bytes = int64_t{256} << 10;
+    int64_t ring_max_arena_bytes = int64_t{1} << 20;
     double ring_spin_us = 50;
     int max_rings = 64;
     // A unary call whose arrays all travel by reference (shared memory) is answered in a few

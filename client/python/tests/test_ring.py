@@ -210,9 +210,13 @@ def test_auto_uses_the_ring_for_small_calls_only(server, client):
         r = auto.solve_tridiagonal(a, b, c, d)
         assert r.summary.transport == "ring" and auto.ring_state() == "ring"
         _same(r, client.solve_tridiagonal(a, b, c, d))
-        mid = random_tridiagonal(rng, 8, 1024)  # 320 KiB with x: past the ring's arena
-        assert auto.solve_tridiagonal(*mid).summary.transport == "grpc"
-        big = random_tridiagonal(rng, 64, 1024)  # 2.5 MiB: staged through shared memory
+        mid = random_tridiagonal(rng, 8, 1024)  # 320 KiB with x: the ring grows to hold it
+        got = auto.solve_tridiagonal(*mid)
+        assert got.summary.transport == "ring"
+        _same(got, client.solve_tridiagonal(*mid))
+        # The grown ring serves the small calls too.
+        assert auto.solve_tridiagonal(a, b, c, d).summary.transport == "ring"
+        big = random_tridiagonal(rng, 64, 1024)  # 2.5 MiB: past the most a ring grows to
         assert auto.solve_tridiagonal(*big).summary.transport == "shared-memory"
         out = np.empty_like(d)
         assert auto.solve_tridiagonal(a, b, c, d, out=out).x is out
@@ -220,6 +224,8 @@ def test_auto_uses_the_ring_for_small_calls_only(server, client):
         # Progress reports travel through the RPC.
         p = auto.solve_tridiagonal(a, b, c, d, progress=lambda _: None)
         assert p.summary.transport == "grpc"
+    with trisolve.Client(server.target, timeout=60, ring_max_arena_bytes=256 << 10) as capped:
+        assert capped.solve_tridiagonal(*mid).summary.transport == "grpc"
     with trisolve.Client(server.target, transport="grpc") as g:
         assert g.ring_state() == "off"
     with trisolve.Client(server.target, transport="ring") as forced:

@@ -511,12 +511,13 @@ def ask(lane: Lane, call: Call, spin_us: float) -> Tuple[np.ndarray, np.ndarray,
 class Pool:
     """The client's rings: idle ones, how many are open, and whether the server serves them."""
 
-    def __init__(self, max_rings: int, arena_bytes: int) -> None:
+    def __init__(self, max_rings: int, arena_bytes: int, max_arena_bytes: int) -> None:
         self.lock = threading.Lock()
         self.idle: List[Lane] = []
         self.open = 0
         self.max_rings = max(1, int(max_rings))
-        self.arena_bytes = int(arena_bytes)
+        self.arena_bytes = int(arena_bytes)  # a ring's to start with
+        self.max_arena_bytes = max(self.arena_bytes, int(max_arena_bytes))  # auto's to grow to
         self.state = "untried"  # "ring" once one was opened, "grpc" once refused for good
         self.why_not = ""
         # After a refusal for want of room (the server's ring or region caps), no new ring is

@@ -284,7 +284,7 @@ class Client:
             ``update`` goes through a request ring (below), raising ``FailedPrecondition`` where
             it cannot (another host, a server with ``--rings off``, progress reports); other
             calls take gRPC. ``"auto"`` uses a ring too for such calls whose arrays, x and
-            statuses fit ``ring_arena_bytes`` (and, unless some lie in registered memory, are at
+            statuses fit ``ring_max_arena_bytes`` (and, unless some lie in registered memory, are at
             most ``stream_threshold_bytes``), falling back to gRPC for good when the server
             refuses rings to this process.
 
@@ -304,7 +304,13 @@ class Client:
             client made just before its server listens then succeeds instead of failing
             ``Unavailable`` at once; a server that cannot be reached still fails, that much
             later. 0: no wait.
-        ring_arena_bytes: each ring's room for a call's arrays, x and statuses (256 KiB).
+        ring_arena_bytes: each ring's room for a call's arrays, x and statuses to start with
+            (256 KiB).
+        ring_max_arena_bytes: the most a ring grows to under auto (1 MiB): a call whose
+            copied arrays, x and statuses exceed its ring's room replaces the ring with one of
+            twice the room, or more; a call larger still takes another path (from
+            ``shm_min_bytes`` a staging region). The room is shared memory reserved while the
+            ring is open.
         ring_spin_us: how long a call spins for its answer (50 us; 0: sleep at once).
         max_rings: rings this client holds at most (one a concurrently calling thread).
 
@@ -317,12 +323,12 @@ class Client:
                  chunk_bytes: int = 2 << 20, transport: str = "auto",
                  shm_min_bytes: int = 1 << 20, streams_min_bytes: int = 32 << 20,
                  parallel_streams: int = 8, connect_timeout: float = 2.0,
-                 ring_arena_bytes: int = 256 << 10, ring_spin_us: float = 50.0,
-                 max_rings: int = 64) -> None:
+                 ring_arena_bytes: int = 256 << 10, ring_max_arena_bytes: int = 1 << 20,
+                 ring_spin_us: float = 50.0, max_rings: int = 64) -> None:
         self.transport = _parse_transport(transport)
         self.connect_timeout = float(connect_timeout)
         self.ring_spin_us = float(ring_spin_us)
-        self._rings = _ring.Pool(max_rings, ring_arena_bytes)
+        self._rings = _ring.Pool(max_rings, ring_arena_bytes, ring_max_arena_bytes)
         self.shm_min_bytes = int(shm_min_bytes)
         self.streams_min_bytes = int(streams_min_bytes)
         self._shm_lock = threading.Lock()
@@ -850,7 +856,7 @@ class Client:
         referenced = call.x_ref is not None or any(r is not None for _, _, r in call.arrays)
         # auto: small calls only, those that would go in one message, where their bytes are
         # copied; arrays already in registered memory are not, whatever their size.
-        if not forced and (need > self._rings.arena_bytes or
+        if not forced and (need > self._rings.max_arena_bytes or
                            (not referenced and need > self.stream_threshold_bytes)):
             return None
         lane = self._acquire_ring(need, forced, call.timeout)
@@ -901,6 +907,11 @@ class Client:
                             "transport ring: the server refused a new ring a moment ago (its "
                             "ring or region caps)")
                     return None
+                # None idle holds the call: an idle ring too small gives way to a larger one,
+                # so that the rings stay one a calling thread.
+                if pool.idle:
+                    gone.append(pool.idle.pop(0))
+                    pool.open -= 1
                 if pool.open >= pool.max_rings:
                     if forced:
                         raise ResourceExhausted(
@@ -920,7 +931,14 @@ class Client:
         registered = False
         try:
             arena = -(-_ring.ring_bytes(1) // _ring.ALIGN) * _ring.ALIGN
-            shm = SharedMemory(arena + max(need, pool.arena_bytes))
+            # Grown rings double, so that calls growing by a little do not replace the ring
+            # each time.
+            room = max(pool.arena_bytes, 4096)
+            while room < need:
+                room *= 2
+            if not forced:
+                room = max(need, min(room, pool.max_arena_bytes))
+            shm = SharedMemory(arena + room)
             lane = _ring.Lane(shm, "ring-" + shm.name[len("trisolve-"):])
             lane.write_header()
             self._unary("RegisterSharedMemory", pb.RegisterSharedMemoryRequest(
