@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "trisolve/backend.h"
@@ -185,6 +186,8 @@ class FakeDevice final : public Backend {
                         [&] { return int(batches_.size()) >= calls; });
   }
   std::atomic<int> prepared{0};
+  // How long each call takes past its entry (microseconds), as a device's work would.
+  std::atomic<int> work_us{0};
   // Says it checked the inputs it read (SolveInfo::inputs_checked), as a CUDA device's scan.
   std::atomic<bool> checks_inputs{false};
 
@@ -200,6 +203,9 @@ class FakeDevice final : public Backend {
     cv_.notify_all();
     // (Held 10 s at most: a call placed on a held device then fails the test, not hangs it.)
     cv_.wait_for(lock, std::chrono::seconds(10), [&] { return !closed_; });
+    lock.unlock();
+    if (const int us = work_us.load(); us > 0)
+      std::this_thread::sleep_for(std::chrono::microseconds(us));
   }
   const int64_t room_;
   std::unique_ptr<Backend> cpu_;
