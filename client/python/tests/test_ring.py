@@ -395,7 +395,10 @@ def test_client_made_before_its_server_succeeds_on_its_first_call():
     procs = []
     rng = np.random.default_rng(39)
     a, b, c, d = random_tridiagonal(rng, 1, 64)
-    with trisolve.Client(f"127.0.0.1:{port}", timeout=30) as cl:
+    # The server starts 0.5 s after the client; on a loaded machine it may take seconds to
+    # listen, and the channel's reconnect attempts back off meanwhile: a wait of 10 s, not the
+    # default 2, so that the test asks whether the first call waits for it, not how fast it starts.
+    with trisolve.Client(f"127.0.0.1:{port}", timeout=30, connect_timeout=10.0) as cl:
         threading.Timer(0.5, lambda: procs.append(subprocess.Popen(
             [binary, "--listen", f"127.0.0.1:{port}", "--backend", "cpu"], stdout=log,
             stderr=subprocess.STDOUT))).start()
