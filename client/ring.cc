@@ -120,6 +120,12 @@ std::unique_ptr<Client::Impl::RingPool, Client::Impl::RingPoolDeleter> Client::I
 
 namespace {
 
+// The most a ring's arena grows to under auto: ring_max_arena_bytes, or the arena a ring starts
+// with where that is larger.
+int64_t RingMostBytes(const Client::Options& o) {
+  return std::max(o.ring_arena_bytes, o.ring_max_arena_bytes);
+}
+
 // Why a call did not go through a ring: kSkip under auto (take the other path), an error when
 // the ring was asked for.
 absl::Status NotOnRing(bool forced, absl::string_view why) {
@@ -197,7 +203,7 @@ absl::StatusOr<std::unique_ptr<Client::Impl::RingLane>> Client::Impl::AcquireRin
   // replace its ring each call.
   int64_t room = std::max<int64_t>(options.ring_arena_bytes, 4096);
   while (room < need) room *= 2;
-  if (!forced) room = std::max(need, std::min(room, options.ring_max_arena_bytes));
+  if (!forced) room = std::max(need, std::min(room, RingMostBytes(options)));
   auto memory = SharedMemory::Create(arena + room);
   if (!memory.ok()) return fail(memory.status(), false);
   lane->shm = *std::move(memory);
@@ -446,7 +452,7 @@ std::optional<absl::StatusOr<Result>> Client::Impl::SolveOnRing(
   }
   // auto: small calls only, those the client would send in one message over gRPC, where their
   // bytes are copied; arrays already in registered memory are not, whatever their size.
-  if (!forced && (need > std::max(options.ring_arena_bytes, options.ring_max_arena_bytes) ||
+  if (!forced && (need > RingMostBytes(options) ||
                   (!referenced && need > options.stream_threshold_bytes)))
     return std::nullopt;
   bool fall_back = false;

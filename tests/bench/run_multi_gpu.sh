@@ -39,8 +39,9 @@
 # clients of large requests their checks' memory traffic bounds what the node measures).
 # SLOTS: jobs solved at once a device (--max-concurrent-jobs SLOTS x D; default the server's, 4
 # a CUDA device). SERVER_FLAGS: more trisolved flags (e.g. "--streams 8").
-# BACKEND: the server's (default cuda; cpu runs the script here, to try it). SERVER_CPUS, CLIENT_CPUS: taskset CPU lists for the server and the bench's clients (e.g.
-# "0-15" and "16-31"), so that the clients' threads do not take the server's cores.
+# BACKEND: the server's (default cuda; cpu runs the script here, to try it). SERVER_CPUS,
+# CLIENT_CPUS: taskset CPU lists for the server and the bench's clients (e.g. "0-15" and
+# "16-31"), so that the clients' threads do not take the server's cores.
 # The bench prints the cores its clients, the server and the whole host kept busy during its
 # clock ("client_cores", "server_cores", "host_cores"): where the host's cores are all busy, the
 # host bounds what is measured.
@@ -98,7 +99,8 @@ job_split() {
 pin() { [ -n "$1" ] && echo "taskset -c $1"; }
 
 start() {  # start PORT DEVICES [SLOTS]: a server in the background, waits until it serves
-  $(pin "${SERVER_CPUS:-}") $run trisolved --backend "${BACKEND:-cuda}" --listen "127.0.0.1:$1" --devices "$2" --max-queued-jobs 4096 \
+  $(pin "${SERVER_CPUS:-}") $run trisolved --backend "${BACKEND:-cuda}" --listen "127.0.0.1:$1" \
+    --devices "$2" --max-queued-jobs 4096 \
     --max-message-bytes 1073741824 --max-systems-per-identity 4096 --max-regions-per-identity 4096 \
     --max-system-bytes $((64 << 30)) ${3:+--max-concurrent-jobs $3} ${SERVER_FLAGS:-} \
     >"$out/trisolved_$1.log" 2>&1 &

@@ -228,10 +228,11 @@ class Client {
     int64_t streams_min_bytes = int64_t{32} << 20;
     // Request rings: the arena a ring starts with, and the most it grows to under auto (a
     // call whose copied arrays, x and statuses exceed the ring's arena replaces it with one of
-    // twice the room, or more, up to ring_max_arena_bytes; a call larger still takes another
-    // path, from shm_min_bytes a staging region, whose solve holds no ring thread; the arena is
-    // shared memory reserved while the ring is open), how long a call spins for its answer
-    // before it sleeps, and the most rings a Client holds (one a concurrent calling thread).
+    // twice the room, or more, up to ring_max_arena_bytes (or ring_arena_bytes, where larger);
+    // a call larger still takes another path, from shm_min_bytes a staging region, whose solve
+    // holds no ring thread; the arena is shared memory reserved while the ring is open), how
+    // long a call spins for its answer before it sleeps, and the most rings a Client holds (one
+    // a concurrent calling thread).
     // Each ring is a shared-memory region of its own on the server (its
     // --max-regions-per-identity counts them); one it refuses sends auto's calls through the
     // RPC for a second.
