@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "replicas.h"
@@ -1457,6 +1458,15 @@ absl::StatusOr<std::unique_ptr<StepStream>> Client::OpenStepStream(const std::st
   return std::unique_ptr<StepStream>(new StepStream(std::move(impl)));
 }
 
+// A device's mean time a solve, and the device's account of it (GetServerInfo's solve_s, h2d_s,
+// kernel_s and d2h_s over its jobs), where the server counts them.
+static std::string DeviceJobTimes(const v1::Device& d) {
+  if (!d.has_solve_s() || d.jobs() <= 0) return std::string();
+  const double per = 1e3 / double(d.jobs());
+  return absl::StrFormat("; %.3f ms a job (h2d %.3f, kernel %.3f, d2h %.3f)", d.solve_s() * per,
+                         d.h2d_s() * per, d.kernel_s() * per, d.d2h_s() * per);
+}
+
 absl::StatusOr<ServerInfoSummary> Client::Info(double timeout_s) {
   if (!impl_->setup.ok()) return impl_->setup;
   grpc::ClientContext ctx;
@@ -1478,7 +1488,7 @@ absl::StatusOr<ServerInfoSummary> Client::Info(double timeout_s) {
         d.multiprocessors(), " SMs", d.has_jobs() ? absl::StrCat("; ", d.jobs(), " jobs, ",
                                                                  d.jobs_in_flight(), " running")
                                                    : std::string(),
-        ")"));
+        DeviceJobTimes(d), ")"));
   for (const auto& p : info.pools())
     s.pools.push_back(absl::StrCat(p.name(), ": ", p.in_use_bytes() >> 20, " MiB in use, ",
                                    p.cached_bytes() >> 20, " MiB cached, peak ",

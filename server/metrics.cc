@@ -161,6 +161,28 @@ std::string Metrics::Render(const BackendInfo& backend, int64_t in_flight, int64
     for (size_t i = 0; i < backend.devices.size(); ++i)
       absl::StrAppend(&out, "trisolve_device_jobs_in_flight{device=\"", i, "\"} ",
                       std::max<int64_t>(backend.devices[i].jobs_in_flight, 0), "\n");
+    const struct {
+      const char* name;
+      const char* help;
+      double DeviceInfo::*seconds;
+    } times[] = {
+        {"trisolve_device_job_seconds_total", "Seconds of the solves on each device, summed.",
+         &DeviceInfo::job_seconds},
+        {"trisolve_device_h2d_seconds_total",
+         "Seconds of copies to each device within its solves, summed.", &DeviceInfo::h2d_seconds},
+        {"trisolve_device_kernel_seconds_total",
+         "Seconds of kernels on each device within its solves, summed.",
+         &DeviceInfo::kernel_seconds},
+        {"trisolve_device_d2h_seconds_total",
+         "Seconds of copies from each device within its solves, summed.",
+         &DeviceInfo::d2h_seconds},
+    };
+    for (const auto& t : times) {
+      Header(out, t.name, "counter", t.help);
+      for (size_t i = 0; i < backend.devices.size(); ++i)
+        absl::StrAppend(&out, t.name, "{device=\"", i, "\"} ",
+                        Num(std::max(backend.devices[i].*t.seconds, 0.0)), "\n");
+    }
   }
   return out;
 }

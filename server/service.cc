@@ -251,6 +251,12 @@ grpc::Status SolverService::GetServerInfo(grpc::ServerContext* ctx, const v1::Ge
     dev->set_ordinal(d.ordinal);
     if (d.jobs >= 0) dev->set_jobs(d.jobs);
     if (d.jobs_in_flight >= 0) dev->set_jobs_in_flight(d.jobs_in_flight);
+    if (d.job_seconds >= 0) {
+      dev->set_solve_s(d.job_seconds);
+      dev->set_h2d_s(d.h2d_seconds);
+      dev->set_kernel_s(d.kernel_seconds);
+      dev->set_d2h_s(d.d2h_seconds);
+    }
   }
   for (const MemoryPoolInfo& p : info.pools) {
     v1::MemoryPool* mp = resp->add_pools();

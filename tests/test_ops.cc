@@ -413,11 +413,21 @@ TEST(Ops, DevicesFlag) {
       EXPECT_EQ(Series(metrics->body, R"(trisolve_device_jobs_total{device="0"})"), 2)
           << metrics->body;
       EXPECT_EQ(Series(metrics->body, R"(trisolve_device_jobs_total{device="1"})"), 2);
+      // Their time on each device, and the device's account of it.
+      for (const char* series :
+           {R"(trisolve_device_job_seconds_total{device="0"})",
+            R"(trisolve_device_kernel_seconds_total{device="1"})",
+            R"(trisolve_device_h2d_seconds_total{device="1"})"})
+        EXPECT_GT(Series(metrics->body, series), 0) << series << metrics->body;
+      auto after = Client(To(s)).Info();
+      ASSERT_TRUE(after.ok()) << after.status();
+      EXPECT_NE(after->devices[0].find(" ms a job (h2d "), std::string::npos) << after->devices[0];
     } else {
       EXPECT_TRUE(info->devices.empty());
       EXPECT_EQ(info->max_concurrent_jobs, 2);
       EXPECT_NE(s.Log().find("using the cpu backend"), std::string::npos) << s.Log();
       EXPECT_EQ(metrics->body.find("trisolve_device_jobs_total"), std::string::npos);
+      EXPECT_EQ(metrics->body.find("trisolve_device_job_seconds_total"), std::string::npos);
     }
   }
   {

@@ -137,6 +137,29 @@ TEST(PlacedBackend, EqualDevicesTakeEqualSharesUnderLoad) {
   for (FakeDevice* d : dev) EXPECT_NEAR(d->entered(), fair, 0.1 * fair) << counts;
 }
 
+// Each device's solves are timed where they run, and the devices' own account of them summed:
+// Info() says how long a job took on each (a slow device shows beside its peers).
+TEST(PlacedBackend, EachDevicesJobTimesAreSummed) {
+  std::vector<FakeDevice*> dev;
+  auto be = Placed({kMiB << 10, kMiB << 10}, &dev);
+  dev[0]->work_us = 2000;
+  dev[1]->work_us = 6000;
+  const Tri t = MakeTri(4, 16, Layout::kFlat, 8);
+  for (int q = 0; q < 6; ++q) ExpectTriLikeReference(*be, t, "timed");
+  const BackendInfo info = be->Info();
+  ASSERT_EQ(info.devices.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    const DeviceInfo& d = info.devices[i];
+    const double work = dev[i]->work_us.load() * 1e-6, jobs = double(d.jobs);
+    ASSERT_EQ(d.jobs, 3) << i;  // one after another: in turn
+    EXPECT_NEAR(d.h2d_seconds, 0.25 * work * jobs, 1e-8) << i;
+    EXPECT_NEAR(d.kernel_seconds, 0.5 * work * jobs, 1e-8) << i;
+    EXPECT_NEAR(d.d2h_seconds, 0.25 * work * jobs, 1e-8) << i;
+    EXPECT_GE(d.job_seconds, work * jobs) << i;  // each call slept its work at least
+  }
+  EXPECT_GT(info.devices[1].job_seconds, info.devices[0].job_seconds);
+}
+
 TEST(PlacedBackend, ACallGoesWhereItFits) {
   std::vector<FakeDevice*> dev;
   auto be = Placed({1 * kMiB, 64 * kMiB}, &dev);

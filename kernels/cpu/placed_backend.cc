@@ -82,6 +82,9 @@ class MultiDeviceBackend final : public Backend {
     std::unique_ptr<Backend> backend;
     std::atomic<int64_t> in_flight{0};
     std::atomic<int64_t> jobs{0};
+    // Nanoseconds summed over its jobs: each call's time in the worker, and the device's own
+    // account of it (SolveInfo: the copies in, the kernels, the copies out).
+    std::atomic<int64_t> job_ns{0}, h2d_ns{0}, kernel_ns{0}, d2h_ns{0};
     // Bytes it can still take: min(pool cap - pool in use, device free + pool idle).
     std::atomic<int64_t> room{0};
     // The coefficient bytes of the prepared systems it holds (their solves' share of the work
@@ -117,6 +120,10 @@ class MultiDeviceBackend final : public Backend {
       for (DeviceInfo d : one.devices) {
         d.jobs = w->jobs.load();
         d.jobs_in_flight = w->in_flight.load();
+        d.job_seconds = double(w->job_ns.load()) * 1e-9;
+        d.h2d_seconds = double(w->h2d_ns.load()) * 1e-9;
+        d.kernel_seconds = double(w->kernel_ns.load()) * 1e-9;
+        d.d2h_seconds = double(w->d2h_ns.load()) * 1e-9;
         info.devices.push_back(std::move(d));
       }
       for (MemoryPoolInfo p : one.pools) {
@@ -269,19 +276,35 @@ class MultiDeviceBackend final : public Backend {
   }
 
  private:
-  // A call counted on its worker while it runs.
+  // A call counted on its worker while it runs; a job's time added to the worker's at its end,
+  // and the device's account of it where the job reports one (Report).
   class InFlight {
    public:
-    InFlight(Worker& w, bool count_job) : w_(w) {
+    InFlight(Worker& w, bool count_job) : w_(w), count_job_(count_job), start_(Clock::now()) {
       w_.in_flight.fetch_add(1);
       if (count_job) w_.jobs.fetch_add(1);
     }
     InFlight(const InFlight&) = delete;
     InFlight& operator=(const InFlight&) = delete;
-    ~InFlight() { w_.in_flight.fetch_sub(1); }
+    ~InFlight() {
+      if (count_job_)
+        w_.job_ns.fetch_add(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start_).count());
+      w_.in_flight.fetch_sub(1);
+    }
+    absl::StatusOr<SolveInfo> Report(absl::StatusOr<SolveInfo> r) const {
+      if (r.ok()) {
+        w_.h2d_ns.fetch_add(int64_t(r->h2d_us * 1e3));
+        w_.kernel_ns.fetch_add(int64_t(r->kernel_us * 1e3));
+        w_.d2h_ns.fetch_add(int64_t(r->d2h_us * 1e3));
+      }
+      return r;
+    }
 
    private:
     Worker& w_;
+    const bool count_job_;
+    const Clock::time_point start_;
   };
 
   // Device bytes a one-shot call takes, as the workers' backend counts them (its arrays in, x
@@ -360,7 +383,7 @@ class MultiDeviceBackend final : public Backend {
   absl::StatusOr<SolveInfo> OnPlaced(int64_t bytes, Call call) {
     Worker& w = Place(bytes);
     const InFlight busy(w, /*count_job=*/true);
-    return call(*w.backend);
+    return busy.Report(call(*w.backend));
   }
 
   // A prepared system's solve on the worker that holds it; a system holding nothing on a
@@ -372,7 +395,7 @@ class MultiDeviceBackend final : public Backend {
     for (const auto& w : workers_)
       if (w->backend.get() == holder) {
         const InFlight busy(*w, /*count_job=*/true);
-        return call(*w->backend);
+        return busy.Report(call(*w->backend));
       }
     return absl::FailedPreconditionError(
         "the system was prepared by another backend: its coefficients are on no device of this "
@@ -418,7 +441,7 @@ class MultiDeviceBackend final : public Backend {
                                                    absl::InternalError("part not solved"));
     auto run = [&](size_t i) {
       const InFlight busy(*parts[i].worker, /*count_job=*/true);
-      results[i] = solve(parts[i]);
+      results[i] = busy.Report(solve(parts[i]));
     };
     std::vector<std::thread> threads;
     for (size_t i = 1; i < parts.size(); ++i) threads.emplace_back(run, i);
@@ -500,7 +523,7 @@ class MultiDeviceBackend final : public Backend {
         p, rows,
         [&](size_t k, const TridiagonalProblem<T>& part, TridiagonalOutput<T> o) {
           const InFlight busy(*split.workers[k], /*count_job=*/true);
-          return split.workers[k]->backend->Solve(part, m, o, c);
+          return busy.Report(split.workers[k]->backend->Solve(part, m, o, c));
         },
         out.x);
     if (!outcome.ok()) return outcome.status();
@@ -630,7 +653,7 @@ class MultiDeviceBackend final : public Backend {
               total.d2h_us += r->d2h_us;
             }
           }
-          return total;
+          return busy.Report(total);
         },
         out.x);
     if (!outcome.ok()) return outcome.status();

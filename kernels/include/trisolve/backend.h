@@ -30,6 +30,10 @@ struct DeviceInfo {
   // the backend does not count them.
   int64_t jobs = -1;
   int64_t jobs_in_flight = -1;
+  // Seconds summed over those calls, counted with them: each call's time on it (host work and
+  // waits for a stream included), and the device's account of them (the copies in, the
+  // kernels, the copies out: where they overlap, more than the call's time).
+  double job_seconds = -1, h2d_seconds = -1, kernel_seconds = -1, d2h_seconds = -1;
 };
 
 struct MemoryPoolInfo {
