@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "runtime/host_registration.h"
 #include "gtest/gtest.h"
 #include "trisolve/backend.h"
 #include "trisolve/examples.h"
@@ -294,6 +295,49 @@ TEST_P(MultiDevice, ConcurrentCallsSpreadOverTheWorkers) {
   }
   EXPECT_EQ(total, kThreads * kCalls);
   for (const DeviceInfo& d : backend_->Info().devices) EXPECT_EQ(d.jobs_in_flight, 0);
+}
+
+// Memory a client registers is page-locked once, through a CUDA context of the process's own
+// (runtime/host_registration.h: pinning through a worker's context stalls that worker's
+// copies), portably: every worker's device sees it registered, and solves read it there on
+// each worker; unpinned, no device sees it registered any more.
+TEST_P(MultiDevice, RegisteredMemoryIsPinnedForEveryWorker) {
+  auto t = MakeTri<double>(64, 4096, Layout::kFlat, 11);
+  std::vector<double> want(t.a.size());
+  std::vector<SystemStatus> wst(64);
+  ASSERT_TRUE(Cpu().Solve(t.P(), TridiagonalMethod::kAuto, {want.data(), wst.data()}, {}).ok());
+  std::vector<double> x(t.a.size());
+  auto registered = [&](const void* p, int device) {
+    cudaSetDevice(device);
+    cudaPointerAttributes a{};
+    const cudaError_t e = cudaPointerGetAttributes(&a, p);
+    (void)cudaGetLastError();
+    return e == cudaSuccess && a.type == cudaMemoryTypeHost;
+  };
+  std::vector<std::vector<double>*> arrays = {&t.a, &t.b, &t.c, &t.d, &x};
+  for (auto* v : arrays) {
+    auto pinned = backend_->PinHostMemory(v->data(), int64_t(v->size() * sizeof(double)));
+    ASSERT_TRUE(pinned.ok()) << pinned.status();
+    EXPECT_TRUE(*pinned);
+  }
+  EXPECT_TRUE(cuda::HostRegistrationHasOwnContext())
+      << "registered through a device's primary context (a second context was refused)";
+  for (int d : devices_)
+    for (auto* v : arrays) EXPECT_TRUE(registered(v->data(), d)) << "device " << d;
+  // Calls one after another go round the workers: each reads the registered arrays.
+  const auto before = JobsByWorker(*backend_);
+  for (size_t q = 0; q < 2 * workers(); ++q) {
+    std::vector<SystemStatus> st(64);
+    std::fill(x.begin(), x.end(), 0.0);
+    auto got = backend_->Solve(t.P(), TridiagonalMethod::kAuto, {x.data(), st.data()}, {});
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_LE(Distance(x, want), 1e-12) << "call " << q;
+    EXPECT_EQ(st, wst);
+  }
+  for (int64_t j : Minus(JobsByWorker(*backend_), before)) EXPECT_GT(j, 0);
+  for (auto* v : arrays) backend_->UnpinHostMemory(v->data());
+  for (int d : devices_)
+    for (auto* v : arrays) EXPECT_FALSE(registered(v->data(), d)) << "device " << d;
 }
 
 // Systems spread over the workers as they are made (what each holds), and every solve of one,

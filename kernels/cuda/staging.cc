@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/host_registration.h"
 
 namespace trisolve::cuda {
 
@@ -57,8 +58,7 @@ Stager::~Stager() {
 }
 
 absl::StatusOr<bool> Stager::Pin(void* p, int64_t bytes) {
-  cudaSetDevice(device_);
-  const cudaError_t e = cudaHostRegister(p, size_t(bytes), cudaHostRegisterPortable);
+  const cudaError_t e = RegisterHostMemory(device_, p, size_t(bytes));
   // Registered already, portably, by another device's backend of this process: usable here.
   const bool owner = e == cudaSuccess;
   if (e == cudaErrorHostMemoryAlreadyRegistered) (void)cudaGetLastError();
@@ -81,8 +81,7 @@ void Stager::Unpin(void* p) {
     pinned_ranges_.erase(it);
     if (!owner) return;
   }
-  cudaSetDevice(device_);
-  if (cudaHostUnregister(p) != cudaSuccess) (void)cudaGetLastError();
+  if (UnregisterHostMemory(device_, p) != cudaSuccess) (void)cudaGetLastError();
 }
 
 // Whether [p, p + bytes) lies in memory PinHostMemory page-locked: the device copies straight
