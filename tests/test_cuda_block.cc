@@ -495,6 +495,101 @@ TEST(CudaBlock, ConjugateGradientsMatchTheCpu) {
   for (double v : y) ASSERT_NEAR(v, 1.0, 1e-7);
 }
 
+// Auto's choice under a one-shot solve tests the symmetry on the device (IsSymmetricDevice),
+// once the arrays are there: the same answer as the host's IsSymmetric, bit for bit, for
+// random symmetric couplings of both signs broken (or kept within the test's tolerance of 64
+// ulps) at single couplings anywhere -- the first and last of a line and of a block row
+// included -- and with NaN, at shapes with N or M of 1; float64 and float32. Auto then runs
+// multigrid-cg exactly where the host's test says symmetric.
+template <typename T>
+void ExpectDeviceSymmetryAsTheHost(int64_t N, int64_t M, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(-1, 1);
+  auto s = Experiment<T>(1, N, M);
+  for (int64_t e = 0; e < N * M; ++e) s.a["bC"][e] = T(u(rng)), s.a["cB"][e] = T(u(rng));
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t k = 0; k < M; ++k) {
+      const int64_t e = i * M + k;
+      s.a["aC"][e] = k > 0 ? s.a["bC"][e - 1] : T(0);
+      s.a["cA"][e] = i > 0 ? s.a["cB"][e - M] : T(0);
+      if (k + 1 == M) s.a["bC"][e] = 0;
+      if (i + 1 == N) s.a["cB"][e] = 0;
+      s.a["cC"][e] = T(0.05) + std::abs(s.a["aC"][e]) + std::abs(s.a["bC"][e]) +
+                     std::abs(s.a["cA"][e]) + std::abs(s.a["cB"][e]);
+    }
+  const int64_t n = N * M;
+  std::vector<T*> dev(4, nullptr);
+  for (T*& d : dev) ASSERT_EQ(cudaMalloc(&d, size_t(n) * sizeof(T)), cudaSuccess);
+  const char* names[4] = {"aC", "bC", "cA", "cB"};
+  auto same = [&](const std::string& what) -> bool {
+    for (int q = 0; q < 4; ++q)
+      if (cudaMemcpy(dev[q], s.a[names[q]].data(), size_t(n) * sizeof(T),
+                     cudaMemcpyHostToDevice) != cudaSuccess) {
+        ADD_FAILURE() << "cudaMemcpy";
+        return false;
+      }
+    const BlockTridiagonalProblem<T> dp{N, M, dev[0], nullptr, dev[1], dev[2], dev[3],
+                                        nullptr, nullptr};
+    auto got = cuda::IsSymmetricDevice(dp, nullptr);
+    const bool want = IsSymmetric(s.P());
+    if (!got.ok()) {
+      ADD_FAILURE() << got.status();
+      return want;
+    }
+    EXPECT_EQ(*got, want) << what << " N " << N << " M " << M;
+    return want;
+  };
+  EXPECT_TRUE(same("as made"));
+  // One coupling changed by r ulps of itself (or made NaN), then put back.
+  const T eps = std::numeric_limits<T>::epsilon();
+  std::vector<std::pair<const char*, int64_t>> at = {{"aC", 1}, {"aC", n - 1}, {"cA", M},
+                                                     {"cA", n - 1}, {"bC", 0}, {"cB", 0}};
+  for (int q = 0; q < 6; ++q)
+    at.push_back({names[rng() % 4], int64_t(rng() % uint64_t(n))});
+  [[maybe_unused]] int kept = 0;
+  int broken = 0;
+  for (auto [name, e] : at) {
+    if (e >= n) continue;
+    T& v = s.a[name][size_t(e)];
+    const T was = v;
+    for (double r : {16.0, -63.0, 63.0, 65.0, -65.0, 200.0, std::nan("")}) {
+      v = std::isnan(r) ? T(NAN) : T(was * (1 + r * eps));
+      if (same(std::string(name) + "[" + std::to_string(e) + "] by " + std::to_string(r)))
+        ++kept;
+      else
+        ++broken;
+    }
+    v = was;
+  }
+  if (N * M > 1) {
+    EXPECT_GT(broken, 0);
+  }
+  // Auto runs multigrid-cg exactly where the test says symmetric.
+  for (bool keep : {true, false}) {
+    if (!keep) {
+      s.a["aC"][size_t(n - 1)] += T(0.25);
+    }
+    const bool symmetric = same("auto");
+    std::vector<T> y(static_cast<size_t>(n));
+    SystemStatus st;
+    auto info = Cuda()->Solve(s.P(), BlockMethod::kAuto, {500, sizeof(T) == 8 ? 1e-10 : 1e-5, false},
+                              BlockOutput<T>{y.data(), &st}, SolveControl{});
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_EQ(info->method.rfind("multigrid-cg", 0) == 0, symmetric) << info->method;
+  }
+  for (T* d : dev) cudaFree(d);
+}
+
+TEST(CudaBlock, AutoTestsSymmetryOnTheDeviceAsTheHostDoes) {
+  REQUIRE_GPU();
+  uint64_t seed = 1;
+  for (auto [N, M] : {std::pair<int64_t, int64_t>{1, 1}, {1, 9}, {9, 1}, {7, 128}, {128, 7},
+                      {333, 1000}}) {
+    ExpectDeviceSymmetryAsTheHost<double>(N, M, seed++);
+    ExpectDeviceSymmetryAsTheHost<float>(N, M, seed++);
+  }
+}
+
 TEST(CudaBlock, MultigridCgMatchesTheCpu) {
   REQUIRE_GPU();
   // The thesis' experiment 2 at N, M in {1, 2, 7, 128, 1000}, N != M included, and beyond:

@@ -173,7 +173,10 @@ absl::StatusOr<SolveInfo> CudaBackend::SolveBlockOnDevice(const BlockTridiagonal
   const cuda::UseTuning tuned(&tuning_, cuda::UseTuning::kUnlessSet);
   const int64_t size = p.N * p.M;
   const bool automatic = m == BlockMethod::kAuto;
-  m = cuda::ResolveBlockMethod(p, m, o, symmetric);  // block/dispatch.cu
+  // Auto's choice needs p's symmetry: known (a prepared system's), else tested on the device
+  // once the arrays are there (a host thread's pass took longer than the solve's copies).
+  const bool test_on_device = automatic && o.tol > 0 && !symmetric.has_value();
+  if (!test_on_device) m = cuda::ResolveBlockMethod(p, m, o, symmetric);  // block/dispatch.cu
   std::vector<Input<T>> in = {{p.aC, size}, {p.cC, size}, {p.bC, size},
                               {p.cA, size}, {p.cB, size}, {p.f, size}};
   if (p.y0) in.push_back({p.y0, size});
@@ -190,6 +193,11 @@ absl::StatusOr<SolveInfo> CudaBackend::SolveBlockOnDevice(const BlockTridiagonal
         else
           TRISOLVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dx, 0, size * sizeof(T), stream));
         BlockTridiagonalProblem<T> dp{p.N, p.M, d[0], d[1], d[2], d[3], d[4], d[5], nullptr};
+        if (test_on_device) {
+          auto sym = cuda::IsSymmetricDevice(dp, stream);
+          if (!sym.ok()) return sym.status();
+          m = cuda::ResolveBlockMethod(dp, m, o, *sym);
+        }
         auto r = cuda::SolveBlockTridiagonalDevice(dp, m, o, dx, &st, device_pool_, c, stream,
                                                    setup);
         if (!r.ok()) return r.status();

@@ -45,6 +45,12 @@ template <typename T>
 BlockMethod ResolveBlockMethod(const BlockTridiagonalProblem<T>& p, BlockMethod method,
                                const BlockOptions& options,
                                std::optional<bool> symmetric = std::nullopt);
+// IsSymmetric (trisolve/block_tridiagonal.h) of p's device arrays, on the device: one pass
+// over aC, bC, cA and cB on `stream` (waited for), the same comparisons and so the same answer
+// as the host's pass, which took a host thread 5 ms at 1024 x 1024 (lent 4 x H200 host,
+// 2026-11-28). A one-shot solve under auto tests it so, once its arrays are on the device.
+template <typename T>
+absl::StatusOr<bool> IsSymmetricDevice(const BlockTridiagonalProblem<T>& p, cudaStream_t stream);
 
 // How multigrid-cg and multigrid-bicgstab launch their V-cycle (the same bits either way).
 // kGraph: the V-cycle of each pair of vectors a solve applies it to is captured as a CUDA graph

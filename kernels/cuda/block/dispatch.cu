@@ -1,9 +1,60 @@
 // The block family's dispatch on the device: the one place where a BlockMethod (auto included)
 // becomes the solver that runs it (krylov.cu, sweeps.cu).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
 #include "block/block.h"
 #include "block/internal.h"
+#include "block/vector_kernels.cuh"
+#include "runtime/check.h"
+#include "runtime/pinned_word.h"
 
 namespace trisolve::cuda {
+namespace {
+
+// Whether any coupling of p fails IsSymmetric's test (trisolve/block_tridiagonal.h: the same
+// comparisons in the same precision, so the same answer): counted into scratch[0] by the
+// blocks that find one, written into the host word by the last block (PublishAnswer).
+template <typename T>
+__global__ void AsymmetryKernel(int64_t N, int64_t M, const T* __restrict__ aC,
+                                const T* __restrict__ bC, const T* __restrict__ cA,
+                                const T* __restrict__ cB, int* scratch, int* answer) {
+  bool differs = false;
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x, step = stride % M;
+  int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x, k = e % M;
+  for (; e < N * M; e += stride) {
+    const auto close = [](T u, T v) {
+      return std::abs(u - v) <=
+             T(64) * std::numeric_limits<T>::epsilon() * std::max(std::abs(u), std::abs(v));
+    };
+    if (k + 1 < M && !close(aC[e + 1], bC[e])) differs = true;
+    if (e + M < N * M && !close(cA[e + M], cB[e])) differs = true;
+    k += step;
+    if (k >= M) k -= M;
+  }
+  if (__syncthreads_or(differs) && threadIdx.x == 0) atomicMax(&scratch[0], 1);
+  if (threadIdx.x == 0) PublishAnswer(scratch, answer);
+}
+
+}  // namespace
+
+template <typename T>
+absl::StatusOr<bool> IsSymmetricDevice(const BlockTridiagonalProblem<T>& p, cudaStream_t stream) {
+  if (p.N * p.M == 0) return true;
+  auto word = PinnedWord::Take();
+  if (!word.ok()) return word.status();
+  const unsigned blocks = unsigned(std::min<int64_t>(Blocks(p.N * p.M), 8 * 1024));
+  AsymmetryKernel<T><<<blocks, kThreads, 0, stream>>>(p.N, p.M, p.aC, p.bC, p.cA, p.cB,
+                                                      word->scratch(), word->mapped());
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  TRISOLVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  return *static_cast<volatile int*>(word->get()) == 0;
+}
+template absl::StatusOr<bool> IsSymmetricDevice(const BlockTridiagonalProblem<double>&,
+                                                cudaStream_t);
+template absl::StatusOr<bool> IsSymmetricDevice(const BlockTridiagonalProblem<float>&,
+                                                cudaStream_t);
 
 template <typename T>
 BlockMethod ResolveBlockMethod(const BlockTridiagonalProblem<T>& p, BlockMethod method,
