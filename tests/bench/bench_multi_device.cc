@@ -28,6 +28,7 @@
 #include <cuda_runtime.h>
 
 #include "trisolve/backend.h"
+#include "tridiagonal_case.h"
 
 namespace {
 
@@ -49,41 +50,8 @@ std::vector<std::string> Split(const char* s) {
   return out;
 }
 
-struct Case {
-  int64_t batch, n;
-  std::vector<double> a, b, c, d, want;
-};
-
-Case MakeCase(int64_t batch, int64_t n) {
-  Case k{batch, n, {}, {}, {}, {}, {}};
-  std::mt19937_64 rng(uint64_t(batch * 31 + n));
-  std::uniform_real_distribution<double> u(-1, 1);
-  const int64_t e = batch * n;
-  for (auto* v : {&k.a, &k.b, &k.c, &k.d}) v->resize(size_t(e));
-  for (int64_t i = 0; i < e; ++i) {
-    k.a[size_t(i)] = u(rng);
-    k.c[size_t(i)] = u(rng);
-    k.b[size_t(i)] = 4 + u(rng);
-    k.d[size_t(i)] = u(rng);
-  }
-  k.want.resize(size_t(e));
-  std::vector<SystemStatus> st(static_cast<size_t>(batch));
-  auto cpu = MakeCpuBackend();
-  const TridiagonalProblem<double> p{batch,      n,          Layout::kFlat, k.a.data(),
-                                     k.b.data(), k.c.data(), k.d.data()};
-  if (!cpu->Solve(p, TridiagonalMethod::kAuto, {k.want.data(), st.data()}, {}).ok()) std::exit(1);
-  return k;
-}
-
-double Distance(const std::vector<double>& x, const std::vector<double>& want) {
-  double d = 0, m = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    if (!std::isfinite(x[i])) return INFINITY;
-    d = std::max(d, std::abs(x[i] - want[i]));
-    m = std::max(m, std::abs(want[i]));
-  }
-  return d / m;
-}
+using Case = bench::TridiagonalCase;
+using bench::Distance;
 
 // Calls per second of `clients` threads each running client(id, calls), after a warm-up of one
 // call each (pools, plans, streams).
@@ -237,7 +205,7 @@ int main(int argc, char** argv) {
     for (const std::string& shape : shapes) {
       const int64_t batch = std::atoll(shape.c_str());
       const int64_t n = std::atoll(shape.c_str() + shape.find('x') + 1);
-      const Case k = MakeCase(batch, n);
+      const Case k = bench::MakeTridiagonalCase(batch, n);
       for (const std::string& c : clients) {
         double one = 0;
         for (const std::string& dc : counts) {
