@@ -281,15 +281,11 @@ absl::StatusOr<SolveInfo> BicgstabFallback(const BlockTridiagonalProblem<T>& p,
 template <typename T>
 bool IsSymmetric(const BlockTridiagonalProblem<T>& p) {
   const int64_t N = p.N, M = p.M;
-  auto close = [](T u, T v) {
-    return std::abs(u - v) <= T(64) * std::numeric_limits<T>::epsilon() *
-                                  std::max(std::abs(u), std::abs(v));
-  };
   for (int64_t i = 0; i < N; ++i)
     for (int64_t k = 0; k < M; ++k) {
       const int64_t e = i * M + k;
-      if (k + 1 < M && !close(p.aC[e + 1], p.bC[e])) return false;
-      if (i + 1 < N && !close(p.cA[e + M], p.cB[e])) return false;
+      if (k + 1 < M && !SymmetricPair(p.aC[e + 1], p.bC[e])) return false;
+      if (i + 1 < N && !SymmetricPair(p.cA[e + M], p.cB[e])) return false;
     }
   return true;
 }

@@ -13,9 +13,9 @@
 namespace trisolve::cuda {
 namespace {
 
-// Whether any coupling of p fails IsSymmetric's test (trisolve/block_tridiagonal.h: the same
-// comparisons in the same precision, so the same answer): counted into scratch[0] by the
-// blocks that find one, written into the host word by the last block (PublishAnswer).
+// Whether any pair of p's couplings fails IsSymmetric's test (SymmetricPair, the host's own:
+// the same answer): counted into scratch[0] by the blocks that find one, written into the host
+// word by the last block (PublishAnswer).
 template <typename T>
 __global__ void AsymmetryKernel(int64_t N, int64_t M, const T* __restrict__ aC,
                                 const T* __restrict__ bC, const T* __restrict__ cA,
@@ -24,12 +24,8 @@ __global__ void AsymmetryKernel(int64_t N, int64_t M, const T* __restrict__ aC,
   const int64_t stride = int64_t(gridDim.x) * blockDim.x, step = stride % M;
   int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x, k = e % M;
   for (; e < N * M; e += stride) {
-    const auto close = [](T u, T v) {
-      return std::abs(u - v) <=
-             T(64) * std::numeric_limits<T>::epsilon() * std::max(std::abs(u), std::abs(v));
-    };
-    if (k + 1 < M && !close(aC[e + 1], bC[e])) differs = true;
-    if (e + M < N * M && !close(cA[e + M], cB[e])) differs = true;
+    if (k + 1 < M && !SymmetricPair(aC[e + 1], bC[e])) differs = true;
+    if (e + M < N * M && !SymmetricPair(cA[e + M], cB[e])) differs = true;
     k += step;
     if (k >= M) k -= M;
   }

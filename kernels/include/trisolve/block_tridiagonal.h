@@ -7,13 +7,16 @@
 
 #include "absl/strings/string_view.h"
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "trisolve/host_device.h"
 #include "trisolve/types.h"
 
 namespace trisolve {
@@ -157,6 +160,13 @@ class BlockMonitor {
 // Whether the system is symmetric to rounding: aC[i][k+1] = bC[i][k], cA[i+1][k] = cB[i][k].
 template <typename T>
 bool IsSymmetric(const BlockTridiagonalProblem<T>& p);
+// IsSymmetric's test of one pair of couplings, which the device's (cuda::IsSymmetricDevice)
+// shares: equal to 64 units of roundoff of the larger; NaN never is.
+template <typename T>
+TRISOLVE_HD inline bool SymmetricPair(T u, T v) {
+  return std::abs(u - v) <=
+         T(64) * std::numeric_limits<T>::epsilon() * std::max(std::abs(u), std::abs(v));
+}
 
 // ||f - A y||_2 / ||f||_2 (||f - A y||_2 when f = 0), in double precision.
 template <typename T>

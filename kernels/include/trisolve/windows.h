@@ -23,11 +23,7 @@
 #include <cmath>
 #include <cstdint>
 
-#ifdef __CUDACC__
-#define TRISOLVE_HD __host__ __device__
-#else
-#define TRISOLVE_HD
-#endif
+#include "trisolve/host_device.h"
 
 namespace trisolve {
 
